@@ -1,0 +1,185 @@
+"""FastAPI application factory: lifespan wiring, routers under every documented prefix."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from service.auth import scopes
+from service.auth.service import Authenticator, any_key_exists, create_api_key, key_exists
+from service.core import migrate
+from service.core.crypto import load_secret_box
+from service.core.db import make_engine, make_sessionmaker
+from service.core.errors import ServiceUnavailable
+from service.core.idempotency import IdempotentReplay
+from service.core.middleware import Metrics, RequestContextMiddleware
+from service.core.problem import install_problem_handlers
+from service.core.settings import Settings
+from service.functions.router import router as functions_router
+from service.functions.schemas import DOC_MODELS
+
+log = logging.getLogger("nvcf.server")
+
+PREFIXES = ("/v2/nvcf", "/v2/orgs/{org}/nvcf", "/v2/orgs/{org}/teams/{team}/nvcf")
+ADMIN_KEY_FILE = "admin-api-key"
+
+
+def api_routers() -> list[APIRouter]:
+    return [functions_router]
+
+
+async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
+    """Make sure an admin credential exists (operations.md §2)."""
+    maker = app.state.sessionmaker
+    async with maker() as session, session.begin():
+        if settings.bootstrap_api_key is not None:
+            key = settings.bootstrap_api_key.get_secret_value()
+            if not await key_exists(session, key):
+                await create_api_key(
+                    session,
+                    account_id=settings.default_account,
+                    scopes=scopes.ALL_SCOPES,
+                    description="bootstrap key (NVCF_BOOTSTRAP_API_KEY)",
+                    key=key,
+                )
+            return
+        if await any_key_exists(session):
+            return
+        key = await create_api_key(
+            session,
+            account_id=settings.default_account,
+            scopes=scopes.ALL_SCOPES,
+            description="generated admin key",
+        )
+    path = Path(settings.data_dir) / ADMIN_KEY_FILE
+    await asyncio.to_thread(_write_private, path, key + "\n")
+    # Printed once, on purpose: this is how an operator learns the first key.
+    print(f"nvcf-server: generated admin API key for account '{settings.default_account}': {key}")
+    print(f"nvcf-server: (also saved to {path}, readable only by this user)")
+
+
+def _write_private(path: Path, content: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(content)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+        url = settings.effective_database_url
+        if settings.auto_migrate:
+            await asyncio.to_thread(migrate.upgrade, url)
+        engine = make_engine(url)
+        app.state.engine = engine
+        app.state.sessionmaker = make_sessionmaker(engine)
+        app.state.secret_box = await asyncio.to_thread(load_secret_box, settings)
+        await bootstrap_admin_key(app, settings)
+        try:
+            yield
+        finally:
+            await engine.dispose()
+
+    app = FastAPI(
+        title="NVCF-compatible control plane",
+        version="0.1.0",
+        description="Function registry and deployments for GPU cloud functions, "
+        "compatible with NVIDIA Cloud Functions clients.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.authenticator = Authenticator(settings)
+    metrics = Metrics()
+    app.state.metrics = metrics
+    install_problem_handlers(app)
+
+    @app.exception_handler(IdempotentReplay)
+    async def _replay(request: Request, exc: IdempotentReplay) -> JSONResponse:
+        return JSONResponse(
+            exc.body, status_code=exc.status_code, headers={"Idempotent-Replayed": "true"}
+        )
+
+    for prefix in PREFIXES:
+        for router in api_routers():
+            app.include_router(
+                router,
+                prefix=prefix,
+                include_in_schema=prefix == PREFIXES[0],
+                generate_unique_id_function=_operation_id(prefix),
+            )
+
+    @app.get("/health", include_in_schema=True, tags=["health"])
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/health/ready", tags=["health"])
+    async def ready(request: Request) -> dict[str, str]:
+        try:
+            async with request.app.state.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+        except Exception as exc:
+            raise ServiceUnavailable(detail=f"database unreachable: {type(exc).__name__}") from None
+        return {"status": "ready"}
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    def custom_openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in DOC_MODELS:
+            doc = model.model_json_schema(
+                by_alias=True, ref_template="#/components/schemas/{model}"
+            )
+            for name, sub in doc.pop("$defs", {}).items():
+                components.setdefault(name, sub)
+            components[model.__name__] = doc
+        schema["components"]["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "nvapi- key or JWT"}
+        }
+        schema["security"] = [{"bearer": []}]
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = custom_openapi  # type: ignore[method-assign]
+    app.add_middleware(
+        RequestContextMiddleware,
+        metrics=metrics,
+        max_body_bytes=settings.max_body_bytes,
+        json_logs=settings.log_format == "json",
+    )
+    return app
+
+
+def _operation_id(prefix: str) -> Any:
+    tag = "" if prefix == PREFIXES[0] else ("_org" if "teams" not in prefix else "_org_team")
+
+    def generate(route: APIRoute) -> str:
+        return f"{route.name}{tag}"
+
+    return generate
+
+
+__all__ = ["create_app"]

@@ -1,0 +1,34 @@
+"""Accounts and API keys as stored: a key is kept only as its SHA-256 hash."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, ForeignKey, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from service.core.db import Base, UTCDateTime, UUIDStr, utcnow
+
+
+class Account(Base):
+    __tablename__ = "accounts"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True, default=uuid.uuid4)
+    account_id: Mapped[str] = mapped_column(
+        String(128), ForeignKey("accounts.id", ondelete="CASCADE"), index=True
+    )
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    hint: Mapped[str] = mapped_column(String(32))
+    scopes: Mapped[list[Any]] = mapped_column(JSON)
+    description: Mapped[str | None] = mapped_column(String(256))
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -1,0 +1,31 @@
+"""The scope names of api.md §1."""
+
+from __future__ import annotations
+
+REGISTER_FUNCTION = "register_function"
+LIST_FUNCTIONS = "list_functions"
+LIST_FUNCTIONS_DETAILS = "list_functions_details"
+UPDATE_FUNCTION = "update_function"
+DELETE_FUNCTION = "delete_function"
+DEPLOY_FUNCTION = "deploy_function"
+INVOKE_FUNCTION = "invoke_function"
+QUEUE_DETAILS = "queue_details"
+LIST_CLUSTER_GROUPS = "list_cluster_groups"
+MANAGE_REGISTRY_CREDENTIALS = "manage_registry_credentials"
+UPDATE_SECRETS = "update_secrets"
+ADMIN = "admin"
+
+ALL_SCOPES: tuple[str, ...] = (
+    REGISTER_FUNCTION,
+    LIST_FUNCTIONS,
+    LIST_FUNCTIONS_DETAILS,
+    UPDATE_FUNCTION,
+    DELETE_FUNCTION,
+    DEPLOY_FUNCTION,
+    INVOKE_FUNCTION,
+    QUEUE_DETAILS,
+    LIST_CLUSTER_GROUPS,
+    MANAGE_REGISTRY_CREDENTIALS,
+    UPDATE_SECRETS,
+    ADMIN,
+)

@@ -1,0 +1,262 @@
+"""Credential verification: `nvapi-` API keys (hashed at rest) and JWTs (HS256 or JWKS)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import secrets
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.auth.models import Account, ApiKey
+from service.auth.scopes import ALL_SCOPES
+from service.core.db import utcnow
+from service.core.errors import BadRequest, FieldError, Unauthorized, ValidationFailed
+from service.core.settings import Settings
+
+API_KEY_PREFIX = "nvapi-"
+_BEARER = {"WWW-Authenticate": "Bearer"}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: an account and the scopes granted to this credential."""
+
+    account_id: str
+    scopes: frozenset[str]
+    kind: str  # "api-key" or "jwt"
+    subject: str
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def generate_key() -> str:
+    return API_KEY_PREFIX + secrets.token_urlsafe(48)
+
+
+def check_scopes(scopes: Iterable[str]) -> list[str]:
+    unknown = sorted(set(scopes) - set(ALL_SCOPES))
+    return unknown
+
+
+async def ensure_account(session: AsyncSession, account_id: str) -> None:
+    if await session.get(Account, account_id) is None:
+        session.add(Account(id=account_id))
+        await session.flush()
+
+
+async def create_api_key(
+    session: AsyncSession,
+    *,
+    account_id: str,
+    scopes: Iterable[str],
+    expires_in: timedelta | None = None,
+    description: str | None = None,
+    key: str | None = None,
+) -> str:
+    """Store a new key (hash only) and return the key itself, shown once."""
+    scope_list = sorted(set(scopes))
+    errors = [FieldError("scopes", f"unknown scope '{s}'") for s in check_scopes(scope_list)]
+    if not scope_list:
+        errors.append(FieldError("scopes", "at least one scope is required"))
+    if errors:
+        raise ValidationFailed.of(errors)
+    if key is None:
+        key = generate_key()
+    elif not key.startswith(API_KEY_PREFIX):
+        raise BadRequest(detail="API keys must start with 'nvapi-'")
+    await ensure_account(session, account_id)
+    session.add(
+        ApiKey(
+            id=uuid.uuid4(),
+            account_id=account_id,
+            key_hash=hash_key(key),
+            hint=key[:10] + "…",
+            scopes=scope_list,
+            description=description,
+            expires_at=utcnow() + expires_in if expires_in else None,
+        )
+    )
+    await session.flush()
+    return key
+
+
+async def any_key_exists(session: AsyncSession) -> bool:
+    return (await session.execute(select(ApiKey.id).limit(1))).first() is not None
+
+
+async def key_exists(session: AsyncSession, key: str) -> bool:
+    stmt = select(ApiKey.id).where(ApiKey.key_hash == hash_key(key))
+    return (await session.execute(stmt)).first() is not None
+
+
+class _TTLCache:
+    """A small LRU of verified API keys so hot paths skip the key lookup query."""
+
+    def __init__(self, size: int = 1024, ttl: float = 5.0) -> None:
+        self._data: OrderedDict[str, tuple[float, Principal, datetime | None]] = OrderedDict()
+        self._size = size
+        self._ttl = ttl
+
+    def get(self, key_hash: str) -> tuple[Principal, datetime | None] | None:
+        hit = self._data.get(key_hash)
+        if hit is None or hit[0] < time.monotonic():
+            return None
+        self._data.move_to_end(key_hash)
+        return hit[1], hit[2]
+
+    def put(self, key_hash: str, principal: Principal, expires_at: datetime | None) -> None:
+        self._data[key_hash] = (time.monotonic() + self._ttl, principal, expires_at)
+        self._data.move_to_end(key_hash)
+        while len(self._data) > self._size:
+            self._data.popitem(last=False)
+
+
+class Authenticator:
+    """Turns an `Authorization` header into a Principal, or raises 401."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._cache = _TTLCache()
+        self._jwks: jwt.PyJWKSet | None = None
+        self._jwks_loaded_at = 0.0
+        self._jwks_lock = asyncio.Lock()
+
+    async def authenticate(self, session: AsyncSession, authorization: str | None) -> Principal:
+        if not authorization:
+            raise Unauthorized(detail="missing Authorization header", headers=_BEARER)
+        scheme, _, credential = authorization.partition(" ")
+        credential = credential.strip()
+        if scheme.lower() != "bearer" or not credential:
+            raise Unauthorized(
+                detail="Authorization header must be 'Bearer <credential>'", headers=_BEARER
+            )
+        if credential.startswith(API_KEY_PREFIX):
+            return await self._api_key(session, credential)
+        return await self._jwt(credential)
+
+    async def _api_key(self, session: AsyncSession, key: str) -> Principal:
+        key_hash = hash_key(key)
+        cached = self._cache.get(key_hash)
+        if cached is None:
+            row = (
+                await session.execute(select(ApiKey).where(ApiKey.key_hash == key_hash))
+            ).scalar_one_or_none()
+            if row is None:
+                raise Unauthorized(detail="unknown API key", headers=_BEARER)
+            principal = Principal(
+                account_id=row.account_id,
+                scopes=frozenset(str(s) for s in row.scopes),
+                kind="api-key",
+                subject=str(row.id),
+            )
+            cached = (principal, row.expires_at)
+            self._cache.put(key_hash, principal, row.expires_at)
+        principal, expires_at = cached
+        if expires_at is not None and expires_at <= utcnow():
+            raise Unauthorized(detail="API key has expired", headers=_BEARER)
+        return principal
+
+    async def _jwt(self, token: str) -> Principal:
+        s = self._settings
+        if s.jwt_secret is None and s.jwks_url is None and s.jwks_file is None:
+            raise Unauthorized(
+                detail="credential is not an API key and JWT verification is not configured",
+                headers=_BEARER,
+            )
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            raise Unauthorized(detail="credential is not a valid JWT", headers=_BEARER) from None
+        alg = header.get("alg")
+        options: dict[str, Any] = {"require": ["exp"]}
+        try:
+            if alg == "HS256":
+                if s.jwt_secret is None:
+                    raise Unauthorized(
+                        detail="HS256 tokens are not accepted (no secret configured)",
+                        headers=_BEARER,
+                    )
+                claims = jwt.decode(
+                    token,
+                    s.jwt_secret.get_secret_value(),
+                    algorithms=["HS256"],
+                    options=options,
+                )
+            elif alg in ("RS256", "ES256"):
+                key = await self._signing_key(header.get("kid"))
+                claims = jwt.decode(token, key, algorithms=[alg], options=options)
+            else:
+                raise Unauthorized(detail=f"JWT algorithm '{alg}' is not accepted", headers=_BEARER)
+        except jwt.ExpiredSignatureError:
+            raise Unauthorized(detail="JWT has expired", headers=_BEARER) from None
+        except jwt.MissingRequiredClaimError as exc:
+            raise Unauthorized(detail=f"JWT is missing the '{exc.claim}' claim", headers=_BEARER) from None
+        except jwt.InvalidSignatureError:
+            raise Unauthorized(detail="JWT signature is invalid", headers=_BEARER) from None
+        except jwt.PyJWTError as exc:
+            raise Unauthorized(detail=f"JWT rejected: {exc}", headers=_BEARER) from None
+        account = claims.get("ncaId") or claims.get("sub")
+        if not isinstance(account, str) or not account:
+            raise Unauthorized(detail="JWT has neither an 'ncaId' nor a 'sub' claim", headers=_BEARER)
+        raw_scopes = claims.get("scopes", claims.get("scope", []))
+        if isinstance(raw_scopes, str):
+            raw_scopes = raw_scopes.split()
+        if not isinstance(raw_scopes, list):
+            raise Unauthorized(detail="JWT 'scopes' claim must be a list", headers=_BEARER)
+        return Principal(
+            account_id=account,
+            scopes=frozenset(str(x) for x in raw_scopes),
+            kind="jwt",
+            subject=str(claims.get("sub", account)),
+        )
+
+    async def _signing_key(self, kid: Any) -> Any:
+        jwks = await self._load_jwks()
+        for k in jwks.keys:
+            if kid is None or k.key_id == kid:
+                return k.key
+        # An unknown kid may mean the issuer rotated keys: reload once.
+        jwks = await self._load_jwks(force=True)
+        for k in jwks.keys:
+            if k.key_id == kid:
+                return k.key
+        raise Unauthorized(detail=f"JWT key id '{kid}' is not in the JWKS", headers=_BEARER)
+
+    async def _load_jwks(self, force: bool = False) -> jwt.PyJWKSet:
+        async with self._jwks_lock:
+            fresh = time.monotonic() - self._jwks_loaded_at < 300
+            if self._jwks is not None and fresh and not force:
+                return self._jwks
+            s = self._settings
+            try:
+                if s.jwks_file is not None:
+                    text = await asyncio.to_thread(Path(s.jwks_file).read_text)
+                    data = json.loads(text)
+                else:
+                    assert s.jwks_url is not None
+                    async with httpx.AsyncClient(timeout=10) as client:
+                        resp = await client.get(s.jwks_url)
+                        resp.raise_for_status()
+                        data = resp.json()
+                self._jwks = jwt.PyJWKSet.from_dict(data)
+            except Exception as exc:  # the JWKS is an upstream: any failure means "cannot verify"
+                raise Unauthorized(
+                    detail=f"cannot load the JWKS to verify the token: {exc}", headers=_BEARER
+                ) from None
+            self._jwks_loaded_at = time.monotonic()
+            return self._jwks

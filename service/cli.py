@@ -1,0 +1,145 @@
+"""`nvcf-server` console script: serve (default), migrate, create-key, check-catalog."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import re
+import sys
+from datetime import timedelta
+
+from pydantic import ValidationError
+
+from service.core.settings import Settings, settings_error_line
+
+_DURATION = re.compile(r"^(\d+)([smhdw])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_expiry(value: str) -> timedelta:
+    m = _DURATION.match(value.strip().lower())
+    if not m or int(m.group(1)) == 0:
+        raise argparse.ArgumentTypeError(
+            f"'{value}' is not a duration like 30d, 12h, 90m or 2w"
+        )
+    return timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2)])
+
+
+def _settings() -> Settings:
+    try:
+        return Settings()
+    except (ValidationError, ValueError) as exc:
+        print(f"nvcf-server: {settings_error_line(exc)}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _configure_logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(message)s" if settings.log_format == "json" else "%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service.app import create_app
+
+    settings = _settings()
+    _configure_logging(settings)
+    app = create_app(settings)
+    print(f"nvcf-server: serving on http://{args.host}:{args.port}", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from service.core import migrate
+
+    settings = _settings()
+    migrate.upgrade(settings.effective_database_url)
+    print("nvcf-server: database is at the latest schema")
+    return 0
+
+
+def cmd_create_key(args: argparse.Namespace) -> int:
+    from service.auth.service import create_api_key
+    from service.core import migrate
+    from service.core.db import make_engine, make_sessionmaker
+    from service.core.errors import DomainError
+
+    settings = _settings()
+    scope_list = [s.strip() for s in args.scopes.split(",") if s.strip()]
+
+    async def run() -> str:
+        url = settings.effective_database_url
+        if settings.auto_migrate:
+            await asyncio.to_thread(migrate.upgrade, url)
+        engine = make_engine(url)
+        try:
+            async with make_sessionmaker(engine)() as session, session.begin():
+                return await create_api_key(
+                    session,
+                    account_id=args.account,
+                    scopes=scope_list,
+                    expires_in=args.expires_in,
+                    description=args.description,
+                )
+        finally:
+            await engine.dispose()
+
+    try:
+        key = asyncio.run(run())
+    except DomainError as exc:
+        print(f"nvcf-server: {exc.detail}", file=sys.stderr)
+        for e in exc.errors:
+            print(f"  {e.field}: {e.message}", file=sys.stderr)
+        return 2
+    print(key)
+    return 0
+
+
+def cmd_check_catalog(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from service.clusters.catalog import check_catalog
+
+    problems = check_catalog(Path(args.file))
+    for line in problems:
+        print(line, file=sys.stderr)
+    if problems:
+        return 1
+    print(f"{args.file}: catalog is valid")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nvcf-server", description=__doc__)
+    sub = parser.add_subparsers(dest="command")
+    serve = sub.add_parser("serve", help="run the API server (default)")
+    for p in (parser, serve):
+        p.add_argument("--host", default="127.0.0.1")
+        p.add_argument("--port", type=int, default=8080)
+    serve.set_defaults(func=cmd_serve)
+    sub.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
+    key = sub.add_parser("create-key", help="create an API key and print it once")
+    key.add_argument("--account", required=True)
+    key.add_argument("--scopes", required=True, help="comma-separated scope names")
+    key.add_argument("--expires-in", type=parse_expiry, default=None, help="e.g. 30d, 12h")
+    key.add_argument("--description", default=None)
+    key.set_defaults(func=cmd_create_key)
+    cat = sub.add_parser("check-catalog", help="validate a cluster catalog file")
+    cat.add_argument("file")
+    cat.set_defaults(func=cmd_check_catalog)
+    parser.set_defaults(func=cmd_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

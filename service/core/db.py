@@ -1,0 +1,108 @@
+"""Database engine, declarative base and the per-request transaction.
+
+The schema comes only from Alembic migrations (`migrations/`); models here describe it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import DateTime, MetaData, String, TypeDecorator, event
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import DeclarativeBase
+from starlette.requests import Request
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on both databases (SQLite hands back naive values)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class UUIDStr(TypeDecorator[uuid.UUID]):
+    """UUIDs stored as 36-character strings, identical on SQLite and PostgreSQL."""
+
+    impl = String(36)
+    cache_ok = True
+
+    def process_bind_param(self, value: uuid.UUID | str | None, dialect: Dialect) -> str | None:
+        return None if value is None else str(value)
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> uuid.UUID | None:
+        return None if value is None else uuid.UUID(value)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def make_engine(url: str) -> AsyncEngine:
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs["connect_args"] = {"timeout": 30}
+    else:
+        kwargs.update(pool_size=10, max_overflow=10, pool_pre_ping=True)
+    engine = create_async_engine(url, **kwargs)
+    if url.startswith("sqlite"):
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+    return engine
+
+
+def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
+
+
+async def request_session(request: Request) -> AsyncIterator[AsyncSession]:
+    """One transaction per request: committed when the handler returns, rolled back on error.
+
+    Used with `Depends(..., scope="function")` so the commit happens before the response is
+    sent and a failed commit is reported to the client.
+    """
+    maker: async_sessionmaker[AsyncSession] = request.app.state.sessionmaker
+    async with maker() as session:
+        try:
+            yield session
+        except BaseException:
+            await session.rollback()
+            raise
+        else:
+            await session.commit()

@@ -1,0 +1,45 @@
+"""Small request helpers shared by routers: JSON bodies, UUID path parameters."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from fastapi import Request
+
+from service.core.errors import FieldError, UnsupportedMediaType, ValidationFailed
+
+
+async def read_json(request: Request) -> Any:
+    """The request body as JSON: 415 unless the content type is JSON, 400 when it does not parse."""
+    ctype = request.headers.get("content-type", "")
+    mime = ctype.split(";", 1)[0].strip().lower()
+    if mime != "application/json" and not (mime.startswith("application/") and mime.endswith("+json")):
+        raise UnsupportedMediaType(
+            detail=f"request body must be application/json, got '{ctype or 'no content type'}'"
+        )
+    raw = await request.body()
+    if not raw.strip():
+        raise ValidationFailed.of([FieldError("body", "a JSON body is required")])
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValidationFailed.of([FieldError("body", f"is not valid JSON: {exc}")]) from None
+
+
+def parse_uuid(value: str, name: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise ValidationFailed.of([FieldError(name, f"'{value}' is not a UUID")]) from None
+
+
+def json_body_doc(schema_ref: str) -> dict[str, Any]:
+    """OpenAPI `requestBody` for routes that validate their JSON body themselves."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema_ref}"}}},
+        }
+    }

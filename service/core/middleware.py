@@ -1,0 +1,169 @@
+"""Pure-ASGI middleware: request id, body-size limit, Prometheus metrics, one log line per request.
+
+Written against ASGI directly (not BaseHTTPMiddleware) to keep per-request overhead small.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.core.errors import DomainError, PayloadTooLarge
+from service.core.problem import problem_body
+
+log = logging.getLogger("nvcf.access")
+log_errors = logging.getLogger("nvcf.errors")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "nvcf_http_requests_total",
+            "HTTP requests by method, route template and status.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "nvcf_http_request_duration_seconds",
+            "HTTP request latency by method and route template.",
+            ["method", "route"],
+            registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+
+
+def _valid_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+class RequestContextMiddleware:
+    def __init__(self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int, json_logs: bool) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.max_body = max_body_bytes
+        self.json_logs = json_logs
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        incoming = None
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                incoming = value.decode("latin-1")
+                break
+        request_id = incoming if incoming and _valid_uuid(incoming) else str(uuid.uuid4())
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        status_holder = [500]
+        started = [False]
+        rid_header = (b"x-request-id", request_id.encode())
+
+        async def send_wrapper(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                started[0] = True
+                status_holder[0] = message["status"]
+                message["headers"] = [*message.get("headers", []), rid_header]
+            await send(message)
+
+        too_large = self._declared_too_large(scope)
+        try:
+            if too_large:
+                await self._reject_too_large(scope, send_wrapper, request_id)
+            else:
+                await self.app(scope, self._limited(receive), send_wrapper)
+        except Exception:
+            log_errors.exception("unhandled error on %s %s", scope["method"], scope.get("path"))
+            if started[0]:
+                raise
+            err = DomainError(detail="an unexpected error occurred; quote the requestId")
+            await self._send_problem(send_wrapper, err, scope, request_id)
+        finally:
+            elapsed = time.perf_counter() - start
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "<unmatched>"
+            method = scope["method"]
+            status = status_holder[0]
+            self.metrics.requests.labels(method, template, str(status)).inc()
+            self.metrics.latency.labels(method, template).observe(elapsed)
+            self._log(scope, state, method, status, elapsed, request_id)
+
+    def _declared_too_large(self, scope: Scope) -> bool:
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    return int(value) > self.max_body
+                except ValueError:
+                    return False
+        return False
+
+    def _limited(self, receive: Receive) -> Receive:
+        seen = 0
+        limit = self.max_body
+
+        async def wrapped() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise PayloadTooLarge(detail=f"request body exceeds {limit} bytes")
+            return message
+
+        return wrapped
+
+    async def _reject_too_large(self, scope: Scope, send: Send, request_id: str) -> None:
+        err = PayloadTooLarge(detail=f"request body exceeds {self.max_body} bytes")
+        await self._send_problem(send, err, scope, request_id)
+
+    async def _send_problem(
+        self, send: Send, err: DomainError, scope: Scope, request_id: str
+    ) -> None:
+        body = json.dumps(problem_body(err, scope.get("path", ""), request_id)).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": err.status,
+                "headers": [
+                    (b"content-type", b"application/problem+json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    def _log(
+        self, scope: Scope, state: dict[str, Any], method: str, status: int, elapsed: float,
+        request_id: str,
+    ) -> None:
+        if not log.isEnabledFor(logging.INFO):
+            return
+        # Only the path is logged: query strings and bodies may carry secrets.
+        fields = {
+            "requestId": request_id,
+            "method": method,
+            "path": scope.get("path", ""),
+            "status": status,
+            "durationMs": round(elapsed * 1000, 2),
+            "account": state.get("account_id"),
+        }
+        if self.json_logs:
+            log.info(json.dumps(fields, separators=(",", ":")))
+        else:
+            log.info(
+                "%s %s %s %.2fms account=%s requestId=%s",
+                method, fields["path"], status, fields["durationMs"], fields["account"], request_id,
+            )

@@ -1,0 +1,101 @@
+"""RFC 7807 problem+json rendering: the single place errors become responses."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse
+
+from service.core.errors import DomainError, FieldError, ValidationFailed
+
+PROBLEM = "application/problem+json"
+log = logging.getLogger("nvcf.errors")
+
+_TITLES = {
+    400: ("bad-request", "Bad Request"),
+    401: ("unauthorized", "Unauthorized"),
+    403: ("forbidden", "Forbidden"),
+    404: ("not-found", "Not Found"),
+    405: ("method-not-allowed", "Method Not Allowed"),
+    409: ("conflict", "Conflict"),
+    413: ("payload-too-large", "Payload Too Large"),
+    415: ("unsupported-media-type", "Unsupported Media Type"),
+    429: ("too-many-requests", "Too Many Requests"),
+    500: ("internal-server-error", "Internal Server Error"),
+}
+
+
+def problem_body(err: DomainError, instance: str, request_id: str) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": f"urn:nvcf:problem-details:{err.type_slug}",
+        "title": err.title,
+        "status": err.status,
+        "detail": err.detail,
+        "instance": instance,
+        "requestId": request_id,
+    }
+    if err.errors:
+        body["errors"] = [e.as_dict() for e in err.errors]
+    return body
+
+
+def _request_id(request: Request) -> str:
+    return str(getattr(request.state, "request_id", ""))
+
+
+def problem_response(request: Request, err: DomainError) -> JSONResponse:
+    return JSONResponse(
+        problem_body(err, request.url.path, _request_id(request)),
+        status_code=err.status,
+        media_type=PROBLEM,
+        headers=err.headers or None,
+    )
+
+
+def _loc_to_field(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:] or parts
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)
+    return out or "request"
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    @app.exception_handler(DomainError)
+    async def _domain(request: Request, exc: DomainError) -> JSONResponse:
+        return problem_response(request, exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            FieldError(_loc_to_field(tuple(e.get("loc", ()))), str(e.get("msg", "is invalid")))
+            for e in exc.errors()
+        ]
+        return problem_response(request, ValidationFailed.of(errors))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        slug, title = _TITLES.get(exc.status_code, ("error", "Error"))
+        detail = exc.detail if isinstance(exc.detail, str) else title
+        if exc.status_code == 404 and detail == "Not Found":
+            detail = f"no route matches {request.method} {request.url.path}"
+        elif exc.status_code == 405:
+            detail = f"method {request.method} is not allowed on {request.url.path}"
+
+        body = {
+            "type": f"urn:nvcf:problem-details:{slug}",
+            "title": title,
+            "status": exc.status_code,
+            "detail": detail,
+            "instance": request.url.path,
+            "requestId": _request_id(request),
+        }
+        return JSONResponse(
+            body, status_code=exc.status_code, media_type=PROBLEM, headers=exc.headers or None
+        )

@@ -1,0 +1,1 @@
+"""The function registry: functions, immutable versions, their secrets."""

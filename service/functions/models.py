@@ -1,0 +1,86 @@
+"""Functions and function versions as stored. A version is immutable apart from its metadata."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from service.core.db import Base, UTCDateTime, UUIDStr, utcnow
+
+
+class Function(Base):
+    __tablename__ = "functions"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True)
+    account_id: Mapped[str] = mapped_column(String(128), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class FunctionVersion(Base):
+    __tablename__ = "function_versions"
+    __table_args__ = (Index("ix_function_versions_account_created", "account_id", "created_at", "id"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True)
+    function_id: Mapped[uuid.UUID] = mapped_column(
+        UUIDStr(), ForeignKey("functions.id", ondelete="CASCADE"), index=True
+    )
+    account_id: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(16), default="INACTIVE")
+    inference_url: Mapped[str] = mapped_column(Text)
+    inference_port: Mapped[int | None] = mapped_column(Integer)
+    container_image: Mapped[str | None] = mapped_column(Text)
+    container_args: Mapped[str | None] = mapped_column(Text)
+    container_environment: Mapped[list[Any] | None] = mapped_column(JSON)
+    helm_chart: Mapped[str | None] = mapped_column(Text)
+    helm_chart_service_name: Mapped[str | None] = mapped_column(String(63))
+    helm_chart_digest: Mapped[str | None] = mapped_column(String(80))
+    models: Mapped[list[Any] | None] = mapped_column(JSON)
+    resources: Mapped[list[Any] | None] = mapped_column(JSON)
+    api_body_format: Mapped[str] = mapped_column(String(16))
+    function_type: Mapped[str] = mapped_column(String(16))
+    health: Mapped[dict[str, Any]] = mapped_column(JSON)
+    health_uri: Mapped[str | None] = mapped_column(Text)
+    description: Mapped[str] = mapped_column(String(256))
+    tags: Mapped[list[Any]] = mapped_column(JSON)
+    rate_limit: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    findings: Mapped[list[Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+    secrets: Mapped[list[FunctionSecret]] = relationship(
+        back_populates="version",
+        cascade="all, delete-orphan",
+        passive_deletes=True,
+        lazy="selectin",
+        order_by="FunctionSecret.name",
+    )
+
+
+class VersionTag(Base):
+    """One row per tag of a version, so the `tag` filter is an indexed lookup."""
+
+    __tablename__ = "version_tags"
+
+    version_id: Mapped[uuid.UUID] = mapped_column(
+        UUIDStr(), ForeignKey("function_versions.id", ondelete="CASCADE"), primary_key=True
+    )
+    tag: Mapped[str] = mapped_column(String(128), primary_key=True, index=True)
+
+
+class FunctionSecret(Base):
+    """A secret value, encrypted with the service's secrets key; never returned."""
+
+    __tablename__ = "function_secrets"
+
+    version_id: Mapped[uuid.UUID] = mapped_column(
+        UUIDStr(), ForeignKey("function_versions.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(48), primary_key=True)
+    ciphertext: Mapped[str] = mapped_column(Text)
+
+    version: Mapped[FunctionVersion] = relationship(back_populates="secrets")

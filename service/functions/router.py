@@ -1,0 +1,233 @@
+"""HTTP routes of the function registry (api.md §2)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from service.auth import scopes
+from service.auth.deps import Session, require
+from service.auth.service import Principal
+from service.core.crypto import SecretBox
+from service.core.http import json_body_doc, parse_uuid, read_json
+from service.core.idempotency import Recorder, idempotency
+from service.core.pagination import MAX_LIMIT, make_page
+from service.functions import service
+from service.functions.schemas import FunctionEnvelope, FunctionIds, FunctionList, FunctionOut
+from service.functions.validation import validate_create, validate_metadata_update
+
+router = APIRouter(tags=["functions"])
+
+Registrar = Annotated[Principal, Depends(require(scopes.REGISTER_FUNCTION))]
+Lister = Annotated[
+    Principal, Depends(require(scopes.LIST_FUNCTIONS, scopes.LIST_FUNCTIONS_DETAILS))
+]
+Updater = Annotated[Principal, Depends(require(scopes.UPDATE_FUNCTION))]
+Deleter = Annotated[Principal, Depends(require(scopes.DELETE_FUNCTION))]
+Idem = Annotated[Recorder, Depends(idempotency, scope="function")]
+
+_CREATE_DOC = json_body_doc("FunctionCreate")
+_UPDATE_DOC = json_body_doc("FunctionMetadataUpdate")
+
+
+def _dump(model: FunctionEnvelope) -> dict[str, Any]:
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+async def _create(
+    request: Request, session: Session, principal: Principal, idem: Recorder, fid: str | None
+) -> dict[str, Any]:
+    function_id = parse_uuid(fid, "functionId") if fid is not None else None
+    spec = validate_create(await read_json(request))
+    box: SecretBox = request.app.state.secret_box
+    chart_digest: str | None = None
+    findings: list[dict[str, Any]] | None = None
+    pipeline = getattr(request.app.state, "chart_pipeline", None)
+    if spec.helm_chart is not None and pipeline is not None:
+        chart_digest, findings = await pipeline.validate_for_create(session, principal, spec)
+    version = await service.create_version(
+        session,
+        account_id=principal.account_id,
+        spec=spec,
+        box=box,
+        function_id=function_id,
+        chart_digest=chart_digest,
+        findings=findings,
+    )
+    return idem.record(_dump(FunctionEnvelope(function=FunctionOut.of(version))))
+
+
+@router.post(
+    "/functions",
+    response_model=FunctionEnvelope,
+    response_model_exclude_none=True,
+    openapi_extra=_CREATE_DOC,
+    summary="Create a function (its first version)",
+)
+async def create_function(
+    request: Request, session: Session, principal: Registrar, idem: Idem
+) -> dict[str, Any]:
+    return await _create(request, session, principal, idem, None)
+
+
+@router.post(
+    "/functions/{functionId}/versions",
+    response_model=FunctionEnvelope,
+    response_model_exclude_none=True,
+    openapi_extra=_CREATE_DOC,
+    summary="Create a new version of a function",
+)
+async def create_version(
+    functionId: str,  # noqa: N803 - the documented path parameter name
+    request: Request,
+    session: Session,
+    principal: Registrar,
+    idem: Idem,
+) -> dict[str, Any]:
+    return await _create(request, session, principal, idem, functionId)
+
+
+@router.get(
+    "/functions",
+    response_model=FunctionList,
+    response_model_exclude_none=True,
+    summary="List function versions",
+)
+async def list_functions(
+    session: Session,
+    principal: Lister,
+    limit: Annotated[int | None, Query(ge=1, le=MAX_LIMIT)] = None,
+    cursor: str | None = None,
+    name: str | None = None,
+    status: str | None = None,
+    tag: str | None = None,
+    visibility: str | None = None,
+) -> FunctionList:
+    filters = service.ListFilters(name=name, status=service.parse_status_filter(status), tag=tag)
+    page = make_page(limit, cursor)
+    if visibility is not None and "private" not in visibility.lower().split(","):
+        return FunctionList(functions=[])
+    rows, next_cursor = await service.list_versions(
+        session, principal.account_id, filters=filters, page=page
+    )
+    details = scopes.LIST_FUNCTIONS_DETAILS in principal.scopes
+    return FunctionList(
+        functions=[FunctionOut.of(v, details=details) for v in rows], next_cursor=next_cursor
+    )
+
+
+@router.get(
+    "/functions/ids",
+    response_model=FunctionIds,
+    summary="List the ids of the caller's functions",
+)
+async def list_function_ids(session: Session, principal: Lister) -> FunctionIds:
+    return FunctionIds(function_ids=await service.list_function_ids(session, principal.account_id))
+
+
+@router.get(
+    "/functions/{functionId}/versions",
+    response_model=FunctionList,
+    response_model_exclude_none=True,
+    summary="List the versions of a function",
+)
+async def list_function_versions(
+    functionId: str,  # noqa: N803
+    session: Session,
+    principal: Lister,
+    limit: Annotated[int | None, Query(ge=1, le=MAX_LIMIT)] = None,
+    cursor: str | None = None,
+) -> FunctionList:
+    fid = parse_uuid(functionId, "functionId")
+    page = make_page(limit, cursor)
+    await service.get_function(session, principal.account_id, fid)
+    rows, next_cursor = await service.list_versions(
+        session, principal.account_id, filters=service.ListFilters(), page=page, function_id=fid
+    )
+    details = scopes.LIST_FUNCTIONS_DETAILS in principal.scopes
+    return FunctionList(
+        functions=[FunctionOut.of(v, details=details) for v in rows], next_cursor=next_cursor
+    )
+
+
+@router.get(
+    "/functions/{functionId}/versions/{functionVersionId}",
+    response_model=FunctionEnvelope,
+    response_model_exclude_none=True,
+    summary="Get one function version",
+)
+async def get_function_version(
+    functionId: str,  # noqa: N803
+    functionVersionId: str,  # noqa: N803
+    session: Session,
+    principal: Lister,
+) -> FunctionEnvelope:
+    fid = parse_uuid(functionId, "functionId")
+    vid = parse_uuid(functionVersionId, "functionVersionId")
+    version = await service.get_version(session, principal.account_id, fid, vid)
+    details = scopes.LIST_FUNCTIONS_DETAILS in principal.scopes
+    return FunctionEnvelope(function=FunctionOut.of(version, details=details))
+
+
+async def _update(
+    request: Request, session: Session, principal: Principal, function_id: str, version_id: str
+) -> FunctionEnvelope:
+    fid = parse_uuid(function_id, "functionId")
+    vid = parse_uuid(version_id, "functionVersionId")
+    update = validate_metadata_update(await read_json(request))
+    version = await service.update_metadata(session, principal.account_id, fid, vid, update)
+    return FunctionEnvelope(function=FunctionOut.of(version))
+
+
+@router.put(
+    "/functions/{functionId}/versions/{functionVersionId}",
+    response_model=FunctionEnvelope,
+    response_model_exclude_none=True,
+    openapi_extra=_UPDATE_DOC,
+    summary="Update a version's tags, description or rate limit",
+)
+async def update_function_version(
+    functionId: str,  # noqa: N803
+    functionVersionId: str,  # noqa: N803
+    request: Request,
+    session: Session,
+    principal: Updater,
+) -> FunctionEnvelope:
+    return await _update(request, session, principal, functionId, functionVersionId)
+
+
+@router.put(
+    "/metadata/functions/{functionId}/versions/{functionVersionId}",
+    response_model=FunctionEnvelope,
+    response_model_exclude_none=True,
+    openapi_extra=_UPDATE_DOC,
+    deprecated=True,
+    summary="Update a version's metadata (deprecated alias)",
+)
+async def update_function_metadata(
+    functionId: str,  # noqa: N803
+    functionVersionId: str,  # noqa: N803
+    request: Request,
+    session: Session,
+    principal: Updater,
+) -> FunctionEnvelope:
+    return await _update(request, session, principal, functionId, functionVersionId)
+
+
+@router.delete(
+    "/functions/{functionId}/versions/{functionVersionId}",
+    status_code=204,
+    response_class=Response,
+    summary="Delete a function version (and tear down its deployment)",
+)
+async def delete_function_version(
+    functionId: str,  # noqa: N803
+    functionVersionId: str,  # noqa: N803
+    session: Session,
+    principal: Deleter,
+) -> Response:
+    fid = parse_uuid(functionId, "functionId")
+    vid = parse_uuid(functionVersionId, "functionVersionId")
+    await service.delete_version(session, principal.account_id, fid, vid)
+    return Response(status_code=204)

@@ -1,0 +1,195 @@
+"""Function registry operations. Services flush; the request's transaction commits."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, delete, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.core.crypto import SecretBox
+from service.core.db import utcnow
+from service.core.errors import FieldError, NotFound, ValidationFailed
+from service.core.pagination import Page, encode_cursor
+from service.functions.models import Function, FunctionSecret, FunctionVersion, VersionTag
+from service.functions.validation import FunctionSpec, MetadataUpdate
+
+STATUSES = ("ACTIVE", "DEPLOYING", "ERROR", "INACTIVE", "DEGRADED", "DEGRADING")
+
+
+@dataclass(frozen=True)
+class ListFilters:
+    name: str | None = None
+    status: str | None = None
+    tag: str | None = None
+
+
+def parse_status_filter(value: str | None) -> str | None:
+    if value is None:
+        return None
+    upper = value.upper()
+    if upper not in STATUSES:
+        raise ValidationFailed.of(
+            [FieldError("status", f"must be one of {', '.join(STATUSES)}, got '{value}'")]
+        )
+    return upper
+
+
+async def create_version(
+    session: AsyncSession,
+    *,
+    account_id: str,
+    spec: FunctionSpec,
+    box: SecretBox,
+    function_id: uuid.UUID | None = None,
+    chart_digest: str | None = None,
+    findings: list[dict[str, Any]] | None = None,
+) -> FunctionVersion:
+    """Create a new function (no `function_id`) or a new version of the caller's function."""
+    now = utcnow()
+    if function_id is None:
+        function_id = uuid.uuid4()
+        session.add(Function(id=function_id, account_id=account_id, created_at=now))
+    else:
+        await get_function(session, account_id, function_id)
+    version = FunctionVersion(
+        id=uuid.uuid4(),
+        function_id=function_id,
+        account_id=account_id,
+        name=spec.name,
+        status="INACTIVE",
+        inference_url=spec.inference_url,
+        inference_port=spec.inference_port,
+        container_image=spec.container_image,
+        container_args=spec.container_args,
+        container_environment=spec.container_environment,
+        helm_chart=spec.helm_chart,
+        helm_chart_service_name=spec.helm_chart_service_name,
+        helm_chart_digest=chart_digest,
+        models=spec.models,
+        resources=spec.resources,
+        api_body_format=spec.api_body_format,
+        function_type=spec.function_type,
+        health=spec.health,
+        health_uri=spec.health_uri,
+        description=spec.description,
+        tags=spec.tags,
+        rate_limit=spec.rate_limit,
+        findings=findings,
+        created_at=now,
+        updated_at=now,
+        secrets=[FunctionSecret(name=n, ciphertext=box.encrypt(v)) for n, v in spec.secrets],
+    )
+    session.add(version)
+    session.add_all(VersionTag(version_id=version.id, tag=t) for t in spec.tags)
+    await session.flush()
+    return version
+
+
+async def get_function(session: AsyncSession, account_id: str, function_id: uuid.UUID) -> Function:
+    fn = await session.get(Function, function_id)
+    if fn is None or fn.account_id != account_id:
+        raise NotFound(detail=f"function {function_id} not found")
+    return fn
+
+
+async def get_version(
+    session: AsyncSession, account_id: str, function_id: uuid.UUID, version_id: uuid.UUID
+) -> FunctionVersion:
+    version = await session.get(FunctionVersion, version_id)
+    if version is None or version.account_id != account_id or version.function_id != function_id:
+        raise NotFound(detail=f"version {version_id} of function {function_id} not found")
+    return version
+
+
+async def list_versions(
+    session: AsyncSession,
+    account_id: str,
+    *,
+    filters: ListFilters,
+    page: Page,
+    function_id: uuid.UUID | None = None,
+) -> tuple[Sequence[FunctionVersion], str | None]:
+    stmt = select(FunctionVersion).where(FunctionVersion.account_id == account_id)
+    if function_id is not None:
+        stmt = stmt.where(FunctionVersion.function_id == function_id)
+    if filters.name is not None:
+        stmt = stmt.where(FunctionVersion.name == filters.name)
+    if filters.status is not None:
+        stmt = stmt.where(FunctionVersion.status == filters.status)
+    if filters.tag is not None:
+        stmt = stmt.where(
+            FunctionVersion.id.in_(select(VersionTag.version_id).where(VersionTag.tag == filters.tag))
+        )
+    if page.after is not None:
+        t, i = page.after
+        stmt = stmt.where(
+            or_(
+                FunctionVersion.created_at > t,
+                and_(FunctionVersion.created_at == t, FunctionVersion.id > i),
+            )
+        )
+    stmt = stmt.order_by(FunctionVersion.created_at, FunctionVersion.id)
+    if page.limit is not None:
+        stmt = stmt.limit(page.limit + 1)
+    rows = list((await session.execute(stmt)).scalars().all())
+    next_cursor = None
+    if page.limit is not None and len(rows) > page.limit:
+        rows = rows[: page.limit]
+        last = rows[-1]
+        next_cursor = encode_cursor(last.created_at, last.id)
+    return rows, next_cursor
+
+
+async def function_exists(session: AsyncSession, account_id: str, function_id: uuid.UUID) -> bool:
+    fn = await session.get(Function, function_id)
+    return fn is not None and fn.account_id == account_id
+
+
+async def list_function_ids(session: AsyncSession, account_id: str) -> list[uuid.UUID]:
+    stmt = (
+        select(Function.id)
+        .where(Function.account_id == account_id)
+        .order_by(Function.created_at, Function.id)
+    )
+    return list((await session.execute(stmt)).scalars().all())
+
+
+async def update_metadata(
+    session: AsyncSession,
+    account_id: str,
+    function_id: uuid.UUID,
+    version_id: uuid.UUID,
+    update: MetadataUpdate,
+) -> FunctionVersion:
+    version = await get_version(session, account_id, function_id, version_id)
+    if update.tags is not None:
+        version.tags = update.tags
+        await session.execute(delete(VersionTag).where(VersionTag.version_id == version.id))
+        session.add_all(VersionTag(version_id=version.id, tag=t) for t in update.tags)
+    if update.description is not None:
+        version.description = update.description
+    if update.rate_limit is not None:
+        version.rate_limit = update.rate_limit
+    version.updated_at = utcnow()
+    await session.flush()
+    return version
+
+
+async def delete_version(
+    session: AsyncSession, account_id: str, function_id: uuid.UUID, version_id: uuid.UUID
+) -> None:
+    """Delete a version and its secrets; the function goes with its last version."""
+    version = await get_version(session, account_id, function_id, version_id)
+    await session.delete(version)
+    await session.flush()
+    remaining = await session.scalar(
+        select(func.count()).select_from(FunctionVersion).where(
+            FunctionVersion.function_id == function_id
+        )
+    )
+    if not remaining:
+        await session.execute(delete(Function).where(Function.id == function_id))

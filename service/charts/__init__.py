@@ -1,0 +1,1 @@
+"""Helm chart pipeline: fetch, check, render and restrict charts (helm.md)."""

@@ -1,0 +1,640 @@
+"""Pull Helm charts from OCI registries (oras-py) or HTTPS chart archives into the cache.
+
+helm.md §1: SSRF guard, credentials then anonymous, manifest digest recorded, layer size checked
+from the manifest before download, blob verified by sha256, archive safety checked before use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import re
+import socket
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import oras.provider
+import requests
+import requests.adapters
+from urllib3.exceptions import MaxRetryError
+
+from service.charts.archive import DEFAULT_MAX_FILES, check_archive
+from service.charts.cache import DIGEST_RE, ChartCache, ManifestEntry
+from service.charts.url import ChartRef, check_host, forbidden_reason, redact_url
+from service.core.errors import BadGateway, BadRequest, FieldError
+
+log = logging.getLogger(__name__)
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+HELM_CONFIG = "application/vnd.cncf.helm.config.v1+json"
+HELM_CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+GiB = 1024**3
+_MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+_CHUNK = 64 * 1024
+_MAX_UPSTREAM_TEXT = 300
+
+# oras' do_request sleeps and retries up to five times on any error; callers here want one
+# attempt and a prompt 502, so use the undecorated method (oras' own auth handling stays).
+_DO_REQUEST: Callable[..., requests.Response] = getattr(
+    oras.provider.Registry.do_request, "__wrapped__", oras.provider.Registry.do_request
+)
+
+
+@dataclass(frozen=True)
+class RegistryCredential:
+    """One stored registry credential of the account; the password never appears in reprs."""
+
+    username: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class FetchedChart:
+    """A chart archive in the cache, checked for safety."""
+
+    ref: ChartRef
+    digest: str  # manifest digest (OCI) or archive digest (https)
+    archive_path: Path
+    size: int
+    layer_digest: str = ""
+    cached: bool = False  # True when the archive came from the cache without a download
+
+
+class _Denied(Exception):
+    """The registry refused this credential (401/403 or no usable auth challenge)."""
+
+
+class _NotFound(Exception):
+    pass
+
+
+def _short_reason(exc: BaseException) -> str:
+    """A one-line cause of a transport failure, without object reprs."""
+    if isinstance(exc, requests.Timeout):
+        return "the connection timed out"
+    inner: object = exc.args[0] if exc.args else exc
+    if isinstance(inner, MaxRetryError) and inner.reason is not None:
+        inner = inner.reason
+    text = re.sub(r"<[^>]*object at 0x[0-9a-f]+>:?\s*", "", str(inner)).strip()
+    return text[:_MAX_UPSTREAM_TEXT] or type(exc).__name__
+
+
+def _upstream_errors(response: requests.Response) -> str:
+    """The registry's own error messages from an OCI error body, if any."""
+    try:
+        body = json.loads(response.content[:65536])
+        messages = [
+            str(e.get("message", "")) for e in body.get("errors", []) if isinstance(e, dict)
+        ]
+    except (ValueError, AttributeError, requests.RequestException):
+        return ""
+    text = "; ".join(m for m in messages if m)
+    return f": {text[:_MAX_UPSTREAM_TEXT]}" if text else ""
+
+
+class _GuardedAdapter(requests.adapters.HTTPAdapter):
+    """Applies the timeout and the SSRF/plain-HTTP policy to every request, including token
+    realms on other hosts and each redirect hop."""
+
+    def __init__(self, policy: _HostPolicy, timeout: float) -> None:
+        super().__init__(max_retries=0)
+        self._policy = policy
+        self._timeout = timeout
+
+    def send(  # type: ignore[override]
+        self, request: requests.PreparedRequest, **kwargs: Any
+    ) -> requests.Response:
+        self._policy.check_url(str(request.url))
+        if kwargs.get("timeout") is None:
+            kwargs["timeout"] = self._timeout
+        return super().send(request, **kwargs)
+
+
+@dataclass
+class _HostPolicy:
+    """Which hosts and schemes a pull may contact; the chart's own host was checked already."""
+
+    registry_host: str
+    allowlist: Collection[str]
+    insecure: Collection[str]
+    source: str
+    _checked: set[str] = field(default_factory=set)
+
+    def _listed(self, host: str, hosts: Collection[str]) -> bool:
+        hostname = urlsplit(f"//{host}").hostname or host
+        listed = {h.strip().lower() for h in hosts}
+        return host in listed or hostname in listed
+
+    def scheme_for(self, host: str) -> str:
+        return "http" if self._listed(host, self.insecure) else "https"
+
+    def check_url(self, url: str) -> None:
+        parts = urlsplit(url)
+        host = parts.netloc.lower()
+        if parts.scheme != "https" and not (
+            parts.scheme == "http" and self._listed(host, self.insecure)
+        ):
+            raise BadGateway(
+                detail=f"Refused to contact {parts.scheme}://{host} while pulling chart "
+                f"{self.source}: plain HTTP is only used for registries listed in "
+                "NVCF_INSECURE_REGISTRIES."
+            )
+        if host == self.registry_host or host in self._checked:
+            return
+        if not self._listed(host, self.allowlist):
+            hostname = parts.hostname or host
+            try:
+                infos = socket.getaddrinfo(hostname, parts.port or 443, type=socket.SOCK_STREAM)
+            except socket.gaierror as exc:
+                raise BadGateway(
+                    detail=f"Could not resolve {host} (named by registry {self.registry_host}) "
+                    f"while pulling chart {self.source}: {exc.strerror or exc}."
+                ) from None
+            for info in infos:
+                address = str(info[4][0])
+                reason = forbidden_reason(address)
+                if reason is not None:
+                    raise BadGateway(
+                        detail=f"Registry {self.registry_host} sent the client to {host}, which "
+                        f"resolves to the {reason} address {address}; refused while pulling "
+                        f"chart {self.source}."
+                    )
+        self._checked.add(host)
+
+    def redirect_hook(self, response: requests.Response, *args: Any, **kwargs: Any) -> None:
+        if not response.is_redirect:
+            return
+        target = urljoin(response.url, response.headers.get("location", ""))
+        parts = urlsplit(target)
+        origin = urlsplit(response.url)
+        if parts.netloc.lower() != origin.netloc.lower() or (
+            parts.scheme == "http" and origin.scheme == "https"
+        ):
+            raise BadGateway(
+                detail=f"Registry {origin.netloc} redirected to {parts.scheme}://{parts.netloc} "
+                f"while pulling chart {self.source}; redirects to other hosts or to plain HTTP "
+                "are refused."
+            )
+
+
+def _guard(session: requests.Session, policy: _HostPolicy, timeout: float) -> None:
+    adapter = _GuardedAdapter(policy, timeout)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    session.hooks["response"].append(policy.redirect_hook)
+
+
+def _read_limited(response: requests.Response, limit: int, what: str, source: str) -> bytes:
+    chunks: list[bytes] = []
+    total = 0
+    for chunk in response.iter_content(_CHUNK):
+        total += len(chunk)
+        if total > limit:
+            response.close()
+            raise BadGateway(
+                detail=f"The registry sent a {what} larger than {limit} bytes for chart {source}."
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class _OciPull:
+    """Blocking OCI pull steps for one chart; run in a worker thread."""
+
+    def __init__(
+        self,
+        ref: ChartRef,
+        credentials: Sequence[RegistryCredential],
+        policy: _HostPolicy,
+        timeout: float,
+    ) -> None:
+        self.ref = ref
+        self.source = redact_url(ref.url)
+        self.credentials = list(credentials)
+        self.policy = policy
+        self.timeout = timeout
+        scheme = policy.scheme_for(ref.host)
+        self.insecure = scheme == "http"
+        self.root = f"{scheme}://{ref.host}/v2/"
+        self.base = f"{self.root}{ref.repository}"
+        self.registry: oras.provider.Registry | None = None
+        self.anonymous_basic = False
+
+    def _transport_error(self, exc: requests.RequestException) -> BadGateway:
+        return BadGateway(
+            detail=f"Could not reach registry {self.ref.host} to pull chart {self.source}: "
+            f"{_short_reason(exc)}."
+        )
+
+    def _status_error(self, response: requests.Response, what: str) -> BadGateway:
+        return BadGateway(
+            detail=f"Registry {self.ref.host} answered {response.status_code} "
+            f"{response.reason or ''}".rstrip()
+            + f" to the {what} request for chart {self.source}{_upstream_errors(response)}."
+        )
+
+    def _new_registry(self, backend: str) -> oras.provider.Registry:
+        registry = oras.provider.Registry(
+            hostname=self.ref.host, insecure=self.insecure, auth_backend=backend
+        )
+        _guard(registry.session, self.policy, self.timeout)
+        return registry
+
+    def _challenge(self) -> str:
+        """Ping /v2/ as Docker does: 'basic', 'bearer' or 'none' (anonymous API access)."""
+        session = requests.Session()
+        _guard(session, self.policy, self.timeout)
+        try:
+            with session.get(self.root, stream=True) as response:
+                status = response.status_code
+                header = response.headers.get("www-authenticate", "")
+                if status in (401, 403):
+                    if header.lower().startswith("basic"):
+                        return "basic"
+                    return "bearer"
+                if status >= 500:
+                    raise self._status_error(response, "API version check")
+                return "none"
+        except requests.RequestException as exc:
+            raise self._transport_error(exc) from None
+        finally:
+            session.close()
+
+    def _attempt(
+        self, registry: oras.provider.Registry, url: str, headers: Mapping[str, str], stream: bool
+    ) -> requests.Response:
+        response: requests.Response
+        try:
+            if self.anonymous_basic:
+                response = registry.session.get(url, headers=dict(headers), stream=stream)
+            else:
+                response = _DO_REQUEST(registry, url, "GET", headers=dict(headers), stream=stream)
+        except requests.RequestException as exc:
+            raise self._transport_error(exc) from None
+        except (ValueError, AttributeError, KeyError, TypeError) as exc:
+            # oras raises these when an auth challenge cannot be answered with this credential
+            raise _Denied from exc
+        if response.status_code in (401, 403):
+            response.close()
+            raise _Denied
+        if response.status_code == 404:
+            response.close()
+            raise _NotFound
+        return response
+
+    def manifest(self, reference: str) -> tuple[bytes, str]:
+        """Fetch the manifest trying each credential, then anonymous; returns (bytes, digest)."""
+        kind = self._challenge()
+        url = f"{self.base}/manifests/{reference}"
+        headers = {"Accept": OCI_MANIFEST}
+        saw_not_found = False
+        attempts: list[RegistryCredential | None] = [*self.credentials, None]
+        for credential in attempts:
+            if credential is None:
+                registry = self._new_registry("basic" if kind == "basic" else "token")
+                self.anonymous_basic = kind == "basic"
+            else:
+                registry = self._new_registry("basic" if kind == "basic" else "token")
+                registry.auth.set_basic_auth(credential.username, credential.password)
+                self.anonymous_basic = False
+            try:
+                response = self._attempt(registry, url, headers, stream=True)
+            except _Denied:
+                continue
+            except _NotFound:
+                saw_not_found = True
+                continue
+            with response:
+                if response.status_code != 200:
+                    raise self._status_error(response, "manifest")
+                body = _read_limited(response, _MAX_MANIFEST_BYTES, "manifest", self.source)
+            self.registry = registry
+            return body, "sha256:" + hashlib.sha256(body).hexdigest()
+        if saw_not_found:
+            raise BadRequest(
+                detail=f"chart {self.source} not found",
+                errors=[
+                    FieldError(
+                        field="helmChart",
+                        message=f"registry {self.ref.host} has no tag or digest '{reference}' "
+                        f"in repository '{self.ref.repository}'",
+                    )
+                ],
+            )
+        raise BadRequest(
+            detail=f"no credential was valid to pull chart {self.source}",
+            errors=[
+                FieldError(
+                    field="helmChart",
+                    message=f"registry {self.ref.host} refused {len(self.credentials)} stored "
+                    "credential(s) for this host and anonymous access",
+                )
+            ],
+        )
+
+    def download(self, layer_digest: str, size: int, target: Path) -> None:
+        """Stream the layer blob into `target`, checking its size and sha256."""
+        assert self.registry is not None, "manifest() must succeed first"
+        url = f"{self.base}/blobs/{layer_digest}"
+        try:
+            response = self._attempt(self.registry, url, {}, stream=True)
+        except _Denied:
+            raise BadRequest(
+                detail=f"no credential was valid to pull chart {self.source}"
+            ) from None
+        except _NotFound:
+            raise BadRequest(detail=f"chart {self.source} not found") from None
+        digest = hashlib.sha256()
+        received = 0
+        try:
+            with response, target.open("wb") as out:
+                if response.status_code != 200:
+                    raise self._status_error(response, "chart download")
+                for chunk in response.iter_content(_CHUNK):
+                    received += len(chunk)
+                    if received > size:
+                        raise BadGateway(
+                            detail=f"Registry {self.ref.host} sent more than the {size} bytes "
+                            f"its manifest declares for chart {self.source}."
+                        )
+                    digest.update(chunk)
+                    out.write(chunk)
+        except requests.RequestException as exc:
+            raise self._transport_error(exc) from None
+        if received != size:
+            raise BadGateway(
+                detail=f"Registry {self.ref.host} sent {received} bytes for chart {self.source}, "
+                f"but its manifest declares {size}."
+            )
+        actual = "sha256:" + digest.hexdigest()
+        if actual != layer_digest:
+            raise BadGateway(
+                detail=f"The chart archive from registry {self.ref.host} for chart "
+                f"{self.source} hashes to {actual}, not to the digest {layer_digest} its "
+                "manifest declares."
+            )
+
+
+def _parse_manifest(body: bytes, source: str, max_bytes: int) -> ManifestEntry:
+    """Find the Helm chart layer; refuse non-charts and oversized layers before download."""
+    try:
+        manifest = json.loads(body)
+    except ValueError:
+        raise BadGateway(
+            detail=f"The registry sent a manifest for chart {source} that is not JSON."
+        ) from None
+    if not isinstance(manifest, dict):
+        raise BadGateway(detail=f"The registry sent a malformed manifest for chart {source}.")
+    media_type = manifest.get("mediaType", OCI_MANIFEST)
+    if media_type == OCI_INDEX or "manifests" in manifest:
+        raise BadRequest(
+            detail=f"{source} is not a Helm chart: it is an image index ({media_type})."
+        )
+    config = manifest.get("config")
+    config_type = config.get("mediaType") if isinstance(config, dict) else None
+    if config_type != HELM_CONFIG:
+        raise BadRequest(
+            detail=f"{source} is not a Helm chart: its config media type is '{config_type}', "
+            f"expected '{HELM_CONFIG}'."
+        )
+    layers = manifest.get("layers")
+    chart_layers = [
+        layer
+        for layer in (layers if isinstance(layers, list) else [])
+        if isinstance(layer, dict) and layer.get("mediaType") == HELM_CHART_LAYER
+    ]
+    if len(chart_layers) != 1:
+        raise BadRequest(
+            detail=f"{source} is not a Helm chart: it has {len(chart_layers)} layers of media "
+            f"type '{HELM_CHART_LAYER}', expected exactly one."
+        )
+    layer = chart_layers[0]
+    digest, size = layer.get("digest"), layer.get("size")
+    if not isinstance(digest, str) or not DIGEST_RE.match(digest):
+        raise BadRequest(
+            detail=f"The chart layer of {source} has digest '{digest}'; only sha256 digests "
+            "are supported."
+        )
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise BadGateway(detail=f"The chart layer of {source} declares an invalid size {size!r}.")
+    if size > max_bytes:
+        raise BadRequest(
+            detail=f"Chart archive '{source}' was rejected (archive-compressed-size): the "
+            f"registry declares {size} bytes, more than the limit of {max_bytes} bytes.",
+            errors=[
+                FieldError(
+                    field="helmChart",
+                    message=f"the chart archive is {size} bytes, more than {max_bytes}",
+                    rule="archive-compressed-size",
+                )
+            ],
+        )
+    return ManifestEntry(layer_digest=digest, size=size)
+
+
+class ChartFetcher:
+    """Fetches charts into a bounded, content-addressed cache. One instance per process."""
+
+    def __init__(
+        self,
+        cache_dir: Path,
+        *,
+        allowlist: Collection[str],
+        insecure: Collection[str],
+        max_bytes: int,
+        max_unpacked_bytes: int,
+        cache_max_bytes: int = 2 * GiB,
+        timeout: float = 30,
+        max_files: int = DEFAULT_MAX_FILES,
+    ) -> None:
+        self.cache = ChartCache(cache_dir, cache_max_bytes)
+        self.allowlist = frozenset(h.strip().lower() for h in allowlist if h.strip())
+        self.insecure = frozenset(h.strip().lower() for h in insecure if h.strip())
+        self.max_bytes = max_bytes
+        self.max_unpacked_bytes = max_unpacked_bytes
+        self.max_files = max_files
+        self.timeout = timeout
+
+    def _check(self, path: Path, source: str) -> None:
+        check_archive(
+            path, self.max_bytes, self.max_unpacked_bytes, max_files=self.max_files, source=source
+        )
+
+    def _cached(self, manifest_digest: str, source: str) -> tuple[ManifestEntry, Path] | None:
+        entry = self.cache.get_manifest(manifest_digest)
+        if entry is None:
+            return None
+        path = self.cache.get_blob(entry.layer_digest)
+        if path is None:
+            return None
+        self._check(path, source)
+        return entry, path
+
+    def _policy(self, ref: ChartRef) -> _HostPolicy:
+        return _HostPolicy(ref.host, self.allowlist, self.insecure, redact_url(ref.url))
+
+    async def fetch(
+        self,
+        ref: ChartRef,
+        credentials: Sequence[RegistryCredential],
+        *,
+        digest: str | None = None,
+    ) -> FetchedChart:
+        """Pull `ref` (by its tag, or by the pinned manifest `digest`) into the cache.
+
+        A pinned digest already in the cache is served without any network access; callers
+        must only pin digests recorded by an earlier, authorised fetch of the same account.
+        """
+        source = redact_url(ref.url)
+        if digest is not None and not DIGEST_RE.match(digest):
+            raise BadRequest(detail=f"'{digest}' is not a sha256 manifest digest.")
+        if digest is not None:
+            hit = await asyncio.to_thread(self._cached, digest, source)
+            if hit is not None:
+                entry, path = hit
+                return FetchedChart(ref, digest, path, entry.size, entry.layer_digest, cached=True)
+        await check_host(ref, self.allowlist)
+        if ref.scheme == "https":
+            return await self._fetch_https(ref, credentials, digest)
+        return await self._fetch_oci(ref, credentials, digest)
+
+    async def _fetch_oci(
+        self, ref: ChartRef, credentials: Sequence[RegistryCredential], pinned: str | None
+    ) -> FetchedChart:
+        source = redact_url(ref.url)
+        pull = _OciPull(ref, credentials, self._policy(ref), self.timeout)
+        body, manifest_digest = await asyncio.to_thread(pull.manifest, pinned or ref.version)
+        if pinned is not None and manifest_digest != pinned:
+            raise BadGateway(
+                detail=f"Registry {ref.host} returned a manifest hashing to {manifest_digest} "
+                f"for the pinned digest {pinned} of chart {source}."
+            )
+        entry = _parse_manifest(body, source, self.max_bytes)
+        async with self.cache.lock(entry.layer_digest):
+            path = await asyncio.to_thread(self.cache.get_blob, entry.layer_digest)
+            cached = path is not None
+            if path is None:
+                path = await asyncio.to_thread(self._download_oci, pull, entry, source)
+            else:
+                await asyncio.to_thread(self._check, path, source)
+            await asyncio.to_thread(self.cache.put_manifest, manifest_digest, entry)
+        await asyncio.to_thread(self.cache.evict, path)
+        log.info("chart %s: manifest %s, archive %s", source, manifest_digest, entry.layer_digest)
+        return FetchedChart(
+            ref, manifest_digest, path, entry.size, entry.layer_digest, cached=cached
+        )
+
+    def _download_oci(self, pull: _OciPull, entry: ManifestEntry, source: str) -> Path:
+        tmp = self.cache.staged(".tgz")
+        try:
+            pull.download(entry.layer_digest, entry.size, tmp)
+            self._check(tmp, source)
+            return self.cache.adopt(tmp, entry.layer_digest)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    async def _fetch_https(
+        self, ref: ChartRef, credentials: Sequence[RegistryCredential], pinned: str | None
+    ) -> FetchedChart:
+        policy = self._policy(ref)
+        digest, size = await asyncio.to_thread(
+            self._download_https, ref, credentials, policy, pinned
+        )
+        path = self.cache.blob_path(digest)
+        await asyncio.to_thread(self.cache.evict, path)
+        return FetchedChart(ref, digest, path, size, digest)
+
+    def _download_https(
+        self,
+        ref: ChartRef,
+        credentials: Sequence[RegistryCredential],
+        policy: _HostPolicy,
+        pinned: str | None,
+    ) -> tuple[str, int]:
+        source = redact_url(ref.url)
+        url = f"{policy.scheme_for(ref.host)}://{ref.host}{urlsplit(ref.url).path}"
+        session = requests.Session()
+        _guard(session, policy, self.timeout)
+        tmp = self.cache.staged(".tgz")
+        saw_not_found = False
+        try:
+            for credential in [*credentials, None]:
+                auth = (credential.username, credential.password) if credential else None
+                try:
+                    response = session.get(url, auth=auth, stream=True)
+                except requests.RequestException as exc:
+                    raise BadGateway(
+                        detail=f"Could not reach {ref.host} to download chart {source}: "
+                        f"{_short_reason(exc)}."
+                    ) from None
+                with response:
+                    if response.status_code in (401, 403):
+                        continue
+                    if response.status_code == 404:
+                        saw_not_found = True
+                        continue
+                    if response.status_code != 200:
+                        raise BadGateway(
+                            detail=f"{ref.host} answered {response.status_code} "
+                            f"{response.reason or ''}".rstrip()
+                            + f" to the download of chart {source}."
+                        )
+                    digest, size = self._stream_https(response, tmp, source)
+                if pinned is not None and digest != pinned:
+                    raise BadGateway(
+                        detail=f"Chart {source} changed: it now hashes to {digest}, not to the "
+                        f"pinned digest {pinned}."
+                    )
+                self._check(tmp, source)
+                entry = ManifestEntry(layer_digest=digest, size=size)
+                self.cache.adopt(tmp, digest)
+                self.cache.put_manifest(digest, entry)
+                return digest, size
+            if saw_not_found:
+                raise BadRequest(detail=f"chart {source} not found")
+            raise BadRequest(detail=f"no credential was valid to pull chart {source}")
+        finally:
+            tmp.unlink(missing_ok=True)
+            session.close()
+
+    def _stream_https(self, response: requests.Response, tmp: Path, source: str) -> tuple[str, int]:
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            raise BadRequest(
+                detail=f"Chart archive '{source}' was rejected (archive-compressed-size): it is "
+                f"{declared} bytes, more than the limit of {self.max_bytes} bytes."
+            )
+        h = hashlib.sha256()
+        size = 0
+        try:
+            with tmp.open("wb") as out:
+                for chunk in response.iter_content(_CHUNK):
+                    size += len(chunk)
+                    if size > self.max_bytes:
+                        raise BadRequest(
+                            detail=f"Chart archive '{source}' was rejected "
+                            "(archive-compressed-size): it is more than the limit of "
+                            f"{self.max_bytes} bytes."
+                        )
+                    h.update(chunk)
+                    out.write(chunk)
+        except requests.RequestException as exc:
+            raise BadGateway(
+                detail=f"Downloading chart {source} failed: {_short_reason(exc)}."
+            ) from None
+        return "sha256:" + h.hexdigest(), size
+
+
+__all__ = [
+    "HELM_CHART_LAYER",
+    "HELM_CONFIG",
+    "ChartFetcher",
+    "FetchedChart",
+    "RegistryCredential",
+]

@@ -28,6 +28,7 @@ from service.core.idempotency import IdempotentReplay
 from service.core.middleware import Metrics, RequestContextMiddleware
 from service.core.problem import install_problem_handlers
 from service.core.settings import Settings
+from service.auth.router import router as keys_router
 from service.functions.router import router as functions_router
 from service.functions.schemas import DOC_MODELS
 
@@ -38,7 +39,7 @@ ADMIN_KEY_FILE = "admin-api-key"
 
 
 def api_routers() -> list[APIRouter]:
-    return [functions_router]
+    return [functions_router, keys_router]
 
 
 async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:

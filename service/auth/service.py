@@ -119,6 +119,9 @@ class _TTLCache:
         self._data.move_to_end(key_hash)
         return hit[1], hit[2]
 
+    def drop(self, key_hash: str) -> None:
+        self._data.pop(key_hash, None)
+
     def put(self, key_hash: str, principal: Principal, expires_at: datetime | None) -> None:
         self._data[key_hash] = (time.monotonic() + self._ttl, principal, expires_at)
         self._data.move_to_end(key_hash)
@@ -135,6 +138,10 @@ class Authenticator:
         self._jwks: jwt.PyJWKSet | None = None
         self._jwks_loaded_at = 0.0
         self._jwks_lock = asyncio.Lock()
+
+    def forget(self, key_hash: str) -> None:
+        """Forget a revoked key at once instead of waiting for the cache to expire."""
+        self._cache.drop(key_hash)
 
     async def authenticate(self, session: AsyncSession, authorization: str | None) -> Principal:
         if not authorization:

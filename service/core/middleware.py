@@ -39,6 +39,22 @@ class Metrics:
         )
 
 
+def route_template(scope: Scope) -> str:
+    """The matched route's path template, prefix included (label values stay bounded)."""
+    route = scope.get("route")
+    suffix = getattr(route, "path", None)
+    if not suffix:
+        return "<unmatched>"
+    path_segments = scope.get("path", "").rstrip("/").split("/")
+    route_segments = suffix.rstrip("/").split("/")
+    extra = len(path_segments) - len(route_segments)
+    if extra <= 0:
+        return str(suffix)
+    params = {str(v): k for k, v in scope.get("path_params", {}).items()}
+    prefix = [f"{{{params[s]}}}" if s in params else s for s in path_segments[: extra + 1]]
+    return "/".join(prefix) + suffix if suffix != "/" else "/".join(prefix)
+
+
 def _valid_uuid(value: str) -> bool:
     try:
         uuid.UUID(value)
@@ -92,8 +108,7 @@ class RequestContextMiddleware:
             await self._send_problem(send_wrapper, err, scope, request_id)
         finally:
             elapsed = time.perf_counter() - start
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "<unmatched>"
+            template = route_template(scope)
             method = scope["method"]
             status = status_holder[0]
             self.metrics.requests.labels(method, template, str(status)).inc()

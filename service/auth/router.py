@@ -1,0 +1,106 @@
+"""Key administration (scope `admin`): create, list and revoke API keys."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from pydantic import BaseModel, ConfigDict, field_serializer
+from pydantic.alias_generators import to_camel
+from sqlalchemy import select
+
+from service.auth import scopes
+from service.auth.deps import Session, require
+from service.auth.models import ApiKey
+from service.auth.service import Principal, create_api_key, hash_key
+from service.core.errors import FieldError, NotFound, ValidationFailed
+from service.core.http import parse_uuid, read_json
+
+router = APIRouter(tags=["api-keys"])
+Admin = Annotated[Principal, Depends(require(scopes.ADMIN))]
+ACCOUNT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+_DUR = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$")
+
+
+class KeyOut(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    id: uuid.UUID
+    nca_id: str
+    hint: str
+    scopes: list[str]
+    description: str | None = None
+    expires_at: datetime | None = None
+    created_at: datetime
+    key: str | None = None  # only in the creation response
+
+    @field_serializer("expires_at", "created_at")
+    def _ts(self, v: datetime | None) -> str | None:
+        return None if v is None else v.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    @classmethod
+    def of(cls, row: ApiKey, key: str | None = None) -> KeyOut:
+        return cls(id=row.id, nca_id=row.account_id, hint=row.hint, scopes=list(row.scopes),
+                   description=row.description, expires_at=row.expires_at,
+                   created_at=row.created_at, key=key)
+
+
+def _parse_duration(value: Any) -> timedelta | None:
+    if value is None:
+        return None
+    m = _DUR.match(value) if isinstance(value, str) else None
+    if not m or not any(m.groups()):
+        raise ValidationFailed.of([FieldError("expiresIn", f"'{value}' is not an ISO-8601 duration such as 'P30D'")])
+    d, h, mi, s = (int(x or 0) for x in m.groups())
+    return timedelta(days=d, hours=h, minutes=mi, seconds=s)
+
+
+@router.post("/api-keys", response_model_exclude_none=True, summary="Create an API key (shown once)")
+async def create_key(request: Request, session: Session, principal: Admin) -> dict[str, Any]:
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise ValidationFailed.of([FieldError("body", "must be a JSON object")])
+    errors: list[FieldError] = []
+    account = body.get("ncaId", principal.account_id)
+    if not isinstance(account, str) or not ACCOUNT_RE.match(account):
+        errors.append(FieldError("ncaId", "must be 1–128 letters, digits, '.', '_' or '-'"))
+    raw_scopes = body.get("scopes")
+    if not isinstance(raw_scopes, list) or not all(isinstance(s, str) for s in raw_scopes):
+        errors.append(FieldError("scopes", "must be a list of scope names"))
+    description = body.get("description")
+    if description is not None and (not isinstance(description, str) or len(description) > 256):
+        errors.append(FieldError("description", "must be a string of at most 256 characters"))
+    try:
+        expires_in = _parse_duration(body.get("expiresIn"))
+    except ValidationFailed as exc:
+        errors.extend(exc.errors)
+        expires_in = None
+    if errors:
+        raise ValidationFailed.of(errors)
+    key = await create_api_key(session, account_id=account, scopes=raw_scopes,
+                               expires_in=expires_in, description=description)
+    row = (await session.execute(select(ApiKey).where(ApiKey.key_hash == hash_key(key)))).scalar_one()
+    return {"apiKey": KeyOut.of(row, key).model_dump(mode="json", by_alias=True, exclude_none=True)}
+
+
+@router.get("/api-keys", summary="List the account's API keys (never the keys themselves)")
+async def list_keys(session: Session, principal: Admin) -> dict[str, Any]:
+    rows = (await session.execute(select(ApiKey).where(ApiKey.account_id == principal.account_id)
+                                  .order_by(ApiKey.created_at))).scalars().all()
+    return {"apiKeys": [KeyOut.of(r).model_dump(mode="json", by_alias=True, exclude_none=True)
+                        for r in rows]}
+
+
+@router.delete("/api-keys/{keyId}", status_code=204, response_class=Response,
+               summary="Revoke an API key")
+async def delete_key(keyId: str, request: Request, session: Session, principal: Admin) -> Response:  # noqa: N803
+    kid = parse_uuid(keyId, "keyId")
+    row = await session.get(ApiKey, kid)
+    if row is None or row.account_id != principal.account_id:
+        raise NotFound(detail=f"API key {kid} not found")
+    await session.delete(row)
+    request.app.state.authenticator.forget(row.key_hash)
+    return Response(status_code=204)

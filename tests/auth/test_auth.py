@@ -1,0 +1,177 @@
+"""Credentials and scopes (api.md §1): API keys, HS256 and JWKS-verified JWTs."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from tests.conftest import JWT_SECRET, ClientFactory
+from tests.support.api import CONTAINER_FN, bearer, create_fn, new_key
+
+V = "/v2/nvcf"
+
+
+def hs256(claims: dict[str, Any], secret: str = JWT_SECRET) -> str:
+    return jwt.encode(claims, secret, algorithm="HS256")
+
+
+def future(seconds: int = 600) -> int:
+    return int(time.time()) + seconds
+
+
+async def test_no_credential_is_401(client: httpx.AsyncClient) -> None:
+    resp = await client.get(f"{V}/functions", headers={"Authorization": ""})
+    assert resp.status_code == 401
+    assert resp.headers["www-authenticate"] == "Bearer"
+    assert resp.json()["detail"] == "missing Authorization header"
+
+
+@pytest.mark.parametrize(
+    ("header", "detail"),
+    [
+        ("Bearer nvapi-unknown-key", "unknown API key"),
+        ("Basic abc", "Authorization header must be 'Bearer <credential>'"),
+        ("Bearer not-a-jwt", "credential is not a valid JWT"),
+    ],
+)
+async def test_bad_credentials_are_401(client: httpx.AsyncClient, header: str, detail: str) -> None:
+    resp = await client.get(f"{V}/functions", headers={"Authorization": header})
+    assert resp.status_code == 401
+    assert resp.json()["detail"] == detail
+
+
+async def test_expired_api_key_is_401(client: httpx.AsyncClient) -> None:
+    key = await new_key(client, ["list_functions"], expires_in="PT1S")
+    assert (await client.get(f"{V}/functions", headers=bearer(key))).status_code == 200
+    time.sleep(1.1)
+    resp = await client.get(f"{V}/functions", headers=bearer(key))
+    assert resp.status_code == 401
+    assert resp.json()["detail"] == "API key has expired"
+
+
+async def test_revoked_api_key_is_401_at_once(client: httpx.AsyncClient) -> None:
+    resp = await client.post(f"{V}/api-keys", json={"scopes": ["list_functions"]})
+    created = resp.json()["apiKey"]
+    key = created["key"]
+    assert (await client.get(f"{V}/functions", headers=bearer(key))).status_code == 200
+    listed = (await client.get(f"{V}/api-keys")).json()["apiKeys"]
+    assert all("key" not in k for k in listed)
+    assert (await client.delete(f"{V}/api-keys/{created['id']}")).status_code == 204
+    assert (await client.get(f"{V}/functions", headers=bearer(key))).status_code == 401
+
+
+async def test_missing_scope_is_403_naming_the_scope(client: httpx.AsyncClient) -> None:
+    key = bearer(await new_key(client, ["list_functions"]))
+    resp = await client.post(f"{V}/functions", json=CONTAINER_FN, headers=key)
+    assert resp.status_code == 403
+    assert "register_function" in resp.json()["detail"]
+    fn = await create_fn(client)
+    path = f"{V}/functions/{fn['id']}/versions/{fn['versionId']}"
+    resp = await client.delete(path, headers=key)
+    assert resp.status_code == 403 and "delete_function" in resp.json()["detail"]
+    resp = await client.put(path, json={"description": "x"}, headers=key)
+    assert resp.status_code == 403 and "update_function" in resp.json()["detail"]
+    nolist = bearer(await new_key(client, ["register_function"]))
+    resp = await client.get(f"{V}/functions", headers=nolist)
+    assert resp.status_code == 403
+    assert "'list_functions' or 'list_functions_details'" in resp.json()["detail"]
+
+
+async def test_details_scope_alone_lists_and_adds_instances(client: httpx.AsyncClient) -> None:
+    fn = await create_fn(client)
+    details = bearer(await new_key(client, ["list_functions_details"]))
+    plain = bearer(await new_key(client, ["list_functions"]))
+    path = f"{V}/functions/{fn['id']}/versions/{fn['versionId']}"
+    assert "activeInstances" in (await client.get(path, headers=details)).json()["function"]
+    assert "activeInstances" not in (await client.get(path, headers=plain)).json()["function"]
+
+
+async def test_hs256_jwt(client: httpx.AsyncClient) -> None:
+    token = hs256({"sub": "client-1", "ncaId": "nvcf-default", "scopes": ["list_functions"], "exp": future()})
+    fn = await create_fn(client)
+    resp = await client.get(f"{V}/functions", headers=bearer(token))
+    assert resp.status_code == 200
+    assert [f["id"] for f in resp.json()["functions"]] == [fn["id"]]
+    # sub is the account when there is no ncaId claim: a different account sees nothing
+    token2 = hs256({"sub": "client-2", "scopes": ["list_functions"], "exp": future()})
+    assert (await client.get(f"{V}/functions", headers=bearer(token2))).json()["functions"] == []
+
+
+@pytest.mark.parametrize(
+    ("claims", "secret", "detail"),
+    [
+        ({"sub": "a", "scopes": [], "exp": future(-60)}, JWT_SECRET, "JWT has expired"),
+        ({"sub": "a", "scopes": []}, JWT_SECRET, "JWT is missing the 'exp' claim"),
+        ({"sub": "a", "scopes": [], "exp": future()}, "another-secret-of-sufficient-length-1234", "JWT signature is invalid"),
+        ({"scopes": [], "exp": future()}, JWT_SECRET, "JWT has neither an 'ncaId' nor a 'sub' claim"),
+    ],
+)
+async def test_bad_jwts_are_401(client: httpx.AsyncClient, claims: dict[str, Any], secret: str,
+                                detail: str) -> None:
+    resp = await client.get(f"{V}/functions", headers=bearer(hs256(claims, secret)))
+    assert resp.status_code == 401
+    assert resp.json()["detail"] == detail
+
+
+async def test_jwt_missing_scope_is_403(client: httpx.AsyncClient) -> None:
+    token = hs256({"sub": "nvcf-default", "scopes": ["list_functions"], "exp": future()})
+    resp = await client.post(f"{V}/functions", json=CONTAINER_FN, headers=bearer(token))
+    assert resp.status_code == 403
+
+
+async def test_jwt_org_path_must_match(client: httpx.AsyncClient) -> None:
+    token = hs256({"sub": "acme", "scopes": ["list_functions"], "exp": future()})
+    assert (await client.get("/v2/orgs/acme/nvcf/functions", headers=bearer(token))).status_code == 200
+    assert (await client.get("/v2/orgs/other/nvcf/functions", headers=bearer(token))).status_code == 403
+
+
+@pytest.mark.parametrize("alg", ["RS256", "ES256"])
+async def test_jwks_file_verification(client_factory: ClientFactory, tmp_path: Path, alg: str) -> None:
+    key: Any = rsa.generate_private_key(public_exponent=65537, key_size=2048) if alg == "RS256" \
+        else ec.generate_private_key(ec.SECP256R1())
+    algo = jwt.algorithms.RSAAlgorithm if alg == "RS256" else jwt.algorithms.ECAlgorithm
+    jwk = json.loads(algo.to_jwk(key.public_key()))
+    jwk.update(kid="k1", alg=alg, use="sig")
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(json.dumps({"keys": [jwk]}))
+    client = await client_factory(jwks_file=jwks, jwt_secret=None)
+    good = jwt.encode({"sub": "acme", "scopes": ["list_functions"], "exp": future()}, key,
+                      algorithm=alg, headers={"kid": "k1"})
+    assert (await client.get(f"{V}/functions", headers=bearer(good))).status_code == 200
+    other: Any = rsa.generate_private_key(public_exponent=65537, key_size=2048) if alg == "RS256" \
+        else ec.generate_private_key(ec.SECP256R1())
+    forged = jwt.encode({"sub": "acme", "scopes": ["list_functions"], "exp": future()}, other,
+                        algorithm=alg, headers={"kid": "k1"})
+    resp = await client.get(f"{V}/functions", headers=bearer(forged))
+    assert resp.status_code == 401 and resp.json()["detail"] == "JWT signature is invalid"
+    unknown_kid = jwt.encode({"sub": "acme", "scopes": [], "exp": future()}, key, algorithm=alg,
+                             headers={"kid": "k9"})
+    resp = await client.get(f"{V}/functions", headers=bearer(unknown_kid))
+    assert resp.status_code == 401 and "k9" in resp.json()["detail"]
+    # HS256 is refused when no secret is configured
+    resp = await client.get(f"{V}/functions", headers=bearer(hs256({"sub": "a", "exp": future()})))
+    assert resp.status_code == 401
+
+
+async def test_jwt_without_configuration_is_401(client_factory: ClientFactory) -> None:
+    client = await client_factory(jwt_secret=None)
+    resp = await client.get(f"{V}/functions", headers=bearer(hs256({"sub": "a", "exp": future()})))
+    assert resp.status_code == 401
+    assert "JWT verification is not configured" in resp.json()["detail"]
+
+
+async def test_key_admin_requires_admin_and_validates(client: httpx.AsyncClient) -> None:
+    plain = bearer(await new_key(client, ["list_functions"]))
+    assert (await client.post(f"{V}/api-keys", json={"scopes": ["list_functions"]}, headers=plain)).status_code == 403
+    resp = await client.post(f"{V}/api-keys", json={"scopes": ["fly"], "expiresIn": "soon"})
+    assert resp.status_code == 400
+    assert {e["field"] for e in resp.json()["errors"]} == {"expiresIn"}
+    resp = await client.post(f"{V}/api-keys", json={"scopes": ["fly"]})
+    assert resp.status_code == 400 and "unknown scope 'fly'" in resp.text

@@ -1,0 +1,152 @@
+"""Shared fixtures: a real PostgreSQL server, a database per test built by Alembic, app clients.
+
+Every test that takes `database_url` runs twice: on SQLite and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
+
+from service.app import create_app
+from service.auth import scopes
+from service.core import migrate
+from service.core.settings import Settings
+from tests.support.postgres import PostgresServer, PostgresUnavailable, start_postgres
+
+ADMIN_KEY = "nvapi-test-admin-" + "a" * 40
+JWT_SECRET = "test-jwt-secret-that-is-long-enough-for-hs256"
+REQUIRE_SERVICES = os.environ.get("NVCF_TEST_REQUIRE_SERVICES") == "1"
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer | None]:
+    try:
+        server = start_postgres()
+    except PostgresUnavailable as exc:
+        if REQUIRE_SERVICES:
+            pytest.fail(f"PostgreSQL is required by `make test` but unavailable: {exc}")
+        yield None
+        return
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_server: PostgresServer | None) -> str | None:
+    if pg_server is None:
+        return None
+    with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE nvcf_template")
+    migrate.upgrade(pg_server.url("nvcf_template"))
+    return "nvcf_template"
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sqlite-template") / "nvcf.db"
+    migrate.upgrade(f"sqlite+aiosqlite:///{path}")
+    return path
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    sqlite_template: Path,
+) -> Iterator[str]:
+    if request.param == "sqlite":
+        target = tmp_path / "nvcf.db"
+        shutil.copy(sqlite_template, target)
+        yield f"sqlite+aiosqlite:///{target}"
+        return
+    server: PostgresServer | None = request.getfixturevalue("pg_server")
+    template: str | None = request.getfixturevalue("pg_template")
+    if server is None or template is None:
+        pytest.skip("PostgreSQL is not available on this machine")
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(server.admin_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+    try:
+        yield server.url(name)
+    finally:
+        with psycopg.connect(server.admin_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+SettingsFactory = Callable[..., Settings]
+
+
+class AppClient(httpx.AsyncClient):
+    """An httpx client bound to one in-process app, which tests may inspect."""
+
+    app: FastAPI
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path, database_url: str) -> SettingsFactory:
+    def factory(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "data_dir": tmp_path / "data",
+            "database_url": database_url,
+            "bootstrap_api_key": ADMIN_KEY,
+            "jwt_secret": JWT_SECRET,
+            "auto_migrate": False,
+            "_env_file": None,
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    return factory
+
+
+ClientFactory = Callable[..., Awaitable[AppClient]]
+
+
+@pytest.fixture
+async def client_factory(make_settings: SettingsFactory) -> AsyncIterator[ClientFactory]:
+    """Start apps (lifespan included) and hand back clients; everything is closed at the end."""
+    managers: list[LifespanManager] = []
+    clients: list[httpx.AsyncClient] = []
+
+    async def factory(settings: Settings | None = None, **overrides: Any) -> AppClient:
+        app = create_app(settings or make_settings(**overrides))
+        manager = LifespanManager(app)
+        await manager.__aenter__()
+        managers.append(manager)
+        c = AppClient(
+            transport=httpx.ASGITransport(app=manager.app),
+            base_url="http://nvcf.test",
+            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        )
+        c.app = app
+        clients.append(c)
+        return c
+
+    try:
+        yield factory
+    finally:
+        for c in clients:
+            await c.aclose()
+        for m in reversed(managers):
+            await m.__aexit__(None, None, None)
+
+
+@pytest.fixture
+async def client(client_factory: ClientFactory) -> AppClient:
+    return await client_factory()
+
+
+ALL = scopes.ALL_SCOPES

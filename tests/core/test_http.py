@@ -1,0 +1,124 @@
+"""Cross-cutting HTTP behaviour: problem+json for every error, request ids, limits, probes, metrics."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import httpx
+import pytest
+
+from tests.conftest import ClientFactory
+from tests.support.api import CONTAINER_FN
+
+V = "/v2/nvcf"
+
+
+def assert_problem(resp: httpx.Response, status: int) -> dict[str, object]:
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"] == "application/problem+json"
+    body = resp.json()
+    assert body["status"] == status
+    assert body["requestId"] == resp.headers["x-request-id"]
+    uuid.UUID(str(body["requestId"]))
+    assert str(body["type"]).startswith("urn:nvcf:problem-details:")
+    return dict(body)
+
+
+async def test_unknown_route_is_problem_404(client: httpx.AsyncClient) -> None:
+    body = assert_problem(await client.get("/v2/nvcf/nothing-here"), 404)
+    assert body["detail"] == "no route matches GET /v2/nvcf/nothing-here"
+
+
+async def test_wrong_method_is_problem_405(client: httpx.AsyncClient) -> None:
+    body = assert_problem(await client.patch(f"{V}/functions", json={}), 405)
+    assert "PATCH" in str(body["detail"])
+
+
+async def test_non_json_body_is_415(client: httpx.AsyncClient) -> None:
+    resp = await client.post(f"{V}/functions", content=b"name=x", headers={"content-type": "application/x-www-form-urlencoded"})
+    body = assert_problem(resp, 415)
+    assert "application/json" in str(body["detail"])
+    resp = await client.post(f"{V}/functions", content=b"{}")
+    assert_problem(resp, 415)
+
+
+async def test_malformed_json_is_400(client: httpx.AsyncClient) -> None:
+    resp = await client.post(f"{V}/functions", content=b"{\"name\": ", headers={"content-type": "application/json"})
+    body = assert_problem(resp, 400)
+    assert body["errors"][0]["field"] == "body"  # type: ignore[index]
+
+
+async def test_body_over_1_mib_is_413(client: httpx.AsyncClient) -> None:
+    big = {**CONTAINER_FN, "description": "x" * (1024 * 1024)}
+    body = assert_problem(await client.post(f"{V}/functions", json=big), 413)
+    assert "1048576" in str(body["detail"])
+    assert (await client.get(f"{V}/functions")).json()["functions"] == []
+
+
+async def test_chunked_body_over_the_limit_is_413(client: httpx.AsyncClient) -> None:
+    async def chunks():  # type: ignore[no-untyped-def]
+        for _ in range(20):
+            yield b"x" * 65536
+
+    resp = await client.post(f"{V}/functions", content=chunks(), headers={"content-type": "application/json"})
+    assert_problem(resp, 413)
+
+
+async def test_every_response_has_a_request_id(client: httpx.AsyncClient) -> None:
+    ok = await client.get(f"{V}/functions")
+    uuid.UUID(ok.headers["x-request-id"])
+    given = str(uuid.uuid4())
+    echoed = await client.get("/health", headers={"X-Request-Id": given})
+    assert echoed.headers["x-request-id"] == given
+    garbage = await client.get("/health", headers={"X-Request-Id": "<script>"})
+    assert garbage.headers["x-request-id"] != "<script>"
+
+
+async def test_probes_need_no_auth(client: httpx.AsyncClient) -> None:
+    anon = {"Authorization": ""}
+    assert (await client.get("/health", headers=anon)).json() == {"status": "ok"}
+    assert (await client.get("/health/ready", headers=anon)).json() == {"status": "ready"}
+    assert (await client.get("/openapi.json", headers=anon)).status_code == 200
+    docs = await client.get("/docs", headers=anon)
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+
+
+async def test_ready_reports_an_unreachable_database(client_factory: ClientFactory) -> None:
+    client = await client_factory()
+    app = client.app
+    await app.state.engine.dispose()
+    from service.core.db import make_engine
+
+    app.state.engine = make_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
+    resp = await client.get("/health/ready")
+    assert_problem(resp, 503)
+
+
+async def test_metrics_count_requests_by_route_template(client: httpx.AsyncClient) -> None:
+    await client.get(f"{V}/functions")
+    await client.get(f"{V}/functions/{uuid.uuid4()}/versions")
+    text = (await client.get("/metrics")).text
+    assert 'nvcf_http_requests_total{method="GET",route="/v2/nvcf/functions",status="200"} 1.0' in text
+    assert 'route="/v2/nvcf/functions/{functionId}/versions",status="404"' in text
+    assert "nvcf_http_request_duration_seconds_bucket" in text
+
+
+async def test_one_log_line_per_request_without_secrets(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    secret = "do-not-log-this-secret-value"
+    resp = await client.post(f"{V}/functions", json={**CONTAINER_FN, "secrets": [{"name": "s", "value": secret}]})
+    assert resp.status_code == 200
+    access = [r for r in caplog.records if r.name == "nvcf.access"]
+    assert len(access) == 1
+    line = access[0].getMessage()
+    assert "POST /v2/nvcf/functions 200" in line and resp.headers["x-request-id"] in line
+    assert secret not in caplog.text
+    assert "nvapi-" not in caplog.text
+
+
+async def test_request_validation_is_400_not_422(client: httpx.AsyncClient) -> None:
+    body = assert_problem(await client.get(f"{V}/functions", params={"limit": "many"}), 400)
+    assert body["errors"][0]["field"] == "limit"  # type: ignore[index]

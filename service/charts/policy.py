@@ -1,0 +1,598 @@
+"""Restrictions on rendered objects (helm.md §3 and §3.1), collecting every violation.
+
+Rule ids: `too-many-objects`, `missing-name`, `crd-skipped`, `kind-not-allowed`,
+`service-type`, `volume-type`, `service-not-found`, `service-port`, `service-target`,
+`multi-node-full-node`, `resources-limits`, and the security rules (Pod Security Standards,
+baseline + restricted; one finding per field per container):
+
+- `security-host-namespaces`: `hostNetwork`, `hostPID`, `hostIPC` true
+- `security-host-ports`: a container port with a `hostPort`
+- `security-service-account-token`: `automountServiceAccountToken` true
+- `security-privileged`: `privileged` true
+- `security-privilege-escalation`: `allowPrivilegeEscalation` true
+- `security-capabilities`: `drop` lacks `ALL`, or `add` has more than `NET_BIND_SERVICE`
+- `security-run-as-non-root`: effective `runAsNonRoot` not true
+- `security-run-as-user`: effective `runAsUser` 0
+- `security-seccomp`: effective seccomp profile not `RuntimeDefault`/`Localhost`
+- `security-apparmor`: AppArmor profile (field or annotation) other than runtime default/localhost
+- `security-selinux`: SELinux type outside the container types, or a user/role set
+- `security-proc-mount`: `procMount` other than `Default`
+- `security-sysctls`: a sysctl outside the safe set
+
+`Unrestricted` skips the security and resource rules; the others always apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from service.charts.findings import (
+    Finding,
+    KubeObject,
+    Severity,
+    containers,
+    is_kind,
+    join,
+    metadata,
+    object_name,
+    object_ref,
+    pod_templates,
+    replica_count,
+)
+
+MAX_OBJECTS = 300
+
+ALLOWED_TYPES: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        ("", "v1", "ConfigMap"),
+        ("", "v1", "Secret"),
+        ("", "v1", "Service"),
+        ("", "v1", "Pod"),
+        ("", "v1", "ServiceAccount"),
+        ("", "v1", "PersistentVolumeClaim"),
+        ("apps", "v1", "Deployment"),
+        ("apps", "v1", "ReplicaSet"),
+        ("apps", "v1", "StatefulSet"),
+        ("batch", "v1", "Job"),
+        ("batch", "v1", "CronJob"),
+        ("rbac.authorization.k8s.io", "v1", "Role"),
+        ("rbac.authorization.k8s.io", "v1", "RoleBinding"),
+    }
+)
+ALLOWED_VOLUMES = frozenset(
+    {"configMap", "secret", "persistentVolumeClaim", "emptyDir", "projected"}
+)
+ALLOWED_PROJECTIONS = frozenset({"configMap", "secret"})
+ALLOWED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
+ALLOWED_SECCOMP = frozenset({"RuntimeDefault", "Localhost"})
+ALLOWED_APPARMOR = frozenset({"RuntimeDefault", "Localhost"})
+ALLOWED_SELINUX_TYPES = frozenset(
+    {"container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+)
+SAFE_SYSCTLS = frozenset(
+    {
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes",
+    }
+)
+APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
+GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/pgpu")
+
+
+@dataclass(frozen=True)
+class KubernetesType:
+    group: str
+    version: str
+    kind: str
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        group = "" if self.group in ("", "core") else self.group
+        return group, self.version, self.kind
+
+
+@dataclass(frozen=True)
+class ValidationPolicy:
+    """A deployment's `helmValidationPolicy`."""
+
+    name: Literal["Default", "Unrestricted"] = "Default"
+    extra_kubernetes_types: tuple[KubernetesType, ...] = ()
+
+    @property
+    def unrestricted(self) -> bool:
+        return self.name == "Unrestricted"
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | None) -> ValidationPolicy:
+        """Build from the API shape `{name, extraKubernetesTypes: [{group, version, kind}]}`.
+
+        Raises:
+            ValueError: on an unknown name or a malformed type entry.
+        """
+        if not raw:
+            return cls()
+        name = raw.get("name", "Default")
+        if name not in ("Default", "Unrestricted"):
+            raise ValueError(f"unknown helmValidationPolicy name {name!r}")
+        extra: list[KubernetesType] = []
+        for item in raw.get("extraKubernetesTypes") or []:
+            if not isinstance(item, Mapping) or not all(
+                isinstance(item.get(k), str) for k in ("version", "kind")
+            ):
+                raise ValueError("extraKubernetesTypes entries need group, version and kind")
+            group = item.get("group") or ""
+            extra.append(KubernetesType(str(group), item["version"], item["kind"]))
+        return cls(name=name, extra_kubernetes_types=tuple(extra))
+
+
+def type_key(obj: KubeObject) -> tuple[str, str, str]:
+    api_version = str(obj.get("apiVersion") or "")
+    group, _, version = api_version.rpartition("/")
+    return group, version, str(obj.get("kind") or "")
+
+
+def _type_label(key: tuple[str, str, str]) -> str:
+    group, version, kind = key
+    version, kind = version or "?", kind or "?"
+    return f"{group}/{version}.{kind}" if group else f"{version}.{kind}"
+
+
+def is_crd(obj: KubeObject) -> bool:
+    group, _, kind = type_key(obj)
+    return kind == "CustomResourceDefinition" and group == "apiextensions.k8s.io"
+
+
+def restrict(
+    objects: list[KubeObject],
+    *,
+    service_name: str,
+    inference_port: int,
+    policy: ValidationPolicy | None = None,
+    enforce_security: bool = False,
+    instance_type_nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    nvlink: bool = False,
+) -> tuple[list[KubeObject], list[Finding], list[str]]:
+    """Check `objects`; return the objects to keep (CRDs dropped), findings, dropped CRDs."""
+    policy = policy or ValidationPolicy()
+    findings: list[Finding] = []
+    crds = [object_ref(o) for o in objects if is_crd(o)]
+    kept = [o for o in objects if not is_crd(o)]
+    findings.extend(
+        Finding(
+            "crd-skipped",
+            "warning",
+            ref,
+            None,
+            "CustomResourceDefinitions are dropped and never installed",
+        )
+        for ref in crds
+    )
+    if len(kept) > MAX_OBJECTS:
+        findings.append(
+            Finding(
+                "too-many-objects",
+                "error",
+                None,
+                None,
+                f"the chart renders {len(kept)} objects, more than the {MAX_OBJECTS} allowed",
+            )
+        )
+    findings.extend(
+        Finding("missing-name", "error", object_ref(o), "metadata.name", "object has no name")
+        for o in kept
+        if object_name(o) is None
+    )
+    findings.extend(_kinds(kept, policy))
+    for obj in kept:
+        findings.extend(_service_type(obj))
+        findings.extend(_volumes(obj))
+    findings.extend(_inference_service(kept, service_name, inference_port))
+    if instance_type_nodes is not None and instance_type_nodes > 1:
+        findings.extend(_multi_node(kept, instance_type_nodes, gpus_per_node, nvlink))
+    if not policy.unrestricted:
+        severity: Severity = "error" if enforce_security else "warning"
+        for obj in kept:
+            for path, template in pod_templates(obj):
+                findings.extend(_security(object_ref(obj), path, template, severity))
+                findings.extend(_resources(object_ref(obj), path, template, severity))
+    return kept, findings, crds
+
+
+def _kinds(objects: list[KubeObject], policy: ValidationPolicy) -> list[Finding]:
+    allowed = ALLOWED_TYPES | {t.key for t in policy.extra_kubernetes_types}
+    offending: list[str] = []
+    for obj in objects:
+        key = type_key(obj)
+        label = _type_label(key)
+        if key not in allowed and label not in offending:
+            offending.append(label)
+    if not offending:
+        return []
+    return [
+        Finding(
+            "kind-not-allowed",
+            "error",
+            None,
+            "kind",
+            "kinds not allowed: "
+            + ", ".join(offending)
+            + " (add them to helmValidationPolicy.extraKubernetesTypes to allow them)",
+        )
+    ]
+
+
+def _service_type(obj: KubeObject) -> list[Finding]:
+    if not is_kind(obj, "v1", "Service"):
+        return []
+    spec = obj.get("spec")
+    kind = spec.get("type") if isinstance(spec, dict) else None
+    if kind in (None, "ClusterIP"):
+        return []
+    return [
+        Finding(
+            "service-type",
+            "error",
+            object_ref(obj),
+            "spec.type",
+            f"Service type {kind!r} is not allowed; only ClusterIP",
+        )
+    ]
+
+
+def _volumes(obj: KubeObject) -> list[Finding]:
+    out: list[Finding] = []
+    for path, template in pod_templates(obj):
+        volumes = template["spec"].get("volumes")
+        if not isinstance(volumes, list):
+            continue
+        for i, volume in enumerate(volumes):
+            if not isinstance(volume, dict):
+                continue
+            field = join(path, f"spec.volumes[{i}]")
+            name = volume.get("name")
+            for source in sorted(k for k in volume if k != "name"):
+                if source not in ALLOWED_VOLUMES:
+                    out.append(
+                        Finding(
+                            "volume-type",
+                            "error",
+                            object_ref(obj),
+                            f"{field}.{source}",
+                            f"volume {name!r}: {source} volumes are not allowed",
+                        )
+                    )
+                elif source == "projected":
+                    out.extend(_projections(obj, f"{field}.projected", name, volume[source]))
+    return out
+
+
+def _projections(obj: KubeObject, field: str, name: Any, projected: Any) -> list[Finding]:
+    sources = projected.get("sources") if isinstance(projected, dict) else None
+    out: list[Finding] = []
+    for j, source in enumerate(sources if isinstance(sources, list) else []):
+        for key in sorted(source if isinstance(source, dict) else {}):
+            if key not in ALLOWED_PROJECTIONS:
+                out.append(
+                    Finding(
+                        "volume-type",
+                        "error",
+                        object_ref(obj),
+                        f"{field}.sources[{j}].{key}",
+                        f"volume {name!r}: projected {key} sources are not allowed",
+                    )
+                )
+    return out
+
+
+def _labels(template: dict[str, Any]) -> dict[str, Any]:
+    labels = metadata(template).get("labels")
+    return labels if isinstance(labels, dict) else {}
+
+
+def _port_matches(container: dict[str, Any], target: Any) -> bool:
+    for port in container.get("ports") or []:
+        if not isinstance(port, dict):
+            continue
+        if isinstance(target, int) and not isinstance(target, bool):
+            if port.get("containerPort") == target:
+                return True
+        elif isinstance(target, str) and port.get("name") == target:
+            return True
+    return False
+
+
+def _inference_service(objects: list[KubeObject], name: str, port: int) -> list[Finding]:
+    services = [o for o in objects if is_kind(o, "v1", "Service") and object_name(o) == name]
+    if not services:
+        found = sorted(object_name(o) or "?" for o in objects if is_kind(o, "v1", "Service"))
+        return [
+            Finding(
+                "service-not-found",
+                "error",
+                None,
+                "helmChartServiceName",
+                f"no Service named {name!r} among the rendered objects"
+                + (f" (Services: {', '.join(found)})" if found else " (no Services)"),
+            )
+        ]
+    service = services[0]
+    ref = object_ref(service)
+    spec = service.get("spec") if isinstance(service.get("spec"), dict) else {}
+    assert isinstance(spec, dict)
+    ports = [p for p in spec.get("ports") or [] if isinstance(p, dict)]
+    matching = [(i, p) for i, p in enumerate(ports) if p.get("port") == port]
+    if not matching:
+        listed = ", ".join(str(p.get("port")) for p in ports) or "none"
+        return [
+            Finding(
+                "service-port",
+                "error",
+                ref,
+                "spec.ports",
+                f"Service {name!r} has no port {port} (ports: {listed})",
+            )
+        ]
+    selector = spec.get("selector")
+    if not isinstance(selector, dict) or not selector:
+        return [
+            Finding(
+                "service-target",
+                "error",
+                ref,
+                "spec.selector",
+                f"Service {name!r} has no selector, so no container serves port {port}",
+            )
+        ]
+    selected = [
+        template
+        for obj in objects
+        for _, template in pod_templates(obj)
+        if all(_labels(template).get(k) == v for k, v in selector.items())
+    ]
+    for _, service_port in matching:
+        target = service_port.get("targetPort", service_port.get("port"))
+        for template in selected:
+            app = template["spec"].get("containers") or []
+            if any(isinstance(c, dict) and _port_matches(c, target) for c in app):
+                return []
+    index, service_port = matching[0]
+    target = service_port.get("targetPort", service_port.get("port"))
+    why = (
+        "no Pod or pod template matches its selector"
+        if not selected
+        else f"no selected container exposes port {target!r}"
+    )
+    return [
+        Finding(
+            "service-target",
+            "error",
+            ref,
+            f"spec.ports[{index}].targetPort",
+            f"Service {name!r} port {port} targets {target!r}, but {why}",
+        )
+    ]
+
+
+def _quantity(value: Any) -> int:
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def container_gpus(container: dict[str, Any]) -> int:
+    resources = container.get("resources")
+    if not isinstance(resources, dict):
+        return 0
+    best = 0
+    for section in ("limits", "requests"):
+        values = resources.get(section)
+        if isinstance(values, dict):
+            best = max(best, sum(_quantity(values.get(r, 0)) for r in GPU_RESOURCES))
+    return best
+
+
+def _multi_node(
+    objects: list[KubeObject], nodes: int, gpus_per_node: int | None, nvlink: bool
+) -> list[Finding]:
+    severity: Severity = "error" if nvlink else "warning"
+    out: list[Finding] = []
+    gpu_pods = 0
+    for obj in objects:
+        for path, template in pod_templates(obj):
+            app = [c for c in template["spec"].get("containers") or [] if isinstance(c, dict)]
+            gpus = sum(container_gpus(c) for c in app)
+            if gpus == 0:
+                continue
+            gpu_pods += replica_count(obj)
+            if gpus_per_node is not None and gpus != gpus_per_node:
+                out.append(
+                    Finding(
+                        "multi-node-full-node",
+                        severity,
+                        object_ref(obj),
+                        join(path, "spec.containers"),
+                        f"the pod requests {gpus} GPUs; on a multi-node instance type each GPU "
+                        f"pod must request exactly the {gpus_per_node} GPUs of one node",
+                    )
+                )
+    if gpu_pods > nodes:
+        out.append(
+            Finding(
+                "multi-node-full-node",
+                severity,
+                None,
+                None,
+                f"the chart runs {gpu_pods} GPU pods but the instance type has {nodes} nodes",
+            )
+        )
+    return out
+
+
+def _security(ref: str, path: str, template: dict[str, Any], severity: Severity) -> list[Finding]:
+    spec: dict[str, Any] = template["spec"]
+    sp = join(path, "spec")
+    pod_sc = spec.get("securityContext") if isinstance(spec.get("securityContext"), dict) else {}
+    assert isinstance(pod_sc, dict)
+    out: list[Finding] = []
+
+    def pod_finding(rule: str, field: str, message: str) -> None:
+        out.append(Finding(rule, severity, ref, field, message))
+
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(key) is True:
+            pod_finding("security-host-namespaces", f"{sp}.{key}", f"{key} must not be true")
+    if spec.get("automountServiceAccountToken") is True:
+        pod_finding(
+            "security-service-account-token",
+            f"{sp}.automountServiceAccountToken",
+            "automountServiceAccountToken must not be true",
+        )
+    for i, sysctl in enumerate(pod_sc.get("sysctls") or []):
+        name = sysctl.get("name") if isinstance(sysctl, dict) else None
+        if name not in SAFE_SYSCTLS:
+            pod_finding(
+                "security-sysctls",
+                f"{sp}.securityContext.sysctls[{i}].name",
+                f"sysctl {name!r} is not in the safe set",
+            )
+    annotations = metadata(template).get("annotations")
+    annotations = annotations if isinstance(annotations, dict) else {}
+
+    for list_key, i, container in containers(spec):
+        cp = f"{sp}.{list_key}[{i}]"
+        cname = container.get("name")
+        sc = container.get("securityContext")
+        sc = sc if isinstance(sc, dict) else {}
+        scp = f"{cp}.securityContext"
+
+        def emit(rule: str, field: str, message: str, cname: Any = cname) -> None:
+            out.append(Finding(rule, severity, ref, field, f"container {cname!r}: {message}"))
+
+        def effective(key: str, scp: str = scp, sc: dict[str, Any] = sc) -> tuple[Any, str]:
+            if sc.get(key) is not None:
+                return sc[key], f"{scp}.{key}"
+            if pod_sc.get(key) is not None:
+                return pod_sc[key], f"{sp}.securityContext.{key}"
+            return None, f"{scp}.{key}"
+
+        for j, port in enumerate(container.get("ports") or []):
+            if isinstance(port, dict) and port.get("hostPort"):
+                emit(
+                    "security-host-ports",
+                    f"{cp}.ports[{j}].hostPort",
+                    f"hostPort {port['hostPort']} is not allowed",
+                )
+        if sc.get("privileged") is True:
+            emit("security-privileged", f"{scp}.privileged", "privileged must not be true")
+        if sc.get("allowPrivilegeEscalation") is True:
+            emit(
+                "security-privilege-escalation",
+                f"{scp}.allowPrivilegeEscalation",
+                "allowPrivilegeEscalation must not be true",
+            )
+        caps = sc.get("capabilities") if isinstance(sc.get("capabilities"), dict) else {}
+        assert isinstance(caps, dict)
+        if "ALL" not in (caps.get("drop") or []):
+            emit(
+                "security-capabilities",
+                f"{scp}.capabilities.drop",
+                "capabilities must drop ALL",
+            )
+        added = [c for c in caps.get("add") or [] if c not in ALLOWED_CAPABILITIES]
+        if added:
+            emit(
+                "security-capabilities",
+                f"{scp}.capabilities.add",
+                f"capabilities {', '.join(map(str, added))} may not be added "
+                "(only NET_BIND_SERVICE)",
+            )
+        value, field = effective("runAsNonRoot")
+        if value is not True:
+            emit("security-run-as-non-root", field, "runAsNonRoot must be true")
+        value, field = effective("runAsUser")
+        if value == 0 and not isinstance(value, bool):
+            emit("security-run-as-user", field, "runAsUser must not be 0 (root)")
+        value, field = effective("seccompProfile")
+        seccomp = value.get("type") if isinstance(value, dict) else None
+        if seccomp not in ALLOWED_SECCOMP:
+            emit(
+                "security-seccomp",
+                f"{field}.type",
+                "seccompProfile.type must be RuntimeDefault or Localhost"
+                + (f", not {seccomp!r}" if seccomp else ""),
+            )
+        value, field = effective("appArmorProfile")
+        apparmor = value.get("type") if isinstance(value, dict) else None
+        if apparmor is not None and apparmor not in ALLOWED_APPARMOR:
+            emit(
+                "security-apparmor",
+                f"{field}.type",
+                f"appArmorProfile.type {apparmor!r} is not allowed",
+            )
+        legacy = annotations.get(f"{APPARMOR_ANNOTATION}{cname}")
+        if legacy is not None and not (
+            legacy == "runtime/default" or str(legacy).startswith("localhost/")
+        ):
+            emit(
+                "security-apparmor",
+                join(path, f"metadata.annotations.{APPARMOR_ANNOTATION}{cname}"),
+                f"AppArmor profile {legacy!r} is not allowed",
+            )
+        value, field = effective("seLinuxOptions")
+        if isinstance(value, dict):
+            se_type = value.get("type")
+            if se_type not in (None, "", *ALLOWED_SELINUX_TYPES):
+                emit(
+                    "security-selinux", f"{field}.type", f"SELinux type {se_type!r} is not allowed"
+                )
+            for key in ("user", "role"):
+                if value.get(key):
+                    emit("security-selinux", f"{field}.{key}", f"SELinux {key} must not be set")
+        proc_mount = sc.get("procMount")
+        if proc_mount not in (None, "Default"):
+            emit(
+                "security-proc-mount",
+                f"{scp}.procMount",
+                f"procMount {proc_mount!r} is not allowed",
+            )
+    return out
+
+
+def _resources(ref: str, path: str, template: dict[str, Any], severity: Severity) -> list[Finding]:
+    out: list[Finding] = []
+    for list_key, i, container in containers(template["spec"]):
+        resources = container.get("resources")
+        resources = resources if isinstance(resources, dict) else {}
+        limits = resources.get("limits") if isinstance(resources.get("limits"), dict) else {}
+        requests = resources.get("requests") if isinstance(resources.get("requests"), dict) else {}
+        assert isinstance(limits, dict) and isinstance(requests, dict)
+        missing = [k for k in ("cpu", "memory") if k not in limits]
+        if "nvidia.com/gpu" in requests and "nvidia.com/gpu" not in limits:
+            missing.append("nvidia.com/gpu")
+        if missing:
+            out.append(
+                Finding(
+                    "resources-limits",
+                    severity,
+                    ref,
+                    join(path, f"spec.{list_key}[{i}].resources.limits"),
+                    f"container {container.get('name')!r} has no limits for {', '.join(missing)}",
+                )
+            )
+    return out

@@ -1,0 +1,378 @@
+"""Render chart archives like `helm template`, isolated in a pool of worker processes.
+
+A call into the Go engine cannot be interrupted from Python, so every render runs in a
+reusable worker process (`render_worker`) with an address-space cap; the parent enforces the
+wall-clock bound by killing the worker, which is replaced on the next render.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import struct
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from service.charts.decode import crd_names, decode_manifest, hook_findings
+from service.charts.findings import Finding, PipelineResult
+from service.charts.modify import apply_modifications
+from service.charts.policy import ValidationPolicy, restrict
+from service.charts.workload import extract_workload_config
+from service.core.errors import BadRequest, FieldError
+
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_MEMORY_LIMIT = 1024 * 1024 * 1024
+DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024
+DEFAULT_KUBE_VERSION = "1.30.0"
+#: Namespace used when rendering at function creation, before any instance exists.
+PLACEHOLDER_NAMESPACE = "nvcf-validation"
+WORKER_START_TIMEOUT = 60.0
+
+_HEADER = struct.Struct(">I")
+_OOM_MARKERS = (
+    b"out of memory",
+    b"cannot allocate memory",
+    b"MemoryError",
+    b"pthread_create failed",
+)
+
+
+class ChartRenderError(BadRequest):
+    """Helm could not render the chart, or the render broke a limit; `rule` says which."""
+
+    @classmethod
+    def of(cls, rule: str, message: str) -> ChartRenderError:
+        return cls(
+            detail=message, errors=[FieldError(field="helmChart", message=message, rule=rule)]
+        )
+
+    @property
+    def rule(self) -> str:
+        return self.errors[0].rule or "render-error" if self.errors else "render-error"
+
+
+@dataclass(frozen=True)
+class RenderOutput:
+    """What Helm produced: the manifest (hooks and CRDs left out) and what was left out."""
+
+    manifest: str
+    #: template path -> rendered text, for templates that carry a `helm.sh/hook` annotation
+    hook_templates: dict[str, str] = field(default_factory=dict)
+    #: `[{"name", "filename", "data"}]` from the chart's and subcharts' `crds/`
+    crds: list[dict[str, str]] = field(default_factory=list)
+    chart_name: str = ""
+    chart_version: str = ""
+
+
+class _WorkerDied(Exception):
+    pass
+
+
+class _Worker:
+    """One render worker process and its pipes."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.stderr_tail = b""
+        self.out_of_memory = False
+        self._drain = asyncio.ensure_future(self._drain_stderr())
+
+    @classmethod
+    async def start(cls, memory_limit: int, max_output: int) -> _Worker:
+        env = dict(os.environ)
+        if memory_limit > 0:
+            # A soft Go heap target below the hard cap makes the GC work before the cap hits.
+            env.setdefault("GOMEMLIMIT", str(memory_limit * 3 // 4))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "service.charts.render_worker",
+            "--memory-limit",
+            str(memory_limit),
+            "--max-output",
+            str(max_output),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        worker = cls(proc)
+        try:
+            ready = await asyncio.wait_for(worker._read(max_output), WORKER_START_TIMEOUT)
+        except BaseException:
+            await worker.kill()
+            raise
+        if not ready.get("ready"):
+            await worker.kill()
+            raise RuntimeError(f"render worker did not start: {ready!r}")
+        return worker
+
+    async def _drain_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        while chunk := await self.proc.stderr.read(65536):
+            window = self.stderr_tail[-64:] + chunk
+            if any(marker in window for marker in _OOM_MARKERS):
+                self.out_of_memory = True
+            self.stderr_tail = (self.stderr_tail + chunk)[-4096:]
+
+    async def _read(self, max_output: int) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        try:
+            header = await self.proc.stdout.readexactly(_HEADER.size)
+            (length,) = _HEADER.unpack(header)
+            if length > 2 * max_output + 65536:
+                raise _WorkerDied(f"oversized response ({length} bytes)")
+            payload = await self.proc.stdout.readexactly(length)
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            raise _WorkerDied(str(exc)) from exc
+        decoded: dict[str, Any] = json.loads(payload)
+        return decoded
+
+    async def call(self, request: dict[str, Any], max_output: int) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        payload = json.dumps(request).encode()
+        try:
+            self.proc.stdin.write(_HEADER.pack(len(payload)) + payload)
+            await self.proc.stdin.drain()
+        except ConnectionError as exc:
+            raise _WorkerDied(str(exc)) from exc
+        return await self._read(max_output)
+
+    async def exited(self) -> None:
+        """Wait briefly for a dying worker so its exit status and stderr are known."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.proc.wait()), 5)
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(self._drain), 1)
+
+    async def kill(self) -> None:
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+        await asyncio.shield(self.proc.wait())
+        self._drain.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._drain
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):g} MiB"
+
+
+class ChartRenderer:
+    """A bounded pool of render worker processes with per-render time and memory limits."""
+
+    def __init__(
+        self,
+        workers: int = 2,
+        timeout: float = DEFAULT_TIMEOUT,
+        memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT,
+    ) -> None:
+        if workers < 1:
+            raise ValueError("workers must be at least 1")
+        self.workers = workers
+        self.timeout = timeout
+        self.memory_limit_bytes = memory_limit_bytes
+        self.max_output_bytes = max_output_bytes
+        self._slots = asyncio.Semaphore(workers)
+        self._idle: list[_Worker] = []
+        self._closed = False
+        #: workers started so far (replacements included); useful to observe replacement
+        self.started = 0
+
+    async def warm(self) -> None:
+        """Start idle workers up to the pool size ahead of the first render."""
+        missing = self.workers - len(self._idle)
+        started = await asyncio.gather(*(self._start() for _ in range(missing)))
+        self._idle.extend(started)
+
+    async def _start(self) -> _Worker:
+        self.started += 1
+        return await _Worker.start(self.memory_limit_bytes, self.max_output_bytes)
+
+    async def render(
+        self,
+        archive: Path,
+        *,
+        values: dict[str, Any] | None = None,
+        namespace: str,
+        kube_version: str = DEFAULT_KUBE_VERSION,
+        api_versions: list[str] | None = None,
+    ) -> RenderOutput:
+        """Render `archive` with `values` coalesced over the chart's defaults.
+
+        Raises:
+            ChartRenderError: Helm refused the chart or values (message with file and line
+                when Helm gives them), or the render exceeded a limit.
+        """
+        if self._closed:
+            raise RuntimeError("renderer is closed")
+        request = {
+            "archive": os.fspath(archive),
+            "values": values or {},
+            "namespace": namespace,
+            "kube_version": kube_version,
+            "api_versions": list(api_versions or []),
+        }
+        async with self._slots:
+            while self._idle and self._idle[-1].proc.returncode is not None:
+                await self._idle.pop().kill()  # died while idle
+            worker = self._idle.pop() if self._idle else await self._start()
+            keep = False
+            try:
+                response = await asyncio.wait_for(
+                    worker.call(request, self.max_output_bytes), self.timeout
+                )
+                # a worker that hit MemoryError in Python is not trusted with another render
+                keep = response.get("error") != "render-memory"
+            except TimeoutError:
+                raise ChartRenderError.of(
+                    "render-timeout",
+                    f"rendering exceeded the {self.timeout:g} s time limit",
+                ) from None
+            except _WorkerDied:
+                await worker.exited()
+                if worker.out_of_memory:
+                    raise ChartRenderError.of(
+                        "render-memory",
+                        f"rendering exceeded the {_mib(self.memory_limit_bytes)} memory limit",
+                    ) from None
+                tail = worker.stderr_tail.decode(errors="replace").strip()[-500:]
+                raise ChartRenderError.of(
+                    "render-error",
+                    f"the render worker crashed (exit status {worker.proc.returncode}): {tail}",
+                ) from None
+            finally:
+                if keep and not self._closed:
+                    self._idle.append(worker)
+                else:
+                    await worker.kill()
+        return self._output(response)
+
+    def _output(self, response: dict[str, Any]) -> RenderOutput:
+        if not response.get("ok"):
+            rule = str(response.get("error") or "render-error")
+            message = str(response.get("message") or "rendering failed")
+            if rule == "render-memory":
+                message = f"rendering exceeded the {_mib(self.memory_limit_bytes)} memory limit"
+            if rule == "internal":
+                rule, message = "render-error", f"rendering failed: {message}"
+            raise ChartRenderError.of(rule, message)
+        chart = response.get("chart") or {}
+        return RenderOutput(
+            manifest=response["manifest"],
+            hook_templates=dict(response.get("hooks") or {}),
+            crds=list(response.get("crds") or []),
+            chart_name=str(chart.get("name", "")),
+            chart_version=str(chart.get("version", "")),
+        )
+
+    async def aclose(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        await asyncio.gather(*(w.kill() for w in idle))
+
+    async def __aenter__(self) -> ChartRenderer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def check_rendered(
+    output: RenderOutput,
+    *,
+    service_name: str,
+    inference_port: int,
+    policy: ValidationPolicy | None = None,
+    enforce_security: bool = False,
+    instance_type_nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    nvlink: bool = False,
+) -> PipelineResult:
+    """Decode, extract the workload config, restrict and modify a render (pure)."""
+    result = PipelineResult()
+    result.hooks_skipped, hook_warnings = hook_findings(output.hook_templates)
+    result.add(*hook_warnings)
+    for ref in crd_names(output.crds):
+        result.crds_skipped.append(ref)
+        result.add(
+            Finding(
+                "crd-skipped",
+                "warning",
+                ref,
+                None,
+                "CustomResourceDefinitions from crds/ are dropped and never installed",
+            )
+        )
+    objects, decode_findings = decode_manifest(output.manifest)
+    result.add(*decode_findings)
+    objects, result.workload_config, workload_findings = extract_workload_config(objects)
+    result.add(*workload_findings)
+    objects, policy_findings, crds = restrict(
+        objects,
+        service_name=service_name,
+        inference_port=inference_port,
+        policy=policy,
+        enforce_security=enforce_security,
+        instance_type_nodes=instance_type_nodes,
+        gpus_per_node=gpus_per_node,
+        nvlink=nvlink,
+    )
+    result.crds_skipped.extend(crds)
+    result.add(*policy_findings)
+    result.objects, modifications = apply_modifications(objects)
+    result.add(*modifications)
+    return result
+
+
+async def validate_chart(
+    renderer: ChartRenderer,
+    archive: Path,
+    *,
+    values: dict[str, Any] | None = None,
+    service_name: str,
+    inference_port: int,
+    policy: ValidationPolicy | None = None,
+    enforce_security: bool = False,
+    instance_type_nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    nvlink: bool = False,
+    namespace: str = PLACEHOLDER_NAMESPACE,
+    kube_version: str = DEFAULT_KUBE_VERSION,
+    api_versions: list[str] | None = None,
+) -> PipelineResult:
+    """Render `archive` and run the whole pipeline; Helm's refusals become error findings.
+
+    A render failure (template error, `fail`, `required`, schema violation, library chart,
+    time or memory limit) is one error finding whose rule is `ChartRenderError.rule`.
+    """
+    try:
+        output = await renderer.render(
+            archive,
+            values=values,
+            namespace=namespace,
+            kube_version=kube_version,
+            api_versions=api_versions,
+        )
+    except ChartRenderError as exc:
+        result = PipelineResult()
+        result.add(Finding(exc.rule, "error", None, None, exc.detail))
+        return result
+    # Decoding a large manifest is CPU work; keep it off the event loop.
+    return await asyncio.to_thread(
+        check_rendered,
+        output,
+        service_name=service_name,
+        inference_port=inference_port,
+        policy=policy,
+        enforce_security=enforce_security,
+        instance_type_nodes=instance_type_nodes,
+        gpus_per_node=gpus_per_node,
+        nvlink=nvlink,
+    )

@@ -1,0 +1,1 @@
+{{- define "library-chart.hello" -}}hello{{- end }}

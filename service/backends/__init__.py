@@ -1,0 +1,24 @@
+"""Backend adapters: the interface the reconciler drives, and the simulated cluster."""
+
+from service.backends.protocol import (
+    AdapterError,
+    BackendAdapter,
+    Capacity,
+    InstanceSpec,
+    NodeShape,
+    ShapeCapacity,
+    instance_namespace,
+)
+from service.backends.simulated import SimulatedAdapter, SimulationDelays
+
+__all__ = [
+    "AdapterError",
+    "BackendAdapter",
+    "Capacity",
+    "InstanceSpec",
+    "NodeShape",
+    "ShapeCapacity",
+    "SimulatedAdapter",
+    "SimulationDelays",
+    "instance_namespace",
+]

@@ -1,0 +1,148 @@
+"""The backend adapter interface (runtime.md §4) and the values it exchanges.
+
+An adapter drives one cluster: it applies an instance's objects into the namespace
+`sr-<instanceId>`, observes them, deletes them, and reports free GPU capacity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from service.health.observed import ObservedState
+
+
+class AdapterError(Exception):
+    """The backend refused or failed an operation; `message` is the backend's own wording.
+
+    `retryable` is False when repeating the call cannot help (e.g. an invalid object).
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+        self.status = status
+
+
+def instance_namespace(instance_id: str) -> str:
+    """The namespace of an instance: `sr-<instanceId>`."""
+    return f"sr-{instance_id}"
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """One function instance as a backend sees it.
+
+    `worker_service` is the Service whose pods are the inference worker (`helmChartServiceName`);
+    None makes every pod a worker.
+    """
+
+    instance_id: str
+    function_id: str
+    version_id: str
+    instance_type: str  # e.g. "NCP.GPU.H100_1x"
+    gpu: str
+    gpus_per_node: int
+    nodes: int = 1
+    cluster: str = ""
+    deployment_id: str = ""
+    nca_id: str = ""
+    worker_service: str | None = None
+
+    @property
+    def namespace(self) -> str:
+        return instance_namespace(self.instance_id)
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """A group of identical nodes: GPU model, GPUs per node and how many such nodes."""
+
+    gpu: str
+    gpus_per_node: int
+    count: int
+
+
+@dataclass(frozen=True)
+class ShapeCapacity:
+    """Free GPUs of one node shape, node by node."""
+
+    gpu: str
+    gpus_per_node: int
+    free_per_node: tuple[int, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.free_per_node)
+
+    @property
+    def total(self) -> int:
+        return self.gpus_per_node * self.count
+
+    @property
+    def free(self) -> int:
+        return sum(self.free_per_node)
+
+    @property
+    def free_whole_nodes(self) -> int:
+        return sum(1 for f in self.free_per_node if f == self.gpus_per_node)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Free capacity of a cluster, per node shape."""
+
+    shapes: tuple[ShapeCapacity, ...] = field(default_factory=tuple)
+
+    def free_gpus(self, gpu: str | None = None) -> int:
+        """Free GPUs in total, or of one GPU model (case-insensitive)."""
+        return sum(s.free for s in self._of(gpu))
+
+    def fits(self, gpu: str, gpus_per_node: int, nodes: int = 1) -> bool:
+        """Whether an instance of `<gpu>_<gpus_per_node>x[.x<nodes>]` fits right now.
+
+        Single node: one node with that many free GPUs. Multi-node: that many whole free nodes
+        of a shape with exactly `gpus_per_node` GPUs.
+        """
+        if nodes <= 1:
+            return any(f >= gpus_per_node for s in self._of(gpu) for f in s.free_per_node)
+        whole = sum(s.free_whole_nodes for s in self._of(gpu) if s.gpus_per_node == gpus_per_node)
+        return whole >= nodes
+
+    def _of(self, gpu: str | None) -> Sequence[ShapeCapacity]:
+        if gpu is None:
+            return self.shapes
+        return [s for s in self.shapes if s.gpu.upper() == gpu.upper()]
+
+
+@runtime_checkable
+class BackendAdapter(Protocol):
+    """What the reconciler needs from a cluster. Every method may raise AdapterError."""
+
+    name: str
+
+    async def apply(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
+        """Create or update the instance's objects (idempotent, like server-side apply)."""
+        ...
+
+    async def observe(self, instance: InstanceSpec) -> ObservedState:
+        """Pods, controllers, warning events and present objects of the instance namespace."""
+        ...
+
+    async def delete(self, instance: InstanceSpec) -> bool:
+        """Start removing everything of the instance; True once it is fully gone."""
+        ...
+
+    async def capacity(self) -> Capacity:
+        """Free GPUs per node shape."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release clients and connections."""
+        ...

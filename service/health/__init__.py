@@ -1,0 +1,42 @@
+"""Instance health: the observed-state model, the pure health state machine, version status."""
+
+from service.health.machine import (
+    HealthMode,
+    HealthTimeouts,
+    InstanceCondition,
+    Observation,
+    Phase,
+    evaluate,
+)
+from service.health.observed import (
+    Condition,
+    ContainerState,
+    ContainerStatus,
+    Controller,
+    Event,
+    ObjectRef,
+    ObservedState,
+    Pod,
+)
+from service.health.status import SpecProgress, VersionStatus, is_invocable, next_status
+
+__all__ = [
+    "Condition",
+    "ContainerState",
+    "ContainerStatus",
+    "Controller",
+    "Event",
+    "HealthMode",
+    "HealthTimeouts",
+    "InstanceCondition",
+    "ObjectRef",
+    "Observation",
+    "ObservedState",
+    "Phase",
+    "Pod",
+    "SpecProgress",
+    "VersionStatus",
+    "evaluate",
+    "is_invocable",
+    "next_status",
+]

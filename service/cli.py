@@ -20,9 +20,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 def parse_expiry(value: str) -> timedelta:
     m = _DURATION.match(value.strip().lower())
     if not m or int(m.group(1)) == 0:
-        raise argparse.ArgumentTypeError(
-            f"'{value}' is not a duration like 30d, 12h, 90m or 2w"
-        )
+        raise argparse.ArgumentTypeError(f"'{value}' is not a duration like 30d, 12h, 90m or 2w")
     return timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2)])
 
 
@@ -37,7 +35,9 @@ def _settings() -> Settings:
 def _configure_logging(settings: Settings) -> None:
     logging.basicConfig(
         level=logging.INFO,
-        format="%(message)s" if settings.log_format == "json" else "%(asctime)s %(levelname)s %(name)s %(message)s",
+        format="%(message)s"
+        if settings.log_format == "json"
+        else "%(asctime)s %(levelname)s %(name)s %(message)s",
     )
 
 

@@ -20,9 +20,7 @@ async def current_principal(request: Request, session: Session) -> Principal:
     principal = await auth.authenticate(session, request.headers.get("authorization"))
     org = request.path_params.get("org")
     if org is not None and org != principal.account_id:
-        raise Forbidden(
-            detail=f"organization '{org}' in the path is not the caller's account"
-        )
+        raise Forbidden(detail=f"organization '{org}' in the path is not the caller's account")
     request.state.account_id = principal.account_id
     return principal
 

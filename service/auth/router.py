@@ -43,9 +43,16 @@ class KeyOut(BaseModel):
 
     @classmethod
     def of(cls, row: ApiKey, key: str | None = None) -> KeyOut:
-        return cls(id=row.id, nca_id=row.account_id, hint=row.hint, scopes=list(row.scopes),
-                   description=row.description, expires_at=row.expires_at,
-                   created_at=row.created_at, key=key)
+        return cls(
+            id=row.id,
+            nca_id=row.account_id,
+            hint=row.hint,
+            scopes=list(row.scopes),
+            description=row.description,
+            expires_at=row.expires_at,
+            created_at=row.created_at,
+            key=key,
+        )
 
 
 def _parse_duration(value: Any) -> timedelta | None:
@@ -53,12 +60,16 @@ def _parse_duration(value: Any) -> timedelta | None:
         return None
     m = _DUR.match(value) if isinstance(value, str) else None
     if not m or not any(m.groups()):
-        raise ValidationFailed.of([FieldError("expiresIn", f"'{value}' is not an ISO-8601 duration such as 'P30D'")])
+        raise ValidationFailed.of(
+            [FieldError("expiresIn", f"'{value}' is not an ISO-8601 duration such as 'P30D'")]
+        )
     d, h, mi, s = (int(x or 0) for x in m.groups())
     return timedelta(days=d, hours=h, minutes=mi, seconds=s)
 
 
-@router.post("/api-keys", response_model_exclude_none=True, summary="Create an API key (shown once)")
+@router.post(
+    "/api-keys", response_model_exclude_none=True, summary="Create an API key (shown once)"
+)
 async def create_key(request: Request, session: Session, principal: Admin) -> dict[str, Any]:
     body = await read_json(request)
     if not isinstance(body, dict):
@@ -80,23 +91,43 @@ async def create_key(request: Request, session: Session, principal: Admin) -> di
         expires_in = None
     if errors:
         raise ValidationFailed.of(errors)
-    key = await create_api_key(session, account_id=account, scopes=raw_scopes,
-                               expires_in=expires_in, description=description)
-    row = (await session.execute(select(ApiKey).where(ApiKey.key_hash == hash_key(key)))).scalar_one()
+    key = await create_api_key(
+        session,
+        account_id=account,
+        scopes=[str(s) for s in raw_scopes or []],
+        expires_in=expires_in,
+        description=description,
+    )
+    row = (
+        await session.execute(select(ApiKey).where(ApiKey.key_hash == hash_key(key)))
+    ).scalar_one()
     return {"apiKey": KeyOut.of(row, key).model_dump(mode="json", by_alias=True, exclude_none=True)}
 
 
 @router.get("/api-keys", summary="List the account's API keys (never the keys themselves)")
 async def list_keys(session: Session, principal: Admin) -> dict[str, Any]:
-    rows = (await session.execute(select(ApiKey).where(ApiKey.account_id == principal.account_id)
-                                  .order_by(ApiKey.created_at))).scalars().all()
-    return {"apiKeys": [KeyOut.of(r).model_dump(mode="json", by_alias=True, exclude_none=True)
-                        for r in rows]}
+    rows = (
+        (
+            await session.execute(
+                select(ApiKey)
+                .where(ApiKey.account_id == principal.account_id)
+                .order_by(ApiKey.created_at)
+            )
+        )
+        .scalars()
+        .all()
+    )
+    return {
+        "apiKeys": [
+            KeyOut.of(r).model_dump(mode="json", by_alias=True, exclude_none=True) for r in rows
+        ]
+    }
 
 
-@router.delete("/api-keys/{keyId}", status_code=204, response_class=Response,
-               summary="Revoke an API key")
-async def delete_key(keyId: str, request: Request, session: Session, principal: Admin) -> Response:  # noqa: N803
+@router.delete(
+    "/api-keys/{keyId}", status_code=204, response_class=Response, summary="Revoke an API key"
+)
+async def delete_key(keyId: str, request: Request, session: Session, principal: Admin) -> Response:
     kid = parse_uuid(keyId, "keyId")
     row = await session.get(ApiKey, kid)
     if row is None or row.account_id != principal.account_id:

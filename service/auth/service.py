@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import jwt
+from jwt.types import Options
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -190,7 +191,7 @@ class Authenticator:
         except jwt.PyJWTError:
             raise Unauthorized(detail="credential is not a valid JWT", headers=_BEARER) from None
         alg = header.get("alg")
-        options: dict[str, Any] = {"require": ["exp"]}
+        options: Options = {"require": ["exp"]}
         try:
             if alg == "HS256":
                 if s.jwt_secret is None:
@@ -212,14 +213,18 @@ class Authenticator:
         except jwt.ExpiredSignatureError:
             raise Unauthorized(detail="JWT has expired", headers=_BEARER) from None
         except jwt.MissingRequiredClaimError as exc:
-            raise Unauthorized(detail=f"JWT is missing the '{exc.claim}' claim", headers=_BEARER) from None
+            raise Unauthorized(
+                detail=f"JWT is missing the '{exc.claim}' claim", headers=_BEARER
+            ) from None
         except jwt.InvalidSignatureError:
             raise Unauthorized(detail="JWT signature is invalid", headers=_BEARER) from None
         except jwt.PyJWTError as exc:
             raise Unauthorized(detail=f"JWT rejected: {exc}", headers=_BEARER) from None
         account = claims.get("ncaId") or claims.get("sub")
         if not isinstance(account, str) or not account:
-            raise Unauthorized(detail="JWT has neither an 'ncaId' nor a 'sub' claim", headers=_BEARER)
+            raise Unauthorized(
+                detail="JWT has neither an 'ncaId' nor a 'sub' claim", headers=_BEARER
+            )
         raw_scopes = claims.get("scopes", claims.get("scope", []))
         if isinstance(raw_scopes, str):
             raw_scopes = raw_scopes.split()

@@ -12,7 +12,12 @@ from typing import Any
 
 from sqlalchemy import DateTime, MetaData, String, TypeDecorator, event
 from sqlalchemy.engine import Dialect
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 from sqlalchemy.orm import DeclarativeBase
 from starlette.requests import Request
 

@@ -15,7 +15,9 @@ async def read_json(request: Request) -> Any:
     """The request body as JSON: 415 unless the content type is JSON, 400 when it does not parse."""
     ctype = request.headers.get("content-type", "")
     mime = ctype.split(";", 1)[0].strip().lower()
-    if mime != "application/json" and not (mime.startswith("application/") and mime.endswith("+json")):
+    if mime != "application/json" and not (
+        mime.startswith("application/") and mime.endswith("+json")
+    ):
         raise UnsupportedMediaType(
             detail=f"request body must be application/json, got '{ctype or 'no content type'}'"
         )
@@ -40,6 +42,8 @@ def json_body_doc(schema_ref: str) -> dict[str, Any]:
     return {
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema_ref}"}}},
+            "content": {
+                "application/json": {"schema": {"$ref": f"#/components/schemas/{schema_ref}"}}
+            },
         }
     }

@@ -39,7 +39,7 @@ class IdempotencyRecord(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
 
 
-class IdempotentReplay(Exception):  # noqa: N818 - a control-flow signal, not an error
+class IdempotentReplay(Exception):
     """Raised to answer with the stored first response."""
 
     def __init__(self, status_code: int, body: dict[str, Any]) -> None:

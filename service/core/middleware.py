@@ -64,7 +64,9 @@ def _valid_uuid(value: str) -> bool:
 
 
 class RequestContextMiddleware:
-    def __init__(self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int, json_logs: bool) -> None:
+    def __init__(
+        self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int, json_logs: bool
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body = max_body_bytes
@@ -161,7 +163,12 @@ class RequestContextMiddleware:
         await send({"type": "http.response.body", "body": body})
 
     def _log(
-        self, scope: Scope, state: dict[str, Any], method: str, status: int, elapsed: float,
+        self,
+        scope: Scope,
+        state: dict[str, Any],
+        method: str,
+        status: int,
+        elapsed: float,
         request_id: str,
     ) -> None:
         if not log.isEnabledFor(logging.INFO):
@@ -180,5 +187,10 @@ class RequestContextMiddleware:
         else:
             log.info(
                 "%s %s %s %.2fms account=%s requestId=%s",
-                method, fields["path"], status, fields["durationMs"], fields["account"], request_id,
+                method,
+                fields["path"],
+                status,
+                fields["durationMs"],
+                fields["account"],
+                request_id,
             )

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from typing_extensions import Annotated
 
 CommaList = Annotated[frozenset[str], NoDecode]
 
@@ -71,9 +70,7 @@ class Settings(BaseSettings):
         if value is None or value == "":
             return None
         if not value.startswith(("sqlite+aiosqlite://", "postgresql+psycopg://")):
-            raise ValueError(
-                "must start with 'sqlite+aiosqlite://' or 'postgresql+psycopg://'"
-            )
+            raise ValueError("must start with 'sqlite+aiosqlite://' or 'postgresql+psycopg://'")
         return value
 
     @cached_property

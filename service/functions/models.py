@@ -22,7 +22,9 @@ class Function(Base):
 
 class FunctionVersion(Base):
     __tablename__ = "function_versions"
-    __table_args__ = (Index("ix_function_versions_account_created", "account_id", "created_at", "id"),)
+    __table_args__ = (
+        Index("ix_function_versions_account_created", "account_id", "created_at", "id"),
+    )
 
     id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True)
     function_id: Mapped[uuid.UUID] = mapped_column(

@@ -79,7 +79,7 @@ async def create_function(
     summary="Create a new version of a function",
 )
 async def create_version(
-    functionId: str,  # noqa: N803 - the documented path parameter name
+    functionId: str,
     request: Request,
     session: Session,
     principal: Registrar,
@@ -133,7 +133,7 @@ async def list_function_ids(session: Session, principal: Lister) -> FunctionIds:
     summary="List the versions of a function",
 )
 async def list_function_versions(
-    functionId: str,  # noqa: N803
+    functionId: str,
     session: Session,
     principal: Lister,
     limit: Annotated[int | None, Query(ge=1, le=MAX_LIMIT)] = None,
@@ -158,8 +158,8 @@ async def list_function_versions(
     summary="Get one function version",
 )
 async def get_function_version(
-    functionId: str,  # noqa: N803
-    functionVersionId: str,  # noqa: N803
+    functionId: str,
+    functionVersionId: str,
     session: Session,
     principal: Lister,
 ) -> FunctionEnvelope:
@@ -188,8 +188,8 @@ async def _update(
     summary="Update a version's tags, description or rate limit",
 )
 async def update_function_version(
-    functionId: str,  # noqa: N803
-    functionVersionId: str,  # noqa: N803
+    functionId: str,
+    functionVersionId: str,
     request: Request,
     session: Session,
     principal: Updater,
@@ -206,8 +206,8 @@ async def update_function_version(
     summary="Update a version's metadata (deprecated alias)",
 )
 async def update_function_metadata(
-    functionId: str,  # noqa: N803
-    functionVersionId: str,  # noqa: N803
+    functionId: str,
+    functionVersionId: str,
     request: Request,
     session: Session,
     principal: Updater,
@@ -222,8 +222,8 @@ async def update_function_metadata(
     summary="Delete a function version (and tear down its deployment)",
 )
 async def delete_function_version(
-    functionId: str,  # noqa: N803
-    functionVersionId: str,  # noqa: N803
+    functionId: str,
+    functionVersionId: str,
     session: Session,
     principal: Deleter,
 ) -> Response:

@@ -109,21 +109,21 @@ class FunctionOut(CamelModel):
             inference_port=v.inference_port,
             container_image=v.container_image,
             container_args=v.container_args,
-            container_environment=v.container_environment,  # type: ignore[arg-type]
+            container_environment=v.container_environment,
             helm_chart=v.helm_chart,
             helm_chart_service_name=v.helm_chart_service_name,
             helm_chart_digest=v.helm_chart_digest,
-            models=v.models,  # type: ignore[arg-type]
-            resources=v.resources,  # type: ignore[arg-type]
+            models=v.models,
+            resources=v.resources,
             api_body_format=v.api_body_format,
             function_type=v.function_type,
-            health=v.health,  # type: ignore[arg-type]
+            health=v.health,
             health_uri=v.health_uri,
             description=v.description,
             tags=list(v.tags),
             secrets=[SecretName(name=s.name) for s in v.secrets] or None,
             rate_limit=v.rate_limit,
-            findings=v.findings or None,  # type: ignore[arg-type]
+            findings=v.findings or None,
             active_instances=[] if details else None,
             created_at=v.created_at,
         )

@@ -122,7 +122,9 @@ async def list_versions(
         stmt = stmt.where(FunctionVersion.status == filters.status)
     if filters.tag is not None:
         stmt = stmt.where(
-            FunctionVersion.id.in_(select(VersionTag.version_id).where(VersionTag.tag == filters.tag))
+            FunctionVersion.id.in_(
+                select(VersionTag.version_id).where(VersionTag.tag == filters.tag)
+            )
         )
     if page.after is not None:
         t, i = page.after
@@ -187,9 +189,9 @@ async def delete_version(
     await session.delete(version)
     await session.flush()
     remaining = await session.scalar(
-        select(func.count()).select_from(FunctionVersion).where(
-            FunctionVersion.function_id == function_id
-        )
+        select(func.count())
+        .select_from(FunctionVersion)
+        .where(FunctionVersion.function_id == function_id)
     )
     if not remaining:
         await session.execute(delete(Function).where(Function.id == function_id))

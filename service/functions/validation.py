@@ -71,8 +71,14 @@ class _Checker:
         self.errors.append(FieldError(fld, message))
 
     def string(
-        self, body: dict[str, Any], key: str, *, required: bool = False, max_len: int | None = None,
-        min_len: int = 0, where: str | None = None,
+        self,
+        body: dict[str, Any],
+        key: str,
+        *,
+        required: bool = False,
+        max_len: int | None = None,
+        min_len: int = 0,
+        where: str | None = None,
     ) -> str | None:
         fld = where or key
         value = body.get(key)
@@ -84,15 +90,25 @@ class _Checker:
             self.err(fld, f"must be a string, got {_kind(value)}")
             return None
         if len(value) < min_len or (required and min_len == 0 and value == ""):
-            self.err(fld, "must not be empty" if min_len <= 1 else f"must be at least {min_len} characters")
+            self.err(
+                fld,
+                "must not be empty" if min_len <= 1 else f"must be at least {min_len} characters",
+            )
             return None
         if max_len is not None and len(value) > max_len:
             self.err(fld, f"must be at most {max_len} characters, got {len(value)}")
             return None
         return value
 
-    def integer(self, body: dict[str, Any], key: str, lo: int, hi: int, where: str | None = None,
-                required: bool = False) -> int | None:
+    def integer(
+        self,
+        body: dict[str, Any],
+        key: str,
+        lo: int,
+        hi: int,
+        where: str | None = None,
+        required: bool = False,
+    ) -> int | None:
         fld = where or key
         value = body.get(key)
         if value is None:
@@ -107,8 +123,15 @@ class _Checker:
             return None
         return value
 
-    def enum(self, body: dict[str, Any], key: str, allowed: tuple[str, ...], default: str | None,
-             where: str | None = None, required: bool = False) -> str | None:
+    def enum(
+        self,
+        body: dict[str, Any],
+        key: str,
+        allowed: tuple[str, ...],
+        default: str | None,
+        where: str | None = None,
+        required: bool = False,
+    ) -> str | None:
         fld = where or key
         value = body.get(key)
         if value is None:
@@ -187,7 +210,7 @@ def _rate_limit(c: _Checker, value: Any, fld: str = "rateLimit") -> dict[str, An
     if value is None:
         return None
     if not isinstance(value, dict):
-        c.err(fld, f"must be an object like {{\"rateLimit\": \"100-S\"}}, got {_kind(value)}")
+        c.err(fld, f'must be an object like {{"rateLimit": "100-S"}}, got {_kind(value)}')
         return None
     out: dict[str, Any] = {}
     rate = value.get("rateLimit")
@@ -333,7 +356,9 @@ def _health(c: _Checker, value: Any) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         c.err(fld, f"must be an object, got {_kind(value)}")
         return None
-    protocol = c.enum(value, "protocol", HEALTH_PROTOCOLS, None, where=f"{fld}.protocol", required=True)
+    protocol = c.enum(
+        value, "protocol", HEALTH_PROTOCOLS, None, where=f"{fld}.protocol", required=True
+    )
     uri = c.string(value, "uri", required=True, where=f"{fld}.uri")
     if uri is not None:
         c.uri_path(uri, f"{fld}.uri")
@@ -341,8 +366,9 @@ def _health(c: _Checker, value: Any) -> dict[str, Any] | None:
     timeout = c.string(value, "timeout", required=True, where=f"{fld}.timeout")
     if timeout is not None and not DURATION_RE.match(timeout):
         c.err(f"{fld}.timeout", f"'{timeout}' is not an ISO-8601 duration such as 'PT10S'")
-    code = c.integer(value, "expectedStatusCode", 100, 599, where=f"{fld}.expectedStatusCode",
-                     required=True)
+    code = c.integer(
+        value, "expectedStatusCode", 100, 599, where=f"{fld}.expectedStatusCode", required=True
+    )
     return {
         "protocol": protocol,
         "uri": uri,
@@ -358,8 +384,11 @@ def validate_create(raw: Any) -> FunctionSpec:
     c = _Checker()
     name = c.string(body, "name", required=True, max_len=128)
     if name is not None and not NAME_RE.match(name):
-        c.err("name", f"'{name}' must start with a letter or digit and contain only letters, "
-                      "digits, '-' and '_'")
+        c.err(
+            "name",
+            f"'{name}' must start with a letter or digit and contain only letters, "
+            "digits, '-' and '_'",
+        )
     inference_url = c.string(body, "inferenceUrl", required=True)
     if inference_url is not None:
         c.uri_path(inference_url, "inferenceUrl")

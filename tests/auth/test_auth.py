@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -50,7 +51,7 @@ async def test_bad_credentials_are_401(client: httpx.AsyncClient, header: str, d
 async def test_expired_api_key_is_401(client: httpx.AsyncClient) -> None:
     key = await new_key(client, ["list_functions"], expires_in="PT1S")
     assert (await client.get(f"{V}/functions", headers=bearer(key))).status_code == 200
-    time.sleep(1.1)
+    await asyncio.sleep(1.1)
     resp = await client.get(f"{V}/functions", headers=bearer(key))
     assert resp.status_code == 401
     assert resp.json()["detail"] == "API key has expired"
@@ -94,7 +95,9 @@ async def test_details_scope_alone_lists_and_adds_instances(client: httpx.AsyncC
 
 
 async def test_hs256_jwt(client: httpx.AsyncClient) -> None:
-    token = hs256({"sub": "client-1", "ncaId": "nvcf-default", "scopes": ["list_functions"], "exp": future()})
+    token = hs256(
+        {"sub": "client-1", "ncaId": "nvcf-default", "scopes": ["list_functions"], "exp": future()}
+    )
     fn = await create_fn(client)
     resp = await client.get(f"{V}/functions", headers=bearer(token))
     assert resp.status_code == 200
@@ -109,12 +112,21 @@ async def test_hs256_jwt(client: httpx.AsyncClient) -> None:
     [
         ({"sub": "a", "scopes": [], "exp": future(-60)}, JWT_SECRET, "JWT has expired"),
         ({"sub": "a", "scopes": []}, JWT_SECRET, "JWT is missing the 'exp' claim"),
-        ({"sub": "a", "scopes": [], "exp": future()}, "another-secret-of-sufficient-length-1234", "JWT signature is invalid"),
-        ({"scopes": [], "exp": future()}, JWT_SECRET, "JWT has neither an 'ncaId' nor a 'sub' claim"),
+        (
+            {"sub": "a", "scopes": [], "exp": future()},
+            "another-secret-of-sufficient-length-1234",
+            "JWT signature is invalid",
+        ),
+        (
+            {"scopes": [], "exp": future()},
+            JWT_SECRET,
+            "JWT has neither an 'ncaId' nor a 'sub' claim",
+        ),
     ],
 )
-async def test_bad_jwts_are_401(client: httpx.AsyncClient, claims: dict[str, Any], secret: str,
-                                detail: str) -> None:
+async def test_bad_jwts_are_401(
+    client: httpx.AsyncClient, claims: dict[str, Any], secret: str, detail: str
+) -> None:
     resp = await client.get(f"{V}/functions", headers=bearer(hs256(claims, secret)))
     assert resp.status_code == 401
     assert resp.json()["detail"] == detail
@@ -128,31 +140,52 @@ async def test_jwt_missing_scope_is_403(client: httpx.AsyncClient) -> None:
 
 async def test_jwt_org_path_must_match(client: httpx.AsyncClient) -> None:
     token = hs256({"sub": "acme", "scopes": ["list_functions"], "exp": future()})
-    assert (await client.get("/v2/orgs/acme/nvcf/functions", headers=bearer(token))).status_code == 200
-    assert (await client.get("/v2/orgs/other/nvcf/functions", headers=bearer(token))).status_code == 403
+    assert (
+        await client.get("/v2/orgs/acme/nvcf/functions", headers=bearer(token))
+    ).status_code == 200
+    assert (
+        await client.get("/v2/orgs/other/nvcf/functions", headers=bearer(token))
+    ).status_code == 403
 
 
 @pytest.mark.parametrize("alg", ["RS256", "ES256"])
-async def test_jwks_file_verification(client_factory: ClientFactory, tmp_path: Path, alg: str) -> None:
-    key: Any = rsa.generate_private_key(public_exponent=65537, key_size=2048) if alg == "RS256" \
+async def test_jwks_file_verification(
+    client_factory: ClientFactory, tmp_path: Path, alg: str
+) -> None:
+    key: Any = (
+        rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        if alg == "RS256"
         else ec.generate_private_key(ec.SECP256R1())
+    )
     algo = jwt.algorithms.RSAAlgorithm if alg == "RS256" else jwt.algorithms.ECAlgorithm
     jwk = json.loads(algo.to_jwk(key.public_key()))
     jwk.update(kid="k1", alg=alg, use="sig")
     jwks = tmp_path / "jwks.json"
     jwks.write_text(json.dumps({"keys": [jwk]}))
     client = await client_factory(jwks_file=jwks, jwt_secret=None)
-    good = jwt.encode({"sub": "acme", "scopes": ["list_functions"], "exp": future()}, key,
-                      algorithm=alg, headers={"kid": "k1"})
+    good = jwt.encode(
+        {"sub": "acme", "scopes": ["list_functions"], "exp": future()},
+        key,
+        algorithm=alg,
+        headers={"kid": "k1"},
+    )
     assert (await client.get(f"{V}/functions", headers=bearer(good))).status_code == 200
-    other: Any = rsa.generate_private_key(public_exponent=65537, key_size=2048) if alg == "RS256" \
+    other: Any = (
+        rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        if alg == "RS256"
         else ec.generate_private_key(ec.SECP256R1())
-    forged = jwt.encode({"sub": "acme", "scopes": ["list_functions"], "exp": future()}, other,
-                        algorithm=alg, headers={"kid": "k1"})
+    )
+    forged = jwt.encode(
+        {"sub": "acme", "scopes": ["list_functions"], "exp": future()},
+        other,
+        algorithm=alg,
+        headers={"kid": "k1"},
+    )
     resp = await client.get(f"{V}/functions", headers=bearer(forged))
     assert resp.status_code == 401 and resp.json()["detail"] == "JWT signature is invalid"
-    unknown_kid = jwt.encode({"sub": "acme", "scopes": [], "exp": future()}, key, algorithm=alg,
-                             headers={"kid": "k9"})
+    unknown_kid = jwt.encode(
+        {"sub": "acme", "scopes": [], "exp": future()}, key, algorithm=alg, headers={"kid": "k9"}
+    )
     resp = await client.get(f"{V}/functions", headers=bearer(unknown_kid))
     assert resp.status_code == 401 and "k9" in resp.json()["detail"]
     # HS256 is refused when no secret is configured
@@ -169,7 +202,9 @@ async def test_jwt_without_configuration_is_401(client_factory: ClientFactory) -
 
 async def test_key_admin_requires_admin_and_validates(client: httpx.AsyncClient) -> None:
     plain = bearer(await new_key(client, ["list_functions"]))
-    assert (await client.post(f"{V}/api-keys", json={"scopes": ["list_functions"]}, headers=plain)).status_code == 403
+    assert (
+        await client.post(f"{V}/api-keys", json={"scopes": ["list_functions"]}, headers=plain)
+    ).status_code == 403
     resp = await client.post(f"{V}/api-keys", json={"scopes": ["fly"], "expiresIn": "soon"})
     assert resp.status_code == 400
     assert {e["field"] for e in resp.json()["errors"]} == {"expiresIn"}

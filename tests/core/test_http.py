@@ -1,4 +1,4 @@
-"""Cross-cutting HTTP behaviour: problem+json for every error, request ids, limits, probes, metrics."""
+"""Cross-cutting HTTP behaviour: problem+json errors, request ids, limits, probes, metrics."""
 
 from __future__ import annotations
 
@@ -36,7 +36,11 @@ async def test_wrong_method_is_problem_405(client: httpx.AsyncClient) -> None:
 
 
 async def test_non_json_body_is_415(client: httpx.AsyncClient) -> None:
-    resp = await client.post(f"{V}/functions", content=b"name=x", headers={"content-type": "application/x-www-form-urlencoded"})
+    resp = await client.post(
+        f"{V}/functions",
+        content=b"name=x",
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
     body = assert_problem(resp, 415)
     assert "application/json" in str(body["detail"])
     resp = await client.post(f"{V}/functions", content=b"{}")
@@ -44,7 +48,9 @@ async def test_non_json_body_is_415(client: httpx.AsyncClient) -> None:
 
 
 async def test_malformed_json_is_400(client: httpx.AsyncClient) -> None:
-    resp = await client.post(f"{V}/functions", content=b"{\"name\": ", headers={"content-type": "application/json"})
+    resp = await client.post(
+        f"{V}/functions", content=b'{"name": ', headers={"content-type": "application/json"}
+    )
     body = assert_problem(resp, 400)
     assert body["errors"][0]["field"] == "body"  # type: ignore[index]
 
@@ -61,7 +67,9 @@ async def test_chunked_body_over_the_limit_is_413(client: httpx.AsyncClient) -> 
         for _ in range(20):
             yield b"x" * 65536
 
-    resp = await client.post(f"{V}/functions", content=chunks(), headers={"content-type": "application/json"})
+    resp = await client.post(
+        f"{V}/functions", content=chunks(), headers={"content-type": "application/json"}
+    )
     assert_problem(resp, 413)
 
 
@@ -99,7 +107,9 @@ async def test_metrics_count_requests_by_route_template(client: httpx.AsyncClien
     await client.get(f"{V}/functions")
     await client.get(f"{V}/functions/{uuid.uuid4()}/versions")
     text = (await client.get("/metrics")).text
-    assert 'nvcf_http_requests_total{method="GET",route="/v2/nvcf/functions",status="200"} 1.0' in text
+    assert (
+        'nvcf_http_requests_total{method="GET",route="/v2/nvcf/functions",status="200"} 1.0' in text
+    )
     assert 'route="/v2/nvcf/functions/{functionId}/versions",status="404"' in text
     assert "nvcf_http_request_duration_seconds_bucket" in text
 
@@ -109,7 +119,9 @@ async def test_one_log_line_per_request_without_secrets(
 ) -> None:
     caplog.set_level(logging.INFO)
     secret = "do-not-log-this-secret-value"
-    resp = await client.post(f"{V}/functions", json={**CONTAINER_FN, "secrets": [{"name": "s", "value": secret}]})
+    resp = await client.post(
+        f"{V}/functions", json={**CONTAINER_FN, "secrets": [{"name": "s", "value": secret}]}
+    )
     assert resp.status_code == 200
     access = [r for r in caplog.records if r.name == "nvcf.access"]
     assert len(access) == 1

@@ -13,13 +13,16 @@ V = "/v2/nvcf"
 
 
 async def test_create_returns_the_function_object(client: httpx.AsyncClient) -> None:
-    resp = await client.post(f"{V}/functions", json={
-        **CONTAINER_FN,
-        "tags": ["team:a", "prod"],
-        "secrets": [{"name": "api-token", "value": "s3cr3t-value"}],
-        "containerEnvironment": [{"key": "MODE", "value": "fast"}],
-        "rateLimit": {"rateLimit": "10-S"},
-    })
+    resp = await client.post(
+        f"{V}/functions",
+        json={
+            **CONTAINER_FN,
+            "tags": ["team:a", "prod"],
+            "secrets": [{"name": "api-token", "value": "s3cr3t-value"}],
+            "containerEnvironment": [{"key": "MODE", "value": "fast"}],
+            "rateLimit": {"rateLimit": "10-S"},
+        },
+    )
     assert resp.status_code == 200
     fn = resp.json()["function"]
     uuid.UUID(fn["id"]), uuid.UUID(fn["versionId"])
@@ -27,8 +30,13 @@ async def test_create_returns_the_function_object(client: httpx.AsyncClient) -> 
     assert fn["ncaId"] == "nvcf-default"
     assert fn["createdAt"].endswith("Z")
     assert fn["description"] == "echo"
-    assert fn["health"] == {"protocol": "HTTP", "uri": "/v2/health/ready", "port": 8000,
-                            "timeout": "PT10S", "expectedStatusCode": 200}
+    assert fn["health"] == {
+        "protocol": "HTTP",
+        "uri": "/v2/health/ready",
+        "port": 8000,
+        "timeout": "PT10S",
+        "expectedStatusCode": 200,
+    }
     assert fn["secrets"] == [{"name": "api-token"}]
     assert "s3cr3t-value" not in resp.text
     assert "helmChart" not in fn  # nulls are omitted
@@ -39,7 +47,9 @@ async def test_create_returns_the_function_object(client: httpx.AsyncClient) -> 
 async def test_versions_list_get_update_delete(client: httpx.AsyncClient) -> None:
     first = await create_fn(client)
     fid = first["id"]
-    resp = await client.post(f"{V}/functions/{fid}/versions", json={**CONTAINER_FN, "description": "v2"})
+    resp = await client.post(
+        f"{V}/functions/{fid}/versions", json={**CONTAINER_FN, "description": "v2"}
+    )
     assert resp.status_code == 200
     second = resp.json()["function"]
     assert second["id"] == fid and second["versionId"] != first["versionId"]
@@ -55,15 +65,21 @@ async def test_versions_list_get_update_delete(client: httpx.AsyncClient) -> Non
     ids = (await client.get(f"{V}/functions/ids")).json()["functionIds"]
     assert ids == [fid]
 
-    upd = await client.put(f"{V}/functions/{fid}/versions/{first['versionId']}",
-                           json={"tags": ["x"], "description": "changed", "name": "ignored"})
+    upd = await client.put(
+        f"{V}/functions/{fid}/versions/{first['versionId']}",
+        json={"tags": ["x"], "description": "changed", "name": "ignored"},
+    )
     assert upd.status_code == 200
     assert upd.json()["function"]["tags"] == ["x"]
     assert upd.json()["function"]["description"] == "changed"
     assert upd.json()["function"]["name"] == "echo"
-    alias = await client.put(f"{V}/metadata/functions/{fid}/versions/{first['versionId']}",
-                             json={"rateLimit": {"rateLimit": "5-M"}})
-    assert alias.status_code == 200 and alias.json()["function"]["rateLimit"] == {"rateLimit": "5-M"}
+    alias = await client.put(
+        f"{V}/metadata/functions/{fid}/versions/{first['versionId']}",
+        json={"rateLimit": {"rateLimit": "5-M"}},
+    )
+    assert alias.status_code == 200 and alias.json()["function"]["rateLimit"] == {
+        "rateLimit": "5-M"
+    }
     empty = await client.put(f"{V}/functions/{fid}/versions/{first['versionId']}", json={})
     assert empty.status_code == 400
 
@@ -71,7 +87,9 @@ async def test_versions_list_get_update_delete(client: httpx.AsyncClient) -> Non
     assert deleted.status_code == 204 and deleted.content == b""
     gone = await client.get(f"{V}/functions/{fid}/versions/{first['versionId']}")
     assert gone.status_code == 404
-    assert (await client.delete(f"{V}/functions/{fid}/versions/{second['versionId']}")).status_code == 204
+    assert (
+        await client.delete(f"{V}/functions/{fid}/versions/{second['versionId']}")
+    ).status_code == 204
     assert (await client.get(f"{V}/functions/{fid}/versions")).status_code == 404
     assert (await client.get(f"{V}/functions/ids")).json()["functionIds"] == []
 
@@ -87,14 +105,24 @@ async def test_create_version_of_unknown_function_is_404_and_stores_nothing(
 async def test_non_uuid_path_is_400(client: httpx.AsyncClient) -> None:
     resp = await client.get(f"{V}/functions/not-a-uuid/versions")
     assert resp.status_code == 400
-    assert resp.json()["errors"] == [{"field": "functionId", "message": "'not-a-uuid' is not a UUID"}]
+    assert resp.json()["errors"] == [
+        {"field": "functionId", "message": "'not-a-uuid' is not a UUID"}
+    ]
 
 
-async def test_invalid_body_lists_every_violation_and_stores_nothing(client: httpx.AsyncClient) -> None:
-    resp = await client.post(f"{V}/functions", json={
-        "name": "bad name!", "inferenceUrl": "", "inferencePort": 70000,
-        "helmChart": "oci://reg.example.com/c/chart_x-1.0.0-rc1.tgz", "helmChartServiceName": "Svc",
-    })
+async def test_invalid_body_lists_every_violation_and_stores_nothing(
+    client: httpx.AsyncClient,
+) -> None:
+    resp = await client.post(
+        f"{V}/functions",
+        json={
+            "name": "bad name!",
+            "inferenceUrl": "",
+            "inferencePort": 70000,
+            "helmChart": "oci://reg.example.com/c/chart_x-1.0.0-rc1.tgz",
+            "helmChartServiceName": "Svc",
+        },
+    )
     assert resp.status_code == 400
     assert resp.headers["content-type"] == "application/problem+json"
     body = resp.json()
@@ -110,7 +138,9 @@ async def test_invalid_body_lists_every_violation_and_stores_nothing(client: htt
 async def test_list_filters_and_pagination(client: httpx.AsyncClient) -> None:
     made = []
     for i in range(7):
-        made.append(await create_fn(client, name=f"fn-{i % 2}", tags=["even"] if i % 2 == 0 else ["odd"]))
+        made.append(
+            await create_fn(client, name=f"fn-{i % 2}", tags=["even"] if i % 2 == 0 else ["odd"])
+        )
     all_ = (await client.get(f"{V}/functions")).json()
     assert [f["versionId"] for f in all_["functions"]] == [m["versionId"] for m in made]
     assert "nextCursor" not in all_
@@ -132,15 +162,21 @@ async def test_list_filters_and_pagination(client: httpx.AsyncClient) -> None:
     assert len(named) == 3 and {f["name"] for f in named} == {"fn-1"}
     tagged = (await client.get(f"{V}/functions", params={"tag": "even"})).json()["functions"]
     assert len(tagged) == 4
-    inactive = (await client.get(f"{V}/functions", params={"status": "inactive"})).json()["functions"]
+    inactive = (await client.get(f"{V}/functions", params={"status": "inactive"})).json()[
+        "functions"
+    ]
     assert len(inactive) == 7
     active = (await client.get(f"{V}/functions", params={"status": "ACTIVE"})).json()["functions"]
     assert active == []
 
 
 async def test_bad_list_parameters_are_400(client: httpx.AsyncClient) -> None:
-    for params, field in (({"limit": 0}, "limit"), ({"limit": 1001}, "limit"),
-                          ({"cursor": "garbage"}, "cursor"), ({"status": "SLEEPING"}, "status")):
+    for params, field in (
+        ({"limit": 0}, "limit"),
+        ({"limit": 1001}, "limit"),
+        ({"cursor": "garbage"}, "cursor"),
+        ({"status": "SLEEPING"}, "status"),
+    ):
         resp = await client.get(f"{V}/functions", params=params)
         assert resp.status_code == 400, (params, resp.text)
         assert resp.json()["errors"][0]["field"] == field
@@ -155,7 +191,9 @@ async def test_org_aliases_serve_every_route(client: httpx.AsyncClient) -> None:
         assert got.status_code == 200
         listed = await client.get(f"{prefix}/functions")
         assert fn["versionId"] in [f["versionId"] for f in listed.json()["functions"]]
-        assert (await client.delete(f"{prefix}/functions/{fn['id']}/versions/{fn['versionId']}")).status_code == 204
+        assert (
+            await client.delete(f"{prefix}/functions/{fn['id']}/versions/{fn['versionId']}")
+        ).status_code == 204
 
 
 async def test_org_alias_naming_another_org_is_403(client: httpx.AsyncClient) -> None:
@@ -169,11 +207,18 @@ async def test_org_alias_naming_another_org_is_403(client: httpx.AsyncClient) ->
 
 async def test_accounts_are_isolated(client: httpx.AsyncClient) -> None:
     fn = await create_fn(client)
-    other = bearer(await new_key(client, ["list_functions", "update_function", "delete_function",
-                                          "register_function"], account="other-team"))
+    other = bearer(
+        await new_key(
+            client,
+            ["list_functions", "update_function", "delete_function", "register_function"],
+            account="other-team",
+        )
+    )
     path = f"{V}/functions/{fn['id']}/versions/{fn['versionId']}"
     assert (await client.get(path, headers=other)).status_code == 404
-    assert (await client.get(f"{V}/functions/{fn['id']}/versions", headers=other)).status_code == 404
+    assert (
+        await client.get(f"{V}/functions/{fn['id']}/versions", headers=other)
+    ).status_code == 404
     assert (await client.put(path, json={"description": "x"}, headers=other)).status_code == 404
     assert (await client.delete(path, headers=other)).status_code == 404
     resp = await client.post(f"{V}/functions/{fn['id']}/versions", json=CONTAINER_FN, headers=other)
@@ -206,17 +251,21 @@ async def test_idempotent_create_replays_the_first_response(client: httpx.AsyncC
     assert again.headers["idempotent-replayed"] == "true"
     assert len((await client.get(f"{V}/functions")).json()["functions"]) == 1
 
-    clash = await client.post(f"{V}/functions", json={**CONTAINER_FN, "name": "other"}, headers=headers)
+    clash = await client.post(
+        f"{V}/functions", json={**CONTAINER_FN, "name": "other"}, headers=headers
+    )
     assert clash.status_code == 409
     assert "different request body" in clash.json()["detail"]
     assert len((await client.get(f"{V}/functions")).json()["functions"]) == 1
 
 
-async def test_concurrent_creates_with_one_key_create_exactly_one(client: httpx.AsyncClient) -> None:
+async def test_concurrent_creates_with_one_key_create_exactly_one(
+    client: httpx.AsyncClient,
+) -> None:
     headers = {"Idempotency-Key": "race-1"}
-    responses = await asyncio.gather(*[
-        client.post(f"{V}/functions", json=CONTAINER_FN, headers=headers) for _ in range(8)
-    ])
+    responses = await asyncio.gather(
+        *[client.post(f"{V}/functions", json=CONTAINER_FN, headers=headers) for _ in range(8)]
+    )
     assert {r.status_code for r in responses} == {200}
     assert len({r.json()["function"]["versionId"] for r in responses}) == 1
     assert len((await client.get(f"{V}/functions")).json()["functions"]) == 1
@@ -224,7 +273,9 @@ async def test_concurrent_creates_with_one_key_create_exactly_one(client: httpx.
 
 async def test_failed_request_does_not_burn_the_idempotency_key(client: httpx.AsyncClient) -> None:
     headers = {"Idempotency-Key": "k-2"}
-    bad = await client.post(f"{V}/functions", json={**CONTAINER_FN, "name": "bad name"}, headers=headers)
+    bad = await client.post(
+        f"{V}/functions", json={**CONTAINER_FN, "name": "bad name"}, headers=headers
+    )
     assert bad.status_code == 400
     good = await client.post(f"{V}/functions", json=CONTAINER_FN, headers=headers)
     assert good.status_code == 200

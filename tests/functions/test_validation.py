@@ -9,7 +9,11 @@ import pytest
 from service.core.errors import ValidationFailed
 from service.functions.validation import validate_create, validate_metadata_update
 
-BASE: dict[str, Any] = {"name": "echo", "inferenceUrl": "/echo", "containerImage": "nvcr.io/acme/echo:1"}
+BASE: dict[str, Any] = {
+    "name": "echo",
+    "inferenceUrl": "/echo",
+    "containerImage": "nvcr.io/acme/echo:1",
+}
 HELM: dict[str, Any] = {
     "name": "helm-fn",
     "inferenceUrl": "/infer",
@@ -43,18 +47,48 @@ PASSING: list[tuple[str, dict[str, Any]]] = [
     ("port bounds", with_(BASE, inferencePort=65535)),
     ("port low bound", with_(BASE, inferencePort=1)),
     ("helm function", HELM),
-    ("helm plain oci ref", with_(HELM, helmChart="oci://reg.example.com:5000/acme/inference-test:1.0.0")),
+    (
+        "helm plain oci ref",
+        with_(HELM, helmChart="oci://reg.example.com:5000/acme/inference-test:1.0.0"),
+    ),
     ("helm https", with_(HELM, helmChart="https://charts.example.com/acme/inference-test-v1.tgz")),
     ("helm version v1", with_(HELM, helmChart="oci://reg.example.com/a/chart-v1.tgz")),
     ("service name 63", with_(HELM, helmChartServiceName="a" * 63)),
-    ("models only", {"name": "m", "inferenceUrl": "/x", "models": [{"name": "a", "version": "1", "uri": "s3://b"}]}),
-    ("health full", with_(BASE, health={"protocol": "grpc", "uri": "/h", "port": 9000, "timeout": "PT1M30S", "expectedStatusCode": 204})),
-    ("env", with_(BASE, containerEnvironment=[{"key": "A", "value": "1"}, {"key": "B", "value": ""}])),
+    (
+        "models only",
+        {
+            "name": "m",
+            "inferenceUrl": "/x",
+            "models": [{"name": "a", "version": "1", "uri": "s3://b"}],
+        },
+    ),
+    (
+        "health full",
+        with_(
+            BASE,
+            health={
+                "protocol": "grpc",
+                "uri": "/h",
+                "port": 9000,
+                "timeout": "PT1M30S",
+                "expectedStatusCode": 204,
+            },
+        ),
+    ),
+    (
+        "env",
+        with_(BASE, containerEnvironment=[{"key": "A", "value": "1"}, {"key": "B", "value": ""}]),
+    ),
     ("enums any case", with_(BASE, apiBodyFormat="predict_v2", functionType="streaming")),
     ("description 256", with_(BASE, description="d" * 256)),
     ("64 tags", with_(BASE, tags=[f"t{i}" for i in range(64)])),
     ("tag charset", with_(BASE, tags=["a-b_c:d=e"])),
-    ("secrets", with_(BASE, secrets=[{"name": "K.ey-1_x", "value": "v"}, {"name": "json", "value": {"a": 1}}])),
+    (
+        "secrets",
+        with_(
+            BASE, secrets=[{"name": "K.ey-1_x", "value": "v"}, {"name": "json", "value": {"a": 1}}]
+        ),
+    ),
     ("secret max", with_(BASE, secrets=[{"name": "s" * 48, "value": "x" * 32768}])),
     ("rate limit", with_(BASE, rateLimit={"rateLimit": "100-S, 5000-H"})),
     ("unknown field ignored", with_(BASE, somethingElse=True)),
@@ -74,34 +108,185 @@ FAILING: list[tuple[str, dict[str, Any], str, str]] = [
     ("name leading dash", with_(BASE, name="-echo"), "name", "must start"),
     ("name not string", with_(BASE, name=3), "name", "must be a string"),
     ("inferenceUrl missing", with_(BASE, inferenceUrl=...), "inferenceUrl", "is required"),
-    ("inferenceUrl absolute", with_(BASE, inferenceUrl="http://x/y"), "inferenceUrl", "not an absolute URL"),
-    ("inferenceUrl space", with_(BASE, inferenceUrl="/a b"), "inferenceUrl", "not a valid URI path"),
+    (
+        "inferenceUrl absolute",
+        with_(BASE, inferenceUrl="http://x/y"),
+        "inferenceUrl",
+        "not an absolute URL",
+    ),
+    (
+        "inferenceUrl space",
+        with_(BASE, inferenceUrl="/a b"),
+        "inferenceUrl",
+        "not a valid URI path",
+    ),
     ("port zero", with_(BASE, inferencePort=0), "inferencePort", "between 1 and 65535"),
     ("port high", with_(BASE, inferencePort=65536), "inferencePort", "between 1 and 65535"),
     ("port string", with_(BASE, inferencePort="80"), "inferencePort", "must be an integer"),
     ("port bool", with_(BASE, inferencePort=True), "inferencePort", "must be an integer"),
-    ("no artifact", with_(BASE, containerImage=...), "containerImage", "one of containerImage, helmChart or models"),
-    ("helm with image", with_(HELM, containerImage="x"), "containerImage", "cannot be used together with helmChart"),
-    ("helm with args", with_(HELM, containerArgs="--x"), "containerArgs", "cannot be used together with helmChart"),
-    ("helm with env", with_(HELM, containerEnvironment=[{"key": "A", "value": "b"}]), "containerEnvironment", "cannot be used together with helmChart"),
-    ("helm without service", with_(HELM, helmChartServiceName=...), "helmChartServiceName", "is required with helmChart"),
-    ("service without helm", with_(BASE, helmChartServiceName="entrypoint"), "helmChartServiceName", "only allowed together with helmChart"),
-    ("service upper", with_(HELM, helmChartServiceName="Entry"), "helmChartServiceName", "DNS-1035"),
-    ("service digit first", with_(HELM, helmChartServiceName="1entry"), "helmChartServiceName", "DNS-1035"),
-    ("service too long", with_(HELM, helmChartServiceName="a" * 64), "helmChartServiceName", "DNS-1035"),
-    ("service trailing dash", with_(HELM, helmChartServiceName="entry-"), "helmChartServiceName", "DNS-1035"),
-    ("chart version dash", with_(HELM, helmChart="oci://reg.example.com/a/chart-v1-test.tgz"), "helmChart", "may not contain '-'"),
-    ("chart name underscore", with_(HELM, helmChart="oci://reg.example.com/a/my_chart-1.0.0.tgz"), "helmChart", "underscore"),
-    ("chart scheme", with_(HELM, helmChart="http://reg.example.com/a/chart-1.0.0.tgz"), "helmChart", "oci"),
-    ("chart no version", with_(HELM, helmChart="oci://reg.example.com/a/chart.tgz"), "helmChart", "version"),
+    (
+        "no artifact",
+        with_(BASE, containerImage=...),
+        "containerImage",
+        "one of containerImage, helmChart or models",
+    ),
+    (
+        "helm with image",
+        with_(HELM, containerImage="x"),
+        "containerImage",
+        "cannot be used together with helmChart",
+    ),
+    (
+        "helm with args",
+        with_(HELM, containerArgs="--x"),
+        "containerArgs",
+        "cannot be used together with helmChart",
+    ),
+    (
+        "helm with env",
+        with_(HELM, containerEnvironment=[{"key": "A", "value": "b"}]),
+        "containerEnvironment",
+        "cannot be used together with helmChart",
+    ),
+    (
+        "helm without service",
+        with_(HELM, helmChartServiceName=...),
+        "helmChartServiceName",
+        "is required with helmChart",
+    ),
+    (
+        "service without helm",
+        with_(BASE, helmChartServiceName="entrypoint"),
+        "helmChartServiceName",
+        "only allowed together with helmChart",
+    ),
+    (
+        "service upper",
+        with_(HELM, helmChartServiceName="Entry"),
+        "helmChartServiceName",
+        "DNS-1035",
+    ),
+    (
+        "service digit first",
+        with_(HELM, helmChartServiceName="1entry"),
+        "helmChartServiceName",
+        "DNS-1035",
+    ),
+    (
+        "service too long",
+        with_(HELM, helmChartServiceName="a" * 64),
+        "helmChartServiceName",
+        "DNS-1035",
+    ),
+    (
+        "service trailing dash",
+        with_(HELM, helmChartServiceName="entry-"),
+        "helmChartServiceName",
+        "DNS-1035",
+    ),
+    (
+        "chart version dash",
+        with_(HELM, helmChart="oci://reg.example.com/a/chart-v1-test.tgz"),
+        "helmChart",
+        "may not contain '-'",
+    ),
+    (
+        "chart name underscore",
+        with_(HELM, helmChart="oci://reg.example.com/a/my_chart-1.0.0.tgz"),
+        "helmChart",
+        "underscore",
+    ),
+    (
+        "chart scheme",
+        with_(HELM, helmChart="http://reg.example.com/a/chart-1.0.0.tgz"),
+        "helmChart",
+        "oci",
+    ),
+    (
+        "chart no version",
+        with_(HELM, helmChart="oci://reg.example.com/a/chart.tgz"),
+        "helmChart",
+        "version",
+    ),
     ("health partial", with_(BASE, health={"protocol": "HTTP"}), "health.uri", "is required"),
-    ("health protocol", with_(BASE, health={"protocol": "TCP", "uri": "/h", "port": 1, "timeout": "PT1S", "expectedStatusCode": 200}), "health.protocol", "HTTP, gRPC"),
-    ("health timeout", with_(BASE, health={"protocol": "HTTP", "uri": "/h", "port": 1, "timeout": "10s", "expectedStatusCode": 200}), "health.timeout", "ISO-8601"),
-    ("health code", with_(BASE, health={"protocol": "HTTP", "uri": "/h", "port": 1, "timeout": "PT1S", "expectedStatusCode": 600}), "health.expectedStatusCode", "between 100 and 599"),
-    ("health port", with_(BASE, health={"protocol": "HTTP", "uri": "/h", "port": 0, "timeout": "PT1S", "expectedStatusCode": 200}), "health.port", "between 1 and 65535"),
-    ("env reserved", with_(BASE, containerEnvironment=[{"key": "NVCF_X", "value": "1"}]), "containerEnvironment[0].key", "reserved"),
-    ("env duplicate", with_(BASE, containerEnvironment=[{"key": "A", "value": "1"}, {"key": "A", "value": "2"}]), "containerEnvironment[1].key", "more than once"),
-    ("env not list", with_(BASE, containerEnvironment={"A": "1"}), "containerEnvironment", "must be a list"),
+    (
+        "health protocol",
+        with_(
+            BASE,
+            health={
+                "protocol": "TCP",
+                "uri": "/h",
+                "port": 1,
+                "timeout": "PT1S",
+                "expectedStatusCode": 200,
+            },
+        ),
+        "health.protocol",
+        "HTTP, gRPC",
+    ),
+    (
+        "health timeout",
+        with_(
+            BASE,
+            health={
+                "protocol": "HTTP",
+                "uri": "/h",
+                "port": 1,
+                "timeout": "10s",
+                "expectedStatusCode": 200,
+            },
+        ),
+        "health.timeout",
+        "ISO-8601",
+    ),
+    (
+        "health code",
+        with_(
+            BASE,
+            health={
+                "protocol": "HTTP",
+                "uri": "/h",
+                "port": 1,
+                "timeout": "PT1S",
+                "expectedStatusCode": 600,
+            },
+        ),
+        "health.expectedStatusCode",
+        "between 100 and 599",
+    ),
+    (
+        "health port",
+        with_(
+            BASE,
+            health={
+                "protocol": "HTTP",
+                "uri": "/h",
+                "port": 0,
+                "timeout": "PT1S",
+                "expectedStatusCode": 200,
+            },
+        ),
+        "health.port",
+        "between 1 and 65535",
+    ),
+    (
+        "env reserved",
+        with_(BASE, containerEnvironment=[{"key": "NVCF_X", "value": "1"}]),
+        "containerEnvironment[0].key",
+        "reserved",
+    ),
+    (
+        "env duplicate",
+        with_(BASE, containerEnvironment=[{"key": "A", "value": "1"}, {"key": "A", "value": "2"}]),
+        "containerEnvironment[1].key",
+        "more than once",
+    ),
+    (
+        "env not list",
+        with_(BASE, containerEnvironment={"A": "1"}),
+        "containerEnvironment",
+        "must be a list",
+    ),
     ("models incomplete", with_(BASE, models=[{"name": "a"}]), "models[0].version", "is required"),
     ("resources not list", with_(BASE, resources="x"), "resources", "must be a list"),
     ("apiBodyFormat", with_(BASE, apiBodyFormat="XML"), "apiBodyFormat", "CUSTOM, PREDICT_V2"),
@@ -110,20 +295,67 @@ FAILING: list[tuple[str, dict[str, Any], str, str]] = [
     ("too many tags", with_(BASE, tags=[f"t{i}" for i in range(65)]), "tags", "at most 64"),
     ("tag long", with_(BASE, tags=["t" * 129]), "tags[0]", "at most 128"),
     ("tag charset", with_(BASE, tags=["a b"]), "tags[0]", "may contain only"),
-    ("secret name", with_(BASE, secrets=[{"name": ".x", "value": "v"}]), "secrets[0].name", "must start"),
-    ("secret name long", with_(BASE, secrets=[{"name": "s" * 49, "value": "v"}]), "secrets[0].name", "at most 48"),
-    ("secret empty", with_(BASE, secrets=[{"name": "a", "value": ""}]), "secrets[0].value", "1 to 32768"),
-    ("secret huge", with_(BASE, secrets=[{"name": "a", "value": "x" * 32769}]), "secrets[0].value", "1 to 32768"),
-    ("secret dup", with_(BASE, secrets=[{"name": "a", "value": "1"}, {"name": "a", "value": "2"}]), "secrets[1].name", "more than once"),
-    ("secret number", with_(BASE, secrets=[{"name": "a", "value": 5}]), "secrets[0].value", "string or an object"),
-    ("rate pattern", with_(BASE, rateLimit={"rateLimit": "100/S"}), "rateLimit.rateLimit", "<count>-<unit>"),
-    ("rate zero", with_(BASE, rateLimit={"rateLimit": "0-S"}), "rateLimit.rateLimit", "<count>-<unit>"),
-    ("rate unit twice", with_(BASE, rateLimit={"rateLimit": "1-S,2-S"}), "rateLimit.rateLimit", "more than once"),
+    (
+        "secret name",
+        with_(BASE, secrets=[{"name": ".x", "value": "v"}]),
+        "secrets[0].name",
+        "must start",
+    ),
+    (
+        "secret name long",
+        with_(BASE, secrets=[{"name": "s" * 49, "value": "v"}]),
+        "secrets[0].name",
+        "at most 48",
+    ),
+    (
+        "secret empty",
+        with_(BASE, secrets=[{"name": "a", "value": ""}]),
+        "secrets[0].value",
+        "1 to 32768",
+    ),
+    (
+        "secret huge",
+        with_(BASE, secrets=[{"name": "a", "value": "x" * 32769}]),
+        "secrets[0].value",
+        "1 to 32768",
+    ),
+    (
+        "secret dup",
+        with_(BASE, secrets=[{"name": "a", "value": "1"}, {"name": "a", "value": "2"}]),
+        "secrets[1].name",
+        "more than once",
+    ),
+    (
+        "secret number",
+        with_(BASE, secrets=[{"name": "a", "value": 5}]),
+        "secrets[0].value",
+        "string or an object",
+    ),
+    (
+        "rate pattern",
+        with_(BASE, rateLimit={"rateLimit": "100/S"}),
+        "rateLimit.rateLimit",
+        "<count>-<unit>",
+    ),
+    (
+        "rate zero",
+        with_(BASE, rateLimit={"rateLimit": "0-S"}),
+        "rateLimit.rateLimit",
+        "<count>-<unit>",
+    ),
+    (
+        "rate unit twice",
+        with_(BASE, rateLimit={"rateLimit": "1-S,2-S"}),
+        "rateLimit.rateLimit",
+        "more than once",
+    ),
     ("rate missing", with_(BASE, rateLimit={}), "rateLimit.rateLimit", "is required"),
 ]
 
 
-@pytest.mark.parametrize(("case", "body", "field", "fragment"), FAILING, ids=[c[0] for c in FAILING])
+@pytest.mark.parametrize(
+    ("case", "body", "field", "fragment"), FAILING, ids=[c[0] for c in FAILING]
+)
 def test_each_rule_rejects(case: str, body: dict[str, Any], field: str, fragment: str) -> None:
     errors = errors_of(body)
     assert any(f == field and fragment in m for f, m in errors), errors
@@ -144,16 +376,29 @@ def test_every_violation_is_listed_with_its_field() -> None:
         "secrets": [{"name": "NVCF", "value": ""}],
     }
     fields = [f for f, _ in errors_of(body)]
-    for expected in ("name", "inferenceUrl", "inferencePort", "containerImage",
-                     "helmChartServiceName", "helmChart", "tags[1]", "secrets[0].value"):
+    for expected in (
+        "name",
+        "inferenceUrl",
+        "inferencePort",
+        "containerImage",
+        "helmChartServiceName",
+        "helmChart",
+        "tags[1]",
+        "secrets[0].value",
+    ):
         assert expected in fields
     assert fields.count("helmChart") == 2  # the underscore and the '-' in the version
 
 
 def test_health_defaults_follow_the_grpc_rule() -> None:
     http = validate_create(with_(BASE, inferencePort=9000, healthUri="/ready"))
-    assert http.health == {"protocol": "HTTP", "uri": "/ready", "port": 9000, "timeout": "PT10S",
-                           "expectedStatusCode": 200}
+    assert http.health == {
+        "protocol": "HTTP",
+        "uri": "/ready",
+        "port": 9000,
+        "timeout": "PT10S",
+        "expectedStatusCode": 200,
+    }
     grpc = validate_create(with_(BASE, inferenceUrl="/gRPC"))
     assert grpc.health["protocol"] == "gRPC"
     assert grpc.health["uri"] == "/v2/health/ready"
@@ -178,7 +423,9 @@ def test_metadata_update_rules() -> None:
         validate_metadata_update({})
     assert info.value.errors[0].message.startswith("at least one of")
     with pytest.raises(ValidationFailed) as info:
-        validate_metadata_update({"tags": ["a b"], "description": "x" * 300, "rateLimit": {"rateLimit": "x"}})
+        validate_metadata_update(
+            {"tags": ["a b"], "description": "x" * 300, "rateLimit": {"rateLimit": "x"}}
+        )
     assert [e.field for e in info.value.errors] == ["tags[0]", "description", "rateLimit.rateLimit"]
     upd = validate_metadata_update({"description": "new"})
     assert upd.description == "new" and upd.tags is None

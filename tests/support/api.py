@@ -15,7 +15,9 @@ CONTAINER_FN: dict[str, Any] = {
 
 
 async def new_key(
-    client: httpx.AsyncClient, scopes: list[str], account: str | None = None,
+    client: httpx.AsyncClient,
+    scopes: list[str],
+    account: str | None = None,
     expires_in: str | None = None,
 ) -> str:
     body: dict[str, Any] = {"scopes": scopes}

@@ -54,8 +54,18 @@ class PostgresServer:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{dbname}"
 
     def stop(self) -> None:
-        _run(self, [str(self.bin_dir / "pg_ctl"), "-D", str(self.root / "data"), "-m", "immediate",
-                    "stop"], check=False)
+        _run(
+            self,
+            [
+                str(self.bin_dir / "pg_ctl"),
+                "-D",
+                str(self.root / "data"),
+                "-m",
+                "immediate",
+                "stop",
+            ],
+            check=False,
+        )
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -65,7 +75,9 @@ def _run(server_or_user: PostgresServer | str | None, cmd: list[str], check: boo
         cmd = ["runuser", "-u", user, "--", *cmd]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if check and done.returncode != 0:
-        raise PostgresUnavailable(f"{' '.join(cmd)} failed: {done.stdout[-800:]} {done.stderr[-800:]}")
+        raise PostgresUnavailable(
+            f"{' '.join(cmd)} failed: {done.stdout[-800:]} {done.stderr[-800:]}"
+        )
 
 
 def start_postgres() -> PostgresServer:
@@ -82,10 +94,38 @@ def start_postgres() -> PostgresServer:
         shutil.chown(root, user=run_as)
     port = _free_port()
     server = PostgresServer(root=root, port=port, bin_dir=bin_dir, run_as=run_as)
-    _run(run_as, [str(bin_dir / "initdb"), "-D", str(root / "data"), "-U", "postgres",
-                  "--auth=trust", "-E", "UTF8", "--no-sync"])
-    opts = f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={root} " \
-           "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
-    _run(run_as, [str(bin_dir / "pg_ctl"), "-D", str(root / "data"), "-o", opts, "-l",
-                  str(root / "log"), "-w", "-t", "60", "start"])
+    _run(
+        run_as,
+        [
+            str(bin_dir / "initdb"),
+            "-D",
+            str(root / "data"),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        ],
+    )
+    opts = (
+        f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={root} "
+        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+    )
+    _run(
+        run_as,
+        [
+            str(bin_dir / "pg_ctl"),
+            "-D",
+            str(root / "data"),
+            "-o",
+            opts,
+            "-l",
+            str(root / "log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        ],
+    )
     return server

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the real servers the test suite starts (operations.md §4): PostgreSQL and the
+# CNCF distribution registry with htpasswd support. The suite itself starts and stops them.
+set -euo pipefail
+
+need=()
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
+command -v htpasswd >/dev/null 2>&1 || need+=(apache2-utils)
+command -v runuser >/dev/null 2>&1 || need+=(util-linux)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "missing test services: ${need[*]} (run as root or install them: apt-get install ${need[*]})" >&2
+  exit 1
+fi
+echo "installing test services: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q >/dev/null
+apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
+# Debian starts packaged daemons on install; the suite runs its own instances.
+systemctl disable --now docker-registry >/dev/null 2>&1 || true
+service postgresql stop >/dev/null 2>&1 || true

@@ -1,0 +1,128 @@
+"""The `nvcf-server` console script: migrate, create-key, settings errors, migrations both ways."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, inspect
+
+from service.core import migrate
+from tests.conftest import ClientFactory
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+        check=False,
+    )
+
+
+async def test_create_key_prints_a_working_key(
+    tmp_path: Path, database_url: str, client_factory: ClientFactory
+) -> None:
+    env = {"NVCF_DATA_DIR": str(tmp_path / "d"), "NVCF_DATABASE_URL": database_url}
+    done = run_cli(
+        "create-key",
+        "--account",
+        "acme",
+        "--scopes",
+        "list_functions,register_function",
+        "--expires-in",
+        "30d",
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    key = done.stdout.strip()
+    assert key.startswith("nvapi-") and len(key.splitlines()) == 1
+    client = await client_factory()
+    resp = await client.get("/v2/nvcf/functions", headers={"Authorization": f"Bearer {key}"})
+    assert resp.status_code == 200
+    resp = await client.delete(
+        f"/v2/nvcf/functions/{'0' * 8}-0000-0000-0000-{'0' * 12}/versions/"
+        f"{'0' * 8}-0000-0000-0000-{'0' * 12}",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert resp.status_code == 403
+
+
+def test_create_key_rejects_unknown_scopes_and_bad_expiry(tmp_path: Path) -> None:
+    env = {"NVCF_DATA_DIR": str(tmp_path)}
+    done = run_cli("create-key", "--account", "a", "--scopes", "list_functions,teleport", env=env)
+    assert done.returncode == 2 and "unknown scope 'teleport'" in done.stderr
+    done = run_cli(
+        "create-key",
+        "--account",
+        "a",
+        "--scopes",
+        "list_functions",
+        "--expires-in",
+        "soon",
+        env=env,
+    )
+    assert done.returncode == 2 and "not a duration" in done.stderr
+
+
+def test_a_bad_setting_stops_start_up_with_one_line(tmp_path: Path) -> None:
+    done = run_cli(
+        "migrate", env={"NVCF_DATA_DIR": str(tmp_path), "NVCF_RECONCILE_INTERVAL": "often"}
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "NVCF_RECONCILE_INTERVAL" in lines[0]
+    done = run_cli(
+        "migrate", env={"NVCF_DATA_DIR": str(tmp_path), "NVCF_DATABASE_URL": "mysql://x"}
+    )
+    assert done.returncode == 2 and "NVCF_DATABASE_URL" in done.stderr
+
+
+def test_generated_admin_key_is_printed_once_and_saved(tmp_path: Path) -> None:
+    import asyncio
+
+    from asgi_lifespan import LifespanManager
+
+    from service.app import create_app
+    from service.core.settings import Settings
+
+    settings = Settings(data_dir=tmp_path, _env_file=None)  # type: ignore[call-arg]
+
+    async def boot() -> str:
+        app = create_app(settings)
+        async with LifespanManager(app) as manager:
+            key = (tmp_path / "admin-api-key").read_text().strip()
+            transport = httpx.ASGITransport(app=manager.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                r = await c.get("/v2/nvcf/functions", headers={"Authorization": f"Bearer {key}"})
+                assert r.status_code == 200
+        return key
+
+    first = asyncio.run(boot())
+    assert oct((tmp_path / "admin-api-key").stat().st_mode & 0o777) == "0o600"
+    second = asyncio.run(boot())
+    assert first == second  # no second key once one exists
+
+
+def _sync(url: str) -> str:
+    return migrate.sync_url(url)
+
+
+@pytest.mark.parametrize("direction", ["down-and-up"])
+def test_migrations_downgrade_and_upgrade_cleanly(database_url: str, direction: str) -> None:
+    engine = create_engine(_sync(database_url))
+    with engine.connect() as conn:
+        assert "function_versions" in inspect(conn).get_table_names()
+    migrate.downgrade(database_url, "base")
+    with engine.connect() as conn:
+        assert set(inspect(conn).get_table_names()) <= {"alembic_version"}
+    migrate.upgrade(database_url)
+    with engine.connect() as conn:
+        assert "function_versions" in inspect(conn).get_table_names()
+    engine.dispose()

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from service.auth import scopes
+from service.auth.router import router as keys_router
 from service.auth.service import Authenticator, any_key_exists, create_api_key, key_exists
 from service.core import migrate
 from service.core.crypto import load_secret_box
@@ -28,9 +29,9 @@ from service.core.idempotency import IdempotentReplay
 from service.core.middleware import Metrics, RequestContextMiddleware
 from service.core.problem import install_problem_handlers
 from service.core.settings import Settings
-from service.auth.router import router as keys_router
 from service.functions.router import router as functions_router
 from service.functions.schemas import DOC_MODELS
+from service.registry.router import router as registry_router
 
 log = logging.getLogger("nvcf.server")
 
@@ -39,7 +40,7 @@ ADMIN_KEY_FILE = "admin-api-key"
 
 
 def api_routers() -> list[APIRouter]:
-    return [functions_router, keys_router]
+    return [functions_router, keys_router, registry_router]
 
 
 async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
@@ -84,7 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(Path(settings.data_dir).mkdir, parents=True, exist_ok=True)
         url = settings.effective_database_url
         if settings.auto_migrate:
             await asyncio.to_thread(migrate.upgrade, url)

@@ -1,0 +1,85 @@
+"""Request and response shapes of the registry credentials API (api.md §5).
+
+The password is write-only: it is in the request documentation models and in no response model.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field, field_serializer
+
+from service.functions.schemas import CamelModel, iso_z
+from service.registry.models import RegistryCredential
+
+
+class RegistryCredentialOut(CamelModel):
+    id: uuid.UUID
+    registry_hostname: str
+    username: str
+    description: str | None = None
+    created_at: datetime
+    updated_at: datetime
+
+    @field_serializer("created_at", "updated_at")
+    def _ts(self, v: datetime) -> str:
+        return iso_z(v)
+
+    @classmethod
+    def of(cls, c: RegistryCredential) -> RegistryCredentialOut:
+        return cls(
+            id=c.id,
+            registry_hostname=c.registry_hostname,
+            username=c.username,
+            description=c.description,
+            created_at=c.created_at,
+            updated_at=c.updated_at,
+        )
+
+
+class RegistryCredentialEnvelope(CamelModel):
+    registry_credential: RegistryCredentialOut
+
+
+class RegistryCredentialList(CamelModel):
+    registry_credentials: list[RegistryCredentialOut]
+    next_cursor: str | None = None
+
+
+class RegistryCredentialCreate(CamelModel):
+    """Body of `POST /registry-credentials` (documentation; validated in `service`)."""
+
+    registry_hostname: str = Field(
+        max_length=260,
+        description="host[:port], no scheme, path or user info; stored lower-cased",
+        examples=["nvcr.io", "registry.example.com:5000"],
+    )
+    username: str = Field(min_length=1, max_length=255, examples=["$oauthtoken"])
+    password: str = Field(
+        min_length=1, max_length=4096, description="write-only; stored encrypted, never returned"
+    )
+    description: str | None = Field(default=None, max_length=256)
+
+
+class RegistryCredentialUpdate(CamelModel):
+    """Body of `PATCH /registry-credentials/{id}`: any non-empty subset of the create fields.
+
+    `description: null` (or "") removes the description.
+    """
+
+    registry_hostname: str | None = Field(default=None, max_length=260)
+    username: str | None = Field(default=None, min_length=1, max_length=255)
+    password: str | None = Field(default=None, min_length=1, max_length=4096)
+    description: str | None = Field(default=None, max_length=256)
+
+
+def body_doc(model: type[BaseModel]) -> dict[str, Any]:
+    """OpenAPI `requestBody` with the schema inline (the routes read and validate JSON)."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": model.model_json_schema(by_alias=True)}},
+        }
+    }

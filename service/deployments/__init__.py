@@ -1,0 +1,1 @@
+"""Deployments: desired state recorded by the API, driven to reality by the reconciler."""

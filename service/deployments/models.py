@@ -1,0 +1,134 @@
+"""Deployment state as stored. The API writes desired state; only the reconciler writes observed
+state (instance phases, conditions) — the database is the single source of truth, so a restart
+resumes exactly where it stopped.
+
+Tables:
+- `deployments`: at most one live ("deployed") per function version; "deleting" rows stay until
+  the reconciler has torn their instances down.
+- `deployment_specs`: the GPU specifications (`gpuSpecificationId` = id), each with the
+  validated objects rendered for it (helm: chart + its `configuration`; container: generated).
+- `instances`: one row per instance the reconciler created; `desired` = "present" | "absent";
+  `condition` is the health machine's InstanceCondition JSON; `lease_*` stop two replicas from
+  driving the same instance.
+- `deployment_events`: the timeline of `GET /deployments/{id}/events`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from service.core.db import Base, UTCDateTime, UUIDStr, utcnow
+
+
+class Deployment(Base):
+    __tablename__ = "deployments"
+    __table_args__ = (
+        Index("ix_deployments_account_created", "account_id", "created_at", "id"),
+        # At most one live deployment per version; rows being torn down ("deleting") may
+        # linger while a new deployment of the same version starts.
+        Index(
+            "uq_deployments_live_version",
+            "version_id",
+            unique=True,
+            sqlite_where=text("desired = 'deployed'"),
+            postgresql_where=text("desired = 'deployed'"),
+        ),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True)
+    account_id: Mapped[str] = mapped_column(String(128))
+    function_id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), index=True)
+    # No foreign key: a deleted version's deployment lives on until its instances are gone.
+    version_id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), index=True)
+    function_name: Mapped[str] = mapped_column(String(128))
+    desired: Mapped[str] = mapped_column(String(16), default="deployed")
+    # Workload-config feature flags (helm.md §4), e.g. {"StatusByWorkerReadiness": true}.
+    feature_flags: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Bumped on every change of desired state; the reconciler compares it to skip idle work.
+    generation: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+    specs: Mapped[list[DeploymentSpec]] = relationship(
+        back_populates="deployment",
+        cascade="all, delete-orphan",
+        passive_deletes=True,
+        lazy="selectin",
+        order_by="DeploymentSpec.position",
+    )
+
+
+class DeploymentSpec(Base):
+    __tablename__ = "deployment_specs"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True)
+    deployment_id: Mapped[uuid.UUID] = mapped_column(
+        UUIDStr(), ForeignKey("deployments.id", ondelete="CASCADE"), index=True
+    )
+    position: Mapped[int] = mapped_column(Integer)
+    gpu: Mapped[str] = mapped_column(String(64))
+    instance_type: Mapped[str] = mapped_column(String(128))
+    backend: Mapped[str] = mapped_column(String(128))  # cluster group name
+    clusters: Mapped[list[Any] | None] = mapped_column(JSON)
+    regions: Mapped[list[Any] | None] = mapped_column(JSON)
+    attributes: Mapped[list[Any] | None] = mapped_column(JSON)
+    availability_zones: Mapped[list[Any] | None] = mapped_column(JSON)
+    # Names of the candidate clusters resolved at deploy time, in placement order.
+    candidate_clusters: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    min_instances: Mapped[int] = mapped_column(Integer)
+    max_instances: Mapped[int] = mapped_column(Integer)
+    max_request_concurrency: Mapped[int] = mapped_column(Integer, default=1)
+    preferred_order: Mapped[int] = mapped_column(Integer, default=1)
+    configuration: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    helm_validation_policy: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Validated objects (restricted and modified, before install-time mutations).
+    objects: Mapped[list[Any]] = mapped_column(JSON, default=list)
+
+    deployment: Mapped[Deployment] = relationship(back_populates="specs")
+
+
+class Instance(Base):
+    __tablename__ = "instances"
+    __table_args__ = (Index("ix_instances_desired_lease", "desired", "lease_expires_at"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True)
+    deployment_id: Mapped[uuid.UUID] = mapped_column(
+        UUIDStr(), ForeignKey("deployments.id", ondelete="CASCADE"), index=True
+    )
+    spec_id: Mapped[uuid.UUID] = mapped_column(
+        UUIDStr(), ForeignKey("deployment_specs.id", ondelete="CASCADE"), index=True
+    )
+    account_id: Mapped[str] = mapped_column(String(128))
+    cluster: Mapped[str | None] = mapped_column(String(128))  # None until placed
+    desired: Mapped[str] = mapped_column(String(16), default="present")
+    applied: Mapped[bool] = mapped_column(Boolean, default=False)
+    phase: Mapped[str] = mapped_column(String(32), default="Scheduling")
+    reason: Mapped[str | None] = mapped_column(String(64))
+    message: Mapped[str | None] = mapped_column(Text)
+    since: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    condition: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    lease_owner: Mapped[str | None] = mapped_column(String(64))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class DeploymentEvent(Base):
+    __tablename__ = "deployment_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    deployment_id: Mapped[uuid.UUID] = mapped_column(
+        UUIDStr(), ForeignKey("deployments.id", ondelete="CASCADE"), index=True
+    )
+    at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # validation | dispatch | instance | status | scaling | teardown
+    kind: Mapped[str] = mapped_column(String(32))
+    instance_id: Mapped[uuid.UUID | None] = mapped_column(UUIDStr())
+    phase: Mapped[str | None] = mapped_column(String(32))
+    reason: Mapped[str | None] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text)

@@ -6,7 +6,7 @@ The schema comes only from Alembic migrations (`migrations/`); models here descr
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -96,6 +96,19 @@ def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
 
 
+AFTER_COMMIT = "nvcf_after_commit"
+
+
+def after_commit(session: AsyncSession, callback: Callable[[], None]) -> None:
+    """Run `callback` once the request's transaction has committed (e.g. wake the reconciler)."""
+    session.info.setdefault(AFTER_COMMIT, []).append(callback)
+
+
+def run_after_commit(session: AsyncSession) -> None:
+    for callback in session.info.pop(AFTER_COMMIT, []):
+        callback()
+
+
 async def request_session(request: Request) -> AsyncIterator[AsyncSession]:
     """One transaction per request: committed when the handler returns, rolled back on error.
 
@@ -111,3 +124,4 @@ async def request_session(request: Request) -> AsyncIterator[AsyncSession]:
             raise
         else:
             await session.commit()
+            run_after_commit(session)

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from service.auth.deps import Session, current_principal
 from service.auth.service import Principal
-from service.core.db import Base, UTCDateTime, utcnow
+from service.core.db import Base, UTCDateTime, run_after_commit, utcnow
 from service.core.errors import Conflict, FieldError, ValidationFailed
 
 HEADER = "Idempotency-Key"
@@ -134,3 +134,4 @@ async def idempotency(
             stored.status_code = recorder.status_code
             stored.response = recorder.body
         await session.commit()
+        run_after_commit(session)

@@ -1,0 +1,780 @@
+"""The `kubernetes` backend (runtime.md §4): one real cluster, driven through `lightkube`.
+
+Each instance lives in its own namespace `sr-<instanceId>`, labelled with the function, version,
+instance and account ids and with `app.kubernetes.io/managed-by: <field manager>`. `apply`
+server-side-applies (field manager `nvcf-control-plane`, `force=true`) the namespace and then
+every object in dependency order; the namespace also records which objects were applied (the
+`nvcf.nvidia.com/applied-objects` annotation), so `observe` knows what should exist even after
+a restart of the service. `observe` LISTs the namespace's pods, controllers, warning events and
+the other applied kinds and hands them to `ObservedState.from_k8s`. `delete` removes the
+namespace with foreground propagation; `garbage_collect` removes namespaces of instances the
+service no longer knows. `capacity` reads the nodes labelled `nvca.nvcf.nvidia.io/instance-type`
+and their allocatable `nvidia.com/gpu`, minus what running pods request, and falls back to the
+catalog's static node shapes when the service may not read nodes.
+
+API paths are computed from a static table of the kinds the chart pipeline allows (helm.md §3)
+plus the NVLink `ComputeDomain`; other kinds (a policy's `extraKubernetesTypes`) get their plural
+the way apimachinery guesses it and are assumed namespaced. Every API-server or network failure
+becomes an `AdapterError` whose message is the server's own (the `Status` object's `message`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import AsyncIterable, Awaitable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import httpx2
+from lightkube import ALL_NS, ApiError, AsyncClient, ConfigError, KubeConfig, SingleConfig
+from lightkube import operators as ops
+from lightkube.generic_resource import (
+    GenericGlobalResource,
+    GenericNamespacedResource,
+    create_api_info,
+)
+from lightkube.types import CascadeType, PatchType
+
+from service.backends.protocol import (
+    AdapterError,
+    Capacity,
+    InstanceSpec,
+    NodeShape,
+    ShapeCapacity,
+    instance_namespace,
+)
+from service.backends.simulated import gpu_request, node_affinity_matches
+from service.health.observed import ObjectRef, ObservedState
+
+if TYPE_CHECKING:
+    from service.clusters.catalog import Cluster
+
+T = TypeVar("T")
+
+FIELD_MANAGER = "nvcf-control-plane"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+LABEL_FUNCTION_ID = "nvcf.nvidia.com/function-id"
+LABEL_VERSION_ID = "nvcf.nvidia.com/function-version-id"
+LABEL_INSTANCE_ID = "nvcf.nvidia.com/instance-id"
+LABEL_NCA_ID = "nvcf.nvidia.com/nca-id"
+APPLIED_ANNOTATION = "nvcf.nvidia.com/applied-objects"
+INSTANCE_TYPE_LABEL = "nvca.nvcf.nvidia.io/instance-type"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_RESOURCE = "nvidia.com/gpu"
+NAMESPACE_PREFIX = "sr-"
+DEFAULT_TIMEOUT = 10.0
+
+
+# ------------------------------------------------------------------------------------ kinds
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    """Where the API server serves one kind: group, version, plural and scope."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        """The REST path, e.g. `/apis/apps/v1/namespaces/sr-1/deployments/web`."""
+        parts = ["/api", self.version] if not self.group else ["/apis", self.group, self.version]
+        if self.namespaced and namespace is not None:
+            parts += ["namespaces", namespace]
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(name)
+        return "/".join(parts)
+
+
+NAMESPACE = KindInfo("", "v1", "Namespace", "namespaces", namespaced=False)
+NODE = KindInfo("", "v1", "Node", "nodes", namespaced=False)
+EVENT = KindInfo("", "v1", "Event", "events")
+POD = KindInfo("", "v1", "Pod", "pods")
+SERVICE = KindInfo("", "v1", "Service", "services")
+DEPLOYMENT = KindInfo("apps", "v1", "Deployment", "deployments")
+REPLICA_SET = KindInfo("apps", "v1", "ReplicaSet", "replicasets")
+STATEFUL_SET = KindInfo("apps", "v1", "StatefulSet", "statefulsets")
+JOB = KindInfo("batch", "v1", "Job", "jobs")
+COMPUTE_DOMAIN = KindInfo("resource.nvidia.com", "v1beta1", "ComputeDomain", "computedomains")
+
+KNOWN_KINDS: tuple[KindInfo, ...] = (
+    NAMESPACE,
+    NODE,
+    EVENT,
+    POD,
+    SERVICE,
+    KindInfo("", "v1", "ConfigMap", "configmaps"),
+    KindInfo("", "v1", "Secret", "secrets"),
+    KindInfo("", "v1", "ServiceAccount", "serviceaccounts"),
+    KindInfo("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
+    DEPLOYMENT,
+    REPLICA_SET,
+    STATEFUL_SET,
+    JOB,
+    KindInfo("batch", "v1", "CronJob", "cronjobs"),
+    KindInfo("rbac.authorization.k8s.io", "v1", "Role", "roles"),
+    KindInfo("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings"),
+    COMPUTE_DOMAIN,
+)
+_BY_TYPE = {(k.api_version, k.kind): k for k in KNOWN_KINDS}
+
+# What `observe` always lists: pods and the controllers the health machine reads.
+OBSERVED_KINDS: tuple[KindInfo, ...] = (POD, DEPLOYMENT, REPLICA_SET, STATEFUL_SET, JOB)
+
+# Apply order: what others refer to first (helm's install order, simplified).
+_APPLY_ORDER: dict[tuple[str, str], int] = {
+    ("v1", "Namespace"): 0,
+    ("v1", "Secret"): 1,
+    ("v1", "ConfigMap"): 2,
+    ("v1", "ServiceAccount"): 3,
+    ("rbac.authorization.k8s.io/v1", "Role"): 4,
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): 5,
+    ("v1", "PersistentVolumeClaim"): 6,
+    ("v1", "Service"): 7,
+    ("v1", "Pod"): 8,
+    ("apps/v1", "Deployment"): 8,
+    ("apps/v1", "ReplicaSet"): 8,
+    ("apps/v1", "StatefulSet"): 8,
+    ("batch/v1", "Job"): 8,
+    ("batch/v1", "CronJob"): 8,
+}
+_LAST = 9
+
+
+def guess_plural(kind: str) -> str:
+    """apimachinery's `UnsafeGuessKindToResource`: `Widget` -> `widgets`, `Policy` -> `policies`."""
+    lower = kind.lower()
+    if lower.endswith("s"):
+        return lower + "es"
+    if lower.endswith("y"):
+        return lower[:-1] + "ies"
+    return lower + "s"
+
+
+def kind_info(api_version: str, kind: str) -> KindInfo:
+    """The table entry for a kind, or a namespaced guess for kinds outside the table."""
+    known = _BY_TYPE.get((api_version, kind))
+    if known is not None:
+        return known
+    group, _, version = api_version.rpartition("/")
+    return KindInfo(group, version, kind, guess_plural(kind))
+
+
+def apply_rank(api_version: str, kind: str) -> int:
+    """Position of a kind in the apply order (lower first)."""
+    return _APPLY_ORDER.get((api_version, kind), _LAST)
+
+
+@cache
+def _namespaced(info: KindInfo) -> type[GenericNamespacedResource]:
+    # Built directly rather than through `create_namespaced_resource`, which would register
+    # these generic classes in lightkube's process-wide registry in place of its typed models.
+    api = create_api_info(info.group, info.version, info.kind, info.plural)
+    return type(info.kind, (GenericNamespacedResource,), {"_api_info": api})
+
+
+@cache
+def _global(info: KindInfo) -> type[GenericGlobalResource]:
+    api = create_api_info(info.group, info.version, info.kind, info.plural)
+    return type(info.kind, (GenericGlobalResource,), {"_api_info": api})
+
+
+# ------------------------------------------------------------------------------------ errors
+
+
+class KubernetesError(AdapterError):
+    """An API-server or connection failure; `reason` is the Status reason (`Forbidden`…)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        reason: str = "",
+        operation: str = "",
+    ) -> None:
+        super().__init__(message, retryable=retryable, status=status)
+        self.reason = reason
+        self.operation = operation
+
+
+def is_retryable(code: int, reason: str, message: str) -> bool:
+    """Whether repeating a request that failed with this Status can succeed later."""
+    lowered = message.lower()
+    if code == 403:
+        # Quotas free up and terminating namespaces go away; RBAC denials need an admin.
+        return "exceeded quota" in lowered or "being terminated" in lowered
+    return code not in (400, 401, 404, 405, 406, 415, 422)
+
+
+def _translate(exc: Exception, operation: str, cluster: str, server: str) -> KubernetesError:
+    if isinstance(exc, ApiError):
+        status = exc.status
+        code = int(status.code or exc.response.status_code)
+        message = status.message or f"{code} {exc.response.reason_phrase}"
+        reason = status.reason or ""
+        return KubernetesError(
+            message,
+            retryable=is_retryable(code, reason, message),
+            status=code,
+            reason=reason,
+            operation=operation,
+        )
+    if isinstance(exc, httpx2.HTTPStatusError):
+        code = exc.response.status_code
+        text = exc.response.text.strip()[:500] or exc.response.reason_phrase
+        return KubernetesError(
+            f"{code} {text}",
+            retryable=code >= 500 or code in (408, 409, 429),
+            status=code,
+            operation=operation,
+        )
+    if isinstance(exc, httpx2.TimeoutException):
+        return KubernetesError(
+            f"timed out waiting for the Kubernetes API server of cluster {cluster} ({server}) "
+            f"while {operation}",
+            retryable=True,
+            reason="Timeout",
+            operation=operation,
+        )
+    if isinstance(exc, httpx2.TransportError):
+        detail = str(exc) or type(exc).__name__
+        return KubernetesError(
+            f"cannot reach the Kubernetes API server of cluster {cluster} ({server}) while "
+            f"{operation}: {detail}",
+            retryable=True,
+            reason="Unreachable",
+            operation=operation,
+        )
+    return KubernetesError(
+        f"unexpected response from the Kubernetes API server of cluster {cluster} while "
+        f"{operation}: {exc}",
+        retryable=True,
+        operation=operation,
+    )
+
+
+_CAUGHT = (httpx2.HTTPError, ValueError, KeyError, TypeError)
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def _map(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in _map(_map(obj.get("metadata")).get("labels")).items()}
+
+
+def _quantity(value: Any) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _gpu_model(labels: Mapping[str, str]) -> str:
+    """`NCP.GPU.H100` -> `H100`; else the GPU feature discovery product label."""
+    instance_type = labels.get(INSTANCE_TYPE_LABEL, "")
+    if ".GPU." in instance_type.upper():
+        return instance_type.upper().split(".GPU.", 1)[1]
+    return labels.get(GPU_PRODUCT_LABEL, "").upper()
+
+
+def _node_usable(node: Mapping[str, Any]) -> bool:
+    if _map(node.get("spec")).get("unschedulable"):
+        return False
+    for cond in _map(node.get("status")).get("conditions") or []:
+        if _map(cond).get("type") == "Ready":
+            return _map(cond).get("status") == "True"
+    return True
+
+
+def _unschedulable(pod: Mapping[str, Any]) -> bool:
+    for cond in _map(pod.get("status")).get("conditions") or []:
+        cond = _map(cond)
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return cond.get("reason") == "Unschedulable"
+    return False
+
+
+@dataclass
+class _Node:
+    name: str
+    gpu: str
+    gpus: int
+    labels: dict[str, str]
+    used: int = 0
+
+
+# ------------------------------------------------------------------------------------ adapter
+
+
+class KubernetesAdapter:
+    """`BackendAdapter` for one real cluster, reached through a kubeconfig or in-cluster config.
+
+    The client is created on first use, so a missing kubeconfig surfaces as an `AdapterError`
+    of the first call rather than at start-up. Safe for concurrent tasks of one event loop.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        kubeconfig: str | Path | None = None,
+        context: str | None = None,
+        in_cluster: bool = False,
+        nodes: Sequence[NodeShape] = (),
+        field_manager: str = FIELD_MANAGER,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        if in_cluster == (kubeconfig is not None):
+            raise ValueError(
+                f"cluster {name}: give either a kubeconfig path or in_cluster=True (not both)"
+            )
+        self.name = name
+        self.kubeconfig = Path(kubeconfig) if kubeconfig is not None else None
+        self.context = context
+        self.in_cluster = in_cluster
+        self.nodes = tuple(nodes)
+        self.field_manager = field_manager
+        self.timeout = timeout
+        self._client: AsyncClient | None = None
+        self._server = "in-cluster" if in_cluster else str(self.kubeconfig)
+
+    # ------------------------------------------------------------------ public interface
+
+    async def apply(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
+        """Server-side apply the namespace, then every object in dependency order."""
+        prepared = [self._prepare(instance, obj) for obj in objects]
+        prepared.sort(key=lambda item: apply_rank(item[0].api_version, item[0].kind))
+        await self._apply_one(NAMESPACE, None, self._namespace_body(instance, prepared))
+        for info, body in prepared:
+            await self._apply_one(info, instance.namespace, body)
+
+    async def observe(self, instance: InstanceSpec) -> ObservedState:
+        """The namespace's pods, controllers, warning events and applied objects."""
+        namespace = await self._get(NAMESPACE, None, instance.namespace)
+        if namespace is None:
+            return ObservedState()
+        expected = _applied(namespace)
+        kinds: dict[KindInfo, None] = dict.fromkeys(OBSERVED_KINDS)
+        for api_version, kind, _ in expected:
+            if (api_version, kind) != (NAMESPACE.api_version, NAMESPACE.kind):
+                kinds[kind_info(api_version, kind)] = None
+        if instance.worker_service is not None:
+            kinds[SERVICE] = None
+        listings = await self._gather(
+            [self._list(info, instance.namespace) for info in kinds]
+            + [self._list(EVENT, instance.namespace, fields={"type": "Warning"})]
+        )
+        objects = [obj for listing in listings[:-1] for obj in listing]
+        selector: dict[str, str] | None = None
+        if instance.worker_service is not None:
+            service = next(
+                (
+                    o
+                    for o in objects
+                    if o.get("kind") == "Service"
+                    and _map(o.get("metadata")).get("name") == instance.worker_service
+                ),
+                {},
+            )
+            spec_selector = _map(_map(service.get("spec")).get("selector"))
+            selector = {str(k): str(v) for k, v in spec_selector.items()}
+        return ObservedState.from_k8s(
+            objects,
+            events=listings[-1],
+            expected=[ObjectRef(kind, name) for _, kind, name in expected if kind != "Namespace"],
+            worker_selector=selector,
+        )
+
+    async def delete(self, instance: InstanceSpec) -> bool:
+        """Delete the namespace (foreground); True once the API server no longer has it."""
+        return await self._delete_namespace(instance.namespace)
+
+    async def garbage_collect(self, known_instance_ids: Iterable[str]) -> list[str]:
+        """Delete `sr-*` namespaces this service labelled whose instance is not in the list.
+
+        Returns the namespaces whose deletion this call started (already terminating ones are
+        left alone and not returned).
+        """
+        known = set(known_instance_ids)
+        namespaces = await self._list(
+            NAMESPACE,
+            None,
+            labels={MANAGED_BY_LABEL: self.field_manager, LABEL_INSTANCE_ID: ops.exists()},
+        )
+        deleted: list[str] = []
+        for ns in namespaces:
+            metadata = _map(ns.get("metadata"))
+            name = str(metadata.get("name", ""))
+            instance_id = _labels(ns).get(LABEL_INSTANCE_ID, "")
+            if (
+                not name.startswith(NAMESPACE_PREFIX)
+                or name != instance_namespace(instance_id)
+                or instance_id in known
+                or _terminating(ns)
+            ):
+                continue
+            await self._delete_namespace(name, known_present=True)
+            deleted.append(name)
+        return sorted(deleted)
+
+    async def capacity(self) -> Capacity:
+        """Free GPUs per node shape from labelled nodes; the catalog's shapes without access."""
+        try:
+            nodes = await self._list(NODE, None, labels={INSTANCE_TYPE_LABEL: ops.exists()})
+        except AdapterError as exc:
+            if exc.status == 403:
+                return self.static_capacity()
+            raise
+        usable: list[_Node] = []
+        for node in sorted(nodes, key=lambda n: str(_map(n.get("metadata")).get("name", ""))):
+            labels = _labels(node)
+            gpus = _quantity(_map(_map(node.get("status")).get("allocatable")).get(GPU_RESOURCE))
+            gpu = _gpu_model(labels)
+            if gpus <= 0 or not gpu or not _node_usable(node):
+                continue
+            name = str(_map(node.get("metadata")).get("name", ""))
+            usable.append(_Node(name, gpu, gpus, labels))
+        if usable:
+            await self._subtract_pods(usable)
+        shapes: dict[tuple[str, int], list[int]] = {}
+        for n in usable:
+            shapes.setdefault((n.gpu, n.gpus), []).append(max(n.gpus - n.used, 0))
+        return Capacity(
+            tuple(
+                ShapeCapacity(gpu, per_node, tuple(free))
+                for (gpu, per_node), free in shapes.items()
+            )
+        )
+
+    def static_capacity(self) -> Capacity:
+        """The catalog's node shapes, every GPU free (used when nodes cannot be read)."""
+        return Capacity(
+            tuple(
+                ShapeCapacity(s.gpu.upper(), s.gpus_per_node, (s.gpus_per_node,) * s.count)
+                for s in self.nodes
+            )
+        )
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    # ------------------------------------------------------------------ apply helpers
+
+    def _prepare(self, instance: InstanceSpec, obj: Any) -> tuple[KindInfo, dict[str, Any]]:
+        """Check one object and return its kind and the body to apply (a copy)."""
+        if not isinstance(obj, dict) or not obj.get("kind") or not obj.get("apiVersion"):
+            raise AdapterError("Object 'Kind' is missing in the object", retryable=False)
+        info = kind_info(str(obj["apiVersion"]), str(obj["kind"]))
+        body = copy.deepcopy(obj)
+        metadata = body.get("metadata")
+        if not isinstance(metadata, dict) or not metadata.get("name"):
+            raise AdapterError(
+                f"{info.kind} in version {info.api_version!r} cannot be handled: "
+                "resource name may not be empty",
+                retryable=False,
+            )
+        if not info.namespaced:
+            raise AdapterError(
+                f"{info.kind}/{metadata['name']} is cluster-scoped; only namespaced objects are "
+                f"installed into {instance.namespace}",
+                retryable=False,
+            )
+        namespace = metadata.get("namespace")
+        if namespace not in (None, instance.namespace):
+            raise AdapterError(
+                "the namespace of the provided object does not match the namespace sent on the "
+                f"request ({namespace!r} vs {instance.namespace!r})",
+                retryable=False,
+            )
+        metadata["namespace"] = instance.namespace
+        for server_field in ("resourceVersion", "uid", "managedFields", "creationTimestamp"):
+            metadata.pop(server_field, None)
+        body.pop("status", None)
+        return info, body
+
+    def _namespace_body(
+        self, instance: InstanceSpec, prepared: Sequence[tuple[KindInfo, dict[str, Any]]]
+    ) -> dict[str, Any]:
+        applied = sorted(
+            {
+                (info.api_version, info.kind, str(body["metadata"]["name"]))
+                for info, body in prepared
+            }
+        )
+        return {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": instance.namespace,
+                "labels": {
+                    MANAGED_BY_LABEL: self.field_manager,
+                    LABEL_FUNCTION_ID: instance.function_id,
+                    LABEL_VERSION_ID: instance.version_id,
+                    LABEL_INSTANCE_ID: instance.instance_id,
+                    LABEL_NCA_ID: instance.nca_id,
+                },
+                "annotations": {
+                    APPLIED_ANNOTATION: json.dumps(
+                        [list(a) for a in applied], separators=(",", ":")
+                    )
+                },
+            },
+        }
+
+    async def _apply_one(self, info: KindInfo, namespace: str | None, body: dict[str, Any]) -> None:
+        name = str(body["metadata"]["name"])
+        what = f"applying {info.kind} {name}" + (f" in {namespace}" if namespace else "")
+        client = self._api()
+        if info.namespaced:
+            await self._call(
+                what,
+                client.patch(
+                    _namespaced(info),
+                    name,
+                    body,
+                    namespace=namespace,
+                    patch_type=PatchType.APPLY,
+                    field_manager=self.field_manager,
+                    force=True,
+                ),
+            )
+        else:
+            await self._call(
+                what,
+                client.patch(
+                    _global(info),
+                    name,
+                    body,
+                    patch_type=PatchType.APPLY,
+                    field_manager=self.field_manager,
+                    force=True,
+                ),
+            )
+
+    # ------------------------------------------------------------------ read / delete helpers
+
+    async def _get(self, info: KindInfo, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The object, or None when the API server answers 404."""
+        what = f"reading {info.kind} {name}"
+        client = self._api()
+        try:
+            if info.namespaced:
+                found: dict[str, Any] = await self._call(
+                    what, client.get(_namespaced(info), name, namespace=namespace)
+                )
+            else:
+                found = await self._call(what, client.get(_global(info), name))
+        except AdapterError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(found)
+
+    async def _list(
+        self,
+        info: KindInfo,
+        namespace: str | None,
+        *,
+        labels: dict[str, Any] | None = None,
+        fields: dict[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Every object of a kind (in a namespace, or all namespaces with `ALL_NS`).
+
+        List items come without `kind`/`apiVersion`; they are filled in here.
+        """
+        where = "all namespaces" if namespace == ALL_NS else (namespace or "the cluster")
+        return await self._call(
+            f"listing {info.plural} in {where}", self._collect(info, namespace, labels, fields)
+        )
+
+    async def _collect(
+        self,
+        info: KindInfo,
+        namespace: str | None,
+        labels: dict[str, Any] | None,
+        fields: dict[str, Any] | None,
+    ) -> list[dict[str, Any]]:
+        client = self._api()
+        listing: AsyncIterable[Mapping[str, Any]]
+        if info.namespaced:
+            listing = client.list(
+                _namespaced(info), namespace=namespace, labels=labels, fields=fields
+            )
+        else:
+            listing = client.list(_global(info), labels=labels, fields=fields)
+        out: list[dict[str, Any]] = []
+        async for item in listing:
+            obj = dict(item)
+            obj["kind"] = info.kind
+            obj["apiVersion"] = info.api_version
+            out.append(obj)
+        return out
+
+    async def _delete_namespace(self, name: str, *, known_present: bool = False) -> bool:
+        if not known_present:
+            existing = await self._get(NAMESPACE, None, name)
+            if existing is None:
+                return True
+            if _terminating(existing):
+                return False
+        try:
+            await self._call(
+                f"deleting namespace {name}",
+                self._api().delete(_global(NAMESPACE), name, cascade=CascadeType.FOREGROUND),
+            )
+        except AdapterError as exc:
+            if exc.status == 404:
+                return True
+            if exc.status == 409:  # already terminating
+                return False
+            raise
+        return False
+
+    async def _subtract_pods(self, nodes: list[_Node]) -> None:
+        """Count GPUs of bound pods, then of our not-yet-bound pods, against the nodes."""
+        try:
+            pods = await self._list(
+                POD, ALL_NS, fields={"status.phase": ops.not_in(["Succeeded", "Failed"])}
+            )
+        except AdapterError as exc:
+            if exc.status == 403:
+                return  # may read nodes but not pods: allocatable only
+            raise
+        by_name = {n.name: n for n in nodes}
+        waiting: list[dict[str, Any]] = []
+        for pod in pods:
+            spec = _map(pod.get("spec"))
+            gpus = gpu_request(spec)
+            if gpus <= 0:
+                continue
+            node = by_name.get(str(spec.get("nodeName") or ""))
+            if node is not None:
+                node.used += gpus
+            elif (
+                not spec.get("nodeName")
+                and str(_map(pod.get("metadata")).get("namespace", "")).startswith(NAMESPACE_PREFIX)
+                and not _unschedulable(pod)
+            ):
+                waiting.append(pod)
+        waiting.sort(key=lambda p: str(_map(p.get("metadata")).get("creationTimestamp", "")))
+        for pod in waiting:
+            spec = _map(pod.get("spec"))
+            gpus = gpu_request(spec)
+            fitting = [
+                n
+                for n in nodes
+                if n.gpus - n.used >= gpus and node_affinity_matches(spec, n.labels)
+            ]
+            if fitting:
+                min(fitting, key=lambda n: (n.gpus - n.used, n.name)).used += gpus
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _api(self) -> AsyncClient:
+        if self._client is None:
+            config = self._load_config()
+            try:
+                self._client = AsyncClient(
+                    config, field_manager=self.field_manager, timeout=httpx2.Timeout(self.timeout)
+                )
+            except (OSError, ValueError) as exc:  # e.g. an unreadable CA or client certificate
+                raise AdapterError(
+                    f"cluster {self.name}: cannot set up the Kubernetes client: {exc}",
+                    retryable=False,
+                ) from exc
+            self._server = config.cluster.server or self._server
+        return self._client
+
+    def _load_config(self) -> SingleConfig:
+        try:
+            if self.in_cluster:
+                loaded = KubeConfig.from_service_account().get()
+            else:
+                assert self.kubeconfig is not None
+                loaded = KubeConfig.from_file(self.kubeconfig).get(context_name=self.context)
+        except (ConfigError, OSError, KeyError, ValueError, TypeError) as exc:
+            source = "in-cluster service account" if self.in_cluster else str(self.kubeconfig)
+            detail = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise AdapterError(
+                f"cluster {self.name}: cannot load the Kubernetes configuration from {source}: "
+                f"{detail}",
+                retryable=False,
+            ) from exc
+        if loaded is None:  # pragma: no cover - `get` raises when no context is set
+            raise AdapterError(f"cluster {self.name}: no Kubernetes context", retryable=False)
+        return loaded
+
+    async def _call(self, operation: str, awaitable: Awaitable[T]) -> T:
+        try:
+            return await awaitable
+        except AdapterError:
+            raise
+        except _CAUGHT as exc:
+            raise _translate(exc, operation, self.name, self._server) from exc
+
+    async def _gather(self, calls: Sequence[Awaitable[T]]) -> list[T]:
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        out: list[T] = []
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+            out.append(result)
+        return out
+
+
+def _terminating(namespace: Mapping[str, Any]) -> bool:
+    metadata = _map(namespace.get("metadata"))
+    phase = _map(namespace.get("status")).get("phase")
+    return metadata.get("deletionTimestamp") is not None or phase == "Terminating"
+
+
+def _applied(namespace: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """The `(apiVersion, kind, name)` triples recorded on the namespace by `apply`."""
+    annotations = _map(_map(namespace.get("metadata")).get("annotations"))
+    try:
+        entries = json.loads(str(annotations.get(APPLIED_ANNOTATION) or "[]"))
+    except ValueError:
+        return []
+    out: list[tuple[str, str, str]] = []
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, list) and len(entry) == 3 and all(isinstance(e, str) for e in entry):
+            out.append((entry[0], entry[1], entry[2]))
+    return out
+
+
+def adapter_for_cluster(cluster: Cluster, **options: Any) -> KubernetesAdapter:
+    """The adapter for a catalog cluster with `adapter: kubernetes`.
+
+    `options` are passed on to `KubernetesAdapter` (e.g. `timeout`, `field_manager`).
+    """
+    if cluster.adapter != "kubernetes" or cluster.kubernetes is None:
+        raise ValueError(f"cluster {cluster.name} is not a kubernetes cluster")
+    settings = cluster.kubernetes
+    return KubernetesAdapter(
+        cluster.name,
+        kubeconfig=None if settings.in_cluster else settings.kubeconfig,
+        context=settings.context,
+        in_cluster=settings.in_cluster,
+        nodes=[NodeShape(s.gpu, s.gpus_per_node, s.count) for s in cluster.nodes],
+        **options,
+    )

@@ -95,6 +95,7 @@ def upgrade() -> None:
         sa.Column("tags", sa.JSON(), nullable=False),
         sa.Column("rate_limit", sa.JSON(), nullable=True),
         sa.Column("findings", sa.JSON(), nullable=True),
+        sa.Column("secret_names", sa.JSON(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(

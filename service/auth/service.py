@@ -19,7 +19,7 @@ import httpx
 import jwt
 from jwt.types import Options
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth.models import Account, ApiKey
 from service.auth.scopes import ALL_SCOPES
@@ -144,7 +144,9 @@ class Authenticator:
         """Forget a revoked key at once instead of waiting for the cache to expire."""
         self._cache.drop(key_hash)
 
-    async def authenticate(self, session: AsyncSession, authorization: str | None) -> Principal:
+    async def authenticate(
+        self, sessions: async_sessionmaker[AsyncSession], authorization: str | None
+    ) -> Principal:
         if not authorization:
             raise Unauthorized(detail="missing Authorization header", headers=_BEARER)
         scheme, _, credential = authorization.partition(" ")
@@ -154,16 +156,17 @@ class Authenticator:
                 detail="Authorization header must be 'Bearer <credential>'", headers=_BEARER
             )
         if credential.startswith(API_KEY_PREFIX):
-            return await self._api_key(session, credential)
+            return await self._api_key(sessions, credential)
         return await self._jwt(credential)
 
-    async def _api_key(self, session: AsyncSession, key: str) -> Principal:
+    async def _api_key(self, sessions: async_sessionmaker[AsyncSession], key: str) -> Principal:
         key_hash = hash_key(key)
         cached = self._cache.get(key_hash)
         if cached is None:
-            row = (
-                await session.execute(select(ApiKey).where(ApiKey.key_hash == key_hash))
-            ).scalar_one_or_none()
+            async with sessions() as session:
+                row = (
+                    await session.execute(select(ApiKey).where(ApiKey.key_hash == key_hash))
+                ).scalar_one_or_none()
             if row is None:
                 raise Unauthorized(detail="unknown API key", headers=_BEARER)
             principal = Principal(

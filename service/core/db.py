@@ -21,6 +21,8 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.orm import DeclarativeBase
 from starlette.requests import Request
 
+from service.core import changes
+
 NAMING = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -76,6 +78,9 @@ def make_engine(url: str) -> AsyncEngine:
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": 30}
+        # Sessions always end in an explicit COMMIT or ROLLBACK, and read-only SQLite work
+        # opens no transaction, so the pool's reset (one more thread hop per request) is waste.
+        kwargs["pool_reset_on_return"] = None
     else:
         kwargs.update(pool_size=10, max_overflow=10, pool_pre_ping=True)
     engine = create_async_engine(url, **kwargs)
@@ -123,5 +128,8 @@ async def request_session(request: Request) -> AsyncIterator[AsyncSession]:
             await session.rollback()
             raise
         else:
-            await session.commit()
+            if changes.wrote(session.sync_session) or session.info.get(AFTER_COMMIT):
+                await session.commit()
+            else:
+                await session.rollback()
             run_after_commit(session)

@@ -55,6 +55,30 @@ def route_template(scope: Scope) -> str:
     return "/".join(prefix) + suffix if suffix != "/" else "/".join(prefix)
 
 
+def rewrite_org_alias(scope: Scope) -> None:
+    """Serve `/v2/orgs/{org}[/teams/{team}]/nvcf/...` by the `/v2/nvcf/...` routes.
+
+    The org (and team) go into the request state for the org check; the path as sent is kept
+    for error bodies.
+    """
+    path: str = scope["path"]
+    if not path.startswith("/v2/orgs/"):
+        return
+    parts = path.split("/", 8)
+    # ["", "v2", "orgs", org, "nvcf", ...] or ["", "v2", "orgs", org, "teams", team, "nvcf", ...]
+    if len(parts) >= 5 and parts[4] == "nvcf" and parts[3]:
+        org, team, rest = parts[3], None, parts[5:]
+    elif len(parts) >= 7 and parts[4] == "teams" and parts[6] == "nvcf" and parts[3] and parts[5]:
+        org, team, rest = parts[3], parts[5], parts[7:]
+    else:
+        return
+    state = scope.setdefault("state", {})
+    state["org"], state["team"], state["original_path"] = org, team, path
+    new_path = "/v2/nvcf" + ("/" + "/".join(rest) if rest else "")
+    scope["path"] = new_path
+    scope["raw_path"] = new_path.encode()
+
+
 def _valid_uuid(value: str) -> bool:
     try:
         uuid.UUID(value)
@@ -83,8 +107,10 @@ class RequestContextMiddleware:
                 incoming = value.decode("latin-1")
                 break
         request_id = incoming if incoming and _valid_uuid(incoming) else str(uuid.uuid4())
-        state = scope.setdefault("state", {})
+        # A fresh per-request state (servers may hand every request the same lifespan dict).
+        state = scope["state"] = dict(scope.get("state") or {})
         state["request_id"] = request_id
+        rewrite_org_alias(scope)
         status_holder = [500]
         started = [False]
         rid_header = (b"x-request-id", request_id.encode())
@@ -148,7 +174,8 @@ class RequestContextMiddleware:
     async def _send_problem(
         self, send: Send, err: DomainError, scope: Scope, request_id: str
     ) -> None:
-        body = json.dumps(problem_body(err, scope.get("path", ""), request_id)).encode()
+        path = scope.get("state", {}).get("original_path") or scope.get("path", "")
+        body = json.dumps(problem_body(err, path, request_id)).encode()
         await send(
             {
                 "type": "http.response.start",
@@ -177,7 +204,7 @@ class RequestContextMiddleware:
         fields = {
             "requestId": request_id,
             "method": method,
-            "path": scope.get("path", ""),
+            "path": state.get("original_path") or scope.get("path", ""),
             "status": status,
             "durationMs": round(elapsed * 1000, 2),
             "account": state.get("account_id"),

@@ -5,12 +5,19 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import Select, and_, or_
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import InstrumentedAttribute
 
 from service.core.errors import FieldError, ValidationFailed
 
 MAX_LIMIT = 1000
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -43,3 +50,28 @@ def make_page(limit: int | None, cursor: str | None, default_limit: int = 100) -
     if limit is None and cursor is None:
         return Page(limit=None, after=None)
     return Page(limit=limit or default_limit, after=decode_cursor(cursor) if cursor else None)
+
+
+async def keyset_page(
+    session: AsyncSession,
+    stmt: Select[T],
+    page: Page,
+    *,
+    created: InstrumentedAttribute[datetime],
+    ident: InstrumentedAttribute[Any],
+    cursor_of: Callable[[T], tuple[datetime, uuid.UUID]],
+    ident_from_cursor: Callable[[uuid.UUID], Any] = lambda u: u,
+) -> tuple[list[T], str | None]:
+    """Run `stmt` ordered by (created, ident), one page at a time when `page` asks for it."""
+    if page.after is not None:
+        t, i = page.after
+        i_value = ident_from_cursor(i)
+        stmt = stmt.where(or_(created > t, and_(created == t, ident > i_value)))
+    stmt = stmt.order_by(created, ident)
+    if page.limit is not None:
+        stmt = stmt.limit(page.limit + 1)
+    rows = list((await session.execute(stmt)).scalars().all())
+    if page.limit is None or len(rows) <= page.limit:
+        return rows, None
+    rows = rows[: page.limit]
+    return rows, encode_cursor(*cursor_of(rows[-1]))

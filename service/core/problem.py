@@ -47,9 +47,13 @@ def _request_id(request: Request) -> str:
     return str(getattr(request.state, "request_id", ""))
 
 
+def _instance(request: Request) -> str:
+    return str(getattr(request.state, "original_path", None) or request.url.path)
+
+
 def problem_response(request: Request, err: DomainError) -> JSONResponse:
     return JSONResponse(
-        problem_body(err, request.url.path, _request_id(request)),
+        problem_body(err, _instance(request), _request_id(request)),
         status_code=err.status,
         media_type=PROBLEM,
         headers=err.headers or None,
@@ -84,16 +88,16 @@ def install_problem_handlers(app: FastAPI) -> None:
         slug, title = _TITLES.get(exc.status_code, ("error", "Error"))
         detail = exc.detail if isinstance(exc.detail, str) else title
         if exc.status_code == 404 and detail == "Not Found":
-            detail = f"no route matches {request.method} {request.url.path}"
+            detail = f"no route matches {request.method} {_instance(request)}"
         elif exc.status_code == 405:
-            detail = f"method {request.method} is not allowed on {request.url.path}"
+            detail = f"method {request.method} is not allowed on {_instance(request)}"
 
         body = {
             "type": f"urn:nvcf:problem-details:{slug}",
             "title": title,
             "status": exc.status_code,
             "detail": detail,
-            "instance": request.url.path,
+            "instance": _instance(request),
             "requestId": _request_id(request),
         }
         return JSONResponse(

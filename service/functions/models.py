@@ -51,6 +51,8 @@ class FunctionVersion(Base):
     tags: Mapped[list[Any]] = mapped_column(JSON)
     rate_limit: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     findings: Mapped[list[Any] | None] = mapped_column(JSON)
+    # Names only, kept on the version so reads never touch the encrypted values.
+    secret_names: Mapped[list[Any]] = mapped_column(JSON, default=list)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
@@ -58,7 +60,7 @@ class FunctionVersion(Base):
         back_populates="version",
         cascade="all, delete-orphan",
         passive_deletes=True,
-        lazy="selectin",
+        lazy="raise",
         order_by="FunctionSecret.name",
     )
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import BaseModel
 
 from service.auth import scopes
 from service.auth.deps import Session, require
@@ -13,11 +16,15 @@ from service.core.crypto import SecretBox
 from service.core.http import json_body_doc, parse_uuid, read_json
 from service.core.idempotency import Recorder, idempotency
 from service.core.pagination import MAX_LIMIT, make_page
+from service.deployments.service import active_instances, reconciler_waker
 from service.functions import service
+from service.functions.cache import VersionCache
+from service.functions.models import FunctionVersion
 from service.functions.schemas import FunctionEnvelope, FunctionIds, FunctionList, FunctionOut
 from service.functions.validation import validate_create, validate_metadata_update
 
 router = APIRouter(tags=["functions"])
+JSON = "application/json"
 
 Registrar = Annotated[Principal, Depends(require(scopes.REGISTER_FUNCTION))]
 Lister = Annotated[
@@ -31,13 +38,33 @@ _CREATE_DOC = json_body_doc("FunctionCreate")
 _UPDATE_DOC = json_body_doc("FunctionMetadataUpdate")
 
 
+async def _function_outs(
+    session: Session, principal: Principal, versions: Sequence[FunctionVersion]
+) -> list[FunctionOut]:
+    """Function objects; with `list_functions_details` each carries `activeInstances` (the
+    instances of the version's live deployment, loaded in one query for all versions)."""
+    if scopes.LIST_FUNCTIONS_DETAILS not in principal.scopes:
+        return [FunctionOut.of(v) for v in versions]
+    instances = await active_instances(session, [v.id for v in versions])
+    return [
+        FunctionOut.of(v, details=True, active_instances=instances.get(v.id, [])) for v in versions
+    ]
+
+
 def _dump(model: FunctionEnvelope) -> dict[str, Any]:
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+def _json(model: BaseModel | dict[str, Any]) -> Response:
+    """Serialise once; FastAPI would otherwise re-validate the response model per request."""
+    if isinstance(model, BaseModel):
+        return Response(model.model_dump_json(by_alias=True, exclude_none=True), media_type=JSON)
+    return Response(json.dumps(model, separators=(",", ":")), media_type=JSON)
+
+
 async def _create(
     request: Request, session: Session, principal: Principal, idem: Recorder, fid: str | None
-) -> dict[str, Any]:
+) -> Response:
     function_id = parse_uuid(fid, "functionId") if fid is not None else None
     spec = validate_create(await read_json(request))
     box: SecretBox = request.app.state.secret_box
@@ -55,7 +82,7 @@ async def _create(
         chart_digest=chart_digest,
         findings=findings,
     )
-    return idem.record(_dump(FunctionEnvelope(function=FunctionOut.of(version))))
+    return _json(idem.record(_dump(FunctionEnvelope(function=FunctionOut.of(version)))))
 
 
 @router.post(
@@ -67,7 +94,7 @@ async def _create(
 )
 async def create_function(
     request: Request, session: Session, principal: Registrar, idem: Idem
-) -> dict[str, Any]:
+) -> Response:
     return await _create(request, session, principal, idem, None)
 
 
@@ -84,7 +111,7 @@ async def create_version(
     session: Session,
     principal: Registrar,
     idem: Idem,
-) -> dict[str, Any]:
+) -> Response:
     return await _create(request, session, principal, idem, functionId)
 
 
@@ -103,17 +130,18 @@ async def list_functions(
     status: str | None = None,
     tag: str | None = None,
     visibility: str | None = None,
-) -> FunctionList:
+) -> Response:
     filters = service.ListFilters(name=name, status=service.parse_status_filter(status), tag=tag)
     page = make_page(limit, cursor)
     if visibility is not None and "private" not in visibility.lower().split(","):
-        return FunctionList(functions=[])
+        return _json(FunctionList(functions=[]))
     rows, next_cursor = await service.list_versions(
         session, principal.account_id, filters=filters, page=page
     )
-    details = scopes.LIST_FUNCTIONS_DETAILS in principal.scopes
-    return FunctionList(
-        functions=[FunctionOut.of(v, details=details) for v in rows], next_cursor=next_cursor
+    return _json(
+        FunctionList(
+            functions=await _function_outs(session, principal, rows), next_cursor=next_cursor
+        )
     )
 
 
@@ -122,8 +150,9 @@ async def list_functions(
     response_model=FunctionIds,
     summary="List the ids of the caller's functions",
 )
-async def list_function_ids(session: Session, principal: Lister) -> FunctionIds:
-    return FunctionIds(function_ids=await service.list_function_ids(session, principal.account_id))
+async def list_function_ids(session: Session, principal: Lister) -> Response:
+    ids = await service.list_function_ids(session, principal.account_id)
+    return _json(FunctionIds(function_ids=ids))
 
 
 @router.get(
@@ -138,16 +167,17 @@ async def list_function_versions(
     principal: Lister,
     limit: Annotated[int | None, Query(ge=1, le=MAX_LIMIT)] = None,
     cursor: str | None = None,
-) -> FunctionList:
+) -> Response:
     fid = parse_uuid(functionId, "functionId")
     page = make_page(limit, cursor)
     await service.get_function(session, principal.account_id, fid)
     rows, next_cursor = await service.list_versions(
         session, principal.account_id, filters=service.ListFilters(), page=page, function_id=fid
     )
-    details = scopes.LIST_FUNCTIONS_DETAILS in principal.scopes
-    return FunctionList(
-        functions=[FunctionOut.of(v, details=details) for v in rows], next_cursor=next_cursor
+    return _json(
+        FunctionList(
+            functions=await _function_outs(session, principal, rows), next_cursor=next_cursor
+        )
     )
 
 
@@ -160,24 +190,36 @@ async def list_function_versions(
 async def get_function_version(
     functionId: str,
     functionVersionId: str,
-    session: Session,
+    request: Request,
     principal: Lister,
-) -> FunctionEnvelope:
+) -> Response:
+    # The hottest read (clients poll a version while it deploys): answered from the version
+    # cache when possible, so it takes no request session; a miss uses a read-only one.
     fid = parse_uuid(functionId, "functionId")
     vid = parse_uuid(functionVersionId, "functionVersionId")
-    version = await service.get_version(session, principal.account_id, fid, vid)
-    details = scopes.LIST_FUNCTIONS_DETAILS in principal.scopes
-    return FunctionEnvelope(function=FunctionOut.of(version, details=details))
+    cache: VersionCache | None = getattr(request.app.state, "version_cache", None)
+    key = (principal.account_id, fid, vid, scopes.LIST_FUNCTIONS_DETAILS in principal.scopes)
+    if cache is not None and (cached := cache.get(key)) is not None:
+        return Response(cached, media_type=JSON)
+    generation = cache.generation if cache is not None else 0
+    async with request.app.state.sessionmaker() as session:
+        version = await service.get_version(session, principal.account_id, fid, vid)
+        (out,) = await _function_outs(session, principal, [version])
+        await session.rollback()
+    body = FunctionEnvelope(function=out).model_dump_json(by_alias=True, exclude_none=True)
+    if cache is not None:
+        cache.put(key, body.encode(), generation)
+    return Response(body, media_type=JSON)
 
 
 async def _update(
     request: Request, session: Session, principal: Principal, function_id: str, version_id: str
-) -> FunctionEnvelope:
+) -> Response:
     fid = parse_uuid(function_id, "functionId")
     vid = parse_uuid(version_id, "functionVersionId")
     update = validate_metadata_update(await read_json(request))
     version = await service.update_metadata(session, principal.account_id, fid, vid, update)
-    return FunctionEnvelope(function=FunctionOut.of(version))
+    return _json(FunctionEnvelope(function=FunctionOut.of(version)))
 
 
 @router.put(
@@ -193,7 +235,7 @@ async def update_function_version(
     request: Request,
     session: Session,
     principal: Updater,
-) -> FunctionEnvelope:
+) -> Response:
     return await _update(request, session, principal, functionId, functionVersionId)
 
 
@@ -211,7 +253,7 @@ async def update_function_metadata(
     request: Request,
     session: Session,
     principal: Updater,
-) -> FunctionEnvelope:
+) -> Response:
     return await _update(request, session, principal, functionId, functionVersionId)
 
 
@@ -224,10 +266,13 @@ async def update_function_metadata(
 async def delete_function_version(
     functionId: str,
     functionVersionId: str,
+    request: Request,
     session: Session,
     principal: Deleter,
 ) -> Response:
     fid = parse_uuid(functionId, "functionId")
     vid = parse_uuid(functionVersionId, "functionVersionId")
-    await service.delete_version(session, principal.account_id, fid, vid)
+    await service.delete_version(
+        session, principal.account_id, fid, vid, wake=reconciler_waker(request.app)
+    )
     return Response(status_code=204)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -98,7 +99,15 @@ class FunctionOut(CamelModel):
         return iso_z(v)
 
     @classmethod
-    def of(cls, v: FunctionVersion, *, details: bool = False) -> FunctionOut:
+    def of(
+        cls,
+        v: FunctionVersion,
+        *,
+        details: bool = False,
+        active_instances: Sequence[Any] | None = None,
+    ) -> FunctionOut:
+        """`active_instances` (rows with instance_id, phase, instance_type, gpu, backend,
+        cluster, created_at) is shown only with `details`."""
         return cls(
             id=v.function_id,
             nca_id=v.account_id,
@@ -121,10 +130,17 @@ class FunctionOut(CamelModel):
             health_uri=v.health_uri,
             description=v.description,
             tags=list(v.tags),
-            secrets=[SecretName(name=s.name) for s in v.secrets] or None,
+            secrets=[SecretName(name=str(n)) for n in v.secret_names] or None,
             rate_limit=v.rate_limit,
             findings=v.findings or None,
-            active_instances=[] if details else None,
+            active_instances=(
+                [
+                    ActiveInstance.model_validate(r, from_attributes=True)
+                    for r in active_instances or ()
+                ]
+                if details
+                else None
+            ),
             created_at=v.created_at,
         )
 

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, delete, func, or_, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.crypto import SecretBox
-from service.core.db import utcnow
+from service.core.db import after_commit, utcnow
 from service.core.errors import FieldError, NotFound, ValidationFailed
-from service.core.pagination import Page, encode_cursor
+from service.core.pagination import Page, keyset_page
+from service.deployments.service import undeploy_version
 from service.functions.models import Function, FunctionSecret, FunctionVersion, VersionTag
 from service.functions.validation import FunctionSpec, MetadataUpdate
 
@@ -81,9 +82,13 @@ async def create_version(
         findings=findings,
         created_at=now,
         updated_at=now,
-        secrets=[FunctionSecret(name=n, ciphertext=box.encrypt(v)) for n, v in spec.secrets],
+        secret_names=sorted(n for n, _ in spec.secrets),
     )
     session.add(version)
+    session.add_all(
+        FunctionSecret(version_id=version.id, name=n, ciphertext=box.encrypt(v))
+        for n, v in spec.secrets
+    )
     session.add_all(VersionTag(version_id=version.id, tag=t) for t in spec.tags)
     await session.flush()
     return version
@@ -126,24 +131,14 @@ async def list_versions(
                 select(VersionTag.version_id).where(VersionTag.tag == filters.tag)
             )
         )
-    if page.after is not None:
-        t, i = page.after
-        stmt = stmt.where(
-            or_(
-                FunctionVersion.created_at > t,
-                and_(FunctionVersion.created_at == t, FunctionVersion.id > i),
-            )
-        )
-    stmt = stmt.order_by(FunctionVersion.created_at, FunctionVersion.id)
-    if page.limit is not None:
-        stmt = stmt.limit(page.limit + 1)
-    rows = list((await session.execute(stmt)).scalars().all())
-    next_cursor = None
-    if page.limit is not None and len(rows) > page.limit:
-        rows = rows[: page.limit]
-        last = rows[-1]
-        next_cursor = encode_cursor(last.created_at, last.id)
-    return rows, next_cursor
+    return await keyset_page(
+        session,
+        stmt,
+        page,
+        created=FunctionVersion.created_at,
+        ident=FunctionVersion.id,
+        cursor_of=lambda v: (v.created_at, v.id),
+    )
 
 
 async def function_exists(session: AsyncSession, account_id: str, function_id: uuid.UUID) -> bool:
@@ -182,10 +177,24 @@ async def update_metadata(
 
 
 async def delete_version(
-    session: AsyncSession, account_id: str, function_id: uuid.UUID, version_id: uuid.UUID
+    session: AsyncSession,
+    account_id: str,
+    function_id: uuid.UUID,
+    version_id: uuid.UUID,
+    *,
+    wake: Callable[[], None] | None = None,
 ) -> None:
-    """Delete a version and its secrets; the function goes with its last version."""
+    """Delete a version and its secrets; the function goes with its last version.
+
+    The version's live deployment is marked `deleting` (it outlives the version row; the
+    reconciler tears its instances down) and `wake` runs after the commit.
+    """
     version = await get_version(session, account_id, function_id, version_id)
+    deployment = await undeploy_version(
+        session, version_id, message=f"function version {version_id} deleted; tearing down"
+    )
+    if deployment is not None and wake is not None:
+        after_commit(session, wake)
     await session.delete(version)
     await session.flush()
     remaining = await session.scalar(

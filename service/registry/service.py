@@ -26,14 +26,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.crypto import SecretBox
 from service.core.db import utcnow
 from service.core.errors import Conflict, FieldError, NotFound, ValidationFailed
-from service.core.pagination import Page, encode_cursor
+from service.core.pagination import Page, keyset_page
 from service.registry.models import HOSTNAME_MAX, RegistryCredential
 
 log = logging.getLogger("nvcf.registry")
@@ -413,24 +413,14 @@ async def list_credentials(
     session: AsyncSession, account_id: str, *, page: Page
 ) -> tuple[Sequence[RegistryCredential], str | None]:
     stmt = select(RegistryCredential).where(RegistryCredential.account_id == account_id)
-    if page.after is not None:
-        t, i = page.after
-        stmt = stmt.where(
-            or_(
-                RegistryCredential.created_at > t,
-                and_(RegistryCredential.created_at == t, RegistryCredential.id > i),
-            )
-        )
-    stmt = stmt.order_by(RegistryCredential.created_at, RegistryCredential.id)
-    if page.limit is not None:
-        stmt = stmt.limit(page.limit + 1)
-    rows = list((await session.execute(stmt)).scalars().all())
-    next_cursor = None
-    if page.limit is not None and len(rows) > page.limit:
-        rows = rows[: page.limit]
-        last = rows[-1]
-        next_cursor = encode_cursor(last.created_at, last.id)
-    return rows, next_cursor
+    return await keyset_page(
+        session,
+        stmt,
+        page,
+        created=RegistryCredential.created_at,
+        ident=RegistryCredential.id,
+        cursor_of=lambda c: (c.created_at, c.id),
+    )
 
 
 async def update_credential(

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import tarfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support.registry import RegistryServer, RegistryUnavailable, start_registry
 
@@ -53,3 +58,90 @@ def start_extra_registry(tmp_path: Path) -> Iterator[Callable[[], RegistryServer
     yield start
     for server in started:
         server.stop()
+
+
+# --- corpus charts pushed to the local registries (API tests) ------------------------------
+
+
+@dataclass(frozen=True)
+class PushedChart:
+    """A chart pushed with Helm to `oci://<host>/<namespace>/<name>:<version>`."""
+
+    host: str
+    namespace: str
+    name: str
+    version: str
+    digest: str  # manifest digest
+    layer_digest: str  # sha256 of the chart archive (the Helm layer blob)
+
+    @property
+    def file_url(self) -> str:
+        """The NVCF documentation form `oci://…/<name>-<version>.tgz`."""
+        return f"oci://{self.host}/{self.namespace}/{self.name}-{self.version}.tgz"
+
+    @property
+    def ref_url(self) -> str:
+        """The plain OCI reference form `oci://…/<name>:<version>`."""
+        return f"oci://{self.host}/{self.namespace}/{self.name}:{self.version}"
+
+
+def push_archive(
+    server: RegistryServer, archive: Path, namespace: str, *, workdir: Path
+) -> PushedChart:
+    """Push a packaged chart with the Helm engine (as users do) and describe it."""
+    import helm_python
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    client = helm_python.RegistryClient(
+        plain_http=True, credentials_file=workdir / "registry-credentials.json"
+    )
+    if server.username is not None and server.password is not None:
+        client.login(server.host, server.username, server.password, plain_http=True)
+    client.push(archive, f"oci://{server.host}/{namespace}")
+    with tarfile.open(archive, "r:gz") as tar:
+        member = next(
+            m for m in tar.getmembers() if m.name.count("/") == 1 and m.name.endswith("/Chart.yaml")
+        )
+        stream = tar.extractfile(member)
+        assert stream is not None
+        meta = yaml.safe_load(stream.read())
+    name, version = str(meta["name"]), str(meta["version"])
+    resolved = client.resolve(f"oci://{server.host}/{namespace}/{name}:{version}")
+    digest = resolved.get("digest")
+    if not isinstance(digest, str):
+        raise RuntimeError(f"helm could not resolve the chart it pushed: {resolved}")
+    layer = "sha256:" + hashlib.sha256(archive.read_bytes()).hexdigest()
+    return PushedChart(server.host, namespace, name, version, digest, layer)
+
+
+PushCorpus = Callable[..., PushedChart]
+
+
+@pytest.fixture(scope="session")
+def push_corpus(tmp_path_factory: pytest.TempPathFactory) -> PushCorpus:
+    """`push_corpus(server, name, namespace=None, files=None)`: package corpus chart `name`
+    (an overlay on inference-ok) and push it; cached per (registry, name, namespace) when no
+    `files` override is given. The default namespace is `corpus/<name>`."""
+    from tests.charts.test_render import build_chart
+
+    cache: dict[tuple[str, str, str], PushedChart] = {}
+    counter = itertools.count()
+
+    def push(
+        server: RegistryServer,
+        name: str,
+        namespace: str | None = None,
+        files: dict[str, str] | None = None,
+    ) -> PushedChart:
+        ns = namespace or f"corpus/{name}"
+        key = (server.host, name, ns)
+        if files or key not in cache:
+            workdir = tmp_path_factory.mktemp(f"push-{next(counter)}")
+            archive = build_chart(name, workdir, files)
+            pushed = push_archive(server, archive, ns, workdir=workdir / "push")
+            if files:
+                return pushed
+            cache[key] = pushed
+        return cache[key]
+
+    return push

@@ -1,0 +1,510 @@
+"""The chart pipeline as one object (helm.md §1–§5): fetch, render, decode, restrict, modify.
+
+The same `ChartPipeline` serves function creation (`validate_for_create`: the chart's default
+values, a placeholder namespace, the configured default kube version), the dry-run endpoint and
+deployments (`validate`: a pinned manifest digest re-rendered with a deployment's
+`configuration` coalesced over the chart defaults, optionally for a target cluster).
+
+Everything blocking runs off the event loop: pulls and cache I/O in threads (`ChartFetcher`),
+renders in isolated worker processes (`ChartRenderer`), decoding and checks in a thread. A
+small in-memory LRU of successful renders, keyed by the archive digest and every render input,
+spares the worker pool when the same chart is rendered again with the same values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.charts.fetch import ChartFetcher, FetchedChart, RegistryCredential
+from service.charts.findings import Finding, KubeObject, PipelineResult
+from service.charts.mutate import mutate_for_install
+from service.charts.policy import ValidationPolicy
+from service.charts.render import (
+    DEFAULT_KUBE_VERSION,
+    PLACEHOLDER_NAMESPACE,
+    ChartRenderer,
+    ChartRenderError,
+    RenderOutput,
+    check_rendered,
+)
+from service.charts.url import ChartRef, ChartUrlError, parse_chart_url, redact_url
+from service.clusters.instance_types import InstanceType, parse_instance_type
+from service.core.errors import FieldError, ValidationFailed
+from service.registry import service as registry_service
+
+if TYPE_CHECKING:
+    from service.auth.service import Principal
+    from service.clusters.catalog import Cluster
+    from service.core.crypto import SecretBox
+    from service.core.settings import Settings
+    from service.functions.validation import FunctionSpec
+
+log = logging.getLogger(__name__)
+
+#: Cluster attribute that turns on the NVLink (ComputeDomain) mutations and makes
+#: `multi-node-full-node` an error.
+NVLINK_ATTRIBUTE = "NVLinkOptimized"
+#: Instance id used for the dry-run's install preview (no instance exists).
+PLACEHOLDER_INSTANCE_ID = "00000000-0000-0000-0000-000000000000"
+#: `inferencePort` assumed for a helm function created without one (the health default).
+DEFAULT_INFERENCE_PORT = 8000
+DEFAULT_RENDER_CACHE_BYTES = 64 * 1024 * 1024
+_RENDER_CACHE_MAX_ENTRIES = 256
+
+T = TypeVar("T")
+
+
+@dataclass
+class ChartValidation(PipelineResult):
+    """A `PipelineResult` plus the chart it came from."""
+
+    chart_digest: str = ""
+    chart_url: str = ""
+    namespace: str = PLACEHOLDER_NAMESPACE
+
+    def as_dict(self) -> dict[str, Any]:
+        """The dry-run response shape (helm.md §6); null finding fields are omitted."""
+        base = super().as_dict()
+        out: dict[str, Any] = {"valid": base.pop("valid"), "chartDigest": self.chart_digest}
+        for key in ("errors", "warnings", "info"):
+            out[key] = [{k: v for k, v in f.items() if v is not None} for f in base.pop(key)]
+        out.update(base)
+        return out
+
+
+@dataclass(frozen=True)
+class ChartFieldError(FieldError):
+    """A chart finding reported as a request error: `field` is "helmChart", `path` is the
+    finding's field path inside the rendered object."""
+
+    path: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = super().as_dict()
+        if self.path is not None:
+            out["path"] = self.path
+        return out
+
+
+def finding_error(finding: Finding) -> ChartFieldError:
+    return ChartFieldError(
+        field="helmChart",
+        message=finding.message,
+        rule=finding.rule,
+        object=finding.object,
+        path=finding.field,
+    )
+
+
+def chart_validation_failed(url: str, errors: Sequence[Finding]) -> ValidationFailed:
+    """The 400 for a chart that broke rules: every error, with rule, object and message."""
+    shown = redact_url(url)
+    parts = [
+        f"{f.rule}" + (f" ({f.object})" if f.object else "") + f": {f.message}" for f in errors
+    ]
+    noun = "violation" if len(errors) == 1 else "violations"
+    return ValidationFailed(
+        detail=f"helmChart: chart {shown} failed validation with {len(errors)} {noun}: "
+        + "; ".join(parts),
+        errors=[finding_error(f) for f in errors],
+    )
+
+
+def parse_ref(url: str) -> ChartRef:
+    """`parse_chart_url` with its problems as a 400 listing each one (field `helmChart`)."""
+    try:
+        return parse_chart_url(url)
+    except ChartUrlError as exc:
+        raise ValidationFailed.of(exc.field_errors()) from None
+
+
+def _cache_key(*parts: Any) -> str | None:
+    """A canonical JSON key, or None when some part is not JSON data (then no caching)."""
+    try:
+        return json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
+
+
+def _render_size(output: RenderOutput) -> int:
+    return (
+        len(output.manifest)
+        + sum(len(t) for t in output.hook_templates.values())
+        + sum(len(c.get("data", "")) for c in output.crds)
+    )
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """A checked render, with the objects kept as JSON so every hit gets its own copy."""
+
+    errors: tuple[Finding, ...]
+    warnings: tuple[Finding, ...]
+    info: tuple[Finding, ...]
+    objects_json: str
+    workload_config: tuple[tuple[str, bool], ...]
+    hooks_skipped: tuple[str, ...]
+    crds_skipped: tuple[str, ...]
+
+    @classmethod
+    def of(cls, result: PipelineResult) -> _Checked:
+        return cls(
+            tuple(result.errors),
+            tuple(result.warnings),
+            tuple(result.info),
+            json.dumps(result.objects, separators=(",", ":")),
+            tuple(result.workload_config.items()),
+            tuple(result.hooks_skipped),
+            tuple(result.crds_skipped),
+        )
+
+    def fill(self, result: PipelineResult) -> None:
+        result.errors = list(self.errors)
+        result.warnings = list(self.warnings)
+        result.info = list(self.info)
+        result.objects = json.loads(self.objects_json)
+        result.workload_config = dict(self.workload_config)
+        result.hooks_skipped = list(self.hooks_skipped)
+        result.crds_skipped = list(self.crds_skipped)
+
+
+class _LRU(Generic[T]):
+    """A small in-memory LRU bounded in entries and in (approximate) bytes."""
+
+    def __init__(self, max_bytes: int, size: Callable[[T], int]) -> None:
+        self.max_bytes = max_bytes
+        self._size = size
+        self._entries: OrderedDict[str, tuple[T, int]] = OrderedDict()
+        self._bytes = 0
+        self.hits = 0
+
+    def get(self, key: str) -> T | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        self._entries.move_to_end(key)
+        self.hits += 1
+        return entry[0]
+
+    def put(self, key: str, value: T) -> None:
+        size = self._size(value)
+        if size > self.max_bytes // 4 or key in self._entries:
+            return
+        self._entries[key] = (value, size)
+        self._bytes += size
+        while self._entries and (
+            self._bytes > self.max_bytes or len(self._entries) > _RENDER_CACHE_MAX_ENTRIES
+        ):
+            _, (_, dropped) = self._entries.popitem(last=False)
+            self._bytes -= dropped
+
+
+class ChartPipeline:
+    """Fetch → render → decode → restrict → modify, shared by creation, dry-run and deploy."""
+
+    def __init__(
+        self,
+        fetcher: ChartFetcher,
+        renderer: ChartRenderer,
+        *,
+        box: SecretBox | None = None,
+        enforce_security: bool = False,
+        default_kube_version: str = DEFAULT_KUBE_VERSION,
+        render_cache_bytes: int = DEFAULT_RENDER_CACHE_BYTES,
+    ) -> None:
+        self.fetcher = fetcher
+        self.renderer = renderer
+        self.box = box
+        self.enforce_security = enforce_security
+        self.default_kube_version = default_kube_version
+        self._renders: _LRU[RenderOutput] = _LRU(render_cache_bytes // 2, _render_size)
+        self._checked: _LRU[_Checked] = _LRU(
+            render_cache_bytes // 2, lambda c: len(c.objects_json) + 200 * len(c.info)
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings, box: SecretBox | None) -> ChartPipeline:
+        """The pipeline of one server process: cache under `<data_dir>/charts`."""
+        fetcher = ChartFetcher(
+            Path(settings.data_dir) / "charts",
+            allowlist=settings.registry_allowlist,
+            insecure=settings.insecure_registries,
+            max_bytes=settings.chart_max_bytes,
+            max_unpacked_bytes=settings.chart_max_unpacked_bytes,
+            cache_max_bytes=settings.chart_cache_max_bytes,
+            timeout=settings.chart_fetch_timeout,
+        )
+        renderer = ChartRenderer(
+            workers=settings.render_workers,
+            timeout=settings.render_timeout,
+            memory_limit_bytes=settings.render_memory_limit_bytes,
+        )
+        return cls(
+            fetcher,
+            renderer,
+            box=box,
+            enforce_security=settings.helm_enforce_security,
+            default_kube_version=settings.default_kube_version,
+        )
+
+    async def aclose(self) -> None:
+        """Stop the render worker processes."""
+        await self.renderer.aclose()
+
+    # --- fetch ---------------------------------------------------------------------------
+
+    async def credentials(
+        self, session: AsyncSession, account_id: str, ref: ChartRef
+    ) -> list[RegistryCredential]:
+        """The account's stored credentials for the chart's registry host, oldest first."""
+        if self.box is None:
+            return []
+        pairs = await registry_service.credentials_for_host(
+            session, account_id, ref.host, box=self.box
+        )
+        return [RegistryCredential(username, password) for username, password in pairs]
+
+    async def fetch(
+        self,
+        session: AsyncSession,
+        account_id: str,
+        helm_chart: str | ChartRef,
+        *,
+        digest: str | None = None,
+    ) -> FetchedChart:
+        """Pull the chart (by tag, or the pinned manifest `digest`) into the cache.
+
+        A pinned digest already cached is served without touching the registry or the
+        database. Raises 400 (bad URL, SSRF refusal, not found, refused credentials, unsafe
+        archive) or 502 (registry unreachable or failing).
+        """
+        ref = helm_chart if isinstance(helm_chart, ChartRef) else parse_ref(helm_chart)
+        if digest is not None and await asyncio.to_thread(self._pinned, digest):
+            return await self.fetcher.fetch(ref, (), digest=digest)
+        credentials = await self.credentials(session, account_id, ref)
+        return await self.fetcher.fetch(ref, credentials, digest=digest)
+
+    def _pinned(self, digest: str) -> bool:
+        """Whether the pinned manifest and its archive are in the cache (cheap check)."""
+        try:
+            entry = self.fetcher.cache.get_manifest(digest)
+            return entry is not None and self.fetcher.cache.blob_path(entry.layer_digest).exists()
+        except ValueError:
+            return False
+
+    # --- render and check ----------------------------------------------------------------
+
+    async def render(
+        self,
+        fetched: FetchedChart,
+        *,
+        values: Mapping[str, Any] | None = None,
+        namespace: str = PLACEHOLDER_NAMESPACE,
+        kube_version: str | None = None,
+        api_versions: Sequence[str] = (),
+    ) -> RenderOutput:
+        """Render like `helm template` (cached per archive and inputs).
+
+        Raises:
+            ChartRenderError: Helm refused the chart or values, or a limit was hit.
+        """
+        kube = kube_version or self.default_kube_version
+        archive_key = fetched.layer_digest or fetched.digest
+        key = _cache_key(archive_key, values or {}, namespace, kube, list(api_versions))
+        if key is not None:
+            hit = self._renders.get(key)
+            if hit is not None:
+                return hit
+        output = await self.renderer.render(
+            fetched.archive_path,
+            values=dict(values) if values else None,
+            namespace=namespace,
+            kube_version=kube,
+            api_versions=list(api_versions),
+        )
+        if key is not None:
+            self._renders.put(key, output)
+        return output
+
+    async def validate(
+        self,
+        session: AsyncSession,
+        account_id: str,
+        *,
+        helm_chart: str,
+        service_name: str,
+        inference_port: int,
+        configuration: Mapping[str, Any] | None = None,
+        policy: ValidationPolicy | None = None,
+        instance_type: str | InstanceType | None = None,
+        cluster: Cluster | None = None,
+        digest: str | None = None,
+        namespace: str | None = None,
+    ) -> ChartValidation:
+        """Run the whole pipeline and return every finding (never raises for chart rules).
+
+        `configuration` is coalesced over the chart's values by Helm; `digest` pins the
+        manifest recorded at creation (served from the cache when present); `cluster` supplies
+        the kube version and the NVLink attribute; `instance_type` the multi-node checks;
+        `namespace` defaults to the creation placeholder. Registry and URL problems raise
+        (400/502); render errors become `render-*` error findings.
+        """
+        ref = parse_ref(helm_chart)
+        fetched = await self.fetch(session, account_id, ref, digest=digest)
+        it = _instance_type(instance_type)
+        ns = namespace or PLACEHOLDER_NAMESPACE
+        kube = (cluster.k8s_version if cluster is not None else None) or self.default_kube_version
+        result = ChartValidation(
+            chart_digest=fetched.digest, chart_url=redact_url(ref.url), namespace=ns
+        )
+        nvlink = is_nvlink(cluster)
+        check_key = _cache_key(
+            fetched.layer_digest or fetched.digest,
+            configuration or {},
+            ns,
+            kube,
+            service_name,
+            inference_port,
+            repr(policy or ValidationPolicy()),
+            self.enforce_security,
+            [it.nodes, it.gpus_per_node] if it is not None else None,
+            nvlink,
+        )
+        cached = self._checked.get(check_key) if check_key is not None else None
+        if cached is not None:
+            cached.fill(result)
+            return result
+        try:
+            output = await self.render(
+                fetched, values=configuration, namespace=ns, kube_version=kube
+            )
+        except ChartRenderError as exc:
+            result.add(Finding(exc.rule, "error", None, None, exc.detail))
+            return result
+        checked = await asyncio.to_thread(
+            self._check, output, service_name, inference_port, policy, it, nvlink
+        )
+        if check_key is not None:
+            self._checked.put(check_key, checked)
+        checked.fill(result)
+        return result
+
+    def _check(
+        self,
+        output: RenderOutput,
+        service_name: str,
+        inference_port: int,
+        policy: ValidationPolicy | None,
+        it: InstanceType | None,
+        nvlink: bool,
+    ) -> _Checked:
+        """Decode, restrict and modify one render (CPU work: runs in a thread)."""
+        result = check_rendered(
+            output,
+            service_name=service_name,
+            inference_port=inference_port,
+            policy=policy,
+            enforce_security=self.enforce_security,
+            instance_type_nodes=it.nodes if it is not None else None,
+            gpus_per_node=it.gpus_per_node if it is not None else None,
+            nvlink=nvlink,
+        )
+        return _Checked.of(result)
+
+    async def validate_for_create(
+        self, session: AsyncSession, principal: Principal, spec: FunctionSpec
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """Validate a new helm function's chart with its default values.
+
+        Returns the manifest digest and the warning and info findings as dicts
+        `{rule, severity, object, field, message}`. Any error raises `ValidationFailed` (400)
+        listing every error; registry failures raise 400/502 as `fetch` does.
+        """
+        if spec.helm_chart is None or spec.helm_chart_service_name is None:
+            raise ValidationFailed.of(
+                [FieldError(field="helmChart", message="a helm function needs helmChart")]
+            )
+        result = await self.validate(
+            session,
+            principal.account_id,
+            helm_chart=spec.helm_chart,
+            service_name=spec.helm_chart_service_name,
+            inference_port=spec.inference_port or DEFAULT_INFERENCE_PORT,
+        )
+        if result.errors:
+            raise chart_validation_failed(spec.helm_chart, result.errors)
+        return result.chart_digest, [f.as_dict() for f in (*result.warnings, *result.info)]
+
+    # --- install preview -----------------------------------------------------------------
+
+    def install_preview(
+        self,
+        objects: Sequence[KubeObject],
+        *,
+        cluster: Cluster,
+        backend: str,
+        instance_type: str | InstanceType | None,
+        account_id: str,
+        function_name: str = "dry-run",
+        instance_id: str = PLACEHOLDER_INSTANCE_ID,
+    ) -> list[KubeObject]:
+        """The objects a backend would receive for one placeholder instance on `cluster`.
+
+        Pull-secret Secrets are left out: their contents are account credentials, which never
+        appear in responses.
+        """
+        it = _instance_type(instance_type)
+        if it is None:
+            offered = cluster.offered_instance_types()
+            it = offered[0] if offered else None
+        placeholder = str(uuid.UUID(int=0))
+        return mutate_for_install(
+            objects,
+            namespace=instance_namespace(instance_id),
+            instance_id=instance_id,
+            function_id=placeholder,
+            version_id=placeholder,
+            function_name=function_name,
+            nca_id=account_id,
+            instance_type=it.name if it is not None else "",
+            backend=backend,
+            region=cluster.region,
+            nvlink=is_nvlink(cluster),
+        )
+
+
+def instance_namespace(instance_id: str) -> str:
+    """The namespace of one instance (helm.md §5)."""
+    return f"sr-{instance_id}"
+
+
+def is_nvlink(cluster: Cluster | None) -> bool:
+    if cluster is None:
+        return False
+    return any(a.lower() == NVLINK_ATTRIBUTE.lower() for a in cluster.attributes)
+
+
+def _instance_type(value: str | InstanceType | None) -> InstanceType | None:
+    if value is None or isinstance(value, InstanceType):
+        return value
+    return parse_instance_type(value)
+
+
+__all__ = [
+    "ChartFieldError",
+    "ChartPipeline",
+    "ChartValidation",
+    "chart_validation_failed",
+    "instance_namespace",
+    "parse_ref",
+]

@@ -1,0 +1,278 @@
+"""The dry-run endpoint `POST /v2/nvcf/helm/validate` (helm.md §6) against real registries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from service.auth import scopes
+from service.charts.mutate import LABEL_INSTANCE_ID, NVLINK_PARTITION_LABEL
+from service.charts.pipeline import PLACEHOLDER_INSTANCE_ID
+from service.charts.render import PLACEHOLDER_NAMESPACE
+from tests.charts.conftest import PushCorpus
+from tests.conftest import AppClient, ClientFactory
+from tests.support.api import bearer, new_key
+from tests.support.registry import RegistryServer
+
+pytestmark = pytest.mark.registry
+
+URL = "/v2/nvcf/helm/validate"
+BASE = "inference-ok"
+INGRESS = {
+    "apiVersion": "networking.k8s.io/v1",
+    "kind": "Ingress",
+    "metadata": {"name": "public"},
+    "spec": {"rules": []},
+}
+
+
+def body(url: str, **changes: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "helmChart": url,
+        "helmChartServiceName": "entrypoint",
+        "inferencePort": 8000,
+    }
+    out.update(changes)
+    return out
+
+
+def by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {f"{o['kind']}/{o['metadata']['name']}": o for o in objects}
+
+
+@pytest.fixture
+async def client(client_factory: ClientFactory, anon_registry: RegistryServer) -> AppClient:
+    host = anon_registry.host
+    return await client_factory(registry_allowlist=host, insecure_registries=host)
+
+
+async def dry_run(client: AppClient, payload: dict[str, Any]) -> dict[str, Any]:
+    resp = await client.post(URL, json=payload)
+    assert resp.status_code == 200, resp.text
+    result: dict[str, Any] = resp.json()
+    return result
+
+
+async def test_passing_chart_and_configuration_changes_the_render(
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
+) -> None:
+    chart = push_corpus(anon_registry, BASE)
+    default = await dry_run(client, body(chart.file_url))
+    assert default["valid"] is True and default["chartDigest"] == chart.digest
+    assert default["errors"] == [] and default["warnings"] == []
+    assert [(f["rule"], f["severity"]) for f in default["info"]] == [("modified", "info")]
+    assert default["workloadConfig"] == {}
+    objects = by_kind(default["objects"])
+    assert sorted(objects) == [
+        "ConfigMap/mini-service-extras",
+        "Deployment/mini-service-inference",
+        "Service/entrypoint",
+    ]
+    assert objects["ConfigMap/mini-service-extras"]["data"]["namespace"] == PLACEHOLDER_NAMESPACE
+
+    configuration = {
+        "replicaCount": 3,
+        "image": {"tag": "2.0"},
+        "workloadConfig": {"featureFlags": {"StatusByWorkerReadiness": True}},
+    }
+    changed = await dry_run(client, body(chart.ref_url, configuration=configuration))
+    assert changed["valid"] is True and changed["chartDigest"] == chart.digest
+    assert changed["objects"] != default["objects"]
+    deployment = by_kind(changed["objects"])["Deployment/mini-service-inference"]
+    assert deployment["spec"]["replicas"] == 3
+    # Helm coalescing: maps deep-merge, so the repository survives an override of the tag
+    image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "nvcr.io/nvidia/inference-test:2.0"
+    # the workload ConfigMap is consumed, never returned as an object
+    assert changed["workloadConfig"] == {"StatusByWorkerReadiness": True}
+    assert "ConfigMap/nvcf-workload-config" not in by_kind(changed["objects"])
+    # nothing was stored
+    assert (await client.get("/v2/nvcf/functions")).json()["functions"] == []
+
+
+async def test_override_introducing_a_forbidden_object_is_caught(
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
+) -> None:
+    chart = push_corpus(anon_registry, BASE)
+    result = await dry_run(client, body(chart.file_url, configuration={"extraObjects": [INGRESS]}))
+    assert result["valid"] is False
+    assert [(e["rule"], e["field"]) for e in result["errors"]] == [("kind-not-allowed", "kind")]
+    assert "networking.k8s.io/v1.Ingress" in result["errors"][0]["message"]
+
+    # the policy's extra types allow it (group/version/kind, name case-insensitive)
+    policy = {
+        "name": "default",
+        "extraKubernetesTypes": [
+            {"group": "networking.k8s.io", "version": "v1", "kind": "Ingress"}
+        ],
+    }
+    allowed = await dry_run(
+        client,
+        body(
+            chart.file_url,
+            configuration={"extraObjects": [INGRESS]},
+            helmValidationPolicy=policy,
+        ),
+    )
+    assert allowed["valid"] is True, allowed["errors"]
+    assert "Ingress/public" in by_kind(allowed["objects"])
+
+
+async def test_render_errors_and_failing_charts_are_valid_false(
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
+) -> None:
+    chart = push_corpus(anon_registry, BASE)
+    failed = await dry_run(client, body(chart.file_url, configuration={"boom": True}))
+    assert failed["valid"] is False and failed["objects"] == []
+    [error] = failed["errors"]
+    assert error["rule"] == "render-error"
+    assert "inference-test/templates/checks.yaml:2:4" in error["message"]
+    assert "boom was requested" in error["message"]
+
+    wrong_port = await dry_run(client, body(chart.file_url, inferencePort=9000))
+    assert [(e["rule"], e["object"]) for e in wrong_port["errors"]] == [
+        ("service-port", "v1/Service/entrypoint")
+    ]
+    security = push_corpus(anon_registry, "security")
+    relaxed = await dry_run(client, body(security.file_url))
+    assert relaxed["valid"] is True and relaxed["warnings"]
+    unrestricted = await dry_run(
+        client, body(security.file_url, helmValidationPolicy={"name": "Unrestricted"})
+    )
+    assert unrestricted["valid"] is True and unrestricted["warnings"] == []
+
+
+async def test_cluster_gives_the_install_time_objects(
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
+) -> None:
+    chart = push_corpus(anon_registry, BASE)
+    namespace = f"sr-{PLACEHOLDER_INSTANCE_ID}"
+    result = await dry_run(
+        client,
+        body(
+            chart.file_url,
+            cluster="sim-onprem",
+            instanceType="ON-PREM.GPU.B200_8x.x2",
+            configuration={"gpus": 8},
+        ),
+    )
+    assert result["valid"] is True, result["errors"]
+    objects = by_kind(result["objects"])
+    # the NVLink-optimised cluster adds its ComputeDomain
+    assert "ComputeDomain/nvcf-cd-index-0" in objects
+    extras = objects["ConfigMap/mini-service-extras"]
+    assert extras["metadata"]["namespace"] == namespace
+    # rendered for the instance namespace and the cluster's kube version
+    assert extras["data"]["namespace"] == namespace
+    assert extras["data"]["kubeVersion"] == "v1.30.0"
+    pod = objects["Deployment/mini-service-inference"]["spec"]["template"]
+    assert pod["metadata"]["labels"][LABEL_INSTANCE_ID] == PLACEHOLDER_INSTANCE_ID
+    assert NVLINK_PARTITION_LABEL in pod["metadata"]["labels"]
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    assert env["NVCF_INSTANCETYPE"] == "ON-PREM.GPU.B200_8x.x2"
+    assert env["NVCF_BACKEND"] == "nvcf-default"
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert {
+        "key": "nvca.nvcf.nvidia.io/instance-type",
+        "operator": "In",
+        "values": ["ON-PREM.GPU.B200"],
+    } in terms["nodeSelectorTerms"][0]["matchExpressions"]
+
+    # multi-node: a GPU pod not taking a whole node is an error on an NVLink cluster
+    partial = await dry_run(
+        client,
+        body(
+            chart.file_url,
+            cluster="sim-onprem",
+            instanceType="ON-PREM.GPU.B200_8x.x2",
+            configuration={"gpus": 2},
+        ),
+    )
+    assert [e["rule"] for e in partial["errors"]] == ["multi-node-full-node"]
+
+
+async def test_bad_requests_list_every_violation_without_network(client: AppClient) -> None:
+    resp = await client.post(
+        URL,
+        json={
+            "helmChart": "oci://127.0.0.1:9/acme/inference-test-v1-test.tgz",
+            "helmChartServiceName": "Entry_Point",
+            "inferencePort": 0,
+            "configuration": [1, 2],
+            "helmValidationPolicy": {"name": "Lenient", "extraKubernetesTypes": "Ingress"},
+            "instanceType": "H100",
+            "cluster": "no-such-cluster",
+        },
+    )
+    assert resp.status_code == 400, resp.text
+    fields = [e["field"] for e in resp.json()["errors"]]
+    assert fields == [
+        "helmChart",
+        "helmChartServiceName",
+        "inferencePort",
+        "configuration",
+        "helmValidationPolicy.name",
+        "instanceType",
+        "cluster",
+    ]
+    resp = await client.post(
+        URL,
+        json={
+            "helmValidationPolicy": {"extraKubernetesTypes": [{"group": "x"}, "Ingress"]},
+        },
+    )
+    assert resp.status_code == 400, resp.text
+    assert [e["field"] for e in resp.json()["errors"]] == [
+        "helmChart",
+        "helmChartServiceName",
+        "inferencePort",
+        "helmValidationPolicy.extraKubernetesTypes[0].version",
+        "helmValidationPolicy.extraKubernetesTypes[0].kind",
+        "helmValidationPolicy.extraKubernetesTypes[1]",
+    ]
+    resp = await client.post(
+        URL,
+        json=body(
+            "oci://127.0.0.1:9/acme/inference-test-1.0.0.tgz",
+            cluster="sim-dgxc",
+            instanceType="NCP.GPU.H100_1x",
+        ),
+    )
+    assert resp.status_code == 400, resp.text
+    assert "does not offer NCP.GPU.H100_1x" in resp.json()["errors"][0]["message"]
+
+
+async def test_registry_failures_have_the_creation_codes(
+    client_factory: ClientFactory, client: AppClient, start_extra_registry: Any
+) -> None:
+    server: RegistryServer = start_extra_registry()
+    host = server.host
+    missing = f"oci://{host}/acme/absent-1.0.0.tgz"
+    stopped = await client_factory(registry_allowlist=host, insecure_registries=host)
+    resp = await stopped.post(URL, json=body(missing))
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["detail"] == f"chart {missing} not found"
+    server.stop()
+    resp = await stopped.post(URL, json=body(missing))
+    assert resp.status_code == 502, resp.text
+    # not allow-listed: the SSRF guard refuses the loopback host
+    resp = await client.post(URL, json=body(missing))
+    assert resp.status_code == 400, resp.text
+    assert "NVCF_REGISTRY_ALLOWLIST" in resp.json()["detail"]
+
+
+async def test_scope_register_function_is_required(client: AppClient) -> None:
+    key = await new_key(client, [scopes.LIST_FUNCTIONS])
+    resp = await client.post(
+        URL, json=body("oci://127.0.0.1:9/acme/x-1.0.0.tgz"), headers=bearer(key)
+    )
+    assert resp.status_code == 403, resp.text
+    assert "register_function" in resp.json()["detail"]
+    org = await client.post(
+        "/v2/orgs/nvcf-default/nvcf/helm/validate",
+        json={"helmChart": "nope"},
+    )
+    assert org.status_code == 400, org.text

@@ -1,0 +1,43 @@
+"""HTTP routes of the cluster catalog (api.md §4).
+
+`router` is served under every API prefix; `v3_router` carries the `ngcsdk` alias
+`/v3/orgs/{org}/ngc/nvcf/deployments/available/instanceTypes` and is included at the root.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+
+from service.auth import scopes
+from service.auth.deps import require
+from service.auth.service import Principal
+from service.clusters.catalog import Catalog
+from service.clusters.groups import cluster_groups_view
+
+router = APIRouter(tags=["clusters"])
+v3_router = APIRouter(tags=["clusters"])
+
+Viewer = Annotated[Principal, Depends(require(scopes.LIST_CLUSTER_GROUPS, scopes.DEPLOY_FUNCTION))]
+
+
+def _view(request: Request, principal: Principal) -> dict[str, Any]:
+    catalog: Catalog = request.app.state.catalog
+    return cluster_groups_view(catalog, principal.account_id)
+
+
+@router.get("/clusterGroups", summary="Cluster groups, their GPUs, instance types and clusters")
+async def list_cluster_groups(request: Request, principal: Viewer) -> dict[str, Any]:
+    return _view(request, principal)
+
+
+@v3_router.get(
+    "/v3/orgs/{org}/ngc/nvcf/deployments/available/instanceTypes",
+    summary="Cluster groups and instance types (ngcsdk alias of GET /v2/nvcf/clusterGroups)",
+)
+async def list_available_instance_types(
+    org: str, request: Request, principal: Viewer
+) -> dict[str, Any]:
+    # The dependency already refused an `org` other than the caller's account (403).
+    return _view(request, principal)

@@ -1,0 +1,354 @@
+"""HTTP routes of deployments (api.md §3); every route needs the `deploy_function` scope.
+
+A deploy validates every specification (catalog resolution; for helm functions a re-render of
+the pinned chart with each specification's configuration), then records the desired state and
+wakes the reconciler after the commit. Concurrent deploys of one version serialise on an
+in-process lock and on the version row (`FOR UPDATE` on PostgreSQL); the partial unique index
+`uq_deployments_live_version` is the last line (409).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+from sqlalchemy.exc import IntegrityError
+
+from service.auth import scopes
+from service.auth.deps import Session, require
+from service.auth.service import Principal
+from service.charts.pipeline import DEFAULT_INFERENCE_PORT, ChartFieldError, ChartPipeline
+from service.charts.policy import ValidationPolicy
+from service.core.errors import (
+    BadRequest,
+    Conflict,
+    FieldError,
+    NotFound,
+    ServiceUnavailable,
+    ValidationFailed,
+)
+from service.core.http import parse_uuid, read_json
+from service.core.pagination import MAX_LIMIT, make_page
+from service.deployments import service
+from service.deployments.models import Deployment
+from service.deployments.schemas import (
+    DeploymentCreate,
+    DeploymentEnvelope,
+    DeploymentList,
+    EventList,
+    EventOut,
+    GpuSpecificationEnvelope,
+    GpuSpecificationOut,
+    GpuSpecificationPatch,
+    inline_body_doc,
+)
+from service.deployments.validation import (
+    ValidatedSpec,
+    validate_create,
+    validate_patch,
+    validate_update,
+)
+from service.deployments.workload import container_objects
+from service.functions import service as functions_service
+from service.functions.models import FunctionVersion
+from service.functions.schemas import FunctionEnvelope, FunctionOut
+
+router = APIRouter(tags=["deployments"])
+
+Deployer = Annotated[Principal, Depends(require(scopes.DEPLOY_FUNCTION))]
+
+_BY_VERSION = "/deployments/functions/{functionId}/versions/{functionVersionId}"
+_CREATE_DOC = inline_body_doc(DeploymentCreate)
+_PATCH_DOC = inline_body_doc(GpuSpecificationPatch)
+
+_locks: weakref.WeakValueDictionary[uuid.UUID, asyncio.Lock] = weakref.WeakValueDictionary()
+
+
+@asynccontextmanager
+async def _version_lock(version_id: uuid.UUID) -> AsyncIterator[None]:
+    """Serialise deploys of one version within this process (SQLite has no row locks)."""
+    lock = _locks.get(version_id)
+    if lock is None:
+        lock = asyncio.Lock()
+        _locks[version_id] = lock
+    async with lock:
+        yield
+
+
+def _ids(function_id: str, version_id: str) -> tuple[uuid.UUID, uuid.UUID]:
+    return parse_uuid(function_id, "functionId"), parse_uuid(version_id, "functionVersionId")
+
+
+def _check_deployable(version: FunctionVersion, live: Deployment | None) -> None:
+    if live is not None:
+        raise BadRequest(
+            detail=f"version {version.id} is {version.status} and already has deployment "
+            f"{live.id}; delete that deployment first (DELETE {_BY_VERSION}), or change its "
+            "scaling with PUT or PATCH"
+        )
+    if version.status != "INACTIVE":
+        raise BadRequest(
+            detail=f"version {version.id} is {version.status}; only an INACTIVE version can be "
+            "deployed — delete its deployment first"
+        )
+
+
+async def _helm_objects(
+    request: Request,
+    session: Session,
+    principal: Principal,
+    version: FunctionVersion,
+    specs: list[ValidatedSpec],
+) -> tuple[list[service.SpecObjects], dict[str, bool]]:
+    """Re-render the pinned chart for every specification; all errors of all specs → 400."""
+    pipeline: ChartPipeline | None = getattr(request.app.state, "chart_pipeline", None)
+    if pipeline is None or version.helm_chart is None:
+        raise ServiceUnavailable(detail="the chart pipeline is not available")
+    errors: list[FieldError] = []
+    out: list[service.SpecObjects] = []
+    flags: dict[str, bool] = {}
+    for spec in specs:
+        result = await pipeline.validate(
+            session,
+            principal.account_id,
+            helm_chart=version.helm_chart,
+            service_name=version.helm_chart_service_name or "",
+            inference_port=version.inference_port or DEFAULT_INFERENCE_PORT,
+            configuration=spec.configuration,
+            policy=ValidationPolicy.from_dict(spec.helm_validation_policy),
+            instance_type=spec.target.instance_type,
+            cluster=spec.target.clusters[0],
+            digest=version.helm_chart_digest,
+        )
+        for finding in result.errors:
+            where = "instanceType" if finding.rule == "multi-node-full-node" else "configuration"
+            errors.append(
+                ChartFieldError(
+                    field=f"{spec.path}.{where}",
+                    message=finding.message,
+                    rule=finding.rule,
+                    object=finding.object,
+                    path=finding.field,
+                )
+            )
+        if not result.errors:
+            out.append(service.SpecObjects(spec, result.objects))
+            flags.update(result.workload_config)
+    if errors:
+        raise ValidationFailed.of(errors, what="deployment")
+    return out, flags
+
+
+async def _objects(
+    request: Request,
+    session: Session,
+    principal: Principal,
+    version: FunctionVersion,
+    specs: list[ValidatedSpec],
+) -> tuple[list[service.SpecObjects], dict[str, bool]]:
+    if version.helm_chart is not None:
+        return await _helm_objects(request, session, principal, version, specs)
+    return [
+        service.SpecObjects(
+            spec, container_objects(version, spec.target.instance_type, spec.target.clusters[0])
+        )
+        for spec in specs
+    ], {}
+
+
+@router.post(
+    _BY_VERSION,
+    response_model=DeploymentEnvelope,
+    response_model_exclude_none=True,
+    openapi_extra=_CREATE_DOC,
+    summary="Deploy a function version",
+)
+async def create_deployment(
+    functionId: str,
+    functionVersionId: str,
+    request: Request,
+    session: Session,
+    principal: Deployer,
+) -> DeploymentEnvelope:
+    fid, vid = _ids(functionId, functionVersionId)
+    body = await read_json(request)
+    version = await functions_service.get_version(session, principal.account_id, fid, vid)
+    _check_deployable(version, await service.live_deployment(session, vid))
+    specs = validate_create(
+        body, catalog=request.app.state.catalog, is_helm=version.helm_chart is not None
+    )
+    objects, flags = await _objects(request, session, principal, version, specs)
+    async with _version_lock(vid):
+        version = await service.lock_version(session, principal.account_id, fid, vid)
+        _check_deployable(version, await service.live_deployment(session, vid))
+        try:
+            deployment = await service.create_deployment(
+                session, version=version, specs=objects, feature_flags=flags
+            )
+        except IntegrityError:
+            raise Conflict(
+                detail=f"a deployment for version {vid} already exists (created concurrently)"
+            ) from None
+        service.wake_reconciler(session, request.app)
+        # Commit inside the lock so the next deploy of this version sees this one.
+        await session.commit()
+    return DeploymentEnvelope(deployment=await service.deployment_view(session, deployment))
+
+
+@router.get(
+    _BY_VERSION,
+    response_model=DeploymentEnvelope,
+    response_model_exclude_none=True,
+    summary="Get the deployment of a function version",
+)
+async def get_version_deployment(
+    functionId: str, functionVersionId: str, session: Session, principal: Deployer
+) -> DeploymentEnvelope:
+    fid, vid = _ids(functionId, functionVersionId)
+    deployment = await service.get_version_deployment(session, principal.account_id, fid, vid)
+    return DeploymentEnvelope(deployment=await service.deployment_view(session, deployment))
+
+
+@router.put(
+    _BY_VERSION,
+    response_model=DeploymentEnvelope,
+    response_model_exclude_none=True,
+    openapi_extra=_CREATE_DOC,
+    deprecated=True,
+    summary="Change the scaling of a deployment's GPU specifications",
+)
+async def update_deployment(
+    functionId: str,
+    functionVersionId: str,
+    request: Request,
+    session: Session,
+    principal: Deployer,
+) -> DeploymentEnvelope:
+    fid, vid = _ids(functionId, functionVersionId)
+    body = await read_json(request)
+    deployment = await service.get_version_deployment(session, principal.account_id, fid, vid)
+    changes = validate_update(body, [service.stored_spec(s) for s in deployment.specs])
+    version = await service.lock_version(session, principal.account_id, fid, vid)
+    if await service.apply_scaling(session, deployment, changes, version):
+        service.wake_reconciler(session, request.app)
+    return DeploymentEnvelope(deployment=await service.deployment_view(session, deployment))
+
+
+@router.delete(
+    _BY_VERSION,
+    response_model=FunctionEnvelope,
+    response_model_exclude_none=True,
+    summary="Undeploy a function version (its instances are torn down)",
+)
+async def delete_deployment(
+    functionId: str,
+    functionVersionId: str,
+    request: Request,
+    session: Session,
+    principal: Deployer,
+    graceful: bool = False,
+) -> FunctionEnvelope:
+    fid, vid = _ids(functionId, functionVersionId)
+    version = await service.lock_version(session, principal.account_id, fid, vid)
+    deployment = await service.get_version_deployment(session, principal.account_id, fid, vid)
+    how = "graceful" if graceful else "immediate"
+    await service.undeploy(
+        session,
+        deployment,
+        version,
+        message=f"deployment deleted ({how}); instances will be torn down",
+    )
+    service.wake_reconciler(session, request.app)
+    return FunctionEnvelope(function=FunctionOut.of(version))
+
+
+@router.get(
+    "/deployments",
+    response_model=DeploymentList,
+    response_model_exclude_none=True,
+    summary="List the caller's deployments",
+)
+async def list_deployments(
+    session: Session,
+    principal: Deployer,
+    limit: Annotated[int | None, Query(ge=1, le=MAX_LIMIT)] = None,
+    cursor: str | None = None,
+) -> DeploymentList:
+    page = make_page(limit, cursor)
+    rows, next_cursor = await service.list_deployments(session, principal.account_id, page)
+    return DeploymentList(
+        deployments=await service.deployment_views(session, rows), next_cursor=next_cursor
+    )
+
+
+@router.get(
+    "/deployments/{deploymentId}",
+    response_model=DeploymentEnvelope,
+    response_model_exclude_none=True,
+    summary="Get a deployment",
+)
+async def get_deployment(
+    deploymentId: str, session: Session, principal: Deployer
+) -> DeploymentEnvelope:
+    did = parse_uuid(deploymentId, "deploymentId")
+    deployment = await service.get_deployment(session, principal.account_id, did)
+    return DeploymentEnvelope(deployment=await service.deployment_view(session, deployment))
+
+
+@router.get(
+    "/deployments/{deploymentId}/events",
+    response_model=EventList,
+    response_model_exclude_none=True,
+    summary="The time-ordered event timeline of a deployment",
+)
+async def list_deployment_events(
+    deploymentId: str,
+    session: Session,
+    principal: Deployer,
+    limit: Annotated[int | None, Query(ge=1, le=MAX_LIMIT)] = None,
+    cursor: str | None = None,
+) -> EventList:
+    did = parse_uuid(deploymentId, "deploymentId")
+    page = make_page(limit, cursor)
+    await service.get_deployment(session, principal.account_id, did)
+    rows, next_cursor = await service.list_events(session, did, page)
+    return EventList(events=[EventOut.of(e) for e in rows], next_cursor=next_cursor)
+
+
+@router.patch(
+    "/deployments/{deploymentId}/gpu-specifications/{gpuSpecificationId}",
+    response_model=GpuSpecificationEnvelope,
+    response_model_exclude_none=True,
+    openapi_extra=_PATCH_DOC,
+    summary="Change minInstances/maxInstances of one GPU specification",
+)
+async def patch_gpu_specification(
+    deploymentId: str,
+    gpuSpecificationId: str,
+    request: Request,
+    session: Session,
+    principal: Deployer,
+) -> GpuSpecificationEnvelope:
+    did = parse_uuid(deploymentId, "deploymentId")
+    sid = parse_uuid(gpuSpecificationId, "gpuSpecificationId")
+    body = await read_json(request)
+    deployment = await service.get_deployment(session, principal.account_id, did)
+    spec = next((s for s in deployment.specs if s.id == sid), None)
+    if spec is None:
+        raise NotFound(detail=f"GPU specification {sid} not found in deployment {did}")
+    if deployment.desired != service.DEPLOYED:
+        raise BadRequest(
+            detail=f"deployment {did} is being deleted; its GPU specifications cannot change"
+        )
+    change = validate_patch(body, service.stored_spec(spec))
+    version = await service.lock_version(
+        session, principal.account_id, deployment.function_id, deployment.version_id
+    )
+    if await service.apply_scaling(session, deployment, [change], version):
+        service.wake_reconciler(session, request.app)
+    return GpuSpecificationEnvelope(gpu_specification=GpuSpecificationOut.of(spec))

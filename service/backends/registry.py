@@ -1,0 +1,105 @@
+"""One backend adapter per catalog cluster (runtime.md §4).
+
+`simulated` clusters get an in-process `SimulatedAdapter`; `kubernetes` clusters get
+`service.backends.kubernetes.adapter_for_cluster(cluster)`, imported lazily so a server without
+the Kubernetes client libraries still runs its simulated clusters. A cluster whose adapter
+cannot be built is kept as *unavailable* with the reason: placement skips it and instances
+placed on it fail with a message naming the cluster.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+
+from service.backends.protocol import BackendAdapter, NodeShape
+from service.backends.simulated import SimulatedAdapter, SimulationDelays
+from service.clusters.catalog import Catalog, Cluster
+
+log = logging.getLogger("nvcf.backends")
+
+Clock = Callable[[], datetime]
+
+
+class AdapterRegistry:
+    """Adapters by cluster name (case-insensitive), plus the clusters that have none."""
+
+    def __init__(
+        self,
+        adapters: Mapping[str, BackendAdapter],
+        unavailable: Mapping[str, str] | None = None,
+    ) -> None:
+        self._adapters = {name.lower(): a for name, a in adapters.items()}
+        self._unavailable = {name.lower(): why for name, why in (unavailable or {}).items()}
+
+    @classmethod
+    def from_catalog(cls, catalog: Catalog, *, clock: Clock | None = None) -> AdapterRegistry:
+        """Build every cluster's adapter; `clock` drives simulated clusters (tests use a fake)."""
+        adapters: dict[str, BackendAdapter] = {}
+        unavailable: dict[str, str] = {}
+        for cluster in catalog.clusters:
+            try:
+                adapters[cluster.name] = build_adapter(cluster, clock=clock)
+            except Exception as exc:  # any failure leaves the other clusters usable
+                reason = f"cluster {cluster.name} is unavailable: {_describe(exc)}"
+                log.error("%s", reason)
+                unavailable[cluster.name] = reason
+        return cls(adapters, unavailable)
+
+    def get(self, cluster: str) -> BackendAdapter | None:
+        return self._adapters.get(cluster.lower())
+
+    def unavailable_reason(self, cluster: str) -> str | None:
+        """Why the cluster has no adapter; a generic reason for a name the catalog lacks."""
+        key = cluster.lower()
+        if key in self._adapters:
+            return None
+        return self._unavailable.get(key, f"cluster {cluster} is not in the cluster catalog")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._adapters)
+
+    def items(self) -> Iterable[tuple[str, BackendAdapter]]:
+        return self._adapters.items()
+
+    async def aclose(self) -> None:
+        for name, adapter in self._adapters.items():
+            try:
+                await adapter.aclose()
+            except Exception:
+                log.exception("closing the adapter of cluster %s failed", name)
+
+
+def build_adapter(cluster: Cluster, *, clock: Clock | None = None) -> BackendAdapter:
+    """The adapter of one catalog cluster; raises when it cannot be built."""
+    if cluster.adapter == "simulated":
+        sim = cluster.simulation
+        return SimulatedAdapter(
+            cluster.name,
+            provider=cluster.provider,
+            nodes=[NodeShape(n.gpu, n.gpus_per_node, n.count) for n in cluster.nodes],
+            delays=SimulationDelays(
+                schedule_seconds=sim.schedule_seconds,
+                pull_seconds=sim.pull_seconds,
+                ready_seconds=sim.ready_seconds,
+            ),
+            clock=clock,
+            attributes=cluster.attributes,
+        )
+    try:
+        module = importlib.import_module("service.backends.kubernetes")
+    except ImportError as exc:
+        raise RuntimeError(f"the kubernetes adapter cannot be loaded ({exc})") from exc
+    adapter: BackendAdapter = module.adapter_for_cluster(cluster)
+    return adapter
+
+
+def _describe(exc: Exception) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+__all__ = ["AdapterRegistry", "build_adapter"]

@@ -1,0 +1,125 @@
+"""Instance placement (runtime.md §3): which candidate cluster gets a new instance.
+
+The candidates are the spec's `candidate_clusters` (already narrowed by group, `clusters`,
+`regions` and `attributes` at deploy time). Placement keeps those with room for the instance
+type right now and prefers the one with the most free GPUs of the model, the deploy-time order
+breaking ties. Free capacity comes from the adapters once per reconciliation pass
+(`CapacityView`); every placement made in the pass is subtracted locally so two instances
+placed in the same pass never count the same free GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from service.backends.protocol import AdapterError, Capacity, ShapeCapacity
+from service.backends.registry import AdapterRegistry
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The chosen cluster, or why there is none.
+
+    `unavailable` is True when no candidate cluster has a working adapter at all — waiting
+    cannot help, so the instance fails instead of waiting for capacity.
+    """
+
+    cluster: str | None
+    message: str = ""
+    unavailable: bool = False
+
+
+class CapacityView:
+    """Free capacity per cluster as seen by one pass, minus the pass's own placements."""
+
+    def __init__(self, registry: AdapterRegistry) -> None:
+        self._registry = registry
+        self._capacity: dict[str, Capacity] = {}
+        self._errors: dict[str, str] = {}
+
+    async def capacity(self, cluster: str) -> Capacity | str:
+        """The cluster's free capacity, or a message saying why it is unknown."""
+        key = cluster.lower()
+        if key in self._capacity:
+            return self._capacity[key]
+        if key in self._errors:
+            return self._errors[key]
+        adapter = self._registry.get(cluster)
+        if adapter is None:
+            reason = self._registry.unavailable_reason(cluster) or f"cluster {cluster} is unknown"
+            self._errors[key] = reason
+            return reason
+        try:
+            found = await adapter.capacity()
+        except AdapterError as exc:
+            self._errors[key] = f"cluster {cluster}: cannot read capacity: {exc.message}"
+            return self._errors[key]
+        # Another task of the same pass may have filled the cache meanwhile; keep the first,
+        # which already carries that task's reservations.
+        return self._capacity.setdefault(key, found)
+
+    def reserve(self, cluster: str, gpu: str, gpus_per_node: int, nodes: int = 1) -> bool:
+        """Subtract one instance from the cached capacity; False if it no longer fits."""
+        key = cluster.lower()
+        cap = self._capacity.get(key)
+        if cap is None or not cap.fits(gpu, gpus_per_node, nodes):
+            return False
+        shapes: list[ShapeCapacity] = []
+        left = nodes
+        for shape in cap.shapes:
+            free = list(shape.free_per_node)
+            if shape.gpu.upper() == gpu.upper() and left > 0:
+                for i, f in enumerate(free):
+                    if left == 0:
+                        break
+                    if nodes <= 1 and f >= gpus_per_node:
+                        free[i] -= gpus_per_node
+                        left = 0
+                    elif (
+                        nodes > 1
+                        and shape.gpus_per_node == gpus_per_node
+                        and f == shape.gpus_per_node
+                    ):
+                        free[i] = 0
+                        left -= 1
+            shapes.append(ShapeCapacity(shape.gpu, shape.gpus_per_node, tuple(free)))
+        self._capacity[key] = Capacity(tuple(shapes))
+        return True
+
+
+async def place(
+    view: CapacityView,
+    candidates: Sequence[str],
+    *,
+    gpu: str,
+    gpus_per_node: int,
+    nodes: int = 1,
+) -> Placement:
+    """Pick a cluster for one instance of `<gpu>_<gpus_per_node>x[.x<nodes>]` and reserve it."""
+    wanted = f"{gpus_per_node} x {gpu}" + (f" on each of {nodes} nodes" if nodes > 1 else "")
+    if not candidates:
+        return Placement(None, "the deployment specification has no candidate cluster", True)
+    fitting: list[tuple[int, int, str]] = []
+    problems: list[str] = []
+    reachable = 0
+    for index, name in enumerate(candidates):
+        cap = await view.capacity(name)
+        if isinstance(cap, str):
+            problems.append(cap)
+            continue
+        reachable += 1
+        if cap.fits(gpu, gpus_per_node, nodes):
+            fitting.append((-cap.free_gpus(gpu), index, name))
+        else:
+            problems.append(f"cluster {name} has {cap.free_gpus(gpu)} free {gpu} GPUs")
+    for _, _, name in sorted(fitting):
+        if view.reserve(name, gpu, gpus_per_node, nodes):
+            return Placement(name)
+    if reachable == 0:
+        return Placement(None, "; ".join(problems), True)
+    detail = "; ".join(problems)
+    return Placement(None, f"no candidate cluster has room for {wanted} ({detail})")
+
+
+__all__ = ["CapacityView", "Placement", "place"]

@@ -1,0 +1,120 @@
+"""Throughput of the real server against a bare FastAPI app, in the same run (issue: foundation).
+
+Starts `nvcf-server` (uvicorn, one worker, SQLite by default or NVCF_DATABASE_URL) and a bare
+FastAPI app that returns JSON documents of the same size, loads both with concurrent keep-alive
+clients from a separate process, and prints requests per second for GET of one version, list of
+100 versions and create, each as a ratio to the bare app. Target: GET one ≥ 0.5.
+
+    .venv/bin/python bench/api.py [--seconds 5] [--concurrency 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.loadgen import build_request, run_load  # noqa: E402
+
+KEY = "nvapi-bench-" + "k" * 40
+BODY = {"name": "bench-fn", "inferenceUrl": "/echo", "inferencePort": 8000,
+        "containerImage": "nvcr.io/acme/echo:1.0", "tags": ["bench"]}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_up(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code in (200, 404):
+                return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise SystemExit("server did not start")
+
+
+def start(cmd: list[str], env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    wait_up(port, proc)
+    return proc
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--concurrency", type=int, default=16)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="nvcf-bench-"))
+    real_port, bare_port = free_port(), free_port()
+    env = {"NVCF_DATA_DIR": str(tmp), "NVCF_BOOTSTRAP_API_KEY": KEY}
+    real = start([sys.executable, "-m", "service.cli", "serve", "--port", str(real_port)], env, real_port)
+    auth = {"Authorization": f"Bearer {KEY}"}
+    try:
+        base = f"http://127.0.0.1:{real_port}/v2/nvcf"
+        with httpx.Client(headers=auth, timeout=30) as c:
+            first = c.post(f"{base}/functions", json=BODY).json()["function"]
+            fid, vid = first["id"], first["versionId"]
+            for _ in range(99):
+                c.post(f"{base}/functions/{fid}/versions", json=BODY).raise_for_status()
+            docs = {
+                "one": c.get(f"{base}/functions/{fid}/versions/{vid}").json(),
+                "list": c.get(f"{base}/functions/{fid}/versions").json(),
+                "create": c.post(f"{base}/functions", json=BODY).json(),
+            }
+        assert len(docs["list"]["functions"]) == 100
+        docs_file = tmp / "docs.json"
+        docs_file.write_text(json.dumps(docs))
+        bare = start([sys.executable, "-m", "uvicorn", "bench.bare_app:app", "--port", str(bare_port),
+                      "--log-level", "warning", "--no-access-log"],
+                     {"BENCH_BARE_DOCS": str(docs_file), "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+                     bare_port)
+        body = json.dumps(BODY).encode()
+        hdrs = {"Authorization": f"Bearer {KEY}"}
+        jhdrs = {**hdrs, "Content-Type": "application/json"}
+        host = "127.0.0.1"
+        scenarios = [
+            ("GET one version", build_request("GET", f"/v2/nvcf/functions/{fid}/versions/{vid}", host, hdrs),
+             build_request("GET", "/one", host, hdrs)),
+            ("list of 100 versions", build_request("GET", f"/v2/nvcf/functions/{fid}/versions", host, hdrs),
+             build_request("GET", "/list", host, hdrs)),
+            ("create", build_request("POST", "/v2/nvcf/functions", host, jhdrs, body),
+             build_request("POST", "/create", host, jhdrs, body)),
+        ]
+        print(f"{'scenario':24} {'server rps':>11} {'bare rps':>10} {'ratio':>7}  "
+              f"(concurrency {args.concurrency}, {args.seconds:.0f} s each, SQLite)")
+        with ProcessPoolExecutor(max_workers=1) as pool:
+            for name, real_req, bare_req in scenarios:
+                pool.submit(run_load, host, bare_port, bare_req, 0.5, args.concurrency).result()
+                pool.submit(run_load, host, real_port, real_req, 0.5, args.concurrency).result()
+                b = pool.submit(run_load, host, bare_port, bare_req, args.seconds, args.concurrency).result()
+                r = pool.submit(run_load, host, real_port, real_req, args.seconds, args.concurrency).result()
+                if r.errors or b.errors:
+                    print(f"  warning: {r.errors} server errors, {b.errors} bare errors")
+                print(f"{name:24} {r.rps:11.0f} {b.rps:10.0f} {r.rps / b.rps:7.2f}")
+        bare.terminate()
+        bare.wait(10)
+    finally:
+        real.terminate()
+        real.wait(10)
+
+
+if __name__ == "__main__":
+    main()

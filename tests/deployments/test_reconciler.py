@@ -1,0 +1,632 @@
+"""Reconciler against the real databases (SQLite and PostgreSQL) and simulated clusters on a fake
+clock: convergence, every fault annotation's phase/reason/status, replacement, scaling,
+teardown, adapter errors, unavailable clusters and the idle fast path."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.backends.protocol import (
+    AdapterError,
+    BackendAdapter,
+    Capacity,
+    InstanceSpec,
+)
+from service.backends.registry import AdapterRegistry
+from service.backends.simulated import SimulatedAdapter
+from service.clusters.catalog import Catalog
+from service.core.db import make_engine, make_sessionmaker
+from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec, Instance
+from service.deployments.reconciler import Reconciler, ReconcilerConfig
+from service.functions.models import Function, FunctionVersion
+from service.health.machine import HealthTimeouts
+from service.health.observed import ObservedState
+
+T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+ACCOUNT = "acct-test"
+TIMEOUTS = HealthTimeouts(
+    pod_scheduling=20,
+    image_pull=10,
+    restart_loop=30,
+    init=100,
+    worker_startup=30,
+    worker_degradation=10,
+    pending=500,
+    failing_backoff=10,
+    failing_recheck=5,
+)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def catalog_data(
+    *, h100_nodes: int = 4, extra_clusters: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    return {
+        "clusterGroups": [
+            {
+                "name": "test-group",
+                "clusters": [
+                    {
+                        "name": "sim-a",
+                        "adapter": "simulated",
+                        "provider": "NCP",
+                        "region": "us-east-1",
+                        "nodes": [{"gpu": "H100", "gpusPerNode": 8, "count": h100_nodes}],
+                        "simulation": {
+                            "scheduleSeconds": 1,
+                            "pullSeconds": 1,
+                            "readySeconds": 1,
+                        },
+                    },
+                    *(extra_clusters or []),
+                ],
+            }
+        ]
+    }
+
+
+def workload(
+    name: str = "echo",
+    *,
+    gpus: int = 1,
+    fault: str | None = None,
+    annotations: dict[str, str] | None = None,
+    kind: str = "Deployment",
+    restart_policy: str | None = None,
+) -> dict[str, Any]:
+    notes = dict(annotations or {})
+    if fault:
+        notes["sim.nvcf.io/fault"] = fault
+    pod_spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "main",
+                "image": f"nvcr.io/acme/{name}:1.0",
+                "resources": {"limits": {"nvidia.com/gpu": gpus}} if gpus else {},
+            }
+        ]
+    }
+    if restart_policy:
+        pod_spec["restartPolicy"] = restart_policy
+    template = {"metadata": {"labels": {"app": name}, "annotations": notes}, "spec": pod_spec}
+    spec: dict[str, Any] = {"template": template}
+    if kind == "Deployment":
+        spec.update(replicas=1, selector={"matchLabels": {"app": name}})
+    else:
+        spec["backoffLimit"] = 0
+    api = "apps/v1" if kind == "Deployment" else "batch/v1"
+    return {"apiVersion": api, "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+def service(name: str, app: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"selector": {"app": app}, "ports": [{"port": 8000}]},
+    }
+
+
+@dataclass
+class Harness:
+    """One database, one catalog of simulated clusters on a fake clock, one reconciler."""
+
+    maker: async_sessionmaker[AsyncSession]
+    catalog: Catalog
+    clock: FakeClock
+    registry: AdapterRegistry
+    reconciler: Reconciler
+
+    def new_reconciler(self, registry: AdapterRegistry | None = None, **config: Any) -> Reconciler:
+        values: dict[str, Any] = {"interval": 0.01, "resync_seconds": 0, "timeouts": TIMEOUTS}
+        values.update(config)
+        return Reconciler(
+            self.maker,
+            registry or self.registry,
+            self.catalog,
+            config=ReconcilerConfig(**values),
+            clock=self.clock,
+        )
+
+    def sim(self, name: str = "sim-a") -> SimulatedAdapter:
+        adapter = self.registry.get(name)
+        assert isinstance(adapter, SimulatedAdapter)
+        return adapter
+
+    async def deploy(
+        self,
+        objects: list[dict[str, Any]],
+        *,
+        min_instances: int = 1,
+        instance_type: str = "NCP.GPU.H100_1x",
+        flags: dict[str, Any] | None = None,
+        status: str = "DEPLOYING",
+        candidates: tuple[str, ...] = ("sim-a",),
+        service_name: str | None = None,
+    ) -> Deployment:
+        fid, vid = uuid.uuid4(), uuid.uuid4()
+        async with self.maker() as session, session.begin():
+            session.add(Function(id=fid, account_id=ACCOUNT))
+            await session.flush()
+            session.add(
+                FunctionVersion(
+                    id=vid,
+                    function_id=fid,
+                    account_id=ACCOUNT,
+                    name="fn",
+                    status=status,
+                    inference_url="/infer",
+                    inference_port=8000,
+                    helm_chart_service_name=service_name,
+                    api_body_format="CUSTOM",
+                    function_type="DEFAULT",
+                    health={},
+                    description="",
+                    tags=[],
+                )
+            )
+            dep = Deployment(
+                id=uuid.uuid4(),
+                account_id=ACCOUNT,
+                function_id=fid,
+                version_id=vid,
+                function_name="fn",
+                desired="deployed",
+                feature_flags=flags or {},
+                generation=1,
+            )
+            session.add(dep)
+            await session.flush()
+            session.add(
+                DeploymentSpec(
+                    id=uuid.uuid4(),
+                    deployment_id=dep.id,
+                    position=0,
+                    gpu=instance_type.split(".")[2].split("_")[0],
+                    instance_type=instance_type,
+                    backend="test-group",
+                    candidate_clusters=list(candidates),
+                    min_instances=min_instances,
+                    max_instances=max(1, min_instances),
+                    objects=objects,
+                )
+            )
+        return dep
+
+    async def status(self, dep: Deployment) -> str:
+        async with self.maker() as session:
+            version = await session.get(FunctionVersion, dep.version_id)
+            assert version is not None
+            return version.status
+
+    async def instances(self, dep: Deployment, *, present_only: bool = False) -> list[Instance]:
+        async with self.maker() as session:
+            stmt = select(Instance).where(Instance.deployment_id == dep.id)
+            if present_only:
+                stmt = stmt.where(Instance.desired == "present")
+            return list((await session.execute(stmt.order_by(Instance.created_at))).scalars())
+
+    async def events(self, dep: Deployment, kind: str | None = None) -> list[DeploymentEvent]:
+        async with self.maker() as session:
+            stmt = select(DeploymentEvent).where(DeploymentEvent.deployment_id == dep.id)
+            if kind:
+                stmt = stmt.where(DeploymentEvent.kind == kind)
+            return list((await session.execute(stmt.order_by(DeploymentEvent.id))).scalars())
+
+    async def drive(
+        self,
+        until: Callable[[], Any],
+        *,
+        step: float = 1.0,
+        passes: int = 200,
+        reconciler: Reconciler | None = None,
+    ) -> None:
+        """Run passes, advancing the fake clock by `step` each time, until `until()` is truthy."""
+        rec = reconciler or self.reconciler
+        for _ in range(passes):
+            report = await rec.run_once()
+            assert report.errors == 0
+            if await until():
+                return
+            self.clock.advance(step)
+        raise AssertionError(f"did not converge within {passes} passes")
+
+    async def until_status(self, dep: Deployment, status: str, **kw: Any) -> None:
+        async def check() -> bool:
+            return await self.status(dep) == status
+
+        await self.drive(check, **kw)
+
+
+@pytest.fixture
+async def harness(database_url: str) -> AsyncIterator[Harness]:
+    engine = make_engine(database_url)
+    maker = make_sessionmaker(engine)
+    catalog = Catalog.from_data(catalog_data())
+    clock = FakeClock()
+    registry = AdapterRegistry.from_catalog(catalog, clock=clock)
+    h = Harness(maker, catalog, clock, registry, None)  # type: ignore[arg-type]
+    h.reconciler = h.new_reconciler()
+    try:
+        yield h
+    finally:
+        await engine.dispose()
+
+
+async def namespaces(adapter: SimulatedAdapter, instances: list[Instance]) -> list[str]:
+    """Instance namespaces the simulated cluster still has objects in."""
+    out = []
+    for inst in instances:
+        spec = InstanceSpec(str(inst.id), "f", "v", "NCP.GPU.H100_1x", "H100", 1)
+        if await adapter.objects(spec):
+            out.append(spec.namespace)
+    return out
+
+
+# ------------------------------------------------------------------------------- convergence
+
+
+async def test_deploying_to_active_with_events(harness: Harness) -> None:
+    dep = await harness.deploy([workload()])
+    await harness.until_status(dep, "ACTIVE")
+    [inst] = await harness.instances(dep)
+    assert (inst.phase, inst.desired, inst.cluster, inst.applied) == (
+        "Running",
+        "present",
+        "sim-a",
+        True,
+    )
+    assert inst.condition is not None and inst.condition["phase"] == "Running"
+    objects = await harness.sim().objects(
+        InstanceSpec(str(inst.id), "f", "v", "NCP.GPU.H100_1x", "H100", 1)
+    )
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    labels = deployment["metadata"]["labels"]
+    assert labels["nvcf.nvidia.com/instance-id"] == str(inst.id)
+    assert labels["nvcf.nvidia.com/nca-id"] == ACCOUNT
+    events = await harness.events(dep)
+    reasons = [(e.kind, e.reason) for e in events]
+    assert ("instance", "Created") in reasons and ("instance", "Placed") in reasons
+    phases = [e.phase for e in events if e.kind == "instance" and e.reason not in (None,)]
+    assert phases[-1] == "Running"
+    status_events = [e.message for e in events if e.kind == "status"]
+    assert status_events == ["function version status DEPLOYING → ACTIVE"]
+
+
+async def test_idle_active_deployment_is_not_observed_until_resync(harness: Harness) -> None:
+    calls: list[str] = []
+    inner = harness.sim()
+
+    class Counting(SimulatedAdapter):
+        pass
+
+    original = inner.observe
+
+    async def counting_observe(instance: InstanceSpec) -> ObservedState:
+        calls.append(instance.instance_id)
+        return await original(instance)
+
+    inner.observe = counting_observe  # type: ignore[method-assign]
+    rec = harness.new_reconciler(resync_seconds=60)
+    dep = await harness.deploy([workload()])
+    await harness.until_status(dep, "ACTIVE", reconciler=rec)
+    calls.clear()
+    for _ in range(5):
+        report = await rec.run_once()
+        assert report.reconciled == 0 and report.deployments == 1
+        harness.clock.advance(1)
+    assert calls == []
+    harness.clock.advance(60)
+    report = await rec.run_once()
+    assert report.reconciled == 1 and len(calls) == 1
+    assert await harness.status(dep) == "ACTIVE"
+
+
+async def test_min_zero_stays_active_without_instances(harness: Harness) -> None:
+    dep = await harness.deploy([workload()], min_instances=0, status="ACTIVE")
+    for _ in range(3):
+        await harness.reconciler.run_once()
+    assert await harness.status(dep) == "ACTIVE"
+    assert await harness.instances(dep) == []
+
+
+async def test_scale_up_and_down(harness: Harness) -> None:
+    dep = await harness.deploy([workload()])
+    await harness.until_status(dep, "ACTIVE")
+    async with harness.maker() as session, session.begin():
+        await session.execute(
+            update(DeploymentSpec)
+            .where(DeploymentSpec.deployment_id == dep.id)
+            .values(min_instances=3, max_instances=3)
+        )
+        await session.execute(
+            update(Deployment).where(Deployment.id == dep.id).values(generation=2)
+        )
+
+    async def three_running() -> bool:
+        running = [i for i in await harness.instances(dep) if i.phase == "Running"]
+        return len(running) == 3 and await harness.status(dep) == "ACTIVE"
+
+    await harness.drive(three_running)
+    async with harness.maker() as session, session.begin():
+        await session.execute(
+            update(DeploymentSpec)
+            .where(DeploymentSpec.deployment_id == dep.id)
+            .values(min_instances=1)
+        )
+        await session.execute(
+            update(Deployment).where(Deployment.id == dep.id).values(generation=3)
+        )
+
+    async def one_left() -> bool:
+        present = await harness.instances(dep, present_only=True)
+        return len(present) == 1 and not any(
+            i.applied for i in await harness.instances(dep) if i.desired == "absent"
+        )
+
+    await harness.drive(one_left)
+    assert await harness.status(dep) == "ACTIVE"
+    assert len(await namespaces(harness.sim(), await harness.instances(dep))) == 1
+    assert len(await harness.events(dep, "scaling")) == 2
+
+
+async def test_undeploy_deletes_instances_then_records(harness: Harness) -> None:
+    dep = await harness.deploy([workload()], min_instances=2)
+    await harness.until_status(dep, "ACTIVE")
+    instances = await harness.instances(dep)
+    assert len(await namespaces(harness.sim(), instances)) == 2
+    async with harness.maker() as session, session.begin():
+        await session.execute(
+            update(Deployment).where(Deployment.id == dep.id).values(desired="deleting")
+        )
+        await session.execute(
+            update(FunctionVersion)
+            .where(FunctionVersion.id == dep.version_id)
+            .values(status="INACTIVE")
+        )
+
+    async def gone() -> bool:
+        async with harness.maker() as session:
+            return await session.get(Deployment, dep.id) is None
+
+    await harness.drive(gone)
+    assert await namespaces(harness.sim(), instances) == []
+    assert await harness.instances(dep) == []
+    assert await harness.status(dep) == "INACTIVE"
+
+
+# ------------------------------------------------------------------------------- faults
+
+
+async def _failure(
+    harness: Harness, objects: list[dict[str, Any]], reason: str, **deploy: Any
+) -> Instance:
+    dep = await harness.deploy(objects, **deploy)
+    await harness.until_status(dep, "ERROR", step=2.0)
+    [inst] = await harness.instances(dep)
+    assert (inst.phase, inst.reason, inst.desired, inst.applied) == (
+        "Failed",
+        reason,
+        "absent",
+        False,
+    ), inst.message
+    assert await namespaces(harness.sim(), [inst]) == []
+    status = (await harness.events(dep, "status"))[-1]
+    assert status.reason == reason and "DEPLOYING → ERROR" in status.message
+    # Not retried while deploying: no new instance appears.
+    for _ in range(3):
+        await harness.reconciler.run_once()
+        harness.clock.advance(5)
+    assert len(await harness.instances(dep)) == 1
+    assert await harness.status(dep) == "ERROR"
+    return inst
+
+
+async def test_image_pull_backoff_errors_after_image_pull_timeout(harness: Harness) -> None:
+    inst = await _failure(harness, [workload(fault="ImagePullBackOff")], "ImagePullIssues")
+    assert "cannot pull image" in (inst.message or "")
+    # Failed only after the image-pull timeout (10 s) ran from when it was first seen.
+    assert inst.since - inst.created_at >= timedelta(seconds=TIMEOUTS.image_pull)
+
+
+async def test_unschedulable_pod_is_stuck_scheduling(harness: Harness) -> None:
+    await _failure(harness, [workload(fault="Unschedulable")], "PodStuckScheduling")
+
+
+async def test_too_few_gpus_waits_for_capacity_then_errors(harness: Harness) -> None:
+    # Four nodes of 8 H100: four 8-GPU instances fill them, so the next one cannot be placed.
+    big = await harness.deploy([workload(gpus=8)], instance_type="NCP.GPU.H100_8x", min_instances=4)
+    await harness.until_status(big, "ACTIVE")
+    dep = await harness.deploy([workload()])
+    await harness.reconciler.run_once()
+    [inst] = await harness.instances(dep)
+    assert (inst.phase, inst.reason, inst.cluster) == ("Scheduling", "AwaitingCapacity", None)
+    assert "no candidate cluster has room" in (inst.message or "")
+    await _assert_errors(harness, dep, "PodStuckScheduling")
+
+
+async def _assert_errors(harness: Harness, dep: Deployment, reason: str) -> None:
+    await harness.until_status(dep, "ERROR", step=2.0)
+    [inst] = await harness.instances(dep)
+    assert (inst.phase, inst.reason) == ("Failed", reason)
+
+
+async def test_crash_loop_is_containers_in_restart_loop(harness: Harness) -> None:
+    # Restarts back off (10 s, 20 s, …): keep the startup timeout out of the way.
+    harness.reconciler = harness.new_reconciler(
+        timeouts=dataclasses.replace(TIMEOUTS, worker_startup=10_000)
+    )
+    await _failure(harness, [workload(fault="CrashLoopBackOff")], "ContainersInRestartLoop")
+
+
+async def test_never_ready_hits_startup_timeout(harness: Harness) -> None:
+    await _failure(harness, [workload(fault="NeverReady")], "WorkerStartupTimeout")
+
+
+async def test_fail_after_ready_degrades_then_is_replaced(harness: Harness) -> None:
+    notes = {"sim.nvcf.io/fail-after": "5s"}
+    dep = await harness.deploy([workload(fault="FailAfterReady", annotations=notes)])
+    await harness.until_status(dep, "ACTIVE")
+    [first] = await harness.instances(dep)
+    await harness.until_status(dep, "DEGRADED")
+    [degraded] = await harness.instances(dep)
+    assert degraded.phase == "Degraded"
+
+    async def replaced() -> bool:
+        present = await harness.instances(dep, present_only=True)
+        return bool(present) and present[0].id != first.id
+
+    await harness.drive(replaced)
+    old = next(i for i in await harness.instances(dep) if i.id == first.id)
+    assert (old.phase, old.reason, old.desired) == ("Failed", "WorkerDegraded", "absent")
+    await harness.until_status(dep, "ACTIVE")
+    statuses = [e.message.split("status ")[1] for e in await harness.events(dep, "status")]
+    assert statuses[:3] == ["DEPLOYING → ACTIVE", "ACTIVE → DEGRADED", "DEGRADED → ACTIVE"]
+
+
+async def test_failing_side_job_fails_default_mode(harness: Harness) -> None:
+    objects = [
+        workload("worker"),
+        service("worker-svc", "worker"),
+        workload("side", gpus=0, fault="NeverReady", kind="Job", restart_policy="Never"),
+    ]
+    await _failure(harness, objects, "PodFailed", service_name="worker-svc")
+
+
+async def test_worker_readiness_mode_ignores_side_job(harness: Harness) -> None:
+    objects = [
+        workload("worker"),
+        service("worker-svc", "worker"),
+        workload("side", gpus=0, fault="NeverReady", kind="Job", restart_policy="Never"),
+    ]
+    dep = await harness.deploy(
+        objects, flags={"StatusByWorkerReadiness": True}, service_name="worker-svc"
+    )
+    await harness.until_status(dep, "ACTIVE")
+    for _ in range(5):
+        await harness.reconciler.run_once()
+        harness.clock.advance(5)
+    assert await harness.status(dep) == "ACTIVE"
+    [inst] = await harness.instances(dep)
+    assert inst.phase == "Running" and inst.condition is not None
+    assert any("side" in o["object"] for o in inst.condition["observations"])
+
+
+async def test_worker_readiness_mode_still_fails_on_the_worker(harness: Harness) -> None:
+    objects = [workload("worker", fault="NeverReady"), service("worker-svc", "worker")]
+    await _failure(
+        harness,
+        objects,
+        "WorkerStartupTimeout",
+        flags={"StatusByWorkerReadiness": True},
+        service_name="worker-svc",
+    )
+
+
+# ------------------------------------------------------------------------------- errors
+
+
+class Broken:
+    """An adapter whose every operation fails."""
+
+    def __init__(self, name: str, *, retryable: bool = False) -> None:
+        self.name = name
+        self.retryable = retryable
+
+    async def apply(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
+        raise AdapterError("admission webhook denied the request", retryable=self.retryable)
+
+    async def observe(self, instance: InstanceSpec) -> ObservedState:
+        raise AdapterError("connection refused", retryable=True)
+
+    async def delete(self, instance: InstanceSpec) -> bool:
+        return True
+
+    async def capacity(self) -> Capacity:
+        return await SimulatedAdapter(self.name, provider="NCP", nodes=[_shape()]).capacity()
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _shape() -> Any:
+    from service.backends.protocol import NodeShape
+
+    return NodeShape("H100", 8, 1)
+
+
+async def test_adapter_error_fails_the_instance_not_the_reconciler(harness: Harness) -> None:
+    broken: BackendAdapter = Broken("sim-b")
+    registry = AdapterRegistry({"sim-a": harness.sim(), "sim-b": broken})
+    rec = harness.new_reconciler(registry)
+    bad = await harness.deploy([workload()], candidates=("sim-b",))
+    good = await harness.deploy([workload()])
+    await harness.until_status(bad, "ERROR", reconciler=rec)
+    [inst] = await harness.instances(bad)
+    assert inst.reason == "BackendError"
+    assert "admission webhook denied the request" in (inst.message or "")
+    assert "sim-b" in (inst.message or "")
+    await harness.until_status(good, "ACTIVE", reconciler=rec)
+
+
+async def test_unavailable_cluster_fails_instances_naming_it(harness: Harness) -> None:
+    registry = AdapterRegistry(
+        {"sim-a": harness.sim()},
+        unavailable={"prod-k8s": "cluster prod-k8s is unavailable: no kubeconfig"},
+    )
+    rec = harness.new_reconciler(registry)
+    dep = await harness.deploy([workload()], candidates=("prod-k8s",))
+    await harness.until_status(dep, "ERROR", reconciler=rec)
+    [inst] = await harness.instances(dep)
+    assert inst.reason == "ClusterUnavailable"
+    assert "prod-k8s" in (inst.message or "")
+
+
+async def test_registry_marks_unbuildable_kubernetes_cluster_unavailable() -> None:
+    data = catalog_data(
+        extra_clusters=[
+            {
+                "name": "prod-a",
+                "adapter": "kubernetes",
+                "provider": "DGXC",
+                "region": "us-west-2",
+                "nodes": [{"gpu": "L40S", "gpusPerNode": 1, "count": 1}],
+                "kubernetes": {"kubeconfig": "/nonexistent/kubeconfig", "context": "x"},
+            }
+        ]
+    )
+    registry = AdapterRegistry.from_catalog(Catalog.from_data(data))
+    assert registry.get("sim-a") is not None
+    if registry.get("prod-a") is None:
+        reason = registry.unavailable_reason("prod-a")
+        assert reason is not None and "prod-a" in reason
+    await registry.aclose()
+
+
+async def test_counts_rows_once_per_instance(harness: Harness) -> None:
+    dep = await harness.deploy([workload()], min_instances=3)
+    await harness.until_status(dep, "ACTIVE")
+    async with harness.maker() as session:
+        count = await session.scalar(
+            select(func.count()).select_from(Instance).where(Instance.deployment_id == dep.id)
+        )
+    assert count == 3

@@ -4,13 +4,19 @@ Documents over 1 MiB are reported (`object-too-large`) and never parsed. YAML al
 allowed, but the size of the tree they expand to is bounded before anything is constructed,
 so a "billion laughs" document costs no more than its text (`yaml-alias-bomb`). Timestamps
 stay strings, as Kubernetes reads them; the result is plain JSON data with nothing shared.
+
+Speed (a chart renders hundreds of documents): parsing and composing run in libyaml when
+PyYAML has it; a document without anchors (`&`) has no aliases, so the expansion walk is
+skipped; plain documents (string keys; string, number, boolean and null scalars; no tags,
+merge keys or aliases) are built by a direct walk that gives exactly what the general path
+(PyYAML's constructor, then a JSON round trip) gives, which remains the path for the rest.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import yaml
@@ -23,6 +29,7 @@ MAX_EXPANDED_NODES = 200_000
 
 _SEPARATOR = re.compile(r"^---[ \t]*(?:#.*)?$", re.MULTILINE)
 _SOURCE = re.compile(r"^# Source: (.+)$", re.MULTILINE)
+_CONTENT_LINE = re.compile(r"^[^#\s]", re.MULTILINE)
 
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -35,6 +42,72 @@ _Loader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+
+_STR = "tag:yaml.org,2002:str"
+_SEQ = "tag:yaml.org,2002:seq"
+_MAP = "tag:yaml.org,2002:map"
+#: Scalar tags whose constructed values survive a JSON round trip unchanged.
+_JSON_SCALARS = frozenset(
+    ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool")
+)
+_NULL = "tag:yaml.org,2002:null"
+#: Plain scalars seen so far → resolved tag (the resolver is a regex scan per scalar, and
+#: manifests repeat the same keys and values over and over).
+_RESOLVED: dict[str, str] = {}
+_RESOLVED_MAX_ENTRIES = 50_000
+_RESOLVED_MAX_VALUE = 128
+
+
+_base_resolve: Callable[[Any, Any, Any, Any], str] = _BaseLoader.resolve
+
+
+def _resolve(self: Any, kind: Any, value: Any, implicit: Any) -> str:
+    """`Resolver.resolve` memoised for plain scalars (the loader has no path resolvers, so the
+    tag of a plain scalar depends on its text alone)."""
+    if kind is yaml.ScalarNode and implicit[0] and len(value) <= _RESOLVED_MAX_VALUE:
+        tag = _RESOLVED.get(value)
+        if tag is None:
+            tag = _base_resolve(self, kind, value, implicit)
+            if len(_RESOLVED) < _RESOLVED_MAX_ENTRIES:
+                _RESOLVED[value] = tag
+        return tag
+    return _base_resolve(self, kind, value, implicit)
+
+
+if not _Loader.yaml_path_resolvers:
+    _Loader.resolve = _resolve
+
+
+class _NotPlain(Exception):
+    """The document needs the general constructor."""
+
+
+def _plain(node: yaml.Node, loader: Any) -> Any:
+    """Build a plain document directly; raises `_NotPlain` for anything else."""
+    tag = node.tag
+    if isinstance(node, yaml.ScalarNode):
+        if tag == _STR:
+            return node.value
+        if tag in _JSON_SCALARS:
+            value = loader.yaml_constructors[tag](loader, node)
+            if isinstance(value, float) and value != value:
+                raise _NotPlain  # NaN: leave it to the general path
+            return value
+        if tag == _NULL:
+            return None
+        raise _NotPlain
+    if isinstance(node, yaml.MappingNode):
+        if tag != _MAP:
+            raise _NotPlain
+        out: dict[str, Any] = {}
+        for key, value in node.value:
+            if key.tag != _STR or not isinstance(key, yaml.ScalarNode):
+                raise _NotPlain  # merge keys, '=' keys, non-string keys
+            out[key.value] = _plain(value, loader)
+        return out
+    if isinstance(node, yaml.SequenceNode) and tag == _SEQ:
+        return [_plain(item, loader) for item in node.value]
+    raise _NotPlain
 
 
 class DecodeError(ValueError):
@@ -85,17 +158,25 @@ def expanded_size(root: yaml.Node, budget: int) -> int:
 def load_documents(text: str, *, max_nodes: int = MAX_EXPANDED_NODES) -> list[Any]:
     """Parse every YAML document in `text` into JSON data, bounding alias expansion."""
     loader = _Loader(text)
+    # Without an anchor there is no alias, so nothing to expand and nothing shared.
+    anchors = "&" in text
     out: list[Any] = []
     try:
         while loader.check_node():
             node = loader.get_node()
             if node is None:
                 continue
-            if expanded_size(node, max_nodes) > max_nodes:
+            if anchors and expanded_size(node, max_nodes) > max_nodes:
                 raise DecodeError(
                     "yaml-alias-bomb",
                     f"document expands to more than {max_nodes} YAML nodes (alias expansion)",
                 )
+            if not anchors:
+                try:
+                    out.append(_plain(node, loader))
+                    continue
+                except (_NotPlain, RecursionError):
+                    pass
             data = loader.construct_document(node)
             # Round trip through JSON: unshares aliased subtrees, stringifies odd scalars.
             out.append(json.loads(json.dumps(data, default=str)))
@@ -108,14 +189,19 @@ def load_documents(text: str, *, max_nodes: int = MAX_EXPANDED_NODES) -> list[An
     return out
 
 
+def _has_content(chunk: str) -> bool:
+    body = "\n".join(
+        line for line in chunk.splitlines() if line.strip() and not line.startswith("#")
+    )
+    return bool(body.strip())
+
+
 def split_documents(manifest: str) -> list[tuple[str | None, str]]:
     """Split a Helm manifest into `(source template, text)` chunks, dropping empty ones."""
     chunks: list[tuple[str | None, str]] = []
     for chunk in _SEPARATOR.split(manifest):
-        body = "\n".join(
-            line for line in chunk.splitlines() if line.strip() and not line.startswith("#")
-        )
-        if not body.strip():
+        # A line starting with neither '#' nor whitespace settles it without the line walk.
+        if _CONTENT_LINE.search(chunk) is None and not _has_content(chunk):
             continue
         source = _SOURCE.search(chunk)
         chunks.append((source.group(1).strip() if source else None, chunk))

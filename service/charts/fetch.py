@@ -15,7 +15,7 @@ import socket
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urljoin, urlsplit
 
 import oras.provider
@@ -38,6 +38,7 @@ GiB = 1024**3
 _MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 _CHUNK = 64 * 1024
 _MAX_UPSTREAM_TEXT = 300
+_MAX_REMEMBERED_HOSTS = 1024
 
 # oras' do_request sleeps and retries up to five times on any error; callers here want one
 # attempt and a prompt 502, so use the undecorated method (oras' own auth handling stays).
@@ -213,8 +214,11 @@ class _OciPull:
         credentials: Sequence[RegistryCredential],
         policy: _HostPolicy,
         timeout: float,
+        schemes: dict[str, str] | None = None,
     ) -> None:
         self.ref = ref
+        #: host -> auth scheme answered by its /v2/ probe, shared by the fetcher's pulls
+        self.schemes = schemes if schemes is not None else {}
         self.source = redact_url(ref.url)
         self.credentials = list(credentials)
         self.policy = policy
@@ -225,6 +229,7 @@ class _OciPull:
         self.base = f"{self.root}{ref.repository}"
         self.registry: oras.provider.Registry | None = None
         self.anonymous_basic = False
+        self._saw_not_found = False
 
     def _transport_error(self, exc: requests.RequestException) -> BadGateway:
         return BadGateway(
@@ -289,8 +294,29 @@ class _OciPull:
         return response
 
     def manifest(self, reference: str) -> tuple[bytes, str]:
-        """Fetch the manifest trying each credential, then anonymous; returns (bytes, digest)."""
-        kind = self._challenge()
+        """Fetch the manifest trying each credential, then anonymous; returns (bytes, digest).
+
+        The auth scheme of the host comes from a `/v2/` probe, remembered per host; when every
+        attempt is refused under a remembered scheme, the host is probed again and, if its
+        scheme changed, tried once more.
+        """
+        key = self.ref.host.lower()
+        remembered = self.schemes.get(key)
+        kind = remembered or self._challenge()
+        self.schemes[key] = kind
+        found = self._manifest_with(kind, reference)
+        if found is None and remembered is not None:
+            fresh = self._challenge()
+            self.schemes[key] = fresh
+            if fresh != remembered:
+                found = self._manifest_with(fresh, reference)
+        if found is not None:
+            return found
+        self._refused(reference, saw_not_found=self._saw_not_found)
+
+    def _manifest_with(self, kind: str, reference: str) -> tuple[bytes, str] | None:
+        """The manifest under auth scheme `kind`, or None when every attempt was refused or
+        not found (`_saw_not_found` says whether any was a 404)."""
         url = f"{self.base}/manifests/{reference}"
         headers = {"Accept": OCI_MANIFEST}
         saw_not_found = False
@@ -316,6 +342,10 @@ class _OciPull:
                 body = _read_limited(response, _MAX_MANIFEST_BYTES, "manifest", self.source)
             self.registry = registry
             return body, "sha256:" + hashlib.sha256(body).hexdigest()
+        self._saw_not_found = saw_not_found
+        return None
+
+    def _refused(self, reference: str, *, saw_not_found: bool) -> NoReturn:
         if saw_not_found:
             raise BadRequest(
                 detail=f"chart {self.source} not found",
@@ -460,6 +490,8 @@ class ChartFetcher:
         self.max_unpacked_bytes = max_unpacked_bytes
         self.max_files = max_files
         self.timeout = timeout
+        #: registry host -> auth scheme of its /v2/ probe (saves a round trip per pull)
+        self._schemes: dict[str, str] = {}
 
     def _check(self, path: Path, source: str) -> None:
         check_archive(
@@ -508,7 +540,9 @@ class ChartFetcher:
         self, ref: ChartRef, credentials: Sequence[RegistryCredential], pinned: str | None
     ) -> FetchedChart:
         source = redact_url(ref.url)
-        pull = _OciPull(ref, credentials, self._policy(ref), self.timeout)
+        if len(self._schemes) > _MAX_REMEMBERED_HOSTS:
+            self._schemes.clear()
+        pull = _OciPull(ref, credentials, self._policy(ref), self.timeout, self._schemes)
         body, manifest_digest = await asyncio.to_thread(pull.manifest, pinned or ref.version)
         if pinned is not None and manifest_digest != pinned:
             raise BadGateway(
@@ -517,18 +551,28 @@ class ChartFetcher:
             )
         entry = _parse_manifest(body, source, self.max_bytes)
         async with self.cache.lock(entry.layer_digest):
-            path = await asyncio.to_thread(self.cache.get_blob, entry.layer_digest)
-            cached = path is not None
-            if path is None:
-                path = await asyncio.to_thread(self._download_oci, pull, entry, source)
-            else:
-                await asyncio.to_thread(self._check, path, source)
-            await asyncio.to_thread(self.cache.put_manifest, manifest_digest, entry)
-        await asyncio.to_thread(self.cache.evict, path)
+            path, cached = await asyncio.to_thread(
+                self._store_oci, pull, entry, manifest_digest, source
+            )
         log.info("chart %s: manifest %s, archive %s", source, manifest_digest, entry.layer_digest)
         return FetchedChart(
             ref, manifest_digest, path, entry.size, entry.layer_digest, cached=cached
         )
+
+    def _store_oci(
+        self, pull: _OciPull, entry: ManifestEntry, manifest_digest: str, source: str
+    ) -> tuple[Path, bool]:
+        """The archive from the cache or downloaded into it, checked, its manifest recorded
+        and the cache trimmed (one worker-thread hop; the caller holds the digest's lock)."""
+        path = self.cache.get_blob(entry.layer_digest)
+        cached = path is not None
+        if path is None:
+            path = self._download_oci(pull, entry, source)
+        else:
+            self._check(path, source)
+        self.cache.put_manifest(manifest_digest, entry)
+        self.cache.evict(path)
+        return path, cached
 
     def _download_oci(self, pull: _OciPull, entry: ManifestEntry, source: str) -> Path:
         tmp = self.cache.staged(".tgz")

@@ -22,10 +22,15 @@ REMOVED_POD_FIELDS = (
 
 
 def apply_modifications(objects: list[KubeObject]) -> tuple[list[KubeObject], list[Finding]]:
-    """Return modified copies of `objects` and one `info` finding per change."""
+    """Return `objects` with modified copies of those holding pod specs, and one `info`
+    finding per change. The input is never mutated; objects without pod specs are returned
+    as they are (not copied)."""
     out: list[KubeObject] = []
     findings: list[Finding] = []
     for original in objects:
+        if next(pod_templates(original), None) is None:
+            out.append(original)
+            continue
         obj = copy.deepcopy(original)
         ref = object_ref(obj)
         for path, template in pod_templates(obj):

@@ -11,17 +11,25 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gzip
 import json
 import os
 import resource
 import signal
 import struct
 import sys
-from typing import Any, BinaryIO
+import tarfile
+import zlib
+from typing import IO, Any, BinaryIO, cast
 
 RELEASE_NAME = "mini-service"
 HOOK_ANNOTATION = "helm.sh/hook"
+_HOOK_BYTES = HOOK_ANNOTATION.encode()
 _HEADER = struct.Struct(">I")
+#: Bytes of (nested) archive content `may_have_hooks` reads before it gives up and says yes.
+_SCAN_BUDGET = 64 * 1024 * 1024
+_SCAN_CHUNK = 256 * 1024
+_NESTED_ARCHIVE_DEPTH = 3
 
 
 def read_frame(stream: BinaryIO) -> dict[str, Any] | None:
@@ -48,6 +56,66 @@ def _vm_size() -> int:
             if line.startswith("VmSize:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+class _ScanBudgetExceeded(Exception):
+    pass
+
+
+def _scan_tar(fileobj: IO[bytes], depth: int, budget: list[int], *, gz: bool = True) -> bool:
+    """Whether any file in the tar stream, or in a chart archive nested in it, contains the
+    hook annotation; raises `_ScanBudgetExceeded` when the content is too large to scan.
+
+    Decompresses with GzipFile: tarfile's own gzip reader mishandles the header extra field
+    that Helm writes.
+    """
+    stream: IO[bytes] = (
+        cast(IO[bytes], gzip.GzipFile(fileobj=fileobj, mode="rb")) if gz else fileobj
+    )
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        for member in tar:
+            if not member.isreg():
+                continue
+            content = tar.extractfile(member)
+            if content is None:
+                continue
+            name = member.name.lower()
+            nested_gz = name.endswith((".tgz", ".tar.gz"))
+            if nested_gz or name.endswith(".tar"):
+                # A packaged subchart: Helm loads it, so its templates count too.
+                if depth >= _NESTED_ARCHIVE_DEPTH:
+                    raise _ScanBudgetExceeded
+                if _scan_tar(content, depth + 1, budget, gz=nested_gz):
+                    return True
+                continue
+            tail = b""
+            while chunk := content.read(_SCAN_CHUNK):
+                budget[0] -= len(chunk)
+                if budget[0] < 0:
+                    raise _ScanBudgetExceeded
+                if _HOOK_BYTES in tail + chunk:
+                    return True
+                tail = chunk[-len(_HOOK_BYTES) :]
+    return False
+
+
+def may_have_hooks(archive: str, values: Any) -> bool:
+    """Cheap, conservative test for hook templates before paying for a second render.
+
+    Helm only treats a rendered object as a hook when it carries the `helm.sh/hook`
+    annotation, which a chart writes into a template (its own or a subchart's, maybe through a
+    helper), a values file or a chart file. When neither the archive's files (nested subchart
+    archives included) nor the request's values contain that text, no template can be a hook
+    and the install manifest is the whole story. Anything unreadable or too large to scan
+    answers True.
+    """
+    if _HOOK_BYTES in json.dumps(values).encode():
+        return True
+    try:
+        with open(archive, "rb") as raw:
+            return _scan_tar(raw, 0, [_SCAN_BUDGET])
+    except (_ScanBudgetExceeded, OSError, tarfile.TarError, EOFError, ValueError, zlib.error):
+        return True
 
 
 def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
@@ -94,13 +162,16 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
             if len(manifest) > max_output_bytes:
                 return _too_large(max_output_bytes)
             # install() leaves hooks out of the manifest; render() has every template, so
-            # it tells which templates were hooks (only those are sent back).
-            everything = chart.render(
-                request["values"],
-                name=RELEASE_NAME,
-                namespace=request["namespace"],
-                is_install=True,
-            )
+            # it tells which templates were hooks (only those are sent back). Skipped when no
+            # file of the chart and no value can produce a hook annotation.
+            everything: dict[str, str] = {}
+            if may_have_hooks(request["archive"], request["values"]):
+                everything = chart.render(
+                    request["values"],
+                    name=RELEASE_NAME,
+                    namespace=request["namespace"],
+                    is_install=True,
+                )
         except helm.HelmError as exc:
             return {"ok": False, "error": "render-error", "message": str(exc)}
         hooks = {path: text for path, text in everything.items() if HOOK_ANNOTATION in text}

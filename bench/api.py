@@ -24,11 +24,16 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.loadgen import build_request, run_load  # noqa: E402
+from bench.loadgen import build_request, run_load
 
 KEY = "nvapi-bench-" + "k" * 40
-BODY = {"name": "bench-fn", "inferenceUrl": "/echo", "inferencePort": 8000,
-        "containerImage": "nvcr.io/acme/echo:1.0", "tags": ["bench"]}
+BODY = {
+    "name": "bench-fn",
+    "inferenceUrl": "/echo",
+    "inferencePort": 8000,
+    "containerImage": "nvcr.io/acme/echo:1.0",
+    "tags": ["bench"],
+}
 
 
 def free_port() -> int:
@@ -51,8 +56,9 @@ def wait_up(port: int, proc: subprocess.Popen[bytes]) -> None:
 
 
 def start(cmd: list[str], env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     wait_up(port, proc)
     return proc
 
@@ -65,7 +71,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="nvcf-bench-"))
     real_port, bare_port = free_port(), free_port()
     env = {"NVCF_DATA_DIR": str(tmp), "NVCF_BOOTSTRAP_API_KEY": KEY}
-    real = start([sys.executable, "-m", "service.cli", "serve", "--port", str(real_port)], env, real_port)
+    real = start(
+        [sys.executable, "-m", "service.cli", "serve", "--port", str(real_port)], env, real_port
+    )
     auth = {"Authorization": f"Bearer {KEY}"}
     try:
         base = f"http://127.0.0.1:{real_port}/v2/nvcf"
@@ -82,30 +90,59 @@ def main() -> None:
         assert len(docs["list"]["functions"]) == 100
         docs_file = tmp / "docs.json"
         docs_file.write_text(json.dumps(docs))
-        bare = start([sys.executable, "-m", "uvicorn", "bench.bare_app:app", "--port", str(bare_port),
-                      "--log-level", "warning", "--no-access-log"],
-                     {"BENCH_BARE_DOCS": str(docs_file), "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
-                     bare_port)
+        bare = start(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "bench.bare_app:app",
+                "--port",
+                str(bare_port),
+                "--log-level",
+                "warning",
+                "--no-access-log",
+            ],
+            {
+                "BENCH_BARE_DOCS": str(docs_file),
+                "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+            },
+            bare_port,
+        )
         body = json.dumps(BODY).encode()
         hdrs = {"Authorization": f"Bearer {KEY}"}
         jhdrs = {**hdrs, "Content-Type": "application/json"}
         host = "127.0.0.1"
         scenarios = [
-            ("GET one version", build_request("GET", f"/v2/nvcf/functions/{fid}/versions/{vid}", host, hdrs),
-             build_request("GET", "/one", host, hdrs)),
-            ("list of 100 versions", build_request("GET", f"/v2/nvcf/functions/{fid}/versions", host, hdrs),
-             build_request("GET", "/list", host, hdrs)),
-            ("create", build_request("POST", "/v2/nvcf/functions", host, jhdrs, body),
-             build_request("POST", "/create", host, jhdrs, body)),
+            (
+                "GET one version",
+                build_request("GET", f"/v2/nvcf/functions/{fid}/versions/{vid}", host, hdrs),
+                build_request("GET", "/one", host, hdrs),
+            ),
+            (
+                "list of 100 versions",
+                build_request("GET", f"/v2/nvcf/functions/{fid}/versions", host, hdrs),
+                build_request("GET", "/list", host, hdrs),
+            ),
+            (
+                "create",
+                build_request("POST", "/v2/nvcf/functions", host, jhdrs, body),
+                build_request("POST", "/create", host, jhdrs, body),
+            ),
         ]
-        print(f"{'scenario':24} {'server rps':>11} {'bare rps':>10} {'ratio':>7}  "
-              f"(concurrency {args.concurrency}, {args.seconds:.0f} s each, SQLite)")
+        print(
+            f"{'scenario':24} {'server rps':>11} {'bare rps':>10} {'ratio':>7}  "
+            f"(concurrency {args.concurrency}, {args.seconds:.0f} s each, SQLite)"
+        )
         with ProcessPoolExecutor(max_workers=1) as pool:
             for name, real_req, bare_req in scenarios:
                 pool.submit(run_load, host, bare_port, bare_req, 0.5, args.concurrency).result()
                 pool.submit(run_load, host, real_port, real_req, 0.5, args.concurrency).result()
-                b = pool.submit(run_load, host, bare_port, bare_req, args.seconds, args.concurrency).result()
-                r = pool.submit(run_load, host, real_port, real_req, args.seconds, args.concurrency).result()
+                b = pool.submit(
+                    run_load, host, bare_port, bare_req, args.seconds, args.concurrency
+                ).result()
+                r = pool.submit(
+                    run_load, host, real_port, real_req, args.seconds, args.concurrency
+                ).result()
                 if r.errors or b.errors:
                     print(f"  warning: {r.errors} server errors, {b.errors} bare errors")
                 print(f"{name:24} {r.rps:11.0f} {b.rps:10.0f} {r.rps / b.rps:7.2f}")

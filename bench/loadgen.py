@@ -19,7 +19,9 @@ class LoadResult:
         return self.requests / self.seconds if self.seconds else 0.0
 
 
-def build_request(method: str, path: str, host: str, headers: dict[str, str], body: bytes = b"") -> bytes:
+def build_request(
+    method: str, path: str, host: str, headers: dict[str, str], body: bytes = b""
+) -> bytes:
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "Connection: keep-alive"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
     if body or method in ("POST", "PUT", "PATCH"):
@@ -53,11 +55,15 @@ async def _worker(host: str, port: int, request: bytes, deadline: float, counts:
         writer.close()
 
 
-async def _run(host: str, port: int, request: bytes, seconds: float, concurrency: int) -> LoadResult:
+async def _run(
+    host: str, port: int, request: bytes, seconds: float, concurrency: int
+) -> LoadResult:
     counts = [0, 0]
     start = time.perf_counter()
     deadline = start + seconds
-    await asyncio.gather(*[_worker(host, port, request, deadline, counts) for _ in range(concurrency)])
+    await asyncio.gather(
+        *[_worker(host, port, request, deadline, counts) for _ in range(concurrency)]
+    )
     return LoadResult(counts[0], counts[1], time.perf_counter() - start)
 
 

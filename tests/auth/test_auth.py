@@ -210,3 +210,44 @@ async def test_key_admin_requires_admin_and_validates(client: httpx.AsyncClient)
     assert {e["field"] for e in resp.json()["errors"]} == {"expiresIn"}
     resp = await client.post(f"{V}/api-keys", json={"scopes": ["fly"]})
     assert resp.status_code == 400 and "unknown scope 'fly'" in resp.text
+
+
+async def test_jwks_url_verification(client_factory: ClientFactory, tmp_path: Path) -> None:
+    """The JWKS is fetched over HTTP from the configured URL (a real local server here)."""
+    import http.server
+    import threading
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    jwk.update(kid="url-key", alg="RS256", use="sig")
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
+    handler = lambda *a, **kw: http.server.SimpleHTTPRequestHandler(  # noqa: E731
+        *a, directory=str(tmp_path), **kw
+    )
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.RequestHandlerClass.log_message = lambda *a: None  # type: ignore[method-assign]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+        client = await client_factory(jwks_url=url, jwt_secret=None)
+        token = jwt.encode(
+            {"sub": "acme", "scopes": ["list_functions"], "exp": future()},
+            key,
+            algorithm="RS256",
+            headers={"kid": "url-key"},
+        )
+        assert (await client.get(f"{V}/functions", headers=bearer(token))).status_code == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+    # The JWKS server is gone and an unknown kid forces a reload: 401 naming the cause.
+    other = jwt.encode(
+        {"sub": "acme", "scopes": [], "exp": future()},
+        key,
+        algorithm="RS256",
+        headers={"kid": "rotated"},
+    )
+    resp = await client.get(f"{V}/functions", headers=bearer(other))
+    assert resp.status_code == 401
+    assert "cannot load the JWKS" in resp.json()["detail"]

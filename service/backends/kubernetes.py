@@ -25,6 +25,7 @@ import copy
 import json
 from collections.abc import AsyncIterable, Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -48,7 +49,7 @@ from service.backends.protocol import (
     instance_namespace,
 )
 from service.backends.simulated import gpu_request, node_affinity_matches
-from service.health.observed import ObjectRef, ObservedState
+from service.health.observed import ObjectRef, ObservedState, parse_time
 
 if TYPE_CHECKING:
     from service.clusters.catalog import Cluster
@@ -407,13 +408,17 @@ class KubernetesAdapter:
         """Delete the namespace (foreground); True once the API server no longer has it."""
         return await self._delete_namespace(instance.namespace)
 
-    async def garbage_collect(self, known_instance_ids: Iterable[str]) -> list[str]:
+    async def garbage_collect(
+        self, known_instance_ids: Iterable[str], *, min_age_seconds: float = 0.0
+    ) -> list[str]:
         """Delete `sr-*` namespaces this service labelled whose instance is not in the list.
 
-        Returns the namespaces whose deletion this call started (already terminating ones are
-        left alone and not returned).
+        Namespaces younger than `min_age_seconds` are left alone: another replica may have
+        created the instance after the caller read its list of known ids. Returns the
+        namespaces whose deletion this call started (terminating ones are not returned).
         """
         known = set(known_instance_ids)
+        cutoff = datetime.now(UTC) - timedelta(seconds=min_age_seconds)
         namespaces = await self._list(
             NAMESPACE,
             None,
@@ -429,6 +434,7 @@ class KubernetesAdapter:
                 or name != instance_namespace(instance_id)
                 or instance_id in known
                 or _terminating(ns)
+                or (parse_time(metadata.get("creationTimestamp")) or cutoff) > cutoff
             ):
                 continue
             await self._delete_namespace(name, known_present=True)

@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     reconcile_lease_seconds: float = Field(default=60.0, gt=0)
     reconcile_resync_seconds: float = Field(default=10.0, ge=0)
     reconcile_concurrency: int = Field(default=8, ge=1, le=256)
+    # Garbage collection of orphaned instance namespaces (0 disables it).
+    reconcile_gc_seconds: float = Field(default=300.0, ge=0)
+    reconcile_gc_min_age_seconds: float = Field(default=120.0, ge=0)
     health_pod_scheduling_timeout: float = Field(default=600, ge=0)
     health_image_pull_timeout: float = Field(default=60, ge=0)
     health_restart_loop_timeout: float = Field(default=600, ge=0)

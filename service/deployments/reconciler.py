@@ -24,6 +24,21 @@ apply is idempotent. Leases (`lease_owner`, `lease_expires_at`) stop two replica
 driving the same instance; deployment-level decisions (instance counts, status) are taken
 under the deployment row lock on PostgreSQL. SQLite has a single writer, so units run one at
 a time there.
+
+Garbage collection (`collect_garbage`, every `gc_seconds`, runs between passes): adapters that
+can (`kubernetes`) delete the `sr-*` namespaces they labelled whose instance id is not in the
+database, e.g. after an older database was restored or an instance was torn down while its
+cluster was missing from the catalog. The id snapshot holds every Instance row of every
+cluster, whatever its state (placed or not, being torn down, kept as failed history): a row is
+committed before its cluster is recorded and before anything is applied, so every namespace of
+a row that existed at snapshot time is spared, even one placed on this cluster after the
+snapshot. Rows created after the snapshot are the only risk; this reconciler creates none
+meanwhile (it collects between passes, never during one). Another replica could, in the
+milliseconds between the snapshot and the adapter's namespace LIST; the adapter does not expose
+namespace ages, so no grace period applies, and a collected namespace whose instance exists
+right after collection is logged as an error (that instance then typically fails on a missing
+object: replaced, or the version goes to ERROR if it never got ACTIVE). A failing collection is
+logged and never stops the reconciler.
 """
 
 from __future__ import annotations
@@ -36,12 +51,13 @@ import hashlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -76,6 +92,7 @@ Clock = Callable[[], datetime]
 
 BACKEND_TIMER = "backend"
 NVLINK_ATTRIBUTE = "nvlinkoptimized"
+GC_HISTORY = 1000  # collected namespaces remembered in `Reconciler.collected`
 LIVE_STATUSES = frozenset({VersionStatus.ACTIVE, VersionStatus.DEGRADING, VersionStatus.DEGRADED})
 
 
@@ -91,6 +108,12 @@ class ReconcilerConfig:
     timeouts: HealthTimeouts = field(default_factory=HealthTimeouts)
     # Failed instances kept per deployment (for the API's instances/healthInfo).
     failed_history: int = 10
+    # Orphaned-namespace garbage collection: period (0 disables) and bound of one round.
+    gc_seconds: float = 300.0
+    gc_timeout: float = 60.0
+    # Namespaces younger than this are never collected: another replica may have created
+    # the instance after this one read the known ids.
+    gc_min_age: float = 120.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ReconcilerConfig:
@@ -100,6 +123,8 @@ class ReconcilerConfig:
             lease_seconds=settings.reconcile_lease_seconds,
             resync_seconds=settings.reconcile_resync_seconds,
             concurrency=1 if sqlite else settings.reconcile_concurrency,
+            gc_seconds=settings.reconcile_gc_seconds,
+            gc_min_age=settings.reconcile_gc_min_age_seconds,
             timeouts=HealthTimeouts(
                 pod_scheduling=settings.health_pod_scheduling_timeout,
                 image_pull=settings.health_image_pull_timeout,
@@ -123,6 +148,26 @@ class PassReport:
     resynced: int = 0
     reconciled: int = 0
     errors: int = 0
+
+
+@dataclass
+class GarbageReport:
+    """One garbage-collection round: namespaces whose deletion started, per cluster, and the
+    clusters where collection failed (with the reason)."""
+
+    collected: dict[str, list[str]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class GarbageCollecting(Protocol):
+    """An adapter that can delete what it created for instances the service no longer knows."""
+
+    name: str
+
+    async def garbage_collect(
+        self, known_instance_ids: Iterable[str], *, min_age_seconds: float = 0.0
+    ) -> list[str]: ...
 
 
 @dataclass
@@ -222,6 +267,11 @@ class Reconciler:
         # the condition JSON as stored.
         self._resync_info: dict[uuid.UUID, tuple[InstanceSpec, HealthMode, dict[str, Any]]] = {}
         self.passes = 0
+        # Garbage collection: when the next round is due (monotonic), the last round's report
+        # and the namespaces collected since start (cluster, namespace), newest last.
+        self._gc_due: float | None = None
+        self.last_gc: GarbageReport | None = None
+        self.collected: list[tuple[str, str]] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -265,6 +315,7 @@ class Reconciler:
                 raise
             except Exception:
                 log.exception("reconciliation pass failed")
+            await self._maybe_collect_garbage()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._sleep_seconds())
 
@@ -273,7 +324,105 @@ class Reconciler:
         if self._next_check:
             due = min(self._next_check.values())
             wait = min(wait, (due - self._clock()).total_seconds())
+        if self._gc_due is not None and self.config.gc_seconds > 0:
+            wait = min(wait, self._gc_due - time.monotonic())
         return max(wait, 0.01)
+
+    # ------------------------------------------------------------------ garbage collection
+
+    async def _maybe_collect_garbage(self) -> None:
+        """A garbage-collection round when one is due; never raises (but cancellation)."""
+        if self.config.gc_seconds <= 0:
+            return
+        now = time.monotonic()
+        if self._gc_due is not None and now < self._gc_due:
+            return
+        self._gc_due = now + self.config.gc_seconds
+        try:
+            await self.collect_garbage()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("garbage collection failed")
+
+    async def collect_garbage(self) -> GarbageReport:
+        """Delete orphaned instance namespaces on every adapter that supports it.
+
+        Call it between passes (the loop does): see the module docstring for why the id
+        snapshot is taken first and covers every cluster. One cluster's failure is recorded in
+        the report and does not affect the others.
+        """
+        collectors = [a for _, a in self.registry.items() if isinstance(a, GarbageCollecting)]
+        report = GarbageReport()
+        if not collectors:
+            self.last_gc = report
+            return report
+        known = await self._known_instance_ids()
+
+        async def one(adapter: GarbageCollecting) -> None:
+            try:
+                collected = await asyncio.wait_for(
+                    adapter.garbage_collect(known, min_age_seconds=self.config.gc_min_age),
+                    self.config.gc_timeout,
+                )
+            except asyncio.CancelledError:
+                raise
+            except AdapterError as exc:
+                report.errors[adapter.name] = exc.message
+            except TimeoutError:
+                report.errors[adapter.name] = f"timed out after {self.config.gc_timeout:g}s"
+            except Exception as exc:
+                log.exception("garbage collection on cluster %s failed", adapter.name)
+                report.errors[adapter.name] = f"{type(exc).__name__}: {exc}"
+            else:
+                report.collected[adapter.name] = list(collected)
+
+        await asyncio.gather(*(one(a) for a in collectors))
+        for cluster, why in report.errors.items():
+            log.warning("garbage collection on cluster %s failed: %s", cluster, why)
+        collected = [(c, ns) for c, names in report.collected.items() for ns in names]
+        for cluster, namespace in collected:
+            log.warning(
+                "garbage collection: deleting namespace %s on cluster %s (its instance is not "
+                "in the database)",
+                namespace,
+                cluster,
+            )
+        if collected:
+            self.collected = [*self.collected, *collected][-GC_HISTORY:]
+            await self._check_collected(collected)
+        self.last_gc = report
+        return report
+
+    async def _known_instance_ids(self) -> frozenset[str]:
+        """Every instance id in the database, of every cluster and state."""
+        async with self.sessionmaker() as session:
+            ids = (await session.execute(select(Instance.id))).scalars()
+            return frozenset(str(i) for i in ids)
+
+    async def _check_collected(self, collected: Sequence[tuple[str, str]]) -> None:
+        """Complain loudly about a collected namespace whose instance exists after all (created
+        by another replica between the id snapshot and the adapter's listing)."""
+        by_id = {ns.removeprefix("sr-"): (cluster, ns) for cluster, ns in collected}
+        wanted: list[uuid.UUID] = []
+        for text in by_id:
+            with contextlib.suppress(ValueError):
+                wanted.append(uuid.UUID(text))
+        if not wanted:
+            return
+        async with self.sessionmaker() as session:
+            found = (
+                await session.execute(select(Instance.id).where(Instance.id.in_(wanted)))
+            ).scalars()
+            for inst_id in found:
+                cluster, namespace = by_id[str(inst_id)]
+                log.error(
+                    "garbage collection raced with instance creation: namespace %s on cluster "
+                    "%s belongs to instance %s, created meanwhile",
+                    namespace,
+                    cluster,
+                    inst_id,
+                )
 
     # ------------------------------------------------------------------ one pass
 
@@ -889,6 +1038,24 @@ class Reconciler:
         self, session: AsyncSession, row: Instance, cond: InstanceCondition, now: datetime
     ) -> None:
         data = cond.to_json()
+        # Problems the health rules note but do not fail on (side objects in worker-readiness
+        # mode, transient warnings) go on the timeline once each, so users can see them.
+        seen = {
+            (o.get("object"), o.get("reason"))
+            for o in (row.condition or {}).get("observations", [])
+            if isinstance(o, dict)
+        }
+        for obs in cond.observations:
+            if (obs.object, obs.reason) not in seen:
+                record_event(
+                    session,
+                    row.deployment_id,
+                    "observation",
+                    f"{obs.object}: {obs.message}",
+                    instance_id=row.id,
+                    phase=cond.phase.value,
+                    reason=obs.reason,
+                )
         if row.phase != cond.phase.value:
             record_event(
                 session,
@@ -1060,6 +1227,8 @@ def build_reconciler(
 
 
 __all__ = [
+    "GarbageCollecting",
+    "GarbageReport",
     "PassReport",
     "Reconciler",
     "ReconcilerConfig",

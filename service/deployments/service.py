@@ -333,7 +333,7 @@ async def create_deployment(
         "desired state recorded; dispatched to the reconciler "
         f"(generation {deployment.generation})",
     )
-    record_event(session, deployment.id, "status", f"function version {previous} → {status}")
+    record_event(session, deployment.id, "status", f"function version status {previous} → {status}")
     await session.flush()
     return deployment
 
@@ -422,7 +422,7 @@ async def apply_scaling(
                 session,
                 deployment.id,
                 "status",
-                f"function version {previous} → {status} after scaling",
+                f"function version status {previous} → {status} after scaling",
             )
     await session.flush()
     return True
@@ -449,7 +449,7 @@ async def undeploy(
         previous = version.status
         version.status = str(VersionStatus.INACTIVE)
         version.updated_at = now
-        record_event(session, deployment.id, "status", f"function version {previous} → INACTIVE")
+        record_event(session, deployment.id, "status", f"function version status {previous} → INACTIVE")
     await session.flush()
 
 

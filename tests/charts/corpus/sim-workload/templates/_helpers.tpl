@@ -1,0 +1,17 @@
+{{- define "sim-workload.name" -}}
+app.kubernetes.io/name: sim-workload
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "sim-workload.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 1000
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "sim-workload.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+capabilities:
+  drop: [ALL]
+{{- end }}

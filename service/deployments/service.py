@@ -449,7 +449,9 @@ async def undeploy(
         previous = version.status
         version.status = str(VersionStatus.INACTIVE)
         version.updated_at = now
-        record_event(session, deployment.id, "status", f"function version status {previous} → INACTIVE")
+        record_event(
+            session, deployment.id, "status", f"function version status {previous} → INACTIVE"
+        )
     await session.flush()
 
 

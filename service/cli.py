@@ -45,9 +45,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.app import create_app
+    from service.clusters.catalog import CatalogError, load_catalog
 
     settings = _settings()
     _configure_logging(settings)
+    try:
+        load_catalog(settings.clusters_file)  # fail before binding the port, naming the line
+    except CatalogError as exc:
+        print(f"nvcf-server: {exc}", file=sys.stderr)
+        return 2
     app = create_app(settings)
     print(f"nvcf-server: serving on http://{args.host}:{args.port}", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)

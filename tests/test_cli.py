@@ -126,3 +126,26 @@ def test_migrations_downgrade_and_upgrade_cleanly(database_url: str, direction: 
     with engine.connect() as conn:
         assert "function_versions" in inspect(conn).get_table_names()
     engine.dispose()
+
+
+def test_check_catalog_names_each_bad_line() -> None:
+    data = Path(__file__).parent / "clusters" / "data"
+    good = run_cli("check-catalog", str(data / "valid_catalog.yaml"))
+    assert good.returncode == 0 and "catalog is valid" in good.stdout
+    bad = run_cli("check-catalog", str(data / "bad_catalog.yaml"))
+    assert bad.returncode == 1
+    lines = bad.stderr.strip().splitlines()
+    assert len(lines) >= 2
+    assert all("bad_catalog.yaml:" in line for line in lines[1:]), lines
+
+
+def test_serve_refuses_a_bad_catalog_naming_the_line(tmp_path: Path) -> None:
+    data = Path(__file__).parent / "clusters" / "data" / "bad_catalog.yaml"
+    done = run_cli(
+        "serve",
+        "--port",
+        "1",
+        env={"NVCF_DATA_DIR": str(tmp_path), "NVCF_CLUSTERS_FILE": str(data)},
+    )
+    assert done.returncode == 2
+    assert "bad_catalog.yaml:7:" in done.stderr

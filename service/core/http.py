@@ -47,3 +47,28 @@ def json_body_doc(schema_ref: str) -> dict[str, Any]:
             },
         }
     }
+
+
+def json_kind(value: Any) -> str:
+    """How a JSON value reads in an error message: 'a string', 'a list', 'null'…"""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def require_json_object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ValidationFailed.of(
+            [FieldError("body", f"must be a JSON object, got {json_kind(body)}")]
+        )
+    return body

@@ -14,6 +14,7 @@ from typing import Any
 
 from service.charts.url import ChartUrlError, parse_chart_url
 from service.core.errors import FieldError, ValidationFailed
+from service.core.http import json_kind, require_json_object
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9\-_]*$")
 DNS1035_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -87,7 +88,7 @@ class _Checker:
                 self.err(fld, "is required")
             return None
         if not isinstance(value, str):
-            self.err(fld, f"must be a string, got {_kind(value)}")
+            self.err(fld, f"must be a string, got {json_kind(value)}")
             return None
         if len(value) < min_len or (required and min_len == 0 and value == ""):
             self.err(
@@ -116,7 +117,7 @@ class _Checker:
                 self.err(fld, "is required")
             return None
         if isinstance(value, bool) or not isinstance(value, int):
-            self.err(fld, f"must be an integer, got {_kind(value)}")
+            self.err(fld, f"must be an integer, got {json_kind(value)}")
             return None
         if not lo <= value <= hi:
             self.err(fld, f"must be between {lo} and {hi}, got {value}")
@@ -139,7 +140,7 @@ class _Checker:
                 self.err(fld, "is required")
             return default
         if not isinstance(value, str):
-            self.err(fld, f"must be one of {', '.join(allowed)}, got {_kind(value)}")
+            self.err(fld, f"must be one of {', '.join(allowed)}, got {json_kind(value)}")
             return default
         for a in allowed:
             if a.lower() == value.lower():
@@ -156,33 +157,11 @@ class _Checker:
             self.err(fld, "must be at most 2048 characters")
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def _require_object(body: Any) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise ValidationFailed.of([FieldError("body", f"must be a JSON object, got {_kind(body)}")])
-    return body
-
-
 def _tags(c: _Checker, value: Any, fld: str = "tags") -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list):
-        c.err(fld, f"must be a list of strings, got {_kind(value)}")
+        c.err(fld, f"must be a list of strings, got {json_kind(value)}")
         return []
     if len(value) > MAX_TAGS:
         c.err(fld, f"must have at most {MAX_TAGS} items, got {len(value)}")
@@ -190,7 +169,7 @@ def _tags(c: _Checker, value: Any, fld: str = "tags") -> list[str]:
     for i, tag in enumerate(value):
         f = f"{fld}[{i}]"
         if not isinstance(tag, str):
-            c.err(f, f"must be a string, got {_kind(tag)}")
+            c.err(f, f"must be a string, got {json_kind(tag)}")
         elif not tag:
             c.err(f, "must not be empty")
         elif len(tag) > 128:
@@ -210,14 +189,14 @@ def _rate_limit(c: _Checker, value: Any, fld: str = "rateLimit") -> dict[str, An
     if value is None:
         return None
     if not isinstance(value, dict):
-        c.err(fld, f'must be an object like {{"rateLimit": "100-S"}}, got {_kind(value)}')
+        c.err(fld, f'must be an object like {{"rateLimit": "100-S"}}, got {json_kind(value)}')
         return None
     out: dict[str, Any] = {}
     rate = value.get("rateLimit")
     if rate is None:
         c.err(f"{fld}.rateLimit", "is required")
     elif not isinstance(rate, str):
-        c.err(f"{fld}.rateLimit", f"must be a string such as '100-S', got {_kind(rate)}")
+        c.err(f"{fld}.rateLimit", f"must be a string such as '100-S', got {json_kind(rate)}")
     elif not RATE_RE.match(rate):
         c.err(
             f"{fld}.rateLimit",
@@ -240,7 +219,7 @@ def _rate_limit(c: _Checker, value: Any, fld: str = "rateLimit") -> dict[str, An
     sync = value.get("syncCheck")
     if sync is not None:
         if not isinstance(sync, bool):
-            c.err(f"{fld}.syncCheck", f"must be a boolean, got {_kind(sync)}")
+            c.err(f"{fld}.syncCheck", f"must be a boolean, got {json_kind(sync)}")
         else:
             out["syncCheck"] = sync
     return out
@@ -250,13 +229,13 @@ def _artifacts(c: _Checker, value: Any, fld: str) -> list[dict[str, str]] | None
     if value is None:
         return None
     if not isinstance(value, list):
-        c.err(fld, f"must be a list of {{name, version, uri}}, got {_kind(value)}")
+        c.err(fld, f"must be a list of {{name, version, uri}}, got {json_kind(value)}")
         return None
     out: list[dict[str, str]] = []
     for i, item in enumerate(value):
         f = f"{fld}[{i}]"
         if not isinstance(item, dict):
-            c.err(f, f"must be an object with name, version and uri, got {_kind(item)}")
+            c.err(f, f"must be an object with name, version and uri, got {json_kind(item)}")
             continue
         entry = {}
         for k in ("name", "version", "uri"):
@@ -272,21 +251,21 @@ def _environment(c: _Checker, value: Any) -> list[dict[str, str]] | None:
     if value is None:
         return None
     if not isinstance(value, list):
-        c.err(fld, f"must be a list of {{key, value}}, got {_kind(value)}")
+        c.err(fld, f"must be a list of {{key, value}}, got {json_kind(value)}")
         return None
     out: list[dict[str, str]] = []
     seen: set[str] = set()
     for i, item in enumerate(value):
         f = f"{fld}[{i}]"
         if not isinstance(item, dict):
-            c.err(f, f"must be an object with key and value, got {_kind(item)}")
+            c.err(f, f"must be an object with key and value, got {json_kind(item)}")
             continue
         key = c.string(item, "key", required=True, where=f"{f}.key", max_len=256)
         val = item.get("value")
         if val is None:
             c.err(f"{f}.value", "is required")
         elif not isinstance(val, str):
-            c.err(f"{f}.value", f"must be a string, got {_kind(val)}")
+            c.err(f"{f}.value", f"must be a string, got {json_kind(val)}")
         if key is None:
             continue
         if key.upper().startswith("NVCF_"):
@@ -304,14 +283,14 @@ def _secrets(c: _Checker, value: Any) -> list[tuple[str, str]]:
     if value is None:
         return []
     if not isinstance(value, list):
-        c.err(fld, f"must be a list of {{name, value}}, got {_kind(value)}")
+        c.err(fld, f"must be a list of {{name, value}}, got {json_kind(value)}")
         return []
     out: list[tuple[str, str]] = []
     seen: set[str] = set()
     for i, item in enumerate(value):
         f = f"{fld}[{i}]"
         if not isinstance(item, dict):
-            c.err(f, f"must be an object with name and value, got {_kind(item)}")
+            c.err(f, f"must be an object with name and value, got {json_kind(item)}")
             continue
         name = c.string(item, "name", required=True, where=f"{f}.name")
         if name is not None:
@@ -339,7 +318,7 @@ def _secrets(c: _Checker, value: Any) -> list[tuple[str, str]]:
         elif isinstance(raw, dict):
             text = json.dumps(raw, separators=(",", ":"), sort_keys=True)
         else:
-            c.err(f"{f}.value", f"must be a string or an object, got {_kind(raw)}")
+            c.err(f"{f}.value", f"must be a string or an object, got {json_kind(raw)}")
         if text is not None and not 1 <= len(text) <= MAX_SECRET_VALUE:
             # Never quote the value: it is a secret.
             c.err(f"{f}.value", f"must be 1 to {MAX_SECRET_VALUE} characters, got {len(text)}")
@@ -354,7 +333,7 @@ def _health(c: _Checker, value: Any) -> dict[str, Any] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
-        c.err(fld, f"must be an object, got {_kind(value)}")
+        c.err(fld, f"must be an object, got {json_kind(value)}")
         return None
     protocol = c.enum(
         value, "protocol", HEALTH_PROTOCOLS, None, where=f"{fld}.protocol", required=True
@@ -380,7 +359,7 @@ def _health(c: _Checker, value: Any) -> dict[str, Any] | None:
 
 def validate_create(raw: Any) -> FunctionSpec:
     """Validate a create-function / create-version body, or raise with every violation."""
-    body = _require_object(raw)
+    body = require_json_object(raw)
     c = _Checker()
     name = c.string(body, "name", required=True, max_len=128)
     if name is not None and not NAME_RE.match(name):
@@ -472,7 +451,7 @@ def validate_create(raw: Any) -> FunctionSpec:
 
 
 def validate_metadata_update(raw: Any) -> MetadataUpdate:
-    body = _require_object(raw)
+    body = require_json_object(raw)
     c = _Checker()
     present = [k for k in ("tags", "description", "rateLimit") if body.get(k) is not None]
     if not present:

@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.core.crypto import SecretBox
 from service.core.db import utcnow
 from service.core.errors import Conflict, FieldError, NotFound, ValidationFailed
+from service.core.http import json_kind, require_json_object
 from service.core.pagination import Page, keyset_page
 from service.registry.models import HOSTNAME_MAX, RegistryCredential
 
@@ -82,22 +83,6 @@ class CredentialUpdate:
             f"CredentialUpdate(registry_hostname={self.registry_hostname!r}, "
             f"username={self.username!r}, password={'<hidden>' if self.password else None})"
         )
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
 
 
 def _split_host_port(raw: str) -> tuple[str, str | None]:
@@ -231,7 +216,7 @@ class _Checker:
 
     def hostname(self, value: Any) -> str | None:
         if not isinstance(value, str):
-            self.err("registryHostname", f"must be a string, got {_kind(value)}")
+            self.err("registryHostname", f"must be a string, got {json_kind(value)}")
             return None
         normal, problems = normalize_hostname(value)
         for p in problems:
@@ -241,7 +226,7 @@ class _Checker:
     def username(self, value: Any) -> str | None:
         fld = "username"
         if not isinstance(value, str):
-            self.err(fld, f"must be a string, got {_kind(value)}")
+            self.err(fld, f"must be a string, got {json_kind(value)}")
             return None
         before = len(self.errors)
         if value == "":
@@ -261,7 +246,7 @@ class _Checker:
         # Never put the value, or anything derived from it, into a message.
         fld = "password"
         if not isinstance(value, str):
-            self.err(fld, f"must be a string, got {_kind(value)}")
+            self.err(fld, f"must be a string, got {json_kind(value)}")
             return None
         if value == "":
             self.err(fld, "must not be empty")
@@ -278,7 +263,7 @@ class _Checker:
         if value is None:
             return None
         if not isinstance(value, str):
-            self.err("description", f"must be a string, got {_kind(value)}")
+            self.err("description", f"must be a string, got {json_kind(value)}")
             return None
         if len(value) > DESCRIPTION_MAX:
             self.err(
@@ -288,15 +273,9 @@ class _Checker:
         return value or None
 
 
-def _require_object(body: Any) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise ValidationFailed.of([FieldError("body", f"must be a JSON object, got {_kind(body)}")])
-    return body
-
-
 def validate_create(raw: Any) -> CredentialSpec:
     """Validate a create body, or raise with every violation. Unknown fields are ignored."""
-    body = _require_object(raw)
+    body = require_json_object(raw)
     c = _Checker()
     values: dict[str, Any] = {}
     for key, check in (
@@ -321,7 +300,7 @@ def validate_create(raw: Any) -> CredentialSpec:
 
 def validate_update(raw: Any) -> CredentialUpdate:
     """Validate a PATCH body: at least one field; `null` only removes the description."""
-    body = _require_object(raw)
+    body = require_json_object(raw)
     c = _Checker()
     present = [k for k in FIELDS if k in body]
     if not present:

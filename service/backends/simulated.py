@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
+import heapq
 import json
 import re
 import uuid
@@ -192,6 +193,8 @@ class _SimPod:
     unschedulable_since: datetime | None = None
     schedule_message: str = ""
     released: bool = False
+    removed: bool = False  # no longer in its namespace (deleted, replaced or overwritten)
+    matching: tuple[int, ...] | None = None  # indices of nodes its affinity allows (cached)
 
     @property
     def restart_policy(self) -> str:
@@ -268,6 +271,14 @@ class SimulatedAdapter:
         nvlink = "NVLinkOptimized" in set(attributes)
         self._nodes: list[_Node] = []
         self._shapes = list(nodes)
+        # Scheduler state, so that a call costs what the pods it concerns cost, not the cluster:
+        # pods not yet looked at by the scheduler, by (created_at, seq); pods that did not fit,
+        # retried only after GPUs were freed; bound pods that will finish, by finishing time.
+        self._queued: list[tuple[datetime, int, _SimPod]] = []
+        self._waiting: dict[int, _SimPod] = {}
+        self._finishing: list[tuple[datetime, int, _SimPod]] = []
+        self._gpus_freed = False
+        self._matching_cache: dict[str, tuple[int, ...]] = {}
         for shape in self._shapes:
             for i in range(shape.count):
                 node_name = f"{name}-{shape.gpu.lower()}-{shape.gpus_per_node}x-{i}"
@@ -280,6 +291,7 @@ class SimulatedAdapter:
                 if nvlink:
                     labels["nvidia.com/gpu.clique"] = f"{name}-{shape.gpu.lower()}.0"
                 self._nodes.append(_Node(node_name, shape.gpu.upper(), shape.gpus_per_node, labels))
+        self._node_index = {n.name: i for i, n in enumerate(self._nodes)}
 
     # ------------------------------------------------------------------ public interface
 
@@ -326,6 +338,7 @@ class SimulatedAdapter:
             ns = self._namespaces.pop(instance.namespace, None)
             if ns is not None:
                 for pod in ns.pods.values():
+                    self._remove(pod)
                     self._release(pod)
             # Freed GPUs go to pods that were waiting for them, as the scheduler would.
             self._advance(now)
@@ -427,6 +440,7 @@ class SimulatedAdapter:
             for pod_name in existing.pods:
                 pod = ns.pods.pop(pod_name, None)
                 if pod is not None:
+                    self._remove(pod)
                     self._release(pod)
         ns.generation += 1
         workload = _Workload(ref.kind, ref.name, self._uid(ns, ref), now, key)
@@ -498,43 +512,98 @@ class SimulatedAdapter:
             ready_after=(parse_duration(ready_after) if ready_after else self.delays.ready_seconds),
             fail_after=parse_duration(fail_after) if fail_after else DEFAULT_FAIL_AFTER,
         )
+        overwritten = ns.pods.get(pod_name)
+        if overwritten is not None:
+            self._remove(overwritten)  # dropped from the model, as before; GPUs not returned
         ns.pods[pod_name] = pod
         workload.pods.append(pod_name)
+        heapq.heappush(self._queued, (pod.created_at, pod.seq, pod))
 
     # ------------------------------------------------------------------ scheduling
 
+    def _remove(self, pod: _SimPod) -> None:
+        """The pod left its namespace: the scheduler forgets it (its queue entries go lazily)."""
+        pod.removed = True
+        self._waiting.pop(pod.seq, None)
+
     def _release(self, pod: _SimPod) -> None:
         if pod.node is not None and not pod.released:
-            node = next(n for n in self._nodes if n.name == pod.node)
-            node.allocated -= pod.gpus
+            self._nodes[self._node_index[pod.node]].allocated -= pod.gpus
             pod.released = True
+            if pod.gpus:
+                self._gpus_freed = True
 
     def _advance(self, now: datetime) -> None:
-        """Bring the model to `now`: free GPUs of finished pods, then schedule waiting pods."""
-        pods = sorted(
-            (p for ns in self._namespaces.values() for p in ns.pods.values()),
-            key=lambda p: (p.created_at, p.seq),
-        )
-        for pod in pods:
-            if pod.node is not None and not pod.released:
-                finished = self._terminal_at(pod)
-                if finished is not None and finished <= now:
-                    self._release(pod)
-        for pod in pods:
-            if pod.node is not None:
-                continue
-            eligible = pod.created_at + _secs(self.delays.schedule_seconds)
-            if now < eligible:
-                continue
+        """Bring the model to `now`: free GPUs of finished pods, then schedule waiting pods.
+
+        Equivalent to going through every pod in (created_at, seq) order, without doing so:
+        finished pods come off a heap by finishing time; pods the scheduler has not looked at
+        come off a heap once eligible; pods that did not fit are retried only when GPUs were
+        freed since they last failed (otherwise they would fail again, unchanged), merged in
+        creation order with the newly eligible ones.
+        """
+        finishing = self._finishing
+        while finishing and finishing[0][0] <= now:
+            pod = heapq.heappop(finishing)[2]
+            if not pod.removed:
+                self._release(pod)
+        delay = _secs(self.delays.schedule_seconds)
+        queued = self._queued
+        fresh: list[_SimPod] = []
+        while queued and (queued[0][2].removed or queued[0][0] + delay <= now):
+            pod = heapq.heappop(queued)[2]
+            if not pod.removed:
+                fresh.append(pod)
+        retry = self._gpus_freed and bool(self._waiting)
+        self._gpus_freed = False
+        if not fresh and not retry:
+            return
+        candidates: Iterable[_SimPod] = fresh
+        max_free = 0
+        if retry:
+            waiting = sorted(self._waiting.values(), key=lambda p: (p.created_at, p.seq))
+            candidates = heapq.merge(waiting, fresh, key=lambda p: (p.created_at, p.seq))
+            max_free = max((n.free for n in self._nodes), default=0)
+        for pod in candidates:
+            eligible = pod.created_at + delay
+            if pod.unschedulable_since is not None:  # a retry
+                if now < eligible:  # only with a clock that went back: try again next time
+                    self._gpus_freed = True
+                    continue
+                if pod.gpus > max_free:
+                    continue  # cannot fit anywhere; failing again would change nothing
             node, message = self._pick_node(pod)
             if node is None:
                 pod.unschedulable_since = pod.unschedulable_since or eligible
                 pod.schedule_message = message
+                if pod.fault != "Unschedulable":  # that fault never schedules: no retries
+                    self._waiting[pod.seq] = pod
                 continue
+            self._waiting.pop(pod.seq, None)
             node.allocated += pod.gpus
             pod.node = node.name
             # Retried pods bind when room appeared; `now` is the call that freed it.
             pod.scheduled_at = eligible if pod.unschedulable_since is None else now
+            finished = self._terminal_at(pod)
+            if finished is not None:
+                heapq.heappush(finishing, (finished, pod.seq, pod))
+
+    def _matching(self, pod: _SimPod) -> tuple[int, ...]:
+        """Indices of the nodes the pod's node selector and affinity allow, in node order."""
+        if pod.matching is None:
+            key = repr((pod.spec.get("nodeSelector"), pod.spec.get("affinity")))
+            matching = self._matching_cache.get(key)
+            if matching is None:
+                matching = tuple(
+                    i
+                    for i, n in enumerate(self._nodes)
+                    if node_affinity_matches(pod.spec, n.labels)
+                )
+                if len(self._matching_cache) >= 1024:
+                    self._matching_cache.clear()
+                self._matching_cache[key] = matching
+            pod.matching = matching
+        return pod.matching
 
     def _free_after_queued_pods(self) -> list[int]:
         """Free GPUs per node once pods the scheduler has not looked at yet are placed.
@@ -544,22 +613,19 @@ class SimulatedAdapter:
         """
         free = [n.free for n in self._nodes]
         queued = sorted(
-            (
-                p
-                for ns in self._namespaces.values()
-                for p in ns.pods.values()
-                if p.node is None and p.unschedulable_since is None and p.fault != "Unschedulable"
-            ),
-            key=lambda p: (p.created_at, p.seq),
+            entry
+            for entry in self._queued
+            if not entry[2].removed
+            and entry[2].node is None
+            and entry[2].unschedulable_since is None
+            and entry[2].fault != "Unschedulable"
         )
-        for pod in queued:
-            fitting = [
-                i
-                for i, n in enumerate(self._nodes)
-                if free[i] >= pod.gpus and node_affinity_matches(pod.spec, n.labels)
-            ]
-            if fitting:
-                best = min(fitting, key=lambda i: (free[i], i))
+        for _, _, pod in queued:
+            best: int | None = None
+            for i in self._matching(pod):
+                if free[i] >= pod.gpus and (best is None or free[i] < free[best]):
+                    best = i
+            if best is not None:
                 free[best] -= pod.gpus
         return free
 
@@ -571,11 +637,16 @@ class SimulatedAdapter:
                 f"affinity/selector. preemption: 0/{total} nodes are available: {total} "
                 "Preemption is not helpful for scheduling."
             )
-        matching = [n for n in self._nodes if node_affinity_matches(pod.spec, n.labels)]
-        fitting = [n for n in matching if n.free >= pod.gpus]
-        if fitting:
-            # Best fit keeps whole nodes free for full-node and multi-node instance types.
-            return min(fitting, key=lambda n: (n.free, self._nodes.index(n))), ""
+        matching = self._matching(pod)
+        # Best fit keeps whole nodes free for full-node and multi-node instance types; ties go
+        # to the first node (indices ascend, so a strict `<` keeps the earliest).
+        best: _Node | None = None
+        for i in matching:
+            node = self._nodes[i]
+            if node.free >= pod.gpus and (best is None or node.free < best.free):
+                best = node
+        if best is not None:
+            return best, ""
         parts = []
         if len(matching):
             parts.append(f"{len(matching)} Insufficient {GPU_RESOURCE}")
@@ -868,7 +939,7 @@ class SimulatedAdapter:
             return status, events
 
         scheduled = pod.scheduled_at
-        node_index = next(i for i, n in enumerate(self._nodes) if n.name == pod.node)
+        node_index = self._node_index[pod.node]
         status.update(
             hostIP=f"10.0.0.{node_index + 1}",
             podIP=f"10.244.{node_index}.{pod.seq % 250 + 2}",

@@ -549,3 +549,35 @@ async def test_capacity_counts_pods_waiting_for_the_scheduler() -> None:
     await sim.apply(instance(1, gpus=8), [deployment(gpus=8), service()])
     # applied a moment ago, not yet bound: its GPUs are already spoken for
     assert not (await sim.capacity()).fits("H100", 8)
+
+
+async def test_observing_one_instance_is_unaffected_by_many_others() -> None:
+    """An instance's observed state is the same whether it is alone or among many instances
+    (with faults, jobs, pods waiting for GPUs and deletions), so observing it need not look at
+    the others."""
+    shapes = [NodeShape("H100", 8, 40)]
+    target = instance(0, gpus=2)
+    objects = [deployment(gpus=2, replicas=2), service(), job()]
+
+    async def observe_over_time(crowd: int) -> list[ObservedState]:
+        clock = FakeClock()
+        sim = cluster(clock, *shapes)
+        await sim.apply(target, objects)
+        others = [instance(i, gpus=8) for i in range(1, crowd + 1)]
+        faults = [None, "CrashLoopBackOff", "Unschedulable", "ImagePullBackOff", "NeverReady"]
+        for n, other in enumerate(others):
+            fault = faults[n % len(faults)]
+            annotations = {"sim.nvcf.io/fault": fault} if fault else None
+            await sim.apply(other, [deployment(gpus=8, annotations=annotations), service(), job()])
+        seen = []
+        for t in (0.5, 1.5, 4, 7, 30, 400):
+            clock.set(t)
+            seen.append(await sim.observe(target))
+            if others:
+                await sim.delete(others.pop())
+        return seen
+
+    alone = await observe_over_time(0)
+    crowded = await observe_over_time(200)
+    assert alone == crowded
+    assert all(p.ready for p in alone[-1].pods if p.name.startswith("mini-service"))

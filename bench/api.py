@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,7 +25,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.loadgen import build_request, run_load
+from bench.loadgen import LoadResult, build_request, run_load
 
 KEY = "nvapi-bench-" + "k" * 40
 BODY = {
@@ -65,7 +66,8 @@ def start(cmd: list[str], env: dict[str, str], port: int) -> subprocess.Popen[by
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--concurrency", type=int, default=16)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="nvcf-bench-"))
@@ -130,22 +132,37 @@ def main() -> None:
             ),
         ]
         print(
-            f"{'scenario':24} {'server rps':>11} {'bare rps':>10} {'ratio':>7}  "
-            f"(concurrency {args.concurrency}, {args.seconds:.0f} s each, SQLite)"
+            f"{'scenario':24} {'server rps':>11} {'bare rps':>10} {'ratio':>7}  (concurrency "
+            f"{args.concurrency}, {args.rounds} alternating rounds of {args.seconds:g} s, "
+            "medians, SQLite)"
         )
         with ProcessPoolExecutor(max_workers=1) as pool:
+
+            def load(port: int, req: bytes, seconds: float) -> LoadResult:
+                return pool.submit(run_load, host, port, req, seconds, args.concurrency).result()
+
             for name, real_req, bare_req in scenarios:
-                pool.submit(run_load, host, bare_port, bare_req, 0.5, args.concurrency).result()
-                pool.submit(run_load, host, real_port, real_req, 0.5, args.concurrency).result()
-                b = pool.submit(
-                    run_load, host, bare_port, bare_req, args.seconds, args.concurrency
-                ).result()
-                r = pool.submit(
-                    run_load, host, real_port, real_req, args.seconds, args.concurrency
-                ).result()
-                if r.errors or b.errors:
-                    print(f"  warning: {r.errors} server errors, {b.errors} bare errors")
-                print(f"{name:24} {r.rps:11.0f} {b.rps:10.0f} {r.rps / b.rps:7.2f}")
+                load(bare_port, bare_req, 0.5)
+                load(real_port, real_req, 0.5)
+                reals, bares, ratios = [], [], []
+                for i in range(args.rounds):
+                    # Alternate the order so a drift in machine speed hits both sides alike.
+                    if i % 2 == 0:
+                        b = load(bare_port, bare_req, args.seconds)
+                        r = load(real_port, real_req, args.seconds)
+                    else:
+                        r = load(real_port, real_req, args.seconds)
+                        b = load(bare_port, bare_req, args.seconds)
+                    if r.errors or b.errors:
+                        print(f"  warning: {r.errors} server errors, {b.errors} bare errors")
+                    reals.append(r.rps)
+                    bares.append(b.rps)
+                    ratios.append(r.rps / b.rps)
+                rounds = ", ".join(f"{x:.2f}" for x in ratios)
+                print(
+                    f"{name:24} {statistics.median(reals):11.0f} {statistics.median(bares):10.0f} "
+                    f"{statistics.median(ratios):7.2f}  (rounds: {rounds})"
+                )
         bare.terminate()
         bare.wait(10)
     finally:

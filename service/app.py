@@ -38,6 +38,7 @@ from service.core.settings import Settings
 from service.deployments.reconciler import build_reconciler
 from service.deployments.router import router as deployments_router
 from service.functions.cache import VersionCache
+from service.functions.fastpath import VersionReadFastPath
 from service.functions.router import router as functions_router
 from service.functions.schemas import DOC_MODELS
 from service.registry.router import router as registry_router
@@ -241,6 +242,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return schema
 
     app.openapi = custom_openapi  # type: ignore[method-assign]
+    # Added first, so it runs inside the request-context middleware (ids, metrics, log line).
+    app.add_middleware(VersionReadFastPath)
     app.add_middleware(
         RequestContextMiddleware,
         metrics=metrics,

@@ -159,6 +159,25 @@ class Authenticator:
             return await self._api_key(sessions, credential)
         return await self._jwt(credential)
 
+    def cached_principal(self, authorization: str | None) -> Principal | None:
+        """The principal of an API key verified moments ago and still valid, else None.
+
+        Never raises and never touches the database: callers on a fast path fall back to
+        `authenticate` (which gives the proper 401) whenever this returns None.
+        """
+        if not authorization or not authorization.startswith(("Bearer ", "bearer ")):
+            return None
+        key = authorization[7:].strip()
+        if not key.startswith(API_KEY_PREFIX):
+            return None
+        cached = self._cache.get(hash_key(key))
+        if cached is None:
+            return None
+        principal, expires_at = cached
+        if expires_at is not None and expires_at <= utcnow():
+            return None
+        return principal
+
     async def _api_key(self, sessions: async_sessionmaker[AsyncSession], key: str) -> Principal:
         key_hash = hash_key(key)
         cached = self._cache.get(key_hash)

@@ -21,6 +21,9 @@ log = logging.getLogger("nvcf.access")
 log_errors = logging.getLogger("nvcf.errors")
 
 
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -37,6 +40,22 @@ class Metrics:
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )
+        # Children by label values: `labels()` re-validates its arguments on every call.
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+    def record(self, method: str, route: str, status: int, seconds: float) -> None:
+        if method not in _METHODS:
+            method = "OTHER"  # clients choose the method: keep label values bounded
+        key = (method, route, status)
+        children = self._children.get(key)
+        if children is None:
+            children = (
+                self.requests.labels(method, route, str(status)),
+                self.latency.labels(method, route),
+            )
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
 
 def route_template(scope: Scope) -> str:
@@ -139,8 +158,7 @@ class RequestContextMiddleware:
             template = route_template(scope)
             method = scope["method"]
             status = status_holder[0]
-            self.metrics.requests.labels(method, template, str(status)).inc()
-            self.metrics.latency.labels(method, template).observe(elapsed)
+            self.metrics.record(method, template, status, elapsed)
             self._log(scope, state, method, status, elapsed, request_id)
 
     def _declared_too_large(self, scope: Scope) -> bool:

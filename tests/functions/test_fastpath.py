@@ -1,0 +1,65 @@
+"""Cached version reads answered before FastAPI behave exactly like the regular route."""
+
+from __future__ import annotations
+
+from tests.conftest import AppClient
+from tests.support.api import bearer, create_fn, new_key
+
+V = "/v2/nvcf"
+
+
+async def test_repeated_reads_are_identical_and_counted(client: AppClient) -> None:
+    fn = await create_fn(client)
+    path = f"{V}/functions/{fn['id']}/versions/{fn['versionId']}"
+    first = await client.get(path)  # fills the cache through the route
+    second = await client.get(path)  # served from it
+    assert first.status_code == second.status_code == 200
+    assert first.content == second.content
+    assert second.headers["content-type"] == "application/json"
+    assert second.headers["x-request-id"] != first.headers["x-request-id"]
+    metrics = (await client.get("/metrics")).text
+    line = (
+        'nvcf_http_requests_total{method="GET",'
+        'route="/v2/nvcf/functions/{functionId}/versions/{functionVersionId}",status="200"} 2.0'
+    )
+    assert line in metrics
+
+
+async def test_every_refusal_still_applies_to_cached_versions(client: AppClient) -> None:
+    fn = await create_fn(client)
+    path = f"{V}/functions/{fn['id']}/versions/{fn['versionId']}"
+    assert (await client.get(path)).status_code == 200
+    assert (await client.get(path)).status_code == 200
+
+    plain = bearer(await new_key(client, ["list_functions"]))  # caches the plain variant too
+    assert (await client.get(path, headers=plain)).status_code == 200
+    # Each refusal twice: the second request comes with a key the server has just verified.
+    no_scope = bearer(await new_key(client, ["register_function"]))
+    for _ in range(2):
+        resp = await client.get(path, headers=no_scope)
+        assert resp.status_code == 403 and "list_functions" in resp.json()["detail"]
+
+    stranger = bearer(await new_key(client, ["list_functions"], account="stranger"))
+    for _ in range(2):
+        assert (await client.get(path, headers=stranger)).status_code == 404
+
+    other_org = f"/v2/orgs/stranger/nvcf/functions/{fn['id']}/versions/{fn['versionId']}"
+    assert (await client.get(other_org)).status_code == 403
+    own_org = f"/v2/orgs/nvcf-default/nvcf/functions/{fn['id']}/versions/{fn['versionId']}"
+    assert (await client.get(own_org)).content == (await client.get(path)).content
+
+    assert (
+        await client.get(path, headers={"Authorization": "Bearer nvapi-nope"})
+    ).status_code == 401
+    assert (await client.get(path, headers={"Authorization": ""})).status_code == 401
+
+
+async def test_a_revoked_key_is_refused_on_the_next_cached_read(client: AppClient) -> None:
+    fn = await create_fn(client)
+    path = f"{V}/functions/{fn['id']}/versions/{fn['versionId']}"
+    created = (await client.post(f"{V}/api-keys", json={"scopes": ["list_functions"]})).json()
+    key = bearer(created["apiKey"]["key"])
+    assert (await client.get(path, headers=key)).status_code == 200
+    assert (await client.get(path, headers=key)).status_code == 200
+    assert (await client.delete(f"{V}/api-keys/{created['apiKey']['id']}")).status_code == 204
+    assert (await client.get(path, headers=key)).status_code == 401

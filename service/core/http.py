@@ -72,3 +72,17 @@ def require_json_object(body: Any) -> dict[str, Any]:
             [FieldError("body", f"must be a JSON object, got {json_kind(body)}")]
         )
     return body
+
+
+def parse_uuids(*pairs: tuple[str, str]) -> list[uuid.UUID]:
+    """Several path ids at once, as `(value, name)` pairs; every malformed one is reported."""
+    out: list[uuid.UUID] = []
+    errors: list[FieldError] = []
+    for value, name in pairs:
+        try:
+            out.append(uuid.UUID(value))
+        except ValueError:
+            errors.append(FieldError(name, f"'{value}' is not a UUID"))
+    if errors:
+        raise ValidationFailed.of(errors)
+    return out

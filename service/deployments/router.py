@@ -32,7 +32,7 @@ from service.core.errors import (
     ServiceUnavailable,
     ValidationFailed,
 )
-from service.core.http import parse_uuid, read_json
+from service.core.http import parse_uuid, parse_uuids, read_json
 from service.core.pagination import MAX_LIMIT, make_page
 from service.deployments import service
 from service.deployments.models import Deployment
@@ -81,7 +81,8 @@ async def _version_lock(version_id: uuid.UUID) -> AsyncIterator[None]:
 
 
 def _ids(function_id: str, version_id: str) -> tuple[uuid.UUID, uuid.UUID]:
-    return parse_uuid(function_id, "functionId"), parse_uuid(version_id, "functionVersionId")
+    fid, vid = parse_uuids((function_id, "functionId"), (version_id, "functionVersionId"))
+    return fid, vid
 
 
 def _check_deployable(version: FunctionVersion, live: Deployment | None) -> None:
@@ -334,8 +335,9 @@ async def patch_gpu_specification(
     session: Session,
     principal: Deployer,
 ) -> GpuSpecificationEnvelope:
-    did = parse_uuid(deploymentId, "deploymentId")
-    sid = parse_uuid(gpuSpecificationId, "gpuSpecificationId")
+    did, sid = parse_uuids(
+        (deploymentId, "deploymentId"), (gpuSpecificationId, "gpuSpecificationId")
+    )
     body = await read_json(request)
     deployment = await service.get_deployment(session, principal.account_id, did)
     spec = next((s for s in deployment.specs if s.id == sid), None)

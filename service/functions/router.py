@@ -13,7 +13,7 @@ from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.service import Principal
 from service.core.crypto import SecretBox
-from service.core.http import json_body_doc, parse_uuid, read_json
+from service.core.http import json_body_doc, parse_uuid, parse_uuids, read_json
 from service.core.idempotency import Recorder, idempotency
 from service.core.pagination import MAX_LIMIT, make_page
 from service.deployments.service import active_instances, reconciler_waker
@@ -198,8 +198,7 @@ async def get_function_version(
     # the scope check is a plain call rather than a dependency (FastAPI's per-dependency cost
     # was the largest share of a cached read).
     principal = await LIST_CHECK(request)
-    fid = parse_uuid(functionId, "functionId")
-    vid = parse_uuid(functionVersionId, "functionVersionId")
+    fid, vid = parse_uuids((functionId, "functionId"), (functionVersionId, "functionVersionId"))
     cache: VersionCache | None = getattr(request.app.state, "version_cache", None)
     key = (principal.account_id, fid, vid, scopes.LIST_FUNCTIONS_DETAILS in principal.scopes)
     if cache is not None and (cached := cache.get(key)) is not None:
@@ -218,8 +217,7 @@ async def get_function_version(
 async def _update(
     request: Request, session: Session, principal: Principal, function_id: str, version_id: str
 ) -> Response:
-    fid = parse_uuid(function_id, "functionId")
-    vid = parse_uuid(version_id, "functionVersionId")
+    fid, vid = parse_uuids((function_id, "functionId"), (version_id, "functionVersionId"))
     update = validate_metadata_update(await read_json(request))
     version = await service.update_metadata(session, principal.account_id, fid, vid, update)
     return _json(FunctionEnvelope(function=FunctionOut.of(version)))
@@ -273,8 +271,7 @@ async def delete_function_version(
     session: Session,
     principal: Deleter,
 ) -> Response:
-    fid = parse_uuid(functionId, "functionId")
-    vid = parse_uuid(functionVersionId, "functionVersionId")
+    fid, vid = parse_uuids((functionId, "functionId"), (functionVersionId, "functionVersionId"))
     await service.delete_version(
         session, principal.account_id, fid, vid, wake=reconciler_waker(request.app)
     )

@@ -288,3 +288,9 @@ async def test_idempotency_keys_are_per_account(client: httpx.AsyncClient) -> No
     b = await client.post(f"{V}/functions", json=CONTAINER_FN, headers=headers | other)
     assert a.status_code == b.status_code == 200
     assert a.json()["function"]["id"] != b.json()["function"]["id"]
+
+
+async def test_every_malformed_path_id_is_reported(client: httpx.AsyncClient) -> None:
+    resp = await client.get(f"{V}/functions/x/versions/y")
+    assert resp.status_code == 400
+    assert [e["field"] for e in resp.json()["errors"]] == ["functionId", "functionVersionId"]

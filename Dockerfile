@@ -4,7 +4,8 @@ WORKDIR /app
 COPY pyproject.toml README.md alembic.ini ./
 COPY service ./service
 COPY migrations ./migrations
-RUN pip install --no-cache-dir . && mkdir -p /data && chown nvcf /data
+# Editable install: Alembic finds migrations/ and alembic.ini next to the package.
+RUN pip install --no-cache-dir -e . && mkdir -p /data && chown nvcf /data
 USER nvcf
 ENV NVCF_DATA_DIR=/data
 EXPOSE 8080

@@ -191,6 +191,14 @@ def _guard(session: requests.Session, policy: _HostPolicy, timeout: float) -> No
     session.hooks["response"].append(policy.redirect_hook)
 
 
+def _close_refusal(response: requests.Response, *args: Any, **kwargs: Any) -> None:
+    """Release a streamed 401/403 at once: only its status and headers are used, and oras
+    drops the challenge response unclosed when answering it fails (token realm unreachable),
+    which would leak its connection."""
+    if kwargs.get("stream") and response.status_code in (401, 403):
+        response.close()
+
+
 def _read_limited(response: requests.Response, limit: int, what: str, source: str) -> bytes:
     chunks: list[bytes] = []
     total = 0
@@ -249,6 +257,7 @@ class _OciPull:
             hostname=self.ref.host, insecure=self.insecure, auth_backend=backend
         )
         _guard(registry.session, self.policy, self.timeout)
+        registry.session.hooks["response"].append(_close_refusal)
         return registry
 
     def _challenge(self) -> str:

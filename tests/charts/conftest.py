@@ -12,9 +12,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.registry import RegistryServer, RegistryUnavailable, start_registry
+from tests.support.registry import (
+    RegistryServer,
+    RegistryUnavailable,
+    TokenServer,
+    TokenUser,
+    start_registry,
+)
 
 REGISTRY_USER = ("chart-puller", "s3cret-Pa55word")
+#: token-auth registries: this account may pull and push every repository ...
+TOKEN_USER = ("token-puller", "t0ken-Pa55word")
+#: ... and this one has valid credentials but no repository access at all
+TOKEN_OUTSIDER = ("token-outsider", "0utsider-Pa55word")
 
 
 def _registry(
@@ -58,6 +68,57 @@ def start_extra_registry(tmp_path: Path) -> Iterator[Callable[[], RegistryServer
     yield start
     for server in started:
         server.stop()
+
+
+def _token_registry(directory: Path) -> RegistryServer:
+    """A registry using Docker token auth against its own, started TokenServer; the caller
+    stops both (see _stop_token_registry)."""
+    tokens = TokenServer(
+        directory / "token",
+        {
+            TOKEN_USER[0]: TokenUser(TOKEN_USER[1], frozenset({"pull", "push"})),
+            TOKEN_OUTSIDER[0]: TokenUser(TOKEN_OUTSIDER[1], frozenset()),
+        },
+    )
+    tokens.start()
+    try:
+        return start_registry(directory / "registry", token=tokens, login=TOKEN_USER)
+    except RegistryUnavailable as exc:
+        tokens.stop()
+        pytest.skip(f"no local OCI registry: {exc}")
+
+
+def _stop_token_registry(server: RegistryServer) -> None:
+    server.stop()
+    if server.token_server is not None:
+        server.token_server.stop()
+
+
+@pytest.fixture(scope="session")
+def token_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
+    """A docker-registry using bearer-token auth (`auth: token`) against a local token server
+    (`.token_server`) that grants TOKEN_USER pull and push, for the whole session."""
+    server = _token_registry(tmp_path_factory.mktemp("registry-token"))
+    try:
+        yield server
+    finally:
+        _stop_token_registry(server)
+
+
+@pytest.fixture
+def start_token_registry(tmp_path: Path) -> Iterator[Callable[[], RegistryServer]]:
+    """Start throw-away token-auth registries with their own token servers (e.g. to stop the
+    token server mid-test); all stopped after the test."""
+    started: list[RegistryServer] = []
+
+    def start() -> RegistryServer:
+        server = _token_registry(tmp_path / f"registry-token-{len(started)}")
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        _stop_token_registry(server)
 
 
 # --- corpus charts pushed to the local registries (API tests) ------------------------------

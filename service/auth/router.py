@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
-from pydantic import BaseModel, ConfigDict, field_serializer
-from pydantic.alias_generators import to_camel
 from sqlalchemy import select
 
 from service.auth import scopes
@@ -18,6 +16,7 @@ from service.auth.models import ApiKey
 from service.auth.service import Principal, create_api_key, hash_key
 from service.core.errors import FieldError, NotFound, ValidationFailed
 from service.core.http import parse_uuid, read_json
+from service.core.schemas import CamelModel, Timestamp
 
 router = APIRouter(tags=["api-keys"])
 Admin = Annotated[Principal, Depends(require(scopes.ADMIN))]
@@ -25,21 +24,15 @@ ACCOUNT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 _DUR = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$")
 
 
-class KeyOut(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
-
+class KeyOut(CamelModel):
     id: uuid.UUID
     nca_id: str
     hint: str
     scopes: list[str]
     description: str | None = None
-    expires_at: datetime | None = None
-    created_at: datetime
+    expires_at: Timestamp | None = None
+    created_at: Timestamp
     key: str | None = None  # only in the creation response
-
-    @field_serializer("expires_at", "created_at")
-    def _ts(self, v: datetime | None) -> str | None:
-        return None if v is None else v.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
     @classmethod
     def of(cls, row: ApiKey, key: str | None = None) -> KeyOut:

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
+
+from service.core.schemas import CamelModel
 
 
-class _Camel(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
-
-
-class HelmValidateRequest(_Camel):
+class HelmValidateRequest(CamelModel):
     """`POST /helm/validate` body; validated by hand so every violation is a 400."""
 
     helm_chart: str = Field(description="oci://… or https://… chart URL (api.md §2.2)")
@@ -32,7 +29,7 @@ class HelmValidateRequest(_Camel):
     )
 
 
-class ChartFindingOut(_Camel):
+class ChartFindingOut(CamelModel):
     rule: str
     severity: str
     object: str | None = None
@@ -40,7 +37,7 @@ class ChartFindingOut(_Camel):
     message: str
 
 
-class HelmValidateResponse(_Camel):
+class HelmValidateResponse(CamelModel):
     valid: bool
     chart_digest: str
     errors: list[ChartFindingOut]

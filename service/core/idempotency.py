@@ -117,7 +117,8 @@ async def idempotency(
                 IdempotencyRecord.created_at <= utcnow() - ttl,
             )
         )
-        session.add(IdempotencyRecord(account_id=account, key=key, fingerprint=fingerprint))
+        reserved = IdempotencyRecord(account_id=account, key=key, fingerprint=fingerprint)
+        session.add(reserved)
         try:
             await session.flush()
         except IntegrityError:
@@ -129,9 +130,7 @@ async def idempotency(
             _answer(rec, fingerprint)
         yield recorder
         if recorder.body is not None:
-            stored = await _existing(session, account, key)
-            assert stored is not None
-            stored.status_code = recorder.status_code
-            stored.response = recorder.body
+            reserved.status_code = recorder.status_code
+            reserved.response = recorder.body
         await session.commit()
         run_after_commit(session)

@@ -6,13 +6,12 @@ camelCase on the wire; nulls are omitted.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field, field_serializer
+from pydantic import BaseModel, Field
 
+from service.core.schemas import CamelModel, Timestamp
 from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec
-from service.functions.schemas import CamelModel, iso_z
 
 
 class KubernetesTypeOut(CamelModel):
@@ -73,11 +72,7 @@ class InstanceOut(CamelModel):
     phase: str
     reason: str | None = None
     message: str | None = None
-    since: datetime
-
-    @field_serializer("since")
-    def _ts(self, v: datetime) -> str:
-        return iso_z(v)
+    since: Timestamp
 
 
 class HealthInfo(CamelModel):
@@ -97,12 +92,8 @@ class DeploymentOut(CamelModel):
     deployment_specifications: list[GpuSpecificationOut]
     instances: list[InstanceOut] = Field(default_factory=list)
     health_info: list[HealthInfo] | None = None
-    created_at: datetime
-    last_updated_at: datetime
-
-    @field_serializer("created_at", "last_updated_at")
-    def _ts(self, v: datetime) -> str:
-        return iso_z(v)
+    created_at: Timestamp
+    last_updated_at: Timestamp
 
     @classmethod
     def of(
@@ -142,16 +133,12 @@ class GpuSpecificationEnvelope(CamelModel):
 
 
 class EventOut(CamelModel):
-    at: datetime
+    at: Timestamp
     kind: str
     instance_id: uuid.UUID | None = None
     phase: str | None = None
     reason: str | None = None
     message: str
-
-    @field_serializer("at")
-    def _ts(self, v: datetime) -> str:
-        return iso_z(v)
 
     @classmethod
     def of(cls, event: DeploymentEvent) -> EventOut:

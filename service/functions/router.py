@@ -27,10 +27,8 @@ router = APIRouter(tags=["functions"])
 JSON = "application/json"
 
 Registrar = Annotated[Principal, Depends(require(scopes.REGISTER_FUNCTION))]
-Lister = Annotated[
-    Principal, Depends(require(scopes.LIST_FUNCTIONS, scopes.LIST_FUNCTIONS_DETAILS))
-]
 LIST_CHECK = require(scopes.LIST_FUNCTIONS, scopes.LIST_FUNCTIONS_DETAILS)
+Lister = Annotated[Principal, Depends(LIST_CHECK)]
 Updater = Annotated[Principal, Depends(require(scopes.UPDATE_FUNCTION))]
 Deleter = Annotated[Principal, Depends(require(scopes.DELETE_FUNCTION))]
 Idem = Annotated[Recorder, Depends(idempotency, scope="function")]

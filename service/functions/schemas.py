@@ -4,21 +4,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, Field
 
+from service.core.schemas import CamelModel, Timestamp
 from service.functions.models import FunctionVersion
-
-
-def iso_z(value: datetime) -> str:
-    return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-class CamelModel(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
 
 class KeyValue(CamelModel):
@@ -59,11 +50,7 @@ class ActiveInstance(CamelModel):
     gpu: str
     backend: str
     cluster: str | None = None
-    created_at: datetime
-
-    @field_serializer("created_at")
-    def _ts(self, v: datetime) -> str:
-        return iso_z(v)
+    created_at: Timestamp
 
 
 class FunctionOut(CamelModel):
@@ -92,11 +79,7 @@ class FunctionOut(CamelModel):
     rate_limit: dict[str, Any] | None = None
     findings: list[Finding] | None = None
     active_instances: list[ActiveInstance] | None = None
-    created_at: datetime
-
-    @field_serializer("created_at")
-    def _ts(self, v: datetime) -> str:
-        return iso_z(v)
+    created_at: Timestamp
 
     @classmethod
     def of(

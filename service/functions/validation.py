@@ -71,6 +71,12 @@ class _Checker:
     def err(self, fld: str, message: str) -> None:
         self.errors.append(FieldError(fld, message))
 
+    def _fetch(self, body: dict[str, Any], key: str, fld: str, required: bool) -> Any:
+        value = body.get(key)
+        if value is None and required:
+            self.err(fld, "is required")
+        return value
+
     def string(
         self,
         body: dict[str, Any],
@@ -82,10 +88,8 @@ class _Checker:
         where: str | None = None,
     ) -> str | None:
         fld = where or key
-        value = body.get(key)
+        value = self._fetch(body, key, fld, required)
         if value is None:
-            if required:
-                self.err(fld, "is required")
             return None
         if not isinstance(value, str):
             self.err(fld, f"must be a string, got {json_kind(value)}")
@@ -111,10 +115,8 @@ class _Checker:
         required: bool = False,
     ) -> int | None:
         fld = where or key
-        value = body.get(key)
+        value = self._fetch(body, key, fld, required)
         if value is None:
-            if required:
-                self.err(fld, "is required")
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             self.err(fld, f"must be an integer, got {json_kind(value)}")
@@ -134,10 +136,8 @@ class _Checker:
         required: bool = False,
     ) -> str | None:
         fld = where or key
-        value = body.get(key)
+        value = self._fetch(body, key, fld, required)
         if value is None:
-            if required:
-                self.err(fld, "is required")
             return default
         if not isinstance(value, str):
             self.err(fld, f"must be one of {', '.join(allowed)}, got {json_kind(value)}")

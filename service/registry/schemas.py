@@ -6,12 +6,11 @@ The password is write-only: it is in the request documentation models and in no 
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field, field_serializer
+from pydantic import BaseModel, Field
 
-from service.functions.schemas import CamelModel, iso_z
+from service.core.schemas import CamelModel, Timestamp
 from service.registry.models import RegistryCredential
 
 
@@ -20,12 +19,8 @@ class RegistryCredentialOut(CamelModel):
     registry_hostname: str
     username: str
     description: str | None = None
-    created_at: datetime
-    updated_at: datetime
-
-    @field_serializer("created_at", "updated_at")
-    def _ts(self, v: datetime) -> str:
-        return iso_z(v)
+    created_at: Timestamp
+    updated_at: Timestamp
 
     @classmethod
     def of(cls, c: RegistryCredential) -> RegistryCredentialOut:

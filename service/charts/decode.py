@@ -209,15 +209,25 @@ def split_documents(manifest: str) -> list[tuple[str | None, str]]:
 
 
 def decode_manifest(
-    manifest: str, *, max_document_bytes: int = MAX_DOCUMENT_BYTES
+    manifest: str, *, max_document_bytes: int = MAX_DOCUMENT_BYTES, helm_order: bool = False
 ) -> tuple[list[KubeObject], list[Finding]]:
-    """Decode every document; oversized or malformed ones become error findings."""
+    """Decode every document; oversized or malformed ones become error findings.
+
+    With `helm_order`, `manifest` is a render in template order (`render_worker.engine_manifest`)
+    and the objects come back sorted the way Helm's install action sorts them. Helm decides
+    the order (and whether a document is a hook) from its own parse of each document's head;
+    when a document could read differently there, or is a hook, or fails to decode, this
+    raises `HelmOrderUncertain` and the caller asks Helm's install action instead.
+    """
     objects: list[KubeObject] = []
     findings: list[Finding] = []
+    ordered: list[tuple[tuple[int, int, str], list[KubeObject]]] = []
     for source, chunk in split_documents(manifest):
         where = f" in {source}" if source else ""
         size = len(chunk.encode())
         if size > max_document_bytes:
+            if helm_order:
+                raise HelmOrderUncertain(f"a document{where} is too large")
             findings.append(
                 Finding(
                     "object-too-large",
@@ -232,11 +242,18 @@ def decode_manifest(
         try:
             docs = load_documents(chunk)
         except DecodeError as exc:
+            if helm_order:
+                raise HelmOrderUncertain(str(exc)) from None
             findings.append(Finding(exc.rule, "error", None, None, f"{exc}{where}"))
             continue
+        docs = [doc for doc in docs if doc is not None]
+        if helm_order:
+            if len(docs) > 1 or (docs and not _helm_plain_head(docs[0])):
+                raise HelmOrderUncertain(f"a document{where} is not plain for Helm")
+            if docs:
+                ordered.append((_install_rank(docs[0].get("kind", "")), docs))
+            continue
         for doc in docs:
-            if doc is None:
-                continue
             if not isinstance(doc, dict):
                 findings.append(
                     Finding(
@@ -249,7 +266,92 @@ def decode_manifest(
                 )
                 continue
             objects.append(doc)
+    if helm_order:
+        # sorted() is stable, like Helm's sort.SliceStable.
+        for _, docs in sorted(ordered, key=lambda entry: entry[0]):
+            objects.extend(docs)
     return objects, findings
+
+
+class HelmOrderUncertain(Exception):
+    """A template-order render holds a document whose reading by Helm's install action
+    (order, hook or not, parse error) this module cannot vouch for."""
+
+
+#: Helm's `releaseutil.InstallOrder` (v4.2): kind → rank; other kinds follow, by name.
+INSTALL_ORDER = {
+    kind: rank
+    for rank, kind in enumerate(
+        (
+            "PriorityClass",
+            "Namespace",
+            "NetworkPolicy",
+            "ResourceQuota",
+            "LimitRange",
+            "PodSecurityPolicy",
+            "PodDisruptionBudget",
+            "ServiceAccount",
+            "Secret",
+            "SecretList",
+            "ConfigMap",
+            "StorageClass",
+            "PersistentVolume",
+            "PersistentVolumeClaim",
+            "CustomResourceDefinition",
+            "ClusterRole",
+            "ClusterRoleList",
+            "ClusterRoleBinding",
+            "ClusterRoleBindingList",
+            "Role",
+            "RoleList",
+            "RoleBinding",
+            "RoleBindingList",
+            "Service",
+            "DaemonSet",
+            "Pod",
+            "ReplicationController",
+            "ReplicaSet",
+            "Deployment",
+            "HorizontalPodAutoscaler",
+            "StatefulSet",
+            "Job",
+            "CronJob",
+            "IngressClass",
+            "Ingress",
+            "APIService",
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+        )
+    )
+}
+HOOK_ANNOTATION = "helm.sh/hook"
+
+
+def _install_rank(kind: str) -> tuple[int, int, str]:
+    rank = INSTALL_ORDER.get(kind)
+    return (0, rank, "") if rank is not None else (1, 0, kind)
+
+
+def _helm_plain_head(doc: Any) -> bool:
+    """Whether Helm's `SimpleHead` reading of `doc` (apiVersion, kind, metadata.name,
+    metadata.annotations as strings) is certainly ours, and `doc` is not a hook."""
+    if not isinstance(doc, dict):
+        return False
+    if not isinstance(doc.get("apiVersion", ""), str) or not isinstance(doc.get("kind", ""), str):
+        return False
+    if "metadata" not in doc:
+        return True
+    meta = doc["metadata"]
+    if not isinstance(meta, dict) or not isinstance(meta.get("name", ""), str):
+        return False
+    annotations = meta.get("annotations")
+    if annotations is None:
+        return "annotations" not in meta
+    return (
+        isinstance(annotations, dict)
+        and HOOK_ANNOTATION not in annotations
+        and all(isinstance(value, str) for value in annotations.values())
+    )
 
 
 def hook_findings(hook_templates: dict[str, str]) -> tuple[list[str], list[Finding]]:

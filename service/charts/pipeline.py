@@ -36,6 +36,7 @@ from service.charts.render import (
     ChartRenderError,
     RenderOutput,
     check_rendered,
+    render_checked,
 )
 from service.charts.url import ChartRef, ChartUrlError, parse_chart_url, redact_url
 from service.clusters.instance_types import InstanceType, parse_instance_type
@@ -312,15 +313,17 @@ class ChartPipeline:
         namespace: str = PLACEHOLDER_NAMESPACE,
         kube_version: str | None = None,
         api_versions: Sequence[str] = (),
+        engine: bool = False,
     ) -> RenderOutput:
-        """Render like `helm template` (cached per archive and inputs).
+        """Render like `helm template` (cached per archive and inputs); `engine` as in
+        `ChartRenderer.render`.
 
         Raises:
             ChartRenderError: Helm refused the chart or values, or a limit was hit.
         """
         kube = kube_version or self.default_kube_version
         archive_key = fetched.layer_digest or fetched.digest
-        key = _cache_key(archive_key, values or {}, namespace, kube, list(api_versions))
+        key = _cache_key(archive_key, values or {}, namespace, kube, list(api_versions), engine)
         if key is not None:
             hit = self._renders.get(key)
             if hit is not None:
@@ -331,6 +334,7 @@ class ChartPipeline:
             namespace=namespace,
             kube_version=kube,
             api_versions=list(api_versions),
+            engine=engine,
         )
         if key is not None:
             self._renders.put(key, output)
@@ -384,16 +388,20 @@ class ChartPipeline:
         if cached is not None:
             cached.fill(result)
             return result
-        try:
-            output = await self.render(
-                fetched, values=configuration, namespace=ns, kube_version=kube
+
+        async def render(engine: bool) -> RenderOutput:
+            return await self.render(
+                fetched, values=configuration, namespace=ns, kube_version=kube, engine=engine
             )
+
+        def check(output: RenderOutput) -> _Checked:
+            return self._check(output, service_name, inference_port, policy, it, nvlink)
+
+        try:
+            checked = await render_checked(render, check)
         except ChartRenderError as exc:
             result.add(Finding(exc.rule, "error", None, None, exc.detail))
             return result
-        checked = await asyncio.to_thread(
-            self._check, output, service_name, inference_port, policy, it, nvlink
-        )
         if check_key is not None:
             self._checked.put(check_key, checked)
         checked.fill(result)

@@ -3,6 +3,11 @@
 A call into the Go engine cannot be interrupted from Python, so every render runs in a
 reusable worker process (`render_worker`) with an address-space cap; the parent enforces the
 wall-clock bound by killing the worker, which is replaced on the next render.
+
+A simple chart (no hooks, subcharts or kubeVersion constraint) may be rendered by the Helm
+engine alone, skipping the install action's Go re-parse of every document; the manifest then
+comes in template order and the decoder sorts it like Helm, or `render_checked` asks the
+install action when it cannot be sure (`decode.HelmOrderUncertain`).
 """
 
 from __future__ import annotations
@@ -13,11 +18,17 @@ import json
 import os
 import struct
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from service.charts.decode import crd_names, decode_manifest, hook_findings
+from service.charts.decode import (
+    HelmOrderUncertain,
+    crd_names,
+    decode_manifest,
+    hook_findings,
+)
 from service.charts.findings import Finding, PipelineResult
 from service.charts.modify import apply_modifications
 from service.charts.policy import ValidationPolicy, restrict
@@ -31,6 +42,8 @@ DEFAULT_KUBE_VERSION = "1.30.0"
 #: Namespace used when rendering at function creation, before any instance exists.
 PLACEHOLDER_NAMESPACE = "nvcf-validation"
 WORKER_START_TIMEOUT = 60.0
+
+T = TypeVar("T")
 
 _HEADER = struct.Struct(">I")
 _OOM_MARKERS = (
@@ -66,6 +79,9 @@ class RenderOutput:
     crds: list[dict[str, str]] = field(default_factory=list)
     chart_name: str = ""
     chart_version: str = ""
+    #: False for an engine render in template order (see `render_worker.render`): the
+    #: decoder sorts it like Helm, or says it cannot (`HelmOrderUncertain`).
+    sorted_by_kind: bool = True
 
 
 class _WorkerDied(Exception):
@@ -203,8 +219,12 @@ class ChartRenderer:
         namespace: str,
         kube_version: str = DEFAULT_KUBE_VERSION,
         api_versions: list[str] | None = None,
+        engine: bool = False,
     ) -> RenderOutput:
         """Render `archive` with `values` coalesced over the chart's defaults.
+
+        `engine` allows the worker to skip Helm's install action for a simple chart and
+        return the engine's output in template order (`sorted_by_kind` false).
 
         Raises:
             ChartRenderError: Helm refused the chart or values (message with file and line
@@ -218,6 +238,7 @@ class ChartRenderer:
             "namespace": namespace,
             "kube_version": kube_version,
             "api_versions": list(api_versions or []),
+            "engine": engine,
         }
         async with self._slots:
             while self._idle and self._idle[-1].proc.returncode is not None:
@@ -270,6 +291,7 @@ class ChartRenderer:
             crds=list(response.get("crds") or []),
             chart_name=str(chart.get("name", "")),
             chart_version=str(chart.get("version", "")),
+            sorted_by_kind=bool(response.get("sorted", True)),
         )
 
     async def aclose(self) -> None:
@@ -310,7 +332,9 @@ def check_rendered(
                 "CustomResourceDefinitions from crds/ are dropped and never installed",
             )
         )
-    objects, decode_findings = decode_manifest(output.manifest)
+    objects, decode_findings = decode_manifest(
+        output.manifest, helm_order=not output.sorted_by_kind
+    )
     result.add(*decode_findings)
     objects, result.workload_config, workload_findings = extract_workload_config(objects)
     result.add(*workload_findings)
@@ -352,27 +376,45 @@ async def validate_chart(
     A render failure (template error, `fail`, `required`, schema violation, library chart,
     time or memory limit) is one error finding whose rule is `ChartRenderError.rule`.
     """
-    try:
-        output = await renderer.render(
+
+    async def render(engine: bool) -> RenderOutput:
+        return await renderer.render(
             archive,
             values=values,
             namespace=namespace,
             kube_version=kube_version,
             api_versions=api_versions,
+            engine=engine,
         )
+
+    def check(output: RenderOutput) -> PipelineResult:
+        return check_rendered(
+            output,
+            service_name=service_name,
+            inference_port=inference_port,
+            policy=policy,
+            enforce_security=enforce_security,
+            instance_type_nodes=instance_type_nodes,
+            gpus_per_node=gpus_per_node,
+            nvlink=nvlink,
+        )
+
+    try:
+        return await render_checked(render, check)
     except ChartRenderError as exc:
         result = PipelineResult()
         result.add(Finding(exc.rule, "error", None, None, exc.detail))
         return result
-    # Decoding a large manifest is CPU work; keep it off the event loop.
-    return await asyncio.to_thread(
-        check_rendered,
-        output,
-        service_name=service_name,
-        inference_port=inference_port,
-        policy=policy,
-        enforce_security=enforce_security,
-        instance_type_nodes=instance_type_nodes,
-        gpus_per_node=gpus_per_node,
-        nvlink=nvlink,
-    )
+
+
+async def render_checked(
+    render: Callable[[bool], Awaitable[RenderOutput]], check: Callable[[RenderOutput], T]
+) -> T:
+    """`check(await render(engine=True))` in a thread (decoding is CPU work), falling back to
+    Helm's install action when the engine's template-order output cannot be sorted like
+    Helm with certainty. Raises `ChartRenderError` from either render."""
+    output = await render(True)
+    try:
+        return await asyncio.to_thread(check, output)
+    except HelmOrderUncertain:
+        return await asyncio.to_thread(check, await render(False))

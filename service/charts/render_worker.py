@@ -14,6 +14,8 @@ import ctypes
 import gzip
 import json
 import os
+import posixpath
+import re
 import resource
 import signal
 import struct
@@ -118,8 +120,81 @@ def may_have_hooks(archive: str, values: Any) -> bool:
         return True
 
 
+#: Go's `unicode.IsSpace` (Helm trims and tests documents with it; Python's `str.strip`
+#: also strips \x1c-\x1f, which Go keeps).
+GO_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680"
+    + "".join(map(chr, range(0x2000, 0x200B)))
+    + "\u2028\u2029\u202f\u205f\u3000"
+)
+#: RE2's `\s` (ASCII), as in Helm's document separator.
+_RE2_SPACE = "\t\n\f\r "
+_RE2_SPACES = re.compile(r"[\t\n\f\r ]*")
+NOTES_SUFFIX = "NOTES.txt"
+
+
+def helm_split(text: str) -> list[str]:
+    """`regexp.MustCompile("(?:^|\\s*\\n)---\\s*").Split(text, -1)` as Go computes it.
+
+    Written out because Python's regex engine tries the pattern at every position (7 ms for
+    a 100 KB template): every match but one at the start holds "\\n---", so the leftmost one
+    is the next such text, widened back over the whitespace before it (never past the last
+    match, whose greedy tail ends at non-whitespace) and forward over the whitespace after.
+    """
+    pieces: list[str] = []
+    begin = 0
+    if text.startswith("---"):
+        pieces.append("")
+        begin = _RE2_SPACES.match(text, 3).end()  # type: ignore[union-attr]
+    while (found := text.find("\n---", begin)) >= 0:
+        start = found
+        while start > begin and text[start - 1] in _RE2_SPACE:
+            start -= 1
+        pieces.append(text[begin:start])
+        begin = _RE2_SPACES.match(text, found + 4).end()  # type: ignore[union-attr]
+    pieces.append(text[begin:])
+    return pieces
+
+
+def split_manifests(text: str) -> list[str]:
+    """Helm's `SplitManifests`: the non-blank documents of one template, left-trimmed."""
+    docs = helm_split(text.lstrip(GO_SPACE))
+    return [doc.lstrip(GO_SPACE) for doc in docs if doc.strip(GO_SPACE)]
+
+
+def engine_manifest(files: dict[str, str]) -> str:
+    """The manifest Helm's install action writes for `files` (the engine's output), but in
+    template order rather than sorted by kind: NOTES and partials dropped, each document as
+    `---\\n# Source: <template>\\n<document>\\n`. Valid only when no document is a hook."""
+    parts: list[str] = []
+    for path in sorted(files):
+        content = files[path]
+        if path.endswith(NOTES_SUFFIX) or posixpath.basename(path).startswith("_"):
+            continue
+        if not content.strip(GO_SPACE):
+            continue
+        parts.extend(f"---\n# Source: {path}\n{doc}\n" for doc in split_manifests(content))
+    return "".join(parts)
+
+
+def engine_eligible(metadata: dict[str, Any], subcharts: list[Any]) -> bool:
+    """Whether the engine alone renders what the install action would: no `kubeVersion`
+    constraint to check, and no dependency whose conditions, tags and import-values the
+    install action would process first."""
+    return not metadata.get("kubeVersion") and not metadata.get("dependencies") and not subcharts
+
+
 def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
-    """Render one chart like `helm template`; never raises for chart problems."""
+    """Render one chart like `helm template`; never raises for chart problems.
+
+    The install action (`helm template`'s code path) re-parses every rendered document in Go
+    to sort the manifest by kind and split out hooks, which costs more than the rendering
+    itself. For a chart without hooks, dependencies or a kubeVersion constraint, and when the
+    request allows it (`engine`), the engine's output is returned instead, in template order
+    with `"sorted": false`: the parent decodes those documents anyway, then sorts them the
+    way Helm does or, when a document is not plain enough to be sure of Helm's reading,
+    asks again with `engine` false.
+    """
     import helm_python as helm
     from helm_python import _native
 
@@ -128,12 +203,39 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
     except helm.HelmError as exc:
         return {"ok": False, "error": "chart-invalid", "message": str(exc)}
     with chart:
-        if chart.metadata.get("type") == "library":
+        metadata = chart.metadata
+        if metadata.get("type") == "library":
             return {
                 "ok": False,
                 "error": "library-chart",
                 "message": f"chart {chart.name!r} is a library chart, which cannot be installed",
             }
+        values = json.dumps(request["values"])
+        hooks_possible = may_have_hooks(request["archive"], request["values"])
+        if (
+            request.get("engine", False)
+            and not hooks_possible
+            and engine_eligible(metadata, chart.dependencies)
+        ):
+            options = {
+                "name": RELEASE_NAME,
+                "namespace": request["namespace"],
+                "is_install": True,
+                "kube_version": request["kube_version"],
+                "api_versions": request["api_versions"],
+            }
+            try:
+                files = json.loads(
+                    _native.call_string("helm_render", chart._raw(), values, json.dumps(options))
+                )
+            except helm.HelmError:
+                pass  # the install action below reports it in its own words
+            else:
+                manifest = engine_manifest(files)
+                size = len(manifest) + sum(len(c["data"]) for c in chart.crds)
+                if size > max_output_bytes:
+                    return _too_large(max_output_bytes)
+                return _rendered(chart, manifest, {}, sorted_by_kind=False)
         options = {
             "namespace": request["namespace"],
             "dry_run": "client",
@@ -141,7 +243,6 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
             "kube_version": request["kube_version"],
             "api_versions": request["api_versions"],
         }
-        values = json.dumps(request["values"])
         try:
             with helm.Config(storage_driver="memory", namespace=request["namespace"]) as config:
                 # Config.install() does not expose kube_version/api_versions, which the
@@ -165,7 +266,7 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
             # it tells which templates were hooks (only those are sent back). Skipped when no
             # file of the chart and no value can produce a hook annotation.
             everything: dict[str, str] = {}
-            if may_have_hooks(request["archive"], request["values"]):
+            if hooks_possible:
                 everything = chart.render(
                     request["values"],
                     name=RELEASE_NAME,
@@ -175,17 +276,25 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
         except helm.HelmError as exc:
             return {"ok": False, "error": "render-error", "message": str(exc)}
         hooks = {path: text for path, text in everything.items() if HOOK_ANNOTATION in text}
-        crds = chart.crds
-        size = len(manifest) + sum(map(len, hooks.values())) + sum(len(c["data"]) for c in crds)
+        size = (
+            len(manifest) + sum(map(len, hooks.values())) + sum(len(c["data"]) for c in chart.crds)
+        )
         if size > max_output_bytes:
             return _too_large(max_output_bytes)
-        return {
-            "ok": True,
-            "manifest": manifest,
-            "hooks": hooks,
-            "crds": crds,
-            "chart": {"name": chart.name, "version": chart.version},
-        }
+        return _rendered(chart, manifest, hooks, sorted_by_kind=True)
+
+
+def _rendered(
+    chart: Any, manifest: str, hooks: dict[str, str], *, sorted_by_kind: bool
+) -> dict[str, Any]:
+    return {
+        "ok": True,
+        "manifest": manifest,
+        "hooks": hooks,
+        "crds": chart.crds,
+        "chart": {"name": chart.name, "version": chart.version},
+        "sorted": sorted_by_kind,
+    }
 
 
 def _too_large(limit: int) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from service.auth import scopes
 from service.charts.mutate import LABEL_INSTANCE_ID, NVLINK_PARTITION_LABEL
 from service.charts.pipeline import PLACEHOLDER_INSTANCE_ID
 from service.charts.render import PLACEHOLDER_NAMESPACE
-from tests.charts.conftest import PushCorpus
+from tests.charts.conftest import PushCorpus, push_archive
 from tests.conftest import AppClient, ClientFactory
 from tests.support.api import bearer, new_key
 from tests.support.registry import RegistryServer
@@ -276,3 +277,38 @@ async def test_scope_register_function_is_required(client: AppClient) -> None:
         json={"helmChart": "nope"},
     )
     assert org.status_code == 400, org.text
+
+
+async def test_simple_charts_are_ordered_like_helm_with_or_without_the_engine_path(
+    client: AppClient, anon_registry: RegistryServer, tmp_path: Path
+) -> None:
+    """A chart without subcharts takes the engine path (test_engine_render); one of its
+    documents being a hook made at render time sends it through Helm's install action. Both
+    answer with Helm's order and without the hook."""
+    from tests.charts.test_engine_render import DYNAMIC_HOOK, flat_chart
+
+    files: dict[str, str | None] = {
+        "templates/a-config.yaml": (
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c1}\n---\n"
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: s1}\n"
+        ),
+        "templates/z-sa.yaml": "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: sa}\n",
+    }
+    expected = [
+        ("ServiceAccount", "sa"),
+        ("Secret", "s1"),
+        ("ConfigMap", "c1"),
+        ("Service", "entrypoint"),
+        ("Deployment", "mini-service-inference"),
+    ]
+    for name, extra in (("engine", {}), ("fallback", {"templates/hook.yaml": DYNAMIC_HOOK})):
+        workdir = tmp_path / name
+        archive = flat_chart(workdir, None, {**files, **extra})
+        chart = push_archive(anon_registry, archive, f"flat-{name}", workdir=workdir / "push")
+        for _ in range(2):  # the second answer comes from the pipeline's cache
+            result = await dry_run(client, body(chart.file_url, configuration={"replicaCount": 2}))
+            assert result["valid"] is True, result["errors"]
+            kinds = [(o["kind"], o["metadata"]["name"]) for o in result["objects"]]
+            assert kinds == expected, name
+            deployment = by_kind(result["objects"])["Deployment/mini-service-inference"]
+            assert deployment["spec"]["replicas"] == 2

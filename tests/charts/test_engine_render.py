@@ -1,0 +1,366 @@
+"""The engine render path: a simple chart skips Helm's install action, and the result is the
+same as through the install action (objects, their order, every finding)."""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import pytest
+import yaml
+
+from service.charts.decode import HelmOrderUncertain, decode_manifest
+from service.charts.findings import Finding, PipelineResult
+from service.charts.render import (
+    ChartRenderer,
+    ChartRenderError,
+    RenderOutput,
+    check_rendered,
+    validate_chart,
+)
+from service.charts.render_worker import GO_SPACE, engine_manifest, helm_split, split_manifests
+from tests.charts.test_render import BASE, CORPUS, build_chart
+
+#: `(engine requested, sorted_by_kind)` per render; None when the render raised.
+Calls = list[tuple[bool, bool | None]]
+
+
+class RecordingRenderer(ChartRenderer):
+    """A renderer noting each render's `(engine requested, sorted_by_kind)`."""
+
+    def __init__(self) -> None:
+        super().__init__(workers=1, timeout=30)
+        self.calls: Calls = []
+
+    async def render(self, archive: Path, **kw: Any) -> RenderOutput:
+        try:
+            output = await super().render(archive, **kw)
+        except ChartRenderError:
+            self.calls.append((kw.get("engine", False), None))
+            raise
+        self.calls.append((kw.get("engine", False), output.sorted_by_kind))
+        return output
+
+
+@pytest.fixture
+async def renderer() -> AsyncIterator[RecordingRenderer]:
+    async with RecordingRenderer() as r:
+        yield r
+
+
+#: Engine output accepted as is / refused by the decoder, then rendered by the install action /
+#: the worker went straight to the install action (hooks, dependencies, kubeVersion).
+ENGINE: Calls = [(True, False)]
+FELL_BACK: Calls = [(True, False), (False, True)]
+INSTALL: Calls = [(True, True)]
+#: ... and the install action refused the chart (Helm's message is the reference)
+HELM_REFUSED: Calls = [(True, False), (False, None)]
+
+
+def flat_chart(workdir: Path, overlay: str | None, files: dict[str, str | None]) -> Path:
+    """Package inference-ok (plus corpus `overlay`) without its subchart, plus `files`
+    (None deletes a file)."""
+    chart = workdir / "src" / "chart"
+    shutil.copytree(CORPUS / BASE, chart)
+    if overlay is not None:
+        shutil.copytree(CORPUS / overlay, chart, dirs_exist_ok=True)
+    shutil.rmtree(chart / "charts")
+    meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+    meta.pop("dependencies")
+    (chart / "Chart.yaml").write_text(yaml.safe_dump(meta))
+    for relative, text in files.items():
+        if text is None:
+            (chart / relative).unlink()
+            continue
+        (chart / relative).parent.mkdir(parents=True, exist_ok=True)
+        (chart / relative).write_text(text)
+    return Path(helm_python.package(chart, destination=workdir))
+
+
+async def through_install(
+    renderer: ChartRenderer, archive: Path, values: dict[str, Any] | None = None, **kw: Any
+) -> PipelineResult:
+    """The reference: Helm's install action, then the same checks."""
+    try:
+        output = await renderer.render(archive, values=values, namespace="ns", engine=False)
+    except ChartRenderError as exc:
+        result = PipelineResult()
+        result.add(Finding(exc.rule, "error", None, None, exc.detail))
+        return result
+    assert output.sorted_by_kind
+    return check_rendered(output, service_name="entrypoint", inference_port=8000, **kw)
+
+
+async def compare(
+    renderer: RecordingRenderer, archive: Path, values: dict[str, Any] | None = None
+) -> tuple[PipelineResult, Calls]:
+    """validate_chart's result (engine allowed) equals the install action's; returns it with
+    the render calls validate_chart made."""
+    renderer.calls.clear()
+    fast = await validate_chart(
+        renderer,
+        archive,
+        values=values,
+        namespace="ns",
+        service_name="entrypoint",
+        inference_port=8000,
+    )
+    calls = list(renderer.calls)
+    exact = await through_install(renderer, archive, values)
+    assert fast.as_dict() == exact.as_dict()
+    return fast, calls
+
+
+def documents(manifest: str) -> list[str]:
+    return sorted(doc.rstrip(GO_SPACE) for doc in split_manifests(manifest))
+
+
+ODD_ORDER = {
+    "templates/deployment.yaml": (CORPUS / BASE / "templates" / "deployment.yaml").read_text(),
+    "templates/0-widgets.yaml": (
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\n"
+        "---   \n  ---\n"  # Helm's separator eats the blank document and the next marker
+        "apiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g1}\n"
+        "---\n# only a comment\n"
+        "---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w2}\n"
+    ),
+    "templates/1-config.yaml": (
+        "\n\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c1}\n"
+        "---\napiVersion: v1\nkind: Secret\nmetadata: {name: s1}\n"
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c2, annotations: {a: b}}\n"
+    ),
+    "templates/2-empty.yaml": "{{- /* nothing */ -}}\n   \n",
+    "templates/NOTES.txt": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n",
+    "templates/_partial.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: partial}\n",
+    "templates/z-sa.yaml": "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: sa}\n",
+}
+
+
+async def test_simple_chart_takes_the_engine_path_and_is_sorted_like_helm(
+    renderer: RecordingRenderer, tmp_path: Path
+) -> None:
+    archive = flat_chart(tmp_path, None, dict(ODD_ORDER))
+    result, calls = await compare(renderer, archive)
+    assert calls == ENGINE
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in result.objects]
+    assert kinds == [
+        ("ServiceAccount", "sa"),
+        ("Secret", "s1"),
+        ("ConfigMap", "c1"),
+        ("ConfigMap", "c2"),
+        ("Service", "entrypoint"),
+        ("Deployment", "mini-service-inference"),
+        ("Gadget", "g1"),
+        ("Widget", "w1"),
+        ("Widget", "w2"),
+    ]
+
+
+async def test_engine_and_install_manifests_hold_the_same_documents(
+    renderer: RecordingRenderer, tmp_path: Path
+) -> None:
+    archive = flat_chart(tmp_path, None, dict(ODD_ORDER))
+    engine = await renderer.render(archive, namespace="ns", engine=True)
+    install = await renderer.render(archive, namespace="ns", engine=False)
+    assert (engine.sorted_by_kind, install.sorted_by_kind) == (False, True)
+    # the same documents, in another order (trailing blanks depend on the position)
+    assert documents(engine.manifest) == documents(install.manifest)
+    assert decode_manifest(engine.manifest, helm_order=True) == decode_manifest(install.manifest)
+
+
+def test_engine_manifest_drops_notes_partials_and_blank_templates() -> None:
+    manifest = engine_manifest(
+        {
+            "c/templates/b.yaml": "kind: B\n---\n\n---\nkind: C",
+            "c/templates/NOTES.txt": "kind: Notes",
+            "c/templates/_x.tpl": "kind: Partial",
+            "c/templates/a.yaml": " \n\t\n",
+            "c/templates/0.yaml": "\n\nkind: A\n",
+        }
+    )
+    assert manifest == (
+        "---\n# Source: c/templates/0.yaml\nkind: A\n\n"
+        "---\n# Source: c/templates/b.yaml\nkind: B\n"
+        # Helm's separator pattern swallows the blank document and stops before the marker
+        "---\n# Source: c/templates/b.yaml\n---\nkind: C\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "files", "expected"),
+    [
+        (
+            "kube-version",
+            {"Chart.yaml": "apiVersion: v2\nname: c\nversion: 1.0.0\nkubeVersion: '>=1.20.0-0'\n"},
+            INSTALL,
+        ),
+        ("hook-text", {"templates/hook.yaml": "# helm.sh/hook\n"}, INSTALL),
+        ("plain", {}, ENGINE),
+    ],
+)
+async def test_worker_uses_the_install_action_when_the_engine_is_not_enough(
+    renderer: RecordingRenderer,
+    tmp_path: Path,
+    name: str,
+    files: dict[str, str | None],
+    expected: Calls,
+) -> None:
+    _, calls = await compare(renderer, flat_chart(tmp_path, None, files))
+    assert calls == expected, name
+
+
+async def test_chart_with_a_subchart_uses_the_install_action(
+    renderer: RecordingRenderer, tmp_path: Path
+) -> None:
+    _, calls = await compare(renderer, build_chart(BASE, tmp_path))
+    assert calls == INSTALL
+
+
+DYNAMIC_HOOK = (
+    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dyn\n  annotations:\n"
+    '    {{ printf "helm.sh/%s" "hook" }}: pre-install\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "template"),
+    [
+        # a hook annotation built at render time: Helm leaves the object out
+        ("dynamic-hook", DYNAMIC_HOOK),
+        # Helm reads heads as strings: the number is "1" there
+        (
+            "number-annotation",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: n, annotations: {a: 1}}\n",
+        ),
+        ("number-kind", "apiVersion: v1\nkind: 7\nmetadata: {name: k}\n"),
+        ("null-metadata", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n"),
+        # two YAML documents in one Helm document: Helm sorts by the first
+        (
+            "document-end",
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: a}\n...\n"
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n",
+        ),
+        ("not-a-mapping", "- apiVersion: v1\n  kind: ConfigMap\n"),
+        ("invalid-yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: [}\n"),
+    ],
+)
+async def test_uncertain_documents_fall_back_to_the_install_action(
+    renderer: RecordingRenderer, tmp_path: Path, name: str, template: str
+) -> None:
+    archive = flat_chart(tmp_path, None, {"templates/odd.yaml": template})
+    engine = await renderer.render(archive, namespace="ns", engine=True)
+    assert not engine.sorted_by_kind
+    with pytest.raises(HelmOrderUncertain):
+        decode_manifest(engine.manifest, helm_order=True)
+    result, calls = await compare(renderer, archive)
+    refused = name in {"not-a-mapping", "invalid-yaml"}
+    assert calls == (HELM_REFUSED if refused else FELL_BACK), name
+    if refused:
+        assert [f.rule for f in result.errors] == ["render-error"]
+        assert "YAML parse error on inference-test/templates/odd.yaml" in result.errors[0].message
+    if name == "dynamic-hook":
+        assert "ConfigMap/dyn" not in [
+            f"{o['kind']}/{o['metadata']['name']}" for o in result.objects
+        ]
+        assert result.valid
+
+
+@pytest.mark.parametrize(
+    "overlay",
+    sorted(
+        p.name
+        for p in CORPUS.iterdir()
+        if p.is_dir()
+        and not (p / "Chart.yaml").exists()
+        and p.name not in {"endless", "memory-hog"}  # limits: covered in test_render
+    ),
+)
+async def test_every_corpus_case_gives_the_same_result_either_way(
+    renderer: RecordingRenderer, tmp_path: Path, overlay: str
+) -> None:
+    _, calls = await compare(renderer, flat_chart(tmp_path, overlay, {}))
+    expected = {
+        "alias-bomb": HELM_REFUSED,
+        "too-large": FELL_BACK,
+        "hook-skipped": INSTALL,
+        # the engine's error is dropped in the worker and the install action reports it
+        "bad-template": [(True, None)],
+    }
+    assert calls == expected.get(overlay, ENGINE)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"boom": True},
+        {"needFoo": True},
+        {"replicaCount": "three"},
+        {"replicaCount": 3, "image": {"tag": "2.0"}},
+    ],
+)
+async def test_render_errors_and_overrides_are_the_same_either_way(
+    renderer: RecordingRenderer, tmp_path: Path, values: dict[str, Any]
+) -> None:
+    await compare(renderer, flat_chart(tmp_path, None, {}), values)
+
+
+async def test_capabilities_reach_the_engine(renderer: RecordingRenderer, tmp_path: Path) -> None:
+    template = (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: caps}\ndata:\n"
+        '  has: {{ .Capabilities.APIVersions.Has "example.com/v1/Widget" | quote }}\n'
+        "  kube: {{ .Capabilities.KubeVersion.Version | quote }}\n"
+        "  install: {{ .Release.IsInstall | quote }}\n"
+        '  release: {{ printf "%s/%s" .Release.Name .Release.Namespace | quote }}\n'
+    )
+    archive = flat_chart(tmp_path, None, {"templates/caps.yaml": template})
+    for engine in (True, False):
+        output = await renderer.render(
+            archive,
+            namespace="sr-1",
+            kube_version="1.29.4",
+            api_versions=["example.com/v1/Widget"],
+            engine=engine,
+        )
+        assert output.sorted_by_kind is not engine
+        objects = {o["metadata"]["name"]: o for o in decode_manifest(output.manifest)[0]}
+        assert objects["caps"]["data"] == {
+            "has": "true",
+            "kube": "v1.29.4",
+            "install": "true",
+            "release": "mini-service/sr-1",
+        }
+
+
+#: Helm's separator, translated literally (`\s` is ASCII in RE2): the reference for
+#: `helm_split`, which is written out for speed.
+HELM_SEPARATOR = re.compile(r"(?:^|[\t\n\f\r ]*\n)---[\t\n\f\r ]*")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "---",
+        "---\n---\n",
+        "a: 1\n---\nb: 2\n",
+        "a: 1\n  \n\t---   \n  ---\nb: 2",
+        "a\n---x\n---\n\n---\n",
+        "key: |\n  line\n  ---\n  more\n---\nnext: 1",
+        "\v---\n\x85---\n",
+    ],
+)
+def test_helm_split_matches_helms_pattern(text: str) -> None:
+    assert helm_split(text) == HELM_SEPARATOR.split(text)
+
+
+def test_helm_split_matches_helms_pattern_on_random_text() -> None:
+    rnd = random.Random(20261129)
+    pieces = ["-", "-", "---", "\n---", " ", "\n", "\t", "\r", "\f", "\v", "a", " \n", "#"]
+    for _ in range(20_000):
+        text = "".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 40)))
+        assert helm_split(text) == HELM_SEPARATOR.split(text), repr(text)

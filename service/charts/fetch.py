@@ -240,6 +240,15 @@ class _OciPull:
         self._saw_not_found = False
 
     def _transport_error(self, exc: requests.RequestException) -> BadGateway:
+        failed = urlsplit(str(exc.request.url)) if exc.request is not None else None
+        if failed is not None and (
+            failed.netloc != self.ref.host or not failed.path.startswith("/v2/")
+        ):
+            # not the registry API: the token server its auth challenge pointed to
+            return BadGateway(
+                detail=f"Could not reach the token server {failed.netloc} of registry "
+                f"{self.ref.host} to pull chart {self.source}: {_short_reason(exc)}."
+            )
         return BadGateway(
             detail=f"Could not reach registry {self.ref.host} to pull chart {self.source}: "
             f"{_short_reason(exc)}."

@@ -251,7 +251,7 @@ def decode_manifest(
             if len(docs) > 1 or (docs and not _helm_plain_head(docs[0])):
                 raise HelmOrderUncertain(f"a document{where} is not plain for Helm")
             if docs:
-                ordered.append((_install_rank(docs[0].get("kind", "")), docs))
+                ordered.append((_install_rank(docs[0].get("kind") or ""), docs))
             continue
         for doc in docs:
             if not isinstance(doc, dict):
@@ -332,25 +332,41 @@ def _install_rank(kind: str) -> tuple[int, int, str]:
     return (0, rank, "") if rank is not None else (1, 0, kind)
 
 
+_SCALARS = (str, int, float, bool, type(None))
+_HEAD_KEYS = {"apiversion": "apiVersion", "kind": "kind", "metadata": "metadata"}
+_META_KEYS = {"name": "name", "annotations": "annotations"}
+
+
+def _exact_keys(mapping: dict[str, Any], fields: dict[str, str]) -> bool:
+    """No key that Go's encoding/json would take for a field (it matches names ignoring
+    case) other than the field's exact name."""
+    return all(fields.get(key.lower(), key) == key for key in mapping if isinstance(key, str))
+
+
 def _helm_plain_head(doc: Any) -> bool:
-    """Whether Helm's `SimpleHead` reading of `doc` (apiVersion, kind, metadata.name,
-    metadata.annotations as strings) is certainly ours, and `doc` is not a hook."""
-    if not isinstance(doc, dict):
+    """Whether Helm's `SimpleHead` reading of `doc` is certainly ours, and `doc` is not a
+    hook. Helm decodes apiVersion, kind, metadata.name and metadata.annotations into Go
+    strings (YAML scalars by their text, null as ""); anything else there fails its parse."""
+    if not isinstance(doc, dict) or not _exact_keys(doc, _HEAD_KEYS):
         return False
-    if not isinstance(doc.get("apiVersion", ""), str) or not isinstance(doc.get("kind", ""), str):
+    if not isinstance(doc.get("apiVersion"), str | None) or not isinstance(
+        doc.get("kind"), str | None
+    ):
         return False
-    if "metadata" not in doc:
+    meta = doc.get("metadata")
+    if meta is None:
         return True
-    meta = doc["metadata"]
-    if not isinstance(meta, dict) or not isinstance(meta.get("name", ""), str):
+    if not isinstance(meta, dict) or not _exact_keys(meta, _META_KEYS):
+        return False
+    if not isinstance(meta.get("name"), str | None):
         return False
     annotations = meta.get("annotations")
     if annotations is None:
-        return "annotations" not in meta
+        return True
     return (
         isinstance(annotations, dict)
         and HOOK_ANNOTATION not in annotations
-        and all(isinstance(value, str) for value in annotations.values())
+        and all(isinstance(value, _SCALARS) for value in annotations.values())
     )
 
 

@@ -232,19 +232,19 @@ DYNAMIC_HOOK = (
     [
         # a hook annotation built at render time: Helm leaves the object out
         ("dynamic-hook", DYNAMIC_HOOK),
-        # Helm reads heads as strings: the number is "1" there
-        (
-            "number-annotation",
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: n, annotations: {a: 1}}\n",
-        ),
+        # Helm reads a number kind by its text, which is gone after decoding
         ("number-kind", "apiVersion: v1\nkind: 7\nmetadata: {name: k}\n"),
-        ("null-metadata", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n"),
+        # Go's encoding/json takes `Kind` for `kind` (names match ignoring case)
+        ("capitalised-kind", "apiVersion: v1\nKind: Secret\nmetadata: {name: k}\n"),
+        ("capitalised-name", "apiVersion: v1\nkind: Secret\nmetadata: {Name: k}\n"),
         # two YAML documents in one Helm document: Helm sorts by the first
         (
             "document-end",
             "apiVersion: v1\nkind: Secret\nmetadata: {name: a}\n...\n"
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n",
         ),
+        # and where Helm's own parse fails, its message is the answer
+        ("map-annotation", "apiVersion: v1\nkind: Secret\nmetadata: {annotations: {a: {b: c}}}\n"),
         ("not-a-mapping", "- apiVersion: v1\n  kind: ConfigMap\n"),
         ("invalid-yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: [}\n"),
     ],
@@ -258,7 +258,7 @@ async def test_uncertain_documents_fall_back_to_the_install_action(
     with pytest.raises(HelmOrderUncertain):
         decode_manifest(engine.manifest, helm_order=True)
     result, calls = await compare(renderer, archive)
-    refused = name in {"not-a-mapping", "invalid-yaml"}
+    refused = name in {"map-annotation", "not-a-mapping", "invalid-yaml"}
     assert calls == (HELM_REFUSED if refused else FELL_BACK), name
     if refused:
         assert [f.rule for f in result.errors] == ["render-error"]
@@ -268,6 +268,24 @@ async def test_uncertain_documents_fall_back_to_the_install_action(
             f"{o['kind']}/{o['metadata']['name']}" for o in result.objects
         ]
         assert result.valid
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        # Helm reads scalars as their text and null as "": nothing changes the order
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: n, annotations: {a: 1, b: true, c: }}\n",
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: n\n  annotations:\n",
+        "apiVersion: v1\nkind: Secret\nmetadata:\n",
+        "apiVersion: v1\nkind:\nmetadata: {name: nameless-kind}\n",
+    ],
+)
+async def test_null_and_scalar_head_fields_stay_on_the_engine_path(
+    renderer: RecordingRenderer, tmp_path: Path, template: str
+) -> None:
+    archive = flat_chart(tmp_path, None, {"templates/odd.yaml": template})
+    _, calls = await compare(renderer, archive)
+    assert calls == ENGINE
 
 
 @pytest.mark.parametrize(

@@ -208,6 +208,10 @@ def split_documents(manifest: str) -> list[tuple[str | None, str]]:
     return chunks
 
 
+#: One decoded chunk in Helm's sort: (rank of its kind, its objects).
+Entry = tuple[tuple[int, int, str], list[KubeObject]]
+
+
 def decode_manifest(
     manifest: str, *, max_document_bytes: int = MAX_DOCUMENT_BYTES, helm_order: bool = False
 ) -> tuple[list[KubeObject], list[Finding]]:
@@ -219,15 +223,14 @@ def decode_manifest(
     when a document could read differently there, or is a hook, or fails to decode, this
     raises `HelmOrderUncertain` and the caller asks Helm's install action instead.
     """
+    if helm_order:
+        return helm_sorted(helm_entries(manifest, max_document_bytes=max_document_bytes)), []
     objects: list[KubeObject] = []
     findings: list[Finding] = []
-    ordered: list[tuple[tuple[int, int, str], list[KubeObject]]] = []
     for source, chunk in split_documents(manifest):
         where = f" in {source}" if source else ""
         size = len(chunk.encode())
         if size > max_document_bytes:
-            if helm_order:
-                raise HelmOrderUncertain(f"a document{where} is too large")
             findings.append(
                 Finding(
                     "object-too-large",
@@ -242,18 +245,11 @@ def decode_manifest(
         try:
             docs = load_documents(chunk)
         except DecodeError as exc:
-            if helm_order:
-                raise HelmOrderUncertain(str(exc)) from None
             findings.append(Finding(exc.rule, "error", None, None, f"{exc}{where}"))
             continue
-        docs = [doc for doc in docs if doc is not None]
-        if helm_order:
-            if len(docs) > 1 or (docs and not _helm_plain_head(docs[0])):
-                raise HelmOrderUncertain(f"a document{where} is not plain for Helm")
-            if docs:
-                ordered.append((_install_rank(docs[0].get("kind") or ""), docs))
-            continue
         for doc in docs:
+            if doc is None:
+                continue
             if not isinstance(doc, dict):
                 findings.append(
                     Finding(
@@ -266,11 +262,32 @@ def decode_manifest(
                 )
                 continue
             objects.append(doc)
-    if helm_order:
-        # sorted() is stable, like Helm's sort.SliceStable.
-        for _, docs in sorted(ordered, key=lambda entry: entry[0]):
-            objects.extend(docs)
     return objects, findings
+
+
+def helm_entries(manifest: str, *, max_document_bytes: int = MAX_DOCUMENT_BYTES) -> list[Entry]:
+    """The chunks of a template-order render, decoded and ranked for Helm's sort (raises
+    `HelmOrderUncertain`). Entries of consecutive pieces of a manifest, split where a
+    document starts, concatenate to the entries of the whole."""
+    entries: list[Entry] = []
+    for source, chunk in split_documents(manifest):
+        where = f" in {source}" if source else ""
+        if len(chunk.encode()) > max_document_bytes:
+            raise HelmOrderUncertain(f"a document{where} is too large")
+        try:
+            docs = [doc for doc in load_documents(chunk) if doc is not None]
+        except DecodeError as exc:
+            raise HelmOrderUncertain(str(exc)) from None
+        if len(docs) > 1 or (docs and not _helm_plain_head(docs[0])):
+            raise HelmOrderUncertain(f"a document{where} is not plain for Helm")
+        if docs:
+            entries.append((_install_rank(docs[0].get("kind") or ""), docs))
+    return entries
+
+
+def helm_sorted(entries: list[Entry]) -> list[KubeObject]:
+    """The objects in Helm's install order (sorted() is stable, like sort.SliceStable)."""
+    return [obj for _, docs in sorted(entries, key=lambda entry: entry[0]) for obj in docs]
 
 
 class HelmOrderUncertain(Exception):

@@ -14,6 +14,7 @@ spares the worker pool when the same chart is rendered again with the same value
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import uuid
@@ -337,7 +338,8 @@ class ChartPipeline:
             engine=engine,
         )
         if key is not None:
-            self._renders.put(key, output)
+            # the decoded objects go to this caller's check only; a hit decodes again
+            self._renders.put(key, dataclasses.replace(output, objects=None))
         return output
 
     async def validate(

@@ -7,7 +7,9 @@ wall-clock bound by killing the worker, which is replaced on the next render.
 A simple chart (no hooks, subcharts or kubeVersion constraint) may be rendered by the Helm
 engine alone, skipping the install action's Go re-parse of every document; the manifest then
 comes in template order and the decoder sorts it like Helm, or `render_checked` asks the
-install action when it cannot be sure (`decode.HelmOrderUncertain`).
+install action when it cannot be sure (`decode.HelmOrderUncertain`). A large engine render is
+decoded half in this process and half in the worker that rendered it, at the same time
+(`RenderOutput.objects`).
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from service.charts.decode import (
+    Entry,
     HelmOrderUncertain,
     crd_names,
     decode_manifest,
+    helm_entries,
+    helm_sorted,
     hook_findings,
 )
-from service.charts.findings import Finding, PipelineResult
+from service.charts.findings import Finding, KubeObject, PipelineResult
 from service.charts.modify import apply_modifications
 from service.charts.policy import ValidationPolicy, restrict
 from service.charts.workload import extract_workload_config
@@ -38,6 +43,8 @@ from service.core.errors import BadRequest, FieldError
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MEMORY_LIMIT = 1024 * 1024 * 1024
 DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024
+#: Engine renders from this size on are decoded half here, half in the (idle) worker.
+DEFAULT_SPLIT_DECODE_MIN_BYTES = 48 * 1024
 DEFAULT_KUBE_VERSION = "1.30.0"
 #: Namespace used when rendering at function creation, before any instance exists.
 PLACEHOLDER_NAMESPACE = "nvcf-validation"
@@ -82,6 +89,10 @@ class RenderOutput:
     #: False for an engine render in template order (see `render_worker.render`): the
     #: decoder sorts it like Helm, or says it cannot (`HelmOrderUncertain`).
     sorted_by_kind: bool = True
+    #: The manifest's objects in Helm's order when the worker and this process decoded an
+    #: engine render together; None otherwise (then `check_rendered` decodes the manifest).
+    #: Handed to one check only: the objects are not copied.
+    objects: list[KubeObject] | None = None
 
 
 class _WorkerDied(Exception):
@@ -118,7 +129,7 @@ class _Worker:
         )
         worker = cls(proc)
         try:
-            ready = await asyncio.wait_for(worker._read(max_output), WORKER_START_TIMEOUT)
+            ready = await asyncio.wait_for(worker.read_frame(max_output), WORKER_START_TIMEOUT)
         except BaseException:
             await worker.kill()
             raise
@@ -135,7 +146,7 @@ class _Worker:
                 self.out_of_memory = True
             self.stderr_tail = (self.stderr_tail + chunk)[-4096:]
 
-    async def _read(self, max_output: int) -> dict[str, Any]:
+    async def read_frame(self, max_output: int) -> dict[str, Any]:
         assert self.proc.stdout is not None
         try:
             header = await self.proc.stdout.readexactly(_HEADER.size)
@@ -156,7 +167,7 @@ class _Worker:
             await self.proc.stdin.drain()
         except ConnectionError as exc:
             raise _WorkerDied(str(exc)) from exc
-        return await self._read(max_output)
+        return await self.read_frame(max_output)
 
     async def exited(self) -> None:
         """Wait briefly for a dying worker so its exit status and stderr are known."""
@@ -175,6 +186,18 @@ class _Worker:
             await self._drain
 
 
+def _entries_or_none(text: str) -> list[Entry] | None:
+    try:
+        return helm_entries(text)
+    except Exception:  # HelmOrderUncertain, MemoryError: check_rendered decodes it all
+        return None
+
+
+def _rank(value: Any) -> tuple[int, int, str]:
+    group, rank, kind = value
+    return (int(group), int(rank), str(kind))
+
+
 def _mib(n: int) -> str:
     return f"{n / (1024 * 1024):g} MiB"
 
@@ -188,6 +211,7 @@ class ChartRenderer:
         timeout: float = DEFAULT_TIMEOUT,
         memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT,
+        split_decode_min_bytes: int | None = DEFAULT_SPLIT_DECODE_MIN_BYTES,
     ) -> None:
         if workers < 1:
             raise ValueError("workers must be at least 1")
@@ -195,6 +219,8 @@ class ChartRenderer:
         self.timeout = timeout
         self.memory_limit_bytes = memory_limit_bytes
         self.max_output_bytes = max_output_bytes
+        #: None: never split the decoding of an engine render with the worker
+        self.split_decode_min_bytes = split_decode_min_bytes
         self._slots = asyncio.Semaphore(workers)
         self._idle: list[_Worker] = []
         self._closed = False
@@ -239,18 +265,23 @@ class ChartRenderer:
             "kube_version": kube_version,
             "api_versions": list(api_versions or []),
             "engine": engine,
+            "split_min_bytes": self.split_decode_min_bytes,
         }
         async with self._slots:
             while self._idle and self._idle[-1].proc.returncode is not None:
                 await self._idle.pop().kill()  # died while idle
             worker = self._idle.pop() if self._idle else await self._start()
             keep = False
+            objects: list[KubeObject] | None = None
             try:
                 response = await asyncio.wait_for(
                     worker.call(request, self.max_output_bytes), self.timeout
                 )
                 # a worker that hit MemoryError in Python is not trusted with another render
                 keep = response.get("error") != "render-memory"
+                offset = response.get("split")
+                if response.get("ok") and isinstance(offset, int):
+                    keep, objects = await self._split_decode(worker, response["manifest"], offset)
             except TimeoutError:
                 raise ChartRenderError.of(
                     "render-timeout",
@@ -273,9 +304,34 @@ class ChartRenderer:
                     self._idle.append(worker)
                 else:
                     await worker.kill()
-        return self._output(response)
+        return self._output(response, objects)
 
-    def _output(self, response: dict[str, Any]) -> RenderOutput:
+    async def _split_decode(
+        self, worker: _Worker, manifest: str, offset: int
+    ) -> tuple[bool, list[KubeObject] | None]:
+        """Decode `manifest[:offset]` in a thread while the worker's decode of the rest
+        arrives; returns (whether the worker can be kept, the objects in Helm's order or None
+        when either half failed, which leaves the decoding to `check_rendered`)."""
+        local = asyncio.ensure_future(asyncio.to_thread(_entries_or_none, manifest[:offset]))
+        try:
+            remote: dict[str, Any] | None = await asyncio.wait_for(
+                worker.read_frame(self.max_output_bytes), self.timeout
+            )
+            keep = True
+        except (TimeoutError, _WorkerDied):
+            remote, keep = None, False
+        entries = await local
+        if entries is None or remote is None or not remote.get("ok"):
+            return keep, None
+        try:
+            entries.extend((_rank(rank), list(docs)) for rank, docs in remote["entries"])
+        except (KeyError, TypeError, ValueError):
+            return False, None
+        return keep, helm_sorted(entries)
+
+    def _output(
+        self, response: dict[str, Any], objects: list[KubeObject] | None = None
+    ) -> RenderOutput:
         if not response.get("ok"):
             rule = str(response.get("error") or "render-error")
             message = str(response.get("message") or "rendering failed")
@@ -292,6 +348,7 @@ class ChartRenderer:
             chart_name=str(chart.get("name", "")),
             chart_version=str(chart.get("version", "")),
             sorted_by_kind=bool(response.get("sorted", True)),
+            objects=objects,
         )
 
     async def aclose(self) -> None:
@@ -332,9 +389,13 @@ def check_rendered(
                 "CustomResourceDefinitions from crds/ are dropped and never installed",
             )
         )
-    objects, decode_findings = decode_manifest(
-        output.manifest, helm_order=not output.sorted_by_kind
-    )
+    decode_findings: list[Finding] = []
+    if output.objects is not None:
+        objects = output.objects
+    else:
+        objects, decode_findings = decode_manifest(
+            output.manifest, helm_order=not output.sorted_by_kind
+        )
     result.add(*decode_findings)
     objects, result.workload_config, workload_findings = extract_workload_config(objects)
     result.add(*workload_findings)

@@ -3,7 +3,8 @@
 Run as `python -m service.charts.render_worker --memory-limit BYTES`. It imports the Helm
 engine once, caps its own address space at (address space after import + BYTES), reports
 ready, then serves requests until stdin closes. Frames on stdin/stdout are a 4-byte big-endian
-length followed by a UTF-8 JSON object. The parent (`render.ChartRenderer`) enforces the
+length followed by a UTF-8 JSON object: one response per request, and a second one after a
+response carrying `split` (see `render`). The parent (`render.ChartRenderer`) enforces the
 wall-clock bound by killing the process.
 """
 
@@ -162,10 +163,11 @@ def split_manifests(text: str) -> list[str]:
     return [doc.lstrip(GO_SPACE) for doc in docs if doc.strip(GO_SPACE)]
 
 
-def engine_manifest(files: dict[str, str]) -> str:
-    """The manifest Helm's install action writes for `files` (the engine's output), but in
-    template order rather than sorted by kind: NOTES and partials dropped, each document as
-    `---\\n# Source: <template>\\n<document>\\n`. Valid only when no document is a hook."""
+def engine_parts(files: dict[str, str]) -> list[str]:
+    """The documents of the manifest Helm's install action writes for `files` (the engine's
+    output), but in template order rather than sorted by kind: NOTES and partials dropped,
+    each document as `---\\n# Source: <template>\\n<document>\\n`. Valid only when no
+    document is a hook."""
     parts: list[str] = []
     for path in sorted(files):
         content = files[path]
@@ -174,7 +176,35 @@ def engine_manifest(files: dict[str, str]) -> str:
         if not content.strip(GO_SPACE):
             continue
         parts.extend(f"---\n# Source: {path}\n{doc}\n" for doc in split_manifests(content))
-    return "".join(parts)
+    return parts
+
+
+def engine_manifest(files: dict[str, str]) -> str:
+    return "".join(engine_parts(files))
+
+
+def split_offset(parts: list[str], min_bytes: int | None) -> int | None:
+    """Where the second half of the documents starts, for a manifest of at least
+    `min_bytes` with two documents or more (None: no split)."""
+    total = sum(map(len, parts))
+    if min_bytes is None or total < min_bytes or len(parts) < 2:
+        return None
+    offset = 0
+    for part in parts[:-1]:
+        offset += len(part)
+        if offset * 2 >= total:
+            break
+    return offset
+
+
+def decode_tail(text: str) -> dict[str, Any]:
+    """Decode the second half of a split engine render for the parent (`helm_entries`)."""
+    from service.charts.decode import helm_entries
+
+    try:
+        return {"ok": True, "entries": helm_entries(text)}
+    except Exception as exc:  # HelmOrderUncertain, MemoryError: the parent decodes it all
+        return {"ok": False, "message": str(exc) or repr(exc)}
 
 
 def engine_eligible(metadata: dict[str, Any], subcharts: list[Any]) -> bool:
@@ -193,7 +223,9 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
     request allows it (`engine`), the engine's output is returned instead, in template order
     with `"sorted": false`: the parent decodes those documents anyway, then sorts them the
     way Helm does or, when a document is not plain enough to be sure of Helm's reading,
-    asks again with `engine` false.
+    asks again with `engine` false. When the manifest is at least `split_min_bytes`, the
+    response carries `"split": offset` and a second frame follows it: this worker's decode of
+    `manifest[offset:]` (`decode_tail`), done while the parent decodes the first part.
     """
     import helm_python as helm
     from helm_python import _native
@@ -231,11 +263,17 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
             except helm.HelmError:
                 pass  # the install action below reports it in its own words
             else:
-                manifest = engine_manifest(files)
+                parts = engine_parts(files)
+                manifest = "".join(parts)
                 size = len(manifest) + sum(len(c["data"]) for c in chart.crds)
                 if size > max_output_bytes:
                     return _too_large(max_output_bytes)
-                return _rendered(chart, manifest, {}, sorted_by_kind=False)
+                response = _rendered(chart, manifest, {}, sorted_by_kind=False)
+                offset = split_offset(parts, request.get("split_min_bytes"))
+                if offset is not None:
+                    # after answering, this worker decodes manifest[offset:] (see main)
+                    response["split"] = offset
+                return response
         options = {
             "namespace": request["namespace"],
             "dry_run": "client",
@@ -347,6 +385,15 @@ def main(argv: list[str] | None = None) -> int:
             write_frame(out, response)
         except MemoryError:
             write_frame(out, {"ok": False, "error": "render-memory", "message": "out of memory"})
+            continue
+        offset = response.get("split")
+        if response.get("ok") and isinstance(offset, int):
+            # The parent decodes the first half meanwhile: two cores instead of one.
+            tail = decode_tail(response["manifest"][offset:])
+            try:
+                write_frame(out, tail)
+            except MemoryError:
+                write_frame(out, {"ok": False, "message": "out of memory"})
     return 0
 
 

@@ -20,6 +20,8 @@ from service.charts.render import (
     ChartRenderer,
     ChartRenderError,
     RenderOutput,
+    _Worker,
+    _WorkerDied,
     check_rendered,
     validate_chart,
 )
@@ -33,8 +35,8 @@ Calls = list[tuple[bool, bool | None]]
 class RecordingRenderer(ChartRenderer):
     """A renderer noting each render's `(engine requested, sorted_by_kind)`."""
 
-    def __init__(self) -> None:
-        super().__init__(workers=1, timeout=30)
+    def __init__(self, split_decode_min_bytes: int | None = None) -> None:
+        super().__init__(workers=1, timeout=30, split_decode_min_bytes=split_decode_min_bytes)
         self.calls: Calls = []
 
     async def render(self, archive: Path, **kw: Any) -> RenderOutput:
@@ -47,9 +49,11 @@ class RecordingRenderer(ChartRenderer):
         return output
 
 
-@pytest.fixture
-async def renderer() -> AsyncIterator[RecordingRenderer]:
-    async with RecordingRenderer() as r:
+@pytest.fixture(params=[None, 0], ids=["decode-here", "decode-split"])
+async def renderer(request: pytest.FixtureRequest) -> AsyncIterator[RecordingRenderer]:
+    """Every test runs with the decoding of engine renders done in this process, and split
+    with the worker for every render of two documents or more."""
+    async with RecordingRenderer(split_decode_min_bytes=request.param) as r:
         yield r
 
 
@@ -382,3 +386,61 @@ def test_helm_split_matches_helms_pattern_on_random_text() -> None:
     for _ in range(20_000):
         text = "".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 40)))
         assert helm_split(text) == HELM_SEPARATOR.split(text), repr(text)
+
+
+async def test_split_decode_hands_over_the_objects_of_both_halves(tmp_path: Path) -> None:
+    archive = flat_chart(tmp_path, None, dict(ODD_ORDER))
+    async with RecordingRenderer(split_decode_min_bytes=0) as split:
+        output = await split.render(archive, namespace="ns", engine=True)
+        assert output.objects is not None
+        assert output.objects == decode_manifest(output.manifest, helm_order=True)[0]
+        kinds = [o["kind"] for o in output.objects]
+        assert kinds[:3] == ["ServiceAccount", "Secret", "ConfigMap"] and len(kinds) == 9
+        # the worker answered both frames and serves the next render
+        await split.render(archive, namespace="ns", engine=True)
+        assert split.started == 1
+    big = len(output.manifest) + 1
+    for threshold in (None, big):
+        async with RecordingRenderer(split_decode_min_bytes=threshold) as whole:
+            assert (await whole.render(archive, namespace="ns", engine=True)).objects is None
+
+
+@pytest.mark.parametrize("path", ["templates/0-odd.yaml", "templates/z-odd.yaml"])
+async def test_an_uncertain_half_leaves_the_decoding_to_the_check(
+    tmp_path: Path, path: str
+) -> None:
+    """Whichever half holds the document Helm could read differently, nothing is handed over
+    and the check falls back to the install action."""
+    template = "apiVersion: v1\nkind: 7\nmetadata: {name: k}\n"
+    archive = flat_chart(tmp_path, None, {**ODD_ORDER, path: template})
+    async with RecordingRenderer(split_decode_min_bytes=0) as split:
+        output = await split.render(archive, namespace="ns", engine=True)
+        assert output.objects is None and not output.sorted_by_kind
+        _, calls = await compare(split, archive)
+        assert calls == FELL_BACK
+
+
+async def test_worker_dying_between_the_frames_costs_only_the_split(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = flat_chart(tmp_path, None, dict(ODD_ORDER))
+    original = _Worker.read_frame
+    answered: list[bool] = []
+
+    async def die_after_a_split(self: _Worker, max_output: int) -> dict[str, Any]:
+        if answered and answered[-1]:
+            answered.append(False)
+            self.proc.kill()
+            raise _WorkerDied("killed between the frames")
+        frame = await original(self, max_output)
+        answered.append("split" in frame)
+        return frame
+
+    monkeypatch.setattr(_Worker, "read_frame", die_after_a_split)
+    async with RecordingRenderer(split_decode_min_bytes=0) as split:
+        output = await split.render(archive, namespace="ns", engine=True)
+        assert output.objects is None and not output.sorted_by_kind
+        result, calls = await compare(split, archive)
+        assert calls == ENGINE
+        assert [o["metadata"]["name"] for o in result.objects][:3] == ["sa", "s1", "c1"]
+        assert split.started >= 2  # the dead worker was replaced

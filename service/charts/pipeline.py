@@ -339,7 +339,7 @@ class ChartPipeline:
         )
         if key is not None:
             # the decoded objects go to this caller's check only; a hit decodes again
-            self._renders.put(key, dataclasses.replace(output, objects=None))
+            self._renders.put(key, dataclasses.replace(output, decoded=None))
         return output
 
     async def validate(

@@ -7,9 +7,9 @@ wall-clock bound by killing the worker, which is replaced on the next render.
 A simple chart (no hooks, subcharts or kubeVersion constraint) may be rendered by the Helm
 engine alone, skipping the install action's Go re-parse of every document; the manifest then
 comes in template order and the decoder sorts it like Helm, or `render_checked` asks the
-install action when it cannot be sure (`decode.HelmOrderUncertain`). A large engine render is
-decoded half in this process and half in the worker that rendered it, at the same time
-(`RenderOutput.objects`).
+install action when it cannot be sure (`decode.HelmOrderUncertain`). A large render is decoded
+half in this process and half in the worker that rendered it, at the same time
+(`RenderOutput.decoded`).
 """
 
 from __future__ import annotations
@@ -89,10 +89,10 @@ class RenderOutput:
     #: False for an engine render in template order (see `render_worker.render`): the
     #: decoder sorts it like Helm, or says it cannot (`HelmOrderUncertain`).
     sorted_by_kind: bool = True
-    #: The manifest's objects in Helm's order when the worker and this process decoded an
-    #: engine render together; None otherwise (then `check_rendered` decodes the manifest).
-    #: Handed to one check only: the objects are not copied.
-    objects: list[KubeObject] | None = None
+    #: `decode_manifest(manifest, helm_order=not sorted_by_kind)` when the worker and this
+    #: process decoded a large render together; None otherwise (then `check_rendered`
+    #: decodes the manifest). Handed to one check only: the objects are not copied.
+    decoded: tuple[list[KubeObject], list[Finding]] | None = None
 
 
 class _WorkerDied(Exception):
@@ -186,9 +186,11 @@ class _Worker:
             await self._drain
 
 
-def _entries_or_none(text: str) -> list[Entry] | None:
+def _decode_or_none(
+    text: str, helm_order: bool
+) -> list[Entry] | tuple[list[KubeObject], list[Finding]] | None:
     try:
-        return helm_entries(text)
+        return helm_entries(text) if helm_order else decode_manifest(text)
     except Exception:  # HelmOrderUncertain, MemoryError: check_rendered decodes it all
         return None
 
@@ -272,7 +274,7 @@ class ChartRenderer:
                 await self._idle.pop().kill()  # died while idle
             worker = self._idle.pop() if self._idle else await self._start()
             keep = False
-            objects: list[KubeObject] | None = None
+            decoded: tuple[list[KubeObject], list[Finding]] | None = None
             try:
                 response = await asyncio.wait_for(
                     worker.call(request, self.max_output_bytes), self.timeout
@@ -281,7 +283,9 @@ class ChartRenderer:
                 keep = response.get("error") != "render-memory"
                 offset = response.get("split")
                 if response.get("ok") and isinstance(offset, int):
-                    keep, objects = await self._split_decode(worker, response["manifest"], offset)
+                    keep, decoded = await self._split_decode(
+                        worker, response["manifest"], offset, not response.get("sorted", True)
+                    )
             except TimeoutError:
                 raise ChartRenderError.of(
                     "render-timeout",
@@ -304,15 +308,18 @@ class ChartRenderer:
                     self._idle.append(worker)
                 else:
                     await worker.kill()
-        return self._output(response, objects)
+        return self._output(response, decoded)
 
     async def _split_decode(
-        self, worker: _Worker, manifest: str, offset: int
-    ) -> tuple[bool, list[KubeObject] | None]:
+        self, worker: _Worker, manifest: str, offset: int, helm_order: bool
+    ) -> tuple[bool, tuple[list[KubeObject], list[Finding]] | None]:
         """Decode `manifest[:offset]` in a thread while the worker's decode of the rest
-        arrives; returns (whether the worker can be kept, the objects in Helm's order or None
-        when either half failed, which leaves the decoding to `check_rendered`)."""
-        local = asyncio.ensure_future(asyncio.to_thread(_entries_or_none, manifest[:offset]))
+        arrives; returns (whether the worker can be kept, what `decode_manifest` gives for
+        the whole, or None when either part failed, which leaves the decoding to
+        `check_rendered`)."""
+        local = asyncio.ensure_future(
+            asyncio.to_thread(_decode_or_none, manifest[:offset], helm_order)
+        )
         try:
             remote: dict[str, Any] | None = await asyncio.wait_for(
                 worker.read_frame(self.max_output_bytes), self.timeout
@@ -320,17 +327,24 @@ class ChartRenderer:
             keep = True
         except (TimeoutError, _WorkerDied):
             remote, keep = None, False
-        entries = await local
-        if entries is None or remote is None or not remote.get("ok"):
+        head = await local
+        if head is None or remote is None or not remote.get("ok"):
             return keep, None
         try:
-            entries.extend((_rank(rank), list(docs)) for rank, docs in remote["entries"])
+            if isinstance(head, list):
+                entries = head + [(_rank(rank), list(docs)) for rank, docs in remote["entries"]]
+                return keep, (helm_sorted(entries), [])
+            objects, findings = head
+            objects.extend(remote["objects"])
+            findings.extend(Finding(*values) for values in remote["findings"])
         except (KeyError, TypeError, ValueError):
             return False, None
-        return keep, helm_sorted(entries)
+        return keep, (objects, findings)
 
     def _output(
-        self, response: dict[str, Any], objects: list[KubeObject] | None = None
+        self,
+        response: dict[str, Any],
+        decoded: tuple[list[KubeObject], list[Finding]] | None = None,
     ) -> RenderOutput:
         if not response.get("ok"):
             rule = str(response.get("error") or "render-error")
@@ -348,7 +362,7 @@ class ChartRenderer:
             chart_name=str(chart.get("name", "")),
             chart_version=str(chart.get("version", "")),
             sorted_by_kind=bool(response.get("sorted", True)),
-            objects=objects,
+            decoded=decoded,
         )
 
     async def aclose(self) -> None:
@@ -389,9 +403,8 @@ def check_rendered(
                 "CustomResourceDefinitions from crds/ are dropped and never installed",
             )
         )
-    decode_findings: list[Finding] = []
-    if output.objects is not None:
-        objects = output.objects
+    if output.decoded is not None:
+        objects, decode_findings = output.decoded
     else:
         objects, decode_findings = decode_manifest(
             output.manifest, helm_order=not output.sorted_by_kind

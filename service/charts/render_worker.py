@@ -4,8 +4,9 @@ Run as `python -m service.charts.render_worker --memory-limit BYTES`. It imports
 engine once, caps its own address space at (address space after import + BYTES), reports
 ready, then serves requests until stdin closes. Frames on stdin/stdout are a 4-byte big-endian
 length followed by a UTF-8 JSON object: one response per request, and a second one after a
-response carrying `split` (see `render`). The parent (`render.ChartRenderer`) enforces the
-wall-clock bound by killing the process.
+response carrying `split`: a manifest of at least the request's `split_min_bytes` is decoded
+from that offset on by this worker (`decode_tail`) while the parent decodes the first part.
+The parent (`render.ChartRenderer`) enforces the wall-clock bound by killing the process.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import struct
 import sys
 import tarfile
 import zlib
+from dataclasses import astuple
 from typing import IO, Any, BinaryIO, cast
 
 RELEASE_NAME = "mini-service"
@@ -163,11 +165,10 @@ def split_manifests(text: str) -> list[str]:
     return [doc.lstrip(GO_SPACE) for doc in docs if doc.strip(GO_SPACE)]
 
 
-def engine_parts(files: dict[str, str]) -> list[str]:
-    """The documents of the manifest Helm's install action writes for `files` (the engine's
-    output), but in template order rather than sorted by kind: NOTES and partials dropped,
-    each document as `---\\n# Source: <template>\\n<document>\\n`. Valid only when no
-    document is a hook."""
+def engine_manifest(files: dict[str, str]) -> str:
+    """The manifest Helm's install action writes for `files` (the engine's output), but in
+    template order rather than sorted by kind: NOTES and partials dropped, each document as
+    `---\\n# Source: <template>\\n<document>\\n`. Valid only when no document is a hook."""
     parts: list[str] = []
     for path in sorted(files):
         content = files[path]
@@ -176,33 +177,32 @@ def engine_parts(files: dict[str, str]) -> list[str]:
         if not content.strip(GO_SPACE):
             continue
         parts.extend(f"---\n# Source: {path}\n{doc}\n" for doc in split_manifests(content))
-    return parts
+    return "".join(parts)
 
 
-def engine_manifest(files: dict[str, str]) -> str:
-    return "".join(engine_parts(files))
-
-
-def split_offset(parts: list[str], min_bytes: int | None) -> int | None:
-    """Where the second half of the documents starts, for a manifest of at least
-    `min_bytes` with two documents or more (None: no split)."""
-    total = sum(map(len, parts))
-    if min_bytes is None or total < min_bytes or len(parts) < 2:
+def split_offset(manifest: str, min_bytes: int | None) -> int | None:
+    """Where the second half of a manifest of at least `min_bytes` starts: the start of a
+    `---` line near the middle, so that decoding both parts gives what decoding the whole
+    does (`decode` works document by document). None: no split."""
+    if min_bytes is None or len(manifest) < min_bytes:
         return None
-    offset = 0
-    for part in parts[:-1]:
-        offset += len(part)
-        if offset * 2 >= total:
-            break
-    return offset
+    middle = len(manifest) // 2
+    found = manifest.find("\n---\n", middle)
+    if found < 0:
+        found = manifest.rfind("\n---\n", 0, middle)
+    return found + 1 if found >= 0 else None
 
 
-def decode_tail(text: str) -> dict[str, Any]:
-    """Decode the second half of a split engine render for the parent (`helm_entries`)."""
-    from service.charts.decode import helm_entries
+def decode_tail(text: str, *, helm_order: bool) -> dict[str, Any]:
+    """This worker's part of a split decode (`decode.helm_entries` for a template-order
+    render, else `decode.decode_manifest`)."""
+    from service.charts.decode import decode_manifest, helm_entries
 
     try:
-        return {"ok": True, "entries": helm_entries(text)}
+        if helm_order:
+            return {"ok": True, "entries": helm_entries(text)}
+        objects, findings = decode_manifest(text)
+        return {"ok": True, "objects": objects, "findings": [list(astuple(f)) for f in findings]}
     except Exception as exc:  # HelmOrderUncertain, MemoryError: the parent decodes it all
         return {"ok": False, "message": str(exc) or repr(exc)}
 
@@ -223,9 +223,7 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
     request allows it (`engine`), the engine's output is returned instead, in template order
     with `"sorted": false`: the parent decodes those documents anyway, then sorts them the
     way Helm does or, when a document is not plain enough to be sure of Helm's reading,
-    asks again with `engine` false. When the manifest is at least `split_min_bytes`, the
-    response carries `"split": offset` and a second frame follows it: this worker's decode of
-    `manifest[offset:]` (`decode_tail`), done while the parent decodes the first part.
+    asks again with `engine` false.
     """
     import helm_python as helm
     from helm_python import _native
@@ -263,17 +261,11 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
             except helm.HelmError:
                 pass  # the install action below reports it in its own words
             else:
-                parts = engine_parts(files)
-                manifest = "".join(parts)
+                manifest = engine_manifest(files)
                 size = len(manifest) + sum(len(c["data"]) for c in chart.crds)
                 if size > max_output_bytes:
                     return _too_large(max_output_bytes)
-                response = _rendered(chart, manifest, {}, sorted_by_kind=False)
-                offset = split_offset(parts, request.get("split_min_bytes"))
-                if offset is not None:
-                    # after answering, this worker decodes manifest[offset:] (see main)
-                    response["split"] = offset
-                return response
+                return _rendered(chart, manifest, {}, sorted_by_kind=False)
         options = {
             "namespace": request["namespace"],
             "dry_run": "client",
@@ -375,8 +367,13 @@ def main(argv: list[str] | None = None) -> int:
     write_frame(out, {"ready": True, "pid": os.getpid(), "baseline": baseline})
 
     while (request := read_frame(inp)) is not None:
+        offset: int | None = None
         try:
             response = render(request, args.max_output)
+            if response.get("ok"):
+                offset = split_offset(response["manifest"], request.get("split_min_bytes"))
+                if offset is not None:
+                    response["split"] = offset
         except MemoryError:
             response = {"ok": False, "error": "render-memory", "message": "out of memory"}
         except Exception as exc:
@@ -386,10 +383,9 @@ def main(argv: list[str] | None = None) -> int:
         except MemoryError:
             write_frame(out, {"ok": False, "error": "render-memory", "message": "out of memory"})
             continue
-        offset = response.get("split")
-        if response.get("ok") and isinstance(offset, int):
-            # The parent decodes the first half meanwhile: two cores instead of one.
-            tail = decode_tail(response["manifest"][offset:])
+        if offset is not None:
+            # The parent decodes manifest[:offset] meanwhile: two cores instead of one.
+            tail = decode_tail(response["manifest"][offset:], helm_order=not response["sorted"])
             try:
                 write_frame(out, tail)
             except MemoryError:

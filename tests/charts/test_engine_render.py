@@ -14,7 +14,7 @@ import helm_python
 import pytest
 import yaml
 
-from service.charts.decode import HelmOrderUncertain, decode_manifest
+from service.charts.decode import MAX_DOCUMENT_BYTES, HelmOrderUncertain, decode_manifest
 from service.charts.findings import Finding, PipelineResult
 from service.charts.render import (
     ChartRenderer,
@@ -389,12 +389,13 @@ def test_helm_split_matches_helms_pattern_on_random_text() -> None:
 
 
 async def test_split_decode_hands_over_the_objects_of_both_halves(tmp_path: Path) -> None:
+    """An engine render: both halves ranked, then sorted together like Helm."""
     archive = flat_chart(tmp_path, None, dict(ODD_ORDER))
     async with RecordingRenderer(split_decode_min_bytes=0) as split:
         output = await split.render(archive, namespace="ns", engine=True)
-        assert output.objects is not None
-        assert output.objects == decode_manifest(output.manifest, helm_order=True)[0]
-        kinds = [o["kind"] for o in output.objects]
+        assert output.decoded is not None
+        assert output.decoded == decode_manifest(output.manifest, helm_order=True)
+        kinds = [o["kind"] for o in output.decoded[0]]
         assert kinds[:3] == ["ServiceAccount", "Secret", "ConfigMap"] and len(kinds) == 9
         # the worker answered both frames and serves the next render
         await split.render(archive, namespace="ns", engine=True)
@@ -402,7 +403,7 @@ async def test_split_decode_hands_over_the_objects_of_both_halves(tmp_path: Path
     big = len(output.manifest) + 1
     for threshold in (None, big):
         async with RecordingRenderer(split_decode_min_bytes=threshold) as whole:
-            assert (await whole.render(archive, namespace="ns", engine=True)).objects is None
+            assert (await whole.render(archive, namespace="ns", engine=True)).decoded is None
 
 
 @pytest.mark.parametrize("path", ["templates/0-odd.yaml", "templates/z-odd.yaml"])
@@ -415,7 +416,7 @@ async def test_an_uncertain_half_leaves_the_decoding_to_the_check(
     archive = flat_chart(tmp_path, None, {**ODD_ORDER, path: template})
     async with RecordingRenderer(split_decode_min_bytes=0) as split:
         output = await split.render(archive, namespace="ns", engine=True)
-        assert output.objects is None and not output.sorted_by_kind
+        assert output.decoded is None and not output.sorted_by_kind
         _, calls = await compare(split, archive)
         assert calls == FELL_BACK
 
@@ -439,8 +440,39 @@ async def test_worker_dying_between_the_frames_costs_only_the_split(
     monkeypatch.setattr(_Worker, "read_frame", die_after_a_split)
     async with RecordingRenderer(split_decode_min_bytes=0) as split:
         output = await split.render(archive, namespace="ns", engine=True)
-        assert output.objects is None and not output.sorted_by_kind
+        assert output.decoded is None and not output.sorted_by_kind
         result, calls = await compare(split, archive)
         assert calls == ENGINE
         assert [o["metadata"]["name"] for o in result.objects][:3] == ["sa", "s1", "c1"]
         assert split.started >= 2  # the dead worker was replaced
+
+
+async def test_split_decode_of_an_install_render_keeps_every_finding_in_order(
+    tmp_path: Path,
+) -> None:
+    """An install-action render (this chart has a subchart) with findings in both halves."""
+    big = "x" * (MAX_DOCUMENT_BYTES + 10)
+    # Helm's order puts the Secret first and the Widget last: one in each half
+    template = "apiVersion: v1\nkind: %s\nmetadata: {name: %s}\ndata: {v: %s}\n"
+    archive = build_chart(
+        BASE,
+        tmp_path,
+        {
+            "templates/a-big.yaml": template % ("Secret", "a-big", big),
+            "templates/m-plain.yaml": "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n",
+            "templates/z-big.yaml": template % ("Widget", "z-big", big),
+        },
+    )
+    async with RecordingRenderer(split_decode_min_bytes=0) as split:
+        output = await split.render(archive, namespace="ns", engine=True)
+        assert output.sorted_by_kind and output.decoded is not None
+        objects, findings = output.decoded
+        assert (objects, findings) == decode_manifest(output.manifest)
+        offset = output.manifest.find("\n---\n", len(output.manifest) // 2) + 1
+        assert [f.message.split(" is ")[0] for f in findings] == [
+            "a document in inference-test/templates/a-big.yaml",
+            "a document in inference-test/templates/z-big.yaml",
+        ]
+        assert "a-big.yaml" in output.manifest[:offset]
+        assert "z-big.yaml" in output.manifest[offset:]
+        assert "Secret" in [o["kind"] for o in objects]

@@ -19,7 +19,8 @@ Row = tuple[str, str, str | None, str | None]
 
 @pytest.fixture
 async def renderer() -> AsyncIterator[ChartRenderer]:
-    async with ChartRenderer(workers=1) as r:
+    # every render of two documents or more is decoded half in the worker
+    async with ChartRenderer(workers=1, split_decode_min_bytes=0) as r:
         yield r
 
 

@@ -54,7 +54,7 @@ def corpus_archive(tmp_path_factory: pytest.TempPathFactory) -> ArchiveFactory:
 
 @pytest.fixture
 async def renderer() -> AsyncIterator[ChartRenderer]:
-    async with ChartRenderer(workers=2, timeout=30) as r:
+    async with ChartRenderer(workers=2, timeout=30, split_decode_min_bytes=0) as r:
         yield r
 
 

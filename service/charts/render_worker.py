@@ -23,8 +23,10 @@ import signal
 import struct
 import sys
 import tarfile
+import tempfile
 import zlib
 from dataclasses import astuple
+from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 
 RELEASE_NAME = "mini-service"
@@ -207,11 +209,79 @@ def decode_tail(text: str, *, helm_order: bool) -> dict[str, Any]:
         return {"ok": False, "message": str(exc) or repr(exc)}
 
 
-def engine_eligible(metadata: dict[str, Any], subcharts: list[Any]) -> bool:
-    """Whether the engine alone renders what the install action would: no `kubeVersion`
-    constraint to check, and no dependency whose conditions, tags and import-values the
-    install action would process first."""
-    return not metadata.get("kubeVersion") and not metadata.get("dependencies") and not subcharts
+def install(
+    chart: Any, values: str, namespace: str, kube_version: str, api_versions: list[str]
+) -> dict[str, Any]:
+    """Helm's install action in client dry-run: what `helm template` runs. Raises HelmError."""
+    import helm_python as helm
+    from helm_python import _native
+
+    options = {
+        "namespace": namespace,
+        "dry_run": "client",
+        "disable_hooks": True,
+        "kube_version": kube_version,
+        "api_versions": api_versions,
+    }
+    with helm.Config(storage_driver="memory", namespace=namespace) as config:
+        # Config.install() does not expose kube_version/api_versions, which the library's
+        # install options accept, so the shim is called directly.
+        release: dict[str, Any] = json.loads(
+            _native.call_string(
+                "helm_install",
+                config._raw(),
+                _native.HANDLE(0),
+                chart._raw(),
+                None,
+                RELEASE_NAME,
+                values,
+                json.dumps(options),
+            )
+        )
+    return release
+
+
+#: (kubeVersion constraint, kube version) -> whether the install action accepts it
+_KUBE_VERSION_CHECKS: dict[tuple[str, str], bool] = {}
+_KUBE_VERSION_CHECKS_MAX = 256
+
+
+def kube_version_accepted(constraint: str, kube_version: str) -> bool:
+    """Whether Helm's install action accepts a chart's `kubeVersion` constraint for
+    `kube_version`, asked of Helm itself with a chart holding nothing but that constraint
+    (no template to render, so about a millisecond). Any failure answers False."""
+    import helm_python as helm
+
+    key = (constraint, kube_version)
+    known = _KUBE_VERSION_CHECKS.get(key)
+    if known is not None:
+        return known
+    with tempfile.TemporaryDirectory(prefix="nvcf-kube-version-") as directory:
+        # JSON is YAML: the constraint goes through unchanged, whatever its characters.
+        meta = {"apiVersion": "v2", "name": "kube-version-check", "version": "0.0.0"}
+        Path(directory, "Chart.yaml").write_text(json.dumps({**meta, "kubeVersion": constraint}))
+        try:
+            with helm.Chart.load(directory) as probe:
+                install(probe, "{}", "default", kube_version, [])
+            accepted = True
+        except helm.HelmError:
+            accepted = False
+    if len(_KUBE_VERSION_CHECKS) >= _KUBE_VERSION_CHECKS_MAX:
+        _KUBE_VERSION_CHECKS.clear()
+    _KUBE_VERSION_CHECKS[key] = accepted
+    return accepted
+
+
+def engine_eligible(chart: Any, metadata: dict[str, Any], kube_version: str) -> bool:
+    """Whether the engine alone renders what the install action would. The engine call
+    processes dependencies (conditions, tags, aliases, import-values) as the install action
+    does; what it skips is the install action's refusals: a dependency declared in Chart.yaml
+    but missing from charts/, and a `kubeVersion` constraint the cluster does not meet."""
+    declared = {dep.get("name") for dep in metadata.get("dependencies") or []}
+    if not declared <= {sub.get("name") for sub in chart.dependencies}:
+        return False
+    constraint = metadata.get("kubeVersion")
+    return not constraint or kube_version_accepted(str(constraint), kube_version)
 
 
 def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
@@ -219,7 +289,7 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
 
     The install action (`helm template`'s code path) re-parses every rendered document in Go
     to sort the manifest by kind and split out hooks, which costs more than the rendering
-    itself. For a chart without hooks, dependencies or a kubeVersion constraint, and when the
+    itself. For a chart without hooks (see `engine_eligible` for the rest), and when the
     request allows it (`engine`), the engine's output is returned instead, in template order
     with `"sorted": false`: the parent decodes those documents anyway, then sorts them the
     way Helm does or, when a document is not plain enough to be sure of Helm's reading,
@@ -245,7 +315,7 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
         if (
             request.get("engine", False)
             and not hooks_possible
-            and engine_eligible(metadata, chart.dependencies)
+            and engine_eligible(chart, metadata, request["kube_version"])
         ):
             options = {
                 "name": RELEASE_NAME,
@@ -266,29 +336,14 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
                 if size > max_output_bytes:
                     return _too_large(max_output_bytes)
                 return _rendered(chart, manifest, {}, sorted_by_kind=False)
-        options = {
-            "namespace": request["namespace"],
-            "dry_run": "client",
-            "disable_hooks": True,
-            "kube_version": request["kube_version"],
-            "api_versions": request["api_versions"],
-        }
         try:
-            with helm.Config(storage_driver="memory", namespace=request["namespace"]) as config:
-                # Config.install() does not expose kube_version/api_versions, which the
-                # library's install options accept, so the shim is called directly.
-                release = json.loads(
-                    _native.call_string(
-                        "helm_install",
-                        config._raw(),
-                        _native.HANDLE(0),
-                        chart._raw(),
-                        None,
-                        RELEASE_NAME,
-                        values,
-                        json.dumps(options),
-                    )
-                )
+            release = install(
+                chart,
+                values,
+                request["namespace"],
+                request["kube_version"],
+                request["api_versions"],
+            )
             manifest = release.get("manifest") or ""
             if len(manifest) > max_output_bytes:
                 return _too_large(max_output_bytes)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import astuple, dataclass
 from typing import Any
 
 import yaml
@@ -210,6 +211,8 @@ def split_documents(manifest: str) -> list[tuple[str | None, str]]:
 
 #: One decoded chunk in Helm's sort: (rank of its kind, its objects).
 Entry = tuple[tuple[int, int, str], list[KubeObject]]
+#: A hook object Helm leaves out of the manifest, with its template path.
+Hook = tuple[str, KubeObject]
 
 
 def decode_manifest(
@@ -224,7 +227,8 @@ def decode_manifest(
     raises `HelmOrderUncertain` and the caller asks Helm's install action instead.
     """
     if helm_order:
-        return helm_sorted(helm_entries(manifest, max_document_bytes=max_document_bytes)), []
+        entries, _ = helm_entries(manifest, max_document_bytes=max_document_bytes)
+        return helm_sorted(entries), []
     objects: list[KubeObject] = []
     findings: list[Finding] = []
     for source, chunk in split_documents(manifest):
@@ -265,11 +269,15 @@ def decode_manifest(
     return objects, findings
 
 
-def helm_entries(manifest: str, *, max_document_bytes: int = MAX_DOCUMENT_BYTES) -> list[Entry]:
-    """The chunks of a template-order render, decoded and ranked for Helm's sort (raises
-    `HelmOrderUncertain`). Entries of consecutive pieces of a manifest, split where a
-    document starts, concatenate to the entries of the whole."""
+def helm_entries(
+    manifest: str, *, max_document_bytes: int = MAX_DOCUMENT_BYTES
+) -> tuple[list[Entry], list[Hook]]:
+    """The chunks of a template-order render, decoded and ranked for Helm's sort, and the
+    hooks Helm leaves out of the manifest (raises `HelmOrderUncertain`). Results of
+    consecutive pieces of a manifest, split where a document starts, concatenate to the
+    results of the whole."""
     entries: list[Entry] = []
+    hooks: list[Hook] = []
     for source, chunk in split_documents(manifest):
         where = f" in {source}" if source else ""
         if len(chunk.encode()) > max_document_bytes:
@@ -280,9 +288,63 @@ def helm_entries(manifest: str, *, max_document_bytes: int = MAX_DOCUMENT_BYTES)
             raise HelmOrderUncertain(str(exc)) from None
         if len(docs) > 1 or (docs and not _helm_plain_head(docs[0])):
             raise HelmOrderUncertain(f"a document{where} is not plain for Helm")
-        if docs:
-            entries.append((_install_rank(docs[0].get("kind") or ""), docs))
-    return entries
+        if not docs:
+            continue
+        if HOOK_ANNOTATION in (_annotations(docs[0]) or {}):
+            # Helm keeps a hook of a known kind apart and drops an unknown one: either
+            # way it is not installed. Reported with its template, which must be known.
+            if source is None:
+                raise HelmOrderUncertain("a hook document without its template")
+            hooks.append((source, docs[0]))
+            continue
+        entries.append((_install_rank(docs[0].get("kind") or ""), docs))
+    return entries, hooks
+
+
+@dataclass
+class Decoded:
+    """A render's manifest (or a piece of it cut where a document starts), decoded: the
+    objects as entries for Helm's sort, the decode findings and the hooks left out. Pieces
+    concatenate (`extend`) to the decoding of the whole."""
+
+    entries: list[Entry]
+    findings: list[Finding]
+    hooks: list[Hook]
+
+    @classmethod
+    def of(cls, manifest: str, *, helm_order: bool) -> Decoded:
+        """Decode a template-order render (`helm_entries`, which may raise
+        `HelmOrderUncertain`) or an install-action render (`decode_manifest`, already in
+        Helm's order: one entry)."""
+        if helm_order:
+            entries, hooks = helm_entries(manifest)
+            return cls(entries, [], hooks)
+        objects, findings = decode_manifest(manifest)
+        return cls([(_install_rank(""), objects)], findings, [])
+
+    def extend(self, other: Decoded) -> None:
+        self.entries.extend(other.entries)
+        self.findings.extend(other.findings)
+        self.hooks.extend(other.hooks)
+
+    def objects(self) -> list[KubeObject]:
+        return helm_sorted(self.entries)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "entries": [[list(rank), docs] for rank, docs in self.entries],
+            "findings": [list(astuple(f)) for f in self.findings],
+            "hooks": [[path, obj] for path, obj in self.hooks],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Decoded:
+        """The inverse of `as_json` (raises KeyError, TypeError or ValueError on bad data)."""
+        return cls(
+            [((int(r[0]), int(r[1]), str(r[2])), list(docs)) for r, docs in data["entries"]],
+            [Finding(*values) for values in data["findings"]],
+            [(str(path), dict(obj)) for path, obj in data["hooks"]],
+        )
 
 
 def helm_sorted(entries: list[Entry]) -> list[KubeObject]:
@@ -361,9 +423,9 @@ def _exact_keys(mapping: dict[str, Any], fields: dict[str, str]) -> bool:
 
 
 def _helm_plain_head(doc: Any) -> bool:
-    """Whether Helm's `SimpleHead` reading of `doc` is certainly ours, and `doc` is not a
-    hook. Helm decodes apiVersion, kind, metadata.name and metadata.annotations into Go
-    strings (YAML scalars by their text, null as ""); anything else there fails its parse."""
+    """Whether Helm's `SimpleHead` reading of `doc` is certainly ours. Helm decodes
+    apiVersion, kind, metadata.name and metadata.annotations into Go strings (YAML scalars
+    by their text, null as ""); anything else there fails its parse."""
     if not isinstance(doc, dict) or not _exact_keys(doc, _HEAD_KEYS):
         return False
     if not isinstance(doc.get("apiVersion"), str | None) or not isinstance(
@@ -380,36 +442,45 @@ def _helm_plain_head(doc: Any) -> bool:
     annotations = meta.get("annotations")
     if annotations is None:
         return True
-    return (
-        isinstance(annotations, dict)
-        and HOOK_ANNOTATION not in annotations
-        and all(isinstance(value, _SCALARS) for value in annotations.values())
+    return isinstance(annotations, dict) and all(
+        isinstance(value, _SCALARS) for value in annotations.values()
     )
+
+
+def _annotations(obj: KubeObject) -> dict[str, Any] | None:
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return annotations if isinstance(annotations, dict) else None
 
 
 def hook_findings(hook_templates: dict[str, str]) -> tuple[list[str], list[Finding]]:
     """`hook-skipped` warnings for each hook object in the templates Helm left out."""
+    hooks = [
+        (path, obj)
+        for path in sorted(hook_templates)
+        for obj in decode_manifest(hook_templates[path])[0]
+        if HOOK_ANNOTATION in (_annotations(obj) or {})
+    ]
+    return skipped_hooks(hooks)
+
+
+def skipped_hooks(hooks: Iterable[Hook]) -> tuple[list[str], list[Finding]]:
+    """The refs of hook objects and a `hook-skipped` warning for each."""
     skipped: list[str] = []
     findings: list[Finding] = []
-    for path in sorted(hook_templates):
-        objects, _ = decode_manifest(hook_templates[path])
-        for obj in objects:
-            meta = obj.get("metadata")
-            annotations = meta.get("annotations") if isinstance(meta, dict) else None
-            if not isinstance(annotations, dict) or "helm.sh/hook" not in annotations:
-                continue
-            ref = object_ref(obj)
-            skipped.append(ref)
-            findings.append(
-                Finding(
-                    "hook-skipped",
-                    "warning",
-                    ref,
-                    "metadata.annotations.helm.sh/hook",
-                    f"hook {annotations['helm.sh/hook']!r} from template {path} is not "
-                    "rendered and never executed",
-                )
+    for path, obj in hooks:
+        ref = object_ref(obj)
+        skipped.append(ref)
+        hook = (_annotations(obj) or {}).get(HOOK_ANNOTATION)
+        findings.append(
+            Finding(
+                "hook-skipped",
+                "warning",
+                ref,
+                "metadata.annotations.helm.sh/hook",
+                f"hook {hook!r} from template {path} is not rendered and never executed",
             )
+        )
     return skipped, findings
 
 

@@ -26,15 +26,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from service.charts.decode import (
-    Entry,
+    Decoded,
     HelmOrderUncertain,
     crd_names,
-    decode_manifest,
-    helm_entries,
-    helm_sorted,
     hook_findings,
+    skipped_hooks,
 )
-from service.charts.findings import Finding, KubeObject, PipelineResult
+from service.charts.findings import Finding, PipelineResult
 from service.charts.modify import apply_modifications
 from service.charts.policy import ValidationPolicy, restrict
 from service.charts.workload import extract_workload_config
@@ -89,10 +87,10 @@ class RenderOutput:
     #: False for an engine render in template order (see `render_worker.render`): the
     #: decoder sorts it like Helm, or says it cannot (`HelmOrderUncertain`).
     sorted_by_kind: bool = True
-    #: `decode_manifest(manifest, helm_order=not sorted_by_kind)` when the worker and this
+    #: `Decoded.of(manifest, helm_order=not sorted_by_kind)` when the worker and this
     #: process decoded a large render together; None otherwise (then `check_rendered`
     #: decodes the manifest). Handed to one check only: the objects are not copied.
-    decoded: tuple[list[KubeObject], list[Finding]] | None = None
+    decoded: Decoded | None = None
 
 
 class _WorkerDied(Exception):
@@ -186,18 +184,11 @@ class _Worker:
             await self._drain
 
 
-def _decode_or_none(
-    text: str, helm_order: bool
-) -> list[Entry] | tuple[list[KubeObject], list[Finding]] | None:
+def _decode_or_none(text: str, helm_order: bool) -> Decoded | None:
     try:
-        return helm_entries(text) if helm_order else decode_manifest(text)
+        return Decoded.of(text, helm_order=helm_order)
     except Exception:  # HelmOrderUncertain, MemoryError: check_rendered decodes it all
         return None
-
-
-def _rank(value: Any) -> tuple[int, int, str]:
-    group, rank, kind = value
-    return (int(group), int(rank), str(kind))
 
 
 def _mib(n: int) -> str:
@@ -274,7 +265,7 @@ class ChartRenderer:
                 await self._idle.pop().kill()  # died while idle
             worker = self._idle.pop() if self._idle else await self._start()
             keep = False
-            decoded: tuple[list[KubeObject], list[Finding]] | None = None
+            decoded: Decoded | None = None
             try:
                 response = await asyncio.wait_for(
                     worker.call(request, self.max_output_bytes), self.timeout
@@ -312,11 +303,10 @@ class ChartRenderer:
 
     async def _split_decode(
         self, worker: _Worker, manifest: str, offset: int, helm_order: bool
-    ) -> tuple[bool, tuple[list[KubeObject], list[Finding]] | None]:
+    ) -> tuple[bool, Decoded | None]:
         """Decode `manifest[:offset]` in a thread while the worker's decode of the rest
-        arrives; returns (whether the worker can be kept, what `decode_manifest` gives for
-        the whole, or None when either part failed, which leaves the decoding to
-        `check_rendered`)."""
+        arrives; returns (whether the worker can be kept, the decoding of the whole, or None
+        when either part failed, which leaves the decoding to `check_rendered`)."""
         local = asyncio.ensure_future(
             asyncio.to_thread(_decode_or_none, manifest[:offset], helm_order)
         )
@@ -327,25 +317,16 @@ class ChartRenderer:
             keep = True
         except (TimeoutError, _WorkerDied):
             remote, keep = None, False
-        head = await local
-        if head is None or remote is None or not remote.get("ok"):
+        decoded = await local
+        if decoded is None or remote is None or not remote.get("ok"):
             return keep, None
         try:
-            if isinstance(head, list):
-                entries = head + [(_rank(rank), list(docs)) for rank, docs in remote["entries"]]
-                return keep, (helm_sorted(entries), [])
-            objects, findings = head
-            objects.extend(remote["objects"])
-            findings.extend(Finding(*values) for values in remote["findings"])
+            decoded.extend(Decoded.from_json(remote))
         except (KeyError, TypeError, ValueError):
             return False, None
-        return keep, (objects, findings)
+        return keep, decoded
 
-    def _output(
-        self,
-        response: dict[str, Any],
-        decoded: tuple[list[KubeObject], list[Finding]] | None = None,
-    ) -> RenderOutput:
+    def _output(self, response: dict[str, Any], decoded: Decoded | None = None) -> RenderOutput:
         if not response.get("ok"):
             rule = str(response.get("error") or "render-error")
             message = str(response.get("message") or "rendering failed")
@@ -390,8 +371,13 @@ def check_rendered(
 ) -> PipelineResult:
     """Decode, extract the workload config, restrict and modify a render (pure)."""
     result = PipelineResult()
-    result.hooks_skipped, hook_warnings = hook_findings(output.hook_templates)
-    result.add(*hook_warnings)
+    decoded = output.decoded or Decoded.of(output.manifest, helm_order=not output.sorted_by_kind)
+    # an install-action render brings its hook templates; an engine render's decoding finds
+    # the hooks in its manifest
+    from_templates = hook_findings(output.hook_templates)
+    from_manifest = skipped_hooks(decoded.hooks)
+    result.hooks_skipped = from_templates[0] + from_manifest[0]
+    result.add(*from_templates[1], *from_manifest[1])
     for ref in crd_names(output.crds):
         result.crds_skipped.append(ref)
         result.add(
@@ -403,14 +389,8 @@ def check_rendered(
                 "CustomResourceDefinitions from crds/ are dropped and never installed",
             )
         )
-    if output.decoded is not None:
-        objects, decode_findings = output.decoded
-    else:
-        objects, decode_findings = decode_manifest(
-            output.manifest, helm_order=not output.sorted_by_kind
-        )
-    result.add(*decode_findings)
-    objects, result.workload_config, workload_findings = extract_workload_config(objects)
+    result.add(*decoded.findings)
+    objects, result.workload_config, workload_findings = extract_workload_config(decoded.objects())
     result.add(*workload_findings)
     objects, policy_findings, crds = restrict(
         objects,

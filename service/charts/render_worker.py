@@ -25,7 +25,6 @@ import sys
 import tarfile
 import tempfile
 import zlib
-from dataclasses import astuple
 from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 
@@ -170,7 +169,7 @@ def split_manifests(text: str) -> list[str]:
 def engine_manifest(files: dict[str, str]) -> str:
     """The manifest Helm's install action writes for `files` (the engine's output), but in
     template order rather than sorted by kind: NOTES and partials dropped, each document as
-    `---\\n# Source: <template>\\n<document>\\n`. Valid only when no document is a hook."""
+    `---\\n# Source: <template>\\n<document>\\n`. Hooks are still in it."""
     parts: list[str] = []
     for path in sorted(files):
         content = files[path]
@@ -196,15 +195,11 @@ def split_offset(manifest: str, min_bytes: int | None) -> int | None:
 
 
 def decode_tail(text: str, *, helm_order: bool) -> dict[str, Any]:
-    """This worker's part of a split decode (`decode.helm_entries` for a template-order
-    render, else `decode.decode_manifest`)."""
-    from service.charts.decode import decode_manifest, helm_entries
+    """This worker's part of a split decode (`decode.Decoded.of`), as JSON."""
+    from service.charts.decode import Decoded
 
     try:
-        if helm_order:
-            return {"ok": True, "entries": helm_entries(text)}
-        objects, findings = decode_manifest(text)
-        return {"ok": True, "objects": objects, "findings": [list(astuple(f)) for f in findings]}
+        return {"ok": True, **Decoded.of(text, helm_order=helm_order).as_json()}
     except Exception as exc:  # HelmOrderUncertain, MemoryError: the parent decodes it all
         return {"ok": False, "message": str(exc) or repr(exc)}
 
@@ -289,11 +284,11 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
 
     The install action (`helm template`'s code path) re-parses every rendered document in Go
     to sort the manifest by kind and split out hooks, which costs more than the rendering
-    itself. For a chart without hooks (see `engine_eligible` for the rest), and when the
-    request allows it (`engine`), the engine's output is returned instead, in template order
-    with `"sorted": false`: the parent decodes those documents anyway, then sorts them the
-    way Helm does or, when a document is not plain enough to be sure of Helm's reading,
-    asks again with `engine` false.
+    itself. When the request allows it (`engine`) and `engine_eligible` says the engine is
+    enough, the engine's output is returned instead, in template order and hooks included,
+    with `"sorted": false`: the parent decodes those documents anyway, then sorts them and
+    sets the hooks apart the way Helm does or, when a document is not plain enough to be
+    sure of Helm's reading, asks again with `engine` false.
     """
     import helm_python as helm
     from helm_python import _native
@@ -311,11 +306,8 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
                 "message": f"chart {chart.name!r} is a library chart, which cannot be installed",
             }
         values = json.dumps(request["values"])
-        hooks_possible = may_have_hooks(request["archive"], request["values"])
-        if (
-            request.get("engine", False)
-            and not hooks_possible
-            and engine_eligible(chart, metadata, request["kube_version"])
+        if request.get("engine", False) and engine_eligible(
+            chart, metadata, request["kube_version"]
         ):
             options = {
                 "name": RELEASE_NAME,
@@ -336,6 +328,7 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
                 if size > max_output_bytes:
                     return _too_large(max_output_bytes)
                 return _rendered(chart, manifest, {}, sorted_by_kind=False)
+        hooks_possible = may_have_hooks(request["archive"], request["values"])
         try:
             release = install(
                 chart,

@@ -4,12 +4,12 @@ A call into the Go engine cannot be interrupted from Python, so every render run
 reusable worker process (`render_worker`) with an address-space cap; the parent enforces the
 wall-clock bound by killing the worker, which is replaced on the next render.
 
-A simple chart (no hooks, subcharts or kubeVersion constraint) may be rendered by the Helm
-engine alone, skipping the install action's Go re-parse of every document; the manifest then
-comes in template order and the decoder sorts it like Helm, or `render_checked` asks the
-install action when it cannot be sure (`decode.HelmOrderUncertain`). A large render is decoded
-half in this process and half in the worker that rendered it, at the same time
-(`RenderOutput.decoded`).
+A chart may be rendered by the Helm engine alone (`render_worker.engine_eligible`), skipping
+the install action's Go re-parse of every document; the manifest then comes in template
+order, hooks included, and the decoder sorts it and sets the hooks apart like Helm, or
+`render_checked` asks the install action when it cannot be sure
+(`decode.HelmOrderUncertain`). A large render is decoded half in this process and half in the
+worker that rendered it, at the same time (`RenderOutput.decoded`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from service.core.errors import BadRequest, FieldError
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MEMORY_LIMIT = 1024 * 1024 * 1024
 DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024
-#: Engine renders from this size on are decoded half here, half in the (idle) worker.
+#: Renders from this size on are decoded half here, half in the worker that made them.
 DEFAULT_SPLIT_DECODE_MIN_BYTES = 48 * 1024
 DEFAULT_KUBE_VERSION = "1.30.0"
 #: Namespace used when rendering at function creation, before any instance exists.
@@ -212,7 +212,7 @@ class ChartRenderer:
         self.timeout = timeout
         self.memory_limit_bytes = memory_limit_bytes
         self.max_output_bytes = max_output_bytes
-        #: None: never split the decoding of an engine render with the worker
+        #: None: never split the decoding of a render with the worker
         self.split_decode_min_bytes = split_decode_min_bytes
         self._slots = asyncio.Semaphore(workers)
         self._idle: list[_Worker] = []
@@ -242,8 +242,9 @@ class ChartRenderer:
     ) -> RenderOutput:
         """Render `archive` with `values` coalesced over the chart's defaults.
 
-        `engine` allows the worker to skip Helm's install action for a simple chart and
-        return the engine's output in template order (`sorted_by_kind` false).
+        `engine` allows the worker to skip Helm's install action when it adds nothing but
+        its re-parse, and return the engine's output in template order (`sorted_by_kind`
+        false).
 
         Raises:
             ChartRenderError: Helm refused the chart or values (message with file and line
@@ -274,6 +275,9 @@ class ChartRenderer:
                 keep = response.get("error") != "render-memory"
                 offset = response.get("split")
                 if response.get("ok") and isinstance(offset, int):
+                    # a second frame is on its way: until it is read (if this task is
+                    # cancelled meanwhile) the worker cannot serve anyone else
+                    keep = False
                     keep, decoded = await self._split_decode(
                         worker, response["manifest"], offset, not response.get("sorted", True)
                     )

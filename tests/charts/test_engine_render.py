@@ -3,6 +3,7 @@ same as through the install action (objects, their order, every finding)."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import random
 import re
@@ -662,3 +663,35 @@ async def test_split_decode_of_an_install_render_keeps_every_finding_in_order(
         assert "a-big.yaml" in output.manifest[:offset]
         assert "z-big.yaml" in output.manifest[offset:]
         assert "Secret" in [o["kind"] for o in objects]
+
+
+async def test_cancelled_between_the_frames_the_worker_is_not_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request cancelled while the worker's second frame is pending (a client gone): that
+    frame must never be read as the answer to the next render."""
+    archive = flat_chart(tmp_path, None, dict(ODD_ORDER))
+    original = _Worker.read_frame
+    waiting = asyncio.Event()
+    hold: list[bool] = [True]
+
+    async def slow_second_frame(self: _Worker, max_output: int) -> dict[str, Any]:
+        if waiting.is_set() is False and hold and getattr(self, "_split_seen", False):
+            waiting.set()
+            await asyncio.sleep(3600)
+        frame = await original(self, max_output)
+        self._split_seen = "split" in frame  # type: ignore[attr-defined]
+        return frame
+
+    monkeypatch.setattr(_Worker, "read_frame", slow_second_frame)
+    async with RecordingRenderer(split_decode_min_bytes=0) as split:
+        task = asyncio.create_task(split.render(archive, namespace="ns", engine=True))
+        await asyncio.wait_for(waiting.wait(), 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        hold.clear()
+        output = await split.render(archive, namespace="ns", engine=True)
+        assert output.decoded is not None and not output.sorted_by_kind
+        assert output.decoded == Decoded.of(output.manifest, helm_order=True)
+        assert split.started == 2  # the worker with the pending frame was replaced

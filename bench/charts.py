@@ -1,8 +1,8 @@
 """Benchmark of helm function creation through the HTTP API (helm.md §1–§3).
 
-Run: `.venv/bin/python bench/charts.py [--reps N]`. Starts its own local docker-registry
-(tests/support/registry.py) and the app in-process (lifespan included, httpx ASGI transport),
-pushes a chart that renders 300 objects, and prints medians of:
+Run: `.venv/bin/python bench/charts.py [--reps N] [--variant VARIANT]`. Starts its own local
+docker-registry (tests/support/registry.py) and the app in-process (lifespan included, httpx
+ASGI transport), pushes a chart that renders 300 objects, and prints medians of:
 
 (a) creating a helm function end to end through the API (cold chart cache: a new chart version
     each repetition) against pulling the same chart with `oras` and rendering it with
@@ -91,15 +91,50 @@ data:
 """
 
 
-def write_bench_chart(root: Path, version: str) -> Path:
-    """A chart rendering exactly OBJECTS objects: a Deployment, a Service and ConfigMaps."""
+HOOK = """apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ .Release.Name }}-test
+  annotations: {"helm.sh/hook": test}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: test, image: busybox}]
+"""
+SUBCHART_TEMPLATE = """apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-extras
+data: {message: {{ .Values.message | quote }}}
+"""
+#: chart shapes: the renders take different paths through Helm (see service/charts/render.py)
+VARIANTS = ("plain", "hooks", "kube-version", "subchart")
+
+
+def write_bench_chart(root: Path, version: str, variant: str = "plain") -> Path:
+    """A chart rendering OBJECTS objects (a Deployment, a Service and ConfigMaps), plus
+    per variant a test hook, a kubeVersion constraint, or a subchart with one more object."""
     chart = root / f"{CHART}-{version}" / CHART
     (chart / "templates").mkdir(parents=True)
-    (chart / "Chart.yaml").write_text(
-        yaml.safe_dump(
-            {"apiVersion": "v2", "name": CHART, "version": version, "type": "application"}
+    meta: dict[str, Any] = {
+        "apiVersion": "v2",
+        "name": CHART,
+        "version": version,
+        "type": "application",
+    }
+    if variant == "kube-version":
+        meta["kubeVersion"] = ">=1.20.0-0"
+    if variant == "subchart":
+        meta["dependencies"] = [{"name": "extras", "version": "0.1.0"}]
+        sub = chart / "charts" / "extras"
+        (sub / "templates").mkdir(parents=True)
+        (sub / "Chart.yaml").write_text(
+            yaml.safe_dump({"apiVersion": "v2", "name": "extras", "version": "0.1.0"})
         )
-    )
+        (sub / "values.yaml").write_text("message: hello\n")
+        (sub / "templates" / "configmap.yaml").write_text(SUBCHART_TEMPLATE)
+    (chart / "Chart.yaml").write_text(yaml.safe_dump(meta))
     values = {
         "configMaps": OBJECTS - 2,
         "settings": {"threads": 4, "models": [f"model-{i}" for i in range(8)], "debug": False},
@@ -108,6 +143,9 @@ def write_bench_chart(root: Path, version: str) -> Path:
     (chart / "templates" / "deployment.yaml").write_text(DEPLOYMENT)
     (chart / "templates" / "service.yaml").write_text(SERVICE)
     (chart / "templates" / "configmaps.yaml").write_text(CONFIGMAPS)
+    if variant == "hooks":
+        (chart / "templates" / "tests" / "test.yaml").parent.mkdir()
+        (chart / "templates" / "tests" / "test.yaml").write_text(HOOK)
     return chart
 
 
@@ -153,14 +191,17 @@ async def create(client: httpx.AsyncClient, url: str, n: int) -> float:
     return elapsed
 
 
-async def run(reps: int) -> dict[str, Any]:
+async def run(reps: int, variant: str = "plain") -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="nvcf-bench-charts-"))
     server = start_registry(tmp / "registry")
     try:
         versions = [f"1.0.{i}" for i in range(reps + 1)]
         for version in versions:
             push_chart(
-                server, write_bench_chart(tmp / "src", version), NAMESPACE, workdir=tmp / "push"
+                server,
+                write_bench_chart(tmp / "src", version, variant),
+                NAMESPACE,
+                workdir=tmp / "push",
             )
         settings = Settings(
             data_dir=tmp / "data",
@@ -215,14 +256,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--json", action="store_true", help="print the raw figures as JSON")
+    parser.add_argument(
+        "--variant",
+        choices=VARIANTS,
+        default="plain",
+        help="chart shape (the targets are set for plain; the others show the other paths)",
+    )
     args = parser.parse_args()
-    figures = asyncio.run(run(args.reps))
+    figures = asyncio.run(run(args.reps, args.variant))
     first = statistics.median(figures["first"])
     second = statistics.median(figures["second"])
     direct = statistics.median(figures["direct"])
     engine = statistics.median(figures["engine"])
     ms = 1000.0
-    print(f"chart: {figures['objects']} rendered objects, {figures['reps']} repetitions (medians)")
+    print(
+        f"chart ({args.variant}): {figures['objects']} rendered objects, "
+        f"{figures['reps']} repetitions (medians)"
+    )
     print(f"  direct oras pull + helm_python render : {direct * ms:8.1f} ms")
     print(f"  direct oras pull + helm engine only   : {engine * ms:8.1f} ms  (context)")
     print(f"  API create, cold chart cache          : {first * ms:8.1f} ms")

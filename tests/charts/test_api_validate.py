@@ -279,29 +279,35 @@ async def test_scope_register_function_is_required(client: AppClient) -> None:
     assert org.status_code == 400, org.text
 
 
-async def test_simple_charts_are_ordered_like_helm_with_or_without_the_engine_path(
+async def test_charts_are_ordered_like_helm_with_or_without_the_engine_path(
     client: AppClient, anon_registry: RegistryServer, tmp_path: Path
 ) -> None:
-    """A chart without subcharts takes the engine path (test_engine_render); one of its
-    documents being a hook made at render time sends it through Helm's install action. Both
-    answer with Helm's order and without the hook."""
-    from tests.charts.test_engine_render import DYNAMIC_HOOK, flat_chart
+    """A chart takes the engine path (test_engine_render) unless a document could read
+    differently in Helm; here a `Kind:` key, which Go's JSON decoder would read as `kind`,
+    sends it through Helm's install action. Both answer in Helm's order and leave the test
+    hook out."""
+    from tests.charts.test_engine_render import HOOK, flat_chart
 
     files: dict[str, str | None] = {
         "templates/a-config.yaml": (
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c1}\n---\n"
             "apiVersion: v1\nkind: Secret\nmetadata: {name: s1}\n"
         ),
+        "templates/tests/test.yaml": HOOK.format(name="check", events="test"),
         "templates/z-sa.yaml": "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: sa}\n",
     }
-    expected = [
-        ("ServiceAccount", "sa"),
-        ("Secret", "s1"),
-        ("ConfigMap", "c1"),
-        ("Service", "entrypoint"),
-        ("Deployment", "mini-service-inference"),
-    ]
-    for name, extra in (("engine", {}), ("fallback", {"templates/hook.yaml": DYNAMIC_HOOK})):
+    doubled = "apiVersion: v1\nkind: ConfigMap\nKind: ConfigMap\nmetadata: {name: c2}\n"
+    head = [("ServiceAccount", "sa"), ("Secret", "s1"), ("ConfigMap", "c1")]
+    tail = [("Service", "entrypoint"), ("Deployment", "mini-service-inference")]
+    cases = (
+        ("engine", {}, [*head, *tail]),
+        (
+            "fallback",
+            {"templates/b-doubled.yaml": doubled},
+            [*head, ("ConfigMap", "c2"), *tail],
+        ),
+    )
+    for name, extra, expected in cases:
         workdir = tmp_path / name
         archive = flat_chart(workdir, None, {**files, **extra})
         chart = push_archive(anon_registry, archive, f"flat-{name}", workdir=workdir / "push")
@@ -310,5 +316,7 @@ async def test_simple_charts_are_ordered_like_helm_with_or_without_the_engine_pa
             assert result["valid"] is True, result["errors"]
             kinds = [(o["kind"], o["metadata"]["name"]) for o in result["objects"]]
             assert kinds == expected, name
+            assert result["hooksSkipped"] == ["batch/v1/Job/check"], name
+            assert [w["rule"] for w in result["warnings"]] == ["hook-skipped"], name
             deployment = by_kind(result["objects"])["Deployment/mini-service-inference"]
             assert deployment["spec"]["replicas"] == 2

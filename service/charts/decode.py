@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from service.charts.findings import Finding, KubeObject, object_ref
+from service.charts.findings import Finding, KubeObject, metadata, object_ref
 
 MAX_DOCUMENT_BYTES = 1024 * 1024
 #: Expanded node budget per document: generous for real objects, tiny next to a bomb.
@@ -216,19 +216,9 @@ Hook = tuple[str, KubeObject]
 
 
 def decode_manifest(
-    manifest: str, *, max_document_bytes: int = MAX_DOCUMENT_BYTES, helm_order: bool = False
+    manifest: str, *, max_document_bytes: int = MAX_DOCUMENT_BYTES
 ) -> tuple[list[KubeObject], list[Finding]]:
-    """Decode every document; oversized or malformed ones become error findings.
-
-    With `helm_order`, `manifest` is a render in template order (`render_worker.engine_manifest`)
-    and the objects come back sorted the way Helm's install action sorts them. Helm decides
-    the order (and whether a document is a hook) from its own parse of each document's head;
-    when a document could read differently there, or is a hook, or fails to decode, this
-    raises `HelmOrderUncertain` and the caller asks Helm's install action instead.
-    """
-    if helm_order:
-        entries, _ = helm_entries(manifest, max_document_bytes=max_document_bytes)
-        return helm_sorted(entries), []
+    """Decode every document; oversized or malformed ones become error findings."""
     objects: list[KubeObject] = []
     findings: list[Finding] = []
     for source, chunk in split_documents(manifest):
@@ -272,10 +262,15 @@ def decode_manifest(
 def helm_entries(
     manifest: str, *, max_document_bytes: int = MAX_DOCUMENT_BYTES
 ) -> tuple[list[Entry], list[Hook]]:
-    """The chunks of a template-order render, decoded and ranked for Helm's sort, and the
-    hooks Helm leaves out of the manifest (raises `HelmOrderUncertain`). Results of
+    """The chunks of a template-order render (`render_worker.engine_manifest`), decoded and
+    ranked for Helm's sort, and the hooks Helm leaves out of the manifest. Results of
     consecutive pieces of a manifest, split where a document starts, concatenate to the
-    results of the whole."""
+    results of the whole.
+
+    Helm decides the order (and whether a document is a hook) from its own parse of each
+    document's head; when a document could read differently there or fails to decode, this
+    raises `HelmOrderUncertain` and the caller asks Helm's install action instead.
+    """
     entries: list[Entry] = []
     hooks: list[Hook] = []
     for source, chunk in split_documents(manifest):
@@ -290,7 +285,7 @@ def helm_entries(
             raise HelmOrderUncertain(f"a document{where} is not plain for Helm")
         if not docs:
             continue
-        if HOOK_ANNOTATION in (_annotations(docs[0]) or {}):
+        if HOOK_ANNOTATION in _annotations(docs[0]):
             # Helm keeps a hook of a known kind apart and drops an unknown one: either
             # way it is not installed. Reported with its template, which must be known.
             if source is None:
@@ -447,10 +442,9 @@ def _helm_plain_head(doc: Any) -> bool:
     )
 
 
-def _annotations(obj: KubeObject) -> dict[str, Any] | None:
-    meta = obj.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    return annotations if isinstance(annotations, dict) else None
+def _annotations(obj: KubeObject) -> dict[str, Any]:
+    annotations = metadata(obj).get("annotations")
+    return annotations if isinstance(annotations, dict) else {}
 
 
 def hook_findings(hook_templates: dict[str, str]) -> tuple[list[str], list[Finding]]:
@@ -459,7 +453,7 @@ def hook_findings(hook_templates: dict[str, str]) -> tuple[list[str], list[Findi
         (path, obj)
         for path in sorted(hook_templates)
         for obj in decode_manifest(hook_templates[path])[0]
-        if HOOK_ANNOTATION in (_annotations(obj) or {})
+        if HOOK_ANNOTATION in _annotations(obj)
     ]
     return skipped_hooks(hooks)
 
@@ -471,7 +465,7 @@ def skipped_hooks(hooks: Iterable[Hook]) -> tuple[list[str], list[Finding]]:
     for path, obj in hooks:
         ref = object_ref(obj)
         skipped.append(ref)
-        hook = (_annotations(obj) or {}).get(HOOK_ANNOTATION)
+        hook = _annotations(obj).get(HOOK_ANNOTATION)
         findings.append(
             Finding(
                 "hook-skipped",

@@ -192,7 +192,8 @@ async def test_engine_and_install_manifests_hold_the_same_documents(
     assert (engine.sorted_by_kind, install.sorted_by_kind) == (False, True)
     # the same documents, in another order (trailing blanks depend on the position)
     assert documents(engine.manifest) == documents(install.manifest)
-    assert decode_manifest(engine.manifest, helm_order=True) == decode_manifest(install.manifest)
+    engine_objects = Decoded.of(engine.manifest, helm_order=True).objects()
+    assert (engine_objects, []) == decode_manifest(install.manifest)
 
 
 def test_engine_manifest_drops_notes_partials_and_blank_templates() -> None:
@@ -402,7 +403,7 @@ async def test_dependencies_are_processed_alike_on_the_engine_path(
         dependency_chart(tmp_path), values=values, namespace="ns", engine=True
     )
     assert not output.sorted_by_kind
-    objects = decode_manifest(output.manifest, helm_order=True)[0]
+    objects = Decoded.of(output.manifest, helm_order=True).objects()
     assert {f"{o['kind']}/{o['metadata']['name']}": o.get("data") for o in objects} == expected
     _, calls = await compare(renderer, dependency_chart(tmp_path / "again"), values)
     assert calls == ENGINE
@@ -450,7 +451,7 @@ async def test_uncertain_documents_fall_back_to_the_install_action(
     engine = await renderer.render(archive, namespace="ns", engine=True)
     assert not engine.sorted_by_kind
     with pytest.raises(HelmOrderUncertain):
-        decode_manifest(engine.manifest, helm_order=True)
+        Decoded.of(engine.manifest, helm_order=True)
     result, calls = await compare(renderer, archive)
     refused = name in {"map-annotation", "not-a-mapping", "invalid-yaml"}
     assert calls == (HELM_REFUSED if refused else FELL_BACK), name

@@ -323,11 +323,9 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
             except helm.HelmError:
                 pass  # the install action below reports it in its own words
             else:
-                manifest = engine_manifest(files)
-                size = len(manifest) + sum(len(c["data"]) for c in chart.crds)
-                if size > max_output_bytes:
-                    return _too_large(max_output_bytes)
-                return _rendered(chart, manifest, {}, sorted_by_kind=False)
+                return _rendered(
+                    chart, engine_manifest(files), {}, max_output_bytes, sorted_by_kind=False
+                )
         hooks_possible = may_have_hooks(request["archive"], request["values"])
         try:
             release = install(
@@ -354,22 +352,27 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
         except helm.HelmError as exc:
             return {"ok": False, "error": "render-error", "message": str(exc)}
         hooks = {path: text for path, text in everything.items() if HOOK_ANNOTATION in text}
-        size = (
-            len(manifest) + sum(map(len, hooks.values())) + sum(len(c["data"]) for c in chart.crds)
-        )
-        if size > max_output_bytes:
-            return _too_large(max_output_bytes)
-        return _rendered(chart, manifest, hooks, sorted_by_kind=True)
+        return _rendered(chart, manifest, hooks, max_output_bytes, sorted_by_kind=True)
 
 
 def _rendered(
-    chart: Any, manifest: str, hooks: dict[str, str], *, sorted_by_kind: bool
+    chart: Any,
+    manifest: str,
+    hooks: dict[str, str],
+    max_output_bytes: int,
+    *,
+    sorted_by_kind: bool,
 ) -> dict[str, Any]:
+    """The answer for a render, or `_too_large` when all it carries is over the limit."""
+    crds = chart.crds
+    size = len(manifest) + sum(map(len, hooks.values())) + sum(len(c["data"]) for c in crds)
+    if size > max_output_bytes:
+        return _too_large(max_output_bytes)
     return {
         "ok": True,
         "manifest": manifest,
         "hooks": hooks,
-        "crds": chart.crds,
+        "crds": crds,
         "chart": {"name": chart.name, "version": chart.version},
         "sorted": sorted_by_kind,
     }

@@ -36,10 +36,6 @@ async def authenticate_request(request: Request) -> Principal:
     return principal
 
 
-async def current_principal(request: Request) -> Principal:
-    return await authenticate_request(request)
-
-
 def require(*any_of: str) -> Callable[..., Coroutine[Any, Any, Principal]]:
     """A dependency that passes when the credential carries at least one of the scopes."""
     needed = " or ".join(f"'{s}'" for s in any_of)

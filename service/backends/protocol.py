@@ -82,10 +82,6 @@ class ShapeCapacity:
         return len(self.free_per_node)
 
     @property
-    def total(self) -> int:
-        return self.gpus_per_node * self.count
-
-    @property
     def free(self) -> int:
         return sum(self.free_per_node)
 

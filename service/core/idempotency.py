@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
-from service.auth.deps import Session, current_principal
+from service.auth.deps import Session, authenticate_request
 from service.auth.service import Principal
 from service.core.db import Base, UTCDateTime, run_after_commit, utcnow
 from service.core.errors import Conflict, FieldError, ValidationFailed
@@ -92,7 +92,7 @@ def _answer(rec: IdempotencyRecord, fingerprint: str) -> None:
 async def idempotency(
     request: Request,
     session: Session,
-    principal: Annotated[Principal, Depends(current_principal)],
+    principal: Annotated[Principal, Depends(authenticate_request)],
 ) -> AsyncIterator[Recorder]:
     recorder = Recorder()
     key = request.headers.get(HEADER)

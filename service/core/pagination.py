@@ -25,10 +25,6 @@ class Page:
     limit: int | None
     after: tuple[datetime, uuid.UUID] | None
 
-    @property
-    def paginated(self) -> bool:
-        return self.limit is not None or self.after is not None
-
 
 def encode_cursor(created_at: datetime, ident: uuid.UUID) -> str:
     raw = json.dumps({"t": created_at.isoformat(), "i": str(ident)}, separators=(",", ":"))

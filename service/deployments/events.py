@@ -13,9 +13,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.core.db import utcnow
 from service.deployments.models import DeploymentEvent
 
-# validation | dispatch | instance | status | scaling | teardown
-EVENT_KINDS = ("validation", "dispatch", "instance", "status", "scaling", "teardown")
-
 
 def record_event(
     session: AsyncSession,

@@ -126,7 +126,7 @@ class DeploymentEvent(Base):
         UUIDStr(), ForeignKey("deployments.id", ondelete="CASCADE"), index=True
     )
     at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
-    # validation | dispatch | instance | status | scaling | teardown
+    # validation | dispatch | instance | observation | status | scaling | teardown
     kind: Mapped[str] = mapped_column(String(32))
     instance_id: Mapped[uuid.UUID | None] = mapped_column(UUIDStr())
     phase: Mapped[str | None] = mapped_column(String(32))

@@ -48,7 +48,6 @@ class ValidatedSpec:
     max_instances: int
     max_request_concurrency: int
     preferred_order: int
-    backend_given: str | None
     clusters: list[str] | None
     regions: list[str] | None
     attributes: list[str] | None
@@ -256,7 +255,6 @@ def validate_create(body: Any, *, catalog: Catalog, is_helm: bool) -> list[Valid
             continue
         assert min_i is not None and max_i is not None
         assert concurrency is not None and order is not None
-        backend = spec.get("backend")
         out.append(
             ValidatedSpec(
                 index=i,
@@ -265,7 +263,6 @@ def validate_create(body: Any, *, catalog: Catalog, is_helm: bool) -> list[Valid
                 max_instances=max_i,
                 max_request_concurrency=concurrency,
                 preferred_order=order,
-                backend_given=backend if isinstance(backend, str) else None,
                 clusters=_string_list(spec.get("clusters")),
                 regions=_string_list(spec.get("regions")),
                 attributes=_string_list(spec.get("attributes")),

@@ -141,11 +141,6 @@ async def list_versions(
     )
 
 
-async def function_exists(session: AsyncSession, account_id: str, function_id: uuid.UUID) -> bool:
-    fn = await session.get(Function, function_id)
-    return fn is not None and fn.account_id == account_id
-
-
 async def list_function_ids(session: AsyncSession, account_id: str) -> list[uuid.UUID]:
     stmt = (
         select(Function.id)

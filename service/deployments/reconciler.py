@@ -34,10 +34,11 @@ committed before its cluster is recorded and before anything is applied, so ever
 a row that existed at snapshot time is spared, even one placed on this cluster after the
 snapshot. Rows created after the snapshot are the only risk; this reconciler creates none
 meanwhile (it collects between passes, never during one). Another replica could, in the
-milliseconds between the snapshot and the adapter's namespace LIST; the adapter does not expose
-namespace ages, so no grace period applies, and a collected namespace whose instance exists
-right after collection is logged as an error (that instance then typically fails on a missing
-object: replaced, or the version goes to ERROR if it never got ACTIVE). A failing collection is
+milliseconds between the snapshot and the adapter's namespace LIST; so the adapter spares
+namespaces younger than `gc_min_age` (`NVCF_RECONCILE_GC_MIN_AGE_SECONDS`), and a collected
+namespace whose instance exists right after collection is logged as an error (that instance
+then typically fails on a missing object: replaced, or the version goes to ERROR if it never
+got ACTIVE). A failing collection is
 logged and never stops the reconciler.
 """
 
@@ -93,7 +94,6 @@ Clock = Callable[[], datetime]
 BACKEND_TIMER = "backend"
 NVLINK_ATTRIBUTE = "nvlinkoptimized"
 GC_HISTORY = 1000  # collected namespaces remembered in `Reconciler.collected`
-LIVE_STATUSES = frozenset({VersionStatus.ACTIVE, VersionStatus.DEGRADING, VersionStatus.DEGRADED})
 
 
 @dataclass(frozen=True)
@@ -1022,7 +1022,7 @@ class Reconciler:
                     self._next_check.pop(row.id, None)
 
             if dep.desired != "deployed" or version is None:
-                await self._finish_delete(session, dep, version, rows)
+                await self._finish_delete(session, dep, version, rows, now)
                 self._settled.pop(dep.id, None)
                 return
             settled, wake = await self._aggregate(session, dep, version, rows, failures, now)
@@ -1156,6 +1156,7 @@ class Reconciler:
         dep: Deployment,
         version: FunctionVersion | None,
         rows: Mapping[uuid.UUID, Instance],
+        now: datetime,
     ) -> None:
         """Undeploy / version delete: once every instance is gone, remove the records."""
         for row in rows.values():
@@ -1181,7 +1182,7 @@ class Reconciler:
                 await session.execute(
                     update(FunctionVersion)
                     .where(FunctionVersion.id == version.id)
-                    .values(status=VersionStatus.INACTIVE.value, updated_at=utcnow())
+                    .values(status=VersionStatus.INACTIVE.value, updated_at=now)
                     .execution_options(synchronize_session=False)
                 )
         log.info("deployment %s deleted", dep.id)

@@ -83,11 +83,11 @@ class ChartCache:
 
     # --- blocking operations: call from a worker thread -----------------------------------
 
-    def get_blob(self, digest: str, *, verify: bool = True) -> Path | None:
+    def get_blob(self, digest: str) -> Path | None:
         """The cached archive for `digest`, or None; a corrupt file is discarded."""
         path = self.blob_path(digest)
         try:
-            if verify and sha256_file(path) != digest:
+            if sha256_file(path) != digest:
                 path.unlink(missing_ok=True)
                 return None
             os.utime(path)  # mark as recently used for LRU eviction
@@ -120,9 +120,6 @@ class ChartCache:
         with os.fdopen(fd, "w") as f:
             json.dump({"layer": entry.layer_digest, "size": entry.size}, f)
         os.replace(tmp_name, target)
-
-    def total_bytes(self) -> int:
-        return sum(p.stat().st_size for p in self._blobs.iterdir() if p.is_file())
 
     def evict(self, keep: Path | None = None) -> list[Path]:
         """Delete least recently used blobs until the total fits; never deletes `keep`."""

@@ -71,8 +71,6 @@ class ChartValidation(PipelineResult):
     """A `PipelineResult` plus the chart it came from."""
 
     chart_digest: str = ""
-    chart_url: str = ""
-    namespace: str = PLACEHOLDER_NAMESPACE
 
     def as_dict(self) -> dict[str, Any]:
         """The dry-run response shape (helm.md §6); null finding fields are omitted."""
@@ -188,14 +186,12 @@ class _LRU(Generic[T]):
         self._size = size
         self._entries: OrderedDict[str, tuple[T, int]] = OrderedDict()
         self._bytes = 0
-        self.hits = 0
 
     def get(self, key: str) -> T | None:
         entry = self._entries.get(key)
         if entry is None:
             return None
         self._entries.move_to_end(key)
-        self.hits += 1
         return entry[0]
 
     def put(self, key: str, value: T) -> None:
@@ -370,9 +366,7 @@ class ChartPipeline:
         it = _instance_type(instance_type)
         ns = namespace or PLACEHOLDER_NAMESPACE
         kube = (cluster.k8s_version if cluster is not None else None) or self.default_kube_version
-        result = ChartValidation(
-            chart_digest=fetched.digest, chart_url=redact_url(ref.url), namespace=ns
-        )
+        result = ChartValidation(chart_digest=fetched.digest)
         nvlink = is_nvlink(cluster)
         check_key = _cache_key(
             fetched.layer_digest or fetched.digest,

@@ -82,8 +82,6 @@ class RenderOutput:
     hook_templates: dict[str, str] = field(default_factory=dict)
     #: `[{"name", "filename", "data"}]` from the chart's and subcharts' `crds/`
     crds: list[dict[str, str]] = field(default_factory=list)
-    chart_name: str = ""
-    chart_version: str = ""
     #: False for an engine render in template order (see `render_worker.render`): the
     #: decoder sorts it like Helm, or says it cannot (`HelmOrderUncertain`).
     sorted_by_kind: bool = True
@@ -339,13 +337,10 @@ class ChartRenderer:
             if rule == "internal":
                 rule, message = "render-error", f"rendering failed: {message}"
             raise ChartRenderError.of(rule, message)
-        chart = response.get("chart") or {}
         return RenderOutput(
             manifest=response["manifest"],
             hook_templates=dict(response.get("hooks") or {}),
             crds=list(response.get("crds") or []),
-            chart_name=str(chart.get("name", "")),
-            chart_version=str(chart.get("version", "")),
             sorted_by_kind=bool(response.get("sorted", True)),
             decoded=decoded,
         )

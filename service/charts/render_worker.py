@@ -373,7 +373,6 @@ def _rendered(
         "manifest": manifest,
         "hooks": hooks,
         "crds": crds,
-        "chart": {"name": chart.name, "version": chart.version},
         "sorted": sorted_by_kind,
     }
 

@@ -44,10 +44,6 @@ class ChartRef:
         """`host[:port]/repository:version`, the reference an OCI client pulls."""
         return f"{self.host}/{self.repository}:{self.version}"
 
-    def oci_digest_reference(self, digest: str) -> str:
-        """`host[:port]/repository@sha256:...`, pinning one manifest."""
-        return f"{self.host}/{self.repository}@{digest}"
-
 
 class ChartUrlError(ValueError):
     """The URL is malformed; `messages` lists every problem, each a full sentence."""

@@ -526,6 +526,17 @@ class ChartFetcher:
         self._check(path, source)
         return entry, path
 
+    async def cached(self, ref: ChartRef, digest: str) -> FetchedChart | None:
+        """The pinned chart from the cache (its archive checked again), or None: no network,
+        no credentials needed."""
+        if not DIGEST_RE.match(digest):
+            return None
+        hit = await asyncio.to_thread(self._cached, digest, redact_url(ref.url))
+        if hit is None:
+            return None
+        entry, path = hit
+        return FetchedChart(ref, digest, path, entry.size, entry.layer_digest, cached=True)
+
     def _policy(self, ref: ChartRef) -> _HostPolicy:
         return _HostPolicy(ref.host, self.allowlist, self.insecure, redact_url(ref.url))
 
@@ -541,14 +552,12 @@ class ChartFetcher:
         A pinned digest already in the cache is served without any network access; callers
         must only pin digests recorded by an earlier, authorised fetch of the same account.
         """
-        source = redact_url(ref.url)
-        if digest is not None and not DIGEST_RE.match(digest):
-            raise BadRequest(detail=f"'{digest}' is not a sha256 manifest digest.")
         if digest is not None:
-            hit = await asyncio.to_thread(self._cached, digest, source)
+            if not DIGEST_RE.match(digest):
+                raise BadRequest(detail=f"'{digest}' is not a sha256 manifest digest.")
+            hit = await self.cached(ref, digest)
             if hit is not None:
-                entry, path = hit
-                return FetchedChart(ref, digest, path, entry.size, entry.layer_digest, cached=True)
+                return hit
         await check_host(ref, self.allowlist)
         if ref.scheme == "https":
             return await self._fetch_https(ref, credentials, digest)

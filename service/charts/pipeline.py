@@ -13,7 +13,6 @@ spares the worker pool when the same chart is rendered again with the same value
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import logging
@@ -287,18 +286,10 @@ class ChartPipeline:
         archive) or 502 (registry unreachable or failing).
         """
         ref = helm_chart if isinstance(helm_chart, ChartRef) else parse_ref(helm_chart)
-        if digest is not None and await asyncio.to_thread(self._pinned, digest):
-            return await self.fetcher.fetch(ref, (), digest=digest)
+        if digest is not None and (hit := await self.fetcher.cached(ref, digest)) is not None:
+            return hit
         credentials = await self.credentials(session, account_id, ref)
         return await self.fetcher.fetch(ref, credentials, digest=digest)
-
-    def _pinned(self, digest: str) -> bool:
-        """Whether the pinned manifest and its archive are in the cache (cheap check)."""
-        try:
-            entry = self.fetcher.cache.get_manifest(digest)
-            return entry is not None and self.fetcher.cache.blob_path(entry.layer_digest).exists()
-        except ValueError:
-            return False
 
     # --- render and check ----------------------------------------------------------------
 
@@ -390,17 +381,20 @@ class ChartPipeline:
                 fetched, values=configuration, namespace=ns, kube_version=kube, engine=engine
             )
 
-        def check(output: RenderOutput) -> _Checked:
-            return self._check(output, service_name, inference_port, policy, it, nvlink)
+        def check(output: RenderOutput) -> tuple[PipelineResult, _Checked | None]:
+            fresh = self._check(output, service_name, inference_port, policy, it, nvlink)
+            # the cache keeps JSON (each hit parses its own copy); this caller takes `fresh`
+            return fresh, _Checked.of(fresh) if check_key is not None else None
 
         try:
-            checked = await render_checked(render, check)
+            fresh, checked = await render_checked(render, check)
         except ChartRenderError as exc:
             result.add(Finding(exc.rule, "error", None, None, exc.detail))
             return result
-        if check_key is not None:
+        if check_key is not None and checked is not None:
             self._checked.put(check_key, checked)
-        checked.fill(result)
+        for part in dataclasses.fields(PipelineResult):
+            setattr(result, part.name, getattr(fresh, part.name))
         return result
 
     def _check(
@@ -411,9 +405,9 @@ class ChartPipeline:
         policy: ValidationPolicy | None,
         it: InstanceType | None,
         nvlink: bool,
-    ) -> _Checked:
+    ) -> PipelineResult:
         """Decode, restrict and modify one render (CPU work: runs in a thread)."""
-        result = check_rendered(
+        return check_rendered(
             output,
             service_name=service_name,
             inference_port=inference_port,
@@ -423,7 +417,6 @@ class ChartPipeline:
             gpus_per_node=it.gpus_per_node if it is not None else None,
             nvlink=nvlink,
         )
-        return _Checked.of(result)
 
     async def validate_for_create(
         self, session: AsyncSession, principal: Principal, spec: FunctionSpec

@@ -10,6 +10,7 @@ placed in the same pass never count the same free GPUs.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,27 +38,35 @@ class CapacityView:
         self._registry = registry
         self._capacity: dict[str, Capacity] = {}
         self._errors: dict[str, str] = {}
+        #: reads in flight: concurrent units of one pass share them
+        self._reading: dict[str, asyncio.Future[None]] = {}
 
     async def capacity(self, cluster: str) -> Capacity | str:
         """The cluster's free capacity, or a message saying why it is unknown."""
         key = cluster.lower()
+        if key not in self._capacity and key not in self._errors:
+            reading = self._reading.get(key)
+            if reading is None:
+                reading = self._reading[key] = asyncio.ensure_future(self._read(cluster, key))
+            # a cancelled waiter must not cancel the read the others wait for
+            await asyncio.shield(reading)
         if key in self._capacity:
             return self._capacity[key]
-        if key in self._errors:
-            return self._errors[key]
-        adapter = self._registry.get(cluster)
-        if adapter is None:
-            reason = self._registry.unavailable_reason(cluster) or f"cluster {cluster} is unknown"
-            self._errors[key] = reason
-            return reason
+        return self._errors[key]
+
+    async def _read(self, cluster: str, key: str) -> None:
         try:
-            found = await adapter.capacity()
-        except AdapterError as exc:
-            self._errors[key] = f"cluster {cluster}: cannot read capacity: {exc.message}"
-            return self._errors[key]
-        # Another task of the same pass may have filled the cache meanwhile; keep the first,
-        # which already carries that task's reservations.
-        return self._capacity.setdefault(key, found)
+            adapter = self._registry.get(cluster)
+            if adapter is None:
+                reason = self._registry.unavailable_reason(cluster)
+                self._errors[key] = reason or f"cluster {cluster} is unknown"
+                return
+            try:
+                self._capacity[key] = await adapter.capacity()
+            except AdapterError as exc:
+                self._errors[key] = f"cluster {cluster}: cannot read capacity: {exc.message}"
+        finally:
+            self._reading.pop(key, None)  # after a failure the next caller reads again
 
     def reserve(self, cluster: str, gpu: str, gpus_per_node: int, nodes: int = 1) -> bool:
         """Subtract one instance from the cached capacity; False if it no longer fits."""

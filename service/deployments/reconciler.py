@@ -55,7 +55,7 @@ import socket
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
@@ -617,7 +617,13 @@ class Reconciler:
             if (dep.feature_flags or {}).get("StatusByWorkerReadiness")
             else "default"
         )
-        secrets: list[tuple[str, dict[str, Any]]] | None = None
+        pulled: list[list[tuple[str, dict[str, Any]]]] = []
+
+        async def secrets() -> list[tuple[str, dict[str, Any]]]:
+            """The account's pull secrets, read at most once per unit of work."""
+            if not pulled:
+                pulled.append(await self._pull_secrets(dep.account_id))
+            return pulled[0]
 
         # Placement first (in spec preference order) so capacity goes to preferred specs.
         to_place = [
@@ -653,11 +659,8 @@ class Reconciler:
                 why = self.registry.unavailable_reason(row.cluster) or row.cluster
                 w.condition = _failed("ClusterUnavailable", why, self._clock(), _previous(row))
             else:
-                fresh = row.id in fresh_ids
-                if fresh and secrets is None:
-                    secrets = await self._pull_secrets(dep.account_id)
                 w.condition = await self._drive(
-                    adapter, dep, version, w, mode, fresh=fresh, secrets=secrets
+                    adapter, dep, version, w, mode, fresh=row.id in fresh_ids, secrets=secrets
                 )
                 w.observed = True
             if w.condition.phase is Phase.FAILED and row.applied:
@@ -900,7 +903,7 @@ class Reconciler:
         mode: HealthMode,
         *,
         fresh: bool,
-        secrets: list[tuple[str, dict[str, Any]]] | None,
+        secrets: Callable[[], Awaitable[list[tuple[str, dict[str, Any]]]]],
     ) -> InstanceCondition:
         """Apply (new instance, or one the backend forgot), observe, evaluate."""
         row, spec = w.row, w.spec
@@ -908,16 +911,13 @@ class Reconciler:
         w.target, w.mode = target, mode
         try:
             if fresh:
-                await adapter.apply(target, self._objects(dep, row, spec, secrets or []))
+                await adapter.apply(target, self._objects(dep, row, spec, await secrets()))
             observed = await adapter.observe(target)
             if _is_empty(observed) and row.applied and not fresh:
                 log.info(
                     "instance %s is unknown to cluster %s: applying again", row.id, row.cluster
                 )
-                secrets = (
-                    secrets if secrets is not None else await self._pull_secrets(dep.account_id)
-                )
-                await adapter.apply(target, self._objects(dep, row, spec, secrets))
+                await adapter.apply(target, self._objects(dep, row, spec, await secrets()))
                 observed = await adapter.observe(target)
         except AdapterError as exc:
             return self._backend_error(row, exc)

@@ -14,6 +14,8 @@ LIST_CLUSTER_GROUPS = "list_cluster_groups"
 MANAGE_REGISTRY_CREDENTIALS = "manage_registry_credentials"
 UPDATE_SECRETS = "update_secrets"
 ADMIN = "admin"
+#: either lets a caller read functions; the second adds the details
+LIST_SCOPES = (LIST_FUNCTIONS, LIST_FUNCTIONS_DETAILS)
 
 ALL_SCOPES: tuple[str, ...] = (
     REGISTER_FUNCTION,

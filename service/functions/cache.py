@@ -12,9 +12,19 @@ from __future__ import annotations
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Collection
 from typing import Any
 
+from service.auth.scopes import LIST_FUNCTIONS_DETAILS
+
 CacheKey = tuple[str, uuid.UUID, uuid.UUID, bool]  # account, function, version, details
+
+
+def cache_key(
+    account_id: str, caller_scopes: Collection[str], function_id: uuid.UUID, version_id: uuid.UUID
+) -> CacheKey:
+    """The key of one version's body as one caller sees it (the details scope changes it)."""
+    return (account_id, function_id, version_id, LIST_FUNCTIONS_DETAILS in caller_scopes)
 
 
 class VersionCache:

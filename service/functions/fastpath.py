@@ -17,13 +17,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import scopes
 from service.auth.service import Authenticator
-from service.functions.cache import VersionCache
+from service.functions.cache import VersionCache, cache_key
 
 _PATH = re.compile(
     r"^/v2/nvcf/functions/(?P<fid>[0-9a-fA-F-]{36})/versions/(?P<vid>[0-9a-fA-F-]{36})$"
 )
 ROUTE = SimpleNamespace(path="/v2/nvcf/functions/{functionId}/versions/{functionVersionId}")
-_LIST_SCOPES = frozenset({scopes.LIST_FUNCTIONS, scopes.LIST_FUNCTIONS_DETAILS})
+_LIST_SCOPES = frozenset(scopes.LIST_SCOPES)
 
 
 class VersionReadFastPath:
@@ -75,8 +75,7 @@ class VersionReadFastPath:
             fid, vid = uuid.UUID(match["fid"]), uuid.UUID(match["vid"])
         except ValueError:
             return None
-        details = scopes.LIST_FUNCTIONS_DETAILS in principal.scopes
-        body = cache.get((principal.account_id, fid, vid, details))
+        body = cache.get(cache_key(principal.account_id, principal.scopes, fid, vid))
         if body is not None:
             scope.setdefault("state", {})["account_id"] = principal.account_id
         return body

@@ -18,7 +18,7 @@ from service.core.idempotency import Recorder, idempotency
 from service.core.pagination import MAX_LIMIT, make_page
 from service.deployments.service import active_instances, reconciler_waker
 from service.functions import service
-from service.functions.cache import VersionCache
+from service.functions.cache import VersionCache, cache_key
 from service.functions.models import FunctionVersion
 from service.functions.schemas import FunctionEnvelope, FunctionIds, FunctionList, FunctionOut
 from service.functions.validation import validate_create, validate_metadata_update
@@ -27,7 +27,7 @@ router = APIRouter(tags=["functions"])
 JSON = "application/json"
 
 Registrar = Annotated[Principal, Depends(require(scopes.REGISTER_FUNCTION))]
-LIST_CHECK = require(scopes.LIST_FUNCTIONS, scopes.LIST_FUNCTIONS_DETAILS)
+LIST_CHECK = require(*scopes.LIST_SCOPES)
 Lister = Annotated[Principal, Depends(LIST_CHECK)]
 Updater = Annotated[Principal, Depends(require(scopes.UPDATE_FUNCTION))]
 Deleter = Annotated[Principal, Depends(require(scopes.DELETE_FUNCTION))]
@@ -198,7 +198,7 @@ async def get_function_version(
     principal = await LIST_CHECK(request)
     fid, vid = parse_uuids((functionId, "functionId"), (functionVersionId, "functionVersionId"))
     cache: VersionCache | None = getattr(request.app.state, "version_cache", None)
-    key = (principal.account_id, fid, vid, scopes.LIST_FUNCTIONS_DETAILS in principal.scopes)
+    key = cache_key(principal.account_id, principal.scopes, fid, vid)
     if cache is not None and (cached := cache.get(key)) is not None:
         return Response(cached, media_type=JSON)
     generation = cache.generation if cache is not None else 0

@@ -70,6 +70,27 @@ async def create_api_key(
     key: str | None = None,
 ) -> str:
     """Store a new key (hash only) and return the key itself, shown once."""
+    key, _ = await add_api_key(
+        session,
+        account_id=account_id,
+        scopes=scopes,
+        expires_in=expires_in,
+        description=description,
+        key=key,
+    )
+    return key
+
+
+async def add_api_key(
+    session: AsyncSession,
+    *,
+    account_id: str,
+    scopes: Iterable[str],
+    expires_in: timedelta | None = None,
+    description: str | None = None,
+    key: str | None = None,
+) -> tuple[str, ApiKey]:
+    """`create_api_key`, also returning the stored row."""
     scope_list = sorted(set(scopes))
     errors = [FieldError("scopes", f"unknown scope '{s}'") for s in check_scopes(scope_list)]
     if not scope_list:
@@ -81,19 +102,18 @@ async def create_api_key(
     elif not key.startswith(API_KEY_PREFIX):
         raise BadRequest(detail="API keys must start with 'nvapi-'")
     await ensure_account(session, account_id)
-    session.add(
-        ApiKey(
-            id=uuid.uuid4(),
-            account_id=account_id,
-            key_hash=hash_key(key),
-            hint=key[:10] + "…",
-            scopes=scope_list,
-            description=description,
-            expires_at=utcnow() + expires_in if expires_in else None,
-        )
+    row = ApiKey(
+        id=uuid.uuid4(),
+        account_id=account_id,
+        key_hash=hash_key(key),
+        hint=key[:10] + "…",
+        scopes=scope_list,
+        description=description,
+        expires_at=utcnow() + expires_in if expires_in else None,
     )
+    session.add(row)
     await session.flush()
-    return key
+    return key, row
 
 
 async def any_key_exists(session: AsyncSession) -> bool:

@@ -31,10 +31,7 @@ async def read_json(request: Request) -> Any:
 
 
 def parse_uuid(value: str, name: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise ValidationFailed.of([FieldError(name, f"'{value}' is not a UUID")]) from None
+    return parse_uuids((value, name))[0]
 
 
 def json_body_doc(schema_ref: str) -> dict[str, Any]:

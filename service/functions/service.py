@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.crypto import SecretBox
@@ -193,9 +193,7 @@ async def delete_version(
     await session.delete(version)
     await session.flush()
     remaining = await session.scalar(
-        select(func.count())
-        .select_from(FunctionVersion)
-        .where(FunctionVersion.function_id == function_id)
+        select(FunctionVersion.id).where(FunctionVersion.function_id == function_id).limit(1)
     )
-    if not remaining:
+    if remaining is None:
         await session.execute(delete(Function).where(Function.id == function_id))

@@ -10,34 +10,57 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
-from service.core.errors import DomainError, FieldError, ValidationFailed
+from service.core.errors import (
+    BadRequest,
+    Conflict,
+    DomainError,
+    FieldError,
+    Forbidden,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    TooManyRequests,
+    Unauthorized,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
 
 PROBLEM = "application/problem+json"
 log = logging.getLogger("nvcf.errors")
 
+#: status -> (type slug, title) for errors raised by the framework, not by this service
 _TITLES = {
-    400: ("bad-request", "Bad Request"),
-    401: ("unauthorized", "Unauthorized"),
-    403: ("forbidden", "Forbidden"),
-    404: ("not-found", "Not Found"),
-    405: ("method-not-allowed", "Method Not Allowed"),
-    409: ("conflict", "Conflict"),
-    413: ("payload-too-large", "Payload Too Large"),
-    415: ("unsupported-media-type", "Unsupported Media Type"),
-    429: ("too-many-requests", "Too Many Requests"),
-    500: ("internal-server-error", "Internal Server Error"),
+    cls.status: (cls.type_slug, cls.title)
+    for cls in (
+        BadRequest,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        MethodNotAllowed,
+        Conflict,
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        TooManyRequests,
+        DomainError,
+    )
 }
 
 
-def problem_body(err: DomainError, instance: str, request_id: str) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "type": f"urn:nvcf:problem-details:{err.type_slug}",
-        "title": err.title,
-        "status": err.status,
-        "detail": err.detail,
+def _body(
+    slug: str, title: str, status: int, detail: str, instance: str, request_id: str
+) -> dict[str, Any]:
+    return {
+        "type": f"urn:nvcf:problem-details:{slug}",
+        "title": title,
+        "status": status,
+        "detail": detail,
         "instance": instance,
         "requestId": request_id,
     }
+
+
+def problem_body(err: DomainError, instance: str, request_id: str) -> dict[str, Any]:
+    body = _body(err.type_slug, err.title, err.status, err.detail, instance, request_id)
     if err.errors:
         body["errors"] = [e.as_dict() for e in err.errors]
     return body
@@ -92,14 +115,7 @@ def install_problem_handlers(app: FastAPI) -> None:
         elif exc.status_code == 405:
             detail = f"method {request.method} is not allowed on {_instance(request)}"
 
-        body = {
-            "type": f"urn:nvcf:problem-details:{slug}",
-            "title": title,
-            "status": exc.status_code,
-            "detail": detail,
-            "instance": _instance(request),
-            "requestId": _request_id(request),
-        }
+        body = _body(slug, title, exc.status_code, detail, _instance(request), _request_id(request))
         return JSONResponse(
             body, status_code=exc.status_code, media_type=PROBLEM, headers=exc.headers or None
         )

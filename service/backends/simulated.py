@@ -367,7 +367,8 @@ class SimulatedAdapter:
             now = self._now()
             self._advance(now)
             ns = self._namespaces.get(instance.namespace)
-            return self._snapshot(ns, now)[0] if ns is not None else []
+            # snapshots share nested parts with the stored state: the caller gets its own copy
+            return copy.deepcopy(self._snapshot(ns, now)[0]) if ns is not None else []
 
     async def aclose(self) -> None:
         return None
@@ -814,8 +815,10 @@ class SimulatedAdapter:
             pod_objects[pod.name] = obj
             events.extend(pod_events)
         for ref, stored in ns.objects.items():
-            obj = copy.deepcopy(stored)
-            metadata = obj.setdefault("metadata", {})
+            # Shallow: what changes below is the top level and the metadata; snapshots are only
+            # read (observe) or deep-copied for callers (objects).
+            obj = {**stored, "metadata": dict(stored.get("metadata") or {})}
+            metadata = obj["metadata"]
             metadata.setdefault("uid", self._uid(ns, "object", ref))
             metadata.setdefault("creationTimestamp", _ts(ns.created_at))
             workload = ns.workloads.get(ref)
@@ -894,7 +897,7 @@ class SimulatedAdapter:
                     "blockOwnerDeletion": True,
                 }
             ]
-        spec = copy.deepcopy(pod.spec)
+        spec = dict(pod.spec)  # only top-level keys are set below
         spec.setdefault("restartPolicy", "Always")
         status, events = self._pod_status(ns, pod, now)
         if pod.node is not None:
@@ -1250,7 +1253,7 @@ class SimulatedAdapter:
                     }
                 ],
             },
-            "spec": {"replicas": len(statuses), "template": copy.deepcopy(spec.get("template"))},
+            "spec": {"replicas": len(statuses), "template": spec.get("template")},
             "status": {
                 "replicas": len(statuses),
                 "fullyLabeledReplicas": len(statuses),
@@ -1324,8 +1327,8 @@ def _container_status(
         "ready": ready,
         "restartCount": restart_count,
         "started": running,
-        "state": copy.deepcopy(state),
-        "lastState": copy.deepcopy(last_state) if last_state else {},
+        "state": state,
+        "lastState": last_state or {},
     }
     return out
 

@@ -46,7 +46,9 @@ from service.backends.protocol import (
     InstanceSpec,
     NodeShape,
     ShapeCapacity,
+    check_namespace,
     instance_namespace,
+    object_metadata,
 )
 from service.backends.simulated import gpu_request, node_affinity_matches
 from service.health.observed import ObjectRef, ObservedState, parse_time
@@ -488,30 +490,17 @@ class KubernetesAdapter:
 
     def _prepare(self, instance: InstanceSpec, obj: Any) -> tuple[KindInfo, dict[str, Any]]:
         """Check one object and return its kind and the body to apply (a copy)."""
-        if not isinstance(obj, dict) or not obj.get("kind") or not obj.get("apiVersion"):
-            raise AdapterError("Object 'Kind' is missing in the object", retryable=False)
+        object_metadata(obj)
         info = kind_info(str(obj["apiVersion"]), str(obj["kind"]))
         body = copy.deepcopy(obj)
-        metadata = body.get("metadata")
-        if not isinstance(metadata, dict) or not metadata.get("name"):
-            raise AdapterError(
-                f"{info.kind} in version {info.api_version!r} cannot be handled: "
-                "resource name may not be empty",
-                retryable=False,
-            )
+        metadata = body["metadata"]
         if not info.namespaced:
             raise AdapterError(
                 f"{info.kind}/{metadata['name']} is cluster-scoped; only namespaced objects are "
                 f"installed into {instance.namespace}",
                 retryable=False,
             )
-        namespace = metadata.get("namespace")
-        if namespace not in (None, instance.namespace):
-            raise AdapterError(
-                "the namespace of the provided object does not match the namespace sent on the "
-                f"request ({namespace!r} vs {instance.namespace!r})",
-                retryable=False,
-            )
+        check_namespace(instance, metadata)
         metadata["namespace"] = instance.namespace
         for server_field in ("resourceVersion", "uid", "managedFields", "creationTimestamp"):
             metadata.pop(server_field, None)

@@ -117,6 +117,32 @@ class Capacity:
         return [s for s in self.shapes if s.gpu.upper() == gpu.upper()]
 
 
+def object_metadata(obj: Any) -> dict[str, Any]:
+    """The metadata of an object to apply, refusing (as the API server words it) one without
+    kind, apiVersion or name."""
+    if not isinstance(obj, dict) or not obj.get("kind") or not obj.get("apiVersion"):
+        raise AdapterError("Object 'Kind' is missing in the object", retryable=False)
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict) or not metadata.get("name"):
+        raise AdapterError(
+            f"{obj['kind']} in version {obj['apiVersion']!r} cannot be handled: "
+            "resource name may not be empty",
+            retryable=False,
+        )
+    return metadata
+
+
+def check_namespace(instance: InstanceSpec, metadata: dict[str, Any]) -> None:
+    """Refuse an object whose namespace is set to another than the instance's."""
+    namespace = metadata.get("namespace")
+    if namespace not in (None, instance.namespace):
+        raise AdapterError(
+            "the namespace of the provided object does not match the namespace sent on the "
+            f"request ({namespace!r} vs {instance.namespace!r})",
+            retryable=False,
+        )
+
+
 @runtime_checkable
 class BackendAdapter(Protocol):
     """What the reconciler needs from a cluster. Every method may raise AdapterError."""

@@ -31,6 +31,8 @@ from service.backends.protocol import (
     InstanceSpec,
     NodeShape,
     ShapeCapacity,
+    check_namespace,
+    object_metadata,
 )
 from service.health.observed import ObjectRef, ObservedState, format_time
 
@@ -380,22 +382,8 @@ class SimulatedAdapter:
         return now if now.tzinfo is not None else now.replace(tzinfo=UTC)
 
     def _check(self, instance: InstanceSpec, obj: Any) -> None:
-        if not isinstance(obj, dict) or not obj.get("kind") or not obj.get("apiVersion"):
-            raise AdapterError("Object 'Kind' is missing in the object", retryable=False)
-        metadata = _map(obj.get("metadata"))
-        if not metadata.get("name"):
-            raise AdapterError(
-                f"{obj['kind']} in version {obj['apiVersion']!r} cannot be handled: "
-                "resource name may not be empty",
-                retryable=False,
-            )
-        namespace = metadata.get("namespace")
-        if namespace not in (None, instance.namespace):
-            raise AdapterError(
-                "the namespace of the provided object does not match the namespace sent on the "
-                f"request ({namespace!r} vs {instance.namespace!r})",
-                retryable=False,
-            )
+        metadata = object_metadata(obj)
+        check_namespace(instance, metadata)
         if obj["kind"] in _WORKLOAD_KINDS:
             annotations = _map(_map(self._template(obj).get("metadata")).get("annotations"))
             fault = annotations.get(FAULT_ANNOTATION)

@@ -50,7 +50,13 @@ from service.backends.protocol import (
     instance_namespace,
     object_metadata,
 )
-from service.backends.simulated import gpu_request, node_affinity_matches
+from service.backends.scheduling import (
+    GPU_RESOURCE,
+    INSTANCE_TYPE_LABEL,
+    gpu_request,
+    node_affinity_matches,
+    quantity,
+)
 from service.health.observed import ObjectRef, ObservedState, parse_time
 
 if TYPE_CHECKING:
@@ -65,9 +71,7 @@ LABEL_VERSION_ID = "nvcf.nvidia.com/function-version-id"
 LABEL_INSTANCE_ID = "nvcf.nvidia.com/instance-id"
 LABEL_NCA_ID = "nvcf.nvidia.com/nca-id"
 APPLIED_ANNOTATION = "nvcf.nvidia.com/applied-objects"
-INSTANCE_TYPE_LABEL = "nvca.nvcf.nvidia.io/instance-type"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-GPU_RESOURCE = "nvidia.com/gpu"
 NAMESPACE_PREFIX = "sr-"
 DEFAULT_TIMEOUT = 10.0
 
@@ -283,13 +287,6 @@ def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in _map(_map(obj.get("metadata")).get("labels")).items()}
 
 
-def _quantity(value: Any) -> int:
-    try:
-        return int(str(value))
-    except (TypeError, ValueError):
-        return 0
-
-
 def _gpu_model(labels: Mapping[str, str]) -> str:
     """`NCP.GPU.H100` -> `H100`; else the GPU feature discovery product label."""
     instance_type = labels.get(INSTANCE_TYPE_LABEL, "")
@@ -454,7 +451,7 @@ class KubernetesAdapter:
         usable: list[_Node] = []
         for node in sorted(nodes, key=lambda n: str(_map(n.get("metadata")).get("name", ""))):
             labels = _labels(node)
-            gpus = _quantity(_map(_map(node.get("status")).get("allocatable")).get(GPU_RESOURCE))
+            gpus = quantity(_map(_map(node.get("status")).get("allocatable")).get(GPU_RESOURCE))
             gpu = _gpu_model(labels)
             if gpus <= 0 or not gpu or not _node_usable(node):
                 continue

@@ -34,6 +34,12 @@ from service.backends.protocol import (
     check_namespace,
     object_metadata,
 )
+from service.backends.scheduling import (
+    GPU_RESOURCE,
+    INSTANCE_TYPE_LABEL,
+    gpu_request,
+    node_affinity_matches,
+)
 from service.health.observed import ObjectRef, ObservedState, format_time
 
 Clock = Callable[[], datetime]
@@ -44,8 +50,6 @@ FAIL_AFTER_ANNOTATION = "sim.nvcf.io/fail-after"
 FAULTS = frozenset(
     {"ImagePullBackOff", "CrashLoopBackOff", "Unschedulable", "NeverReady", "FailAfterReady"}
 )
-INSTANCE_TYPE_LABEL = "nvca.nvcf.nvidia.io/instance-type"
-GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_FAIL_AFTER = 5.0
 PROGRESS_DEADLINE_DEFAULT = 600.0
 CRASH_BACKOFF_CAP = 300.0  # kubelet's maximum container restart back-off
@@ -100,65 +104,6 @@ def _list(value: Any) -> list[Any]:
 def _suffix(seed: str, length: int) -> str:
     digest = hashlib.sha256(seed.encode()).digest()
     return "".join(_NAME_ALPHABET[b % len(_NAME_ALPHABET)] for b in digest[:length])
-
-
-def _gpu_quantity(container: Mapping[str, Any]) -> int:
-    resources = _map(container.get("resources"))
-    for section in ("limits", "requests"):
-        value = _map(resources.get(section)).get(GPU_RESOURCE)
-        if value is not None:
-            try:
-                return int(str(value))
-            except ValueError:
-                return 0
-    return 0
-
-
-def gpu_request(pod_spec: Mapping[str, Any]) -> int:
-    """GPUs a pod needs, as the scheduler computes it: max(sum of containers, largest init)."""
-    main = sum(_gpu_quantity(_map(c)) for c in _list(pod_spec.get("containers")))
-    init = max((_gpu_quantity(_map(c)) for c in _list(pod_spec.get("initContainers"))), default=0)
-    return max(main, init)
-
-
-def _expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key = str(expr.get("key", ""))
-    op = str(expr.get("operator", ""))
-    values = [str(v) for v in _list(expr.get("values"))]
-    if op == "In":
-        return labels.get(key) in values
-    if op == "NotIn":
-        return labels.get(key) not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    if op in ("Gt", "Lt") and key in labels and values:
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
-def node_affinity_matches(pod_spec: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """`nodeSelector` and required node affinity (terms ORed, expressions ANDed)."""
-    selector = _map(pod_spec.get("nodeSelector"))
-    if any(labels.get(str(k)) != str(v) for k, v in selector.items()):
-        return False
-    required = _map(
-        _map(_map(pod_spec.get("affinity")).get("nodeAffinity")).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        )
-    )
-    terms = [_map(t) for t in _list(required.get("nodeSelectorTerms"))]
-    if not terms:
-        return True
-    return any(
-        all(_expression_matches(_map(e), labels) for e in _list(term.get("matchExpressions")))
-        for term in terms
-    )
 
 
 @dataclass

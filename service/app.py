@@ -77,7 +77,7 @@ async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
             return
         if await any_key_exists(session):
             return
-        key = await create_api_key(
+        key, _ = await create_api_key(
             session,
             account_id=settings.default_account,
             scopes=scopes.ALL_SCOPES,

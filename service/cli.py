@@ -85,13 +85,14 @@ def cmd_create_key(args: argparse.Namespace) -> int:
         engine = make_engine(url)
         try:
             async with make_sessionmaker(engine)() as session, session.begin():
-                return await create_api_key(
+                key, _ = await create_api_key(
                     session,
                     account_id=args.account,
                     scopes=scope_list,
                     expires_in=args.expires_in,
                     description=args.description,
                 )
+                return key
         finally:
             await engine.dispose()
 

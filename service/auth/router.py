@@ -13,7 +13,7 @@ from sqlalchemy import select
 from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.models import ApiKey
-from service.auth.service import Principal, add_api_key
+from service.auth.service import Principal, create_api_key
 from service.core.errors import FieldError, NotFound, ValidationFailed
 from service.core.http import parse_uuid, read_json
 from service.core.schemas import CamelModel, Timestamp
@@ -84,7 +84,7 @@ async def create_key(request: Request, session: Session, principal: Admin) -> di
         expires_in = None
     if errors:
         raise ValidationFailed.of(errors)
-    key, row = await add_api_key(
+    key, row = await create_api_key(
         session,
         account_id=account,
         scopes=[str(s) for s in raw_scopes or []],

@@ -68,29 +68,8 @@ async def create_api_key(
     expires_in: timedelta | None = None,
     description: str | None = None,
     key: str | None = None,
-) -> str:
-    """Store a new key (hash only) and return the key itself, shown once."""
-    key, _ = await add_api_key(
-        session,
-        account_id=account_id,
-        scopes=scopes,
-        expires_in=expires_in,
-        description=description,
-        key=key,
-    )
-    return key
-
-
-async def add_api_key(
-    session: AsyncSession,
-    *,
-    account_id: str,
-    scopes: Iterable[str],
-    expires_in: timedelta | None = None,
-    description: str | None = None,
-    key: str | None = None,
 ) -> tuple[str, ApiKey]:
-    """`create_api_key`, also returning the stored row."""
+    """Store a new key (hash only); returns the key itself, shown once, and its row."""
     scope_list = sorted(set(scopes))
     errors = [FieldError("scopes", f"unknown scope '{s}'") for s in check_scopes(scope_list)]
     if not scope_list:

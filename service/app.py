@@ -20,7 +20,12 @@ from starlette.responses import JSONResponse, Response
 
 from service.auth import scopes
 from service.auth.router import router as keys_router
-from service.auth.service import Authenticator, any_key_exists, create_api_key, key_exists
+from service.auth.service import (
+    Authenticator,
+    any_key_exists,
+    create_api_key,
+    grant_scopes,
+)
 from service.backends.registry import AdapterRegistry
 from service.charts.pipeline import ChartPipeline
 from service.charts.router import router as helm_router
@@ -66,13 +71,15 @@ async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
     async with maker() as session, session.begin():
         if settings.bootstrap_api_key is not None:
             key = settings.bootstrap_api_key.get_secret_value()
-            if not await key_exists(session, key):
+            # A bootstrap key stored by an older release lacks the operator scope: grant it.
+            if not await grant_scopes(session, key, scopes.OPERATOR_KEY_SCOPES):
                 await create_api_key(
                     session,
                     account_id=settings.default_account,
-                    scopes=scopes.ALL_SCOPES,
+                    scopes=scopes.OPERATOR_KEY_SCOPES,
                     description="bootstrap key (NVCF_BOOTSTRAP_API_KEY)",
                     key=key,
+                    operator=True,
                 )
             return
         if await any_key_exists(session):
@@ -80,8 +87,9 @@ async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
         key, _ = await create_api_key(
             session,
             account_id=settings.default_account,
-            scopes=scopes.ALL_SCOPES,
+            scopes=scopes.OPERATOR_KEY_SCOPES,
             description="generated admin key",
+            operator=True,
         )
     path = Path(settings.data_dir) / ADMIN_KEY_FILE
     await asyncio.to_thread(_write_private, path, key + "\n")

@@ -91,6 +91,7 @@ def cmd_create_key(args: argparse.Namespace) -> int:
                     scopes=scope_list,
                     expires_in=args.expires_in,
                     description=args.description,
+                    operator=True,
                 )
                 return key
         finally:

@@ -149,3 +149,23 @@ def test_serve_refuses_a_bad_catalog_naming_the_line(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "bad_catalog.yaml:7:" in done.stderr
+
+
+async def test_create_key_grants_the_operator_scope(
+    tmp_path: Path, database_url: str, client_factory: ClientFactory
+) -> None:
+    """Only the operator's command line makes a key that may administer other accounts."""
+    env = {"NVCF_DATA_DIR": str(tmp_path / "d"), "NVCF_DATABASE_URL": database_url}
+    done = run_cli("create-key", "--account", "ops", "--scopes", "admin,admin:accounts", env=env)
+    assert done.returncode == 0, done.stderr
+    operator = {"Authorization": f"Bearer {done.stdout.strip()}"}
+    client = await client_factory()
+    resp = await client.post(
+        "/v2/nvcf/api-keys", json={"ncaId": "tenant", "scopes": ["admin"]}, headers=operator
+    )
+    assert resp.status_code == 200, resp.text
+    tenant_admin = {"Authorization": f"Bearer {resp.json()['apiKey']['key']}"}
+    resp = await client.post(
+        "/v2/nvcf/api-keys", json={"ncaId": "ops", "scopes": ["admin"]}, headers=tenant_admin
+    )
+    assert resp.status_code == 403

@@ -14,7 +14,7 @@ from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.models import ApiKey
 from service.auth.service import Principal, create_api_key
-from service.core.errors import FieldError, NotFound, ValidationFailed
+from service.core.errors import FieldError, Forbidden, NotFound, ValidationFailed
 from service.core.http import parse_uuid, read_json
 from service.core.schemas import CamelModel, Timestamp
 
@@ -84,6 +84,12 @@ async def create_key(request: Request, session: Session, principal: Admin) -> di
         expires_in = None
     if errors:
         raise ValidationFailed.of(errors)
+    if account != principal.account_id and scopes.ADMIN_ACCOUNTS not in principal.scopes:
+        # An account's admin administers that account only (issue: cross-account minting).
+        raise Forbidden(
+            detail=f"creating a key for another account requires the operator scope "
+            f"'{scopes.ADMIN_ACCOUNTS}'"
+        )
     key, row = await create_api_key(
         session,
         account_id=account,

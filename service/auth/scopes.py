@@ -14,6 +14,10 @@ LIST_CLUSTER_GROUPS = "list_cluster_groups"
 MANAGE_REGISTRY_CREDENTIALS = "manage_registry_credentials"
 UPDATE_SECRETS = "update_secrets"
 ADMIN = "admin"
+#: operator-level: administer any account (mint keys for other accounts). Only the operator's
+#: own credentials carry it: `nvcf-server create-key` and the bootstrap/generated admin key.
+#: It can never be granted through the API nor taken from a JWT.
+ADMIN_ACCOUNTS = "admin:accounts"
 #: either lets a caller read functions; the second adds the details
 LIST_SCOPES = (LIST_FUNCTIONS, LIST_FUNCTIONS_DETAILS)
 
@@ -31,3 +35,8 @@ ALL_SCOPES: tuple[str, ...] = (
     UPDATE_SECRETS,
     ADMIN,
 )
+
+#: scopes only the operator's command line can grant
+OPERATOR_SCOPES: tuple[str, ...] = (ADMIN_ACCOUNTS,)
+#: what the operator's own admin key carries (bootstrap or generated at first start)
+OPERATOR_KEY_SCOPES: tuple[str, ...] = (*ALL_SCOPES, *OPERATOR_SCOPES)

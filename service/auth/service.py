@@ -22,7 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth.models import Account, ApiKey
-from service.auth.scopes import ALL_SCOPES
+from service.auth.scopes import ALL_SCOPES, OPERATOR_SCOPES
 from service.core.db import utcnow
 from service.core.errors import BadRequest, FieldError, Unauthorized, ValidationFailed
 from service.core.settings import Settings
@@ -49,9 +49,22 @@ def generate_key() -> str:
     return API_KEY_PREFIX + secrets.token_urlsafe(48)
 
 
-def check_scopes(scopes: Iterable[str]) -> list[str]:
-    unknown = sorted(set(scopes) - set(ALL_SCOPES))
-    return unknown
+def scope_errors(scopes: Iterable[str], *, operator: bool = False) -> list[FieldError]:
+    """Why a list of scopes cannot be granted; operator scopes only by the operator's CLI."""
+    errors: list[FieldError] = []
+    for s in sorted(set(scopes)):
+        if s in OPERATOR_SCOPES:
+            if not operator:
+                errors.append(
+                    FieldError(
+                        "scopes",
+                        f"scope '{s}' can only be granted by the operator "
+                        "(`nvcf-server create-key`)",
+                    )
+                )
+        elif s not in ALL_SCOPES:
+            errors.append(FieldError("scopes", f"unknown scope '{s}'"))
+    return errors
 
 
 async def ensure_account(session: AsyncSession, account_id: str) -> None:
@@ -68,10 +81,15 @@ async def create_api_key(
     expires_in: timedelta | None = None,
     description: str | None = None,
     key: str | None = None,
+    operator: bool = False,
 ) -> tuple[str, ApiKey]:
-    """Store a new key (hash only); returns the key itself, shown once, and its row."""
+    """Store a new key (hash only); returns the key itself, shown once, and its row.
+
+    `operator` is set only by the operator's own paths (the CLI, the bootstrap key): it allows
+    the operator scopes, which the API can never grant.
+    """
     scope_list = sorted(set(scopes))
-    errors = [FieldError("scopes", f"unknown scope '{s}'") for s in check_scopes(scope_list)]
+    errors = scope_errors(scope_list, operator=operator)
     if not scope_list:
         errors.append(FieldError("scopes", "at least one scope is required"))
     if errors:
@@ -95,13 +113,25 @@ async def create_api_key(
     return key, row
 
 
+async def grant_scopes(session: AsyncSession, key: str, wanted: Iterable[str]) -> bool:
+    """Make sure a stored key carries at least `wanted`; False when no such key is stored.
+
+    For the operator's own key only: it bypasses the checks of `create_api_key`.
+    """
+    row = (
+        await session.execute(select(ApiKey).where(ApiKey.key_hash == hash_key(key)))
+    ).scalar_one_or_none()
+    if row is None:
+        return False
+    missing = set(wanted) - set(row.scopes)
+    if missing:
+        row.scopes = sorted(set(row.scopes) | missing)
+        await session.flush()
+    return True
+
+
 async def any_key_exists(session: AsyncSession) -> bool:
     return (await session.execute(select(ApiKey.id).limit(1))).first() is not None
-
-
-async def key_exists(session: AsyncSession, key: str) -> bool:
-    stmt = select(ApiKey.id).where(ApiKey.key_hash == hash_key(key))
-    return (await session.execute(stmt)).first() is not None
 
 
 class _TTLCache:
@@ -251,9 +281,11 @@ class Authenticator:
             raw_scopes = raw_scopes.split()
         if not isinstance(raw_scopes, list):
             raise Unauthorized(detail="JWT 'scopes' claim must be a list", headers=_BEARER)
+        # An identity provider speaks for tenants, not for the operator of this server.
+        granted = frozenset(str(x) for x in raw_scopes) - frozenset(OPERATOR_SCOPES)
         return Principal(
             account_id=account,
-            scopes=frozenset(str(x) for x in raw_scopes),
+            scopes=granted,
             kind="jwt",
             subject=str(claims.get("sub", account)),
         )

@@ -251,3 +251,66 @@ async def test_jwks_url_verification(client_factory: ClientFactory, tmp_path: Pa
     resp = await client.get(f"{V}/functions", headers=bearer(other))
     assert resp.status_code == 401
     assert "cannot load the JWKS" in resp.json()["detail"]
+
+
+async def test_an_account_admin_cannot_mint_keys_for_another_account(
+    client: httpx.AsyncClient,
+) -> None:
+    """The critical hole of the security campaign: `admin` administers its own account only."""
+    victim = bearer(await new_key(client, ["register_function", "list_functions"], "victim"))
+    assert (await client.post(f"{V}/functions", json=CONTAINER_FN, headers=victim)).is_success
+    tenant_admin = bearer(await new_key(client, ["admin", "list_functions"], "mallory"))
+    for wanted in (["admin"], ["list_functions"]):
+        resp = await client.post(
+            f"{V}/api-keys", json={"ncaId": "victim", "scopes": wanted}, headers=tenant_admin
+        )
+        assert resp.status_code == 403, resp.text
+        assert resp.headers["content-type"] == "application/problem+json"
+        assert "admin:accounts" in resp.json()["detail"]
+    # nothing was minted for the victim account: its admin sees only the key made above
+    victim_admin = bearer(await new_key(client, ["admin"], "victim"))
+    listed = (await client.get(f"{V}/api-keys", headers=victim_admin)).json()["apiKeys"]
+    assert len(listed) == 2
+    # naming its own account explicitly is still fine
+    resp = await client.post(
+        f"{V}/api-keys",
+        json={"ncaId": "mallory", "scopes": ["list_functions"]},
+        headers=tenant_admin,
+    )
+    assert resp.status_code == 200 and resp.json()["apiKey"]["ncaId"] == "mallory"
+    own = bearer(resp.json()["apiKey"]["key"])
+    assert (await client.get(f"{V}/functions", headers=own)).json()["functions"] == []
+
+
+async def test_the_operator_scope_cannot_be_granted_through_the_api(
+    client: httpx.AsyncClient,
+) -> None:
+    # not even by the operator's own key: only `nvcf-server create-key` grants it
+    resp = await client.post(f"{V}/api-keys", json={"scopes": ["admin", "admin:accounts"]})
+    assert resp.status_code == 400
+    assert resp.json()["errors"] == [
+        {
+            "field": "scopes",
+            "message": "scope 'admin:accounts' can only be granted by the operator "
+            "(`nvcf-server create-key`)",
+        }
+    ]
+    assert len((await client.get(f"{V}/api-keys")).json()["apiKeys"]) == 1
+
+
+async def test_the_operator_key_mints_for_other_accounts(client: httpx.AsyncClient) -> None:
+    """The bootstrap key is the operator's: it carries `admin:accounts`."""
+    listed = (await client.get(f"{V}/api-keys")).json()["apiKeys"]
+    assert "admin:accounts" in listed[0]["scopes"]
+    resp = await client.post(f"{V}/api-keys", json={"ncaId": "acme", "scopes": ["admin"]})
+    assert resp.status_code == 200 and resp.json()["apiKey"]["ncaId"] == "acme"
+
+
+async def test_a_jwt_never_carries_the_operator_scope(client: httpx.AsyncClient) -> None:
+    token = hs256({"sub": "idp-user", "scopes": ["admin", "admin:accounts"], "exp": future()})
+    resp = await client.post(
+        f"{V}/api-keys",
+        json={"ncaId": "victim", "scopes": ["list_functions"]},
+        headers=bearer(token),
+    )
+    assert resp.status_code == 403 and "admin:accounts" in resp.json()["detail"]

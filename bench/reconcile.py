@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import select
 
-from service.backends.registry import AdapterRegistry
+from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.core import migrate
 from service.core.db import make_engine, make_sessionmaker

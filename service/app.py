@@ -26,13 +26,13 @@ from service.auth.service import (
     create_api_key,
     grant_scopes,
 )
-from service.backends.registry import AdapterRegistry
 from service.charts.pipeline import ChartPipeline
 from service.charts.router import router as helm_router
+from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import load_catalog
 from service.clusters.router import router as clusters_router
 from service.clusters.router import v3_router
-from service.core import changes, migrate
+from service.core import migrate
 from service.core.crypto import load_secret_box
 from service.core.db import make_engine, make_sessionmaker
 from service.core.errors import ServiceUnavailable
@@ -43,6 +43,7 @@ from service.core.settings import Settings
 from service.deployments.reconciler import build_reconciler
 from service.deployments.router import router as deployments_router
 from service.functions.cache import VersionCache
+from service.functions.cache import attach as attach_version_cache
 from service.functions.fastpath import VersionReadFastPath
 from service.functions.router import router as functions_router
 from service.functions.schemas import DOC_MODELS
@@ -160,7 +161,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.sessionmaker = make_sessionmaker(engine)
         if url.startswith("sqlite"):
             app.state.version_cache = VersionCache()
-            changes.subscribe(app.state.version_cache)
+            attach_version_cache(app.state.version_cache)
         app.state.secret_box = await asyncio.to_thread(load_secret_box, settings)
         app.state.catalog = await asyncio.to_thread(load_catalog, settings.clusters_file)
         await bootstrap_admin_key(app, settings)

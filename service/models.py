@@ -1,16 +1,11 @@
 """Every table, imported in one place for Alembic and the app."""
 
 from service.auth.models import Account, ApiKey
-from service.core import changes
 from service.core.db import Base
 from service.core.idempotency import IdempotencyRecord
 from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec, Instance
 from service.functions.models import Function, FunctionSecret, FunctionVersion, VersionTag
 from service.registry.models import RegistryCredential
-
-changes.watch(FunctionVersion, "function_version")
-changes.watch(Deployment, "deployment")
-changes.watch(Instance, "instance")
 
 __all__ = [
     "Account",

@@ -6,7 +6,7 @@ uses a short session of its own. Keeping the dependency chain shallow matters on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.auth.service import Authenticator, Principal
 from service.core.db import request_session
 from service.core.errors import Forbidden
+from service.core.idempotency import Recorder, idempotent
 
 Session = Annotated[AsyncSession, Depends(request_session, scope="function")]
 
@@ -47,3 +48,13 @@ def require(*any_of: str) -> Callable[..., Coroutine[Any, Any, Principal]]:
         return principal
 
     return dependency
+
+
+async def idempotency(
+    request: Request,
+    session: Session,
+    principal: Annotated[Principal, Depends(authenticate_request)],
+) -> AsyncIterator[Recorder]:
+    """`Idempotency-Key` handling for a create, keyed by the caller's account."""
+    async with idempotent(request, session, principal.account_id) as recorder:
+        yield recorder

@@ -7,7 +7,6 @@ from service.backends.protocol import (
     InstanceSpec,
     NodeShape,
     ShapeCapacity,
-    instance_namespace,
 )
 from service.backends.simulated import SimulatedAdapter, SimulationDelays
 
@@ -20,5 +19,4 @@ __all__ = [
     "ShapeCapacity",
     "SimulatedAdapter",
     "SimulationDelays",
-    "instance_namespace",
 ]

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import httpx2
 from lightkube import ALL_NS, ApiError, AsyncClient, ConfigError, KubeConfig, SingleConfig
@@ -47,32 +47,27 @@ from service.backends.protocol import (
     NodeShape,
     ShapeCapacity,
     check_namespace,
-    instance_namespace,
     object_metadata,
 )
-from service.backends.scheduling import (
+from service.backends.scheduling import gpu_request, node_affinity_matches, quantity
+from service.core.kube import (
+    GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
     INSTANCE_TYPE_LABEL,
-    gpu_request,
-    node_affinity_matches,
-    quantity,
+    LABEL_FUNCTION_ID,
+    LABEL_INSTANCE_ID,
+    LABEL_NCA_ID,
+    LABEL_VERSION_ID,
+    MANAGED_BY_LABEL,
+    NAMESPACE_PREFIX,
+    instance_namespace,
 )
 from service.health.observed import ObjectRef, ObservedState, parse_time
-
-if TYPE_CHECKING:
-    from service.clusters.catalog import Cluster
 
 T = TypeVar("T")
 
 FIELD_MANAGER = "nvcf-control-plane"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-LABEL_FUNCTION_ID = "nvcf.nvidia.com/function-id"
-LABEL_VERSION_ID = "nvcf.nvidia.com/function-version-id"
-LABEL_INSTANCE_ID = "nvcf.nvidia.com/instance-id"
-LABEL_NCA_ID = "nvcf.nvidia.com/nca-id"
 APPLIED_ANNOTATION = "nvcf.nvidia.com/applied-objects"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-NAMESPACE_PREFIX = "sr-"
 DEFAULT_TIMEOUT = 10.0
 
 
@@ -752,21 +747,3 @@ def _applied(namespace: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         if isinstance(entry, list) and len(entry) == 3 and all(isinstance(e, str) for e in entry):
             out.append((entry[0], entry[1], entry[2]))
     return out
-
-
-def adapter_for_cluster(cluster: Cluster, **options: Any) -> KubernetesAdapter:
-    """The adapter for a catalog cluster with `adapter: kubernetes`.
-
-    `options` are passed on to `KubernetesAdapter` (e.g. `timeout`, `field_manager`).
-    """
-    if cluster.adapter != "kubernetes" or cluster.kubernetes is None:
-        raise ValueError(f"cluster {cluster.name} is not a kubernetes cluster")
-    settings = cluster.kubernetes
-    return KubernetesAdapter(
-        cluster.name,
-        kubeconfig=None if settings.in_cluster else settings.kubeconfig,
-        context=settings.context,
-        in_cluster=settings.in_cluster,
-        nodes=[NodeShape(s.gpu, s.gpus_per_node, s.count) for s in cluster.nodes],
-        **options,
-    )

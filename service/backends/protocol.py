@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from service.core.kube import instance_namespace
 from service.health.observed import ObservedState
 
 
@@ -24,11 +25,6 @@ class AdapterError(Exception):
         self.message = message
         self.retryable = retryable
         self.status = status
-
-
-def instance_namespace(instance_id: str) -> str:
-    """The namespace of an instance: `sr-<instanceId>`."""
-    return f"sr-{instance_id}"
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,13 @@
-"""Pod specs read the way the Kubernetes scheduler reads them, and the node label and
-resource name both adapters agree on: the simulated cluster schedules with these, the real
-one computes free capacity with them."""
+"""Pod specs read the way the Kubernetes scheduler reads them (GPU requests, node affinity):
+the simulated cluster schedules with these, the real one computes free capacity with them.
+The names they read (node label, GPU resource) are those of `service.core.kube`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-INSTANCE_TYPE_LABEL = "nvca.nvcf.nvidia.io/instance-type"
-GPU_RESOURCE = "nvidia.com/gpu"
+from service.core.kube import GPU_RESOURCE
 
 
 def _map(value: Any) -> dict[str, Any]:

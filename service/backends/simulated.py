@@ -34,11 +34,13 @@ from service.backends.protocol import (
     check_namespace,
     object_metadata,
 )
-from service.backends.scheduling import (
+from service.backends.scheduling import gpu_request, node_affinity_matches
+from service.core.kube import (
+    CLIQUE_LABEL,
+    GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
     INSTANCE_TYPE_LABEL,
-    gpu_request,
-    node_affinity_matches,
+    is_nvlink,
 )
 from service.health.observed import ObjectRef, ObservedState, format_time
 
@@ -215,7 +217,7 @@ class SimulatedAdapter:
         self._lock = asyncio.Lock()
         self._namespaces: dict[str, _Namespace] = {}
         self._seq = 0
-        nvlink = "NVLinkOptimized" in set(attributes)
+        nvlink = is_nvlink(attributes)
         self._nodes: list[_Node] = []
         self._shapes = list(nodes)
         # Scheduler state, so that a call costs what the pods it concerns cost, not the cluster:
@@ -232,11 +234,11 @@ class SimulatedAdapter:
                 labels = {
                     "kubernetes.io/hostname": node_name,
                     INSTANCE_TYPE_LABEL: f"{self.provider}.GPU.{shape.gpu.upper()}",
-                    "nvidia.com/gpu.product": shape.gpu.upper(),
+                    GPU_PRODUCT_LABEL: shape.gpu.upper(),
                     "nvidia.com/gpu.count": str(shape.gpus_per_node),
                 }
                 if nvlink:
-                    labels["nvidia.com/gpu.clique"] = f"{name}-{shape.gpu.lower()}.0"
+                    labels[CLIQUE_LABEL] = f"{name}-{shape.gpu.lower()}.0"
                 self._nodes.append(_Node(node_name, shape.gpu.upper(), shape.gpus_per_node, labels))
         self._node_index = {n.name: i for i, n in enumerate(self._nodes)}
 

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from service.charts.findings import Finding, KubeObject, metadata, object_ref
+from service.core.kube import HOOK_ANNOTATION
 
 MAX_DOCUMENT_BYTES = 1024 * 1024
 #: Expanded node budget per document: generous for real objects, tiny next to a bomb.
@@ -398,7 +399,6 @@ INSTALL_ORDER = {
         )
     )
 }
-HOOK_ANNOTATION = "helm.sh/hook"
 
 
 def _install_rank(kind: str) -> tuple[int, int, str]:

@@ -16,23 +16,25 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from service.charts.findings import KubeObject, containers, pod_templates
+from service.core.kube import (
+    ANNOTATION_BACKEND,
+    ANNOTATION_FUNCTION_NAME,
+    ANNOTATION_INSTANCE_TYPE,
+    ANNOTATION_REGION,
+    CLIQUE_LABEL,
+    GPU_RESOURCE,
+    INSTANCE_TYPE_LABEL,
+    LABEL_FUNCTION_ID,
+    LABEL_INSTANCE_ID,
+    LABEL_NCA_ID,
+    LABEL_VERSION_ID,
+)
 
-LABEL_FUNCTION_ID = "nvcf.nvidia.com/function-id"
-LABEL_VERSION_ID = "nvcf.nvidia.com/function-version-id"
-LABEL_INSTANCE_ID = "nvcf.nvidia.com/instance-id"
-LABEL_NCA_ID = "nvcf.nvidia.com/nca-id"
-ANNOTATION_FUNCTION_NAME = "nvcf.nvidia.com/function-name"
-ANNOTATION_INSTANCE_TYPE = "nvcf.nvidia.com/instance-type"
-ANNOTATION_BACKEND = "nvcf.nvidia.com/backend"
-ANNOTATION_REGION = "nvcf.nvidia.com/region"
-
-INSTANCE_TYPE_NODE_LABEL = "nvca.nvcf.nvidia.io/instance-type"
 NVLINK_INDEX_ANNOTATION = "dra.nvcf.nvidia.io/required-nvlink-domain-index"
 NVLINK_PARTITION_LABEL = "dra.nvcf.nvidia.io/nvlink-domain-partition"
-CLIQUE_KEY = "nvidia.com/gpu.clique"
 COMPUTE_DOMAIN = "nvcf-cd-index-0"
 CLAIM_TEMPLATE = "nvcf-cd-channel-0"
-CLAIMED_RESOURCES = ("nvidia.com/gpu", "nvidia.com/pgpu", "nvidia.com/gpu.shared")
+CLAIMED_RESOURCES = (GPU_RESOURCE, "nvidia.com/pgpu", "nvidia.com/gpu.shared")
 CLAIMED_PREFIX = "nvidia.com/mig-"
 
 _SUFFIX = re.compile(r"_\d+x(?:\.x(\d+))?$")
@@ -202,10 +204,10 @@ def _mutate_pod(
             claim = True
 
     node_expressions: list[dict[str, Any]] = [
-        {"key": INSTANCE_TYPE_NODE_LABEL, "operator": "In", "values": [node_label]}
+        {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [node_label]}
     ]
     if nvlink:
-        node_expressions.append({"key": CLIQUE_KEY, "operator": "Exists"})
+        node_expressions.append({"key": CLIQUE_LABEL, "operator": "Exists"})
     affinity = _dict(spec, "affinity")
     required = _dict(
         _dict(affinity, "nodeAffinity"), "requiredDuringSchedulingIgnoredDuringExecution"
@@ -228,7 +230,7 @@ def _mutate_pod(
                 {"key": NVLINK_PARTITION_LABEL, "operator": "In", "values": [partition]}
             ]
         },
-        "topologyKey": CLIQUE_KEY,
+        "topologyKey": CLIQUE_LABEL,
     }
     pod_affinity = _dict(affinity, "podAffinity")
     if index is not None:

@@ -41,6 +41,7 @@ from service.charts.render import (
 from service.charts.url import ChartRef, ChartUrlError, parse_chart_url, redact_url
 from service.clusters.instance_types import InstanceType, parse_instance_type
 from service.core.errors import FieldError, ValidationFailed
+from service.core.kube import instance_namespace, is_nvlink
 from service.registry import service as registry_service
 
 if TYPE_CHECKING:
@@ -52,9 +53,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Cluster attribute that turns on the NVLink (ComputeDomain) mutations and makes
-#: `multi-node-full-node` an error.
-NVLINK_ATTRIBUTE = "NVLinkOptimized"
 #: Instance id used for the dry-run's install preview (no instance exists).
 PLACEHOLDER_INSTANCE_ID = "00000000-0000-0000-0000-000000000000"
 #: `inferencePort` assumed for a helm function created without one (the health default).
@@ -358,7 +356,7 @@ class ChartPipeline:
         ns = namespace or PLACEHOLDER_NAMESPACE
         kube = (cluster.k8s_version if cluster is not None else None) or self.default_kube_version
         result = ChartValidation(chart_digest=fetched.digest)
-        nvlink = is_nvlink(cluster)
+        nvlink = cluster_is_nvlink(cluster)
         check_key = _cache_key(
             fetched.layer_digest or fetched.digest,
             configuration or {},
@@ -476,19 +474,12 @@ class ChartPipeline:
             instance_type=it.name if it is not None else "",
             backend=backend,
             region=cluster.region,
-            nvlink=is_nvlink(cluster),
+            nvlink=cluster_is_nvlink(cluster),
         )
 
 
-def instance_namespace(instance_id: str) -> str:
-    """The namespace of one instance (helm.md §5)."""
-    return f"sr-{instance_id}"
-
-
-def is_nvlink(cluster: Cluster | None) -> bool:
-    if cluster is None:
-        return False
-    return any(a.lower() == NVLINK_ATTRIBUTE.lower() for a in cluster.attributes)
+def cluster_is_nvlink(cluster: Cluster | None) -> bool:
+    return cluster is not None and is_nvlink(cluster.attributes)
 
 
 def _instance_type(value: str | InstanceType | None) -> InstanceType | None:
@@ -502,6 +493,5 @@ __all__ = [
     "ChartPipeline",
     "ChartValidation",
     "chart_validation_failed",
-    "instance_namespace",
     "parse_ref",
 ]

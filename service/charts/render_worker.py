@@ -28,8 +28,9 @@ import zlib
 from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 
+from service.core.kube import HOOK_ANNOTATION
+
 RELEASE_NAME = "mini-service"
-HOOK_ANNOTATION = "helm.sh/hook"
 _HOOK_BYTES = HOOK_ANNOTATION.encode()
 _HEADER = struct.Struct(">I")
 #: Bytes of (nested) archive content `may_have_hooks` reads before it gives up and says yes.

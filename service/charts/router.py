@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Request
 from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.service import Principal
-from service.charts.pipeline import PLACEHOLDER_INSTANCE_ID, ChartPipeline, instance_namespace
+from service.charts.pipeline import PLACEHOLDER_INSTANCE_ID, ChartPipeline
 from service.charts.policy import ValidationPolicy
 from service.charts.schemas import HelmValidateRequest, HelmValidateResponse
 from service.charts.url import ChartUrlError, parse_chart_url
@@ -25,6 +25,7 @@ from service.clusters.catalog import Catalog, CatalogError, Cluster, load_catalo
 from service.clusters.instance_types import InstanceType, InstanceTypeError, parse_instance_type
 from service.core.errors import FieldError, ServiceUnavailable, ValidationFailed
 from service.core.http import read_json
+from service.core.kube import instance_namespace
 
 router = APIRouter(tags=["helm"])
 

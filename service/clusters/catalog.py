@@ -36,6 +36,7 @@ from service.clusters.instance_types import (
     parse_instance_type,
 )
 from service.core.errors import FieldError
+from service.core.kube import normalize_attributes
 
 BUILTIN_SOURCE = "built-in catalog (service/clusters/default_catalog.yaml)"
 # Fixed namespaces so ids survive restarts and re-deploys of the same catalog.
@@ -145,7 +146,10 @@ class Cluster(_Model):
     provider: Annotated[str, BeforeValidator(_check_provider)]
     region: NonEmpty
     k8s_version: NonEmpty | None = Field(default=None, alias="k8sVersion")
-    attributes: list[NonEmpty] = Field(default_factory=list)
+    # Compared case-insensitively everywhere; known ones stored in their canonical spelling.
+    attributes: Annotated[list[NonEmpty], AfterValidator(normalize_attributes)] = Field(
+        default_factory=list
+    )
     availability_zones: list[NonEmpty] = Field(default_factory=list, alias="availabilityZones")
     nodes: list[NodeShape] = Field(min_length=1)
     simulation: SimulationSettings = Field(default_factory=SimulationSettings)

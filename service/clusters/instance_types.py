@@ -14,7 +14,6 @@ CSPS: tuple[str, ...] = ("ON-PREM", "AWS", "GCP", "OCI", "AZURE", "DGXC", "DGX-C
 EXPECTED_SHAPE = (
     "expected <CSP>.GPU.<GPU_NAME>_<N>x[.x<NODES>], e.g. DGXC.GPU.L40S_1x or ON-PREM.GPU.B200_8x.x2"
 )
-INSTANCE_TYPE_NODE_LABEL = "nvca.nvcf.nvidia.io/instance-type"
 
 _GPU_NAME = re.compile(r"[A-Za-z0-9_]+")
 _DIGITS = re.compile(r"[0-9]+")

@@ -41,7 +41,6 @@ def _pending(session: Session) -> dict[str, set[Any] | None]:
 
 @event.listens_for(Session, "after_flush")
 def _after_flush(session: Session, _ctx: Any) -> None:
-    session.info["nvcf_flushed"] = True
     pending = _pending(session)
     for obj in (*session.new, *session.dirty, *session.deleted):
         name = _watched.get(type(obj))
@@ -56,7 +55,6 @@ def _after_flush(session: Session, _ctx: Any) -> None:
 def _bulk(state: ORMExecuteState) -> None:
     if not (state.is_update or state.is_delete):
         return
-    state.session.info["nvcf_flushed"] = True
     mapper = state.bind_mapper
     name = _watched.get(mapper.class_) if mapper is not None else None
     if name is not None:
@@ -66,7 +64,6 @@ def _bulk(state: ORMExecuteState) -> None:
 @event.listens_for(Session, "after_commit")
 def _after_commit(session: Session) -> None:
     pending = session.info.pop(_KEY, None)
-    session.info.pop("nvcf_flushed", None)
     if not pending:
         return
     for sub in list(_subscribers):
@@ -76,11 +73,3 @@ def _after_commit(session: Session) -> None:
 @event.listens_for(Session, "after_soft_rollback")
 def _after_rollback(session: Session, _previous: Any) -> None:
     session.info.pop(_KEY, None)
-    session.info.pop("nvcf_flushed", None)
-
-
-def wrote(session: Session) -> bool:
-    """True when the session flushed or ran a bulk write since its last commit."""
-    return bool(session.info.get("nvcf_flushed")) or bool(
-        session.new or session.dirty or session.deleted
-    )

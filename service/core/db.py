@@ -18,10 +18,8 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
-from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.orm import DeclarativeBase, ORMExecuteState, Session
 from starlette.requests import Request
-
-from service.core import changes
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -102,6 +100,30 @@ def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
 
 
 AFTER_COMMIT = "nvcf_after_commit"
+_WROTE = "nvcf_wrote"
+
+
+@event.listens_for(Session, "after_flush")
+def _note_flush(session: Session, _ctx: Any) -> None:
+    session.info[_WROTE] = True
+
+
+@event.listens_for(Session, "do_orm_execute")
+def _note_bulk_write(state: ORMExecuteState) -> None:
+    if state.is_update or state.is_delete:
+        state.session.info[_WROTE] = True
+
+
+@event.listens_for(Session, "after_commit")
+@event.listens_for(Session, "after_soft_rollback")
+def _forget_writes(session: Session, *_: Any) -> None:
+    session.info.pop(_WROTE, None)
+
+
+def wrote(session: Session) -> bool:
+    """True when the session flushed or ran a bulk write since its last commit (or has
+    pending changes): the request transaction then has something to commit."""
+    return bool(session.info.get(_WROTE)) or bool(session.new or session.dirty or session.deleted)
 
 
 def after_commit(session: AsyncSession, callback: Callable[[], None]) -> None:
@@ -128,7 +150,7 @@ async def request_session(request: Request) -> AsyncIterator[AsyncSession]:
             await session.rollback()
             raise
         else:
-            if changes.wrote(session.sync_session) or session.info.get(AFTER_COMMIT):
+            if wrote(session.sync_session) or session.info.get(AFTER_COMMIT):
                 await session.commit()
             else:
                 await session.rollback()

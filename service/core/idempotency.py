@@ -11,17 +11,16 @@ import asyncio
 import hashlib
 import weakref
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, Request
+from fastapi import Request
 from sqlalchemy import JSON, Integer, String, delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
-from service.auth.deps import Session, authenticate_request
-from service.auth.service import Principal
 from service.core.db import Base, UTCDateTime, run_after_commit, utcnow
 from service.core.errors import Conflict, FieldError, ValidationFailed
 
@@ -89,11 +88,14 @@ def _answer(rec: IdempotencyRecord, fingerprint: str) -> None:
     raise IdempotentReplay(rec.status_code, rec.response)
 
 
-async def idempotency(
-    request: Request,
-    session: Session,
-    principal: Annotated[Principal, Depends(authenticate_request)],
+@asynccontextmanager
+async def idempotent(
+    request: Request, session: AsyncSession, account: str
 ) -> AsyncIterator[Recorder]:
+    """Guard one create of `account` (the caller's) by its `Idempotency-Key`, if it has one.
+
+    Wrapped as a FastAPI dependency where the caller is known (`service.auth.deps`).
+    """
     recorder = Recorder()
     key = request.headers.get(HEADER)
     if key is None:
@@ -105,7 +107,6 @@ async def idempotency(
     fingerprint = hashlib.sha256(
         request.method.encode() + b" " + request.url.path.encode() + b"\n" + body
     ).hexdigest()
-    account = principal.account_id
     ttl = timedelta(seconds=request.app.state.settings.idempotency_ttl_seconds)
     async with _lock_for(account, key):
         rec = await _existing(session, account, key)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from service.backends.protocol import AdapterError, Capacity, ShapeCapacity
-from service.backends.registry import AdapterRegistry
+from service.clusters.adapters import AdapterRegistry
 
 
 @dataclass(frozen=True)

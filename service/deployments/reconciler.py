@@ -63,13 +63,14 @@ from typing import Any, Protocol, runtime_checkable
 from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from service.backends.protocol import AdapterError, BackendAdapter, InstanceSpec, instance_namespace
-from service.backends.registry import AdapterRegistry
+from service.backends.protocol import AdapterError, BackendAdapter, InstanceSpec
 from service.charts.mutate import mutate_for_install
+from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.clusters.instance_types import InstanceType, InstanceTypeError, parse_instance_type
 from service.core.crypto import SecretBox
 from service.core.db import utcnow
+from service.core.kube import instance_namespace, is_nvlink, namespace_instance_id
 from service.core.settings import Settings
 from service.deployments.events import record_event
 from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec, Instance
@@ -92,7 +93,6 @@ log = logging.getLogger("nvcf.reconciler")
 Clock = Callable[[], datetime]
 
 BACKEND_TIMER = "backend"
-NVLINK_ATTRIBUTE = "nvlinkoptimized"
 GC_HISTORY = 1000  # collected namespaces remembered in `Reconciler.collected`
 
 
@@ -403,7 +403,7 @@ class Reconciler:
     async def _check_collected(self, collected: Sequence[tuple[str, str]]) -> None:
         """Complain loudly about a collected namespace whose instance exists after all (created
         by another replica between the id snapshot and the adapter's listing)."""
-        by_id = {ns.removeprefix("sr-"): (cluster, ns) for cluster, ns in collected}
+        by_id = {namespace_instance_id(ns) or ns: (cluster, ns) for cluster, ns in collected}
         wanted: list[uuid.UUID] = []
         for text in by_id:
             with contextlib.suppress(ValueError):
@@ -867,7 +867,6 @@ class Reconciler:
         secrets: Sequence[tuple[str, Mapping[str, Any]]],
     ) -> list[dict[str, Any]]:
         cluster = self.catalog.cluster(row.cluster or "")
-        attributes = {a.lower() for a in cluster.attributes} if cluster else set()
         return mutate_for_install(
             [o for o in spec.objects if isinstance(o, dict)],
             namespace=instance_namespace(str(row.id)),
@@ -880,7 +879,7 @@ class Reconciler:
             backend=spec.backend,
             region=cluster.region if cluster else "",
             pull_secrets=secrets,
-            nvlink=NVLINK_ATTRIBUTE in attributes,
+            nvlink=cluster is not None and is_nvlink(cluster.attributes),
         )
 
     async def _pull_secrets(self, account_id: str) -> list[tuple[str, dict[str, Any]]]:

@@ -16,6 +16,9 @@ from collections.abc import Collection
 from typing import Any
 
 from service.auth.scopes import LIST_FUNCTIONS_DETAILS
+from service.core import changes as change_feed
+from service.deployments.models import Deployment, Instance
+from service.functions.models import FunctionVersion
 
 CacheKey = tuple[str, uuid.UUID, uuid.UUID, bool]  # account, function, version, details
 
@@ -70,3 +73,16 @@ class VersionCache:
                     del entries[key]
         for version_id in versions:
             self._data.pop(version_id, None)
+
+
+def attach(cache: VersionCache) -> None:
+    """Invalidate `cache` on every commit that touches the rows its entries are built from.
+
+    Called explicitly at application start: registering the watches as a side effect of
+    importing a module left them out whenever that module was not imported (e.g. when no
+    migration ran at start), and edits then stayed invisible for the TTL.
+    """
+    change_feed.watch(FunctionVersion, "function_version")
+    change_feed.watch(Deployment, "deployment")
+    change_feed.watch(Instance, "instance")
+    change_feed.subscribe(cache)

@@ -10,11 +10,11 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel
 
 from service.auth import scopes
-from service.auth.deps import Session, require
+from service.auth.deps import Session, idempotency, require
 from service.auth.service import Principal
 from service.core.crypto import SecretBox
 from service.core.http import json_body_doc, parse_uuid, parse_uuids, read_json
-from service.core.idempotency import Recorder, idempotency
+from service.core.idempotency import Recorder
 from service.core.pagination import MAX_LIMIT, make_page
 from service.deployments.service import active_instances, reconciler_waker
 from service.functions import service

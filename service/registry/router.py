@@ -10,11 +10,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from service.auth import scopes
-from service.auth.deps import Session, require
+from service.auth.deps import Session, idempotency, require
 from service.auth.service import Principal
 from service.core.crypto import SecretBox
 from service.core.http import parse_uuid, read_json
-from service.core.idempotency import Recorder, idempotency
+from service.core.idempotency import Recorder
 from service.core.pagination import MAX_LIMIT, make_page
 from service.registry import service
 from service.registry.schemas import (

@@ -18,14 +18,14 @@ from service.backends.kubernetes import (
     APPLIED_ANNOTATION,
     FIELD_MANAGER,
     KNOWN_KINDS,
-    MANAGED_BY_LABEL,
     KubernetesAdapter,
-    adapter_for_cluster,
     guess_plural,
     kind_info,
 )
 from service.charts.mutate import mutate_for_install
+from service.clusters.adapters import adapter_for_cluster
 from service.clusters.catalog import Cluster
+from service.core.kube import MANAGED_BY_LABEL
 from service.health import HealthTimeouts, InstanceCondition, ObservedState, Phase, evaluate
 from tests.support.fake_k8s import (
     FakeKubernetes,

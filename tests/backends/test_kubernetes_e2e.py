@@ -21,7 +21,7 @@ import yaml
 
 from service.backends.kubernetes import FIELD_MANAGER, MANAGED_BY_LABEL, KubernetesAdapter
 from service.backends.protocol import BackendAdapter
-from service.backends.registry import AdapterRegistry
+from service.clusters.adapters import AdapterRegistry
 from service.deployments.reconciler import Reconciler, ReconcilerConfig
 from tests.conftest import AppClient, ClientFactory
 from tests.support.api import create_fn

@@ -513,7 +513,10 @@ async def test_concurrent_calls_keep_gpu_accounting_consistent() -> None:
     assert (await sim.capacity()).free_gpus() == 16
 
 
-async def test_nvlink_clusters_label_nodes_with_a_gpu_clique() -> None:
+@pytest.mark.parametrize("spelling", ["NVLinkOptimized", "nvlinkoptimized", "NVLINKOPTIMIZED"])
+async def test_nvlink_clusters_label_nodes_with_a_gpu_clique(spelling: str) -> None:
+    """The attribute is compared case-insensitively, as the resolver and the mutations do: a
+    cluster declared `nvlinkoptimized` gets NVLink pods whose clique affinity it satisfies."""
     clock = FakeClock()
     sim = SimulatedAdapter(
         "sim-onprem",
@@ -521,7 +524,7 @@ async def test_nvlink_clusters_label_nodes_with_a_gpu_clique() -> None:
         nodes=[NodeShape("B200", 8, 2)],
         delays=DELAYS,
         clock=clock,
-        attributes=["NVLinkOptimized"],
+        attributes=[spelling],
     )
     inst = instance(gpu="B200", gpus=8, nodes=2)
     dep = deployment(gpus=8, replicas=2, node_type="ON-PREM.GPU.B200")

@@ -254,6 +254,16 @@ clusterGroups:
 {extra}"""
 
 
+def test_attributes_are_normalised_at_load_time(tmp_path: Path) -> None:
+    """Known attributes take their canonical spelling and repeats (in any case) collapse, so
+    every reader (resolver, mutations, adapters) sees one spelling."""
+    f = tmp_path / "catalog.yaml"
+    extra = "        attributes: [nvlinkoptimized, Fast, NVLINKOPTIMIZED, fast]\n"
+    f.write_text(CLUSTER.format(adapter="simulated", node_extra="", extra=extra))
+    [cluster] = load_catalog(f).groups[0].clusters
+    assert cluster.attributes == ["NVLinkOptimized", "Fast"]
+
+
 @pytest.mark.parametrize(
     ("adapter", "node_extra", "extra", "problems"),
     [

@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import func, select
 
 from service.backends.protocol import BackendAdapter, Capacity, InstanceSpec
-from service.backends.registry import AdapterRegistry
 from service.backends.simulated import SimulatedAdapter
+from service.clusters.adapters import AdapterRegistry
 from service.deployments.models import Deployment, Instance
 from service.functions.models import FunctionVersion
 from service.health.observed import ObservedState

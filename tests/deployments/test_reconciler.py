@@ -21,8 +21,8 @@ from service.backends.protocol import (
     Capacity,
     InstanceSpec,
 )
-from service.backends.registry import AdapterRegistry
 from service.backends.simulated import SimulatedAdapter
+from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.core.db import make_engine, make_sessionmaker
 from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec, Instance

@@ -1,10 +1,10 @@
 """One backend adapter per catalog cluster (runtime.md §4).
 
-`simulated` clusters get an in-process `SimulatedAdapter`; `kubernetes` clusters get
-`service.backends.kubernetes.adapter_for_cluster(cluster)`, imported lazily so a server without
-the Kubernetes client libraries still runs its simulated clusters. A cluster whose adapter
-cannot be built is kept as *unavailable* with the reason: placement skips it and instances
-placed on it fail with a message naming the cluster.
+The catalog is this package's; the adapters know nothing of it. `simulated` clusters get an
+in-process `SimulatedAdapter`; `kubernetes` clusters get a `KubernetesAdapter`, imported lazily
+so a server without the Kubernetes client libraries still runs its simulated clusters. A
+cluster whose adapter cannot be built is kept as *unavailable* with the reason: placement
+skips it and instances placed on it fail with a message naming the cluster.
 """
 
 from __future__ import annotations
@@ -13,10 +13,14 @@ import importlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from service.backends.protocol import BackendAdapter, NodeShape
 from service.backends.simulated import SimulatedAdapter, SimulationDelays
 from service.clusters.catalog import Catalog, Cluster
+
+if TYPE_CHECKING:
+    from service.backends.kubernetes import KubernetesAdapter
 
 log = logging.getLogger("nvcf.backends")
 
@@ -89,11 +93,29 @@ def build_adapter(cluster: Cluster, *, clock: Clock | None = None) -> BackendAda
             clock=clock,
             attributes=cluster.attributes,
         )
+    return adapter_for_cluster(cluster)
+
+
+def adapter_for_cluster(cluster: Cluster, **options: Any) -> KubernetesAdapter:
+    """The adapter for a catalog cluster with `adapter: kubernetes`.
+
+    `options` are passed on to `KubernetesAdapter` (e.g. `timeout`, `field_manager`).
+    """
+    if cluster.adapter != "kubernetes" or cluster.kubernetes is None:
+        raise ValueError(f"cluster {cluster.name} is not a kubernetes cluster")
     try:
         module = importlib.import_module("service.backends.kubernetes")
     except ImportError as exc:
         raise RuntimeError(f"the kubernetes adapter cannot be loaded ({exc})") from exc
-    adapter: BackendAdapter = module.adapter_for_cluster(cluster)
+    settings = cluster.kubernetes
+    adapter: KubernetesAdapter = module.KubernetesAdapter(
+        cluster.name,
+        kubeconfig=None if settings.in_cluster else settings.kubeconfig,
+        context=settings.context,
+        in_cluster=settings.in_cluster,
+        nodes=[NodeShape(s.gpu, s.gpus_per_node, s.count) for s in cluster.nodes],
+        **options,
+    )
     return adapter
 
 
@@ -102,4 +124,4 @@ def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-__all__ = ["AdapterRegistry", "build_adapter"]
+__all__ = ["AdapterRegistry", "adapter_for_cluster", "build_adapter"]

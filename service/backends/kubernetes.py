@@ -49,7 +49,7 @@ from service.backends.protocol import (
     check_namespace,
     object_metadata,
 )
-from service.backends.scheduling import gpu_request, node_affinity_matches, quantity
+from service.backends.scheduling import gpu_request, node_affinity_matches
 from service.core.kube import (
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
@@ -62,6 +62,7 @@ from service.core.kube import (
     NAMESPACE_PREFIX,
     instance_namespace,
 )
+from service.core.quantities import whole_quantity
 from service.health.observed import ObjectRef, ObservedState, parse_time
 
 T = TypeVar("T")
@@ -446,7 +447,9 @@ class KubernetesAdapter:
         usable: list[_Node] = []
         for node in sorted(nodes, key=lambda n: str(_map(n.get("metadata")).get("name", ""))):
             labels = _labels(node)
-            gpus = quantity(_map(_map(node.get("status")).get("allocatable")).get(GPU_RESOURCE))
+            gpus = whole_quantity(
+                _map(_map(node.get("status")).get("allocatable")).get(GPU_RESOURCE)
+            )
             gpu = _gpu_model(labels)
             if gpus <= 0 or not gpu or not _node_usable(node):
                 continue

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from service.core.kube import GPU_RESOURCE
+from service.core.quantities import whole_quantity
 
 
 def _map(value: Any) -> dict[str, Any]:
@@ -18,20 +19,12 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def quantity(value: Any) -> int:
-    """A whole-number resource quantity (`"2"`, `2`); anything else counts as 0."""
-    try:
-        return int(str(value))
-    except (TypeError, ValueError):
-        return 0
-
-
 def _gpu_quantity(container: Mapping[str, Any]) -> int:
     resources = _map(container.get("resources"))
     for section in ("limits", "requests"):
         value = _map(resources.get(section)).get(GPU_RESOURCE)
         if value is not None:
-            return quantity(value)
+            return whole_quantity(value)
     return 0
 
 

@@ -41,6 +41,7 @@ from service.charts.findings import (
     pod_templates,
     replica_count,
 )
+from service.core.quantities import whole_quantity
 
 MAX_OBJECTS = 300
 
@@ -384,17 +385,6 @@ def _inference_service(objects: list[KubeObject], name: str, port: int) -> list[
     ]
 
 
-def _quantity(value: Any) -> int:
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return value
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0
-
-
 def container_gpus(container: dict[str, Any]) -> int:
     resources = container.get("resources")
     if not isinstance(resources, dict):
@@ -403,7 +393,7 @@ def container_gpus(container: dict[str, Any]) -> int:
     for section in ("limits", "requests"):
         values = resources.get(section)
         if isinstance(values, dict):
-            best = max(best, sum(_quantity(values.get(r, 0)) for r in GPU_RESOURCES))
+            best = max(best, sum(whole_quantity(values.get(r, 0)) for r in GPU_RESOURCES))
     return best
 
 

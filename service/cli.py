@@ -11,17 +11,19 @@ from datetime import timedelta
 
 from pydantic import ValidationError
 
+from service.core.durations import parse_timedelta
 from service.core.settings import Settings, settings_error_line
 
+#: the short form `30d`; its unit letter is the ISO-8601 designator, in the time part or not
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def parse_expiry(value: str) -> timedelta:
     m = _DURATION.match(value.strip().lower())
     if not m or int(m.group(1)) == 0:
         raise argparse.ArgumentTypeError(f"'{value}' is not a duration like 30d, 12h, 90m or 2w")
-    return timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2)])
+    number, unit = m.group(1), m.group(2).upper()
+    return parse_timedelta(f"PT{number}{unit}" if unit in "HMS" else f"P{number}{unit}")
 
 
 def _settings() -> Settings:

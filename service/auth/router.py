@@ -14,6 +14,7 @@ from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.models import ApiKey
 from service.auth.service import Principal, create_api_key
+from service.core.durations import DurationError, parse_timedelta
 from service.core.errors import FieldError, Forbidden, NotFound, ValidationFailed
 from service.core.http import parse_uuid, read_json
 from service.core.schemas import CamelModel, Timestamp
@@ -21,7 +22,6 @@ from service.core.schemas import CamelModel, Timestamp
 router = APIRouter(tags=["api-keys"])
 Admin = Annotated[Principal, Depends(require(scopes.ADMIN))]
 ACCOUNT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
-_DUR = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$")
 
 
 class KeyOut(CamelModel):
@@ -51,13 +51,12 @@ class KeyOut(CamelModel):
 def _parse_duration(value: Any) -> timedelta | None:
     if value is None:
         return None
-    m = _DUR.match(value) if isinstance(value, str) else None
-    if not m or not any(m.groups()):
+    try:
+        return parse_timedelta(value)
+    except DurationError:
         raise ValidationFailed.of(
             [FieldError("expiresIn", f"'{value}' is not an ISO-8601 duration such as 'P30D'")]
-        )
-    d, h, mi, s = (int(x or 0) for x in m.groups())
-    return timedelta(days=d, hours=h, minutes=mi, seconds=s)
+        ) from None
 
 
 @router.post(

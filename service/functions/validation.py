@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.charts.url import ChartUrlError, parse_chart_url
+from service.core.durations import DurationError, parse_duration
 from service.core.errors import FieldError, ValidationFailed
 from service.core.http import json_kind, require_json_object
 
@@ -22,9 +23,6 @@ TAG_RE = re.compile(r"^[a-zA-Z0-9\-_:=]+$")
 SECRET_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
 RATE_RE = re.compile(r"^[1-9]\d*-[SMHD](,\s*[1-9]\d*-[SMHD])*$")
 URI_PATH_RE = re.compile(r"^[A-Za-z0-9\-._~!$&'()*+,;=:@/%]+$")
-DURATION_RE = re.compile(
-    r"^P(?!$)(\d+Y)?(\d+M)?(\d+W)?(\d+D)?(T(?=\d)(\d+H)?(\d+M)?(\d+(\.\d+)?S)?)?$"
-)
 
 API_BODY_FORMATS = ("CUSTOM", "PREDICT_V2")
 FUNCTION_TYPES = ("DEFAULT", "STREAMING", "LLM")
@@ -328,6 +326,14 @@ def _secrets(c: _Checker, value: Any) -> list[tuple[str, str]]:
     return out
 
 
+def _is_duration(text: str) -> bool:
+    try:
+        parse_duration(text)
+    except DurationError:
+        return False
+    return True
+
+
 def _health(c: _Checker, value: Any) -> dict[str, Any] | None:
     fld = "health"
     if value is None:
@@ -343,7 +349,7 @@ def _health(c: _Checker, value: Any) -> dict[str, Any] | None:
         c.uri_path(uri, f"{fld}.uri")
     port = c.integer(value, "port", 1, 65535, where=f"{fld}.port", required=True)
     timeout = c.string(value, "timeout", required=True, where=f"{fld}.timeout")
-    if timeout is not None and not DURATION_RE.match(timeout):
+    if timeout is not None and not _is_duration(timeout):
         c.err(f"{fld}.timeout", f"'{timeout}' is not an ISO-8601 duration such as 'PT10S'")
     code = c.integer(
         value, "expectedStatusCode", 100, 599, where=f"{fld}.expectedStatusCode", required=True

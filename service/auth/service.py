@@ -8,7 +8,6 @@ import json
 import secrets
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,6 +16,7 @@ from typing import Any
 
 import httpx
 import jwt
+from cachetools import TTLCache
 from jwt.types import Options
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -134,44 +134,22 @@ async def any_key_exists(session: AsyncSession) -> bool:
     return (await session.execute(select(ApiKey.id).limit(1))).first() is not None
 
 
-class _TTLCache:
-    """A small LRU of verified API keys so hot paths skip the key lookup query."""
-
-    def __init__(self, size: int = 1024, ttl: float = 5.0) -> None:
-        self._data: OrderedDict[str, tuple[float, Principal, datetime | None]] = OrderedDict()
-        self._size = size
-        self._ttl = ttl
-
-    def get(self, key_hash: str) -> tuple[Principal, datetime | None] | None:
-        hit = self._data.get(key_hash)
-        if hit is None or hit[0] < time.monotonic():
-            return None
-        self._data.move_to_end(key_hash)
-        return hit[1], hit[2]
-
-    def drop(self, key_hash: str) -> None:
-        self._data.pop(key_hash, None)
-
-    def put(self, key_hash: str, principal: Principal, expires_at: datetime | None) -> None:
-        self._data[key_hash] = (time.monotonic() + self._ttl, principal, expires_at)
-        self._data.move_to_end(key_hash)
-        while len(self._data) > self._size:
-            self._data.popitem(last=False)
-
-
 class Authenticator:
     """Turns an `Authorization` header into a Principal, or raises 401."""
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._cache = _TTLCache()
+        # verified API keys, so hot paths skip the key lookup query: (principal, expires_at)
+        self._cache: TTLCache[str, tuple[Principal, datetime | None]] = TTLCache(
+            maxsize=1024, ttl=5.0, timer=time.monotonic
+        )
         self._jwks: jwt.PyJWKSet | None = None
         self._jwks_loaded_at = 0.0
         self._jwks_lock = asyncio.Lock()
 
     def forget(self, key_hash: str) -> None:
         """Forget a revoked key at once instead of waiting for the cache to expire."""
-        self._cache.drop(key_hash)
+        self._cache.pop(key_hash, None)
 
     async def authenticate(
         self, sessions: async_sessionmaker[AsyncSession], authorization: str | None
@@ -224,7 +202,7 @@ class Authenticator:
                 subject=str(row.id),
             )
             cached = (principal, row.expires_at)
-            self._cache.put(key_hash, principal, row.expires_at)
+            self._cache[key_hash] = cached
         principal, expires_at = cached
         if expires_at is not None and expires_at <= utcnow():
             raise Unauthorized(detail="API key has expired", headers=_BEARER)

@@ -17,12 +17,12 @@ import dataclasses
 import json
 import logging
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from cachetools import LRUCache
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.charts.fetch import ChartFetcher, FetchedChart, RegistryCredential
@@ -175,33 +175,19 @@ class _Checked:
         result.crds_skipped = list(self.crds_skipped)
 
 
-class _LRU(Generic[T]):
-    """A small in-memory LRU bounded in entries and in (approximate) bytes."""
+class _LRU(LRUCache[str, T]):
+    """A small in-memory LRU bounded in (approximate) bytes and in entries; a value above a
+    quarter of the bytes is not kept, nor does a second one replace the first for a key."""
 
     def __init__(self, max_bytes: int, size: Callable[[T], int]) -> None:
-        self.max_bytes = max_bytes
-        self._size = size
-        self._entries: OrderedDict[str, tuple[T, int]] = OrderedDict()
-        self._bytes = 0
-
-    def get(self, key: str) -> T | None:
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        self._entries.move_to_end(key)
-        return entry[0]
+        super().__init__(maxsize=max_bytes, getsizeof=size)
 
     def put(self, key: str, value: T) -> None:
-        size = self._size(value)
-        if size > self.max_bytes // 4 or key in self._entries:
+        if self.getsizeof(value) > self.maxsize // 4 or key in self:
             return
-        self._entries[key] = (value, size)
-        self._bytes += size
-        while self._entries and (
-            self._bytes > self.max_bytes or len(self._entries) > _RENDER_CACHE_MAX_ENTRIES
-        ):
-            _, (_, dropped) = self._entries.popitem(last=False)
-            self._bytes -= dropped
+        while len(self) >= _RENDER_CACHE_MAX_ENTRIES:
+            self.popitem()
+        self[key] = value  # evicts the least recently used entries past maxsize bytes
 
 
 class ChartPipeline:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +16,16 @@ import httpx
 import psycopg
 import pytest
 from asgi_lifespan import LifespanManager
-from fastapi import FastAPI
 
 from service.app import create_app
 from service.auth import scopes
 from service.core import migrate
 from service.core.settings import Settings
+from tests.support.app import ADMIN_KEY, JWT_SECRET, AppClient, ClientFactory, SettingsFactory
 from tests.support.postgres import PostgresServer, PostgresUnavailable, start_postgres
 
-ADMIN_KEY = "nvapi-test-admin-" + "a" * 40
-JWT_SECRET = "test-jwt-secret-that-is-long-enough-for-hs256"
+# Tests import these from tests.support.app (tests/deployments still imports AppClient and
+# ClientFactory from here, which the import above keeps working).
 REQUIRE_SERVICES = os.environ.get("NVCF_TEST_REQUIRE_SERVICES") == "1"
 
 
@@ -86,15 +86,6 @@ def database_url(
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-SettingsFactory = Callable[..., Settings]
-
-
-class AppClient(httpx.AsyncClient):
-    """An httpx client bound to one in-process app, which tests may inspect."""
-
-    app: FastAPI
-
-
 @pytest.fixture
 def make_settings(tmp_path: Path, database_url: str) -> SettingsFactory:
     def factory(**overrides: Any) -> Settings:
@@ -110,9 +101,6 @@ def make_settings(tmp_path: Path, database_url: str) -> SettingsFactory:
         return Settings(**values)
 
     return factory
-
-
-ClientFactory = Callable[..., Awaitable[AppClient]]
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import create_engine, inspect
 
 from service.core import migrate
-from tests.conftest import ClientFactory
+from tests.support.app import ClientFactory
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import ADMIN_KEY
 from tests.support.api import CONTAINER_FN
+from tests.support.app import ADMIN_KEY
 from tests.support.server import free_port, start_server, stop_server
 
 

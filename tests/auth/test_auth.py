@@ -13,8 +13,8 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from tests.conftest import JWT_SECRET, ClientFactory
 from tests.support.api import CONTAINER_FN, bearer, create_fn, new_key
+from tests.support.app import JWT_SECRET, ClientFactory
 
 V = "/v2/nvcf"
 

@@ -23,8 +23,8 @@ from service.backends.kubernetes import FIELD_MANAGER, MANAGED_BY_LABEL, Kuberne
 from service.backends.protocol import BackendAdapter
 from service.clusters.adapters import AdapterRegistry
 from service.deployments.reconciler import Reconciler, ReconcilerConfig
-from tests.conftest import AppClient, ClientFactory
 from tests.support.api import create_fn
+from tests.support.app import AppClient, ClientFactory
 from tests.support.fake_k8s import FakeKubernetes, fixture, iter_fixture_items
 
 V = "/v2/nvcf"

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import tarfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
+from tests.support.charts import (
+    REGISTRY_USER,
+    TOKEN_OUTSIDER,
+    TOKEN_USER,
+    ArchiveFactory,
+    PushCorpus,
+    PushedChart,
+    build_chart,
+    push_archive,
+)
 from tests.support.registry import (
     RegistryServer,
     RegistryUnavailable,
@@ -19,12 +25,6 @@ from tests.support.registry import (
     TokenUser,
     start_registry,
 )
-
-REGISTRY_USER = ("chart-puller", "s3cret-Pa55word")
-#: token-auth registries: this account may pull and push every repository ...
-TOKEN_USER = ("token-puller", "t0ken-Pa55word")
-#: ... and this one has valid credentials but no repository access at all
-TOKEN_OUTSIDER = ("token-outsider", "0utsider-Pa55word")
 
 
 def _registry(
@@ -124,58 +124,20 @@ def start_token_registry(tmp_path: Path) -> Iterator[Callable[[], RegistryServer
 # --- corpus charts pushed to the local registries (API tests) ------------------------------
 
 
-@dataclass(frozen=True)
-class PushedChart:
-    """A chart pushed with Helm to `oci://<host>/<namespace>/<name>:<version>`."""
+@pytest.fixture(scope="session")
+def corpus_archive(tmp_path_factory: pytest.TempPathFactory) -> ArchiveFactory:
+    """`corpus_archive(name, files=None)` -> a packaged .tgz (cached per name without files)."""
+    cache: dict[str, Path] = {}
 
-    host: str
-    namespace: str
-    name: str
-    version: str
-    digest: str  # manifest digest
-    layer_digest: str  # sha256 of the chart archive (the Helm layer blob)
+    def factory(name: str, files: dict[str, str] | None = None) -> Path:
+        if files or name not in cache:
+            archive = build_chart(name, tmp_path_factory.mktemp(name), files)
+            if files:
+                return archive
+            cache[name] = archive
+        return cache[name]
 
-    @property
-    def file_url(self) -> str:
-        """The NVCF documentation form `oci://…/<name>-<version>.tgz`."""
-        return f"oci://{self.host}/{self.namespace}/{self.name}-{self.version}.tgz"
-
-    @property
-    def ref_url(self) -> str:
-        """The plain OCI reference form `oci://…/<name>:<version>`."""
-        return f"oci://{self.host}/{self.namespace}/{self.name}:{self.version}"
-
-
-def push_archive(
-    server: RegistryServer, archive: Path, namespace: str, *, workdir: Path
-) -> PushedChart:
-    """Push a packaged chart with the Helm engine (as users do) and describe it."""
-    import helm_python
-
-    workdir.mkdir(parents=True, exist_ok=True)
-    client = helm_python.RegistryClient(
-        plain_http=True, credentials_file=workdir / "registry-credentials.json"
-    )
-    if server.username is not None and server.password is not None:
-        client.login(server.host, server.username, server.password, plain_http=True)
-    client.push(archive, f"oci://{server.host}/{namespace}")
-    with tarfile.open(archive, "r:gz") as tar:
-        member = next(
-            m for m in tar.getmembers() if m.name.count("/") == 1 and m.name.endswith("/Chart.yaml")
-        )
-        stream = tar.extractfile(member)
-        assert stream is not None
-        meta = yaml.safe_load(stream.read())
-    name, version = str(meta["name"]), str(meta["version"])
-    resolved = client.resolve(f"oci://{server.host}/{namespace}/{name}:{version}")
-    digest = resolved.get("digest")
-    if not isinstance(digest, str):
-        raise RuntimeError(f"helm could not resolve the chart it pushed: {resolved}")
-    layer = "sha256:" + hashlib.sha256(archive.read_bytes()).hexdigest()
-    return PushedChart(server.host, namespace, name, version, digest, layer)
-
-
-PushCorpus = Callable[..., PushedChart]
+    return factory
 
 
 @pytest.fixture(scope="session")
@@ -183,8 +145,6 @@ def push_corpus(tmp_path_factory: pytest.TempPathFactory) -> PushCorpus:
     """`push_corpus(server, name, namespace=None, files=None)`: package corpus chart `name`
     (an overlay on inference-ok) and push it; cached per (registry, name, namespace) when no
     `files` override is given. The default namespace is `corpus/<name>`."""
-    from tests.charts.test_render import build_chart
-
     cache: dict[tuple[str, str, str], PushedChart] = {}
     counter = itertools.count()
 

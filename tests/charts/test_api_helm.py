@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.charts.conftest import REGISTRY_USER, PushCorpus
-from tests.charts.test_policy import FAILING
-from tests.conftest import AppClient, ClientFactory
+from tests.support.app import AppClient, ClientFactory
+from tests.support.charts import FAILING, REGISTRY_USER, PushCorpus
 from tests.support.registry import RegistryServer
 
 pytestmark = pytest.mark.registry

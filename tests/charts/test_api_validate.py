@@ -11,9 +11,9 @@ from service.auth import scopes
 from service.charts.mutate import LABEL_INSTANCE_ID, NVLINK_PARTITION_LABEL
 from service.charts.pipeline import PLACEHOLDER_INSTANCE_ID
 from service.charts.render import PLACEHOLDER_NAMESPACE
-from tests.charts.conftest import PushCorpus, push_archive
-from tests.conftest import AppClient, ClientFactory
 from tests.support.api import bearer, new_key
+from tests.support.app import AppClient, ClientFactory
+from tests.support.charts import HOOK, PushCorpus, flat_chart, push_archive
 from tests.support.registry import RegistryServer
 
 pytestmark = pytest.mark.registry
@@ -286,8 +286,6 @@ async def test_charts_are_ordered_like_helm_with_or_without_the_engine_path(
     differently in Helm; here a `Kind:` key, which Go's JSON decoder would read as `kind`,
     sends it through Helm's install action. Both answer in Helm's order and leave the test
     hook out."""
-    from tests.charts.test_engine_render import HOOK, flat_chart
-
     files: dict[str, str | None] = {
         "templates/a-config.yaml": (
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c1}\n---\n"

@@ -7,13 +7,11 @@ import asyncio
 import io
 import random
 import re
-import shutil
 import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import helm_python
 import pytest
 import yaml
 
@@ -35,7 +33,7 @@ from service.charts.render import (
     validate_chart,
 )
 from service.charts.render_worker import GO_SPACE, engine_manifest, helm_split, split_manifests
-from tests.charts.test_render import BASE, CORPUS, build_chart
+from tests.support.charts import BASE, CORPUS, HOOK, build_chart, flat_chart
 
 #: `(engine requested, sorted_by_kind)` per render; None when the render raised.
 Calls = list[tuple[bool, bool | None]]
@@ -73,26 +71,6 @@ FELL_BACK: Calls = [(True, False), (False, True)]
 INSTALL: Calls = [(True, True)]
 #: ... and the install action refused the chart (Helm's message is the reference)
 HELM_REFUSED: Calls = [(True, False), (False, None)]
-
-
-def flat_chart(workdir: Path, overlay: str | None, files: dict[str, str | None]) -> Path:
-    """Package inference-ok (plus corpus `overlay`) without its subchart, plus `files`
-    (None deletes a file)."""
-    chart = workdir / "src" / "chart"
-    shutil.copytree(CORPUS / BASE, chart)
-    if overlay is not None:
-        shutil.copytree(CORPUS / overlay, chart, dirs_exist_ok=True)
-    shutil.rmtree(chart / "charts")
-    meta = yaml.safe_load((chart / "Chart.yaml").read_text())
-    meta.pop("dependencies")
-    (chart / "Chart.yaml").write_text(yaml.safe_dump(meta))
-    for relative, text in files.items():
-        if text is None:
-            (chart / relative).unlink()
-            continue
-        (chart / relative).parent.mkdir(parents=True, exist_ok=True)
-        (chart / relative).write_text(text)
-    return Path(helm_python.package(chart, destination=workdir))
 
 
 async def through_install(
@@ -212,13 +190,6 @@ def test_engine_manifest_drops_notes_partials_and_blank_templates() -> None:
         # Helm's separator pattern swallows the blank document and stops before the marker
         "---\n# Source: c/templates/b.yaml\n---\nkind: C\n"
     )
-
-
-HOOK = (
-    "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {name}\n"
-    "  annotations: {{helm.sh/hook: {events}}}\n"
-    "spec: {{template: {{spec: {{restartPolicy: Never, containers: []}}}}}}\n"
-)
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,7 @@ from service.charts.decode import decode_manifest, load_documents
 from service.charts.modify import apply_modifications
 from service.charts.render import ChartRenderer
 from service.charts.render_worker import may_have_hooks
-from tests.charts.test_render import BASE, ArchiveFactory, build_chart, corpus_archive, validate
-
-__all__ = ["corpus_archive"]
+from tests.support.charts import BASE, ArchiveFactory, build_chart, validate
 
 
 def general_load(text: str) -> list[Any]:

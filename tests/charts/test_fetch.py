@@ -26,7 +26,7 @@ from service.charts.fetch import (
 )
 from service.charts.url import parse_chart_url
 from service.core.errors import BadGateway, BadRequest
-from tests.charts.conftest import REGISTRY_USER
+from tests.support.charts import REGISTRY_USER
 from tests.support.registry import RegistryServer, push_chart, write_chart
 
 pytestmark = pytest.mark.registry

@@ -15,7 +15,7 @@ import pytest
 from service.charts.fetch import ChartFetcher, RegistryCredential
 from service.charts.url import parse_chart_url
 from service.core.errors import BadGateway, BadRequest
-from tests.charts.conftest import TOKEN_OUTSIDER, TOKEN_USER
+from tests.support.charts import TOKEN_OUTSIDER, TOKEN_USER
 from tests.support.registry import RegistryServer, TokenServer, push_chart, write_chart
 
 pytestmark = pytest.mark.registry

@@ -10,9 +10,7 @@ import pytest
 
 from service.charts.modify import apply_modifications
 from service.charts.render import ChartRenderer
-from tests.charts.test_render import BASE, ArchiveFactory, by_kind, corpus_archive, validate
-
-__all__ = ["corpus_archive"]
+from tests.support.charts import BASE, ArchiveFactory, by_kind, validate
 
 
 @pytest.fixture

@@ -10,11 +10,7 @@ import pytest
 from service.charts.findings import Finding
 from service.charts.policy import ValidationPolicy, restrict
 from service.charts.render import ChartRenderer
-from tests.charts.test_render import BASE, ArchiveFactory, corpus_archive, validate
-
-__all__ = ["corpus_archive"]  # the session fixture, shared with test_render
-
-Row = tuple[str, str, str | None, str | None]
+from tests.support.charts import BASE, FAILING, ArchiveFactory, Row, validate
 
 
 @pytest.fixture
@@ -26,72 +22,6 @@ async def renderer() -> AsyncIterator[ChartRenderer]:
 
 def rows(findings: list[Finding]) -> list[Row]:
     return [(f.rule, f.severity, f.object, f.field) for f in findings]
-
-
-POD = "v1/Pod/insecure"
-C0 = "spec.containers[0]"
-C1 = "spec.containers[1]"
-W = "warning"
-
-FAILING: dict[str, list[Row]] = {
-    "kind-not-allowed": [("kind-not-allowed", "error", None, "kind")],
-    "service-type": [("service-type", "error", "v1/Service/exposed", "spec.type")],
-    "volume-type": [
-        ("volume-type", "error", "v1/Pod/volumes", "spec.volumes[2].hostPath"),
-        (
-            "volume-type",
-            "error",
-            "v1/Pod/volumes",
-            "spec.volumes[3].projected.sources[1].serviceAccountToken",
-        ),
-    ],
-    "service-not-found": [("service-not-found", "error", None, "helmChartServiceName")],
-    "service-port": [("service-port", "error", "v1/Service/entrypoint", "spec.ports")],
-    "service-target": [
-        ("service-target", "error", "v1/Service/entrypoint", "spec.ports[0].targetPort")
-    ],
-    "missing-name": [("missing-name", "error", "v1/ConfigMap/?", "metadata.name")],
-    "too-many-objects": [("too-many-objects", "error", None, None)],
-    "workload-config-bad": [
-        (
-            "workload-config",
-            "error",
-            "v1/ConfigMap/nvcf-workload-config",
-            "data.config.yaml.featureFlags",
-        )
-    ],
-    "security": [
-        ("security-host-namespaces", W, POD, "spec.hostNetwork"),
-        ("security-host-namespaces", W, POD, "spec.hostPID"),
-        ("security-host-namespaces", W, POD, "spec.hostIPC"),
-        ("security-service-account-token", W, POD, "spec.automountServiceAccountToken"),
-        ("security-sysctls", W, POD, "spec.securityContext.sysctls[1].name"),
-        ("security-host-ports", W, POD, f"{C0}.ports[0].hostPort"),
-        ("security-privileged", W, POD, f"{C0}.securityContext.privileged"),
-        ("security-privilege-escalation", W, POD, f"{C0}.securityContext.allowPrivilegeEscalation"),
-        ("security-capabilities", W, POD, f"{C0}.securityContext.capabilities.drop"),
-        ("security-capabilities", W, POD, f"{C0}.securityContext.capabilities.add"),
-        ("security-run-as-non-root", W, POD, f"{C0}.securityContext.runAsNonRoot"),
-        ("security-run-as-user", W, POD, "spec.securityContext.runAsUser"),
-        ("security-seccomp", W, POD, f"{C0}.securityContext.seccompProfile.type"),
-        ("security-apparmor", W, POD, f"{C0}.securityContext.appArmorProfile.type"),
-        (
-            "security-apparmor",
-            W,
-            POD,
-            "metadata.annotations.container.apparmor.security.beta.kubernetes.io/root",
-        ),
-        ("security-selinux", W, POD, f"{C0}.securityContext.seLinuxOptions.type"),
-        ("security-selinux", W, POD, f"{C0}.securityContext.seLinuxOptions.user"),
-        ("security-proc-mount", W, POD, f"{C0}.securityContext.procMount"),
-        # the second container sets nothing and inherits the pod's runAsUser: 0
-        ("security-capabilities", W, POD, f"{C1}.securityContext.capabilities.drop"),
-        ("security-run-as-non-root", W, POD, f"{C1}.securityContext.runAsNonRoot"),
-        ("security-run-as-user", W, POD, "spec.securityContext.runAsUser"),
-        ("security-seccomp", W, POD, f"{C1}.securityContext.seccompProfile.type"),
-        ("resources-limits", W, POD, f"{C1}.resources.limits"),
-    ],
-}
 
 
 @pytest.mark.parametrize("name", sorted(FAILING))

@@ -3,71 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
-import helm_python
 import pytest
 
 from service.charts.decode import decode_manifest, load_documents
-from service.charts.findings import PipelineResult
-from service.charts.render import ChartRenderer, ChartRenderError, validate_chart
-
-CORPUS = Path(__file__).parent / "corpus"
-BASE = "inference-ok"
-
-ArchiveFactory = Callable[..., Path]
-
-
-def build_chart(name: str, workdir: Path, files: dict[str, str] | None = None) -> Path:
-    """Package corpus chart `name` (an overlay on inference-ok unless it has a Chart.yaml)."""
-    source = CORPUS / name
-    chart_dir = workdir / "src" / name
-    if (source / "Chart.yaml").exists():
-        shutil.copytree(source, chart_dir)
-    else:
-        shutil.copytree(CORPUS / BASE, chart_dir)
-        shutil.copytree(source, chart_dir, dirs_exist_ok=True)
-    for relative, text in (files or {}).items():
-        (chart_dir / relative).parent.mkdir(parents=True, exist_ok=True)
-        (chart_dir / relative).write_text(text)
-    return Path(helm_python.package(chart_dir, destination=workdir))
-
-
-@pytest.fixture(scope="session")
-def corpus_archive(tmp_path_factory: pytest.TempPathFactory) -> ArchiveFactory:
-    """`corpus_archive(name, files=None)` -> a packaged .tgz (cached per name without files)."""
-    cache: dict[str, Path] = {}
-
-    def factory(name: str, files: dict[str, str] | None = None) -> Path:
-        if files or name not in cache:
-            archive = build_chart(name, tmp_path_factory.mktemp(name), files)
-            if files:
-                return archive
-            cache[name] = archive
-        return cache[name]
-
-    return factory
+from service.charts.render import ChartRenderer, ChartRenderError
+from tests.support.charts import BASE, ArchiveFactory, by_kind, validate
 
 
 @pytest.fixture
 async def renderer() -> AsyncIterator[ChartRenderer]:
     async with ChartRenderer(workers=2, timeout=30, split_decode_min_bytes=0) as r:
         yield r
-
-
-async def validate(
-    renderer: ChartRenderer, archive: Path, values: dict[str, Any] | None = None, **kw: Any
-) -> PipelineResult:
-    kw.setdefault("service_name", "entrypoint")
-    kw.setdefault("inference_port", 8000)
-    return await validate_chart(renderer, archive, values=values, **kw)
-
-
-def by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {f"{o['kind']}/{o['metadata']['name']}": o for o in objects}
 
 
 async def test_passing_chart_renders_clean(

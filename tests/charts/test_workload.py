@@ -9,9 +9,7 @@ import pytest
 
 from service.charts.render import ChartRenderer
 from service.charts.workload import extract_workload_config
-from tests.charts.test_render import BASE, ArchiveFactory, by_kind, corpus_archive, validate
-
-__all__ = ["corpus_archive"]
+from tests.support.charts import BASE, ArchiveFactory, by_kind, validate
 
 
 @pytest.fixture

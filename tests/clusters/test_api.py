@@ -6,8 +6,8 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import AppClient
 from tests.support.api import bearer, new_key
+from tests.support.app import AppClient
 
 V = "/v2/nvcf"
 V3 = "/v3/orgs/{org}/ngc/nvcf/deployments/available/instanceTypes"

@@ -8,8 +8,8 @@ import uuid
 import httpx
 import pytest
 
-from tests.conftest import ClientFactory
 from tests.support.api import CONTAINER_FN
+from tests.support.app import ClientFactory
 
 V = "/v2/nvcf"
 

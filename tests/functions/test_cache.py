@@ -7,8 +7,8 @@ import uuid
 from sqlalchemy import update
 
 from service.functions.models import FunctionVersion
-from tests.conftest import AppClient
 from tests.support.api import create_fn
+from tests.support.app import AppClient
 
 V = "/v2/nvcf"
 

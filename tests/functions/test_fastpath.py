@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.conftest import AppClient
 from tests.support.api import bearer, create_fn, new_key
+from tests.support.app import AppClient
 
 V = "/v2/nvcf"
 

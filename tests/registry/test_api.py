@@ -15,8 +15,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from service.core.crypto import load_secret_box
 from service.core.db import make_engine, make_sessionmaker
 from service.registry.service import all_credentials, credentials_for_host
-from tests.conftest import SettingsFactory
 from tests.support.api import bearer, new_key
+from tests.support.app import SettingsFactory
 
 V = "/v2/nvcf"
 RC = f"{V}/registry-credentials"

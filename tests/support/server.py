@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import ADMIN_KEY
+from tests.support.app import ADMIN_KEY
 
 
 def free_port() -> int:

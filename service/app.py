@@ -40,7 +40,7 @@ from service.core.idempotency import IdempotentReplay
 from service.core.middleware import Metrics, RequestContextMiddleware
 from service.core.problem import install_problem_handlers
 from service.core.settings import Settings
-from service.deployments.reconciler import build_reconciler
+from service.deployments.reconcile import build_reconciler
 from service.deployments.router import router as deployments_router
 from service.functions.cache import VersionCache
 from service.functions.cache import attach as attach_version_cache
@@ -169,7 +169,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.chart_pipeline = chart_pipeline
         adapters = AdapterRegistry.from_catalog(app.state.catalog)
         app.state.adapters = adapters
-        reconciler = build_reconciler(
+        reconciler, collector = build_reconciler(
             settings,
             app.state.sessionmaker,
             adapters,
@@ -177,11 +177,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             secret_box=app.state.secret_box,
         )
         app.state.reconciler = reconciler
+        app.state.namespace_collector = collector
         if settings.reconciler_enabled:
             reconciler.start()
+            collector.start()
         try:
             yield
         finally:
+            await collector.stop()
             await reconciler.stop()
             await adapters.aclose()
             await chart_pipeline.aclose()

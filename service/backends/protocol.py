@@ -1,12 +1,13 @@
 """The backend adapter interface (runtime.md §4) and the values it exchanges.
 
 An adapter drives one cluster: it applies an instance's objects into the namespace
-`sr-<instanceId>`, observes them, deletes them, and reports free GPU capacity.
+`sr-<instanceId>`, observes them, deletes them, and reports free GPU capacity. Adapters that can
+also collect orphaned namespaces implement `GarbageCollecting`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -163,4 +164,19 @@ class BackendAdapter(Protocol):
 
     async def aclose(self) -> None:
         """Release clients and connections."""
+        ...
+
+
+@runtime_checkable
+class GarbageCollecting(Protocol):
+    """Optional capability: an adapter that can delete what it created for instances the
+    service no longer knows (e.g. after an older database was restored)."""
+
+    name: str
+
+    async def garbage_collect(
+        self, known_instance_ids: Iterable[str], *, min_age_seconds: float = 0.0
+    ) -> list[str]:
+        """Start deleting instance namespaces whose id is not in `known_instance_ids` and that
+        are older than `min_age_seconds`; returns the namespaces whose deletion started."""
         ...

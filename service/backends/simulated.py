@@ -14,7 +14,6 @@ CrashLoopBackOff, Unschedulable, NeverReady, FailAfterReady), `sim.nvcf.io/ready
 from __future__ import annotations
 
 import asyncio
-import copy
 import hashlib
 import heapq
 import json
@@ -35,6 +34,7 @@ from service.backends.protocol import (
     object_metadata,
 )
 from service.backends.scheduling import gpu_request, node_affinity_matches
+from service.core.jsoncopy import copy_json
 from service.core.kube import (
     CLIQUE_LABEL,
     GPU_PRODUCT_LABEL,
@@ -256,7 +256,7 @@ class SimulatedAdapter:
             self._namespaces[instance.namespace] = ns
             for obj in objects:
                 ref = ObjectRef.from_k8s(obj)
-                stored = copy.deepcopy(obj)
+                stored = copy_json(obj)
                 _map(stored.setdefault("metadata", {}))["namespace"] = instance.namespace
                 ns.objects[ref] = stored
                 if ref.kind in _WORKLOAD_KINDS:
@@ -317,7 +317,7 @@ class SimulatedAdapter:
             self._advance(now)
             ns = self._namespaces.get(instance.namespace)
             # snapshots share nested parts with the stored state: the caller gets its own copy
-            return copy.deepcopy(self._snapshot(ns, now)[0]) if ns is not None else []
+            return copy_json(self._snapshot(ns, now)[0]) if ns is not None else []
 
     async def aclose(self) -> None:
         return None
@@ -422,7 +422,7 @@ class SimulatedAdapter:
     ) -> None:
         metadata = _map(template.get("metadata"))
         annotations = {str(k): str(v) for k, v in _map(metadata.get("annotations")).items()}
-        spec = copy.deepcopy(_map(template.get("spec")))
+        spec = copy_json(_map(template.get("spec")))
         if workload.kind == "Deployment":
             owner = ("ReplicaSet", workload.replica_set, workload.replica_set_uid)
         elif workload.kind == "Pod":

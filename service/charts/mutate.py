@@ -8,7 +8,6 @@ pods carry them, and every object is placed in the instance namespace.
 from __future__ import annotations
 
 import base64
-import copy
 import hashlib
 import json
 import re
@@ -16,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from service.charts.findings import KubeObject, containers, pod_templates
+from service.core.jsoncopy import copy_json
 from service.core.kube import (
     ANNOTATION_BACKEND,
     ANNOTATION_FUNCTION_NAME,
@@ -149,7 +149,7 @@ def mutate_for_install(
         )
 
     out: list[KubeObject] = []
-    for obj in [*generated, *copy.deepcopy(list(objects))]:
+    for obj in [*generated, *copy_json(list(objects))]:
         meta = _dict(obj, "metadata")
         meta["namespace"] = namespace
         _dict(meta, "labels").update(labels)
@@ -196,7 +196,7 @@ def _mutate_pod(
             for e in container.get("env") or []
             if not (isinstance(e, dict) and e.get("name") in names)
         ]
-        container["env"] = kept + copy.deepcopy(env)
+        container["env"] = kept + copy_json(env)
         if nvlink and _requests_gpu(container):
             claims = _list(_dict(container, "resources"), "claims")
             if not any(isinstance(c, dict) and c.get("name") == COMPUTE_DOMAIN for c in claims):
@@ -214,7 +214,7 @@ def _mutate_pod(
     )
     terms = [t for t in required.get("nodeSelectorTerms") or [] if isinstance(t, dict)] or [{}]
     for term in terms:
-        _list(term, "matchExpressions").extend(copy.deepcopy(node_expressions))
+        _list(term, "matchExpressions").extend(copy_json(node_expressions))
     required["nodeSelectorTerms"] = terms
 
     if not nvlink:

@@ -120,6 +120,11 @@ def _forget_writes(session: Session, *_: Any) -> None:
     session.info.pop(_WROTE, None)
 
 
+def mark_written(session: Session) -> None:
+    """Note a write the ORM does not see (e.g. rows buffered for a bulk insert at commit)."""
+    session.info[_WROTE] = True
+
+
 def wrote(session: Session) -> bool:
     """True when the session flushed or ran a bulk write since its last commit (or has
     pending changes): the request transaction then has something to commit."""

@@ -48,8 +48,11 @@ class Settings(BaseSettings):
     reconcile_lease_seconds: float = Field(default=60.0, gt=0)
     reconcile_resync_seconds: float = Field(default=10.0, ge=0)
     reconcile_concurrency: int = Field(default=8, ge=1, le=256)
+    # Deployments claimed and finished together in one unit of work (one transaction each).
+    reconcile_batch_size: int = Field(default=50, ge=1, le=1000)
     # Garbage collection of orphaned instance namespaces (0 disables it).
     reconcile_gc_seconds: float = Field(default=300.0, ge=0)
+    reconcile_gc_timeout_seconds: float = Field(default=60.0, gt=0)
     reconcile_gc_min_age_seconds: float = Field(default=120.0, ge=0)
     health_pod_scheduling_timeout: float = Field(default=600, ge=0)
     health_image_pull_timeout: float = Field(default=60, ge=0)

@@ -1,17 +1,24 @@
 """Append entries to a deployment's timeline (`GET /deployments/{id}/events`).
 
-Shared by the API (validation, dispatch, scaling, teardown) and the reconciler (instance phase
-changes, status changes). Callers flush or commit; this only adds the row to the session.
+Used by `transitions.py`, the one writer of deployment state. Entries are buffered on the
+session and written in one multi-row INSERT when its transaction commits (or at
+`write_pending`): the ORM would insert rows with a generated key one statement at a time, and
+a reconciler batch records thousands of them. A rollback discards the buffer with the rest.
 """
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
+from sqlalchemy import event, insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
-from service.core.db import utcnow
+from service.core.db import mark_written, utcnow
 from service.deployments.models import DeploymentEvent
+
+_PENDING = "nvcf_pending_events"
 
 
 def record_event(
@@ -23,16 +30,40 @@ def record_event(
     instance_id: uuid.UUID | None = None,
     phase: str | None = None,
     reason: str | None = None,
-) -> DeploymentEvent:
-    """Add one event row to `session` (not flushed) and return it."""
-    event = DeploymentEvent(
-        deployment_id=deployment_id,
-        at=utcnow(),
-        kind=kind,
-        instance_id=instance_id,
-        phase=phase,
-        reason=reason,
-        message=message,
+) -> None:
+    """Add one entry to the session's transaction (written at commit)."""
+    sync = session.sync_session
+    sync.info.setdefault(_PENDING, []).append(
+        {
+            "deployment_id": deployment_id,
+            "at": utcnow(),
+            "kind": kind,
+            "instance_id": instance_id,
+            "phase": phase,
+            "reason": reason,
+            "message": message,
+        }
     )
-    session.add(event)
-    return event
+    mark_written(sync)
+
+
+def _write(session: Session) -> None:
+    rows: list[dict[str, Any]] | None = session.info.pop(_PENDING, None)
+    if rows:
+        session.flush()  # the deployments they belong to first
+        session.execute(insert(DeploymentEvent), rows)
+
+
+async def write_pending(session: AsyncSession) -> None:
+    """Write the buffered entries now (e.g. to read them back in the same transaction)."""
+    await session.run_sync(_write)
+
+
+@event.listens_for(Session, "before_commit")
+def _before_commit(session: Session) -> None:
+    _write(session)
+
+
+@event.listens_for(Session, "after_soft_rollback")
+def _discard(session: Session, _previous: Any) -> None:
+    session.info.pop(_PENDING, None)

@@ -11,12 +11,19 @@ Tables:
   `condition` is the health machine's InstanceCondition JSON; `lease_*` stop two replicas from
   driving the same instance.
 - `deployment_events`: the timeline of `GET /deployments/{id}/events`.
+
+`due_at` (indexed, on deployments and instances) is when the reconciler must look next: a
+deployment is due from a change of desired state until it has settled (NULL once settled); an
+instance is due for its next health check or resync. A pass reads only what is due, so the
+cost of doing nothing does not grow with the fleet. Only `transitions.py` and the reconciler's
+store write these columns.
 """
 
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, text
@@ -24,11 +31,29 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.core.db import Base, UTCDateTime, UUIDStr, utcnow
 
+#: a due time that is already past on every clock: "look at it on the next pass"
+ASAP = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class DeploymentDesired(StrEnum):
+    """What the owner wants of a deployment: running, or gone (rows stay until torn down)."""
+
+    DEPLOYED = "deployed"
+    DELETING = "deleting"
+
+
+class InstanceDesired(StrEnum):
+    """Whether an instance should exist (`absent` rows are torn down, then kept as history)."""
+
+    PRESENT = "present"
+    ABSENT = "absent"
+
 
 class Deployment(Base):
     __tablename__ = "deployments"
     __table_args__ = (
         Index("ix_deployments_account_created", "account_id", "created_at", "id"),
+        Index("ix_deployments_due_at", "due_at"),
         # At most one live deployment per version; rows being torn down ("deleting") may
         # linger while a new deployment of the same version starts.
         Index(
@@ -46,11 +71,13 @@ class Deployment(Base):
     # No foreign key: a deleted version's deployment lives on until its instances are gone.
     version_id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), index=True)
     function_name: Mapped[str] = mapped_column(String(128))
-    desired: Mapped[str] = mapped_column(String(16), default="deployed")
+    desired: Mapped[str] = mapped_column(String(16), default=DeploymentDesired.DEPLOYED)
     # Workload-config feature flags (helm.md §4), e.g. {"StatusByWorkerReadiness": true}.
     feature_flags: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # Bumped on every change of desired state; the reconciler compares it to skip idle work.
     generation: Mapped[int] = mapped_column(Integer, default=1)
+    # Due for a unit of work from a change of desired state until settled (None).
+    due_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=ASAP)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
@@ -94,7 +121,10 @@ class DeploymentSpec(Base):
 
 class Instance(Base):
     __tablename__ = "instances"
-    __table_args__ = (Index("ix_instances_desired_lease", "desired", "lease_expires_at"),)
+    __table_args__ = (
+        Index("ix_instances_desired_lease", "desired", "lease_expires_at"),
+        Index("ix_instances_due_at", "due_at"),
+    )
 
     id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True)
     deployment_id: Mapped[uuid.UUID] = mapped_column(
@@ -105,7 +135,7 @@ class Instance(Base):
     )
     account_id: Mapped[str] = mapped_column(String(128))
     cluster: Mapped[str | None] = mapped_column(String(128))  # None until placed
-    desired: Mapped[str] = mapped_column(String(16), default="present")
+    desired: Mapped[str] = mapped_column(String(16), default=InstanceDesired.PRESENT)
     applied: Mapped[bool] = mapped_column(Boolean, default=False)
     phase: Mapped[str] = mapped_column(String(32), default="Scheduling")
     reason: Mapped[str | None] = mapped_column(String(64))
@@ -114,6 +144,9 @@ class Instance(Base):
     condition: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     lease_owner: Mapped[str | None] = mapped_column(String(64))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # When its lease owner must observe it next (health timer or resync); None when nothing
+    # is scheduled (torn-down history).
+    due_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=ASAP)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 

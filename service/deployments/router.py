@@ -35,7 +35,7 @@ from service.core.errors import (
 from service.core.http import parse_uuid, parse_uuids, read_json
 from service.core.pagination import MAX_LIMIT, make_page
 from service.deployments import service
-from service.deployments.models import Deployment
+from service.deployments.models import Deployment, DeploymentDesired
 from service.deployments.schemas import (
     DeploymentCreate,
     DeploymentEnvelope,
@@ -57,6 +57,7 @@ from service.deployments.workload import container_objects
 from service.functions import service as functions_service
 from service.functions.models import FunctionVersion
 from service.functions.schemas import FunctionEnvelope, FunctionOut
+from service.health.status import VersionStatus
 
 router = APIRouter(tags=["deployments"])
 
@@ -92,7 +93,7 @@ def _check_deployable(version: FunctionVersion, live: Deployment | None) -> None
             f"{live.id}; delete that deployment first (DELETE {_BY_VERSION}), or change its "
             "scaling with PUT or PATCH"
         )
-    if version.status != "INACTIVE":
+    if version.status != VersionStatus.INACTIVE:
         raise BadRequest(
             detail=f"version {version.id} is {version.status}; only an INACTIVE version can be "
             "deployed — delete its deployment first"
@@ -343,7 +344,7 @@ async def patch_gpu_specification(
     spec = next((s for s in deployment.specs if s.id == sid), None)
     if spec is None:
         raise NotFound(detail=f"GPU specification {sid} not found in deployment {did}")
-    if deployment.desired != service.DEPLOYED:
+    if deployment.desired != DeploymentDesired.DEPLOYED:
         raise BadRequest(
             detail=f"deployment {did} is being deleted; its GPU specifications cannot change"
         )

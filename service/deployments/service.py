@@ -20,19 +20,20 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.core.db import after_commit, utcnow
 from service.core.errors import NotFound
 from service.core.pagination import Page, keyset_page
-from service.deployments.events import record_event
-from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec, Instance
+from service.deployments import transitions
+from service.deployments.models import (
+    Deployment,
+    DeploymentDesired,
+    DeploymentEvent,
+    DeploymentSpec,
+    Instance,
+    InstanceDesired,
+)
 from service.deployments.schemas import DeploymentOut, HealthInfo, InstanceOut
 from service.deployments.validation import ScalingChange, StoredSpec, ValidatedSpec
 from service.functions.models import FunctionVersion
+from service.health.machine import Phase
 from service.health.status import SpecProgress, VersionStatus, next_status
-
-DEPLOYED = "deployed"
-DELETING = "deleting"
-PRESENT = "present"
-RUNNING = "Running"
-FAILED = "Failed"
-
 
 # --- reconciler wake-ups -----------------------------------------------------------------------
 
@@ -76,7 +77,7 @@ async def lock_version(
 async def live_deployment(session: AsyncSession, version_id: uuid.UUID) -> Deployment | None:
     """The version's live (`desired = deployed`) deployment, if any."""
     stmt = select(Deployment).where(
-        Deployment.version_id == version_id, Deployment.desired == DEPLOYED
+        Deployment.version_id == version_id, Deployment.desired == DeploymentDesired.DEPLOYED
     )
     return (await session.execute(stmt)).scalar_one_or_none()
 
@@ -110,7 +111,7 @@ async def list_deployments(
 ) -> tuple[list[Deployment], str | None]:
     """The caller's live deployments, oldest first, keyset-paginated like the functions list."""
     stmt = select(Deployment).where(
-        Deployment.account_id == account_id, Deployment.desired == DEPLOYED
+        Deployment.account_id == account_id, Deployment.desired == DeploymentDesired.DEPLOYED
     )
     return await keyset_page(
         session,
@@ -185,20 +186,22 @@ async def deployment_views(
     errored = [
         d.id
         for d in deployments
-        if d.desired == DEPLOYED
+        if d.desired == DeploymentDesired.DEPLOYED
         and statuses.get(d.version_id) == VersionStatus.ERROR
-        and not any(i.phase == FAILED for i in instances.get(d.id, []))
+        and not any(i.phase == Phase.FAILED for i in instances.get(d.id, []))
     ]
     reasons = await _error_reasons(session, errored)
     out: list[DeploymentOut] = []
     for d in deployments:
         specs = {s.id: s for s in d.specs}
-        live = d.desired == DEPLOYED
-        status = statuses.get(d.version_id, VersionStatus.INACTIVE) if live else "INACTIVE"
+        live = d.desired == DeploymentDesired.DEPLOYED
+        status = (
+            statuses.get(d.version_id, VersionStatus.INACTIVE) if live else VersionStatus.INACTIVE
+        )
         health: list[HealthInfo] = []
         for inst in instances.get(d.id, []):
             spec = specs.get(inst.spec_id)
-            if inst.phase == FAILED and spec is not None:
+            if inst.phase == Phase.FAILED and spec is not None:
                 health.append(
                     HealthInfo(
                         gpu=spec.gpu,
@@ -233,7 +236,7 @@ async def deployment_views(
                         since=i.since,
                     )
                     for i in instances.get(d.id, [])
-                    if i.desired == PRESENT
+                    if i.desired == InstanceDesired.PRESENT
                 ],
                 health_info=health,
             )
@@ -279,7 +282,6 @@ async def create_deployment(
         function_id=version.function_id,
         version_id=version.id,
         function_name=version.name,
-        desired=DEPLOYED,
         feature_flags=dict(feature_flags),
         generation=1,
         created_at=now,
@@ -307,12 +309,6 @@ async def create_deployment(
         )
         for position, item in enumerate(specs)
     ]
-    session.add(deployment)
-    await session.flush()
-    previous = version.status
-    status = initial_status(s.spec for s in specs)
-    version.status = str(status)
-    version.updated_at = now
     summary = "; ".join(
         f"{s.gpu} {s.instance_type} on {s.backend} "
         f"(min {s.min_instances}, max {s.max_instances}; "
@@ -320,20 +316,14 @@ async def create_deployment(
         for s in deployment.specs
     )
     n = len(deployment.specs)
-    record_event(
+    await transitions.deploy(
         session,
-        deployment.id,
-        "validation",
-        f"{n} GPU specification{'s' if n != 1 else ''} validated: {summary}",
+        deployment,
+        version,
+        initial_status(s.spec for s in specs),
+        now,
+        validated=f"{n} GPU specification{'s' if n != 1 else ''} validated: {summary}",
     )
-    record_event(
-        session,
-        deployment.id,
-        "dispatch",
-        "desired state recorded; dispatched to the reconciler "
-        f"(generation {deployment.generation})",
-    )
-    record_event(session, deployment.id, "status", f"function version status {previous} → {status}")
     await session.flush()
     return deployment
 
@@ -369,8 +359,8 @@ async def running_counts(session: AsyncSession, deployment_id: uuid.UUID) -> dic
         select(Instance.spec_id, func.count())
         .where(
             Instance.deployment_id == deployment_id,
-            Instance.desired == PRESENT,
-            Instance.phase == RUNNING,
+            Instance.desired == InstanceDesired.PRESENT,
+            Instance.phase == Phase.RUNNING,
         )
         .group_by(Instance.spec_id)
     )
@@ -404,26 +394,17 @@ async def apply_scaling(
     if not described:
         return False
     now = utcnow()
-    deployment.generation += 1
-    deployment.updated_at = now
-    record_event(session, deployment.id, "scaling", "; ".join(described))
+    transitions.rescale(deployment, session, "; ".join(described), now)
     if version is not None:
         running = await running_counts(session, deployment.id)
         progress = [
             SpecProgress(min_instances=s.min_instances, running=running.get(s.id, 0))
             for s in deployment.specs
         ]
-        previous = VersionStatus(version.status)
-        status = next_status(previous, deployed=True, specs=progress)
-        if status is not previous:
-            version.status = str(status)
-            version.updated_at = now
-            record_event(
-                session,
-                deployment.id,
-                "status",
-                f"function version status {previous} → {status} after scaling",
-            )
+        status = next_status(transitions.status_of(version), deployed=True, specs=progress)
+        await transitions.set_version_status(
+            session, deployment.id, version, status, now, cause="scaling"
+        )
     await session.flush()
     return True
 
@@ -440,18 +421,7 @@ async def undeploy(
 ) -> None:
     """Mark the deployment `deleting` (the reconciler tears its instances down and removes it)
     and turn the version INACTIVE at once."""
-    now = utcnow()
-    deployment.desired = DELETING
-    deployment.generation += 1
-    deployment.updated_at = now
-    record_event(session, deployment.id, "teardown", message)
-    if version is not None and version.status != VersionStatus.INACTIVE:
-        previous = version.status
-        version.status = str(VersionStatus.INACTIVE)
-        version.updated_at = now
-        record_event(
-            session, deployment.id, "status", f"function version status {previous} → INACTIVE"
-        )
+    await transitions.undeploy(session, deployment, version, utcnow(), message=message)
     await session.flush()
 
 
@@ -521,8 +491,8 @@ async def active_instances(
         .join(DeploymentSpec, DeploymentSpec.id == Instance.spec_id)
         .where(
             Deployment.version_id.in_(list(version_ids)),
-            Deployment.desired == DEPLOYED,
-            Instance.desired == PRESENT,
+            Deployment.desired == DeploymentDesired.DEPLOYED,
+            Instance.desired == InstanceDesired.PRESENT,
         )
         .order_by(Instance.created_at, Instance.id)
     )

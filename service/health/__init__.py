@@ -1,5 +1,6 @@
 """Instance health: the observed-state model, the pure health state machine, version status."""
 
+from service.health.conditions import backend_error, failed, previous_condition
 from service.health.machine import (
     HealthMode,
     HealthTimeouts,
@@ -36,7 +37,10 @@ __all__ = [
     "Pod",
     "SpecProgress",
     "VersionStatus",
+    "backend_error",
     "evaluate",
+    "failed",
     "is_invocable",
     "next_status",
+    "previous_condition",
 ]

@@ -400,6 +400,11 @@ class ObservedState:
         seen.update(c.ref for c in self.controllers)
         return tuple(sorted(self.expected - seen))
 
+    @property
+    def is_empty(self) -> bool:
+        """Nothing of the instance exists on the cluster (e.g. a cluster that forgot it)."""
+        return not (self.pods or self.controllers or self.present or self.expected)
+
     @classmethod
     def unplaced(cls, message: str = "") -> ObservedState:
         """The state of an instance still waiting for a cluster with free capacity."""

@@ -22,7 +22,8 @@ import yaml
 from service.backends.kubernetes import FIELD_MANAGER, MANAGED_BY_LABEL, KubernetesAdapter
 from service.backends.protocol import BackendAdapter
 from service.clusters.adapters import AdapterRegistry
-from service.deployments.reconciler import Reconciler, ReconcilerConfig
+from service.deployments.reconcile import CollectorConfig, NamespaceCollector
+from service.deployments.reconcile.store import ReconcileStore
 from tests.support.api import create_fn
 from tests.support.app import AppClient, ClientFactory
 from tests.support.fake_k8s import FakeKubernetes, fixture, iter_fixture_items
@@ -188,9 +189,9 @@ async def events(client: AppClient, deployment_id: str) -> list[dict[str, Any]]:
     return list(resp.json()["events"])
 
 
-def reconciler(client: AppClient) -> Reconciler:
-    found = client.app.state.reconciler
-    assert isinstance(found, Reconciler)
+def collector(client: AppClient) -> NamespaceCollector:
+    found = client.app.state.namespace_collector
+    assert isinstance(found, NamespaceCollector)
     return found
 
 
@@ -420,13 +421,13 @@ async def test_orphaned_namespaces_are_garbage_collected(
         return terminating(server.get("Namespace", None, orphan))
 
     await eventually(collected)
-    assert ("k8s-a", orphan) in reconciler(client).collected
+    assert ("k8s-a", orphan) in collector(client).collected
     # The unreachable cluster's failure is recorded without stopping collection elsewhere.
-    report = reconciler(client).last_gc
+    report = collector(client).last_report
     assert report is not None and "k8s-down" in report.errors
     assert not terminating(server.get("Namespace", None, live))
     assert not terminating(server.get("Namespace", None, "sr-manual"))
-    assert all(ns != live for _, ns in reconciler(client).collected)
+    assert all(ns != live for _, ns in collector(client).collected)
     assert await status(client, fn) == "ACTIVE"
 
 
@@ -487,14 +488,13 @@ async def test_garbage_collection_failures_are_isolated_and_races_reported(
             "claiming": cast(BackendAdapter, claiming),
         }
     )
-    gc = Reconciler(
-        client.app.state.sessionmaker,
+    gc = NamespaceCollector(
+        ReconcileStore(client.app.state.sessionmaker, "gc-test", 60),
         registry,
-        client.app.state.catalog,
-        config=ReconcilerConfig(gc_min_age=0),
+        CollectorConfig(min_age=0),
     )
 
-    report = await gc.collect_garbage()
+    report = await gc.collect()
 
     assert report.collected["k8s-a"] == [f"sr-{orphan_id}"]
     assert report.errors == {"broken": "RuntimeError: boom"}

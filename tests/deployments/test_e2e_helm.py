@@ -27,7 +27,7 @@ import yaml
 from service.backends.protocol import InstanceSpec
 from service.backends.simulated import SimulatedAdapter
 from service.deployments.models import Instance
-from service.deployments.reconciler import pull_secret_name
+from service.registry.pull_secrets import pull_secret_name
 from tests.charts import conftest as chart_fixtures
 from tests.charts.conftest import PushCorpus
 from tests.conftest import AppClient, ClientFactory

@@ -25,8 +25,14 @@ from service.backends.simulated import SimulatedAdapter
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.core.db import make_engine, make_sessionmaker
-from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec, Instance
-from service.deployments.reconciler import Reconciler, ReconcilerConfig
+from service.deployments.models import (
+    ASAP,
+    Deployment,
+    DeploymentEvent,
+    DeploymentSpec,
+    Instance,
+)
+from service.deployments.reconcile import Reconciler, ReconcilerConfig
 from service.functions.models import Function, FunctionVersion
 from service.health.machine import HealthTimeouts
 from service.health.observed import ObservedState
@@ -332,7 +338,8 @@ async def test_idle_active_deployment_is_not_observed_until_resync(harness: Harn
     calls.clear()
     for _ in range(5):
         report = await rec.run_once()
-        assert report.reconciled == 0 and report.deployments == 1
+        # nothing is due: the pass does not even read the deployment
+        assert report.reconciled == 0 and report.deployments == 0
         harness.clock.advance(1)
     assert calls == []
     harness.clock.advance(60)
@@ -359,7 +366,7 @@ async def test_scale_up_and_down(harness: Harness) -> None:
             .values(min_instances=3, max_instances=3)
         )
         await session.execute(
-            update(Deployment).where(Deployment.id == dep.id).values(generation=2)
+            update(Deployment).where(Deployment.id == dep.id).values(generation=2, due_at=ASAP)
         )
 
     async def three_running() -> bool:
@@ -374,7 +381,7 @@ async def test_scale_up_and_down(harness: Harness) -> None:
             .values(min_instances=1)
         )
         await session.execute(
-            update(Deployment).where(Deployment.id == dep.id).values(generation=3)
+            update(Deployment).where(Deployment.id == dep.id).values(generation=3, due_at=ASAP)
         )
 
     async def one_left() -> bool:
@@ -396,7 +403,9 @@ async def test_undeploy_deletes_instances_then_records(harness: Harness) -> None
     assert len(await namespaces(harness.sim(), instances)) == 2
     async with harness.maker() as session, session.begin():
         await session.execute(
-            update(Deployment).where(Deployment.id == dep.id).values(desired="deleting")
+            update(Deployment)
+            .where(Deployment.id == dep.id)
+            .values(desired="deleting", due_at=ASAP)
         )
         await session.execute(
             update(FunctionVersion)

@@ -1,0 +1,52 @@
+"""The deployment runtime's reconciler: the loop (loop.py), one unit of work (unit.py), all of
+its SQL (store.py), placement (placement.py), what a backend receives (targets.py), and the
+namespace garbage collector, a loop service of its own (gc.py)."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.clusters.adapters import AdapterRegistry
+from service.clusters.catalog import Catalog
+from service.core.crypto import SecretBox
+from service.core.settings import Settings
+from service.deployments.reconcile.config import CollectorConfig, ReconcilerConfig
+from service.deployments.reconcile.gc import GarbageReport, NamespaceCollector
+from service.deployments.reconcile.loop import PassReport, Reconciler
+
+
+def build_reconciler(
+    settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    registry: AdapterRegistry,
+    catalog: Catalog,
+    *,
+    secret_box: SecretBox | None = None,
+) -> tuple[Reconciler, NamespaceCollector]:
+    """The server's reconciler and namespace collector, configured from settings; the
+    collector runs between the reconciler's passes."""
+    reconciler = Reconciler(
+        sessionmaker,
+        registry,
+        catalog,
+        config=ReconcilerConfig.from_settings(settings),
+        secret_box=secret_box,
+    )
+    collector = NamespaceCollector(
+        reconciler.store,
+        registry,
+        CollectorConfig.from_settings(settings),
+        between_passes=reconciler.pass_lock,
+    )
+    return reconciler, collector
+
+
+__all__ = [
+    "CollectorConfig",
+    "GarbageReport",
+    "NamespaceCollector",
+    "PassReport",
+    "Reconciler",
+    "ReconcilerConfig",
+    "build_reconciler",
+]

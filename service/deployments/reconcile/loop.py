@@ -1,0 +1,303 @@
+"""The reconciler's loop (runtime.md §3): what is due, as units of work, until stopped.
+
+An asyncio task of the server, driven only by the database. It wakes on `wake()` (the API
+calls it after committing a change) and otherwise every `interval` seconds or at the next
+health timer of an instance it drives. A pass reads what is due — deployments whose desired
+state changed or that have not settled, instances due for a health check or a resync — and
+nothing else, so an idle fleet costs nothing per pass. Running instances that are due only for
+a resync and whose lease this process holds are re-observed without a database round trip;
+everything else goes to units of work (unit.py) in batches.
+
+Durability: all state is in the database. An Instance row exists (and is committed) before its
+objects are applied and `applied` is set before the apply call, so after a restart an applied
+instance whose backend has forgotten it (the in-memory simulated cluster) is applied again;
+apply is idempotent. Leases (`lease_owner`, `lease_expires_at`) stop two replicas from
+driving the same instance; deployment-level decisions (instance counts, status) are taken
+under the deployment row lock on PostgreSQL. SQLite has a single writer, so units run one at
+a time there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.backends.protocol import AdapterError
+from service.clusters.adapters import AdapterRegistry
+from service.clusters.catalog import Catalog
+from service.core.crypto import SecretBox
+from service.core.db import utcnow
+from service.deployments.models import InstanceDesired
+from service.deployments.reconcile.config import ReconcilerConfig
+from service.deployments.reconcile.placement import CapacityView
+from service.deployments.reconcile.store import DueInstance, ReconcileStore
+from service.deployments.reconcile.unit import Clock, Memory, Runtime, UnitOfWork
+from service.health.machine import InstanceCondition, Phase, evaluate
+
+log = logging.getLogger("nvcf.reconciler")
+
+#: deployments read per pass at most (the rest are due on the next pass)
+PASS_LIMIT = 10_000
+
+
+@dataclass
+class PassReport:
+    """What one pass did: deployments due, re-observed without a unit of work (resynced),
+    reconciled in units, and units that raised."""
+
+    deployments: int = 0
+    resynced: int = 0
+    reconciled: int = 0
+    errors: int = 0
+
+
+def new_owner() -> str:
+    return f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Reconciler:
+    """Converges deployments; `start()`/`stop()` run it as a task, `run_once()` is one pass."""
+
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        registry: AdapterRegistry,
+        catalog: Catalog,
+        *,
+        config: ReconcilerConfig | None = None,
+        secret_box: SecretBox | None = None,
+        clock: Clock | None = None,
+        owner: str | None = None,
+    ) -> None:
+        self.config = config or ReconcilerConfig()
+        self.store = ReconcileStore(sessionmaker, owner or new_owner(), self.config.lease_seconds)
+        self.memory = Memory()
+        self.registry = registry
+        self.catalog = catalog
+        self.secret_box = secret_box
+        self._clock = clock or utcnow
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        #: held during a pass; the namespace collector runs between passes
+        self.pass_lock = asyncio.Lock()
+        self.passes = 0
+        self._order = random.Random(self.store.owner)  # noqa: S311 - an order, not a secret
+
+    @property
+    def owner(self) -> str:
+        return self.store.owner
+
+    def _runtime(self) -> Runtime:
+        return Runtime(
+            sessionmaker=self.store.sessionmaker,
+            registry=self.registry,
+            catalog=self.catalog,
+            config=self.config,
+            store=self.store,
+            clock=self._clock,
+            memory=self.memory,
+            secret_box=self.secret_box,
+            wake=self.wake,
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def wake(self) -> None:
+        """Ask for a pass now (called by the API after it committed a change)."""
+        self._wake.set()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._stopping = False
+            self._task = asyncio.create_task(self._loop(), name="nvcf-reconciler")
+
+    async def stop(self) -> None:
+        """Stop the loop (an interrupted unit is resumed from the database later)."""
+        self._stopping = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        try:
+            await self.store.release_leases()
+        except Exception:
+            log.exception("releasing the reconciler's leases failed")
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reconciliation pass failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._sleep_seconds())
+
+    def _sleep_seconds(self) -> float:
+        wait = self.config.interval
+        if self.memory.next_check:
+            due = min(self.memory.next_check.values())
+            wait = min(wait, (due - self._clock()).total_seconds())
+        return max(wait, 0.01)
+
+    async def request_resync(self) -> int:
+        """Make every wanted instance due now, so the next pass re-observes all of them (e.g.
+        after a cluster was restored); the number of instances made due."""
+        return await self.store.all_due(self._clock())
+
+    # ------------------------------------------------------------------ one pass
+
+    async def run_once(self) -> PassReport:
+        """One pass over what is due."""
+        async with self.pass_lock:
+            return await self._pass()
+
+    async def _pass(self) -> PassReport:
+        self.passes += 1
+        now = self._clock()
+        due_deployments, due_instances = await self.store.due(now, PASS_LIMIT)
+        full = [d for d in due_deployments if d not in self.memory.busy]
+        report = PassReport(deployments=len(due_deployments))
+        resyncs = self._classify(due_instances, set(due_deployments), full, now)
+        renewed: dict[uuid.UUID, datetime] = {}
+        for dep_id, instances in resyncs.items():
+            try:
+                due = await self._resync(instances)
+            except Exception:
+                log.exception("re-observing deployment %s failed", dep_id)
+                due = None
+            if due is None:
+                full.append(dep_id)
+            else:
+                report.resynced += 1
+                renewed.update(due)
+        if renewed:
+            await self.store.renew(renewed, self._clock())
+        if full:
+            await self._units(full, report)
+        return report
+
+    def _classify(
+        self,
+        due: list[DueInstance],
+        due_deployments: set[uuid.UUID],
+        full: list[uuid.UUID],
+        now: datetime,
+    ) -> dict[uuid.UUID, list[uuid.UUID]]:
+        """Sort due instances into re-observations this process can do on its own (by
+        deployment) and deployments that need a unit of work (appended to `full`)."""
+        resyncs: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
+        needs_unit: set[uuid.UUID] = set()
+        for inst in due:
+            dep = inst.deployment_id
+            if dep in due_deployments or dep in self.memory.busy:
+                continue
+            leased = inst.lease_expires_at is not None and inst.lease_expires_at > now
+            if inst.lease_owner not in (None, self.owner) and leased:
+                self.memory.forget([inst.id])
+                continue  # another replica drives it
+            if (
+                inst.desired == InstanceDesired.PRESENT
+                and inst.phase == Phase.RUNNING
+                and inst.lease_owner == self.owner
+                and leased
+                and inst.id in self.memory.resync
+            ):
+                resyncs[dep].append(inst.id)
+            else:
+                needs_unit.add(dep)
+        full.extend(needs_unit)
+        return {d: ids for d, ids in resyncs.items() if d not in needs_unit}
+
+    async def _resync(self, instance_ids: list[uuid.UUID]) -> dict[uuid.UUID, datetime] | None:
+        """Re-observe Running instances without touching the database: when each is due next,
+        or None when something changed (or failed) and the deployment needs a unit of work."""
+        resync = timedelta(seconds=self.config.resync_seconds)
+        due: dict[uuid.UUID, datetime] = {}
+        for inst_id in instance_ids:
+            target, mode, previous = self.memory.resync[inst_id]
+            adapter = self.registry.get(target.cluster)
+            if adapter is None:
+                return None
+            try:
+                observed = await adapter.observe(target)
+            except AdapterError:
+                return None
+            now = self._clock()
+            cond = evaluate(
+                observed,
+                InstanceCondition.from_json(previous),
+                now,
+                self.config.timeouts,
+                mode,
+            )
+            if cond.to_json() != previous:
+                return None
+            due[inst_id] = now + resync
+            if cond.next_check is not None:
+                self.memory.next_check[inst_id] = cond.next_check
+                due[inst_id] = min(due[inst_id], cond.next_check)
+            else:
+                self.memory.next_check.pop(inst_id, None)
+        return due
+
+    async def _units(self, deployment_ids: list[uuid.UUID], report: PassReport) -> None:
+        rt = self._runtime()
+        view = CapacityView(self.registry)
+        # Spread the due work over the concurrent units, batching only what would otherwise
+        # wait for a free slot. Each replica takes the due deployments in its own order, so
+        # replicas mostly claim different batches instead of skipping each other's locks.
+        deployment_ids = sorted(deployment_ids)
+        self._order.shuffle(deployment_ids)
+        concurrency = max(1, self.config.concurrency)
+        size = max(1, min(self.config.batch_size, -(-len(deployment_ids) // concurrency)))
+        batches = [deployment_ids[i : i + size] for i in range(0, len(deployment_ids), size)]
+        gate = asyncio.Semaphore(concurrency)
+
+        async def run(batch: list[uuid.UUID]) -> bool:
+            self.memory.busy.update(batch)
+            try:
+                await UnitOfWork(rt, batch, view).run()
+                return True
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if len(batch) == 1:
+                    report.errors += 1
+                    log.exception("reconciling deployment %s failed", batch[0])
+                else:
+                    log.warning(
+                        "a unit of %d deployments failed; retrying them one by one",
+                        len(batch),
+                        exc_info=True,
+                    )
+                return False
+            finally:
+                self.memory.busy.difference_update(batch)
+
+        async def unit(batch: list[uuid.UUID]) -> None:
+            async with gate:
+                if await run(batch):
+                    report.reconciled += len(batch)
+                    return
+                if len(batch) > 1:
+                    # One bad deployment must not hold back the others of its batch.
+                    for dep_id in batch:
+                        if await run([dep_id]):
+                            report.reconciled += 1
+
+        await asyncio.gather(*(unit(b) for b in batches))

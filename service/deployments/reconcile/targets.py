@@ -1,0 +1,68 @@
+"""What a backend receives for one instance: its `InstanceSpec` and its install-time-mutated
+objects (helm.md §5), and the health mode its deployment asks for."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from service.backends.protocol import InstanceSpec
+from service.charts.mutate import mutate_for_install
+from service.clusters.catalog import Catalog
+from service.clusters.instance_types import InstanceTypeError, parse_instance_type
+from service.core.kube import instance_namespace, is_nvlink
+from service.deployments.models import Deployment, DeploymentSpec, Instance
+from service.functions.models import FunctionVersion
+from service.health.machine import HealthMode
+
+
+def health_mode(deployment: Deployment) -> HealthMode:
+    if (deployment.feature_flags or {}).get("StatusByWorkerReadiness"):
+        return "StatusByWorkerReadiness"
+    return "default"
+
+
+def instance_spec(
+    dep: Deployment, version: FunctionVersion | None, row: Instance, spec: DeploymentSpec
+) -> InstanceSpec:
+    try:
+        it = parse_instance_type(spec.instance_type)
+    except InstanceTypeError:
+        it = None
+    return InstanceSpec(
+        instance_id=str(row.id),
+        function_id=str(dep.function_id),
+        version_id=str(dep.version_id),
+        instance_type=spec.instance_type,
+        gpu=it.gpu if it else spec.gpu,
+        gpus_per_node=it.gpus_per_node if it else 1,
+        nodes=it.nodes if it else 1,
+        cluster=row.cluster or "",
+        deployment_id=str(dep.id),
+        nca_id=dep.account_id,
+        worker_service=version.helm_chart_service_name if version else None,
+    )
+
+
+def install_objects(
+    catalog: Catalog,
+    dep: Deployment,
+    row: Instance,
+    spec: DeploymentSpec,
+    pull_secrets: Sequence[tuple[str, Mapping[str, Any]]],
+) -> list[dict[str, Any]]:
+    cluster = catalog.cluster(row.cluster or "")
+    return mutate_for_install(
+        [o for o in spec.objects if isinstance(o, dict)],
+        namespace=instance_namespace(str(row.id)),
+        instance_id=str(row.id),
+        function_id=str(dep.function_id),
+        version_id=str(dep.version_id),
+        function_name=dep.function_name,
+        nca_id=dep.account_id,
+        instance_type=spec.instance_type,
+        backend=spec.backend,
+        region=cluster.region if cluster else "",
+        pull_secrets=pull_secrets,
+        nvlink=cluster is not None and is_nvlink(cluster.attributes),
+    )

@@ -1,0 +1,544 @@
+"""One unit of work over a batch of deployments: claim → place/apply/observe/teardown → finish.
+
+T1 (one short transaction) locks the deployments (`FOR UPDATE SKIP LOCKED` on PostgreSQL),
+leases their instances, creates the missing Instance rows (committed before anything is
+applied) and retires surplus ones. Then, outside any transaction, new instances are placed
+(placement.py), the placement is recorded (T2) and the install-time-mutated objects applied;
+every leased instance is observed, evaluated (service.health) and torn down when failed or
+unwanted. T3 writes conditions and events, aggregates each version's status and schedules
+when each row is due next; a deployment being deleted whose instances are all gone is removed.
+Every state change goes through `service.deployments.transitions`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.backends.protocol import AdapterError, BackendAdapter, InstanceSpec
+from service.clusters.adapters import AdapterRegistry
+from service.clusters.catalog import Catalog
+from service.clusters.instance_types import InstanceTypeError, parse_instance_type
+from service.core.crypto import SecretBox
+from service.deployments import transitions
+from service.deployments.models import (
+    Deployment,
+    DeploymentDesired,
+    DeploymentSpec,
+    Instance,
+    InstanceDesired,
+)
+from service.deployments.reconcile.config import ReconcilerConfig
+from service.deployments.reconcile.placement import CapacityView, place
+from service.deployments.reconcile.store import ReconcileStore
+from service.deployments.reconcile.targets import health_mode, install_objects, instance_spec
+from service.functions.models import FunctionVersion
+from service.health.conditions import backend_error, failed, previous_condition
+from service.health.machine import HealthMode, InstanceCondition, Phase, evaluate
+from service.health.observed import ObservedState
+from service.health.status import SpecProgress, VersionStatus, next_status
+from service.registry.pull_secrets import PullSecrets, account_pull_secrets
+
+log = logging.getLogger("nvcf.reconciler")
+
+Clock = Callable[[], datetime]
+ResyncInfo = tuple[InstanceSpec, HealthMode, dict[str, Any]]
+
+
+@dataclass
+class Memory:
+    """What this process remembers to spare database round trips and to time its sleep;
+    losing it (a restart) costs one full unit of work per deployment, nothing else.
+
+    `resync`: Running instances re-observable without the database (target, mode and the
+    condition JSON as stored). `next_check`: health timers of the instances this process
+    drives. `busy`: deployments inside a unit right now.
+    """
+
+    resync: dict[uuid.UUID, ResyncInfo] = field(default_factory=dict)
+    next_check: dict[uuid.UUID, datetime] = field(default_factory=dict)
+    busy: set[uuid.UUID] = field(default_factory=set)
+
+    def forget(self, instance_ids: Sequence[uuid.UUID]) -> None:
+        for inst_id in instance_ids:
+            self.resync.pop(inst_id, None)
+            self.next_check.pop(inst_id, None)
+
+
+@dataclass
+class Runtime:
+    """What a unit of work needs from its reconciler."""
+
+    sessionmaker: async_sessionmaker[AsyncSession]
+    registry: AdapterRegistry
+    catalog: Catalog
+    config: ReconcilerConfig
+    store: ReconcileStore
+    clock: Clock
+    memory: Memory
+    secret_box: SecretBox | None
+    wake: Callable[[], None]
+
+    @property
+    def owner(self) -> str:
+        return self.store.owner
+
+
+@dataclass
+class Work:
+    """One leased instance during a unit: what was decided outside the transactions."""
+
+    row: Instance
+    spec: DeploymentSpec
+    condition: InstanceCondition | None = None
+    placed_on: str | None = None
+    placement_event: str | None = None
+    gone: bool = False  # torn down on the backend in this unit
+    observed: bool = False
+    target: InstanceSpec | None = None
+    mode: HealthMode = "default"
+
+
+@dataclass
+class Claimed:
+    """One deployment of the batch as T1 left it."""
+
+    dep: Deployment
+    version: FunctionVersion | None
+    work: list[Work]
+
+    @property
+    def tearing_down(self) -> bool:
+        return self.dep.desired != DeploymentDesired.DEPLOYED or self.version is None
+
+
+class UnitOfWork:
+    """Converge a batch of deployments once (see the module docstring)."""
+
+    def __init__(self, rt: Runtime, deployment_ids: Sequence[uuid.UUID], view: CapacityView):
+        self.rt = rt
+        self.ids = sorted(deployment_ids)
+        self.view = view
+        self._secrets: dict[str, PullSecrets] = {}
+
+    async def run(self) -> None:
+        claimed = await self._claim()
+        if not claimed:
+            return
+        fresh = await self._place(claimed)
+        for c in claimed:
+            await self._drive(c, fresh)
+        await self._finish(claimed)
+
+    # ---------------------------------------------------------------- T1
+
+    async def _claim(self) -> list[Claimed]:
+        rt = self.rt
+        now = rt.clock()
+        expires = now + timedelta(seconds=rt.config.lease_seconds)
+        out: list[Claimed] = []
+        async with rt.sessionmaker() as session, session.begin():
+            deps = await rt.store.lock_deployments(session, self.ids, skip_locked=True)
+            if not deps:
+                return []  # gone, or another replica holds them right now
+            versions = await rt.store.versions(session, deps)
+            await rt.store.claim(session, [d.id for d in deps], now)
+            rows = await rt.store.instances(session, [d.id for d in deps])
+            for dep in deps:
+                version = versions.get(dep.version_id)
+                mine = rows.get(dep.id, [])
+                if (
+                    dep.desired == DeploymentDesired.DEPLOYED
+                    and version is not None
+                    and version.status != VersionStatus.ERROR
+                ):
+                    mine = mine + self._converge_counts(session, dep, mine, now, expires)
+                specs = {s.id: s for s in dep.specs}
+                work = [
+                    Work(row=r, spec=specs[r.spec_id])
+                    for r in mine
+                    if r.lease_owner == rt.owner and r.spec_id in specs
+                ]
+                out.append(Claimed(dep, version, work))
+        return out
+
+    def _converge_counts(
+        self,
+        session: AsyncSession,
+        dep: Deployment,
+        rows: list[Instance],
+        now: datetime,
+        expires: datetime,
+    ) -> list[Instance]:
+        """Create instances up to each spec's minimum; retire the surplus."""
+        created: list[Instance] = []
+        for spec in dep.specs:
+            present = [
+                r for r in rows if r.spec_id == spec.id and r.desired == InstanceDesired.PRESENT
+            ]
+            missing = spec.min_instances - len(present)
+            for n in range(missing):
+                created.append(
+                    transitions.create_instance(
+                        session,
+                        dep,
+                        spec,
+                        now,
+                        owner=self.rt.owner,
+                        lease_expires_at=expires,
+                        ordinal=len(present) + n + 1,
+                    )
+                )
+            if missing < 0:
+                # Scale down: drop instances that are not serving first, newest first.
+                surplus = sorted(present, key=lambda r: (r.phase == Phase.RUNNING, r.created_at))[
+                    :-missing
+                ]
+                for row in surplus:
+                    transitions.retire_instance(
+                        session,
+                        row,
+                        now,
+                        kind="scaling",
+                        reason="ScaledDown",
+                        message=f"removed: minInstances of {spec.instance_type} is "
+                        f"{spec.min_instances}",
+                    )
+        return created
+
+    # ---------------------------------------------------------------- placement (T2)
+
+    async def _place(self, claimed: list[Claimed]) -> set[uuid.UUID]:
+        """Place every new instance (preferred specs first) and record the placements; the
+        ids of the instances to apply now."""
+        placed: list[Work] = []
+        for c in claimed:
+            if c.tearing_down:
+                continue
+            waiting = [
+                w
+                for w in c.work
+                if w.row.desired == InstanceDesired.PRESENT and w.row.cluster is None
+            ]
+            waiting.sort(key=lambda w: (w.spec.preferred_order, w.spec.position, w.row.created_at))
+            for w in waiting:
+                await self._place_one(w)
+                if w.placed_on is not None:
+                    placed.append(w)
+        if not placed:
+            return set()
+        async with self.rt.sessionmaker() as session, session.begin():
+            done = await transitions.place_instances(
+                session,
+                [(w.row, w.placed_on) for w in placed if w.placed_on is not None],
+                self.rt.owner,
+                self.rt.clock(),
+            )
+        return {row.id for row in done}
+
+    async def _place_one(self, w: Work) -> None:
+        now = self.rt.clock()
+        try:
+            it = parse_instance_type(w.spec.instance_type)
+        except InstanceTypeError as exc:
+            w.condition = failed("InvalidInstanceType", str(exc), now, None)
+            return
+        placement = await place(
+            self.view,
+            [str(c) for c in w.spec.candidate_clusters or []],
+            gpu=it.gpu,
+            gpus_per_node=it.gpus_per_node,
+            nodes=it.nodes,
+        )
+        if placement.cluster is not None:
+            w.placed_on = placement.cluster
+        elif placement.unavailable:
+            w.condition = failed(
+                "ClusterUnavailable", placement.message, now, previous_condition(w.row.condition)
+            )
+        else:
+            w.placement_event = placement.message
+
+    # ---------------------------------------------------------------- backend calls
+
+    async def _pull_secrets(self, account_id: str) -> PullSecrets:
+        """The account's pull secrets, read at most once per unit of work."""
+        if self.rt.secret_box is None:
+            return []
+        if account_id not in self._secrets:
+            async with self.rt.sessionmaker() as session:
+                self._secrets[account_id] = await account_pull_secrets(
+                    session, account_id, self.rt.secret_box
+                )
+        return self._secrets[account_id]
+
+    async def _drive(self, c: Claimed, fresh: set[uuid.UUID]) -> None:
+        mode = health_mode(c.dep)
+        for w in c.work:
+            row = w.row
+            if c.tearing_down or row.desired != InstanceDesired.PRESENT:
+                if row.applied:
+                    w.gone = await self._teardown(c, w)
+                continue
+            if w.condition is not None:  # decided during placement (unavailable cluster)
+                continue
+            if row.cluster is None:
+                message = w.placement_event or "waiting for a cluster with free capacity"
+                w.condition = self._evaluate(ObservedState.unplaced(message), row, mode)
+                w.observed = True
+                continue
+            adapter = self.rt.registry.get(row.cluster)
+            if adapter is None:
+                why = self.rt.registry.unavailable_reason(row.cluster) or row.cluster
+                w.condition = failed(
+                    "ClusterUnavailable", why, self.rt.clock(), previous_condition(row.condition)
+                )
+            else:
+                w.condition = await self._observe(adapter, c, w, mode, fresh=row.id in fresh)
+                w.observed = True
+            if w.condition.phase is Phase.FAILED and row.applied:
+                w.gone = await self._teardown(c, w)
+
+    async def _observe(
+        self, adapter: BackendAdapter, c: Claimed, w: Work, mode: HealthMode, *, fresh: bool
+    ) -> InstanceCondition:
+        """Apply (new instance, or one the backend forgot), observe, evaluate."""
+        row, spec = w.row, w.spec
+        target = instance_spec(c.dep, c.version, row, spec)
+        w.target, w.mode = target, mode
+        try:
+            if fresh:
+                await adapter.apply(target, await self._objects(c.dep, row, spec))
+            observed = await adapter.observe(target)
+            if observed.is_empty and row.applied and not fresh:
+                log.info(
+                    "instance %s is unknown to cluster %s: applying again", row.id, row.cluster
+                )
+                await adapter.apply(target, await self._objects(c.dep, row, spec))
+                observed = await adapter.observe(target)
+        except AdapterError as exc:
+            return backend_error(
+                f"cluster {row.cluster}: {exc.message}",
+                retryable=exc.retryable,
+                previous=previous_condition(row.condition),
+                phase=_phase(row.phase),
+                now=self.rt.clock(),
+                failing_backoff=self.rt.config.timeouts.failing_backoff,
+            )
+        return self._evaluate(observed, row, mode)
+
+    async def _objects(
+        self, dep: Deployment, row: Instance, spec: DeploymentSpec
+    ) -> list[dict[str, Any]]:
+        secrets = await self._pull_secrets(dep.account_id)
+        return install_objects(self.rt.catalog, dep, row, spec, secrets)
+
+    def _evaluate(
+        self, observed: ObservedState, row: Instance, mode: HealthMode
+    ) -> InstanceCondition:
+        return evaluate(
+            observed,
+            previous_condition(row.condition),
+            self.rt.clock(),
+            self.rt.config.timeouts,
+            mode,
+        )
+
+    async def _teardown(self, c: Claimed, w: Work) -> bool:
+        """Delete the instance's objects; True once the backend reports them gone."""
+        row = w.row
+        if row.cluster is None:
+            return True
+        adapter = self.rt.registry.get(row.cluster)
+        if adapter is None:
+            log.warning(
+                "instance %s: %s; treating it as gone",
+                row.id,
+                self.rt.registry.unavailable_reason(row.cluster),
+            )
+            return True
+        try:
+            return await adapter.delete(instance_spec(c.dep, None, row, w.spec))
+        except AdapterError as exc:
+            log.warning("deleting instance %s on %s failed: %s", row.id, row.cluster, exc.message)
+            return False
+
+    # ---------------------------------------------------------------- T3
+
+    async def _finish(self, claimed: list[Claimed]) -> None:
+        rt = self.rt
+        now = rt.clock()
+        wake = False
+        statuses: list[transitions.StatusChange] = []
+        async with rt.sessionmaker() as session, session.begin():
+            ids = [c.dep.id for c in claimed]
+            deps = {
+                d.id: d
+                for d in await rt.store.lock_deployments(
+                    session, ids, skip_locked=False, objects=False
+                )
+            }
+            versions = await rt.store.versions(session, list(deps.values()))
+            rows_by_dep = await rt.store.instances(session, ids)
+            for c in claimed:
+                dep = deps.get(c.dep.id)
+                if dep is None:
+                    continue
+                rows = {r.id: r for r in rows_by_dep.get(dep.id, [])}
+                failures = self._write_work(session, c.work, rows, now)
+                version = versions.get(dep.version_id)
+                if dep.desired != DeploymentDesired.DEPLOYED or version is None:
+                    await self._finish_delete(session, dep, version, rows, now)
+                    continue
+                settled, again = self._aggregate(
+                    session, dep, version, rows, failures, statuses, now
+                )
+                wake = wake or again
+                stale = await rt.store.trim_history(
+                    session, rows.values(), rt.config.failed_history
+                )
+                rt.memory.forget(stale)
+                transitions.schedule(dep, None if settled else now)
+            await transitions.set_version_statuses(session, statuses, now)
+        if wake:
+            rt.wake()
+
+    def _write_work(
+        self,
+        session: AsyncSession,
+        work: list[Work],
+        rows: dict[uuid.UUID, Instance],
+        now: datetime,
+    ) -> list[Instance]:
+        """Store what the unit learnt about its instances; the newly failed ones."""
+        rt = self.rt
+        resync = timedelta(seconds=rt.config.resync_seconds)
+        failures: list[Instance] = []
+        for w in work:
+            row = rows.get(w.row.id)
+            if row is None or row.lease_owner != rt.owner:
+                continue  # gone, or the lease was lost meanwhile
+            if w.gone:
+                transitions.torn_down(row)
+            cond = w.condition
+            if cond is not None:
+                was_wanted = row.desired == InstanceDesired.PRESENT
+                transitions.observe_instance(session, row, cond, now)
+                if was_wanted and row.desired != InstanceDesired.PRESENT:
+                    failures.append(row)
+            next_check = cond.next_check if cond is not None else None
+            running = row.desired == InstanceDesired.PRESENT and row.phase == Phase.RUNNING
+            if running and w.target is not None and row.condition is not None:
+                rt.memory.resync[row.id] = (w.target, w.mode, row.condition)
+            else:
+                rt.memory.resync.pop(row.id, None)
+            if next_check is not None:
+                rt.memory.next_check[row.id] = next_check
+            else:
+                rt.memory.next_check.pop(row.id, None)
+            if running:
+                due: datetime | None = now + resync
+                if next_check is not None and due is not None and next_check < due:
+                    due = next_check
+            elif row.desired == InstanceDesired.PRESENT or row.applied:
+                due = now  # starting, or being torn down: looked at on every pass
+            else:
+                due = None
+            transitions.schedule_instance(row, due)
+        return failures
+
+    def _aggregate(
+        self,
+        session: AsyncSession,
+        dep: Deployment,
+        version: FunctionVersion,
+        rows: dict[uuid.UUID, Instance],
+        failures: list[Instance],
+        statuses: list[transitions.StatusChange],
+        now: datetime,
+    ) -> tuple[bool, bool]:
+        """Version status from the instances (appended to `statuses`, written for the whole
+        batch at once); returns (settled, wake again)."""
+        owner = self.rt.owner
+        present = [r for r in rows.values() if r.desired == InstanceDesired.PRESENT]
+        progress = [
+            SpecProgress(
+                s.min_instances,
+                sum(1 for r in present if r.spec_id == s.id and r.phase == Phase.RUNNING),
+            )
+            for s in dep.specs
+        ]
+        previous = transitions.status_of(version)
+        status = next_status(
+            previous, deployed=True, specs=progress, instance_failed=bool(failures)
+        )
+        wake = bool(failures)
+        if status is not previous:
+            cause = failures[0] if status is VersionStatus.ERROR and failures else None
+            statuses.append(
+                transitions.StatusChange(
+                    dep.id,
+                    version,
+                    status,
+                    detail=cause.message if cause else None,
+                    reason=cause.reason if cause else None,
+                )
+            )
+        if status is VersionStatus.ERROR:
+            # The version failed while deploying: no retries, tear the others down.
+            for r in present:
+                transitions.retire_instance(
+                    session,
+                    r,
+                    now,
+                    kind="teardown",
+                    reason="VersionError",
+                    message="torn down: the function version is in ERROR",
+                )
+                wake = True
+            pending = any(r.applied for r in rows.values())
+            return not pending and not present, wake
+        counts_met = all(
+            sum(1 for r in present if r.spec_id == s.id) == s.min_instances for s in dep.specs
+        )
+        all_running = all(
+            r.phase == Phase.RUNNING
+            or (r.lease_owner not in (None, owner) and r.lease_expires_at is not None)
+            for r in present
+        )
+        teardown_pending = any(
+            r.applied for r in rows.values() if r.desired != InstanceDesired.PRESENT
+        )
+        return counts_met and all_running and not teardown_pending, wake
+
+    async def _finish_delete(
+        self,
+        session: AsyncSession,
+        dep: Deployment,
+        version: FunctionVersion | None,
+        rows: dict[uuid.UUID, Instance],
+        now: datetime,
+    ) -> None:
+        """Undeploy / version delete: once every instance is gone, remove the records."""
+        for row in rows.values():
+            if row.desired == InstanceDesired.PRESENT:
+                transitions.unwant(row)
+        if any(r.applied for r in rows.values()):
+            transitions.schedule(dep, now)  # some instance still exists on a backend
+            return
+        await transitions.remove_deployment(session, dep, version, now)
+        self.rt.memory.forget(list(rows))
+        log.info("deployment %s deleted", dep.id)
+
+
+def _phase(value: str) -> Phase:
+    try:
+        return Phase(value)
+    except ValueError:
+        return Phase.SCHEDULING

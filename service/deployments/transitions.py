@@ -1,0 +1,415 @@
+"""The one writer of deployment state (runtime.md §3, §6).
+
+Every change of an instance's phase or condition, of desired state (deployment or instance),
+of a function version's status, and the removal of a deployment goes through a function here;
+each writes the row change and its timeline event together, in the caller's session (callers
+flush or commit). The API service (create, scale, undeploy, version delete) and the reconciler
+both use it, so the timeline reads the same whoever made the change. The decisions themselves
+(which phase, which status) are pure functions in `service.health`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
+
+from service.deployments.events import record_event
+from service.deployments.models import (
+    Deployment,
+    DeploymentDesired,
+    DeploymentEvent,
+    DeploymentSpec,
+    Instance,
+    InstanceDesired,
+)
+from service.functions.models import FunctionVersion
+from service.health.machine import InstanceCondition, Phase
+from service.health.status import VersionStatus
+
+
+def status_of(version: FunctionVersion) -> VersionStatus:
+    """The stored status as an enum (an unknown value reads as DEPLOYING, to be recomputed)."""
+    try:
+        return VersionStatus(version.status)
+    except ValueError:
+        return VersionStatus.DEPLOYING
+
+
+# --- function version status -------------------------------------------------------------------
+
+
+def status_message(
+    previous: VersionStatus, to: VersionStatus, *, cause: str | None, detail: str | None
+) -> str:
+    """The one wording of a status change on the timeline."""
+    text = f"function version status {previous} → {to}"
+    if cause:
+        text += f" ({cause})"
+    if detail:
+        text += f": {detail}"
+    return text
+
+
+@dataclass(frozen=True)
+class StatusChange:
+    """A wanted move of one version's status, with what the timeline should say about it."""
+
+    deployment_id: uuid.UUID
+    version: FunctionVersion
+    to: VersionStatus
+    cause: str | None = None
+    detail: str | None = None
+    reason: str | None = None
+
+
+async def set_version_statuses(
+    session: AsyncSession, changes: Sequence[StatusChange], now: datetime
+) -> list[StatusChange]:
+    """Move each version to its new status if it still has the status it was read with
+    (compare-and-set, so two writers never both record a change) and record the events; the
+    changes that took place. One statement per (from, to) pair; loaded objects follow."""
+    groups: dict[tuple[str, VersionStatus], list[StatusChange]] = defaultdict(list)
+    for change in changes:
+        if status_of(change.version) is not change.to:
+            groups[(change.version.status, change.to)].append(change)
+    done: list[StatusChange] = []
+    for (stored, to), group in groups.items():
+        changed = set(
+            (
+                await session.execute(
+                    update(FunctionVersion)
+                    .where(
+                        FunctionVersion.id.in_([c.version.id for c in group]),
+                        FunctionVersion.status == stored,
+                    )
+                    .values(status=to.value, updated_at=now)
+                    .returning(FunctionVersion.id)
+                    .execution_options(synchronize_session=False)
+                )
+            ).scalars()
+        )
+        for c in group:
+            if c.version.id not in changed:
+                continue
+            previous = status_of(c.version)
+            set_committed_value(c.version, "status", to.value)
+            set_committed_value(c.version, "updated_at", now)
+            record_event(
+                session,
+                c.deployment_id,
+                "status",
+                status_message(previous, to, cause=c.cause, detail=c.detail),
+                reason=c.reason,
+            )
+            done.append(c)
+    return done
+
+
+async def set_version_status(
+    session: AsyncSession,
+    deployment_id: uuid.UUID,
+    version: FunctionVersion,
+    to: VersionStatus,
+    now: datetime,
+    *,
+    cause: str | None = None,
+) -> bool:
+    """`set_version_statuses` for one version; whether it moved."""
+    change = StatusChange(deployment_id, version, to, cause=cause)
+    return bool(await set_version_statuses(session, [change], now))
+
+
+# --- deployments -------------------------------------------------------------------------------
+
+
+def _changed(deployment: Deployment, now: datetime) -> None:
+    """A change of desired state: a new generation, due for the reconciler at once."""
+    deployment.generation += 1
+    deployment.updated_at = now
+    deployment.due_at = now
+
+
+async def deploy(
+    session: AsyncSession,
+    deployment: Deployment,
+    version: FunctionVersion,
+    status: VersionStatus,
+    now: datetime,
+    *,
+    validated: str,
+) -> None:
+    """Store a new deployment (desired `deployed`, due at once) and move its version out of
+    INACTIVE; `validated` describes the specifications for the timeline."""
+    deployment.desired = DeploymentDesired.DEPLOYED
+    deployment.due_at = now
+    session.add(deployment)
+    await session.flush()
+    record_event(session, deployment.id, "validation", validated)
+    record_event(
+        session,
+        deployment.id,
+        "dispatch",
+        "desired state recorded; dispatched to the reconciler "
+        f"(generation {deployment.generation})",
+    )
+    await set_version_status(session, deployment.id, version, status, now)
+
+
+def rescale(deployment: Deployment, session: AsyncSession, described: str, now: datetime) -> None:
+    """New scaling values were set on the deployment's specs: record them, wake the work."""
+    _changed(deployment, now)
+    record_event(session, deployment.id, "scaling", described)
+
+
+async def undeploy(
+    session: AsyncSession,
+    deployment: Deployment,
+    version: FunctionVersion | None,
+    now: datetime,
+    *,
+    message: str,
+) -> None:
+    """Mark the deployment `deleting` (the reconciler tears its instances down, then removes
+    it) and turn the version INACTIVE at once."""
+    deployment.desired = DeploymentDesired.DELETING
+    _changed(deployment, now)
+    record_event(session, deployment.id, "teardown", message)
+    if version is not None:
+        await set_version_status(
+            session, deployment.id, version, VersionStatus.INACTIVE, now, cause="undeployed"
+        )
+
+
+def schedule(deployment: Deployment, due: datetime | None) -> None:
+    """When the reconciler must look at the deployment next (None: it has settled)."""
+    if deployment.due_at != due:
+        deployment.due_at = due
+
+
+async def remove_deployment(
+    session: AsyncSession, deployment: Deployment, version: FunctionVersion | None, now: datetime
+) -> None:
+    """Delete a torn-down deployment's records; its version becomes INACTIVE unless another
+    live deployment serves it. The timeline goes with the deployment."""
+    dep_id = deployment.id
+    await session.execute(delete(DeploymentEvent).where(DeploymentEvent.deployment_id == dep_id))
+    await session.execute(delete(Instance).where(Instance.deployment_id == dep_id))
+    await session.execute(delete(DeploymentSpec).where(DeploymentSpec.deployment_id == dep_id))
+    await session.execute(delete(Deployment).where(Deployment.id == dep_id))
+    if version is None or version.status == VersionStatus.INACTIVE:
+        return
+    live = (
+        await session.execute(
+            select(Deployment.id).where(
+                Deployment.version_id == version.id,
+                Deployment.desired == DeploymentDesired.DEPLOYED,
+            )
+        )
+    ).first()
+    if live is None:
+        await session.execute(
+            update(FunctionVersion)
+            .where(FunctionVersion.id == version.id)
+            .values(status=VersionStatus.INACTIVE.value, updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+
+
+# --- instances ---------------------------------------------------------------------------------
+
+
+def create_instance(
+    session: AsyncSession,
+    deployment: Deployment,
+    spec: DeploymentSpec,
+    now: datetime,
+    *,
+    owner: str,
+    lease_expires_at: datetime,
+    ordinal: int,
+) -> Instance:
+    """A new wanted instance of `spec`, leased to `owner`, waiting for placement."""
+    row = Instance(
+        id=uuid.uuid4(),
+        deployment_id=deployment.id,
+        spec_id=spec.id,
+        account_id=deployment.account_id,
+        cluster=None,
+        desired=InstanceDesired.PRESENT,
+        applied=False,
+        phase=Phase.SCHEDULING.value,
+        reason="Pending",
+        message="waiting for placement",
+        since=now,
+        condition=None,
+        lease_owner=owner,
+        lease_expires_at=lease_expires_at,
+        due_at=now,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(row)
+    record_event(
+        session,
+        deployment.id,
+        "instance",
+        f"instance {row.id} created for {spec.instance_type} ({ordinal}/{spec.min_instances})",
+        instance_id=row.id,
+        phase=row.phase,
+        reason="Created",
+    )
+    return row
+
+
+async def place_instances(
+    session: AsyncSession, placements: Sequence[tuple[Instance, str]], owner: str, now: datetime
+) -> list[Instance]:
+    """Record each instance's cluster and `applied` before anything is applied, so a crash
+    never loses the objects; the rows placed. A row whose lease `owner` lost meanwhile is
+    left alone (the new owner places it). One statement per cluster."""
+    by_cluster: dict[str, list[Instance]] = defaultdict(list)
+    for row, cluster in placements:
+        by_cluster[cluster].append(row)
+    placed: list[Instance] = []
+    for cluster, rows in by_cluster.items():
+        kept = set(
+            (
+                await session.execute(
+                    update(Instance)
+                    .where(Instance.id.in_([r.id for r in rows]), Instance.lease_owner == owner)
+                    .values(cluster=cluster, applied=True, updated_at=now)
+                    .returning(Instance.id)
+                    .execution_options(synchronize_session=False)
+                )
+            ).scalars()
+        )
+        for row in rows:
+            if row.id not in kept:
+                continue
+            row.cluster = cluster
+            row.applied = True
+            placed.append(row)
+            record_event(
+                session,
+                row.deployment_id,
+                "instance",
+                f"instance {row.id} placed on cluster {cluster}",
+                instance_id=row.id,
+                phase=row.phase,
+                reason="Placed",
+            )
+    return placed
+
+
+def observe_instance(
+    session: AsyncSession, row: Instance, cond: InstanceCondition, now: datetime
+) -> None:
+    """Store the instance's evaluated condition: a phase change and every newly noted problem
+    go on the timeline. A failed instance is no longer wanted (it is torn down)."""
+    data = cond.to_json()
+    # Problems the health rules note but do not fail on (side objects in worker-readiness
+    # mode, transient warnings) go on the timeline once each, so users can see them.
+    seen = {
+        (o.get("object"), o.get("reason"))
+        for o in (row.condition or {}).get("observations", [])
+        if isinstance(o, dict)
+    }
+    for obs in cond.observations:
+        if (obs.object, obs.reason) not in seen:
+            record_event(
+                session,
+                row.deployment_id,
+                "observation",
+                f"{obs.object}: {obs.message}",
+                instance_id=row.id,
+                phase=cond.phase.value,
+                reason=obs.reason,
+            )
+    if row.phase != cond.phase.value:
+        record_event(
+            session,
+            row.deployment_id,
+            "instance",
+            f"instance {row.id} is {cond.phase.value}: {cond.message}",
+            instance_id=row.id,
+            phase=cond.phase.value,
+            reason=cond.reason,
+        )
+    if (
+        row.phase != cond.phase.value
+        or row.reason != cond.reason
+        or row.message != cond.message
+        or row.condition != data
+    ):
+        row.phase = cond.phase.value
+        row.reason = cond.reason
+        row.message = cond.message
+        row.since = cond.since
+        row.condition = data
+        row.updated_at = now
+    if cond.phase is Phase.FAILED and row.desired == InstanceDesired.PRESENT:
+        row.desired = InstanceDesired.ABSENT
+
+
+def retire_instance(
+    session: AsyncSession, row: Instance, now: datetime, *, kind: str, reason: str, message: str
+) -> None:
+    """The instance is no longer wanted (scaled down, or its version failed): it will be torn
+    down; `kind`/`reason`/`message` say why on the timeline."""
+    row.desired = InstanceDesired.ABSENT
+    row.updated_at = now
+    row.due_at = now
+    record_event(
+        session,
+        row.deployment_id,
+        kind,
+        f"instance {row.id} {message}",
+        instance_id=row.id,
+        phase=row.phase,
+        reason=reason,
+    )
+
+
+def unwant(row: Instance) -> None:
+    """The instance's deployment is being deleted: the instance is no longer wanted (the
+    deployment's teardown event says why)."""
+    row.desired = InstanceDesired.ABSENT
+
+
+def torn_down(row: Instance) -> None:
+    """The backend reports the instance's objects gone."""
+    row.applied = False
+
+
+def schedule_instance(row: Instance, due: datetime | None) -> None:
+    """When the instance's lease owner must observe it next (None: nothing scheduled)."""
+    if row.due_at != due:
+        row.due_at = due
+
+
+__all__ = [
+    "StatusChange",
+    "create_instance",
+    "deploy",
+    "observe_instance",
+    "place_instances",
+    "remove_deployment",
+    "rescale",
+    "retire_instance",
+    "schedule",
+    "schedule_instance",
+    "set_version_status",
+    "set_version_statuses",
+    "status_message",
+    "status_of",
+    "torn_down",
+    "undeploy",
+    "unwant",
+]

@@ -1,0 +1,14 @@
+"""copy_json: a deep copy of JSON-shaped values."""
+
+from __future__ import annotations
+
+from service.core.jsoncopy import copy_json
+
+
+def test_copy_shares_nothing_mutable() -> None:
+    original = {"a": [1, {"b": "c"}], "d": {"e": None, "f": 1.5, "g": True}}
+    copied = copy_json(original)
+    assert copied == original
+    copied["a"][1]["b"] = "changed"  # type: ignore[index]
+    copied["d"]["h"] = 1  # type: ignore[index]
+    assert original == {"a": [1, {"b": "c"}], "d": {"e": None, "f": 1.5, "g": True}}

@@ -7,7 +7,6 @@ that breaks rules is a 200 with `valid: false`.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -17,15 +16,16 @@ from fastapi import APIRouter, Depends, Request
 from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.service import Principal
-from service.charts.pipeline import PLACEHOLDER_INSTANCE_ID, ChartPipeline
+from service.charts.pipeline import PLACEHOLDER_INSTANCE_ID
 from service.charts.policy import ValidationPolicy
 from service.charts.schemas import HelmValidateRequest, HelmValidateResponse
 from service.charts.url import ChartUrlError, parse_chart_url
-from service.clusters.catalog import Catalog, CatalogError, Cluster, load_catalog
+from service.clusters.catalog import Cluster
 from service.clusters.instance_types import InstanceType, InstanceTypeError, parse_instance_type
-from service.core.errors import FieldError, ServiceUnavailable, ValidationFailed
+from service.core.errors import FieldError, ValidationFailed
 from service.core.http import read_json
 from service.core.kube import instance_namespace
+from service.state import app_state
 
 router = APIRouter(tags=["helm"])
 
@@ -97,21 +97,6 @@ def _policy(raw: Any, errors: list[FieldError]) -> ValidationPolicy:
         return ValidationPolicy()
 
 
-async def _catalog(request: Request) -> Catalog:
-    existing = getattr(request.app.state, "catalog", None)
-    if isinstance(existing, Catalog):
-        return existing
-    cached = getattr(request.app.state, "helm_catalog", None)
-    if isinstance(cached, Catalog):
-        return cached
-    try:
-        catalog = await asyncio.to_thread(load_catalog, request.app.state.settings.clusters_file)
-    except CatalogError as exc:
-        raise ServiceUnavailable(detail=f"the cluster catalog cannot be loaded: {exc}") from None
-    request.app.state.helm_catalog = catalog
-    return catalog
-
-
 async def parse_dry_run(request: Request, body: Any) -> DryRun:
     """Check every field; raise one 400 listing all violations."""
     if not isinstance(body, dict):
@@ -168,7 +153,7 @@ async def parse_dry_run(request: Request, body: Any) -> DryRun:
         if not isinstance(raw_cluster, str) or not raw_cluster:
             errors.append(FieldError("cluster", "must be a cluster name"))
         else:
-            catalog = await _catalog(request)
+            catalog = app_state(request).catalog
             cluster = catalog.cluster(raw_cluster)
             if cluster is None:
                 known = ", ".join(c.name for c in catalog.clusters)
@@ -200,13 +185,6 @@ async def parse_dry_run(request: Request, body: Any) -> DryRun:
     )
 
 
-def _pipeline(request: Request) -> ChartPipeline:
-    pipeline = getattr(request.app.state, "chart_pipeline", None)
-    if not isinstance(pipeline, ChartPipeline):
-        raise ServiceUnavailable(detail="the chart pipeline is not running")
-    return pipeline
-
-
 @router.post(
     "/helm/validate",
     response_model=HelmValidateResponse,
@@ -218,7 +196,7 @@ async def validate_helm_chart(
     request: Request, session: Session, principal: Registrar
 ) -> dict[str, Any]:
     dry = await parse_dry_run(request, await read_json(request))
-    pipeline = _pipeline(request)
+    pipeline = app_state(request).chart_pipeline
     namespace = instance_namespace(PLACEHOLDER_INSTANCE_ID) if dry.cluster is not None else None
     result = await pipeline.validate(
         session,

@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     chart_cache_max_bytes: int = Field(default=2 * 1024 * 1024 * 1024, gt=0)
     chart_fetch_timeout: float = Field(default=30.0, gt=0)
     default_kube_version: str = Field(default="1.30.0", pattern=r"^v?\d+\.\d+(\.\d+)?$")
+    # The version read cache and its fast path (service/functions/read_cache.py); effective
+    # with SQLite only, where one process sees every commit.
+    version_read_cache: bool = True
     reconcile_interval: float = Field(default=2.0, gt=0)
     reconciler_enabled: bool = True
     reconcile_lease_seconds: float = Field(default=60.0, gt=0)

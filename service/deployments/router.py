@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.service import Principal
-from service.charts.pipeline import DEFAULT_INFERENCE_PORT, ChartFieldError, ChartPipeline
+from service.charts.pipeline import DEFAULT_INFERENCE_PORT, ChartFieldError
 from service.charts.policy import ValidationPolicy
 from service.core.errors import (
     BadRequest,
@@ -58,6 +58,7 @@ from service.functions import service as functions_service
 from service.functions.models import FunctionVersion
 from service.functions.schemas import FunctionEnvelope, FunctionOut
 from service.health.status import VersionStatus
+from service.state import app_state
 
 router = APIRouter(tags=["deployments"])
 
@@ -108,8 +109,8 @@ async def _helm_objects(
     specs: list[ValidatedSpec],
 ) -> tuple[list[service.SpecObjects], dict[str, bool]]:
     """Re-render the pinned chart for every specification; all errors of all specs → 400."""
-    pipeline: ChartPipeline | None = getattr(request.app.state, "chart_pipeline", None)
-    if pipeline is None or version.helm_chart is None:
+    pipeline = app_state(request).chart_pipeline
+    if version.helm_chart is None:
         raise ServiceUnavailable(detail="the chart pipeline is not available")
     errors: list[FieldError] = []
     out: list[service.SpecObjects] = []

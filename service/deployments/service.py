@@ -12,7 +12,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -34,6 +34,7 @@ from service.deployments.validation import ScalingChange, StoredSpec, ValidatedS
 from service.functions.models import FunctionVersion
 from service.health.machine import Phase
 from service.health.status import SpecProgress, VersionStatus, next_status
+from service.state import AppState
 
 # --- reconciler wake-ups -----------------------------------------------------------------------
 
@@ -42,7 +43,7 @@ def reconciler_waker(app: Any) -> Callable[[], None]:
     """A callback waking the app's reconciler, if one runs in this process."""
 
     def wake() -> None:
-        reconciler = getattr(app.state, "reconciler", None)
+        reconciler = cast(AppState, app.state).reconciler
         if reconciler is not None:
             reconciler.wake()
 

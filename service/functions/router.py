@@ -18,10 +18,11 @@ from service.core.idempotency import Recorder
 from service.core.pagination import MAX_LIMIT, make_page
 from service.deployments.service import active_instances, reconciler_waker
 from service.functions import service
-from service.functions.cache import VersionCache, cache_key
 from service.functions.models import FunctionVersion
+from service.functions.read_cache import cached_version_read
 from service.functions.schemas import FunctionEnvelope, FunctionIds, FunctionList, FunctionOut
 from service.functions.validation import validate_create, validate_metadata_update
+from service.state import app_state
 
 router = APIRouter(tags=["functions"])
 JSON = "application/json"
@@ -69,8 +70,8 @@ async def _create(
     box: SecretBox = request.app.state.secret_box
     chart_digest: str | None = None
     findings: list[dict[str, Any]] | None = None
-    pipeline = getattr(request.app.state, "chart_pipeline", None)
-    if spec.helm_chart is not None and pipeline is not None:
+    if spec.helm_chart is not None:
+        pipeline = app_state(request).chart_pipeline
         chart_digest, findings = await pipeline.validate_for_create(session, principal, spec)
     version = await service.create_version(
         session,
@@ -191,25 +192,21 @@ async def get_function_version(
     functionVersionId: str,
     request: Request,
 ) -> Response:
-    # The hottest read (clients poll a version while it deploys): answered from the version
-    # cache when possible, so it takes no request session (a miss uses a read-only one), and
-    # the scope check is a plain call rather than a dependency (FastAPI's per-dependency cost
-    # was the largest share of a cached read).
+    # The hottest read (clients poll a version while it deploys): see read_cache.py. It takes
+    # no request session (a miss uses a read-only one), and the scope check is a plain call
+    # rather than a dependency (FastAPI's per-dependency cost was the largest share of a
+    # cached read).
     principal = await LIST_CHECK(request)
     fid, vid = parse_uuids((functionId, "functionId"), (functionVersionId, "functionVersionId"))
-    cache: VersionCache | None = getattr(request.app.state, "version_cache", None)
-    key = cache_key(principal.account_id, principal.scopes, fid, vid)
-    if cache is not None and (cached := cache.get(key)) is not None:
-        return Response(cached, media_type=JSON)
-    generation = cache.generation if cache is not None else 0
-    async with request.app.state.sessionmaker() as session:
-        version = await service.get_version(session, principal.account_id, fid, vid)
-        (out,) = await _function_outs(session, principal, [version])
-        await session.rollback()
-    body = FunctionEnvelope(function=out).model_dump_json(by_alias=True, exclude_none=True)
-    if cache is not None:
-        cache.put(key, body.encode(), generation)
-    return Response(body, media_type=JSON)
+
+    async def build() -> str:
+        async with app_state(request).sessionmaker() as session:
+            version = await service.get_version(session, principal.account_id, fid, vid)
+            (out,) = await _function_outs(session, principal, [version])
+            await session.rollback()
+        return FunctionEnvelope(function=out).model_dump_json(by_alias=True, exclude_none=True)
+
+    return await cached_version_read(request, principal, fid, vid, build)
 
 
 async def _update(

@@ -1,9 +1,15 @@
-"""Cached version reads answered before FastAPI behave exactly like the regular route."""
+"""The version read speed-ups (read_cache.py): cached reads, answered before FastAPI or by the
+route, behave exactly like the database read, and say which path answered."""
 
 from __future__ import annotations
 
+import time
+
+import jwt
+import pytest
+
 from tests.support.api import bearer, create_fn, new_key
-from tests.support.app import AppClient
+from tests.support.app import JWT_SECRET, AppClient, ClientFactory
 
 V = "/v2/nvcf"
 
@@ -63,3 +69,44 @@ async def test_a_revoked_key_is_refused_on_the_next_cached_read(client: AppClien
     assert (await client.get(path, headers=key)).status_code == 200
     assert (await client.delete(f"{V}/api-keys/{created['apiKey']['id']}")).status_code == 204
     assert (await client.get(path, headers=key)).status_code == 401
+
+
+async def test_the_read_path_header_names_the_layer_that_answered(
+    client: AppClient, database_url: str
+) -> None:
+    if not database_url.startswith("sqlite"):
+        # several replicas would not see each other's commits: no cache, every read is
+        # answered by the database (asserted by the next test)
+        pytest.skip("the version read cache is on with SQLite only")
+    fn = await create_fn(client)
+    path = f"{V}/functions/{fn['id']}/versions/{fn['versionId']}"
+    first = await client.get(path)
+    second = await client.get(path)  # the verified key and the body are both cached
+    assert first.headers["nvcf-read-path"] == "database"
+    assert second.headers["nvcf-read-path"] == "fast-path"
+    # a JWT is verified by the route, which then answers from the cache
+    token = jwt.encode(
+        {"sub": "nvcf-default", "scopes": ["list_functions"], "exp": int(time.time()) + 600},
+        JWT_SECRET,
+        algorithm="HS256",
+    )
+    by_jwt = await client.get(path, headers=bearer(token))
+    assert by_jwt.headers["nvcf-read-path"] == "database"  # another scope set: another entry
+    again = await client.get(path, headers=bearer(token))
+    assert again.headers["nvcf-read-path"] == "cache"
+    assert again.content == by_jwt.content
+    # a change is seen at once, through the database
+    put = await client.put(path, json={"description": "changed"})
+    assert put.status_code == 200
+    after = await client.get(path)
+    assert after.headers["nvcf-read-path"] == "database"
+    assert after.json()["function"]["description"] == "changed"
+
+
+async def test_the_setting_turns_every_speed_up_off(client_factory: ClientFactory) -> None:
+    client = await client_factory(version_read_cache=False)
+    fn = await create_fn(client)
+    path = f"{V}/functions/{fn['id']}/versions/{fn['versionId']}"
+    reads = [await client.get(path) for _ in range(3)]
+    assert [r.headers["nvcf-read-path"] for r in reads] == ["database"] * 3
+    assert len({r.content for r in reads}) == 1

@@ -1,0 +1,202 @@
+"""The version read speed-ups, in one place, behind one setting (`NVCF_VERSION_READ_CACHE`).
+
+Clients poll `GET .../functions/{id}/versions/{versionId}` while a version deploys. Three
+layers answer it without redoing the work, each falling back to the next:
+
+1. `VersionReadFastPath`, an ASGI middleware before FastAPI: when the caller's API key was
+   verified moments ago and the serialised version is cached, the bytes go straight out.
+   Anything else (no cache entry, a JWT, an unknown, expired or revoked key, a missing scope,
+   an org alias naming another account) falls through to the route.
+2. The route (`cached_version_read`): the same cache after the regular authentication.
+3. The database.
+
+Every such response says which layer answered in the `NVCF-Read-Path` header (`fast-path`,
+`cache` or `database`). The cache holds serialised responses per (account, version, details
+scope); entries are dropped when a committed transaction changes the version
+(service.core.changes), and every details entry when any deployment or instance changes (they
+embed activeInstances). It is on only with SQLite, the single-process embedded mode: several
+replicas on PostgreSQL would not see each other's commits. A short TTL bounds staleness from
+writes the listeners cannot see (raw SQL).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Collection
+from types import SimpleNamespace
+from typing import Any, cast
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from service.auth import scopes
+from service.auth.scopes import LIST_FUNCTIONS_DETAILS
+from service.auth.service import Principal
+from service.core import changes as change_feed
+from service.core.settings import Settings
+from service.deployments.models import Deployment, Instance
+from service.functions.models import FunctionVersion
+from service.state import AppState, app_state
+
+HEADER = "NVCF-Read-Path"
+_JSON = "application/json"
+
+CacheKey = tuple[str, uuid.UUID, uuid.UUID, bool]  # account, function, version, details
+
+
+def cache_key(
+    account_id: str, caller_scopes: Collection[str], function_id: uuid.UUID, version_id: uuid.UUID
+) -> CacheKey:
+    """The key of one version's body as one caller sees it (the details scope changes it)."""
+    return (account_id, function_id, version_id, LIST_FUNCTIONS_DETAILS in caller_scopes)
+
+
+class VersionCache:
+    def __init__(self, max_entries: int = 10_000, ttl: float = 5.0) -> None:
+        # version id -> {key: (expiry, body)}; ordered by insertion for eviction
+        self._data: OrderedDict[uuid.UUID, dict[CacheKey, tuple[float, bytes]]] = OrderedDict()
+        self._max = max_entries
+        self._ttl = ttl
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        """Bumped by every invalidation: a reader stores only if nothing changed meanwhile."""
+        return self._generation
+
+    def get(self, key: CacheKey) -> bytes | None:
+        entries = self._data.get(key[2])
+        hit = entries.get(key) if entries else None
+        if hit is None:
+            return None
+        if hit[0] < time.monotonic():
+            del entries[key]  # type: ignore[union-attr]
+            return None
+        return hit[1]
+
+    def put(self, key: CacheKey, body: bytes, generation: int) -> None:
+        if generation != self._generation:
+            return  # something changed while this response was being built
+        self._data.setdefault(key[2], {})[key] = (time.monotonic() + self._ttl, body)
+        self._data.move_to_end(key[2])
+        while len(self._data) > self._max:
+            self._data.popitem(last=False)
+
+    def changed(self, changes: dict[str, set[Any] | None]) -> None:
+        self._generation += 1
+        versions = changes.get("function_version", set())
+        if versions is None:  # a bulk statement: rows unknown
+            self._data.clear()
+            return
+        if "instance" in changes or "deployment" in changes:
+            for entries in self._data.values():
+                for key in [k for k in entries if k[3]]:
+                    del entries[key]
+        for version_id in versions:
+            self._data.pop(version_id, None)
+
+
+def attach(cache: VersionCache) -> None:
+    """Invalidate `cache` on every commit that touches the rows its entries are built from.
+
+    Called explicitly at application start: registering the watches as a side effect of
+    importing a module left them out whenever that module was not imported (e.g. when no
+    migration ran at start), and edits then stayed invisible for the TTL.
+    """
+    change_feed.watch(FunctionVersion, "function_version")
+    change_feed.watch(Deployment, "deployment")
+    change_feed.watch(Instance, "instance")
+    change_feed.subscribe(cache)
+
+
+_PATH = re.compile(
+    r"^/v2/nvcf/functions/(?P<fid>[0-9a-fA-F-]{36})/versions/(?P<vid>[0-9a-fA-F-]{36})$"
+)
+ROUTE = SimpleNamespace(path="/v2/nvcf/functions/{functionId}/versions/{functionVersionId}")
+_LIST_SCOPES = frozenset(scopes.LIST_SCOPES)
+
+
+class VersionReadFastPath:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "GET":
+            await self.app(scope, receive, send)
+            return
+        body = self._cached_body(scope)
+        if body is None:
+            await self.app(scope, receive, send)
+            return
+        scope["route"] = ROUTE
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-length", str(len(body)).encode()),
+                    (b"content-type", b"application/json"),
+                    (HEADER.lower().encode(), b"fast-path"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    def _cached_body(self, scope: Scope) -> bytes | None:
+        match = _PATH.match(scope["path"])
+        if match is None:
+            return None
+        if "app" not in scope:
+            return None
+        state = cast(AppState, scope["app"].state)
+        cache, auth = state.version_cache, state.authenticator
+        if cache is None:
+            return None
+        authorization = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value.decode("latin-1")
+                break
+        principal = auth.cached_principal(authorization)
+        if principal is None or principal.scopes.isdisjoint(_LIST_SCOPES):
+            return None
+        org = scope.get("state", {}).get("org")
+        if org is not None and org != principal.account_id:
+            return None
+        try:
+            fid, vid = uuid.UUID(match["fid"]), uuid.UUID(match["vid"])
+        except ValueError:
+            return None
+        body = cache.get(cache_key(principal.account_id, principal.scopes, fid, vid))
+        if body is not None:
+            scope.setdefault("state", {})["account_id"] = principal.account_id
+        return body
+
+
+def enabled(settings: Settings) -> bool:
+    """The cache is on when the setting allows it and the database is SQLite (one process)."""
+    return settings.version_read_cache and settings.effective_database_url.startswith("sqlite")
+
+
+async def cached_version_read(
+    request: Request,
+    principal: Principal,
+    function_id: uuid.UUID,
+    version_id: uuid.UUID,
+    build: Callable[[], Awaitable[str]],
+) -> Response:
+    """The route's read of one version: from the cache, or `build()` (which reads the database)
+    then kept for the next reader unless something changed meanwhile."""
+    cache = app_state(request).version_cache
+    key = cache_key(principal.account_id, principal.scopes, function_id, version_id)
+    if cache is not None and (cached := cache.get(key)) is not None:
+        return Response(cached, media_type=_JSON, headers={HEADER: "cache"})
+    generation = cache.generation if cache is not None else 0
+    body = await build()
+    if cache is not None:
+        cache.put(key, body.encode(), generation)
+    return Response(body, media_type=_JSON, headers={HEADER: "database"})

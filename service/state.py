@@ -1,0 +1,51 @@
+"""The application's typed state: what the lifespan builds (service/app.py) and what routes,
+middleware and the fast path read, with their types, instead of untyped `app.state` lookups.
+
+`AppState` is Starlette's `State` with declared attributes; those the server may run without
+(a read cache on PostgreSQL, a reconciler in tests) start as None.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from starlette.datastructures import State
+from starlette.requests import Request
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+    from service.auth.service import Authenticator
+    from service.charts.pipeline import ChartPipeline
+    from service.clusters.adapters import AdapterRegistry
+    from service.clusters.catalog import Catalog
+    from service.core.crypto import SecretBox
+    from service.core.middleware import Metrics
+    from service.core.settings import Settings
+    from service.deployments.reconcile import NamespaceCollector, Reconciler
+    from service.functions.read_cache import VersionCache
+
+
+class AppState(State):
+    settings: Settings
+    authenticator: Authenticator
+    metrics: Metrics
+    engine: AsyncEngine
+    sessionmaker: async_sessionmaker[AsyncSession]
+    secret_box: SecretBox
+    catalog: Catalog
+    chart_pipeline: ChartPipeline
+    adapters: AdapterRegistry
+    reconciler: Reconciler | None
+    namespace_collector: NamespaceCollector | None
+    #: the version read cache (SQLite only: one process sees every commit)
+    version_cache: VersionCache | None
+
+    def __init__(self) -> None:
+        # Values live in State's dict (class attributes would shadow them).
+        super().__init__({"reconciler": None, "namespace_collector": None, "version_cache": None})
+
+
+def app_state(request: Request) -> AppState:
+    """The typed state of the request's application."""
+    return cast(AppState, request.app.state)

@@ -176,7 +176,7 @@ class Reconciler:
         renewed: dict[uuid.UUID, datetime] = {}
         for dep_id, instances in resyncs.items():
             try:
-                due = await self._resync(instances)
+                due = await self._resync(instances, now)
             except Exception:
                 log.exception("re-observing deployment %s failed", dep_id)
                 due = None
@@ -223,10 +223,13 @@ class Reconciler:
         full.extend(needs_unit)
         return {d: ids for d, ids in resyncs.items() if d not in needs_unit}
 
-    async def _resync(self, instance_ids: list[uuid.UUID]) -> dict[uuid.UUID, datetime] | None:
+    async def _resync(
+        self, instance_ids: list[uuid.UUID], started: datetime
+    ) -> dict[uuid.UUID, datetime] | None:
         """Re-observe Running instances without touching the database: when each is due next,
-        or None when something changed (or failed) and the deployment needs a unit of work."""
-        resync = timedelta(seconds=self.config.resync_seconds)
+        or None when something changed (or failed) and the deployment needs a unit of work.
+        The next resync counts from the pass's start, so one statement renews them all."""
+        next_resync = started + timedelta(seconds=self.config.resync_seconds)
         due: dict[uuid.UUID, datetime] = {}
         for inst_id in instance_ids:
             target, mode, previous = self.memory.resync[inst_id]
@@ -247,7 +250,7 @@ class Reconciler:
             )
             if cond.to_json() != previous:
                 return None
-            due[inst_id] = now + resync
+            due[inst_id] = next_resync
             if cond.next_check is not None:
                 self.memory.next_check[inst_id] = cond.next_check
                 due[inst_id] = min(due[inst_id], cond.next_check)

@@ -10,6 +10,10 @@ layers answer it without redoing the work, each falling back to the next:
 2. The route (`cached_version_read`): the same cache after the regular authentication.
 3. The database.
 
+Lists of versions (`GET /functions`, `GET /functions/{id}/versions`) are kept the same way by
+their routes (`cached_list_read`), keyed by the route's parameters; any version change drops
+every list.
+
 Every such response says which layer answered in the `NVCF-Read-Path` header (`fast-path`,
 `cache` or `database`). The cache holds serialised responses per (account, version, details
 scope); entries are dropped when a committed transaction changes the version
@@ -55,10 +59,18 @@ def cache_key(
     return (account_id, function_id, version_id, LIST_FUNCTIONS_DETAILS in caller_scopes)
 
 
+#: a list's key: account, details scope, then the route and its parameters
+ListKey = tuple[Any, ...]
+
+
 class VersionCache:
+    """Serialised version bodies, and serialised lists of versions."""
+
     def __init__(self, max_entries: int = 10_000, ttl: float = 5.0) -> None:
         # version id -> {key: (expiry, body)}; ordered by insertion for eviction
         self._data: OrderedDict[uuid.UUID, dict[CacheKey, tuple[float, bytes]]] = OrderedDict()
+        # list key -> (expiry, body); a list is dropped when any version changes
+        self._lists: OrderedDict[ListKey, tuple[float, bytes]] = OrderedDict()
         self._max = max_entries
         self._ttl = ttl
         self._generation = 0
@@ -86,8 +98,28 @@ class VersionCache:
         while len(self._data) > self._max:
             self._data.popitem(last=False)
 
+    def get_list(self, key: ListKey) -> bytes | None:
+        hit = self._lists.get(key)
+        if hit is None:
+            return None
+        if hit[0] < time.monotonic():
+            del self._lists[key]
+            return None
+        return hit[1]
+
+    def put_list(self, key: ListKey, body: bytes, generation: int) -> None:
+        if generation != self._generation:
+            return
+        self._lists[key] = (time.monotonic() + self._ttl, body)
+        self._lists.move_to_end(key)
+        while len(self._lists) > self._max:
+            self._lists.popitem(last=False)
+
     def changed(self, changes: dict[str, set[Any] | None]) -> None:
         self._generation += 1
+        if "function_version" in changes:
+            # which lists hold a version is not tracked: any version change drops them all
+            self._lists.clear()
         versions = changes.get("function_version", set())
         if versions is None:  # a bulk statement: rows unknown
             self._data.clear()
@@ -96,6 +128,8 @@ class VersionCache:
             for entries in self._data.values():
                 for key in [k for k in entries if k[3]]:
                     del entries[key]
+            for list_key in [k for k in self._lists if k[1]]:
+                del self._lists[list_key]
         for version_id in versions:
             self._data.pop(version_id, None)
 
@@ -199,4 +233,23 @@ async def cached_version_read(
     body = await build()
     if cache is not None:
         cache.put(key, body.encode(), generation)
+    return Response(body, media_type=_JSON, headers={HEADER: "database"})
+
+
+async def cached_list_read(
+    request: Request,
+    principal: Principal,
+    route_key: tuple[Any, ...],
+    build: Callable[[], Awaitable[str]],
+) -> Response:
+    """A list of versions (`route_key`: the route and its parameters) from the cache, or
+    `build()` then kept; the caller's details scope is part of the key."""
+    cache = app_state(request).version_cache
+    key = (principal.account_id, LIST_FUNCTIONS_DETAILS in principal.scopes, *route_key)
+    if cache is not None and (cached := cache.get_list(key)) is not None:
+        return Response(cached, media_type=_JSON, headers={HEADER: "cache"})
+    generation = cache.generation if cache is not None else 0
+    body = await build()
+    if cache is not None:
+        cache.put_list(key, body.encode(), generation)
     return Response(body, media_type=_JSON, headers={HEADER: "database"})

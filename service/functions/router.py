@@ -19,7 +19,7 @@ from service.core.pagination import MAX_LIMIT, make_page
 from service.deployments.service import active_instances, reconciler_waker
 from service.functions import service
 from service.functions.models import FunctionVersion
-from service.functions.read_cache import cached_version_read
+from service.functions.read_cache import cached_list_read, cached_version_read
 from service.functions.schemas import FunctionEnvelope, FunctionIds, FunctionList, FunctionOut
 from service.functions.validation import validate_create, validate_metadata_update
 from service.state import app_state
@@ -49,6 +49,12 @@ async def _function_outs(
     return [
         FunctionOut.of(v, details=True, active_instances=instances.get(v.id, [])) for v in versions
     ]
+
+
+def _list_body(outs: list[FunctionOut], next_cursor: str | None) -> str:
+    return FunctionList(functions=outs, next_cursor=next_cursor).model_dump_json(
+        by_alias=True, exclude_none=True
+    )
 
 
 def _dump(model: FunctionEnvelope) -> dict[str, Any]:
@@ -122,6 +128,7 @@ async def create_version(
     summary="List function versions",
 )
 async def list_functions(
+    request: Request,
     session: Session,
     principal: Lister,
     limit: Annotated[int | None, Query(ge=1, le=MAX_LIMIT)] = None,
@@ -135,14 +142,16 @@ async def list_functions(
     page = make_page(limit, cursor)
     if visibility is not None and "private" not in visibility.lower().split(","):
         return _json(FunctionList(functions=[]))
-    rows, next_cursor = await service.list_versions(
-        session, principal.account_id, filters=filters, page=page
-    )
-    return _json(
-        FunctionList(
-            functions=await _function_outs(session, principal, rows), next_cursor=next_cursor
+
+    async def build() -> str:
+        rows, next_cursor = await service.list_versions(
+            session, principal.account_id, filters=filters, page=page
         )
-    )
+        outs = await _function_outs(session, principal, rows)
+        return _list_body(outs, next_cursor)
+
+    key = ("functions", limit, cursor, name, filters.status, tag)
+    return await cached_list_read(request, principal, key, build)
 
 
 @router.get(
@@ -163,6 +172,7 @@ async def list_function_ids(session: Session, principal: Lister) -> Response:
 )
 async def list_function_versions(
     functionId: str,
+    request: Request,
     session: Session,
     principal: Lister,
     limit: Annotated[int | None, Query(ge=1, le=MAX_LIMIT)] = None,
@@ -170,15 +180,19 @@ async def list_function_versions(
 ) -> Response:
     fid = parse_uuid(functionId, "functionId")
     page = make_page(limit, cursor)
-    await service.get_function(session, principal.account_id, fid)
-    rows, next_cursor = await service.list_versions(
-        session, principal.account_id, filters=service.ListFilters(), page=page, function_id=fid
-    )
-    return _json(
-        FunctionList(
-            functions=await _function_outs(session, principal, rows), next_cursor=next_cursor
+
+    async def build() -> str:
+        await service.get_function(session, principal.account_id, fid)
+        rows, next_cursor = await service.list_versions(
+            session,
+            principal.account_id,
+            filters=service.ListFilters(),
+            page=page,
+            function_id=fid,
         )
-    )
+        return _list_body(await _function_outs(session, principal, rows), next_cursor)
+
+    return await cached_list_read(request, principal, ("versions", fid, limit, cursor), build)
 
 
 @router.get(

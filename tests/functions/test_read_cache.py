@@ -110,3 +110,36 @@ async def test_the_setting_turns_every_speed_up_off(client_factory: ClientFactor
     reads = [await client.get(path) for _ in range(3)]
     assert [r.headers["nvcf-read-path"] for r in reads] == ["database"] * 3
     assert len({r.content for r in reads}) == 1
+
+
+async def test_lists_are_cached_until_any_version_changes(
+    client: AppClient, database_url: str
+) -> None:
+    if not database_url.startswith("sqlite"):
+        pytest.skip("the version read cache is on with SQLite only")
+    fn = await create_fn(client)
+    lists = [f"{V}/functions", f"{V}/functions/{fn['id']}/versions"]
+    for path in lists:
+        first, second = await client.get(path), await client.get(path)
+        assert first.headers["nvcf-read-path"] == "database"
+        assert second.headers["nvcf-read-path"] == "cache"
+        assert first.content == second.content
+    # another account never sees this account's cached list
+    other = bearer(await new_key(client, ["list_functions"], "another-account"))
+    assert (await client.get(lists[0], headers=other)).json()["functions"] == []
+    assert (await client.get(lists[1], headers=other)).status_code == 404
+    # a new version shows at once
+    created = await client.post(
+        f"{V}/functions/{fn['id']}/versions",
+        json={
+            "name": "echo",
+            "inferenceUrl": "/echo",
+            "inferencePort": 8000,
+            "containerImage": "nvcr.io/acme/e:2",
+        },
+    )
+    assert created.status_code == 200
+    for path in lists:
+        after = await client.get(path)
+        assert after.headers["nvcf-read-path"] == "database"
+        assert len(after.json()["functions"]) == 2

@@ -41,7 +41,9 @@ Why it is equivalent to the install action
   tests/charts/test_engine_render.py compares both paths on the whole corpus.
 
 When it falls back to the install action
-  * the caller did not allow it (`engine=False`);
+  * the caller did not allow it (`engine=False`), or the setting `NVCF_HELM_ENGINE_PATH` is
+    false (`Settings.helm_engine_path`, passed to `ChartRenderer(helm_engine_path=...)`,
+    which then never asks the worker for the engine): every chart takes the install action;
   * `engine_eligible` says no (missing dependency, unmet or unreadable `kubeVersion`);
   * the engine call fails (the install action then reports the error in Helm's words);
   * the decoder cannot vouch for Helm's reading of a document (a non-plain head, several YAML

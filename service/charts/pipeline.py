@@ -229,6 +229,7 @@ class ChartPipeline:
             workers=settings.render_workers,
             timeout=settings.render_timeout,
             memory_limit_bytes=settings.render_memory_limit_bytes,
+            helm_engine_path=settings.helm_engine_path,
         )
         return cls(
             fetcher,

@@ -6,7 +6,9 @@ wall-clock bound by killing the worker, which is replaced on the next render.
 
 The speed-ups over `helm template` (the Helm engine path, the split decode of large renders,
 the separator port, the private `helm_python` calls) are in `helm_engine`, which says what
-each does, why it gives what Helm's install action gives and when it falls back.
+each does, why it gives what Helm's install action gives and when it falls back;
+`ChartRenderer(helm_engine_path=False)` (setting `NVCF_HELM_ENGINE_PATH`) forces the install
+action for every chart.
 """
 
 from __future__ import annotations
@@ -187,6 +189,7 @@ class ChartRenderer:
         memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT,
         split_decode_min_bytes: int | None = DEFAULT_SPLIT_DECODE_MIN_BYTES,
+        helm_engine_path: bool = True,
     ) -> None:
         if workers < 1:
             raise ValueError("workers must be at least 1")
@@ -196,6 +199,8 @@ class ChartRenderer:
         self.max_output_bytes = max_output_bytes
         #: None: never split the decoding of a render with the worker
         self.split_decode_min_bytes = split_decode_min_bytes
+        #: False: never take the Helm engine path, whatever `render(engine=...)` says
+        self.helm_engine_path = helm_engine_path
         self._slots = asyncio.Semaphore(workers)
         self._idle: list[_Worker] = []
         self._closed = False
@@ -226,7 +231,8 @@ class ChartRenderer:
 
         `engine` allows the worker to skip Helm's install action when it adds nothing but
         its re-parse, and return the engine's output in template order (`sorted_by_kind`
-        false; see `helm_engine`).
+        false; see `helm_engine`), unless this renderer was made with
+        `helm_engine_path=False`.
 
         Raises:
             ChartRenderError: Helm refused the chart or values (message with file and line
@@ -240,7 +246,7 @@ class ChartRenderer:
             "namespace": namespace,
             "kube_version": kube_version,
             "api_versions": list(api_versions or []),
-            "engine": engine,
+            "engine": engine and self.helm_engine_path,
             "split_min_bytes": self.split_decode_min_bytes,
         }
         async with self._slots:

@@ -50,6 +50,13 @@ When it falls back to the install action
     documents in one, a document that does not decode): it raises
     `decode.HelmOrderUncertain` and `render_checked` renders again with the install action.
 
+Which path answered
+  `RenderOutput.helm_path` is `"engine"` or `"install"`, and `render_checked` (every chart
+  validation: function creation, dry-run, deployments) logs one INFO record per answer on
+  the logger `service.charts.helm_engine`, "chart render answered by helm_path=engine" (or
+  `install`, with "after fallback" when the engine's output was refused), carrying the
+  record attributes `helm_path` and `helm_fallback` for log processors.
+
 The render worker imports this module at start-up, so it imports nothing heavy at module
 level: `helm_python`, `asyncio` and the decoder are imported where they are used.
 """
@@ -57,21 +64,30 @@ level: `helm_python`, `asyncio` and the decoder are imported where they are used
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
 import re
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 if TYPE_CHECKING:
     from service.charts.decode import Decoded
     from service.charts.render import RenderOutput
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
 
 #: The release name every render uses (Helm's `.Release.Name`).
 RELEASE_NAME = "mini-service"
+
+HelmPath = Literal["engine", "install"]
+#: The engine's output in template order, sorted like Helm by the decoder.
+ENGINE: Final = "engine"
+#: Helm's install action (`helm template`'s code path).
+INSTALL: Final = "install"
 
 #: Renders from this size on are decoded half in the parent, half in the worker that made them.
 DEFAULT_SPLIT_DECODE_MIN_BYTES = 48 * 1024
@@ -322,13 +338,24 @@ async def render_checked(
 ) -> T:
     """`check(await render(engine=True))` in a thread (decoding is CPU work), falling back to
     Helm's install action when the engine's template-order output cannot be sorted like
-    Helm with certainty. Raises `ChartRenderError` from either render."""
+    Helm with certainty; logs which path answered (`helm_path`). Raises `ChartRenderError`
+    from either render."""
     import asyncio
 
     from service.charts.decode import HelmOrderUncertain
 
     output = await render(True)
+    fallback = False
     try:
-        return await asyncio.to_thread(check, output)
+        result = await asyncio.to_thread(check, output)
     except HelmOrderUncertain:
-        return await asyncio.to_thread(check, await render(False))
+        fallback = True
+        output = await render(False)
+        result = await asyncio.to_thread(check, output)
+    log.info(
+        "chart render answered by helm_path=%s%s",
+        output.helm_path,
+        " after fallback" if fallback else "",
+        extra={"helm_path": output.helm_path, "helm_fallback": fallback},
+    )
+    return result

@@ -27,6 +27,9 @@ from service.charts.decode import Decoded, crd_names, hook_findings, skipped_hoo
 from service.charts.findings import Finding, PipelineResult
 from service.charts.helm_engine import (
     DEFAULT_SPLIT_DECODE_MIN_BYTES,
+    ENGINE,
+    INSTALL,
+    HelmPath,
     render_checked,
     split_decode,
 )
@@ -82,6 +85,12 @@ class RenderOutput:
     #: process decoded a large render together; None otherwise (then `check_rendered`
     #: decodes the manifest). Handed to one check only: the objects are not copied.
     decoded: Decoded | None = None
+
+    @property
+    def helm_path(self) -> HelmPath:
+        """Which path rendered this: `"engine"` (the Helm engine alone, in template order) or
+        `"install"` (Helm's install action)."""
+        return INSTALL if self.sorted_by_kind else ENGINE
 
 
 class _WorkerDied(Exception):

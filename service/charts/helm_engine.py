@@ -38,7 +38,8 @@ Why it is equivalent to the install action
   split, which the decoder reproduces from Helm's own reading of each document's head
   (`SimpleHead`: apiVersion, kind, metadata.name, metadata.annotations); and (c) dropping
   NOTES and partials and splitting documents, which `engine_manifest` ports.
-  tests/charts/test_engine_render.py compares both paths on the whole corpus.
+  tests/charts/test_engine_render.py compares both paths on the whole corpus, and
+  tests/charts/test_helm_engine.py the setting below on and off.
 
 When it falls back to the install action
   * the caller did not allow it (`engine=False`), or the setting `NVCF_HELM_ENGINE_PATH` is

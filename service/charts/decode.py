@@ -263,7 +263,7 @@ def decode_manifest(
 def helm_entries(
     manifest: str, *, max_document_bytes: int = MAX_DOCUMENT_BYTES
 ) -> tuple[list[Entry], list[Hook]]:
-    """The chunks of a template-order render (`render_worker.engine_manifest`), decoded and
+    """The chunks of a template-order render (`helm_engine.engine_manifest`), decoded and
     ranked for Helm's sort, and the hooks Helm leaves out of the manifest. Results of
     consecutive pieces of a manifest, split where a document starts, concatenate to the
     results of the whole.

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.charts.fetch import ChartFetcher, FetchedChart, RegistryCredential
 from service.charts.findings import Finding, KubeObject, PipelineResult
+from service.charts.helm_engine import render_checked
 from service.charts.mutate import mutate_for_install
 from service.charts.policy import ValidationPolicy
 from service.charts.render import (
@@ -36,7 +37,6 @@ from service.charts.render import (
     ChartRenderError,
     RenderOutput,
     check_rendered,
-    render_checked,
 )
 from service.charts.url import ChartRef, ChartUrlError, parse_chart_url, redact_url
 from service.clusters.instance_types import InstanceType, parse_instance_type
@@ -229,6 +229,7 @@ class ChartPipeline:
             workers=settings.render_workers,
             timeout=settings.render_timeout,
             memory_limit_bytes=settings.render_memory_limit_bytes,
+            helm_engine_path=settings.helm_engine_path,
         )
         return cls(
             fetcher,

@@ -4,12 +4,11 @@ A call into the Go engine cannot be interrupted from Python, so every render run
 reusable worker process (`render_worker`) with an address-space cap; the parent enforces the
 wall-clock bound by killing the worker, which is replaced on the next render.
 
-A chart may be rendered by the Helm engine alone (`render_worker.engine_eligible`), skipping
-the install action's Go re-parse of every document; the manifest then comes in template
-order, hooks included, and the decoder sorts it and sets the hooks apart like Helm, or
-`render_checked` asks the install action when it cannot be sure
-(`decode.HelmOrderUncertain`). A large render is decoded half in this process and half in the
-worker that rendered it, at the same time (`RenderOutput.decoded`).
+The speed-ups over `helm template` (the Helm engine path, the split decode of large renders,
+the separator port, the private `helm_python` calls) are in `helm_engine`, which says what
+each does, why it gives what Helm's install action gives and when it falls back;
+`ChartRenderer(helm_engine_path=False)` (setting `NVCF_HELM_ENGINE_PATH`) forces the install
+action for every chart.
 """
 
 from __future__ import annotations
@@ -20,19 +19,20 @@ import json
 import os
 import struct
 import sys
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from service.charts.decode import (
-    Decoded,
-    HelmOrderUncertain,
-    crd_names,
-    hook_findings,
-    skipped_hooks,
-)
+from service.charts.decode import Decoded, crd_names, hook_findings, skipped_hooks
 from service.charts.findings import Finding, PipelineResult
+from service.charts.helm_engine import (
+    DEFAULT_SPLIT_DECODE_MIN_BYTES,
+    ENGINE,
+    INSTALL,
+    HelmPath,
+    render_checked,
+    split_decode,
+)
 from service.charts.modify import apply_modifications
 from service.charts.policy import ValidationPolicy, restrict
 from service.charts.workload import extract_workload_config
@@ -41,14 +41,10 @@ from service.core.errors import BadRequest, FieldError
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MEMORY_LIMIT = 1024 * 1024 * 1024
 DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024
-#: Renders from this size on are decoded half here, half in the worker that made them.
-DEFAULT_SPLIT_DECODE_MIN_BYTES = 48 * 1024
 DEFAULT_KUBE_VERSION = "1.30.0"
 #: Namespace used when rendering at function creation, before any instance exists.
 PLACEHOLDER_NAMESPACE = "nvcf-validation"
 WORKER_START_TIMEOUT = 60.0
-
-T = TypeVar("T")
 
 _HEADER = struct.Struct(">I")
 _OOM_MARKERS = (
@@ -82,13 +78,19 @@ class RenderOutput:
     hook_templates: dict[str, str] = field(default_factory=dict)
     #: `[{"name", "filename", "data"}]` from the chart's and subcharts' `crds/`
     crds: list[dict[str, str]] = field(default_factory=list)
-    #: False for an engine render in template order (see `render_worker.render`): the
+    #: False for an engine render in template order (see `helm_engine`): the
     #: decoder sorts it like Helm, or says it cannot (`HelmOrderUncertain`).
     sorted_by_kind: bool = True
     #: `Decoded.of(manifest, helm_order=not sorted_by_kind)` when the worker and this
     #: process decoded a large render together; None otherwise (then `check_rendered`
     #: decodes the manifest). Handed to one check only: the objects are not copied.
     decoded: Decoded | None = None
+
+    @property
+    def helm_path(self) -> HelmPath:
+        """Which path rendered this: `"engine"` (the Helm engine alone, in template order) or
+        `"install"` (Helm's install action)."""
+        return INSTALL if self.sorted_by_kind else ENGINE
 
 
 class _WorkerDied(Exception):
@@ -182,13 +184,6 @@ class _Worker:
             await self._drain
 
 
-def _decode_or_none(text: str, helm_order: bool) -> Decoded | None:
-    try:
-        return Decoded.of(text, helm_order=helm_order)
-    except Exception:  # HelmOrderUncertain, MemoryError: check_rendered decodes it all
-        return None
-
-
 def _mib(n: int) -> str:
     return f"{n / (1024 * 1024):g} MiB"
 
@@ -203,6 +198,7 @@ class ChartRenderer:
         memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT,
         split_decode_min_bytes: int | None = DEFAULT_SPLIT_DECODE_MIN_BYTES,
+        helm_engine_path: bool = True,
     ) -> None:
         if workers < 1:
             raise ValueError("workers must be at least 1")
@@ -212,6 +208,8 @@ class ChartRenderer:
         self.max_output_bytes = max_output_bytes
         #: None: never split the decoding of a render with the worker
         self.split_decode_min_bytes = split_decode_min_bytes
+        #: False: never take the Helm engine path, whatever `render(engine=...)` says
+        self.helm_engine_path = helm_engine_path
         self._slots = asyncio.Semaphore(workers)
         self._idle: list[_Worker] = []
         self._closed = False
@@ -242,7 +240,8 @@ class ChartRenderer:
 
         `engine` allows the worker to skip Helm's install action when it adds nothing but
         its re-parse, and return the engine's output in template order (`sorted_by_kind`
-        false).
+        false; see `helm_engine`), unless this renderer was made with
+        `helm_engine_path=False`.
 
         Raises:
             ChartRenderError: Helm refused the chart or values (message with file and line
@@ -256,7 +255,7 @@ class ChartRenderer:
             "namespace": namespace,
             "kube_version": kube_version,
             "api_versions": list(api_versions or []),
-            "engine": engine,
+            "engine": engine and self.helm_engine_path,
             "split_min_bytes": self.split_decode_min_bytes,
         }
         async with self._slots:
@@ -306,27 +305,17 @@ class ChartRenderer:
     async def _split_decode(
         self, worker: _Worker, manifest: str, offset: int, helm_order: bool
     ) -> tuple[bool, Decoded | None]:
-        """Decode `manifest[:offset]` in a thread while the worker's decode of the rest
-        arrives; returns (whether the worker can be kept, the decoding of the whole, or None
-        when either part failed, which leaves the decoding to `check_rendered`)."""
-        local = asyncio.ensure_future(
-            asyncio.to_thread(_decode_or_none, manifest[:offset], helm_order)
-        )
-        try:
-            remote: dict[str, Any] | None = await asyncio.wait_for(
-                worker.read_frame(self.max_output_bytes), self.timeout
-            )
-            keep = True
-        except (TimeoutError, _WorkerDied):
-            remote, keep = None, False
-        decoded = await local
-        if decoded is None or remote is None or not remote.get("ok"):
-            return keep, None
-        try:
-            decoded.extend(Decoded.from_json(remote))
-        except (KeyError, TypeError, ValueError):
-            return False, None
-        return keep, decoded
+        """`helm_engine.split_decode` with `worker`'s second frame."""
+
+        async def read_tail() -> dict[str, Any] | None:
+            try:
+                return await asyncio.wait_for(
+                    worker.read_frame(self.max_output_bytes), self.timeout
+                )
+            except (TimeoutError, _WorkerDied):
+                return None
+
+        return await split_decode(manifest, offset, helm_order, read_tail)
 
     def _output(self, response: dict[str, Any], decoded: Decoded | None = None) -> RenderOutput:
         if not response.get("ok"):
@@ -458,16 +447,3 @@ async def validate_chart(
         result = PipelineResult()
         result.add(Finding(exc.rule, "error", None, None, exc.detail))
         return result
-
-
-async def render_checked(
-    render: Callable[[bool], Awaitable[RenderOutput]], check: Callable[[RenderOutput], T]
-) -> T:
-    """`check(await render(engine=True))` in a thread (decoding is CPU work), falling back to
-    Helm's install action when the engine's template-order output cannot be sorted like
-    Helm with certainty. Raises `ChartRenderError` from either render."""
-    output = await render(True)
-    try:
-        return await asyncio.to_thread(check, output)
-    except HelmOrderUncertain:
-        return await asyncio.to_thread(check, await render(False))

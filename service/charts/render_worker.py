@@ -7,6 +7,9 @@ length followed by a UTF-8 JSON object: one response per request, and a second o
 response carrying `split`: a manifest of at least the request's `split_min_bytes` is decoded
 from that offset on by this worker (`decode_tail`) while the parent decodes the first part.
 The parent (`render.ChartRenderer`) enforces the wall-clock bound by killing the process.
+
+The engine path, the split decode and the calls into private `helm_python` APIs live in
+`helm_engine`; this module is the process around them (framing, limits, hook scan).
 """
 
 from __future__ import annotations
@@ -16,21 +19,23 @@ import ctypes
 import gzip
 import json
 import os
-import posixpath
-import re
 import resource
 import signal
 import struct
 import sys
 import tarfile
-import tempfile
 import zlib
-from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 
+from service.charts.helm_engine import (
+    RELEASE_NAME,
+    decode_tail,
+    engine_render,
+    install,
+    split_offset,
+)
 from service.core.kube import HOOK_ANNOTATION
 
-RELEASE_NAME = "mini-service"
 _HOOK_BYTES = HOOK_ANNOTATION.encode()
 _HEADER = struct.Struct(">I")
 #: Bytes of (nested) archive content `may_have_hooks` reads before it gives up and says yes.
@@ -125,174 +130,15 @@ def may_have_hooks(archive: str, values: Any) -> bool:
         return True
 
 
-#: Go's `unicode.IsSpace` (Helm trims and tests documents with it; Python's `str.strip`
-#: also strips \x1c-\x1f, which Go keeps).
-GO_SPACE = (
-    "\t\n\v\f\r \x85\xa0\u1680"
-    + "".join(map(chr, range(0x2000, 0x200B)))
-    + "\u2028\u2029\u202f\u205f\u3000"
-)
-#: RE2's `\s` (ASCII), as in Helm's document separator.
-_RE2_SPACE = "\t\n\f\r "
-_RE2_SPACES = re.compile(r"[\t\n\f\r ]*")
-NOTES_SUFFIX = "NOTES.txt"
-
-
-def helm_split(text: str) -> list[str]:
-    """`regexp.MustCompile("(?:^|\\s*\\n)---\\s*").Split(text, -1)` as Go computes it.
-
-    Written out because Python's regex engine tries the pattern at every position (7 ms for
-    a 100 KB template): every match but one at the start holds "\\n---", so the leftmost one
-    is the next such text, widened back over the whitespace before it (never past the last
-    match, whose greedy tail ends at non-whitespace) and forward over the whitespace after.
-    """
-    pieces: list[str] = []
-    begin = 0
-    if text.startswith("---"):
-        pieces.append("")
-        begin = _RE2_SPACES.match(text, 3).end()  # type: ignore[union-attr]
-    while (found := text.find("\n---", begin)) >= 0:
-        start = found
-        while start > begin and text[start - 1] in _RE2_SPACE:
-            start -= 1
-        pieces.append(text[begin:start])
-        begin = _RE2_SPACES.match(text, found + 4).end()  # type: ignore[union-attr]
-    pieces.append(text[begin:])
-    return pieces
-
-
-def split_manifests(text: str) -> list[str]:
-    """Helm's `SplitManifests`: the non-blank documents of one template, left-trimmed."""
-    docs = helm_split(text.lstrip(GO_SPACE))
-    return [doc.lstrip(GO_SPACE) for doc in docs if doc.strip(GO_SPACE)]
-
-
-def engine_manifest(files: dict[str, str]) -> str:
-    """The manifest Helm's install action writes for `files` (the engine's output), but in
-    template order rather than sorted by kind: NOTES and partials dropped, each document as
-    `---\\n# Source: <template>\\n<document>\\n`. Hooks are still in it."""
-    parts: list[str] = []
-    for path in sorted(files):
-        content = files[path]
-        if path.endswith(NOTES_SUFFIX) or posixpath.basename(path).startswith("_"):
-            continue
-        if not content.strip(GO_SPACE):
-            continue
-        parts.extend(f"---\n# Source: {path}\n{doc}\n" for doc in split_manifests(content))
-    return "".join(parts)
-
-
-def split_offset(manifest: str, min_bytes: int | None) -> int | None:
-    """Where the second half of a manifest of at least `min_bytes` starts: the start of a
-    `---` line near the middle, so that decoding both parts gives what decoding the whole
-    does (`decode` works document by document). None: no split."""
-    if min_bytes is None or len(manifest) < min_bytes:
-        return None
-    middle = len(manifest) // 2
-    found = manifest.find("\n---\n", middle)
-    if found < 0:
-        found = manifest.rfind("\n---\n", 0, middle)
-    return found + 1 if found >= 0 else None
-
-
-def decode_tail(text: str, *, helm_order: bool) -> dict[str, Any]:
-    """This worker's part of a split decode (`decode.Decoded.of`), as JSON."""
-    from service.charts.decode import Decoded
-
-    try:
-        return {"ok": True, **Decoded.of(text, helm_order=helm_order).as_json()}
-    except Exception as exc:  # HelmOrderUncertain, MemoryError: the parent decodes it all
-        return {"ok": False, "message": str(exc) or repr(exc)}
-
-
-def install(
-    chart: Any, values: str, namespace: str, kube_version: str, api_versions: list[str]
-) -> dict[str, Any]:
-    """Helm's install action in client dry-run: what `helm template` runs. Raises HelmError."""
-    import helm_python as helm
-    from helm_python import _native
-
-    options = {
-        "namespace": namespace,
-        "dry_run": "client",
-        "disable_hooks": True,
-        "kube_version": kube_version,
-        "api_versions": api_versions,
-    }
-    with helm.Config(storage_driver="memory", namespace=namespace) as config:
-        # Config.install() does not expose kube_version/api_versions, which the library's
-        # install options accept, so the shim is called directly.
-        release: dict[str, Any] = json.loads(
-            _native.call_string(
-                "helm_install",
-                config._raw(),
-                _native.HANDLE(0),
-                chart._raw(),
-                None,
-                RELEASE_NAME,
-                values,
-                json.dumps(options),
-            )
-        )
-    return release
-
-
-#: (kubeVersion constraint, kube version) -> whether the install action accepts it
-_KUBE_VERSION_CHECKS: dict[tuple[str, str], bool] = {}
-_KUBE_VERSION_CHECKS_MAX = 256
-
-
-def kube_version_accepted(constraint: str, kube_version: str) -> bool:
-    """Whether Helm's install action accepts a chart's `kubeVersion` constraint for
-    `kube_version`, asked of Helm itself with a chart holding nothing but that constraint
-    (no template to render, so about a millisecond). Any failure answers False."""
-    import helm_python as helm
-
-    key = (constraint, kube_version)
-    known = _KUBE_VERSION_CHECKS.get(key)
-    if known is not None:
-        return known
-    with tempfile.TemporaryDirectory(prefix="nvcf-kube-version-") as directory:
-        # JSON is YAML: the constraint goes through unchanged, whatever its characters.
-        meta = {"apiVersion": "v2", "name": "kube-version-check", "version": "0.0.0"}
-        Path(directory, "Chart.yaml").write_text(json.dumps({**meta, "kubeVersion": constraint}))
-        try:
-            with helm.Chart.load(directory) as probe:
-                install(probe, "{}", "default", kube_version, [])
-            accepted = True
-        except helm.HelmError:
-            accepted = False
-    if len(_KUBE_VERSION_CHECKS) >= _KUBE_VERSION_CHECKS_MAX:
-        _KUBE_VERSION_CHECKS.clear()
-    _KUBE_VERSION_CHECKS[key] = accepted
-    return accepted
-
-
-def engine_eligible(chart: Any, metadata: dict[str, Any], kube_version: str) -> bool:
-    """Whether the engine alone renders what the install action would. The engine call
-    processes dependencies (conditions, tags, aliases, import-values) as the install action
-    does; what it skips is the install action's refusals: a dependency declared in Chart.yaml
-    but missing from charts/, and a `kubeVersion` constraint the cluster does not meet."""
-    declared = {dep.get("name") for dep in metadata.get("dependencies") or []}
-    if not declared <= {sub.get("name") for sub in chart.dependencies}:
-        return False
-    constraint = metadata.get("kubeVersion")
-    return not constraint or kube_version_accepted(str(constraint), kube_version)
-
-
 def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
     """Render one chart like `helm template`; never raises for chart problems.
 
-    The install action (`helm template`'s code path) re-parses every rendered document in Go
-    to sort the manifest by kind and split out hooks, which costs more than the rendering
-    itself. When the request allows it (`engine`) and `engine_eligible` says the engine is
-    enough, the engine's output is returned instead, in template order and hooks included,
-    with `"sorted": false`: the parent decodes those documents anyway, then sorts them and
-    sets the hooks apart the way Helm does or, when a document is not plain enough to be
-    sure of Helm's reading, asks again with `engine` false.
+    When the request allows it (`engine`), the Helm engine path is tried first
+    (`helm_engine.engine_render`): its output comes back in template order, hooks included,
+    with `"sorted": false`. Otherwise, or when that path declines, Helm's install action
+    answers (`helm_engine.install`), sorted by kind and without the hooks.
     """
     import helm_python as helm
-    from helm_python import _native
 
     try:
         chart = helm.Chart.load(request["archive"])
@@ -307,25 +153,18 @@ def render(request: dict[str, Any], max_output_bytes: int) -> dict[str, Any]:
                 "message": f"chart {chart.name!r} is a library chart, which cannot be installed",
             }
         values = json.dumps(request["values"])
-        if request.get("engine", False) and engine_eligible(
-            chart, metadata, request["kube_version"]
-        ):
-            options = {
-                "name": RELEASE_NAME,
-                "namespace": request["namespace"],
-                "is_install": True,
-                "kube_version": request["kube_version"],
-                "api_versions": request["api_versions"],
-            }
-            try:
-                files = json.loads(
-                    _native.call_string("helm_render", chart._raw(), values, json.dumps(options))
-                )
-            except helm.HelmError:
-                pass  # the install action below reports it in its own words
-            else:
+        if request.get("engine", False):
+            in_template_order = engine_render(
+                chart,
+                metadata,
+                values,
+                namespace=request["namespace"],
+                kube_version=request["kube_version"],
+                api_versions=request["api_versions"],
+            )
+            if in_template_order is not None:
                 return _rendered(
-                    chart, engine_manifest(files), {}, max_output_bytes, sorted_by_kind=False
+                    chart, in_template_order, {}, max_output_bytes, sorted_by_kind=False
                 )
         hooks_possible = may_have_hooks(request["archive"], request["values"])
         try:

@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     render_timeout: float = Field(default=30.0, gt=0)
     render_workers: int = Field(default=2, ge=1, le=64)
     render_memory_limit_bytes: int = Field(default=1024 * 1024 * 1024, ge=0)
+    # False forces Helm's install action for every chart (service/charts/helm_engine.py).
+    helm_engine_path: bool = True
     chart_cache_max_bytes: int = Field(default=2 * 1024 * 1024 * 1024, gt=0)
     chart_fetch_timeout: float = Field(default=30.0, gt=0)
     default_kube_version: str = Field(default="1.30.0", pattern=r"^v?\d+\.\d+(\.\d+)?$")

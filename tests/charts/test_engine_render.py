@@ -22,6 +22,7 @@ from service.charts.decode import (
     decode_manifest,
 )
 from service.charts.findings import Finding, PipelineResult
+from service.charts.helm_engine import GO_SPACE, engine_manifest, helm_split, split_manifests
 from service.charts.render import (
     DEFAULT_KUBE_VERSION,
     ChartRenderer,
@@ -32,7 +33,6 @@ from service.charts.render import (
     check_rendered,
     validate_chart,
 )
-from service.charts.render_worker import GO_SPACE, engine_manifest, helm_split, split_manifests
 from tests.support.charts import BASE, CORPUS, HOOK, build_chart, flat_chart
 
 #: `(engine requested, sorted_by_kind)` per render; None when the render raised.

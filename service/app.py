@@ -110,7 +110,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await asyncio.to_thread(Path(settings.data_dir).mkdir, parents=True, exist_ok=True)
+        await asyncio.to_thread(
+            Path(settings.data_dir).mkdir, mode=0o700, parents=True, exist_ok=True
+        )
         url = settings.effective_database_url
         if settings.auto_migrate:
             await asyncio.to_thread(migrate.upgrade, url)

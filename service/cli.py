@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import asyncio
 import logging
 import re
@@ -148,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Everything the server writes (the data dir, the SQLite database and its journals, keys,
+    # the chart cache) is for this user alone: directories 0700, files 0600.
+    os.umask(0o077)
     return int(args.func(args))
 
 

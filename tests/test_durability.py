@@ -52,3 +52,29 @@ def test_an_edit_is_seen_at_once_without_auto_migrate(tmp_path: Path, database_u
         assert httpx.get(path, headers=headers).json()["function"]["description"] == "changed"
     finally:
         stop_server(proc)
+
+
+def test_the_data_dir_and_database_are_private(tmp_path: Path) -> None:
+    """Nothing the server writes is readable by other users: dir 0700, files 0600."""
+    data = tmp_path / "data"  # created by the server itself (the log goes to tmp_path)
+    port = free_port()
+    url = f"sqlite+aiosqlite:///{data / 'nvcf.db'}"
+    proc = start_server(tmp_path, url, port, NVCF_DATA_DIR=str(data))
+    try:
+        created = httpx.post(
+            f"http://127.0.0.1:{port}/v2/nvcf/functions",
+            json=CONTAINER_FN,
+            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        )
+        assert created.status_code == 200
+    finally:
+        stop_server(proc)
+    assert data.stat().st_mode & 0o777 == 0o700
+    written = list(data.rglob("*"))
+    assert any(p.name == "nvcf.db" for p in written)
+    loose = {
+        str(p.relative_to(data)): oct(p.stat().st_mode & 0o777)
+        for p in written
+        if p.stat().st_mode & 0o077
+    }
+    assert loose == {}

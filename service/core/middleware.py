@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.core.errors import DomainError, PayloadTooLarge
@@ -20,6 +21,9 @@ from service.core.problem import problem_body
 log = logging.getLogger("nvcf.access")
 log_errors = logging.getLogger("nvcf.errors")
 
+
+#: nginx's "client closed request": counted, never reported as a server error
+CLIENT_CLOSED = 499
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
@@ -142,12 +146,19 @@ class RequestContextMiddleware:
             await send(message)
 
         too_large = self._declared_too_large(scope)
+        gone = [False]
         try:
             if too_large:
                 await self._reject_too_large(scope, send_wrapper, request_id)
             else:
-                await self.app(scope, self._limited(receive), send_wrapper)
-        except Exception:
+                await self.app(scope, self._limited(receive, gone), send_wrapper)
+        except Exception as exc:
+            if gone[0] or isinstance(exc, ClientDisconnect):
+                # The client went away (e.g. mid-body): nothing to answer, nothing failed here.
+                if not started[0]:
+                    status_holder[0] = CLIENT_CLOSED
+                log.info("client disconnected during %s %s", scope["method"], scope.get("path"))
+                return
             log_errors.exception("unhandled error on %s %s", scope["method"], scope.get("path"))
             if started[0]:
                 raise
@@ -170,14 +181,16 @@ class RequestContextMiddleware:
                     return False
         return False
 
-    def _limited(self, receive: Receive) -> Receive:
+    def _limited(self, receive: Receive, gone: list[bool]) -> Receive:
         seen = 0
         limit = self.max_body
 
         async def wrapped() -> Message:
             nonlocal seen
             message = await receive()
-            if message["type"] == "http.request":
+            if message["type"] == "http.disconnect":
+                gone[0] = True
+            elif message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
                     raise PayloadTooLarge(detail=f"request body exceeds {limit} bytes")

@@ -4,13 +4,18 @@ offered instance types per group and GPU (runtime.md §2), and the deployment-sp
 
 Modules: `schema` (the pydantic models), `problems` (field and cross-field problems, described),
 `loader` (YAML with line numbers, `load_catalog`, `check_catalog`), `lookups` (`Catalog`,
-`Offering`), `resolution` (`resolve_spec`).
+`Offering`), `resolution` (`TargetRequest`, `resolve`).
 """
 
 from service.clusters.catalog.loader import BUILTIN_SOURCE, check_catalog, load_catalog
 from service.clusters.catalog.lookups import Catalog, Offering
 from service.clusters.catalog.problems import CatalogError
-from service.clusters.catalog.resolution import ResolvedTarget, resolve_spec
+from service.clusters.catalog.resolution import (
+    ResolvedTarget,
+    TargetRequest,
+    resolve,
+    resolve_spec,
+)
 from service.clusters.catalog.schema import (
     CatalogFile,
     Cluster,
@@ -32,7 +37,9 @@ __all__ = [
     "Offering",
     "ResolvedTarget",
     "SimulationSettings",
+    "TargetRequest",
     "check_catalog",
     "load_catalog",
+    "resolve",
     "resolve_spec",
 ]

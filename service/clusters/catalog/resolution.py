@@ -29,9 +29,87 @@ class ResolvedTarget:
     clusters: tuple[Cluster, ...]
 
 
+_LISTS = (
+    ("clusters", "clusters"),
+    ("regions", "regions"),
+    ("availabilityZones", "availability_zones"),
+    ("attributes", "attributes"),
+)
+
+
+@dataclass(frozen=True)
+class TargetRequest:
+    """Where one deployment specification asks to run, as typed values (API names in
+    comments): `gpu` as given (`resolve` canonicalises it), `instance_type` parsed, `backend`
+    a group name, and the `clusters`, `regions`, `availability_zones` (availabilityZones) and
+    `attributes` filters, empty when not given.
+
+    `unreadable` holds (API field, problem) for fields given in a form that could not be read;
+    `from_spec` fills it, and `resolve` reports each where it checks that field, so every
+    problem of a specification comes out in one pass and in one order.
+    """
+
+    gpu: str | None = None
+    instance_type: InstanceType | None = None
+    backend: str | None = None
+    clusters: tuple[str, ...] = ()
+    regions: tuple[str, ...] = ()
+    attributes: tuple[str, ...] = ()
+    availability_zones: tuple[str, ...] = ()
+    unreadable: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> TargetRequest:
+        """The placement fields of a deployment specification from the request body."""
+        unreadable: list[tuple[str, str]] = []
+        instance_type: InstanceType | None = None
+        it_raw = spec.get("instanceType")
+        if it_raw is not None:
+            try:
+                instance_type = parse_instance_type(it_raw)
+            except InstanceTypeError as exc:
+                unreadable.append(("instanceType", str(exc)))
+        lists: dict[str, tuple[str, ...]] = {}
+        for key, attr in _LISTS:
+            value = spec.get(key)
+            if value is not None and (
+                not isinstance(value, list) or not all(isinstance(v, str) and v for v in value)
+            ):
+                unreadable.append((key, "must be a list of non-empty strings"))
+                value = None
+            lists[attr] = tuple(value or ())
+        backend = spec.get("backend")
+        if backend is not None and not isinstance(backend, str):
+            unreadable.append(("backend", f"unknown cluster group {backend!r}"))
+            backend = None
+        gpu = spec.get("gpu")
+        return cls(
+            gpu=gpu if isinstance(gpu, str) else None,
+            instance_type=instance_type,
+            backend=backend,
+            unreadable=tuple(unreadable),
+            **lists,
+        )
+
+    def problem(self, field: str) -> str | None:
+        """Why the API field `field` could not be read, if it could not."""
+        return next((message for key, message in self.unreadable if key == field), None)
+
+
 def resolve_spec(
     catalog: Catalog,
     spec: Mapping[str, Any],
+    *,
+    is_helm: bool,
+    path: str = "deploymentSpecifications[0]",
+) -> ResolvedTarget | list[FieldError]:
+    """`resolve` for a deployment specification as found in a request body."""
+    return resolve(catalog, TargetRequest.from_spec(spec), is_helm=is_helm, path=path)
+
+
+def resolve(
+    catalog: Catalog,
+    request: TargetRequest,
     *,
     is_helm: bool,
     path: str = "deploymentSpecifications[0]",
@@ -45,20 +123,17 @@ def resolve_spec(
     def fail(field: str, message: str) -> None:
         errors.append(FieldError(f"{path}.{field}", message))
 
-    gpu_raw = spec.get("gpu")
+    gpu_raw = request.gpu
     gpu: str | None = None
-    if not isinstance(gpu_raw, str) or not gpu_raw.strip():
+    if gpu_raw is None or not gpu_raw.strip():
         fail("gpu", "is required: the GPU model to run on, e.g. L40S")
     else:
         gpu = normalize_gpu(gpu_raw.strip())
 
-    instance_type: InstanceType | None = None
-    it_raw = spec.get("instanceType")
-    if it_raw is not None:
-        try:
-            instance_type = parse_instance_type(it_raw)
-        except InstanceTypeError as exc:
-            fail("instanceType", str(exc))
+    instance_type = request.instance_type
+    unreadable_type = request.problem("instanceType")
+    if unreadable_type is not None:
+        fail("instanceType", unreadable_type)
     if instance_type and gpu and instance_type.gpu != gpu:
         fail(
             "instanceType",
@@ -73,15 +148,20 @@ def resolve_spec(
             f"e.g. {instance_type.csp}.GPU.{instance_type.gpu}_{instance_type.gpus_per_node}x",
         )
 
-    wanted_clusters = _names(spec, "clusters", fail)
-    regions = _names(spec, "regions", fail)
-    zones = _names(spec, "availabilityZones", fail)
-    attributes = _names(spec, "attributes", fail)
+    for key, _ in _LISTS:
+        unreadable_list = request.problem(key)
+        if unreadable_list is not None:
+            fail(key, unreadable_list)
+    wanted_clusters = request.clusters
+    regions = request.regions
+    zones = request.availability_zones
+    attributes = request.attributes
 
-    backend = spec.get("backend")
+    backend = request.backend
+    unreadable_backend = request.problem("backend")
     candidates: list[ClusterGroup] = list(catalog.groups)
-    if backend is not None:
-        group = catalog.group(backend) if isinstance(backend, str) else None
+    if backend is not None or unreadable_backend is not None:
+        group = catalog.group(backend) if backend is not None else None
         if wanted_clusters:
             fail(
                 "backend",
@@ -91,7 +171,8 @@ def resolve_spec(
         if group is None:
             fail(
                 "backend",
-                f"unknown cluster group {backend!r}; available: "
+                (unreadable_backend or f"unknown cluster group {backend!r}")
+                + "; available: "
                 + ", ".join(g.name for g in catalog.groups),
             )
         else:
@@ -160,17 +241,7 @@ def resolve_spec(
     return [first_failure]
 
 
-def _names(spec: Mapping[str, Any], key: str, fail: Callable[[str, str], None]) -> list[str]:
-    value = spec.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        fail(key, "must be a list of non-empty strings")
-        return []
-    return list(value)
-
-
-def _groups_phrase(groups: list[ClusterGroup], backend: Any, catalog: Catalog) -> str:
+def _groups_phrase(groups: list[ClusterGroup], backend: str | None, catalog: Catalog) -> str:
     if backend is None and len(groups) == len(catalog.groups):
         return "any cluster group"
     names = ", ".join(repr(g.name) for g in groups)
@@ -181,10 +252,10 @@ def _narrow(
     path: str,
     offering: Offering,
     group: ClusterGroup,
-    wanted: list[str],
-    regions: list[str],
-    zones: list[str],
-    attributes: list[str],
+    wanted: tuple[str, ...],
+    regions: tuple[str, ...],
+    zones: tuple[str, ...],
+    attributes: tuple[str, ...],
 ) -> tuple[Cluster, ...] | FieldError:
     """The offering's clusters passing every filter, or an error naming the filter that
     removed the last ones (and what the remaining candidates have instead)."""

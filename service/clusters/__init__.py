@@ -8,8 +8,10 @@ from service.clusters.catalog import (
     NodeShape,
     Offering,
     ResolvedTarget,
+    TargetRequest,
     check_catalog,
     load_catalog,
+    resolve,
     resolve_spec,
 )
 from service.clusters.instance_types import (
@@ -29,9 +31,11 @@ __all__ = [
     "NodeShape",
     "Offering",
     "ResolvedTarget",
+    "TargetRequest",
     "check_catalog",
     "load_catalog",
     "offered_instance_types",
     "parse_instance_type",
+    "resolve",
     "resolve_spec",
 ]

@@ -1,10 +1,11 @@
 """Deployment request bodies (api.md §3.1–3.2), checked in one pass reporting EVERY violation.
 
 `validate_create` checks every field of every specification and resolves each one against the
-cluster catalog (`resolve_spec`: GPU, instance type syntax and offering, backend, clusters,
-regions, attributes, availability zones). Chart re-rendering for helm functions happens later
-(it needs I/O) in the router. `validate_update` (PUT) and `validate_patch` (PATCH) accept only
-the scaling fields and name any other field that would change.
+cluster catalog (`resolve` on the specification's typed `TargetRequest`: GPU, instance type
+syntax and offering, backend, clusters, regions, attributes, availability zones). Chart
+re-rendering for helm functions happens later (it needs I/O) in the router. `validate_update`
+(PUT) and `validate_patch` (PATCH) accept only the scaling fields and name any other field that
+would change.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from service.clusters.catalog import Catalog, ResolvedTarget, resolve_spec
+from service.clusters.catalog import Catalog, ResolvedTarget, TargetRequest, resolve
 from service.clusters.instance_types import InstanceTypeError, parse_instance_type
 from service.core.errors import FieldError, ValidationFailed
 
@@ -247,7 +248,8 @@ def validate_create(body: Any, *, catalog: Catalog, is_helm: bool) -> list[Valid
         )
         configuration = _configuration(spec, path, errors, is_helm=is_helm)
         policy = _policy(spec, path, errors, is_helm=is_helm)
-        resolved = resolve_spec(catalog, spec, is_helm=is_helm, path=path)
+        request = TargetRequest.from_spec(spec)
+        resolved = resolve(catalog, request, is_helm=is_helm, path=path)
         if isinstance(resolved, list):
             errors.items.extend(resolved)
             continue

@@ -1,0 +1,289 @@
+"""`SimulatedAdapter`: the simulated cluster behind `BackendAdapter`'s interface. It stores
+applied objects per instance namespace, creates the pods of workloads, and hands them to the
+scheduler; observe/objects render the namespace's status at the clock's `now`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from service.backends.protocol import (
+    AdapterError,
+    Capacity,
+    InstanceSpec,
+    NodeShape,
+    ShapeCapacity,
+    check_namespace,
+    object_metadata,
+)
+from service.backends.scheduling import gpu_request
+from service.backends.simulated.model import (
+    DEFAULT_FAIL_AFTER,
+    FAIL_AFTER_ANNOTATION,
+    FAULT_ANNOTATION,
+    FAULTS,
+    READY_AFTER_ANNOTATION,
+    WORKLOAD_KINDS,
+    Clock,
+    Namespace,
+    SimPod,
+    SimulationDelays,
+    Workload,
+    as_map,
+    name_suffix,
+    object_uid,
+    parse_duration,
+    utc_now,
+)
+from service.backends.simulated.scheduler import Scheduler
+from service.backends.simulated.status import StatusRenderer
+from service.backends.simulated.timeline import PodTimeline
+from service.core.jsoncopy import copy_json
+from service.core.kube import is_nvlink
+from service.health.observed import ObjectRef, ObservedState
+
+
+class SimulatedAdapter:
+    """A simulated cluster with `BackendAdapter`'s interface; safe for concurrent tasks."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        provider: str,
+        nodes: Sequence[NodeShape],
+        delays: SimulationDelays | None = None,
+        clock: Clock | None = None,
+        attributes: Iterable[str] = (),
+    ) -> None:
+        self.name = name
+        self.provider = provider.upper()
+        self.delays = delays or SimulationDelays()
+        self._clock = clock or utc_now
+        self._lock = asyncio.Lock()
+        self._namespaces: dict[str, Namespace] = {}
+        self._seq = 0
+        self._shapes = list(nodes)
+        timeline = PodTimeline(self.delays)
+        self._scheduler = Scheduler(
+            name,
+            self.provider,
+            self._shapes,
+            nvlink=is_nvlink(attributes),
+            timeline=timeline,
+        )
+        self._status = StatusRenderer(name, timeline, self._scheduler.node_index)
+
+    # ------------------------------------------------------------------ public interface
+
+    async def apply(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
+        async with self._lock:
+            now = self._now()
+            self._scheduler.advance(now)
+            ns = self._namespaces.get(instance.namespace)
+            if ns is None:
+                ns = Namespace(instance=instance, created_at=now)
+            for obj in objects:
+                self._check(instance, obj)
+            self._namespaces[instance.namespace] = ns
+            for obj in objects:
+                ref = ObjectRef.from_k8s(obj)
+                stored = copy_json(obj)
+                as_map(stored.setdefault("metadata", {}))["namespace"] = instance.namespace
+                ns.objects[ref] = stored
+                if ref.kind in WORKLOAD_KINDS:
+                    self._reconcile_workload(ns, ref, stored, now)
+            self._scheduler.advance(now)
+
+    async def observe(self, instance: InstanceSpec) -> ObservedState:
+        async with self._lock:
+            now = self._now()
+            self._scheduler.advance(now)
+            ns = self._namespaces.get(instance.namespace)
+            if ns is None:
+                return ObservedState()
+            objects, events = self._status.snapshot(ns, now)
+            selector: dict[str, str] | None = None
+            if instance.worker_service is not None:
+                service = ns.objects.get(ObjectRef("Service", instance.worker_service))
+                spec = as_map(service.get("spec")) if service else {}
+                selector = {str(k): str(v) for k, v in as_map(spec.get("selector")).items()}
+            return ObservedState.from_k8s(
+                objects, events=events, expected=ns.objects.keys(), worker_selector=selector
+            )
+
+    async def delete(self, instance: InstanceSpec) -> bool:
+        async with self._lock:
+            now = self._now()
+            self._scheduler.advance(now)
+            ns = self._namespaces.pop(instance.namespace, None)
+            if ns is not None:
+                for pod in ns.pods.values():
+                    self._scheduler.remove(pod)
+                    self._scheduler.release(pod)
+            # Freed GPUs go to pods that were waiting for them, as the scheduler would.
+            self._scheduler.advance(now)
+            return True
+
+    async def capacity(self) -> Capacity:
+        async with self._lock:
+            self._scheduler.advance(self._now())
+            free = self._scheduler.free_after_queued_pods()
+            shapes: list[ShapeCapacity] = []
+            index = 0
+            for shape in self._shapes:
+                shapes.append(
+                    ShapeCapacity(
+                        shape.gpu.upper(),
+                        shape.gpus_per_node,
+                        tuple(free[index : index + shape.count]),
+                    )
+                )
+                index += shape.count
+            return Capacity(tuple(shapes))
+
+    async def objects(self, instance: InstanceSpec) -> list[dict[str, Any]]:
+        """The instance namespace's objects with their status, as `kubectl get -o json` shows."""
+        async with self._lock:
+            now = self._now()
+            self._scheduler.advance(now)
+            ns = self._namespaces.get(instance.namespace)
+            # snapshots share nested parts with the stored state: the caller gets its own copy
+            return copy_json(self._status.snapshot(ns, now)[0]) if ns is not None else []
+
+    async def aclose(self) -> None:
+        return None
+
+    # ------------------------------------------------------------------ apply
+
+    def _now(self) -> datetime:
+        now = self._clock()
+        return now if now.tzinfo is not None else now.replace(tzinfo=UTC)
+
+    def _check(self, instance: InstanceSpec, obj: Any) -> None:
+        metadata = object_metadata(obj)
+        check_namespace(instance, metadata)
+        if obj["kind"] in WORKLOAD_KINDS:
+            annotations = as_map(as_map(self._template(obj).get("metadata")).get("annotations"))
+            fault = annotations.get(FAULT_ANNOTATION)
+            if fault is not None and fault not in FAULTS:
+                raise AdapterError(
+                    f"unknown {FAULT_ANNOTATION} {fault!r} on {obj['kind']}/{metadata['name']}; "
+                    f"expected one of {', '.join(sorted(FAULTS))}",
+                    retryable=False,
+                )
+            for key in (READY_AFTER_ANNOTATION, FAIL_AFTER_ANNOTATION):
+                if key in annotations:
+                    try:
+                        parse_duration(str(annotations[key]))
+                    except ValueError as exc:
+                        raise AdapterError(str(exc), retryable=False) from exc
+
+    @staticmethod
+    def _template(obj: Mapping[str, Any]) -> dict[str, Any]:
+        if obj.get("kind") == "Pod":
+            return {"metadata": as_map(obj.get("metadata")), "spec": as_map(obj.get("spec"))}
+        return as_map(as_map(obj.get("spec")).get("template"))
+
+    def _reconcile_workload(
+        self, ns: Namespace, ref: ObjectRef, obj: dict[str, Any], now: datetime
+    ) -> None:
+        spec = as_map(obj.get("spec"))
+        if ref.kind == "Pod":
+            replicas = 1
+        elif ref.kind == "Job":
+            replicas = int(spec.get("parallelism", 1) or 0)
+        else:
+            replicas = int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1)
+        template = self._template(obj)
+        key = json.dumps([replicas, template], sort_keys=True, default=str)
+        existing = ns.workloads.get(ref)
+        if existing is not None and existing.template_key == key:
+            return  # unchanged: server-side apply is a no-op for the pods
+        if existing is not None:
+            for pod_name in existing.pods:
+                pod = ns.pods.pop(pod_name, None)
+                if pod is not None:
+                    self._scheduler.remove(pod)
+                    self._scheduler.release(pod)
+        ns.generation += 1
+        workload = Workload(ref.kind, ref.name, object_uid(self.name, ns, ref), now, key)
+        ns.workloads[ref] = workload
+        metadata = as_map(template.get("metadata"))
+        labels = {str(k): str(v) for k, v in as_map(metadata.get("labels")).items()}
+        owner_name, owner_uid = ref.name, workload.uid
+        if ref.kind == "Deployment":
+            template_hash = name_suffix(key, 10)
+            workload.replica_set = f"{ref.name}-{template_hash}"
+            workload.replica_set_uid = object_uid(self.name, ns, "ReplicaSet", workload.replica_set)
+            labels["pod-template-hash"] = template_hash
+            owner_name, owner_uid = workload.replica_set, workload.replica_set_uid
+        elif ref.kind == "Job":
+            labels.update(
+                {
+                    "batch.kubernetes.io/controller-uid": workload.uid,
+                    "batch.kubernetes.io/job-name": ref.name,
+                    "controller-uid": workload.uid,
+                    "job-name": ref.name,
+                }
+            )
+        for i in range(replicas):
+            if ref.kind == "Pod":
+                pod_name = ref.name
+            elif ref.kind == "StatefulSet":
+                pod_name = f"{ref.name}-{i}"
+            else:
+                pod_name = f"{owner_name}-{name_suffix(f'{owner_uid}/{i}', 5)}"
+            pod_labels = dict(labels)
+            if ref.kind == "StatefulSet":
+                pod_labels["statefulset.kubernetes.io/pod-name"] = pod_name
+            self._create_pod(ns, workload, pod_name, pod_labels, template, now)
+
+    def _create_pod(
+        self,
+        ns: Namespace,
+        workload: Workload,
+        pod_name: str,
+        labels: dict[str, str],
+        template: Mapping[str, Any],
+        now: datetime,
+    ) -> None:
+        metadata = as_map(template.get("metadata"))
+        annotations = {str(k): str(v) for k, v in as_map(metadata.get("annotations")).items()}
+        spec = copy_json(as_map(template.get("spec")))
+        if workload.kind == "Deployment":
+            owner = ("ReplicaSet", workload.replica_set, workload.replica_set_uid)
+        elif workload.kind == "Pod":
+            owner = ("", "", "")
+        else:
+            owner = (workload.kind, workload.name, workload.uid)
+        ready_after = annotations.get(READY_AFTER_ANNOTATION)
+        fail_after = annotations.get(FAIL_AFTER_ANNOTATION)
+        self._seq += 1
+        pod = SimPod(
+            name=pod_name,
+            uid=object_uid(self.name, ns, "Pod", pod_name),
+            seq=self._seq,
+            owner_kind=owner[0],
+            owner_name=owner[1],
+            owner_uid=owner[2],
+            labels=labels,
+            annotations=annotations,
+            spec=spec,
+            created_at=now,
+            gpus=gpu_request(spec),
+            fault=annotations.get(FAULT_ANNOTATION),
+            ready_after=(parse_duration(ready_after) if ready_after else self.delays.ready_seconds),
+            fail_after=parse_duration(fail_after) if fail_after else DEFAULT_FAIL_AFTER,
+        )
+        overwritten = ns.pods.get(pod_name)
+        if overwritten is not None:
+            # dropped from the model, as before; GPUs not returned
+            self._scheduler.remove(overwritten)
+        ns.pods[pod_name] = pod
+        workload.pods.append(pod_name)
+        self._scheduler.enqueue(pod)

@@ -1,0 +1,201 @@
+"""The simulated pod timeline: when a bound pod's containers start, become ready, finish, crash
+and restart, from its scheduling time, the configured delays and its fault annotations.
+
+Everything is computed from the pod's timeline at a given `now`, so a fake clock can jump."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from service.backends.simulated.model import (
+    CRASH_BACKOFF_CAP,
+    SimPod,
+    SimulationDelays,
+    as_list,
+    as_map,
+    secs,
+    ts,
+)
+
+
+@dataclass(frozen=True)
+class ContainerTimeline:
+    """What a scheduled pod's main containers look like at one moment."""
+
+    phase: str
+    state: dict[str, Any]
+    ready: bool
+    ready_since: datetime
+    restart_count: int = 0
+    last_state: dict[str, Any] | None = None
+    not_ready_reason: str = "ContainersNotReady"
+
+
+def human_seconds(seconds: float) -> str:
+    """Go-style duration as kubelet prints back-off (`10s`, `1m20s`, `5m0s`)."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{seconds:g}s" if seconds < 1 else f"{whole}s"
+    minutes, secs_ = divmod(whole, 60)
+    return f"{minutes}m{secs_}s"
+
+
+def pull_error(image: str) -> str:
+    return (
+        f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": '
+        f'"{image}": not found'
+    )
+
+
+def image_of(pod: SimPod) -> str:
+    containers = as_list(pod.spec.get("containers"))
+    return str(as_map(containers[0]).get("image", "")) if containers else ""
+
+
+def container_name(pod: SimPod) -> str:
+    containers = as_list(pod.spec.get("containers"))
+    return str(as_map(containers[0]).get("name", "")) if containers else ""
+
+
+class PodTimeline:
+    """The phases of pods over time under one cluster's delays."""
+
+    def __init__(self, delays: SimulationDelays) -> None:
+        self.delays = delays
+
+    def crashes(self, pod: SimPod) -> bool:
+        if pod.fault == "CrashLoopBackOff":
+            return True
+        # A Job's pods are expected to run to completion; any "unhealthy" fault fails them.
+        return pod.in_job and pod.fault in ("NeverReady", "FailAfterReady")
+
+    def run_seconds(self) -> float:
+        return max(self.delays.ready_seconds, 0.1)
+
+    def init_done_at(self, pod: SimPod) -> datetime:
+        assert pod.scheduled_at is not None
+        has_init = bool(as_list(pod.spec.get("initContainers")))
+        return pod.scheduled_at + secs(self.delays.pull_seconds if has_init else 0.0)
+
+    def started_at(self, pod: SimPod) -> datetime:
+        return self.init_done_at(pod) + secs(self.delays.pull_seconds)
+
+    def terminal_at(self, pod: SimPod) -> datetime | None:
+        """When the pod reaches Succeeded or Failed, if it ever does."""
+        if pod.scheduled_at is None or pod.fault in ("ImagePullBackOff", "Unschedulable"):
+            return None
+        start = self.started_at(pod)
+        if self.crashes(pod):
+            return start + secs(self.run_seconds()) if pod.restart_policy == "Never" else None
+        if pod.in_job:
+            return start + secs(pod.ready_after)
+        return None
+
+    def first_ready_at(self, pod: SimPod) -> datetime | None:
+        if pod.scheduled_at is None or pod.fault not in (None, "FailAfterReady"):
+            return None
+        start = self.started_at(pod)
+        return start if pod.in_job else start + secs(pod.ready_after)
+
+    def job_failed_at(self, pod: SimPod) -> datetime | None:
+        if not pod.in_job or pod.scheduled_at is None or not self.crashes(pod):
+            return None
+        return self.started_at(pod) + secs(self.run_seconds())
+
+    def main(
+        self, pod: SimPod, now: datetime, started: datetime, namespace: str
+    ) -> ContainerTimeline:
+        """The pod's main containers at `now`, once its init containers are done."""
+        scheduled = pod.scheduled_at or started
+        image = image_of(pod)
+        if now < started:
+            creating = {"waiting": {"reason": "ContainerCreating"}}
+            return ContainerTimeline("Pending", creating, False, scheduled)
+        if pod.fault == "ImagePullBackOff":
+            backoff = now >= started + secs(max(self.delays.pull_seconds, 1.0))
+            if backoff:
+                waiting = {
+                    "reason": "ImagePullBackOff",
+                    "message": f'Back-off pulling image "{image}"',
+                }
+            else:
+                waiting = {"reason": "ErrImagePull", "message": pull_error(image)}
+            state: dict[str, Any] = {"waiting": waiting}
+            return ContainerTimeline("Pending", state, False, scheduled)
+        running = {"running": {"startedAt": ts(started)}}
+        if self.crashes(pod):
+            return self._crash(pod, now, started, namespace)
+        if pod.in_job:
+            done = started + secs(pod.ready_after)
+            if now < done:
+                return ContainerTimeline("Running", running, True, started)
+            state = {
+                "terminated": {
+                    "exitCode": 0,
+                    "reason": "Completed",
+                    "startedAt": ts(started),
+                    "finishedAt": ts(done),
+                }
+            }
+            return ContainerTimeline(
+                "Succeeded", state, False, done, not_ready_reason="PodCompleted"
+            )
+        if pod.fault == "NeverReady":
+            return ContainerTimeline("Running", running, False, scheduled)
+        ready_at = started + secs(pod.ready_after)
+        if now < ready_at:
+            return ContainerTimeline("Running", running, False, scheduled)
+        if pod.fault == "FailAfterReady":
+            failed_at = ready_at + secs(pod.fail_after)
+            if now >= failed_at:
+                return ContainerTimeline("Running", running, False, failed_at)
+        return ContainerTimeline("Running", running, True, ready_at)
+
+    def _crash(
+        self, pod: SimPod, now: datetime, started: datetime, namespace: str
+    ) -> ContainerTimeline:
+        run = self.run_seconds()
+        crashed_at = started + secs(run)
+        terminated = {
+            "terminated": {
+                "exitCode": 1,
+                "reason": "Error",
+                "startedAt": ts(started),
+                "finishedAt": ts(crashed_at),
+            }
+        }
+        if now < crashed_at:
+            running = {"running": {"startedAt": ts(started)}}
+            return ContainerTimeline("Running", running, False, started)
+        if pod.restart_policy == "Never":
+            return ContainerTimeline(
+                "Failed", terminated, False, crashed_at, not_ready_reason="PodFailed"
+            )
+        base = min(10.0, run)
+        restarts = 0
+        run_start, run_end = started, crashed_at
+        while True:
+            backoff = min(base * 2**restarts, CRASH_BACKOFF_CAP)
+            next_start = run_end + secs(backoff)
+            last = {
+                "terminated": {
+                    "exitCode": 1,
+                    "reason": "Error",
+                    "startedAt": ts(run_start),
+                    "finishedAt": ts(run_end),
+                }
+            }
+            if now < next_start:
+                message = (
+                    f"back-off {human_seconds(backoff)} restarting failed container="
+                    f"{container_name(pod)} pod={pod.name}_{namespace}({pod.uid})"
+                )
+                state = {"waiting": {"reason": "CrashLoopBackOff", "message": message}}
+                return ContainerTimeline("Running", state, False, started, restarts + 1, last)
+            restarts += 1
+            run_start, run_end = next_start, next_start + secs(run)
+            if now < run_end:
+                state = {"running": {"startedAt": ts(run_start)}}
+                return ContainerTimeline("Running", state, False, started, restarts, last)

@@ -1,0 +1,179 @@
+"""The cluster catalog's file schema (operations.md §3): pydantic models of cluster groups,
+clusters, node shapes and adapter settings, with the field-level checks."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError
+
+from service.clusters.instance_types import (
+    CSPS,
+    InstanceType,
+    normalize_csp,
+    normalize_gpu,
+    offered_instance_types,
+)
+from service.core.kube import normalize_attributes
+
+# Fixed namespaces so ids survive restarts and re-deploys of the same catalog.
+_GROUP_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:nvcf-server:cluster-group")
+_CLUSTER_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:nvcf-server:cluster")
+
+_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?")
+
+
+def _check_name(value: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise PydanticCustomError(
+            "name",
+            "{value} is not a valid name: use 1-63 letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit",
+            {"value": repr(value)},
+        )
+    return value
+
+
+def _check_provider(value: Any) -> Any:
+    if isinstance(value, str):
+        csp = normalize_csp(value)
+        if csp is None:
+            raise PydanticCustomError(
+                "provider",
+                "unknown provider {value} (allowed: {allowed})",
+                {"value": repr(value), "allowed": ", ".join(CSPS)},
+            )
+        return csp
+    return value
+
+
+def _check_gpu(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_]+", value):
+        raise PydanticCustomError(
+            "gpu",
+            "GPU name {value} may contain only letters, digits and '_'",
+            {"value": repr(value)},
+        )
+    return normalize_gpu(value)
+
+
+def _quantity(value: Any) -> Any:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, str) and not _QUANTITY.fullmatch(value):
+        raise PydanticCustomError(
+            "quantity",
+            "{value} is not a Kubernetes quantity such as 64, 500m or 512Gi",
+            {"value": repr(value)},
+        )
+    return value
+
+
+def lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+Name = Annotated[str, AfterValidator(_check_name)]
+NonEmpty = Annotated[str, Field(min_length=1)]
+PositiveInt = Annotated[int, Field(strict=True, gt=0)]
+Seconds = Annotated[float, Field(ge=0)]
+Quantity = Annotated[str, BeforeValidator(_quantity)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class NodeShape(_Model):
+    """`count` identical nodes with `gpus_per_node` GPUs of model `gpu` each."""
+
+    gpu: Annotated[str, AfterValidator(_check_gpu)]
+    gpus_per_node: PositiveInt = Field(alias="gpusPerNode")
+    count: PositiveInt
+    cpu: Quantity | None = None
+    memory: Quantity | None = None
+
+
+class SimulationSettings(_Model):
+    """Delays of the simulated adapter's pod lifecycle, in seconds."""
+
+    schedule_seconds: Seconds = Field(default=0.5, alias="scheduleSeconds")
+    pull_seconds: Seconds = Field(default=1.0, alias="pullSeconds")
+    ready_seconds: Seconds = Field(default=1.0, alias="readySeconds")
+
+
+class KubernetesSettings(_Model):
+    """How to reach a real cluster: a kubeconfig file (and context), or in-cluster config."""
+
+    kubeconfig: NonEmpty | None = None
+    context: NonEmpty | None = None
+    in_cluster: bool = Field(default=False, alias="inCluster")
+
+
+class Cluster(_Model):
+    name: Name
+    adapter: Annotated[Literal["simulated", "kubernetes"], BeforeValidator(lower)]
+    provider: Annotated[str, BeforeValidator(_check_provider)]
+    region: NonEmpty
+    k8s_version: NonEmpty | None = Field(default=None, alias="k8sVersion")
+    # Compared case-insensitively everywhere; known ones stored in their canonical spelling.
+    attributes: Annotated[list[NonEmpty], AfterValidator(normalize_attributes)] = Field(
+        default_factory=list
+    )
+    availability_zones: list[NonEmpty] = Field(default_factory=list, alias="availabilityZones")
+    nodes: list[NodeShape] = Field(min_length=1)
+    simulation: SimulationSettings = Field(default_factory=SimulationSettings)
+    kubernetes: KubernetesSettings | None = None
+
+    @property
+    def id(self) -> uuid.UUID:
+        return uuid.uuid5(_CLUSTER_NAMESPACE, self.name.lower())
+
+    def offered_instance_types(self) -> list[InstanceType]:
+        """Every type the cluster's node shapes offer, in node-shape order, without repeats."""
+        seen: dict[str, InstanceType] = {}
+        for shape in self.nodes:
+            for it in offered_instance_types(
+                self.provider, shape.gpu, shape.gpus_per_node, shape.count
+            ):
+                seen.setdefault(it.name, it)
+        return list(seen.values())
+
+    def offers(self, instance_type: InstanceType) -> bool:
+        return any(it.name == instance_type.name for it in self.offered_instance_types())
+
+    def capacity(self, instance_type: InstanceType) -> int:
+        """How many instances of the type fit on the empty cluster (0 if not offered).
+
+        `_kx` takes k GPUs of one node; `_Gx.x<k>` takes k whole nodes.
+        """
+        if not self.offers(instance_type):
+            return 0
+        shapes = [s for s in self.nodes if s.gpu == instance_type.gpu]
+        if instance_type.is_multi_node:
+            nodes = sum(s.count for s in shapes if s.gpus_per_node == instance_type.gpus_per_node)
+            return nodes // instance_type.nodes
+        return sum(
+            s.count * (s.gpus_per_node // instance_type.gpus_per_node)
+            for s in shapes
+            if s.gpus_per_node >= instance_type.gpus_per_node
+        )
+
+
+class ClusterGroup(_Model):
+    """A "backend": a named set of clusters a deployment specification can target."""
+
+    name: Name
+    clusters: list[Cluster] = Field(min_length=1)
+
+    @property
+    def id(self) -> uuid.UUID:
+        return uuid.uuid5(_GROUP_NAMESPACE, self.name.lower())
+
+
+class CatalogFile(_Model):
+    cluster_groups: list[ClusterGroup] = Field(alias="clusterGroups", min_length=1)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import asyncio
 import logging
+import os
 import re
 import sys
 from datetime import timedelta

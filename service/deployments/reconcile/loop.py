@@ -261,13 +261,15 @@ class Reconciler:
     async def _units(self, deployment_ids: list[uuid.UUID], report: PassReport) -> None:
         rt = self._runtime()
         view = CapacityView(self.registry)
-        # Spread the due work over the concurrent units, batching only what would otherwise
-        # wait for a free slot. Each replica takes the due deployments in its own order, so
-        # replicas mostly claim different batches instead of skipping each other's locks.
+        # Batch only what would otherwise wait for a free slot: with several slots, a few
+        # batches per slot keep the slots busy and leave work for other replicas. Each replica
+        # takes the due deployments in its own order, so replicas mostly claim different
+        # batches instead of skipping each other's locks.
         deployment_ids = sorted(deployment_ids)
         self._order.shuffle(deployment_ids)
         concurrency = max(1, self.config.concurrency)
-        size = max(1, min(self.config.batch_size, -(-len(deployment_ids) // concurrency)))
+        spread = 1 if concurrency == 1 else concurrency * 4
+        size = max(1, min(self.config.batch_size, -(-len(deployment_ids) // spread)))
         batches = [deployment_ids[i : i + size] for i in range(0, len(deployment_ids), size)]
         gate = asyncio.Semaphore(concurrency)
 

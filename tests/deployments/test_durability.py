@@ -17,6 +17,7 @@ from service.backends.protocol import BackendAdapter, Capacity, InstanceSpec
 from service.backends.simulated import SimulatedAdapter
 from service.clusters.adapters import AdapterRegistry
 from service.deployments.models import Deployment, Instance
+from service.deployments.reconcile import claim_owner
 from service.functions.models import FunctionVersion
 from service.health.observed import ObservedState
 from tests.conftest import ClientFactory
@@ -188,3 +189,52 @@ async def test_app_restart_mid_deploy_converges(
 async def _deployed_versions(maker: Any) -> set[uuid.UUID]:
     async with maker() as session:
         return set((await session.execute(select(Deployment.version_id))).scalars())
+
+
+async def test_a_restarted_server_takes_back_its_own_leases_at_once(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """The lease identity lives in the data dir: after a crash, the next process with that
+    data dir drives its predecessor's instances without waiting for the leases to expire,
+    while a process with another data dir (another replica) still has to wait."""
+    deps = [await harness.deploy([workload()]) for _ in range(3)]
+    data_dir = tmp_path / "data"
+    first_owner = claim_owner(data_dir)
+    first = harness.new_reconciler(lease_seconds=600, owner=first_owner)
+    await first.run_once()
+    assert all(i.lease_owner == first.owner for i in await _present_rows(harness))
+    # "Crash": no lease is released, the simulated cluster's memory is gone, and the kernel
+    # drops the process's lock on the owner file.
+    first_owner.close()
+    fresh = AdapterRegistry.from_catalog(harness.catalog, clock=harness.clock)
+    other_owner, restarted_owner = claim_owner(tmp_path / "x"), None
+    try:
+        other = harness.new_reconciler(fresh, lease_seconds=600, owner=other_owner)
+        await other.run_once()
+        assert all(i.lease_owner == first.owner for i in await _present_rows(harness))
+
+        restarted_owner = claim_owner(data_dir)
+        restarted = harness.new_reconciler(fresh, lease_seconds=600, owner=restarted_owner)
+        assert restarted.owner == first.owner
+
+        async def converged() -> bool:
+            return await _all_active(harness, deps)
+
+        # far less than the 600 s leases: only possible because the leases are its own
+        await harness.drive(converged, step=1.0, passes=30, reconciler=restarted)
+        rows = await _present_rows(harness)
+        assert len(rows) == 3 and all(r.lease_owner == first.owner for r in rows)
+    finally:
+        other_owner.close()
+        if restarted_owner is not None:
+            restarted_owner.close()
+
+
+def test_a_live_process_keeps_its_owner_id_to_itself(tmp_path: Path) -> None:
+    held = claim_owner(tmp_path)
+    second = claim_owner(tmp_path)
+    assert held.persistent and not second.persistent and second.value != held.value
+    held.close()
+    third = claim_owner(tmp_path)
+    assert third.persistent and third.value == held.value
+    third.close()

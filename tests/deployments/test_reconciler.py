@@ -32,7 +32,7 @@ from service.deployments.models import (
     DeploymentSpec,
     Instance,
 )
-from service.deployments.reconcile import Reconciler, ReconcilerConfig
+from service.deployments.reconcile import OwnerId, Reconciler, ReconcilerConfig
 from service.functions.models import Function, FunctionVersion
 from service.health.machine import HealthTimeouts
 from service.health.observed import ObservedState
@@ -142,7 +142,13 @@ class Harness:
     registry: AdapterRegistry
     reconciler: Reconciler
 
-    def new_reconciler(self, registry: AdapterRegistry | None = None, **config: Any) -> Reconciler:
+    def new_reconciler(
+        self,
+        registry: AdapterRegistry | None = None,
+        *,
+        owner: OwnerId | None = None,
+        **config: Any,
+    ) -> Reconciler:
         values: dict[str, Any] = {"interval": 0.01, "resync_seconds": 0, "timeouts": TIMEOUTS}
         values.update(config)
         return Reconciler(
@@ -151,6 +157,7 @@ class Harness:
             self.catalog,
             config=ReconcilerConfig(**values),
             clock=self.clock,
+            owner=owner,
         )
 
     def sim(self, name: str = "sim-a") -> SimulatedAdapter:

@@ -4,6 +4,8 @@ namespace garbage collector, a loop service of its own (gc.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.clusters.adapters import AdapterRegistry
@@ -13,6 +15,7 @@ from service.core.settings import Settings
 from service.deployments.reconcile.config import CollectorConfig, ReconcilerConfig
 from service.deployments.reconcile.gc import GarbageReport, NamespaceCollector
 from service.deployments.reconcile.loop import PassReport, Reconciler
+from service.deployments.reconcile.owner import OwnerId, claim_owner
 
 
 def build_reconciler(
@@ -31,6 +34,7 @@ def build_reconciler(
         catalog,
         config=ReconcilerConfig.from_settings(settings),
         secret_box=secret_box,
+        owner=claim_owner(Path(settings.data_dir)),
     )
     collector = NamespaceCollector(
         reconciler.store,
@@ -45,8 +49,10 @@ __all__ = [
     "CollectorConfig",
     "GarbageReport",
     "NamespaceCollector",
+    "OwnerId",
     "PassReport",
     "Reconciler",
     "ReconcilerConfig",
     "build_reconciler",
+    "claim_owner",
 ]

@@ -22,9 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import random
-import socket
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
@@ -39,6 +37,7 @@ from service.core.crypto import SecretBox
 from service.core.db import utcnow
 from service.deployments.models import InstanceDesired
 from service.deployments.reconcile.config import ReconcilerConfig
+from service.deployments.reconcile.owner import OwnerId, fresh_owner
 from service.deployments.reconcile.placement import CapacityView
 from service.deployments.reconcile.store import DueInstance, ReconcileStore
 from service.deployments.reconcile.unit import Clock, Memory, Runtime, UnitOfWork
@@ -61,10 +60,6 @@ class PassReport:
     errors: int = 0
 
 
-def new_owner() -> str:
-    return f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
 class Reconciler:
     """Converges deployments; `start()`/`stop()` run it as a task, `run_once()` is one pass."""
 
@@ -77,10 +72,11 @@ class Reconciler:
         config: ReconcilerConfig | None = None,
         secret_box: SecretBox | None = None,
         clock: Clock | None = None,
-        owner: str | None = None,
+        owner: OwnerId | None = None,
     ) -> None:
         self.config = config or ReconcilerConfig()
-        self.store = ReconcileStore(sessionmaker, owner or new_owner(), self.config.lease_seconds)
+        self._owner = owner or fresh_owner()
+        self.store = ReconcileStore(sessionmaker, self._owner.value, self.config.lease_seconds)
         self.memory = Memory()
         self.registry = registry
         self.catalog = catalog
@@ -134,6 +130,7 @@ class Reconciler:
             await self.store.release_leases()
         except Exception:
             log.exception("releasing the reconciler's leases failed")
+        self._owner.close()
 
     async def _loop(self) -> None:
         while not self._stopping:

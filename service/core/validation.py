@@ -52,10 +52,13 @@ class RequestModel(BaseModel):
     """Base of request bodies: camelCase names only (the wire names), unknown fields ignored.
 
     `shape` words what the object should be ("with key and value") when it is not one.
+    `null_when_missing` fields are seen as null when absent, so that their own rule words
+    the "is required" message.
     """
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=False, extra="ignore")
     shape: ClassVar[str] = ""
+    null_when_missing: ClassVar[tuple[str, ...]] = ()
 
     @model_validator(mode="before")
     @classmethod
@@ -63,6 +66,8 @@ class RequestModel(BaseModel):
         if not isinstance(value, dict):
             what = f"must be an object {cls.shape}" if cls.shape else "must be an object"
             _raise(f"{what}, got {json_kind(value)}")
+        if cls.null_when_missing:
+            value = {**dict.fromkeys(cls.null_when_missing), **value}
         return value
 
 

@@ -7,7 +7,6 @@ that breaks rules is a 200 with `valid: false`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -25,13 +24,13 @@ from service.clusters.instance_types import InstanceType, InstanceTypeError, par
 from service.core.errors import FieldError, ValidationFailed
 from service.core.http import read_json
 from service.core.kube import instance_namespace
+from service.core.validation import DNS_1035_LABEL_RE
 from service.state import app_state
 
 router = APIRouter(tags=["helm"])
 
 Registrar = Annotated[Principal, Depends(require(scopes.REGISTER_FUNCTION))]
 
-_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _POLICY_NAMES = {"default": "Default", "unrestricted": "Unrestricted"}
 _BODY_DOC: dict[str, Any] = {
     "requestBody": {
@@ -115,7 +114,7 @@ async def parse_dry_run(request: Request, body: Any) -> DryRun:
     service_name = body.get("helmChartServiceName")
     if not isinstance(service_name, str) or not service_name:
         errors.append(FieldError("helmChartServiceName", "is required"))
-    elif len(service_name) > 63 or not _DNS_1035.match(service_name):
+    elif not DNS_1035_LABEL_RE.match(service_name):
         errors.append(
             FieldError(
                 "helmChartServiceName",

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from service.core.errors import BadGateway, BadRequest, FieldError
+from service.core.validation import DNS_LABEL_RE
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 VERSION_RE = re.compile(r"^v?\d+(\.\d+){0,2}$")
 _VERSION_START_RE = re.compile(r"^(\d|v\d)")
 # One path component of an OCI repository name (distribution spec).
 _REPO_COMPONENT_RE = re.compile(r"^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*$")
-_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _SCHEMES = ("oci", "https")
 _MAX_URL_LENGTH = 2048
 
@@ -164,7 +164,7 @@ def _valid_hostname(hostname: str) -> bool:
     if len(hostname) > 253:
         return False
     labels = hostname.rstrip(".").split(".") if hostname != "." else [""]
-    return all(_DNS_LABEL_RE.match(label) for label in labels)
+    return all(DNS_LABEL_RE.match(label) for label in labels)
 
 
 def parse_chart_url(url: str) -> ChartRef:

@@ -23,7 +23,6 @@ from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.service import Principal
 from service.charts.pipeline import DEFAULT_INFERENCE_PORT, ChartFieldError
-from service.charts.policy import ValidationPolicy
 from service.core.errors import (
     BadRequest,
     Conflict,
@@ -123,7 +122,7 @@ async def _helm_objects(
             service_name=version.helm_chart_service_name or "",
             inference_port=version.inference_port or DEFAULT_INFERENCE_PORT,
             configuration=spec.configuration,
-            policy=ValidationPolicy.from_dict(spec.helm_validation_policy),
+            policy=spec.policy,
             instance_type=spec.target.instance_type,
             cluster=spec.target.clusters[0],
             digest=version.helm_chart_digest,

@@ -6,11 +6,23 @@ camelCase on the wire; nulls are omitted.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    SkipValidation,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import PydanticCustomError, core_schema
 
+from service.charts.policy import KubernetesType, ValidationPolicy
 from service.core.schemas import CamelModel, Timestamp
+from service.core.validation import Check, Expect, OneOf, RequestModel
 from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec
 
 
@@ -157,50 +169,180 @@ class EventList(CamelModel):
     next_cursor: str | None = None
 
 
-# --- request bodies (documentation only: bodies are validated by validation.py) -------------
+# --- request bodies: the single declaration of their fields, used to validate them --------
+
+SPECS = "deploymentSpecifications"
+MAX_REQUEST_CONCURRENCY = 16384
+MAX_PREFERRED_ORDER = 99
+POLICY_NAMES = ("Default", "Unrestricted")
 
 
-class KubernetesTypeIn(CamelModel):
-    group: str = Field(default="", examples=["", "apps", "networking.k8s.io"])
-    version: str = Field(examples=["v1"])
-    kind: str = Field(examples=["Ingress"])
+@dataclass(frozen=True)
+class Count:
+    """An integer from `low` (to `high`); null is `default`, or a violation when `required`."""
+
+    low: int
+    high: int | None = None
+    required: bool = False
+    default: int | None = None
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_before_validator_function(self._run, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out = handler(schema)
+        out["minimum"] = self.low
+        if self.high is not None:
+            out["maximum"] = self.high
+        return out
+
+    def _run(self, value: Any) -> Any:
+        low, high = self.low, self.high
+        rule = f"an integer ≥ {low}" if high is None else f"an integer from {low} to {high}"
+        if value is None:
+            if self.required:
+                raise PydanticCustomError("rule", f"is required: {rule}")
+            return self.default
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise PydanticCustomError("rule", f"must be {rule}, got {value!r}")
+        if value < low or (high is not None and value > high):
+            raise PydanticCustomError("rule", f"must be {rule}, got {value}")
+        return value
 
 
-class HelmValidationPolicyIn(CamelModel):
-    name: str = Field(default="Default", examples=["Default", "Unrestricted"])
-    extra_kubernetes_types: list[KubernetesTypeIn] | None = None
+def _non_empty_string(value: Any) -> str | None:
+    return None if isinstance(value, str) and value else "is required: a non-empty string"
 
 
-class GpuSpecificationIn(CamelModel):
-    gpu: str = Field(examples=["L40S"])
-    instance_type: str | None = Field(default=None, examples=["DGXC.GPU.L40S_1x"])
-    backend: str | None = Field(default=None, examples=["nvcf-default"])
-    clusters: list[str] | None = None
-    regions: list[str] | None = None
-    attributes: list[str] | None = Field(default=None, examples=[["NVLinkOptimized"]])
-    availability_zones: list[str] | None = None
-    min_instances: int = Field(ge=0)
-    max_instances: int = Field(ge=1)
-    max_request_concurrency: int = Field(default=1, ge=1, le=16384)
-    preferred_order: int = Field(default=1, ge=1, le=99)
-    configuration: dict[str, Any] | None = None
-    helm_validation_policy: HelmValidationPolicyIn | None = None
-    gpu_specification_id: uuid.UUID | None = Field(
+def _group_string(value: Any) -> str | None:
+    return None if isinstance(value, str) else "must be a string (empty for the core group)"
+
+
+def _object_of_values(value: Any) -> str | None:
+    return None if isinstance(value, dict) else "must be a JSON object of Helm values overrides"
+
+
+def _specs_list(value: Any) -> str | None:
+    if value is None:
+        return "is required: a non-empty list of deployment specifications"
+    if not isinstance(value, list) or not value:
+        return "must be a non-empty list of deployment specifications"
+    return None
+
+
+_NonEmpty = Check(_non_empty_string, {"minLength": 1}, before=True)
+#: Checked against the cluster catalog (clusters.catalog.resolve), not by the model.
+_CATALOG = "checked against the cluster catalog"
+
+
+class KubernetesTypeIn(RequestModel):
+    shape: ClassVar[str] = "{group, version, kind}"
+    null_when_missing: ClassVar[tuple[str, ...]] = ("version", "kind")
+
+    group: Annotated[
+        str,
+        Check(_group_string, before=True),
+        BeforeValidator(lambda v: "" if v is None else v),
+    ] = Field(default="", examples=["", "apps", "networking.k8s.io"])
+    version: Annotated[str, _NonEmpty] = Field(examples=["v1"])
+    kind: Annotated[str, _NonEmpty] = Field(examples=["Ingress"])
+
+
+class HelmValidationPolicyIn(RequestModel):
+    shape: ClassVar[str] = "{name: Default|Unrestricted, extraKubernetesTypes}"
+
+    name: Annotated[Literal["Default", "Unrestricted"], OneOf(POLICY_NAMES, "Default")] = "Default"
+    extra_kubernetes_types: (
+        Annotated[
+            list[KubernetesTypeIn], Expect((list,), "must be a list of {group, version, kind}")
+        ]
+        | None
+    ) = None
+
+    def stored(self) -> dict[str, Any]:
+        """The policy as stored and shown: name as documented, every type with its group."""
+        return {
+            "name": self.name,
+            "extraKubernetesTypes": [t.model_dump() for t in self.extra_kubernetes_types or ()],
+        }
+
+    def policy(self) -> ValidationPolicy:
+        return ValidationPolicy(
+            name=self.name,
+            extra_kubernetes_types=tuple(
+                KubernetesType(t.group, t.version, t.kind)
+                for t in self.extra_kubernetes_types or ()
+            ),
+        )
+
+
+class GpuSpecificationIn(RequestModel):
+    null_when_missing: ClassVar[tuple[str, ...]] = ("gpu", "minInstances", "maxInstances")
+
+    gpu: SkipValidation[str] = Field(examples=["L40S"], description=_CATALOG)
+    instance_type: SkipValidation[str | None] = Field(
+        default=None, examples=["DGXC.GPU.L40S_1x"], description=_CATALOG
+    )
+    backend: SkipValidation[str | None] = Field(
+        default=None, examples=["nvcf-default"], description=_CATALOG
+    )
+    clusters: SkipValidation[list[str] | None] = Field(default=None, description=_CATALOG)
+    regions: SkipValidation[list[str] | None] = Field(default=None, description=_CATALOG)
+    attributes: SkipValidation[list[str] | None] = Field(
+        default=None, examples=[["NVLinkOptimized"]], description=_CATALOG
+    )
+    availability_zones: SkipValidation[list[str] | None] = Field(default=None, description=_CATALOG)
+    min_instances: Annotated[int, Count(0, required=True)]
+    max_instances: Annotated[int, Count(1, required=True)]
+    max_request_concurrency: Annotated[int, Count(1, MAX_REQUEST_CONCURRENCY, default=1)] = 1
+    preferred_order: Annotated[int, Count(1, MAX_PREFERRED_ORDER, default=1)] = 1
+    configuration: Annotated[dict[str, Any], Check(_object_of_values, before=True)] | None = Field(
+        default=None, description="helm functions only: Helm values overrides"
+    )
+    helm_validation_policy: HelmValidationPolicyIn | None = Field(
+        default=None, description="helm functions only"
+    )
+    gpu_specification_id: SkipValidation[uuid.UUID | None] = Field(
         default=None, description="PUT only: the specification to update"
     )
 
 
-class DeploymentCreate(CamelModel):
+class DeploymentCreate(RequestModel):
     """Body of `POST` and `PUT /deployments/functions/{id}/versions/{versionId}`."""
 
-    deployment_specifications: list[GpuSpecificationIn] = Field(min_length=1)
+    null_when_missing: ClassVar[tuple[str, ...]] = (SPECS,)
+
+    deployment_specifications: Annotated[
+        list[GpuSpecificationIn], Check(_specs_list, {"minItems": 1}, before=True)
+    ]
 
 
-class GpuSpecificationPatch(CamelModel):
+class GpuSpecificationUpdate(RequestModel):
+    """A specification of a PUT body: only the scaling fields are read (the others may be
+    repeated but not changed)."""
+
+    min_instances: Annotated[int | None, Count(0)] = None
+    max_instances: Annotated[int | None, Count(1)] = None
+    max_request_concurrency: Annotated[int | None, Count(1, MAX_REQUEST_CONCURRENCY)] = None
+
+
+class DeploymentUpdate(RequestModel):
+    null_when_missing: ClassVar[tuple[str, ...]] = (SPECS,)
+
+    deployment_specifications: Annotated[
+        list[GpuSpecificationUpdate], Check(_specs_list, before=True)
+    ]
+
+
+class GpuSpecificationPatch(RequestModel):
     """Body of `PATCH /deployments/{id}/gpu-specifications/{gpuSpecificationId}`."""
 
-    min_instances: int | None = Field(default=None, ge=0)
-    max_instances: int | None = Field(default=None, ge=1)
+    min_instances: Annotated[int | None, Count(0)] = None
+    max_instances: Annotated[int | None, Count(1)] = None
 
 
 def inline_body_doc(model: type[BaseModel]) -> dict[str, Any]:

@@ -2,14 +2,39 @@
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictBool, StrictInt
 
+from service.core.durations import DurationError, parse_duration
 from service.core.schemas import CamelModel, Timestamp
+from service.core.validation import (
+    DNS_1035_LABEL,
+    Check,
+    Expect,
+    MaxItems,
+    OneOf,
+    RequestModel,
+    int_between,
+    matches,
+)
 from service.functions.models import FunctionVersion
+
+NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9\-_]*$")
+TAG_RE = re.compile(r"^[a-zA-Z0-9\-_:=]+$")
+SECRET_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
+RATE_RE = re.compile(r"^[1-9]\d*-[SMHD](,\s*[1-9]\d*-[SMHD])*$")
+URI_PATH_RE = re.compile(r"^[A-Za-z0-9\-._~!$&'()*+,;=:@/%]+$")
+MAX_URI_PATH = 2048
+API_BODY_FORMATS = ("CUSTOM", "PREDICT_V2")
+FUNCTION_TYPES = ("DEFAULT", "STREAMING", "LLM")
+HEALTH_PROTOCOLS = ("HTTP", "gRPC")
+MAX_TAGS = 64
+MAX_SECRET_VALUE = 32768
 
 
 class KeyValue(CamelModel):
@@ -141,47 +166,199 @@ class FunctionIds(CamelModel):
     function_ids: list[uuid.UUID]
 
 
-class SecretIn(CamelModel):
-    name: str = Field(max_length=48, pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
-    value: str | dict[str, Any]
+# --- request bodies: the single declaration of their fields, used to validate them --------
 
 
-class RateLimit(CamelModel):
-    rate_limit: str = Field(pattern=r"^[1-9]\d*-[SMHD](,\s*[1-9]\d*-[SMHD])*$", examples=["100-S"])
-    exempted_nca_ids: list[str] | None = None
-    sync_check: bool | None = None
+def _uri_path(value: str) -> str | None:
+    if "://" in value:
+        return f"must be a URI path such as '/echo', not an absolute URL ('{value}')"
+    if not URI_PATH_RE.match(value):
+        return f"'{value}' is not a valid URI path (no spaces, '?' or '#')"
+    if len(value) > MAX_URI_PATH:
+        return f"must be at most {MAX_URI_PATH} characters"
+    return None
 
 
-class FunctionCreate(CamelModel):
-    """Body of `POST /functions` and `POST /functions/{id}/versions` (documentation)."""
+def _iso_duration(value: str) -> str | None:
+    try:
+        parse_duration(value)
+    except DurationError:
+        return f"'{value}' is not an ISO-8601 duration such as 'PT10S'"
+    return None
 
-    name: str = Field(max_length=128, pattern=r"^[a-zA-Z0-9][a-zA-Z0-9\-_]*$")
-    inference_url: str
-    inference_port: int | None = Field(default=None, ge=1, le=65535)
-    container_image: str | None = None
+
+def _rate_units(value: str) -> str | None:
+    units = [part.strip().split("-")[1] for part in value.split(",")]
+    dup = sorted({u for u in units if units.count(u) > 1})
+    return f"'{value}' names the unit {', '.join(dup)} more than once" if dup else None
+
+
+def _strings(value: Any) -> str | None:
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return None
+    return "must be a list of strings"
+
+
+def _reserved_key(value: str) -> str | None:
+    if value.upper().startswith("NVCF_"):
+        return f"'{value}': keys starting with NVCF_ are reserved for the platform"
+    return None
+
+
+def _secret_size(value: str | dict[str, Any]) -> str | None:
+    text = value if isinstance(value, str) else secret_text(value)
+    if not 1 <= len(text) <= MAX_SECRET_VALUE:
+        # Never quote the value: it is a secret.
+        return f"must be 1 to {MAX_SECRET_VALUE} characters, got {len(text)}"
+    return None
+
+
+def secret_text(value: str | dict[str, Any]) -> str:
+    """A secret's stored text: strings as given, objects as compact sorted JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+UriPath = Annotated[
+    str,
+    Field(min_length=1),
+    Check(_uri_path, {"maxLength": MAX_URI_PATH, "pattern": URI_PATH_RE.pattern}),
+]
+Port = Annotated[StrictInt, int_between(1, 65535)]
+
+
+class KeyValueIn(RequestModel):
+    key: Annotated[str, Field(min_length=1, max_length=256), Check(_reserved_key)]
+    value: str
+
+    shape: ClassVar[str] = "with key and value"
+
+
+class ArtifactIn(RequestModel):
+    name: str = Field(min_length=1, max_length=1024)
+    version: str = Field(min_length=1, max_length=1024)
+    uri: str = Field(min_length=1, max_length=1024)
+
+    shape: ClassVar[str] = "with name, version and uri"
+
+
+class HealthIn(RequestModel):
+    protocol: Annotated[str, OneOf(HEALTH_PROTOCOLS)]
+    uri: UriPath
+    port: Port
+    timeout: Annotated[str, Check(_iso_duration, {"examples": ["PT10S"]})]
+    expected_status_code: Annotated[StrictInt, int_between(100, 599)]
+
+
+class SecretIn(RequestModel):
+    name: Annotated[
+        str,
+        Field(min_length=1, max_length=48),
+        matches(
+            SECRET_NAME_RE.pattern,
+            "'{value}' must start with a letter or digit and contain only letters, digits, "
+            "'_', '.' and '-'",
+        ),
+    ]
+    value: Annotated[
+        str | dict[str, Any],
+        Expect((str, dict), "must be a string or an object"),
+        Check(_secret_size, {"description": f"1 to {MAX_SECRET_VALUE} characters (as JSON)"}),
+    ]
+
+    shape: ClassVar[str] = "with name and value"
+
+
+class RateLimit(RequestModel):
+    rate_limit: Annotated[
+        str,
+        Expect((str,), "must be a string such as '100-S'"),
+        matches(
+            RATE_RE.pattern,
+            "'{value}' must be '<count>-<unit>' items separated by commas, unit S, M, H or D "
+            "(e.g. '100-S,5000-H')",
+        ),
+        Check(_rate_units, {"examples": ["100-S"]}),
+    ]
+    exempted_nca_ids: Annotated[list[str], Check(_strings, before=True)] | None = None
+    sync_check: StrictBool | None = None
+
+    shape: ClassVar[str] = 'like {"rateLimit": "100-S"}'
+
+
+Tag = Annotated[
+    str,
+    Field(min_length=1, max_length=128),
+    matches(TAG_RE.pattern, "'{value}' may contain only letters, digits and '-', '_', ':', '='"),
+]
+Tags = Annotated[list[Tag], MaxItems(MAX_TAGS), Expect((list,), "must be a list of strings")]
+Description = Annotated[str, Field(max_length=256)]
+
+
+class FunctionCreate(RequestModel):
+    """Body of `POST /functions` and `POST /functions/{id}/versions`."""
+
+    # Field rules are declared here; the rules between fields are in validation.py.
+
+    name: Annotated[
+        str,
+        Field(min_length=1, max_length=128),
+        matches(
+            NAME_RE.pattern,
+            "'{value}' must start with a letter or digit and contain only letters, "
+            "digits, '-' and '_'",
+        ),
+    ]
+    inference_url: UriPath
+    inference_port: Port | None = None
+    container_image: str | None = Field(default=None, min_length=1, max_length=1024)
     helm_chart: str | None = Field(
-        default=None, examples=["oci://reg.example.com/acme/charts/inference-test-1.0.0.tgz"]
+        default=None,
+        min_length=1,
+        max_length=2048,
+        examples=["oci://reg.example.com/acme/charts/inference-test-1.0.0.tgz"],
     )
-    helm_chart_service_name: str | None = Field(default=None, max_length=63)
-    health: Health | None = None
-    health_uri: str | None = None
-    container_args: str | None = None
-    container_environment: list[KeyValue] | None = None
-    models: list[Artifact] | None = None
-    resources: list[Artifact] | None = None
-    api_body_format: str | None = Field(default=None, examples=["CUSTOM", "PREDICT_V2"])
-    function_type: str | None = Field(default=None, examples=["DEFAULT", "STREAMING", "LLM"])
-    description: str | None = Field(default=None, max_length=256)
-    tags: list[str] | None = Field(default=None, max_length=64)
-    secrets: list[SecretIn] | None = None
+    helm_chart_service_name: (
+        Annotated[
+            str,
+            matches(
+                DNS_1035_LABEL,
+                "'{value}' must be a DNS-1035 label: at most 63 lower-case letters, "
+                "digits and '-', starting with a letter and ending with a letter or digit",
+            ),
+        ]
+        | None
+    ) = Field(default=None, description="required with helmChart, only allowed with it")
+    container_args: str | None = Field(default=None, max_length=4096)
+    container_environment: (
+        Annotated[list[KeyValueIn], Expect((list,), "must be a list of {key, value}")] | None
+    ) = None
+    models: (
+        Annotated[list[ArtifactIn], Expect((list,), "must be a list of {name, version, uri}")]
+        | None
+    ) = None
+    resources: (
+        Annotated[list[ArtifactIn], Expect((list,), "must be a list of {name, version, uri}")]
+        | None
+    ) = None
+    api_body_format: Annotated[str, OneOf(API_BODY_FORMATS, "CUSTOM")] = "CUSTOM"
+    function_type: Annotated[str, OneOf(FUNCTION_TYPES, "DEFAULT")] = "DEFAULT"
+    health: HealthIn | None = None
+    health_uri: UriPath | None = None
+    description: Description | None = None
+    tags: Tags | None = None
+    secrets: (
+        Annotated[list[SecretIn], Expect((list,), "must be a list of {name, value}")] | None
+    ) = None
     rate_limit: RateLimit | None = None
 
 
-class FunctionMetadataUpdate(CamelModel):
-    """Body of `PUT /functions/{id}/versions/{versionId}` (documentation)."""
+class FunctionMetadataUpdate(RequestModel):
+    """Body of `PUT /functions/{id}/versions/{versionId}` (at least one field)."""
 
-    tags: list[str] | None = None
-    description: str | None = Field(default=None, max_length=256)
+    tags: Tags | None = None
+    description: Description | None = None
     rate_limit: RateLimit | None = None
 
 

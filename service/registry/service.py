@@ -35,6 +35,7 @@ from service.core.db import utcnow
 from service.core.errors import Conflict, FieldError, NotFound, ValidationFailed
 from service.core.http import json_kind, require_json_object
 from service.core.pagination import Page, keyset_page
+from service.core.validation import DNS_LABEL_RE
 from service.registry.models import HOSTNAME_MAX, RegistryCredential
 
 log = logging.getLogger("nvcf.registry")
@@ -44,7 +45,6 @@ PASSWORD_MAX = 4096
 DESCRIPTION_MAX = 256
 FIELDS = ("registryHostname", "username", "password", "description")
 
-_LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]{0,15}$")
 _PORT_RE = re.compile(r"^[0-9]{1,5}$")
 
@@ -124,7 +124,7 @@ def _check_host(host: str) -> tuple[str | None, str | None]:
             return None, f"'{host}' is not a valid IPv4 address"
     if len(host) > 253:
         return None, "a DNS name must be at most 253 characters"
-    if any(not _LABEL_RE.match(label) for label in labels):
+    if any(not DNS_LABEL_RE.match(label) for label in labels):
         return None, (
             f"'{host}' is not a valid DNS name: each dot-separated label must be 1 to 63 "
             "letters, digits or '-', not starting or ending with '-'"

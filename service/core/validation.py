@@ -1,0 +1,285 @@
+"""Request bodies checked by pydantic models; every violation becomes one `FieldError`.
+
+A request model declares each field's type and limits once: the same declaration validates
+the body and is what the OpenAPI document shows. Rules with a message of their own are
+written as `Annotated` markers:
+
+- `Check(test, schema)`: a rule on an already typed value; `test` returns the message of a
+  violation (or None), `schema` is what the JSON schema gains (`pattern`, `maximum`…).
+- `matches(regex, message)`: a `Check` for a pattern, `{value}` in the message is the value.
+- `Expect(types, message)`: the value must be one of these JSON kinds before anything else is
+  checked (`message` is followed by ", got a string" and the like).
+- `OneOf(allowed, default)`: an enumeration matched case-insensitively, written canonically.
+
+`parse(model, body)` returns the model or None and the list of violations, so a domain's
+cross-field pass can add to that same list before one `ValidationFailed` is raised. Pydantic's
+own error types are put in the service's words by `message_of`; status is always 400.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    model_validator,
+)
+from pydantic import ValidationError as PydanticValidationError
+from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError, core_schema
+
+from service.core.errors import FieldError
+from service.core.http import json_kind
+
+#: RFC 1123 label (host names, Kubernetes object names): 1-63 lower-case letters, digits, '-'.
+DNS_LABEL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+DNS_LABEL_RE = re.compile(DNS_LABEL)
+#: RFC 1035 label (Kubernetes Service names): as DNS_LABEL but starting with a letter.
+DNS_1035_LABEL = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+DNS_1035_LABEL_RE = re.compile(DNS_1035_LABEL)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class RequestModel(BaseModel):
+    """Base of request bodies: camelCase names only (the wire names), unknown fields ignored.
+
+    `shape` words what the object should be ("with key and value") when it is not one.
+    `null_when_missing` fields are seen as null when absent, so that their own rule words
+    the "is required" message.
+    """
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=False, extra="ignore")
+    shape: ClassVar[str] = ""
+    null_when_missing: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _is_object(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            what = f"must be an object {cls.shape}" if cls.shape else "must be an object"
+            _raise(f"{what}, got {json_kind(value)}")
+        if cls.null_when_missing:
+            value = {**dict.fromkeys(cls.null_when_missing), **value}
+        return value
+
+
+def _raise(message: str) -> None:
+    raise PydanticCustomError("rule", message)
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: typing hashes Annotated metadata
+class Check:
+    """A rule on a typed value with its own message; `schema` documents it in OpenAPI."""
+
+    test: Callable[[Any], str | None]
+    schema: Mapping[str, Any] = field(default_factory=dict)
+    #: check the raw input before its type (for a message that covers both)
+    before: bool = False
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        if self.before:
+            return core_schema.no_info_before_validator_function(self._run, handler(source))
+        return core_schema.no_info_after_validator_function(self._run, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out = handler(schema)
+        out.update(self.schema)
+        return out
+
+    def _run(self, value: Any) -> Any:
+        message = self.test(value)
+        if message is not None:
+            _raise(message)
+        return value
+
+
+def matches(regex: str, message: str) -> Check:
+    """`value` must match `regex` (Python `re.match`); `{value}` in `message` is the value."""
+    compiled = re.compile(regex)
+
+    def test(value: str) -> str | None:
+        return None if compiled.match(value) else message.format(value=value)
+
+    return Check(test, {"pattern": regex})
+
+
+def int_between(low: int, high: int) -> Check:
+    def test(value: int) -> str | None:
+        return None if low <= value <= high else f"must be between {low} and {high}, got {value}"
+
+    return Check(test, {"minimum": low, "maximum": high})
+
+
+@dataclass(frozen=True)
+class MaxItems:
+    """At most `limit` items; a longer list still has each of its items checked."""
+
+    limit: int
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_wrap_validator_function(self._run, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out = handler(schema)
+        out["maxItems"] = self.limit
+        return out
+
+    def _run(self, value: Any, handler: core_schema.ValidatorFunctionWrapHandler) -> Any:
+        if not isinstance(value, list) or len(value) <= self.limit:
+            return handler(value)
+        message = f"must have at most {self.limit} items, got {len(value)}"
+        errors = [InitErrorDetails(type=PydanticCustomError("rule", message), loc=(), input=value)]
+        try:
+            handler(value)
+        except PydanticValidationError as exc:
+            errors += [
+                InitErrorDetails(
+                    type=PydanticCustomError("rule", message_of(e)), loc=tuple(e["loc"]), input=None
+                )
+                for e in exc.errors(include_url=False)
+            ]
+        raise PydanticValidationError.from_exception_data("list", errors)
+
+
+@dataclass(frozen=True)
+class Expect:
+    """Before anything else: the value must be one of `types` (JSON kinds); None = missing."""
+
+    types: tuple[type, ...]
+    message: str
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_before_validator_function(self._run, handler(source))
+
+    def _run(self, value: Any) -> Any:
+        if value is None:
+            raise PydanticCustomError("missing", "is required")
+        if isinstance(value, bool) and bool not in self.types:
+            _raise(f"{self.message}, got {json_kind(value)}")
+        if not isinstance(value, self.types):
+            _raise(f"{self.message}, got {json_kind(value)}")
+        return value
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """A string from `allowed`, any case, returned as written in `allowed`; null = `default`."""
+
+    allowed: tuple[str, ...]
+    default: str | None = None
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_before_validator_function(self._run, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out = handler(schema)
+        out["enum"] = list(self.allowed)
+        return out
+
+    def _run(self, value: Any) -> Any:
+        if value is None:
+            if self.default is None:
+                raise PydanticCustomError("missing", "is required")
+            return self.default
+        choices = ", ".join(self.allowed)
+        if not isinstance(value, str):
+            _raise(f"must be one of {choices}, got {json_kind(value)}")
+        for name in self.allowed:
+            if name.lower() == value.lower():
+                return name
+        _raise(f"must be one of {choices}, got '{value}'")
+
+
+def path_of(loc: tuple[int | str, ...]) -> str:
+    """`('containerEnvironment', 0, 'value')` -> `containerEnvironment[0].value`."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out or "body"
+
+
+_TYPE_WORDS = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "bool_type": "a boolean",
+    "list_type": "a list",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+}
+
+
+def message_of(error: ErrorDetails) -> str:
+    """One pydantic error in the service's words (api.md's wording of each rule)."""
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    value = error.get("input")
+    if kind == "missing" or (kind in _TYPE_WORDS and value is None):
+        return "is required"
+    if kind in _TYPE_WORDS:
+        return f"must be {_TYPE_WORDS[kind]}, got {json_kind(value)}"
+    if kind == "string_too_short":
+        low = int(ctx.get("min_length", 1))
+        return "must not be empty" if low <= 1 else f"must be at least {low} characters"
+    if kind == "string_too_long":
+        length = len(value) if isinstance(value, str) else "more"
+        return f"must be at most {ctx.get('max_length')} characters, got {length}"
+    if kind == "too_long":
+        return f"must have at most {ctx.get('max_length')} items, got {ctx.get('actual_length')}"
+    if kind == "too_short":
+        low = int(ctx.get("min_length", 1))
+        return "must not be empty" if low <= 1 else f"must have at least {low} items"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        sign = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤"}
+        bound = next(iter(ctx.values()), "?")
+        return f"must be {sign.get(kind, '<')} {bound}, got {value!r}"
+    return str(error["msg"])
+
+
+def field_errors(exc: PydanticValidationError, prefix: str = "") -> list[FieldError]:
+    out: list[FieldError] = []
+    for error in exc.errors(include_url=False):
+        where = path_of(tuple(error["loc"]))
+        if prefix:
+            where = f"{prefix}{where}" if where.startswith("[") else f"{prefix}.{where}"
+        out.append(FieldError(where, message_of(error)))
+    return out
+
+
+def parse(model: type[M], body: Mapping[str, Any]) -> tuple[M | None, list[FieldError]]:
+    """`body` checked against `model`: the model (None if any field is wrong) and every
+    violation of every field."""
+    try:
+        return model.model_validate(body), []
+    except PydanticValidationError as exc:
+        return None, field_errors(exc)
+
+
+def failed(errors: list[FieldError]) -> set[str]:
+    """The field paths that already have a violation (cross-field rules skip them)."""
+    return {e.field for e in errors}

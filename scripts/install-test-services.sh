@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the real servers the test suite starts (operations.md §4): PostgreSQL and the
-# CNCF distribution registry with htpasswd support. The suite itself starts and stops them.
+# Installs the real servers the test suite starts (operations.md §4): PostgreSQL, the CNCF
+# distribution registry with htpasswd support, and Redis. The suite starts and stops them.
 set -euo pipefail
 
 need=()
@@ -8,6 +8,7 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || need+=(apache2-utils)
 command -v runuser >/dev/null 2>&1 || need+=(util-linux)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
@@ -23,3 +24,4 @@ apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
 # Debian starts packaged daemons on install; the suite runs its own instances.
 systemctl disable --now docker-registry >/dev/null 2>&1 || true
 service postgresql stop >/dev/null 2>&1 || true
+service redis-server stop >/dev/null 2>&1 || true

@@ -38,6 +38,7 @@ from service.core.errors import ServiceUnavailable
 from service.core.idempotency import IdempotentReplay
 from service.core.middleware import Metrics, RequestContextMiddleware
 from service.core.problem import install_problem_handlers
+from service.core.ratelimit import RateLimiter
 from service.core.routing import mount_flat
 from service.core.settings import Settings
 from service.deployments.reconcile import build_reconciler
@@ -146,6 +147,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await collector.stop()
             await reconciler.stop()
+            if app.state.rate_limiter is not None:
+                await app.state.rate_limiter.aclose()
             await adapters.aclose()
             await chart_pipeline.aclose()
             await engine.dispose()
@@ -159,6 +162,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state = AppState()
     app.state.settings = settings
+    if settings.rate_limit_per_second > 0:
+        app.state.rate_limiter = RateLimiter(
+            settings.rate_limit_per_second, settings.rate_limit_burst, settings.redis_url
+        )
     app.state.authenticator = Authenticator(settings)
     metrics = Metrics()
     app.state.metrics = metrics

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from service.clusters.catalog import Catalog
     from service.core.crypto import SecretBox
     from service.core.middleware import Metrics
+    from service.core.ratelimit import RateLimiter
     from service.core.settings import Settings
     from service.deployments.reconcile import NamespaceCollector, Reconciler
     from service.functions.read_cache import VersionCache
@@ -40,10 +41,19 @@ class AppState(State):
     namespace_collector: NamespaceCollector | None
     #: the version read cache (SQLite only: one process sees every commit)
     version_cache: VersionCache | None
+    #: None when rate limiting is off
+    rate_limiter: RateLimiter | None
 
     def __init__(self) -> None:
         # Values live in State's dict (class attributes would shadow them).
-        super().__init__({"reconciler": None, "namespace_collector": None, "version_cache": None})
+        super().__init__(
+            {
+                "reconciler": None,
+                "namespace_collector": None,
+                "version_cache": None,
+                "rate_limiter": None,
+            }
+        )
 
 
 def app_state(request: Request) -> AppState:

@@ -23,6 +23,7 @@ from service.core import migrate
 from service.core.settings import Settings
 from tests.support.app import ADMIN_KEY, JWT_SECRET, AppClient, ClientFactory, SettingsFactory
 from tests.support.postgres import PostgresServer, PostgresUnavailable, start_postgres
+from tests.support.redis import RedisServer, RedisUnavailable, start_redis
 
 # Tests import these from tests.support.app (tests/deployments still imports AppClient and
 # ClientFactory from here, which the import above keeps working).
@@ -38,6 +39,20 @@ def pg_server() -> Iterator[PostgresServer | None]:
             pytest.fail(f"PostgreSQL is required by `make test` but unavailable: {exc}")
         yield None
         return
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    try:
+        server = start_redis(tmp_path_factory.mktemp("redis"))
+    except RedisUnavailable as exc:
+        if REQUIRE_SERVICES:
+            pytest.fail(f"Redis is required by `make test` but unavailable: {exc}")
+        pytest.skip(f"Redis is not available on this machine: {exc}")
     try:
         yield server
     finally:

@@ -16,6 +16,11 @@ from service.auth.service import Authenticator, Principal
 from service.core.db import request_session
 from service.core.errors import Forbidden
 from service.core.idempotency import Recorder, idempotent
+from service.state import app_state
+
+#: request state key: True/False when the read fast path already counted the request against
+#: the account's rate limit (False: it was over the limit)
+RATE_COUNTED = "rate_counted"
 
 Session = Annotated[AsyncSession, Depends(request_session, scope="function")]
 
@@ -32,6 +37,13 @@ async def authenticate_request(request: Request) -> Principal:
     org = request.path_params.get("org") or getattr(request.state, "org", None)
     if org is not None and org != principal.account_id:
         raise Forbidden(detail=f"organization '{org}' in the path is not the caller's account")
+    limiter = app_state(request).rate_limiter
+    if limiter is not None:
+        counted = getattr(request.state, RATE_COUNTED, None)  # by the read fast path
+        if counted is None:
+            await limiter.check(principal.account_id)
+        elif counted is False:
+            raise await limiter.refusal(principal.account_id)
     request.state.principal = principal
     request.state.account_id = principal.account_id
     return principal

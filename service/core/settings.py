@@ -45,6 +45,11 @@ class Settings(BaseSettings):
     chart_cache_max_bytes: int = Field(default=2 * 1024 * 1024 * 1024, gt=0)
     chart_fetch_timeout: float = Field(default=30.0, gt=0)
     default_kube_version: str = Field(default="1.30.0", pattern=r"^v?\d+\.\d+(\.\d+)?$")
+    # Per-account API rate limit: `rate_limit_burst` requests at once, `rate_limit_per_second`
+    # on average (0 disables); counters in Redis when `redis_url` is set (shared by replicas).
+    rate_limit_per_second: float = Field(default=100.0, ge=0)
+    rate_limit_burst: int = Field(default=1000, ge=1)
+    redis_url: str | None = Field(default=None, pattern=r"^rediss?://")
     # The version read cache and its fast path (service/functions/read_cache.py); effective
     # with SQLite only, where one process sees every commit.
     version_read_cache: bool = True

@@ -38,6 +38,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import scopes
+from service.auth.deps import RATE_COUNTED
 from service.auth.scopes import LIST_FUNCTIONS_DETAILS
 from service.auth.service import Principal
 from service.core import changes as change_feed
@@ -162,7 +163,7 @@ class VersionReadFastPath:
         if scope["type"] != "http" or scope["method"] != "GET":
             await self.app(scope, receive, send)
             return
-        body = self._cached_body(scope)
+        body = await self._cached_body(scope)
         if body is None:
             await self.app(scope, receive, send)
             return
@@ -180,7 +181,7 @@ class VersionReadFastPath:
         )
         await send({"type": "http.response.body", "body": body})
 
-    def _cached_body(self, scope: Scope) -> bytes | None:
+    async def _cached_body(self, scope: Scope) -> bytes | None:
         match = _PATH.match(scope["path"])
         if match is None:
             return None
@@ -206,8 +207,15 @@ class VersionReadFastPath:
         except ValueError:
             return None
         body = cache.get(cache_key(principal.account_id, principal.scopes, fid, vid))
-        if body is not None:
-            scope.setdefault("state", {})["account_id"] = principal.account_id
+        if body is None:
+            return None
+        request_state = scope.setdefault("state", {})
+        if state.rate_limiter is not None:
+            allowed = await state.rate_limiter.allow(principal.account_id)
+            request_state[RATE_COUNTED] = allowed  # the route answers a refusal, uncounted
+            if not allowed:
+                return None
+        request_state["account_id"] = principal.account_id
         return body
 
 

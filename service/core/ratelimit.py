@@ -1,0 +1,61 @@
+"""Per-account rate limiting of the API (a token bucket's shape on the `limits` library).
+
+Each account may make `burst` requests at once and `rate` per second on average: the limit is
+`burst` requests per window of `burst / rate` seconds, counted with `limits`' sliding-window
+counter (the long-run rate and the largest burst of a token bucket of that size and rate).
+Counters live in memory, or in Redis when `NVCF_REDIS_URL` is set, so several replicas share
+them. A refused request is a 429 problem+json with `Retry-After`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from limits import RateLimitItemPerSecond
+from limits.aio.storage import MemoryStorage, RedisStorage, Storage
+from limits.aio.strategies import SlidingWindowCounterRateLimiter
+from redis.asyncio import ConnectionPool
+
+from service.core.errors import TooManyRequests
+
+
+class RateLimiter:
+    """`check(account)` counts one request of the account and raises when over the limit."""
+
+    def __init__(self, rate: float, burst: int, redis_url: str | None = None) -> None:
+        window = max(1, math.ceil(burst / rate))
+        self.item = RateLimitItemPerSecond(burst, window)
+        self.storage: Storage
+        self._pool: ConnectionPool | None = None
+        if redis_url:
+            # Our own pool (redis-py), so shutting down closes its connections.
+            self._pool = ConnectionPool.from_url(redis_url)
+            options: dict[str, Any] = {"connection_pool": self._pool}
+            self.storage = RedisStorage("async+" + redis_url, implementation="redispy", **options)
+        else:
+            self.storage = MemoryStorage()
+        self._limiter = SlidingWindowCounterRateLimiter(self.storage)
+        self.description = f"{burst} requests per {window} s"
+
+    async def allow(self, account: str) -> bool:
+        """Count one request of `account`; False when it is over the limit."""
+        return await self._limiter.hit(self.item, "account", account)
+
+    async def refusal(self, account: str) -> TooManyRequests:
+        stats = await self._limiter.get_window_stats(self.item, "account", account)
+        retry = max(1, math.ceil(stats.reset_time - time.time()))
+        return TooManyRequests(
+            detail=f"account '{account}' is over its rate limit ({self.description}); "
+            f"retry in {retry} s",
+            headers={"Retry-After": str(retry)},
+        )
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            await self._pool.aclose()
+
+    async def check(self, account: str) -> None:
+        if not await self.allow(account):
+            raise await self.refusal(account)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.conftest import AppClient
 from tests.core.test_http import assert_problem
-from tests.support.api import CONTAINER_FN
+from tests.support.api import CONTAINER_FN, create_fn
 
 V = "/v2/nvcf"
 JSON = {"content-type": "application/json"}
@@ -30,6 +32,104 @@ async def function_count(client: AppClient) -> int:
 def raw(body: str) -> bytes:
     """A JSON text as sent: `\\ud800` stays an escape (json.dumps of a str would too)."""
     return body.encode()
+
+
+# --- 3. lone surrogates and NUL -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (
+            '{"name":"echo","inferenceUrl":"/echo","inferencePort":8000,'
+            '"containerImage":"nvcr.io/acme/echo:1.0",'
+            '"containerEnvironment":[{"key":"A","value":"\\ud800"}]}',
+            "containerEnvironment[0].value",
+        ),
+        (
+            '{"name":"echo","inferenceUrl":"/echo","inferencePort":8000,'
+            '"models":[{"name":"m","version":"1","uri":"/m\\udfff"}]}',
+            "models[0].uri",
+        ),
+        (
+            '{"name":"echo","inferenceUrl":"/echo","inferencePort":8000,'
+            '"containerImage":"nvcr.io/acme/echo:1.0","description":"a\\u0000b"}',
+            "description",
+        ),
+        (
+            '{"name":"echo","inferenceUrl":"/echo","inferencePort":8000,'
+            '"containerImage":"nvcr.io/acme/echo:1.0","tags":["ok","t\\u0000"]}',
+            "tags[1]",
+        ),
+    ],
+)
+async def test_lone_surrogates_and_nul_in_bodies_are_400(
+    client: AppClient, body: str, field: str
+) -> None:
+    resp = await client.post(f"{V}/functions", content=raw(body), headers=JSON)
+    problem = assert_problem(resp, 400)
+    assert fields(problem) == {field}
+    assert field in str(problem["detail"])
+    assert await function_count(client) == 0
+    # The account's lists still answer (the poison was never stored).
+    fn = await create_fn(client)
+    assert (await client.get(f"{V}/functions/{fn['id']}/versions")).status_code == 200
+    assert (
+        await client.get(f"{V}/functions/{fn['id']}/versions/{fn['versionId']}")
+    ).status_code == 200
+
+
+async def test_object_keys_are_checked_too(client: AppClient) -> None:
+    body = '{"name":"echo","containerEnvironment":[{"key":"A","value":"v","\\u0000":1}]}'
+    resp = await client.post(f"{V}/functions", content=raw(body), headers=JSON)
+    problem = assert_problem(resp, 400)
+    assert fields(problem) == {"containerEnvironment[0]"}
+
+
+async def test_updates_are_checked(client: AppClient) -> None:
+    fn = await create_fn(client)
+    url = f"{V}/functions/{fn['id']}/versions/{fn['versionId']}"
+    resp = await client.put(url, content=raw('{"tags":["\\ud83d"]}'), headers=JSON)
+    assert fields(assert_problem(resp, 400)) == {"tags[0]"}
+    got = (await client.get(url)).json()["function"]
+    assert got.get("tags", []) == []
+
+
+async def test_nul_in_registry_credential_is_not_stored(client: AppClient) -> None:
+    body = '{"registryHostname":"nvcr.io\\u0000","username":"u","password":"p"}'
+    resp = await client.post(f"{V}/registry-credentials", content=raw(body), headers=JSON)
+    assert fields(assert_problem(resp, 400)) == {"registryHostname"}
+    listed = (await client.get(f"{V}/registry-credentials")).json()
+    assert listed.get("registryCredentials", []) == []
+
+
+# --- 5. parse limits ----------------------------------------------------------------------
+
+
+async def test_deeply_nested_json_is_400(client: AppClient) -> None:
+    for depth in (65, 1000, 100_000):
+        body = '{"name":"echo","x":' + "[" * depth + "]" * depth + "}"
+        problem = assert_problem(
+            await client.post(f"{V}/functions", content=body.encode(), headers=JSON), 400
+        )
+        assert "nested" in str(problem["detail"])
+    # 64 levels parse (and then meet the ordinary validation)
+    body = '{"name":"echo","x":' + "[" * 63 + "]" * 63 + "}"
+    problem = assert_problem(
+        await client.post(f"{V}/functions", content=body.encode(), headers=JSON), 400
+    )
+    assert "nested" not in str(problem["detail"])
+
+
+async def test_huge_integers_and_non_finite_numbers_are_400(client: AppClient) -> None:
+    for number in ("1" * 4301, "-" + "9" * 5000, "1e400", "NaN", "-Infinity"):
+        body = f'{{"name":"echo","inferencePort":{number}}}'
+        problem = assert_problem(
+            await client.post(f"{V}/functions", content=body.encode(), headers=JSON), 400
+        )
+        assert fields(problem) == {"body"}
+        assert len(resp_text := json.dumps(problem)) < 2000, resp_text
+    assert await function_count(client) == 0
 
 
 # --- 7. error amplification ---------------------------------------------------------------

@@ -95,6 +95,13 @@ async def test_updates_are_checked(client: AppClient) -> None:
     assert got.get("tags", []) == []
 
 
+@pytest.mark.parametrize("param", ["name", "tag", "cursor", "status"])
+async def test_nul_in_query_parameters_is_400(client: AppClient, param: str) -> None:
+    resp = await client.get(f"{V}/functions", params={param: "a\x00b"})
+    problem = assert_problem(resp, 400)
+    assert fields(problem) == {param}
+
+
 async def test_nul_in_registry_credential_is_not_stored(client: AppClient) -> None:
     body = '{"registryHostname":"nvcr.io\\u0000","username":"u","password":"p"}'
     resp = await client.post(f"{V}/registry-credentials", content=raw(body), headers=JSON)

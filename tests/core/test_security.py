@@ -6,12 +6,13 @@ than their column, SQLite stores them, so the same request can fail differently 
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
 import pytest
 
-from tests.conftest import AppClient
+from tests.conftest import AppClient, ClientFactory
 from tests.core.test_http import assert_problem
 from tests.support.api import CONTAINER_FN, create_fn
 
@@ -137,6 +138,60 @@ async def test_huge_integers_and_non_finite_numbers_are_400(client: AppClient) -
         assert fields(problem) == {"body"}
         assert len(resp_text := json.dumps(problem)) < 2000, resp_text
     assert await function_count(client) == 0
+
+
+def cursor(data: Any) -> str:
+    return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+
+
+BAD_CURSORS = [
+    cursor({"t": "2024-01-01T00:00:00", "i": "00000000-0000-0000-0000-000000000001"}),
+    cursor({"t": "9999-12-31T23:59:59-14:00", "i": "00000000-0000-0000-0000-000000000001"}),
+    cursor({"t": "0001-01-01T00:00:00+14:00", "i": "00000000-0000-0000-0000-000000000001"}),
+    cursor({"t": "2024-01-01T00:00:00+00:00", "i": 5}),
+    cursor(["t", "i"]),
+    base64.urlsafe_b64encode(b"[" * 5000).decode(),
+]
+
+
+async def test_crafted_cursors_are_400_on_every_paginated_route(
+    client_factory: ClientFactory,
+) -> None:
+    client = await client_factory(reconcile_interval=3600)
+    reconciler = getattr(client.app.state, "reconciler", None)
+    if reconciler is not None:
+        await reconciler.stop()
+        client.app.state.reconciler = None
+    fn = await create_fn(client)
+    deploy = await client.post(
+        f"{V}/deployments/functions/{fn['id']}/versions/{fn['versionId']}",
+        json={
+            "deploymentSpecifications": [
+                {"gpu": "L40", "backend": "nvcf-default", "minInstances": 1, "maxInstances": 1}
+            ]
+        },
+    )
+    assert deploy.status_code == 200, deploy.text
+    dep_id = deploy.json()["deployment"]["deploymentId"]
+    routes = [
+        f"{V}/functions",
+        f"{V}/functions/{fn['id']}/versions",
+        f"{V}/registry-credentials",
+        f"{V}/deployments",
+        f"{V}/deployments/{dep_id}/events",
+    ]
+    for route in routes:
+        for c in BAD_CURSORS:
+            resp = await client.get(route, params={"limit": 2, "cursor": c})
+            assert fields(assert_problem(resp, 400)) == {"cursor"}, (route, c)
+    # Events are keyed by a 64-bit integer: a cursor's UUID beyond that range is refused,
+    # not sent to PostgreSQL (which answers "bigint out of range").
+    huge = cursor({"t": "2024-01-01T00:00:00+00:00", "i": "ffffffff-ffff-ffff-ffff-ffffffffffff"})
+    resp = await client.get(routes[-1], params={"limit": 2, "cursor": huge})
+    assert fields(assert_problem(resp, 400)) == {"cursor"}
+    # ... while on UUID-keyed routes it is just a position.
+    resp = await client.get(routes[0], params={"limit": 2, "cursor": huge})
+    assert resp.status_code == 200, resp.text
 
 
 # --- 7. error amplification ---------------------------------------------------------------

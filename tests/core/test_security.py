@@ -194,6 +194,28 @@ async def test_crafted_cursors_are_400_on_every_paginated_route(
     assert resp.status_code == 200, resp.text
 
 
+async def test_huge_expires_in_is_400(client: AppClient) -> None:
+    for duration in (
+        "P99999999999D",
+        "P999999999D",
+        "PT99999999999999999999S",
+        "P2913000D",
+        "P36601D",
+        "P0D",
+        "PT0S",
+    ):
+        resp = await client.post(
+            f"{V}/api-keys", json={"scopes": ["list_functions"], "expiresIn": duration}
+        )
+        assert fields(assert_problem(resp, 400)) == {"expiresIn"}, duration
+    listed = (await client.get(f"{V}/api-keys")).json()["apiKeys"]
+    assert len(listed) == 1  # the bootstrap key only
+    resp = await client.post(
+        f"{V}/api-keys", json={"scopes": ["list_functions"], "expiresIn": "P36600D"}
+    )
+    assert resp.status_code == 200, resp.text
+
+
 # --- 7. error amplification ---------------------------------------------------------------
 
 

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import base64
 import json
+import time
+from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from tests.conftest import AppClient, ClientFactory
 from tests.core.test_http import assert_problem
-from tests.support.api import CONTAINER_FN, create_fn
+from tests.support.api import CONTAINER_FN, bearer, create_fn
+from tests.support.app import JWT_SECRET
 
 V = "/v2/nvcf"
 JSON = {"content-type": "application/json"}
@@ -213,6 +218,84 @@ async def test_huge_expires_in_is_400(client: AppClient) -> None:
     resp = await client.post(
         f"{V}/api-keys", json={"scopes": ["list_functions"], "expiresIn": "P36600D"}
     )
+    assert resp.status_code == 200, resp.text
+
+
+def future(seconds: int = 600) -> int:
+    return int(time.time()) + seconds
+
+
+def _jwks(tmp_path: Path) -> tuple[Path, Any, Any]:
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    rsa_jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(rsa_key.public_key()))
+    rsa_jwk.update(kid="rsa1", use="sig")  # no "alg": the header's alg is what is checked
+    ec_jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(ec_key.public_key()))
+    ec_jwk.update(kid="ec1", use="sig")
+    path = tmp_path / "jwks.json"
+    path.write_text(json.dumps({"keys": [rsa_jwk, ec_jwk]}))
+    return path, rsa_key, ec_key
+
+
+def _forge(header: dict[str, Any] | str, claims: dict[str, Any]) -> str:
+    """A token with this header and an arbitrary signature (never verified by these tests)."""
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+    head = header if isinstance(header, str) else json.dumps(header)
+    return ".".join([b64(head.encode()), b64(json.dumps(claims).encode()), b64(b"\x01" * 64)])
+
+
+async def test_jwt_algorithm_and_key_type_mismatch_is_401(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    path, rsa_key, ec_key = _jwks(tmp_path)
+    client = await client_factory(jwks_file=path, jwt_secret=None)
+    claims = {"sub": "acme", "scopes": ["list_functions"], "exp": future()}
+    for header in (
+        {"alg": "ES256", "kid": "rsa1"},
+        {"alg": "RS256", "kid": "ec1"},
+        {"alg": "ES256"},
+        {"alg": "ES256", "kid": {"x": 1}},
+        {"alg": "RS256", "kid": "\ud800"},
+        {"alg": "\x00"},
+    ):
+        token = _forge(header, claims)
+        resp = await client.get(f"{V}/functions", headers=bearer(token))
+        assert_problem(resp, 401)
+        assert resp.headers["www-authenticate"] == "Bearer"
+    deep = _forge('{"alg":"ES256","x":' + "[" * 5000 + "]" * 5000 + "}", claims)
+    assert_problem(await client.get(f"{V}/functions", headers=bearer(deep)), 401)
+    # The matching pairs still verify.
+    for key, alg, kid in ((rsa_key, "RS256", "rsa1"), (ec_key, "ES256", "ec1")):
+        good = jwt.encode(claims, key, algorithm=alg, headers={"kid": kid})
+        assert (await client.get(f"{V}/functions", headers=bearer(good))).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("claims", "field"),
+    [
+        ({"sub": "a" * 129}, "jwt.sub"),
+        ({"sub": "acme", "ncaId": "n" * 129}, "jwt.ncaId"),
+        ({"sub": "ac\x00me"}, "jwt.sub"),
+        ({"sub": "acme\ud800"}, "jwt.sub"),
+        ({"sub": "acme", "scopes": ["register_function", "x\x00"]}, "jwt.scopes[1]"),
+    ],
+)
+async def test_bad_jwt_claims_are_refused_naming_the_claim(
+    client: AppClient, claims: dict[str, Any], field: str
+) -> None:
+    claims = {"scopes": ["register_function", "list_functions"], **claims, "exp": future()}
+    token = jwt.encode(claims, JWT_SECRET, algorithm="HS256")
+    resp = await client.post(f"{V}/functions", json=CONTAINER_FN, headers=bearer(token))
+    problem = assert_problem(resp, 401)
+    assert fields(problem) == {field}
+    assert await function_count(client) == 0
+    ok = jwt.encode(
+        {"sub": "a" * 128, "scopes": ["register_function"], "exp": future()}, JWT_SECRET
+    )
+    resp = await client.post(f"{V}/functions", json=CONTAINER_FN, headers=bearer(ok))
     assert resp.status_code == 200, resp.text
 
 

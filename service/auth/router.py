@@ -48,15 +48,27 @@ class KeyOut(CamelModel):
         )
 
 
+#: the longest lifetime a key may be given (a key's expiry must be a date: `now + expiresIn`
+#: overflows for durations the parser accepts, up to 999,999,999 days)
+MAX_KEY_LIFETIME = timedelta(days=100 * 366)
+
+
 def _parse_duration(value: Any) -> timedelta | None:
     if value is None:
         return None
     try:
-        return parse_timedelta(value)
+        duration = parse_timedelta(value)
     except DurationError:
         raise ValidationFailed.of(
             [FieldError("expiresIn", f"'{value}' is not an ISO-8601 duration such as 'P30D'")]
         ) from None
+    if not duration:  # `P0D` would otherwise read as "no expiry": a key that never expires
+        raise ValidationFailed.of([FieldError("expiresIn", "must be longer than zero")])
+    if duration > MAX_KEY_LIFETIME:
+        raise ValidationFailed.of(
+            [FieldError("expiresIn", f"must be at most {MAX_KEY_LIFETIME.days} days ('P36600D')")]
+        )
+    return duration
 
 
 @router.post(

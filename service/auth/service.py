@@ -25,10 +25,13 @@ from service.auth.models import Account, ApiKey
 from service.auth.scopes import ALL_SCOPES, OPERATOR_SCOPES
 from service.core.db import utcnow
 from service.core.errors import BadRequest, FieldError, Unauthorized, ValidationFailed
+from service.core.http import json_errors
 from service.core.settings import Settings
 
 API_KEY_PREFIX = "nvapi-"
 _BEARER = {"WWW-Authenticate": "Bearer"}
+#: the longest account id (the `accounts.id` column, and every `account_id` column)
+MAX_ACCOUNT_ID = 128
 
 
 @dataclass(frozen=True)
@@ -217,7 +220,7 @@ class Authenticator:
             )
         try:
             header = jwt.get_unverified_header(token)
-        except jwt.PyJWTError:
+        except (jwt.PyJWTError, RecursionError):  # the header is unauthenticated input
             raise Unauthorized(detail="credential is not a valid JWT", headers=_BEARER) from None
         alg = header.get("alg")
         options: Options = {"require": ["exp"]}
@@ -235,7 +238,7 @@ class Authenticator:
                     options=options,
                 )
             elif alg in ("RS256", "ES256"):
-                key = await self._signing_key(header.get("kid"))
+                key = await self._signing_key(header.get("kid"), alg)
                 claims = jwt.decode(token, key, algorithms=[alg], options=options)
             else:
                 raise Unauthorized(detail=f"JWT algorithm '{alg}' is not accepted", headers=_BEARER)
@@ -249,10 +252,30 @@ class Authenticator:
             raise Unauthorized(detail="JWT signature is invalid", headers=_BEARER) from None
         except jwt.PyJWTError as exc:
             raise Unauthorized(detail=f"JWT rejected: {exc}", headers=_BEARER) from None
-        account = claims.get("ncaId") or claims.get("sub")
+        except RecursionError:
+            raise Unauthorized(detail="JWT claims are nested too deeply", headers=_BEARER) from None
+        # Claims are input like any body: no NUL, no lone surrogate, bounded nesting.
+        claim_errors = json_errors(claims, root="jwt", prefix="jwt")
+        if claim_errors:
+            raise Unauthorized(
+                detail=ValidationFailed.of(claim_errors, "JWT").detail,
+                errors=claim_errors,
+                headers=_BEARER,
+            )
+        account_claim = "ncaId" if claims.get("ncaId") else "sub"
+        account = claims.get(account_claim)
         if not isinstance(account, str) or not account:
             raise Unauthorized(
                 detail="JWT has neither an 'ncaId' nor a 'sub' claim", headers=_BEARER
+            )
+        if len(account) > MAX_ACCOUNT_ID:
+            err = FieldError(
+                f"jwt.{account_claim}",
+                f"names an account id of {len(account)} characters; at most "
+                f"{MAX_ACCOUNT_ID} are allowed",
+            )
+            raise Unauthorized(
+                detail=f"JWT rejected: {err.field} {err.message}", errors=[err], headers=_BEARER
             )
         raw_scopes = claims.get("scopes", claims.get("scope", []))
         if isinstance(raw_scopes, str):
@@ -268,17 +291,25 @@ class Authenticator:
             subject=str(claims.get("sub", account)),
         )
 
-    async def _signing_key(self, kid: Any) -> Any:
+    async def _signing_key(self, kid: Any, alg: str) -> Any:
+        """The JWKS key `kid` names, which must be a key of the header's algorithm: the header
+        is unauthenticated, and an RSA key handed to the ES256 verifier (or the reverse) is
+        not a signature failure but a crash in the crypto library."""
+        if kid is not None and not isinstance(kid, str):
+            raise Unauthorized(detail="JWT key id ('kid') must be a string", headers=_BEARER)
         jwks = await self._load_jwks()
-        for k in jwks.keys:
-            if kid is None or k.key_id == kid:
+        found = [k for k in jwks.keys if kid is None or k.key_id == kid]
+        if not found and kid is not None:
+            # An unknown kid may mean the issuer rotated keys: reload once.
+            jwks = await self._load_jwks(force=True)
+            found = [k for k in jwks.keys if k.key_id == kid]
+        if not found:
+            raise Unauthorized(detail=f"JWT key id '{kid}' is not in the JWKS", headers=_BEARER)
+        for k in found:
+            if k.algorithm_name == alg:
                 return k.key
-        # An unknown kid may mean the issuer rotated keys: reload once.
-        jwks = await self._load_jwks(force=True)
-        for k in jwks.keys:
-            if k.key_id == kid:
-                return k.key
-        raise Unauthorized(detail=f"JWT key id '{kid}' is not in the JWKS", headers=_BEARER)
+        which = "no key of the JWKS is" if kid is None else f"JWKS key '{kid}' is not"
+        raise Unauthorized(detail=f"JWT algorithm '{alg}': {which} an {alg} key", headers=_BEARER)
 
     async def _load_jwks(self, force: bool = False) -> jwt.PyJWKSet:
         async with self._jwks_lock:

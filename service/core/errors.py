@@ -8,6 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+#: at most this many violations are listed in a problem; the rest are only counted, so that
+#: an error stays small however many violations a (large) request carries
+MAX_LISTED_ERRORS = 100
+#: how much of a problem's `detail` may quote its violations (the rest are in `errors`)
+MAX_DETAIL_QUOTE = 3072
+
 
 @dataclass(frozen=True)
 class FieldError:
@@ -58,9 +64,14 @@ class ValidationFailed(BadRequest):
             e = errors[0]
             detail = f"Invalid {what}: {e.field}: {e.message}"
         else:
-            detail = f"Invalid {what}: {len(errors)} violations: " + "; ".join(
-                f"{e.field}: {e.message}" for e in errors
-            )
+            listed = errors[:MAX_LISTED_ERRORS]
+            quoted = "; ".join(f"{e.field}: {e.message}" for e in listed)
+            if len(quoted) > MAX_DETAIL_QUOTE:
+                quoted = quoted[: MAX_DETAIL_QUOTE - 1] + "…"
+            detail = f"Invalid {what}: {len(errors)} violations: {quoted}"
+            if len(errors) > len(listed):
+                omitted = len(errors) - len(listed)
+                detail += f"; and {omitted} more (first {len(listed)} listed, errorsOmitted)"
         return cls(detail=detail, errors=errors)
 
 

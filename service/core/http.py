@@ -3,16 +3,124 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
+from urllib.parse import parse_qsl
 
 from fastapi import Request
 
 from service.core.errors import FieldError, UnsupportedMediaType, ValidationFailed
 
+#: deepest nesting of arrays and objects a JSON body (or JWT) may have; no request of the API
+#: needs more than a few levels, and deep nesting makes recursive code fail
+MAX_JSON_DEPTH = 64
+#: characters no stored text may hold: NUL (PostgreSQL refuses it in text) and lone UTF-16
+#: surrogates (no UTF-8 encoding: stored, they break every later response that includes them)
+_BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
+
+
+class _Unreadable(ValueError):
+    """A JSON value this service refuses to read (a non-finite number)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _Unreadable(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _Unreadable("a number is too large")
+    return value
+
+
+def parse_json_text(raw: bytes | str) -> Any:
+    """Parse JSON strictly: no NaN/Infinity, finite floats. Raises ValueError (also for an
+    integer over Python's 4,300-digit limit) or RecursionError."""
+    return json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+
+
+def bad_char(text: str) -> str | None:
+    """What `text` holds that no stored text may hold, or None; never quotes the text."""
+    m = _BAD_CHAR.search(text)
+    if m is None:
+        return None
+    if m.group() == "\x00":
+        return "a NUL character (\\u0000)"
+    return "a lone UTF-16 surrogate (such as \\ud800), which is not valid Unicode"
+
+
+def text_error(text: str) -> str | None:
+    """Why `text` cannot be accepted as a value, or None."""
+    what = bad_char(text)
+    return None if what is None else f"must not contain {what}"
+
+
+def _join(path: str, key: str | int, root: str) -> str:
+    if isinstance(key, int):
+        return f"{path or root}[{key}]"
+    if _BAD_CHAR.search(key):
+        key = key.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+    return f"{path}.{key}" if path else key
+
+
+def json_errors(value: Any, root: str = "body", prefix: str = "") -> list[FieldError]:
+    """Every string (keys included) with a NUL or a lone surrogate, and nesting deeper than
+    MAX_JSON_DEPTH, as field errors named by JSON path (`containerEnvironment[0].value`).
+
+    Paths start at `prefix` (`jwt` gives `jwt.sub`); the document itself is `root`. Iterative,
+    so any depth is safe to walk."""
+    errors: list[FieldError] = []
+    stack: list[tuple[Any, str, int]] = [(value, prefix, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, str):
+            why = text_error(item)
+            if why is not None:
+                errors.append(FieldError(path or root, why))
+            continue
+        if not isinstance(item, dict | list):
+            continue
+        if depth >= MAX_JSON_DEPTH:
+            errors.append(
+                FieldError(path or root, f"is nested more than {MAX_JSON_DEPTH} levels deep")
+            )
+            continue
+        children: list[tuple[Any, str, int]] = []
+        if isinstance(item, dict):
+            for k, v in item.items():
+                what = bad_char(k)
+                if what is not None:
+                    errors.append(FieldError(path or root, f"has a key containing {what}"))
+                children.append((v, _join(path, k, root), depth + 1))
+        else:
+            children = [(v, _join(path, i, root), depth + 1) for i, v in enumerate(item)]
+        stack.extend(reversed(children))
+    return errors
+
+
+def query_errors(query_string: bytes) -> list[FieldError]:
+    """Query parameters holding a NUL or a lone surrogate, named by parameter, decoded as
+    Starlette decodes them."""
+    if not query_string:
+        return []
+    errors: list[FieldError] = []
+    for name, value in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
+        what = bad_char(name)
+        if what is not None:
+            errors.append(FieldError("query", f"has a parameter name containing {what}"))
+            continue
+        why = text_error(value)
+        if why is not None:
+            errors.append(FieldError(name, why))
+    return errors
+
 
 async def read_json(request: Request) -> Any:
-    """The request body as JSON: 415 unless the content type is JSON, 400 when it does not parse."""
+    """The request body as JSON: 415 unless the content type is JSON, 400 when it does not
+    parse, nests too deeply, or holds text no field may hold (NUL, lone surrogates) — once
+    here, for every body, before any route reads it."""
     ctype = request.headers.get("content-type", "")
     mime = ctype.split(";", 1)[0].strip().lower()
     if mime != "application/json" and not (
@@ -25,9 +133,21 @@ async def read_json(request: Request) -> Any:
     if not raw.strip():
         raise ValidationFailed.of([FieldError("body", "a JSON body is required")])
     try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        body = parse_json_text(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, _Unreadable) as exc:
         raise ValidationFailed.of([FieldError("body", f"is not valid JSON: {exc}")]) from None
+    except ValueError:  # Python's limit on the digits of an integer
+        raise ValidationFailed.of(
+            [FieldError("body", "is not valid JSON: an integer has more than 4300 digits")]
+        ) from None
+    except RecursionError:
+        raise ValidationFailed.of(
+            [FieldError("body", f"is nested more than {MAX_JSON_DEPTH} levels deep")]
+        ) from None
+    errors = json_errors(body)
+    if errors:
+        raise ValidationFailed.of(errors)
+    return body
 
 
 def parse_uuid(value: str, name: str) -> uuid.UUID:

@@ -15,7 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.core.errors import DomainError, PayloadTooLarge
+from service.core.errors import DomainError, PayloadTooLarge, ValidationFailed
+from service.core.http import query_errors
 from service.core.problem import problem_body
 
 log = logging.getLogger("nvcf.access")
@@ -147,9 +148,15 @@ class RequestContextMiddleware:
 
         too_large = self._declared_too_large(scope)
         gone = [False]
+        # Checked once for every route, before any reads them: no parameter may carry a NUL
+        # or a lone surrogate (PostgreSQL refuses NUL in text; neither is valid in any field).
+        bad_query = query_errors(scope.get("query_string", b""))
         try:
             if too_large:
                 await self._reject_too_large(scope, send_wrapper, request_id)
+            elif bad_query:
+                refusal = ValidationFailed.of(bad_query, "query")
+                await self._send_problem(send_wrapper, refusal, scope, request_id)
             else:
                 await self.app(scope, self._limited(receive, gone), send_wrapper)
         except Exception as exc:

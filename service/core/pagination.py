@@ -7,7 +7,7 @@ import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import Select, and_, or_
@@ -17,7 +17,13 @@ from sqlalchemy.orm import InstrumentedAttribute
 from service.core.errors import FieldError, ValidationFailed
 
 MAX_LIMIT = 1000
+#: integer ids (compared with a cursor's id) are at most 64-bit, as in PostgreSQL's bigint
+_INT64 = range(-(2**63), 2**63)
 T = TypeVar("T")
+
+
+def _bad_cursor() -> ValidationFailed:
+    return ValidationFailed.of([FieldError("cursor", "is not a cursor returned by this service")])
 
 
 @dataclass(frozen=True)
@@ -32,14 +38,22 @@ def encode_cursor(created_at: datetime, ident: uuid.UUID) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    """The position a cursor names; 400 for anything this service did not write.
+
+    Cursors come from clients: besides garbage, a valid-looking one may carry a naive time (the
+    database layer refuses it), a time that overflows when moved to UTC, or deep JSON."""
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         data = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        return datetime.fromisoformat(data["t"]), uuid.UUID(data["i"])
-    except (ValueError, KeyError, TypeError):
-        raise ValidationFailed.of(
-            [FieldError("cursor", "is not a cursor returned by this service")]
-        ) from None
+        t, i = data["t"], data["i"]
+        if not isinstance(t, str) or not isinstance(i, str):
+            raise _bad_cursor()
+        created = datetime.fromisoformat(t)
+        if created.tzinfo is None:
+            raise _bad_cursor()
+        return created.astimezone(UTC), uuid.UUID(i)
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
+        raise _bad_cursor() from None
 
 
 def make_page(limit: int | None, cursor: str | None, default_limit: int = 100) -> Page:
@@ -62,6 +76,8 @@ async def keyset_page(
     if page.after is not None:
         t, i = page.after
         i_value = ident_from_cursor(i)
+        if isinstance(i_value, int) and i_value not in _INT64:
+            raise _bad_cursor()  # not an id this service hands out: would overflow the query
         stmt = stmt.where(or_(created > t, and_(created == t, ident > i_value)))
     stmt = stmt.order_by(created, ident)
     if page.limit is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -11,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
 from service.core.errors import (
+    MAX_LISTED_ERRORS,
     BadRequest,
     Conflict,
     DomainError,
@@ -27,6 +29,13 @@ from service.core.errors import (
 
 PROBLEM = "application/problem+json"
 log = logging.getLogger("nvcf.errors")
+
+#: longest `detail`, and longest `field`/`message` of one listed violation, in characters:
+#: messages may quote the offending value, which can be as large as the request
+MAX_DETAIL_CHARS = 4096
+MAX_FIELD_CHARS = 256
+MAX_MESSAGE_CHARS = 1024
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 #: status -> (type slug, title) for errors raised by the framework, not by this service
 _TITLES = {
@@ -46,6 +55,16 @@ _TITLES = {
 }
 
 
+def safe_text(text: str, limit: int) -> str:
+    """`text` as it can be sent: at most `limit` characters, any lone surrogate escaped (it
+    cannot be encoded as UTF-8, and an error must never fail to render)."""
+    if _SURROGATE.search(text):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text
+
+
 def _body(
     slug: str, title: str, status: int, detail: str, instance: str, request_id: str
 ) -> dict[str, Any]:
@@ -53,16 +72,29 @@ def _body(
         "type": f"urn:nvcf:problem-details:{slug}",
         "title": title,
         "status": status,
-        "detail": detail,
-        "instance": instance,
+        "detail": safe_text(detail, MAX_DETAIL_CHARS),
+        "instance": safe_text(instance, MAX_FIELD_CHARS * 4),
         "requestId": request_id,
     }
 
 
+def _violation(err: FieldError) -> dict[str, Any]:
+    out = err.as_dict()
+    out["field"] = safe_text(err.field, MAX_FIELD_CHARS)
+    out["message"] = safe_text(err.message, MAX_MESSAGE_CHARS)
+    if err.object is not None:
+        out["object"] = safe_text(err.object, MAX_FIELD_CHARS)
+    return out
+
+
 def problem_body(err: DomainError, instance: str, request_id: str) -> dict[str, Any]:
+    """The problem+json body; only the first MAX_LISTED_ERRORS violations are listed, the
+    number of the others is `errorsOmitted`."""
     body = _body(err.type_slug, err.title, err.status, err.detail, instance, request_id)
     if err.errors:
-        body["errors"] = [e.as_dict() for e in err.errors]
+        body["errors"] = [_violation(e) for e in err.errors[:MAX_LISTED_ERRORS]]
+        if len(err.errors) > MAX_LISTED_ERRORS:
+            body["errorsOmitted"] = len(err.errors) - MAX_LISTED_ERRORS
     return body
 
 

@@ -38,6 +38,7 @@ from service.core.errors import ServiceUnavailable
 from service.core.idempotency import IdempotentReplay
 from service.core.middleware import Metrics, RequestContextMiddleware
 from service.core.problem import install_problem_handlers
+from service.core.quotas import Quotas
 from service.core.ratelimit import RateLimiter
 from service.core.routing import mount_flat
 from service.core.settings import Settings
@@ -162,6 +163,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state = AppState()
     app.state.settings = settings
+    app.state.quotas = Quotas.from_settings(settings)
     if settings.rate_limit_per_second > 0:
         app.state.rate_limiter = RateLimiter(
             settings.rate_limit_per_second, settings.rate_limit_burst, settings.redis_url

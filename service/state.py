@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from service.clusters.catalog import Catalog
     from service.core.crypto import SecretBox
     from service.core.middleware import Metrics
+    from service.core.quotas import Quotas
     from service.core.ratelimit import RateLimiter
     from service.core.settings import Settings
     from service.deployments.reconcile import NamespaceCollector, Reconciler
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 class AppState(State):
     settings: Settings
+    quotas: Quotas
     authenticator: Authenticator
     metrics: Metrics
     engine: AsyncEngine

@@ -13,11 +13,12 @@ from sqlalchemy import select
 from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.models import ApiKey
-from service.auth.service import Principal, create_api_key
+from service.auth.service import Principal, count_api_keys, create_api_key, lock_account
 from service.core.durations import DurationError, parse_timedelta
 from service.core.errors import FieldError, Forbidden, NotFound, ValidationFailed
 from service.core.http import parse_uuid, read_json
 from service.core.schemas import CamelModel, Timestamp
+from service.state import app_state
 
 router = APIRouter(tags=["api-keys"])
 Admin = Annotated[Principal, Depends(require(scopes.ADMIN))]
@@ -101,6 +102,8 @@ async def create_key(request: Request, session: Session, principal: Admin) -> di
             detail=f"creating a key for another account requires the operator scope "
             f"'{scopes.ADMIN_ACCOUNTS}'"
         )
+    await lock_account(session, account)
+    app_state(request).quotas.api_keys.enforce(await count_api_keys(session, account))
     key, row = await create_api_key(
         session,
         account_id=account,

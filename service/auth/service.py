@@ -18,7 +18,9 @@ import httpx
 import jwt
 from cachetools import TTLCache
 from jwt.types import Options
-from sqlalchemy import select
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth.models import Account, ApiKey
@@ -74,6 +76,21 @@ async def ensure_account(session: AsyncSession, account_id: str) -> None:
     if await session.get(Account, account_id) is None:
         session.add(Account(id=account_id))
         await session.flush()
+
+
+async def lock_account(session: AsyncSession, account_id: str) -> None:
+    """Serialise the quota checks of one account: its row (created if missing, concurrently
+    safe) is locked until the transaction ends (`FOR UPDATE` on PostgreSQL; SQLite has a
+    single writer)."""
+    dialect = session.get_bind().dialect.name
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    await session.execute(insert(Account).values(id=account_id).on_conflict_do_nothing())
+    await session.execute(select(Account.id).where(Account.id == account_id).with_for_update())
+
+
+async def count_api_keys(session: AsyncSession, account_id: str) -> int:
+    stmt = select(func.count()).select_from(ApiKey).where(ApiKey.account_id == account_id)
+    return int((await session.execute(stmt)).scalar_one())
 
 
 async def create_api_key(

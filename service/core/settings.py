@@ -45,6 +45,13 @@ class Settings(BaseSettings):
     chart_cache_max_bytes: int = Field(default=2 * 1024 * 1024 * 1024, gt=0)
     chart_fetch_timeout: float = Field(default=30.0, gt=0)
     default_kube_version: str = Field(default="1.30.0", pattern=r"^v?\d+\.\d+(\.\d+)?$")
+    # Per-account quotas (service/core/quotas.py); instances count maxInstances of live
+    # deployments.
+    quota_functions: int = Field(default=1000, ge=1)
+    quota_versions_per_function: int = Field(default=100, ge=1)
+    quota_instances: int = Field(default=1000, ge=1)
+    quota_registry_credentials: int = Field(default=50, ge=1)
+    quota_api_keys: int = Field(default=100, ge=1)
     # Per-account API rate limit: `rate_limit_burst` requests at once, `rate_limit_per_second`
     # on average (0 disables); counters in Redis when `redis_url` is set (shared by replicas).
     rate_limit_per_second: float = Field(default=100.0, ge=0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated
 
@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 
 from service.auth import scopes
 from service.auth.deps import Session, require
-from service.auth.service import Principal
+from service.auth.service import Principal, lock_account
 from service.charts.pipeline import DEFAULT_INFERENCE_PORT, ChartFieldError
 from service.core.errors import (
     BadRequest,
@@ -36,6 +36,7 @@ from service.core.pagination import MAX_LIMIT, make_page
 from service.deployments import service
 from service.deployments.models import Deployment, DeploymentDesired
 from service.deployments.schemas import (
+    SPECS,
     DeploymentCreate,
     DeploymentEnvelope,
     DeploymentList,
@@ -47,7 +48,10 @@ from service.deployments.schemas import (
     inline_body_doc,
 )
 from service.deployments.validation import (
+    ScalingChange,
+    StoredSpec,
     ValidatedSpec,
+    stored_capacity_errors,
     validate_create,
     validate_patch,
     validate_update,
@@ -188,6 +192,7 @@ async def create_deployment(
     async with _version_lock(vid):
         version = await service.lock_version(session, principal.account_id, fid, vid)
         _check_deployable(version, await service.live_deployment(session, vid))
+        await _instances_quota(request, session, principal, [], [s.max_instances for s in specs])
         try:
             deployment = await service.create_deployment(
                 session, version=version, specs=objects, feature_flags=flags
@@ -200,6 +205,49 @@ async def create_deployment(
         # Commit inside the lock so the next deploy of this version sees this one.
         await session.commit()
     return DeploymentEnvelope(deployment=await service.deployment_view(session, deployment))
+
+
+async def _instances_quota(
+    request: Request,
+    session: Session,
+    principal: Principal,
+    replaced: Sequence[StoredSpec],
+    new_max: Sequence[int],
+) -> None:
+    """The account's instances quota (maxInstances of its live deployments), when a change
+    adds instances; `replaced` specifications are counted with their new values."""
+    if sum(new_max) <= sum(s.max_instances for s in replaced):
+        return
+    await lock_account(session, principal.account_id)
+    used = await service.deployed_instances(
+        session, principal.account_id, excluding=[s.id for s in replaced]
+    )
+    app_state(request).quotas.instances.enforce(used, sum(new_max))
+
+
+async def _check_scaling(
+    request: Request,
+    session: Session,
+    principal: Principal,
+    stored: Sequence[StoredSpec],
+    changes: Sequence[ScalingChange],
+    body_list: str | None,
+) -> None:
+    """New scaling values within what the clusters could hold, and within the quota."""
+    catalog = app_state(request).catalog
+    by_id = {s.id: s for s in stored}
+    errors: list[FieldError] = []
+    for i, change in enumerate(changes):
+        path = f"{body_list}[{i}]" if body_list else ""
+        errors += stored_capacity_errors(catalog, by_id[change.spec_id], change, path)
+    if errors:
+        raise ValidationFailed.of(errors)
+    replaced = [by_id[c.spec_id] for c in changes]
+    new_max = [
+        c.max_instances if c.max_instances is not None else by_id[c.spec_id].max_instances
+        for c in changes
+    ]
+    await _instances_quota(request, session, principal, replaced, new_max)
 
 
 @router.get(
@@ -234,7 +282,9 @@ async def update_deployment(
     fid, vid = _ids(functionId, functionVersionId)
     body = await read_json(request)
     deployment = await service.get_version_deployment(session, principal.account_id, fid, vid)
-    changes = validate_update(body, [service.stored_spec(s) for s in deployment.specs])
+    stored = [service.stored_spec(s) for s in deployment.specs]
+    changes = validate_update(body, stored)
+    await _check_scaling(request, session, principal, stored, changes, SPECS)
     version = await service.lock_version(session, principal.account_id, fid, vid)
     if await service.apply_scaling(session, deployment, changes, version):
         service.wake_reconciler(session, request.app)
@@ -348,7 +398,9 @@ async def patch_gpu_specification(
         raise BadRequest(
             detail=f"deployment {did} is being deleted; its GPU specifications cannot change"
         )
-    change = validate_patch(body, service.stored_spec(spec))
+    stored = service.stored_spec(spec)
+    change = validate_patch(body, stored)
+    await _check_scaling(request, session, principal, [stored], [change], None)
     version = await service.lock_version(
         session, principal.account_id, deployment.function_id, deployment.version_id
     )

@@ -173,6 +173,8 @@ class EventList(CamelModel):
 
 SPECS = "deploymentSpecifications"
 MAX_REQUEST_CONCURRENCY = 16384
+#: instances of one GPU specification at most (also bounded by what its clusters can hold)
+MAX_INSTANCES = 1000
 MAX_PREFERRED_ORDER = 99
 POLICY_NAMES = ("Default", "Unrestricted")
 
@@ -296,8 +298,8 @@ class GpuSpecificationIn(RequestModel):
         default=None, examples=[["NVLinkOptimized"]], description=_CATALOG
     )
     availability_zones: SkipValidation[list[str] | None] = Field(default=None, description=_CATALOG)
-    min_instances: Annotated[int, Count(0, required=True)]
-    max_instances: Annotated[int, Count(1, required=True)]
+    min_instances: Annotated[int, Count(0, MAX_INSTANCES, required=True)]
+    max_instances: Annotated[int, Count(1, MAX_INSTANCES, required=True)]
     max_request_concurrency: Annotated[int, Count(1, MAX_REQUEST_CONCURRENCY, default=1)] = 1
     preferred_order: Annotated[int, Count(1, MAX_PREFERRED_ORDER, default=1)] = 1
     configuration: Annotated[dict[str, Any], Check(_object_of_values, before=True)] | None = Field(
@@ -325,8 +327,8 @@ class GpuSpecificationUpdate(RequestModel):
     """A specification of a PUT body: only the scaling fields are read (the others may be
     repeated but not changed)."""
 
-    min_instances: Annotated[int | None, Count(0)] = None
-    max_instances: Annotated[int | None, Count(1)] = None
+    min_instances: Annotated[int | None, Count(0, MAX_INSTANCES)] = None
+    max_instances: Annotated[int | None, Count(1, MAX_INSTANCES)] = None
     max_request_concurrency: Annotated[int | None, Count(1, MAX_REQUEST_CONCURRENCY)] = None
 
 
@@ -341,8 +343,8 @@ class DeploymentUpdate(RequestModel):
 class GpuSpecificationPatch(RequestModel):
     """Body of `PATCH /deployments/{id}/gpu-specifications/{gpuSpecificationId}`."""
 
-    min_instances: Annotated[int | None, Count(0)] = None
-    max_instances: Annotated[int | None, Count(1)] = None
+    min_instances: Annotated[int | None, Count(0, MAX_INSTANCES)] = None
+    max_instances: Annotated[int | None, Count(1, MAX_INSTANCES)] = None
 
 
 def inline_body_doc(model: type[BaseModel]) -> dict[str, Any]:

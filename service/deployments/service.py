@@ -351,7 +351,27 @@ def stored_spec(spec: DeploymentSpec) -> StoredSpec:
             "configuration": spec.configuration,
             "helmValidationPolicy": spec.helm_validation_policy,
         },
+        candidate_clusters=tuple(str(c) for c in spec.candidate_clusters or ()),
     )
+
+
+async def deployed_instances(
+    session: AsyncSession, account_id: str, *, excluding: Iterable[uuid.UUID] = ()
+) -> int:
+    """maxInstances summed over the account's live deployments (the instances quota), leaving
+    out the specifications `excluding`."""
+    stmt = (
+        select(func.coalesce(func.sum(DeploymentSpec.max_instances), 0))
+        .join(Deployment, Deployment.id == DeploymentSpec.deployment_id)
+        .where(
+            Deployment.account_id == account_id,
+            Deployment.desired == DeploymentDesired.DEPLOYED,
+        )
+    )
+    skip = list(excluding)
+    if skip:
+        stmt = stmt.where(DeploymentSpec.id.not_in(skip))
+    return int((await session.execute(stmt)).scalar_one())
 
 
 async def running_counts(session: AsyncSession, deployment_id: uuid.UUID) -> dict[uuid.UUID, int]:

@@ -22,8 +22,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from service.charts.policy import ValidationPolicy
-from service.clusters.catalog import Catalog, ResolvedTarget, TargetRequest, resolve
-from service.clusters.instance_types import InstanceTypeError, parse_instance_type
+from service.clusters.catalog import Catalog, Cluster, ResolvedTarget, TargetRequest, resolve
+from service.clusters.instance_types import InstanceType, InstanceTypeError, parse_instance_type
 from service.core.errors import FieldError, ValidationFailed
 from service.core.validation import failed, parse
 from service.deployments.schemas import (
@@ -110,6 +110,43 @@ def _min_max(path: str, min_instances: Any, max_instances: Any) -> list[FieldErr
     return []
 
 
+def capacity_errors(
+    path: str,
+    instance_type: InstanceType,
+    clusters: Sequence[Cluster],
+    min_instances: Any,
+    max_instances: Any,
+) -> list[FieldError]:
+    """minInstances/maxInstances beyond what the candidate clusters could ever hold (every
+    node free) can never be met: refused, naming the room there is."""
+    room = sum(c.capacity(instance_type) for c in clusters)
+    names = ", ".join(c.name for c in clusters) or "none"
+    prefix = f"{path}." if path else ""
+    return [
+        FieldError(
+            f"{prefix}{field}",
+            f"must be at most {room}: the candidate clusters ({names}) hold at most {room} "
+            f"instances of {instance_type.name}, got {value}",
+        )
+        for field, value in (("minInstances", min_instances), ("maxInstances", max_instances))
+        if isinstance(value, int) and not isinstance(value, bool) and value > room
+    ]
+
+
+def stored_capacity_errors(
+    catalog: Catalog, spec: StoredSpec, change: ScalingChange, path: str = ""
+) -> list[FieldError]:
+    """`capacity_errors` for new scaling values of a stored specification."""
+    try:
+        instance_type = parse_instance_type(str(spec.fixed.get("instanceType")))
+    except InstanceTypeError:
+        return []
+    clusters = [c for n in spec.candidate_clusters if (c := catalog.cluster(n)) is not None]
+    return capacity_errors(
+        path, instance_type, clusters, change.min_instances, change.max_instances
+    )
+
+
 def _scaling_ok(path: str, bad: set[str]) -> bool:
     return not any(f"{path}.{key}" in bad for key in SCALING_FIELDS)
 
@@ -152,6 +189,14 @@ def validate_create(body: Any, *, catalog: Catalog, is_helm: bool) -> list[Valid
             errors.extend(resolved)
         else:
             targets.append(resolved)
+            if _scaling_ok(path, bad):
+                errors += capacity_errors(
+                    path,
+                    resolved.instance_type,
+                    resolved.clusters,
+                    spec.get("minInstances"),
+                    spec.get("maxInstances"),
+                )
     if errors:
         raise ValidationFailed.of(errors, what="deployment")
     assert model is not None
@@ -191,6 +236,7 @@ class StoredSpec:
     max_instances: int
     max_request_concurrency: int
     fixed: Mapping[str, Any]
+    candidate_clusters: tuple[str, ...] = ()
 
 
 def _same(key: str, stored: Any, given: Any) -> bool:

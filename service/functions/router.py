@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from service.auth import scopes
 from service.auth.deps import Session, idempotency, require
-from service.auth.service import Principal
+from service.auth.service import Principal, lock_account
 from service.core.crypto import SecretBox
 from service.core.http import json_body_doc, parse_uuid, parse_uuids, read_json
 from service.core.idempotency import Recorder
@@ -79,6 +79,13 @@ async def _create(
     if spec.helm_chart is not None:
         pipeline = app_state(request).chart_pipeline
         chart_digest, findings = await pipeline.validate_for_create(session, principal, spec)
+    quotas = app_state(request).quotas
+    await lock_account(session, principal.account_id)
+    if function_id is None:
+        quotas.functions.enforce(await service.count_functions(session, principal.account_id))
+    else:
+        await service.get_function(session, principal.account_id, function_id)
+        quotas.versions_per_function.enforce(await service.count_versions(session, function_id))
     version = await service.create_version(
         session,
         account_id=principal.account_id,

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.crypto import SecretBox
@@ -92,6 +92,20 @@ async def create_version(
     session.add_all(VersionTag(version_id=version.id, tag=t) for t in spec.tags)
     await session.flush()
     return version
+
+
+async def count_functions(session: AsyncSession, account_id: str) -> int:
+    stmt = select(func.count()).select_from(Function).where(Function.account_id == account_id)
+    return int((await session.execute(stmt)).scalar_one())
+
+
+async def count_versions(session: AsyncSession, function_id: uuid.UUID) -> int:
+    stmt = (
+        select(func.count())
+        .select_from(FunctionVersion)
+        .where(FunctionVersion.function_id == function_id)
+    )
+    return int((await session.execute(stmt)).scalar_one())
 
 
 async def get_function(session: AsyncSession, account_id: str, function_id: uuid.UUID) -> Function:

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from service.auth import scopes
 from service.auth.deps import Session, idempotency, require
-from service.auth.service import Principal
+from service.auth.service import Principal, lock_account
 from service.core.crypto import SecretBox
 from service.core.http import parse_uuid, read_json
 from service.core.idempotency import Recorder
@@ -25,6 +25,7 @@ from service.registry.schemas import (
     RegistryCredentialUpdate,
     body_doc,
 )
+from service.state import app_state
 
 router = APIRouter(tags=["registry credentials"])
 
@@ -50,6 +51,10 @@ async def create_registry_credential(
     request: Request, session: Session, principal: Manager, idem: Idem
 ) -> dict[str, Any]:
     spec = service.validate_create(await read_json(request))
+    await lock_account(session, principal.account_id)
+    app_state(request).quotas.registry_credentials.enforce(
+        await service.count_credentials(session, principal.account_id)
+    )
     cred = await service.create_credential(
         session, account_id=principal.account_id, spec=spec, box=_box(request)
     )

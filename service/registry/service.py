@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -355,6 +355,15 @@ async def _flush_unique(session: AsyncSession, host: str, username: str) -> None
         # A concurrent request stored the same (host, username) first; the request's
         # transaction is rolled back by the error.
         raise _conflict(host, username, None) from None
+
+
+async def count_credentials(session: AsyncSession, account_id: str) -> int:
+    stmt = (
+        select(func.count())
+        .select_from(RegistryCredential)
+        .where(RegistryCredential.account_id == account_id)
+    )
+    return int((await session.execute(stmt)).scalar_one())
 
 
 async def create_credential(

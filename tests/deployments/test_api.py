@@ -550,10 +550,20 @@ async def test_patch_gpu_specification(api: AppClient) -> None:
     dep = await deploy(api, fn)
     spec_id = dep["deploymentSpecifications"][0]["gpuSpecificationId"]
     url = f"{V}/deployments/{dep['deploymentId']}/gpu-specifications/{spec_id}"
+    # sim-dgxc holds at most 4 L40 instances: 5 could never run
     resp = await api.patch(url, json={"maxInstances": 5})
+    assert resp.status_code == 400
+    assert resp.json()["errors"] == [
+        {
+            "field": "maxInstances",
+            "message": "must be at most 4: the candidate clusters (sim-dgxc) hold at most 4 "
+            "instances of DGXC.GPU.L40_1x, got 5",
+        }
+    ]
+    resp = await api.patch(url, json={"maxInstances": 4})
     assert resp.status_code == 200, resp.text
     spec = resp.json()["gpuSpecification"]
-    assert (spec["minInstances"], spec["maxInstances"]) == (1, 5)
+    assert (spec["minInstances"], spec["maxInstances"]) == (1, 4)
     assert spec["gpuSpecificationId"] == spec_id
 
     assert (await api.patch(url, json={})).status_code == 400

@@ -46,10 +46,13 @@ def test_defaults_and_resolution() -> None:
     [
         ({"gpu": None}, "gpu", "is required"),
         ({"minInstances": None}, "minInstances", "is required"),
-        ({"minInstances": -1}, "minInstances", "≥ 0"),
+        ({"minInstances": -1}, "minInstances", "from 0 to 1000, got -1"),
         ({"minInstances": True}, "minInstances", "an integer"),
         ({"maxInstances": None}, "maxInstances", "is required"),
-        ({"maxInstances": 0}, "maxInstances", "≥ 1"),
+        ({"maxInstances": 0}, "maxInstances", "from 1 to 1000, got 0"),
+        ({"maxInstances": 2**31}, "maxInstances", "from 1 to 1000, got 2147483648"),
+        ({"minInstances": 2**63}, "minInstances", "from 0 to 1000, got 9223372036854775808"),
+        ({"maxInstances": 5}, "maxInstances", "at most 4: the candidate clusters (sim-dgxc)"),
         ({"minInstances": 3}, "maxInstances", "≥ minInstances (3)"),
         ({"maxRequestConcurrency": 0}, "maxRequestConcurrency", "1 to 16384"),
         ({"maxRequestConcurrency": 16385}, "maxRequestConcurrency", "1 to 16384"),
@@ -132,7 +135,8 @@ def test_helm_only_fields() -> None:
 
 
 def test_multi_node_only_for_helm() -> None:
-    multi = {**OK, "gpu": "B200", "instanceType": "ON-PREM.GPU.B200_8x.x2"}
+    # sim-onprem has two B200 nodes: room for one two-node instance
+    multi = {**OK, "gpu": "B200", "instanceType": "ON-PREM.GPU.B200_8x.x2", "maxInstances": 1}
     assert "multi-node" in errors_of(specs(multi))["deploymentSpecifications[0].instanceType"]
     (spec,) = validate_create(specs(multi), catalog=CATALOG, is_helm=True)
     assert spec.target.instance_type.nodes == 2

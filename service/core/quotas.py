@@ -1,0 +1,70 @@
+"""Per-account quotas (like NVCF's per-account limits): how many functions, versions per
+function, instances across deployments, registry credentials and API keys an account may
+have. Each domain counts its own rows and calls `enforce`; a refusal is a 400 problem+json
+naming the quota and the setting that raises it, and changes nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.core.errors import DomainError, FieldError
+from service.core.settings import Settings
+
+
+class QuotaExceeded(DomainError):
+    status = 400
+    type_slug = "quota-exceeded"
+    title = "Quota Exceeded"
+
+
+@dataclass(frozen=True)
+class Quota:
+    name: str  # e.g. "functions"
+    limit: int
+    what: str  # what is counted, plural
+
+    @property
+    def setting(self) -> str:
+        return f"NVCF_QUOTA_{self.name.upper()}"
+
+    def enforce(self, used: int, adding: int = 1) -> None:
+        """Refuse when `used + adding` would pass the limit."""
+        if used + adding <= self.limit:
+            return
+        message = (
+            f"the account has {used} {self.what} and may have at most {self.limit}; "
+            f"this request would add {adding} (raise {self.setting})"
+        )
+        raise QuotaExceeded(
+            detail=f"quota '{self.name}' exceeded: {message}",
+            errors=[FieldError(f"quota.{self.name}", message)],
+        )
+
+
+@dataclass(frozen=True)
+class Quotas:
+    functions: Quota
+    versions_per_function: Quota
+    instances: Quota
+    registry_credentials: Quota
+    api_keys: Quota
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Quotas:
+        return cls(
+            functions=Quota("functions", settings.quota_functions, "functions"),
+            versions_per_function=Quota(
+                "versions_per_function",
+                settings.quota_versions_per_function,
+                "versions of this function",
+            ),
+            instances=Quota(
+                "instances", settings.quota_instances, "instances (maxInstances) deployed"
+            ),
+            registry_credentials=Quota(
+                "registry_credentials",
+                settings.quota_registry_credentials,
+                "registry credentials",
+            ),
+            api_keys=Quota("api_keys", settings.quota_api_keys, "API keys"),
+        )

@@ -146,6 +146,9 @@ class PinnedHTTPConnection(HTTPConnection):
     def _new_conn(self) -> socket.socket:
         return _connect(self, self._book)
 
+    def __str__(self) -> str:  # named as urllib3 names it in errors, which callers quote
+        return f"HTTPConnection(host={self.host!r}, port={self.port!r})"
+
 
 class PinnedHTTPSConnection(HTTPSConnection):
     """Connects to a pinned address; SNI and the certificate check use the host name."""
@@ -156,6 +159,9 @@ class PinnedHTTPSConnection(HTTPSConnection):
 
     def _new_conn(self) -> socket.socket:
         return _connect(self, self._book)
+
+    def __str__(self) -> str:
+        return f"HTTPSConnection(host={self.host!r}, port={self.port!r})"
 
 
 class _PinnedPoolManager(PoolManager):

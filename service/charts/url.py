@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from service.charts import netguard
-from service.charts.netguard import forbidden_reason
+from service.charts.netguard import forbidden_reason as forbidden_reason
 from service.core.errors import BadGateway, BadRequest, FieldError
 from service.core.validation import DNS_LABEL_RE
 

@@ -20,12 +20,13 @@ from urllib.parse import urljoin, urlsplit
 
 import oras.provider
 import requests
-import requests.adapters
 from urllib3.exceptions import MaxRetryError
 
+from service.charts import netguard
 from service.charts.archive import DEFAULT_MAX_FILES, check_archive
 from service.charts.cache import DIGEST_RE, ChartCache, ManifestEntry
-from service.charts.url import ChartRef, check_host, forbidden_reason, redact_url
+from service.charts.netguard import PinnedAdapter, forbidden_reason, host_key
+from service.charts.url import ChartRef, check_host, redact_url
 from service.core.errors import BadGateway, BadRequest, FieldError
 
 log = logging.getLogger(__name__)
@@ -99,12 +100,13 @@ def _upstream_errors(response: requests.Response) -> str:
     return f": {text[:_MAX_UPSTREAM_TEXT]}" if text else ""
 
 
-class _GuardedAdapter(requests.adapters.HTTPAdapter):
+class _GuardedAdapter(PinnedAdapter):
     """Applies the timeout and the SSRF/plain-HTTP policy to every request, including token
-    realms on other hosts and each redirect hop."""
+    realms on other hosts and each redirect hop, and connects only to the addresses the policy
+    checked and pinned."""
 
     def __init__(self, policy: _HostPolicy, timeout: float) -> None:
-        super().__init__(max_retries=0)
+        super().__init__(policy, max_retries=0)
         self._policy = policy
         self._timeout = timeout
 
@@ -117,15 +119,23 @@ class _GuardedAdapter(requests.adapters.HTTPAdapter):
         return super().send(request, **kwargs)
 
 
+def _default_port(scheme: str) -> int:
+    return 80 if scheme == "http" else 443
+
+
 @dataclass
 class _HostPolicy:
-    """Which hosts and schemes a pull may contact; the chart's own host was checked already."""
+    """Which hosts and schemes a pull may contact, and the checked addresses of each host.
+
+    Each host is resolved once per pull (the chart's own host by `check_host` already); its
+    addresses are checked and pinned, and connections go only to pinned addresses.
+    """
 
     registry_host: str
     allowlist: Collection[str]
     insecure: Collection[str]
     source: str
-    _checked: set[str] = field(default_factory=set)
+    _pins: dict[tuple[str, int], list[str]] = field(default_factory=dict)
 
     def _listed(self, host: str, hosts: Collection[str]) -> bool:
         hostname = urlsplit(f"//{host}").hostname or host
@@ -134,6 +144,32 @@ class _HostPolicy:
 
     def scheme_for(self, host: str) -> str:
         return "http" if self._listed(host, self.insecure) else "https"
+
+    def pin(self, ref: ChartRef, addresses: Sequence[str]) -> None:
+        """Pin the chart host's addresses that `check_host` resolved and checked."""
+        if addresses:
+            port = ref.port or _default_port(self.scheme_for(ref.host))
+            self._pins[host_key(ref.hostname, port)] = list(addresses)
+
+    def pinned(self, hostname: str, port: int) -> Sequence[str]:
+        """The checked addresses of a host (netguard.AddressBook); every request passes
+        `check_url` first, so an unpinned host here is refused rather than looked up."""
+        addresses = self._pins.get(host_key(hostname, port))
+        if not addresses:
+            raise BadGateway(
+                detail=f"Refused to contact {hostname}:{port} while pulling chart "
+                f"{self.source}: its address was not checked."
+            )
+        return addresses
+
+    def _refusal(self, host: str) -> BadGateway:
+        # The same text whatever the address and whatever listens there: no connection is
+        # attempted, and neither the address nor the port state shows (no scan oracle).
+        return BadGateway(
+            detail=f"Refused to contact {host} (named by registry {self.registry_host}) while "
+            f"pulling chart {self.source}: it resolves to a non-public address; allow it "
+            "with NVCF_REGISTRY_ALLOWLIST."
+        )
 
     def check_url(self, url: str) -> None:
         parts = urlsplit(url)
@@ -146,27 +182,28 @@ class _HostPolicy:
                 f"{self.source}: plain HTTP is only used for registries listed in "
                 "NVCF_INSECURE_REGISTRIES."
             )
-        if host == self.registry_host or host in self._checked:
+        hostname = parts.hostname or host
+        port = parts.port or _default_port(parts.scheme)
+        key = host_key(hostname, port)
+        if key in self._pins:
             return
-        if not self._listed(host, self.allowlist):
-            hostname = parts.hostname or host
-            try:
-                infos = socket.getaddrinfo(hostname, parts.port or 443, type=socket.SOCK_STREAM)
-            except socket.gaierror as exc:
-                raise BadGateway(
-                    detail=f"Could not resolve {host} (named by registry {self.registry_host}) "
-                    f"while pulling chart {self.source}: {exc.strerror or exc}."
-                ) from None
-            for info in infos:
-                address = str(info[4][0])
-                reason = forbidden_reason(address)
-                if reason is not None:
-                    raise BadGateway(
-                        detail=f"Registry {self.registry_host} sent the client to {host}, which "
-                        f"resolves to the {reason} address {address}; refused while pulling "
-                        f"chart {self.source}."
-                    )
-        self._checked.add(host)
+        try:
+            addresses = netguard.resolve(hostname, port)
+        except socket.gaierror as exc:
+            raise BadGateway(
+                detail=f"Could not resolve {host} (named by registry {self.registry_host}) "
+                f"while pulling chart {self.source}: {exc.strerror or exc}."
+            ) from None
+        if not addresses:
+            raise BadGateway(
+                detail=f"Could not resolve {host} (named by registry {self.registry_host}) "
+                f"while pulling chart {self.source}: no address."
+            )
+        if not self._listed(host, self.allowlist) and any(
+            forbidden_reason(address) is not None for address in addresses
+        ):
+            raise self._refusal(host)
+        self._pins[key] = addresses
 
     def redirect_hook(self, response: requests.Response, *args: Any, **kwargs: Any) -> None:
         if not response.is_redirect:
@@ -537,8 +574,10 @@ class ChartFetcher:
         entry, path = hit
         return FetchedChart(ref, digest, path, entry.size, entry.layer_digest, cached=True)
 
-    def _policy(self, ref: ChartRef) -> _HostPolicy:
-        return _HostPolicy(ref.host, self.allowlist, self.insecure, redact_url(ref.url))
+    def _policy(self, ref: ChartRef, addresses: Sequence[str]) -> _HostPolicy:
+        policy = _HostPolicy(ref.host, self.allowlist, self.insecure, redact_url(ref.url))
+        policy.pin(ref, addresses)
+        return policy
 
     async def fetch(
         self,
@@ -558,18 +597,22 @@ class ChartFetcher:
             hit = await self.cached(ref, digest)
             if hit is not None:
                 return hit
-        await check_host(ref, self.allowlist)
+        policy = self._policy(ref, await check_host(ref, self.allowlist))
         if ref.scheme == "https":
-            return await self._fetch_https(ref, credentials, digest)
-        return await self._fetch_oci(ref, credentials, digest)
+            return await self._fetch_https(ref, credentials, digest, policy)
+        return await self._fetch_oci(ref, credentials, digest, policy)
 
     async def _fetch_oci(
-        self, ref: ChartRef, credentials: Sequence[RegistryCredential], pinned: str | None
+        self,
+        ref: ChartRef,
+        credentials: Sequence[RegistryCredential],
+        pinned: str | None,
+        policy: _HostPolicy,
     ) -> FetchedChart:
         source = redact_url(ref.url)
         if len(self._schemes) > _MAX_REMEMBERED_HOSTS:
             self._schemes.clear()
-        pull = _OciPull(ref, credentials, self._policy(ref), self.timeout, self._schemes)
+        pull = _OciPull(ref, credentials, policy, self.timeout, self._schemes)
         body, manifest_digest = await asyncio.to_thread(pull.manifest, pinned or ref.version)
         if pinned is not None and manifest_digest != pinned:
             raise BadGateway(
@@ -611,9 +654,12 @@ class ChartFetcher:
             tmp.unlink(missing_ok=True)
 
     async def _fetch_https(
-        self, ref: ChartRef, credentials: Sequence[RegistryCredential], pinned: str | None
+        self,
+        ref: ChartRef,
+        credentials: Sequence[RegistryCredential],
+        pinned: str | None,
+        policy: _HostPolicy,
     ) -> FetchedChart:
-        policy = self._policy(ref)
         digest, size = await asyncio.to_thread(
             self._download_https, ref, credentials, policy, pinned
         )

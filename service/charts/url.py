@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from service.charts import netguard
+from service.charts.netguard import forbidden_reason as forbidden_reason
 from service.core.errors import BadGateway, BadRequest, FieldError
 from service.core.validation import DNS_LABEL_RE
 
@@ -278,8 +280,6 @@ def parse_chart_url(url: str) -> ChartRef:
 
 # --- SSRF guard -------------------------------------------------------------------------------
 
-_CGNAT = ipaddress.IPv4Network("100.64.0.0/10")
-
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 
 
@@ -289,34 +289,9 @@ def host_listed(ref: ChartRef, hosts: Collection[str]) -> bool:
     return ref.host in listed or ref.hostname in listed or f"[{ref.hostname}]" in listed
 
 
-def forbidden_reason(address: str) -> str | None:
-    """Why an address must not be contacted, or None when it is a public address."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if ip.is_unspecified:
-        return "unspecified"
-    if ip.is_loopback:
-        return "loopback"
-    if ip.is_link_local:
-        return "link-local"
-    if isinstance(ip, ipaddress.IPv4Address) and ip in _CGNAT:
-        return "carrier-grade NAT (100.64.0.0/10)"
-    if ip.is_multicast:
-        return "multicast"
-    if ip.is_private:
-        return "private"
-    if ip.is_reserved:
-        return "reserved"
-    if not ip.is_global:
-        return "non-public"
-    return None
-
-
 async def _system_resolver(hostname: str, port: int) -> list[str]:
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(hostname, port, type=socket.SOCK_STREAM)
-    return [str(info[4][0]) for info in infos]
+    # looked up on each call, so that substituting netguard.resolve covers this lookup too
+    return await asyncio.to_thread(netguard.resolve, hostname, port)
 
 
 async def check_host(
@@ -327,7 +302,8 @@ async def check_host(
 ) -> list[str]:
     """Refuse hosts resolving to non-public addresses unless allow-listed.
 
-    Returns the resolved addresses (empty for allow-listed hosts, which are not resolved).
+    Returns the resolved addresses (empty for allow-listed hosts, which are not resolved); the
+    fetcher connects to exactly these, never resolving the name again (DNS rebinding).
     """
     if host_listed(ref, allowlist):
         return []

@@ -49,6 +49,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from service.app import create_app
     from service.clusters.catalog import CatalogError, load_catalog
+    from service.core.middleware import BodyDeadlineMiddleware
+    from service.core.server import (
+        ConnectionLimits,
+        bounded_protocol,
+        connection_cap,
+        soft_fd_limit,
+    )
 
     settings = _settings()
     _configure_logging(settings)
@@ -58,8 +65,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"nvcf-server: {exc}", file=sys.stderr)
         return 2
     app = create_app(settings)
+    limits = ConnectionLimits(
+        header_timeout=settings.http_header_timeout,
+        body_timeout=settings.http_body_timeout,
+        keepalive_timeout=settings.http_keepalive_timeout,
+        max_connections=connection_cap(settings.http_max_connections, soft_fd_limit()),
+    )
+    if limits.max_connections < settings.http_max_connections:
+        print(
+            f"nvcf-server: at most {limits.max_connections} connections at once "
+            f"(NVCF_HTTP_MAX_CONNECTIONS={settings.http_max_connections} does not fit the "
+            "open-file limit)",
+            file=sys.stderr,
+        )
     print(f"nvcf-server: serving on http://{args.host}:{args.port}", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    uvicorn.run(
+        BodyDeadlineMiddleware(app, timeout=settings.http_body_timeout),
+        host=args.host,
+        port=args.port,
+        http=bounded_protocol(limits),
+        log_level="warning",
+        access_log=False,
+    )
     return 0
 
 

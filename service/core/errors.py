@@ -99,6 +99,12 @@ class MethodNotAllowed(DomainError):
     title = "Method Not Allowed"
 
 
+class RequestTimeout(DomainError):
+    status = 408
+    type_slug = "request-timeout"
+    title = "Request Timeout"
+
+
 class Conflict(DomainError):
     status = 409
     type_slug = "conflict"

@@ -1,10 +1,12 @@
-"""Pure-ASGI middleware: request id, body-size limit, Prometheus metrics, one log line per request.
+"""Pure-ASGI middleware: request id, body-size limit, Prometheus metrics, one log line per request;
+the request-body deadline.
 
 Written against ASGI directly (not BaseHTTPMiddleware) to keep per-request overhead small.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -15,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.core.errors import DomainError, PayloadTooLarge, ValidationFailed
+from service.core.errors import DomainError, PayloadTooLarge, RequestTimeout, ValidationFailed
 from service.core.http import query_errors
 from service.core.problem import problem_body
 
@@ -166,6 +168,10 @@ class RequestContextMiddleware:
                     status_holder[0] = CLIENT_CLOSED
                 log.info("client disconnected during %s %s", scope["method"], scope.get("path"))
                 return
+            if isinstance(exc, RequestTimeout) and not started[0]:
+                # A late body read outside a route: answered like one read in a route.
+                await self._send_problem(send_wrapper, exc, scope, request_id)
+                return
             log_errors.exception("unhandled error on %s %s", scope["method"], scope.get("path"))
             if started[0]:
                 raise
@@ -259,3 +265,45 @@ class RequestContextMiddleware:
                 fields["account"],
                 request_id,
             )
+
+
+class BodyDeadlineMiddleware:
+    """A request's body must have arrived within `timeout` seconds of its head.
+
+    A read of the body that would wait past the deadline raises `RequestTimeout` instead: a
+    408 problem+json with `Connection: close` (the rest of the body is never read). Reads after
+    the body is complete (a streaming response listening for the disconnect) wait as long as
+    they like. The server protocol (service/core/server.py) closes a connection whose body is
+    late and is read by nobody.
+    """
+
+    def __init__(self, app: ASGIApp, *, timeout: float) -> None:
+        self.app = app
+        self.timeout = timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        complete = False
+        timeout = self.timeout
+
+        async def wrapped() -> Message:
+            nonlocal complete
+            if complete:
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise RequestTimeout(
+                    detail=f"the request body did not arrive within {timeout:g} s",
+                    headers={"Connection": "close"},
+                ) from None
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                complete = True
+            return message
+
+        await self.app(scope, wrapped, send)

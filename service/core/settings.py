@@ -82,6 +82,15 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     auto_migrate: bool = True
     max_body_bytes: int = Field(default=1024 * 1024, gt=0)
+    # Connection bounds (service/core/server.py), in seconds: a request head must arrive within
+    # `http_header_timeout` of its first byte (or of the connection opening), its body within
+    # `http_body_timeout` of the head; an idle kept-alive connection closes after
+    # `http_keepalive_timeout`; at most `http_max_connections` are open at once (fewer when the
+    # file-descriptor limit is lower), each one beyond is answered 503 and closed.
+    http_header_timeout: float = Field(default=10.0, gt=0)
+    http_body_timeout: float = Field(default=60.0, gt=0)
+    http_keepalive_timeout: float = Field(default=5.0, gt=0)
+    http_max_connections: int = Field(default=1000, ge=1)
     idempotency_ttl_seconds: int = Field(default=24 * 3600, gt=0)
 
     @field_validator("registry_allowlist", "insecure_registries", mode="before")

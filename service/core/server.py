@@ -1,0 +1,157 @@
+"""Connection bounds for the uvicorn server: header time, body time, keep-alive idle time and
+how many connections are open at once.
+
+uvicorn bounds only the keep-alive idle time: a connection that sends nothing, or half a
+request head, or half a body, stays open for as long as the client likes, each one holding a
+file descriptor. `BoundedHttpToolsProtocol` (uvicorn's httptools protocol, installed with
+`uvicorn.run(http=...)`) adds one deadline per connection:
+
+- from the connection opening, and from a later request's first byte, the head must be
+  complete within `header_timeout`;
+- from the head, the body must be complete within `body_timeout` (the ASGI side,
+  `service.core.middleware.BodyDeadlineMiddleware`, answers a route reading a late body 408);
+- between requests, uvicorn's keep-alive timer, set to `keepalive_timeout`.
+
+When the deadline passes the connection is closed: at once if no response is under way, or
+else as soon as the response is complete. A connection opened while `max_connections` are open
+is answered 503 and closed without reading from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger("nvcf.server")
+
+_REFUSAL_TEXT = b"too many open connections; retry later\n"
+REFUSAL = (
+    b"HTTP/1.1 503 Service Unavailable\r\n"
+    b"content-type: text/plain; charset=utf-8\r\n"
+    b"content-length: " + str(len(_REFUSAL_TEXT)).encode() + b"\r\n"
+    b"retry-after: 1\r\n"
+    b"connection: close\r\n\r\n" + _REFUSAL_TEXT
+)
+
+#: file descriptors kept for everything but client connections (database, Redis, Kubernetes
+#: and registry clients, chart files, Helm subprocesses), at most half of the limit
+FD_RESERVE = 128
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    header_timeout: float
+    body_timeout: float
+    keepalive_timeout: float
+    max_connections: int
+
+
+def soft_fd_limit() -> int | None:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def connection_cap(configured: int, soft_fd_limit: int | None) -> int:
+    """`configured`, lowered so that connections cannot use up the file-descriptor limit."""
+    if soft_fd_limit is None:
+        return configured
+    room = soft_fd_limit - min(FD_RESERVE, soft_fd_limit // 2)
+    return max(1, min(configured, room))
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    limits: ClassVar[ConnectionLimits]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.timeout_keep_alive = self.limits.keepalive_timeout  # type: ignore[assignment]
+        self._deadline: asyncio.TimerHandle | None = None
+        #: the deadline passed while a response was under way: close once it is complete
+        self._expired = False
+        self._refused = False
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        full = len(self.connections) >= self.limits.max_connections
+        super().connection_made(transport)
+        if full:
+            self._refused = True
+            self.connections.discard(self)
+            transport.write(REFUSAL)
+            transport.close()
+            return
+        self._arm(self.limits.header_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._refused:
+            super().data_received(data)
+
+    # httptools parser callbacks
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._deadline is None:  # the first request's deadline runs from the connection
+            self._arm(self.limits.header_timeout)
+
+    def on_headers_complete(self) -> None:
+        self._arm(self.limits.body_timeout)
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+        cycle = self.cycle
+        if (
+            cycle is not None
+            and cycle.response_complete
+            and not self.pipeline
+            and not self.transport.is_closing()
+        ):
+            # The body finished arriving after its response (the route never read it): the
+            # connection is idle from now on, which the keep-alive timer bounds.
+            self._unset_keepalive_if_required()
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
+
+    # uvicorn hooks
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._expired and not self.transport.is_closing():
+            self.transport.close()
+
+    # the deadline
+
+    def _arm(self, seconds: float) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds, self._deadline_passed)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _deadline_passed(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            self._expired = True
+        else:
+            self.transport.close()
+
+
+def bounded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
+    """The protocol class for `uvicorn.run(http=...)`, bound to `limits`."""
+    return type(BoundedHttpToolsProtocol.__name__, (BoundedHttpToolsProtocol,), {"limits": limits})

@@ -34,6 +34,10 @@ API_BODY_FORMATS = ("CUSTOM", "PREDICT_V2")
 FUNCTION_TYPES = ("DEFAULT", "STREAMING", "LLM")
 HEALTH_PROTOCOLS = ("HTTP", "gRPC")
 MAX_TAGS = 64
+#: entries of containerEnvironment, secrets, models and resources per version
+MAX_ENVIRONMENT = 256
+MAX_SECRETS = 128
+MAX_ARTIFACTS = 64
 MAX_SECRET_VALUE = 32768
 
 
@@ -332,14 +336,27 @@ class FunctionCreate(RequestModel):
     ) = Field(default=None, description="required with helmChart, only allowed with it")
     container_args: str | None = Field(default=None, max_length=4096)
     container_environment: (
-        Annotated[list[KeyValueIn], Expect((list,), "must be a list of {key, value}")] | None
+        Annotated[
+            list[KeyValueIn],
+            MaxItems(MAX_ENVIRONMENT),
+            Expect((list,), "must be a list of {key, value}"),
+        ]
+        | None
     ) = None
     models: (
-        Annotated[list[ArtifactIn], Expect((list,), "must be a list of {name, version, uri}")]
+        Annotated[
+            list[ArtifactIn],
+            MaxItems(MAX_ARTIFACTS),
+            Expect((list,), "must be a list of {name, version, uri}"),
+        ]
         | None
     ) = None
     resources: (
-        Annotated[list[ArtifactIn], Expect((list,), "must be a list of {name, version, uri}")]
+        Annotated[
+            list[ArtifactIn],
+            MaxItems(MAX_ARTIFACTS),
+            Expect((list,), "must be a list of {name, version, uri}"),
+        ]
         | None
     ) = None
     api_body_format: Annotated[str, OneOf(API_BODY_FORMATS, "CUSTOM")] = "CUSTOM"
@@ -349,7 +366,12 @@ class FunctionCreate(RequestModel):
     description: Description | None = None
     tags: Tags | None = None
     secrets: (
-        Annotated[list[SecretIn], Expect((list,), "must be a list of {name, value}")] | None
+        Annotated[
+            list[SecretIn],
+            MaxItems(MAX_SECRETS),
+            Expect((list,), "must be a list of {name, value}"),
+        ]
+        | None
     ) = None
     rate_limit: RateLimit | None = None
 

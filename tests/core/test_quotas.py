@@ -90,3 +90,23 @@ async def test_huge_instance_counts_are_400_on_both_databases(
             "deploymentSpecifications[0].maxInstances",
         }
     assert (await client.get(deployment_url(fn))).status_code == 404
+
+
+async def test_environment_secrets_and_artifacts_are_capped(
+    client_factory: ClientFactory,
+) -> None:
+    client = await client_factory()
+    body = {
+        **CONTAINER_FN,
+        "containerEnvironment": [{"key": f"K{i}", "value": "v"} for i in range(257)],
+        "secrets": [{"name": f"s{i}", "value": "v"} for i in range(129)],
+        "models": [{"name": f"m{i}", "version": "1", "uri": "ngc://m"} for i in range(65)],
+    }
+    resp = await client.post(f"{V}/functions", json=body)
+    assert resp.status_code == 400
+    assert {(e["field"], e["message"]) for e in resp.json()["errors"]} == {
+        ("containerEnvironment", "must have at most 256 items, got 257"),
+        ("secrets", "must have at most 128 items, got 129"),
+        ("models", "must have at most 64 items, got 65"),
+    }
+    assert (await client.get(f"{V}/functions")).json()["functions"] == []

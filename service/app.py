@@ -37,6 +37,7 @@ from service.core.db import make_engine, make_sessionmaker
 from service.core.errors import ServiceUnavailable
 from service.core.idempotency import IdempotentReplay
 from service.core.middleware import Metrics, RequestContextMiddleware
+from service.core.openapi import truthful
 from service.core.problem import install_problem_handlers
 from service.core.quotas import Quotas
 from service.core.ratelimit import RateLimiter
@@ -220,7 +221,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "bearer": {"type": "http", "scheme": "bearer", "description": "nvapi- key or JWT"}
         }
         schema["security"] = [{"bearer": []}]
-        app.openapi_schema = schema
+        app.openapi_schema = truthful(schema, api_prefixes=(API_PREFIX, "/v3/"))
         return schema
 
     app.openapi = custom_openapi  # type: ignore[method-assign]

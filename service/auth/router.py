@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
+from pydantic import Field
 from sqlalchemy import select
 
 from service.auth import scopes
@@ -16,13 +17,28 @@ from service.auth.models import ApiKey
 from service.auth.service import Principal, count_api_keys, create_api_key, lock_account
 from service.core.durations import DurationError, parse_timedelta
 from service.core.errors import FieldError, Forbidden, NotFound, ValidationFailed
-from service.core.http import parse_uuid, read_json
+from service.core.http import inline_body_doc, parse_uuid, read_json
 from service.core.schemas import CamelModel, Timestamp
 from service.state import app_state
 
 router = APIRouter(tags=["api-keys"])
 Admin = Annotated[Principal, Depends(require(scopes.ADMIN))]
 ACCOUNT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+
+
+class ApiKeyCreate(CamelModel):
+    """Body of `POST /api-keys` (documentation: the route reads and checks the JSON itself)."""
+
+    nca_id: str | None = Field(
+        default=None,
+        pattern=ACCOUNT_RE.pattern,
+        description="the caller's account when absent; another account needs admin:accounts",
+    )
+    scopes: list[str] = Field(min_length=1, examples=[["list_functions", "deploy_function"]])
+    description: str | None = Field(default=None, max_length=256)
+    expires_in: str | None = Field(
+        default=None, examples=["P30D"], description="ISO-8601 duration, at most 100 years"
+    )
 
 
 class KeyOut(CamelModel):
@@ -73,7 +89,10 @@ def _parse_duration(value: Any) -> timedelta | None:
 
 
 @router.post(
-    "/api-keys", response_model_exclude_none=True, summary="Create an API key (shown once)"
+    "/api-keys",
+    response_model_exclude_none=True,
+    openapi_extra=inline_body_doc(ApiKeyCreate),
+    summary="Create an API key (shown once)",
 )
 async def create_key(request: Request, session: Session, principal: Admin) -> dict[str, Any]:
     body = await read_json(request)

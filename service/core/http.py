@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from fastapi import Request
+from pydantic import BaseModel
 
 from service.core.errors import FieldError, UnsupportedMediaType, ValidationFailed
 
@@ -203,3 +204,26 @@ def parse_uuids(*pairs: tuple[str, str]) -> list[uuid.UUID]:
     if errors:
         raise ValidationFailed.of(errors)
     return out
+
+
+def inline_body_doc(model: type[BaseModel]) -> dict[str, Any]:
+    """OpenAPI `requestBody` with `model`'s schema inlined (no component references)."""
+    schema = model.model_json_schema(by_alias=True)
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": resolve(schema)}},
+        }
+    }

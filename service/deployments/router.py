@@ -31,7 +31,7 @@ from service.core.errors import (
     ServiceUnavailable,
     ValidationFailed,
 )
-from service.core.http import parse_uuid, parse_uuids, read_json
+from service.core.http import inline_body_doc, parse_uuid, parse_uuids, read_json
 from service.core.pagination import MAX_LIMIT, make_page
 from service.deployments import service
 from service.deployments.models import Deployment, DeploymentDesired
@@ -45,7 +45,6 @@ from service.deployments.schemas import (
     GpuSpecificationEnvelope,
     GpuSpecificationOut,
     GpuSpecificationPatch,
-    inline_body_doc,
 )
 from service.deployments.validation import (
     ScalingChange,

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
+    ConfigDict,
     Field,
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
@@ -343,28 +343,7 @@ class DeploymentUpdate(RequestModel):
 class GpuSpecificationPatch(RequestModel):
     """Body of `PATCH /deployments/{id}/gpu-specifications/{gpuSpecificationId}`."""
 
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
+
     min_instances: Annotated[int | None, Count(0, MAX_INSTANCES)] = None
     max_instances: Annotated[int | None, Count(1, MAX_INSTANCES)] = None
-
-
-def inline_body_doc(model: type[BaseModel]) -> dict[str, Any]:
-    """OpenAPI `requestBody` with `model`'s schema inlined (no component references)."""
-    schema = model.model_json_schema(by_alias=True)
-    defs = schema.pop("$defs", {})
-
-    def resolve(node: Any) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                return resolve(defs[ref.removeprefix("#/$defs/")])
-            return {k: resolve(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [resolve(v) for v in node]
-        return node
-
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": resolve(schema)}},
-        }
-    }

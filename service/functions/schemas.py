@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, Field, StrictBool, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from service.core.durations import DurationError, parse_duration
 from service.core.schemas import CamelModel, Timestamp
@@ -378,6 +378,8 @@ class FunctionCreate(RequestModel):
 
 class FunctionMetadataUpdate(RequestModel):
     """Body of `PUT /functions/{id}/versions/{versionId}` (at least one field)."""
+
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
 
     tags: Tags | None = None
     description: Description | None = None

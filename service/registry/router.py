@@ -13,7 +13,7 @@ from service.auth import scopes
 from service.auth.deps import Session, idempotency, require
 from service.auth.service import Principal, lock_account
 from service.core.crypto import SecretBox
-from service.core.http import parse_uuid, read_json
+from service.core.http import inline_body_doc, parse_uuid, read_json
 from service.core.idempotency import Recorder
 from service.core.pagination import MAX_LIMIT, make_page
 from service.registry import service
@@ -23,7 +23,6 @@ from service.registry.schemas import (
     RegistryCredentialList,
     RegistryCredentialOut,
     RegistryCredentialUpdate,
-    body_doc,
 )
 from service.state import app_state
 
@@ -44,7 +43,7 @@ def _box(request: Request) -> SecretBox:
     "/registry-credentials",
     response_model=RegistryCredentialEnvelope,
     response_model_exclude_none=True,
-    openapi_extra=body_doc(RegistryCredentialCreate),
+    openapi_extra=inline_body_doc(RegistryCredentialCreate),
     summary="Store a registry credential (the password is write-only)",
 )
 async def create_registry_credential(
@@ -101,7 +100,7 @@ async def get_registry_credential(
     "/registry-credentials/{registryCredentialId}",
     response_model=RegistryCredentialEnvelope,
     response_model_exclude_none=True,
-    openapi_extra=body_doc(RegistryCredentialUpdate),
+    openapi_extra=inline_body_doc(RegistryCredentialUpdate),
     summary="Change a registry credential's hostname, username, password or description",
 )
 async def update_registry_credential(

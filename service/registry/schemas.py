@@ -6,9 +6,8 @@ The password is write-only: it is in the request documentation models and in no 
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import ConfigDict, Field
 
 from service.core.schemas import CamelModel, Timestamp
 from service.registry.models import RegistryCredential
@@ -64,17 +63,9 @@ class RegistryCredentialUpdate(CamelModel):
     `description: null` (or "") removes the description.
     """
 
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
+
     registry_hostname: str | None = Field(default=None, max_length=260)
     username: str | None = Field(default=None, min_length=1, max_length=255)
     password: str | None = Field(default=None, min_length=1, max_length=4096)
     description: str | None = Field(default=None, max_length=256)
-
-
-def body_doc(model: type[BaseModel]) -> dict[str, Any]:
-    """OpenAPI `requestBody` with the schema inline (the routes read and validate JSON)."""
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": model.model_json_schema(by_alias=True)}},
-        }
-    }

@@ -271,14 +271,11 @@ class Authenticator:
             raise Unauthorized(detail=f"JWT rejected: {exc}", headers=_BEARER) from None
         except RecursionError:
             raise Unauthorized(detail="JWT claims are nested too deeply", headers=_BEARER) from None
-        # Claims are input like any body: no NUL, no lone surrogate, bounded nesting.
+        # Claims are input like any body: no NUL, no lone surrogate, bounded nesting. The
+        # token is authentic; what it says cannot be used: a 400 naming the claim.
         claim_errors = json_errors(claims, root="jwt", prefix="jwt")
         if claim_errors:
-            raise Unauthorized(
-                detail=ValidationFailed.of(claim_errors, "JWT").detail,
-                errors=claim_errors,
-                headers=_BEARER,
-            )
+            raise ValidationFailed.of(claim_errors, "JWT")
         account_claim = "ncaId" if claims.get("ncaId") else "sub"
         account = claims.get(account_claim)
         if not isinstance(account, str) or not account:
@@ -291,9 +288,7 @@ class Authenticator:
                 f"names an account id of {len(account)} characters; at most "
                 f"{MAX_ACCOUNT_ID} are allowed",
             )
-            raise Unauthorized(
-                detail=f"JWT rejected: {err.field} {err.message}", errors=[err], headers=_BEARER
-            )
+            raise ValidationFailed.of([err], "JWT")
         raw_scopes = claims.get("scopes", claims.get("scope", []))
         if isinstance(raw_scopes, str):
             raw_scopes = raw_scopes.split()

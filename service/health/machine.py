@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
+from service.core.settings import Settings
 from service.health.observed import ObservedState, Pod, parse_time
 
 HealthMode = Literal["default", "StatusByWorkerReadiness"]
@@ -48,19 +49,38 @@ class Phase(StrEnum):
     FAILED = "Failed"
 
 
+#: the settings' defaults, read once: each default is written in service/core/settings.py only
+_DEFAULTS = Settings.model_construct()
+
+
 @dataclass(frozen=True)
 class HealthTimeouts:
-    """Seconds for each timeout of runtime.md §5 (defaults: operations.md §2)."""
+    """Seconds for each timeout of runtime.md §5 (defaults: the `NVCF_HEALTH_*` settings)."""
 
-    pod_scheduling: float = 600.0
-    image_pull: float = 60.0
-    restart_loop: float = 600.0
-    init: float = 7200.0
-    worker_startup: float = 7200.0
-    worker_degradation: float = 1800.0
-    pending: float = 10800.0
-    failing_backoff: float = 90.0
+    pod_scheduling: float = _DEFAULTS.health_pod_scheduling_timeout
+    image_pull: float = _DEFAULTS.health_image_pull_timeout
+    restart_loop: float = _DEFAULTS.health_restart_loop_timeout
+    init: float = _DEFAULTS.health_init_timeout
+    worker_startup: float = _DEFAULTS.health_worker_startup_timeout
+    worker_degradation: float = _DEFAULTS.health_worker_degradation_period
+    pending: float = _DEFAULTS.health_pending_timeout
+    failing_backoff: float = _DEFAULTS.health_failing_backoff
+    #: how often a failing object is looked at again during its backoff (not a setting)
     failing_recheck: float = 30.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> HealthTimeouts:
+        return cls(
+            pod_scheduling=settings.health_pod_scheduling_timeout,
+            image_pull=settings.health_image_pull_timeout,
+            restart_loop=settings.health_restart_loop_timeout,
+            init=settings.health_init_timeout,
+            worker_startup=settings.health_worker_startup_timeout,
+            worker_degradation=settings.health_worker_degradation_period,
+            pending=settings.health_pending_timeout,
+            failing_backoff=settings.health_failing_backoff,
+            failing_recheck=min(30.0, settings.health_failing_backoff),
+        )
 
 
 @dataclass(frozen=True)

@@ -249,6 +249,15 @@ class OneOf:
         _raise(f"must be one of {choices}, got '{value}'")
 
 
+def never_null(schema: dict[str, Any]) -> None:
+    """`json_schema_extra` of a field that may be left out but is refused as null (a `Check`
+    says so): documents only its non-null form."""
+    options = [o for o in schema.pop("anyOf", []) if o.get("type") != "null"]
+    if len(options) == 1:
+        schema.update(options[0])
+    schema.pop("default", None)
+
+
 def path_of(loc: tuple[int | str, ...]) -> str:
     """`('containerEnvironment', 0, 'value')` -> `containerEnvironment[0].value`."""
     out = ""

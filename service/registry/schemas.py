@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field
 
 from service.core.schemas import CamelModel, Timestamp
-from service.core.validation import Check, RequestModel, Rules
+from service.core.validation import Check, RequestModel, Rules, never_null
 from service.registry.hostnames import normalize_hostname
 from service.registry.models import HOSTNAME_MAX, RegistryCredential
 
@@ -107,14 +107,6 @@ Description = Annotated[str, Field(max_length=DESCRIPTION_MAX)]
 _NotNull = Check(_not_null, before=True)
 
 
-def _never_null(schema: dict[str, Any]) -> None:
-    """Documents a PATCH field that may be left out but not sent as null: its non-null form."""
-    options = [o for o in schema.pop("anyOf", []) if o.get("type") != "null"]
-    if len(options) == 1:
-        schema.update(options[0])
-    schema.pop("default", None)
-
-
 class RegistryCredentialCreate(RequestModel):
     """Body of `POST /registry-credentials`."""
 
@@ -133,12 +125,12 @@ class RegistryCredentialUpdate(RequestModel):
     model_config = ConfigDict(json_schema_extra={"minProperties": 1})
 
     registry_hostname: Annotated[Hostname | None, _NotNull] = Field(
-        default=None, json_schema_extra=_never_null
+        default=None, json_schema_extra=never_null
     )
     username: Annotated[Username | None, _NotNull] = Field(
-        default=None, json_schema_extra=_never_null
+        default=None, json_schema_extra=never_null
     )
     password: Annotated[Password | None, _NotNull] = Field(
-        default=None, repr=False, json_schema_extra=_never_null
+        default=None, repr=False, json_schema_extra=never_null
     )
     description: Description | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import Field
@@ -19,6 +19,7 @@ from service.core.durations import DurationError, parse_timedelta
 from service.core.errors import FieldError, Forbidden, NotFound, ValidationFailed
 from service.core.http import inline_body_doc, parse_uuid, read_json
 from service.core.schemas import CamelModel, Timestamp
+from service.core.validation import Check, RequestModel, never_null, parse
 from service.state import app_state
 
 router = APIRouter(tags=["api-keys"])
@@ -26,19 +27,72 @@ Admin = Annotated[Principal, Depends(require(scopes.ADMIN))]
 ACCOUNT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
 
-class ApiKeyCreate(CamelModel):
-    """Body of `POST /api-keys` (documentation: the route reads and checks the JSON itself)."""
+#: the longest lifetime a key may be given (a key's expiry must be a date: `now + expiresIn`
+#: overflows for durations the parser accepts, up to 999,999,999 days)
+MAX_KEY_LIFETIME = timedelta(days=100 * 366)
 
-    nca_id: str | None = Field(
-        default=None,
-        pattern=ACCOUNT_RE.pattern,
-        description="the caller's account when absent; another account needs admin:accounts",
+
+def _account(value: Any) -> str | None:
+    if isinstance(value, str) and ACCOUNT_RE.match(value):
+        return None
+    return "must be 1–128 letters, digits, '.', '_' or '-'"
+
+
+def _scope_names(value: Any) -> str | None:
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        return "must be a list of scope names"
+    return None if value else "at least one scope is required"
+
+
+def _description(value: Any) -> str | None:
+    if isinstance(value, str) and len(value) <= 256:
+        return None
+    return "must be a string of at most 256 characters"
+
+
+def _lifetime(value: Any) -> timedelta:
+    """`expiresIn` as a timedelta; DurationError or ValueError (with the message) if wrong."""
+    duration = parse_timedelta(value)
+    if not duration:  # `P0D` would otherwise read as "no expiry": a key that never expires
+        raise ValueError("must be longer than zero")
+    if duration > MAX_KEY_LIFETIME:
+        raise ValueError(f"must be at most {MAX_KEY_LIFETIME.days} days ('P36600D')")
+    return duration
+
+
+def _expires_in(value: Any) -> str | None:
+    try:
+        _lifetime(value)
+    except DurationError:
+        return f"'{value}' is not an ISO-8601 duration such as 'P30D'"
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+class ApiKeyCreate(RequestModel):
+    """Body of `POST /api-keys`. Whether each scope may be granted is checked when the key is
+    created (`create_api_key`, shared with the command line)."""
+
+    null_when_missing: ClassVar[tuple[str, ...]] = ("scopes",)
+
+    nca_id: Annotated[str | None, Check(_account, {"pattern": ACCOUNT_RE.pattern}, before=True)] = (
+        Field(
+            default=None,
+            description="the caller's account when absent; another account needs admin:accounts",
+            json_schema_extra=never_null,
+        )
     )
-    scopes: list[str] = Field(min_length=1, examples=[["list_functions", "deploy_function"]])
-    description: str | None = Field(default=None, max_length=256)
-    expires_in: str | None = Field(
+    scopes: Annotated[list[str], Check(_scope_names, {"minItems": 1}, before=True)] = Field(
+        examples=[["list_functions", "deploy_function"]]
+    )
+    description: Annotated[str, Check(_description, {"maxLength": 256}, before=True)] | None = None
+    expires_in: Annotated[str, Check(_expires_in, before=True)] | None = Field(
         default=None, examples=["P30D"], description="ISO-8601 duration, at most 100 years"
     )
+
+    def lifetime(self) -> timedelta | None:
+        return _lifetime(self.expires_in) if self.expires_in is not None else None
 
 
 class KeyOut(CamelModel):
@@ -65,29 +119,6 @@ class KeyOut(CamelModel):
         )
 
 
-#: the longest lifetime a key may be given (a key's expiry must be a date: `now + expiresIn`
-#: overflows for durations the parser accepts, up to 999,999,999 days)
-MAX_KEY_LIFETIME = timedelta(days=100 * 366)
-
-
-def _parse_duration(value: Any) -> timedelta | None:
-    if value is None:
-        return None
-    try:
-        duration = parse_timedelta(value)
-    except DurationError:
-        raise ValidationFailed.of(
-            [FieldError("expiresIn", f"'{value}' is not an ISO-8601 duration such as 'P30D'")]
-        ) from None
-    if not duration:  # `P0D` would otherwise read as "no expiry": a key that never expires
-        raise ValidationFailed.of([FieldError("expiresIn", "must be longer than zero")])
-    if duration > MAX_KEY_LIFETIME:
-        raise ValidationFailed.of(
-            [FieldError("expiresIn", f"must be at most {MAX_KEY_LIFETIME.days} days ('P36600D')")]
-        )
-    return duration
-
-
 @router.post(
     "/api-keys",
     response_model_exclude_none=True,
@@ -98,23 +129,10 @@ async def create_key(request: Request, session: Session, principal: Admin) -> di
     body = await read_json(request)
     if not isinstance(body, dict):
         raise ValidationFailed.of([FieldError("body", "must be a JSON object")])
-    errors: list[FieldError] = []
-    account = body.get("ncaId", principal.account_id)
-    if not isinstance(account, str) or not ACCOUNT_RE.match(account):
-        errors.append(FieldError("ncaId", "must be 1–128 letters, digits, '.', '_' or '-'"))
-    raw_scopes = body.get("scopes")
-    if not isinstance(raw_scopes, list) or not all(isinstance(s, str) for s in raw_scopes):
-        errors.append(FieldError("scopes", "must be a list of scope names"))
-    description = body.get("description")
-    if description is not None and (not isinstance(description, str) or len(description) > 256):
-        errors.append(FieldError("description", "must be a string of at most 256 characters"))
-    try:
-        expires_in = _parse_duration(body.get("expiresIn"))
-    except ValidationFailed as exc:
-        errors.extend(exc.errors)
-        expires_in = None
-    if errors:
+    model, errors = parse(ApiKeyCreate, body)
+    if errors or model is None:
         raise ValidationFailed.of(errors)
+    account = model.nca_id if model.nca_id is not None else principal.account_id
     if account != principal.account_id and scopes.ADMIN_ACCOUNTS not in principal.scopes:
         # An account's admin administers that account only (issue: cross-account minting).
         raise Forbidden(
@@ -126,9 +144,9 @@ async def create_key(request: Request, session: Session, principal: Admin) -> di
     key, row = await create_api_key(
         session,
         account_id=account,
-        scopes=[str(s) for s in raw_scopes or []],
-        expires_in=expires_in,
-        description=description,
+        scopes=model.scopes,
+        expires_in=model.lifetime(),
+        description=model.description,
     )
     return {"apiKey": KeyOut.of(row, key).model_dump(mode="json", by_alias=True, exclude_none=True)}
 

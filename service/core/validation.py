@@ -7,6 +7,8 @@ written as `Annotated` markers:
 - `Check(test, schema)`: a rule on an already typed value; `test` returns the message of a
   violation (or None), `schema` is what the JSON schema gains (`pattern`, `maximum`…).
 - `matches(regex, message)`: a `Check` for a pattern, `{value}` in the message is the value.
+- `Rules(test, schema)`: like `Check`, for rules that may find several violations at once and
+  that may normalise the value (`test` returns the value as kept and every message).
 - `Expect(types, message)`: the value must be one of these JSON kinds before anything else is
   checked (`message` is followed by ", got a string" and the like).
 - `OneOf(allowed, default)`: an enumeration matched case-insensitively, written canonically.
@@ -19,7 +21,7 @@ own error types are put in the service's words by `message_of`; status is always
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -103,6 +105,41 @@ class Check:
         if message is not None:
             _raise(message)
         return value
+
+
+@dataclass(frozen=True, eq=False)
+class Rules:
+    """Rules on a typed value that may each be broken: `test` returns the value as kept
+    (normalised, or as given) and the message of every violation; `schema` documents them."""
+
+    test: Callable[[Any], tuple[Any, Sequence[str]]]
+    schema: Mapping[str, Any] = field(default_factory=dict)
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self._run, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out = handler(schema)
+        out.update(self.schema)
+        return out
+
+    def _run(self, value: Any) -> Any:
+        kept, messages = self.test(value)
+        if len(messages) == 1:
+            _raise(messages[0])
+        if messages:
+            raise PydanticValidationError.from_exception_data(
+                "rules",
+                [
+                    InitErrorDetails(type=PydanticCustomError("rule", m), loc=(), input=None)
+                    for m in messages
+                ],
+            )
+        return kept
 
 
 def matches(regex: str, message: str) -> Check:
@@ -210,6 +247,15 @@ class OneOf:
             if name.lower() == value.lower():
                 return name
         _raise(f"must be one of {choices}, got '{value}'")
+
+
+def never_null(schema: dict[str, Any]) -> None:
+    """`json_schema_extra` of a field that may be left out but is refused as null (a `Check`
+    says so): documents only its non-null form."""
+    options = [o for o in schema.pop("anyOf", []) if o.get("type") != "null"]
+    if len(options) == 1:
+        schema.update(options[0])
+    schema.pop("default", None)
 
 
 def path_of(loc: tuple[int | str, ...]) -> str:

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
-    BeforeValidator,
     ConfigDict,
     Field,
     GetCoreSchemaHandler,
@@ -20,9 +19,9 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
-from service.charts.policy import KubernetesType, ValidationPolicy
+from service.charts.schemas import HelmValidationPolicyIn
 from service.core.schemas import CamelModel, Timestamp
-from service.core.validation import Check, Expect, OneOf, RequestModel
+from service.core.validation import Check, RequestModel
 from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec
 
 
@@ -176,7 +175,6 @@ MAX_REQUEST_CONCURRENCY = 16384
 #: instances of one GPU specification at most (also bounded by what its clusters can hold)
 MAX_INSTANCES = 1000
 MAX_PREFERRED_ORDER = 99
-POLICY_NAMES = ("Default", "Unrestricted")
 
 
 @dataclass(frozen=True)
@@ -216,14 +214,6 @@ class Count:
         return value
 
 
-def _non_empty_string(value: Any) -> str | None:
-    return None if isinstance(value, str) and value else "is required: a non-empty string"
-
-
-def _group_string(value: Any) -> str | None:
-    return None if isinstance(value, str) else "must be a string (empty for the core group)"
-
-
 def _object_of_values(value: Any) -> str | None:
     return None if isinstance(value, dict) else "must be a JSON object of Helm values overrides"
 
@@ -236,50 +226,8 @@ def _specs_list(value: Any) -> str | None:
     return None
 
 
-_NonEmpty = Check(_non_empty_string, {"minLength": 1}, before=True)
 #: Checked against the cluster catalog (clusters.catalog.resolve), not by the model.
 _CATALOG = "checked against the cluster catalog"
-
-
-class KubernetesTypeIn(RequestModel):
-    shape: ClassVar[str] = "{group, version, kind}"
-    null_when_missing: ClassVar[tuple[str, ...]] = ("version", "kind")
-
-    group: Annotated[
-        str,
-        Check(_group_string, before=True),
-        BeforeValidator(lambda v: "" if v is None else v),
-    ] = Field(default="", examples=["", "apps", "networking.k8s.io"])
-    version: Annotated[str, _NonEmpty] = Field(examples=["v1"])
-    kind: Annotated[str, _NonEmpty] = Field(examples=["Ingress"])
-
-
-class HelmValidationPolicyIn(RequestModel):
-    shape: ClassVar[str] = "{name: Default|Unrestricted, extraKubernetesTypes}"
-
-    name: Annotated[Literal["Default", "Unrestricted"], OneOf(POLICY_NAMES, "Default")] = "Default"
-    extra_kubernetes_types: (
-        Annotated[
-            list[KubernetesTypeIn], Expect((list,), "must be a list of {group, version, kind}")
-        ]
-        | None
-    ) = None
-
-    def stored(self) -> dict[str, Any]:
-        """The policy as stored and shown: name as documented, every type with its group."""
-        return {
-            "name": self.name,
-            "extraKubernetesTypes": [t.model_dump() for t in self.extra_kubernetes_types or ()],
-        }
-
-    def policy(self) -> ValidationPolicy:
-        return ValidationPolicy(
-            name=self.name,
-            extra_kubernetes_types=tuple(
-                KubernetesType(t.group, t.version, t.kind)
-                for t in self.extra_kubernetes_types or ()
-            ),
-        )
 
 
 class GpuSpecificationIn(RequestModel):

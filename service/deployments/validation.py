@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from service.charts.policy import ValidationPolicy
+from service.charts.schemas import HelmValidationPolicyIn
 from service.clusters.catalog import Catalog, Cluster, ResolvedTarget, TargetRequest, resolve
 from service.clusters.instance_types import InstanceType, InstanceTypeError, parse_instance_type
 from service.core.errors import FieldError, ValidationFailed
@@ -32,7 +33,6 @@ from service.deployments.schemas import (
     DeploymentUpdate,
     GpuSpecificationIn,
     GpuSpecificationPatch,
-    HelmValidationPolicyIn,
 )
 
 SCALING_FIELDS = ("minInstances", "maxInstances", "maxRequestConcurrency")

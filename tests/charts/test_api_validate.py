@@ -216,6 +216,7 @@ async def test_bad_requests_list_every_violation_without_network(client: AppClie
         "inferencePort",
         "configuration",
         "helmValidationPolicy.name",
+        "helmValidationPolicy.extraKubernetesTypes",
         "instanceType",
         "cluster",
     ]

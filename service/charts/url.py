@@ -42,10 +42,6 @@ class ChartRef:
     name: str
     version: str
 
-    def oci_reference(self) -> str:
-        """`host[:port]/repository:version`, the reference an OCI client pulls."""
-        return f"{self.host}/{self.repository}:{self.version}"
-
 
 class ChartUrlError(ValueError):
     """The URL is malformed; `messages` lists every problem, each a full sentence."""

@@ -106,9 +106,13 @@ def test_valid_urls(url: str, expected: tuple[object, ...]) -> None:
 
 def test_oci_reference_translates_file_name_form() -> None:
     ref = parse_chart_url("oci://reg.example.com/acme/charts/inference-test-1.0.0.tgz")
-    assert ref.oci_reference() == "reg.example.com/acme/charts/inference-test:1.0.0"
+    assert (ref.host, ref.repository, ref.version) == (
+        "reg.example.com",
+        "acme/charts/inference-test",
+        "1.0.0",
+    )
     ref = parse_chart_url("oci://127.0.0.1:5000/a/c:v2")
-    assert ref.oci_reference() == "127.0.0.1:5000/a/c:v2"
+    assert (ref.host, ref.repository, ref.version) == ("127.0.0.1:5000", "a/c", "v2")
 
 
 INVALID = [

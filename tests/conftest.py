@@ -1,10 +1,12 @@
-"""Shared fixtures: a real PostgreSQL server, a database per test built by Alembic, app clients.
+"""Shared fixtures: a real PostgreSQL server, a database per test built by Alembic, app clients,
+and a local OCI registry with corpus charts pushed to it.
 
 Every test that takes `database_url` runs twice: on SQLite and on PostgreSQL.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import uuid
@@ -18,15 +20,14 @@ import pytest
 from asgi_lifespan import LifespanManager
 
 from service.app import create_app
-from service.auth import scopes
 from service.core import migrate
 from service.core.settings import Settings
 from tests.support.app import ADMIN_KEY, JWT_SECRET, AppClient, ClientFactory, SettingsFactory
+from tests.support.charts import PushCorpus, PushedChart, build_chart, push_archive
 from tests.support.postgres import PostgresServer, PostgresUnavailable, start_postgres
 from tests.support.redis import RedisServer, RedisUnavailable, start_redis
+from tests.support.registry import RegistryServer, RegistryUnavailable, start_registry
 
-# Tests import these from tests.support.app (tests/deployments still imports AppClient and
-# ClientFactory from here, which the import above keeps working).
 REQUIRE_SERVICES = os.environ.get("NVCF_TEST_REQUIRE_SERVICES") == "1"
 
 
@@ -152,4 +153,45 @@ async def client(client_factory: ClientFactory) -> AppClient:
     return await client_factory()
 
 
-ALL = scopes.ALL_SCOPES
+# --- a local OCI registry with corpus charts (tests/charts and tests/deployments) -----------
+
+
+@pytest.fixture(scope="session")
+def anon_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
+    """An anonymous docker-registry on 127.0.0.1 for the whole session."""
+    try:
+        server = start_registry(tmp_path_factory.mktemp("registry-anon"))
+    except RegistryUnavailable as exc:
+        pytest.skip(f"no local OCI registry: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def push_corpus(tmp_path_factory: pytest.TempPathFactory) -> PushCorpus:
+    """`push_corpus(server, name, namespace=None, files=None)`: package corpus chart `name`
+    (an overlay on inference-ok) and push it; cached per (registry, name, namespace) when no
+    `files` override is given. The default namespace is `corpus/<name>`."""
+    cache: dict[tuple[str, str, str], PushedChart] = {}
+    counter = itertools.count()
+
+    def push(
+        server: RegistryServer,
+        name: str,
+        namespace: str | None = None,
+        files: dict[str, str] | None = None,
+    ) -> PushedChart:
+        ns = namespace or f"corpus/{name}"
+        key = (server.host, name, ns)
+        if files or key not in cache:
+            workdir = tmp_path_factory.mktemp(f"push-{next(counter)}")
+            archive = build_chart(name, workdir, files)
+            pushed = push_archive(server, archive, ns, workdir=workdir / "push")
+            if files:
+                return pushed
+            cache[key] = pushed
+        return cache[key]
+
+    return push

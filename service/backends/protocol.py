@@ -52,10 +52,6 @@ class InstanceSpec:
     def namespace(self) -> str:
         return instance_namespace(self.instance_id)
 
-    @property
-    def total_gpus(self) -> int:
-        return self.gpus_per_node * self.nodes
-
 
 @dataclass(frozen=True)
 class NodeShape:

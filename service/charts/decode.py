@@ -157,7 +157,7 @@ def expanded_size(root: yaml.Node, budget: int) -> int:
     return memo.get(id(root), 0)
 
 
-def load_documents(text: str, *, max_nodes: int = MAX_EXPANDED_NODES) -> list[Any]:
+def load_documents(text: str) -> list[Any]:
     """Parse every YAML document in `text` into JSON data, bounding alias expansion."""
     loader = _Loader(text)
     # Without an anchor there is no alias, so nothing to expand and nothing shared.
@@ -168,10 +168,11 @@ def load_documents(text: str, *, max_nodes: int = MAX_EXPANDED_NODES) -> list[An
             node = loader.get_node()
             if node is None:
                 continue
-            if anchors and expanded_size(node, max_nodes) > max_nodes:
+            if anchors and expanded_size(node, MAX_EXPANDED_NODES) > MAX_EXPANDED_NODES:
                 raise DecodeError(
                     "yaml-alias-bomb",
-                    f"document expands to more than {max_nodes} YAML nodes (alias expansion)",
+                    f"document expands to more than {MAX_EXPANDED_NODES} YAML nodes "
+                    "(alias expansion)",
                 )
             if not anchors:
                 try:
@@ -216,23 +217,21 @@ Entry = tuple[tuple[int, int, str], list[KubeObject]]
 Hook = tuple[str, KubeObject]
 
 
-def decode_manifest(
-    manifest: str, *, max_document_bytes: int = MAX_DOCUMENT_BYTES
-) -> tuple[list[KubeObject], list[Finding]]:
+def decode_manifest(manifest: str) -> tuple[list[KubeObject], list[Finding]]:
     """Decode every document; oversized or malformed ones become error findings."""
     objects: list[KubeObject] = []
     findings: list[Finding] = []
     for source, chunk in split_documents(manifest):
         where = f" in {source}" if source else ""
         size = len(chunk.encode())
-        if size > max_document_bytes:
+        if size > MAX_DOCUMENT_BYTES:
             findings.append(
                 Finding(
                     "object-too-large",
                     "error",
                     None,
                     None,
-                    f"a document{where} is {size} bytes, over the {max_document_bytes} byte "
+                    f"a document{where} is {size} bytes, over the {MAX_DOCUMENT_BYTES} byte "
                     "limit; it was not parsed",
                 )
             )
@@ -260,9 +259,7 @@ def decode_manifest(
     return objects, findings
 
 
-def helm_entries(
-    manifest: str, *, max_document_bytes: int = MAX_DOCUMENT_BYTES
-) -> tuple[list[Entry], list[Hook]]:
+def helm_entries(manifest: str) -> tuple[list[Entry], list[Hook]]:
     """The chunks of a template-order render (`helm_engine.engine_manifest`), decoded and
     ranked for Helm's sort, and the hooks Helm leaves out of the manifest. Results of
     consecutive pieces of a manifest, split where a document starts, concatenate to the
@@ -276,7 +273,7 @@ def helm_entries(
     hooks: list[Hook] = []
     for source, chunk in split_documents(manifest):
         where = f" in {source}" if source else ""
-        if len(chunk.encode()) > max_document_bytes:
+        if len(chunk.encode()) > MAX_DOCUMENT_BYTES:
             raise HelmOrderUncertain(f"a document{where} is too large")
         try:
             docs = [doc for doc in load_documents(chunk) if doc is not None]

@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 PLACEHOLDER_INSTANCE_ID = "00000000-0000-0000-0000-000000000000"
 #: `inferencePort` assumed for a helm function created without one (the health default).
 DEFAULT_INFERENCE_PORT = 8000
-DEFAULT_RENDER_CACHE_BYTES = 64 * 1024 * 1024
+RENDER_CACHE_BYTES = 64 * 1024 * 1024
 _RENDER_CACHE_MAX_ENTRIES = 256
 
 T = TypeVar("T")
@@ -201,16 +201,15 @@ class ChartPipeline:
         box: SecretBox | None = None,
         enforce_security: bool = False,
         default_kube_version: str = DEFAULT_KUBE_VERSION,
-        render_cache_bytes: int = DEFAULT_RENDER_CACHE_BYTES,
     ) -> None:
         self.fetcher = fetcher
         self.renderer = renderer
         self.box = box
         self.enforce_security = enforce_security
         self.default_kube_version = default_kube_version
-        self._renders: _LRU[RenderOutput] = _LRU(render_cache_bytes // 2, _render_size)
+        self._renders: _LRU[RenderOutput] = _LRU(RENDER_CACHE_BYTES // 2, _render_size)
         self._checked: _LRU[_Checked] = _LRU(
-            render_cache_bytes // 2, lambda c: len(c.objects_json) + 200 * len(c.info)
+            RENDER_CACHE_BYTES // 2, lambda c: len(c.objects_json) + 200 * len(c.info)
         )
 
     @classmethod

@@ -216,12 +216,6 @@ class ChartRenderer:
         #: workers started so far (replacements included); useful to observe replacement
         self.started = 0
 
-    async def warm(self) -> None:
-        """Start idle workers up to the pool size ahead of the first render."""
-        missing = self.workers - len(self._idle)
-        started = await asyncio.gather(*(self._start() for _ in range(missing)))
-        self._idle.extend(started)
-
     async def _start(self) -> _Worker:
         self.started += 1
         return await _Worker.start(self.memory_limit_bytes, self.max_output_bytes)

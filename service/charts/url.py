@@ -6,7 +6,7 @@ import asyncio
 import ipaddress
 import re
 import socket
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -41,10 +41,6 @@ class ChartRef:
     repository: str
     name: str
     version: str
-
-    def oci_reference(self) -> str:
-        """`host[:port]/repository:version`, the reference an OCI client pulls."""
-        return f"{self.host}/{self.repository}:{self.version}"
 
 
 class ChartUrlError(ValueError):
@@ -280,8 +276,6 @@ def parse_chart_url(url: str) -> ChartRef:
 
 # --- SSRF guard -------------------------------------------------------------------------------
 
-Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
-
 
 def host_listed(ref: ChartRef, hosts: Collection[str]) -> bool:
     """Whether `host[:port]` or the bare hostname is in a configured host list."""
@@ -289,17 +283,12 @@ def host_listed(ref: ChartRef, hosts: Collection[str]) -> bool:
     return ref.host in listed or ref.hostname in listed or f"[{ref.hostname}]" in listed
 
 
-async def _system_resolver(hostname: str, port: int) -> list[str]:
+async def _resolve(hostname: str, port: int) -> list[str]:
     # looked up on each call, so that substituting netguard.resolve covers this lookup too
     return await asyncio.to_thread(netguard.resolve, hostname, port)
 
 
-async def check_host(
-    ref: ChartRef,
-    allowlist: Collection[str],
-    *,
-    resolver: Resolver | None = None,
-) -> list[str]:
+async def check_host(ref: ChartRef, allowlist: Collection[str]) -> list[str]:
     """Refuse hosts resolving to non-public addresses unless allow-listed.
 
     Returns the resolved addresses (empty for allow-listed hosts, which are not resolved); the
@@ -307,10 +296,9 @@ async def check_host(
     """
     if host_listed(ref, allowlist):
         return []
-    resolve = resolver or _system_resolver
     port = ref.port or 443
     try:
-        addresses = list(await resolve(ref.hostname, port))
+        addresses = list(await _resolve(ref.hostname, port))
     except socket.gaierror as exc:
         if exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)):
             raise BadRequest(

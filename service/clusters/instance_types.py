@@ -7,7 +7,6 @@ registers them.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 CSPS: tuple[str, ...] = ("ON-PREM", "AWS", "GCP", "OCI", "AZURE", "DGXC", "DGX-CLOUD", "NCP")
@@ -56,10 +55,6 @@ class InstanceType:
         """The instance type with these parts, validated like a parsed one."""
         base = f"{csp}.GPU.{gpu}_{gpus_per_node}x"
         return parse_instance_type(base if nodes == 1 else f"{base}.x{nodes}")
-
-    @property
-    def total_gpus(self) -> int:
-        return self.gpus_per_node * self.nodes
 
     @property
     def is_multi_node(self) -> bool:
@@ -167,9 +162,3 @@ def offered_instance_types(
     single = [InstanceType.of(csp, gpu, n) for n in sizes]
     multi = [InstanceType.of(csp, gpu, gpus_per_node, k) for k in range(2, count + 1)]
     return single + multi
-
-
-def default_instance_type(types: Iterable[InstanceType]) -> InstanceType | None:
-    """The smallest single-node type (the first one on a tie), or None if there is none."""
-    single = [t for t in types if not t.is_multi_node]
-    return min(single, key=lambda t: t.gpus_per_node) if single else None

@@ -9,14 +9,12 @@ backstop.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.orm import ORMExecuteState, Session
 
 _KEY = "nvcf_changes"
-Subscriber = Callable[[dict[str, set[Any] | None]], None]
 _subscribers: weakref.WeakSet[Any] = weakref.WeakSet()
 _watched: dict[type[Any], str] = {}
 

@@ -1,9 +1,9 @@
 """Append entries to a deployment's timeline (`GET /deployments/{id}/events`).
 
 Used by `transitions.py`, the one writer of deployment state. Entries are buffered on the
-session and written in one multi-row INSERT when its transaction commits (or at
-`write_pending`): the ORM would insert rows with a generated key one statement at a time, and
-a reconciler batch records thousands of them. A rollback discards the buffer with the rest.
+session and written in one multi-row INSERT when its transaction commits: the ORM would insert
+rows with a generated key one statement at a time, and a reconciler batch records thousands of
+them. A rollback discards the buffer with the rest.
 """
 
 from __future__ import annotations
@@ -52,11 +52,6 @@ def _write(session: Session) -> None:
     if rows:
         session.flush()  # the deployments they belong to first
         session.execute(insert(DeploymentEvent), rows)
-
-
-async def write_pending(session: AsyncSession) -> None:
-    """Write the buffered entries now (e.g. to read them back in the same transaction)."""
-    await session.run_sync(_write)
 
 
 @event.listens_for(Session, "before_commit")

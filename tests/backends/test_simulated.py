@@ -539,13 +539,6 @@ async def test_nvlink_clusters_label_nodes_with_a_gpu_clique(spelling: str) -> N
     assert (await sim.capacity()).free_gpus() == 0
 
 
-def test_delays_from_catalog_mapping() -> None:
-    delays = SimulationDelays.from_mapping(
-        {"scheduleSeconds": 0.2, "pullSeconds": 0.2, "readySeconds": 0.5}
-    )
-    assert delays == SimulationDelays(0.2, 0.2, 0.5)
-
-
 async def test_capacity_counts_pods_waiting_for_the_scheduler() -> None:
     clock = FakeClock()
     sim = cluster(clock, NodeShape("H100", 8, 1))

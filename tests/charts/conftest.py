@@ -1,8 +1,9 @@
-"""Chart pipeline test fixtures; registry logic lives in tests/support/registry.py."""
+"""Chart pipeline test fixtures; registry logic lives in tests/support/registry.py.
+
+`anon_registry` and `push_corpus` are in tests/conftest.py: tests/deployments uses them too."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,10 +14,7 @@ from tests.support.charts import (
     TOKEN_OUTSIDER,
     TOKEN_USER,
     ArchiveFactory,
-    PushCorpus,
-    PushedChart,
     build_chart,
-    push_archive,
 )
 from tests.support.registry import (
     RegistryServer,
@@ -38,12 +36,6 @@ def _registry(
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture(scope="session")
-def anon_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
-    """An anonymous docker-registry on 127.0.0.1 for the whole session."""
-    yield from _registry(tmp_path_factory, "registry-anon")
 
 
 @pytest.fixture(scope="session")
@@ -138,31 +130,3 @@ def corpus_archive(tmp_path_factory: pytest.TempPathFactory) -> ArchiveFactory:
         return cache[name]
 
     return factory
-
-
-@pytest.fixture(scope="session")
-def push_corpus(tmp_path_factory: pytest.TempPathFactory) -> PushCorpus:
-    """`push_corpus(server, name, namespace=None, files=None)`: package corpus chart `name`
-    (an overlay on inference-ok) and push it; cached per (registry, name, namespace) when no
-    `files` override is given. The default namespace is `corpus/<name>`."""
-    cache: dict[tuple[str, str, str], PushedChart] = {}
-    counter = itertools.count()
-
-    def push(
-        server: RegistryServer,
-        name: str,
-        namespace: str | None = None,
-        files: dict[str, str] | None = None,
-    ) -> PushedChart:
-        ns = namespace or f"corpus/{name}"
-        key = (server.host, name, ns)
-        if files or key not in cache:
-            workdir = tmp_path_factory.mktemp(f"push-{next(counter)}")
-            archive = build_chart(name, workdir, files)
-            pushed = push_archive(server, archive, ns, workdir=workdir / "push")
-            if files:
-                return pushed
-            cache[key] = pushed
-        return cache[key]
-
-    return push

@@ -231,7 +231,7 @@ async def test_oversized_object_is_not_parsed(
 
 async def test_closed_renderer_refuses(corpus_archive: ArchiveFactory) -> None:
     renderer = ChartRenderer(workers=1)
-    await renderer.warm()
+    await renderer.render(corpus_archive(BASE), namespace="ns")  # leaves an idle worker
     await renderer.aclose()
     with pytest.raises(RuntimeError):
         await renderer.render(corpus_archive(BASE), namespace="ns")

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import pytest
 
+from service.charts import netguard
 from service.charts.url import (
     ChartRef,
     ChartUrlError,
-    Resolver,
     check_host,
     forbidden_reason,
     parse_chart_url,
@@ -106,9 +106,13 @@ def test_valid_urls(url: str, expected: tuple[object, ...]) -> None:
 
 def test_oci_reference_translates_file_name_form() -> None:
     ref = parse_chart_url("oci://reg.example.com/acme/charts/inference-test-1.0.0.tgz")
-    assert ref.oci_reference() == "reg.example.com/acme/charts/inference-test:1.0.0"
+    assert (ref.host, ref.repository, ref.version) == (
+        "reg.example.com",
+        "acme/charts/inference-test",
+        "1.0.0",
+    )
     ref = parse_chart_url("oci://127.0.0.1:5000/a/c:v2")
-    assert ref.oci_reference() == "127.0.0.1:5000/a/c:v2"
+    assert (ref.host, ref.repository, ref.version) == ("127.0.0.1:5000", "a/c", "v2")
 
 
 INVALID = [
@@ -213,11 +217,15 @@ def test_forbidden_reason(address: str, reason: str | None) -> None:
     assert forbidden_reason(address) == reason
 
 
-def fixed_resolver(answers: Sequence[str]) -> Resolver:
-    async def resolve(hostname: str, port: int) -> Sequence[str]:
-        return answers
+def substitute_resolve(monkeypatch: pytest.MonkeyPatch, answer: Sequence[str] | Exception) -> None:
+    """Substitute netguard.resolve, the one name lookup: fixed answers, or an error raised."""
 
-    return resolve
+    def resolve(hostname: str, port: int) -> list[str]:
+        if isinstance(answer, Exception):
+            raise answer
+        return list(answer)
+
+    monkeypatch.setattr(netguard, "resolve", resolve)
 
 
 async def test_check_host_refuses_loopback() -> None:
@@ -242,34 +250,35 @@ async def test_check_host_allowlisted_by_host_port_or_hostname() -> None:
         await check_host(ref, allowlist={"127.0.0.1:5001"})
 
 
-async def test_check_host_refuses_if_any_answer_is_private() -> None:
+async def test_check_host_refuses_if_any_answer_is_private(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    substitute_resolve(monkeypatch, ["8.8.8.8", "10.0.0.5"])
     ref = parse_chart_url("oci://reg.example.com/a/c:1.0")
     with pytest.raises(BadRequest, match=r"private address 10\.0\.0\.5"):
-        await check_host(ref, allowlist=set(), resolver=fixed_resolver(["8.8.8.8", "10.0.0.5"]))
+        await check_host(ref, allowlist=set())
 
 
-async def test_check_host_accepts_public_answers() -> None:
+async def test_check_host_accepts_public_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    substitute_resolve(monkeypatch, ["8.8.8.8"])
     ref = parse_chart_url("oci://reg.example.com/a/c:1.0")
-    got = await check_host(ref, allowlist=set(), resolver=fixed_resolver(["8.8.8.8"]))
+    got = await check_host(ref, allowlist=set())
     assert got == ["8.8.8.8"]
 
 
-async def test_check_host_unresolvable_is_bad_request() -> None:
-    async def nxdomain(hostname: str, port: int) -> Sequence[str]:
-        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-
+async def test_check_host_unresolvable_is_bad_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    substitute_resolve(monkeypatch, socket.gaierror(socket.EAI_NONAME, "Name or service not known"))
     ref = parse_chart_url("oci://nothing.invalid/a/c:1.0")
     with pytest.raises(BadRequest, match="does not resolve"):
-        await check_host(ref, allowlist=set(), resolver=nxdomain)
+        await check_host(ref, allowlist=set())
 
 
-async def test_check_host_resolver_failure_is_bad_gateway() -> None:
-    async def servfail(hostname: str, port: int) -> Sequence[str]:
-        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
-
+async def test_check_host_resolver_failure_is_bad_gateway(monkeypatch: pytest.MonkeyPatch) -> None:
+    error = socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+    substitute_resolve(monkeypatch, error)
     ref = parse_chart_url("oci://reg.example.com/a/c:1.0")
     with pytest.raises(BadGateway, match="Temporary failure"):
-        await check_host(ref, allowlist=set(), resolver=servfail)
+        await check_host(ref, allowlist=set())
 
 
 def test_chart_ref_is_frozen() -> None:

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from service.backends import SimulatedAdapter, SimulationDelays
+from service.clusters.adapters import build_adapter
 from service.clusters.catalog import (
     BUILTIN_SOURCE,
     Catalog,
@@ -18,7 +20,7 @@ from service.clusters.catalog import (
     load_catalog,
     resolve_spec,
 )
-from service.clusters.instance_types import CSPS, EXPECTED_SHAPE, parse_instance_type
+from service.clusters.instance_types import CSPS, EXPECTED_SHAPE, InstanceType, parse_instance_type
 from service.core.errors import FieldError
 
 DATA = Path(__file__).parent / "data"
@@ -37,6 +39,11 @@ def multi() -> Catalog:
 
 def _offered(catalog: Catalog, group: str, gpu: str) -> list[str]:
     return [o.instance_type.name for o in catalog.offerings(group, gpu)]
+
+
+def _default(catalog: Catalog, group: str, gpu: str) -> InstanceType | None:
+    """The offering marked default (what the resolver picks when a spec names no type)."""
+    return next((o.instance_type for o in catalog.offerings(group, gpu) if o.default), None)
 
 
 # --- the built-in catalog ---------------------------------------------------------------------
@@ -80,12 +87,12 @@ def test_builtin_catalog_offers_the_documented_examples(builtin: Catalog) -> Non
     ]
     assert _offered(builtin, "nvcf-default", "L40")[0] == "DGXC.GPU.L40_1x"
     assert _offered(builtin, "nvcf-default", "B200")[-1] == "ON-PREM.GPU.B200_8x.x2"
-    assert builtin.default_instance_type("NVCF-DEFAULT", "L40") == parse_instance_type(
-        "DGXC.GPU.L40_1x"
-    )
-    assert [
-        str(builtin.default_instance_type("nvcf-default", g)) for g in ("H100", "L40S", "B200")
-    ] == ["NCP.GPU.H100_1x", "DGXC.GPU.L40S_1x", "ON-PREM.GPU.B200_1x"]
+    assert _default(builtin, "NVCF-DEFAULT", "L40") == parse_instance_type("DGXC.GPU.L40_1x")
+    assert [str(_default(builtin, "nvcf-default", g)) for g in ("H100", "L40S", "B200")] == [
+        "NCP.GPU.H100_1x",
+        "DGXC.GPU.L40S_1x",
+        "ON-PREM.GPU.B200_1x",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -139,7 +146,45 @@ def test_lookups_are_case_insensitive(multi: Catalog) -> None:
     assert multi.group_of("edge-2").name == "edge"
     assert multi.gpus("nope") == []
     assert multi.offerings("local", "B200") == []
-    assert [g.name for g in multi.groups_offering("h100")] == ["local", "edge"]
+    assert [g.name for g in multi.groups if multi.offerings(g.name, "h100")] == ["local", "edge"]
+
+
+def test_default_is_the_smallest_single_node_type_first_in_catalog_order() -> None:
+    def cluster(name: str, provider: str, gpu: str, per_node: int, count: int) -> dict[str, Any]:
+        return {
+            "name": name,
+            "adapter": "simulated",
+            "provider": provider,
+            "region": "r",
+            "nodes": [{"gpu": gpu, "gpusPerNode": per_node, "count": count}],
+        }
+
+    clusters = [
+        cluster("b", "ON-PREM", "B200", 8, 2),
+        cluster("gcp", "GCP", "A10", 1, 1),
+        cluster("aws", "AWS", "A10", 1, 1),
+    ]
+    catalog = Catalog.from_data({"clusterGroups": [{"name": "g", "clusters": clusters}]})
+    assert _default(catalog, "g", "B200") == parse_instance_type("ON-PREM.GPU.B200_1x")
+    defaults = [o.instance_type for o in catalog.offerings("g", "B200") if o.default]
+    assert [t.is_multi_node for t in defaults] == [False]
+    # On a tie the first one wins (catalog order).
+    assert _default(catalog, "g", "A10") == parse_instance_type("GCP.GPU.A10_1x")
+
+
+def test_a_simulated_cluster_gets_the_catalog_delays() -> None:
+    cluster = {
+        "name": "sim",
+        "adapter": "simulated",
+        "provider": "NCP",
+        "region": "r",
+        "nodes": [{"gpu": "H100", "gpusPerNode": 8, "count": 1}],
+        "simulation": {"scheduleSeconds": 0.2, "pullSeconds": 0.2, "readySeconds": 0.5},
+    }
+    catalog = Catalog.from_data({"clusterGroups": [{"name": "g", "clusters": [cluster]}]})
+    adapter = build_adapter(catalog.clusters[0])
+    assert isinstance(adapter, SimulatedAdapter)
+    assert adapter.delays == SimulationDelays(0.2, 0.2, 0.5)
 
 
 def test_one_type_offered_by_several_clusters_lists_them_all(multi: Catalog) -> None:
@@ -516,7 +561,8 @@ def test_multi_node_types_are_for_helm_functions_only(builtin: Catalog) -> None:
             "helm functions; container functions run on one node, e.g. ON-PREM.GPU.B200_8x",
         )
     ]
-    assert _target(builtin, spec, is_helm=True).instance_type.total_gpus == 16
+    it = _target(builtin, spec, is_helm=True).instance_type
+    assert it.gpus_per_node * it.nodes == 16
 
 
 @pytest.mark.parametrize(

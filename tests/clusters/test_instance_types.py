@@ -9,7 +9,6 @@ from service.clusters.instance_types import (
     EXPECTED_SHAPE,
     InstanceType,
     InstanceTypeError,
-    default_instance_type,
     offered_instance_types,
     parse_instance_type,
 )
@@ -35,7 +34,6 @@ def test_documented_and_typical_types_parse(
     it = parse_instance_type(value)
     assert (it.csp, it.gpu, it.gpus_per_node, it.nodes) == (csp, gpu, per_node, nodes)
     assert it.name == str(it) == value
-    assert it.total_gpus == per_node * nodes
     assert it.is_multi_node is (nodes > 1)
     assert it.node_label_value == label
 
@@ -162,13 +160,3 @@ def test_offered_types_refuse_empty_shapes() -> None:
         offered_instance_types("NCP", "H100", 0, 1)
     with pytest.raises(ValueError, match="must be positive"):
         offered_instance_types("NCP", "H100", 8, 0)
-
-
-def test_default_is_the_smallest_single_node_type() -> None:
-    offered = offered_instance_types("ON-PREM", "B200", 8, 2)
-    assert default_instance_type(reversed(offered)) == parse_instance_type("ON-PREM.GPU.B200_1x")
-    multi_only = [t for t in offered if t.is_multi_node]
-    assert default_instance_type(multi_only) is None
-    # On a tie the first one wins (catalog order).
-    tie = [parse_instance_type("GCP.GPU.A10_1x"), parse_instance_type("AWS.GPU.A10_1x")]
-    assert default_instance_type(tie) == tie[0]

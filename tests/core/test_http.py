@@ -8,21 +8,10 @@ import uuid
 import httpx
 import pytest
 
-from tests.support.api import CONTAINER_FN
+from tests.support.api import CONTAINER_FN, assert_problem
 from tests.support.app import ClientFactory
 
 V = "/v2/nvcf"
-
-
-def assert_problem(resp: httpx.Response, status: int) -> dict[str, object]:
-    assert resp.status_code == status, resp.text
-    assert resp.headers["content-type"] == "application/problem+json"
-    body = resp.json()
-    assert body["status"] == status
-    assert body["requestId"] == resp.headers["x-request-id"]
-    uuid.UUID(str(body["requestId"]))
-    assert str(body["type"]).startswith("urn:nvcf:problem-details:")
-    return dict(body)
 
 
 async def test_unknown_route_is_problem_404(client: httpx.AsyncClient) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import ClientFactory
 from tests.support.api import CONTAINER_FN, create_fn
+from tests.support.app import ClientFactory
 
 V = "/v2/nvcf"
 L40 = {"gpu": "L40", "backend": "nvcf-default", "minInstances": 0, "maxInstances": 2}

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import uuid
 
-from tests.conftest import ClientFactory
 from tests.support.api import bearer, create_fn, new_key
+from tests.support.app import ClientFactory
 from tests.support.redis import RedisServer
 
 V = "/v2/nvcf"

@@ -16,10 +16,8 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from tests.conftest import AppClient, ClientFactory
-from tests.core.test_http import assert_problem
-from tests.support.api import CONTAINER_FN, bearer, create_fn
-from tests.support.app import JWT_SECRET
+from tests.support.api import CONTAINER_FN, assert_problem, bearer, create_fn
+from tests.support.app import JWT_SECRET, AppClient, ClientFactory
 
 V = "/v2/nvcf"
 JSON = {"content-type": "application/json"}

@@ -18,10 +18,9 @@ from sqlalchemy import select
 from service.core.db import utcnow
 from service.deployments.models import Deployment, DeploymentSpec, Instance
 from service.functions.models import FunctionVersion
-from tests.charts import conftest as chart_fixtures
-from tests.charts.conftest import PushCorpus
-from tests.conftest import AppClient, ClientFactory
 from tests.support.api import bearer, create_fn, new_key
+from tests.support.app import AppClient, ClientFactory
+from tests.support.charts import PushCorpus
 from tests.support.registry import RegistryServer
 
 V = "/v2/nvcf"
@@ -682,10 +681,7 @@ async def test_wakes_the_reconciler_after_commit(client_factory: ClientFactory) 
 
 
 # --- helm functions: the pinned chart re-rendered per specification ------------------------
-# Registry fixtures come from tests/charts/conftest.py (a real local docker-registry).
-
-anon_registry = chart_fixtures.anon_registry
-push_corpus = chart_fixtures.push_corpus
+# Registry fixtures come from tests/conftest.py (a real local docker-registry).
 
 
 async def helm_setup(

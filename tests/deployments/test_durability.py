@@ -20,12 +20,10 @@ from service.deployments.models import Deployment, Instance
 from service.deployments.reconcile import claim_owner
 from service.functions.models import FunctionVersion
 from service.health.observed import ObservedState
-from tests.conftest import ClientFactory
-from tests.deployments.test_e2e import V, write_catalog
-from tests.deployments.test_reconciler import Harness, harness, namespaces, workload
 from tests.support.api import create_fn
-
-__all__ = ["harness"]  # the fixture, re-exported for this module's tests
+from tests.support.app import ClientFactory
+from tests.support.e2e import V, write_catalog
+from tests.support.reconcile import Harness, namespaces, workload
 
 N = 20
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +13,18 @@ from sqlalchemy import select, update
 from service.backends.protocol import InstanceSpec
 from service.backends.simulated import SimulatedAdapter
 from service.deployments.models import DeploymentSpec, Instance
-from tests.conftest import AppClient, ClientFactory
 from tests.support.api import create_fn
+from tests.support.app import AppClient, ClientFactory
+from tests.support.e2e import (
+    V,
+    dep_url,
+    deployment,
+    eventually,
+    status,
+    until_status,
+    write_catalog,
+)
 
-V = "/v2/nvcf"
 H100 = {"gpu": "H100", "backend": "e2e", "minInstances": 1, "maxInstances": 1}
 FAST = {
     "reconcile_interval": 0.05,
@@ -27,71 +34,8 @@ FAST = {
 }
 
 
-def write_catalog(tmp_path: Path, *, h100_nodes: int = 1) -> Path:
-    """A one-cluster catalog (`e2e` / `e2e-a`), JSON being valid YAML."""
-    data = {
-        "clusterGroups": [
-            {
-                "name": "e2e",
-                "clusters": [
-                    {
-                        "name": "e2e-a",
-                        "adapter": "simulated",
-                        "provider": "NCP",
-                        "region": "us-east-1",
-                        "nodes": [{"gpu": "H100", "gpusPerNode": 8, "count": h100_nodes}],
-                        "simulation": {
-                            "scheduleSeconds": 0.02,
-                            "pullSeconds": 0.02,
-                            "readySeconds": 0.05,
-                        },
-                    }
-                ],
-            }
-        ]
-    }
-    path = tmp_path / "clusters.yaml"
-    path.write_text(json.dumps(data))
-    return path
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], *, seconds: float = 30.0) -> Any:
-    """Poll until `check()` returns something truthy; fail after the deadline."""
-    deadline = asyncio.get_running_loop().time() + seconds
-    while True:
-        value = await check()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not reached within {seconds}s")
-        await asyncio.sleep(0.05)
-
-
 async def app(client_factory: ClientFactory, tmp_path: Path, **overrides: Any) -> AppClient:
     return await client_factory(clusters_file=write_catalog(tmp_path), **{**FAST, **overrides})
-
-
-def dep_url(fn: dict[str, Any]) -> str:
-    return f"{V}/deployments/functions/{fn['id']}/versions/{fn['versionId']}"
-
-
-async def status(client: AppClient, fn: dict[str, Any]) -> str:
-    resp = await client.get(f"{V}/functions/{fn['id']}/versions/{fn['versionId']}")
-    assert resp.status_code == 200, resp.text
-    return str(resp.json()["function"]["status"])
-
-
-async def deployment(client: AppClient, fn: dict[str, Any]) -> dict[str, Any]:
-    resp = await client.get(dep_url(fn))
-    assert resp.status_code == 200, resp.text
-    return dict(resp.json()["deployment"])
-
-
-async def until_status(client: AppClient, fn: dict[str, Any], wanted: str) -> None:
-    async def check() -> bool:
-        return await status(client, fn) == wanted
-
-    await eventually(check)
 
 
 def sim(client: AppClient) -> SimulatedAdapter:

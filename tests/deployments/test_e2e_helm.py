@@ -28,19 +28,13 @@ from service.backends.protocol import InstanceSpec
 from service.backends.simulated import SimulatedAdapter
 from service.deployments.models import Instance
 from service.registry.pull_secrets import pull_secret_name
-from tests.charts import conftest as chart_fixtures
-from tests.charts.conftest import PushCorpus
-from tests.conftest import AppClient, ClientFactory
-from tests.deployments.test_e2e import eventually
+from tests.support.app import AppClient, ClientFactory
+from tests.support.charts import PushCorpus
+from tests.support.e2e import V, dep_url, deployment, eventually, status, until_status
 from tests.support.registry import RegistryServer
 
 pytestmark = pytest.mark.registry
 
-# Registry fixtures come from tests/charts/conftest.py (a real local docker-registry).
-anon_registry = chart_fixtures.anon_registry
-push_corpus = chart_fixtures.push_corpus
-
-V = "/v2/nvcf"
 CHART = "sim-workload"
 BUILTIN_CATALOG = Path(__file__).parents[2] / "service" / "clusters" / "default_catalog.yaml"
 FAULT = "sim.nvcf.io/fault"
@@ -122,10 +116,6 @@ async def setup(
     return client, fns
 
 
-def dep_url(fn: dict[str, Any]) -> str:
-    return f"{V}/deployments/functions/{fn['id']}/versions/{fn['versionId']}"
-
-
 def spec(configuration: dict[str, Any] | None = None, **changes: Any) -> dict[str, Any]:
     out: dict[str, Any] = {**H100, **changes}
     if configuration is not None:
@@ -145,31 +135,10 @@ async def deploy(client: AppClient, fn: dict[str, Any], *specs: dict[str, Any]) 
     return dep
 
 
-async def status(client: AppClient, fn: dict[str, Any]) -> str:
-    resp = await client.get(f"{V}/functions/{fn['id']}/versions/{fn['versionId']}")
-    assert resp.status_code == 200, resp.text
-    return str(resp.json()["function"]["status"])
-
-
-async def deployment(client: AppClient, fn: dict[str, Any]) -> dict[str, Any]:
-    resp = await client.get(dep_url(fn))
-    assert resp.status_code == 200, resp.text
-    return dict(resp.json()["deployment"])
-
-
 async def events(client: AppClient, dep: dict[str, Any]) -> list[dict[str, Any]]:
     resp = await client.get(f"{V}/deployments/{dep['deploymentId']}/events")
     assert resp.status_code == 200, resp.text
     return list(resp.json()["events"])
-
-
-async def until_status(
-    client: AppClient, fn: dict[str, Any], wanted: str, *, seconds: float = 30.0
-) -> None:
-    async def check() -> bool:
-        return await status(client, fn) == wanted
-
-    await eventually(check, seconds=seconds)
 
 
 async def running_instance(client: AppClient, fn: dict[str, Any]) -> dict[str, Any]:

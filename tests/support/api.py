@@ -1,7 +1,8 @@
-"""Helpers for API tests: bodies, and keys made through the admin API."""
+"""Helpers for API tests: bodies, keys made through the admin API, problem-details checks."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import httpx
@@ -39,3 +40,14 @@ async def create_fn(client: httpx.AsyncClient, **changes: Any) -> dict[str, Any]
     resp = await client.post("/v2/nvcf/functions", json=body)
     assert resp.status_code == 200, resp.text
     return dict(resp.json()["function"])
+
+
+def assert_problem(resp: httpx.Response, status: int) -> dict[str, object]:
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"] == "application/problem+json"
+    body = resp.json()
+    assert body["status"] == status
+    assert body["requestId"] == resp.headers["x-request-id"]
+    uuid.UUID(str(body["requestId"]))
+    assert str(body["type"]).startswith("urn:nvcf:problem-details:")
+    return dict(body)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -52,17 +52,6 @@ class SimulationDelays:
     schedule_seconds: float = 0.5
     pull_seconds: float = 1.0
     ready_seconds: float = 2.0
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | None) -> SimulationDelays:
-        """From the catalog's `simulation: {scheduleSeconds, pullSeconds, readySeconds}`."""
-        data = data or {}
-        default = cls()
-        return cls(
-            schedule_seconds=float(data.get("scheduleSeconds", default.schedule_seconds)),
-            pull_seconds=float(data.get("pullSeconds", default.pull_seconds)),
-            ready_seconds=float(data.get("readySeconds", default.ready_seconds)),
-        )
 
 
 def as_map(value: Any) -> dict[str, Any]:

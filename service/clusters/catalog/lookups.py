@@ -70,9 +70,6 @@ class Catalog:
         """GPU names the group offers, in catalog order (empty for an unknown group)."""
         return list(self._offerings.get(group.lower(), {}))
 
-    def groups_offering(self, gpu: str) -> list[ClusterGroup]:
-        return [g for g in self.groups if self.offerings(g.name, gpu)]
-
     def offerings(self, group: str, gpu: str) -> list[Offering]:
         """Instance types the group offers for the GPU: single-node ones by size, then
         multi-node ones by node count (empty for an unknown group or GPU)."""
@@ -84,9 +81,6 @@ class Catalog:
             (o for o in self.offerings(group, gpu) if o.instance_type.name.lower() == name.lower()),
             None,
         )
-
-    def default_instance_type(self, group: str, gpu: str) -> InstanceType | None:
-        return next((o.instance_type for o in self.offerings(group, gpu) if o.default), None)
 
 
 def _offerings_of(group: ClusterGroup) -> dict[str, list[Offering]]:

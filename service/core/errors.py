@@ -141,9 +141,3 @@ class ServiceUnavailable(DomainError):
     status = 503
     type_slug = "service-unavailable"
     title = "Service Unavailable"
-
-
-class GatewayTimeout(DomainError):
-    status = 504
-    type_slug = "gateway-timeout"
-    title = "Gateway Timeout"

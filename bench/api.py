@@ -72,11 +72,12 @@ def main() -> None:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="nvcf-bench-"))
     real_port, bare_port = free_port(), free_port()
-    # a throughput test of one account: its rate limit would measure the limiter instead
+    # a throughput test of one account: its rate limit and quotas would measure those instead
     env = {
         "NVCF_DATA_DIR": str(tmp),
         "NVCF_BOOTSTRAP_API_KEY": KEY,
         "NVCF_RATE_LIMIT_PER_SECOND": "0",
+        "NVCF_QUOTA_FUNCTIONS": "1000000",
     }
     real = start(
         [sys.executable, "-m", "service.cli", "serve", "--port", str(real_port)], env, real_port

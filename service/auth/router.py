@@ -139,8 +139,9 @@ async def create_key(request: Request, session: Session, principal: Admin) -> di
             detail=f"creating a key for another account requires the operator scope "
             f"'{scopes.ADMIN_ACCOUNTS}'"
         )
-    await lock_account(session, account)
-    app_state(request).quotas.api_keys.enforce(await count_api_keys(session, account))
+    await app_state(request).quotas.api_keys.check(
+        lambda: count_api_keys(session, account), lambda: lock_account(session, account)
+    )
     key, row = await create_api_key(
         session,
         account_id=account,

@@ -79,13 +79,16 @@ async def ensure_account(session: AsyncSession, account_id: str) -> None:
 
 
 async def lock_account(session: AsyncSession, account_id: str) -> None:
-    """Serialise the quota checks of one account: its row (created if missing, concurrently
-    safe) is locked until the transaction ends (`FOR UPDATE` on PostgreSQL; SQLite has a
-    single writer)."""
+    """Serialise the quota checks of one account until the transaction ends, in one
+    statement: an upsert of its row (created if missing) takes the row lock on PostgreSQL and
+    the write lock on SQLite."""
     dialect = session.get_bind().dialect.name
     insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    await session.execute(insert(Account).values(id=account_id).on_conflict_do_nothing())
-    await session.execute(select(Account.id).where(Account.id == account_id).with_for_update())
+    await session.execute(
+        insert(Account)
+        .values(id=account_id)
+        .on_conflict_do_update(index_elements=[Account.id], set_={"id": account_id})
+    )
 
 
 async def count_api_keys(session: AsyncSession, account_id: str) -> int:

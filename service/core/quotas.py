@@ -5,10 +5,15 @@ naming the quota and the setting that raises it, and changes nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from service.core.errors import DomainError, FieldError
 from service.core.settings import Settings
+
+#: Below the limit by more than this, concurrent requests of one account cannot pass it
+#: together: the check skips the account lock (and its write) on the hot path.
+SLACK = 100
 
 
 class QuotaExceeded(DomainError):
@@ -26,6 +31,21 @@ class Quota:
     @property
     def setting(self) -> str:
         return f"NVCF_QUOTA_{self.name.upper()}"
+
+    async def check(
+        self,
+        count: Callable[[], Awaitable[int]],
+        lock: Callable[[], Awaitable[None]],
+        adding: int = 1,
+    ) -> None:
+        """Refuse when the account's `count()` plus `adding` would pass the limit. Close to
+        the limit, `lock()` serialises the account's requests and the count is taken again,
+        so two concurrent requests never both take the last places."""
+        used = await count()
+        if used + adding + SLACK > self.limit:
+            await lock()
+            used = await count()
+        self.enforce(used, adding)
 
     def enforce(self, used: int, adding: int = 1) -> None:
         """Refuse when `used + adding` would pass the limit."""

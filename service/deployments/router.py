@@ -217,11 +217,13 @@ async def _instances_quota(
     adds instances; `replaced` specifications are counted with their new values."""
     if sum(new_max) <= sum(s.max_instances for s in replaced):
         return
-    await lock_account(session, principal.account_id)
-    used = await service.deployed_instances(
-        session, principal.account_id, excluding=[s.id for s in replaced]
+    await app_state(request).quotas.instances.check(
+        lambda: service.deployed_instances(
+            session, principal.account_id, excluding=[s.id for s in replaced]
+        ),
+        lambda: lock_account(session, principal.account_id),
+        sum(new_max),
     )
-    app_state(request).quotas.instances.enforce(used, sum(new_max))
 
 
 async def _check_scaling(

@@ -80,12 +80,19 @@ async def _create(
         pipeline = app_state(request).chart_pipeline
         chart_digest, findings = await pipeline.validate_for_create(session, principal, spec)
     quotas = app_state(request).quotas
-    await lock_account(session, principal.account_id)
+    account = principal.account_id
+
+    async def lock() -> None:
+        await lock_account(session, account)
+
     if function_id is None:
-        quotas.functions.enforce(await service.count_functions(session, principal.account_id))
+        await quotas.functions.check(lambda: service.count_functions(session, account), lock)
     else:
-        await service.get_function(session, principal.account_id, function_id)
-        quotas.versions_per_function.enforce(await service.count_versions(session, function_id))
+        await service.get_function(session, account, function_id)
+        parent = function_id
+        await quotas.versions_per_function.check(
+            lambda: service.count_versions(session, parent), lock
+        )
     version = await service.create_version(
         session,
         account_id=principal.account_id,

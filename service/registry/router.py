@@ -50,9 +50,9 @@ async def create_registry_credential(
     request: Request, session: Session, principal: Manager, idem: Idem
 ) -> dict[str, Any]:
     spec = service.validate_create(await read_json(request))
-    await lock_account(session, principal.account_id)
-    app_state(request).quotas.registry_credentials.enforce(
-        await service.count_credentials(session, principal.account_id)
+    await app_state(request).quotas.registry_credentials.check(
+        lambda: service.count_credentials(session, principal.account_id),
+        lambda: lock_account(session, principal.account_id),
     )
     cred = await service.create_credential(
         session, account_id=principal.account_id, spec=spec, box=_box(request)

@@ -87,9 +87,13 @@ def target(tmp_path: Path, database_url: str) -> Iterator[Target]:
         stop_server(proc)
 
 
+# Derandomized, so a run of the suite is repeatable; to explore further, drop
+# `derandomize` and run with `--hypothesis-seed=N` (seeds 1-5 found nothing).
 @settings(
     max_examples=120,
     deadline=None,
+    derandomize=True,
+    database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(data=st.data())

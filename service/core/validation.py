@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -77,8 +77,44 @@ def _raise(message: str) -> None:
     raise PydanticCustomError("rule", message)
 
 
+class Rule:
+    """Base of the annotations that validate a field with this service's own messages.
+
+    `mode` says when `_run` sees the value (`before` its type, `after` it, or `wrap` around
+    it); `json_schema()` is what the annotation adds to the field's OpenAPI schema.
+    """
+
+    mode: ClassVar[Literal["before", "after", "wrap"]] = "before"
+
+    def _run(self, value: Any, *args: Any) -> Any:
+        raise NotImplementedError
+
+    def json_schema(self) -> Mapping[str, Any]:
+        return {}
+
+    def _mode(self) -> Literal["before", "after", "wrap"]:
+        return self.mode
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        mode = self._mode()
+        if mode == "wrap":
+            return core_schema.no_info_wrap_validator_function(self._run, handler(source))
+        if mode == "after":
+            return core_schema.no_info_after_validator_function(self._run, handler(source))
+        return core_schema.no_info_before_validator_function(self._run, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out = handler(schema)
+        out.update(self.json_schema())
+        return out
+
+
 @dataclass(frozen=True, eq=False)  # hashed by identity: typing hashes Annotated metadata
-class Check:
+class Check(Rule):
     """A rule on a typed value with its own message; `schema` documents it in OpenAPI."""
 
     test: Callable[[Any], str | None]
@@ -86,21 +122,13 @@ class Check:
     #: check the raw input before its type (for a message that covers both)
     before: bool = False
 
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        if self.before:
-            return core_schema.no_info_before_validator_function(self._run, handler(source))
-        return core_schema.no_info_after_validator_function(self._run, handler(source))
+    def _mode(self) -> Literal["before", "after", "wrap"]:
+        return "before" if self.before else "after"
 
-    def __get_pydantic_json_schema__(
-        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        out = handler(schema)
-        out.update(self.schema)
-        return out
+    def json_schema(self) -> Mapping[str, Any]:
+        return self.schema
 
-    def _run(self, value: Any) -> Any:
+    def _run(self, value: Any, *_: Any) -> Any:
         message = self.test(value)
         if message is not None:
             _raise(message)
@@ -108,26 +136,18 @@ class Check:
 
 
 @dataclass(frozen=True, eq=False)
-class Rules:
+class Rules(Rule):
     """Rules on a typed value that may each be broken: `test` returns the value as kept
     (normalised, or as given) and the message of every violation; `schema` documents them."""
 
     test: Callable[[Any], tuple[Any, Sequence[str]]]
     schema: Mapping[str, Any] = field(default_factory=dict)
+    mode: ClassVar[Literal["before", "after", "wrap"]] = "after"
 
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.no_info_after_validator_function(self._run, handler(source))
+    def json_schema(self) -> Mapping[str, Any]:
+        return self.schema
 
-    def __get_pydantic_json_schema__(
-        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        out = handler(schema)
-        out.update(self.schema)
-        return out
-
-    def _run(self, value: Any) -> Any:
+    def _run(self, value: Any, *_: Any) -> Any:
         kept, messages = self.test(value)
         if len(messages) == 1:
             _raise(messages[0])
@@ -160,24 +180,17 @@ def int_between(low: int, high: int) -> Check:
 
 
 @dataclass(frozen=True)
-class MaxItems:
+class MaxItems(Rule):
     """At most `limit` items; a longer list still has each of its items checked."""
 
     limit: int
+    mode: ClassVar[Literal["before", "after", "wrap"]] = "wrap"
 
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.no_info_wrap_validator_function(self._run, handler(source))
+    def json_schema(self) -> Mapping[str, Any]:
+        return {"maxItems": self.limit}
 
-    def __get_pydantic_json_schema__(
-        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        out = handler(schema)
-        out["maxItems"] = self.limit
-        return out
-
-    def _run(self, value: Any, handler: core_schema.ValidatorFunctionWrapHandler) -> Any:
+    def _run(self, value: Any, *args: Any) -> Any:
+        handler: core_schema.ValidatorFunctionWrapHandler = args[0]
         if not isinstance(value, list) or len(value) <= self.limit:
             return handler(value)
         message = f"must have at most {self.limit} items, got {len(value)}"
@@ -195,18 +208,13 @@ class MaxItems:
 
 
 @dataclass(frozen=True)
-class Expect:
+class Expect(Rule):
     """Before anything else: the value must be one of `types` (JSON kinds); None = missing."""
 
     types: tuple[type, ...]
     message: str
 
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.no_info_before_validator_function(self._run, handler(source))
-
-    def _run(self, value: Any) -> Any:
+    def _run(self, value: Any, *_: Any) -> Any:
         if value is None:
             raise PydanticCustomError("missing", "is required")
         if isinstance(value, bool) and bool not in self.types:
@@ -217,25 +225,16 @@ class Expect:
 
 
 @dataclass(frozen=True)
-class OneOf:
+class OneOf(Rule):
     """A string from `allowed`, any case, returned as written in `allowed`; null = `default`."""
 
     allowed: tuple[str, ...]
     default: str | None = None
 
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.no_info_before_validator_function(self._run, handler(source))
+    def json_schema(self) -> Mapping[str, Any]:
+        return {"enum": list(self.allowed)}
 
-    def __get_pydantic_json_schema__(
-        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        out = handler(schema)
-        out["enum"] = list(self.allowed)
-        return out
-
-    def _run(self, value: Any) -> Any:
+    def _run(self, value: Any, *_: Any) -> Any:
         if value is None:
             if self.default is None:
                 raise PydanticCustomError("missing", "is required")

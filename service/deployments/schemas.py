@@ -6,22 +6,20 @@ camelCase on the wire; nulls are omitted.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     ConfigDict,
     Field,
-    GetCoreSchemaHandler,
-    GetJsonSchemaHandler,
     SkipValidation,
 )
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import PydanticCustomError, core_schema
+from pydantic_core import PydanticCustomError
 
 from service.charts.schemas import HelmValidationPolicyIn
 from service.core.schemas import CamelModel, Timestamp
-from service.core.validation import Check, RequestModel
+from service.core.validation import Check, RequestModel, Rule
 from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec
 
 
@@ -178,7 +176,7 @@ MAX_PREFERRED_ORDER = 99
 
 
 @dataclass(frozen=True)
-class Count:
+class Count(Rule):
     """An integer from `low` (to `high`); null is `default`, or a violation when `required`."""
 
     low: int
@@ -186,21 +184,13 @@ class Count:
     required: bool = False
     default: int | None = None
 
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.no_info_before_validator_function(self._run, handler(source))
-
-    def __get_pydantic_json_schema__(
-        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        out = handler(schema)
-        out["minimum"] = self.low
+    def json_schema(self) -> Mapping[str, Any]:
+        bounds: dict[str, Any] = {"minimum": self.low}
         if self.high is not None:
-            out["maximum"] = self.high
-        return out
+            bounds["maximum"] = self.high
+        return bounds
 
-    def _run(self, value: Any) -> Any:
+    def _run(self, value: Any, *_: Any) -> Any:
         low, high = self.low, self.high
         rule = f"an integer ≥ {low}" if high is None else f"an integer from {low} to {high}"
         if value is None:

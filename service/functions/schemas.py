@@ -296,6 +296,12 @@ Tag = Annotated[
     Field(min_length=1, max_length=128),
     matches(TAG_RE.pattern, "'{value}' may contain only letters, digits and '-', '_', ':', '='"),
 ]
+#: `models` and `resources`
+Artifacts = Annotated[
+    list[ArtifactIn],
+    MaxItems(MAX_ARTIFACTS),
+    Expect((list,), "must be a list of {name, version, uri}"),
+]
 Tags = Annotated[list[Tag], MaxItems(MAX_TAGS), Expect((list,), "must be a list of strings")]
 Description = Annotated[str, Field(max_length=256)]
 
@@ -343,22 +349,8 @@ class FunctionCreate(RequestModel):
         ]
         | None
     ) = None
-    models: (
-        Annotated[
-            list[ArtifactIn],
-            MaxItems(MAX_ARTIFACTS),
-            Expect((list,), "must be a list of {name, version, uri}"),
-        ]
-        | None
-    ) = None
-    resources: (
-        Annotated[
-            list[ArtifactIn],
-            MaxItems(MAX_ARTIFACTS),
-            Expect((list,), "must be a list of {name, version, uri}"),
-        ]
-        | None
-    ) = None
+    models: Artifacts | None = None
+    resources: Artifacts | None = None
     api_body_format: Annotated[str, OneOf(API_BODY_FORMATS, "CUSTOM")] = "CUSTOM"
     function_type: Annotated[str, OneOf(FUNCTION_TYPES, "DEFAULT")] = "DEFAULT"
     health: HealthIn | None = None

@@ -9,13 +9,19 @@
    of every deployment and instance row.
 
 Uses a fresh SQLite file (migrated by Alembic) unless `--db` names another empty database.
+
+`--baseline-tree PATH` (a checkout of an older commit, e.g. `git worktree add /tmp/old
+a919185`, the last commit before the reconciler package) also runs step 1 with that tree's
+reconciler in a subprocess, in the same run, and prints the speed-up.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,17 +29,26 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# The service under test: this checkout, or an older one for the baseline (--baseline-tree).
+sys.path.insert(0, os.environ.get("BENCH_SERVICE_TREE") or str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import select
 
-from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.core import migrate
 from service.core.db import make_engine, make_sessionmaker
 from service.deployments.models import Deployment, DeploymentSpec, Instance
-from service.deployments.reconcile import Reconciler, ReconcilerConfig
 from service.functions.models import Function, FunctionVersion
+
+try:
+    from service.clusters.adapters import AdapterRegistry
+    from service.deployments.reconcile import Reconciler, ReconcilerConfig
+except ImportError:  # a tree from before the reconciler package (the baseline)
+    from service.backends.registry import AdapterRegistry  # type: ignore[no-redef]
+    from service.deployments.reconciler import (  # type: ignore[no-redef]
+        Reconciler,
+        ReconcilerConfig,
+    )
 
 ACCOUNT = "bench"
 
@@ -192,7 +207,8 @@ async def idle_pass_cpu(rec: Reconciler, rounds: int = 300) -> float:
     return statistics.median(samples)
 
 
-async def main(db: str | None, count: int) -> None:
+async def main(db: str | None, count: int, only_to_active: bool = False) -> float:
+    """Run the benchmark; return the to-ACTIVE milliseconds per deployment."""
     with tempfile.TemporaryDirectory() as tmp:
         url = db or f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}"
         await asyncio.to_thread(migrate.upgrade, url)
@@ -227,6 +243,10 @@ async def main(db: str | None, count: int) -> None:
             f"{baseline_insert:.2f}s ({baseline_insert / count * 1000:.2f} ms/deployment); "
             f"ratio {per / (baseline_insert / count * 1000):.1f}x"
         )
+        if only_to_active:
+            await registry.aclose()
+            await engine.dispose()
+            return per
 
         # --- 2. an idle pass does not grow with the number of idle deployments
         await rec.run_once()  # settle
@@ -259,11 +279,36 @@ async def main(db: str | None, count: int) -> None:
         )
         await registry.aclose()
         await engine.dispose()
+        return per
+
+
+def baseline(tree: str, count: int) -> float:
+    """Step 1 with the reconciler of another checkout, in a subprocess of the same run."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--count", str(count), "--only-to-active"],
+        env={**os.environ, "BENCH_SERVICE_TREE": tree, "PYTHONPATH": tree},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    print(f"baseline ({tree}): " + out.strip().replace("\n", "\n  "))
+    return float(out.rsplit("PER_DEPLOYMENT_MS=", 1)[1])
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", help="database URL (an empty database; default: temp SQLite)")
     parser.add_argument("--count", type=int, default=10_000, help="deployments (default 10,000)")
+    parser.add_argument("--baseline-tree", help="an older checkout to compare step 1 with")
+    parser.add_argument("--only-to-active", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    asyncio.run(main(args.db, args.count))
+    if args.baseline_tree:
+        before = baseline(args.baseline_tree, args.count)
+    per = asyncio.run(main(args.db, args.count, args.only_to_active))
+    if args.only_to_active:
+        print(f"PER_DEPLOYMENT_MS={per}")
+    elif args.baseline_tree:
+        print(
+            f"to ACTIVE: {before:.2f} ms/deployment with the baseline tree, {per:.2f} with this "
+            f"one: {before / per:.1f}x faster"
+        )

@@ -415,6 +415,33 @@ async def test_pending_pod_is_scheduled_when_gpus_are_freed() -> None:
     assert only_pod(await sim.observe(second)).ready
 
 
+async def test_best_fit_prefers_the_fullest_node_that_fits_then_the_first() -> None:
+    clock = FakeClock()
+    sim = cluster(clock, NodeShape("H100", 8, 3), NodeShape("L40S", 4, 1), provider="DGXC")
+    placed: dict[str, str] = {}
+
+    async def put(n: int, gpus: int, gpu: str = "H100") -> str:
+        inst = instance(n, gpu=gpu, gpus=gpus)
+        await sim.apply(inst, [deployment(gpus=gpus, node_type=f"DGXC.GPU.{gpu}"), service()])
+        clock.set(clock.now.timestamp() - T0.timestamp() + 2)
+        node = str(only_pod(await sim.observe(inst)).node_name)
+        placed[inst.instance_id] = node
+        return node
+
+    # all H100 nodes free: ties go to the first; then the fullest node that still fits
+    assert (await put(1, 5)).endswith("h100-8x-0")  # free 3, 8, 8
+    assert (await put(2, 2)).endswith("h100-8x-0")  # free 1, 8, 8
+    assert (await put(3, 2)).endswith("h100-8x-1")  # 1 is too few: free 1, 6, 8
+    assert (await put(4, 7)).endswith("h100-8x-2")  # only node 2 fits: free 1, 6, 1
+    assert (await put(5, 1)).endswith("h100-8x-0")  # two nodes with 1 free: the first
+    # the L40S node is never offered to an H100 pod, and the other way round
+    assert (await put(6, 1, "L40S")).endswith("l40s-4x-0")
+    await sim.delete(instance(3))  # node 1 back to 8 free
+    assert (await put(7, 1)).endswith("h100-8x-2")  # free 0, 8, 1: node 2 fits tightest
+    capacity = await sim.capacity()
+    assert capacity.free_gpus("H100") == 8 and capacity.free_gpus("L40S") == 3
+
+
 async def test_node_affinity_is_respected() -> None:
     clock = FakeClock()
     sim = cluster(clock, NodeShape("H100", 8, 1), NodeShape("L40S", 1, 2), provider="DGXC")

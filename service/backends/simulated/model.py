@@ -111,6 +111,7 @@ class SimPod:
     released: bool = False
     removed: bool = False  # no longer in its namespace (deleted, replaced or overwritten)
     matching: tuple[int, ...] | None = None  # indices of nodes its affinity allows (cached)
+    matching_set: frozenset[int] | None = None  # the same, for membership tests
 
     @property
     def restart_policy(self) -> str:

@@ -4,6 +4,7 @@ pods to nodes (best fit, honouring node affinity) as the clock advances."""
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
@@ -40,7 +41,10 @@ class Scheduler:
         self._waiting: dict[int, SimPod] = {}
         self._finishing: list[tuple[datetime, int, SimPod]] = []
         self._gpus_freed = False
-        self._matching_cache: dict[str, tuple[int, ...]] = {}
+        self._matching_cache: dict[str, tuple[tuple[int, ...], frozenset[int]]] = {}
+        # Node indices (ascending) by free GPUs, so best fit looks at the fullest nodes that
+        # still fit first instead of at every node: a pod costs what it binds, not the cluster.
+        self._by_free: dict[int, list[int]] = {}
         for shape in shapes:
             for i in range(shape.count):
                 node_name = f"{name}-{shape.gpu.lower()}-{shape.gpus_per_node}x-{i}"
@@ -54,6 +58,18 @@ class Scheduler:
                     labels[CLIQUE_LABEL] = f"{name}-{shape.gpu.lower()}.0"
                 self.nodes.append(Node(node_name, shape.gpu.upper(), shape.gpus_per_node, labels))
         self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
+        for i, node in enumerate(self.nodes):
+            self._by_free.setdefault(node.free, []).append(i)
+
+    def _allocate(self, index: int, gpus: int) -> None:
+        """Take `gpus` on node `index` (negative: give them back), keeping the index."""
+        node = self.nodes[index]
+        bucket = self._by_free[node.free]
+        del bucket[bisect_left(bucket, index)]
+        if not bucket:
+            del self._by_free[node.free]
+        node.allocated += gpus
+        insort(self._by_free.setdefault(node.free, []), index)
 
     def enqueue(self, pod: SimPod) -> None:
         """A new pod for the scheduler to look at once `schedule_seconds` have passed."""
@@ -66,7 +82,7 @@ class Scheduler:
 
     def release(self, pod: SimPod) -> None:
         if pod.node is not None and not pod.released:
-            self.nodes[self.node_index[pod.node]].allocated -= pod.gpus
+            self._allocate(self.node_index[pod.node], -pod.gpus)
             pod.released = True
             if pod.gpus:
                 self._gpus_freed = True
@@ -101,7 +117,7 @@ class Scheduler:
         if retry:
             waiting = sorted(self._waiting.values(), key=lambda p: (p.created_at, p.seq))
             candidates = heapq.merge(waiting, fresh, key=lambda p: (p.created_at, p.seq))
-            max_free = max((n.free for n in self.nodes), default=0)
+            max_free = max(self._by_free, default=0)
         for pod in candidates:
             eligible = pod.created_at + delay
             if pod.unschedulable_since is not None:  # a retry
@@ -110,16 +126,16 @@ class Scheduler:
                     continue
                 if pod.gpus > max_free:
                     continue  # cannot fit anywhere; failing again would change nothing
-            node, message = self._pick_node(pod)
-            if node is None:
+            index, message = self._pick_node(pod)
+            if index is None:
                 pod.unschedulable_since = pod.unschedulable_since or eligible
                 pod.schedule_message = message
                 if pod.fault != "Unschedulable":  # that fault never schedules: no retries
                     self._waiting[pod.seq] = pod
                 continue
             self._waiting.pop(pod.seq, None)
-            node.allocated += pod.gpus
-            pod.node = node.name
+            self._allocate(index, pod.gpus)
+            pod.node = self.nodes[index].name
             # Retried pods bind when room appeared; `now` is the call that freed it.
             pod.scheduled_at = eligible if pod.unschedulable_since is None else now
             finished = self.timeline.terminal_at(pod)
@@ -130,15 +146,16 @@ class Scheduler:
         """Indices of the nodes the pod's node selector and affinity allow, in node order."""
         if pod.matching is None:
             key = repr((pod.spec.get("nodeSelector"), pod.spec.get("affinity")))
-            matching = self._matching_cache.get(key)
-            if matching is None:
+            cached = self._matching_cache.get(key)
+            if cached is None:
                 matching = tuple(
                     i for i, n in enumerate(self.nodes) if node_affinity_matches(pod.spec, n.labels)
                 )
+                cached = (matching, frozenset(matching))
                 if len(self._matching_cache) >= 1024:
                     self._matching_cache.clear()
-                self._matching_cache[key] = matching
-            pod.matching = matching
+                self._matching_cache[key] = cached
+            pod.matching, pod.matching_set = cached
         return pod.matching
 
     def free_after_queued_pods(self) -> list[int]:
@@ -165,7 +182,7 @@ class Scheduler:
                 free[best] -= pod.gpus
         return free
 
-    def _pick_node(self, pod: SimPod) -> tuple[Node | None, str]:
+    def _pick_node(self, pod: SimPod) -> tuple[int | None, str]:
         total = len(self.nodes)
         if pod.fault == "Unschedulable":
             return None, (
@@ -175,14 +192,12 @@ class Scheduler:
             )
         matching = self._matching(pod)
         # Best fit keeps whole nodes free for full-node and multi-node instance types; ties go
-        # to the first node (indices ascend, so a strict `<` keeps the earliest).
-        best: Node | None = None
-        for i in matching:
-            node = self.nodes[i]
-            if node.free >= pod.gpus and (best is None or node.free < best.free):
-                best = node
-        if best is not None:
-            return best, ""
+        # to the first node: the fewest free GPUs that fit, then the lowest index.
+        allowed = None if len(matching) == total else pod.matching_set
+        for free in sorted(f for f in self._by_free if f >= pod.gpus):
+            for i in self._by_free[free]:
+                if allowed is None or i in allowed:
+                    return i, ""
         parts = []
         if len(matching):
             parts.append(f"{len(matching)} Insufficient {GPU_RESOURCE}")

@@ -5,7 +5,10 @@ FastAPI app that returns JSON documents of the same size, loads both with concur
 clients from a separate process, and prints requests per second for GET of one version, list of
 100 versions and create, each as a ratio to the bare app. Target: GET one ≥ 0.5.
 
-    .venv/bin/python bench/api.py [--seconds 5] [--concurrency 16]
+    .venv/bin/python bench/api.py [--seconds 5] [--concurrency 16] [--baseline-tree PATH]
+
+`--baseline-tree PATH` (a checkout of an older commit) also starts that tree's server and loads
+it in the same rounds, printing each scenario's requests per second against it.
 """
 
 from __future__ import annotations
@@ -56,12 +59,35 @@ def wait_up(port: int, proc: subprocess.Popen[bytes]) -> None:
     raise SystemExit("server did not start")
 
 
-def start(cmd: list[str], env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+def start(
+    cmd: list[str], env: dict[str, str], port: int, cwd: str | None = None
+) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        cmd,
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=cwd,
     )
     wait_up(port, proc)
     return proc
+
+
+def seed(port: int) -> tuple[str, str, dict[str, object]]:
+    """One function with 100 versions; the documents each scenario answers."""
+    base = f"http://127.0.0.1:{port}/v2/nvcf"
+    with httpx.Client(headers={"Authorization": f"Bearer {KEY}"}, timeout=30) as c:
+        first = c.post(f"{base}/functions", json=BODY).json()["function"]
+        fid, vid = first["id"], first["versionId"]
+        for _ in range(99):
+            c.post(f"{base}/functions/{fid}/versions", json=BODY).raise_for_status()
+        docs = {
+            "one": c.get(f"{base}/functions/{fid}/versions/{vid}").json(),
+            "list": c.get(f"{base}/functions/{fid}/versions").json(),
+            "create": c.post(f"{base}/functions", json=BODY).json(),
+        }
+    assert len(docs["list"]["functions"]) == 100
+    return fid, vid, docs
 
 
 def main() -> None:
@@ -69,6 +95,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--baseline-tree", help="an older checkout to load in the same rounds")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="nvcf-bench-"))
     real_port, bare_port = free_port(), free_port()
@@ -82,20 +109,23 @@ def main() -> None:
     real = start(
         [sys.executable, "-m", "service.cli", "serve", "--port", str(real_port)], env, real_port
     )
-    auth = {"Authorization": f"Bearer {KEY}"}
+    old: subprocess.Popen[bytes] | None = None
     try:
-        base = f"http://127.0.0.1:{real_port}/v2/nvcf"
-        with httpx.Client(headers=auth, timeout=30) as c:
-            first = c.post(f"{base}/functions", json=BODY).json()["function"]
-            fid, vid = first["id"], first["versionId"]
-            for _ in range(99):
-                c.post(f"{base}/functions/{fid}/versions", json=BODY).raise_for_status()
-            docs = {
-                "one": c.get(f"{base}/functions/{fid}/versions/{vid}").json(),
-                "list": c.get(f"{base}/functions/{fid}/versions").json(),
-                "create": c.post(f"{base}/functions", json=BODY).json(),
+        fid, vid, docs = seed(real_port)
+        if args.baseline_tree:
+            old_port = free_port()
+            old_env = {
+                **env,
+                "NVCF_DATA_DIR": str(tmp / "baseline"),
+                "PYTHONPATH": args.baseline_tree,
             }
-        assert len(docs["list"]["functions"]) == 100
+            old = start(
+                [sys.executable, "-m", "service.cli", "serve", "--port", str(old_port)],
+                old_env,
+                old_port,
+                cwd=args.baseline_tree,
+            )
+            old_fid, old_vid, _ = seed(old_port)
         docs_file = tmp / "docs.json"
         docs_file.write_text(json.dumps(docs))
         bare = start(
@@ -120,22 +150,23 @@ def main() -> None:
         hdrs = {"Authorization": f"Bearer {KEY}"}
         jhdrs = {**hdrs, "Content-Type": "application/json"}
         host = "127.0.0.1"
+        paths = [
+            ("GET one version", "GET", "/functions/{fid}/versions/{vid}", "/one", hdrs, b""),
+            ("list of 100 versions", "GET", "/functions/{fid}/versions", "/list", hdrs, b""),
+            ("create", "POST", "/functions", "/create", jhdrs, body),
+        ]
         scenarios = [
             (
-                "GET one version",
-                build_request("GET", f"/v2/nvcf/functions/{fid}/versions/{vid}", host, hdrs),
-                build_request("GET", "/one", host, hdrs),
-            ),
-            (
-                "list of 100 versions",
-                build_request("GET", f"/v2/nvcf/functions/{fid}/versions", host, hdrs),
-                build_request("GET", "/list", host, hdrs),
-            ),
-            (
-                "create",
-                build_request("POST", "/v2/nvcf/functions", host, jhdrs, body),
-                build_request("POST", "/create", host, jhdrs, body),
-            ),
+                name,
+                build_request(method, "/v2/nvcf" + path.format(fid=fid, vid=vid), host, h, payload),
+                build_request(method, bare_path, host, h, payload),
+                None
+                if old is None
+                else build_request(
+                    method, "/v2/nvcf" + path.format(fid=old_fid, vid=old_vid), host, h, payload
+                ),
+            )
+            for name, method, path, bare_path, h, payload in paths
         ]
         print(
             f"{'scenario':24} {'server rps':>11} {'bare rps':>10} {'ratio':>7}  (concurrency "
@@ -147,33 +178,46 @@ def main() -> None:
             def load(port: int, req: bytes, seconds: float) -> LoadResult:
                 return pool.submit(run_load, host, port, req, seconds, args.concurrency).result()
 
-            for name, real_req, bare_req in scenarios:
+            for name, real_req, bare_req, old_req in scenarios:
                 load(bare_port, bare_req, 0.5)
                 load(real_port, real_req, 0.5)
-                reals, bares, ratios = [], [], []
+                reals, bares, olds, ratios = [], [], [], []
                 for i in range(args.rounds):
-                    # Alternate the order so a drift in machine speed hits both sides alike.
-                    if i % 2 == 0:
-                        b = load(bare_port, bare_req, args.seconds)
-                        r = load(real_port, real_req, args.seconds)
-                    else:
-                        r = load(real_port, real_req, args.seconds)
-                        b = load(bare_port, bare_req, args.seconds)
+                    # Alternate the order so a drift in machine speed hits every side alike.
+                    b = r = None
+                    order = ["bare", "real", "old"] if i % 2 == 0 else ["old", "real", "bare"]
+                    for side in order:
+                        if side == "bare":
+                            b = load(bare_port, bare_req, args.seconds)
+                        elif side == "real":
+                            r = load(real_port, real_req, args.seconds)
+                        elif old_req is not None:
+                            o = load(old_port, old_req, args.seconds)
+                            olds.append(o.rps)
+                    assert b is not None and r is not None
                     if r.errors or b.errors:
                         print(f"  warning: {r.errors} server errors, {b.errors} bare errors")
                     reals.append(r.rps)
                     bares.append(b.rps)
                     ratios.append(r.rps / b.rps)
                 rounds = ", ".join(f"{x:.2f}" for x in ratios)
+                against = ""
+                if olds:
+                    against = (
+                        f"; baseline tree {statistics.median(olds):.0f} rps, this tree "
+                        f"{statistics.median(reals) / statistics.median(olds):.2f}x of it"
+                    )
                 print(
                     f"{name:24} {statistics.median(reals):11.0f} {statistics.median(bares):10.0f} "
-                    f"{statistics.median(ratios):7.2f}  (rounds: {rounds})"
+                    f"{statistics.median(ratios):7.2f}  (rounds: {rounds}{against})"
                 )
         bare.terminate()
         bare.wait(10)
     finally:
-        real.terminate()
-        real.wait(10)
+        for proc in (real, old):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(10)
 
 
 if __name__ == "__main__":

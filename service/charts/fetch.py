@@ -28,6 +28,7 @@ from service.charts.cache import DIGEST_RE, ChartCache, ManifestEntry
 from service.charts.netguard import PinnedAdapter, forbidden_reason, host_key
 from service.charts.url import ChartRef, check_host, redact_url
 from service.core.errors import BadGateway, BadRequest, FieldError
+from service.core.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 HELM_CONFIG = "application/vnd.cncf.helm.config.v1+json"
 HELM_CHART_LAYER = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
-GiB = 1024**3
+_DEFAULTS = Settings.model_construct()  # each default is written once, in Settings
 _MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 _CHUNK = 64 * 1024
 _MAX_UPSTREAM_TEXT = 300
@@ -534,8 +535,8 @@ class ChartFetcher:
         insecure: Collection[str],
         max_bytes: int,
         max_unpacked_bytes: int,
-        cache_max_bytes: int = 2 * GiB,
-        timeout: float = 30,
+        cache_max_bytes: int = _DEFAULTS.chart_cache_max_bytes,
+        timeout: float = _DEFAULTS.chart_fetch_timeout,
         max_files: int = DEFAULT_MAX_FILES,
     ) -> None:
         self.cache = ChartCache(cache_dir, cache_max_bytes)

@@ -37,11 +37,13 @@ from service.charts.modify import apply_modifications
 from service.charts.policy import ValidationPolicy, restrict
 from service.charts.workload import extract_workload_config
 from service.core.errors import BadRequest, FieldError
+from service.core.settings import Settings
 
-DEFAULT_TIMEOUT = 30.0
-DEFAULT_MEMORY_LIMIT = 1024 * 1024 * 1024
+_DEFAULTS = Settings.model_construct()  # each default is written once, in Settings
+DEFAULT_TIMEOUT = _DEFAULTS.render_timeout
+DEFAULT_MEMORY_LIMIT = _DEFAULTS.render_memory_limit_bytes
 DEFAULT_MAX_OUTPUT = 64 * 1024 * 1024
-DEFAULT_KUBE_VERSION = "1.30.0"
+DEFAULT_KUBE_VERSION = _DEFAULTS.default_kube_version
 #: Namespace used when rendering at function creation, before any instance exists.
 PLACEHOLDER_NAMESPACE = "nvcf-validation"
 WORKER_START_TIMEOUT = 60.0
@@ -193,12 +195,12 @@ class ChartRenderer:
 
     def __init__(
         self,
-        workers: int = 2,
+        workers: int = _DEFAULTS.render_workers,
         timeout: float = DEFAULT_TIMEOUT,
         memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT,
         split_decode_min_bytes: int | None = DEFAULT_SPLIT_DECODE_MIN_BYTES,
-        helm_engine_path: bool = True,
+        helm_engine_path: bool = _DEFAULTS.helm_engine_path,
     ) -> None:
         if workers < 1:
             raise ValueError("workers must be at least 1")

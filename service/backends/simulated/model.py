@@ -51,7 +51,7 @@ class SimulationDelays:
 
     schedule_seconds: float = 0.5
     pull_seconds: float = 1.0
-    ready_seconds: float = 2.0
+    ready_seconds: float = 1.0
 
 
 def as_map(value: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
+from service.backends.simulated.model import SimulationDelays
 from service.clusters.instance_types import (
     CSPS,
     InstanceType,
@@ -18,6 +19,8 @@ from service.clusters.instance_types import (
     offered_instance_types,
 )
 from service.core.kube import normalize_attributes
+
+_DELAYS = SimulationDelays()  # the simulated adapter owns its defaults
 
 # Fixed namespaces so ids survive restarts and re-deploys of the same catalog.
 _GROUP_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:nvcf-server:cluster-group")
@@ -101,9 +104,9 @@ class NodeShape(_Model):
 class SimulationSettings(_Model):
     """Delays of the simulated adapter's pod lifecycle, in seconds."""
 
-    schedule_seconds: Seconds = Field(default=0.5, alias="scheduleSeconds")
-    pull_seconds: Seconds = Field(default=1.0, alias="pullSeconds")
-    ready_seconds: Seconds = Field(default=1.0, alias="readySeconds")
+    schedule_seconds: Seconds = Field(default=_DELAYS.schedule_seconds, alias="scheduleSeconds")
+    pull_seconds: Seconds = Field(default=_DELAYS.pull_seconds, alias="pullSeconds")
+    ready_seconds: Seconds = Field(default=_DELAYS.ready_seconds, alias="readySeconds")
 
 
 class KubernetesSettings(_Model):

@@ -155,22 +155,3 @@ def check_archive(
             where,
             f"{top}/Chart.yaml",
         )
-
-
-def extract_archive(
-    path: Path,
-    destination: Path,
-    max_bytes: int,
-    max_unpacked_bytes: int,
-    *,
-    max_files: int = DEFAULT_MAX_FILES,
-    source: str | None = None,
-) -> Path:
-    """Check, then extract into `destination`; returns the chart directory inside it."""
-    check_archive(path, max_bytes, max_unpacked_bytes, max_files=max_files, source=source)
-    destination.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, mode="r:gz") as tar:
-        top = next(p for m in tar for p in PurePosixPath(m.name).parts if p != ".")
-        # The "data" filter re-checks paths and links as defence in depth.
-        tar.extractall(destination, filter="data")
-    return destination / top

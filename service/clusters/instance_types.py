@@ -61,11 +61,6 @@ class InstanceType:
         return self.nodes > 1
 
     @property
-    def node_label_value(self) -> str:
-        """Value of the node label `nvca.nvcf.nvidia.io/instance-type` (no `_<N>x` suffix)."""
-        return f"{self.csp}.GPU.{self.gpu}"
-
-    @property
     def description(self) -> str:
         """Human wording: `1x L40S GPU`, `8x H100 GPUs`, `2 nodes x 8x B200 GPUs`."""
         gpus = f"{self.gpus_per_node}x {self.gpu} GPU{'s' if self.gpus_per_node > 1 else ''}"

@@ -29,6 +29,13 @@ ANNOTATION_REGION = "nvcf.nvidia.com/region"
 #: node label a cluster agent puts on GPU nodes: `<CSP>.GPU.<GPU>` (no `_<N>x` suffix)
 INSTANCE_TYPE_LABEL = "nvca.nvcf.nvidia.io/instance-type"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+def instance_type_label(csp: str, gpu: str) -> str:
+    """The `INSTANCE_TYPE_LABEL` value of a node with `gpu` GPUs at `csp`: `NCP.GPU.H100`."""
+    return f"{csp}.GPU.{gpu}"
+
+
 #: node label of the NVLink domain (GPU clique) on NVLink-optimised clusters
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
 #: the resource pods request GPUs by (what schedulers and capacity reads count)

@@ -8,13 +8,15 @@ affinity) from the reconciler.
 
 from __future__ import annotations
 
-import re
 import shlex
 from decimal import Decimal
 from typing import Any
 
 from service.clusters.catalog import Cluster
 from service.clusters.instance_types import InstanceType
+from service.core.durations import DurationError, parse_timedelta
+from service.core.kube import GPU_RESOURCE
+from service.core.quantities import quantity
 from service.functions.models import FunctionVersion
 
 SERVICE_NAME = "entrypoint"
@@ -22,7 +24,6 @@ WORKLOAD_NAME = "inference"
 CONTAINER_NAME = "inference"
 DEFAULT_PORT = 8000
 APP_LABEL = "app.kubernetes.io/name"
-GPU_RESOURCE = "nvidia.com/gpu"
 #: Share of a node's CPU and memory given to the GPUs of one instance (the rest is left to
 #: the kubelet and system daemons).
 NODE_SHARE = Decimal("0.9")
@@ -30,42 +31,22 @@ NODE_SHARE = Decimal("0.9")
 DEFAULT_CPU_PER_GPU = Decimal(8)
 DEFAULT_MEMORY_PER_GPU = Decimal(32 * 1024**3)
 
-_SUFFIXES = {
-    "m": Decimal("0.001"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-}
-_QUANTITY = re.compile(r"([0-9]+(?:\.[0-9]+)?)([A-Za-z]*)")
-_DURATION_SECONDS = re.compile(r"^PT?(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?$")
-
-
-def parse_quantity(value: str) -> Decimal:
-    """A Kubernetes quantity (`16`, `500m`, `128Gi`) as a number of base units."""
-    match = _QUANTITY.fullmatch(value.strip())
-    if match is None or match.group(2) not in ("", *_SUFFIXES):
-        raise ValueError(f"not a Kubernetes quantity: {value!r}")
-    number = Decimal(match.group(1))
-    return number * _SUFFIXES[match.group(2)] if match.group(2) else number
-
 
 def duration_seconds(value: str, default: int = 10) -> int:
     """Whole seconds (≥ 1) of an ISO-8601 duration such as `PT10S`; `default` if unparsable."""
-    match = _DURATION_SECONDS.fullmatch(value.strip().upper()) if value else None
-    if match is None or not any(match.groups()):
+    try:
+        total = parse_timedelta(value.strip().upper()).total_seconds()
+    except DurationError:
         return default
-    hours, minutes, seconds = match.groups()
-    total = int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(seconds or 0)
     return max(1, int(total))
+
+
+def _per_node(value: str | None, fallback: Decimal, share: Decimal, gpus_per_node: int) -> Decimal:
+    """This instance's share of a node quantity (the catalog checked that it is one)."""
+    amount = quantity(value) if value is not None else None
+    if amount is None:
+        return fallback * share
+    return amount * share / gpus_per_node * NODE_SHARE
 
 
 def instance_resources(cluster: Cluster, instance_type: InstanceType) -> dict[str, str]:
@@ -79,14 +60,9 @@ def instance_resources(cluster: Cluster, instance_type: InstanceType) -> dict[st
         None,
     )
     share = Decimal(instance_type.gpus_per_node)
-    if shape is not None and shape.cpu is not None:
-        cpu = parse_quantity(shape.cpu) * share / shape.gpus_per_node * NODE_SHARE
-    else:
-        cpu = DEFAULT_CPU_PER_GPU * share
-    if shape is not None and shape.memory is not None:
-        memory = parse_quantity(shape.memory) * share / shape.gpus_per_node * NODE_SHARE
-    else:
-        memory = DEFAULT_MEMORY_PER_GPU * share
+    per_node = shape.gpus_per_node if shape is not None else 1
+    cpu = _per_node(shape.cpu if shape else None, DEFAULT_CPU_PER_GPU, share, per_node)
+    memory = _per_node(shape.memory if shape else None, DEFAULT_MEMORY_PER_GPU, share, per_node)
     millicores = max(100, int(cpu * 1000))
     mebibytes = max(256, int(memory / 2**20))
     return {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from service.charts.archive import check_archive, extract_archive
+from service.charts.archive import check_archive
 from service.core.errors import BadRequest
 
 MiB = 1024 * 1024
@@ -55,12 +55,8 @@ def check(path: Path, **limits: int) -> None:
     )
 
 
-def test_good_archive_passes_and_extracts(tmp_path: Path) -> None:
-    archive = build(tmp_path / "ok.tgz", good_entries())
-    check(archive)
-    chart = extract_archive(archive, tmp_path / "out", 10 * MiB, 50 * MiB)
-    assert chart == tmp_path / "out" / "demo"
-    assert (chart / "Chart.yaml").read_bytes() == CHART_YAML
+def test_good_archive_passes(tmp_path: Path) -> None:
+    check(build(tmp_path / "ok.tgz", good_entries()))
 
 
 HOSTILE = [

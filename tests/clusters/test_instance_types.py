@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from service.charts.mutate import instance_type_base
 from service.clusters.instance_types import (
     CSPS,
     EXPECTED_SHAPE,
@@ -12,6 +13,7 @@ from service.clusters.instance_types import (
     offered_instance_types,
     parse_instance_type,
 )
+from service.core.kube import instance_type_label
 
 
 @pytest.mark.parametrize(
@@ -35,7 +37,8 @@ def test_documented_and_typical_types_parse(
     assert (it.csp, it.gpu, it.gpus_per_node, it.nodes) == (csp, gpu, per_node, nodes)
     assert it.name == str(it) == value
     assert it.is_multi_node is (nodes > 1)
-    assert it.node_label_value == label
+    # the node label the simulated nodes carry and the affinity the mutations write agree
+    assert instance_type_label(it.csp, it.gpu) == instance_type_base(value) == label
 
 
 @pytest.mark.parametrize(

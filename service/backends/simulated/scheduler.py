@@ -17,6 +17,7 @@ from service.core.kube import (
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
     INSTANCE_TYPE_LABEL,
+    instance_type_label,
 )
 
 
@@ -50,7 +51,7 @@ class Scheduler:
                 node_name = f"{name}-{shape.gpu.lower()}-{shape.gpus_per_node}x-{i}"
                 labels = {
                     "kubernetes.io/hostname": node_name,
-                    INSTANCE_TYPE_LABEL: f"{provider}.GPU.{shape.gpu.upper()}",
+                    INSTANCE_TYPE_LABEL: instance_type_label(provider, shape.gpu.upper()),
                     GPU_PRODUCT_LABEL: shape.gpu.upper(),
                     "nvidia.com/gpu.count": str(shape.gpus_per_node),
                 }

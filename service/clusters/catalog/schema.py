@@ -19,6 +19,7 @@ from service.clusters.instance_types import (
     offered_instance_types,
 )
 from service.core.kube import normalize_attributes
+from service.core.quantities import quantity
 
 _DELAYS = SimulationDelays()  # the simulated adapter owns its defaults
 
@@ -27,7 +28,6 @@ _GROUP_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:nvcf-server:cluster-group
 _CLUSTER_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:nvcf-server:cluster")
 
 _NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
-_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?")
 
 
 def _check_name(value: str) -> str:
@@ -67,7 +67,8 @@ def _check_gpu(value: str) -> str:
 def _quantity(value: Any) -> Any:
     if isinstance(value, int | float) and not isinstance(value, bool):
         value = str(value)
-    if isinstance(value, str) and not _QUANTITY.fullmatch(value):
+    parsed = quantity(value) if isinstance(value, str) else None
+    if isinstance(value, str) and (parsed is None or parsed < 0):  # a node has no negative CPU
         raise PydanticCustomError(
             "quantity",
             "{value} is not a Kubernetes quantity such as 64, 500m or 512Gi",

@@ -28,11 +28,11 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection
 from types import SimpleNamespace
 from typing import Any, cast
 
+from cachetools import TTLCache
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -65,15 +65,16 @@ ListKey = tuple[Any, ...]
 
 
 class VersionCache:
-    """Serialised version bodies, and serialised lists of versions."""
+    """Serialised version bodies, and serialised lists of versions: LRU caches whose entries
+    expire after `ttl` seconds (a safety net; commits invalidate them through the change feed)."""
 
     def __init__(self, max_entries: int = 10_000, ttl: float = 5.0) -> None:
-        # version id -> {key: (expiry, body)}; ordered by insertion for eviction
-        self._data: OrderedDict[uuid.UUID, dict[CacheKey, tuple[float, bytes]]] = OrderedDict()
-        # list key -> (expiry, body); a list is dropped when any version changes
-        self._lists: OrderedDict[ListKey, tuple[float, bytes]] = OrderedDict()
-        self._max = max_entries
-        self._ttl = ttl
+        # version id -> {key: body}: the variants of one version expire and go together
+        self._data: TTLCache[uuid.UUID, dict[CacheKey, bytes]] = TTLCache(
+            max_entries, ttl, timer=time.monotonic
+        )
+        # list key -> body; a list is dropped when any version changes
+        self._lists: TTLCache[ListKey, bytes] = TTLCache(max_entries, ttl, timer=time.monotonic)
         self._generation = 0
 
     @property
@@ -83,38 +84,23 @@ class VersionCache:
 
     def get(self, key: CacheKey) -> bytes | None:
         entries = self._data.get(key[2])
-        hit = entries.get(key) if entries else None
-        if hit is None:
-            return None
-        if hit[0] < time.monotonic():
-            del entries[key]  # type: ignore[union-attr]
-            return None
-        return hit[1]
+        return entries.get(key) if entries else None
 
     def put(self, key: CacheKey, body: bytes, generation: int) -> None:
         if generation != self._generation:
             return  # something changed while this response was being built
-        self._data.setdefault(key[2], {})[key] = (time.monotonic() + self._ttl, body)
-        self._data.move_to_end(key[2])
-        while len(self._data) > self._max:
-            self._data.popitem(last=False)
+        entries = self._data.get(key[2])
+        if entries is None:
+            self._data[key[2]] = entries = {}
+        entries[key] = body
 
     def get_list(self, key: ListKey) -> bytes | None:
-        hit = self._lists.get(key)
-        if hit is None:
-            return None
-        if hit[0] < time.monotonic():
-            del self._lists[key]
-            return None
-        return hit[1]
+        return self._lists.get(key)
 
     def put_list(self, key: ListKey, body: bytes, generation: int) -> None:
         if generation != self._generation:
             return
-        self._lists[key] = (time.monotonic() + self._ttl, body)
-        self._lists.move_to_end(key)
-        while len(self._lists) > self._max:
-            self._lists.popitem(last=False)
+        self._lists[key] = body
 
     def changed(self, changes: dict[str, set[Any] | None]) -> None:
         self._generation += 1

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -13,24 +14,50 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from service.core.settings import Settings
-from service.health.observed import ObservedState, Pod, parse_time
+from service.health.observed import Controller, Event, ObservedState, Pod, parse_time
 
 HealthMode = Literal["default", "StatusByWorkerReadiness"]
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff"})
+#: a container the kubelet cannot create (bad command, missing ConfigMap/Secret key…): judged
+#: like an image that cannot be pulled, after the same timeout
+CREATE_CONTAINER_REASONS = frozenset({"CreateContainerError", "CreateContainerConfigError"})
+#: warning events that fail the instance at once: a controller could not create or update
+#: what it manages (NVCA's `parseErrorEventMessage`)
 TERMINAL_EVENT_REASONS = frozenset({"FailedCreate", "FailedUpdate", "ReplicaSetCreateError"})
 TRANSIENT_EVENT_REASONS = frozenset({"FailedMount", "FailedAttachVolume", "FailedMapVolume"})
 RESTART_LOOP_THRESHOLD = 3
+#: controllers that replace a failed pod by a new one: they, not the pod, are judged
+REPLACING_OWNERS = frozenset({"ReplicaSet", "StatefulSet"})
+#: an admission webhook or a quota refusing a controller's create, whatever the event's reason
+#: (`Error creating: pods "x" is forbidden: exceeded quota`, `create Pod db-0 in StatefulSet db
+#: failed error: admission webhook "v" denied the request`)
+_CREATE_REFUSED = re.compile(
+    r"(error creating|create\b.*\bfailed)\b.*\b(forbidden|denied the request|exceeded quota)",
+    re.IGNORECASE | re.DOTALL,
+)
 
 # Timer-guarded checks a pod can be subject to (names used for `enforced` below).
 _ALL_POD_CHECKS = frozenset(
-    {"scheduling", "imagePull", "restartLoop", "init", "notReady", "startup"}
+    {
+        "scheduling",
+        "imagePull",
+        "createContainer",
+        "restartLoop",
+        "init",
+        "pending",
+        "notReady",
+        "startup",
+    }
 )
 
 # Which pending issue best explains a not-yet-running instance (lower first).
 _ISSUE_RANK = {
     "Unschedulable": 0,
+    "PodFailed": 1,
     "ImagePullBackOff": 1,
+    "CreateContainerError": 1,
+    "CreateContainerConfigError": 1,
     "CrashLoopBackOff": 1,
     "FailingObjects": 1,
     "WorkerDegraded": 2,
@@ -99,7 +126,8 @@ class Observation:
 class InstanceCondition:
     """The health of one instance, plus what the machine must remember between evaluations.
 
-    `timers` maps a check (e.g. `imagePull:<pod uid>`) to when its condition was first seen;
+    `timers` maps a check (e.g. `imagePull:<pod uid>`) to when its clock started: the pod's
+    launch, or the first evaluation that saw the condition when the cluster reports no start.
     `ready_pods` are the pods seen Ready at least once; `ever_running` whether the instance
     reached Running. `observations` explain the phase (in StatusByWorkerReadiness mode they also
     list other objects' problems, which never fail the instance). `next_check` is the earliest
@@ -199,9 +227,12 @@ class _Run:
     def expired(self, key: str, timeout: float, start: datetime | None = None) -> bool:
         """Keep (or start) timer `key`; True once `timeout` seconds have elapsed since it began.
 
-        Timers not touched in an evaluation are dropped: their condition has cleared.
+        `start` is when the cluster says the condition began (a pod's launch, when its Ready
+        condition went False): that clock is NVCF's, so it wins. Without one, the clock starts
+        at the first evaluation that sees the condition and is carried in the condition's
+        timers. Timers not touched in an evaluation are dropped: their condition has cleared.
         """
-        begun = self.prev_timers.get(key) or start or self.now
+        begun = start if start is not None else (self.prev_timers.get(key) or self.now)
         self.timers[key] = begun
         deadline = begun + timedelta(seconds=timeout)
         if self.now >= deadline:
@@ -295,13 +326,79 @@ def _unplaced(
     )
 
 
-def _active(pod: Pod) -> bool:
-    return not pod.terminating and pod.phase != "Succeeded"
+def _live(pod: Pod) -> bool:
+    """A pod that runs or will: not being deleted, not finished (Succeeded or Failed)."""
+    return not pod.terminating and pod.phase not in ("Succeeded", "Failed")
 
 
-def _immediate_failures(observed: ObservedState) -> list[Observation]:
-    """Conditions that fail an instance at once in default mode, in order of precedence."""
+@dataclass(frozen=True)
+class _Scope:
+    """What a CronJob runs: its Jobs and their pods are judged through the CronJob, which a
+    failed run does not fail (NVCA reports a CronJob as succeeded whatever its runs did)."""
+
+    cron_jobs: frozenset[str]
+    cron_pods: frozenset[str]
+
+    @classmethod
+    def of(cls, observed: ObservedState) -> _Scope:
+        jobs = frozenset(
+            c.name for c in observed.controllers if c.kind == "Job" and c.owner_kind == "CronJob"
+        )
+        pods = frozenset(
+            p.name for p in observed.pods if p.owner_kind == "Job" and p.owner_name in jobs
+        )
+        return cls(jobs, pods)
+
+    def cron_run(self, kind: str, name: str) -> bool:
+        return (kind == "Job" and name in self.cron_jobs) or (
+            kind == "Pod" and name in self.cron_pods
+        )
+
+
+def _pod_failure(pod: Pod) -> Observation | None:
+    """A pod that has failed for good: phase `Failed` (evicted, admission refused…), or a
+    `restartPolicy: Never` pod whose container exited non-zero."""
+    if pod.phase == "Failed":
+        why = f" ({pod.reason})" if pod.reason else ""
+        detail = f": {pod.message}" if pod.message else ""
+        return Observation(str(pod.ref), "PodFailed", f"pod {pod.name} failed{why}{detail}")
+    if pod.restart_policy != "Never":
+        return None
+    for c in pod.all_container_statuses:
+        term = c.state if c.state and c.state.kind == "terminated" else c.last_state
+        if term is not None and term.kind == "terminated" and term.exit_code:
+            why = f" ({term.reason})" if term.reason else ""
+            return Observation(
+                str(pod.ref),
+                "ContainerFailed",
+                f"container {c.name} of pod {pod.name} (restartPolicy Never) exited "
+                f"with code {term.exit_code}{why}",
+            )
+    return None
+
+
+def _terminal_event(ev: Event) -> bool:
+    """A controller could not create or update what it manages: fails the instance at once.
+
+    Other warnings, "forbidden" ones included (a `FailedMount` of a secret the kubelet may not
+    read yet, a registry's `403 Forbidden` during a pull), are judged by what they hold back.
+    """
+    if ev.type != "Warning":
+        return False
+    if ev.reason in TERMINAL_EVENT_REASONS:
+        return True
+    return ev.involved_kind != "Pod" and _CREATE_REFUSED.search(ev.message) is not None
+
+
+def _immediate_failures(
+    observed: ObservedState, scope: _Scope
+) -> tuple[list[Observation], list[Observation]]:
+    """Conditions that fail an instance at once in default mode, in order of precedence, and
+    the failures its controllers judge instead (notes: a Job retries its failed pods, a
+    CronJob's failed run is not the instance's). ReplicaSet and StatefulSet pods are left to
+    `_replacements`."""
     out: list[Observation] = []
+    notes: list[Observation] = []
     for ref in observed.missing:
         out.append(
             Observation(
@@ -309,28 +406,22 @@ def _immediate_failures(observed: ObservedState) -> list[Observation]:
             )
         )
     for pod in observed.pods:
-        if pod.terminating:
+        if pod.terminating or pod.owner_kind in REPLACING_OWNERS:
             continue
-        if pod.phase == "Failed":
-            why = f" ({pod.reason})" if pod.reason else ""
-            detail = f": {pod.message}" if pod.message else ""
-            out.append(
-                Observation(str(pod.ref), "PodFailed", f"pod {pod.name} failed{why}{detail}")
+        failure = _pod_failure(pod)
+        if failure is None:
+            continue
+        if pod.owner_kind == "Job":
+            notes.append(
+                Observation(
+                    failure.object,
+                    failure.reason,
+                    f"{failure.message} (Job {pod.owner_name} decides: it retries failed pods "
+                    "up to its backoffLimit)",
+                )
             )
-        elif pod.restart_policy == "Never":
-            for c in pod.all_container_statuses:
-                term = c.state if c.state and c.state.kind == "terminated" else c.last_state
-                if term is not None and term.kind == "terminated" and term.exit_code:
-                    why = f" ({term.reason})" if term.reason else ""
-                    out.append(
-                        Observation(
-                            str(pod.ref),
-                            "ContainerFailed",
-                            f"container {c.name} of pod {pod.name} (restartPolicy Never) exited "
-                            f"with code {term.exit_code}{why}",
-                        )
-                    )
-                    break
+        else:
+            out.append(failure)  # a standalone pod: nothing will replace it
     for ctrl in observed.controllers:
         subject = f"{ctrl.kind} {ctrl.name}"
         if ctrl.kind == "Deployment":
@@ -340,29 +431,62 @@ def _immediate_failures(observed: ObservedState) -> list[Observation]:
                 detail = progressing.message or "is not progressing"
                 out.append(Observation(str(ctrl.ref), reason, f"{subject}: {detail}"))
         if ctrl.kind in ("Deployment", "ReplicaSet"):
-            failure = ctrl.condition("ReplicaFailure")
-            if failure is not None and failure.is_true:
-                detail = failure.message or failure.reason or "cannot create replicas"
-                out.append(Observation(str(ctrl.ref), "ReplicaFailure", f"{subject}: {detail}"))
-        if ctrl.kind == "Job":
-            failed = ctrl.condition("Failed")
-            if failed is not None and failed.is_true:
-                why = f" ({failed.reason})" if failed.reason else ""
-                detail = f": {failed.message}" if failed.message else ""
-                out.append(
-                    Observation(str(ctrl.ref), "JobFailed", f"{subject} failed{why}{detail}")
+            replica_failure = ctrl.condition("ReplicaFailure")
+            if replica_failure is not None and replica_failure.is_true:
+                detail = (
+                    replica_failure.message or replica_failure.reason or "cannot create replicas"
                 )
+                out.append(Observation(str(ctrl.ref), "ReplicaFailure", f"{subject}: {detail}"))
+        if ctrl.kind == "Job" and ctrl.job_failed:
+            failed = ctrl.condition("Failed")
+            why = f" ({failed.reason})" if failed is not None and failed.reason else ""
+            detail = f": {failed.message}" if failed is not None and failed.message else ""
+            message = f"{subject} failed{why}{detail}"
+            if scope.cron_run("Job", ctrl.name):
+                run_of = f" (a run of CronJob {ctrl.owner_name})"
+                notes.append(Observation(str(ctrl.ref), "JobFailed", message + run_of))
+            else:
+                out.append(Observation(str(ctrl.ref), "JobFailed", message))
     for ev in observed.events:
-        if ev.type != "Warning":
+        if not _terminal_event(ev):
             continue
         subject = f"{ev.involved_kind} {ev.involved_name}"
-        if ev.reason in TERMINAL_EVENT_REASONS:
-            out.append(Observation(str(ev.involved), ev.reason, f"{subject}: {ev.message}"))
-        elif "forbidden" in ev.message.lower():
-            out.append(
-                Observation(str(ev.involved), "Forbidden", f"{subject}: {ev.reason}: {ev.message}")
-            )
-    return out
+        obs = Observation(str(ev.involved), ev.reason or "FailedCreate", f"{subject}: {ev.message}")
+        (notes if scope.cron_run(ev.involved_kind, ev.involved_name) else out).append(obs)
+    return out, notes
+
+
+def _replacements(
+    run: _Run, observed: ObservedState, sink: list[Observation], enforce: bool
+) -> None:
+    """Failed pods of a ReplicaSet or StatefulSet are judged through their controller, which
+    replaces them: a replaced one is only noted; one not replaced yet holds the instance back
+    and fails it after the failing-objects backoff (re-checked every 30 s)."""
+    for pod in observed.pods:
+        if pod.terminating or pod.phase != "Failed" or pod.owner_kind not in REPLACING_OWNERS:
+            continue
+        failure = _pod_failure(pod)
+        detail = failure.message if failure is not None else f"pod {pod.name} failed"
+        owner = f"{pod.owner_kind} {pod.owner_name}"
+        ctrl = observed.controller(pod.owner_kind, pod.owner_name)
+        wanted = ctrl.desired_replicas if ctrl is not None else 1
+        siblings = sum(
+            1
+            for p in observed.pods
+            if p is not pod
+            and _live(p)
+            and (p.owner_kind, p.owner_name) == (pod.owner_kind, pod.owner_name)
+        )
+        ref = str(pod.ref)
+        if siblings >= wanted:
+            run.notes.append(Observation(ref, "PodFailed", f"{detail}; {owner} has replaced it"))
+            continue
+        sink.append(Observation(ref, "PodFailed", f"{detail}; waiting for {owner} to replace it"))
+        if enforce:
+            if run.expired(f"replaced:{pod.key}", run.t.failing_backoff):
+                limit = human_duration(run.t.failing_backoff)
+                raise _Failure("PodFailed", f"{detail}; {owner} did not replace it within {limit}")
+            run.deadlines.append(run.now + timedelta(seconds=run.t.failing_recheck))
 
 
 def _pod_checks(
@@ -372,13 +496,22 @@ def _pod_checks(
     enforced: Collection[str],
     sink: list[Observation],
 ) -> None:
-    """Record what holds `pod` back into `sink`; raise _Failure when an enforced timer expires."""
+    """Record what holds `pod` back into `sink`; raise _Failure when an enforced timer expires.
+
+    The pod timers run from the pod's launch (`Pod.launched`), as NVCA's do: a problem first
+    seen late in a pod's life may already be past its timeout. A pod that was Ready and is not
+    any more is judged by the degradation period from when it became not ready.
+    """
     t = run.t
     ref = str(pod.ref)
-    launched = pod.start_time or pod.created
+    launched = pod.launched
 
     def check(name: str, timeout: float, start: datetime | None) -> bool:
         return name in enforced and run.expired(f"{name}:{pod.key}", timeout, start)
+
+    if pod.phase == "Failed":
+        sink.append(_pod_failure(pod) or Observation(ref, "PodFailed", f"pod {pod.name} failed"))
+        return
 
     if not pod.scheduled:
         cond = pod.condition("PodScheduled")
@@ -386,7 +519,7 @@ def _pod_checks(
         detail = detail or "waiting for the scheduler"
         reason = "Unschedulable" if cond is not None and cond.is_false else "PodPending"
         sink.append(Observation(ref, reason, f"pod {pod.name} is not scheduled: {detail}"))
-        if check("scheduling", t.pod_scheduling, pod.created):
+        if check("scheduling", t.pod_scheduling, launched):
             limit = human_duration(t.pod_scheduling)
             raise _Failure(
                 "PodStuckScheduling",
@@ -400,24 +533,45 @@ def _pod_checks(
         detail = c.state.message if c.state and c.state.message else c.waiting_reason
         message = f"container {c.name} of pod {pod.name} cannot pull image {c.image}: {detail}"
         sink.append(Observation(ref, "ImagePullBackOff", message))
-        if check("imagePull", t.image_pull, None):
+        if check("imagePull", t.image_pull, launched):
             limit = human_duration(t.image_pull)
-            raise _Failure("ImagePullIssues", f"{message} (for more than {limit})")
+            raise _Failure("ImagePullIssues", f"{message} (still failing {limit} after launch)")
 
-    looping = [
-        c
-        for c in pod.all_container_statuses
-        if c.restart_count >= RESTART_LOOP_THRESHOLD and not (c.ready or c.completed)
+    creating = [
+        c for c in pod.all_container_statuses if c.waiting_reason in CREATE_CONTAINER_REASONS
     ]
-    if looping:
-        c = looping[0]
-        last = c.last_state
-        code = f", last exit code {last.exit_code}" if last and last.exit_code is not None else ""
-        message = f"container {c.name} of pod {pod.name} restarted {c.restart_count} times{code}"
-        sink.append(Observation(ref, "CrashLoopBackOff", message))
-        if check("restartLoop", t.restart_loop, None):
-            limit = human_duration(t.restart_loop)
-            raise _Failure("ContainersInRestartLoop", f"{message}, looping for more than {limit}")
+    if creating:
+        c = creating[0]
+        detail = c.state.message if c.state and c.state.message else c.waiting_reason
+        message = f"container {c.name} of pod {pod.name} cannot be created: {detail}"
+        sink.append(Observation(ref, c.waiting_reason, message))
+        if check("createContainer", t.image_pull, launched):
+            limit = human_duration(t.image_pull)
+            raise _Failure(
+                "ContainerCreateIssues", f"{message} (still failing {limit} after launch)"
+            )
+
+    if not pod.ready:
+        # A ready pod is running however often its containers restarted. One that is not counts
+        # every restart, a container's that is ready again included (the init containers'
+        # while the pod initializes, then the containers').
+        statuses = pod.container_statuses if pod.initialized else pod.init_container_statuses
+        looping = [c for c in statuses if c.restart_count >= RESTART_LOOP_THRESHOLD]
+        if looping:
+            c = looping[0]
+            last = c.last_state
+            code = (
+                f", last exit code {last.exit_code}" if last and last.exit_code is not None else ""
+            )
+            message = (
+                f"container {c.name} of pod {pod.name} restarted {c.restart_count} times{code}"
+            )
+            sink.append(Observation(ref, "CrashLoopBackOff", message))
+            if check("restartLoop", t.restart_loop, launched):
+                limit = human_duration(t.restart_loop)
+                raise _Failure(
+                    "ContainersInRestartLoop", f"{message}, looping for more than {limit}"
+                )
 
     if not pod.initialized:
         message = f"pod {pod.name} is initializing: init containers have not completed"
@@ -425,16 +579,23 @@ def _pod_checks(
         if check("init", t.init, launched):
             limit = human_duration(t.init)
             raise _Failure("InitContainerStuck", f"{message} within {limit}")
+    elif pod.phase in ("Pending", "Unknown"):
+        sink.append(Observation(ref, "PodPending", f"pod {pod.name} is starting its containers"))
+        if check("pending", t.init, launched):
+            limit = human_duration(t.init)
+            raise _Failure(
+                "PodStuckPending", f"pod {pod.name} is still {pod.phase} {limit} after its launch"
+            )
     elif not pod.ready:
         ready = pod.condition("Ready")
         detail = f": {ready.message}" if ready is not None and ready.message else ""
         if was_ready:
             message = f"pod {pod.name} was ready and is now not ready{detail}"
             sink.append(Observation(ref, "WorkerDegraded", message))
-            if check("notReady", t.worker_degradation, None):
+            if check("notReady", t.worker_degradation, pod.not_ready_since):
                 limit = human_duration(t.worker_degradation)
                 raise _Failure("WorkerDegraded", f"{message} for more than {limit}")
-        elif pod.phase == "Running":
+        else:
             message = f"pod {pod.name} is running but has never been ready{detail}"
             sink.append(Observation(ref, "ContainersNotReady", message))
             if check("startup", t.worker_startup, launched):
@@ -442,14 +603,10 @@ def _pod_checks(
                 raise _Failure(
                     "WorkerStartupTimeout", f"pod {pod.name} did not become ready within {limit}"
                 )
-        else:
-            sink.append(
-                Observation(ref, "PodPending", f"pod {pod.name} is starting its containers")
-            )
 
 
 def _failing_objects(
-    run: _Run, observed: ObservedState, sink: list[Observation], enforce: bool
+    run: _Run, observed: ObservedState, sink: list[Observation], enforce: bool, scope: _Scope
 ) -> None:
     """Transient failures (FailedMount…): retried, and fatal after the failing-objects backoff."""
     pods = {p.name: p for p in observed.pods}
@@ -460,7 +617,7 @@ def _failing_objects(
         if ev.involved_kind == "Pod":
             pod = pods.get(ev.involved_name)
             # The event outlives the problem: it only counts while its pod is still not ready.
-            still_failing = pod is not None and _active(pod) and not pod.ready
+            still_failing = pod is not None and _live(pod) and not pod.ready
         else:
             last = ev.last_time or ev.first_time
             still_failing = last is None or (
@@ -471,6 +628,9 @@ def _failing_objects(
             continue
         seen.add(key)
         message = f"{ev.involved_kind} {ev.involved_name}: {ev.reason}: {ev.message}"
+        if scope.cron_run(ev.involved_kind, ev.involved_name):
+            run.notes.append(Observation(key, "FailingObjects", message))
+            continue
         sink.append(Observation(key, "FailingObjects", message))
         if enforce:
             if run.expired(f"failing:{key}", run.t.failing_backoff):
@@ -479,8 +639,73 @@ def _failing_objects(
             run.deadlines.append(run.now + timedelta(seconds=run.t.failing_recheck))
 
 
+def _owned_pods(observed: ObservedState, ctrl: Controller) -> list[Pod]:
+    """The pods a controller runs (a Deployment's through its ReplicaSets)."""
+    owners = {(ctrl.kind, ctrl.name)}
+    if ctrl.kind == "Deployment":
+        owners |= {
+            ("ReplicaSet", c.name)
+            for c in observed.controllers
+            if c.kind == "ReplicaSet" and (c.owner_kind, c.owner_name) == ("Deployment", ctrl.name)
+        }
+    return [p for p in observed.pods if (p.owner_kind, p.owner_name) in owners]
+
+
+def _creating_pods(observed: ObservedState, ctrl: Controller) -> bool:
+    """Whether a controller has created fewer pods than it will run. A Deployment's own count
+    lags its ReplicaSet's: one whose current ReplicaSet has created all its pods is done."""
+    if ctrl.kind == "Deployment":
+        current = [
+            c
+            for c in observed.controllers
+            if c.kind == "ReplicaSet"
+            and (c.owner_kind, c.owner_name) == ("Deployment", ctrl.name)
+            and c.desired_replicas > 0
+        ]
+        if any(not rs.creating_pods for rs in current):
+            return False
+    return ctrl.creating_pods
+
+
+def _unsatisfied(run: _Run, observed: ObservedState, ctrl: Controller) -> Observation:
+    """Why a controller holds the instance out of Running (it is not `satisfied`)."""
+    if ctrl.kind == "Job":
+        message = (
+            f"Job {ctrl.name} has not completed yet: {ctrl.active} active, {ctrl.succeeded} "
+            f"succeeded, {ctrl.failed} failed (backoffLimit {ctrl.backoff_limit})"
+        )
+        return Observation(str(ctrl.ref), "ObjectsNotReady", message)
+    message = (
+        f"{ctrl.kind} {ctrl.name} has {ctrl.available_replicas}/{ctrl.desired_replicas} "
+        "available replicas"
+    )
+    if ctrl.min_ready_seconds and ctrl.ready_replicas > ctrl.available_replicas:
+        message += (
+            f" ({ctrl.ready_replicas} ready; a replica is available once ready for "
+            f"minReadySeconds {ctrl.min_ready_seconds})"
+        )
+        # wake up when the next ready pod has been ready for minReadySeconds
+        wait = timedelta(seconds=ctrl.min_ready_seconds)
+        ready_since = [
+            cond.last_transition_time
+            for p in _owned_pods(observed, ctrl)
+            if (cond := p.condition("Ready")) is not None
+            and cond.is_true
+            and cond.last_transition_time is not None
+        ]
+        upcoming = [t + wait for t in ready_since if t + wait > run.now]
+        if upcoming:
+            run.deadlines.append(min(upcoming))
+    return Observation(str(ctrl.ref), "ObjectsNotReady", message)
+
+
 def _sorted(issues: list[Observation]) -> list[Observation]:
     return sorted(issues, key=lambda o: _ISSUE_RANK.get(o.reason, 9))
+
+
+def _was_ready(pod: Pod, prev_ready: frozenset[str]) -> bool:
+    """Seen Ready by an earlier evaluation, or Ready between two (its status says so)."""
+    return pod.key in prev_ready or pod.was_ready_before
 
 
 def _default_mode(
@@ -490,30 +715,32 @@ def _default_mode(
     ever_running: bool,
     ready_pods: frozenset[str],
 ) -> InstanceCondition:
-    """Every rendered object counts; any terminal state or expired timer fails the instance."""
-    immediate = _immediate_failures(observed)
+    """Every rendered object counts; any terminal state or expired timer fails the instance.
+    What a controller manages is judged through the controller."""
+    scope = _Scope.of(observed)
+    immediate, notes = _immediate_failures(observed, scope)
+    run.notes.extend(notes)
     if immediate:
         run.issues.extend(immediate)
         raise _Failure(immediate[0].reason, immediate[0].message)
 
-    active = [p for p in observed.pods if _active(p)]
-    for pod in active:
-        _pod_checks(run, pod, pod.key in prev_ready, _ALL_POD_CHECKS, run.issues)
-    _failing_objects(run, observed, run.issues, enforce=True)
-    for ctrl in observed.controllers:
-        if not ctrl.ready:
-            run.issues.append(
-                Observation(
-                    str(ctrl.ref),
-                    "ObjectsNotReady",
-                    f"{ctrl.kind} {ctrl.name} has {ctrl.ready_replicas}/{ctrl.desired_replicas} "
-                    "ready replicas",
-                )
-            )
-    if not active:
+    _replacements(run, observed, run.issues, enforce=True)
+    live = [p for p in observed.pods if _live(p)]
+    judged = [p for p in live if p.name not in scope.cron_pods]
+    for pod in live:
+        if pod.name in scope.cron_pods:
+            _pod_checks(run, pod, _was_ready(pod, prev_ready), (), run.notes)
+        else:
+            _pod_checks(run, pod, _was_ready(pod, prev_ready), _ALL_POD_CHECKS, run.issues)
+    _failing_objects(run, observed, run.issues, True, scope)
+    controllers = [c for c in observed.controllers if not scope.cron_run(c.kind, c.name)]
+    for ctrl in controllers:
+        if not ctrl.satisfied:
+            run.issues.append(_unsatisfied(run, observed, ctrl))
+    if not judged:
         run.issues.append(Observation("Instance", "PodPending", "no pods have been created yet"))
 
-    workers = [p for p in active if p.worker] or active
+    workers = [p for p in judged if p.worker] or judged
     if not run.issues and any(p.ready for p in workers):
         return run.result(
             Phase.RUNNING,
@@ -532,7 +759,11 @@ def _default_mode(
         )
     if ever_running:
         phase = Phase.DEGRADED
-    elif not active or any(not p.scheduled for p in active):
+    elif (
+        not judged
+        or any(not p.scheduled for p in judged)
+        or any(_creating_pods(observed, c) for c in controllers)
+    ):
         phase = Phase.SCHEDULING
     else:
         phase = Phase.STARTING
@@ -549,16 +780,19 @@ def _worker_mode(
     ready_pods: frozenset[str],
 ) -> InstanceCondition:
     """Only the inference worker's readiness counts; everything else is informational."""
-    active = [p for p in observed.pods if _active(p)]
-    workers = [p for p in active if p.worker]
-    run.notes.extend(_immediate_failures(observed))
-    for pod in active:
+    scope = _Scope.of(observed)
+    immediate, notes = _immediate_failures(observed, scope)
+    run.notes.extend(immediate + notes)
+    _replacements(run, observed, run.notes, enforce=False)
+    live = [p for p in observed.pods if _live(p)]
+    workers = [p for p in live if p.worker]
+    for pod in live:
         if pod.worker:
             # A worker that can never get a node can never become ready.
-            _pod_checks(run, pod, pod.key in prev_ready, {"scheduling"}, run.issues)
+            _pod_checks(run, pod, _was_ready(pod, prev_ready), {"scheduling"}, run.issues)
         else:
-            _pod_checks(run, pod, pod.key in prev_ready, (), run.notes)
-    _failing_objects(run, observed, run.notes, enforce=False)
+            _pod_checks(run, pod, _was_ready(pod, prev_ready), (), run.notes)
+    _failing_objects(run, observed, run.notes, False, scope)
 
     if workers and all(p.ready for p in workers):
         return run.result(
@@ -569,31 +803,39 @@ def _worker_mode(
             ready_pods=ready_pods,
         )
 
+    failed = [p for p in observed.pods if p.worker and not p.terminating and p.phase == "Failed"]
     if not workers:
-        run.issues.append(
-            Observation("Instance", "PodPending", "no inference worker pod has been created yet")
-        )
+        if failed:
+            pod = failed[0]
+            run.issues.append(
+                _pod_failure(pod) or Observation(str(pod.ref), "PodFailed", f"{pod.name} failed")
+            )
+        else:
+            run.issues.append(
+                Observation(
+                    "Instance", "PodPending", "no inference worker pod has been created yet"
+                )
+            )
     run.issues = _sorted(run.issues)
     first = run.issues[0] if run.issues else None
     detail = first.message if first else "the inference worker is not ready"
-    if not ever_running:
-        launched = [p.created for p in workers if p.created is not None]
-        start = min([*launched, run.now])
-        if run.expired("workerStartup", run.t.worker_startup, start):
+    # A worker that was Ready between two evaluations has run: it is judged as degraded.
+    flapped = [p for p in workers if not p.ready and _was_ready(p, prev_ready)]
+    if not ever_running and not flapped:
+        launches = [p.start_time for p in workers if p.start_time is not None]
+        if run.expired("workerStartup", run.t.worker_startup, min(launches, default=None)):
             limit = human_duration(run.t.worker_startup)
             raise _Failure(
                 "WorkerStartupTimeout",
                 f"the inference worker did not become ready within {limit}: {detail}",
             )
-        phase = (
-            Phase.SCHEDULING
-            if not workers or any(not p.scheduled for p in workers)
-            else Phase.STARTING
-        )
+        unscheduled = (not workers and not failed) or any(not p.scheduled for p in workers)
+        phase = Phase.SCHEDULING if unscheduled else Phase.STARTING
         reason = first.reason if first else "ContainersNotReady"
         return run.result(phase, reason, detail, ever_running=False, ready_pods=ready_pods)
 
-    if run.expired("workerDegraded", run.t.worker_degradation):
+    since = [t for p in flapped if (t := p.not_ready_since) is not None]
+    if run.expired("workerDegraded", run.t.worker_degradation, min(since, default=None)):
         limit = human_duration(run.t.worker_degradation)
         raise _Failure(
             "WorkerDegraded", f"the inference worker has not been ready for {limit}: {detail}"

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 ContainerStateKind = Literal["waiting", "running", "terminated", "unknown"]
 
-CONTROLLER_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "Job"})
+CONTROLLER_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "Job", "CronJob"})
+
+#: Kubernetes timestamps have whole seconds: a Ready condition that changed within this much of
+#: the pod's `startTime` was set by the kubelet's first status (as NVCA reads it too).
+READY_TRANSITION_SLACK = timedelta(seconds=1)
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -233,6 +237,48 @@ class Pod:
         cond = self.condition("Ready")
         return cond is not None and cond.is_true
 
+    @property
+    def launched(self) -> datetime | None:
+        """When the pod was launched, where NVCA starts a pod's clocks: `status.startTime`; for a
+        pod the kubelet has not started, when the scheduler first refused it (`PodScheduled`
+        False); otherwise its creation."""
+        if self.start_time is not None:
+            return self.start_time
+        cond = self.condition("PodScheduled")
+        if cond is not None and cond.is_false and cond.last_transition_time is not None:
+            return cond.last_transition_time
+        return self.created
+
+    @property
+    def was_ready_before(self) -> bool:
+        """Whether the pod's own status shows that this not-ready pod was Ready earlier.
+
+        The Ready condition changes only with its status, so a False condition whose
+        `lastTransitionTime` is later than the pod's launch (beyond the kubelet's first status)
+        went False after having been True. Without those timestamps, a container that has
+        restarted (`restartCount` > 0 with a `lastState`) is taken as having run before.
+        """
+        cond = self.condition("Ready")
+        if cond is None or cond.is_true:
+            return False
+        if cond.last_transition_time is not None and self.start_time is not None:
+            return cond.last_transition_time > self.start_time + READY_TRANSITION_SLACK
+        return any(
+            c.restart_count > 0 and c.last_state is not None for c in self.container_statuses
+        )
+
+    @property
+    def not_ready_since(self) -> datetime | None:
+        """When a pod that was Ready became not ready, if its Ready condition says so."""
+        cond = self.condition("Ready")
+        if cond is None or cond.is_true or cond.last_transition_time is None:
+            return None
+        if self.start_time is None:
+            return None
+        if cond.last_transition_time <= self.start_time + READY_TRANSITION_SLACK:
+            return None
+        return cond.last_transition_time
+
     @classmethod
     def from_k8s(cls, obj: Mapping[str, Any], *, worker: bool = False) -> Pod:
         metadata = _map(obj.get("metadata"))
@@ -267,7 +313,7 @@ class Pod:
 
 @dataclass(frozen=True)
 class Controller:
-    """A Deployment, ReplicaSet, StatefulSet or Job with its replica counts and conditions."""
+    """A Deployment, ReplicaSet, StatefulSet, Job or CronJob with its counts and conditions."""
 
     kind: str
     name: str
@@ -280,9 +326,13 @@ class Controller:
     owner_kind: str = ""
     owner_name: str = ""
     created: datetime | None = None
+    min_ready_seconds: int = 0  # Deployment, ReplicaSet, StatefulSet
+    pod_management_policy: str = "OrderedReady"  # StatefulSet only
     active: int = 0  # Job only
     succeeded: int = 0  # Job only
     failed: int = 0  # Job only
+    backoff_limit: int = 6  # Job only (Kubernetes' default)
+    completion_time: datetime | None = None  # Job only
 
     @property
     def ref(self) -> ObjectRef:
@@ -295,9 +345,47 @@ class Controller:
     def ready(self) -> bool:
         """Whether the controller reports every wanted replica ready (Jobs: not failed)."""
         if self.kind == "Job":
-            failed = self.condition("Failed")
-            return failed is None or not failed.is_true
+            return not self.job_failed
         return self.ready_replicas >= self.desired_replicas
+
+    @property
+    def job_failed(self) -> bool:
+        """A Job whose `Failed` condition is True (e.g. `BackoffLimitExceeded`)."""
+        failed = self.condition("Failed")
+        return failed is not None and failed.is_true
+
+    @property
+    def job_complete(self) -> bool:
+        """A Job whose `Complete` condition is True, or with a `completionTime`."""
+        complete = self.condition("Complete")
+        return self.completion_time is not None or (complete is not None and complete.is_true)
+
+    @property
+    def satisfied(self) -> bool:
+        """Whether the controller has done what the instance waits for: a Job has completed;
+        a Deployment, ReplicaSet or StatefulSet has every wanted replica *available* (ready
+        for `minReadySeconds`, as the controller counts it). A CronJob always is: its runs
+        come and go on a schedule."""
+        if self.kind == "CronJob":
+            return True
+        if self.kind == "Job":
+            return self.job_complete
+        return self.available_replicas >= self.desired_replicas
+
+    @property
+    def creating_pods(self) -> bool:
+        """Whether the controller has created fewer pods than it will run (the instance is
+        still Scheduling): `status.replicas` below `spec.replicas` (an `OrderedReady`
+        StatefulSet creates one pod at a time, so only its first is waited for); a Job that is
+        neither finished nor running a pod."""
+        if self.kind == "CronJob":
+            return False
+        if self.kind == "Job":
+            return not (self.job_complete or self.job_failed) and self.active <= 0
+        wanted = self.desired_replicas
+        if self.kind == "StatefulSet" and self.pod_management_policy != "Parallel":
+            wanted = min(wanted, 1)
+        return self.replicas < wanted
 
     @classmethod
     def from_k8s(cls, obj: Mapping[str, Any]) -> Controller:
@@ -320,9 +408,13 @@ class Controller:
             owner_kind=owner_kind,
             owner_name=owner_name,
             created=parse_time(metadata.get("creationTimestamp")),
+            min_ready_seconds=_int(spec.get("minReadySeconds")),
+            pod_management_policy=str(spec.get("podManagementPolicy") or "OrderedReady"),
             active=_int(status.get("active")),
             succeeded=_int(status.get("succeeded")),
             failed=_int(status.get("failed")),
+            backoff_limit=_int(spec.get("backoffLimit"), 6),
+            completion_time=parse_time(status.get("completionTime")),
         )
 
 
@@ -399,6 +491,10 @@ class ObservedState:
         seen.update(p.ref for p in self.pods)
         seen.update(c.ref for c in self.controllers)
         return tuple(sorted(self.expected - seen))
+
+    def controller(self, kind: str, name: str) -> Controller | None:
+        """The observed controller of that kind and name, if any."""
+        return next((c for c in self.controllers if c.kind == kind and c.name == name), None)
 
     @property
     def is_empty(self) -> bool:

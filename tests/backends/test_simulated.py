@@ -293,6 +293,56 @@ async def test_crash_loop_back_off_becomes_containers_in_restart_loop() -> None:
     assert (conds[-1].phase, conds[-1].reason) == (Phase.FAILED, "ContainersInRestartLoop")
 
 
+async def test_a_crash_looping_pod_reports_that_it_was_never_ready() -> None:
+    clock = FakeClock()
+    sim = cluster(clock)
+    inst = instance()
+    await sim.apply(inst, faulty("CrashLoopBackOff"))
+    clock.set(60)
+    pod = only_pod(await sim.observe(inst))
+    ready = pod.condition("Ready")
+    assert ready is not None and ready.last_transition_time == pod.start_time
+    assert pod.container_statuses[0].restart_count >= 1 and not pod.was_ready_before
+
+
+async def test_min_ready_seconds_delays_availability() -> None:
+    clock = FakeClock()
+    sim = cluster(clock)
+    inst = instance()
+    slow = deployment()
+    slow["spec"]["minReadySeconds"] = 20
+    await sim.apply(inst, [slow, service()])
+    # ready at 6 s, available at 26 s
+    clock.set(10)
+    observed = await sim.observe(inst)
+    dep = next(c for c in observed.controllers if c.kind == "Deployment")
+    rs = next(c for c in observed.controllers if c.kind == "ReplicaSet")
+    assert (dep.ready_replicas, dep.available_replicas, dep.min_ready_seconds) == (1, 0, 20)
+    assert rs.available_replicas == 0
+    conds = await health_over_time(sim, clock, inst, [10, 25, 27])
+    assert [(c.phase, c.reason) for c in conds[:2]] == [(Phase.STARTING, "ObjectsNotReady")] * 2
+    assert conds[0].next_check == T0 + timedelta(seconds=26)
+    assert conds[-1].phase is Phase.RUNNING
+
+
+@pytest.mark.parametrize(
+    ("mode", "phase"), [("default", Phase.STARTING), ("StatusByWorkerReadiness", Phase.DEGRADED)]
+)
+async def test_a_worker_ready_between_two_observations_is_judged_as_degraded(
+    mode: HealthMode, phase: Phase
+) -> None:
+    clock = FakeClock()
+    sim = cluster(clock)
+    inst = instance()
+    # launched at 1 s, ready at 6 s, not ready again from 16 s: the server looks at 3 s and
+    # then only at 400 s, past the startup timeout
+    await sim.apply(inst, faulty("FailAfterReady", **{"sim.nvcf.io/fail-after": "10s"}))
+    timeouts = HealthTimeouts(worker_startup=300, worker_degradation=1800)
+    conds = await health_over_time(sim, clock, inst, [3, 400, 1815, 1817], timeouts, mode)
+    assert [(c.phase, c.reason) for c in conds[1:3]] == [(phase, "WorkerDegraded")] * 2
+    assert (conds[-1].phase, conds[-1].reason) == (Phase.FAILED, "WorkerDegraded")
+
+
 async def test_never_ready_hits_the_worker_startup_timeout() -> None:
     clock = FakeClock()
     sim = cluster(clock)

@@ -344,13 +344,14 @@ async def test_worker_readiness_mode_ignores_a_failing_side_job_but_not_a_failin
     await until_status(client, broken, "ERROR")
     await until_status(client, lenient, "ACTIVE")
 
-    # default mode: the failed Job's pod fails the instance at once
+    # default mode: the failed Job fails the instance at once (judged through the Job, whose
+    # backoffLimit decides, not through its failed pod)
     dep = await deployment(client, strict)
     [health] = dep["healthInfo"]
-    assert health["error"].startswith("PodFailed: pod mini-service-side-"), health
+    assert health["error"].startswith("JobFailed: Job mini-service-side failed"), health
     assert any(
         e["kind"] == "status"
-        and e.get("reason") == "PodFailed"
+        and e.get("reason") == "JobFailed"
         and e["message"].startswith("function version status DEPLOYING → ERROR")
         for e in await events(client, strict_dep)
     )

@@ -267,7 +267,8 @@ async def test_failing_side_job_fails_default_mode(harness: Harness) -> None:
         service("worker-svc", "worker"),
         workload("side", gpus=0, fault="NeverReady", kind="Job", restart_policy="Never"),
     ]
-    await _failure(harness, objects, "PodFailed", service_name="worker-svc")
+    # judged through the Job (its backoffLimit), not through its failed pod
+    await _failure(harness, objects, "JobFailed", service_name="worker-svc")
 
 
 async def test_worker_readiness_mode_ignores_side_job(harness: Harness) -> None:

@@ -4,166 +4,37 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from service.health import (
     Condition,
-    ContainerState,
-    ContainerStatus,
     Controller,
-    Event,
     HealthMode,
     HealthTimeouts,
     InstanceCondition,
     ObjectRef,
     ObservedState,
     Phase,
-    Pod,
     evaluate,
 )
-
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-DEFAULTS = HealthTimeouts()
-WORKER: HealthMode = "StatusByWorkerReadiness"
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-def container(
-    name: str = "main",
-    *,
-    waiting: str = "",
-    running: bool = False,
-    exit_code: int | None = None,
-    restarts: int = 0,
-    ready: bool = False,
-    last_exit: int | None = None,
-    init: bool = False,
-) -> ContainerStatus:
-    if waiting:
-        state = ContainerState("waiting", reason=waiting, message=f"{waiting} details")
-    elif exit_code is not None:
-        state = ContainerState(
-            "terminated", reason="Error" if exit_code else "Completed", exit_code=exit_code
-        )
-    elif running:
-        state = ContainerState("running", started_at=T0)
-    else:
-        state = ContainerState("waiting", reason="ContainerCreating")
-    last = (
-        None
-        if last_exit is None
-        else ContainerState("terminated", reason="Error", exit_code=last_exit)
-    )
-    return ContainerStatus(
-        name,
-        ready=ready,
-        restart_count=restarts,
-        state=state,
-        last_state=last,
-        image="nvcr.io/org/app:1",
-        init=init,
-    )
-
-
-def pod(
-    name: str = "web-0",
-    *,
-    scheduled: bool = True,
-    initialized: bool = True,
-    ready: bool = False,
-    phase: str | None = None,
-    containers: tuple[ContainerStatus, ...] | None = None,
-    init: tuple[ContainerStatus, ...] = (),
-    restart_policy: str = "Always",
-    worker: bool = True,
-    reason: str = "",
-    message: str = "",
-) -> Pod:
-    conditions: list[Condition] = []
-    if scheduled:
-        conditions.append(Condition("PodScheduled", "True"))
-        conditions.append(Condition("Initialized", "True" if initialized else "False"))
-        ready_status = "True" if ready else "False"
-        conditions.append(Condition("ContainersReady", ready_status))
-        conditions.append(
-            Condition(
-                "Ready",
-                ready_status,
-                "" if ready else "ContainersNotReady",
-                "" if ready else "containers with unready status: [main]",
-            )
-        )
-    else:
-        conditions.append(
-            Condition(
-                "PodScheduled",
-                "False",
-                "Unschedulable",
-                "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
-            )
-        )
-    if phase is None:
-        phase = "Running" if scheduled and initialized and containers is None else "Pending"
-        if containers is not None and any(
-            c.state and c.state.kind == "running" for c in containers
-        ):
-            phase = "Running"
-    if containers is None:
-        containers = (container(running=scheduled and initialized, ready=ready),)
-    return Pod(
-        name=name,
-        uid=f"uid-{name}",
-        phase=phase,
-        owner_kind="ReplicaSet",
-        owner_name="web-5d4f8c",
-        labels={"app": "web"},
-        reason=reason,
-        message=message,
-        conditions=tuple(conditions),
-        init_container_statuses=init,
-        container_statuses=containers,
-        restart_policy=restart_policy,
-        created=T0,
-        start_time=T0 if scheduled else None,
-        node_name="node-0" if scheduled else "",
-        worker=worker,
-    )
-
-
-def deployment(
-    name: str = "web", *, desired: int = 1, ready: int = 1, conditions: tuple[Condition, ...] = ()
-) -> Controller:
-    return Controller(
-        "Deployment",
-        name,
-        desired_replicas=desired,
-        replicas=desired,
-        ready_replicas=ready,
-        available_replicas=ready,
-        conditions=conditions,
-    )
-
-
-def warning(reason: str, message: str, kind: str = "Pod", name: str = "web-0") -> Event:
-    return Event(reason, message, kind, name, first_time=T0, last_time=T0)
-
-
-def state(
-    *pods: Pod, controllers: tuple[Controller, ...] = (), events: tuple[Event, ...] = (), **kw: Any
-) -> ObservedState:
-    return ObservedState(pods=pods, controllers=controllers, events=events, **kw)
-
-
-def roundtrip(cond: InstanceCondition) -> InstanceCondition:
-    """What the reconciler reads back from the database after a restart."""
-    return InstanceCondition.from_json(json.loads(json.dumps(cond.to_json())))
-
+from tests.support.health import (
+    DEFAULTS,
+    MODES,
+    RESTARTED_ONCE,
+    STANDALONE,
+    T0,
+    WORKER,
+    at,
+    container,
+    deployment,
+    job,
+    pod,
+    roundtrip,
+    state,
+    warning,
+)
 
 # --------------------------------------------------------------------------- timeouts table
 
@@ -317,16 +188,6 @@ def test_degraded_instance_that_recovers_is_running_again_and_its_timer_restarts
     )
 
 
-def test_image_pull_timer_restarts_when_the_problem_clears() -> None:
-    pulling = state(pod(containers=(container(waiting="ErrImagePull"),)))
-    creating = state(pod(containers=(container(waiting="ContainerCreating"),)))
-    first = evaluate(pulling, None, T0)
-    cleared = evaluate(creating, first, at(50))
-    again = evaluate(pulling, cleared, at(100))
-    assert evaluate(pulling, again, at(150)).phase is Phase.STARTING
-    assert evaluate(pulling, again, at(161)).reason == "ImagePullIssues"
-
-
 def test_a_restarted_container_that_is_ready_again_is_not_a_restart_loop() -> None:
     healthy = state(
         pod(
@@ -365,13 +226,14 @@ def test_custom_timeouts_are_honoured() -> None:
 
 IMMEDIATE: list[tuple[str, ObservedState, str, str]] = [
     (
-        "pod Failed (admission)",
+        "standalone pod Failed (admission)",
         state(
             pod(
                 ready=False,
                 phase="Failed",
                 reason="UnexpectedAdmissionError",
                 message="Allocate failed due to no healthy devices present",
+                owner=STANDALONE,
             ),
             pod("web-1", ready=True),
         ),
@@ -379,12 +241,13 @@ IMMEDIATE: list[tuple[str, ObservedState, str, str]] = [
         "UnexpectedAdmissionError",
     ),
     (
-        "restartPolicy Never container exited non-zero",
+        "standalone restartPolicy Never pod whose container exited non-zero",
         state(
             pod(
                 restart_policy="Never",
                 phase="Running",
                 containers=(container(exit_code=2), container("side", running=True)),
+                owner=STANDALONE,
             ),
             pod("web-1", ready=True),
         ),
@@ -481,6 +344,22 @@ IMMEDIATE: list[tuple[str, ObservedState, str, str]] = [
         "Job warmup failed (BackoffLimitExceeded)",
     ),
     (
+        "Job Failed after its pods failed: judged through the Job, not the pods",
+        state(
+            pod(
+                "warmup-a",
+                phase="Failed",
+                restart_policy="Never",
+                containers=(container(exit_code=1),),
+                owner=("Job", "warmup"),
+            ),
+            pod(ready=True),
+            controllers=(job(failed=7, condition="Failed"),),
+        ),
+        "JobFailed",
+        "Job warmup failed (BackoffLimitExceeded)",
+    ),
+    (
         "warning event FailedCreate",
         state(
             pod(ready=True),
@@ -515,18 +394,20 @@ IMMEDIATE: list[tuple[str, ObservedState, str, str]] = [
         "Deployment web",
     ),
     (
-        "forbidden message on a tracked object",
+        "admission/quota refusal of a create (any reason, any controller)",
         state(
             pod(ready=True),
             events=(
                 warning(
-                    "FailedCreatePodSandBox",
-                    'serviceaccounts "default" is forbidden: User cannot get resource',
+                    "FailedCreatePodGroup",
+                    'Error creating: pods "lws-0" is forbidden: exceeded quota: gpu-quota',
+                    "LeaderWorkerSet",
+                    "lws",
                 ),
             ),
         ),
-        "Forbidden",
-        "web-0",
+        "FailedCreatePodGroup",
+        "LeaderWorkerSet lws",
     ),
     (
         "rendered object missing",
@@ -604,7 +485,7 @@ def test_completed_job_pods_do_not_hold_the_instance_back() -> None:
 
 
 def test_failed_is_terminal() -> None:
-    failed = evaluate(state(pod(phase="Failed", reason="Evicted")), None, T0)
+    failed = evaluate(state(pod(phase="Failed", reason="Evicted", owner=STANDALONE)), None, T0)
     assert failed.phase is Phase.FAILED
     assert evaluate(state(pod(ready=True)), failed, at(60)) is failed
 
@@ -720,6 +601,532 @@ def test_worker_mode_recovery_clears_degradation() -> None:
     back = evaluate(state(pod(ready=True)), degraded, at(600), mode=WORKER)
     assert back.phase is Phase.RUNNING
     assert "workerDegraded" not in back.timers
+
+
+# ------------------------------------------------------------------------- 1. "forbidden" warnings
+
+REGISTRY_403 = (
+    'Failed to pull image "nvcr.io/org/app:1": failed to authorize: failed to fetch oauth '
+    "token: unexpected status from GET request to https://nvcr.io/proxy_auth: 403 Forbidden"
+)
+
+# (row, observed, seconds after which default mode fails it or None, reason first, failure)
+NOT_AT_ONCE: list[tuple[str, ObservedState, float | None, str, str]] = [
+    (
+        "FailedMount of a forbidden secret: failing-objects backoff",
+        state(
+            pod(),
+            events=(
+                warning(
+                    "FailedMount",
+                    'MountVolume.SetUp failed for volume "hf-token" : secrets "hf-token" is '
+                    'forbidden: User "system:node:gpu-1" cannot get resource "secrets"',
+                ),
+            ),
+        ),
+        DEFAULTS.failing_backoff,
+        "FailingObjects",
+        "FailingObjects",
+    ),
+    (
+        "registry 403 Forbidden while pulling: image-pull timeout",
+        state(
+            pod(containers=(container(waiting="ErrImagePull"),)),
+            events=(warning("Failed", REGISTRY_403),),
+        ),
+        DEFAULTS.image_pull,
+        "ImagePullBackOff",
+        "ImagePullIssues",
+    ),
+    (
+        "forbidden sandbox warning on a ready pod: informational",
+        state(
+            pod(ready=True),
+            events=(
+                warning(
+                    "FailedCreatePodSandBox",
+                    'serviceaccounts "default" is forbidden: User cannot get resource',
+                ),
+            ),
+        ),
+        None,
+        "Ready",
+        "",
+    ),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    ("observed", "fails_after", "reason", "failure"),
+    [r[1:] for r in NOT_AT_ONCE],
+    ids=[r[0] for r in NOT_AT_ONCE],
+)
+def test_forbidden_warnings_do_not_fail_at_once(
+    mode: HealthMode, observed: ObservedState, fails_after: float | None, reason: str, failure: str
+) -> None:
+    first = evaluate(observed, None, T0, mode=mode)
+    assert first.phase is not Phase.FAILED, first.message
+    if mode == "default":
+        assert first.reason == reason
+    end = fails_after if fails_after is not None else DEFAULTS.failing_backoff * 10
+    before = evaluate(observed, roundtrip(first), at(end - 1), mode=mode)
+    assert before.phase is not Phase.FAILED, before.message
+    after = evaluate(observed, roundtrip(before), at(end + 1), mode=mode)
+    if mode == "default" and fails_after is not None:
+        assert (after.phase, after.reason) == (Phase.FAILED, failure)
+    else:
+        assert after.phase is not Phase.FAILED, after.message
+
+
+# --------------------------------------------------------------------------- 2. clocks from launch
+
+# A pod launched at T0 whose problem is first seen `seen` seconds later still fails at launch +
+# timeout. (row, observed, seen, timeout, reason while waiting, failure in default mode,
+# failure in worker-readiness mode, where only the worker's startup timeout applies)
+CLOCK_ROWS: list[tuple[str, ObservedState, float, float, str, str, str | None]] = [
+    (
+        "image pull, first seen 50 s after launch",
+        state(pod(containers=(container(waiting="ImagePullBackOff"),))),
+        50,
+        DEFAULTS.image_pull,
+        "ImagePullBackOff",
+        "ImagePullIssues",
+        None,
+    ),
+    (
+        "CreateContainerConfigError, like an image pull",
+        state(pod(containers=(container(waiting="CreateContainerConfigError"),))),
+        30,
+        DEFAULTS.image_pull,
+        "CreateContainerConfigError",
+        "ContainerCreateIssues",
+        None,
+    ),
+    (
+        "CreateContainerError, like an image pull",
+        state(pod(containers=(container(waiting="CreateContainerError"),))),
+        0,
+        DEFAULTS.image_pull,
+        "CreateContainerError",
+        "ContainerCreateIssues",
+        None,
+    ),
+    (
+        "restart loop, first seen 590 s after launch",
+        state(
+            pod(
+                containers=(container(waiting="CrashLoopBackOff", restarts=3, last_exit=1),),
+                phase="Running",
+                ready_changed=T0,
+            )
+        ),
+        590,
+        DEFAULTS.restart_loop,
+        "CrashLoopBackOff",
+        "ContainersInRestartLoop",
+        None,
+    ),
+    (
+        "restarts of a container that is ready again count",
+        state(
+            pod(
+                containers=(
+                    container(running=True, ready=True, restarts=4, last_exit=137),
+                    container("side", running=True),
+                ),
+                ready_changed=T0,
+            )
+        ),
+        300,
+        DEFAULTS.restart_loop,
+        "CrashLoopBackOff",
+        "ContainersInRestartLoop",
+        None,
+    ),
+    (
+        "init containers stuck, first seen 7000 s after launch",
+        state(
+            pod(
+                initialized=False,
+                init=(container("migrate", running=True, init=True),),
+                containers=(container(waiting="PodInitializing"),),
+            )
+        ),
+        7000,
+        DEFAULTS.init,
+        "PodInitializing",
+        "InitContainerStuck",
+        "WorkerStartupTimeout",
+    ),
+    (
+        "pod still Pending after the init timeout",
+        state(pod(containers=(container(waiting="ContainerCreating"),))),
+        7000,
+        DEFAULTS.init,
+        "PodPending",
+        "PodStuckPending",
+        "WorkerStartupTimeout",
+    ),
+    (
+        "never ready, first seen 7000 s after launch",
+        state(pod(ready_changed=T0)),
+        7000,
+        DEFAULTS.worker_startup,
+        "ContainersNotReady",
+        "WorkerStartupTimeout",
+        "WorkerStartupTimeout",
+    ),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    ("observed", "seen", "timeout", "reason", "failure", "worker_failure"),
+    [r[1:] for r in CLOCK_ROWS],
+    ids=[r[0] for r in CLOCK_ROWS],
+)
+def test_pod_clocks_start_at_the_pod_launch(
+    mode: HealthMode,
+    observed: ObservedState,
+    seen: float,
+    timeout: float,
+    reason: str,
+    failure: str,
+    worker_failure: str | None,
+) -> None:
+    first = evaluate(observed, None, at(seen), mode=mode)
+    assert first.phase is Phase.STARTING, first.message
+    if mode == "default":
+        assert first.reason == reason
+    before = evaluate(observed, roundtrip(first), at(timeout - 1), mode=mode)
+    assert before.phase is Phase.STARTING, before.message
+    after = evaluate(observed, roundtrip(before), at(timeout + 1), mode=mode)
+    expected = failure if mode == "default" else worker_failure
+    if expected is None:
+        assert after.phase is Phase.STARTING, after.message
+    else:
+        assert (after.phase, after.reason) == (Phase.FAILED, expected), after.message
+
+
+def test_worker_mode_startup_runs_from_the_worker_pod_launch() -> None:
+    # created at T0, scheduled and launched only at 500 s
+    first = evaluate(state(pod(scheduled=False)), None, T0, mode=WORKER)
+    assert first.phase is Phase.SCHEDULING
+    launched = state(pod(launched=at(500), ready_changed=at(500)))
+    mid = evaluate(launched, roundtrip(first), at(600), mode=WORKER)
+    assert mid.phase is Phase.STARTING
+    end = 500 + DEFAULTS.worker_startup
+    before = evaluate(launched, roundtrip(mid), at(end - 1), mode=WORKER)
+    assert before.phase is Phase.STARTING, before.message
+    after = evaluate(launched, roundtrip(before), at(end + 1), mode=WORKER)
+    assert (after.phase, after.reason) == (Phase.FAILED, "WorkerStartupTimeout")
+
+
+def test_a_ready_pod_is_not_in_a_restart_loop_however_often_it_restarted() -> None:
+    ready = state(
+        pod(ready=True, containers=(container(running=True, ready=True, restarts=9),)),
+        controllers=(deployment(),),
+    )
+    assert evaluate(ready, None, at(DEFAULTS.restart_loop * 3)).phase is Phase.RUNNING
+
+
+# --------------------------------------------------------------------------- 3. ready in between
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ready_between_two_observations_is_judged_by_the_degradation_period(
+    mode: HealthMode,
+) -> None:
+    # launched at T0, seen never ready at 60 s; seen again at 7100 s, its Ready condition
+    # having gone False at 7000 s: it was ready in between, unseen
+    starting = evaluate(state(pod(ready_changed=T0)), None, at(60), mode=mode)
+    assert starting.phase is Phase.STARTING
+    flapped = state(pod(ready_changed=at(7000)))
+    seen = evaluate(flapped, roundtrip(starting), at(7100), mode=mode)
+    assert seen.phase is (Phase.STARTING if mode == "default" else Phase.DEGRADED)
+    assert seen.reason == "WorkerDegraded"
+    end = 7000 + DEFAULTS.worker_degradation
+    before = evaluate(flapped, roundtrip(seen), at(end - 1), mode=mode)
+    assert (before.phase, before.reason) == (seen.phase, "WorkerDegraded"), before.message
+    after = evaluate(flapped, roundtrip(before), at(end + 1), mode=mode)
+    assert (after.phase, after.reason) == (Phase.FAILED, "WorkerDegraded")
+
+
+# (row, pod, failure when first seen 7300 s after launch, past the startup timeout, or None)
+EARLIER_READINESS: list[tuple[str, Any, str | None]] = [
+    ("Ready went False after launch", pod(ready_changed=at(7000)), None),
+    ("a restarted container, no Ready timestamp", pod(containers=RESTARTED_ONCE), None),
+    ("Ready False since launch (within 1 s)", pod(ready_changed=at(1)), "WorkerStartupTimeout"),
+    (
+        "restarted, but Ready False since launch",
+        pod(containers=RESTARTED_ONCE, ready_changed=at(0.5)),
+        "WorkerStartupTimeout",
+    ),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    ("observed_pod", "failure"),
+    [r[1:] for r in EARLIER_READINESS],
+    ids=[r[0] for r in EARLIER_READINESS],
+)
+def test_earlier_readiness_is_read_from_the_pod_status(
+    mode: HealthMode, observed_pod: Any, failure: str | None
+) -> None:
+    cond = evaluate(state(observed_pod), None, at(7300), mode=mode)
+    if failure is None:
+        assert cond.phase is not Phase.FAILED and cond.reason == "WorkerDegraded", cond.message
+        later = evaluate(state(observed_pod), roundtrip(cond), at(7300 + 60), mode=mode)
+        assert later.reason == "WorkerDegraded"
+    else:
+        assert (cond.phase, cond.reason) == (Phase.FAILED, failure)
+
+
+# --------------------------------------------------------------------------- 4. controllers judge
+
+REPLICA_SET = Controller(
+    "ReplicaSet",
+    "web-5d4f8c",
+    replicas=1,
+    ready_replicas=1,
+    available_replicas=1,
+    owner_kind="Deployment",
+    owner_name="web",
+)
+
+
+def evicted(name: str, owner: tuple[str, str] = ("ReplicaSet", "web-5d4f8c")) -> Any:
+    return pod(
+        name,
+        phase="Failed",
+        reason="Evicted",
+        message="The node was low on resource: memory.",
+        containers=(container(exit_code=137),),
+        owner=owner,
+    )
+
+
+def job_pod(name: str, job_name: str = "warmup", *, failed: bool = False) -> Any:
+    return pod(
+        name,
+        phase="Failed" if failed else "Succeeded",
+        restart_policy="Never",
+        containers=(container(exit_code=1 if failed else 0),),
+        owner=("Job", job_name),
+        worker=False,
+    )
+
+
+# (row, observed, object of the failure that is only noted)
+JUDGED_BY_CONTROLLER: list[tuple[str, ObservedState, str]] = [
+    (
+        "evicted pod its ReplicaSet has replaced",
+        state(
+            evicted("web-old"),
+            pod("web-new", ready=True),
+            controllers=(deployment(), REPLICA_SET),
+        ),
+        "Pod/web-old",
+    ),
+    (
+        "Job that succeeded after a failed pod, within its backoffLimit",
+        state(
+            job_pod("warmup-a", failed=True),
+            job_pod("warmup-b"),
+            pod(ready=True),
+            controllers=(deployment(), job(succeeded=1, failed=1, condition="Complete")),
+        ),
+        "Pod/warmup-a",
+    ),
+    (
+        "failed run of a CronJob",
+        state(
+            job_pod("nightly-2900-x", "nightly-2900", failed=True),
+            pod(ready=True),
+            controllers=(
+                deployment(),
+                Controller("CronJob", "nightly"),
+                job("nightly-2900", failed=7, condition="Failed", owner=("CronJob", "nightly")),
+            ),
+        ),
+        "Job/nightly-2900",
+    ),
+    (
+        "running CronJob run",
+        state(
+            pod("nightly-2901-y", owner=("Job", "nightly-2901"), worker=False),
+            pod(ready=True),
+            controllers=(
+                deployment(),
+                Controller("CronJob", "nightly"),
+                job("nightly-2901", active=1, owner=("CronJob", "nightly")),
+            ),
+        ),
+        "",
+    ),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    ("observed", "noted"),
+    [r[1:] for r in JUDGED_BY_CONTROLLER],
+    ids=[r[0] for r in JUDGED_BY_CONTROLLER],
+)
+def test_what_a_controller_manages_is_judged_through_it(
+    mode: HealthMode, observed: ObservedState, noted: str
+) -> None:
+    cond = evaluate(observed, None, T0, mode=mode)
+    assert cond.phase is Phase.RUNNING, cond.message
+    if noted:
+        assert noted in [o.object for o in cond.observations]
+    later = evaluate(observed, roundtrip(cond), at(DEFAULTS.pending * 2), mode=mode)
+    assert later.phase is Phase.RUNNING, later.message
+
+
+# (row, observed: a failed pod its controller has not replaced yet)
+NOT_REPLACED: list[tuple[str, ObservedState]] = [
+    ("ReplicaSet pod", state(evicted("web-old"), controllers=(deployment(ready=0),))),
+    (
+        "StatefulSet pod, one of two",
+        state(
+            evicted("db-0", ("StatefulSet", "db")),
+            pod("db-1", ready=True, owner=("StatefulSet", "db")),
+            controllers=(
+                Controller(
+                    "StatefulSet",
+                    "db",
+                    desired_replicas=2,
+                    replicas=2,
+                    ready_replicas=1,
+                    available_replicas=1,
+                ),
+            ),
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("observed", [r[1] for r in NOT_REPLACED], ids=[r[0] for r in NOT_REPLACED])
+def test_a_failed_pod_not_yet_replaced_fails_after_the_failing_objects_backoff(
+    mode: HealthMode, observed: ObservedState
+) -> None:
+    first = evaluate(observed, None, T0, mode=mode)
+    assert first.phase is not Phase.FAILED, first.message
+    if mode == "default":
+        assert first.reason == "PodFailed" and "waiting for" in first.message
+        assert first.next_check == at(DEFAULTS.failing_recheck)
+    before = evaluate(observed, roundtrip(first), at(DEFAULTS.failing_backoff - 1), mode=mode)
+    assert before.phase is not Phase.FAILED, before.message
+    after = evaluate(observed, roundtrip(before), at(DEFAULTS.failing_backoff + 1), mode=mode)
+    if mode == "default":
+        assert (after.phase, after.reason) == (Phase.FAILED, "PodFailed")
+        assert "did not replace it within 1m 30s" in after.message
+    else:
+        assert after.phase is not Phase.FAILED, after.message
+
+
+# --------------------------------------------------------------------------- 5. what holds Running
+
+
+def test_a_running_job_holds_the_instance_until_it_completes() -> None:
+    retrying = state(
+        pod(ready=True),
+        job_pod("warmup-a", failed=True),
+        pod("warmup-b", ready=True, owner=("Job", "warmup"), worker=False, restart_policy="Never"),
+        controllers=(deployment(), job(active=1, failed=1)),
+    )
+    first = evaluate(retrying, None, T0)
+    assert (first.phase, first.reason) == (Phase.STARTING, "ObjectsNotReady")
+    assert "Job warmup has not completed yet: 1 active" in first.message
+    done = state(
+        pod(ready=True),
+        job_pod("warmup-a", failed=True),
+        job_pod("warmup-b"),
+        controllers=(deployment(), job(succeeded=1, failed=1, condition="Complete")),
+    )
+    assert evaluate(done, roundtrip(first), at(30)).phase is Phase.RUNNING
+    # in worker-readiness mode only the worker counts
+    assert evaluate(retrying, None, T0, mode=WORKER).phase is Phase.RUNNING
+
+
+def test_replicas_count_once_available_after_min_ready_seconds() -> None:
+    ready = pod(ready=True, ready_changed=at(100))
+    rs = replace(REPLICA_SET, available_replicas=0)
+    waiting = state(ready, controllers=(deployment(available=0, min_ready=30), rs))
+    cond = evaluate(waiting, None, at(110))
+    assert (cond.phase, cond.reason) == (Phase.STARTING, "ObjectsNotReady")
+    assert "0/1 available replicas (1 ready" in cond.message
+    assert cond.next_check == at(130)
+    available = state(ready, controllers=(deployment(min_ready=30), REPLICA_SET))
+    assert evaluate(available, roundtrip(cond), at(130)).phase is Phase.RUNNING
+
+
+def test_a_stateful_set_counts_available_replicas() -> None:
+    db = Controller(
+        "StatefulSet", "db", desired_replicas=1, replicas=1, ready_replicas=1, available_replicas=0
+    )
+    cond = evaluate(
+        state(pod("db-0", ready=True, owner=("StatefulSet", "db")), controllers=(db,)), None, T0
+    )
+    assert (cond.phase, cond.reason) == (Phase.STARTING, "ObjectsNotReady")
+    assert "StatefulSet db has 0/1 available replicas" in cond.message
+
+
+def sts(policy: str, replicas: int) -> Controller:
+    return Controller(
+        "StatefulSet", "db", desired_replicas=3, replicas=replicas, pod_management_policy=policy
+    )
+
+
+# (row, observed, phase in default mode)
+CREATING_ROWS: list[tuple[str, ObservedState, Phase]] = [
+    (
+        "Deployment created 1 of 2 pods",
+        state(pod(), controllers=(deployment(desired=2, created=1, ready=0),)),
+        Phase.SCHEDULING,
+    ),
+    (
+        "Deployment whose current ReplicaSet created its pod",
+        state(
+            pod(),
+            controllers=(deployment(created=0, ready=0), replace(REPLICA_SET, ready_replicas=0)),
+        ),
+        Phase.STARTING,
+    ),
+    (
+        "Deployment created both pods",
+        state(pod(), pod("web-1"), controllers=(deployment(desired=2, ready=0),)),
+        Phase.STARTING,
+    ),
+    (
+        "Parallel StatefulSet created 1 of 3 pods",
+        state(pod("db-0", owner=("StatefulSet", "db")), controllers=(sts("Parallel", 1),)),
+        Phase.SCHEDULING,
+    ),
+    (
+        "OrderedReady StatefulSet creates one pod at a time",
+        state(pod("db-0", owner=("StatefulSet", "db")), controllers=(sts("OrderedReady", 1),)),
+        Phase.STARTING,
+    ),
+    (
+        "Job without a running pod yet",
+        state(pod(ready=True), controllers=(deployment(), job())),
+        Phase.SCHEDULING,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("observed", "phase"), [r[1:] for r in CREATING_ROWS], ids=[r[0] for r in CREATING_ROWS]
+)
+def test_scheduling_while_a_controller_has_created_fewer_pods_than_it_runs(
+    observed: ObservedState, phase: Phase
+) -> None:
+    assert evaluate(observed, None, T0).phase is phase
 
 
 # --------------------------------------------------------------------------- real Kubernetes JSON
@@ -840,7 +1247,9 @@ def test_kubernetes_json_is_parsed_into_the_model() -> None:
         at(70),
     )
     first = evaluate(observed, None, T0)
-    assert evaluate(observed, first, at(61)).reason == "ImagePullIssues"
+    # the image-pull clock runs from the pod's startTime (12:00:02), not from T0
+    assert evaluate(observed, first, at(61)).reason == "ImagePullBackOff"
+    assert evaluate(observed, first, at(62)).reason == "ImagePullIssues"
 
 
 def test_kubernetes_json_deployment_and_events_k8s_io_event() -> None:

@@ -13,6 +13,7 @@ from service.backends.simulated.model import (
     Namespace,
     SimPod,
     Workload,
+    as_list,
     as_map,
     object_uid,
     secs,
@@ -20,7 +21,7 @@ from service.backends.simulated.model import (
 )
 from service.backends.simulated.pods import PodRenderer, condition, event, is_ready
 from service.backends.simulated.timeline import PodTimeline
-from service.health.observed import ObjectRef
+from service.health.observed import ObjectRef, parse_time
 
 
 class StatusRenderer:
@@ -60,7 +61,7 @@ class StatusRenderer:
                 )
                 events.extend(extra)
                 if ref.kind == "Deployment":
-                    objects.append(self._replica_set(ns, workload, obj, statuses))
+                    objects.append(self._replica_set(ns, workload, obj, statuses, now))
             if ref.kind != "Pod":
                 objects.append(obj)
         objects.extend(pod_objects.values())
@@ -80,6 +81,8 @@ class StatusRenderer:
         count = len(statuses)
         if ref.kind == "Job":
             return self._job_status(ns, ref, workload, pods, statuses, now)
+        min_ready = min_ready_seconds(obj)
+        available = available_count(statuses, min_ready, now)
         if ref.kind == "StatefulSet":
             return {
                 "observedGeneration": 1,
@@ -87,27 +90,29 @@ class StatusRenderer:
                 "readyReplicas": ready,
                 "currentReplicas": count,
                 "updatedReplicas": count,
-                "availableReplicas": ready,
+                "availableReplicas": available,
             }, []
         status: dict[str, Any] = {
             "observedGeneration": 1,
             "replicas": count,
             "readyReplicas": ready,
-            "availableReplicas": ready,
+            "availableReplicas": available,
         }
         if ref.kind == "ReplicaSet":
             status["fullyLabeledReplicas"] = count
             return status, []
         status["updatedReplicas"] = count
-        if count - ready:
-            status["unavailableReplicas"] = count - ready
+        if count - available:
+            status["unavailableReplicas"] = count - available
         deadline = float(
             as_map(obj.get("spec")).get("progressDeadlineSeconds", PROGRESS_DEADLINE_DEFAULT)
         )
+        # a replica is available once it has been ready for minReadySeconds
         ready_times = [self.timeline.first_ready_at(p) for p in pods]
+        available_times = [None if t is None else t + secs(min_ready) for t in ready_times]
         complete_at = (
-            max((t for t in ready_times if t is not None), default=workload.created_at)
-            if all(t is not None and t <= now for t in ready_times)
+            max((t for t in available_times if t is not None), default=workload.created_at)
+            if all(t is not None and t <= now for t in available_times)
             else None
         )
         rs = workload.replica_set
@@ -135,7 +140,7 @@ class StatusRenderer:
                 "ReplicaSetUpdated",
                 f'ReplicaSet "{rs}" is progressing.',
             )
-        available = (
+        availability = (
             condition(
                 "Available",
                 "True",
@@ -143,7 +148,7 @@ class StatusRenderer:
                 "MinimumReplicasAvailable",
                 "Deployment has minimum availability.",
             )
-            if ready >= count
+            if available >= count
             else condition(
                 "Available",
                 "False",
@@ -152,7 +157,7 @@ class StatusRenderer:
                 "Deployment does not have minimum availability.",
             )
         )
-        status["conditions"] = [available, progressing]
+        status["conditions"] = [availability, progressing]
         return status, []
 
     def _job_status(
@@ -214,9 +219,11 @@ class StatusRenderer:
         workload: Workload,
         deployment: Mapping[str, Any],
         statuses: list[dict[str, Any]],
+        now: datetime,
     ) -> dict[str, Any]:
         spec = as_map(deployment.get("spec"))
         ready = sum(1 for s in statuses if is_ready(s))
+        available = available_count(statuses, min_ready_seconds(deployment), now)
         return {
             "apiVersion": "apps/v1",
             "kind": "ReplicaSet",
@@ -239,12 +246,39 @@ class StatusRenderer:
                     }
                 ],
             },
-            "spec": {"replicas": len(statuses), "template": spec.get("template")},
+            "spec": {
+                "replicas": len(statuses),
+                "minReadySeconds": min_ready_seconds(deployment),
+                "template": spec.get("template"),
+            },
             "status": {
                 "replicas": len(statuses),
                 "fullyLabeledReplicas": len(statuses),
                 "readyReplicas": ready,
-                "availableReplicas": ready,
+                "availableReplicas": available,
                 "observedGeneration": 1,
             },
         }
+
+
+def min_ready_seconds(obj: Mapping[str, Any]) -> int:
+    """`spec.minReadySeconds` of a Deployment, ReplicaSet or StatefulSet (default 0)."""
+    try:
+        return max(int(as_map(obj.get("spec")).get("minReadySeconds") or 0), 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def available_count(statuses: list[dict[str, Any]], min_ready: int, now: datetime) -> int:
+    """Pods ready for at least `min_ready` seconds (by their Ready condition's transition), as
+    the controllers count `availableReplicas`."""
+    count = 0
+    for pod in statuses:
+        for cond in as_list(as_map(pod.get("status")).get("conditions")):
+            cond = as_map(cond)
+            if cond.get("type") != "Ready" or cond.get("status") != "True":
+                continue
+            since = parse_time(cond.get("lastTransitionTime"))
+            if min_ready == 0 or (since is not None and since + secs(min_ready) <= now):
+                count += 1
+    return count

@@ -166,12 +166,14 @@ class PodTimeline:
                 "finishedAt": ts(crashed_at),
             }
         }
+        # Never ready: the pod's Ready condition stays False from its first status (its launch).
+        launched = pod.scheduled_at or started
         if now < crashed_at:
             running = {"running": {"startedAt": ts(started)}}
-            return ContainerTimeline("Running", running, False, started)
+            return ContainerTimeline("Running", running, False, launched)
         if pod.restart_policy == "Never":
             return ContainerTimeline(
-                "Failed", terminated, False, crashed_at, not_ready_reason="PodFailed"
+                "Failed", terminated, False, launched, not_ready_reason="PodFailed"
             )
         base = min(10.0, run)
         restarts = 0
@@ -193,9 +195,9 @@ class PodTimeline:
                     f"{container_name(pod)} pod={pod.name}_{namespace}({pod.uid})"
                 )
                 state = {"waiting": {"reason": "CrashLoopBackOff", "message": message}}
-                return ContainerTimeline("Running", state, False, started, restarts + 1, last)
+                return ContainerTimeline("Running", state, False, launched, restarts + 1, last)
             restarts += 1
             run_start, run_end = next_start, next_start + secs(run)
             if now < run_end:
                 state = {"running": {"startedAt": ts(run_start)}}
-                return ContainerTimeline("Running", state, False, started, restarts, last)
+                return ContainerTimeline("Running", state, False, launched, restarts, last)

@@ -31,6 +31,7 @@ typecheck: $(STAMP)
 
 openapi: $(STAMP)
 	$(BIN)/python scripts/export_openapi.py
+	$(BIN)/python scripts/export_settings_doc.py
 
 test: $(STAMP) test-services lint typecheck
 	NVCF_TEST_REQUIRE_SERVICES=1 $(BIN)/python -m pytest -q -p no:cacheprovider

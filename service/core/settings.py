@@ -23,75 +23,215 @@ class Settings(BaseSettings):
         env_prefix="NVCF_", env_file=".env", extra="ignore", frozen=True
     )
 
-    data_dir: Path = Path("./.nvcf")
-    database_url: str | None = None
-    clusters_file: Path | None = None
-    default_account: str = Field(default="nvcf-default", min_length=1, max_length=128)
-    bootstrap_api_key: SecretStr | None = None
-    jwt_secret: SecretStr | None = None
-    jwks_url: str | None = None
-    jwks_file: Path | None = None
-    secrets_key: SecretStr | None = None
-    registry_allowlist: CommaList = frozenset()
-    insecure_registries: CommaList = frozenset()
-    helm_enforce_security: bool = False
-    chart_max_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
-    chart_max_unpacked_bytes: int = Field(default=50 * 1024 * 1024, gt=0)
-    render_timeout: float = Field(default=30.0, gt=0)
-    render_workers: int = Field(default=2, ge=1, le=64)
-    render_memory_limit_bytes: int = Field(default=1024 * 1024 * 1024, ge=0)
-    # False forces Helm's install action for every chart (service/charts/helm_engine.py).
-    helm_engine_path: bool = True
-    chart_cache_max_bytes: int = Field(default=2 * 1024 * 1024 * 1024, gt=0)
-    chart_fetch_timeout: float = Field(default=30.0, gt=0)
-    default_kube_version: str = Field(default="1.30.0", pattern=r"^v?\d+\.\d+(\.\d+)?$")
-    # Per-account quotas (service/core/quotas.py); instances count maxInstances of live
-    # deployments.
-    quota_functions: int = Field(default=1000, ge=1)
-    quota_versions_per_function: int = Field(default=100, ge=1)
-    quota_instances: int = Field(default=1000, ge=1)
-    quota_registry_credentials: int = Field(default=50, ge=1)
-    quota_api_keys: int = Field(default=100, ge=1)
-    # Per-account API rate limit: `rate_limit_burst` requests at once, `rate_limit_per_second`
-    # on average (0 disables); counters in Redis when `redis_url` is set (shared by replicas).
-    rate_limit_per_second: float = Field(default=100.0, ge=0)
-    rate_limit_burst: int = Field(default=1000, ge=1)
-    redis_url: str | None = Field(default=None, pattern=r"^rediss?://")
-    # The version read cache and its fast path (service/functions/read_cache.py); effective
-    # with SQLite only, where one process sees every commit.
-    version_read_cache: bool = True
-    reconcile_interval: float = Field(default=2.0, gt=0)
-    reconciler_enabled: bool = True
-    reconcile_lease_seconds: float = Field(default=60.0, gt=0)
-    reconcile_resync_seconds: float = Field(default=10.0, ge=0)
-    reconcile_concurrency: int = Field(default=8, ge=1, le=256)
-    # Deployments claimed and finished together in one unit of work (one transaction each).
-    reconcile_batch_size: int = Field(default=50, ge=1, le=1000)
-    # Garbage collection of orphaned instance namespaces (0 disables it).
-    reconcile_gc_seconds: float = Field(default=300.0, ge=0)
-    reconcile_gc_timeout_seconds: float = Field(default=60.0, gt=0)
-    reconcile_gc_min_age_seconds: float = Field(default=120.0, ge=0)
-    health_pod_scheduling_timeout: float = Field(default=600, ge=0)
-    health_image_pull_timeout: float = Field(default=60, ge=0)
-    health_restart_loop_timeout: float = Field(default=600, ge=0)
-    health_init_timeout: float = Field(default=7200, ge=0)
-    health_worker_startup_timeout: float = Field(default=7200, ge=0)
-    health_worker_degradation_period: float = Field(default=1800, ge=0)
-    health_pending_timeout: float = Field(default=10800, ge=0)
-    health_failing_backoff: float = Field(default=90, ge=0)
-    log_format: Literal["text", "json"] = "text"
-    auto_migrate: bool = True
-    max_body_bytes: int = Field(default=1024 * 1024, gt=0)
-    # Connection bounds (service/core/server.py), in seconds: a request head must arrive within
-    # `http_header_timeout` of its first byte (or of the connection opening), its body within
-    # `http_body_timeout` of the head; an idle kept-alive connection closes after
-    # `http_keepalive_timeout`; at most `http_max_connections` are open at once (fewer when the
-    # file-descriptor limit is lower), each one beyond is answered 503 and closed.
-    http_header_timeout: float = Field(default=10.0, gt=0)
-    http_body_timeout: float = Field(default=60.0, gt=0)
-    http_keepalive_timeout: float = Field(default=5.0, gt=0)
-    http_max_connections: int = Field(default=1000, ge=1)
-    idempotency_ttl_seconds: int = Field(default=24 * 3600, gt=0)
+    # -- storage and identity
+    data_dir: Path = Field(
+        default=Path("./.nvcf"),
+        description="Directory of the SQLite file, the chart cache, the generated secrets key "
+        "and the generated admin key.",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="`sqlite+aiosqlite:///path` or `postgresql+psycopg://user:pw@host:port/db`; "
+        "unset: SQLite in the data directory. Several replicas need PostgreSQL.",
+    )
+    clusters_file: Path | None = Field(
+        default=None,
+        description="Cluster catalog YAML; unset: the built-in catalog of simulated clusters.",
+    )
+    default_account: str = Field(
+        default="nvcf-default",
+        min_length=1,
+        max_length=128,
+        description="Account (NCA id) of the bootstrap and the generated admin key.",
+    )
+    bootstrap_api_key: SecretStr | None = Field(
+        default=None,
+        description="An `nvapi-` key that exists with every scope (and the operator scope) for "
+        "the default account; unset and no key stored: one is generated and printed once.",
+    )
+    jwt_secret: SecretStr | None = Field(
+        default=None, description="HS256 secret verifying bearer JWTs."
+    )
+    jwks_url: str | None = Field(default=None, description="JWKS URL verifying bearer JWTs.")
+    jwks_file: Path | None = Field(default=None, description="JWKS file verifying bearer JWTs.")
+    secrets_key: SecretStr | None = Field(
+        default=None,
+        description="Key encrypting stored function secrets and registry passwords; unset: "
+        "generated into the data directory. Back it up with the database.",
+    )
+    auto_migrate: bool = Field(default=True, description="Apply the database migrations at start.")
+    # -- chart registries and the chart pipeline
+    registry_allowlist: CommaList = Field(
+        default=frozenset(),
+        description="Comma list of `host[:port]` chart registries allowed although they "
+        "resolve to private or loopback addresses.",
+    )
+    insecure_registries: CommaList = Field(
+        default=frozenset(),
+        description="Comma list of `host[:port]` chart registries spoken to over plain HTTP.",
+    )
+    helm_enforce_security: bool = Field(
+        default=False, description="Turn security and resource findings of charts into errors."
+    )
+    chart_max_bytes: int = Field(
+        default=10 * 1024 * 1024, gt=0, description="Largest chart archive pulled, in bytes."
+    )
+    chart_max_unpacked_bytes: int = Field(
+        default=50 * 1024 * 1024, gt=0, description="Largest unpacked chart, in bytes."
+    )
+    render_timeout: float = Field(
+        default=30.0, gt=0, description="Seconds one Helm render may take."
+    )
+    render_workers: int = Field(default=2, ge=1, le=64, description="Helm render worker processes.")
+    render_memory_limit_bytes: int = Field(
+        default=1024 * 1024 * 1024,
+        ge=0,
+        description="Address-space limit of a render worker, in bytes (0: none).",
+    )
+    helm_engine_path: bool = Field(
+        default=True,
+        description="Render simple charts with the Helm engine alone; false forces Helm's "
+        "install action for every chart (service/charts/helm_engine.py).",
+    )
+    chart_cache_max_bytes: int = Field(
+        default=2 * 1024 * 1024 * 1024,
+        gt=0,
+        description="Size of the on-disk chart cache, in bytes (least recently used go first).",
+    )
+    chart_fetch_timeout: float = Field(
+        default=30.0, gt=0, description="Seconds for each registry request of a chart pull."
+    )
+    default_kube_version: str = Field(
+        default="1.30.0",
+        pattern=r"^v?\d+\.\d+(\.\d+)?$",
+        description="Kubernetes version charts are rendered for when the target does not say.",
+    )
+    # -- per-account quotas (service/core/quotas.py)
+    quota_functions: int = Field(default=1000, ge=1, description="Functions per account.")
+    quota_versions_per_function: int = Field(
+        default=100, ge=1, description="Versions per function."
+    )
+    quota_instances: int = Field(
+        default=1000,
+        ge=1,
+        description="Instances per account: the maxInstances of its live deployments.",
+    )
+    quota_registry_credentials: int = Field(
+        default=50, ge=1, description="Registry credentials per account."
+    )
+    quota_api_keys: int = Field(default=100, ge=1, description="API keys per account.")
+    # -- per-account API rate limit (service/core/ratelimit.py)
+    rate_limit_per_second: float = Field(
+        default=100.0, ge=0, description="Requests per second per account on average (0: off)."
+    )
+    rate_limit_burst: int = Field(
+        default=1000, ge=1, description="Requests an account may send at once."
+    )
+    redis_url: str | None = Field(
+        default=None,
+        pattern=r"^rediss?://",
+        description="Redis holding the rate-limit counters, shared by replicas; unset: "
+        "counters in memory.",
+    )
+    # -- speed-ups (service/functions/read_cache.py)
+    version_read_cache: bool = Field(
+        default=True,
+        description="Cache serialised version reads (and their fast path); effective with "
+        "SQLite only, where one process sees every commit.",
+    )
+    # -- the reconciler (service/deployments/reconcile/)
+    reconciler_enabled: bool = Field(
+        default=True, description="Run the reconciler in this process."
+    )
+    reconcile_interval: float = Field(
+        default=2.0,
+        gt=0,
+        description="Seconds between reconciler passes (it also wakes on every change).",
+    )
+    reconcile_lease_seconds: float = Field(
+        default=60.0, gt=0, description="Seconds a replica's claim on a deployment lasts."
+    )
+    reconcile_resync_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="A Running instance with no timer pending is observed again this often.",
+    )
+    reconcile_concurrency: int = Field(
+        default=8, ge=1, le=256, description="Backend calls in flight at once."
+    )
+    reconcile_batch_size: int = Field(
+        default=50,
+        ge=1,
+        le=1000,
+        description="Deployments claimed and finished together in one unit of work (one "
+        "transaction each).",
+    )
+    reconcile_gc_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="Seconds between collections of orphaned instance namespaces (0: off).",
+    )
+    reconcile_gc_timeout_seconds: float = Field(
+        default=60.0, gt=0, description="Seconds one garbage collection round may take."
+    )
+    reconcile_gc_min_age_seconds: float = Field(
+        default=120.0, ge=0, description="Namespaces younger than this are never collected."
+    )
+    # -- instance health (docs/health.md)
+    health_pod_scheduling_timeout: float = Field(
+        default=600, ge=0, description="Seconds a pod may stay unschedulable."
+    )
+    health_image_pull_timeout: float = Field(
+        default=60,
+        ge=0,
+        description="Seconds an image pull (or container creation) may keep failing.",
+    )
+    health_restart_loop_timeout: float = Field(
+        default=600, ge=0, description="Seconds a container may keep restarting."
+    )
+    health_init_timeout: float = Field(
+        default=7200, ge=0, description="Seconds init containers (or a Pending pod) may take."
+    )
+    health_worker_startup_timeout: float = Field(
+        default=7200, ge=0, description="Seconds a worker may take to become ready."
+    )
+    health_worker_degradation_period: float = Field(
+        default=1800, ge=0, description="Seconds a worker that was ready may stay not ready."
+    )
+    health_pending_timeout: float = Field(
+        default=10800, ge=0, description="Seconds an instance may take to be Running at all."
+    )
+    health_failing_backoff: float = Field(
+        default=90, ge=0, description="Seconds a failing object may recover before it fails."
+    )
+    # -- HTTP (service/core/server.py)
+    max_body_bytes: int = Field(
+        default=1024 * 1024, gt=0, description="Largest request body, in bytes."
+    )
+    http_header_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds for a request head to arrive from its first byte (or from the "
+        "connection opening).",
+    )
+    http_body_timeout: float = Field(
+        default=60.0, gt=0, description="Seconds for a request body to arrive after its head."
+    )
+    http_keepalive_timeout: float = Field(
+        default=5.0, gt=0, description="Seconds an idle kept-alive connection stays open."
+    )
+    http_max_connections: int = Field(
+        default=1000,
+        ge=1,
+        description="Connections open at once (fewer when the file-descriptor limit is "
+        "lower); each one beyond is answered 503 and closed.",
+    )
+    idempotency_ttl_seconds: int = Field(
+        default=24 * 3600, gt=0, description="Seconds an Idempotency-Key answer is replayed."
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="`json`: one JSON object per log line."
+    )
 
     @field_validator("registry_allowlist", "insecure_registries", mode="before")
     @classmethod

@@ -92,14 +92,17 @@ GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/pgpu")
 
 @dataclass(frozen=True)
 class KubernetesType:
+    """One of a policy's `extraKubernetesTypes`, matched exactly against an object's
+    `apiVersion` and `kind` (as NVCF does: `core` is not an alias of the empty core group, and
+    the parser refuses an empty group, so no core-group kind can be allowed)."""
+
     group: str
     version: str
     kind: str
 
     @property
     def key(self) -> tuple[str, str, str]:
-        group = "" if self.group in ("", "core") else self.group
-        return group, self.version, self.kind
+        return self.group, self.version, self.kind
 
 
 @dataclass(frozen=True)
@@ -113,27 +116,32 @@ class ValidationPolicy:
     def unrestricted(self) -> bool:
         return self.name == "Unrestricted"
 
+    @property
+    def operator_managed(self) -> bool:
+        """Extra types may be operator-managed workloads (LeaderWorkerSet, Grove, Dynamo…)
+        that create the inference Service and its pods themselves (as in NVCF)."""
+        return bool(self.extra_kubernetes_types)
+
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None) -> ValidationPolicy:
-        """Build from the API shape `{name, extraKubernetesTypes: [{group, version, kind}]}`.
+        """Build from the API shape `{name, extraKubernetesTypes: [{group, version, kind}]}`,
+        parsed by the API's own model (`None` is the default policy).
 
         Raises:
-            ValueError: on an unknown name or a malformed type entry.
+            ValueError: listing every violation (the API answers them as a 400).
         """
-        if not raw:
+        if raw is None:
             return cls()
-        name = raw.get("name", "Default")
-        if name not in ("Default", "Unrestricted"):
-            raise ValueError(f"unknown helmValidationPolicy name {name!r}")
-        extra: list[KubernetesType] = []
-        for item in raw.get("extraKubernetesTypes") or []:
-            if not isinstance(item, Mapping) or not all(
-                isinstance(item.get(k), str) for k in ("version", "kind")
-            ):
-                raise ValueError("extraKubernetesTypes entries need group, version and kind")
-            group = item.get("group") or ""
-            extra.append(KubernetesType(str(group), item["version"], item["kind"]))
-        return cls(name=name, extra_kubernetes_types=tuple(extra))
+        from pydantic import ValidationError
+
+        from service.charts.schemas import HelmValidationPolicyIn
+        from service.core.validation import field_errors
+
+        try:
+            return HelmValidationPolicyIn.model_validate(raw).policy()
+        except ValidationError as exc:
+            problems = field_errors(exc, "helmValidationPolicy")
+            raise ValueError("; ".join(f"{e.field}: {e.message}" for e in problems)) from None
 
 
 def type_key(obj: KubeObject) -> tuple[str, str, str]:
@@ -213,22 +221,28 @@ def restrict(
 def _kinds(objects: list[KubeObject], policy: ValidationPolicy) -> list[Finding]:
     allowed = ALLOWED_TYPES | {t.key for t in policy.extra_kubernetes_types}
     offending: list[str] = []
+    core = False
     for obj in objects:
         key = type_key(obj)
         label = _type_label(key)
         if key not in allowed and label not in offending:
             offending.append(label)
+            core = core or not key[0]
     if not offending:
         return []
+    hint = (
+        "add them to helmValidationPolicy.extraKubernetesTypes to allow them"
+        if not core
+        else "extraKubernetesTypes can allow kinds of a named API group; core-group (v1) kinds "
+        "outside the allowed list cannot be allowed"
+    )
     return [
         Finding(
             "kind-not-allowed",
             "error",
             None,
             "kind",
-            "kinds not allowed: "
-            + ", ".join(offending)
-            + " (add them to helmValidationPolicy.extraKubernetesTypes to allow them)",
+            "kinds not allowed: " + ", ".join(offending) + f" ({hint})",
         )
     ]
 

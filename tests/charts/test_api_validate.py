@@ -101,9 +101,9 @@ async def test_override_introducing_a_forbidden_object_is_caught(
     assert [(e["rule"], e["field"]) for e in result["errors"]] == [("kind-not-allowed", "kind")]
     assert "networking.k8s.io/v1.Ingress" in result["errors"][0]["message"]
 
-    # the policy's extra types allow it (group/version/kind, name case-insensitive)
+    # the policy's extra types allow it (group, version and kind matched exactly)
     policy = {
-        "name": "default",
+        "name": "Default",
         "extraKubernetesTypes": [
             {"group": "networking.k8s.io", "version": "v1", "kind": "Ingress"}
         ],
@@ -118,6 +118,71 @@ async def test_override_introducing_a_forbidden_object_is_caught(
     )
     assert allowed["valid"] is True, allowed["errors"]
     assert "Ingress/public" in by_kind(allowed["objects"])
+
+
+HOST_PATH_VOLUME = {
+    "apiVersion": "v1",
+    "kind": "PersistentVolume",
+    "metadata": {"name": "host"},
+    "spec": {
+        "capacity": {"storage": "1Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "hostPath": {"path": "/"},
+    },
+}
+
+
+async def test_helm_validation_policy_is_parsed_as_strictly_as_nvcf(
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
+) -> None:
+    chart = push_corpus(anon_registry, BASE)
+    configuration = {"extraObjects": [HOST_PATH_VOLUME]}
+    resp = await client.post(
+        URL,
+        json=body(
+            chart.file_url,
+            configuration=configuration,
+            helmValidationPolicy={
+                "name": "default",
+                "extraKubernetesTypes": [
+                    {"group": "", "version": "v1", "kind": "PersistentVolume"},
+                    {"version": "v1", "kind": "Namespace"},
+                    {"group": "apps", "version": "", "kind": ""},
+                ],
+            },
+        ),
+    )
+    assert resp.status_code == 400, resp.text
+    problem = resp.json()
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    p = "helmValidationPolicy"
+    assert [e["field"] for e in problem["errors"]] == [
+        f"{p}.name",
+        f"{p}.extraKubernetesTypes[0].group",
+        f"{p}.extraKubernetesTypes[1].group",
+        f"{p}.extraKubernetesTypes[2].version",
+        f"{p}.extraKubernetesTypes[2].kind",
+    ]
+    assert "case-sensitive" in problem["errors"][0]["message"]
+    assert "core-group kinds" in problem["errors"][1]["message"]
+    for name in ("unrestricted", "DEFAULT", None, 1):
+        policy: dict[str, Any] = {} if name is None else {"name": name}
+        resp = await client.post(URL, json=body(chart.file_url, helmValidationPolicy=policy))
+        assert resp.status_code == 400, (name, resp.text)
+        assert [e["field"] for e in resp.json()["errors"]] == [f"{p}.name"], name
+
+    # `core` is accepted (a named group) but is not the empty core group: the hostPath
+    # PersistentVolume stays refused
+    core = {
+        "name": "Default",
+        "extraKubernetesTypes": [{"group": "core", "version": "v1", "kind": "PersistentVolume"}],
+    }
+    result = await dry_run(
+        client, body(chart.file_url, configuration=configuration, helmValidationPolicy=core)
+    )
+    assert result["valid"] is False
+    assert [e["rule"] for e in result["errors"]] == ["kind-not-allowed"]
+    assert "v1.PersistentVolume" in result["errors"][0]["message"]
 
 
 async def test_render_errors_and_failing_charts_are_valid_false(

@@ -60,7 +60,7 @@ async def test_enforced_security_turns_warnings_into_errors(
 async def test_unrestricted_policy_skips_security_but_not_kinds(
     renderer: ChartRenderer, corpus_archive: ArchiveFactory
 ) -> None:
-    unrestricted = ValidationPolicy.from_dict({"name": "Unrestricted"})
+    unrestricted = ValidationPolicy(name="Unrestricted")
     security = await validate(
         renderer, corpus_archive("security"), policy=unrestricted, enforce_security=True
     )
@@ -71,29 +71,42 @@ async def test_unrestricted_policy_skips_security_but_not_kinds(
     assert rows(many.errors) == FAILING["too-many-objects"]
 
 
-async def test_extra_kubernetes_types_allow_kinds(
+async def test_extra_kubernetes_types_allow_kinds_of_named_groups_only(
     renderer: ChartRenderer, corpus_archive: ArchiveFactory
 ) -> None:
+    ingress = {"group": "networking.k8s.io", "version": "v1", "kind": "Ingress"}
+    # `core` is not an alias of the empty core group (NVCF matches the group exactly), so
+    # v1 Namespace stays refused, and the message says it cannot be allowed
     policy = ValidationPolicy.from_dict(
         {
             "name": "Default",
             "extraKubernetesTypes": [
-                {"group": "networking.k8s.io", "version": "v1", "kind": "Ingress"},
-                {"group": "", "version": "v1", "kind": "Namespace"},
+                ingress,
+                {"group": "core", "version": "v1", "kind": "Namespace"},
             ],
         }
     )
     result = await validate(renderer, corpus_archive("kind-not-allowed"), policy=policy)
-    assert result.valid and rows(result.errors + result.warnings) == []
+    assert rows(result.errors) == FAILING["kind-not-allowed"]
+    message = result.errors[0].message
+    assert message.startswith("kinds not allowed: v1.Namespace (")
+    assert "core-group (v1) kinds outside the allowed list cannot be allowed" in message
     only_ingress = ValidationPolicy.from_dict(
-        {
-            "extraKubernetesTypes": [
-                {"group": "networking.k8s.io", "version": "v1", "kind": "Ingress"}
-            ]
-        }
+        {"name": "Default", "extraKubernetesTypes": [ingress]}
     )
     result = await validate(renderer, corpus_archive("kind-not-allowed"), policy=only_ingress)
     assert [f.message.split(" (")[0] for f in result.errors] == ["kinds not allowed: v1.Namespace"]
+    extra_objects = {
+        "extraObjects": [
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "Ingress",
+                "metadata": {"name": "public"},
+            }
+        ]
+    }
+    result = await validate(renderer, corpus_archive(BASE), extra_objects, policy=only_ingress)
+    assert result.valid and rows(result.errors + result.warnings) == []
 
 
 async def test_override_introducing_forbidden_objects_is_caught(
@@ -318,24 +331,62 @@ def test_crds_from_templates_are_dropped() -> None:
 
 
 @pytest.mark.parametrize(
-    "raw",
+    ("raw", "fields"),
     [
-        {"name": "Strict"},
-        {"extraKubernetesTypes": [{"group": "x"}]},
-        {"extraKubernetesTypes": ["apps/v1/DaemonSet"]},
+        ({"name": "Strict"}, ["name"]),
+        # names are case-sensitive and required, as in NVCF
+        ({"name": "default"}, ["name"]),
+        ({"name": "UNRESTRICTED"}, ["name"]),
+        ({}, ["name"]),
+        (
+            {"name": "Default", "extraKubernetesTypes": [{"group": "x"}]},
+            ["[0].version", "[0].kind"],
+        ),
+        # an empty (core) group would let a hostPath PersistentVolume through
+        (
+            {
+                "name": "Default",
+                "extraKubernetesTypes": [
+                    {"group": "", "version": "v1", "kind": "PersistentVolume"}
+                ],
+            },
+            ["[0].group"],
+        ),
+        (
+            {"name": "Default", "extraKubernetesTypes": [{"version": "v1", "kind": "Namespace"}]},
+            ["[0].group"],
+        ),
+        ({"name": "Default", "extraKubernetesTypes": ["apps/v1/DaemonSet"]}, ["[0]"]),
     ],
 )
-def test_policy_from_dict_rejects_malformed(raw: dict[str, Any]) -> None:
-    with pytest.raises(ValueError):
+def test_policy_from_dict_rejects_malformed(raw: dict[str, Any], fields: list[str]) -> None:
+    with pytest.raises(ValueError) as info:
         ValidationPolicy.from_dict(raw)
+    named = [part.split(": ")[0] for part in str(info.value).split("; ")]
+    prefix = "helmValidationPolicy."
+    assert named == [
+        prefix + ("extraKubernetesTypes" + f if f.startswith("[") else f) for f in fields
+    ]
 
 
-def test_policy_core_group_alias() -> None:
+def test_core_group_kinds_cannot_be_allowed() -> None:
     policy = ValidationPolicy.from_dict(
-        {"extraKubernetesTypes": [{"group": "core", "version": "v1", "kind": "Namespace"}]}
+        {
+            "name": "Default",
+            "extraKubernetesTypes": [
+                {"group": "core", "version": "v1", "kind": "PersistentVolume"}
+            ],
+        }
     )
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}}
+    volume = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "host"},
+        "spec": {"hostPath": {"path": "/"}},
+    }
     _, findings, _ = restrict(
-        [ENTRYPOINT, namespace], service_name="x", inference_port=1, policy=policy
+        [ENTRYPOINT, volume], service_name="entrypoint", inference_port=8000, policy=policy
     )
-    assert "kind-not-allowed" not in {f.rule for f in findings}
+    [kinds] = [f for f in findings if f.rule == "kind-not-allowed"]
+    assert kinds.severity == "error"
+    assert kinds.message.startswith("kinds not allowed: v1.PersistentVolume (")

@@ -88,6 +88,8 @@ SAFE_SYSCTLS = frozenset(
 )
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/pgpu")
+#: set on each StatefulSet pod by its controller (the pod's ordinal), never in the template
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 
 
 @dataclass(frozen=True)
@@ -315,6 +317,23 @@ def _labels(template: dict[str, Any]) -> dict[str, Any]:
     return labels if isinstance(labels, dict) else {}
 
 
+def _selects(selector: dict[str, Any], holder: KubeObject, template: dict[str, Any]) -> bool:
+    """Whether a Service `selector` selects the pods of `template` (held by `holder`).
+
+    The StatefulSet controller labels each pod with its ordinal (`POD_INDEX_LABEL`) at run
+    time, so a selector on that label (NVIDIA's multi-node charts select pod 0, the leader)
+    matches a StatefulSet's pods whatever its template says, as helm-reval decides.
+    """
+    labels = _labels(template)
+    stateful = is_kind(holder, "apps/v1", "StatefulSet")
+    for key, value in selector.items():
+        if key == POD_INDEX_LABEL and value and stateful:
+            continue
+        if labels.get(key) != value:
+            return False
+    return True
+
+
 def _port_matches(container: dict[str, Any], target: Any) -> bool:
     for port in container.get("ports") or []:
         if not isinstance(port, dict):
@@ -373,7 +392,7 @@ def _inference_service(objects: list[KubeObject], name: str, port: int) -> list[
         template
         for obj in objects
         for _, template in pod_templates(obj)
-        if all(_labels(template).get(k) == v for k, v in selector.items())
+        if _selects(selector, obj, template)
     ]
     for _, service_port in matching:
         target = service_port.get("targetPort", service_port.get("port"))

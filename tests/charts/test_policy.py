@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from service.charts.findings import Finding
+from service.charts.policy import POD_INDEX_LABEL as POD_INDEX
 from service.charts.policy import ValidationPolicy, restrict
 from service.charts.render import ChartRenderer
 from tests.support.charts import BASE, FAILING, ArchiveFactory, Row, validate
@@ -390,3 +391,68 @@ def test_core_group_kinds_cannot_be_allowed() -> None:
     [kinds] = [f for f in findings if f.rule == "kind-not-allowed"]
     assert kinds.severity == "error"
     assert kinds.message.startswith("kinds not allowed: v1.PersistentVolume (")
+
+
+def statefulset(labels: dict[str, str], kind: str = "StatefulSet") -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": "workers"},
+        "spec": {
+            "replicas": 2,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [{"name": "c", "image": "x", "ports": [{"containerPort": 8000}]}]
+                },
+            },
+        },
+    }
+
+
+def leader_service(selector: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "entrypoint"},
+        "spec": {"selector": selector, "ports": [{"port": 8000}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("selector", "kind", "labels", "selected"),
+    [
+        # the StatefulSet controller adds the pod's ordinal at run time
+        ({"app": "x", POD_INDEX: "0"}, "StatefulSet", {"app": "x"}, True),
+        ({POD_INDEX: "0"}, "StatefulSet", {"app": "x"}, True),
+        ({"app": "x", POD_INDEX: "0"}, "StatefulSet", {"app": "y"}, False),
+        # an empty value is no ordinal: never set on a pod
+        ({"app": "x", POD_INDEX: ""}, "StatefulSet", {"app": "x"}, False),
+        # other controllers never add it
+        ({"app": "x", POD_INDEX: "0"}, "Deployment", {"app": "x"}, False),
+        ({"app": "x", POD_INDEX: "0"}, "Deployment", {"app": "x", POD_INDEX: "0"}, True),
+    ],
+)
+def test_pod_index_selector_matches_statefulset_pods(
+    selector: dict[str, str], kind: str, labels: dict[str, str], selected: bool
+) -> None:
+    _, findings, _ = restrict(
+        [leader_service(selector), statefulset(labels, kind)],
+        service_name="entrypoint",
+        inference_port=8000,
+        policy=ValidationPolicy(name="Unrestricted"),
+    )
+    assert [f.rule for f in findings] == ([] if selected else ["service-target"])
+
+
+async def test_multi_node_statefulset_chart_passes(
+    renderer: ChartRenderer, corpus_archive: ArchiveFactory
+) -> None:
+    result = await validate(
+        renderer,
+        corpus_archive("multi-node-statefulset"),
+        instance_type_nodes=2,
+        gpus_per_node=8,
+        nvlink=True,
+    )
+    assert rows(result.errors + result.warnings) == []

@@ -296,6 +296,7 @@ async def test_bad_requests_list_every_violation_without_network(client: AppClie
         "helmChart",
         "helmChartServiceName",
         "inferencePort",
+        "helmValidationPolicy.name",  # required, as in NVCF
         "helmValidationPolicy.extraKubernetesTypes[0].version",
         "helmValidationPolicy.extraKubernetesTypes[0].kind",
         "helmValidationPolicy.extraKubernetesTypes[1]",

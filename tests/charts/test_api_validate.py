@@ -185,6 +185,56 @@ async def test_helm_validation_policy_is_parsed_as_strictly_as_nvcf(
     assert "v1.PersistentVolume" in result["errors"][0]["message"]
 
 
+LEADER_WORKER_SET = {
+    "apiVersion": "leaderworkerset.x-k8s.io/v1",
+    "kind": "LeaderWorkerSet",
+    "metadata": {"name": "inference"},
+    "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2}},
+}
+
+
+async def test_operator_managed_extra_types_make_a_missing_service_a_warning(
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
+) -> None:
+    """The operator of an extra type (here LeaderWorkerSet) creates the inference Service, so
+    the chart need not render it (as in NVCF)."""
+    chart = push_corpus(anon_registry, BASE)
+    configuration = {"service": {"name": "other"}, "extraObjects": [LEADER_WORKER_SET]}
+    refused = await dry_run(client, body(chart.file_url, configuration=configuration))
+    assert [(e["rule"], e["severity"]) for e in refused["errors"]] == [
+        ("kind-not-allowed", "error"),
+        ("service-not-found", "error"),
+    ]
+    policy = {
+        "name": "Default",
+        "extraKubernetesTypes": [
+            {"group": "leaderworkerset.x-k8s.io", "version": "v1", "kind": "LeaderWorkerSet"}
+        ],
+    }
+    allowed = await dry_run(
+        client, body(chart.file_url, configuration=configuration, helmValidationPolicy=policy)
+    )
+    assert allowed["valid"] is True and allowed["errors"] == []
+    [warning] = allowed["warnings"]
+    assert (warning["rule"], warning["severity"]) == ("service-not-found", "warning")
+    assert "operator-managed" in warning["message"]
+    assert "LeaderWorkerSet/inference" in by_kind(allowed["objects"])
+    # two Services named like the inference Service stay an error
+    twin = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "entrypoint"},
+        "spec": {"ports": [{"port": 8000}]},
+    }
+    doubled = await dry_run(
+        client,
+        body(chart.file_url, configuration={"extraObjects": [twin]}, helmValidationPolicy=policy),
+    )
+    assert [(e["rule"], e["object"]) for e in doubled["errors"]] == [
+        ("service-duplicate", "v1/Service/entrypoint")
+    ]
+
+
 async def test_render_errors_and_failing_charts_are_valid_false(
     client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
 ) -> None:

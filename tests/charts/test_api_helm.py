@@ -213,7 +213,10 @@ async def test_missing_chart_is_a_400_naming_the_url(
     url = f"oci://{anon_registry.host}/nowhere/absent-chart-1.0.0.tgz"
     resp = await client.post("/v2/nvcf/functions", json=helm_fn(url))
     assert resp.status_code == 400, resp.text
-    assert resp.json()["detail"] == f"chart {url} not found"
+    assert resp.json()["detail"] == (
+        f"chart {url} not found: registry {anon_registry.host} has no repository "
+        "'nowhere/absent-chart'"
+    )
 
 
 async def test_stopped_registry_is_a_502(

@@ -372,7 +372,9 @@ async def test_registry_failures_have_the_creation_codes(
     stopped = await client_factory(registry_allowlist=host, insecure_registries=host)
     resp = await stopped.post(URL, json=body(missing))
     assert resp.status_code == 400, resp.text
-    assert resp.json()["detail"] == f"chart {missing} not found"
+    assert resp.json()["detail"] == (
+        f"chart {missing} not found: registry {host} has no repository 'acme/absent'"
+    )
     server.stop()
     resp = await stopped.post(URL, json=body(missing))
     assert resp.status_code == 502, resp.text
@@ -380,6 +382,41 @@ async def test_registry_failures_have_the_creation_codes(
     resp = await client.post(URL, json=body(missing))
     assert resp.status_code == 400, resp.text
     assert "NVCF_REGISTRY_ALLOWLIST" in resp.json()["detail"]
+
+
+async def test_registry_messages_say_what_to_do(
+    client_factory: ClientFactory,
+    client: AppClient,
+    anon_registry: RegistryServer,
+    tmp_path: Path,
+) -> None:
+    # Helm reads an unquoted `version: 1.0` as the number 1: the chart is pushed as tag 1
+    archive = flat_chart(
+        tmp_path, None, {"Chart.yaml": "apiVersion: v2\nname: unquoted\nversion: 1.0\n"}
+    )
+    chart = push_archive(anon_registry, archive, "versions", workdir=tmp_path / "push")
+    assert chart.version == "1"
+    url = f"oci://{anon_registry.host}/versions/unquoted:1.0"
+    resp = await client.post(URL, json=body(url))
+    assert resp.status_code == 400, resp.text
+    problem = resp.json()
+    assert problem["detail"].startswith(f"chart {url} not found: ")
+    [error] = problem["errors"]
+    assert error["field"] == "helmChart"
+    assert error["message"].startswith(
+        f"registry {anon_registry.host} has no tag or digest '1.0' in repository "
+        "'versions/unquoted'; its tags are: 1; note that Helm reads an unquoted "
+        "`version: 1.0` in Chart.yaml as the number 1"
+    )
+    assert (await dry_run(client, body(chart.ref_url)))["valid"] is True
+
+    # a plain-HTTP registry not listed as insecure: reached over TLS, it answers in plain text
+    tls = await client_factory(registry_allowlist=anon_registry.host)
+    resp = await tls.post(URL, json=body(chart.ref_url))
+    assert resp.status_code == 502, resp.text
+    detail = resp.json()["detail"]
+    assert "seems to speak plain HTTP" in detail and "NVCF_INSECURE_REGISTRIES" in detail
+    assert "WRONG_VERSION_NUMBER" not in detail
 
 
 async def test_scope_register_function_is_required(client: AppClient) -> None:

@@ -238,7 +238,7 @@ def _kinds(objects: list[KubeObject], policy: ValidationPolicy) -> list[Finding]
         label = _type_label(key)
         if key not in allowed and label not in offending:
             offending.append(label)
-            core = core or not key[0]
+            core = core or (not key[0] and all(key[1:]))  # a typed v1 kind
     if not offending:
         return []
     hint = (

@@ -7,6 +7,7 @@ from the manifest before download, blob verified by sha256, archive safety check
 from __future__ import annotations
 
 import asyncio
+import difflib
 import hashlib
 import json
 import logging
@@ -14,6 +15,7 @@ import re
 import socket
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urljoin, urlsplit
@@ -41,6 +43,15 @@ _MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 _CHUNK = 64 * 1024
 _MAX_UPSTREAM_TEXT = 300
 _MAX_REMEMBERED_HOSTS = 1024
+#: "chart not found" lists at most this many of the repository's tags ...
+MAX_TAGS_SHOWN = 20
+#: ... from one page of the OCI tags list of at most this many tags and bytes
+_TAGS_PAGE = 1000
+_MAX_TAGS_BYTES = 256 * 1024
+#: an OCI tag (distribution spec); anything else a registry lists is not shown
+_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+#: how OpenSSL reports a TLS handshake answered in plain HTTP
+_PLAIN_HTTP_SIGNS = ("WRONG_VERSION_NUMBER", "wrong version number", "RECORD_LAYER_FAILURE")
 
 # oras' do_request sleeps and retries up to five times on any error; callers here want one
 # attempt and a prompt 502, so use the undecorated method (oras' own auth handling stays).
@@ -86,6 +97,60 @@ def _short_reason(exc: BaseException) -> str:
         inner = inner.reason
     text = re.sub(r"<[^>]*object at 0x[0-9a-f]+>:?\s*", "", str(inner)).strip()
     return text[:_MAX_UPSTREAM_TEXT] or type(exc).__name__
+
+
+def _speaks_plain_http(exc: BaseException) -> bool:
+    """Whether a TLS handshake failed because the server answered in plain HTTP."""
+    return isinstance(exc, requests.exceptions.SSLError) and any(
+        sign in str(exc) for sign in _PLAIN_HTTP_SIGNS
+    )
+
+
+def _plain_http_hint(host: str) -> str:
+    return (
+        f"{host} seems to speak plain HTTP, not HTTPS (the TLS handshake was answered in "
+        "plain text); if this registry is meant to be used over plain HTTP, the operator "
+        "must list it in NVCF_INSECURE_REGISTRIES"
+    )
+
+
+@dataclass(frozen=True)
+class _Tags:
+    """One bounded page of a repository's tags; `more` when the registry has others."""
+
+    tags: list[str]
+    more: bool = False
+    repository_missing: bool = False
+
+
+def _numeric_version_hint(reference: str, tags: Sequence[str]) -> str:
+    """The surprise of an unquoted `version: 1.0` in Chart.yaml, which Helm reads as the
+    number 1 (and pushes as tag `1`), when the repository has that tag."""
+    if "." not in reference:
+        return ""
+    try:
+        number = format(Decimal(reference).normalize(), "f")
+    except (InvalidOperation, ValueError):
+        return ""
+    if number == reference or number not in tags:
+        return ""
+    return (
+        f"; note that Helm reads an unquoted `version: {reference}` in Chart.yaml as the "
+        f"number {number}, so such a chart is pushed as tag '{number}': use that tag, or quote "
+        "the version and push again"
+    )
+
+
+def _natural(tag: str) -> list[str | int]:
+    """Sort key putting 1.9.0 before 1.10.0 (text and numbers alternate in every key)."""
+    return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", tag))]
+
+
+def _shown_tags(reference: str, tags: list[str]) -> list[str]:
+    """At most MAX_TAGS_SHOWN tags, the ones most like `reference`, in version order."""
+    if len(tags) > MAX_TAGS_SHOWN:
+        tags = difflib.get_close_matches(reference, tags, n=MAX_TAGS_SHOWN, cutoff=0.0)
+    return sorted(tags, key=_natural)
 
 
 def _upstream_errors(response: requests.Response) -> str:
@@ -276,6 +341,8 @@ class _OciPull:
         self.registry: oras.provider.Registry | None = None
         self.anonymous_basic = False
         self._saw_not_found = False
+        #: the registry client (and its anonymous mode) that was answered 404: it may list tags
+        self._not_found_with: tuple[oras.provider.Registry, bool] | None = None
 
     def _transport_error(self, exc: requests.RequestException) -> BadGateway:
         failed = urlsplit(str(exc.request.url)) if exc.request is not None else None
@@ -287,9 +354,10 @@ class _OciPull:
                 detail=f"Could not reach the token server {failed.netloc} of registry "
                 f"{self.ref.host} to pull chart {self.source}: {_short_reason(exc)}."
             )
+        reason = _plain_http_hint(self.ref.host) if _speaks_plain_http(exc) else None
         return BadGateway(
             detail=f"Could not reach registry {self.ref.host} to pull chart {self.source}: "
-            f"{_short_reason(exc)}."
+            f"{reason or _short_reason(exc)}."
         )
 
     def _status_error(self, response: requests.Response, what: str) -> BadGateway:
@@ -391,6 +459,7 @@ class _OciPull:
                 continue
             except _NotFound:
                 saw_not_found = True
+                self._not_found_with = (registry, self.anonymous_basic)
                 continue
             with response:
                 if response.status_code != 200:
@@ -401,17 +470,61 @@ class _OciPull:
         self._saw_not_found = saw_not_found
         return None
 
+    def tags(self) -> _Tags | None:
+        """One bounded page of the repository's tags, asked with the credential that was
+        answered 404 (the same guarded client); None when the registry does not allow
+        listing or the listing fails (then the message just has no tags)."""
+        if self._not_found_with is None:
+            return None
+        registry, self.anonymous_basic = self._not_found_with
+        url = f"{self.base}/tags/list?n={_TAGS_PAGE}"
+        try:
+            response = self._attempt(registry, url, {"Accept": "application/json"}, stream=True)
+        except _NotFound:
+            return _Tags([], repository_missing=True)
+        except (_Denied, BadGateway):
+            return None
+        try:
+            with response:
+                if response.status_code != 200:
+                    return None
+                body = _read_limited(response, _MAX_TAGS_BYTES, "tag list", self.source)
+                more = 'rel="next"' in response.headers.get("link", "")
+        except (BadGateway, requests.RequestException):
+            return None
+        try:
+            listed = json.loads(body).get("tags")
+        except (ValueError, AttributeError):
+            return None
+        listed = listed if isinstance(listed, list) else []
+        tags = [t for t in listed if isinstance(t, str) and _TAG_RE.match(t)]
+        return _Tags(tags[:_TAGS_PAGE], more=more or len(tags) > _TAGS_PAGE)
+
+    def _not_found_message(self, reference: str) -> str:
+        repository = self.ref.repository
+        missing = f"registry {self.ref.host} has no tag or digest '{reference}' in repository "
+        listing = self.tags()
+        if listing is None:
+            return f"{missing}'{repository}'"
+        if listing.repository_missing:
+            return f"registry {self.ref.host} has no repository '{repository}'"
+        if not listing.tags:
+            return f"{missing}'{repository}', which has no tags"
+        shown = _shown_tags(reference, listing.tags)
+        count = f"{len(listing.tags)}{'+' if listing.more else ''}"
+        which = (
+            f"its tags are: {', '.join(shown)}"
+            if len(shown) == len(listing.tags) and not listing.more
+            else f"{len(shown)} of its {count} tags (the closest): {', '.join(shown)}"
+        )
+        return f"{missing}'{repository}'; {which}" + _numeric_version_hint(reference, listing.tags)
+
     def _refused(self, reference: str, *, saw_not_found: bool) -> NoReturn:
         if saw_not_found:
+            message = self._not_found_message(reference)
             raise BadRequest(
-                detail=f"chart {self.source} not found",
-                errors=[
-                    FieldError(
-                        field="helmChart",
-                        message=f"registry {self.ref.host} has no tag or digest '{reference}' "
-                        f"in repository '{self.ref.repository}'",
-                    )
-                ],
+                detail=f"chart {self.source} not found: {message}",
+                errors=[FieldError(field="helmChart", message=message)],
             )
         raise BadRequest(
             detail=f"no credential was valid to pull chart {self.source}",
@@ -687,9 +800,10 @@ class ChartFetcher:
                 try:
                     response = session.get(url, auth=auth, stream=True)
                 except requests.RequestException as exc:
+                    reason = _plain_http_hint(ref.host) if _speaks_plain_http(exc) else None
                     raise BadGateway(
                         detail=f"Could not reach {ref.host} to download chart {source}: "
-                        f"{_short_reason(exc)}."
+                        f"{reason or _short_reason(exc)}."
                     ) from None
                 with response:
                     if response.status_code in (401, 403):

@@ -1,9 +1,10 @@
 """Restrictions on rendered objects (helm.md §3 and §3.1), collecting every violation.
 
 Rule ids: `too-many-objects`, `missing-name`, `crd-skipped`, `kind-not-allowed`,
-`service-type`, `volume-type`, `service-not-found`, `service-port`, `service-target`,
-`multi-node-full-node`, `resources-limits`, and the security rules (Pod Security Standards,
-baseline + restricted; one finding per field per container):
+`service-type`, `volume-type`, `container-image`, `service-not-found`, `service-duplicate`,
+`service-port`, `service-target`, `multi-node-full-node`, `resources-limits`, and the security
+rules (Pod Security Standards, baseline + restricted, plus NVCF's read-only root filesystem;
+one finding per field per container):
 
 - `security-host-namespaces`: `hostNetwork`, `hostPID`, `hostIPC` true
 - `security-host-ports`: a container port with a `hostPort`
@@ -11,6 +12,7 @@ baseline + restricted; one finding per field per container):
 - `security-privileged`: `privileged` true
 - `security-privilege-escalation`: `allowPrivilegeEscalation` true
 - `security-capabilities`: `drop` lacks `ALL`, or `add` has more than `NET_BIND_SERVICE`
+  or lists a capability twice
 - `security-run-as-non-root`: effective `runAsNonRoot` not true
 - `security-run-as-user`: effective `runAsUser` 0
 - `security-seccomp`: effective seccomp profile not `RuntimeDefault`/`Localhost`
@@ -18,6 +20,7 @@ baseline + restricted; one finding per field per container):
 - `security-selinux`: SELinux type outside the container types, or a user/role set
 - `security-proc-mount`: `procMount` other than `Default`
 - `security-sysctls`: a sysctl outside the safe set
+- `security-read-only-root-filesystem`: a container's `readOnlyRootFilesystem` not true
 
 `Unrestricted` skips the security and resource rules; the others always apply.
 """
@@ -88,18 +91,23 @@ SAFE_SYSCTLS = frozenset(
 )
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/pgpu")
+#: set on each StatefulSet pod by its controller (the pod's ordinal), never in the template
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 
 
 @dataclass(frozen=True)
 class KubernetesType:
+    """One of a policy's `extraKubernetesTypes`, matched exactly against an object's
+    `apiVersion` and `kind` (as NVCF does: `core` is not an alias of the empty core group, and
+    the parser refuses an empty group, so no core-group kind can be allowed)."""
+
     group: str
     version: str
     kind: str
 
     @property
     def key(self) -> tuple[str, str, str]:
-        group = "" if self.group in ("", "core") else self.group
-        return group, self.version, self.kind
+        return self.group, self.version, self.kind
 
 
 @dataclass(frozen=True)
@@ -113,27 +121,37 @@ class ValidationPolicy:
     def unrestricted(self) -> bool:
         return self.name == "Unrestricted"
 
+    @property
+    def operator_managed(self) -> bool:
+        """Extra types may be operator-managed workloads (LeaderWorkerSet, Grove, Dynamo…)
+        that create the inference Service and its pods themselves (as in NVCF)."""
+        return bool(self.extra_kubernetes_types)
+
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None) -> ValidationPolicy:
-        """Build from the API shape `{name, extraKubernetesTypes: [{group, version, kind}]}`.
+        """Build from the API shape `{name, extraKubernetesTypes: [{group, version, kind}]}`,
+        parsed by the API's own model (`None` is the default policy).
 
         Raises:
-            ValueError: on an unknown name or a malformed type entry.
+            ValueError: listing every violation (the API answers them as a 400).
         """
-        if not raw:
+        if raw is None:
             return cls()
-        name = raw.get("name", "Default")
-        if name not in ("Default", "Unrestricted"):
-            raise ValueError(f"unknown helmValidationPolicy name {name!r}")
-        extra: list[KubernetesType] = []
-        for item in raw.get("extraKubernetesTypes") or []:
-            if not isinstance(item, Mapping) or not all(
-                isinstance(item.get(k), str) for k in ("version", "kind")
-            ):
-                raise ValueError("extraKubernetesTypes entries need group, version and kind")
-            group = item.get("group") or ""
-            extra.append(KubernetesType(str(group), item["version"], item["kind"]))
-        return cls(name=name, extra_kubernetes_types=tuple(extra))
+        from pydantic import ValidationError
+
+        from service.charts.schemas import HelmValidationPolicyIn
+        from service.core.validation import field_errors
+
+        try:
+            return HelmValidationPolicyIn.model_validate(raw).policy()
+        except ValidationError as exc:
+            problems = field_errors(exc, "helmValidationPolicy")
+            raise ValueError("; ".join(f"{e.field}: {e.message}" for e in problems)) from None
+
+
+def _items(value: Any) -> list[Any]:
+    """A list field as rendered, or nothing when the chart put something else there."""
+    return value if isinstance(value, list) else []
 
 
 def type_key(obj: KubeObject) -> tuple[str, str, str]:
@@ -198,7 +216,8 @@ def restrict(
     for obj in kept:
         findings.extend(_service_type(obj))
         findings.extend(_volumes(obj))
-    findings.extend(_inference_service(kept, service_name, inference_port))
+        findings.extend(_images(obj))
+    findings.extend(_inference_service(kept, service_name, inference_port, policy.operator_managed))
     if instance_type_nodes is not None and instance_type_nodes > 1:
         findings.extend(_multi_node(kept, instance_type_nodes, gpus_per_node, nvlink))
     if not policy.unrestricted:
@@ -213,22 +232,28 @@ def restrict(
 def _kinds(objects: list[KubeObject], policy: ValidationPolicy) -> list[Finding]:
     allowed = ALLOWED_TYPES | {t.key for t in policy.extra_kubernetes_types}
     offending: list[str] = []
+    core = False
     for obj in objects:
         key = type_key(obj)
         label = _type_label(key)
         if key not in allowed and label not in offending:
             offending.append(label)
+            core = core or (not key[0] and all(key[1:]))  # a typed v1 kind
     if not offending:
         return []
+    hint = (
+        "add them to helmValidationPolicy.extraKubernetesTypes to allow them"
+        if not core
+        else "extraKubernetesTypes can allow kinds of a named API group; core-group (v1) kinds "
+        "outside the allowed list cannot be allowed"
+    )
     return [
         Finding(
             "kind-not-allowed",
             "error",
             None,
             "kind",
-            "kinds not allowed: "
-            + ", ".join(offending)
-            + " (add them to helmValidationPolicy.extraKubernetesTypes to allow them)",
+            "kinds not allowed: " + ", ".join(offending) + f" ({hint})",
         )
     ]
 
@@ -238,7 +263,7 @@ def _service_type(obj: KubeObject) -> list[Finding]:
         return []
     spec = obj.get("spec")
     kind = spec.get("type") if isinstance(spec, dict) else None
-    if kind in (None, "ClusterIP"):
+    if kind in (None, "", "ClusterIP"):  # Kubernetes defaults an empty type to ClusterIP
         return []
     return [
         Finding(
@@ -296,13 +321,50 @@ def _projections(obj: KubeObject, field: str, name: Any, projected: Any) -> list
     return out
 
 
+def _images(obj: KubeObject) -> list[Finding]:
+    """Every container needs an image (helm-reval refuses an empty one, as Kubernetes does)."""
+    out: list[Finding] = []
+    for path, template in pod_templates(obj):
+        for list_key, i, container in containers(template["spec"]):
+            image = container.get("image")
+            if isinstance(image, str) and image.strip():
+                continue
+            out.append(
+                Finding(
+                    "container-image",
+                    "error",
+                    object_ref(obj),
+                    join(path, f"spec.{list_key}[{i}].image"),
+                    f"container {container.get('name')!r} has no image",
+                )
+            )
+    return out
+
+
 def _labels(template: dict[str, Any]) -> dict[str, Any]:
     labels = metadata(template).get("labels")
     return labels if isinstance(labels, dict) else {}
 
 
+def _selects(selector: dict[str, Any], holder: KubeObject, template: dict[str, Any]) -> bool:
+    """Whether a Service `selector` selects the pods of `template` (held by `holder`).
+
+    The StatefulSet controller labels each pod with its ordinal (`POD_INDEX_LABEL`) at run
+    time, so a selector on that label (NVIDIA's multi-node charts select pod 0, the leader)
+    matches a StatefulSet's pods whatever its template says, as helm-reval decides.
+    """
+    labels = _labels(template)
+    stateful = is_kind(holder, "apps/v1", "StatefulSet")
+    for key, value in selector.items():
+        if key == POD_INDEX_LABEL and value and stateful:
+            continue
+        if labels.get(key) != value:
+            return False
+    return True
+
+
 def _port_matches(container: dict[str, Any], target: Any) -> bool:
-    for port in container.get("ports") or []:
+    for port in _items(container.get("ports")):
         if not isinstance(port, dict):
             continue
         if isinstance(target, int) and not isinstance(target, bool):
@@ -313,25 +375,48 @@ def _port_matches(container: dict[str, Any], target: Any) -> bool:
     return False
 
 
-def _inference_service(objects: list[KubeObject], name: str, port: int) -> list[Finding]:
+def _inference_service(
+    objects: list[KubeObject], name: str, port: int, operator_managed: bool = False
+) -> list[Finding]:
+    """The inference Service: present (a warning only when the policy's extra types may be
+    an operator-managed workload that creates it, as in NVCF), unique, with `port`, and
+    served by a selected container (a warning when an operator may create the pods)."""
     services = [o for o in objects if is_kind(o, "v1", "Service") and object_name(o) == name]
     if not services:
         found = sorted(object_name(o) or "?" for o in objects if is_kind(o, "v1", "Service"))
+        message = f"no Service named {name!r} among the rendered objects" + (
+            f" (Services: {', '.join(found)})" if found else " (no Services)"
+        )
+        if operator_managed:
+            message += (
+                "; only a warning because helmValidationPolicy.extraKubernetesTypes may be an "
+                "operator-managed workload (LeaderWorkerSet, Grove, Dynamo…) that creates it"
+            )
         return [
             Finding(
                 "service-not-found",
-                "error",
+                "warning" if operator_managed else "error",
                 None,
                 "helmChartServiceName",
-                f"no Service named {name!r} among the rendered objects"
-                + (f" (Services: {', '.join(found)})" if found else " (no Services)"),
+                message,
+            )
+        ]
+    if len(services) > 1:
+        return [
+            Finding(
+                "service-duplicate",
+                "error",
+                object_ref(services[1]),
+                "metadata.name",
+                f"{len(services)} Services are named {name!r}; the inference Service "
+                "(helmChartServiceName) must be unique",
             )
         ]
     service = services[0]
     ref = object_ref(service)
     spec = service.get("spec") if isinstance(service.get("spec"), dict) else {}
     assert isinstance(spec, dict)
-    ports = [p for p in spec.get("ports") or [] if isinstance(p, dict)]
+    ports = [p for p in _items(spec.get("ports")) if isinstance(p, dict)]
     matching = [(i, p) for i, p in enumerate(ports) if p.get("port") == port]
     if not matching:
         listed = ", ".join(str(p.get("port")) for p in ports) or "none"
@@ -349,7 +434,7 @@ def _inference_service(objects: list[KubeObject], name: str, port: int) -> list[
         return [
             Finding(
                 "service-target",
-                "error",
+                "warning" if operator_managed else "error",
                 ref,
                 "spec.selector",
                 f"Service {name!r} has no selector, so no container serves port {port}",
@@ -359,12 +444,12 @@ def _inference_service(objects: list[KubeObject], name: str, port: int) -> list[
         template
         for obj in objects
         for _, template in pod_templates(obj)
-        if all(_labels(template).get(k) == v for k, v in selector.items())
+        if _selects(selector, obj, template)
     ]
     for _, service_port in matching:
         target = service_port.get("targetPort", service_port.get("port"))
         for template in selected:
-            app = template["spec"].get("containers") or []
+            app = _items(template["spec"].get("containers"))
             if any(isinstance(c, dict) and _port_matches(c, target) for c in app):
                 return []
     index, service_port = matching[0]
@@ -374,10 +459,15 @@ def _inference_service(objects: list[KubeObject], name: str, port: int) -> list[
         if not selected
         else f"no selected container exposes port {target!r}"
     )
+    if operator_managed:
+        why += (
+            "; only a warning because helmValidationPolicy.extraKubernetesTypes may be an "
+            "operator-managed workload that creates the pods"
+        )
     return [
         Finding(
             "service-target",
-            "error",
+            "warning" if operator_managed else "error",
             ref,
             f"spec.ports[{index}].targetPort",
             f"Service {name!r} port {port} targets {target!r}, but {why}",
@@ -405,7 +495,7 @@ def _multi_node(
     gpu_pods = 0
     for obj in objects:
         for path, template in pod_templates(obj):
-            app = [c for c in template["spec"].get("containers") or [] if isinstance(c, dict)]
+            app = [c for c in _items(template["spec"].get("containers")) if isinstance(c, dict)]
             gpus = sum(container_gpus(c) for c in app)
             if gpus == 0:
                 continue
@@ -453,7 +543,7 @@ def _security(ref: str, path: str, template: dict[str, Any], severity: Severity)
             f"{sp}.automountServiceAccountToken",
             "automountServiceAccountToken must not be true",
         )
-    for i, sysctl in enumerate(pod_sc.get("sysctls") or []):
+    for i, sysctl in enumerate(_items(pod_sc.get("sysctls"))):
         name = sysctl.get("name") if isinstance(sysctl, dict) else None
         if name not in SAFE_SYSCTLS:
             pod_finding(
@@ -481,7 +571,7 @@ def _security(ref: str, path: str, template: dict[str, Any], severity: Severity)
                 return pod_sc[key], f"{sp}.securityContext.{key}"
             return None, f"{scp}.{key}"
 
-        for j, port in enumerate(container.get("ports") or []):
+        for j, port in enumerate(_items(container.get("ports"))):
             if isinstance(port, dict) and port.get("hostPort"):
                 emit(
                     "security-host-ports",
@@ -498,20 +588,25 @@ def _security(ref: str, path: str, template: dict[str, Any], severity: Severity)
             )
         caps = sc.get("capabilities") if isinstance(sc.get("capabilities"), dict) else {}
         assert isinstance(caps, dict)
-        if "ALL" not in (caps.get("drop") or []):
+        if "ALL" not in _items(caps.get("drop")):
             emit(
                 "security-capabilities",
                 f"{scp}.capabilities.drop",
                 "capabilities must drop ALL",
             )
-        added = [c for c in caps.get("add") or [] if c not in ALLOWED_CAPABILITIES]
+        raw_add = caps.get("add")
+        add = [str(c) for c in (raw_add if isinstance(raw_add, list) else [raw_add]) if c]
+        added = list(dict.fromkeys(c for c in add if c not in ALLOWED_CAPABILITIES))
+        twice = sorted({c for c in add if add.count(c) > 1})
+        problems = []
         if added:
-            emit(
-                "security-capabilities",
-                f"{scp}.capabilities.add",
-                f"capabilities {', '.join(map(str, added))} may not be added "
-                "(only NET_BIND_SERVICE)",
+            problems.append(
+                f"capabilities {', '.join(added)} may not be added (only NET_BIND_SERVICE)"
             )
+        if twice:
+            problems.append(f"capabilities.add lists {', '.join(twice)} more than once")
+        if problems:
+            emit("security-capabilities", f"{scp}.capabilities.add", "; ".join(problems))
         value, field = effective("runAsNonRoot")
         if value is not True:
             emit("security-run-as-non-root", field, "runAsNonRoot must be true")
@@ -560,6 +655,13 @@ def _security(ref: str, path: str, template: dict[str, Any], severity: Severity)
                 "security-proc-mount",
                 f"{scp}.procMount",
                 f"procMount {proc_mount!r} is not allowed",
+            )
+        if sc.get("readOnlyRootFilesystem") is not True:
+            emit(
+                "security-read-only-root-filesystem",
+                f"{scp}.readOnlyRootFilesystem",
+                "readOnlyRootFilesystem must be true (mount an emptyDir where the container "
+                "writes)",
             )
     return out
 

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import Field
 
 from service.charts.policy import KubernetesType, ValidationPolicy
 from service.charts.url import ChartUrlError, parse_chart_url
 from service.clusters.instance_types import InstanceTypeError, parse_instance_type
+from service.core.http import json_kind
 from service.core.schemas import CamelModel
 from service.core.validation import (
     DNS_1035_LABEL,
     Check,
     Expect,
-    OneOf,
     RequestModel,
     Rules,
     matches,
@@ -33,33 +33,53 @@ def _non_empty_string(value: Any) -> str | None:
     return None if isinstance(value, str) and value else "is required: a non-empty string"
 
 
-def _group_string(value: Any) -> str | None:
-    return None if isinstance(value, str) else "must be a string (empty for the core group)"
+def _group(value: Any) -> str | None:
+    # NVCF (helm-reval) refuses an extra type without a group: a core-group kind
+    # (PersistentVolume, Namespace…) can never be allowed by a policy.
+    if isinstance(value, str) and value:
+        return None
+    return (
+        "is required: a non-empty API group such as apps or networking.k8s.io "
+        "(core-group kinds, whose group is empty, cannot be allowed)"
+    )
+
+
+def _policy_name(value: Any) -> str | None:
+    if value is None:
+        return "is required: Default or Unrestricted"
+    if isinstance(value, str) and value in POLICY_NAMES:
+        return None
+    got = f"'{value}'" if isinstance(value, str) else json_kind(value)
+    return f"must be exactly Default or Unrestricted (the names are case-sensitive), got {got}"
 
 
 _NonEmpty = Check(_non_empty_string, {"minLength": 1}, before=True)
 
 
 class KubernetesTypeIn(RequestModel):
-    shape: ClassVar[str] = "{group, version, kind}"
-    null_when_missing: ClassVar[tuple[str, ...]] = ("version", "kind")
+    """One of `extraKubernetesTypes`: group, version and kind are all required and non-empty,
+    as NVCF requires; the group is matched exactly (there is no `core` alias)."""
 
-    group: Annotated[
-        str,
-        Check(_group_string, before=True),
-        BeforeValidator(lambda v: "" if v is None else v),
-    ] = Field(default="", examples=["", "apps", "networking.k8s.io"])
+    shape: ClassVar[str] = "{group, version, kind}"
+    null_when_missing: ClassVar[tuple[str, ...]] = ("group", "version", "kind")
+
+    group: Annotated[str, Check(_group, {"minLength": 1}, before=True)] = Field(
+        examples=["apps", "networking.k8s.io", "leaderworkerset.x-k8s.io"]
+    )
     version: Annotated[str, _NonEmpty] = Field(examples=["v1"])
     kind: Annotated[str, _NonEmpty] = Field(examples=["Ingress"])
 
 
 class HelmValidationPolicyIn(RequestModel):
     """`helmValidationPolicy` of a deployment specification and of the dry-run: parsed once,
-    into its stored form (`stored`) and the chart pipeline's `ValidationPolicy` (`policy`)."""
+    into its stored form (`stored`) and the chart pipeline's `ValidationPolicy` (`policy`).
+
+    As strict as NVCF: `name` is required and exactly `Default` or `Unrestricted`."""
 
     shape: ClassVar[str] = "{name: Default|Unrestricted, extraKubernetesTypes}"
+    null_when_missing: ClassVar[tuple[str, ...]] = ("name",)
 
-    name: Annotated[Literal["Default", "Unrestricted"], OneOf(POLICY_NAMES, "Default")] = "Default"
+    name: Annotated[Literal["Default", "Unrestricted"], Check(_policy_name, before=True)]
     extra_kubernetes_types: (
         Annotated[
             list[KubernetesTypeIn], Expect((list,), "must be a list of {group, version, kind}")

@@ -136,6 +136,20 @@ async def test_enforced_security_turns_warnings_into_errors(
     assert len(await stored_functions(strict)) == 1  # both apps share one database
 
 
+async def test_multi_node_chart_whose_service_selects_pod_index_is_accepted(
+    client_factory: ClientFactory, anon_registry: RegistryServer, push_corpus: PushCorpus
+) -> None:
+    """NVIDIA's multi-node samples send inference to the leader, pod 0 of a StatefulSet, by
+    selecting `apps.kubernetes.io/pod-index` (set on the pods by the controller, not in the
+    template)."""
+    client = await helm_client(client_factory, anon_registry)
+    chart = push_corpus(anon_registry, "multi-node-statefulset")
+    resp = await client.post("/v2/nvcf/functions", json=helm_fn(chart.file_url))
+    assert resp.status_code == 200, resp.text
+    findings = resp.json()["function"]["findings"]
+    assert [f for f in findings if f["severity"] != "info"] == []
+
+
 async def test_url_rules_are_checked_before_any_network(client_factory: ClientFactory) -> None:
     client = await client_factory()
     # nothing listens on the discard port: reaching the network would be a 502
@@ -199,7 +213,10 @@ async def test_missing_chart_is_a_400_naming_the_url(
     url = f"oci://{anon_registry.host}/nowhere/absent-chart-1.0.0.tgz"
     resp = await client.post("/v2/nvcf/functions", json=helm_fn(url))
     assert resp.status_code == 400, resp.text
-    assert resp.json()["detail"] == f"chart {url} not found"
+    assert resp.json()["detail"] == (
+        f"chart {url} not found: registry {anon_registry.host} has no repository "
+        "'nowhere/absent-chart'"
+    )
 
 
 async def test_stopped_registry_is_a_502(

@@ -101,9 +101,9 @@ async def test_override_introducing_a_forbidden_object_is_caught(
     assert [(e["rule"], e["field"]) for e in result["errors"]] == [("kind-not-allowed", "kind")]
     assert "networking.k8s.io/v1.Ingress" in result["errors"][0]["message"]
 
-    # the policy's extra types allow it (group/version/kind, name case-insensitive)
+    # the policy's extra types allow it (group, version and kind matched exactly)
     policy = {
-        "name": "default",
+        "name": "Default",
         "extraKubernetesTypes": [
             {"group": "networking.k8s.io", "version": "v1", "kind": "Ingress"}
         ],
@@ -118,6 +118,121 @@ async def test_override_introducing_a_forbidden_object_is_caught(
     )
     assert allowed["valid"] is True, allowed["errors"]
     assert "Ingress/public" in by_kind(allowed["objects"])
+
+
+HOST_PATH_VOLUME = {
+    "apiVersion": "v1",
+    "kind": "PersistentVolume",
+    "metadata": {"name": "host"},
+    "spec": {
+        "capacity": {"storage": "1Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "hostPath": {"path": "/"},
+    },
+}
+
+
+async def test_helm_validation_policy_is_parsed_as_strictly_as_nvcf(
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
+) -> None:
+    chart = push_corpus(anon_registry, BASE)
+    configuration = {"extraObjects": [HOST_PATH_VOLUME]}
+    resp = await client.post(
+        URL,
+        json=body(
+            chart.file_url,
+            configuration=configuration,
+            helmValidationPolicy={
+                "name": "default",
+                "extraKubernetesTypes": [
+                    {"group": "", "version": "v1", "kind": "PersistentVolume"},
+                    {"version": "v1", "kind": "Namespace"},
+                    {"group": "apps", "version": "", "kind": ""},
+                ],
+            },
+        ),
+    )
+    assert resp.status_code == 400, resp.text
+    problem = resp.json()
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    p = "helmValidationPolicy"
+    assert [e["field"] for e in problem["errors"]] == [
+        f"{p}.name",
+        f"{p}.extraKubernetesTypes[0].group",
+        f"{p}.extraKubernetesTypes[1].group",
+        f"{p}.extraKubernetesTypes[2].version",
+        f"{p}.extraKubernetesTypes[2].kind",
+    ]
+    assert "case-sensitive" in problem["errors"][0]["message"]
+    assert "core-group kinds" in problem["errors"][1]["message"]
+    for name in ("unrestricted", "DEFAULT", None, 1):
+        policy: dict[str, Any] = {} if name is None else {"name": name}
+        resp = await client.post(URL, json=body(chart.file_url, helmValidationPolicy=policy))
+        assert resp.status_code == 400, (name, resp.text)
+        assert [e["field"] for e in resp.json()["errors"]] == [f"{p}.name"], name
+
+    # `core` is accepted (a named group) but is not the empty core group: the hostPath
+    # PersistentVolume stays refused
+    core = {
+        "name": "Default",
+        "extraKubernetesTypes": [{"group": "core", "version": "v1", "kind": "PersistentVolume"}],
+    }
+    result = await dry_run(
+        client, body(chart.file_url, configuration=configuration, helmValidationPolicy=core)
+    )
+    assert result["valid"] is False
+    assert [e["rule"] for e in result["errors"]] == ["kind-not-allowed"]
+    assert "v1.PersistentVolume" in result["errors"][0]["message"]
+
+
+LEADER_WORKER_SET = {
+    "apiVersion": "leaderworkerset.x-k8s.io/v1",
+    "kind": "LeaderWorkerSet",
+    "metadata": {"name": "inference"},
+    "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2}},
+}
+
+
+async def test_operator_managed_extra_types_make_a_missing_service_a_warning(
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
+) -> None:
+    """The operator of an extra type (here LeaderWorkerSet) creates the inference Service, so
+    the chart need not render it (as in NVCF)."""
+    chart = push_corpus(anon_registry, BASE)
+    configuration = {"service": {"name": "other"}, "extraObjects": [LEADER_WORKER_SET]}
+    refused = await dry_run(client, body(chart.file_url, configuration=configuration))
+    assert [(e["rule"], e["severity"]) for e in refused["errors"]] == [
+        ("kind-not-allowed", "error"),
+        ("service-not-found", "error"),
+    ]
+    policy = {
+        "name": "Default",
+        "extraKubernetesTypes": [
+            {"group": "leaderworkerset.x-k8s.io", "version": "v1", "kind": "LeaderWorkerSet"}
+        ],
+    }
+    allowed = await dry_run(
+        client, body(chart.file_url, configuration=configuration, helmValidationPolicy=policy)
+    )
+    assert allowed["valid"] is True and allowed["errors"] == []
+    [warning] = allowed["warnings"]
+    assert (warning["rule"], warning["severity"]) == ("service-not-found", "warning")
+    assert "operator-managed" in warning["message"]
+    assert "LeaderWorkerSet/inference" in by_kind(allowed["objects"])
+    # two Services named like the inference Service stay an error
+    twin = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "entrypoint"},
+        "spec": {"ports": [{"port": 8000}]},
+    }
+    doubled = await dry_run(
+        client,
+        body(chart.file_url, configuration={"extraObjects": [twin]}, helmValidationPolicy=policy),
+    )
+    assert [(e["rule"], e["object"]) for e in doubled["errors"]] == [
+        ("service-duplicate", "v1/Service/entrypoint")
+    ]
 
 
 async def test_render_errors_and_failing_charts_are_valid_false(
@@ -231,6 +346,7 @@ async def test_bad_requests_list_every_violation_without_network(client: AppClie
         "helmChart",
         "helmChartServiceName",
         "inferencePort",
+        "helmValidationPolicy.name",  # required, as in NVCF
         "helmValidationPolicy.extraKubernetesTypes[0].version",
         "helmValidationPolicy.extraKubernetesTypes[0].kind",
         "helmValidationPolicy.extraKubernetesTypes[1]",
@@ -256,7 +372,9 @@ async def test_registry_failures_have_the_creation_codes(
     stopped = await client_factory(registry_allowlist=host, insecure_registries=host)
     resp = await stopped.post(URL, json=body(missing))
     assert resp.status_code == 400, resp.text
-    assert resp.json()["detail"] == f"chart {missing} not found"
+    assert resp.json()["detail"] == (
+        f"chart {missing} not found: registry {host} has no repository 'acme/absent'"
+    )
     server.stop()
     resp = await stopped.post(URL, json=body(missing))
     assert resp.status_code == 502, resp.text
@@ -264,6 +382,41 @@ async def test_registry_failures_have_the_creation_codes(
     resp = await client.post(URL, json=body(missing))
     assert resp.status_code == 400, resp.text
     assert "NVCF_REGISTRY_ALLOWLIST" in resp.json()["detail"]
+
+
+async def test_registry_messages_say_what_to_do(
+    client_factory: ClientFactory,
+    client: AppClient,
+    anon_registry: RegistryServer,
+    tmp_path: Path,
+) -> None:
+    # Helm reads an unquoted `version: 1.0` as the number 1: the chart is pushed as tag 1
+    archive = flat_chart(
+        tmp_path, None, {"Chart.yaml": "apiVersion: v2\nname: unquoted\nversion: 1.0\n"}
+    )
+    chart = push_archive(anon_registry, archive, "versions", workdir=tmp_path / "push")
+    assert chart.version == "1"
+    url = f"oci://{anon_registry.host}/versions/unquoted:1.0"
+    resp = await client.post(URL, json=body(url))
+    assert resp.status_code == 400, resp.text
+    problem = resp.json()
+    assert problem["detail"].startswith(f"chart {url} not found: ")
+    [error] = problem["errors"]
+    assert error["field"] == "helmChart"
+    assert error["message"].startswith(
+        f"registry {anon_registry.host} has no tag or digest '1.0' in repository "
+        "'versions/unquoted'; its tags are: 1; note that Helm reads an unquoted "
+        "`version: 1.0` in Chart.yaml as the number 1"
+    )
+    assert (await dry_run(client, body(chart.ref_url)))["valid"] is True
+
+    # a plain-HTTP registry not listed as insecure: reached over TLS, it answers in plain text
+    tls = await client_factory(registry_allowlist=anon_registry.host)
+    resp = await tls.post(URL, json=body(chart.ref_url))
+    assert resp.status_code == 502, resp.text
+    detail = resp.json()["detail"]
+    assert "seems to speak plain HTTP" in detail and "NVCF_INSECURE_REGISTRIES" in detail
+    assert "WRONG_VERSION_NUMBER" not in detail
 
 
 async def test_scope_register_function_is_required(client: AppClient) -> None:

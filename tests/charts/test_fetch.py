@@ -9,6 +9,7 @@ import io
 import json
 import tarfile
 import threading
+import urllib.request
 from collections.abc import Callable, Iterator
 from itertools import count
 from pathlib import Path
@@ -21,6 +22,7 @@ import yaml
 from service.charts.fetch import (
     HELM_CHART_LAYER,
     HELM_CONFIG,
+    MAX_TAGS_SHOWN,
     ChartFetcher,
     RegistryCredential,
 )
@@ -109,25 +111,80 @@ async def test_auth_registry_right_wrong_and_mixed_credentials(
 
 
 async def test_missing_chart_and_missing_tag(anon_registry: RegistryServer, tmp_path: Path) -> None:
+    """ "Not found" says what the repository has (the OCI tags list), when it may be listed."""
     name = unique("present")
     publish(anon_registry, tmp_path, name)
     fetcher = make_fetcher(tmp_path, anon_registry)
-    for url in (
-        f"oci://{anon_registry.host}/acme/charts/{unique('absent')}-1.0.0.tgz",
-        f"oci://{anon_registry.host}/acme/charts/{name}:9.9.9",
-    ):
+    absent = unique("absent")
+    cases = {
+        f"oci://{anon_registry.host}/acme/charts/{absent}-1.0.0.tgz": (
+            f"registry {anon_registry.host} has no repository 'acme/charts/{absent}'"
+        ),
+        f"oci://{anon_registry.host}/acme/charts/{name}:9.9.9": (
+            f"registry {anon_registry.host} has no tag or digest '9.9.9' in repository "
+            f"'acme/charts/{name}'; its tags are: 1.0.0"
+        ),
+    }
+    for url, message in cases.items():
         with pytest.raises(BadRequest) as info:
             await fetcher.fetch(parse_chart_url(url), [])
-        assert info.value.detail == f"chart {url} not found"
+        assert info.value.detail == f"chart {url} not found: {message}"
+        assert [e.message for e in info.value.errors] == [message]
 
 
 async def test_missing_chart_with_credentials(
     auth_registry: RegistryServer, tmp_path: Path
 ) -> None:
-    url = f"oci://{auth_registry.host}/acme/charts/{unique('absent')}:1.0"
+    name = unique("listed")
+    publish(auth_registry, tmp_path, name)
+    url = f"oci://{auth_registry.host}/acme/charts/{name}:1.0"
     with pytest.raises(BadRequest) as info:
         await make_fetcher(tmp_path, auth_registry).fetch(parse_chart_url(url), [GOOD])
-    assert info.value.detail == f"chart {url} not found"
+    # the tags are listed with the credential that reached the repository
+    assert info.value.detail.startswith(f"chart {url} not found: ")
+    assert info.value.detail.endswith("its tags are: 1.0.0")
+    # anonymous access is refused: no credential was valid, and nothing is listed
+    with pytest.raises(BadRequest) as info:
+        await make_fetcher(tmp_path, auth_registry).fetch(parse_chart_url(url), [])
+    assert info.value.detail == f"no credential was valid to pull chart {url}"
+
+
+def retag(server: RegistryServer, repository: str, source: str, tags: list[str]) -> None:
+    """Put the manifest of tag `source` under each of `tags` (OCI distribution API)."""
+    accept = "application/vnd.oci.image.manifest.v1+json"
+    base = f"http://{server.host}/v2/{repository}/manifests"
+    request = urllib.request.Request(f"{base}/{source}", headers={"Accept": accept})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        manifest = response.read()
+    for tag in tags:
+        put = urllib.request.Request(
+            f"{base}/{tag}", data=manifest, method="PUT", headers={"Content-Type": accept}
+        )
+        with urllib.request.urlopen(put, timeout=10) as response:
+            assert response.status == 201
+
+
+async def test_missing_tag_lists_a_bounded_number_of_the_closest_tags(
+    anon_registry: RegistryServer, tmp_path: Path
+) -> None:
+    name = unique("many")
+    publish(anon_registry, tmp_path, name)
+    others = [f"0.{i}.0" for i in range(30)] + ["2.0.0", "2.0.1"]
+    retag(anon_registry, f"acme/charts/{name}", "1.0.0", others)
+    url = f"oci://{anon_registry.host}/acme/charts/{name}:2.0"
+    with pytest.raises(BadRequest) as info:
+        await make_fetcher(tmp_path, anon_registry).fetch(parse_chart_url(url), [])
+    message = info.value.errors[0].message
+    head, _, listed = message.partition(f"; {MAX_TAGS_SHOWN} of its 33 tags (the closest): ")
+    assert head == (
+        f"registry {anon_registry.host} has no tag or digest '2.0' in repository "
+        f"'acme/charts/{name}'"
+    )
+    shown = listed.split(", ")
+    assert len(shown) == MAX_TAGS_SHOWN
+    assert {"2.0.0", "2.0.1"} <= set(shown)
+    assert shown[-2:] == ["2.0.0", "2.0.1"]  # in version order
+    assert shown[0].startswith("0.")
 
 
 async def test_stopped_registry_is_bad_gateway_but_pinned_cache_still_serves(
@@ -183,9 +240,16 @@ async def test_plain_http_only_for_insecure_registries(
         max_bytes=10 * MiB,
         max_unpacked_bytes=50 * MiB,
     )
-    # The registry speaks plain HTTP only, so an HTTPS attempt fails at the TLS handshake.
-    with pytest.raises(BadGateway, match=f"Could not reach registry {anon_registry.host}"):
+    # The registry speaks plain HTTP only, so an HTTPS attempt fails at the TLS handshake; the
+    # message says so and names the setting, not OpenSSL's WRONG_VERSION_NUMBER.
+    with pytest.raises(BadGateway) as info:
         await fetcher.fetch(ref, [])
+    assert info.value.detail == (
+        f"Could not reach registry {anon_registry.host} to pull chart {ref.url}: "
+        f"{anon_registry.host} seems to speak plain HTTP, not HTTPS (the TLS handshake was "
+        "answered in plain text); if this registry is meant to be used over plain HTTP, the "
+        "operator must list it in NVCF_INSECURE_REGISTRIES."
+    )
 
 
 async def test_cache_hit_does_not_download_again(

@@ -148,3 +148,25 @@ async def test_token_server_down_is_bad_gateway(
         ) in info.value.detail
         assert "Connection refused" in info.value.detail
         assert GOOD.password not in info.value.detail
+
+
+async def test_missing_tag_lists_the_tags_through_the_token_flow(
+    token_registry: RegistryServer, tmp_path: Path
+) -> None:
+    name = unique("tags")
+    publish(token_registry, tmp_path, name)
+    url = f"oci://{token_registry.host}/acme/charts/{name}:1.0"
+    tokens = tokens_of(token_registry)
+    seen = len(tokens.requests)
+    with pytest.raises(BadRequest) as info:
+        await make_fetcher(tmp_path, token_registry).fetch(parse_chart_url(url), [GOOD])
+    assert info.value.detail.endswith(
+        f"has no tag or digest '1.0' in repository 'acme/charts/{name}'; its tags are: 1.0.0"
+    )
+    # the listing reused the token of the credential that reached the repository
+    assert [(r.username, r.access) for r in tokens.requests[seen:]] == [
+        (TOKEN_USER[0], ((f"acme/charts/{name}", ("pull",)),)),
+        (None, ()),  # the anonymous manifest attempt, after the credential's 404
+    ]
+    listed = f'"GET /v2/acme/charts/{name}/tags/list?n=1000 HTTP/1.1" 200 '
+    assert listed in token_registry.log_text()

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from service.charts.findings import Finding
+from service.charts.policy import POD_INDEX_LABEL as POD_INDEX
 from service.charts.policy import ValidationPolicy, restrict
 from service.charts.render import ChartRenderer
 from tests.support.charts import BASE, FAILING, ArchiveFactory, Row, validate
@@ -60,7 +61,7 @@ async def test_enforced_security_turns_warnings_into_errors(
 async def test_unrestricted_policy_skips_security_but_not_kinds(
     renderer: ChartRenderer, corpus_archive: ArchiveFactory
 ) -> None:
-    unrestricted = ValidationPolicy.from_dict({"name": "Unrestricted"})
+    unrestricted = ValidationPolicy(name="Unrestricted")
     security = await validate(
         renderer, corpus_archive("security"), policy=unrestricted, enforce_security=True
     )
@@ -71,29 +72,42 @@ async def test_unrestricted_policy_skips_security_but_not_kinds(
     assert rows(many.errors) == FAILING["too-many-objects"]
 
 
-async def test_extra_kubernetes_types_allow_kinds(
+async def test_extra_kubernetes_types_allow_kinds_of_named_groups_only(
     renderer: ChartRenderer, corpus_archive: ArchiveFactory
 ) -> None:
+    ingress = {"group": "networking.k8s.io", "version": "v1", "kind": "Ingress"}
+    # `core` is not an alias of the empty core group (NVCF matches the group exactly), so
+    # v1 Namespace stays refused, and the message says it cannot be allowed
     policy = ValidationPolicy.from_dict(
         {
             "name": "Default",
             "extraKubernetesTypes": [
-                {"group": "networking.k8s.io", "version": "v1", "kind": "Ingress"},
-                {"group": "", "version": "v1", "kind": "Namespace"},
+                ingress,
+                {"group": "core", "version": "v1", "kind": "Namespace"},
             ],
         }
     )
     result = await validate(renderer, corpus_archive("kind-not-allowed"), policy=policy)
-    assert result.valid and rows(result.errors + result.warnings) == []
+    assert rows(result.errors) == FAILING["kind-not-allowed"]
+    message = result.errors[0].message
+    assert message.startswith("kinds not allowed: v1.Namespace (")
+    assert "core-group (v1) kinds outside the allowed list cannot be allowed" in message
     only_ingress = ValidationPolicy.from_dict(
-        {
-            "extraKubernetesTypes": [
-                {"group": "networking.k8s.io", "version": "v1", "kind": "Ingress"}
-            ]
-        }
+        {"name": "Default", "extraKubernetesTypes": [ingress]}
     )
     result = await validate(renderer, corpus_archive("kind-not-allowed"), policy=only_ingress)
     assert [f.message.split(" (")[0] for f in result.errors] == ["kinds not allowed: v1.Namespace"]
+    extra_objects = {
+        "extraObjects": [
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "Ingress",
+                "metadata": {"name": "public"},
+            }
+        ]
+    }
+    result = await validate(renderer, corpus_archive(BASE), extra_objects, policy=only_ingress)
+    assert result.valid and rows(result.errors + result.warnings) == []
 
 
 async def test_override_introducing_forbidden_objects_is_caught(
@@ -179,7 +193,11 @@ def secure_container(name: str = "app", **overrides: Any) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": name,
         "image": "x",
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
         "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
     }
     container.update(overrides)
@@ -220,6 +238,7 @@ CJ = "spec.jobTemplate.spec.template.spec"
                     secure_container(
                         securityContext={
                             "allowPrivilegeEscalation": False,
+                            "readOnlyRootFilesystem": True,
                             "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
                             "runAsNonRoot": True,
                             "runAsUser": 1000,
@@ -279,7 +298,9 @@ def test_service_selector_must_match_pod_labels() -> None:
         "spec": {
             "template": {
                 "metadata": {"labels": {"app": "y"}},
-                "spec": {"containers": [{"name": "c", "ports": [{"containerPort": 8000}]}]},
+                "spec": {
+                    "containers": [{"name": "c", "image": "x", "ports": [{"containerPort": 8000}]}]
+                },
             }
         },
     }
@@ -318,24 +339,280 @@ def test_crds_from_templates_are_dropped() -> None:
 
 
 @pytest.mark.parametrize(
-    "raw",
+    ("raw", "fields"),
     [
-        {"name": "Strict"},
-        {"extraKubernetesTypes": [{"group": "x"}]},
-        {"extraKubernetesTypes": ["apps/v1/DaemonSet"]},
+        ({"name": "Strict"}, ["name"]),
+        # names are case-sensitive and required, as in NVCF
+        ({"name": "default"}, ["name"]),
+        ({"name": "UNRESTRICTED"}, ["name"]),
+        ({}, ["name"]),
+        (
+            {"name": "Default", "extraKubernetesTypes": [{"group": "x"}]},
+            ["[0].version", "[0].kind"],
+        ),
+        # an empty (core) group would let a hostPath PersistentVolume through
+        (
+            {
+                "name": "Default",
+                "extraKubernetesTypes": [
+                    {"group": "", "version": "v1", "kind": "PersistentVolume"}
+                ],
+            },
+            ["[0].group"],
+        ),
+        (
+            {"name": "Default", "extraKubernetesTypes": [{"version": "v1", "kind": "Namespace"}]},
+            ["[0].group"],
+        ),
+        ({"name": "Default", "extraKubernetesTypes": ["apps/v1/DaemonSet"]}, ["[0]"]),
     ],
 )
-def test_policy_from_dict_rejects_malformed(raw: dict[str, Any]) -> None:
-    with pytest.raises(ValueError):
+def test_policy_from_dict_rejects_malformed(raw: dict[str, Any], fields: list[str]) -> None:
+    with pytest.raises(ValueError) as info:
         ValidationPolicy.from_dict(raw)
+    named = [part.split(": ")[0] for part in str(info.value).split("; ")]
+    prefix = "helmValidationPolicy."
+    assert named == [
+        prefix + ("extraKubernetesTypes" + f if f.startswith("[") else f) for f in fields
+    ]
 
 
-def test_policy_core_group_alias() -> None:
+def test_core_group_kinds_cannot_be_allowed() -> None:
     policy = ValidationPolicy.from_dict(
-        {"extraKubernetesTypes": [{"group": "core", "version": "v1", "kind": "Namespace"}]}
+        {
+            "name": "Default",
+            "extraKubernetesTypes": [
+                {"group": "core", "version": "v1", "kind": "PersistentVolume"}
+            ],
+        }
     )
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}}
+    volume = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "host"},
+        "spec": {"hostPath": {"path": "/"}},
+    }
     _, findings, _ = restrict(
-        [ENTRYPOINT, namespace], service_name="x", inference_port=1, policy=policy
+        [ENTRYPOINT, volume], service_name="entrypoint", inference_port=8000, policy=policy
     )
-    assert "kind-not-allowed" not in {f.rule for f in findings}
+    [kinds] = [f for f in findings if f.rule == "kind-not-allowed"]
+    assert kinds.severity == "error"
+    assert kinds.message.startswith("kinds not allowed: v1.PersistentVolume (")
+
+
+def statefulset(labels: dict[str, str], kind: str = "StatefulSet") -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": "workers"},
+        "spec": {
+            "replicas": 2,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [{"name": "c", "image": "x", "ports": [{"containerPort": 8000}]}]
+                },
+            },
+        },
+    }
+
+
+def leader_service(selector: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "entrypoint"},
+        "spec": {"selector": selector, "ports": [{"port": 8000}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("selector", "kind", "labels", "selected"),
+    [
+        # the StatefulSet controller adds the pod's ordinal at run time
+        ({"app": "x", POD_INDEX: "0"}, "StatefulSet", {"app": "x"}, True),
+        ({POD_INDEX: "0"}, "StatefulSet", {"app": "x"}, True),
+        ({"app": "x", POD_INDEX: "0"}, "StatefulSet", {"app": "y"}, False),
+        # an empty value is no ordinal: never set on a pod
+        ({"app": "x", POD_INDEX: ""}, "StatefulSet", {"app": "x"}, False),
+        # other controllers never add it
+        ({"app": "x", POD_INDEX: "0"}, "Deployment", {"app": "x"}, False),
+        ({"app": "x", POD_INDEX: "0"}, "Deployment", {"app": "x", POD_INDEX: "0"}, True),
+    ],
+)
+def test_pod_index_selector_matches_statefulset_pods(
+    selector: dict[str, str], kind: str, labels: dict[str, str], selected: bool
+) -> None:
+    _, findings, _ = restrict(
+        [leader_service(selector), statefulset(labels, kind)],
+        service_name="entrypoint",
+        inference_port=8000,
+        policy=ValidationPolicy(name="Unrestricted"),
+    )
+    assert [f.rule for f in findings] == ([] if selected else ["service-target"])
+
+
+async def test_multi_node_statefulset_chart_passes(
+    renderer: ChartRenderer, corpus_archive: ArchiveFactory
+) -> None:
+    result = await validate(
+        renderer,
+        corpus_archive("multi-node-statefulset"),
+        instance_type_nodes=2,
+        gpus_per_node=8,
+        nvlink=True,
+    )
+    assert rows(result.errors + result.warnings) == []
+
+
+LWS = {"group": "leaderworkerset.x-k8s.io", "version": "v1", "kind": "LeaderWorkerSet"}
+OPERATOR_MANAGED = ValidationPolicy.from_dict({"name": "Default", "extraKubernetesTypes": [LWS]})
+
+
+def test_operator_managed_workloads_make_the_inference_service_checks_warnings() -> None:
+    """With extra types (an operator such as LeaderWorkerSet creates the Service and the
+    pods), a missing Service or unserved port is a warning; without them, an error."""
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "lws"},
+        "spec": {},
+    }
+    for policy, severity in ((OPERATOR_MANAGED, "warning"), (ValidationPolicy(), "error")):
+        _, findings, _ = restrict(
+            [lws], service_name="entrypoint", inference_port=8000, policy=policy
+        )
+        assert rows([f for f in findings if f.rule != "kind-not-allowed"]) == [
+            ("service-not-found", severity, None, "helmChartServiceName")
+        ]
+        _, findings, _ = restrict(
+            [lws, ENTRYPOINT], service_name="entrypoint", inference_port=8000, policy=policy
+        )
+        assert rows([f for f in findings if f.rule != "kind-not-allowed"]) == [
+            ("service-target", severity, "v1/Service/entrypoint", "spec.ports[0].targetPort")
+        ]
+    _, findings, _ = restrict(
+        [lws], service_name="entrypoint", inference_port=8000, policy=OPERATOR_MANAGED
+    )
+    assert "operator-managed workload" in findings[0].message
+    # the port of a Service the chart does render is still checked
+    _, findings, _ = restrict(
+        [lws, ENTRYPOINT], service_name="entrypoint", inference_port=9000, policy=OPERATOR_MANAGED
+    )
+    assert rows(findings) == [("service-port", "error", "v1/Service/entrypoint", "spec.ports")]
+
+
+def service(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"selector": {"app": "x"}, "ports": [{"port": 8000}], **spec},
+    }
+
+
+def serving_pod(**container: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "server", "labels": {"app": "x"}},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "x", "ports": [{"containerPort": 8000}], **container}
+            ]
+        },
+    }
+
+
+def test_inference_service_type_and_uniqueness() -> None:
+    unrestricted = ValidationPolicy(name="Unrestricted")
+
+    def check(*objects: dict[str, Any]) -> list[Row]:
+        _, findings, _ = restrict(
+            [*objects, serving_pod()],
+            service_name="entrypoint",
+            inference_port=8000,
+            policy=unrestricted,
+        )
+        return rows(findings)
+
+    # Kubernetes defaults an empty type to ClusterIP
+    assert check(service("entrypoint", type="")) == []
+    assert check(service("entrypoint", type="ClusterIP"), service("other", type="")) == []
+    assert check(service("entrypoint", type="NodePort")) == [
+        ("service-type", "error", "v1/Service/entrypoint", "spec.type")
+    ]
+    # two Services with the inference name: which one serves is ambiguous
+    assert check(service("entrypoint"), service("entrypoint", ports=[{"port": 9000}])) == [
+        ("service-duplicate", "error", "v1/Service/entrypoint", "metadata.name")
+    ]
+
+
+@pytest.mark.parametrize("image", [None, "", "  ", 5])
+def test_container_without_image_is_an_error(image: Any) -> None:
+    pod = serving_pod()
+    pod["spec"]["initContainers"] = [{"name": "init", "image": image}]
+    if image is None:
+        del pod["spec"]["initContainers"][0]["image"]
+    pod["spec"]["containers"][0]["image"] = image
+    for policy in (ValidationPolicy(), ValidationPolicy(name="Unrestricted")):
+        _, findings, _ = restrict(
+            [ENTRYPOINT, pod], service_name="entrypoint", inference_port=8000, policy=policy
+        )
+        errors = [f for f in findings if f.severity == "error"]
+        assert rows(errors) == [
+            ("container-image", "error", "v1/Pod/server", "spec.initContainers[0].image"),
+            ("container-image", "error", "v1/Pod/server", "spec.containers[0].image"),
+        ]
+        assert errors[1].message == "container 'c' has no image"
+
+
+@pytest.mark.parametrize("enforce", [False, True])
+def test_read_only_root_filesystem_and_repeated_capabilities(enforce: bool) -> None:
+    severity = "error" if enforce else "warning"
+    field = f"{CJ}.containers[0].securityContext"
+
+    def findings_of(**security: Any) -> list[Finding]:
+        container = secure_container()
+        container["securityContext"].update(security)
+        _, found, _ = restrict(
+            [ENTRYPOINT, cronjob({"securityContext": POD_SC, "containers": [container]})],
+            service_name="x",
+            inference_port=1,
+            enforce_security=enforce,
+        )
+        return [f for f in found if f.rule.startswith("security-")]
+
+    assert findings_of() == []
+    for value in (False, None, "true"):
+        assert rows(findings_of(readOnlyRootFilesystem=value)) == [
+            (
+                "security-read-only-root-filesystem",
+                severity,
+                "batch/v1/CronJob/cron",
+                f"{field}.readOnlyRootFilesystem",
+            )
+        ]
+    twice = findings_of(
+        capabilities={"drop": ["ALL"], "add": ["NET_BIND_SERVICE", "NET_BIND_SERVICE"]}
+    )
+    assert rows(twice) == [
+        ("security-capabilities", severity, "batch/v1/CronJob/cron", f"{field}.capabilities.add")
+    ]
+    assert "NET_BIND_SERVICE more than once" in twice[0].message
+    both = findings_of(capabilities={"drop": ["ALL"], "add": ["SYS_ADMIN", "SYS_ADMIN"]})
+    assert [f.message for f in both] == [
+        "container 'app': capabilities SYS_ADMIN may not be added (only "
+        "NET_BIND_SERVICE); capabilities.add lists SYS_ADMIN more than once"
+    ]
+
+
+@pytest.mark.parametrize("value", [5, True, "ALL"])
+def test_list_fields_rendered_as_scalars_do_not_crash_the_checks(value: Any) -> None:
+    """A chart may render anything where Kubernetes expects a list; the checks read it as
+    empty (Kubernetes refuses the object later) instead of failing with a 500."""
+    pod = serving_pod(ports=value, securityContext={"capabilities": {"drop": value, "add": value}})
+    pod["spec"]["securityContext"] = {"sysctls": value}
+    entry = service("entrypoint", ports=value)
+    _, findings, _ = restrict([entry, pod], service_name="entrypoint", inference_port=8000)
+    assert "service-port" in {f.rule for f in findings}

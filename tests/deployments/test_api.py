@@ -728,7 +728,7 @@ async def test_helm_configuration_changes_the_stored_objects(
             "image": {"tag": "2.0"},  # maps deep-merge: repository keeps its default
             "workloadConfig": {"featureFlags": {"StatusByWorkerReadiness": True}},
         },
-        "helmValidationPolicy": {"name": "unrestricted"},
+        "helmValidationPolicy": {"name": "Unrestricted"},
     }
     plain = {"gpu": "H100", "minInstances": 1, "maxInstances": 1}
     dep = await deploy(client, fn, configured, plain)

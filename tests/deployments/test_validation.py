@@ -97,8 +97,10 @@ def test_helm_only_fields() -> None:
                 **OK,
                 "configuration": {"a": {"b": 1}},
                 "helmValidationPolicy": {
-                    "name": "UNRESTRICTED",
-                    "extraKubernetesTypes": [{"version": "v1", "kind": "Ingress"}],
+                    "name": "Unrestricted",
+                    "extraKubernetesTypes": [
+                        {"group": "networking.k8s.io", "version": "v1", "kind": "Ingress"}
+                    ],
                 },
             }
         ),
@@ -108,7 +110,9 @@ def test_helm_only_fields() -> None:
     assert spec.configuration == {"a": {"b": 1}}
     assert spec.helm_validation_policy == {
         "name": "Unrestricted",
-        "extraKubernetesTypes": [{"group": "", "version": "v1", "kind": "Ingress"}],
+        "extraKubernetesTypes": [
+            {"group": "networking.k8s.io", "version": "v1", "kind": "Ingress"}
+        ],
     }
     helm_errors = errors_of(
         specs(

@@ -149,6 +149,7 @@ Row = tuple[str, str, str | None, str | None]
 POD = "v1/Pod/insecure"
 C0 = "spec.containers[0]"
 C1 = "spec.containers[1]"
+RO_ROOT = "securityContext.readOnlyRootFilesystem"
 W = "warning"
 
 #: the exact findings of each failing corpus chart (tests/charts/corpus/<name>)
@@ -203,11 +204,13 @@ FAILING: dict[str, list[Row]] = {
         ("security-selinux", W, POD, f"{C0}.securityContext.seLinuxOptions.type"),
         ("security-selinux", W, POD, f"{C0}.securityContext.seLinuxOptions.user"),
         ("security-proc-mount", W, POD, f"{C0}.securityContext.procMount"),
+        ("security-read-only-root-filesystem", W, POD, f"{C0}.{RO_ROOT}"),
         # the second container sets nothing and inherits the pod's runAsUser: 0
         ("security-capabilities", W, POD, f"{C1}.securityContext.capabilities.drop"),
         ("security-run-as-non-root", W, POD, f"{C1}.securityContext.runAsNonRoot"),
         ("security-run-as-user", W, POD, "spec.securityContext.runAsUser"),
         ("security-seccomp", W, POD, f"{C1}.securityContext.seccompProfile.type"),
+        ("security-read-only-root-filesystem", W, POD, f"{C1}.{RO_ROOT}"),
         ("resources-limits", W, POD, f"{C1}.resources.limits"),
     ],
 }

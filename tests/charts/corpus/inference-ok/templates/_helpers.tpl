@@ -12,6 +12,7 @@ seccompProfile:
 
 {{- define "inference-test.containerSecurityContext" -}}
 allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
 capabilities:
   drop: [ALL]
 {{- end }}

@@ -12,6 +12,7 @@ seccompProfile:
 
 {{- define "sim-workload.containerSecurityContext" -}}
 allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
 capabilities:
   drop: [ALL]
 {{- end }}

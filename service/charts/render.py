@@ -30,7 +30,6 @@ from service.charts.helm_engine import (
     ENGINE,
     INSTALL,
     HelmPath,
-    render_checked,
     split_decode,
 )
 from service.charts.modify import apply_modifications
@@ -391,55 +390,3 @@ def check_rendered(
     result.objects, modifications = apply_modifications(objects)
     result.add(*modifications)
     return result
-
-
-async def validate_chart(
-    renderer: ChartRenderer,
-    archive: Path,
-    *,
-    values: dict[str, Any] | None = None,
-    service_name: str,
-    inference_port: int,
-    policy: ValidationPolicy | None = None,
-    enforce_security: bool = False,
-    instance_type_nodes: int | None = None,
-    gpus_per_node: int | None = None,
-    nvlink: bool = False,
-    namespace: str = PLACEHOLDER_NAMESPACE,
-    kube_version: str = DEFAULT_KUBE_VERSION,
-    api_versions: list[str] | None = None,
-) -> PipelineResult:
-    """Render `archive` and run the whole pipeline; Helm's refusals become error findings.
-
-    A render failure (template error, `fail`, `required`, schema violation, library chart,
-    time or memory limit) is one error finding whose rule is `ChartRenderError.rule`.
-    """
-
-    async def render(engine: bool) -> RenderOutput:
-        return await renderer.render(
-            archive,
-            values=values,
-            namespace=namespace,
-            kube_version=kube_version,
-            api_versions=api_versions,
-            engine=engine,
-        )
-
-    def check(output: RenderOutput) -> PipelineResult:
-        return check_rendered(
-            output,
-            service_name=service_name,
-            inference_port=inference_port,
-            policy=policy,
-            enforce_security=enforce_security,
-            instance_type_nodes=instance_type_nodes,
-            gpus_per_node=gpus_per_node,
-            nvlink=nvlink,
-        )
-
-    try:
-        return await render_checked(render, check)
-    except ChartRenderError as exc:
-        result = PipelineResult()
-        result.add(Finding(exc.rule, "error", None, None, exc.detail))
-        return result

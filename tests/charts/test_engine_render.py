@@ -31,9 +31,8 @@ from service.charts.render import (
     _Worker,
     _WorkerDied,
     check_rendered,
-    validate_chart,
 )
-from tests.support.charts import BASE, CORPUS, HOOK, build_chart, flat_chart
+from tests.support.charts import BASE, CORPUS, HOOK, build_chart, flat_chart, validate_chart
 
 #: `(engine requested, sorted_by_kind)` per render; None when the render raised.
 Calls = list[tuple[bool, bool | None]]

@@ -14,8 +14,17 @@ from typing import Any
 
 import yaml
 
-from service.charts.findings import PipelineResult
-from service.charts.render import ChartRenderer, validate_chart
+from service.charts.findings import Finding, PipelineResult
+from service.charts.helm_engine import render_checked
+from service.charts.policy import ValidationPolicy
+from service.charts.render import (
+    DEFAULT_KUBE_VERSION,
+    PLACEHOLDER_NAMESPACE,
+    ChartRenderer,
+    ChartRenderError,
+    RenderOutput,
+    check_rendered,
+)
 from tests.support.registry import RegistryServer
 
 CORPUS = Path(__file__).parents[1] / "charts" / "corpus"
@@ -39,6 +48,58 @@ def build_chart(name: str, workdir: Path, files: dict[str, str] | None = None) -
         (chart_dir / relative).parent.mkdir(parents=True, exist_ok=True)
         (chart_dir / relative).write_text(text)
     return Path(helm_python.package(chart_dir, destination=workdir))
+
+
+async def validate_chart(
+    renderer: ChartRenderer,
+    archive: Path,
+    *,
+    values: dict[str, Any] | None = None,
+    service_name: str,
+    inference_port: int,
+    policy: ValidationPolicy | None = None,
+    enforce_security: bool = False,
+    instance_type_nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    nvlink: bool = False,
+    namespace: str = PLACEHOLDER_NAMESPACE,
+    kube_version: str = DEFAULT_KUBE_VERSION,
+    api_versions: list[str] | None = None,
+) -> PipelineResult:
+    """Render `archive` and run the whole pipeline; Helm's refusals become error findings.
+
+    A render failure (template error, `fail`, `required`, schema violation, library chart,
+    time or memory limit) is one error finding whose rule is `ChartRenderError.rule`.
+    """
+
+    async def render(engine: bool) -> RenderOutput:
+        return await renderer.render(
+            archive,
+            values=values,
+            namespace=namespace,
+            kube_version=kube_version,
+            api_versions=api_versions,
+            engine=engine,
+        )
+
+    def check(output: RenderOutput) -> PipelineResult:
+        return check_rendered(
+            output,
+            service_name=service_name,
+            inference_port=inference_port,
+            policy=policy,
+            enforce_security=enforce_security,
+            instance_type_nodes=instance_type_nodes,
+            gpus_per_node=gpus_per_node,
+            nvlink=nvlink,
+        )
+
+    try:
+        return await render_checked(render, check)
+    except ChartRenderError as exc:
+        result = PipelineResult()
+        result.add(Finding(exc.rule, "error", None, None, exc.detail))
+        return result
 
 
 async def validate(

@@ -5,7 +5,7 @@ from service.core.db import Base
 from service.core.idempotency import IdempotencyRecord
 from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec, Instance
 from service.functions.models import Function, FunctionSecret, FunctionVersion, VersionTag
-from service.registry.models import RegistryCredential
+from service.registry.models import RegistryCredential, RegistryCredentialArtifactType
 
 __all__ = [
     "Account",
@@ -20,5 +20,6 @@ __all__ = [
     "IdempotencyRecord",
     "Instance",
     "RegistryCredential",
+    "RegistryCredentialArtifactType",
     "VersionTag",
 ]

@@ -43,6 +43,7 @@ from service.clusters.instance_types import InstanceType, parse_instance_type
 from service.core.errors import FieldError, ValidationFailed
 from service.core.kube import instance_namespace, is_nvlink
 from service.registry import service as registry_service
+from service.registry.models import ArtifactType
 
 if TYPE_CHECKING:
     from service.auth.service import Principal
@@ -247,11 +248,11 @@ class ChartPipeline:
     async def credentials(
         self, session: AsyncSession, account_id: str, ref: ChartRef
     ) -> list[RegistryCredential]:
-        """The account's stored credentials for the chart's registry host, oldest first."""
+        """The account's HELM credentials for the chart's registry host, oldest first."""
         if self.box is None:
             return []
         pairs = await registry_service.credentials_for_host(
-            session, account_id, ref.host, box=self.box
+            session, account_id, ref.host, box=self.box, artifact_type=ArtifactType.HELM
         )
         return [RegistryCredential(username, password) for username, password in pairs]
 

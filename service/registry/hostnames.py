@@ -86,7 +86,7 @@ def normalize_hostname(raw: str) -> tuple[str | None, list[str]]:
     if "@" in raw:
         return None, [
             "must not contain user info ('user:password@'); send the user name and password "
-            "in username and password"
+            "as secret.value, base64('user:password')"
         ]
     if any(sep in raw for sep in "/?#"):
         message = "must be host[:port] only, without a path, query or fragment"

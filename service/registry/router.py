@@ -1,6 +1,6 @@
-"""HTTP routes of the registry credentials API (api.md §5).
+"""HTTP routes of the registry credentials API (api.md §5, NVCF's shape).
 
-`DELETE` answers 204 with an empty body, like the deletion of a function version.
+`DELETE` answers 204 with an empty body, as NVCF does (nvcf-cli expects exactly 204).
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from service.core.http import inline_body_doc, parse_uuid, read_json
 from service.core.idempotency import Recorder
 from service.core.pagination import MAX_LIMIT, make_page
 from service.registry import service
+from service.registry.recognized import recognized_registries
 from service.registry.schemas import (
+    RecognizedRegistries,
+    RecognizedRegistry,
     RegistryCredentialCreate,
     RegistryCredentialEnvelope,
     RegistryCredentialList,
-    RegistryCredentialOut,
     RegistryCredentialUpdate,
 )
 from service.state import app_state
@@ -44,7 +46,7 @@ def _box(request: Request) -> SecretBox:
     response_model=RegistryCredentialEnvelope,
     response_model_exclude_none=True,
     openapi_extra=inline_body_doc(RegistryCredentialCreate),
-    summary="Store a registry credential (the password is write-only)",
+    summary="Add a registry credential (the secret is write-only)",
 )
 async def create_registry_credential(
     request: Request, session: Session, principal: Manager, idem: Idem
@@ -54,10 +56,11 @@ async def create_registry_credential(
         lambda: service.count_credentials(session, principal.account_id),
         lambda: lock_account(session, principal.account_id),
     )
+    box = _box(request)
     cred = await service.create_credential(
-        session, account_id=principal.account_id, spec=spec, box=_box(request)
+        session, account_id=principal.account_id, spec=spec, box=box
     )
-    envelope = RegistryCredentialEnvelope(registry_credential=RegistryCredentialOut.of(cred))
+    envelope = RegistryCredentialEnvelope(registry_credential=service.describe(cred, box))
     return idem.record(envelope.model_dump(mode="json", by_alias=True, exclude_none=True))
 
 
@@ -68,15 +71,32 @@ async def create_registry_credential(
     summary="List the caller's registry credentials",
 )
 async def list_registry_credentials(
+    request: Request,
     session: Session,
     principal: Manager,
+    artifact_type: Annotated[
+        list[str] | None,
+        Query(
+            alias="artifactType",
+            description="only credentials with any of these artifact types (CONTAINER, HELM, "
+            "MODEL, RESOURCE); repeat the parameter or separate with commas",
+        ),
+    ] = None,
+    provisioned_by: Annotated[
+        list[str] | None,
+        Query(alias="provisionedBy", description="only credentials made by SYSTEM or USER"),
+    ] = None,
     limit: Annotated[int | None, Query(ge=1, le=MAX_LIMIT)] = None,
     cursor: str | None = None,
 ) -> RegistryCredentialList:
+    filters = service.parse_filters(artifact_type, provisioned_by)
     page = make_page(limit, cursor)
-    rows, next_cursor = await service.list_credentials(session, principal.account_id, page=page)
+    rows, next_cursor = await service.list_credentials(
+        session, principal.account_id, page=page, filters=filters
+    )
+    box = _box(request)
     return RegistryCredentialList(
-        registry_credentials=[RegistryCredentialOut.of(c) for c in rows], next_cursor=next_cursor
+        registry_credentials=[service.describe(c, box) for c in rows], next_cursor=next_cursor
     )
 
 
@@ -84,16 +104,17 @@ async def list_registry_credentials(
     "/registry-credentials/{registryCredentialId}",
     response_model=RegistryCredentialEnvelope,
     response_model_exclude_none=True,
-    summary="Get one registry credential (without its password)",
+    summary="Get one registry credential (without its secret)",
 )
 async def get_registry_credential(
     registryCredentialId: str,
+    request: Request,
     session: Session,
     principal: Manager,
 ) -> RegistryCredentialEnvelope:
     cid = parse_uuid(registryCredentialId, _ID)
     cred = await service.get_credential(session, principal.account_id, cid)
-    return RegistryCredentialEnvelope(registry_credential=RegistryCredentialOut.of(cred))
+    return RegistryCredentialEnvelope(registry_credential=service.describe(cred, _box(request)))
 
 
 @router.patch(
@@ -101,7 +122,7 @@ async def get_registry_credential(
     response_model=RegistryCredentialEnvelope,
     response_model_exclude_none=True,
     openapi_extra=inline_body_doc(RegistryCredentialUpdate),
-    summary="Change a registry credential's hostname, username, password or description",
+    summary="Replace a registry credential's secret and/or add artifact types to it",
 )
 async def update_registry_credential(
     registryCredentialId: str,
@@ -111,10 +132,9 @@ async def update_registry_credential(
 ) -> RegistryCredentialEnvelope:
     cid = parse_uuid(registryCredentialId, _ID)
     update = service.validate_update(await read_json(request))
-    cred = await service.update_credential(
-        session, principal.account_id, cid, update, _box(request)
-    )
-    return RegistryCredentialEnvelope(registry_credential=RegistryCredentialOut.of(cred))
+    box = _box(request)
+    cred = await service.update_credential(session, principal.account_id, cid, update, box)
+    return RegistryCredentialEnvelope(registry_credential=service.describe(cred, box))
 
 
 @router.delete(
@@ -131,3 +151,17 @@ async def delete_registry_credential(
     cid = parse_uuid(registryCredentialId, _ID)
     await service.delete_credential(session, principal.account_id, cid)
     return Response(status_code=204)
+
+
+@router.get(
+    "/recognized-registries",
+    response_model=RecognizedRegistries,
+    summary="List the registries NVCF recognizes, per artifact type",
+)
+async def list_recognized_registries(principal: Manager) -> RecognizedRegistries:
+    return RecognizedRegistries(
+        recognized_registries={
+            kind: [RecognizedRegistry(**item) for item in items]
+            for kind, items in recognized_registries().items()
+        }
+    )

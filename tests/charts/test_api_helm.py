@@ -7,10 +7,12 @@ import asyncio
 import itertools
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support.app import AppClient, ClientFactory
 from tests.support.charts import FAILING, REGISTRY_USER, PushCorpus
+from tests.support.nvcf_cli import add_request
 from tests.support.registry import RegistryServer
 
 pytestmark = pytest.mark.registry
@@ -179,28 +181,41 @@ async def test_private_address_refused_unless_allowlisted(
     assert await stored_functions(client) == []
 
 
-async def test_credentials_of_the_account_are_used_for_the_auth_registry(
+async def test_helm_credentials_of_the_account_are_used_for_the_auth_registry(
     client_factory: ClientFactory, auth_registry: RegistryServer, push_corpus: PushCorpus
 ) -> None:
+    """Charts are pulled with the account's HELM credentials for the host (in the shape
+    nvcf-cli sends them), never with CONTAINER-only ones."""
     client = await helm_client(client_factory, auth_registry)
     chart = push_corpus(auth_registry, BASE)
     expected = f"no credential was valid to pull chart {chart.file_url}"
+    credentials = "/v2/nvcf/registry-credentials"
+    user, password = REGISTRY_USER
 
-    resp = await client.post("/v2/nvcf/functions", json=helm_fn(chart.file_url))
+    async def create_function() -> httpx.Response:
+        return await client.post("/v2/nvcf/functions", json=helm_fn(chart.file_url))
+
+    resp = await create_function()
     assert resp.status_code == 400, resp.text
     assert resp.json()["detail"] == expected
 
-    wrong = {"registryHostname": auth_registry.host, "username": "intruder", "password": "nope"}
-    assert (await client.post("/v2/nvcf/registry-credentials", json=wrong)).status_code == 200
-    resp = await client.post("/v2/nvcf/functions", json=helm_fn(chart.file_url))
+    wrong = add_request(auth_registry.host, "intruder", "nope", ["HELM"], name="wrong")
+    assert (await client.post(credentials, json=wrong)).status_code == 200
+    resp = await create_function()
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["detail"] == expected
+
+    # the right login, but only for images: not used to pull charts
+    images = add_request(auth_registry.host, user, password, ["CONTAINER"], name="images")
+    assert (await client.post(credentials, json=images)).status_code == 200
+    resp = await create_function()
     assert resp.status_code == 400, resp.text
     assert resp.json()["detail"] == expected
     assert await stored_functions(client) == []
 
-    user, password = REGISTRY_USER
-    right = {"registryHostname": auth_registry.host, "username": user, "password": password}
-    assert (await client.post("/v2/nvcf/registry-credentials", json=right)).status_code == 200
-    resp = await client.post("/v2/nvcf/functions", json=helm_fn(chart.file_url))
+    right = add_request(auth_registry.host, user, password, ["HELM"])
+    assert (await client.post(credentials, json=right)).status_code == 200
+    resp = await create_function()
     assert resp.status_code == 200, resp.text
     assert resp.json()["function"]["helmChartDigest"] == chart.digest
     assert password not in resp.text

@@ -9,6 +9,7 @@ import httpx
 
 from tests.support.api import CONTAINER_FN, create_fn
 from tests.support.app import ClientFactory
+from tests.support.nvcf_cli import add_request
 
 V = "/v2/nvcf"
 L40 = {"gpu": "L40", "backend": "nvcf-default", "minInstances": 0, "maxInstances": 2}
@@ -44,9 +45,10 @@ async def test_functions_and_versions_quotas(client_factory: ClientFactory) -> N
 
 async def test_registry_credentials_and_api_keys_quotas(client_factory: ClientFactory) -> None:
     client = await client_factory(quota_registry_credentials=1, quota_api_keys=2)
-    cred = {"registryHostname": "nvcr.io", "username": "$oauthtoken", "password": "pw"}
+    cred = add_request("nvcr.io", "$oauthtoken", "pw", ["CONTAINER"])
     assert (await client.post(f"{V}/registry-credentials", json=cred)).status_code == 200
-    refused = await client.post(f"{V}/registry-credentials", json={**cred, "username": "robot"})
+    other = add_request("nvcr.io", "$oauthtoken", "pw", ["HELM"], name="other")
+    refused = await client.post(f"{V}/registry-credentials", json=other)
     quota_refusal(refused, "registry_credentials")
     listed = (await client.get(f"{V}/registry-credentials")).json()["registryCredentials"]
     assert len(listed) == 1

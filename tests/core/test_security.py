@@ -107,7 +107,10 @@ async def test_nul_in_query_parameters_is_400(client: AppClient, param: str) -> 
 
 
 async def test_nul_in_registry_credential_is_not_stored(client: AppClient) -> None:
-    body = '{"registryHostname":"nvcr.io\\u0000","username":"u","password":"p"}'
+    body = (
+        '{"registryHostname":"nvcr.io\\u0000","secret":{"name":"credentials",'
+        '"value":"JG9hdXRodG9rZW46cA=="},"artifactTypes":["CONTAINER"]}'
+    )
     resp = await client.post(f"{V}/registry-credentials", content=raw(body), headers=JSON)
     assert fields(assert_problem(resp, 400)) == {"registryHostname"}
     listed = (await client.get(f"{V}/registry-credentials")).json()

@@ -31,6 +31,7 @@ from service.registry.pull_secrets import pull_secret_name
 from tests.support.app import AppClient, ClientFactory
 from tests.support.charts import PushCorpus
 from tests.support.e2e import V, dep_url, deployment, eventually, status, until_status
+from tests.support.nvcf_cli import add_request
 from tests.support.registry import RegistryServer
 
 pytestmark = pytest.mark.registry
@@ -493,11 +494,16 @@ async def test_install_time_mutations_as_received_by_the_backend_then_undeploy(
         "nvcr.io": ("$oauthtoken", "nvapi-" + "k" * 40),
         "registry.example.com": ("robot-puller", "robot-Pa55word"),
     }
-    for host, (user, password) in credentials.items():
-        body = {"registryHostname": host, "username": user, "password": password}
+    artifact_types = {"nvcr.io": ["CONTAINER"], "registry.example.com": ["HELM", "CONTAINER"]}
+    # a HELM-only credential pulls charts but is never given to a Pod
+    helm_only = add_request("charts.example.com", "chart-puller", "chart-Pa55word", ["HELM"])
+    for body in [
+        *(add_request(h, u, p, artifact_types[h]) for h, (u, p) in credentials.items()),
+        helm_only,
+    ]:
         resp = await client.post(f"{V}/registry-credentials", json=body)
         assert resp.status_code == 200, resp.text
-        assert password not in resp.text
+        assert "Pa55word" not in resp.text and "nvapi-" not in resp.text
     nvcr_secret = pull_secret_name("nvcr.io", "$oauthtoken")
     # the chart's own pull secrets, one of them repeated and one named like a generated one
     chart_secrets = [
@@ -517,7 +523,7 @@ async def test_install_time_mutations_as_received_by_the_backend_then_undeploy(
     namespace = f"sr-{instance_id}"
     objects = await backend_objects(client, "sim-ncp", instance_id)
 
-    # one dockerconfigjson Secret per account credential, decoding to its registry and user
+    # one dockerconfigjson Secret per CONTAINER credential, decoding to its registry and user
     secrets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
     assert {s["type"] for s in secrets.values()} == {"kubernetes.io/dockerconfigjson"}
     generated: dict[str, str] = {}
@@ -532,8 +538,9 @@ async def test_install_time_mutations_as_received_by_the_backend_then_undeploy(
         )
         assert right_password and right_auth, f"wrong credential in Secret {name}"
         generated[host] = name
-    assert sorted(generated) == sorted(credentials)
+    assert sorted(generated) == sorted(credentials)  # not charts.example.com (HELM only)
     assert generated["nvcr.io"] == nvcr_secret
+    assert pull_secret_name("charts.example.com", "chart-puller") not in secrets
 
     worker = named(objects, "Deployment", "mini-service-worker")
     pod_spec = worker["spec"]["template"]["spec"]

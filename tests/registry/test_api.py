@@ -1,8 +1,14 @@
-"""Registry credentials over HTTP (api.md §5), on SQLite and PostgreSQL."""
+"""Registry credentials over HTTP in NVCF's shape (api.md §5), on SQLite and PostgreSQL.
+
+Requests are built as nvcf-cli builds them and responses decoded as its Go structs decode
+them (tests/support/nvcf_cli.py): a field of the wrong JSON type fails the decode, as it
+fails the CLI.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import uuid
 from typing import Any
@@ -14,24 +20,64 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from service.core.crypto import load_secret_box
 from service.core.db import make_engine, make_sessionmaker
+from service.registry.models import ArtifactType
+from service.registry.pull_secrets import account_pull_secrets, pull_secret_name
 from service.registry.service import all_credentials, credentials_for_host
 from tests.support.api import bearer, new_key
 from tests.support.app import SettingsFactory
+from tests.support.nvcf_cli import (
+    DETAILS_RESPONSE,
+    LIST_RESPONSE,
+    RECOGNIZED_RESPONSE,
+    GoDecodeError,
+    add_request,
+    encode_secret,
+    go_decode,
+    update_request,
+)
 
 V = "/v2/nvcf"
 RC = f"{V}/registry-credentials"
+ACCOUNT = "nvcf-default"
 PW = "s3cr3t-PW-do-not-leak-9f8e7d"
-BASE: dict[str, Any] = {
-    "registryHostname": "registry.example.com",
-    "username": "robot",
-    "password": PW,
+HOST = "registry.example.com"
+BASE: dict[str, Any] = add_request(HOST, "robot", PW, ["CONTAINER"])
+#: every field of a credential in a response, as NVCF's RegistryCredentialDetailsDto has them
+#: (keyType only for NGC legacy keys; tags and description only when set)
+FIELDS = {
+    "registryCredentialId",
+    "ncaId",
+    "registryCredentialName",
+    "registryName",
+    "registryHostname",
+    "artifactTypes",
+    "provisionedBy",
+    "lastUpdatedAt",
+    "createdAt",
 }
 
 
+def body(**changes: Any) -> dict[str, Any]:
+    return {**BASE, **changes}
+
+
+def secret(username: str, password: str, name: str = "credentials") -> dict[str, str]:
+    return {"name": name, "value": encode_secret(username, password)}
+
+
 async def create(client: httpx.AsyncClient, **changes: Any) -> dict[str, Any]:
-    resp = await client.post(RC, json={**BASE, **changes})
+    resp = await client.post(RC, json=body(**changes))
     assert resp.status_code == 200, resp.text
+    decoded = go_decode(DETAILS_RESPONSE, resp.json())["registryCredential"]
+    assert decoded["registryCredentialId"]
     return dict(resp.json()["registryCredential"])
+
+
+async def listed(client: httpx.AsyncClient, **params: Any) -> list[dict[str, Any]]:
+    resp = await client.get(RC, params=params)
+    assert resp.status_code == 200, resp.text
+    go_decode(LIST_RESPONSE, resp.json())
+    return list(resp.json()["registryCredentials"])
 
 
 def field_messages(resp: httpx.Response) -> list[tuple[str, str]]:
@@ -40,59 +86,262 @@ def field_messages(resp: httpx.Response) -> list[tuple[str, str]]:
     return [(e["field"], e["message"]) for e in resp.json()["errors"]]
 
 
-async def test_create_get_list_patch_delete(client: httpx.AsyncClient) -> None:
-    resp = await client.post(RC, json={**BASE, "description": "CI robot", "extra": "ignored"})
-    assert resp.status_code == 200, resp.text
-    cred = resp.json()["registryCredential"]
-    uuid.UUID(cred["id"])
-    assert set(cred) == {
-        "id",
-        "registryHostname",
-        "username",
-        "description",
-        "createdAt",
-        "updatedAt",
+def test_the_go_decoding_is_as_strict_as_the_cli() -> None:
+    good = {
+        "registryCredential": {
+            "RegistryCredentialID": "x",  # keys match case-insensitively, as in Go
+            "artifactTypes": ["HELM"],
+            "tags": None,
+            "unknown": {"ignored": True},
+        }
     }
-    assert cred["registryHostname"] == "registry.example.com"
-    assert cred["username"] == "robot"
-    assert cred["description"] == "CI robot"
-    assert cred["createdAt"].endswith("Z") and len(cred["createdAt"]) == 24  # milliseconds
-    assert cred["updatedAt"] == cred["createdAt"]
+    decoded = go_decode(DETAILS_RESPONSE, good)["registryCredential"]
+    assert decoded["registryCredentialId"] == "x"
+    assert decoded["artifactTypes"] == ["HELM"] and decoded["tags"] is None
+    assert decoded["createdAt"] == ""  # absent: the zero value
+    for wrong in (
+        {"artifactTypes": "HELM"},
+        {"artifactTypes": [1]},
+        {"tags": "a,b"},
+        {"createdAt": 1700000000},
+        {"registryCredentialId": {"id": "x"}},
+    ):
+        with pytest.raises(GoDecodeError):
+            go_decode(DETAILS_RESPONSE, {"registryCredential": wrong})
+    with pytest.raises(GoDecodeError):
+        go_decode(LIST_RESPONSE, {"registryCredentials": {"a": 1}})
+    with pytest.raises(GoDecodeError):
+        go_decode(RECOGNIZED_RESPONSE, {"recognizedRegistries": {"HELM": [{"name": 1}]}})
 
-    got = await client.get(f"{RC}/{cred['id']}")
-    assert got.status_code == 200 and got.json() == {"registryCredential": cred}
 
-    listed = await client.get(RC)
-    assert listed.status_code == 200
-    assert listed.json() == {"registryCredentials": [cred]}  # no nextCursor without paging
-
-    patched = await client.patch(f"{RC}/{cred['id']}", json={"username": "robot2"})
-    assert patched.status_code == 200, patched.text
-    after = patched.json()["registryCredential"]
-    assert after["username"] == "robot2"
-    assert after["registryHostname"] == "registry.example.com"
-    assert after["description"] == "CI robot"
-    assert after["createdAt"] == cred["createdAt"]
-    assert after["updatedAt"] >= cred["updatedAt"]
-
-    patched = await client.patch(
-        f"{RC}/{cred['id']}",
-        json={
-            "registryHostname": "Other.Example.com:5000",
-            "password": "new-pw",
-            "description": None,
-        },
+async def test_cli_add_get_list_update_delete(client: httpx.AsyncClient) -> None:
+    request = add_request(
+        HOST,
+        "robot",
+        PW,
+        ["container"],  # the CLI upper-cases; a lower-case one is accepted too
+        tags=["env:prod", "team=ml"],
+        description="CI robot",
     )
-    assert patched.status_code == 200, patched.text
-    after = patched.json()["registryCredential"]
-    assert after["registryHostname"] == "other.example.com:5000"
-    assert "description" not in after  # removed; nulls are omitted
+    request["artifactTypes"] = ["container"]
+    resp = await client.post(RC, json={**request, "extra": "ignored"})
+    assert resp.status_code == 200, resp.text
+    raw = resp.json()["registryCredential"]
+    assert set(raw) == FIELDS | {"tags", "description"}
+    cred = go_decode(DETAILS_RESPONSE, resp.json())["registryCredential"]
+    uuid.UUID(cred["registryCredentialId"])
+    assert cred["ncaId"] == ACCOUNT
+    assert cred["registryCredentialName"] == "credentials"
+    assert cred["registryName"] == "Custom Registry"
+    assert cred["registryHostname"] == HOST
+    assert cred["artifactTypes"] == ["CONTAINER"]
+    assert cred["tags"] == ["env:prod", "team=ml"]
+    assert cred["description"] == "CI robot"
+    assert cred["provisionedBy"] == "USER"
+    assert cred["createdAt"].endswith("Z") and len(cred["createdAt"]) == 24  # milliseconds
+    assert cred["lastUpdatedAt"] == cred["createdAt"]
+    url = f"{RC}/{cred['registryCredentialId']}"
 
-    deleted = await client.delete(f"{RC}/{cred['id']}")
+    got = await client.get(url)
+    assert got.status_code == 200 and got.json() == {"registryCredential": raw}
+    go_decode(DETAILS_RESPONSE, got.json())
+
+    listing = await client.get(RC)
+    assert listing.json() == {"registryCredentials": [raw]}  # no nextCursor without paging
+    assert go_decode(LIST_RESPONSE, listing.json())["registryCredentials"] == [cred]
+
+    # `registry-credential update <id> --artifact-type HELM --artifact-type model`
+    patched = await client.patch(url, json=update_request(artifact_types=["HELM", "model"]))
+    assert patched.status_code == 200, patched.text
+    after = go_decode(DETAILS_RESPONSE, patched.json())["registryCredential"]
+    assert after["artifactTypes"] == ["CONTAINER", "HELM", "MODEL"]  # added, never replaced
+    assert after["createdAt"] == cred["createdAt"]
+    assert after["lastUpdatedAt"] >= cred["lastUpdatedAt"]
+    assert (after["tags"], after["description"]) == (cred["tags"], cred["description"])
+
+    # `registry-credential update <id> --username robot --password new`
+    patched = await client.patch(url, json=update_request("robot", PW + "-2"))
+    assert patched.status_code == 200, patched.text
+    again = go_decode(DETAILS_RESPONSE, patched.json())["registryCredential"]
+    assert again["artifactTypes"] == ["CONTAINER", "HELM", "MODEL"]
+    assert again["registryCredentialName"] == "credentials"
+    assert PW not in patched.text
+
+    deleted = await client.delete(url)
     assert deleted.status_code == 204 and deleted.content == b""
-    assert (await client.get(f"{RC}/{cred['id']}")).status_code == 404
-    assert (await client.delete(f"{RC}/{cred['id']}")).status_code == 404
+    assert (await client.get(url)).status_code == 404
+    assert (await client.delete(url)).status_code == 404
     assert (await client.get(RC)).json() == {"registryCredentials": []}
+
+
+async def test_nulls_and_empty_optionals_are_omitted(client: httpx.AsyncClient) -> None:
+    cred = await create(client, description="", tags=None)
+    assert set(cred) == FIELDS
+    empty_tags = await create(client, secret=secret("robot", PW, name="other"), tags=[])
+    assert empty_tags["tags"] == []
+
+
+async def test_list_filters(client: httpx.AsyncClient, database_url: str) -> None:
+    c = await create(client, secret=secret("a", "pw", "c"), artifactTypes=["CONTAINER"])
+    h = await create(client, secret=secret("b", "pw", "h"), artifactTypes=["HELM"])
+    ch = await create(client, secret=secret("c", "pw", "ch"), artifactTypes=["HELM", "CONTAINER"])
+    m = await create(client, secret=secret("d", "pw", "m"), artifactTypes=["MODEL", "RESOURCE"])
+
+    def ids(items: list[dict[str, Any]]) -> list[str]:
+        return [i["registryCredentialId"] for i in items]
+
+    every = [x["registryCredentialId"] for x in (c, h, ch, m)]
+    assert ids(await listed(client)) == every
+    assert ids(await listed(client, artifactType="HELM")) == ids([h, ch])
+    assert ids(await listed(client, artifactType="helm")) == ids([h, ch])
+    # repeated, as nvcf-cli sends several, or comma-separated, as Spring also reads them
+    repeated = await client.get(
+        RC, params=[("artifactType", "CONTAINER"), ("artifactType", "MODEL")]
+    )
+    assert ids(repeated.json()["registryCredentials"]) == ids([c, ch, m])
+    assert ids(await listed(client, artifactType="RESOURCE,CONTAINER")) == ids([c, ch, m])
+    assert ids(await listed(client, provisionedBy="USER")) == every
+    assert await listed(client, provisionedBy="SYSTEM") == []
+    assert ids(await listed(client, provisionedBy="SYSTEM,user", artifactType="MODEL")) == ids([m])
+    paged = await client.get(RC, params={"artifactType": "HELM", "limit": 1})
+    assert ids(paged.json()["registryCredentials"]) == ids([h])
+    rest = await client.get(
+        RC, params={"artifactType": "HELM", "limit": 1, "cursor": paged.json()["nextCursor"]}
+    )
+    assert ids(rest.json()["registryCredentials"]) == ids([ch])
+
+    errors = field_messages(
+        await client.get(RC, params=[("artifactType", "HELM,CHART"), ("provisionedBy", "ME")])
+    )
+    assert errors == [
+        ("artifactType", "must be one of CONTAINER, HELM, MODEL, RESOURCE, got 'CHART'"),
+        ("provisionedBy", "must be one of SYSTEM, USER, got 'ME'"),
+    ]
+
+    # A credential the operator provisioned: listed under SYSTEM, and not deletable.
+    engine = create_async_engine(database_url)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE registry_credentials SET provisioned_by = 'SYSTEM' WHERE id = :id"),
+            {"id": m["registryCredentialId"]},
+        )
+    await engine.dispose()
+    system = await listed(client, provisionedBy="SYSTEM")
+    assert ids(system) == ids([m]) and system[0]["provisionedBy"] == "SYSTEM"
+    refused = await client.delete(f"{RC}/{m['registryCredentialId']}")
+    assert refused.status_code == 400
+    assert "provisioned by the system" in refused.json()["detail"]
+    assert len(await listed(client)) == 4
+
+
+async def test_patch_adds_types_and_replaces_the_secret(
+    client: httpx.AsyncClient, database_url: str, make_settings: SettingsFactory
+) -> None:
+    cred = await create(client)
+    url = f"{RC}/{cred['registryCredentialId']}"
+    same = await client.patch(url, json={"artifactTypeEnums": ["CONTAINER", "container"]})
+    assert same.status_code == 200, same.text
+    assert same.json()["registryCredential"]["artifactTypes"] == ["CONTAINER"]
+
+    renamed = await client.patch(url, json={"secret": secret("robot-2", "pw-2", "ci-login")})
+    assert renamed.status_code == 200, renamed.text
+    assert renamed.json()["registryCredential"]["registryCredentialName"] == "ci-login"
+    # null is the same as absent (NVCF's UpdateRegistryCredentialRequest fields are nullable)
+    types = await client.patch(url, json={"secret": None, "artifactTypeEnums": ["HELM"]})
+    assert types.status_code == 200, types.text
+    assert types.json()["registryCredential"]["artifactTypes"] == ["CONTAINER", "HELM"]
+
+    box = load_secret_box(make_settings())
+    engine = make_engine(database_url)
+    try:
+        async with make_sessionmaker(engine)() as session:
+            helm = await credentials_for_host(
+                session, ACCOUNT, HOST, box=box, artifact_type=ArtifactType.HELM
+            )
+            assert helm == [("robot-2", "pw-2")]
+    finally:
+        await engine.dispose()
+
+
+async def test_patch_rules(client: httpx.AsyncClient) -> None:
+    cred = await create(client)
+    url = f"{RC}/{cred['registryCredentialId']}"
+    needed = [
+        ("body", "either secret or artifactTypeEnums (the artifact types to add) is required")
+    ]
+    assert field_messages(await client.patch(url, json={})) == needed
+    assert field_messages(await client.patch(url, json={"artifactTypeEnums": []})) == needed
+    assert field_messages(await client.patch(url, json={"description": "x"})) == needed
+    errors = field_messages(
+        await client.patch(
+            url,
+            json={
+                "secret": {"name": "-bad", "value": "not base64!"},
+                "artifactTypeEnums": ["HELM", "CHART"],
+            },
+        )
+    )
+    assert [f for f, _ in errors] == ["secret.name", "secret.value", "artifactTypeEnums[1]"]
+    assert "'CHART'" in errors[2][1]
+    errors = field_messages(await client.patch(url, json={"artifactTypeEnums": "HELM"}))
+    assert errors == [
+        (
+            "artifactTypeEnums",
+            "must be a list of artifact types (CONTAINER, HELM, MODEL, RESOURCE), got a string",
+        )
+    ]
+    assert (await client.get(url)).json()["registryCredential"] == cred  # nothing changed
+
+
+async def test_recognized_registries(client: httpx.AsyncClient) -> None:
+    resp = await client.get(f"{V}/recognized-registries")
+    assert resp.status_code == 200, resp.text
+    recognized = go_decode(RECOGNIZED_RESPONSE, resp.json())["recognizedRegistries"]
+    assert set(recognized) == {"CONTAINER", "HELM", "MODEL", "RESOURCE"}
+    for items in recognized.values():
+        assert all(set(item) == {"name", "hostname"} for item in items)
+        assert [i["name"] for i in items] == sorted(i["name"] for i in items)
+    container = {i["hostname"]: i["name"] for i in recognized["CONTAINER"]}
+    assert container["nvcr.io"] == "NGC Private Registry"
+    assert container["docker.io"] == "Docker Hub Registry"
+    assert container["dkr.ecr.amazonaws.com"] == "AWS ECR Private Registry"
+    assert container["public.ecr.aws"] == "AWS ECR Public Registry"
+    assert container["azurecr.io"] == "Azure Container Registry"
+    helm = {i["hostname"]: i["name"] for i in recognized["HELM"]}
+    assert helm["helm.ngc.nvidia.com"] == "NGC Private Registry"
+    assert recognized["MODEL"] == [
+        {"name": "NGC Private Registry", "hostname": "api.ngc.nvidia.com"}
+    ]
+
+
+async def test_registry_name_and_key_type(client: httpx.AsyncClient) -> None:
+    cases = {
+        "nvcr.io": "NGC Private Registry",
+        "helm.ngc.nvidia.com": "NGC Private Registry",
+        "123456789012.dkr.ecr.us-west-2.amazonaws.com": "AWS ECR Private Registry",
+        "public.ecr.aws": "AWS ECR Public Registry",
+        "myteam.azurecr.io": "Azure Container Registry",
+        "models-cn-beijing.cr.volces.com": "Volcano Engine Registry",
+        "docker.io": "Docker Hub Registry",
+        "localhost:5000": "Custom Registry",
+        "12345.dkr.ecr.us-west-2.amazonaws.com": "Custom Registry",
+    }
+    for host, name in cases.items():
+        login = ("$oauthtoken", "nvapi-key") if "nvcr" in host or "ngc" in host else ("u", "p")
+        cred = await create(client, registryHostname=host, secret=secret(*login))
+        assert cred["registryName"] == name, host
+        assert "keyType" not in cred
+    legacy = await create(
+        client, registryHostname="nvcr.io", secret=secret("$oauthtoken", "old-key", "legacy")
+    )
+    assert legacy["keyType"] == "LEGACY"
+    got = await client.get(f"{RC}/{legacy['registryCredentialId']}")
+    assert got.json()["registryCredential"]["keyType"] == "LEGACY"
+    rotated = await client.patch(
+        f"{RC}/{legacy['registryCredentialId']}",
+        json={"secret": secret("$oauthtoken", "nvapi-new", "legacy")},
+    )
+    assert "keyType" not in rotated.json()["registryCredential"]
 
 
 async def test_hostnames_are_normalised(client: httpx.AsyncClient) -> None:
@@ -103,7 +352,6 @@ async def test_hostnames_are_normalised(client: httpx.AsyncClient) -> None:
         "10.0.0.1:5000": "10.0.0.1:5000",
         "[0:0:0:0:0:0:0:1]:5000": "[::1]:5000",
         "[FD00::AB]": "[fd00::ab]",
-        "nvcr.io": "nvcr.io",
         "xn--bcher-kva.example": "xn--bcher-kva.example",
     }
     for given, stored in cases.items():
@@ -120,7 +368,7 @@ async def test_unknown_and_malformed_ids(client: httpx.AsyncClient) -> None:
         bad = await client.request(method, f"{RC}/not-a-uuid")
         assert bad.status_code == 400
         assert bad.json()["errors"][0]["field"] == "registryCredentialId"
-    resp = await client.patch(f"{RC}/{missing}", json={"description": "x"})
+    resp = await client.patch(f"{RC}/{missing}", json={"artifactTypeEnums": ["HELM"]})
     assert resp.status_code == 404
 
 
@@ -155,7 +403,7 @@ HOSTNAME_CASES: list[tuple[Any, str]] = [
 
 async def test_every_hostname_rule(client: httpx.AsyncClient) -> None:
     for value, message in HOSTNAME_CASES:
-        resp = await client.post(RC, json={**BASE, "registryHostname": value})
+        resp = await client.post(RC, json=body(registryHostname=value))
         errors = field_messages(resp)
         assert len(errors) == 1, (value, errors)
         assert errors[0][0] == "registryHostname"
@@ -166,41 +414,85 @@ async def test_every_hostname_rule(client: httpx.AsyncClient) -> None:
 
 async def test_userinfo_in_a_hostname_is_never_echoed(client: httpx.AsyncClient) -> None:
     for value in ("https://robot:hunter2@nvcr.io/v2", "robot:hunter2@nvcr.io", "https://hunter2@x"):
-        resp = await client.post(RC, json={**BASE, "registryHostname": value})
+        resp = await client.post(RC, json=body(registryHostname=value))
         assert resp.status_code == 400
         assert "hunter2" not in resp.text, value
-    resp = await client.post(RC, json={**BASE, "registryHostname": "https://robot:hunter2@nvcr.io"})
+    resp = await client.post(RC, json=body(registryHostname="https://robot:hunter2@nvcr.io"))
     assert "drop 'https://'" in resp.json()["errors"][0]["message"]
 
 
-OTHER_FIELD_CASES: list[tuple[str, Any, str]] = [
-    ("username", "", "must not be empty"),
-    ("username", "u" * 256, "at most 255 characters"),
-    ("username", "bad\u0007user", "printable"),
-    ("username", "robot:x", "must not contain ':'"),
-    ("username", " robot", "must not start or end with whitespace"),
-    ("username", 7, "must be a string"),
-    ("password", "", "must not be empty"),
-    ("password", "Z" * 4097, "at most 4096 characters"),
-    ("password", "token-with-newline\n", "control characters"),
-    ("password", 1234, "must be a string"),
-    ("password", ["x"], "must be a string"),
-    ("description", "d" * 257, "at most 256 characters"),
-    ("description", 5, "must be a string"),
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+SECRET_VALUE_CASES: list[tuple[Any, str]] = [
+    ("", "must be 1 to 32768 characters"),
+    ("Z" * 32769, "must be 1 to 32768 characters"),
+    ("cm9ib3Q6cHc=\n", "standard base64"),
+    ("cm9i b3Q6cHc=", "standard base64"),
+    ("cm9ib3Q6cHc-_", "standard base64"),
+    ("cm9ib3Q6c", "standard base64"),  # a length no base64 text has
+    (b64(b"robot-without-colon"), "there is no ':' after the user name"),
+    (b64(b":pw"), "the user name before the ':' must not be empty"),
+    (b64(b"robot:"), "the password after the ':' must not be empty"),
+    (b64(b"robot:token\n"), "must not contain control characters"),
+    (b64(b" robot:pw"), "must not start or end with whitespace"),
+    (b64(b"ro\x07bot:pw"), "printable"),
+    (b64(b"u" * 256 + b":pw"), "at most 255 characters"),
+    (b64(b"robot:\xff\xfe"), "UTF-8"),
+    (1234, "must be a string"),
+    ({"username": "robot"}, "must be a string"),
+    (None, "is required"),
+]
+
+
+async def test_every_secret_value_rule(client: httpx.AsyncClient) -> None:
+    for value, message in SECRET_VALUE_CASES:
+        resp = await client.post(RC, json=body(secret={"name": "credentials", "value": value}))
+        errors = field_messages(resp)
+        assert len(errors) == 1 and errors[0][0] == "secret.value", (value, errors)
+        assert message in errors[0][1], (value, errors)
+        assert "32769" not in resp.text  # never a length of the secret
+    # unpadded base64 is accepted (Java's decoder, which NVCF uses, accepts it)
+    await create(client, secret={"name": "unpadded", "value": b64(b"robot:pw").rstrip("=")})
+    # a password may contain ':' (only the user name cannot)
+    await create(client, secret=secret("robot", "pass:word", "colon"))
+    # NGC takes only $oauthtoken logins, as in NVCF
+    errors = field_messages(
+        await client.post(RC, json=body(registryHostname="nvcr.io", secret=secret("robot", PW)))
+    )
+    assert errors[0][0] == "secret.value" and "'$oauthtoken'" in errors[0][1]
+    assert len(await listed(client)) == 2
+
+
+OTHER_FIELD_CASES: list[tuple[str, Any, str, str]] = [
+    ("secret", "c2VjcmV0", "secret", "must be an object with name and value, got a string"),
+    ("secret", {"value": encode_secret("u", "p")}, "secret.name", "is required"),
+    ("secret", secret("u", "p", "-lead"), "secret.name", "must start with a letter or digit"),
+    ("secret", secret("u", "p", "n" * 49), "secret.name", "at most 48 characters"),
+    ("secret", secret("u", "p", "a b"), "secret.name", "contain only letters"),
+    ("artifactTypes", "CONTAINER", "artifactTypes", "must be a list of artifact types"),
+    ("artifactTypes", [], "artifactTypes", "must not be empty"),
+    ("artifactTypes", ["HELM", "CHART"], "artifactTypes[1]", "got 'CHART'"),
+    ("artifactTypes", [7], "artifactTypes[0]", "must be one of CONTAINER, HELM, MODEL, RESOURCE"),
+    ("artifactTypes", None, "artifactTypes", "is required"),
+    ("tags", "a,b", "tags", "must be a list of strings"),
+    ("tags", ["ok", "not ok"], "tags[1]", "may contain only letters"),
+    ("tags", ["t"] * 65, "tags", "at most 64 items"),
+    ("tags", ["x" * 129], "tags[0]", "at most 128 characters"),
+    ("description", "d" * 257, "description", "at most 256 characters"),
+    ("description", 5, "description", "must be a string"),
 ]
 
 
 async def test_every_other_field_rule(client: httpx.AsyncClient) -> None:
-    for fld, value, message in OTHER_FIELD_CASES:
-        resp = await client.post(RC, json={**BASE, fld: value})
-        errors = field_messages(resp)
-        assert errors == [(fld, errors[0][1])], (fld, value, errors)
+    for fld, value, where, message in OTHER_FIELD_CASES:
+        errors = field_messages(await client.post(RC, json=body(**{fld: value})))
+        assert len(errors) == 1 and errors[0][0] == where, (fld, value, errors)
         assert message in errors[0][1], (fld, value, errors)
-    for fld in ("registryHostname", "username", "password"):
-        body = {k: v for k, v in BASE.items() if k != fld}
-        assert field_messages(await client.post(RC, json=body)) == [(fld, "is required")]
-        body[fld] = None
-        assert field_messages(await client.post(RC, json=body)) == [(fld, "is required")]
+    for fld in ("registryHostname", "secret", "artifactTypes"):
+        partial = {k: v for k, v in BASE.items() if k != fld}
+        assert field_messages(await client.post(RC, json=partial)) == [(fld, "is required")]
     assert field_messages(await client.post(RC, json=[BASE])) == [
         ("body", "must be a JSON object, got a list")
     ]
@@ -214,60 +506,55 @@ async def test_every_mistake_is_reported_together(client: httpx.AsyncClient) -> 
         RC,
         json={
             "registryHostname": "https://nvcr.io/v2",
-            "username": "",
+            "secret": {"name": "", "value": "%%%"},
+            "artifactTypes": ["IMAGE"],
             "description": "d" * 300,
         },
     )
     errors = field_messages(resp)
-    assert [f for f, _ in errors] == ["registryHostname", "username", "password", "description"]
-    assert "4 violations" in resp.json()["detail"]
-
-
-async def test_patch_validates_every_field(client: httpx.AsyncClient) -> None:
-    cred = await create(client)
-    url = f"{RC}/{cred['id']}"
-    assert field_messages(await client.patch(url, json={})) == [
-        ("body", "at least one of registryHostname, username, password, description is required")
+    assert [f for f, _ in errors] == [
+        "registryHostname",
+        "secret.name",
+        "secret.value",
+        "artifactTypes[0]",
+        "description",
     ]
-    assert field_messages(await client.patch(url, json={"other": 1}))[0][0] == "body"
-    errors = field_messages(
-        await client.patch(
-            url,
-            json={
-                "registryHostname": "http://reg.example.com",
-                "username": None,
-                "password": "",
-                "description": 3,
-            },
-        )
-    )
-    assert [f for f, _ in errors] == ["registryHostname", "username", "password", "description"]
-    assert "drop 'http://'" in errors[0][1]
-    assert "cannot be null" in errors[1][1]
-    # nothing changed
-    assert (await client.get(url)).json()["registryCredential"] == cred
+    assert "IMAGE" in errors[3][1]
+    assert "5 violations" in resp.json()["detail"]
 
 
-async def test_password_is_never_returned(client: httpx.AsyncClient) -> None:
+async def test_the_secret_is_never_returned_nor_logged(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    encoded = encode_secret("robot", PW)
     created = await client.post(RC, json=BASE)
     cred = created.json()["registryCredential"]
+    url = f"{RC}/{cred['registryCredentialId']}"
+    bad_pw = {"name": "x", "value": encode_secret("robot", PW + "\n")}
     responses = [
         created,
         await client.get(RC),
         await client.get(RC, params={"limit": 10}),
-        await client.get(f"{RC}/{cred['id']}"),
-        await client.patch(f"{RC}/{cred['id']}", json={"password": PW + "-2"}),
+        await client.get(url),
+        await client.patch(url, json=update_request("robot", PW + "-2")),
         await client.post(RC, json=BASE),  # duplicate: 409
-        await client.post(RC, json={**BASE, "registryHostname": "bad host"}),
-        await client.post(RC, json={**BASE, "username": "", "password": PW + "\n"}),
-        await client.patch(f"{RC}/{cred['id']}", json={"password": PW + "\t", "username": ""}),
+        await client.post(RC, json=body(registryHostname="bad host")),
+        await client.post(RC, json=body(secret=bad_pw)),
+        await client.patch(url, json={"secret": bad_pw}),
+        await client.post(RC, json=body(registryHostname=f"https://robot:{PW}@nvcr.io")),
+        await client.post(RC, json=body(registryHostname="nvcr.io")),  # NGC: $oauthtoken only
     ]
-    assert [r.status_code for r in responses] == [200, 200, 200, 200, 200, 409, 400, 400, 400]
+    assert [r.status_code for r in responses] == [200, 200, 200, 200, 200, 409] + [400] * 5
     for resp in responses:
-        assert PW not in resp.text
-        assert "password" not in resp.json().get("registryCredential", {})
-        for item in resp.json().get("registryCredentials", []):
-            assert "password" not in item
+        for leak in (PW, encoded, encode_secret("robot", PW + "-2"), bad_pw["value"]):
+            assert leak not in resp.text
+        assert "secret" not in resp.json().get("registryCredential", {})
+    assert (await client.delete(url)).status_code == 204
+    assert caplog.records  # the access log did run
+    for record in caplog.records:
+        assert PW not in record.getMessage() and encoded not in record.getMessage()
+    assert PW not in caplog.text and encoded not in caplog.text
 
 
 async def test_passwords_are_encrypted_at_rest(
@@ -279,54 +566,43 @@ async def test_passwords_are_encrypted_at_rest(
         rows = (await conn.execute(text("SELECT * FROM registry_credentials"))).mappings().all()
     await engine.dispose()
     assert len(rows) == 1
-    assert rows[0]["username"] == "robot"
+    assert rows[0]["username"] == "robot" and rows[0]["name"] == "credentials"
     assert rows[0]["password_ciphertext"]
     for value in rows[0].values():
         assert PW not in str(value)
-
-
-async def test_password_is_not_logged(
-    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.DEBUG)
-    cred = await create(client)
-    await client.patch(f"{RC}/{cred['id']}", json={"password": PW + "-rotated"})
-    await client.post(RC, json=BASE)  # 409
-    await client.post(RC, json={**BASE, "password": PW + "\n", "username": ""})  # 400
-    await client.post(RC, json={**BASE, "registryHostname": f"https://robot:{PW}@nvcr.io"})
-    await client.delete(f"{RC}/{cred['id']}")
-    assert caplog.records  # the access log did run
-    assert PW not in caplog.text
-    for record in caplog.records:
-        assert PW not in record.getMessage()
+        assert encode_secret("robot", PW) not in str(value)
 
 
 async def test_accounts_are_isolated(client: httpx.AsyncClient) -> None:
     cred = await create(client)
     other = bearer(await new_key(client, ["manage_registry_credentials"], account="team-b"))
-    url = f"{RC}/{cred['id']}"
+    url = f"{RC}/{cred['registryCredentialId']}"
+    change = update_request(artifact_types=["HELM"])
     assert (await client.get(url, headers=other)).status_code == 404
-    assert (await client.patch(url, json={"description": "x"}, headers=other)).status_code == 404
+    assert (await client.patch(url, json=change, headers=other)).status_code == 404
     assert (await client.delete(url, headers=other)).status_code == 404
     assert (await client.get(RC, headers=other)).json() == {"registryCredentials": []}
-    # the same host and username is fine in another account
+    # the same host and name is fine in another account
     resp = await client.post(RC, json=BASE, headers=other)
     assert resp.status_code == 200
-    assert resp.json()["registryCredential"]["id"] != cred["id"]
+    theirs = resp.json()["registryCredential"]
+    assert theirs["registryCredentialId"] != cred["registryCredentialId"]
+    assert theirs["ncaId"] == "team-b"
     assert (await client.get(url)).json()["registryCredential"] == cred
-    assert len((await client.get(RC)).json()["registryCredentials"]) == 1
+    assert len(await listed(client)) == 1
 
 
 async def test_scope_is_required(client: httpx.AsyncClient) -> None:
     cred = await create(client)
     key = bearer(await new_key(client, ["register_function", "list_functions", "deploy_function"]))
-    url = f"{RC}/{cred['id']}"
+    url = f"{RC}/{cred['registryCredentialId']}"
     for resp in (
         await client.post(RC, json=BASE, headers=key),
         await client.get(RC, headers=key),
         await client.get(url, headers=key),
-        await client.patch(url, json={"description": "x"}, headers=key),
+        await client.patch(url, json=update_request(artifact_types=["HELM"]), headers=key),
         await client.delete(url, headers=key),
+        await client.get(f"{V}/recognized-registries", headers=key),
     ):
         assert resp.status_code == 403
         assert "manage_registry_credentials" in resp.json()["detail"]
@@ -336,24 +612,34 @@ async def test_scope_is_required(client: httpx.AsyncClient) -> None:
 
 async def test_duplicates_conflict(client: httpx.AsyncClient) -> None:
     first = await create(client)
-    dup = await client.post(RC, json={**BASE, "registryHostname": "REGISTRY.example.com"})
+    # nvcf-cli names every secret `credentials`: a second one for the same host is a 409
+    dup = await client.post(
+        RC, json=add_request("REGISTRY.example.com", "other-robot", "pw", ["HELM"])
+    )
     assert dup.status_code == 409
     detail = dup.json()["detail"]
-    assert "registry.example.com" in detail and "robot" in detail
-    # another username, or another port, is another credential
-    second = await create(client, username="robot-2")
-    await create(client, registryHostname="registry.example.com:5000")
-    clash = await client.patch(f"{RC}/{second['id']}", json={"username": "robot"})
+    assert HOST in detail and "'credentials'" in detail and first["registryCredentialId"] in detail
+    # another name, or another port, is another credential; the same login may repeat
+    second = await create(client, secret=secret("robot", PW, "second"))
+    await create(client, registryHostname=f"{HOST}:5000")
+    clash = await client.patch(
+        f"{RC}/{second['registryCredentialId']}", json={"secret": secret("robot", "x")}
+    )
     assert clash.status_code == 409
-    assert "robot" in clash.json()["detail"]
-    # patching a credential onto its own (host, username) is not a conflict
-    same = await client.patch(f"{RC}/{first['id']}", json={"username": "robot"})
+    assert "'credentials'" in clash.json()["detail"]
+    # patching a credential's secret under its own name is not a conflict
+    same = await client.patch(
+        f"{RC}/{first['registryCredentialId']}", json=update_request("robot", "new")
+    )
     assert same.status_code == 200
-    assert len((await client.get(RC)).json()["registryCredentials"]) == 3
+    assert len(await listed(client)) == 3
 
 
 async def test_pagination(client: httpx.AsyncClient) -> None:
-    made = [(await create(client, username=f"user-{i}"))["id"] for i in range(5)]
+    made = [
+        (await create(client, secret=secret("robot", PW, f"name-{i}")))["registryCredentialId"]
+        for i in range(5)
+    ]
     seen: list[str] = []
     cursor: str | None = None
     pages = 0
@@ -361,15 +647,15 @@ async def test_pagination(client: httpx.AsyncClient) -> None:
         params: dict[str, Any] = {"limit": 2}
         if cursor:
             params["cursor"] = cursor
-        body = (await client.get(RC, params=params)).json()
-        seen += [c["id"] for c in body["registryCredentials"]]
+        page = (await client.get(RC, params=params)).json()
+        seen += [c["registryCredentialId"] for c in page["registryCredentials"]]
         pages += 1
-        cursor = body.get("nextCursor")
+        cursor = page.get("nextCursor")
         if not cursor:
             break
     assert seen == made and pages == 3
     everything = (await client.get(RC)).json()
-    assert [c["id"] for c in everything["registryCredentials"]] == made
+    assert [c["registryCredentialId"] for c in everything["registryCredentials"]] == made
     assert "nextCursor" not in everything
     assert (await client.get(RC, params={"limit": 0})).status_code == 400
     assert (await client.get(RC, params={"limit": 1001})).status_code == 400
@@ -380,13 +666,18 @@ async def test_pagination(client: httpx.AsyncClient) -> None:
 async def test_org_prefixes(client: httpx.AsyncClient) -> None:
     for prefix in ("/v2/orgs/nvcf-default/nvcf", "/v2/orgs/nvcf-default/teams/ml/nvcf"):
         url = f"{prefix}/registry-credentials"
-        created = await client.post(url, json={**BASE, "username": f"via{len(prefix)}"})
+        created = await client.post(url, json=body(secret=secret("u", "p", f"via{len(prefix)}")))
         assert created.status_code == 200, created.text
-        cid = created.json()["registryCredential"]["id"]
+        cid = created.json()["registryCredential"]["registryCredentialId"]
         assert (await client.get(f"{url}/{cid}")).status_code == 200
-        assert (await client.patch(f"{url}/{cid}", json={"description": "x"})).status_code == 200
-        assert cid in [c["id"] for c in (await client.get(url)).json()["registryCredentials"]]
+        change = update_request(artifact_types=["HELM"])
+        assert (await client.patch(f"{url}/{cid}", json=change)).status_code == 200
+        items = (await client.get(url, params={"artifactType": "HELM"})).json()
+        assert cid in [c["registryCredentialId"] for c in items["registryCredentials"]]
         assert (await client.delete(f"{url}/{cid}")).status_code == 204
+        recognized = await client.get(f"{prefix}/recognized-registries")
+        assert recognized.status_code == 200
+        go_decode(RECOGNIZED_RESPONSE, recognized.json())
     wrong = await client.get("/v2/orgs/someone-else/nvcf/registry-credentials")
     assert wrong.status_code == 403
 
@@ -399,48 +690,73 @@ async def test_idempotent_create(client: httpx.AsyncClient) -> None:
     assert again.json() == first.json()
     assert again.headers["idempotent-replayed"] == "true"
     assert PW not in again.text
-    clash = await client.post(RC, json={**BASE, "username": "x"}, headers=headers)
+    clash = await client.post(RC, json=body(secret=secret("x", "y", "x")), headers=headers)
     assert clash.status_code == 409
-    assert len((await client.get(RC)).json()["registryCredentials"]) == 1
+    assert len(await listed(client)) == 1
 
 
-async def test_credentials_for_host_and_all_credentials(
+async def test_pulls_use_only_credentials_of_their_artifact_type(
     client: httpx.AsyncClient, database_url: str, make_settings: SettingsFactory
 ) -> None:
-    await create(client, registryHostname="reg.example.com", username="a", password="pw-a")
-    await create(client, registryHostname="reg.example.com:5000", username="b", password="pw-b")
-    await create(client, registryHostname="reg.example.com:6000", username="c", password="pw-c")
-    await create(client, registryHostname="other.example.com", username="d", password="pw-d")
-    await create(client, registryHostname="reg.example.com", username="e", password="pw-e")
+    def make(host: str, user: str, types: list[str]) -> dict[str, Any]:
+        return add_request(host, user, f"pw-{user}", types, name=f"login-{user}")
+
+    for request in (
+        make("reg.example.com", "a", ["HELM", "CONTAINER"]),
+        make("reg.example.com:5000", "b", ["HELM"]),
+        make("reg.example.com:6000", "c", ["CONTAINER"]),
+        make("other.example.com", "d", ["HELM", "CONTAINER"]),
+        make("reg.example.com", "e", ["HELM"]),
+        make("reg.example.com", "f", ["CONTAINER"]),
+        make("reg.example.com", "g", ["MODEL", "RESOURCE"]),
+    ):
+        assert (await client.post(RC, json=request)).status_code == 200
     other = bearer(await new_key(client, ["manage_registry_credentials"], account="team-b"))
     resp = await client.post(
-        RC, json={**BASE, "registryHostname": "reg.example.com"}, headers=other
+        RC, json=add_request("reg.example.com", "robot", PW, ["HELM", "CONTAINER"]), headers=other
     )
     assert resp.status_code == 200
 
     box = load_secret_box(make_settings())  # the key the app generated in its data dir
     engine = make_engine(database_url)
+    helm, container = ArtifactType.HELM, ArtifactType.CONTAINER
     try:
         async with make_sessionmaker(engine)() as session:
-            account = "nvcf-default"
-            assert await credentials_for_host(session, account, "reg.example.com", box=box) == [
+
+            async def for_host(host: str, account: str = ACCOUNT) -> list[tuple[str, str]]:
+                return await credentials_for_host(
+                    session, account, host, box=box, artifact_type=helm
+                )
+
+            assert await for_host("reg.example.com") == [("a", "pw-a"), ("e", "pw-e")]
+            assert await for_host("REG.example.com:5000") == [
                 ("a", "pw-a"),
+                ("b", "pw-b"),
                 ("e", "pw-e"),
             ]
-            assert await credentials_for_host(
-                session, account, "REG.example.com:5000", box=box
-            ) == [("a", "pw-a"), ("b", "pw-b"), ("e", "pw-e")]
-            assert await credentials_for_host(session, account, "nowhere.example", box=box) == []
-            assert await credentials_for_host(session, "team-b", "reg.example.com", box=box) == [
-                ("robot", PW)
-            ]
-            assert await all_credentials(session, account, box=box) == [
+            assert await for_host("reg.example.com:6000") == [("a", "pw-a"), ("e", "pw-e")]
+            assert await for_host("nowhere.example") == []
+            assert await for_host("reg.example.com", "team-b") == [("robot", PW)]
+            assert await all_credentials(session, ACCOUNT, box=box, artifact_type=container) == [
                 ("reg.example.com", "a", "pw-a"),
-                ("reg.example.com:5000", "b", "pw-b"),
                 ("reg.example.com:6000", "c", "pw-c"),
                 ("other.example.com", "d", "pw-d"),
-                ("reg.example.com", "e", "pw-e"),
+                ("reg.example.com", "f", "pw-f"),
             ]
+            secrets = dict(await account_pull_secrets(session, ACCOUNT, box))
+            assert sorted(secrets) == sorted(
+                pull_secret_name(host, user)
+                for host, user in [
+                    ("reg.example.com", "a"),
+                    ("reg.example.com:6000", "c"),
+                    ("other.example.com", "d"),
+                    ("reg.example.com", "f"),
+                ]
+            )
+            helm_only = pull_secret_name("reg.example.com:5000", "b")
+            assert helm_only not in secrets
+            config = secrets[pull_secret_name("reg.example.com", "f")]
+            assert config["auths"]["reg.example.com"]["password"] == "pw-f"
     finally:
         await engine.dispose()
 
@@ -450,4 +766,4 @@ async def test_concurrent_duplicates_store_one(client: httpx.AsyncClient) -> Non
     assert sorted(r.status_code for r in responses) == [200] + [409] * 5
     for resp in responses:
         assert PW not in resp.text
-    assert len((await client.get(RC)).json()["registryCredentials"]) == 1
+    assert len(await listed(client)) == 1

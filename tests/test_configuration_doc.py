@@ -3,21 +3,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from service.core.settings import Settings
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_committed_configuration_doc_is_current() -> None:
-    spec = importlib.util.spec_from_file_location(
-        "export_settings_doc", ROOT / "scripts" / "export_settings_doc.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("export_settings_doc")
     committed = (ROOT / "docs" / "configuration.md").read_text()
     assert committed == module.render(), (
         "docs/configuration.md is stale: run `python scripts/export_settings_doc.py`"

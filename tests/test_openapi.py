@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
+
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "openapi" / "openapi.json"
 
 
 def test_committed_openapi_is_current() -> None:
-    spec = importlib.util.spec_from_file_location(
-        "export_openapi", ROOT / "scripts" / "export_openapi.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("export_openapi")
     committed = (ROOT / "openapi" / "openapi.json").read_text()
     assert committed == module.render(), "openapi/openapi.json is stale: run `make openapi`"
 

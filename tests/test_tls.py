@@ -11,6 +11,7 @@ import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -67,6 +68,13 @@ def test_self_signed_https_is_trusted_by_a_client_given_the_certificate(
         assert c.get("/health").json() == {"status": "ok"}
         r = c.get("/v2/nvcf/functions", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
         assert r.status_code == 200 and r.json() == {"functions": []}
+        # ngcsdk's first call, exactly as it sends it
+        r = c.post(
+            "/v3/keys/get-caller-info",
+            content=urlencode({"credentials": ADMIN_KEY}),
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        assert r.status_code == 200 and r.json()["type"] == "SERVICE_KEY"
     # by name too: the certificate covers localhost
     with httpx.Client(verify=_trusting(cert)) as c:
         assert c.get(f"https://localhost:{port}/health").status_code == 200

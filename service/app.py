@@ -48,6 +48,7 @@ from service.deployments.router import router as deployments_router
 from service.functions import read_cache
 from service.functions.router import router as functions_router
 from service.functions.schemas import DOC_MODELS
+from service.ngc.router import router as ngc_router
 from service.registry.router import router as registry_router
 from service.state import AppState
 
@@ -202,6 +203,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in api_routers():
         mount_flat(app, router, API_PREFIX)
     app.include_router(v3_router)
+    app.include_router(ngc_router)
 
     def custom_openapi() -> dict[str, Any]:
         if app.openapi_schema:
@@ -221,7 +223,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "bearer": {"type": "http", "scheme": "bearer", "description": "nvapi- key or JWT"}
         }
         schema["security"] = [{"bearer": []}]
-        app.openapi_schema = truthful(schema, api_prefixes=(API_PREFIX, "/v3/"))
+        app.openapi_schema = truthful(schema, api_prefixes=(API_PREFIX, "/v3/", "/v2/org"))
         return schema
 
     app.openapi = custom_openapi  # type: ignore[method-assign]

@@ -9,6 +9,7 @@ import os
 import re
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -45,6 +46,15 @@ def _configure_logging(settings: Settings) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from service.core.tls import TlsError
+
+    settings = _settings()
+    try:
+        tls = _tls_files(args, settings)  # before the slow imports: a bad option fails fast
+    except TlsError as exc:
+        print(f"nvcf-server: {exc}", file=sys.stderr)
+        return 2
+
     import uvicorn
 
     from service.app import create_app
@@ -57,8 +67,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         soft_fd_limit,
     )
 
-    settings = _settings()
-    _configure_logging(settings)
+    _configure_logging(settings)  # after the imports, as before: they log set-up noise
     try:
         load_catalog(settings.clusters_file)  # fail before binding the port, naming the line
     except CatalogError as exc:
@@ -78,7 +87,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "open-file limit)",
             file=sys.stderr,
         )
-    print(f"nvcf-server: serving on http://{args.host}:{args.port}", flush=True)
+    scheme = "https" if tls else "http"
+    print(f"nvcf-server: serving on {scheme}://{_url_host(args.host)}:{args.port}", flush=True)
     uvicorn.run(
         BodyDeadlineMiddleware(app, timeout=settings.http_body_timeout),
         host=args.host,
@@ -86,8 +96,43 @@ def cmd_serve(args: argparse.Namespace) -> int:
         http=bounded_protocol(limits),
         log_level="warning",
         access_log=False,
+        ssl_certfile=str(tls[0]) if tls else None,
+        ssl_keyfile=str(tls[1]) if tls else None,
     )
     return 0
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def _tls_files(args: argparse.Namespace, settings: Settings) -> tuple[Path, Path] | None:
+    """The certificate and key to serve HTTPS with (None: plain HTTP), checked before the port
+    is bound; a self-signed pair is made (or reused) in the data directory and announced."""
+    from service.core.tls import TlsError, check_pair, ensure_self_signed, hosts_for
+
+    if args.tls_self_signed:
+        if args.tls_cert or args.tls_key:
+            raise TlsError("--tls-self-signed cannot be combined with --tls-cert/--tls-key")
+        made = ensure_self_signed(Path(settings.data_dir), hosts_for(args.host))
+        check_pair(made.cert, made.key)
+        how = "generated" if made.generated else "reusing"
+        print(f"nvcf-server: {how} self-signed TLS certificate {made.cert}", flush=True)
+        print(f"nvcf-server:   SHA-256 fingerprint {made.fingerprint}", flush=True)
+        print(
+            f"nvcf-server:   trust it in clients: REQUESTS_CA_BUNDLE={made.cert} (ngcsdk, "
+            f"requests), SSL_CERT_FILE={made.cert} (nvcf-cli, httpx, OpenSSL), "
+            f"curl --cacert {made.cert}",
+            flush=True,
+        )
+        return made.cert, made.key
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise TlsError("--tls-cert and --tls-key must be given together")
+    if not args.tls_cert:
+        return None
+    cert, key = Path(args.tls_cert), Path(args.tls_key)
+    check_pair(cert, key)
+    return cert, key
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -139,8 +184,6 @@ def cmd_create_key(args: argparse.Namespace) -> int:
 
 
 def cmd_check_catalog(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from service.clusters.catalog import check_catalog
 
     problems = check_catalog(Path(args.file))
@@ -159,6 +202,14 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (parser, serve):
         p.add_argument("--host", default="127.0.0.1")
         p.add_argument("--port", type=int, default=8080)
+        p.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this PEM certificate")
+        p.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
+        p.add_argument(
+            "--tls-self-signed",
+            action="store_true",
+            help="serve HTTPS with a self-signed certificate for localhost, made once in the "
+            "data directory (tls/) and reused",
+        )
     serve.set_defaults(func=cmd_serve)
     sub.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
     key = sub.add_parser("create-key", help="create an API key and print it once")

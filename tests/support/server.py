@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -22,9 +24,18 @@ def free_port() -> int:
 
 
 def start_server(
-    data_dir: Path, database_url: str, port: int, **env: str
+    data_dir: Path,
+    database_url: str,
+    port: int,
+    *,
+    args: Sequence[str] = (),
+    ca: Path | None = None,
+    **env: str,
 ) -> subprocess.Popen[bytes]:
-    """Start the server and wait until `/health` answers; its output goes to server.log."""
+    """Start the server and wait until `/health` answers; its output goes to server.log.
+
+    With `ca` (the certificate to trust, which the server may create as it starts) the server
+    is reached over HTTPS; `args` are added to `serve`."""
     full_env = {
         **os.environ,
         "NVCF_DATA_DIR": str(data_dir),
@@ -36,7 +47,7 @@ def start_server(
     data_dir.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "service.cli", "serve", "--port", str(port), *args],
             env=full_env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -44,8 +55,14 @@ def start_server(
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
+            if ca is None:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    return proc
+            elif ca.exists():
+                verify = ssl.create_default_context(cafile=str(ca))
+                url = f"https://127.0.0.1:{port}/health"
+                if httpx.get(url, timeout=1, verify=verify).status_code == 200:
+                    return proc
         except httpx.TransportError:
             pass
         if proc.poll() is not None:

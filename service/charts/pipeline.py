@@ -446,7 +446,8 @@ class ChartPipeline:
     async def validate_for_create(
         self, session: AsyncSession, principal: Principal, spec: FunctionSpec
     ) -> tuple[str, list[dict[str, Any]]]:
-        """Validate a new helm function's chart with its default values.
+        """Validate a new helm function's chart with its default values and the request's
+        helmValidationPolicy (the caller checked that some catalog cluster permits it).
 
         Returns the manifest digest and the warning and info findings as dicts
         `{rule, severity, object, field, message}`. Any error raises `ValidationFailed` (400)
@@ -462,6 +463,7 @@ class ChartPipeline:
             helm_chart=spec.helm_chart,
             service_name=spec.helm_chart_service_name,
             inference_port=spec.inference_port or DEFAULT_INFERENCE_PORT,
+            policy=spec.helm_validation_policy,
         )
         if result.errors:
             raise chart_validation_failed(spec.helm_chart, result.errors)

@@ -412,3 +412,52 @@ async def test_nvlink_annotation_warnings_say_what_will_happen(
         client, body(chart.file_url, cluster="sim-onprem", configuration=on_template)
     )
     assert [w for w in fine["warnings"] if w["rule"].startswith("nvlink")] == []
+
+
+async def test_function_creation_policy_must_be_permitted_somewhere(
+    client_factory: ClientFactory,
+    anon_registry: RegistryServer,
+    push_corpus: PushCorpus,
+    tmp_path: Path,
+) -> None:
+    chart = push_corpus(anon_registry, "kind-not-allowed")
+    kinds = {
+        "extraKubernetesTypes": [
+            {"group": "networking.k8s.io", "version": "v1", "kind": "Ingress"},
+            {"group": "", "version": "v1", "kind": "Namespace"},
+        ]
+    }
+
+    def create(**changes: Any) -> dict[str, Any]:
+        return {
+            "name": f"kinds-{next(_names)}",
+            "inferenceUrl": "/infer",
+            "inferencePort": 8000,
+            "helmChart": chart.file_url,
+            "helmChartServiceName": "entrypoint",
+            **changes,
+        }
+
+    strict = await server(client_factory, anon_registry)
+    resp = await strict.post("/v2/nvcf/functions", json=create())
+    assert resp.status_code == 400, resp.text
+    assert [e["rule"] for e in resp.json()["errors"]] == ["kind-not-allowed"]
+    resp = await strict.post("/v2/nvcf/functions", json=create(helmValidationPolicy=kinds))
+    assert resp.status_code == 400, resp.text
+    [error] = resp.json()["errors"]
+    assert error["field"] == "helmValidationPolicy"
+    assert "sim-ncp: Default only, no extra types" in error["message"]
+    resp = await strict.post(
+        "/v2/nvcf/functions",
+        json={**create(helmValidationPolicy=kinds), "helmChart": None, "containerImage": "x/y:1"},
+    )
+    assert resp.status_code == 400, resp.text
+    assert "helmValidationPolicy" in [e["field"] for e in resp.json()["errors"]]
+
+    catalog = write_catalog(
+        tmp_path, sim_dgxc={"helmValidation": {"allowedExtraTypes": kinds["extraKubernetesTypes"]}}
+    )
+    permitting = await server(client_factory, anon_registry, catalog)
+    resp = await permitting.post("/v2/nvcf/functions", json=create(helmValidationPolicy=kinds))
+    assert resp.status_code == 200, resp.text
+    assert "helmValidationPolicy" not in resp.json()["function"]

@@ -461,3 +461,25 @@ async def test_function_creation_policy_must_be_permitted_somewhere(
     resp = await permitting.post("/v2/nvcf/functions", json=create(helmValidationPolicy=kinds))
     assert resp.status_code == 200, resp.text
     assert "helmValidationPolicy" not in resp.json()["function"]
+
+
+async def test_candidates_rendering_differently_are_named(
+    client_factory: ClientFactory,
+    anon_registry: RegistryServer,
+    push_corpus: PushCorpus,
+    tmp_path: Path,
+) -> None:
+    catalog = write_catalog(tmp_path, sim_dgxc={"k8sVersion": "1.28.3"})
+    client = await server(client_factory, anon_registry, catalog)
+    chart = push_corpus(
+        anon_registry, BASE, namespace=f"caps/{next(_names)}", files={"templates/caps.yaml": CAPS}
+    )
+    result = await dry_run(client, body(chart.file_url, clusters=["sim-dgxc", "sim-onprem"]))
+    assert result["kubeVersions"] == ["1.28.3", "1.30.0"]
+    [differs] = [w for w in result["warnings"] if w["rule"] == "render-differs"]
+    assert differs["message"] == (
+        "the chart renders different objects for sim-onprem (Kubernetes 1.30.0) than for "
+        "sim-dgxc (Kubernetes 1.28.3); instances install the objects rendered for sim-dgxc"
+    )
+    caps = by_kind(result["objects"])["ConfigMap/caps"]["data"]
+    assert caps["kube"] == "v1.28.3"

@@ -38,6 +38,7 @@ from service.charts.render import (
     RenderOutput,
     check_rendered,
 )
+from service.charts.target import ChartTarget, nvlink_annotation_findings
 from service.charts.url import ChartRef, ChartUrlError, parse_chart_url, redact_url
 from service.clusters.instance_types import InstanceType, parse_instance_type
 from service.core.errors import FieldError, ValidationFailed
@@ -332,29 +333,30 @@ class ChartPipeline:
         """Run the whole pipeline and return every finding (never raises for chart rules).
 
         `configuration` is coalesced over the chart's values by Helm; `digest` pins the
-        manifest recorded at creation (served from the cache when present); `cluster` supplies
-        the kube version and the NVLink attribute; `instance_type` the multi-node checks;
-        `namespace` defaults to the creation placeholder. Registry and URL problems raise
-        (400/502); render errors become `render-*` error findings.
+        manifest recorded at creation (served from the cache when present); `cluster` is the
+        target (`ChartTarget`: the Kubernetes version and API versions Helm renders with and
+        the schema checks, the NVLink attribute), else the configured default version;
+        `instance_type` the multi-node checks; `namespace` defaults to the creation
+        placeholder. Registry and URL problems raise (400/502); render errors become
+        `render-*` error findings.
         """
         ref = parse_ref(helm_chart)
         fetched = await self.fetch(session, account_id, ref, digest=digest)
         it = _instance_type(instance_type)
         ns = namespace or PLACEHOLDER_NAMESPACE
-        kube = (cluster.k8s_version if cluster is not None else None) or self.default_kube_version
+        target = ChartTarget.of(cluster, self.default_kube_version)
         result = ChartValidation(chart_digest=fetched.digest)
-        nvlink = cluster_is_nvlink(cluster)
         check_key = _cache_key(
             fetched.layer_digest or fetched.digest,
             configuration or {},
             ns,
-            kube,
+            target.key,
+            target.cluster,
             service_name,
             inference_port,
             repr(policy or ValidationPolicy()),
             self.enforce_security,
             [it.nodes, it.gpus_per_node] if it is not None else None,
-            nvlink,
         )
         cached = self._checked.get(check_key) if check_key is not None else None
         if cached is not None:
@@ -363,11 +365,16 @@ class ChartPipeline:
 
         async def render(engine: bool) -> RenderOutput:
             return await self.render(
-                fetched, values=configuration, namespace=ns, kube_version=kube, engine=engine
+                fetched,
+                values=configuration,
+                namespace=ns,
+                kube_version=target.kube_version,
+                api_versions=target.api_versions,
+                engine=engine,
             )
 
         def check(output: RenderOutput) -> tuple[PipelineResult, _Checked | None]:
-            fresh = self._check(output, service_name, inference_port, policy, it, nvlink)
+            fresh = self._check(output, service_name, inference_port, policy, it, target)
             # the cache keeps JSON (each hit parses its own copy); this caller takes `fresh`
             return fresh, _Checked.of(fresh) if check_key is not None else None
 
@@ -389,10 +396,11 @@ class ChartPipeline:
         inference_port: int,
         policy: ValidationPolicy | None,
         it: InstanceType | None,
-        nvlink: bool,
+        target: ChartTarget,
     ) -> PipelineResult:
-        """Decode, restrict and modify one render (CPU work: runs in a thread)."""
-        return check_rendered(
+        """Decode, restrict, modify and schema-check one render (CPU work: runs in a
+        thread)."""
+        result = check_rendered(
             output,
             service_name=service_name,
             inference_port=inference_port,
@@ -400,13 +408,47 @@ class ChartPipeline:
             enforce_security=self.enforce_security,
             instance_type_nodes=it.nodes if it is not None else None,
             gpus_per_node=it.gpus_per_node if it is not None else None,
-            nvlink=nvlink,
+            nvlink=target.nvlink,
+            schema_kube_version=target.kube_version,
+            declared_api_versions=target.declared_api_versions,
         )
+        result.add(*nvlink_annotation_findings(result.objects, target))
+        return result
+
+    async def validate_for_clusters(
+        self,
+        session: AsyncSession,
+        account_id: str,
+        *,
+        clusters: Sequence[Cluster],
+        **kw: Any,
+    ) -> ChartValidation:
+        """`validate` for every target among `clusters` (the candidates of a deployment
+        specification or dry-run; none: no target). Clusters with the same capabilities
+        (`ChartTarget.key`) share one render. Findings common to every target appear once;
+        the others name the clusters they hold for. The objects are the first target's;
+        when another target renders different objects, a `render-differs` warning says so.
+        """
+        if not clusters:
+            return await self.validate(session, account_id, cluster=None, **kw)
+        groups: dict[tuple[object, ...], list[Cluster]] = {}
+        for cluster in clusters:
+            key = ChartTarget.of(cluster, self.default_kube_version).key
+            groups.setdefault(key, []).append(cluster)
+        results: list[tuple[list[Cluster], ChartValidation]] = []
+        for members in groups.values():
+            results.append(
+                (members, await self.validate(session, account_id, cluster=members[0], **kw))
+            )
+        if len(results) == 1:
+            return results[0][1]
+        return _merged(results)
 
     async def validate_for_create(
         self, session: AsyncSession, principal: Principal, spec: FunctionSpec
     ) -> tuple[str, list[dict[str, Any]]]:
-        """Validate a new helm function's chart with its default values.
+        """Validate a new helm function's chart with its default values and the request's
+        helmValidationPolicy (the caller checked that some catalog cluster permits it).
 
         Returns the manifest digest and the warning and info findings as dicts
         `{rule, severity, object, field, message}`. Any error raises `ValidationFailed` (400)
@@ -422,6 +464,7 @@ class ChartPipeline:
             helm_chart=spec.helm_chart,
             service_name=spec.helm_chart_service_name,
             inference_port=spec.inference_port or DEFAULT_INFERENCE_PORT,
+            policy=spec.helm_validation_policy,
         )
         if result.errors:
             raise chart_validation_failed(spec.helm_chart, result.errors)
@@ -463,6 +506,50 @@ class ChartPipeline:
             region=cluster.region,
             nvlink=cluster_is_nvlink(cluster),
         )
+
+
+def _names(clusters: Sequence[Cluster]) -> str:
+    return ", ".join(
+        f"{c.name} (Kubernetes {c.k8s_version})" if c.k8s_version else c.name for c in clusters
+    )
+
+
+def _merged(results: Sequence[tuple[list[Cluster], ChartValidation]]) -> ChartValidation:
+    """One validation of several targets (see `ChartPipeline.validate_for_clusters`)."""
+    first_members, first = results[0]
+    merged = ChartValidation(chart_digest=first.chart_digest)
+    merged.objects = first.objects
+    merged.workload_config = first.workload_config
+    merged.hooks_skipped = first.hooks_skipped
+    merged.crds_skipped = first.crds_skipped
+    holds: dict[Finding, list[Cluster]] = {}
+    for members, result in results:
+        for finding in result.findings:
+            holds.setdefault(finding, []).extend(
+                m for m in members if m not in holds.get(finding, [])
+            )
+    everywhere = sum(len(members) for members, _ in results)
+    for finding, where in holds.items():
+        if len(where) == everywhere:
+            merged.add(finding)
+        else:
+            merged.add(
+                dataclasses.replace(finding, message=f"{finding.message} (on {_names(where)})")
+            )
+    for members, result in results[1:]:
+        if result.valid and first.valid and result.objects != first.objects:
+            merged.add(
+                Finding(
+                    "render-differs",
+                    "warning",
+                    None,
+                    None,
+                    f"the chart renders different objects for {_names(members)} than for "
+                    f"{_names(first_members)}; instances install the objects rendered for "
+                    f"{first_members[0].name}",
+                )
+            )
+    return merged
 
 
 def cluster_is_nvlink(cluster: Cluster | None) -> bool:

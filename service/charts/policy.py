@@ -22,7 +22,9 @@ one finding per field per container):
 - `security-sysctls`: a sysctl outside the safe set
 - `security-read-only-root-filesystem`: a container's `readOnlyRootFilesystem` not true
 
-`Unrestricted` skips the security and resource rules; the others always apply.
+`Unrestricted` (which only a cluster permitting it accepts) is NVCF's: it skips the kind,
+Service type, volume, security and resource rules; the size, name and inference-Service rules
+always apply.
 """
 
 from __future__ import annotations
@@ -212,11 +214,13 @@ def restrict(
         for o in kept
         if object_name(o) is None
     )
-    findings.extend(_kinds(kept, policy))
+    if not policy.unrestricted:  # Unrestricted: no kind, Service type or volume rules
+        findings.extend(_kinds(kept, policy))
+        for obj in kept:
+            findings.extend(_service_type(obj))
+            findings.extend(_volumes(obj))
     for obj in kept:
-        findings.extend(_service_type(obj))
-        findings.extend(_volumes(obj))
-        findings.extend(_images(obj))
+        findings.extend(_images(obj))  # under every policy: a container needs an image
     findings.extend(_inference_service(kept, service_name, inference_port, policy.operator_managed))
     if instance_type_nodes is not None and instance_type_nodes > 1:
         findings.extend(_multi_node(kept, instance_type_nodes, gpus_per_node, nvlink))

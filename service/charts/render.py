@@ -19,6 +19,7 @@ import json
 import os
 import struct
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from service.charts.helm_engine import (
     HelmPath,
     split_decode,
 )
+from service.charts.kube_schema import validate_objects
 from service.charts.modify import apply_modifications
 from service.charts.policy import ValidationPolicy, restrict
 from service.charts.workload import extract_workload_config
@@ -351,8 +353,12 @@ def check_rendered(
     instance_type_nodes: int | None = None,
     gpus_per_node: int | None = None,
     nvlink: bool = False,
+    schema_kube_version: str | None = None,
+    declared_api_versions: Sequence[str] = (),
 ) -> PipelineResult:
-    """Decode, extract the workload config, restrict and modify a render (pure)."""
+    """Decode, extract the workload config, restrict and modify a render (pure); with
+    `schema_kube_version`, validate the resulting objects against that Kubernetes version's
+    schema (`kube_schema.validate_objects`, the cluster's `declared_api_versions` served)."""
     result = PipelineResult()
     decoded = output.decoded or Decoded.of(output.manifest, helm_order=not output.sorted_by_kind)
     # an install-action render brings its hook templates; an engine render's decoding finds
@@ -389,4 +395,12 @@ def check_rendered(
     result.add(*policy_findings)
     result.objects, modifications = apply_modifications(objects)
     result.add(*modifications)
+    if schema_kube_version is not None:
+        result.add(
+            *validate_objects(
+                result.objects,
+                schema_kube_version,
+                declared_api_versions=declared_api_versions,
+            )
+        )
     return result

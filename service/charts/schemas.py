@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, SkipValidation
 
 from service.charts.policy import KubernetesType, ValidationPolicy
 from service.charts.url import ChartUrlError, parse_chart_url
-from service.clusters.instance_types import InstanceTypeError, parse_instance_type
 from service.core.http import json_kind
 from service.core.schemas import CamelModel
 from service.core.validation import (
@@ -132,23 +131,20 @@ def _values(value: Any) -> str | None:
     return None if isinstance(value, dict) else "must be a JSON object of Helm values"
 
 
-def _instance_type(value: Any) -> str | None:
-    if not isinstance(value, str):
-        return "must be a string"
-    try:
-        parse_instance_type(value)
-    except InstanceTypeError as exc:
-        return str(exc)
-    return None
-
-
 def _cluster_name(value: Any) -> str | None:
     return None if isinstance(value, str) and value else "must be a cluster name"
 
 
+#: Checked against the cluster catalog as a deployment specification's (api.md §3.1).
+_CATALOG = "target, checked against the cluster catalog as in a deployment specification"
+
+
 class HelmValidateRequest(RequestModel):
-    """`POST /helm/validate` body. The catalog rules (the cluster exists and offers the
-    instance type) run after the fields' and add to the same list of violations."""
+    """`POST /helm/validate` body. The target fields are a deployment specification's
+    (`gpu`, `instanceType`, `backend`, `clusters`, `regions`, `attributes`,
+    `availabilityZones`) and are resolved against the catalog the same way after the fields'
+    rules, adding to the same list of violations; `cluster` is the older one-cluster form of
+    `clusters`."""
 
     null_when_missing: ClassVar[tuple[str, ...]] = (
         "helmChart",
@@ -171,12 +167,26 @@ class HelmValidateRequest(RequestModel):
     configuration: Annotated[dict[str, Any], Check(_values, before=True)] | None = Field(
         default=None, description="Helm values coalesced over the chart's values.yaml"
     )
-    helm_validation_policy: HelmValidationPolicyIn | None = None
-    instance_type: Annotated[str, Check(_instance_type, before=True)] | None = Field(
-        default=None, examples=["DGXC.GPU.L40S_1x"]
+    helm_validation_policy: HelmValidationPolicyIn | None = Field(
+        default=None, description="must be permitted by a target cluster (catalog)"
     )
+    gpu: SkipValidation[str | None] = Field(
+        default=None, examples=["L40S"], description=f"{_CATALOG}; taken from instanceType"
+    )
+    instance_type: SkipValidation[str | None] = Field(
+        default=None, examples=["DGXC.GPU.L40S_1x"], description=_CATALOG
+    )
+    backend: SkipValidation[str | None] = Field(
+        default=None, examples=["nvcf-default"], description=_CATALOG
+    )
+    clusters: SkipValidation[list[str] | None] = Field(default=None, description=_CATALOG)
+    regions: SkipValidation[list[str] | None] = Field(default=None, description=_CATALOG)
+    attributes: SkipValidation[list[str] | None] = Field(
+        default=None, examples=[["NVLinkOptimized"]], description=_CATALOG
+    )
+    availability_zones: SkipValidation[list[str] | None] = Field(default=None, description=_CATALOG)
     cluster: Annotated[str, Check(_cluster_name, {"minLength": 1}, before=True)] | None = Field(
-        default=None, description="catalog cluster: kube version, NVLink, install preview"
+        default=None, description="one catalog cluster (the older form of `clusters`)"
     )
 
 
@@ -186,6 +196,11 @@ class ChartFindingOut(CamelModel):
     object: str | None = None
     field: str | None = None
     message: str
+
+
+class CheckNotApplied(CamelModel):
+    check: str
+    reason: str
 
 
 class HelmValidateResponse(CamelModel):
@@ -198,3 +213,9 @@ class HelmValidateResponse(CamelModel):
     objects: list[dict[str, Any]]
     hooks_skipped: list[str] = Field(default_factory=list)
     crds_skipped: list[str] = Field(default_factory=list)
+    #: the catalog clusters the chart was checked for (absent without a target)
+    target_clusters: list[str] | None = None
+    #: the Kubernetes version it was rendered and schema-checked for (each target's)
+    kube_versions: list[str] = Field(default_factory=list)
+    #: the checks a deploy would apply that this dry-run could not, and why
+    checks_not_applied: list[CheckNotApplied] = Field(default_factory=list)

@@ -51,6 +51,7 @@ from service.deployments.validation import (
     StoredSpec,
     ValidatedSpec,
     stored_capacity_errors,
+    stored_policy_errors,
     validate_create,
     validate_patch,
     validate_update,
@@ -118,16 +119,16 @@ async def _helm_objects(
     out: list[service.SpecObjects] = []
     flags: dict[str, bool] = {}
     for spec in specs:
-        result = await pipeline.validate(
+        result = await pipeline.validate_for_clusters(
             session,
             principal.account_id,
+            clusters=spec.target.clusters,
             helm_chart=version.helm_chart,
             service_name=version.helm_chart_service_name or "",
             inference_port=version.inference_port or DEFAULT_INFERENCE_PORT,
             configuration=spec.configuration,
             policy=spec.policy,
             instance_type=spec.target.instance_type,
-            cluster=spec.target.clusters[0],
             digest=version.helm_chart_digest,
         )
         for finding in result.errors:
@@ -241,6 +242,7 @@ async def _check_scaling(
     for i, change in enumerate(changes):
         path = f"{body_list}[{i}]" if body_list else ""
         errors += stored_capacity_errors(catalog, by_id[change.spec_id], change, path)
+        errors += stored_policy_errors(catalog, by_id[change.spec_id], change, path)
     if errors:
         raise ValidationFailed.of(errors)
     replaced = [by_id[c.spec_id] for c in changes]

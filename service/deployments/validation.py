@@ -14,6 +14,7 @@ and name any other field that would change.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,11 @@ from pydantic import ValidationError
 
 from service.charts.policy import ValidationPolicy
 from service.charts.schemas import HelmValidationPolicyIn
+from service.charts.target import (
+    not_permitted_message,
+    permitted_clusters,
+    stored_policy,
+)
 from service.clusters.catalog import Catalog, Cluster, ResolvedTarget, TargetRequest, resolve
 from service.clusters.instance_types import InstanceType, InstanceTypeError, parse_instance_type
 from service.core.errors import FieldError, ValidationFailed
@@ -147,6 +153,31 @@ def stored_capacity_errors(
     )
 
 
+def stored_policy_errors(
+    catalog: Catalog, spec: StoredSpec, change: ScalingChange, path: str = ""
+) -> list[FieldError]:
+    """Raising the instances of a specification whose helmValidationPolicy no candidate
+    cluster permits any more (the catalog changed since the deploy) is refused, naming the
+    clusters: no new instance could be placed. Lowering them is always allowed."""
+    grows = any(
+        new is not None and new > old
+        for new, old in (
+            (change.min_instances, spec.min_instances),
+            (change.max_instances, spec.max_instances),
+        )
+    )
+    clusters = [c for n in spec.candidate_clusters if (c := catalog.cluster(n)) is not None]
+    policy = stored_policy(spec.fixed.get("helmValidationPolicy"))
+    if not grows or not clusters or permitted_clusters(catalog, clusters, policy):
+        return []
+    prefix = f"{path}." if path else ""
+    return [
+        FieldError(
+            f"{prefix}helmValidationPolicy", not_permitted_message(catalog, clusters, policy)
+        )
+    ]
+
+
 def _scaling_ok(path: str, bad: set[str]) -> bool:
     return not any(f"{path}.{key}" in bad for key in SCALING_FIELDS)
 
@@ -188,6 +219,9 @@ def validate_create(body: Any, *, catalog: Catalog, is_helm: bool) -> list[Valid
         if isinstance(resolved, list):
             errors.extend(resolved)
         else:
+            if is_helm:
+                resolved, refused = permitted_target(catalog, resolved, spec, path)
+                errors.extend(refused)
             targets.append(resolved)
             if _scaling_ok(path, bad):
                 errors += capacity_errors(
@@ -206,6 +240,32 @@ def validate_create(body: Any, *, catalog: Catalog, is_helm: bool) -> list[Valid
             zip(model.deployment_specifications, targets, strict=True)
         )
     ]
+
+
+def _policy_in(spec: Mapping[str, Any]) -> ValidationPolicy:
+    """The specification's helmValidationPolicy, Default when absent or malformed (a
+    malformed one is reported by the field rules)."""
+    raw = spec.get("helmValidationPolicy")
+    if raw is None:
+        return ValidationPolicy()
+    try:
+        return HelmValidationPolicyIn.model_validate(raw).policy()
+    except ValidationError:
+        return ValidationPolicy()
+
+
+def permitted_target(
+    catalog: Catalog, target: ResolvedTarget, spec: Mapping[str, Any], path: str
+) -> tuple[ResolvedTarget, list[FieldError]]:
+    """The target narrowed to the clusters that permit the specification's
+    helmValidationPolicy (placement uses only those), or an error naming every candidate
+    and what it permits when none does."""
+    policy = _policy_in(spec)
+    allowed = permitted_clusters(catalog, target.clusters, policy)
+    if not allowed:
+        message = not_permitted_message(catalog, target.clusters, policy)
+        return target, [FieldError(f"{path}.helmValidationPolicy", message)]
+    return dataclasses.replace(target, clusters=tuple(allowed)), []
 
 
 def _validated(index: int, spec: GpuSpecificationIn, target: ResolvedTarget) -> ValidatedSpec:

@@ -12,7 +12,10 @@ from pydantic import BaseModel
 from service.auth import scopes
 from service.auth.deps import Session, idempotency, require
 from service.auth.service import Principal, lock_account
+from service.charts.target import not_permitted_message, permitted_clusters
+from service.clusters.catalog import Catalog
 from service.core.crypto import SecretBox
+from service.core.errors import FieldError, ValidationFailed
 from service.core.http import json_body_doc, parse_uuid, parse_uuids, read_json
 from service.core.idempotency import Recorder
 from service.core.pagination import MAX_LIMIT, make_page
@@ -21,7 +24,11 @@ from service.functions import service
 from service.functions.models import FunctionVersion
 from service.functions.read_cache import cached_list_read, cached_version_read
 from service.functions.schemas import FunctionEnvelope, FunctionIds, FunctionList, FunctionOut
-from service.functions.validation import validate_create, validate_metadata_update
+from service.functions.validation import (
+    FunctionSpec,
+    validate_create,
+    validate_metadata_update,
+)
 from service.state import app_state
 
 router = APIRouter(tags=["functions"])
@@ -68,6 +75,15 @@ def _json(model: BaseModel | dict[str, Any]) -> Response:
     return Response(json.dumps(model, separators=(",", ":")), media_type=JSON)
 
 
+def _check_policy_permitted(catalog: Catalog, spec: FunctionSpec) -> None:
+    """A creation has no target cluster yet: its helmValidationPolicy must be permitted by
+    some cluster of the catalog (the operator's decision), else a 400 naming them."""
+    policy = spec.helm_validation_policy
+    if not permitted_clusters(catalog, catalog.clusters, policy):
+        message = not_permitted_message(catalog, catalog.clusters, policy)
+        raise ValidationFailed.of([FieldError("helmValidationPolicy", message)])
+
+
 async def _create(
     request: Request, session: Session, principal: Principal, idem: Recorder, fid: str | None
 ) -> Response:
@@ -77,6 +93,7 @@ async def _create(
     chart_digest: str | None = None
     findings: list[dict[str, Any]] | None = None
     if spec.helm_chart is not None:
+        _check_policy_permitted(app_state(request).catalog, spec)
         pipeline = app_state(request).chart_pipeline
         chart_digest, findings = await pipeline.validate_for_create(session, principal, spec)
     quotas = app_state(request).quotas

@@ -10,6 +10,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
+from service.charts.schemas import HelmValidationPolicyIn
 from service.core.durations import DurationError, parse_duration
 from service.core.schemas import CamelModel, Timestamp
 from service.core.validation import (
@@ -340,6 +341,12 @@ class FunctionCreate(RequestModel):
         ]
         | None
     ) = Field(default=None, description="required with helmChart, only allowed with it")
+    helm_validation_policy: HelmValidationPolicyIn | None = Field(
+        default=None,
+        description="helm functions only: the policy the chart is checked with at creation "
+        "(not stored; each deployment specification names its own); some catalog cluster "
+        "must permit it",
+    )
     container_args: str | None = Field(default=None, max_length=4096)
     container_environment: (
         Annotated[

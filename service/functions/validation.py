@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.charts.policy import ValidationPolicy
 from service.charts.url import ChartUrlError, parse_chart_url
 from service.core.errors import FieldError, ValidationFailed
 from service.core.http import require_json_object
@@ -40,6 +41,8 @@ class FunctionSpec:
     tags: list[str]
     secrets: list[tuple[str, str]] = field(default_factory=list)
     rate_limit: dict[str, Any] | None = None
+    #: the policy the chart is checked with at creation (helm functions; not stored)
+    helm_validation_policy: ValidationPolicy = field(default_factory=ValidationPolicy)
 
 
 @dataclass
@@ -86,6 +89,8 @@ def _cross_field(body: dict[str, Any], bad: set[str]) -> list[FieldError]:
                 errors.extend(FieldError("helmChart", message) for message in exc.messages)
     elif "helmChartServiceName" in given:
         errors.append(FieldError("helmChartServiceName", "is only allowed together with helmChart"))
+    if "helmChart" not in given and "helmValidationPolicy" in given:
+        errors.append(FieldError("helmValidationPolicy", "is only allowed together with helmChart"))
     errors += _unique(body, "containerEnvironment", "key", bad, "keys must be unique")
     errors += _unique(body, "secrets", "name", bad, "names must be unique")
     return errors
@@ -134,6 +139,11 @@ def validate_create(raw: Any) -> FunctionSpec:
         tags=_dedupe(model.tags),
         secrets=[(s.name, secret_text(s.value)) for s in model.secrets or ()],
         rate_limit=dump.get("rateLimit"),
+        helm_validation_policy=(
+            model.helm_validation_policy.policy()
+            if model.helm_validation_policy is not None
+            else ValidationPolicy()
+        ),
     )
 
 

@@ -13,6 +13,7 @@ from service.charts.pipeline import PLACEHOLDER_INSTANCE_ID
 from service.charts.render import PLACEHOLDER_NAMESPACE
 from tests.support.api import bearer, new_key
 from tests.support.app import AppClient, ClientFactory
+from tests.support.catalogs import PERMISSIVE, write_catalog
 from tests.support.charts import HOOK, PushCorpus, flat_chart, push_archive
 from tests.support.registry import RegistryServer
 
@@ -43,9 +44,16 @@ def by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture
-async def client(client_factory: ClientFactory, anon_registry: RegistryServer) -> AppClient:
+async def client(
+    client_factory: ClientFactory, anon_registry: RegistryServer, tmp_path: Path
+) -> AppClient:
+    """A server whose catalog permits every policy (the permission rules have own tests)."""
     host = anon_registry.host
-    return await client_factory(registry_allowlist=host, insecure_registries=host)
+    return await client_factory(
+        registry_allowlist=host,
+        insecure_registries=host,
+        clusters_file=write_catalog(tmp_path, PERMISSIVE),
+    )
 
 
 async def dry_run(client: AppClient, payload: dict[str, Any]) -> dict[str, Any]:
@@ -360,7 +368,12 @@ async def test_bad_requests_list_every_violation_without_network(client: AppClie
         ),
     )
     assert resp.status_code == 400, resp.text
-    assert "does not offer NCP.GPU.H100_1x" in resp.json()["errors"][0]["message"]
+    # resolved as a deployment specification's target (the older `cluster` keeps its name)
+    [error] = resp.json()["errors"]
+    assert error["field"] == "cluster"
+    assert error["message"] == (
+        "none of the clusters sim-dgxc offers NCP.GPU.H100_1x; it is offered by: sim-ncp"
+    )
 
 
 async def test_registry_failures_have_the_creation_codes(

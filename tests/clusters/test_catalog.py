@@ -369,7 +369,7 @@ def test_attributes_are_normalised_at_load_time(tmp_path: Path) -> None:
             [
                 ":10: clusterGroups[0].clusters[0]: unknown field 'nodez' (did you mean 'nodes'? "
                 "allowed: name, adapter, provider, region, k8sVersion, attributes, "
-                "availabilityZones, nodes, simulation, kubernetes)"
+                "availabilityZones, nodes, simulation, kubernetes, apiVersions, helmValidation)"
             ],
         ),
     ],

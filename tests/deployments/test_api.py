@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ from service.deployments.models import Deployment, DeploymentSpec, Instance
 from service.functions.models import FunctionVersion
 from tests.support.api import bearer, create_fn, new_key
 from tests.support.app import AppClient, ClientFactory
+from tests.support.catalogs import PERMISSIVE, write_catalog
 from tests.support.charts import PushCorpus
 from tests.support.registry import RegistryServer
 
@@ -685,12 +687,16 @@ async def test_wakes_the_reconciler_after_commit(client_factory: ClientFactory) 
 
 
 async def helm_setup(
-    client_factory: ClientFactory, registry: RegistryServer, push: PushCorpus
+    client_factory: ClientFactory,
+    registry: RegistryServer,
+    push: PushCorpus,
+    catalog: Path | None = None,
 ) -> tuple[AppClient, dict[str, Any]]:
     client = await client_factory(
         reconcile_interval=3600,
         registry_allowlist=registry.host,
         insecure_registries=registry.host,
+        clusters_file=catalog,
     )
     reconciler = getattr(client.app.state, "reconciler", None)
     if reconciler is not None:
@@ -716,9 +722,14 @@ def objects_by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.registry
 async def test_helm_configuration_changes_the_stored_objects(
-    client_factory: ClientFactory, anon_registry: RegistryServer, push_corpus: PushCorpus
+    client_factory: ClientFactory,
+    anon_registry: RegistryServer,
+    push_corpus: PushCorpus,
+    tmp_path: Path,
 ) -> None:
-    client, fn = await helm_setup(client_factory, anon_registry, push_corpus)
+    # the catalog permits every policy: the operator's rules have their own tests
+    catalog = write_catalog(tmp_path, PERMISSIVE)
+    client, fn = await helm_setup(client_factory, anon_registry, push_corpus, catalog)
     configured = {
         "gpu": "L40S",
         "minInstances": 1,
@@ -755,9 +766,14 @@ async def test_helm_configuration_changes_the_stored_objects(
 
 @pytest.mark.registry
 async def test_helm_overrides_breaking_rules_are_refused_with_rule_ids(
-    client_factory: ClientFactory, anon_registry: RegistryServer, push_corpus: PushCorpus
+    client_factory: ClientFactory,
+    anon_registry: RegistryServer,
+    push_corpus: PushCorpus,
+    tmp_path: Path,
 ) -> None:
-    client, fn = await helm_setup(client_factory, anon_registry, push_corpus)
+    # the catalog permits every policy: the operator's rules have their own tests
+    catalog = write_catalog(tmp_path, PERMISSIVE)
+    client, fn = await helm_setup(client_factory, anon_registry, push_corpus, catalog)
     ingress = {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "Ingress",

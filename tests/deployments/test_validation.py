@@ -17,6 +17,7 @@ from service.deployments.validation import (
     validate_update,
 )
 from service.deployments.workload import duration_seconds, instance_resources
+from tests.support.catalogs import permissive_catalog
 
 CATALOG: Catalog = load_catalog(None)
 OK = {"gpu": "L40S", "minInstances": 1, "maxInstances": 2}
@@ -104,7 +105,7 @@ def test_helm_only_fields() -> None:
                 },
             }
         ),
-        catalog=CATALOG,
+        catalog=permissive_catalog(),
         is_helm=True,
     )
     assert spec.configuration == {"a": {"b": 1}}

@@ -159,6 +159,7 @@ class Harness:
         status: str = "DEPLOYING",
         candidates: tuple[str, ...] = ("sim-a",),
         service_name: str | None = None,
+        policy: dict[str, Any] | None = None,
     ) -> Deployment:
         fid, vid = uuid.uuid4(), uuid.uuid4()
         async with self.maker() as session, session.begin():
@@ -204,6 +205,7 @@ class Harness:
                     candidate_clusters=list(candidates),
                     min_instances=min_instances,
                     max_instances=max(1, min_instances),
+                    helm_validation_policy=policy,
                     objects=objects,
                 )
             )

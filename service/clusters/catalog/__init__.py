@@ -8,7 +8,7 @@ Modules: `schema` (the pydantic models), `problems` (field and cross-field probl
 """
 
 from service.clusters.catalog.loader import BUILTIN_SOURCE, check_catalog, load_catalog
-from service.clusters.catalog.lookups import Catalog, Offering
+from service.clusters.catalog.lookups import Catalog, Offering, PolicyPermission
 from service.clusters.catalog.problems import CatalogError
 from service.clusters.catalog.resolution import (
     ResolvedTarget,
@@ -20,6 +20,8 @@ from service.clusters.catalog.schema import (
     CatalogFile,
     Cluster,
     ClusterGroup,
+    ExtraType,
+    HelmValidation,
     KubernetesSettings,
     NodeShape,
     SimulationSettings,
@@ -32,9 +34,12 @@ __all__ = [
     "CatalogFile",
     "Cluster",
     "ClusterGroup",
+    "ExtraType",
+    "HelmValidation",
     "KubernetesSettings",
     "NodeShape",
     "Offering",
+    "PolicyPermission",
     "ResolvedTarget",
     "SimulationSettings",
     "TargetRequest",

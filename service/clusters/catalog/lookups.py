@@ -3,6 +3,7 @@ instance types each group offers per GPU (runtime.md §2)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +13,7 @@ from service.clusters.catalog.problems import (
     format_path,
     problems_of,
 )
-from service.clusters.catalog.schema import CatalogFile, Cluster, ClusterGroup
+from service.clusters.catalog.schema import CatalogFile, Cluster, ClusterGroup, HelmValidation
 from service.clusters.instance_types import InstanceType, normalize_gpu
 
 
@@ -24,6 +25,62 @@ class Offering:
     instance_type: InstanceType
     clusters: tuple[Cluster, ...]
     default: bool
+
+
+TypeKey = tuple[str, str, str]
+
+
+def type_label(key: TypeKey) -> str:
+    group, version, kind = key
+    return f"{group}/{version}.{kind}" if group else f"{version}.{kind}"
+
+
+@dataclass(frozen=True)
+class PolicyPermission:
+    """The `helmValidationPolicy` requests one cluster accepts (its own `helmValidation`
+    over its group's, field by field, over the defaults: `Default` only, no extra types).
+
+    `Unrestricted` lifts every kind restriction, so a cluster permitting it also permits
+    `Default` with any extra types.
+    """
+
+    policies: tuple[str, ...] = ("Default",)
+    extra_types: frozenset[TypeKey] = frozenset()
+
+    def permits(self, name: str, extra_types: Iterable[TypeKey] = ()) -> bool:
+        if "Unrestricted" in self.policies:
+            return True
+        return name in self.policies and set(extra_types) <= self.extra_types
+
+    def refused(self, name: str, extra_types: Iterable[TypeKey] = ()) -> list[str]:
+        """What of the request this cluster does not permit, in words (empty: all of it)."""
+        if self.permits(name, extra_types):
+            return []
+        if name not in self.policies:
+            return [f"policy {name}"]
+        return [type_label(t) for t in extra_types if t not in self.extra_types]
+
+    def describe(self) -> str:
+        """`Default only, no extra types`, `Default and Unrestricted`, ..."""
+        if "Unrestricted" in self.policies:
+            return " and ".join(self.policies)
+        extra = ", ".join(sorted(type_label(t) for t in self.extra_types))
+        return f"{' and '.join(self.policies)} only, " + (
+            f"extra types {extra}" if extra else "no extra types"
+        )
+
+
+def _permission(group: HelmValidation | None, cluster: HelmValidation | None) -> PolicyPermission:
+    policies: list[str] = ["Default"]
+    extra: list[TypeKey] = []
+    for layer in (group, cluster):
+        if layer is None:
+            continue
+        if "allowed_policies" in layer.model_fields_set:
+            policies = list(layer.allowed_policies)
+        if "allowed_extra_types" in layer.model_fields_set:
+            extra = [t.key for t in layer.allowed_extra_types]
+    return PolicyPermission(tuple(dict.fromkeys(policies)), frozenset(extra))
 
 
 class Catalog:
@@ -42,6 +99,11 @@ class Catalog:
         self._groups = {g.name.lower(): g for g in self.groups}
         self._clusters = {c.name.lower(): (g, c) for g in self.groups for c in g.clusters}
         self._offerings = {g.name.lower(): _offerings_of(g) for g in self.groups}
+        self._permissions = {
+            c.name.lower(): _permission(g.helm_validation, c.helm_validation)
+            for g in self.groups
+            for c in g.clusters
+        }
 
     @classmethod
     def from_data(cls, data: Any, source: str = "<data>") -> Catalog:
@@ -61,6 +123,19 @@ class Catalog:
     def group_of(self, cluster: Cluster | str) -> ClusterGroup:
         name = cluster if isinstance(cluster, str) else cluster.name
         return self._clusters[name.lower()][0]
+
+    def permission(self, cluster: Cluster | str) -> PolicyPermission:
+        """The helmValidationPolicy requests the cluster accepts (defaults for an unknown
+        one: `Default` only)."""
+        name = cluster if isinstance(cluster, str) else cluster.name
+        return self._permissions.get(name.lower(), PolicyPermission())
+
+    def permitting(
+        self, clusters: Iterable[Cluster], name: str, extra_types: Iterable[TypeKey] = ()
+    ) -> list[Cluster]:
+        """The clusters among `clusters` that permit the policy `name` with `extra_types`."""
+        extra = list(extra_types)
+        return [c for c in clusters if self.permission(c).permits(name, extra)]
 
     @property
     def clusters(self) -> tuple[Cluster, ...]:

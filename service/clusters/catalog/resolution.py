@@ -116,12 +116,13 @@ def resolve(
 ) -> ResolvedTarget | list[FieldError]:
     """Check one deployment specification against the catalog (no I/O).
 
-    Returns the target, or every problem found as FieldErrors under `path`.
+    Returns the target, or every problem found as FieldErrors under `path` ("": the fields
+    are at the top of the body).
     """
     errors: list[FieldError] = []
 
     def fail(field: str, message: str) -> None:
-        errors.append(FieldError(f"{path}.{field}", message))
+        errors.append(FieldError(_at(path, field), message))
 
     gpu_raw = request.gpu
     gpu: str | None = None
@@ -188,7 +189,7 @@ def resolve(
         named = {catalog.group_of(n).name for n in wanted_clusters if catalog.cluster(n)}
         candidates = [g for g in catalog.groups if g.name in named]
 
-    if gpu is None or any(not e.field.startswith(f"{path}.instanceType") for e in errors):
+    if gpu is None or any(not e.field.startswith(_at(path, "instanceType")) for e in errors):
         return errors
 
     offering_gpu = [g for g in candidates if catalog.offerings(g.name, gpu)]
@@ -241,6 +242,11 @@ def resolve(
     return [first_failure]
 
 
+def _at(path: str, field: str) -> str:
+    """A field under `path` ("" for a body's top level, as the dry-run has them)."""
+    return f"{path}.{field}" if path else field
+
+
 def _groups_phrase(groups: list[ClusterGroup], backend: str | None, catalog: Catalog) -> str:
     if backend is None and len(groups) == len(catalog.groups):
         return "any cluster group"
@@ -270,7 +276,7 @@ def _narrow(
         keep = [c for c in clusters if c.name.lower() in {w.lower() for w in wanted}]
         if not keep:
             return FieldError(
-                f"{path}.clusters",
+                _at(path, "clusters"),
                 f"none of the clusters {', '.join(wanted)} offers {name}; it is offered by: "
                 + ", ".join(c.name for c in clusters),
             )
@@ -279,7 +285,7 @@ def _narrow(
         keep = [c for c in clusters if c.region.lower() in {r.lower() for r in regions}]
         if not keep:
             return FieldError(
-                f"{path}.regions",
+                _at(path, "regions"),
                 f"no cluster offering {where} is in region {' or '.join(regions)}; "
                 f"candidate clusters: {listing(lambda c: c.region)}",
             )
@@ -289,7 +295,7 @@ def _narrow(
         keep = [c for c in clusters if wanted_zones & {z.lower() for z in c.availability_zones}]
         if not keep:
             return FieldError(
-                f"{path}.availabilityZones",
+                _at(path, "availabilityZones"),
                 f"no cluster offering {where} is in availability zone {' or '.join(zones)}; "
                 "candidate clusters: "
                 + listing(lambda c: ", ".join(c.availability_zones) or "no zones declared"),
@@ -300,7 +306,7 @@ def _narrow(
         keep = [c for c in clusters if required <= {a.lower() for a in c.attributes}]
         if not keep:
             return FieldError(
-                f"{path}.attributes",
+                _at(path, "attributes"),
                 f"no cluster offering {where} has all the attributes {', '.join(attributes)}; "
                 "candidate clusters: "
                 + listing(lambda c: ", ".join(c.attributes) or "no attributes"),

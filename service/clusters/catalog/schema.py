@@ -118,12 +118,68 @@ class KubernetesSettings(_Model):
     in_cluster: bool = Field(default=False, alias="inCluster")
 
 
+_KUBE_VERSION = re.compile(r"v?\d+\.\d+(\.\d+)?([-+][0-9A-Za-z.+-]*)?")
+_API_VERSION = re.compile(
+    r"(([a-z0-9]([-a-z0-9]*[a-z0-9])?)(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?v[0-9]+[a-z0-9]*(/[A-Za-z][A-Za-z0-9]*)?"
+)
+
+
+def _check_kube_version(value: str) -> str:
+    if not _KUBE_VERSION.fullmatch(value):
+        raise PydanticCustomError(
+            "k8s_version",
+            '{value} is not a Kubernetes version such as "1.30.0"',
+            {"value": repr(value)},
+        )
+    return value
+
+
+def _check_api_version(value: str) -> str:
+    if not _API_VERSION.fullmatch(value):
+        raise PydanticCustomError(
+            "api_version",
+            "{value} is not an API version as `kubectl api-versions` lists them "
+            "(v1, apps/v1, monitoring.coreos.com/v1) or one with its kind (apps/v1/Deployment)",
+            {"value": repr(value)},
+        )
+    return value
+
+
+PolicyName = Literal["Default", "Unrestricted"]
+
+
+class ExtraType(_Model):
+    """A kind (group/version/kind) a cluster lets `helmValidationPolicy.extraKubernetesTypes`
+    add; group "" (or "core") is the core group."""
+
+    group: str = ""
+    version: NonEmpty
+    kind: NonEmpty
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return ("" if self.group in ("", "core") else self.group, self.version, self.kind)
+
+
+class HelmValidation(_Model):
+    """Which `helmValidationPolicy` requests a cluster (or every cluster of a group) accepts:
+    the policy names and the extra types. Fields a cluster leaves out come from its group,
+    then from these defaults: `Default` only, no extra types."""
+
+    allowed_policies: list[PolicyName] = Field(
+        default_factory=lambda: list[PolicyName](["Default"]), alias="allowedPolicies", min_length=1
+    )
+    allowed_extra_types: list[ExtraType] = Field(default_factory=list, alias="allowedExtraTypes")
+
+
 class Cluster(_Model):
     name: Name
     adapter: Annotated[Literal["simulated", "kubernetes"], BeforeValidator(lower)]
     provider: Annotated[str, BeforeValidator(_check_provider)]
     region: NonEmpty
-    k8s_version: NonEmpty | None = Field(default=None, alias="k8sVersion")
+    k8s_version: Annotated[str, AfterValidator(_check_kube_version)] | None = Field(
+        default=None, alias="k8sVersion"
+    )
     # Compared case-insensitively everywhere; known ones stored in their canonical spelling.
     attributes: Annotated[list[NonEmpty], AfterValidator(normalize_attributes)] = Field(
         default_factory=list
@@ -132,6 +188,12 @@ class Cluster(_Model):
     nodes: list[NodeShape] = Field(min_length=1)
     simulation: SimulationSettings = Field(default_factory=SimulationSettings)
     kubernetes: KubernetesSettings | None = None
+    #: the API versions the cluster serves (`kubectl api-versions`, kinds optional): what
+    #: Helm's `.Capabilities.APIVersions` holds; unset: the standard set of `k8sVersion`
+    api_versions: list[Annotated[str, AfterValidator(_check_api_version)]] | None = Field(
+        default=None, alias="apiVersions"
+    )
+    helm_validation: HelmValidation | None = Field(default=None, alias="helmValidation")
 
     @property
     def id(self) -> uuid.UUID:
@@ -173,6 +235,8 @@ class ClusterGroup(_Model):
 
     name: Name
     clusters: list[Cluster] = Field(min_length=1)
+    #: inherited by the clusters of the group (field by field) unless they set their own
+    helm_validation: HelmValidation | None = Field(default=None, alias="helmValidation")
 
     @property
     def id(self) -> uuid.UUID:

@@ -1,21 +1,25 @@
 """Instance placement (runtime.md §3): which candidate cluster gets a new instance.
 
 The candidates are the spec's `candidate_clusters` (already narrowed by group, `clusters`,
-`regions` and `attributes` at deploy time). Placement keeps those with room for the instance
-type right now and prefers the one with the most free GPUs of the model, the deploy-time order
-breaking ties. Free capacity comes from the adapters once per reconciliation pass
-(`CapacityView`); every placement made in the pass is subtracted locally so two instances
-placed in the same pass never count the same free GPUs.
+`regions`, `attributes` and the helmValidationPolicy the clusters permit at deploy time), less
+those whose catalog entry no longer permits the spec's policy (`permitted_candidates`).
+Placement keeps those with room for the instance type right now and prefers the one with the
+most free GPUs of the model, the deploy-time order breaking ties. Free capacity comes from the
+adapters once per reconciliation pass (`CapacityView`); every placement made in the pass is
+subtracted locally so two instances placed in the same pass never count the same free GPUs.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from service.backends.protocol import AdapterError, Capacity, ShapeCapacity
+from service.charts.target import stored_policy
 from service.clusters.adapters import AdapterRegistry
+from service.clusters.catalog import Catalog
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,21 @@ class CapacityView:
         return True
 
 
+def permitted_candidates(
+    catalog: Catalog, candidates: Sequence[str], policy: Mapping[str, Any] | None
+) -> list[str]:
+    """The candidate clusters (names, order kept) whose catalog entry permits the spec's
+    stored helmValidationPolicy; names the catalog no longer has are kept (placement says
+    they are unknown)."""
+    wanted = stored_policy(policy)
+    keys = [t.key for t in wanted.extra_kubernetes_types]
+    return [
+        name
+        for name in candidates
+        if catalog.cluster(name) is None or catalog.permission(name).permits(wanted.name, keys)
+    ]
+
+
 async def place(
     view: CapacityView,
     candidates: Sequence[str],
@@ -131,4 +150,4 @@ async def place(
     return Placement(None, f"no candidate cluster has room for {wanted} ({detail})")
 
 
-__all__ = ["CapacityView", "Placement", "place"]
+__all__ = ["CapacityView", "Placement", "permitted_candidates", "place"]

@@ -35,7 +35,11 @@ from service.deployments.models import (
     InstanceDesired,
 )
 from service.deployments.reconcile.config import ReconcilerConfig
-from service.deployments.reconcile.placement import CapacityView, place
+from service.deployments.reconcile.placement import (
+    CapacityView,
+    permitted_candidates,
+    place,
+)
 from service.deployments.reconcile.store import ReconcileStore
 from service.deployments.reconcile.targets import health_mode, install_objects, instance_spec
 from service.functions.models import FunctionVersion
@@ -249,9 +253,20 @@ class UnitOfWork:
         except InstanceTypeError as exc:
             w.condition = failed("InvalidInstanceType", str(exc), now, None)
             return
+        candidates = [str(c) for c in w.spec.candidate_clusters or []]
+        permitted = permitted_candidates(self.rt.catalog, candidates, w.spec.helm_validation_policy)
+        if candidates and not permitted:
+            w.condition = failed(
+                "PolicyNotPermitted",
+                f"helmValidationPolicy {w.spec.helm_validation_policy!r} is permitted by none "
+                f"of the candidate clusters ({', '.join(candidates)}) any more",
+                now,
+                previous_condition(w.row.condition),
+            )
+            return
         placement = await place(
             self.view,
-            [str(c) for c in w.spec.candidate_clusters or []],
+            permitted,
             gpu=it.gpu,
             gpus_per_node=it.gpus_per_node,
             nodes=it.nodes,

@@ -240,11 +240,12 @@ class StoredSpec:
 
 
 def _same(key: str, stored: Any, given: Any) -> bool:
+    """Whether a PUT repeats a stored field; names (GPU, instance type, group) in any case."""
     if key in ("gpu", "backend"):
         return isinstance(given, str) and str(stored).lower() == given.lower()
     if key == "instanceType":
         try:
-            return bool(parse_instance_type(given).name == stored)
+            return parse_instance_type(given).name.lower() == str(stored).lower()
         except (InstanceTypeError, TypeError):
             return False
     if key in ("clusters", "regions", "attributes", "availabilityZones"):

@@ -486,6 +486,33 @@ async def test_active_instances_with_details_scope(api: AppClient) -> None:
 # --- scaling -------------------------------------------------------------------------------
 
 
+async def test_put_matches_gpu_and_instance_type_in_any_case(api: AppClient) -> None:
+    fn = await create_fn(api)
+    await deploy(api, fn, {**L40, "instanceType": "DGXC.GPU.L40_1x"})
+    for gpu, instance_type in [("l40", "dgxc.gpu.l40_1x"), ("L40", "DGXC.GPU.L40_1X")]:
+        resp = await api.put(
+            dep_url(fn),
+            json={
+                "deploymentSpecifications": [
+                    {
+                        "gpu": gpu,
+                        "instanceType": instance_type,
+                        "backend": "NVCF-DEFAULT",
+                        "minInstances": 1,
+                        "maxInstances": 3,
+                    }
+                ]
+            },
+        )
+        assert resp.status_code == 200, resp.text
+        (spec,) = resp.json()["deployment"]["deploymentSpecifications"]
+        assert (spec["gpu"], spec["instanceType"], spec["maxInstances"]) == (
+            "L40",
+            "DGXC.GPU.L40_1x",
+            3,
+        )
+
+
 async def test_put_scales_and_refuses_other_changes(api: AppClient) -> None:
     fn = await create_fn(api)
     dep = await deploy(api, fn)

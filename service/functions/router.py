@@ -39,15 +39,31 @@ _UPDATE_DOC = json_body_doc("FunctionMetadataUpdate")
 
 
 async def _function_outs(
-    session: Session, principal: Principal, versions: Sequence[FunctionVersion]
+    session: Session,
+    principal: Principal,
+    versions: Sequence[FunctionVersion],
+    *,
+    include_secrets: bool = True,
 ) -> list[FunctionOut]:
-    """Function objects; with `list_functions_details` each carries `activeInstances` (the
-    instances of the version's live deployment, loaded in one query for all versions)."""
-    if scopes.LIST_FUNCTIONS_DETAILS not in principal.scopes:
-        return [FunctionOut.of(v) for v in versions]
-    instances = await active_instances(session, [v.id for v in versions])
+    """Function objects as the caller sees them (another account's, shared with it, without
+    what runs them); with `list_functions_details` the caller's own carry `activeInstances`
+    (the instances of the version's live deployment, loaded in one query for all versions)."""
+    account = principal.account_id
+    details = scopes.LIST_FUNCTIONS_DETAILS in principal.scopes
+    instances = (
+        await active_instances(session, [v.id for v in versions if v.account_id == account])
+        if details
+        else {}
+    )
     return [
-        FunctionOut.of(v, details=True, active_instances=instances.get(v.id, [])) for v in versions
+        FunctionOut.of(
+            v,
+            viewer=account,
+            details=details,
+            active_instances=instances.get(v.id, []),
+            include_secrets=include_secrets,
+        )
+        for v in versions
     ]
 
 
@@ -219,6 +235,9 @@ async def get_function_version(
     functionId: str,
     functionVersionId: str,
     request: Request,
+    includeSecrets: Annotated[
+        bool, Query(description="include the names of the version's secrets")
+    ] = True,
 ) -> Response:
     # The hottest read (clients poll a version while it deploys): see read_cache.py. It takes
     # no request session (a miss uses a read-only one), and the scope check is a plain call
@@ -230,11 +249,13 @@ async def get_function_version(
     async def build() -> str:
         async with app_state(request).sessionmaker() as session:
             version = await service.get_version(session, principal.account_id, fid, vid)
-            (out,) = await _function_outs(session, principal, [version])
+            (out,) = await _function_outs(
+                session, principal, [version], include_secrets=includeSecrets
+            )
             await session.rollback()
         return FunctionEnvelope(function=out).model_dump_json(by_alias=True, exclude_none=True)
 
-    return await cached_version_read(request, principal, fid, vid, build)
+    return await cached_version_read(request, principal, fid, vid, build, secrets=includeSecrets)
 
 
 async def _update(

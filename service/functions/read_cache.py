@@ -15,13 +15,13 @@ their routes (`cached_list_read`), keyed by the route's parameters; any version 
 every list.
 
 Every such response says which layer answered in the `NVCF-Read-Path` header (`fast-path`,
-`cache` or `database`). The cache holds serialised responses per (account, version, details
-scope, secret names or not); entries are dropped when a committed transaction changes the
-version (service.core.changes), and every details entry when any deployment or instance
-changes (they embed activeInstances). A read with a query string (`includeSecrets`) skips the
-fast path. It is on only with SQLite, the single-process embedded mode: several replicas on
-PostgreSQL would not see each other's commits. A short TTL bounds staleness from writes the
-listeners cannot see (raw SQL).
+`cache` or `database`). The cache holds serialised responses per (reading account, version,
+details scope, secret names or not); entries are dropped when a committed transaction changes
+the version (service.core.changes), every details entry when any deployment or instance
+changes (they embed activeInstances), and everything when what is shared with whom changes.
+A read with a query string (`includeSecrets`) skips the fast path. It is on only with SQLite,
+the single-process embedded mode: several replicas on PostgreSQL would not see each other's
+commits. A short TTL bounds staleness from writes the listeners cannot see (raw SQL).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from service.auth.service import Principal
 from service.core import changes as change_feed
 from service.core.settings import Settings
 from service.deployments.models import Deployment, Instance
-from service.functions.models import FunctionVersion
+from service.functions.models import FunctionAuthorization, FunctionVersion
 from service.state import AppState, app_state
 
 HEADER = "NVCF-Read-Path"
@@ -110,6 +110,11 @@ class VersionCache:
 
     def changed(self, changes: dict[str, set[Any] | None]) -> None:
         self._generation += 1
+        if "function_authorization" in changes:
+            # who may read what changed: which entries that touches is not tracked
+            self._lists.clear()
+            self._data.clear()
+            return
         if "function_version" in changes:
             # which lists hold a version is not tracked: any version change drops them all
             self._lists.clear()
@@ -137,6 +142,7 @@ def attach(cache: VersionCache) -> None:
     change_feed.watch(FunctionVersion, "function_version")
     change_feed.watch(Deployment, "deployment")
     change_feed.watch(Instance, "instance")
+    change_feed.watch(FunctionAuthorization, "function_authorization")
     change_feed.subscribe(cache)
 
 

@@ -21,11 +21,13 @@ from service.core.validation import (
     MaxItems,
     OneOf,
     RequestModel,
+    Rules,
     int_between,
     matches,
     raise_all,
 )
 from service.functions.models import FunctionVersion
+from service.functions.sharing import MAX_AUTHORIZED_PARTIES
 from service.health.machine import Phase
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9\-_]*$")
@@ -499,4 +501,116 @@ class FunctionMetadataUpdate(RequestModel):
     rate_limit: RateLimit | None = None
 
 
-DOC_MODELS: tuple[type[BaseModel], ...] = (FunctionCreate, FunctionMetadataUpdate)
+# --- sharing (NVCF's authorized parties, `/authorizations/functions/...`) --------------------
+
+#: a function shared with every account is public, which only NVIDIA's operators make in NVCF
+EVERY_ACCOUNT = "*"
+
+
+def _account_id(value: str) -> str | None:
+    if not value.strip():
+        return "must not be blank"
+    if value == EVERY_ACCOUNT:
+        return "'*' (every account) cannot be authorized: a function cannot be made public here"
+    return None
+
+
+def _client_id(value: str) -> str | None:
+    return "must not be only whitespace" if value and not value.strip() else None
+
+
+class AuthorizedPartyIn(RequestModel):
+    nca_id: Annotated[str, Field(min_length=1, max_length=MAX_ACCOUNT_ID), Check(_account_id)]
+    client_id: Annotated[str, Field(max_length=MAX_ACCOUNT_ID), Check(_client_id)] | None = Field(
+        default=None, description="accepted for compatibility; NVCF no longer uses it"
+    )
+
+    shape: ClassVar[str] = "with ncaId"
+
+
+def _parties_list(value: Any) -> str | None:
+    if value is None:
+        return "is required: a non-empty list of {ncaId}"
+    if not isinstance(value, list) or not value:
+        return "must be a non-empty list of {ncaId}"
+    return None
+
+
+def _unique_accounts(parties: list[AuthorizedPartyIn]) -> list[str]:
+    """NVCF: accounts are listed once, and a client id names one account."""
+    messages: list[str] = []
+    seen = [p.nca_id for p in parties]
+    repeated = sorted({a for a in seen if seen.count(a) > 1})
+    if repeated:
+        messages.append(f"lists account(s) {', '.join(repeated)} more than once")
+    clients = [p.client_id for p in parties if p.client_id]
+    repeated = sorted({c for c in clients if clients.count(c) > 1})
+    if repeated:
+        messages.append(f"gives client id(s) {', '.join(repeated)} to more than one account")
+    return messages
+
+
+class AuthorizedPartiesRequest(RequestModel):
+    """Body of `POST /authorizations/functions/{id}[/versions/{versionId}]`: the accounts the
+    function (or the version) is shared with from now on."""
+
+    null_when_missing: ClassVar[tuple[str, ...]] = ("authorizedParties",)
+
+    authorized_parties: Annotated[
+        list[AuthorizedPartyIn],
+        Check(_parties_list, {"minItems": 1}, before=True),
+        MaxItems(MAX_AUTHORIZED_PARTIES),
+        Rules(lambda v: (v, _unique_accounts(v))),
+    ]
+
+
+class AuthorizedPartyPatch(RequestModel):
+    """Body of `PATCH .../add` and `PATCH .../remove`."""
+
+    authorized_party: AuthorizedPartyIn
+
+
+class AuthorizedPartyOut(CamelModel):
+    nca_id: str
+
+
+class AuthorizedParties(CamelModel):
+    """NVCF's `AuthorizedPartiesByFunctionDto`; `versionId` is absent for the whole function."""
+
+    id: uuid.UUID
+    nca_id: str
+    version_id: uuid.UUID | None = None
+    authorized_parties: list[AuthorizedPartyOut] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        function_id: uuid.UUID,
+        owner: str,
+        version_id: uuid.UUID | None,
+        accounts: Sequence[str] | None,
+    ) -> AuthorizedParties:
+        return cls(
+            id=function_id,
+            nca_id=owner,
+            version_id=version_id,
+            authorized_parties=(
+                [AuthorizedPartyOut(nca_id=a) for a in accounts] if accounts is not None else None
+            ),
+        )
+
+
+class AuthorizedPartiesEnvelope(CamelModel):
+    function: AuthorizedParties
+
+
+class AuthorizedPartiesList(CamelModel):
+    functions: list[AuthorizedParties]
+
+
+DOC_MODELS: tuple[type[BaseModel], ...] = (
+    FunctionCreate,
+    FunctionMetadataUpdate,
+    AuthorizedPartiesRequest,
+    AuthorizedPartyPatch,
+)

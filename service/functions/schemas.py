@@ -385,7 +385,11 @@ class RateLimit(RequestModel):
         default=None, description="a rate applied to each caller identity on its own"
     )
 
-    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [{"required": [r]} for r in ("rateLimit", "perNcaIdRate", "perUserRate")]
+        }
+    )
     shape: ClassVar[str] = 'like {"rateLimit": "100-S"}'
 
     @model_validator(mode="after")

@@ -48,6 +48,7 @@ from service.deployments.router import router as deployments_router
 from service.functions import read_cache
 from service.functions.router import router as functions_router
 from service.functions.schemas import DOC_MODELS
+from service.functions.sharing_router import router as sharing_router
 from service.ngc.router import router as ngc_router
 from service.registry.router import router as registry_router
 from service.state import AppState
@@ -61,6 +62,7 @@ ADMIN_KEY_FILE = "admin-api-key"
 def api_routers() -> list[APIRouter]:
     return [
         functions_router,
+        sharing_router,
         keys_router,
         registry_router,
         helm_router,

@@ -4,7 +4,13 @@ from service.auth.models import Account, ApiKey
 from service.core.db import Base
 from service.core.idempotency import IdempotencyRecord
 from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec, Instance
-from service.functions.models import Function, FunctionSecret, FunctionVersion, VersionTag
+from service.functions.models import (
+    Function,
+    FunctionAuthorization,
+    FunctionSecret,
+    FunctionVersion,
+    VersionTag,
+)
 from service.registry.models import RegistryCredential, RegistryCredentialArtifactType
 
 __all__ = [
@@ -15,6 +21,7 @@ __all__ = [
     "DeploymentEvent",
     "DeploymentSpec",
     "Function",
+    "FunctionAuthorization",
     "FunctionSecret",
     "FunctionVersion",
     "IdempotencyRecord",

@@ -31,6 +31,7 @@ DOCUMENT = json.loads(
 TABLES = (
     "functions",
     "function_versions",
+    "function_authorizations",
     "deployments",
     "deployment_specs",
     "registry_credentials",

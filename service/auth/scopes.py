@@ -13,6 +13,8 @@ QUEUE_DETAILS = "queue_details"
 LIST_CLUSTER_GROUPS = "list_cluster_groups"
 MANAGE_REGISTRY_CREDENTIALS = "manage_registry_credentials"
 UPDATE_SECRETS = "update_secrets"
+#: share the caller's functions with other accounts (NVCF's function authorizations)
+AUTHORIZE_CLIENTS = "authorize_clients"
 ADMIN = "admin"
 #: operator-level: administer any account (mint keys for other accounts). Only the operator's
 #: own credentials carry it: `nvcf-server create-key` and the bootstrap/generated admin key.
@@ -33,6 +35,7 @@ ALL_SCOPES: tuple[str, ...] = (
     LIST_CLUSTER_GROUPS,
     MANAGE_REGISTRY_CREDENTIALS,
     UPDATE_SECRETS,
+    AUTHORIZE_CLIENTS,
     ADMIN,
 )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from service.clusters.catalog import Catalog, Cluster, ClusterGroup
+from service.core.schemas import CamelModel
 
 ALL_ACCOUNTS = "*"
 
@@ -16,6 +17,21 @@ ALL_ACCOUNTS = "*"
 def cluster_groups_view(catalog: Catalog, account_id: str) -> dict[str, Any]:
     """`{"clusterGroups": [...]}` as the caller `account_id` sees it (JSON-ready dicts)."""
     return {"clusterGroups": [_group(catalog, g, account_id) for g in catalog.groups]}
+
+
+class SupportedGpu(CamelModel):
+    gpu: str
+    backend: str
+
+
+def supported_gpus(catalog: Catalog) -> list[SupportedGpu]:
+    """NVCF's `GET /supportedGpus` (deprecated there for cluster groups): every GPU a group
+    offers, with the group as its backend."""
+    return [
+        SupportedGpu(gpu=gpu, backend=group.name)
+        for group in catalog.groups
+        for gpu in catalog.gpus(group.name)
+    ]
 
 
 def _group(catalog: Catalog, group: ClusterGroup, account_id: str) -> dict[str, Any]:

@@ -14,12 +14,13 @@ from service.auth import scopes
 from service.auth.deps import require
 from service.auth.service import Principal
 from service.clusters.catalog import Catalog
-from service.clusters.groups import cluster_groups_view
+from service.clusters.groups import SupportedGpu, cluster_groups_view, supported_gpus
 
 router = APIRouter(tags=["clusters"])
 v3_router = APIRouter(tags=["clusters"])
 
 Viewer = Annotated[Principal, Depends(require(scopes.LIST_CLUSTER_GROUPS, scopes.DEPLOY_FUNCTION))]
+Registrar = Annotated[Principal, Depends(require(scopes.REGISTER_FUNCTION))]
 
 
 def _view(request: Request, principal: Principal) -> dict[str, Any]:
@@ -30,6 +31,17 @@ def _view(request: Request, principal: Principal) -> dict[str, Any]:
 @router.get("/clusterGroups", summary="Cluster groups, their GPUs, instance types and clusters")
 async def list_cluster_groups(request: Request, principal: Viewer) -> dict[str, Any]:
     return _view(request, principal)
+
+
+@router.get(
+    "/supportedGpus",
+    deprecated=True,
+    summary="GPUs and the backends (cluster groups) offering them; use clusterGroups",
+)
+async def list_supported_gpus(request: Request, principal: Registrar) -> list[SupportedGpu]:
+    # NVCF's shape: a bare list of {gpu, backend}; its scope is register_function.
+    catalog: Catalog = request.app.state.catalog
+    return supported_gpus(catalog)
 
 
 @v3_router.get(

@@ -81,6 +81,18 @@ def route_template(scope: Scope) -> str:
     return "/".join(prefix) + suffix if suffix != "/" else "/".join(prefix)
 
 
+def collapse_leading_slashes(scope: Scope) -> None:
+    """Serve `//v2/nvcf/...` as `/v2/nvcf/...`: what a client sends when it joins a base URL
+    ending in '/' with a path starting with one."""
+    path: str = scope["path"]
+    if not path.startswith("//"):
+        return
+    scope["path"] = "/" + path.lstrip("/")
+    raw: bytes | None = scope.get("raw_path")
+    if raw is not None:
+        scope["raw_path"] = b"/" + raw.lstrip(b"/")
+
+
 def rewrite_org_alias(scope: Scope) -> None:
     """Serve `/v2/orgs/{org}[/teams/{team}]/nvcf/...` by the `/v2/nvcf/...` routes.
 
@@ -136,6 +148,7 @@ class RequestContextMiddleware:
         # A fresh per-request state (servers may hand every request the same lifespan dict).
         state = scope["state"] = dict(scope.get("state") or {})
         state["request_id"] = request_id
+        collapse_leading_slashes(scope)
         rewrite_org_alias(scope)
         status_holder = [500]
         started = [False]

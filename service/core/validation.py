@@ -16,6 +16,13 @@ written as `Annotated` markers:
 `parse(model, body)` returns the model or None and the list of violations, so a domain's
 cross-field pass can add to that same list before one `ValidationFailed` is raised. Pydantic's
 own error types are put in the service's words by `message_of`; status is always 400.
+
+Field names are matched ignoring case, as Go clients decode JSON (the NVCF docs write
+`inferenceURL`): `parse` first renames, in the body itself and in every nested object a
+request model declares, each key that equals a field's wire name ignoring case
+(`canonical_keys`), so the cross-field pass that reads the body sees the same names. An
+exact-case key wins over a case-folded one; two keys folding to one field with no exact match
+are a violation.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeVar
+from functools import cache
+from typing import Any, ClassVar, Literal, TypeVar, get_args
 
 from pydantic import (
     BaseModel,
@@ -75,6 +83,20 @@ class RequestModel(BaseModel):
 
 def _raise(message: str) -> None:
     raise PydanticCustomError("rule", message)
+
+
+def raise_all(violations: Sequence[tuple[str, str]]) -> None:
+    """Raise every (field, message) violation at once from a model validator; the field is
+    relative to the model ("" for the model itself)."""
+    raise PydanticValidationError.from_exception_data(
+        "rules",
+        [
+            InitErrorDetails(
+                type=PydanticCustomError("rule", message), loc=(where,) if where else (), input=None
+            )
+            for where, message in violations
+        ],
+    )
 
 
 class Rule:
@@ -152,13 +174,7 @@ class Rules(Rule):
         if len(messages) == 1:
             _raise(messages[0])
         if messages:
-            raise PydanticValidationError.from_exception_data(
-                "rules",
-                [
-                    InitErrorDetails(type=PydanticCustomError("rule", m), loc=(), input=None)
-                    for m in messages
-                ],
-            )
+            raise_all([("", m) for m in messages])
         return kept
 
 
@@ -316,13 +332,81 @@ def field_errors(exc: PydanticValidationError, prefix: str = "") -> list[FieldEr
     return out
 
 
+@cache
+def _wire_fields(model: type[BaseModel]) -> dict[str, tuple[str, type[BaseModel] | None]]:
+    """A model's fields by case-folded wire name: (wire name, the model its value is, or its
+    items are, when it is one)."""
+    out: dict[str, tuple[str, type[BaseModel] | None]] = {}
+    for name, info in model.model_fields.items():
+        wire = info.validation_alias if isinstance(info.validation_alias, str) else None
+        wire = wire or info.alias or name
+        out[wire.casefold()] = (wire, _model_in(info.annotation))
+    return out
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The request model inside a field's type (`list[X] | None`, `Annotated[X, ...]`)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def canonical_keys(model: type[BaseModel], value: Any, path: str = "") -> list[FieldError]:
+    """Rename in place every key of `value` (an object, or a list of objects, of `model`)
+    that equals one of its fields' wire names ignoring case, recursively into nested models.
+
+    An exact-case key wins (a folded duplicate is left as an unknown, ignored key); two keys
+    folding to the same field without an exact one are each left alone and reported."""
+    if isinstance(value, list):
+        return [
+            e for i, item in enumerate(value) for e in canonical_keys(model, item, f"{path}[{i}]")
+        ]
+    if not isinstance(value, dict):
+        return []
+    fields = _wire_fields(model)
+    folded: dict[str, list[str]] = {}
+    for key in value:
+        hit = fields.get(key.casefold()) if isinstance(key, str) else None
+        if hit is not None and key != hit[0] and hit[0] not in value:
+            folded.setdefault(hit[0], []).append(key)
+    errors: list[FieldError] = []
+    renames: dict[str, str] = {}
+    for wire, keys in folded.items():
+        if len(keys) == 1:
+            renames[keys[0]] = wire
+            continue
+        given = ", ".join(f"'{k}'" for k in keys)
+        errors.append(
+            FieldError(
+                f"{path}.{wire}" if path else wire,
+                f"is given {len(keys)} times in different cases ({given}); give it once",
+            )
+        )
+    if renames:
+        items = [(renames.get(k, k), v) for k, v in value.items()]
+        value.clear()
+        value.update(items)
+    for wire, nested in fields.values():
+        if nested is not None and wire in value:
+            errors += canonical_keys(nested, value[wire], f"{path}.{wire}" if path else wire)
+    return errors
+
+
 def parse(model: type[M], body: Mapping[str, Any]) -> tuple[M | None, list[FieldError]]:
     """`body` checked against `model`: the model (None if any field is wrong) and every
-    violation of every field."""
+    violation of every field. Keys naming a field in another case are renamed in `body` first
+    (`canonical_keys`)."""
+    clashes = canonical_keys(model, body)
     try:
-        return model.model_validate(body), []
+        validated = model.model_validate(body)
     except PydanticValidationError as exc:
-        return None, field_errors(exc)
+        clashing = failed(clashes)
+        return None, clashes + [e for e in field_errors(exc) if e.field not in clashing]
+    return (None, clashes) if clashes else (validated, [])
 
 
 def failed(errors: list[FieldError]) -> set[str]:

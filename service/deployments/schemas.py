@@ -261,13 +261,30 @@ class DeploymentCreate(RequestModel):
     ]
 
 
+#: a field a PUT may repeat but not change (compared with the stored one in validation.py)
+_FIXED = "may be repeated as stored, not changed"
+
+
 class GpuSpecificationUpdate(RequestModel):
-    """A specification of a PUT body: only the scaling fields are read (the others may be
-    repeated but not changed)."""
+    """A specification of a PUT body: the scaling fields change, `gpuSpecificationId` names the
+    stored specification, the others may only repeat what is stored."""
 
     min_instances: Annotated[int | None, Count(0, MAX_INSTANCES)] = None
     max_instances: Annotated[int | None, Count(1, MAX_INSTANCES)] = None
     max_request_concurrency: Annotated[int | None, Count(1, MAX_REQUEST_CONCURRENCY)] = None
+    gpu_specification_id: SkipValidation[Any] = Field(
+        default=None, description="the stored specification (optional when there is one)"
+    )
+    gpu: SkipValidation[Any] = Field(default=None, description=_FIXED)
+    instance_type: SkipValidation[Any] = Field(default=None, description=_FIXED)
+    backend: SkipValidation[Any] = Field(default=None, description=_FIXED)
+    clusters: SkipValidation[Any] = Field(default=None, description=_FIXED)
+    regions: SkipValidation[Any] = Field(default=None, description=_FIXED)
+    attributes: SkipValidation[Any] = Field(default=None, description=_FIXED)
+    availability_zones: SkipValidation[Any] = Field(default=None, description=_FIXED)
+    preferred_order: SkipValidation[Any] = Field(default=None, description=_FIXED)
+    configuration: SkipValidation[Any] = Field(default=None, description=_FIXED)
+    helm_validation_policy: SkipValidation[Any] = Field(default=None, description=_FIXED)
 
 
 class DeploymentUpdate(RequestModel):

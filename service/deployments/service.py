@@ -488,6 +488,7 @@ class ActiveInstanceRow:
     backend: str
     cluster: str | None
     created_at: Any
+    updated_at: Any
 
 
 async def active_instances(
@@ -507,6 +508,7 @@ async def active_instances(
             DeploymentSpec.backend,
             Instance.cluster,
             Instance.created_at,
+            Instance.updated_at,
         )
         .join(Deployment, Deployment.id == Instance.deployment_id)
         .join(DeploymentSpec, DeploymentSpec.id == Instance.spec_id)
@@ -517,8 +519,10 @@ async def active_instances(
         )
         .order_by(Instance.created_at, Instance.id)
     )
-    for vid, iid, phase, itype, gpu, backend, cluster, created in (
+    for vid, iid, phase, itype, gpu, backend, cluster, created, updated in (
         await session.execute(stmt)
     ).all():
-        out[vid].append(ActiveInstanceRow(iid, phase, itype, gpu, backend, cluster, created))
+        out[vid].append(
+            ActiveInstanceRow(iid, phase, itype, gpu, backend, cluster, created, updated)
+        )
     return out

@@ -300,11 +300,12 @@ class StoredSpec:
 
 
 def _same(key: str, stored: Any, given: Any) -> bool:
+    """Whether a PUT repeats a stored field; names (GPU, instance type, group) in any case."""
     if key in ("gpu", "backend"):
         return isinstance(given, str) and str(stored).lower() == given.lower()
     if key == "instanceType":
         try:
-            return bool(parse_instance_type(given).name == stored)
+            return parse_instance_type(given).name.lower() == str(stored).lower()
         except (InstanceTypeError, TypeError):
             return False
     if key in ("clusters", "regions", "attributes", "availabilityZones"):
@@ -402,11 +403,11 @@ def validate_patch(body: Any, stored: StoredSpec) -> ScalingChange:
     """A PATCH body `{minInstances?, maxInstances?}` (at least one)."""
     if not isinstance(body, Mapping):
         raise ValidationFailed.of([FieldError("body", "must be a JSON object")])
+    model, errors = parse(GpuSpecificationPatch, body)
     if body.get("minInstances") is None and body.get("maxInstances") is None:
         raise ValidationFailed.of(
             [FieldError("body", "give at least one of minInstances, maxInstances")]
         )
-    model, errors = parse(GpuSpecificationPatch, body)
     if model is not None:
         new_min = stored.min_instances if model.min_instances is None else model.min_instances
         new_max = stored.max_instances if model.max_instances is None else model.max_instances

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.core.db import Base, UTCDateTime, UUIDStr, utcnow
@@ -88,3 +88,40 @@ class FunctionSecret(Base):
     ciphertext: Mapped[str] = mapped_column(Text)
 
     version: Mapped[FunctionVersion] = relationship(back_populates="secrets")
+
+
+class FunctionAuthorization(Base):
+    """Another account a function is shared with (NVCF's authorized parties): to read it, and
+    to invoke it. `version_id` None shares the whole function, versions made later included;
+    otherwise only that version. An account is authorized at most once per level."""
+
+    __tablename__ = "function_authorizations"
+    __table_args__ = (
+        Index(
+            "uq_function_authorizations_function",
+            "function_id",
+            "account_id",
+            unique=True,
+            sqlite_where=text("version_id IS NULL"),
+            postgresql_where=text("version_id IS NULL"),
+        ),
+        Index(
+            "uq_function_authorizations_version",
+            "version_id",
+            "account_id",
+            unique=True,
+            sqlite_where=text("version_id IS NOT NULL"),
+            postgresql_where=text("version_id IS NOT NULL"),
+        ),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True, default=uuid.uuid4)
+    function_id: Mapped[uuid.UUID] = mapped_column(
+        UUIDStr(), ForeignKey("functions.id", ondelete="CASCADE"), index=True
+    )
+    version_id: Mapped[uuid.UUID | None] = mapped_column(
+        UUIDStr(), ForeignKey("function_versions.id", ondelete="CASCADE")
+    )
+    #: the authorized account (the owner is the function's)
+    account_id: Mapped[str] = mapped_column(String(128), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

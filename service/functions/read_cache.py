@@ -15,12 +15,13 @@ their routes (`cached_list_read`), keyed by the route's parameters; any version 
 every list.
 
 Every such response says which layer answered in the `NVCF-Read-Path` header (`fast-path`,
-`cache` or `database`). The cache holds serialised responses per (account, version, details
-scope); entries are dropped when a committed transaction changes the version
-(service.core.changes), and every details entry when any deployment or instance changes (they
-embed activeInstances). It is on only with SQLite, the single-process embedded mode: several
-replicas on PostgreSQL would not see each other's commits. A short TTL bounds staleness from
-writes the listeners cannot see (raw SQL).
+`cache` or `database`). The cache holds serialised responses per (reading account, version,
+details scope, secret names or not); entries are dropped when a committed transaction changes
+the version (service.core.changes), every details entry when any deployment or instance
+changes (they embed activeInstances), and everything when what is shared with whom changes.
+A read with a query string (`includeSecrets`) skips the fast path. It is on only with SQLite,
+the single-process embedded mode: several replicas on PostgreSQL would not see each other's
+commits. A short TTL bounds staleness from writes the listeners cannot see (raw SQL).
 """
 
 from __future__ import annotations
@@ -44,20 +45,25 @@ from service.auth.service import Principal
 from service.core import changes as change_feed
 from service.core.settings import Settings
 from service.deployments.models import Deployment, Instance
-from service.functions.models import FunctionVersion
+from service.functions.models import FunctionAuthorization, FunctionVersion
 from service.state import AppState, app_state
 
 HEADER = "NVCF-Read-Path"
 _JSON = "application/json"
 
-CacheKey = tuple[str, uuid.UUID, uuid.UUID, bool]  # account, function, version, details
+#: account, function, version, details scope, secret names included
+CacheKey = tuple[str, uuid.UUID, uuid.UUID, bool, bool]
 
 
 def cache_key(
-    account_id: str, caller_scopes: Collection[str], function_id: uuid.UUID, version_id: uuid.UUID
+    account_id: str,
+    caller_scopes: Collection[str],
+    function_id: uuid.UUID,
+    version_id: uuid.UUID,
+    secrets: bool = True,
 ) -> CacheKey:
     """The key of one version's body as one caller sees it (the details scope changes it)."""
-    return (account_id, function_id, version_id, LIST_FUNCTIONS_DETAILS in caller_scopes)
+    return (account_id, function_id, version_id, LIST_FUNCTIONS_DETAILS in caller_scopes, secrets)
 
 
 #: a list's key: account, details scope, then the route and its parameters
@@ -104,6 +110,11 @@ class VersionCache:
 
     def changed(self, changes: dict[str, set[Any] | None]) -> None:
         self._generation += 1
+        if "function_authorization" in changes:
+            # who may read what changed: which entries that touches is not tracked
+            self._lists.clear()
+            self._data.clear()
+            return
         if "function_version" in changes:
             # which lists hold a version is not tracked: any version change drops them all
             self._lists.clear()
@@ -131,6 +142,7 @@ def attach(cache: VersionCache) -> None:
     change_feed.watch(FunctionVersion, "function_version")
     change_feed.watch(Deployment, "deployment")
     change_feed.watch(Instance, "instance")
+    change_feed.watch(FunctionAuthorization, "function_authorization")
     change_feed.subscribe(cache)
 
 
@@ -146,7 +158,7 @@ class VersionReadFastPath:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "GET":
+        if scope["type"] != "http" or scope["method"] != "GET" or scope.get("query_string"):
             await self.app(scope, receive, send)
             return
         body = await self._cached_body(scope)
@@ -216,11 +228,13 @@ async def cached_version_read(
     function_id: uuid.UUID,
     version_id: uuid.UUID,
     build: Callable[[], Awaitable[str]],
+    *,
+    secrets: bool = True,
 ) -> Response:
     """The route's read of one version: from the cache, or `build()` (which reads the database)
     then kept for the next reader unless something changed meanwhile."""
     cache = app_state(request).version_cache
-    key = cache_key(principal.account_id, principal.scopes, function_id, version_id)
+    key = cache_key(principal.account_id, principal.scopes, function_id, version_id, secrets)
     if cache is not None and (cached := cache.get(key)) is not None:
         return Response(cached, media_type=_JSON, headers={HEADER: "cache"})
     generation = cache.generation if cache is not None else 0

@@ -20,7 +20,7 @@ from service.core.http import json_body_doc, parse_uuid, parse_uuids, read_json
 from service.core.idempotency import Recorder
 from service.core.pagination import MAX_LIMIT, make_page
 from service.deployments.service import active_instances, reconciler_waker
-from service.functions import service
+from service.functions import service, sharing
 from service.functions.models import FunctionVersion
 from service.functions.read_cache import cached_list_read, cached_version_read
 from service.functions.schemas import FunctionEnvelope, FunctionIds, FunctionList, FunctionOut
@@ -40,21 +40,44 @@ Lister = Annotated[Principal, Depends(LIST_CHECK)]
 Updater = Annotated[Principal, Depends(require(scopes.UPDATE_FUNCTION))]
 Deleter = Annotated[Principal, Depends(require(scopes.DELETE_FUNCTION))]
 Idem = Annotated[Recorder, Depends(idempotency, scope="function")]
+Visibility = Annotated[
+    list[str] | None,
+    Query(
+        description="which functions: private (the caller's), authorized (shared with it), "
+        "public; comma-separated or repeated, default all"
+    ),
+]
 
 _CREATE_DOC = json_body_doc("FunctionCreate")
 _UPDATE_DOC = json_body_doc("FunctionMetadataUpdate")
 
 
 async def _function_outs(
-    session: Session, principal: Principal, versions: Sequence[FunctionVersion]
+    session: Session,
+    principal: Principal,
+    versions: Sequence[FunctionVersion],
+    *,
+    include_secrets: bool = True,
 ) -> list[FunctionOut]:
-    """Function objects; with `list_functions_details` each carries `activeInstances` (the
-    instances of the version's live deployment, loaded in one query for all versions)."""
-    if scopes.LIST_FUNCTIONS_DETAILS not in principal.scopes:
-        return [FunctionOut.of(v) for v in versions]
-    instances = await active_instances(session, [v.id for v in versions])
+    """Function objects as the caller sees them (another account's, shared with it, without
+    what runs them); with `list_functions_details` the caller's own carry `activeInstances`
+    (the instances of the version's live deployment, loaded in one query for all versions)."""
+    account = principal.account_id
+    details = scopes.LIST_FUNCTIONS_DETAILS in principal.scopes
+    instances = (
+        await active_instances(session, [v.id for v in versions if v.account_id == account])
+        if details
+        else {}
+    )
     return [
-        FunctionOut.of(v, details=True, active_instances=instances.get(v.id, [])) for v in versions
+        FunctionOut.of(
+            v,
+            viewer=account,
+            details=details,
+            active_instances=instances.get(v.id, []),
+            include_secrets=include_secrets,
+        )
+        for v in versions
     ]
 
 
@@ -167,12 +190,15 @@ async def list_functions(
     name: str | None = None,
     status: str | None = None,
     tag: str | None = None,
-    visibility: str | None = None,
+    visibility: Visibility = None,
 ) -> Response:
-    filters = service.ListFilters(name=name, status=service.parse_status_filter(status), tag=tag)
+    filters = service.ListFilters(
+        name=name,
+        status=service.parse_status_filter(status),
+        tag=tag,
+        visibility=sharing.parse_visibility(visibility),
+    )
     page = make_page(limit, cursor)
-    if visibility is not None and "private" not in visibility.lower().split(","):
-        return _json(FunctionList(functions=[]))
 
     async def build() -> str:
         rows, next_cursor = await service.list_versions(
@@ -181,17 +207,21 @@ async def list_functions(
         outs = await _function_outs(session, principal, rows)
         return _list_body(outs, next_cursor)
 
-    key = ("functions", limit, cursor, name, filters.status, tag)
+    key = ("functions", limit, cursor, name, filters.status, tag, *sorted(filters.visibility))
     return await cached_list_read(request, principal, key, build)
 
 
 @router.get(
     "/functions/ids",
     response_model=FunctionIds,
-    summary="List the ids of the caller's functions",
+    summary="List the ids of the functions the caller may see",
 )
-async def list_function_ids(session: Session, principal: Lister) -> Response:
-    ids = await service.list_function_ids(session, principal.account_id)
+async def list_function_ids(
+    session: Session, principal: Lister, visibility: Visibility = None
+) -> Response:
+    ids = await service.list_function_ids(
+        session, principal.account_id, sharing.parse_visibility(visibility)
+    )
     return _json(FunctionIds(function_ids=ids))
 
 
@@ -213,7 +243,7 @@ async def list_function_versions(
     page = make_page(limit, cursor)
 
     async def build() -> str:
-        await service.get_function(session, principal.account_id, fid)
+        await service.check_listable(session, principal.account_id, fid)
         rows, next_cursor = await service.list_versions(
             session,
             principal.account_id,
@@ -236,6 +266,9 @@ async def get_function_version(
     functionId: str,
     functionVersionId: str,
     request: Request,
+    includeSecrets: Annotated[
+        bool, Query(description="include the names of the version's secrets")
+    ] = True,
 ) -> Response:
     # The hottest read (clients poll a version while it deploys): see read_cache.py. It takes
     # no request session (a miss uses a read-only one), and the scope check is a plain call
@@ -246,12 +279,14 @@ async def get_function_version(
 
     async def build() -> str:
         async with app_state(request).sessionmaker() as session:
-            version = await service.get_version(session, principal.account_id, fid, vid)
-            (out,) = await _function_outs(session, principal, [version])
+            version = await sharing.readable_version(session, principal.account_id, fid, vid)
+            (out,) = await _function_outs(
+                session, principal, [version], include_secrets=includeSecrets
+            )
             await session.rollback()
         return FunctionEnvelope(function=out).model_dump_json(by_alias=True, exclude_none=True)
 
-    return await cached_version_read(request, principal, fid, vid, build)
+    return await cached_version_read(request, principal, fid, vid, build, secrets=includeSecrets)
 
 
 async def _update(

@@ -8,10 +8,12 @@ import uuid
 from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
+from service.auth.service import MAX_ACCOUNT_ID
 from service.charts.schemas import HelmValidationPolicyIn
 from service.core.durations import DurationError, parse_duration
+from service.core.http import json_kind
 from service.core.schemas import CamelModel, Timestamp
 from service.core.validation import (
     DNS_1035_LABEL,
@@ -20,10 +22,14 @@ from service.core.validation import (
     MaxItems,
     OneOf,
     RequestModel,
+    Rules,
     int_between,
     matches,
+    raise_all,
 )
 from service.functions.models import FunctionVersion
+from service.functions.sharing import MAX_AUTHORIZED_PARTIES
+from service.health.machine import Phase
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9\-_]*$")
 TAG_RE = re.compile(r"^[a-zA-Z0-9\-_:=]+$")
@@ -40,6 +46,8 @@ MAX_ENVIRONMENT = 256
 MAX_SECRETS = 128
 MAX_ARTIFACTS = 64
 MAX_SECRET_VALUE = 32768
+#: exemptedNcaIds and perNcaIdRate entries (NVCF's bound)
+MAX_RATE_ACCOUNTS = 32
 
 
 class KeyValue(CamelModel):
@@ -61,10 +69,6 @@ class Health(CamelModel):
     expected_status_code: int
 
 
-class SecretName(CamelModel):
-    name: str
-
-
 class Finding(CamelModel):
     rule: str
     severity: str
@@ -73,14 +77,71 @@ class Finding(CamelModel):
     message: str
 
 
+#: an instance's phase (service.health) as NVCF's `InstanceStatusEnum` names it: NVCF lists
+#: instances that are starting or running; a Degraded instance still runs (its worker is not
+#: ready), and a Failed one is torn down (it only shows while that is under way)
+INSTANCE_STATUS = {
+    Phase.SCHEDULING: "STARTING",
+    Phase.STARTING: "STARTING",
+    Phase.RUNNING: "RUNNING",
+    Phase.DEGRADED: "RUNNING",
+    Phase.FAILED: "ERRORED",
+}
+
+
 class ActiveInstance(CamelModel):
-    instance_id: uuid.UUID
-    phase: str
+    """NVCF's `InstanceDto`; the deployment's `instances[]` carries the phase, reason and
+    message."""
+
+    instance_id: str
+    function_id: uuid.UUID
+    function_version_id: uuid.UUID
     instance_type: str
+    instance_status: str
+    nca_id: str
     gpu: str
     backend: str
-    cluster: str | None = None
-    created_at: Timestamp
+    #: the cluster it runs in (NVCF: zone or region)
+    location: str | None = None
+    instance_created_at: Timestamp
+    instance_updated_at: Timestamp
+
+    @classmethod
+    def of(cls, version: FunctionVersion, row: Any) -> ActiveInstance:
+        """`row`: instance_id, phase, instance_type, gpu, backend, cluster, created_at and
+        updated_at of an instance of `version`."""
+        return cls(
+            instance_id=str(row.instance_id),
+            function_id=version.function_id,
+            function_version_id=version.id,
+            instance_type=row.instance_type,
+            instance_status=INSTANCE_STATUS.get(row.phase, "STARTING"),
+            nca_id=version.account_id,
+            gpu=row.gpu,
+            backend=row.backend,
+            location=row.cluster,
+            instance_created_at=row.created_at,
+            instance_updated_at=row.updated_at,
+        )
+
+
+#: what an account a function is shared with does not see of it (NVCF hides the same)
+_OWNER_ONLY = (
+    "inference_url",
+    "inference_port",
+    "container_image",
+    "container_args",
+    "container_environment",
+    "helm_chart",
+    "helm_chart_service_name",
+    "helm_chart_digest",
+    "models",
+    "resources",
+    "secrets",
+    "rate_limit",
+    "findings",
+    "active_instances",
+)
 
 
 class FunctionOut(CamelModel):
@@ -89,7 +150,9 @@ class FunctionOut(CamelModel):
     version_id: uuid.UUID
     name: str
     status: str
-    inference_url: str
+    inference_url: str | None = None
+    #: true when the caller reads another account's function shared with it
+    owned_by_different_account: bool | None = None
     inference_port: int | None = None
     container_image: str | None = None
     container_args: str | None = None
@@ -105,7 +168,8 @@ class FunctionOut(CamelModel):
     health_uri: str | None = None
     description: str
     tags: list[str] = Field(default_factory=list)
-    secrets: list[SecretName] | None = None
+    #: secret names (never values), as NVCF's FunctionDto has them
+    secrets: list[str] | None = None
     rate_limit: dict[str, Any] | None = None
     findings: list[Finding] | None = None
     active_instances: list[ActiveInstance] | None = None
@@ -116,12 +180,15 @@ class FunctionOut(CamelModel):
         cls,
         v: FunctionVersion,
         *,
+        viewer: str | None = None,
         details: bool = False,
         active_instances: Sequence[Any] | None = None,
+        include_secrets: bool = True,
     ) -> FunctionOut:
-        """`active_instances` (rows with instance_id, phase, instance_type, gpu, backend,
-        cluster, created_at) is shown only with `details`."""
-        return cls(
+        """The version as `viewer` (an account; None: its owner) sees it. `active_instances`
+        (rows for `ActiveInstance.of`) are shown only with `details`; another account sees
+        neither them nor what runs the function (`_OWNER_ONLY`)."""
+        out = cls(
             id=v.function_id,
             nca_id=v.account_id,
             version_id=v.id,
@@ -143,19 +210,18 @@ class FunctionOut(CamelModel):
             health_uri=v.health_uri,
             description=v.description,
             tags=list(v.tags),
-            secrets=[SecretName(name=str(n)) for n in v.secret_names] or None,
+            secrets=([str(n) for n in v.secret_names] or None) if include_secrets else None,
             rate_limit=v.rate_limit,
             findings=v.findings or None,
             active_instances=(
-                [
-                    ActiveInstance.model_validate(r, from_attributes=True)
-                    for r in active_instances or ()
-                ]
-                if details
-                else None
+                [ActiveInstance.of(v, r) for r in active_instances or ()] if details else None
             ),
             created_at=v.created_at,
         )
+        if viewer is None or viewer == v.account_id:
+            return out
+        hidden: dict[str, Any] = dict.fromkeys(_OWNER_ONLY)
+        return out.model_copy(update={**hidden, "owned_by_different_account": True})
 
 
 class FunctionEnvelope(CamelModel):
@@ -196,12 +262,6 @@ def _rate_units(value: str) -> str | None:
     units = [part.strip().split("-")[1] for part in value.split(",")]
     dup = sorted({u for u in units if units.count(u) > 1})
     return f"'{value}' names the unit {', '.join(dup)} more than once" if dup else None
-
-
-def _strings(value: Any) -> str | None:
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return None
-    return "must be a list of strings"
 
 
 def _reserved_key(value: str) -> str | None:
@@ -275,21 +335,88 @@ class SecretIn(RequestModel):
     shape: ClassVar[str] = "with name and value"
 
 
-class RateLimit(RequestModel):
-    rate_limit: Annotated[
-        str,
-        Expect((str,), "must be a string such as '100-S'"),
-        matches(
-            RATE_RE.pattern,
-            "'{value}' must be '<count>-<unit>' items separated by commas, unit S, M, H or D "
-            "(e.g. '100-S,5000-H')",
-        ),
-        Check(_rate_units, {"examples": ["100-S"]}),
-    ]
-    exempted_nca_ids: Annotated[list[str], Check(_strings, before=True)] | None = None
-    sync_check: StrictBool | None = None
+Rate = Annotated[
+    str,
+    Expect((str,), "must be a string such as '100-S'"),
+    matches(
+        RATE_RE.pattern,
+        "'{value}' must be '<count>-<unit>' items separated by commas, unit S, M, H or D "
+        "(e.g. '100-S,5000-H')",
+    ),
+    Check(_rate_units, {"examples": ["100-S"]}),
+]
 
+
+def _exempted(value: Any) -> str | None:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return "must be a list of account ids"
+    if len(value) > MAX_RATE_ACCOUNTS:
+        return f"must have at most {MAX_RATE_ACCOUNTS} items, got {len(value)}"
+    return None
+
+
+def _per_account(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return f"must be an object of account id to rate, got {json_kind(value)}"
+    if len(value) > MAX_RATE_ACCOUNTS:
+        return f"must have at most {MAX_RATE_ACCOUNTS} accounts, got {len(value)}"
+    long = [k for k in value if len(k) > MAX_ACCOUNT_ID]
+    if long:
+        return f"account ids must be at most {MAX_ACCOUNT_ID} characters, got {len(long[0])}"
+    return None
+
+
+class RateLimit(RequestModel):
+    """NVCF's `RateLimitDto`: at least one of rateLimit, perNcaIdRate and perUserRate; accounts
+    are exempted only from `rateLimit`, and an account with its own rate is not exempted
+    (NVCF's ValidRateLimitValues)."""
+
+    rate_limit: Rate | None = None
+    exempted_nca_ids: (
+        Annotated[list[str], Check(_exempted, {"maxItems": MAX_RATE_ACCOUNTS}, before=True)] | None
+    ) = None
+    per_nca_id_rate: (
+        Annotated[
+            dict[str, Rate], Check(_per_account, {"maxProperties": MAX_RATE_ACCOUNTS}, before=True)
+        ]
+        | None
+    ) = Field(default=None, description="a rate per account id")
+    sync_check: StrictBool | None = None
+    per_user_rate: Rate | None = Field(
+        default=None, description="a rate applied to each caller identity on its own"
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [{"required": [r]} for r in ("rateLimit", "perNcaIdRate", "perUserRate")]
+        }
+    )
     shape: ClassVar[str] = 'like {"rateLimit": "100-S"}'
+
+    @model_validator(mode="after")
+    def _between_fields(self) -> RateLimit:
+        broken: list[tuple[str, str]] = []
+        if self.rate_limit is None and self.per_nca_id_rate is None and self.per_user_rate is None:
+            broken.append(("", "give at least one of rateLimit, perNcaIdRate or perUserRate"))
+        if self.exempted_nca_ids and self.rate_limit is None:
+            broken.append(
+                (
+                    "exemptedNcaIds",
+                    "is allowed only with rateLimit, the rate they are exempted from",
+                )
+            )
+        both = sorted(set(self.per_nca_id_rate or ()) & set(self.exempted_nca_ids or ()))
+        if both:
+            broken.append(
+                (
+                    "perNcaIdRate",
+                    f"names accounts that exemptedNcaIds also lists ({', '.join(both)}); an "
+                    "account has its own rate or is exempted, not both",
+                )
+            )
+        if broken:
+            raise_all(broken)
+        return self
 
 
 Tag = Annotated[
@@ -385,4 +512,116 @@ class FunctionMetadataUpdate(RequestModel):
     rate_limit: RateLimit | None = None
 
 
-DOC_MODELS: tuple[type[BaseModel], ...] = (FunctionCreate, FunctionMetadataUpdate)
+# --- sharing (NVCF's authorized parties, `/authorizations/functions/...`) --------------------
+
+#: a function shared with every account is public, which only NVIDIA's operators make in NVCF
+EVERY_ACCOUNT = "*"
+
+
+def _account_id(value: str) -> str | None:
+    if not value.strip():
+        return "must not be blank"
+    if value == EVERY_ACCOUNT:
+        return "'*' (every account) cannot be authorized: a function cannot be made public here"
+    return None
+
+
+def _client_id(value: str) -> str | None:
+    return "must not be only whitespace" if value and not value.strip() else None
+
+
+class AuthorizedPartyIn(RequestModel):
+    nca_id: Annotated[str, Field(min_length=1, max_length=MAX_ACCOUNT_ID), Check(_account_id)]
+    client_id: Annotated[str, Field(max_length=MAX_ACCOUNT_ID), Check(_client_id)] | None = Field(
+        default=None, description="accepted for compatibility; NVCF no longer uses it"
+    )
+
+    shape: ClassVar[str] = "with ncaId"
+
+
+def _parties_list(value: Any) -> str | None:
+    if value is None:
+        return "is required: a non-empty list of {ncaId}"
+    if not isinstance(value, list) or not value:
+        return "must be a non-empty list of {ncaId}"
+    return None
+
+
+def _unique_accounts(parties: list[AuthorizedPartyIn]) -> list[str]:
+    """NVCF: accounts are listed once, and a client id names one account."""
+    messages: list[str] = []
+    seen = [p.nca_id for p in parties]
+    repeated = sorted({a for a in seen if seen.count(a) > 1})
+    if repeated:
+        messages.append(f"lists account(s) {', '.join(repeated)} more than once")
+    clients = [p.client_id for p in parties if p.client_id]
+    repeated = sorted({c for c in clients if clients.count(c) > 1})
+    if repeated:
+        messages.append(f"gives client id(s) {', '.join(repeated)} to more than one account")
+    return messages
+
+
+class AuthorizedPartiesRequest(RequestModel):
+    """Body of `POST /authorizations/functions/{id}[/versions/{versionId}]`: the accounts the
+    function (or the version) is shared with from now on."""
+
+    null_when_missing: ClassVar[tuple[str, ...]] = ("authorizedParties",)
+
+    authorized_parties: Annotated[
+        list[AuthorizedPartyIn],
+        Check(_parties_list, {"minItems": 1}, before=True),
+        MaxItems(MAX_AUTHORIZED_PARTIES),
+        Rules(lambda v: (v, _unique_accounts(v))),
+    ]
+
+
+class AuthorizedPartyPatch(RequestModel):
+    """Body of `PATCH .../add` and `PATCH .../remove`."""
+
+    authorized_party: AuthorizedPartyIn
+
+
+class AuthorizedPartyOut(CamelModel):
+    nca_id: str
+
+
+class AuthorizedParties(CamelModel):
+    """NVCF's `AuthorizedPartiesByFunctionDto`; `versionId` is absent for the whole function."""
+
+    id: uuid.UUID
+    nca_id: str
+    version_id: uuid.UUID | None = None
+    authorized_parties: list[AuthorizedPartyOut] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        function_id: uuid.UUID,
+        owner: str,
+        version_id: uuid.UUID | None,
+        accounts: Sequence[str] | None,
+    ) -> AuthorizedParties:
+        return cls(
+            id=function_id,
+            nca_id=owner,
+            version_id=version_id,
+            authorized_parties=(
+                [AuthorizedPartyOut(nca_id=a) for a in accounts] if accounts is not None else None
+            ),
+        )
+
+
+class AuthorizedPartiesEnvelope(CamelModel):
+    function: AuthorizedParties
+
+
+class AuthorizedPartiesList(CamelModel):
+    functions: list[AuthorizedParties]
+
+
+DOC_MODELS: tuple[type[BaseModel], ...] = (
+    FunctionCreate,
+    FunctionMetadataUpdate,
+    AuthorizedPartiesRequest,
+    AuthorizedPartyPatch,
+)

@@ -15,6 +15,7 @@ from service.core.db import after_commit, utcnow
 from service.core.errors import FieldError, NotFound, ValidationFailed
 from service.core.pagination import Page, keyset_page
 from service.deployments.service import undeploy_version
+from service.functions import sharing
 from service.functions.models import Function, FunctionSecret, FunctionVersion, VersionTag
 from service.functions.validation import FunctionSpec, MetadataUpdate
 
@@ -26,6 +27,8 @@ class ListFilters:
     name: str | None = None
     status: str | None = None
     tag: str | None = None
+    #: the caller's own functions (private), those shared with it (authorized)
+    visibility: frozenset[str] = sharing.ALL_VISIBILITIES
 
 
 def parse_status_filter(value: str | None) -> str | None:
@@ -109,6 +112,7 @@ async def count_versions(session: AsyncSession, function_id: uuid.UUID) -> int:
 
 
 async def get_function(session: AsyncSession, account_id: str, function_id: uuid.UUID) -> Function:
+    """The caller's own function, else 404 (also when it is only shared with the caller)."""
     fn = await session.get(Function, function_id)
     if fn is None or fn.account_id != account_id:
         raise NotFound(detail=f"function {function_id} not found")
@@ -118,10 +122,20 @@ async def get_function(session: AsyncSession, account_id: str, function_id: uuid
 async def get_version(
     session: AsyncSession, account_id: str, function_id: uuid.UUID, version_id: uuid.UUID
 ) -> FunctionVersion:
+    """The caller's own version, else 404: for changes (reads: `sharing.readable_version`)."""
     version = await session.get(FunctionVersion, version_id)
     if version is None or version.account_id != account_id or version.function_id != function_id:
         raise NotFound(detail=f"version {version_id} of function {function_id} not found")
     return version
+
+
+async def check_listable(session: AsyncSession, account_id: str, function_id: uuid.UUID) -> None:
+    """404 unless the caller owns the function or some of it is shared with it."""
+    fn = await session.get(Function, function_id)
+    if fn is not None and fn.account_id == account_id:
+        return
+    if fn is None or not (await sharing.grants_of(session, account_id)).any_of(function_id):
+        raise NotFound(detail=f"function {function_id} not found")
 
 
 async def list_versions(
@@ -132,7 +146,15 @@ async def list_versions(
     page: Page,
     function_id: uuid.UUID | None = None,
 ) -> tuple[Sequence[FunctionVersion], str | None]:
-    stmt = select(FunctionVersion).where(FunctionVersion.account_id == account_id)
+    """The versions the caller may list: its own and those shared with it, as `filters` ask."""
+    grants = (
+        await sharing.grants_of(session, account_id)
+        if sharing.AUTHORIZED in filters.visibility
+        else sharing.Grants()
+    )
+    stmt = select(FunctionVersion).where(
+        sharing.visible_versions(account_id, grants, filters.visibility)
+    )
     if function_id is not None:
         stmt = stmt.where(FunctionVersion.function_id == function_id)
     if filters.name is not None:
@@ -155,11 +177,28 @@ async def list_versions(
     )
 
 
-async def list_function_ids(session: AsyncSession, account_id: str) -> list[uuid.UUID]:
+async def list_function_ids(
+    session: AsyncSession, account_id: str, visibility: frozenset[str] = sharing.ALL_VISIBILITIES
+) -> list[uuid.UUID]:
+    grants = (
+        await sharing.grants_of(session, account_id)
+        if sharing.AUTHORIZED in visibility
+        else sharing.Grants()
+    )
     stmt = (
         select(Function.id)
-        .where(Function.account_id == account_id)
+        .where(sharing.visible_functions(account_id, grants, visibility))
         .order_by(Function.created_at, Function.id)
+    )
+    return list((await session.execute(stmt)).scalars().all())
+
+
+async def version_ids(session: AsyncSession, function_id: uuid.UUID) -> list[uuid.UUID]:
+    """Every version of a function, oldest first."""
+    stmt = (
+        select(FunctionVersion.id)
+        .where(FunctionVersion.function_id == function_id)
+        .order_by(FunctionVersion.created_at, FunctionVersion.id)
     )
     return list((await session.execute(stmt)).scalars().all())
 

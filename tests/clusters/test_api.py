@@ -86,3 +86,18 @@ async def test_v3_instance_types_alias(client: AppClient) -> None:
     assert mine.json()["clusterGroups"][0]["ncaId"] == "acct-b"
     unauth = await client.get(V3.format(org="nvcf-default"), headers={"Authorization": ""})
     assert unauth.status_code == 401
+
+
+async def test_supported_gpus_as_nvcf_from_the_catalog(client: AppClient) -> None:
+    resp = await client.get(f"{V}/supportedGpus")
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert isinstance(body, list) and all(set(g) == {"gpu", "backend"} for g in body)
+    groups = (await client.get(f"{V}/clusterGroups")).json()["clusterGroups"]
+    assert body == [{"gpu": g["name"], "backend": cg["name"]} for cg in groups for g in cg["gpus"]]
+    assert {"gpu": "L40S", "backend": "nvcf-default"} in body
+    # NVCF's scope for it is register_function
+    lister = bearer(await new_key(client, ["list_cluster_groups"]))
+    assert (await client.get(f"{V}/supportedGpus", headers=lister)).status_code == 403
+    registrar = bearer(await new_key(client, ["register_function"]))
+    assert (await client.get(f"{V}/supportedGpus", headers=registrar)).json() == body

@@ -471,11 +471,27 @@ async def test_active_instances_with_details_scope(api: AppClient) -> None:
     listed = (await api.get(f"{V}/functions", headers=details)).json()["functions"]
     by_version = {f["versionId"]: f for f in listed}
     (active,) = by_version[fn["versionId"]]["activeInstances"]
+    # NVCF's InstanceDto; the phase, reason and message are the deployment's instances[]
+    assert set(active) == {
+        "instanceId",
+        "functionId",
+        "functionVersionId",
+        "instanceType",
+        "instanceStatus",
+        "ncaId",
+        "gpu",
+        "backend",
+        "location",
+        "instanceCreatedAt",
+        "instanceUpdatedAt",
+    }
     assert active["instanceId"] == str(iid)
-    assert active["phase"] == "Starting"
-    assert active["instanceType"] == "DGXC.GPU.L40_1x"
+    assert active["functionId"] == fn["id"] and active["functionVersionId"] == fn["versionId"]
+    assert active["instanceStatus"] == "STARTING"
+    assert active["instanceType"] == "DGXC.GPU.L40_1x" and active["ncaId"] == "nvcf-default"
     assert active["gpu"] == "L40" and active["backend"] == "nvcf-default"
-    assert active["cluster"] == "sim-dgxc" and active["createdAt"].endswith("Z")
+    assert active["location"] == "sim-dgxc"
+    assert active["instanceCreatedAt"].endswith("Z") and active["instanceUpdatedAt"].endswith("Z")
     assert by_version[idle["versionId"]]["activeInstances"] == []
     one = await api.get(f"{V}/functions/{fn['id']}/versions/{fn['versionId']}", headers=details)
     assert one.json()["function"]["activeInstances"] == [active]
@@ -485,7 +501,59 @@ async def test_active_instances_with_details_scope(api: AppClient) -> None:
     assert all("activeInstances" not in f for f in listed)
 
 
+@pytest.mark.parametrize(
+    ("phase", "status"),
+    [
+        ("Scheduling", "STARTING"),
+        ("Starting", "STARTING"),
+        ("Running", "RUNNING"),
+        ("Degraded", "RUNNING"),
+        ("Failed", "ERRORED"),
+    ],
+)
+async def test_instance_phases_map_onto_nvcf_instance_statuses(
+    api: AppClient, phase: str, status: str
+) -> None:
+    fn = await create_fn(api)
+    dep = await deploy(api, fn)
+    spec_id = dep["deploymentSpecifications"][0]["gpuSpecificationId"]
+    await add_instance(api, dep["deploymentId"], spec_id, phase=phase)
+    one = await api.get(f"{V}/functions/{fn['id']}/versions/{fn['versionId']}")
+    (active,) = one.json()["function"]["activeInstances"]
+    assert active["instanceStatus"] == status
+    # the deployment keeps this service's own words for it
+    got = (await api.get(f"{V}/deployments/{dep['deploymentId']}")).json()["deployment"]
+    assert got["instances"][0]["phase"] == phase
+
+
 # --- scaling -------------------------------------------------------------------------------
+
+
+async def test_put_matches_gpu_and_instance_type_in_any_case(api: AppClient) -> None:
+    fn = await create_fn(api)
+    await deploy(api, fn, {**L40, "instanceType": "DGXC.GPU.L40_1x"})
+    for gpu, instance_type in [("l40", "dgxc.gpu.l40_1x"), ("L40", "DGXC.GPU.L40_1X")]:
+        resp = await api.put(
+            dep_url(fn),
+            json={
+                "deploymentSpecifications": [
+                    {
+                        "gpu": gpu,
+                        "instanceType": instance_type,
+                        "backend": "NVCF-DEFAULT",
+                        "minInstances": 1,
+                        "maxInstances": 3,
+                    }
+                ]
+            },
+        )
+        assert resp.status_code == 200, resp.text
+        (spec,) = resp.json()["deployment"]["deploymentSpecifications"]
+        assert (spec["gpu"], spec["instanceType"], spec["maxInstances"]) == (
+            "L40",
+            "DGXC.GPU.L40_1x",
+            3,
+        )
 
 
 async def test_put_scales_and_refuses_other_changes(api: AppClient) -> None:

@@ -91,6 +91,21 @@ PASSING: list[tuple[str, dict[str, Any]]] = [
     ),
     ("secret max", with_(BASE, secrets=[{"name": "s" * 48, "value": "x" * 32768}])),
     ("rate limit", with_(BASE, rateLimit={"rateLimit": "100-S, 5000-H"})),
+    ("per-account rate only", with_(BASE, rateLimit={"perNcaIdRate": {"acme": "5-S"}})),
+    ("per-user rate only", with_(BASE, rateLimit={"perUserRate": "10-M"})),
+    (
+        "all rates",
+        with_(
+            BASE,
+            rateLimit={
+                "rateLimit": "100-S",
+                "exemptedNcaIds": ["ops"],
+                "perNcaIdRate": {"acme": "5-S,100-H"},
+                "perUserRate": "1-S",
+                "syncCheck": True,
+            },
+        ),
+    ),
     ("unknown field ignored", with_(BASE, somethingElse=True)),
 ]
 
@@ -349,7 +364,52 @@ FAILING: list[tuple[str, dict[str, Any], str, str]] = [
         "rateLimit.rateLimit",
         "more than once",
     ),
-    ("rate missing", with_(BASE, rateLimit={}), "rateLimit.rateLimit", "is required"),
+    ("rate missing", with_(BASE, rateLimit={}), "rateLimit", "at least one of rateLimit"),
+    (
+        "exempted without rate",
+        with_(BASE, rateLimit={"perUserRate": "1-S", "exemptedNcaIds": ["a"]}),
+        "rateLimit.exemptedNcaIds",
+        "only with rateLimit",
+    ),
+    (
+        "exempted and own rate",
+        with_(
+            BASE,
+            rateLimit={"rateLimit": "1-S", "exemptedNcaIds": ["a"], "perNcaIdRate": {"a": "2-S"}},
+        ),
+        "rateLimit.perNcaIdRate",
+        "exemptedNcaIds also lists (a)",
+    ),
+    (
+        "per-account rate pattern",
+        with_(BASE, rateLimit={"perNcaIdRate": {"acme": "5/S"}}),
+        "rateLimit.perNcaIdRate.acme",
+        "<count>-<unit>",
+    ),
+    (
+        "per-account rates not an object",
+        with_(BASE, rateLimit={"perNcaIdRate": ["acme"]}),
+        "rateLimit.perNcaIdRate",
+        "object of account id to rate",
+    ),
+    (
+        "per-account rates over 32",
+        with_(BASE, rateLimit={"perNcaIdRate": {f"a{i}": "1-S" for i in range(33)}}),
+        "rateLimit.perNcaIdRate",
+        "at most 32 accounts",
+    ),
+    (
+        "exempted over 32",
+        with_(BASE, rateLimit={"rateLimit": "1-S", "exemptedNcaIds": [str(i) for i in range(33)]}),
+        "rateLimit.exemptedNcaIds",
+        "at most 32 items",
+    ),
+    (
+        "per-user rate unit twice",
+        with_(BASE, rateLimit={"perUserRate": "1-H,2-H"}),
+        "rateLimit.perUserRate",
+        "more than once",
+    ),
 ]
 
 

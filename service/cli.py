@@ -36,12 +36,17 @@ def _settings() -> Settings:
 
 
 def _configure_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(message)s"
-        if settings.log_format == "json"
-        else "%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    from service.core.logs import configure_logging
+
+    configure_logging(settings.log_format)
+
+
+def _say(settings: Settings, message: str, *, level: int = logging.INFO) -> None:
+    """A line for the operator: printed as is, or a log record when every line must be JSON."""
+    if settings.log_format == "json":
+        logging.getLogger("nvcf.server").log(level, message)
+    else:
+        print(f"nvcf-server: {message}", file=sys.stderr if level > logging.INFO else sys.stdout)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -62,7 +67,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         load_catalog(settings.clusters_file)  # fail before binding the port, naming the line
     except CatalogError as exc:
-        print(f"nvcf-server: {exc}", file=sys.stderr)
+        _say(settings, str(exc), level=logging.ERROR)
         return 2
     app = create_app(settings)
     limits = ConnectionLimits(
@@ -72,19 +77,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_connections=connection_cap(settings.http_max_connections, soft_fd_limit()),
     )
     if limits.max_connections < settings.http_max_connections:
-        print(
-            f"nvcf-server: at most {limits.max_connections} connections at once "
+        _say(
+            settings,
+            f"at most {limits.max_connections} connections at once "
             f"(NVCF_HTTP_MAX_CONNECTIONS={settings.http_max_connections} does not fit the "
             "open-file limit)",
-            file=sys.stderr,
+            level=logging.WARNING,
         )
-    print(f"nvcf-server: serving on http://{args.host}:{args.port}", flush=True)
+    _say(settings, f"serving on http://{args.host}:{args.port}")
+    sys.stdout.flush()
     uvicorn.run(
         BodyDeadlineMiddleware(app, timeout=settings.http_body_timeout),
         host=args.host,
         port=args.port,
         http=bounded_protocol(limits),
         log_level="warning",
+        log_config=None,  # its loggers go through the root handler of _configure_logging
         access_log=False,
     )
     return 0

@@ -7,8 +7,8 @@ current one inside it, so spans opened deeper (in the same task, or in threads s
 `asyncio.to_thread`, which copy the context) become its children.
 
 Off, `span()` hands back one shared `nullcontext` (yielding None) and no request middleware is
-installed: the OpenTelemetry SDK is not even imported, and the hot path does no tracing work
-at all. `Tracing.enabled` and `NO_SPAN` let tests tell which path answered.
+installed: no tracer provider exists, this module never imports the SDK, and the hot path
+does no tracing work at all. `Tracing.enabled` and `NO_SPAN` let tests tell which path answered.
 
 On, requests get a SERVER span from `TracingMiddleware` (named `METHOD route-template`, W3C
 `traceparent` honoured), and the chart pipeline and the reconciler open child spans.

@@ -21,7 +21,7 @@ from service.core.tracing import NO_SPAN, NO_TRACING, TracingMiddleware, traces_
 from tests.support.api import create_fn
 from tests.support.app import AppClient, ClientFactory
 from tests.support.charts import PushCorpus
-from tests.support.e2e import V, dep_url, until_status, write_catalog
+from tests.support.e2e import V, dep_url, eventually, until_status, write_catalog
 from tests.support.registry import RegistryServer
 
 H100 = {"gpu": "H100", "backend": "e2e", "minInstances": 1, "maxInstances": 1}
@@ -119,9 +119,16 @@ async def test_a_reconcile_pass_produces_unit_spans(
     resp = await client.post(dep_url(fn), json={"deploymentSpecifications": [H100]})
     assert resp.status_code == 200, resp.text
     await until_status(client, fn, "ACTIVE")
+
+    async def units_and_their_passes() -> bool:  # a pass ends after its units
+        spans = exporter.get_finished_spans()
+        ended = {s.context.span_id for s in spans if s.context is not None}
+        units = named(spans, "reconcile.unit")
+        return bool(units) and all(u.parent and u.parent.span_id in ended for u in units)
+
+    await eventually(units_and_their_passes)
     spans = exporter.get_finished_spans()
     units = named(spans, "reconcile.unit")
-    assert units
     for unit in units:
         parent = parent_of(unit, spans)
         assert parent.name == "reconcile.pass"

@@ -8,11 +8,11 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.openapi.utils import get_openapi
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -36,13 +36,14 @@ from service.core.crypto import load_secret_box
 from service.core.db import make_engine, make_sessionmaker
 from service.core.errors import ServiceUnavailable
 from service.core.idempotency import IdempotentReplay
-from service.core.middleware import Metrics, RequestContextMiddleware
+from service.core.middleware import RequestContextMiddleware
 from service.core.openapi import truthful
 from service.core.problem import install_problem_handlers
 from service.core.quotas import Quotas
 from service.core.ratelimit import RateLimiter
 from service.core.routing import mount_flat
 from service.core.settings import Settings
+from service.core.tracing import TracingMiddleware
 from service.deployments.reconcile import build_reconciler
 from service.deployments.router import router as deployments_router
 from service.functions import read_cache
@@ -52,6 +53,10 @@ from service.functions.sharing_router import router as sharing_router
 from service.ngc.router import router as ngc_router
 from service.registry.router import router as registry_router
 from service.state import AppState
+from service.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 log = logging.getLogger("nvcf.server")
 
@@ -99,6 +104,14 @@ async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
         )
     path = Path(settings.data_dir) / ADMIN_KEY_FILE
     await asyncio.to_thread(_write_private, path, key + "\n")
+    if settings.log_format == "json":
+        # JSON lines go to log collectors, which must never hold a key: the file has it.
+        log.warning(
+            "generated an admin API key for account '%s', saved to %s (readable only by this user)",
+            settings.default_account,
+            path,
+        )
+        return
     # Printed once, on purpose: this is how an operator learns the first key.
     print(f"nvcf-server: generated admin API key for account '{settings.default_account}': {key}")
     print(f"nvcf-server: (also saved to {path}, readable only by this user)")
@@ -111,8 +124,12 @@ def _write_private(path: Path, content: str) -> None:
         fh.write(content)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, *, span_exporter: SpanExporter | None = None
+) -> FastAPI:
+    """The application; `span_exporter` turns tracing on and receives every span (tests)."""
     settings = settings or Settings()
+    telemetry = Telemetry.build(settings, span_exporter=span_exporter)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -131,7 +148,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.secret_box = await asyncio.to_thread(load_secret_box, settings)
         app.state.catalog = await asyncio.to_thread(load_catalog, settings.clusters_file)
         await bootstrap_admin_key(app, settings)
-        chart_pipeline = ChartPipeline.from_settings(settings, app.state.secret_box)
+        chart_pipeline = ChartPipeline.from_settings(
+            settings, app.state.secret_box, metrics=telemetry.charts, tracing=telemetry.tracing
+        )
         app.state.chart_pipeline = chart_pipeline
         adapters = AdapterRegistry.from_catalog(app.state.catalog)
         app.state.adapters = adapters
@@ -141,6 +160,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             adapters,
             app.state.catalog,
             secret_box=app.state.secret_box,
+            metrics=telemetry.reconcile,
+            tracing=telemetry.tracing,
         )
         app.state.reconciler = reconciler
         app.state.namespace_collector = collector
@@ -157,6 +178,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await adapters.aclose()
             await chart_pipeline.aclose()
             await engine.dispose()
+            await asyncio.to_thread(telemetry.tracing.shutdown)
 
     app = FastAPI(
         title="NVCF-compatible control plane",
@@ -173,8 +195,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings.rate_limit_per_second, settings.rate_limit_burst, settings.redis_url
         )
     app.state.authenticator = Authenticator(settings)
-    metrics = Metrics()
-    app.state.metrics = metrics
+    app.state.telemetry = telemetry
+    app.state.metrics = telemetry.metrics
     install_problem_handlers(app)
 
     @app.exception_handler(IdempotentReplay)
@@ -197,8 +219,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return {"status": "ready"}
 
     @app.get("/metrics", include_in_schema=False)
-    async def prometheus() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    async def prometheus(request: Request) -> Response:
+        body = await telemetry.scrape(request.app.state.sessionmaker)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     # The NGC org aliases (/v2/orgs/{org}[/teams/{team}]/nvcf/...) are rewritten onto this
     # prefix by the middleware, so each route is matched once, not three times.
@@ -231,9 +254,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.openapi = custom_openapi  # type: ignore[method-assign]
     # Added first, so it runs inside the request-context middleware (ids, metrics, log line).
     app.add_middleware(read_cache.VersionReadFastPath)
+    if telemetry.tracing.enabled:
+        # Inside the request context (request id, org alias); absent when tracing is off.
+        app.add_middleware(TracingMiddleware, tracing=telemetry.tracing)
     app.add_middleware(
         RequestContextMiddleware,
-        metrics=metrics,
+        metrics=telemetry.metrics,
         max_body_bytes=settings.max_body_bytes,
         json_logs=settings.log_format == "json",
     )

@@ -37,20 +37,26 @@ def _settings() -> Settings:
 
 
 def _configure_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(message)s"
-        if settings.log_format == "json"
-        else "%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    from service.core.logs import configure_logging
+
+    configure_logging(settings.log_format)
+
+
+def _say(settings: Settings, message: str, *, level: int = logging.INFO) -> None:
+    """A line for the operator: printed as is, or a log record when every line must be JSON."""
+    if settings.log_format == "json":
+        logging.getLogger("nvcf.server").log(level, message)
+    else:
+        print(f"nvcf-server: {message}", file=sys.stderr if level > logging.INFO else sys.stdout)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from service.core.tls import TlsError
 
     settings = _settings()
+    notes: list[str] = []
     try:
-        tls = _tls_files(args, settings)  # before the slow imports: a bad option fails fast
+        tls = _tls_files(args, settings, notes)  # before the slow imports: fails fast
     except TlsError as exc:
         print(f"nvcf-server: {exc}", file=sys.stderr)
         return 2
@@ -68,10 +74,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
 
     _configure_logging(settings)  # after the imports, as before: they log set-up noise
+    for note in notes:
+        _say(settings, note)
     try:
         load_catalog(settings.clusters_file)  # fail before binding the port, naming the line
     except CatalogError as exc:
-        print(f"nvcf-server: {exc}", file=sys.stderr)
+        _say(settings, str(exc), level=logging.ERROR)
         return 2
     app = create_app(settings)
     limits = ConnectionLimits(
@@ -81,20 +89,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_connections=connection_cap(settings.http_max_connections, soft_fd_limit()),
     )
     if limits.max_connections < settings.http_max_connections:
-        print(
-            f"nvcf-server: at most {limits.max_connections} connections at once "
+        _say(
+            settings,
+            f"at most {limits.max_connections} connections at once "
             f"(NVCF_HTTP_MAX_CONNECTIONS={settings.http_max_connections} does not fit the "
             "open-file limit)",
-            file=sys.stderr,
+            level=logging.WARNING,
         )
     scheme = "https" if tls else "http"
-    print(f"nvcf-server: serving on {scheme}://{_url_host(args.host)}:{args.port}", flush=True)
+    _say(settings, f"serving on {scheme}://{_url_host(args.host)}:{args.port}")
+    sys.stdout.flush()
     uvicorn.run(
         BodyDeadlineMiddleware(app, timeout=settings.http_body_timeout),
         host=args.host,
         port=args.port,
         http=bounded_protocol(limits),
         log_level="warning",
+        log_config=None,  # its loggers go through the root handler of _configure_logging
         access_log=False,
         ssl_certfile=str(tls[0]) if tls else None,
         ssl_keyfile=str(tls[1]) if tls else None,
@@ -106,9 +117,12 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def _tls_files(args: argparse.Namespace, settings: Settings) -> tuple[Path, Path] | None:
+def _tls_files(
+    args: argparse.Namespace, settings: Settings, notes: list[str]
+) -> tuple[Path, Path] | None:
     """The certificate and key to serve HTTPS with (None: plain HTTP), checked before the port
-    is bound; a self-signed pair is made (or reused) in the data directory and announced."""
+    is bound; a self-signed pair is made (or reused) in the data directory, and what to tell
+    the operator about it is added to `notes` (said once logging is set up)."""
     from service.core.tls import TlsError, check_pair, ensure_self_signed, hosts_for
 
     if args.tls_self_signed:
@@ -117,13 +131,12 @@ def _tls_files(args: argparse.Namespace, settings: Settings) -> tuple[Path, Path
         made = ensure_self_signed(Path(settings.data_dir), hosts_for(args.host))
         check_pair(made.cert, made.key)
         how = "generated" if made.generated else "reusing"
-        print(f"nvcf-server: {how} self-signed TLS certificate {made.cert}", flush=True)
-        print(f"nvcf-server:   SHA-256 fingerprint {made.fingerprint}", flush=True)
-        print(
-            f"nvcf-server:   trust it in clients: REQUESTS_CA_BUNDLE={made.cert} (ngcsdk, "
+        notes.append(f"{how} self-signed TLS certificate {made.cert}")
+        notes.append(f"  SHA-256 fingerprint {made.fingerprint}")
+        notes.append(
+            f"  trust it in clients: REQUESTS_CA_BUNDLE={made.cert} (ngcsdk, "
             f"requests), SSL_CERT_FILE={made.cert} (nvcf-cli, httpx, OpenSSL), "
-            f"curl --cacert {made.cert}",
-            flush=True,
+            f"curl --cacert {made.cert}"
         )
         return made.cert, made.key
     if bool(args.tls_cert) != bool(args.tls_key):

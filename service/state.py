@@ -26,12 +26,16 @@ if TYPE_CHECKING:
     from service.core.settings import Settings
     from service.deployments.reconcile import NamespaceCollector, Reconciler
     from service.functions.read_cache import VersionCache
+    from service.telemetry import Telemetry
 
 
 class AppState(State):
     settings: Settings
     quotas: Quotas
     authenticator: Authenticator
+    #: the app's metric families and tracing (service/telemetry.py)
+    telemetry: Telemetry
+    #: `telemetry.metrics`: the registry `/metrics` exports, with the HTTP families
     metrics: Metrics
     engine: AsyncEngine
     sessionmaker: async_sessionmaker[AsyncSession]

@@ -125,8 +125,10 @@ async def client_factory(make_settings: SettingsFactory) -> AsyncIterator[Client
     managers: list[LifespanManager] = []
     clients: list[httpx.AsyncClient] = []
 
-    async def factory(settings: Settings | None = None, **overrides: Any) -> AppClient:
-        app = create_app(settings or make_settings(**overrides))
+    async def factory(
+        settings: Settings | None = None, *, span_exporter: Any = None, **overrides: Any
+    ) -> AppClient:
+        app = create_app(settings or make_settings(**overrides), span_exporter=span_exporter)
         manager = LifespanManager(app)
         await manager.__aenter__()
         managers.append(manager)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.charts.fetch import ChartFetcher, FetchedChart, RegistryCredential
 from service.charts.findings import Finding, KubeObject, PipelineResult
 from service.charts.helm_engine import render_checked
+from service.charts.metrics import ChartMetrics
 from service.charts.mutate import mutate_for_install
 from service.charts.policy import ValidationPolicy
 from service.charts.render import (
@@ -41,8 +43,9 @@ from service.charts.render import (
 from service.charts.target import ChartTarget, nvlink_annotation_findings
 from service.charts.url import ChartRef, ChartUrlError, parse_chart_url, redact_url
 from service.clusters.instance_types import InstanceType, parse_instance_type
-from service.core.errors import FieldError, ValidationFailed
+from service.core.errors import DomainError, FieldError, ValidationFailed
 from service.core.kube import instance_namespace, is_nvlink
+from service.core.tracing import NO_TRACING, Tracing
 from service.registry import service as registry_service
 from service.registry.models import ArtifactType
 
@@ -203,9 +206,13 @@ class ChartPipeline:
         box: SecretBox | None = None,
         enforce_security: bool = False,
         default_kube_version: str = DEFAULT_KUBE_VERSION,
+        metrics: ChartMetrics | None = None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         self.fetcher = fetcher
         self.renderer = renderer
+        self.metrics = metrics if metrics is not None else ChartMetrics()
+        self.tracing = tracing
         self.box = box
         self.enforce_security = enforce_security
         self.default_kube_version = default_kube_version
@@ -215,7 +222,14 @@ class ChartPipeline:
         )
 
     @classmethod
-    def from_settings(cls, settings: Settings, box: SecretBox | None) -> ChartPipeline:
+    def from_settings(
+        cls,
+        settings: Settings,
+        box: SecretBox | None,
+        *,
+        metrics: ChartMetrics | None = None,
+        tracing: Tracing = NO_TRACING,
+    ) -> ChartPipeline:
         """The pipeline of one server process: cache under `<data_dir>/charts`."""
         fetcher = ChartFetcher(
             Path(settings.data_dir) / "charts",
@@ -238,6 +252,8 @@ class ChartPipeline:
             box=box,
             enforce_security=settings.helm_enforce_security,
             default_kube_version=settings.default_kube_version,
+            metrics=metrics,
+            tracing=tracing,
         )
 
     async def aclose(self) -> None:
@@ -269,9 +285,33 @@ class ChartPipeline:
 
         A pinned digest already cached is served without touching the registry or the
         database. Raises 400 (bad URL, SSRF refusal, not found, refused credentials, unsafe
-        archive) or 502 (registry unreachable or failing).
+        archive) or 502 (registry unreachable or failing); each failed pull is counted by
+        kind and logged (a warning when the registry's side failed).
         """
         ref = helm_chart if isinstance(helm_chart, ChartRef) else parse_ref(helm_chart)
+        source = redact_url(ref.url)
+        with self.tracing.span("chart.fetch", {"nvcf.chart": source}) as span:
+            started = time.perf_counter()
+            try:
+                fetched = await self._fetch(session, account_id, ref, digest)
+            except DomainError as exc:
+                kind = self.metrics.registry_error(exc)
+                log.log(
+                    logging.WARNING if exc.status >= 500 else logging.INFO,
+                    "chart pull failed (%s): %s",
+                    kind,
+                    exc.detail,
+                    extra={"registryErrorKind": kind},
+                )
+                raise
+            self.metrics.fetched(fetched.cached, time.perf_counter() - started)
+            if span is not None:
+                span.set_attribute("nvcf.chart.cached", fetched.cached)
+            return fetched
+
+    async def _fetch(
+        self, session: AsyncSession, account_id: str, ref: ChartRef, digest: str | None
+    ) -> FetchedChart:
         if digest is not None and (hit := await self.fetcher.cached(ref, digest)) is not None:
             return hit
         credentials = await self.credentials(session, account_id, ref)
@@ -300,16 +340,26 @@ class ChartPipeline:
         key = _cache_key(archive_key, values or {}, namespace, kube, list(api_versions), engine)
         if key is not None:
             hit = self._renders.get(key)
+            self.metrics.render_lookup(hit is not None)
             if hit is not None:
                 return hit
-        output = await self.renderer.render(
-            fetched.archive_path,
-            values=dict(values) if values else None,
-            namespace=namespace,
-            kube_version=kube,
-            api_versions=list(api_versions),
-            engine=engine,
-        )
+        with self.tracing.span("chart.render", {"nvcf.chart.engine": engine}) as span:
+            started = time.perf_counter()
+            try:
+                output = await self.renderer.render(
+                    fetched.archive_path,
+                    values=dict(values) if values else None,
+                    namespace=namespace,
+                    kube_version=kube,
+                    api_versions=list(api_versions),
+                    engine=engine,
+                )
+            except ChartRenderError:
+                self.metrics.rendered("failed", time.perf_counter() - started)
+                raise
+            self.metrics.rendered(output.helm_path, time.perf_counter() - started)
+            if span is not None:
+                span.set_attribute("nvcf.chart.helm_path", output.helm_path)
         if key is not None:
             # the decoded objects go to this caller's check only; a hit decodes again
             self._renders.put(key, dataclasses.replace(output, decoded=None))
@@ -360,6 +410,7 @@ class ChartPipeline:
         )
         cached = self._checked.get(check_key) if check_key is not None else None
         if cached is not None:
+            self.metrics.render_lookup(True)  # a checked render from memory: no render
             cached.fill(result)
             return result
 

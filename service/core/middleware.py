@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.core.errors import DomainError, PayloadTooLarge, RequestTimeout, ValidationFailed
 from service.core.http import query_errors
+from service.core.logs import request_id_var
 from service.core.problem import problem_body
 
 log = logging.getLogger("nvcf.access")
@@ -149,6 +150,7 @@ class RequestContextMiddleware:
         state = scope["state"] = dict(scope.get("state") or {})
         state["request_id"] = request_id
         collapse_leading_slashes(scope)
+        rid_token = request_id_var.set(request_id)
         rewrite_org_alias(scope)
         status_holder = [500]
         started = [False]
@@ -197,6 +199,7 @@ class RequestContextMiddleware:
             status = status_holder[0]
             self.metrics.record(method, template, status, elapsed)
             self._log(scope, state, method, status, elapsed, request_id)
+            request_id_var.reset(rid_token)
 
     def _declared_too_large(self, scope: Scope) -> bool:
         for name, value in scope["headers"]:
@@ -258,25 +261,30 @@ class RequestContextMiddleware:
         if not log.isEnabledFor(logging.INFO):
             return
         # Only the path is logged: query strings and bodies may carry secrets.
+        path = state.get("original_path") or scope.get("path", "")
+        duration_ms = round(elapsed * 1000, 2)
+        account = state.get("account_id")
+        # The fields go on the record too: a JSON line carries each (requestId comes from
+        # the request-id filter of service/core/logs.py).
         fields = {
-            "requestId": request_id,
             "method": method,
-            "path": state.get("original_path") or scope.get("path", ""),
+            "path": path,
             "status": status,
-            "durationMs": round(elapsed * 1000, 2),
-            "account": state.get("account_id"),
+            "durationMs": duration_ms,
+            "account": account,
         }
         if self.json_logs:
-            log.info(json.dumps(fields, separators=(",", ":")))
+            log.info("%s %s %s %.2fms", method, path, status, duration_ms, extra=fields)
         else:
             log.info(
                 "%s %s %s %.2fms account=%s requestId=%s",
                 method,
-                fields["path"],
+                path,
                 status,
-                fields["durationMs"],
-                fields["account"],
+                duration_ms,
+                account,
                 request_id,
+                extra=fields,
             )
 
 

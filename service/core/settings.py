@@ -229,8 +229,28 @@ class Settings(BaseSettings):
     idempotency_ttl_seconds: int = Field(
         default=24 * 3600, gt=0, description="Seconds an Idempotency-Key answer is replayed."
     )
+    # -- telemetry (docs/telemetry.md)
     log_format: Literal["text", "json"] = Field(
-        default="text", description="`json`: one JSON object per log line."
+        default="text",
+        description="`json`: every log line is one JSON object (timestamp, level, logger, "
+        "message, requestId).",
+    )
+    metrics_fleet_cache_seconds: float = Field(
+        default=15.0,
+        ge=0,
+        description="Seconds the fleet gauges of `/metrics` (versions by status, instances by "
+        "phase and cluster) are reused before the database is counted again (0: every scrape).",
+    )
+    otel_endpoint: str | None = Field(
+        default=None,
+        pattern=r"^https?://",
+        description="OTLP/HTTP collector (`http://collector:4318`; spans go to "
+        "`<endpoint>/v1/traces`); unset: tracing is off and costs nothing.",
+    )
+    otel_service_name: str = Field(
+        default="nvcf-server",
+        min_length=1,
+        description="`service.name` of the spans this process exports.",
     )
 
     @field_validator("registry_allowlist", "insecure_registries", mode="before")
@@ -253,6 +273,11 @@ class Settings(BaseSettings):
         if not value.startswith(("sqlite+aiosqlite://", "postgresql+psycopg://")):
             raise ValueError("must start with 'sqlite+aiosqlite://' or 'postgresql+psycopg://'")
         return value
+
+    @field_validator("otel_endpoint", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
 
     @cached_property
     def effective_database_url(self) -> str:

@@ -12,6 +12,8 @@ from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.core.crypto import SecretBox
 from service.core.settings import Settings
+from service.core.tracing import NO_TRACING, Tracing
+from service.deployments.metrics import ReconcileMetrics
 from service.deployments.reconcile.config import CollectorConfig, ReconcilerConfig
 from service.deployments.reconcile.gc import GarbageReport, NamespaceCollector
 from service.deployments.reconcile.loop import PassReport, Reconciler
@@ -25,6 +27,8 @@ def build_reconciler(
     catalog: Catalog,
     *,
     secret_box: SecretBox | None = None,
+    metrics: ReconcileMetrics | None = None,
+    tracing: Tracing = NO_TRACING,
 ) -> tuple[Reconciler, NamespaceCollector]:
     """The server's reconciler and namespace collector, configured from settings; the
     collector runs between the reconciler's passes."""
@@ -35,6 +39,8 @@ def build_reconciler(
         config=ReconcilerConfig.from_settings(settings),
         secret_box=secret_box,
         owner=claim_owner(Path(settings.data_dir)),
+        metrics=metrics,
+        tracing=tracing,
     )
     collector = NamespaceCollector(
         reconciler.store,

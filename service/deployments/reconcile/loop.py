@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.core.crypto import SecretBox
 from service.core.db import utcnow
+from service.core.tracing import NO_TRACING, Tracing
+from service.deployments.metrics import ReconcileMetrics
 from service.deployments.models import InstanceDesired
 from service.deployments.reconcile.config import ReconcilerConfig
 from service.deployments.reconcile.owner import OwnerId, fresh_owner
@@ -73,8 +76,12 @@ class Reconciler:
         secret_box: SecretBox | None = None,
         clock: Clock | None = None,
         owner: OwnerId | None = None,
+        metrics: ReconcileMetrics | None = None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         self.config = config or ReconcilerConfig()
+        self.metrics = metrics if metrics is not None else ReconcileMetrics()
+        self.tracing = tracing
         self._owner = owner or fresh_owner()
         self.store = ReconcileStore(sessionmaker, self._owner.value, self.config.lease_seconds)
         self.memory = Memory()
@@ -161,7 +168,11 @@ class Reconciler:
     async def run_once(self) -> PassReport:
         """One pass over what is due."""
         async with self.pass_lock:
-            return await self._pass()
+            started = time.perf_counter()
+            try:
+                return await self._pass()
+            finally:
+                self.metrics.pass_seconds.observe(time.perf_counter() - started)
 
     async def _pass(self) -> PassReport:
         self.passes += 1
@@ -185,7 +196,9 @@ class Reconciler:
         if renewed:
             await self.store.renew(renewed, self._clock())
         if full:
-            await self._units(full, report)
+            # A span only for passes with units of work: idle passes would flood traces.
+            with self.tracing.span("reconcile.pass", {"nvcf.deployments": len(full)}):
+                await self._units(full, report)
         return report
 
     def _classify(
@@ -273,11 +286,14 @@ class Reconciler:
         async def run(batch: list[uuid.UUID]) -> bool:
             self.memory.busy.update(batch)
             try:
-                await UnitOfWork(rt, batch, view).run()
+                with self.tracing.span("reconcile.unit", {"nvcf.deployments": len(batch)}):
+                    await UnitOfWork(rt, batch, view).run()
+                self.metrics.unit_done(ok=True)
                 return True
             except asyncio.CancelledError:
                 raise
             except Exception:
+                self.metrics.unit_done(ok=False)
                 if len(batch) == 1:
                     report.errors += 1
                     log.exception("reconciling deployment %s failed", batch[0])

@@ -1,0 +1,87 @@
+"""Process logging: every record carries the request id of the request it was logged in, and
+with `NVCF_LOG_FORMAT=json` every line is one JSON object (python-json-logger).
+
+The request id is a context variable set by `RequestContextMiddleware` for the whole request
+(routes, dependencies, domain code, threads started with `asyncio.to_thread`, which copy the
+context); records logged outside a request (the reconciler, start-up) carry `null`.
+
+A JSON line has `timestamp` (ISO 8601, UTC), `level`, `logger`, `message` and `requestId`,
+plus any `extra` fields of the call (the access line's method, path, status, durationMs,
+account) and `exc_info` (the traceback as one string) for exceptions. Nothing here redacts:
+callers never log keys, passwords or request bodies (see docs/telemetry.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import Any, Literal, TextIO
+
+from pythonjsonlogger.json import JsonFormatter
+
+#: the id of the request being served (None outside a request)
+request_id_var: ContextVar[str | None] = ContextVar("nvcf_request_id", default=None)
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+#: the fields of every JSON line, by their LogRecord attribute, and their names in the line
+JSON_FIELDS = {"levelname": "level", "name": "logger", "message": "message"}
+#: loggers of the HTTP server, which configures its own handlers unless told not to
+_SERVER_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
+
+
+class RequestIdFilter(logging.Filter):
+    """Puts the current request id on every record as `requestId` (None outside requests)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.requestId = request_id_var.get()
+        return True
+
+
+class _JsonLine(JsonFormatter):
+    """python-json-logger's formatter, the timestamp (UTC, ISO 8601) as the first field."""
+
+    def add_fields(
+        self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]
+    ) -> None:
+        log_data["timestamp"] = datetime.fromtimestamp(record.created, tz=UTC).isoformat()
+        super().add_fields(log_data, record, message_dict)
+
+
+def json_formatter() -> logging.Formatter:
+    """One JSON object per record: timestamp, level, logger, message, requestId, extras."""
+    return _JsonLine(
+        [*JSON_FIELDS, "requestId"],
+        rename_fields={k: v for k, v in JSON_FIELDS.items() if k != v},
+        defaults={"requestId": None},
+    )
+
+
+def configure_logging(
+    log_format: Literal["text", "json"],
+    *,
+    level: int = logging.INFO,
+    stream: TextIO | None = None,
+) -> None:
+    """One handler on the root logger for the whole process, the HTTP server's loggers and
+    Python warnings included (they propagate to it), so no line escapes the format."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.addFilter(RequestIdFilter())
+    handler.setFormatter(
+        json_formatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    )
+    root = logging.getLogger()
+    for old in root.handlers[:]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    for name in _SERVER_LOGGERS:
+        server_log = logging.getLogger(name)
+        server_log.handlers.clear()
+        server_log.propagate = True
+    logging.getLogger("uvicorn").setLevel(logging.WARNING)
+    logging.captureWarnings(True)
+
+
+__all__ = ["RequestIdFilter", "configure_logging", "json_formatter", "request_id_var"]

@@ -1,0 +1,76 @@
+"""The metrics as a whole (docs/telemetry.md): the dashboard names only metrics a scrape has,
+docs/telemetry.md documents exactly the metrics a scrape has, and each application keeps its
+own metrics however many share the process."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from tests.support.app import ClientFactory
+from tests.support.metrics import scrape
+
+ROOT = Path(__file__).resolve().parents[1]
+DASHBOARD = ROOT / "deploy" / "grafana" / "nvcf-dashboard.json"
+DOC = ROOT / "docs" / "telemetry.md"
+METRIC = re.compile(r"\bnvcf_[a-z0-9_]+")
+#: what prometheus-client adds to each counter and histogram family
+SUFFIXES = ("_total", "_created", "_bucket", "_count", "_sum")
+
+
+def expressions(node: Any) -> list[str]:
+    """Every PromQL `expr` anywhere in the dashboard."""
+    if isinstance(node, dict):
+        found = [node["expr"]] if isinstance(node.get("expr"), str) else []
+        return found + [e for v in node.values() for e in expressions(v)]
+    if isinstance(node, list):
+        return [e for v in node for e in expressions(v)]
+    return []
+
+
+def family(name: str) -> str:
+    for suffix in SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+async def test_every_metric_of_the_dashboard_is_in_a_scrape(client: Any) -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = expressions(dashboard)
+    assert len(exprs) >= 10
+    referenced = {m for e in exprs for m in METRIC.findall(e)}
+    assert (await client.get("/health")).status_code == 200  # the HTTP series exist after one
+    got = await scrape(client)
+    assert referenced - got.names == set()
+    # and it shows every family the service exports
+    assert {family(m) for m in referenced} >= {family(n) for n in got.families}
+
+
+async def test_the_documentation_lists_exactly_the_exported_metrics(client: Any) -> None:
+    documented = {
+        m.group(1) for m in re.finditer(r"^\| `(nvcf_[a-z0-9_]+)` \|", DOC.read_text(), re.M)
+    }
+    got = await scrape(client)
+    # as scraped: counters with their `_total`
+    exported = {
+        name + "_total" if kind == "counter" else name
+        for name, kind in got.families.items()
+        if name.startswith("nvcf_") and family(name) + "_created" != name
+    }
+    assert documented == exported
+
+
+async def test_apps_in_one_process_keep_their_own_metrics(client_factory: ClientFactory) -> None:
+    first = await client_factory()
+    second = await client_factory()
+    for _ in range(3):
+        assert (await first.get("/health")).status_code == 200
+    route = {"method": "GET", "route": "/health", "status": "200"}
+    assert (await scrape(first)).value("nvcf_http_requests_total", **route) == 3
+    assert (await scrape(second)).value("nvcf_http_requests_total", **route) == 0
+    assert first.app.state.telemetry.metrics.registry is not (
+        second.app.state.telemetry.metrics.registry
+    )

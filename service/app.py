@@ -34,6 +34,7 @@ from service.clusters.router import v3_router
 from service.core import migrate
 from service.core.crypto import load_secret_box
 from service.core.db import make_engine, make_sessionmaker
+from service.core.docs_ui import install_docs
 from service.core.errors import ServiceUnavailable
 from service.core.idempotency import IdempotentReplay
 from service.core.middleware import Metrics, RequestContextMiddleware
@@ -161,6 +162,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Function registry and deployments for GPU cloud functions, "
         "compatible with NVIDIA Cloud Functions clients.",
         lifespan=lifespan,
+        docs_url=None,  # served from installed assets by install_docs, not from a CDN
+        redoc_url=None,
     )
     app.state = AppState()
     app.state.settings = settings
@@ -202,6 +205,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in api_routers():
         mount_flat(app, router, API_PREFIX)
     app.include_router(v3_router)
+    install_docs(app)
 
     def custom_openapi() -> dict[str, Any]:
         if app.openapi_schema:

@@ -70,7 +70,9 @@ def api_routers() -> list[APIRouter]:
 
 
 async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
-    """Make sure an admin credential exists (operations.md §2)."""
+    """Make sure an admin credential exists, and tell the operator where it is: the key itself
+    only when it is generated (the first start), afterwards where it was kept."""
+    path = Path(settings.data_dir) / ADMIN_KEY_FILE
     maker = app.state.sessionmaker
     async with maker() as session, session.begin():
         if settings.bootstrap_api_key is not None:
@@ -85,8 +87,17 @@ async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
                     key=key,
                     operator=True,
                 )
+            _say("admin API key: the value of NVCF_BOOTSTRAP_API_KEY")
             return
         if await any_key_exists(session):
+            if await asyncio.to_thread(path.exists):
+                _say(f"admin API key: kept in {path} (printed at the first start only)")
+            else:
+                _say(
+                    "admin API key: printed by the first start, not kept in this data "
+                    "directory; make another with: nvcf-server create-key --account "
+                    f"{settings.default_account} --scopes {','.join(scopes.OPERATOR_KEY_SCOPES)}"
+                )
             return
         key, _ = await create_api_key(
             session,
@@ -95,11 +106,15 @@ async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
             description="generated admin key",
             operator=True,
         )
-    path = Path(settings.data_dir) / ADMIN_KEY_FILE
     await asyncio.to_thread(_write_private, path, key + "\n")
     # Printed once, on purpose: this is how an operator learns the first key.
-    print(f"nvcf-server: generated admin API key for account '{settings.default_account}': {key}")
-    print(f"nvcf-server: (also saved to {path}, readable only by this user)")
+    _say(f"generated admin API key for account '{settings.default_account}': {key}")
+    _say(f"(also saved to {path}, readable only by this user)")
+
+
+def _say(line: str) -> None:
+    # stdout, flushed: a container's log shows it at once, not when a buffer fills
+    print(f"nvcf-server: {line}", flush=True)
 
 
 def _write_private(path: Path, content: str) -> None:

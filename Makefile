@@ -1,8 +1,10 @@
-# The two commands of operations.md §1, plus helpers. Each target installs what it needs.
+# The two commands of the operations contract (`make run`, `make test`), plus helpers.
+# Each target installs what it needs: `run` the server alone, the others the dev tools too.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
+RUN_STAMP := $(VENV)/.installed
 
 .PHONY: run test lint typecheck openapi install test-services bench clean
 
@@ -12,12 +14,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+$(RUN_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $(RUN_STAMP)
+
 install: $(STAMP)
 
-run: $(STAMP)
+# Migrates once, here (the server is told not to migrate again). The server prints the admin
+# API key at the first start only; later starts say where it is kept.
+run: $(RUN_STAMP)
 	$(BIN)/nvcf-server migrate
-	@$(BIN)/python scripts/print_admin_key.py
-	$(BIN)/nvcf-server serve --host 127.0.0.1 --port 8080
+	@echo "nvcf-server: API at http://127.0.0.1:8080, docs at /docs and /redoc"
+	NVCF_AUTO_MIGRATE=false $(BIN)/nvcf-server serve --host 127.0.0.1 --port 8080
 
 test-services:
 	bash scripts/install-test-services.sh

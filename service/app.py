@@ -34,6 +34,7 @@ from service.clusters.router import v3_router
 from service.core import migrate
 from service.core.crypto import load_secret_box
 from service.core.db import make_engine, make_sessionmaker
+from service.core.docs_ui import install_docs
 from service.core.errors import ServiceUnavailable
 from service.core.idempotency import IdempotentReplay
 from service.core.middleware import RequestContextMiddleware
@@ -77,7 +78,9 @@ def api_routers() -> list[APIRouter]:
 
 
 async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
-    """Make sure an admin credential exists (operations.md §2)."""
+    """Make sure an admin credential exists, and tell the operator where it is: the key itself
+    only when it is generated (the first start), afterwards where it was kept."""
+    path = Path(settings.data_dir) / ADMIN_KEY_FILE
     maker = app.state.sessionmaker
     async with maker() as session, session.begin():
         if settings.bootstrap_api_key is not None:
@@ -92,8 +95,17 @@ async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
                     key=key,
                     operator=True,
                 )
+            _say("admin API key: the value of NVCF_BOOTSTRAP_API_KEY")
             return
         if await any_key_exists(session):
+            if await asyncio.to_thread(path.exists):
+                _say(f"admin API key: kept in {path} (printed at the first start only)")
+            else:
+                _say(
+                    "admin API key: printed by the first start, not kept in this data "
+                    "directory; make another with: nvcf-server create-key --account "
+                    f"{settings.default_account} --scopes {','.join(scopes.OPERATOR_KEY_SCOPES)}"
+                )
             return
         key, _ = await create_api_key(
             session,
@@ -102,7 +114,6 @@ async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
             description="generated admin key",
             operator=True,
         )
-    path = Path(settings.data_dir) / ADMIN_KEY_FILE
     await asyncio.to_thread(_write_private, path, key + "\n")
     if settings.log_format == "json":
         # JSON lines go to log collectors, which must never hold a key: the file has it.
@@ -113,8 +124,13 @@ async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
         )
         return
     # Printed once, on purpose: this is how an operator learns the first key.
-    print(f"nvcf-server: generated admin API key for account '{settings.default_account}': {key}")
-    print(f"nvcf-server: (also saved to {path}, readable only by this user)")
+    _say(f"generated admin API key for account '{settings.default_account}': {key}")
+    _say(f"(also saved to {path}, readable only by this user)")
+
+
+def _say(line: str) -> None:
+    # stdout, flushed: a container's log shows it at once, not when a buffer fills
+    print(f"nvcf-server: {line}", flush=True)
 
 
 def _write_private(path: Path, content: str) -> None:
@@ -186,6 +202,8 @@ def create_app(
         description="Function registry and deployments for GPU cloud functions, "
         "compatible with NVIDIA Cloud Functions clients.",
         lifespan=lifespan,
+        docs_url=None,  # served from installed assets by install_docs, not from a CDN
+        redoc_url=None,
     )
     app.state = AppState()
     app.state.settings = settings
@@ -229,6 +247,7 @@ def create_app(
         mount_flat(app, router, API_PREFIX)
     app.include_router(v3_router)
     app.include_router(ngc_router)
+    install_docs(app)
 
     def custom_openapi() -> dict[str, Any]:
         if app.openapi_schema:

@@ -13,6 +13,7 @@ from sqlalchemy import create_engine, inspect
 
 from service.core import migrate
 from tests.support.app import ClientFactory
+from tests.support.server import free_port, start_server, stop_server
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -169,3 +170,42 @@ async def test_create_key_grants_the_operator_scope(
         "/v2/nvcf/api-keys", json={"ncaId": "ops", "scopes": ["admin"]}, headers=tenant_admin
     )
     assert resp.status_code == 403
+
+
+def test_a_real_server_prints_the_admin_key_at_the_first_start_only(tmp_path: Path) -> None:
+    """The first start prints the generated key; the next says where it is kept, not the key."""
+    data = tmp_path / "data"
+    url = f"sqlite+aiosqlite:///{data / 'nvcf.db'}"
+    log = data / "server.log"
+    stop_server(start_server(data, url, free_port(), bootstrap_key=None))
+    first = log.read_text()
+    key = (data / "admin-api-key").read_text().strip()
+    assert f"generated admin API key for account 'nvcf-default': {key}" in first
+    stop_server(start_server(data, url, free_port(), bootstrap_key=None))
+    second = log.read_text()[len(first) :]
+    assert "serving on" in second
+    assert key not in second and "nvapi-" not in second
+    assert f"admin API key: kept in {data / 'admin-api-key'}" in second
+
+
+def test_make_run_installs_the_server_alone_and_migrates_once() -> None:
+    """`make run`'s commands (printed, not run): no dev extras, one migration, then serve."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        ["make", "-n", "-B", "run", "VENV=/nonexistent/venv"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    installs = [line for line in lines if " install " in line and "upgrade pip" not in line]
+    assert installs == ["/nonexistent/venv/bin/pip install -q -e ."]
+    assert sum("nvcf-server migrate" in line for line in lines) == 1
+    serve = [line for line in lines if "nvcf-server serve" in line]
+    assert serve == [
+        "NVCF_AUTO_MIGRATE=false /nonexistent/venv/bin/nvcf-server serve "
+        "--host 127.0.0.1 --port 8080"
+    ]
+    assert lines.index(serve[0]) > next(i for i, x in enumerate(lines) if "migrate" in x)

@@ -30,17 +30,19 @@ def start_server(
     *,
     args: Sequence[str] = (),
     ca: Path | None = None,
+    bootstrap_key: str | None = ADMIN_KEY,
     **env: str,
 ) -> subprocess.Popen[bytes]:
     """Start the server and wait until `/health` answers; its output goes to server.log.
 
     With `ca` (the certificate to trust, which the server may create as it starts) the server
-    is reached over HTTPS; `args` are added to `serve`."""
+    is reached over HTTPS; `args` are added to `serve`. `bootstrap_key=None` starts it as a
+    first-time user does, without NVCF_BOOTSTRAP_API_KEY."""
     full_env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "NVCF_BOOTSTRAP_API_KEY"},
         "NVCF_DATA_DIR": str(data_dir),
         "NVCF_DATABASE_URL": database_url,
-        "NVCF_BOOTSTRAP_API_KEY": ADMIN_KEY,
+        **({} if bootstrap_key is None else {"NVCF_BOOTSTRAP_API_KEY": bootstrap_key}),
         **env,
     }
     log = data_dir / "server.log"

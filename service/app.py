@@ -95,16 +95,17 @@ async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
                     key=key,
                     operator=True,
                 )
-            _say("admin API key: the value of NVCF_BOOTSTRAP_API_KEY")
+            _say(settings, "admin API key: the value of NVCF_BOOTSTRAP_API_KEY")
             return
         if await any_key_exists(session):
             if await asyncio.to_thread(path.exists):
-                _say(f"admin API key: kept in {path} (printed at the first start only)")
+                _say(settings, f"admin API key: kept in {path} (printed at the first start only)")
             else:
                 _say(
+                    settings,
                     "admin API key: printed by the first start, not kept in this data "
                     "directory; make another with: nvcf-server create-key --account "
-                    f"{settings.default_account} --scopes {','.join(scopes.OPERATOR_KEY_SCOPES)}"
+                    f"{settings.default_account} --scopes {','.join(scopes.OPERATOR_KEY_SCOPES)}",
                 )
             return
         key, _ = await create_api_key(
@@ -124,13 +125,17 @@ async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
         )
         return
     # Printed once, on purpose: this is how an operator learns the first key.
-    _say(f"generated admin API key for account '{settings.default_account}': {key}")
-    _say(f"(also saved to {path}, readable only by this user)")
+    _say(settings, f"generated admin API key for account '{settings.default_account}': {key}")
+    _say(settings, f"(also saved to {path}, readable only by this user)")
 
 
-def _say(line: str) -> None:
-    # stdout, flushed: a container's log shows it at once, not when a buffer fills
-    print(f"nvcf-server: {line}", flush=True)
+def _say(settings: Settings, line: str) -> None:
+    """A line for the operator: a log record when every line must be JSON, else printed to
+    stdout, flushed (a container's log shows it at once, not when a buffer fills)."""
+    if settings.log_format == "json":
+        log.info(line)
+    else:
+        print(f"nvcf-server: {line}", flush=True)
 
 
 def _write_private(path: Path, content: str) -> None:

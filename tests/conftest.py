@@ -129,7 +129,7 @@ async def client_factory(make_settings: SettingsFactory) -> AsyncIterator[Client
         settings: Settings | None = None, *, span_exporter: Any = None, **overrides: Any
     ) -> AppClient:
         app = create_app(settings or make_settings(**overrides), span_exporter=span_exporter)
-        manager = LifespanManager(app)
+        manager = LifespanManager(app, startup_timeout=120, shutdown_timeout=120)
         await manager.__aenter__()
         managers.append(manager)
         c = AppClient(

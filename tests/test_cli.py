@@ -97,7 +97,7 @@ def test_generated_admin_key_is_printed_once_and_saved(tmp_path: Path) -> None:
 
     async def boot() -> str:
         app = create_app(settings)
-        async with LifespanManager(app) as manager:
+        async with LifespanManager(app, startup_timeout=120, shutdown_timeout=120) as manager:
             key = (tmp_path / "admin-api-key").read_text().strip()
             transport = httpx.ASGITransport(app=manager.app)
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:

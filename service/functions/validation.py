@@ -57,7 +57,10 @@ def _unique(
 ) -> list[FieldError]:
     errors: list[FieldError] = []
     seen: set[str] = set()
-    for i, item in enumerate(body.get(list_key) or []):
+    items = body.get(list_key)
+    if not isinstance(items, list):  # the field's own error says what it should be
+        return errors
+    for i, item in enumerate(items):
         where = f"{list_key}[{i}].{key}"
         if not isinstance(item, dict) or not isinstance(item.get(key), str) or where in bad:
             continue

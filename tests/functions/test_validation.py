@@ -489,3 +489,13 @@ def test_metadata_update_rules() -> None:
     assert [e.field for e in info.value.errors] == ["tags[0]", "description", "rateLimit.rateLimit"]
     upd = validate_metadata_update({"description": "new"})
     assert upd.description == "new" and upd.tags is None
+
+
+@pytest.mark.parametrize("value", [True, "x", 3, {"key": "A"}])
+def test_lists_of_the_wrong_json_kind_are_refused_not_crashed_on(value: Any) -> None:
+    # the uniqueness pass once iterated whatever it found (a 500 for `true`)
+    body = {**BASE, "containerEnvironment": value, "secrets": value}
+    with pytest.raises(ValidationFailed) as caught:
+        validate_create(body)
+    fields = {e.field for e in caught.value.errors}
+    assert {"containerEnvironment", "secrets"} <= fields

@@ -17,6 +17,9 @@ from service.client_cli.common import Run, poll_interval
 from service.client_cli.output import Code
 from service.client_cli.views import LiveDeployment, events_table
 
+#: the shell's code for a command ended by Ctrl-C (128 + SIGINT)
+INTERRUPTED = 130
+
 
 def _live(run: Run, view: LiveDeployment, *, transient: bool) -> AbstractContextManager[Any]:
     """A live view on a terminal (refreshed four times a second); nothing elsewhere."""
@@ -77,14 +80,18 @@ def wait_active(
     view = LiveDeployment("ACTIVE")
     deadline = time.monotonic() + timeout
     with _live(run, view, transient=False):
-        while True:
-            dep: dict[str, Any] = run.api.call("GET", path)["deployment"]
-            view.dep = dep
-            if done(dep) or dep.get("functionStatus") == "ERROR":
-                break
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(min(poll_interval(), max(deadline - time.monotonic(), 0.0)))
+        try:
+            while True:
+                dep: dict[str, Any] = run.api.call("GET", path)["deployment"]
+                view.dep = dep
+                if done(dep) or dep.get("functionStatus") == "ERROR":
+                    break
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(min(poll_interval(), max(deadline - time.monotonic(), 0.0)))
+        except KeyboardInterrupt:
+            run.ui.note("stopped waiting; the deployment goes on")
+            raise typer.Exit(INTERRUPTED) from None
         status = dep.get("functionStatus")
         view.finish(str(status) if done(dep) or status == "ERROR" else f"still {status}")
     if not run.ui.out.is_terminal:

@@ -31,7 +31,8 @@ CLIENT_VARS = ("NVCF_URL", "NVCF_API_KEY", "NVCF_CA_CERT", "NO_COLOR", "FORCE_CO
 def served(data: Path, **env: str) -> Iterator[str]:
     """A real server (SQLite in `data`) for the duration; yields its base URL."""
     port = free_port()
-    proc = start_server(data, f"sqlite+aiosqlite:///{data / 'nvcf.db'}", port, **FAST_SERVER, **env)
+    settings: dict[str, Any] = {**FAST_SERVER, **env}
+    proc = start_server(data, f"sqlite+aiosqlite:///{data / 'nvcf.db'}", port, **settings)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

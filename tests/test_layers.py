@@ -1,7 +1,8 @@
 """The dependency direction of the packages (docs/architecture.md): lower layers never import
 higher ones. `core` knows no domain; `health` is pure over `core`; `backends` speak to clusters
 knowing only `core` and `health`. The domain packages (auth, functions, charts, clusters,
-registry, deployments) sit above them."""
+registry, deployments) sit above them. The `nvcf` client (`client_cli`) stands apart: it
+imports nothing of the server, and nothing of the server imports it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "health": {"core"},
     "backends": {"core", "health"},
+    # the `nvcf` client speaks the REST API only: it imports nothing of the server
+    "client_cli": set(),
 }
 
 
@@ -44,6 +47,18 @@ def test_lower_layers_import_no_higher_package(package: str) -> None:
         for path in (ROOT / package).rglob("*.py")
         for target, line in imported_packages(path)
         if target not in allowed
+    )
+    assert offending == []
+
+
+def test_no_server_package_imports_the_client() -> None:
+    """The server's import graph never reaches the `nvcf` client (service/client_cli/)."""
+    offending = sorted(
+        f"{path.relative_to(ROOT.parent)}:{line}"
+        for path in ROOT.rglob("*.py")
+        if "client_cli" not in path.relative_to(ROOT).parts
+        for target, line in imported_packages(path)
+        if target == "client_cli"
     )
     assert offending == []
 

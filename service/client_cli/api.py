@@ -1,0 +1,129 @@
+"""The REST API as `nvcf` calls it: one `httpx.Client` per command, problem+json errors
+turned into `ApiError` with every listed violation, a connection failure into `Unreachable`."""
+
+from __future__ import annotations
+
+import ssl
+import time
+import uuid
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from service.client_cli.config import Profile
+
+V = "/v2/nvcf"
+USER_AGENT = "nvcf-server-cli/0.1"
+#: a 429 (the request was refused before it did anything) is retried this many times
+RATE_LIMIT_RETRIES = 3
+MAX_RETRY_AFTER = 10.0
+
+
+@dataclass
+class ApiError(Exception):
+    """A response of 400 or more: the problem's fields when it is problem+json."""
+
+    status: int
+    title: str
+    detail: str = ""
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    errors_omitted: int = 0
+    request_id: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.title}: {self.detail}" if self.detail else self.title
+
+    @classmethod
+    def of(cls, resp: httpx.Response) -> ApiError:
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        request_id = resp.headers.get("x-request-id")
+        if not isinstance(body, dict):
+            text = resp.text.strip()[:500]
+            return cls(resp.status_code, resp.reason_phrase or "error", text, [], 0, request_id)
+        errors = [
+            (str(e.get("field", "")), str(e.get("message", "")))
+            for e in body.get("errors") or []
+            if isinstance(e, dict)
+        ]
+        omitted = body.get("errorsOmitted")
+        return cls(
+            status=resp.status_code,
+            title=str(body.get("title") or resp.reason_phrase or "error"),
+            detail=str(body.get("detail") or body.get("message") or ""),
+            errors=errors,
+            errors_omitted=omitted if isinstance(omitted, int) else 0,
+            request_id=str(body.get("requestId") or request_id or "") or None,
+        )
+
+
+class Unreachable(Exception):
+    """The server could not be reached (connection refused, DNS, TLS, timeout)."""
+
+
+class Api:
+    """Calls of one command against one server."""
+
+    def __init__(self, profile: Profile, *, timeout: float = 60.0) -> None:
+        verify: ssl.SSLContext | bool = True
+        if profile.ca_cert:
+            verify = ssl.create_default_context(cafile=profile.ca_cert)
+        self.url = profile.url.rstrip("/")
+        self._client = httpx.Client(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {profile.api_key}", "User-Agent": USER_AGENT},
+            timeout=timeout,
+            verify=verify,
+        )
+
+    def __enter__(self) -> Api:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._client.close()
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        idempotent_create: bool = False,
+    ) -> Any:
+        """The decoded JSON body (None for an empty one); `ApiError` for a status of 400 or
+        more. `idempotent_create` sends an Idempotency-Key, so a retried create is one."""
+        headers = {"Idempotency-Key": str(uuid.uuid4())} if idempotent_create else {}
+        for attempt in range(RATE_LIMIT_RETRIES + 1):
+            try:
+                resp = self._client.request(method, path, json=json, params=params, headers=headers)
+            except httpx.HTTPError as exc:
+                raise Unreachable(f"cannot reach {self.url}: {exc}") from None
+            if resp.status_code == 429 and attempt < RATE_LIMIT_RETRIES:
+                time.sleep(_retry_after(resp))
+                continue
+            break
+        if resp.status_code >= 400:
+            raise ApiError.of(resp)
+        if resp.status_code == 204 or not resp.content:
+            return None
+        try:
+            return resp.json()
+        except ValueError:
+            raise ApiError(resp.status_code, "not JSON", resp.text[:500]) from None
+
+
+def _retry_after(resp: httpx.Response) -> float:
+    try:
+        return min(max(float(resp.headers.get("retry-after", "1")), 0.1), MAX_RETRY_AFTER)
+    except ValueError:
+        return 1.0

@@ -16,6 +16,8 @@ ALLOWED: dict[str, set[str]] = {
     "core": set(),
     "health": {"core"},
     "backends": {"core", "health"},
+    # the web console reads everything through the public API, like any other client
+    "console": {"core"},
 }
 
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the real servers the test suite starts (operations.md §4): PostgreSQL, the CNCF
 # distribution registry with htpasswd support, and Redis. The suite starts and stops them.
+# Also Debian's headless browser and its WebDriver, which drive the web console's tests
+# (tests/console/; docs/console.md).
 set -euo pipefail
 
 need=()
@@ -9,6 +11,8 @@ command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || need+=(apache2-utils)
 command -v runuser >/dev/null 2>&1 || need+=(util-linux)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

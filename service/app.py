@@ -31,6 +31,7 @@ from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import load_catalog
 from service.clusters.router import router as clusters_router
 from service.clusters.router import v3_router
+from service.console import install_console
 from service.core import migrate
 from service.core.crypto import load_secret_box
 from service.core.db import make_engine, make_sessionmaker
@@ -253,6 +254,7 @@ def create_app(
     app.include_router(v3_router)
     app.include_router(ngc_router)
     install_docs(app)
+    install_console(app)
 
     def custom_openapi() -> dict[str, Any]:
         if app.openapi_schema:

@@ -19,6 +19,8 @@ ALLOWED: dict[str, set[str]] = {
     "backends": {"core", "health"},
     # the `nvcf` client speaks the REST API only: it imports nothing of the server
     "client_cli": set(),
+    # the web console reads everything through the public API, like any other client
+    "console": {"core"},
 }
 
 

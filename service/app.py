@@ -46,6 +46,7 @@ from service.core.ratelimit import RateLimiter
 from service.core.routing import mount_flat
 from service.core.settings import Settings
 from service.core.tracing import TracingMiddleware
+from service.deployments.history import HistoryConfig, HistoryPurger
 from service.deployments.reconcile import build_reconciler
 from service.deployments.router import router as deployments_router
 from service.functions import read_cache
@@ -187,12 +188,16 @@ def create_app(
         )
         app.state.reconciler = reconciler
         app.state.namespace_collector = collector
+        purger = HistoryPurger(app.state.sessionmaker, HistoryConfig.from_settings(settings))
+        app.state.history_purger = purger
         if settings.reconciler_enabled:
             reconciler.start()
             collector.start()
+            purger.start()
         try:
             yield
         finally:
+            await purger.stop()
             await collector.stop()
             await reconciler.stop()
             if app.state.rate_limiter is not None:

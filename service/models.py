@@ -3,7 +3,13 @@
 from service.auth.models import Account, ApiKey
 from service.core.db import Base
 from service.core.idempotency import IdempotencyRecord
-from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec, Instance
+from service.deployments.models import (
+    Deployment,
+    DeploymentEvent,
+    DeploymentHistory,
+    DeploymentSpec,
+    Instance,
+)
 from service.functions.models import (
     Function,
     FunctionAuthorization,
@@ -19,6 +25,7 @@ __all__ = [
     "Base",
     "Deployment",
     "DeploymentEvent",
+    "DeploymentHistory",
     "DeploymentSpec",
     "Function",
     "FunctionAuthorization",

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from service.core.quotas import Quotas
     from service.core.ratelimit import RateLimiter
     from service.core.settings import Settings
+    from service.deployments.history import HistoryPurger
     from service.deployments.reconcile import NamespaceCollector, Reconciler
     from service.functions.read_cache import VersionCache
     from service.telemetry import Telemetry
@@ -45,6 +46,8 @@ class AppState(State):
     adapters: AdapterRegistry
     reconciler: Reconciler | None
     namespace_collector: NamespaceCollector | None
+    #: purges expired history of removed deployments (runs where the reconciler runs)
+    history_purger: HistoryPurger | None
     #: the version read cache (SQLite only: one process sees every commit)
     version_cache: VersionCache | None
     #: None when rate limiting is off
@@ -56,6 +59,7 @@ class AppState(State):
             {
                 "reconciler": None,
                 "namespace_collector": None,
+                "history_purger": None,
                 "version_cache": None,
                 "rate_limiter": None,
             }

@@ -1,7 +1,10 @@
 """Shared fixtures: a real PostgreSQL server, a database per test built by Alembic, app clients,
-and a local OCI registry with corpus charts pushed to it.
+and an OCI registry with corpus charts pushed to it.
 
-Every test that takes `database_url` runs twice: on SQLite and on PostgreSQL.
+The services run as containers where a Docker engine answers and as local Debian services
+otherwise (`NVCF_TEST_SERVICES=auto|containers|local`, tests/support/services.py); the fixtures
+are the same either way. Every test that takes `database_url` runs twice: on SQLite and on
+PostgreSQL.
 """
 
 from __future__ import annotations
@@ -27,8 +30,22 @@ from tests.support.charts import PushCorpus, PushedChart, build_chart, push_arch
 from tests.support.postgres import PostgresServer, PostgresUnavailable, start_postgres
 from tests.support.redis import RedisServer, RedisUnavailable, start_redis
 from tests.support.registry import RegistryServer, RegistryUnavailable, start_registry
+from tests.support.services import ServicesUnavailable, selected
 
 REQUIRE_SERVICES = os.environ.get("NVCF_TEST_REQUIRE_SERVICES") == "1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """`NVCF_TEST_SERVICES=containers` without a usable Docker engine stops the run at once."""
+    try:
+        selected()
+    except ServicesUnavailable as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    choice = selected()
+    return f"test services: {choice.kind} ({choice.reason})"
 
 
 @pytest.fixture(scope="session")

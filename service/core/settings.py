@@ -177,6 +177,20 @@ class Settings(BaseSettings):
     reconcile_gc_min_age_seconds: float = Field(
         default=120.0, ge=0, description="Namespaces younger than this are never collected."
     )
+    # -- history of removed deployments (service/deployments/history.py)
+    history_retention_seconds: float = Field(
+        default=7 * 86400.0,
+        ge=0,
+        description="Seconds a removed deployment stays readable after its removal (its "
+        "timeline at `GET /v2/nvcf/deployments/{id}/events`, its failed instances, the "
+        "version's `.../history`); then it is purged. 0 keeps no history.",
+    )
+    history_purge_seconds: float = Field(
+        default=600.0,
+        ge=0,
+        description="Seconds between purges of expired deployment history (0: off), in a "
+        "process that runs the reconciler.",
+    )
     # -- instance health (docs/health.md)
     health_pod_scheduling_timeout: float = Field(
         default=600, ge=0, description="Seconds a pod may stay unschedulable."

@@ -10,7 +10,12 @@ Tables:
 - `instances`: one row per instance the reconciler created; `desired` = "present" | "absent";
   `condition` is the health machine's InstanceCondition JSON; `lease_*` stop two replicas from
   driving the same instance.
-- `deployment_events`: the timeline of `GET /deployments/{id}/events`.
+- `deployment_events`: the timeline of `GET /deployments/{id}/events`. No foreign key: the
+  timeline outlives its deployment, as history.
+- `deployment_history`: one row per removed deployment (its specifications and failed
+  instances as the API showed them), readable until `expires_at`
+  (`NVCF_HISTORY_RETENTION_SECONDS` after removal); the purge (`history.py`) then deletes it
+  and its timeline.
 
 `due_at` (indexed, on deployments and instances) is when the reconciler must look next: a
 deployment is due from a change of desired state until it has settled (NULL once settled); an
@@ -155,9 +160,9 @@ class DeploymentEvent(Base):
     __tablename__ = "deployment_events"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    deployment_id: Mapped[uuid.UUID] = mapped_column(
-        UUIDStr(), ForeignKey("deployments.id", ondelete="CASCADE"), index=True
-    )
+    # No foreign key: the timeline of a removed deployment stays, with its DeploymentHistory
+    # row, until the history purge deletes both.
+    deployment_id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), index=True)
     at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     # validation | dispatch | instance | observation | status | scaling | teardown
     kind: Mapped[str] = mapped_column(String(32))
@@ -165,3 +170,35 @@ class DeploymentEvent(Base):
     phase: Mapped[str | None] = mapped_column(String(32))
     reason: Mapped[str | None] = mapped_column(String(64))
     message: Mapped[str] = mapped_column(Text)
+
+
+class DeploymentHistory(Base):
+    """A removed deployment, kept readable until `expires_at` (then purged with its timeline).
+
+    `specifications` and `failed_instances` are the API's GpuSpecificationOut and InstanceOut
+    objects (camelCase JSON) as they were at removal: history is shown, never acted on.
+    """
+
+    __tablename__ = "deployment_history"
+    __table_args__ = (
+        # The purge reads only what has expired: one index probe when nothing has.
+        Index("ix_deployment_history_expires_at", "expires_at"),
+        Index(
+            "ix_deployment_history_account_version",
+            "account_id",
+            "version_id",
+            "created_at",
+            "id",
+        ),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True)  # the deployment's
+    account_id: Mapped[str] = mapped_column(String(128))
+    function_id: Mapped[uuid.UUID] = mapped_column(UUIDStr())
+    version_id: Mapped[uuid.UUID] = mapped_column(UUIDStr())
+    function_name: Mapped[str] = mapped_column(String(128))
+    specifications: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    failed_instances: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    removed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())

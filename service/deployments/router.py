@@ -23,6 +23,7 @@ from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.service import Principal, lock_account
 from service.charts.pipeline import DEFAULT_INFERENCE_PORT, ChartFieldError
+from service.core.db import utcnow
 from service.core.errors import (
     BadRequest,
     Conflict,
@@ -342,24 +343,52 @@ async def list_deployments(
 
 
 @router.get(
+    _BY_VERSION + "/history",
+    response_model=DeploymentList,
+    response_model_exclude_none=True,
+    summary="The removed deployments of a function version (kept for a retention period)",
+    description="Deployments of the version that were undeployed and removed, oldest first, "
+    "each with `removedAt`, `historyExpiresAt` and the instances that had failed; each stays "
+    "readable, with its timeline at `GET /deployments/{deploymentId}/events`, for "
+    "`NVCF_HISTORY_RETENTION_SECONDS` after its removal. The live deployment is not listed "
+    f"(`GET {_BY_VERSION}`).",
+)
+async def list_version_history(
+    functionId: str,
+    functionVersionId: str,
+    session: Session,
+    principal: Deployer,
+    limit: Annotated[int | None, Query(ge=1, le=MAX_LIMIT)] = None,
+    cursor: str | None = None,
+) -> DeploymentList:
+    fid, vid = _ids(functionId, functionVersionId)
+    page = make_page(limit, cursor)
+    views, next_cursor = await service.version_history(
+        session, principal.account_id, fid, vid, page, utcnow()
+    )
+    return DeploymentList(deployments=views, next_cursor=next_cursor)
+
+
+@router.get(
     "/deployments/{deploymentId}",
     response_model=DeploymentEnvelope,
     response_model_exclude_none=True,
-    summary="Get a deployment",
+    summary="Get a deployment (a removed one until its history expires)",
 )
 async def get_deployment(
     deploymentId: str, session: Session, principal: Deployer
 ) -> DeploymentEnvelope:
     did = parse_uuid(deploymentId, "deploymentId")
-    deployment = await service.get_deployment(session, principal.account_id, did)
-    return DeploymentEnvelope(deployment=await service.deployment_view(session, deployment))
+    found = await service.find_deployment(session, principal.account_id, did, utcnow())
+    return DeploymentEnvelope(deployment=await service.view_of(session, found))
 
 
 @router.get(
     "/deployments/{deploymentId}/events",
     response_model=EventList,
     response_model_exclude_none=True,
-    summary="The time-ordered event timeline of a deployment",
+    summary="The time-ordered event timeline of a deployment (a removed one until its history "
+    "expires)",
 )
 async def list_deployment_events(
     deploymentId: str,
@@ -370,7 +399,7 @@ async def list_deployment_events(
 ) -> EventList:
     did = parse_uuid(deploymentId, "deploymentId")
     page = make_page(limit, cursor)
-    await service.get_deployment(session, principal.account_id, did)
+    await service.find_deployment(session, principal.account_id, did, utcnow())
     rows, next_cursor = await service.list_events(session, did, page)
     return EventList(events=[EventOut.of(e) for e in rows], next_cursor=next_cursor)
 

@@ -103,6 +103,19 @@ class DeploymentOut(CamelModel):
     health_info: list[HealthInfo] | None = None
     created_at: Timestamp
     last_updated_at: Timestamp
+    failed_instances: list[InstanceOut] | None = Field(
+        default=None,
+        description="A removed deployment only: the instances that had failed, as they were "
+        "when it was removed.",
+    )
+    removed_at: Timestamp | None = Field(
+        default=None, description="A removed deployment only: when it was removed."
+    )
+    history_expires_at: Timestamp | None = Field(
+        default=None,
+        description="A removed deployment only: when its history (this object and its "
+        "timeline) is purged.",
+    )
 
     @classmethod
     def of(

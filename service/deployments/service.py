@@ -12,6 +12,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import func, select
@@ -20,16 +21,22 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.core.db import after_commit, utcnow
 from service.core.errors import NotFound
 from service.core.pagination import Page, keyset_page
-from service.deployments import transitions
+from service.deployments import history, transitions
 from service.deployments.models import (
     Deployment,
     DeploymentDesired,
     DeploymentEvent,
+    DeploymentHistory,
     DeploymentSpec,
     Instance,
     InstanceDesired,
 )
-from service.deployments.schemas import DeploymentOut, HealthInfo, InstanceOut
+from service.deployments.schemas import (
+    DeploymentOut,
+    GpuSpecificationOut,
+    HealthInfo,
+    InstanceOut,
+)
 from service.deployments.validation import ScalingChange, StoredSpec, ValidatedSpec
 from service.functions.models import FunctionVersion
 from service.health.machine import Phase
@@ -90,6 +97,20 @@ async def get_deployment(
     if deployment is None or deployment.account_id != account_id:
         raise NotFound(detail=f"deployment {deployment_id} not found")
     return deployment
+
+
+async def find_deployment(
+    session: AsyncSession, account_id: str, deployment_id: uuid.UUID, now: datetime
+) -> Deployment | DeploymentHistory:
+    """The caller's deployment, or its history once removed (until that expires); 404
+    otherwise."""
+    deployment = await session.get(Deployment, deployment_id)
+    if deployment is not None and deployment.account_id == account_id:
+        return deployment
+    removed = await history.find(session, account_id, deployment_id, now)
+    if removed is None:
+        raise NotFound(detail=f"deployment {deployment_id} not found")
+    return removed
 
 
 async def get_version_deployment(
@@ -247,6 +268,76 @@ async def deployment_views(
 
 async def deployment_view(session: AsyncSession, deployment: Deployment) -> DeploymentOut:
     return (await deployment_views(session, [deployment]))[0]
+
+
+def history_view(row: DeploymentHistory) -> DeploymentOut:
+    """A removed deployment as the API shows it: INACTIVE, no instances, the failed ones in
+    `failedInstances` (and `healthInfo`), `removedAt` and `historyExpiresAt`."""
+    specs = [GpuSpecificationOut.model_validate(s) for s in row.specifications]
+    by_id = {s.gpu_specification_id: s for s in specs}
+    failed = [InstanceOut.model_validate(i) for i in row.failed_instances]
+    health = [
+        HealthInfo(
+            gpu=spec.gpu,
+            instance_type=spec.instance_type,
+            backend=spec.backend,
+            error=_error_text(i.reason, i.message),
+        )
+        for i in failed
+        if (spec := by_id.get(i.gpu_specification_id)) is not None
+    ]
+    return DeploymentOut(
+        deployment_id=row.id,
+        function_id=row.function_id,
+        function_version_id=row.version_id,
+        function_name=row.function_name,
+        nca_id=row.account_id,
+        function_status=str(VersionStatus.INACTIVE),
+        deployment_specifications=specs,
+        instances=[],
+        health_info=health or None,
+        created_at=row.created_at,
+        last_updated_at=row.removed_at,
+        failed_instances=failed or None,
+        removed_at=row.removed_at,
+        history_expires_at=row.expires_at,
+    )
+
+
+async def view_of(session: AsyncSession, found: Deployment | DeploymentHistory) -> DeploymentOut:
+    """`deployment_view` of a deployment, `history_view` of a removed one."""
+    if isinstance(found, DeploymentHistory):
+        return history_view(found)
+    return await deployment_view(session, found)
+
+
+async def version_history(
+    session: AsyncSession,
+    account_id: str,
+    function_id: uuid.UUID,
+    version_id: uuid.UUID,
+    page: Page,
+    now: datetime,
+) -> tuple[list[DeploymentOut], str | None]:
+    """The caller's removed deployments of a version, oldest first, until they expire. 404
+    when the caller neither owns the version nor has history of it (another account, or a
+    version deleted whose history has expired)."""
+    rows, next_cursor = await history.of_version(
+        session, account_id, function_id, version_id, page, now
+    )
+    if not rows and page.after is None:
+        owned = (
+            await session.execute(
+                select(FunctionVersion.id).where(
+                    FunctionVersion.id == version_id,
+                    FunctionVersion.function_id == function_id,
+                    FunctionVersion.account_id == account_id,
+                )
+            )
+        ).first()
+        if owned is None:
+            raise NotFound(detail=f"version {version_id} of function {function_id} not found")
+    return [history_view(r) for r in rows], next_cursor
 
 
 # --- create ------------------------------------------------------------------------------------

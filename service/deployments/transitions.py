@@ -14,17 +14,18 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
+from service.core.schemas import iso_z
+from service.deployments import history
 from service.deployments.events import record_event
 from service.deployments.models import (
     Deployment,
     DeploymentDesired,
-    DeploymentEvent,
     DeploymentSpec,
     Instance,
     InstanceDesired,
@@ -194,12 +195,38 @@ def schedule(deployment: Deployment, due: datetime | None) -> None:
 
 
 async def remove_deployment(
-    session: AsyncSession, deployment: Deployment, version: FunctionVersion | None, now: datetime
+    session: AsyncSession,
+    deployment: Deployment,
+    version: FunctionVersion | None,
+    now: datetime,
+    *,
+    retention: timedelta,
 ) -> None:
-    """Delete a torn-down deployment's records; its version becomes INACTIVE unless another
-    live deployment serves it. The timeline goes with the deployment."""
+    """Delete a torn-down deployment's records, keeping its history for `retention`: a
+    `deployment_history` row with its specifications and failed instances, and its timeline
+    (history.py). Its version becomes INACTIVE unless another live deployment serves it."""
     dep_id = deployment.id
-    await session.execute(delete(DeploymentEvent).where(DeploymentEvent.deployment_id == dep_id))
+    failed = (
+        (
+            await session.execute(
+                select(Instance)
+                .where(Instance.deployment_id == dep_id, Instance.phase == Phase.FAILED.value)
+                .order_by(Instance.created_at, Instance.id)
+            )
+        )
+        .scalars()
+        .all()
+    )
+    kept = history.entry(deployment, failed, now, retention)
+    session.add(kept)
+    record_event(
+        session,
+        dep_id,
+        "teardown",
+        "deployment removed: its instances are gone; this timeline and its failed instances "
+        f"stay readable until {iso_z(kept.expires_at)}",
+        reason="Removed",
+    )
     await session.execute(delete(Instance).where(Instance.deployment_id == dep_id))
     await session.execute(delete(DeploymentSpec).where(DeploymentSpec.deployment_id == dep_id))
     await session.execute(delete(Deployment).where(Deployment.id == dep_id))

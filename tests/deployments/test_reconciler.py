@@ -22,6 +22,7 @@ from service.clusters.catalog import Catalog
 from service.deployments.models import (
     ASAP,
     Deployment,
+    DeploymentHistory,
     DeploymentSpec,
     Instance,
 )
@@ -170,6 +171,12 @@ async def test_undeploy_deletes_instances_then_records(harness: Harness) -> None
     assert await namespaces(harness.sim(), instances) == []
     assert await harness.instances(dep) == []
     assert await harness.status(dep) == "INACTIVE"
+    # kept as history (deployments/history.py): the entry, and the timeline ending in removal
+    async with harness.maker() as session:
+        kept = await session.get(DeploymentHistory, dep.id)
+    assert kept is not None and kept.failed_instances == []
+    assert kept.expires_at == kept.removed_at + timedelta(days=7)
+    assert (await harness.events(dep))[-1].reason == "Removed"
 
 
 # ------------------------------------------------------------------------------- faults

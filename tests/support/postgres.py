@@ -1,6 +1,6 @@
-"""A real PostgreSQL server for the test suite: initdb into a temp dir, pg_ctl on a free port.
-
-Runs as the `postgres` user when the tests run as root (initdb refuses root).
+"""A real PostgreSQL server for the test suite: a container where a Docker engine answers
+(containers.py, chosen by services.py), else a local one: initdb into a temp dir, pg_ctl on a
+free port, run as the `postgres` user when the tests run as root (initdb refuses root).
 """
 
 from __future__ import annotations
@@ -12,8 +12,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.support import services
 
 
 class PostgresUnavailable(RuntimeError):
@@ -41,21 +44,36 @@ def _free_port() -> int:
 
 @dataclass
 class PostgresServer:
-    root: Path
+    """A running server whose superuser is `postgres`; `kind` is "local" or "containers"."""
+
+    host: str
     port: int
-    bin_dir: Path
-    run_as: str | None
+    stopper: Callable[[], None] = field(repr=False)
+    password: str | None = field(default=None, repr=False)
+    kind: services.Kind = "local"
 
     @property
     def admin_dsn(self) -> str:
-        return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
+        dsn = f"host={self.host} port={self.port} user=postgres dbname=postgres"
+        return dsn + (f" password={self.password}" if self.password else "")
 
     def url(self, dbname: str) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{dbname}"
+        login = f"postgres:{self.password}" if self.password else "postgres"
+        return f"postgresql+psycopg://{login}@{self.host}:{self.port}/{dbname}"
+
+    def stop(self) -> None:
+        self.stopper()
+
+
+@dataclass
+class _LocalCluster:
+    root: Path
+    bin_dir: Path
+    run_as: str | None
 
     def stop(self) -> None:
         _run(
-            self,
+            self.run_as,
             [
                 str(self.bin_dir / "pg_ctl"),
                 "-D",
@@ -69,8 +87,7 @@ class PostgresServer:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _run(server_or_user: PostgresServer | str | None, cmd: list[str], check: bool = True) -> None:
-    user = server_or_user.run_as if isinstance(server_or_user, PostgresServer) else server_or_user
+def _run(user: str | None, cmd: list[str], check: bool = True) -> None:
     if user is not None:
         cmd = ["runuser", "-u", user, "--", *cmd]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -81,6 +98,15 @@ def _run(server_or_user: PostgresServer | str | None, cmd: list[str], check: boo
 
 
 def start_postgres() -> PostgresServer:
+    """A server of the kind the run uses (services.py)."""
+    if services.selected().kind == "containers":
+        from tests.support.containers import start_postgres_container
+
+        return start_postgres_container()
+    return start_local_postgres()
+
+
+def start_local_postgres() -> PostgresServer:
     bin_dir = _bin_dir()
     run_as: str | None = None
     if os.geteuid() == 0:
@@ -93,7 +119,8 @@ def start_postgres() -> PostgresServer:
     if run_as:
         shutil.chown(root, user=run_as)
     port = _free_port()
-    server = PostgresServer(root=root, port=port, bin_dir=bin_dir, run_as=run_as)
+    cluster = _LocalCluster(root=root, bin_dir=bin_dir, run_as=run_as)
+    server = PostgresServer(host="127.0.0.1", port=port, stopper=cluster.stop)
     _run(
         run_as,
         [

@@ -1,4 +1,5 @@
-"""A real Redis server for the tests that share rate-limit counters (Debian's redis-server)."""
+"""A real Redis server for the tests that share rate-limit counters: a container where a Docker
+engine answers (containers.py, chosen by services.py), else Debian's redis-server."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.support import services
 
 
 class RedisUnavailable(RuntimeError):
@@ -22,22 +26,42 @@ def _free_port() -> int:
 
 @dataclass
 class RedisServer:
-    process: subprocess.Popen[bytes]
+    """A running server; `kind` is "local" or "containers"."""
+
+    host: str
     port: int
+    stopper: Callable[[], None] = field(repr=False)
+    kind: services.Kind = "local"
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def stop(self) -> None:
-        self.process.terminate()
+        self.stopper()
+
+
+def _terminate(process: subprocess.Popen[bytes]) -> Callable[[], None]:
+    def stop() -> None:
+        process.terminate()
         try:
-            self.process.wait(timeout=10)
+            process.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            process.kill()
+
+    return stop
 
 
 def start_redis(workdir: Path) -> RedisServer:
+    """A server of the kind the run uses (services.py)."""
+    if services.selected().kind == "containers":
+        from tests.support.containers import start_redis_container
+
+        return start_redis_container()
+    return start_local_redis(workdir)
+
+
+def start_local_redis(workdir: Path) -> RedisServer:
     binary = shutil.which("redis-server")
     if binary is None:
         raise RedisUnavailable("redis-server is not installed")
@@ -65,7 +89,7 @@ def start_redis(workdir: Path) -> RedisServer:
             with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
                 sock.sendall(b"PING\r\n")
                 if sock.recv(16).startswith(b"+PONG"):
-                    return RedisServer(process, port)
+                    return RedisServer("127.0.0.1", port, _terminate(process))
         except OSError:
             pass
         if process.poll() is not None:

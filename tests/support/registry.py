@@ -1,7 +1,9 @@
-"""Real local OCI registries (Debian's `docker-registry`) and helpers to push Helm charts to them.
+"""Real OCI registries and helpers to push Helm charts to them: `registry:2` containers where a
+Docker engine answers (containers.py, chosen by services.py), else Debian's `docker-registry`
+on this machine.
 
-Used by the pytest fixtures in tests/charts/conftest.py; plain functions so other suites and
-scripts can start registries too.
+Used by the pytest fixtures in tests/conftest.py and tests/charts/conftest.py; plain functions
+so other suites and scripts can start registries too.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Protocol, cast
 
 import yaml
+
+from tests.support import services
 
 REGISTRY_BINARY = "docker-registry"
 _START_TIMEOUT = 30.0
@@ -78,29 +82,25 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Runner(Protocol):
+    """What runs a registry: a local process or a container."""
+
+    def log_text(self) -> str: ...
+
+    def running(self) -> bool: ...
+
+    def stop(self) -> None: ...
+
+
 @dataclass
-class RegistryServer:
-    """A running registry; `host` is "127.0.0.1:PORT"."""
+class LocalProcess:
+    """A local `docker-registry serve` process and its log file."""
 
-    host: str
-    root: Path
-    log_path: Path
     process: subprocess.Popen[bytes]
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    token_server: TokenServer | None = None  # set for token-auth registries; not owned
-
-    @property
-    def auth(self) -> bool:
-        return self.username is not None
+    log_path: Path
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
-
-    def blob_gets(self, digest: str) -> int:
-        """How many successful GETs of blob `digest` the registry's access log shows."""
-        pattern = re.compile(rf'"GET /v2/[^ ]+/blobs/{re.escape(digest)} HTTP/[0-9.]+" 200 ')
-        return len(pattern.findall(self.log_text()))
 
     def running(self) -> bool:
         return self.process.poll() is None
@@ -113,6 +113,38 @@ class RegistryServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+@dataclass
+class RegistryServer:
+    """A running registry; `host` is "HOST:PORT" (127.0.0.1 locally); `kind` is "local" or
+    "containers"."""
+
+    host: str
+    root: Path
+    runner: Runner
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token_server: TokenServer | None = None  # set for token-auth registries; not owned
+    kind: services.Kind = "local"
+
+    @property
+    def auth(self) -> bool:
+        return self.username is not None
+
+    def log_text(self) -> str:
+        return self.runner.log_text()
+
+    def blob_gets(self, digest: str) -> int:
+        """How many successful GETs of blob `digest` the registry's access log shows."""
+        pattern = re.compile(rf'"GET /v2/[^ ]+/blobs/{re.escape(digest)} HTTP/[0-9.]+" 200 ')
+        return len(pattern.findall(self.log_text()))
+
+    def running(self) -> bool:
+        return self.runner.running()
+
+    def stop(self) -> None:
+        self.runner.stop()
 
 
 def _config(
@@ -146,13 +178,18 @@ def start_registry(
     token: TokenServer | None = None,
     login: tuple[str, str] | None = None,
 ) -> RegistryServer:
-    """Start a registry with its own config under `tmpdir`; `htpasswd` = (username, password).
+    """Start a registry of the kind the run uses (services.py) with its own config under
+    `tmpdir`; `htpasswd` = (username, password).
 
     With `token` (a started TokenServer) the registry uses Docker token auth against it instead;
     `login` = (username, password) is then the account the push helpers log in with.
     """
     if htpasswd is not None and token is not None:
         raise ValueError("a registry uses either htpasswd or token auth, not both")
+    if services.selected().kind == "containers":
+        from tests.support.containers import start_registry_container
+
+        return start_registry_container(tmpdir, htpasswd=htpasswd, token=token, login=login)
     binary = ensure_binaries()
     tmpdir.mkdir(parents=True, exist_ok=True)
     login = login or htpasswd
@@ -178,20 +215,20 @@ def start_registry(
         server = RegistryServer(
             host=f"127.0.0.1:{port}",
             root=tmpdir,
-            log_path=log_path,
-            process=process,
+            runner=LocalProcess(process, log_path),
             username=login[0] if login else None,
             password=login[1] if login else None,
             token_server=token,
         )
-        if _wait_ready(server):
+        if wait_ready(server):
             return server
         server.stop()
         last_error = server.log_text()[-2000:]
     raise RegistryUnavailable(f"docker-registry did not start: {last_error}")
 
 
-def _wait_ready(server: RegistryServer) -> bool:
+def wait_ready(server: RegistryServer) -> bool:
+    """Whether the registry answers `/v2/` (200, or 401 with auth) within the start timeout."""
     deadline = time.monotonic() + _START_TIMEOUT
     while time.monotonic() < deadline:
         if not server.running():

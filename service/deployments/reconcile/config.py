@@ -27,6 +27,8 @@ class ReconcilerConfig:
     timeouts: HealthTimeouts = field(default_factory=HealthTimeouts)
     #: failed instances kept per deployment (for the API's instances/healthInfo)
     failed_history: int = 10
+    #: seconds a removed deployment's history stays readable (deployments/history.py)
+    history_retention: float = _DEFAULTS.history_retention_seconds
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ReconcilerConfig:
@@ -38,6 +40,7 @@ class ReconcilerConfig:
             concurrency=1 if sqlite else settings.reconcile_concurrency,
             batch_size=settings.reconcile_batch_size,
             timeouts=HealthTimeouts.from_settings(settings),
+            history_retention=settings.history_retention_seconds,
         )
 
 

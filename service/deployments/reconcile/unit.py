@@ -540,14 +540,16 @@ class UnitOfWork:
         rows: dict[uuid.UUID, Instance],
         now: datetime,
     ) -> None:
-        """Undeploy / version delete: once every instance is gone, remove the records."""
+        """Undeploy / version delete: once every instance is gone, remove the records (its
+        timeline and failed instances stay as history)."""
         for row in rows.values():
             if row.desired == InstanceDesired.PRESENT:
                 transitions.unwant(row)
         if any(r.applied for r in rows.values()):
             transitions.schedule(dep, now)  # some instance still exists on a backend
             return
-        await transitions.remove_deployment(session, dep, version, now)
+        retention = timedelta(seconds=self.rt.config.history_retention)
+        await transitions.remove_deployment(session, dep, version, now, retention=retention)
         self.rt.memory.forget(list(rows))
         log.info("deployment %s deleted", dep.id)
 

@@ -29,6 +29,12 @@ class Quota:
     what: str  # what is counted, plural
 
     @property
+    def lock_free_below(self) -> int:
+        """While an account uses fewer than this, adding one needs neither the account lock
+        nor a count of its own (`check` and the callers that count in their insert agree)."""
+        return self.limit - SLACK
+
+    @property
     def setting(self) -> str:
         return f"NVCF_QUOTA_{self.name.upper()}"
 
@@ -42,7 +48,7 @@ class Quota:
         the limit, `lock()` serialises the account's requests and the count is taken again,
         so two concurrent requests never both take the last places."""
         used = await count()
-        if used + adding + SLACK > self.limit:
+        if used + adding > self.lock_free_below:
             await lock()
             used = await count()
         self.enforce(used, adding)

@@ -121,12 +121,19 @@ async def _create(
         chart_digest, findings = await pipeline.validate_for_create(session, principal, spec)
     quotas = app_state(request).quotas
     account = principal.account_id
+    new_function = function_id is None
 
     async def lock() -> None:
         await lock_account(session, account)
 
     if function_id is None:
-        await quotas.functions.check(lambda: service.count_functions(session, account), lock)
+        function_id = await service.add_function(
+            session, account, below=quotas.functions.lock_free_below
+        )
+        if function_id is None:  # near the quota: count under the account's lock
+            await quotas.functions.check(lambda: service.count_functions(session, account), lock)
+            function_id = await service.add_function(session, account)
+            assert function_id is not None
     else:
         await service.get_function(session, account, function_id)
         parent = function_id
@@ -139,6 +146,7 @@ async def _create(
         spec=spec,
         box=box,
         function_id=function_id,
+        new_function=new_function,
         chart_digest=chart_digest,
         findings=findings,
     )

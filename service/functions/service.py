@@ -7,11 +7,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, insert, literal, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.crypto import SecretBox
-from service.core.db import after_commit, utcnow
+from service.core.db import UTCDateTime, UUIDStr, after_commit, mark_written, utcnow
 from service.core.errors import FieldError, NotFound, ValidationFailed
 from service.core.pagination import Page, keyset_page
 from service.deployments.service import undeploy_version
@@ -48,16 +48,15 @@ async def create_version(
     account_id: str,
     spec: FunctionSpec,
     box: SecretBox,
-    function_id: uuid.UUID | None = None,
+    function_id: uuid.UUID,
+    new_function: bool = False,
     chart_digest: str | None = None,
     findings: list[dict[str, Any]] | None = None,
 ) -> FunctionVersion:
-    """Create a new function (no `function_id`) or a new version of the caller's function."""
+    """A new version of the caller's function `function_id`, or the first one of the function
+    `add_function` has just inserted (`new_function`)."""
     now = utcnow()
-    if function_id is None:
-        function_id = uuid.uuid4()
-        session.add(Function(id=function_id, account_id=account_id, created_at=now))
-    else:
+    if not new_function:
         await get_function(session, account_id, function_id)
     version = FunctionVersion(
         id=uuid.uuid4(),
@@ -95,6 +94,24 @@ async def create_version(
     session.add_all(VersionTag(version_id=version.id, tag=t) for t in spec.tags)
     await session.flush()
     return version
+
+
+async def add_function(
+    session: AsyncSession, account_id: str, *, below: int | None = None
+) -> uuid.UUID | None:
+    """Insert a new function of the account and return its id. With `below`, only while the
+    account has fewer functions than that, counted by the insert itself: the usual quota case
+    costs no round trip of its own (None: nothing inserted, the caller counts under a lock)."""
+    function_id, now = uuid.uuid4(), utcnow()
+    row = select(literal(function_id, UUIDStr()), literal(account_id), literal(now, UTCDateTime()))
+    if below is not None:
+        owned = select(func.count()).select_from(Function).where(Function.account_id == account_id)
+        row = row.where(owned.scalar_subquery() < below)
+    inserted = await session.execute(
+        insert(Function).from_select(["id", "account_id", "created_at"], row).returning(Function.id)
+    )
+    mark_written(session.sync_session)
+    return function_id if inserted.first() is not None else None
 
 
 async def count_functions(session: AsyncSession, account_id: str) -> int:

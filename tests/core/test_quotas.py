@@ -6,7 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
+from service.core import quotas
+from service.functions import service
 from tests.support.api import CONTAINER_FN, create_fn
 from tests.support.app import ClientFactory
 from tests.support.nvcf_cli import add_request
@@ -41,6 +44,30 @@ async def test_functions_and_versions_quotas(client_factory: ClientFactory) -> N
     assert (await client.post(versions, json=CONTAINER_FN)).status_code == 200
     quota_refusal(await client.post(versions, json=CONTAINER_FN), "versions_per_function")
     assert len((await client.get(versions)).json()["functions"]) == 2
+
+
+async def test_functions_counted_by_the_insert_then_under_the_lock(
+    client_factory: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Far from the limit the insert counts the account's functions itself; within SLACK of it
+    # the account is locked and counted again. With SLACK 1 and a limit of 3: two inserts
+    # take the first way, the third the second, the fourth is refused.
+    monkeypatch.setattr(quotas, "SLACK", 1)
+    client = await client_factory(quota_functions=3)
+    counted: list[int] = []
+    original = service.count_functions
+
+    async def count(session: Any, account_id: str) -> int:
+        counted.append(n := await original(session, account_id))
+        return n
+
+    monkeypatch.setattr(service, "count_functions", count)
+    for n in range(3):
+        await create_fn(client, name=f"fn-{n}")
+    assert counted == [2, 2]  # only the third create counted: before and under the lock
+    quota_refusal(await client.post(f"{V}/functions", json=CONTAINER_FN), "functions")
+    assert counted == [2, 2, 3, 3]  # the fourth: full
+    assert len((await client.get(f"{V}/functions/ids")).json()["functionIds"]) == 3
 
 
 async def test_registry_credentials_and_api_keys_quotas(client_factory: ClientFactory) -> None:

@@ -1,6 +1,9 @@
 """`SimulatedAdapter`: the simulated cluster behind `BackendAdapter`'s interface. It stores
 applied objects per instance namespace, creates the pods of workloads, and hands them to the
 scheduler; observe/objects render the namespace's status at the clock's `now`.
+
+`endpoint` answers with the built-in simulated worker (simulated/worker.py, in process), or,
+when the cluster names an `upstream` server, with that real server for every instance.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+import httpx
 
 from service.backends.protocol import (
     AdapterError,
@@ -42,6 +47,8 @@ from service.backends.simulated.model import (
 from service.backends.simulated.scheduler import Scheduler
 from service.backends.simulated.status import StatusRenderer
 from service.backends.simulated.timeline import PodTimeline
+from service.backends.simulated.worker import SimulatedWorkerTransport
+from service.backends.worker import WorkerEndpoint, WorkerPort, network_client
 from service.core.jsoncopy import copy_json
 from service.core.kube import is_nvlink
 from service.health.observed import ObjectRef, ObservedState
@@ -59,8 +66,13 @@ class SimulatedAdapter:
         delays: SimulationDelays | None = None,
         clock: Clock | None = None,
         attributes: Iterable[str] = (),
+        upstream: str | None = None,
     ) -> None:
         self.name = name
+        #: a real server answering for every instance of the cluster (None: the built-in one)
+        self.upstream = upstream.rstrip("/") if upstream else None
+        self._workers = SimulatedWorkerTransport(self._runs)
+        self._worker_client: httpx.AsyncClient | None = None
         self.provider = provider.upper()
         self.delays = delays or SimulationDelays()
         self._clock = clock or utc_now
@@ -121,6 +133,7 @@ class SimulatedAdapter:
             now = self._now()
             self._scheduler.advance(now)
             ns = self._namespaces.pop(instance.namespace, None)
+            self._workers.health_paths.pop(instance.namespace, None)
             if ns is not None:
                 for pod in ns.pods.values():
                     self._scheduler.remove(pod)
@@ -155,8 +168,35 @@ class SimulatedAdapter:
             # snapshots share nested parts with the stored state: the caller gets its own copy
             return copy_json(self._status.snapshot(ns, now)[0]) if ns is not None else []
 
+    async def endpoint(self, instance: InstanceSpec, port: WorkerPort) -> WorkerEndpoint:
+        """The upstream server when the cluster names one; else the built-in worker, which
+        refuses connections for instances this cluster does not run."""
+        if self._worker_client is None:
+            self._worker_client = (
+                network_client()
+                if self.upstream
+                else httpx.AsyncClient(transport=self._workers, trust_env=False)
+            )
+        if self.upstream:
+            health = None
+            if port.health_path is not None:
+                health = self.upstream + port.health_path
+            return WorkerEndpoint(self.upstream, self._worker_client, health_url=health)
+        base = f"http://{port.service}.{instance.namespace}:{port.port}"
+        health = None
+        if port.health_path is not None:
+            self._workers.health_paths[instance.namespace] = port.health_path
+            health = f"http://{port.service}.{instance.namespace}:{port.health_port or port.port}"
+            health += port.health_path
+        return WorkerEndpoint(base, self._worker_client, health_url=health)
+
+    def _runs(self, namespace: str) -> bool:
+        return namespace in self._namespaces
+
     async def aclose(self) -> None:
-        return None
+        client, self._worker_client = self._worker_client, None
+        if client is not None:
+            await client.aclose()
 
     # ------------------------------------------------------------------ apply
 

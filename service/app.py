@@ -43,11 +43,15 @@ from service.core.quotas import Quotas
 from service.core.ratelimit import RateLimiter
 from service.core.routing import mount_flat
 from service.core.settings import Settings
-from service.deployments.reconcile import build_reconciler
+from service.deployments.reconcile import build_reconciler, claim_owner
 from service.deployments.router import router as deployments_router
 from service.functions import read_cache
 from service.functions.router import router as functions_router
 from service.functions.schemas import DOC_MODELS
+from service.invocation import InvocationPlane
+from service.invocation.metrics import InvocationMetrics
+from service.invocation.router import router as invocation_router
+from service.invocation.transparent import TransparentInvocation, body_limit
 from service.registry.router import router as registry_router
 from service.state import AppState
 
@@ -57,8 +61,8 @@ API_PREFIX = "/v2/nvcf"
 ADMIN_KEY_FILE = "admin-api-key"
 
 
-def api_routers() -> list[APIRouter]:
-    return [
+def api_routers(settings: Settings | None = None) -> list[APIRouter]:
+    routers = [
         functions_router,
         keys_router,
         registry_router,
@@ -66,6 +70,9 @@ def api_routers() -> list[APIRouter]:
         deployments_router,
         clusters_router,
     ]
+    if settings is None or settings.invoke_enabled:
+        routers.append(invocation_router)
+    return routers
 
 
 async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
@@ -132,21 +139,38 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.chart_pipeline = chart_pipeline
         adapters = AdapterRegistry.from_catalog(app.state.catalog)
         app.state.adapters = adapters
+        # One replica id for the reconciler's leases and the invocation plane's requests.
+        owner = await asyncio.to_thread(claim_owner, Path(settings.data_dir))
         reconciler, collector = build_reconciler(
             settings,
             app.state.sessionmaker,
             adapters,
             app.state.catalog,
             secret_box=app.state.secret_box,
+            owner=owner,
         )
         app.state.reconciler = reconciler
         app.state.namespace_collector = collector
+        plane: InvocationPlane | None = None
+        if settings.invoke_enabled:
+            plane = InvocationPlane(
+                settings,
+                app.state.sessionmaker,
+                adapters,
+                app.state.catalog,
+                invocation_metrics,
+                owner,
+            )
+            await plane.start()
+            app.state.invocation = plane
         if settings.reconciler_enabled:
             reconciler.start()
             collector.start()
         try:
             yield
         finally:
+            if plane is not None:
+                await plane.stop()
             await collector.stop()
             await reconciler.stop()
             if app.state.rate_limiter is not None:
@@ -172,6 +196,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.authenticator = Authenticator(settings)
     metrics = Metrics()
     app.state.metrics = metrics
+    invocation_metrics = InvocationMetrics(metrics.registry)
     install_problem_handlers(app)
 
     @app.exception_handler(IdempotentReplay)
@@ -199,7 +224,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     # The NGC org aliases (/v2/orgs/{org}[/teams/{team}]/nvcf/...) are rewritten onto this
     # prefix by the middleware, so each route is matched once, not three times.
-    for router in api_routers():
+    for router in api_routers(settings):
         mount_flat(app, router, API_PREFIX)
     app.include_router(v3_router)
 
@@ -227,11 +252,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.openapi = custom_openapi  # type: ignore[method-assign]
     # Added first, so it runs inside the request-context middleware (ids, metrics, log line).
     app.add_middleware(read_cache.VersionReadFastPath)
+    limit_of = None
+    if settings.invoke_enabled:
+        app.add_middleware(TransparentInvocation, suffix=settings.invoke_host_suffix)
+        limit_of = body_limit(settings.invoke_host_suffix, settings.invoke_max_body_bytes)
     app.add_middleware(
         RequestContextMiddleware,
         metrics=metrics,
         max_body_bytes=settings.max_body_bytes,
         json_logs=settings.log_format == "json",
+        body_limit=limit_of,
     )
     return app
 

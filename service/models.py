@@ -5,6 +5,7 @@ from service.core.db import Base
 from service.core.idempotency import IdempotencyRecord
 from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec, Instance
 from service.functions.models import Function, FunctionSecret, FunctionVersion, VersionTag
+from service.invocation.models import InvocationReplica, InvocationRequest
 from service.registry.models import RegistryCredential
 
 __all__ = [
@@ -19,6 +20,8 @@ __all__ = [
     "FunctionVersion",
     "IdempotencyRecord",
     "Instance",
+    "InvocationReplica",
+    "InvocationRequest",
     "RegistryCredential",
     "VersionTag",
 ]

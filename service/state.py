@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from service.core.settings import Settings
     from service.deployments.reconcile import NamespaceCollector, Reconciler
     from service.functions.read_cache import VersionCache
+    from service.invocation import InvocationPlane
 
 
 class AppState(State):
@@ -45,6 +46,8 @@ class AppState(State):
     version_cache: VersionCache | None
     #: None when rate limiting is off
     rate_limiter: RateLimiter | None
+    #: None when this process does not serve invocations
+    invocation: InvocationPlane | None
 
     def __init__(self) -> None:
         # Values live in State's dict (class attributes would shadow them).
@@ -54,6 +57,7 @@ class AppState(State):
                 "namespace_collector": None,
                 "version_cache": None,
                 "rate_limiter": None,
+                "invocation": None,
             }
         )
 

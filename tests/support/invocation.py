@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from tests.support.api import create_fn
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, dep_url, deployment, until_status
@@ -75,3 +77,13 @@ async def deployed(
 def pexec_url(fn: dict[str, Any], *, version: bool = True) -> str:
     base = f"{V}/pexec/functions/{fn['id']}"
     return f"{base}/versions/{fn['versionId']}" if version else base
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples `name` whose labels include `labels` in a /metrics text."""
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total

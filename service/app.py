@@ -59,6 +59,8 @@ log = logging.getLogger("nvcf.server")
 
 API_PREFIX = "/v2/nvcf"
 ADMIN_KEY_FILE = "admin-api-key"
+#: where `nvcf-server invoke` keeps its replica id (inside the data dir)
+INVOCATION_OWNER_DIR = "invocation"
 
 
 def api_routers(settings: Settings | None = None) -> list[APIRouter]:
@@ -115,7 +117,9 @@ def _write_private(path: Path, content: str) -> None:
         fh.write(content)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, invocation_only: bool = False) -> FastAPI:
+    """The server's app; `invocation_only`: the invocation plane alone (`nvcf-server invoke`):
+    its routes, health and metrics, no reconciler, chart pipeline or admin bootstrap."""
     settings = settings or Settings()
 
     @asynccontextmanager
@@ -134,11 +138,35 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             read_cache.attach(app.state.version_cache)
         app.state.secret_box = await asyncio.to_thread(load_secret_box, settings)
         app.state.catalog = await asyncio.to_thread(load_catalog, settings.clusters_file)
+        adapters = AdapterRegistry.from_catalog(app.state.catalog)
+        app.state.adapters = adapters
+        plane: InvocationPlane | None = None
+        if invocation_only:
+            # Its own persistent id: a server process may share the data dir.
+            owner = await asyncio.to_thread(
+                claim_owner, Path(settings.data_dir) / INVOCATION_OWNER_DIR
+            )
+            plane = InvocationPlane(
+                settings,
+                app.state.sessionmaker,
+                adapters,
+                app.state.catalog,
+                invocation_metrics,
+                owner,
+            )
+            await plane.start()
+            app.state.invocation = plane
+            try:
+                yield
+            finally:
+                await plane.stop()
+                owner.close()
+                await adapters.aclose()
+                await engine.dispose()
+            return
         await bootstrap_admin_key(app, settings)
         chart_pipeline = ChartPipeline.from_settings(settings, app.state.secret_box)
         app.state.chart_pipeline = chart_pipeline
-        adapters = AdapterRegistry.from_catalog(app.state.catalog)
-        app.state.adapters = adapters
         # One replica id for the reconciler's leases and the invocation plane's requests.
         owner = await asyncio.to_thread(claim_owner, Path(settings.data_dir))
         reconciler, collector = build_reconciler(
@@ -151,7 +179,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         app.state.reconciler = reconciler
         app.state.namespace_collector = collector
-        plane: InvocationPlane | None = None
         if settings.invoke_enabled:
             plane = InvocationPlane(
                 settings,
@@ -224,9 +251,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     # The NGC org aliases (/v2/orgs/{org}[/teams/{team}]/nvcf/...) are rewritten onto this
     # prefix by the middleware, so each route is matched once, not three times.
-    for router in api_routers(settings):
-        mount_flat(app, router, API_PREFIX)
-    app.include_router(v3_router)
+    if invocation_only:
+        mount_flat(app, invocation_router, API_PREFIX)
+    else:
+        for router in api_routers(settings):
+            mount_flat(app, router, API_PREFIX)
+        app.include_router(v3_router)
 
     def custom_openapi() -> dict[str, Any]:
         if app.openapi_schema:
@@ -251,9 +281,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.openapi = custom_openapi  # type: ignore[method-assign]
     # Added first, so it runs inside the request-context middleware (ids, metrics, log line).
-    app.add_middleware(read_cache.VersionReadFastPath)
+    if not invocation_only:
+        app.add_middleware(read_cache.VersionReadFastPath)
     limit_of = None
-    if settings.invoke_enabled:
+    if settings.invoke_enabled or invocation_only:
         app.add_middleware(TransparentInvocation, suffix=settings.invoke_host_suffix)
         limit_of = body_limit(settings.invoke_host_suffix, settings.invoke_max_body_bytes)
     app.add_middleware(

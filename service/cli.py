@@ -1,4 +1,4 @@
-"""`nvcf-server` console script: serve (default), migrate, create-key, check-catalog."""
+"""`nvcf-server` console script: serve (default), invoke, migrate, create-key, check-catalog."""
 
 from __future__ import annotations
 
@@ -45,6 +45,15 @@ def _configure_logging(settings: Settings) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    return _run_server(args, invocation_only=False)
+
+
+def cmd_invoke(args: argparse.Namespace) -> int:
+    """The invocation plane alone (pexec, exec, status, queues, transparent mode)."""
+    return _run_server(args, invocation_only=True)
+
+
+def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
     import uvicorn
 
     from service.app import create_app
@@ -64,7 +73,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except CatalogError as exc:
         print(f"nvcf-server: {exc}", file=sys.stderr)
         return 2
-    app = create_app(settings)
+    app = create_app(settings, invocation_only=invocation_only)
     limits = ConnectionLimits(
         header_timeout=settings.http_header_timeout,
         body_timeout=settings.http_body_timeout,
@@ -78,7 +87,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "open-file limit)",
             file=sys.stderr,
         )
-    print(f"nvcf-server: serving on http://{args.host}:{args.port}", flush=True)
+    what = "the invocation plane" if invocation_only else "serving"
+    print(f"nvcf-server: {what} on http://{args.host}:{args.port}", flush=True)
     uvicorn.run(
         BodyDeadlineMiddleware(app, timeout=settings.http_body_timeout),
         host=args.host,
@@ -156,10 +166,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nvcf-server", description=__doc__)
     sub = parser.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="run the API server (default)")
-    for p in (parser, serve):
+    invoke = sub.add_parser(
+        "invoke",
+        help="run the invocation plane alone (set NVCF_INVOKE_ENABLED=false on the servers "
+        "then); simulated clusters are reached through their `upstream`",
+    )
+    for p in (parser, serve, invoke):
         p.add_argument("--host", default="127.0.0.1")
         p.add_argument("--port", type=int, default=8080)
     serve.set_defaults(func=cmd_serve)
+    invoke.set_defaults(func=cmd_invoke)
     sub.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
     key = sub.add_parser("create-key", help="create an API key and print it once")
     key.add_argument("--account", required=True)

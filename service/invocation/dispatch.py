@@ -60,8 +60,8 @@ class Dispatcher(Protocol):
         """Claim an instance for a request; `TooManyRequests` when the queue is full."""
         ...
 
-    async def release(self, target: Target, instance_id: uuid.UUID) -> None:
-        """A request on the instance ended: the slot goes to the next in the queue."""
+    async def release(self, target: Target, instance_id: uuid.UUID, request_id: uuid.UUID) -> None:
+        """The request on the instance ended: the slot goes to the next in the queue."""
         ...
 
     async def update(self, target: Target) -> None:
@@ -78,6 +78,11 @@ class Dispatcher(Protocol):
 
     def in_flight(self, version_id: uuid.UUID) -> int:
         """Requests of the version on an instance, as this process knows them."""
+        ...
+
+    def depth_now(self, version_id: uuid.UUID) -> int:
+        """Requests of the version waiting, as this process knows them (all of them without
+        Redis; this replica's with Redis)."""
         ...
 
     def waiting_versions(self) -> list[Target]:
@@ -181,7 +186,7 @@ class LocalDispatcher:
         self._changed(lane)
         return _LocalTicket(self, waiter, None, lane)
 
-    async def release(self, target: Target, instance_id: uuid.UUID) -> None:
+    async def release(self, target: Target, instance_id: uuid.UUID, request_id: uuid.UUID) -> None:
         self._release_now(target, instance_id)
 
     async def update(self, target: Target) -> None:

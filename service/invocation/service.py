@@ -41,6 +41,7 @@ from service.core.settings import Settings
 from service.deployments.reconcile.owner import OwnerId
 from service.invocation.access import may_poll, visible_versions
 from service.invocation.dispatch import Dispatcher, LocalDispatcher, QueueTimeout, Ticket
+from service.invocation.dispatch_redis import RedisDispatcher
 from service.invocation.forward import request_headers, response_headers
 from service.invocation.metrics import InvocationMetrics
 from service.invocation.models import RequestState
@@ -130,9 +131,20 @@ class InvocationPlane:
         self.routes = RouteTable(sessionmaker, catalog, settings.invoke_route_cache_seconds)
         self.limiter = FunctionRateLimiter(settings.redis_url)
         self.metrics = metrics
-        self.dispatcher: Dispatcher = dispatcher or LocalDispatcher(
-            settings.invoke_queue_max, on_change=self._load_changed
-        )
+        self.dispatcher: Dispatcher
+        if dispatcher is not None:
+            self.dispatcher = dispatcher
+        elif settings.redis_url:
+            self.dispatcher = RedisDispatcher(
+                settings.redis_url,
+                queue_max=settings.invoke_queue_max,
+                lease_seconds=settings.invoke_replica_lease_seconds,
+                on_change=self._load_changed,
+            )
+        else:
+            self.dispatcher = LocalDispatcher(
+                settings.invoke_queue_max, on_change=self._load_changed
+            )
         self.store = RequestStore(
             sessionmaker,
             owner.value,
@@ -157,6 +169,8 @@ class InvocationPlane:
                 log.warning("ended %d requests of this replica's previous run", ended)
         await self.store.heartbeat()
         await self._sweep()
+        if isinstance(self.dispatcher, RedisDispatcher):
+            await self.dispatcher.start()
         self._loop_task = asyncio.create_task(self._background(), name="nvcf-invocation")
 
     async def stop(self) -> None:
@@ -341,7 +355,7 @@ class InvocationPlane:
             outcome = Outcome.failure(502, f"the request failed: {type(exc).__name__}")
         finally:
             if inv.instance is not None:
-                await self.dispatcher.release(inv.target, inv.instance.id)
+                await self.dispatcher.release(inv.target, inv.instance.id, inv.id)
                 inv.instance = None
         await self._finish(inv, outcome)
 
@@ -370,7 +384,7 @@ class InvocationPlane:
                     except WorkerUnreachable as exc:
                         reasons.append(f"instance {instance.id}: {exc.reason}")
                         tried.append(instance.id)
-                        await self.dispatcher.release(target, instance.id)
+                        await self.dispatcher.release(target, instance.id, inv.id)
                         inv.instance = None
                     fresh = await self.routes.refresh(inv.principal, target)
                     others = [i for i in (fresh or target).instances if i.id not in tried]
@@ -463,14 +477,11 @@ class InvocationPlane:
     def _load_changed(self, target: Target) -> None:
         """Queue depth and in-flight gauges follow the dispatcher."""
         fid, vid = str(target.function_id), str(target.version_id)
-        depth = self._depth_now(target.version_id)
-        self.metrics.set_load(fid, vid, self.dispatcher.in_flight(target.version_id), depth)
-
-    def _depth_now(self, version_id: uuid.UUID) -> int:
         dispatcher = self.dispatcher
-        if isinstance(dispatcher, LocalDispatcher):
-            return dispatcher.depth_now(version_id)
-        return 0
+        version = target.version_id
+        self.metrics.set_load(
+            fid, vid, dispatcher.in_flight(version), dispatcher.depth_now(version)
+        )
 
     # ------------------------------------------------------------------ polling
 

@@ -22,9 +22,10 @@ def free_port() -> int:
 
 
 def start_server(
-    data_dir: Path, database_url: str, port: int, **env: str
+    data_dir: Path, database_url: str, port: int, command: str = "serve", **env: str
 ) -> subprocess.Popen[bytes]:
-    """Start the server and wait until `/health` answers; its output goes to server.log."""
+    """Start the server (`command`: serve, or invoke for the invocation plane alone) and wait
+    until `/health` answers; its output goes to <command>.log."""
     full_env = {
         **os.environ,
         "NVCF_DATA_DIR": str(data_dir),
@@ -32,11 +33,11 @@ def start_server(
         "NVCF_BOOTSTRAP_API_KEY": ADMIN_KEY,
         **env,
     }
-    log = data_dir / "server.log"
+    log = data_dir / ("server.log" if command == "serve" else f"{command}.log")
     data_dir.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "service.cli", command, "--port", str(port)],
             env=full_env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -45,6 +45,7 @@ from lightkube.generic_resource import (
 )
 from lightkube.types import CascadeType, PatchType
 
+from service.backends.http1 import Http1Endpoint, Http1Pool
 from service.backends.protocol import (
     AdapterError,
     Capacity,
@@ -57,9 +58,9 @@ from service.backends.protocol import (
 from service.backends.scheduling import gpu_request, node_affinity_matches
 from service.backends.worker import (
     CONNECT_TIMEOUT,
+    HttpxEndpoint,
     WorkerEndpoint,
     WorkerPort,
-    network_client,
 )
 from service.core.kube import (
     GPU_PRODUCT_LABEL,
@@ -373,6 +374,7 @@ class KubernetesAdapter:
         self.cluster_domain = cluster_domain
         self._config: SingleConfig | None = None
         self._worker_client: Any = None
+        self._dns_pool: Http1Pool | None = None
 
     # ------------------------------------------------------------------ public interface
 
@@ -503,15 +505,13 @@ class KubernetesAdapter:
         service proxy (`/api/v1/namespaces/<ns>/services/<service>:<port>/proxy`)."""
         health_port = port.health_port or port.port
         if self.worker_access == "serviceDns":
-            if self._worker_client is None:
-                self._worker_client = network_client()
+            if self._dns_pool is None:
+                self._dns_pool = Http1Pool()
             host = f"{port.service}.{instance.namespace}.svc.{self.cluster_domain}"
             health = None
             if port.health_path is not None:
                 health = f"http://{host}:{health_port}{port.health_path}"
-            return WorkerEndpoint(
-                f"http://{host}:{port.port}", self._worker_client, health_url=health
-            )
+            return Http1Endpoint(f"http://{host}:{port.port}", self._dns_pool, health_url=health)
         if self._worker_client is None:
             self._worker_client = self._proxy_client()
         server = str(self._worker_client.base_url).rstrip("/")
@@ -519,7 +519,7 @@ class KubernetesAdapter:
         health = None
         if port.health_path is not None:
             health = f"{prefix}:{health_port}/proxy{port.health_path}"
-        return WorkerEndpoint(
+        return HttpxEndpoint(
             f"{prefix}:{port.port}/proxy",
             self._worker_client,
             health_url=health,
@@ -551,6 +551,9 @@ class KubernetesAdapter:
         worker, self._worker_client = self._worker_client, None
         if worker is not None:
             await worker.aclose()
+        pool, self._dns_pool = self._dns_pool, None
+        if pool is not None:
+            await pool.aclose()
 
     # ------------------------------------------------------------------ apply helpers
 

@@ -2,9 +2,10 @@
 version), the address an adapter hands back for it (`WorkerEndpoint`), and what a call returns.
 
 The invocation plane never builds a URL itself: it asks the instance's adapter for the endpoint
-(backends/protocol.py: `BackendAdapter.endpoint`) and sends through it. An endpoint wraps an
-HTTP client (httpx, or lightkube's httpx2 for the API server's service proxy, or an in-process
-transport for simulated workers) and sorts failures into two kinds:
+(backends/protocol.py: `BackendAdapter.endpoint`) and sends through it. Endpoints: plain HTTP
+workers through a lean keep-alive HTTP/1.1 client (http1.py), HTTPS ones and the Kubernetes
+API server's service proxy through httpx (`HttpxEndpoint`), the built-in simulated worker
+in process (simulated/worker.py). Every endpoint sorts failures into two kinds:
 
 - `WorkerUnreachable`: nothing reached the worker (connection refused, no endpoint behind the
   Service); the caller may send the same request to another instance;
@@ -72,34 +73,27 @@ class WorkerPort:
     health_port: int | None = None
 
 
-def connection_headers(headers: Sequence[tuple[str, str]]) -> set[str]:
+def connection_headers(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
     """Hop-by-hop header names: the fixed set plus those a `Connection` header lists."""
-    names = set(HOP_BY_HOP)
-    for name, value in headers:
-        if name.lower() == "connection":
-            names.update(p.strip().lower() for p in value.split(",") if p.strip())
-    return names
+    extra = [
+        p.strip().lower()
+        for name, value in headers
+        if name.lower() == "connection"
+        for p in value.split(",")
+        if p.strip()
+    ]
+    return HOP_BY_HOP.union(extra) if extra else HOP_BY_HOP
 
 
 class WorkerResponse:
     """A worker's answer: status and headers at once, the body as it arrives."""
 
-    def __init__(
-        self, status: int, headers: list[tuple[str, str]], response: Any, failed: type[Exception]
-    ) -> None:
-        self.status = status
-        self.headers = headers
-        self._response = response
-        self._errors = failed
+    status: int
+    headers: list[tuple[str, str]]
 
-    async def iter_bytes(self) -> AsyncIterator[bytes]:
-        """The body chunks as they arrive (content encodings untouched)."""
-        try:
-            async for chunk in self._response.aiter_raw():
-                if chunk:
-                    yield chunk
-        except self._errors as exc:
-            raise WorkerFailed(_describe(exc, "reading the response")) from exc
+    def iter_bytes(self) -> AsyncIterator[bytes]:
+        """The body chunks as they arrive (content encodings untouched); `WorkerFailed`."""
+        raise NotImplementedError
 
     async def read(self, limit: int) -> bytes:
         """The whole body; `WorkerFailed` when it is larger than `limit` bytes."""
@@ -113,16 +107,58 @@ class WorkerResponse:
         return b"".join(parts)
 
     async def aclose(self) -> None:
+        """Give the connection back (or close it when the body was not read to the end)."""
+        return None
+
+
+class WorkerEndpoint:
+    """One instance's worker: `base_url` + a path is where requests go; `health_url` is its
+    health check. `send` raises `WorkerUnreachable` (nothing sent) or `WorkerFailed`."""
+
+    base_url: str
+    health_url: str | None
+
+    def url(self, path: str) -> str:
+        return self.base_url + (path if path.startswith("/") else "/" + path)
+
+    async def send(
+        self, method: str, path: str, headers: Sequence[tuple[str, str]], body: bytes
+    ) -> WorkerResponse:
+        """Send one request; the response's body is still to be read (`iter_bytes`/`read`)."""
+        raise NotImplementedError
+
+    async def health(self) -> int:
+        """The status of a GET of the health endpoint."""
+        raise NotImplementedError
+
+
+class _HttpxResponse(WorkerResponse):
+    def __init__(
+        self, status: int, headers: list[tuple[str, str]], response: Any, failed: type[Exception]
+    ) -> None:
+        self.status = status
+        self.headers = headers
+        self._response = response
+        self._errors = failed
+
+    async def iter_bytes(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.aiter_raw():
+                if chunk:
+                    yield chunk
+        except self._errors as exc:
+            raise WorkerFailed(_describe(exc, "reading the response")) from exc
+
+    async def aclose(self) -> None:
         with contextlib.suppress(self._errors):
             await self._response.aclose()
 
 
-class WorkerEndpoint:
-    """One instance's worker: `base_url` + a path is where requests go.
-
-    `client` is an httpx-compatible async client (httpx or httpx2); `unreachable` lists its
-    exception types that mean nothing was sent, `failed` every exception type it raises.
-    """
+class HttpxEndpoint(WorkerEndpoint):
+    """A worker reached through an httpx-compatible async client (httpx, or lightkube's
+    httpx2 for the API server's service proxy: `proxied`, whose own refusals are Status
+    bodies). `unreachable` lists the client's exception types that mean nothing was sent,
+    `failed` every exception type it raises."""
 
     def __init__(
         self,
@@ -139,11 +175,7 @@ class WorkerEndpoint:
         self._client = client
         self._unreachable = unreachable
         self._failed = failed
-        #: through the Kubernetes API server's service proxy: its own refusals are Status bodies
         self._proxied = proxied
-
-    def url(self, path: str) -> str:
-        return self.base_url + (path if path.startswith("/") else "/" + path)
 
     async def send(
         self,
@@ -152,35 +184,25 @@ class WorkerEndpoint:
         headers: Sequence[tuple[str, str]],
         body: bytes,
     ) -> WorkerResponse:
-        """Send one request; the response's body is still to be read (`iter_bytes`/`read`)."""
-        request = self._client.build_request(
-            method, self.url(path), headers=list(headers), content=body
-        )
+        url = self.url(path)
+        request = self._client.build_request(method, url, headers=list(headers), content=body)
         try:
             response = await self._client.send(request, stream=True)
         except self._unreachable as exc:
             raise WorkerUnreachable(_describe(exc, "connecting")) from exc
         except self._failed as exc:
             raise WorkerFailed(_describe(exc, "sending the request")) from exc
+        raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw]
         if self._proxied and response.status_code in (404, 502, 503):
             refusal = await _proxy_refusal(response, self._failed)
             if refusal is not None:
                 raise WorkerUnreachable(refusal)
-            return WorkerResponse(
-                response.status_code,
-                [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw],
-                _Replay(response.content),
-                self._failed,
+            return _HttpxResponse(
+                response.status_code, raw, _Replay(response.content), self._failed
             )
-        return WorkerResponse(
-            response.status_code,
-            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw],
-            response,
-            self._failed,
-        )
+        return _HttpxResponse(response.status_code, raw, response, self._failed)
 
     async def health(self) -> int:
-        """The status of a GET of the health endpoint (`WorkerUnreachable`/`WorkerFailed`)."""
         if self.health_url is None:
             raise WorkerFailed("the function declares no health endpoint")
         try:
@@ -250,6 +272,7 @@ def network_client(max_connections: int = 1000) -> httpx.AsyncClient:
 
 __all__ = [
     "HOP_BY_HOP",
+    "HttpxEndpoint",
     "WorkerEndpoint",
     "WorkerFailed",
     "WorkerPort",

@@ -43,6 +43,9 @@ NVCF_REQUEST_HEADERS = frozenset(
 )
 
 
+_ALWAYS_DROPPED = _DROP_REQUEST | NVCF_REQUEST_HEADERS
+
+
 def poll_seconds(raw: str | None) -> int:
     """`NVCF-POLL-SECONDS`: default 60, at least 1 (as NVCF rounds up), at most 3600."""
     if raw is None or not raw.strip():
@@ -63,7 +66,7 @@ def request_headers(
 ) -> list[tuple[str, str]]:
     """The worker request's headers: the caller's, filtered, then the NVCF-* ones."""
     decoded = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw]
-    drop = connection_headers(decoded) | _DROP_REQUEST | NVCF_REQUEST_HEADERS
+    drop = connection_headers(decoded) | _ALWAYS_DROPPED
     out = [(k, v) for k, v in decoded if k.lower() not in drop]
     out.extend(nvcf)
     return out

@@ -45,12 +45,13 @@ class InvocationMetrics:
             labels,
             registry=registry,
         )
-        self._children: dict[tuple[str, ...], Any] = {}
+        self._children: dict[tuple[int, str, str, str], Any] = {}
 
-    def _child(self, metric: Any, *values: str) -> Any:
-        key = (metric._name, *values)
+    def _child(self, metric: Any, function_id: str, version_id: str, extra: str = "") -> Any:
+        key = (id(metric), function_id, version_id, extra)
         child = self._children.get(key)
         if child is None:
+            values = (function_id, version_id, extra) if extra else (function_id, version_id)
             child = self._children[key] = metric.labels(*values)
         return child
 

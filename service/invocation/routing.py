@@ -6,17 +6,21 @@ unknown version (or another account's, see access.py) is a 404.
 
 Resolved targets are reused for `NVCF_INVOKE_ROUTE_CACHE_SECONDS` (two indexed queries per
 miss: the versions with their live deployment, then its Running instances); only invocable
-ones are kept, so a version that becomes invocable is seen at once. A target may be stale by
-that long after an undeploy or an instance failure: a request sent to an instance that is gone
-finds nobody listening and is retried once on another.
+ones are kept, so a version that becomes invocable is seen at once. Concurrent misses of one
+key share one read, and an expired target keeps serving while one request re-reads it, so
+under load requests never queue behind the database. A target may be stale by about that long
+after an undeploy or an instance failure: a request sent to an instance that is gone finds
+nobody listening and is retried once on another.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import Row, select
@@ -35,6 +39,7 @@ from service.invocation.access import visible_versions
 from service.invocation.ratelimit import RatePolicy
 
 INVOCABLE = frozenset({"ACTIVE", "DEGRADING"})
+_Key = tuple[str, uuid.UUID, uuid.UUID | None]
 #: cached targets at most (least recently resolved go first)
 MAX_CACHED = 10_000
 
@@ -49,6 +54,16 @@ class InstanceRoute:
     backend: str
     instance_type: str
     region: str
+
+    @cached_property
+    def nvcf_headers(self) -> tuple[tuple[str, str], ...]:
+        """The NVCF-* headers of a request to this instance that depend on it alone."""
+        return (
+            ("NVCF-INSTANCE-ID", str(self.id)),
+            ("NVCF-BACKEND", self.backend),
+            ("NVCF-INSTANCETYPE", self.instance_type),
+            ("NVCF-REGION", self.region),
+        )
 
 
 @dataclass(frozen=True)
@@ -66,6 +81,24 @@ class Target:
     instances: tuple[InstanceRoute, ...]
     worker_service: str | None
 
+    @cached_property
+    def fid(self) -> str:
+        return str(self.function_id)
+
+    @cached_property
+    def vid(self) -> str:
+        return str(self.version_id)
+
+    @cached_property
+    def nvcf_headers(self) -> tuple[tuple[str, str], ...]:
+        """The NVCF-* headers of a request to this version that depend on it alone."""
+        return (
+            ("NVCF-NCAID", self.owner_account),
+            ("NVCF-FUNCTION-NAME", self.name),
+            ("NVCF-FUNCTION-ID", self.fid),
+            ("NVCF-FUNCTION-VERSION-ID", self.vid),
+        )
+
     def instance_spec(self, instance: InstanceRoute) -> InstanceSpec:
         return InstanceSpec(
             instance_id=str(instance.id),
@@ -78,6 +111,12 @@ class Target:
             nca_id=self.owner_account,
             worker_service=self.worker_service,
         )
+
+
+def _consume(future: asyncio.Future[Target]) -> None:
+    """A background re-read's error is the next request's to see, not the event loop's."""
+    if not future.cancelled():
+        future.exception()
 
 
 def worker_port(row: Any) -> WorkerPort:
@@ -134,22 +173,47 @@ class RouteTable:
         self._sessionmaker = sessionmaker
         self._catalog = catalog
         self._ttl = ttl
-        self._cache: dict[tuple[str, uuid.UUID, uuid.UUID | None], tuple[float, Target]] = {}
+        #: an expired target still serves (while one request re-reads it) for this long
+        self._stale = 10 * ttl
+        self._cache: dict[_Key, tuple[float, Target]] = {}
+        self._loading: dict[_Key, asyncio.Future[Target]] = {}
 
     async def resolve(
         self, principal: Principal, function_id: uuid.UUID, version_id: uuid.UUID | None
     ) -> Target:
         key = (principal.account_id, function_id, version_id)
         hit = self._cache.get(key)
-        now = time.monotonic()
-        if hit is not None and hit[0] > now:
-            return hit[1]
-        async with self._sessionmaker() as session:
-            target = await self._load(session, principal, function_id, version_id)
+        if hit is not None:
+            expires, target = hit
+            now = time.monotonic()
+            if expires > now:
+                return target
+            if expires + self._stale > now:
+                if key not in self._loading:
+                    self._start(key, principal).add_done_callback(_consume)
+                return target
+        loading = self._loading.get(key) or self._start(key, principal)
+        return await asyncio.shield(loading)
+
+    def _start(self, key: _Key, principal: Principal) -> asyncio.Future[Target]:
+        """One read of a key's target, shared by every request that needs it."""
+        future = asyncio.ensure_future(self._read(key, principal))
+        self._loading[key] = future
+        return future
+
+    async def _read(self, key: _Key, principal: Principal) -> Target:
+        try:
+            async with self._sessionmaker() as session:
+                target = await self._load(session, principal, key[1], key[2])
+        except BaseException:
+            self._cache.pop(key, None)
+            raise
+        finally:
+            self._loading.pop(key, None)
         if self._ttl > 0:
-            if len(self._cache) >= MAX_CACHED:
+            if len(self._cache) >= MAX_CACHED and key not in self._cache:
                 self._cache.pop(next(iter(self._cache)))
-            self._cache[key] = (now + self._ttl, target)
+            self._cache[key] = (time.monotonic() + self._ttl, target)
         return target
 
     async def refresh(self, principal: Principal, target: Target) -> Target | None:

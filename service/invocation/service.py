@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -92,6 +93,10 @@ class Invocation:
     stream_error: str | None = None
     task: asyncio.Task[None] | None = None
 
+    @cached_property
+    def rid(self) -> str:
+        return str(self.id)
+
 
 @dataclass(frozen=True)
 class PollAnswer:
@@ -154,6 +159,7 @@ class InvocationPlane:
         self.queue_timeout = settings.invoke_queue_timeout_seconds
         self.worker_timeout = settings.invoke_worker_timeout_seconds
         self.result_max = settings.invoke_result_max_bytes
+        self._max_size = str(self.result_max)
         self._active: dict[uuid.UUID, Invocation] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -250,7 +256,7 @@ class InvocationPlane:
         if self._stopping:
             raise ServiceUnavailable(detail="this replica is shutting down; retry")
         target = await self.routes.resolve(principal, function_id, version_id)
-        fid, vid = str(target.function_id), str(target.version_id)
+        fid, vid = target.fid, target.vid
         if target.rate is not None:
             try:
                 await self.limiter.check(
@@ -430,20 +436,15 @@ class InvocationPlane:
             endpoint = await adapter.endpoint(target.instance_spec(instance), target.port)
         except AdapterError as exc:
             raise WorkerUnreachable(exc.message) from exc
-        nvcf = [
-            ("NVCF-REQID", str(inv.id)),
+        headers = [
+            *inv.headers,
+            ("NVCF-REQID", inv.rid),
             ("NVCF-SUB", inv.principal.subject),
-            ("NVCF-NCAID", target.owner_account),
-            ("NVCF-FUNCTION-NAME", target.name),
-            ("NVCF-FUNCTION-ID", str(target.function_id)),
-            ("NVCF-FUNCTION-VERSION-ID", str(target.version_id)),
-            ("NVCF-INSTANCE-ID", str(instance.id)),
-            ("NVCF-MAX-RESPONSE-SIZE-BYTES", str(self.result_max)),
-            ("NVCF-BACKEND", instance.backend),
-            ("NVCF-INSTANCETYPE", instance.instance_type),
-            ("NVCF-REGION", instance.region),
+            ("NVCF-MAX-RESPONSE-SIZE-BYTES", self._max_size),
+            *target.nvcf_headers,
+            *instance.nvcf_headers,
         ]
-        return await endpoint.send(inv.method, inv.path, [*inv.headers, *nvcf], inv.body)
+        return await endpoint.send(inv.method, inv.path, headers, inv.body)
 
     async def _set_state(self, inv: Invocation, state: RequestState) -> None:
         inv.state = state
@@ -454,7 +455,7 @@ class InvocationPlane:
                 log.exception("storing the state of request %s failed", inv.id)
 
     async def _finish(self, inv: Invocation, outcome: Outcome | None) -> None:
-        fid, vid = str(inv.target.function_id), str(inv.target.version_id)
+        fid, vid = inv.target.fid, inv.target.vid
         if outcome is None:
             outcome = inv.outcome or Outcome(502, error="the request ended without an answer")
         inv.outcome = outcome
@@ -476,7 +477,7 @@ class InvocationPlane:
 
     def _load_changed(self, target: Target) -> None:
         """Queue depth and in-flight gauges follow the dispatcher."""
-        fid, vid = str(target.function_id), str(target.version_id)
+        fid, vid = target.fid, target.vid
         dispatcher = self.dispatcher
         version = target.version_id
         self.metrics.set_load(

@@ -148,7 +148,7 @@ async def test_simulated_cluster_with_an_upstream_forwards_there(
     upstream.stop()
     closed = SimulatedAdapter("sim", provider="NCP", nodes=[], upstream=url)
     try:
-        with pytest.raises(WorkerUnreachable, match="ConnectError"):
+        with pytest.raises(WorkerUnreachable, match="connection refused"):
             await call(await closed.endpoint(instance(), PORT))
     finally:
         await closed.aclose()

@@ -58,10 +58,10 @@ async def test_fewest_in_flight_then_fifo_queue_then_full() -> None:
     with pytest.raises(TooManyRequests):
         await d.enqueue(uuid.uuid4(), t)
     waits = [asyncio.ensure_future(t1.wait(5)), asyncio.ensure_future(t2.wait(5))]
-    await d.release(t, b.id)
+    await d.release(t, b.id, uuid.uuid4())
     assert (await waits[0]).id == b.id  # the head of the queue takes the freed slot
     assert not waits[1].done()
-    await d.release(t, a.id)
+    await d.release(t, a.id, uuid.uuid4())
     assert (await waits[1]).id == a.id
     assert d.in_flight(t.version_id) == 3
     assert await d.depth(t.version_id) == 0
@@ -75,9 +75,10 @@ async def test_a_retry_goes_first_and_never_back_to_the_instance_that_refused() 
     assert (await (await d.enqueue(uuid.uuid4(), t)).wait(1)).id == b.id
     queued = await d.enqueue(uuid.uuid4(), t)
     retry = await d.enqueue(uuid.uuid4(), t, exclude=[a.id], front=True)
-    await d.release(t, a.id)  # a is free, but the retry excludes it: the queued one gets it
+    # a is free, but the retry excludes it: the queued one gets it
+    await d.release(t, a.id, uuid.uuid4())
     assert (await queued.wait(1)).id == a.id
-    await d.release(t, b.id)
+    await d.release(t, b.id, uuid.uuid4())
     assert (await retry.wait(1)).id == b.id
 
 
@@ -94,7 +95,7 @@ async def test_waiting_times_out_and_cancelling_gives_the_slot_back() -> None:
     gone = await d.enqueue(uuid.uuid4(), t)
     gone.cancel()
     assert await d.depth(t.version_id) == 0
-    await d.release(t, a.id)
+    await d.release(t, a.id, uuid.uuid4())
     # Nothing waits: the next request gets the instance at once.
     assert (await (await d.enqueue(uuid.uuid4(), t)).wait(0)).id == a.id
 

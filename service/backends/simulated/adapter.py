@@ -14,8 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
-
+from service.backends.http1 import Http1Endpoint, Http1Pool
 from service.backends.protocol import (
     AdapterError,
     Capacity,
@@ -47,8 +46,8 @@ from service.backends.simulated.model import (
 from service.backends.simulated.scheduler import Scheduler
 from service.backends.simulated.status import StatusRenderer
 from service.backends.simulated.timeline import PodTimeline
-from service.backends.simulated.worker import SimulatedWorkerTransport
-from service.backends.worker import WorkerEndpoint, WorkerPort, network_client
+from service.backends.simulated.worker import SimulatedEndpoint, SimulatedWorkers
+from service.backends.worker import HttpxEndpoint, WorkerEndpoint, WorkerPort, network_client
 from service.core.jsoncopy import copy_json
 from service.core.kube import is_nvlink
 from service.health.observed import ObjectRef, ObservedState
@@ -71,8 +70,9 @@ class SimulatedAdapter:
         self.name = name
         #: a real server answering for every instance of the cluster (None: the built-in one)
         self.upstream = upstream.rstrip("/") if upstream else None
-        self._workers = SimulatedWorkerTransport(self._runs)
-        self._worker_client: httpx.AsyncClient | None = None
+        self._workers = SimulatedWorkers(self._runs)
+        self._pool: Http1Pool | None = None
+        self._https: Any = None
         self.provider = provider.upper()
         self.delays = delays or SimulationDelays()
         self._clock = clock or utc_now
@@ -171,32 +171,35 @@ class SimulatedAdapter:
     async def endpoint(self, instance: InstanceSpec, port: WorkerPort) -> WorkerEndpoint:
         """The upstream server when the cluster names one; else the built-in worker, which
         refuses connections for instances this cluster does not run."""
-        if self._worker_client is None:
-            self._worker_client = (
-                network_client()
-                if self.upstream
-                else httpx.AsyncClient(transport=self._workers, trust_env=False)
-            )
         if self.upstream:
-            health = None
-            if port.health_path is not None:
-                health = self.upstream + port.health_path
-            return WorkerEndpoint(self.upstream, self._worker_client, health_url=health)
+            health = self.upstream + port.health_path if port.health_path is not None else None
+            if self.upstream.startswith("http://"):
+                if self._pool is None:
+                    self._pool = Http1Pool()
+                return Http1Endpoint(self.upstream, self._pool, health_url=health)
+            if self._https is None:
+                self._https = network_client()
+            return HttpxEndpoint(self.upstream, self._https, health_url=health)
         base = f"http://{port.service}.{instance.namespace}:{port.port}"
         health = None
         if port.health_path is not None:
             self._workers.health_paths[instance.namespace] = port.health_path
             health = f"http://{port.service}.{instance.namespace}:{port.health_port or port.port}"
             health += port.health_path
-        return WorkerEndpoint(base, self._worker_client, health_url=health)
+        return SimulatedEndpoint(
+            self._workers, instance.namespace, base, health, health_path=port.health_path
+        )
 
     def _runs(self, namespace: str) -> bool:
         return namespace in self._namespaces
 
     async def aclose(self) -> None:
-        client, self._worker_client = self._worker_client, None
-        if client is not None:
-            await client.aclose()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.aclose()
+        https, self._https = self._https, None
+        if https is not None:
+            await https.aclose()
 
     # ------------------------------------------------------------------ apply
 

@@ -1,8 +1,7 @@
 """The built-in simulated inference worker: what answers at a simulated instance's endpoint.
 
-Served in process through an httpx transport (no socket), one per simulated cluster. Every
-request to `http://<service>.<namespace>:<port>/<path>` of an instance the cluster runs is
-answered with JSON
+In process, with no socket and no HTTP client: the invocation plane's request is answered
+directly. Every request to an instance the cluster runs is answered with JSON
 
     {"echo": <request body, parsed when it is JSON, else text>, "path": "<path?query>",
      "instanceId": "<instance>", "headers": {<the NVCF-* request headers>}}
@@ -18,10 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-import httpx
+from service.backends.worker import WorkerEndpoint, WorkerResponse, WorkerUnreachable
 
 DELAY_HEADER = "x-sim-delay-ms"
 STATUS_HEADER = "x-sim-status"
@@ -32,8 +31,8 @@ MAX_EVENTS = 10_000
 DEFAULT_EVENTS = 3
 
 
-def _int_header(request: httpx.Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.headers.get(name)
+def _int_header(headers: dict[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = headers.get(name)
     if raw is None:
         return default
     try:
@@ -52,85 +51,110 @@ def _echo_body(content: bytes) -> Any:
         return content.decode("utf-8", errors="replace")
 
 
-class SimulatedWorkerTransport(httpx.AsyncBaseTransport):
-    """Answers requests for the instances `running(namespace)` says the cluster runs.
+class _Answer(WorkerResponse):
+    def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self._body = body
 
-    Hosts are `<service>.<namespace>`; `health_paths` maps a namespace to its health path.
-    """
-
-    def __init__(self, running: Callable[[str], bool]) -> None:
-        self._running = running
-        self.health_paths: dict[str, str] = {}
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        host = request.url.host
-        namespace = host.split(".", 1)[1] if "." in host else host
-        if not self._running(namespace):
-            raise httpx.ConnectError(
-                f"connection refused: no simulated worker runs in namespace {namespace}",
-                request=request,
-            )
-        content = await request.aread()
-        path = request.url.raw_path.decode("ascii", errors="replace")
-        health = self.health_paths.get(namespace)
-        if request.method == "GET" and health is not None and request.url.path == health:
-            return _json(200, {"status": "ok"})
-        status = _int_header(request, STATUS_HEADER, 200, 100, 599)
-        delay = _int_header(request, DELAY_HEADER, 0, 0, MAX_DELAY_MS) / 1000
-        instance_id = namespace.removeprefix("sr-")
-        echo = {
-            "echo": _echo_body(content),
-            "path": path,
-            "instanceId": instance_id,
-            "headers": {
-                k.decode("latin-1"): v.decode("latin-1")
-                for k, v in request.headers.raw
-                if k.lower().startswith(b"nvcf-")
-            },
-        }
-        if "text/event-stream" in request.headers.get("accept", ""):
-            events = _int_header(request, EVENTS_HEADER, DEFAULT_EVENTS, 0, MAX_EVENTS)
-            return httpx.Response(
-                status,
-                headers={"content-type": "text/event-stream", "cache-control": "no-cache"},
-                stream=_EventStream(echo, events, delay),
-            )
-        if delay:
-            await asyncio.sleep(delay)
-        return _json(status, echo)
+    async def iter_bytes(self) -> AsyncIterator[bytes]:
+        if self._body:
+            yield self._body
 
 
-def _json(status: int, body: Any) -> httpx.Response:
-    data = json.dumps(body).encode()
-    return httpx.Response(
-        status,
-        headers={"content-type": "application/json", "content-length": str(len(data))},
-        stream=_Body(data),
-    )
-
-
-class _Body(httpx.AsyncByteStream):
-    """A body read as a stream (httpx reads a plain `content=` body at once, and a stream can
-    then not be read raw)."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        yield self._data
-
-
-class _EventStream(httpx.AsyncByteStream):
-    def __init__(self, echo: dict[str, Any], events: int, delay: float) -> None:
+class _Events(WorkerResponse):
+    def __init__(self, status: int, echo: dict[str, Any], events: int, delay: float) -> None:
+        self.status = status
+        self.headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
         self._echo = echo
         self._events = events
         self._delay = delay
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    async def iter_bytes(self) -> AsyncIterator[bytes]:
         for index in range(self._events):
             if self._delay:
                 await asyncio.sleep(self._delay)
             yield f"data: {json.dumps({'index': index, **self._echo})}\n\n".encode()
 
 
-__all__ = ["DELAY_HEADER", "EVENTS_HEADER", "STATUS_HEADER", "SimulatedWorkerTransport"]
+def _json(status: int, body: Any) -> _Answer:
+    data = json.dumps(body).encode()
+    headers = [("content-type", "application/json"), ("content-length", str(len(data)))]
+    return _Answer(status, headers, data)
+
+
+class SimulatedWorkers:
+    """The workers of one simulated cluster: those of the namespaces `running` accepts."""
+
+    def __init__(self, running: Callable[[str], bool]) -> None:
+        self._running = running
+        self.health_paths: dict[str, str] = {}
+
+    async def answer(
+        self,
+        namespace: str,
+        method: str,
+        path: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes,
+    ) -> WorkerResponse:
+        if not self._running(namespace):
+            raise WorkerUnreachable(
+                f"connection refused: no simulated worker runs in namespace {namespace}"
+            )
+        lowered = {k.lower(): v for k, v in headers}
+        health = self.health_paths.get(namespace)
+        if method == "GET" and health is not None and path.split("?", 1)[0] == health:
+            return _json(200, {"status": "ok"})
+        status = _int_header(lowered, STATUS_HEADER, 200, 100, 599)
+        delay = _int_header(lowered, DELAY_HEADER, 0, 0, MAX_DELAY_MS) / 1000
+        echo = {
+            "echo": _echo_body(body),
+            "path": path,
+            "instanceId": namespace.removeprefix("sr-"),
+            "headers": {k: v for k, v in headers if k.lower().startswith("nvcf-")},
+        }
+        if "text/event-stream" in lowered.get("accept", ""):
+            events = _int_header(lowered, EVENTS_HEADER, DEFAULT_EVENTS, 0, MAX_EVENTS)
+            return _Events(status, echo, events, delay)
+        if delay:
+            await asyncio.sleep(delay)
+        return _json(status, echo)
+
+
+class SimulatedEndpoint(WorkerEndpoint):
+    """One simulated instance's worker (`base_url` names it as a Service address would)."""
+
+    def __init__(
+        self,
+        workers: SimulatedWorkers,
+        namespace: str,
+        base_url: str,
+        health_url: str | None = None,
+        health_path: str | None = None,
+    ) -> None:
+        self.base_url = base_url
+        self.health_url = health_url
+        self._workers = workers
+        self._namespace = namespace
+        self._health_path = health_path
+
+    async def send(
+        self, method: str, path: str, headers: Sequence[tuple[str, str]], body: bytes
+    ) -> WorkerResponse:
+        return await self._workers.answer(self._namespace, method, path, headers, body)
+
+    async def health(self) -> int:
+        response = await self._workers.answer(
+            self._namespace, "GET", self._health_path or "/", [], b""
+        )
+        return response.status
+
+
+__all__ = [
+    "DELAY_HEADER",
+    "EVENTS_HEADER",
+    "STATUS_HEADER",
+    "SimulatedEndpoint",
+    "SimulatedWorkers",
+]

@@ -23,6 +23,9 @@ from typing import Protocol
 from service.core.errors import TooManyRequests
 from service.invocation.routing import InstanceRoute, Target
 
+#: told (target, requests in flight, requests waiting) whenever a version's load changes
+LoadListener = Callable[[Target, int, int], None]
+
 
 class QueueTimeout(Exception):
     """No instance took the request within the queue timeout."""
@@ -154,7 +157,7 @@ class _LocalTicket:
 class LocalDispatcher:
     """Queues and in-flight counts of this process (one replica, or without Redis)."""
 
-    def __init__(self, queue_max: int, on_change: Callable[[Target], None] | None = None) -> None:
+    def __init__(self, queue_max: int, on_change: LoadListener | None = None) -> None:
         self.queue_max = queue_max
         self._lanes: dict[uuid.UUID, _Lane] = {}
         self._in_flight: dict[uuid.UUID, int] = {}
@@ -298,4 +301,5 @@ class LocalDispatcher:
 
     def _changed(self, lane: _Lane) -> None:
         if self._on_change is not None:
-            self._on_change(lane.target)
+            version = lane.target.version_id
+            self._on_change(lane.target, self.in_flight(version), len(lane.waiting))

@@ -24,13 +24,13 @@ import contextlib
 import logging
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
 
-from service.invocation.dispatch import QueueTimeout, Ticket, queue_full
+from service.invocation.dispatch import LoadListener, QueueTimeout, Ticket, queue_full
 from service.invocation.routing import InstanceRoute, Target
 
 log = logging.getLogger("nvcf.invocation")
@@ -207,7 +207,7 @@ class RedisDispatcher:
         *,
         queue_max: int,
         lease_seconds: float,
-        on_change: Callable[[Target], None] | None = None,
+        on_change: LoadListener | None = None,
     ) -> None:
         self.queue_max = queue_max
         self._on_change = on_change
@@ -333,7 +333,8 @@ class RedisDispatcher:
 
     def _changed(self, target: Target) -> None:
         if self._on_change is not None:
-            self._on_change(target)
+            version = target.version_id
+            self._on_change(target, self.in_flight(version), self.depth_now(version))
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.ensure_future(work)

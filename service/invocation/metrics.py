@@ -14,6 +14,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from service.invocation.routing import Target
+
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
@@ -61,6 +63,7 @@ class InvocationMetrics:
     def observe(self, function_id: str, version_id: str, seconds: float) -> None:
         self._child(self.latency, function_id, version_id).observe(seconds)
 
-    def set_load(self, function_id: str, version_id: str, in_flight: int, depth: int) -> None:
-        self._child(self.in_flight, function_id, version_id).set(in_flight)
-        self._child(self.queue_depth, function_id, version_id).set(depth)
+    def set_load(self, target: Target, in_flight: int, depth: int) -> None:
+        """A dispatcher's `LoadListener` (the metrics keep no reference back to it)."""
+        self._child(self.in_flight, target.fid, target.vid).set(in_flight)
+        self._child(self.queue_depth, target.fid, target.vid).set(depth)

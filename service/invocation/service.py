@@ -144,12 +144,10 @@ class InvocationPlane:
                 settings.redis_url,
                 queue_max=settings.invoke_queue_max,
                 lease_seconds=settings.invoke_replica_lease_seconds,
-                on_change=self._load_changed,
+                on_change=metrics.set_load,
             )
         else:
-            self.dispatcher = LocalDispatcher(
-                settings.invoke_queue_max, on_change=self._load_changed
-            )
+            self.dispatcher = LocalDispatcher(settings.invoke_queue_max, on_change=metrics.set_load)
         self.store = RequestStore(
             sessionmaker,
             owner.value,
@@ -474,15 +472,6 @@ class InvocationPlane:
                         log.exception("storing the outcome of request %s failed", inv.id)
         finally:
             self._active.pop(inv.id, None)
-
-    def _load_changed(self, target: Target) -> None:
-        """Queue depth and in-flight gauges follow the dispatcher."""
-        fid, vid = target.fid, target.vid
-        dispatcher = self.dispatcher
-        version = target.version_id
-        self.metrics.set_load(
-            fid, vid, dispatcher.in_flight(version), dispatcher.depth_now(version)
-        )
 
     # ------------------------------------------------------------------ polling
 

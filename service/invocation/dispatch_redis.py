@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
+from redis.exceptions import RedisError
 
+from service.core.errors import ServiceUnavailable
 from service.invocation.dispatch import LoadListener, QueueTimeout, Ticket, queue_full
 from service.invocation.routing import InstanceRoute, Target
 
@@ -253,18 +255,23 @@ class RedisDispatcher:
         front: bool = False,
     ) -> Ticket:
         excluded = frozenset(exclude)
-        result = await self._enqueue(
-            keys=[f"{PREFIX}q:{target.version_id}"],
-            args=[
-                str(request_id),
-                str(target.version_id),
-                str(self._lease_ms),
-                str(self._lease_ms),
-                str(self.queue_max),
-                "1" if front else "0",
-                *_instances(target, excluded),
-            ],
-        )
+        try:
+            result = await self._enqueue(
+                keys=[f"{PREFIX}q:{target.version_id}"],
+                args=[
+                    str(request_id),
+                    str(target.version_id),
+                    str(self._lease_ms),
+                    str(self._lease_ms),
+                    str(self.queue_max),
+                    "1" if front else "0",
+                    *_instances(target, excluded),
+                ],
+            )
+        except RedisError as exc:
+            raise ServiceUnavailable(
+                detail=f"the shared invocation queues (Redis) cannot be reached: {exc}; retry"
+            ) from exc
         kind = _text(result[0])
         if kind == "full":
             raise queue_full(target, self.queue_max)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from service.backends.worker import WorkerPort
-from service.core.errors import TooManyRequests
+from service.core.errors import ServiceUnavailable, TooManyRequests
 from service.invocation.dispatch import QueueTimeout
 from service.invocation.dispatch_redis import RedisDispatcher
 from service.invocation.routing import InstanceRoute, Target
@@ -19,6 +19,7 @@ from tests.support.app import ClientFactory, SettingsFactory
 from tests.support.e2e import V, eventually
 from tests.support.invocation import FAST, deployed, invocation_app, pexec_url, spec, write_catalog
 from tests.support.redis import RedisServer
+from tests.support.server import free_port
 from tests.support.upstream import UpstreamServer
 
 
@@ -156,3 +157,12 @@ async def test_two_replicas_share_one_instances_concurrency(
     answers = [await on_first, await on_second]
     assert [a.status_code for a in answers] == [200, 200]
     assert [a.json()["echo"]["on"] for a in answers] == [1, 2]
+
+
+async def test_an_unreachable_redis_is_503() -> None:
+    dispatcher = RedisDispatcher(f"redis://127.0.0.1:{free_port()}/0", queue_max=1, lease_seconds=1)
+    try:
+        with pytest.raises(ServiceUnavailable, match="Redis"):
+            await dispatcher.enqueue(uuid.uuid4(), target(route()))
+    finally:
+        await dispatcher.aclose()

@@ -302,6 +302,9 @@ class InvocationPlane:
         except asyncio.CancelledError:
             inv.detached = True  # nobody waits any more, and nobody can poll it
             inv.stored.set()
+            if inv.handoff.done() and (answer := inv.handoff.result()).response is not None:
+                await asyncio.shield(answer.response.aclose())
+                self.finish_stream(inv, "the caller went away")
             raise
         if inv.handoff.done():
             return inv.handoff.result()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -13,10 +13,18 @@ class LoadResult:
     requests: int
     errors: int
     seconds: float
+    #: per-request latency in seconds (only when asked for)
+    latencies: list[float] = field(default_factory=list)
 
     @property
     def rps(self) -> float:
         return self.requests / self.seconds if self.seconds else 0.0
+
+    def percentile(self, p: float) -> float:
+        ordered = sorted(self.latencies)
+        if not ordered:
+            return 0.0
+        return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
 def build_request(
@@ -41,12 +49,22 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
     return status
 
 
-async def _worker(host: str, port: int, request: bytes, deadline: float, counts: list[int]) -> None:
+async def _worker(
+    host: str,
+    port: int,
+    request: bytes,
+    deadline: float,
+    counts: list[int],
+    latencies: list[float] | None,
+) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     try:
         while time.perf_counter() < deadline:
+            sent = time.perf_counter()
             writer.write(request)
             status = await _read_response(reader)
+            if latencies is not None:
+                latencies.append(time.perf_counter() - sent)
             if 200 <= status < 300:
                 counts[0] += 1
             else:
@@ -56,16 +74,24 @@ async def _worker(host: str, port: int, request: bytes, deadline: float, counts:
 
 
 async def _run(
-    host: str, port: int, request: bytes, seconds: float, concurrency: int
+    host: str, port: int, request: bytes, seconds: float, concurrency: int, latency: bool
 ) -> LoadResult:
     counts = [0, 0]
+    latencies: list[float] | None = [] if latency else None
     start = time.perf_counter()
     deadline = start + seconds
     await asyncio.gather(
-        *[_worker(host, port, request, deadline, counts) for _ in range(concurrency)]
+        *[_worker(host, port, request, deadline, counts, latencies) for _ in range(concurrency)]
     )
-    return LoadResult(counts[0], counts[1], time.perf_counter() - start)
+    return LoadResult(counts[0], counts[1], time.perf_counter() - start, latencies or [])
 
 
-def run_load(host: str, port: int, request: bytes, seconds: float, concurrency: int) -> LoadResult:
-    return asyncio.run(_run(host, port, request, seconds, concurrency))
+def run_load(
+    host: str,
+    port: int,
+    request: bytes,
+    seconds: float,
+    concurrency: int,
+    latency: bool = False,
+) -> LoadResult:
+    return asyncio.run(_run(host, port, request, seconds, concurrency, latency))

@@ -47,12 +47,16 @@ from service.core.routing import mount_flat
 from service.core.settings import Settings
 from service.core.tracing import TracingMiddleware
 from service.deployments.history import HistoryConfig, HistoryPurger
-from service.deployments.reconcile import build_reconciler
+from service.deployments.reconcile import build_reconciler, claim_owner
 from service.deployments.router import router as deployments_router
 from service.functions import read_cache
 from service.functions.router import router as functions_router
 from service.functions.schemas import DOC_MODELS
 from service.functions.sharing_router import router as sharing_router
+from service.invocation import InvocationPlane
+from service.invocation.metrics import InvocationMetrics
+from service.invocation.router import router as invocation_router
+from service.invocation.transparent import TransparentInvocation, body_limit
 from service.ngc.router import router as ngc_router
 from service.registry.router import router as registry_router
 from service.state import AppState
@@ -65,10 +69,12 @@ log = logging.getLogger("nvcf.server")
 
 API_PREFIX = "/v2/nvcf"
 ADMIN_KEY_FILE = "admin-api-key"
+#: where `nvcf-server invoke` keeps its replica id (inside the data dir)
+INVOCATION_OWNER_DIR = "invocation"
 
 
-def api_routers() -> list[APIRouter]:
-    return [
+def api_routers(settings: Settings | None = None) -> list[APIRouter]:
+    routers = [
         functions_router,
         sharing_router,
         keys_router,
@@ -77,6 +83,9 @@ def api_routers() -> list[APIRouter]:
         deployments_router,
         clusters_router,
     ]
+    if settings is None or settings.invoke_enabled:
+        routers.append(invocation_router)
+    return routers
 
 
 async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
@@ -148,9 +157,14 @@ def _write_private(path: Path, content: str) -> None:
 
 
 def create_app(
-    settings: Settings | None = None, *, span_exporter: SpanExporter | None = None
+    settings: Settings | None = None,
+    *,
+    span_exporter: SpanExporter | None = None,
+    invocation_only: bool = False,
 ) -> FastAPI:
-    """The application; `span_exporter` turns tracing on and receives every span (tests)."""
+    """The application; `span_exporter` turns tracing on and receives every span (tests);
+    `invocation_only`: the invocation plane alone (`nvcf-server invoke`): its routes, health
+    and metrics, no reconciler, chart pipeline or admin bootstrap."""
     settings = settings or Settings()
     telemetry = Telemetry.build(settings, span_exporter=span_exporter)
 
@@ -170,13 +184,39 @@ def create_app(
             read_cache.attach(app.state.version_cache)
         app.state.secret_box = await asyncio.to_thread(load_secret_box, settings)
         app.state.catalog = await asyncio.to_thread(load_catalog, settings.clusters_file)
+        adapters = AdapterRegistry.from_catalog(app.state.catalog)
+        app.state.adapters = adapters
+        plane: InvocationPlane | None = None
+        if invocation_only:
+            # Its own persistent id: a server process may share the data dir.
+            owner = await asyncio.to_thread(
+                claim_owner, Path(settings.data_dir) / INVOCATION_OWNER_DIR
+            )
+            plane = InvocationPlane(
+                settings,
+                app.state.sessionmaker,
+                adapters,
+                app.state.catalog,
+                invocation_metrics,
+                owner,
+            )
+            await plane.start()
+            app.state.invocation = plane
+            try:
+                yield
+            finally:
+                await plane.stop()
+                owner.close()
+                await adapters.aclose()
+                await engine.dispose()
+            return
         await bootstrap_admin_key(app, settings)
         chart_pipeline = ChartPipeline.from_settings(
             settings, app.state.secret_box, metrics=telemetry.charts, tracing=telemetry.tracing
         )
         app.state.chart_pipeline = chart_pipeline
-        adapters = AdapterRegistry.from_catalog(app.state.catalog)
-        app.state.adapters = adapters
+        # One replica id for the reconciler's leases and the invocation plane's requests.
+        owner = await asyncio.to_thread(claim_owner, Path(settings.data_dir))
         reconciler, collector = build_reconciler(
             settings,
             app.state.sessionmaker,
@@ -185,11 +225,23 @@ def create_app(
             secret_box=app.state.secret_box,
             metrics=telemetry.reconcile,
             tracing=telemetry.tracing,
+            owner=owner,
         )
         app.state.reconciler = reconciler
         app.state.namespace_collector = collector
         purger = HistoryPurger(app.state.sessionmaker, HistoryConfig.from_settings(settings))
         app.state.history_purger = purger
+        if settings.invoke_enabled:
+            plane = InvocationPlane(
+                settings,
+                app.state.sessionmaker,
+                adapters,
+                app.state.catalog,
+                invocation_metrics,
+                owner,
+            )
+            await plane.start()
+            app.state.invocation = plane
         if settings.reconciler_enabled:
             reconciler.start()
             collector.start()
@@ -197,6 +249,8 @@ def create_app(
         try:
             yield
         finally:
+            if plane is not None:
+                await plane.stop()
             await purger.stop()
             await collector.stop()
             await reconciler.stop()
@@ -226,6 +280,7 @@ def create_app(
     app.state.authenticator = Authenticator(settings)
     app.state.telemetry = telemetry
     app.state.metrics = telemetry.metrics
+    invocation_metrics = InvocationMetrics(telemetry.metrics.registry)
     install_problem_handlers(app)
 
     @app.exception_handler(IdempotentReplay)
@@ -254,12 +309,15 @@ def create_app(
 
     # The NGC org aliases (/v2/orgs/{org}[/teams/{team}]/nvcf/...) are rewritten onto this
     # prefix by the middleware, so each route is matched once, not three times.
-    for router in api_routers():
-        mount_flat(app, router, API_PREFIX)
-    app.include_router(v3_router)
-    app.include_router(ngc_router)
-    install_docs(app)
-    install_console(app)
+    if invocation_only:
+        mount_flat(app, invocation_router, API_PREFIX)
+    else:
+        for router in api_routers(settings):
+            mount_flat(app, router, API_PREFIX)
+        app.include_router(v3_router)
+        app.include_router(ngc_router)
+        install_docs(app)
+        install_console(app)
 
     def custom_openapi() -> dict[str, Any]:
         if app.openapi_schema:
@@ -284,7 +342,12 @@ def create_app(
 
     app.openapi = custom_openapi  # type: ignore[method-assign]
     # Added first, so it runs inside the request-context middleware (ids, metrics, log line).
-    app.add_middleware(read_cache.VersionReadFastPath)
+    if not invocation_only:
+        app.add_middleware(read_cache.VersionReadFastPath)
+    limit_of = None
+    if settings.invoke_enabled or invocation_only:
+        app.add_middleware(TransparentInvocation, suffix=settings.invoke_host_suffix)
+        limit_of = body_limit(settings.invoke_host_suffix, settings.invoke_max_body_bytes)
     if telemetry.tracing.enabled:
         # Inside the request context (request id, org alias); absent when tracing is off.
         app.add_middleware(TracingMiddleware, tracing=telemetry.tracing)
@@ -293,6 +356,7 @@ def create_app(
         metrics=telemetry.metrics,
         max_body_bytes=settings.max_body_bytes,
         json_logs=settings.log_format == "json",
+        body_limit=limit_of,
     )
     return app
 

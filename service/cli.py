@@ -1,4 +1,4 @@
-"""`nvcf-server` console script: serve (default), migrate, create-key, check-catalog."""
+"""`nvcf-server` console script: serve (default), invoke, migrate, create-key, check-catalog."""
 
 from __future__ import annotations
 
@@ -51,6 +51,15 @@ def _say(settings: Settings, message: str, *, level: int = logging.INFO) -> None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    return _run_server(args, invocation_only=False)
+
+
+def cmd_invoke(args: argparse.Namespace) -> int:
+    """The invocation plane alone (pexec, exec, status, queues, transparent mode)."""
+    return _run_server(args, invocation_only=True)
+
+
+def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
     from service.core.tls import TlsError
 
     settings = _settings()
@@ -81,7 +90,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except CatalogError as exc:
         _say(settings, str(exc), level=logging.ERROR)
         return 2
-    app = create_app(settings)
+    app = create_app(settings, invocation_only=invocation_only)
     limits = ConnectionLimits(
         header_timeout=settings.http_header_timeout,
         body_timeout=settings.http_body_timeout,
@@ -97,7 +106,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             level=logging.WARNING,
         )
     scheme = "https" if tls else "http"
-    _say(settings, f"serving on {scheme}://{_url_host(args.host)}:{args.port}")
+    what = "the invocation plane" if invocation_only else "serving"
+    _say(settings, f"{what} on {scheme}://{_url_host(args.host)}:{args.port}")
     sys.stdout.flush()
     uvicorn.run(
         BodyDeadlineMiddleware(app, timeout=settings.http_body_timeout),
@@ -212,7 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nvcf-server", description=__doc__)
     sub = parser.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="run the API server (default)")
-    for p in (parser, serve):
+    invoke = sub.add_parser(
+        "invoke",
+        help="run the invocation plane alone (set NVCF_INVOKE_ENABLED=false on the servers "
+        "then); simulated clusters are reached through their `upstream`",
+    )
+    for p in (parser, serve, invoke):
         p.add_argument("--host", default="127.0.0.1")
         p.add_argument("--port", type=int, default=8080)
         p.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this PEM certificate")
@@ -224,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
             "data directory (tls/) and reused",
         )
     serve.set_defaults(func=cmd_serve)
+    invoke.set_defaults(func=cmd_invoke)
     sub.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
     key = sub.add_parser("create-key", help="create an API key and print it once")
     key.add_argument("--account", required=True)

@@ -17,6 +17,7 @@ from service.functions.models import (
     FunctionVersion,
     VersionTag,
 )
+from service.invocation.models import InvocationReplica, InvocationRequest
 from service.registry.models import RegistryCredential, RegistryCredentialArtifactType
 
 __all__ = [
@@ -33,6 +34,8 @@ __all__ = [
     "FunctionVersion",
     "IdempotencyRecord",
     "Instance",
+    "InvocationReplica",
+    "InvocationRequest",
     "RegistryCredential",
     "RegistryCredentialArtifactType",
     "VersionTag",

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from service.deployments.history import HistoryPurger
     from service.deployments.reconcile import NamespaceCollector, Reconciler
     from service.functions.read_cache import VersionCache
+    from service.invocation import InvocationPlane
     from service.telemetry import Telemetry
 
 
@@ -52,6 +53,8 @@ class AppState(State):
     version_cache: VersionCache | None
     #: None when rate limiting is off
     rate_limiter: RateLimiter | None
+    #: None when this process does not serve invocations
+    invocation: InvocationPlane | None
 
     def __init__(self) -> None:
         # Values live in State's dict (class attributes would shadow them).
@@ -62,6 +65,7 @@ class AppState(State):
                 "history_purger": None,
                 "version_cache": None,
                 "rate_limiter": None,
+                "invocation": None,
             }
         )
 

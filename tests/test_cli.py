@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -12,8 +13,11 @@ import pytest
 from sqlalchemy import create_engine, inspect
 
 from service.core import migrate
-from tests.support.app import ClientFactory
+from tests.support.api import CONTAINER_FN
+from tests.support.app import ADMIN_KEY, ClientFactory
+from tests.support.invocation import write_catalog
 from tests.support.server import free_port, start_server, stop_server
+from tests.support.upstream import UpstreamServer
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -209,3 +213,48 @@ def test_make_run_installs_the_server_alone_and_migrates_once() -> None:
         "--host 127.0.0.1 --port 8080"
     ]
     assert lines.index(serve[0]) > next(i for i, x in enumerate(lines) if "migrate" in x)
+
+
+def test_invoke_runs_the_invocation_plane_as_its_own_process(
+    tmp_path: Path, database_url: str
+) -> None:
+    upstream = UpstreamServer().start()
+    catalog = str(write_catalog(tmp_path, upstream=upstream.url))
+    common = {"NVCF_CLUSTERS_FILE": catalog, "NVCF_RECONCILE_INTERVAL": "0.05"}
+    api_port, invoke_port = free_port(), free_port()
+    api = start_server(
+        tmp_path / "d", database_url, api_port, NVCF_INVOKE_ENABLED="false", **common
+    )
+    invoke = None
+    try:
+        invoke = start_server(tmp_path / "d", database_url, invoke_port, "invoke", **common)
+        auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        with httpx.Client(base_url=f"http://127.0.0.1:{api_port}/v2/nvcf", headers=auth) as c:
+            fn = c.post("/functions", json=CONTAINER_FN).json()["function"]
+            spec = {"gpu": "H100", "backend": "inv", "minInstances": 1, "maxInstances": 1}
+            deploy = f"/deployments/functions/{fn['id']}/versions/{fn['versionId']}"
+            assert c.post(deploy, json={"deploymentSpecifications": [spec]}).status_code == 200
+            for _ in range(600):
+                status = c.get(f"/functions/{fn['id']}/versions/{fn['versionId']}")
+                if status.json()["function"]["status"] == "ACTIVE":
+                    break
+                time.sleep(0.05)
+            # The API server no longer serves invocations ...
+            assert c.post(f"/pexec/functions/{fn['id']}", json={}).status_code == 404
+        # ... the invocation process does, and nothing else.
+        base = f"http://127.0.0.1:{invoke_port}/v2/nvcf"
+        with httpx.Client(base_url=base, headers=auth, timeout=30) as c:
+            resp = c.post(f"/pexec/functions/{fn['id']}", json={"via": "invoke"})
+            assert resp.status_code == 200, resp.text
+            assert resp.json()["echo"] == {"via": "invoke"} and resp.json()["upstream"] is True
+            assert resp.headers["nvcf-status"] == "fulfilled"
+            assert c.get("/functions").status_code == 404
+            assert (
+                "nvcf_invocation_requests_total"
+                in httpx.get(f"http://127.0.0.1:{invoke_port}/metrics").text
+            )
+    finally:
+        if invoke is not None:
+            stop_server(invoke)
+        stop_server(api)
+        upstream.stop()

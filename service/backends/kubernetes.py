@@ -10,7 +10,10 @@ the other applied kinds and hands them to `ObservedState.from_k8s`. `delete` rem
 namespace with foreground propagation; `garbage_collect` removes namespaces of instances the
 service no longer knows. `capacity` reads the nodes labelled `nvca.nvcf.nvidia.io/instance-type`
 and their allocatable `nvidia.com/gpu`, minus what running pods request, and falls back to the
-catalog's static node shapes when the service may not read nodes.
+catalog's static node shapes when the service may not read nodes. `endpoint` addresses an
+instance's inference worker by its Service: the cluster DNS name (`serviceDns`, for a control
+plane running in the cluster) or the API server's service proxy (`apiServerProxy`, with the
+adapter's own credentials), as the catalog's `workerAccess` says.
 
 API paths are computed from a static table of the kinds the chart pipeline allows (helm.md §3)
 plus the NVLink `ComputeDomain`; other kinds (a policy's `extraKubernetesTypes`) get their plural
@@ -28,11 +31,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx2
 from lightkube import ALL_NS, ApiError, AsyncClient, ConfigError, KubeConfig, SingleConfig
 from lightkube import operators as ops
+from lightkube.config.client_adapter import AsyncClient as lightkube_http_client
+from lightkube.config.client_adapter import ConnectionParams
 from lightkube.generic_resource import (
     GenericGlobalResource,
     GenericNamespacedResource,
@@ -40,6 +45,7 @@ from lightkube.generic_resource import (
 )
 from lightkube.types import CascadeType, PatchType
 
+from service.backends.http1 import Http1Endpoint, Http1Pool
 from service.backends.protocol import (
     AdapterError,
     Capacity,
@@ -50,6 +56,12 @@ from service.backends.protocol import (
     object_metadata,
 )
 from service.backends.scheduling import gpu_request, node_affinity_matches
+from service.backends.worker import (
+    CONNECT_TIMEOUT,
+    HttpxEndpoint,
+    WorkerEndpoint,
+    WorkerPort,
+)
 from service.core.kube import (
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
@@ -66,6 +78,8 @@ from service.core.quantities import whole_quantity
 from service.health.observed import ObjectRef, ObservedState, parse_time
 
 T = TypeVar("T")
+
+WorkerAccess = Literal["serviceDns", "apiServerProxy"]
 
 FIELD_MANAGER = "nvcf-control-plane"
 APPLIED_ANNOTATION = "nvcf.nvidia.com/applied-objects"
@@ -337,6 +351,8 @@ class KubernetesAdapter:
         nodes: Sequence[NodeShape] = (),
         field_manager: str = FIELD_MANAGER,
         timeout: float = DEFAULT_TIMEOUT,
+        worker_access: WorkerAccess | None = None,
+        cluster_domain: str = "cluster.local",
     ) -> None:
         if in_cluster == (kubeconfig is not None):
             raise ValueError(
@@ -351,6 +367,14 @@ class KubernetesAdapter:
         self.timeout = timeout
         self._client: AsyncClient | None = None
         self._server = "in-cluster" if in_cluster else str(self.kubeconfig)
+        #: how invocations reach workers: in-cluster DNS by default when running in the cluster
+        self.worker_access: WorkerAccess = worker_access or (
+            "serviceDns" if in_cluster else "apiServerProxy"
+        )
+        self.cluster_domain = cluster_domain
+        self._config: SingleConfig | None = None
+        self._worker_client: Any = None
+        self._dns_pool: Http1Pool | None = None
 
     # ------------------------------------------------------------------ public interface
 
@@ -476,10 +500,60 @@ class KubernetesAdapter:
             )
         )
 
+    async def endpoint(self, instance: InstanceSpec, port: WorkerPort) -> WorkerEndpoint:
+        """The worker's Service: by its cluster DNS name, or through the API server's
+        service proxy (`/api/v1/namespaces/<ns>/services/<service>:<port>/proxy`)."""
+        health_port = port.health_port or port.port
+        if self.worker_access == "serviceDns":
+            if self._dns_pool is None:
+                self._dns_pool = Http1Pool()
+            host = f"{port.service}.{instance.namespace}.svc.{self.cluster_domain}"
+            health = None
+            if port.health_path is not None:
+                health = f"http://{host}:{health_port}{port.health_path}"
+            return Http1Endpoint(f"http://{host}:{port.port}", self._dns_pool, health_url=health)
+        if self._worker_client is None:
+            self._worker_client = self._proxy_client()
+        server = str(self._worker_client.base_url).rstrip("/")
+        prefix = f"{server}/api/v1/namespaces/{instance.namespace}/services/{port.service}"
+        health = None
+        if port.health_path is not None:
+            health = f"{prefix}:{health_port}/proxy{port.health_path}"
+        return HttpxEndpoint(
+            f"{prefix}:{port.port}/proxy",
+            self._worker_client,
+            health_url=health,
+            unreachable=(httpx2.ConnectError, httpx2.ConnectTimeout),
+            failed=httpx2.HTTPError,
+            proxied=True,
+        )
+
+    def _proxy_client(self) -> httpx2.AsyncClient:
+        """A client of the API server with the adapter's credentials and no read timeout (an
+        invocation may take long; its own deadline bounds it)."""
+        config = self._config or self._load_config()
+        self._config = config
+        params = ConnectionParams(
+            timeout=httpx2.Timeout(connect=CONNECT_TIMEOUT, read=None, write=60.0, pool=None)
+        )
+        try:
+            return lightkube_http_client(config, params)
+        except (OSError, ValueError) as exc:
+            raise AdapterError(
+                f"cluster {self.name}: cannot set up the Kubernetes client: {exc}",
+                retryable=False,
+            ) from exc
+
     async def aclose(self) -> None:
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
+        worker, self._worker_client = self._worker_client, None
+        if worker is not None:
+            await worker.aclose()
+        pool, self._dns_pool = self._dns_pool, None
+        if pool is not None:
+            await pool.aclose()
 
     # ------------------------------------------------------------------ apply helpers
 

@@ -1,8 +1,9 @@
 """The backend adapter interface (runtime.md §4) and the values it exchanges.
 
 An adapter drives one cluster: it applies an instance's objects into the namespace
-`sr-<instanceId>`, observes them, deletes them, and reports free GPU capacity. Adapters that can
-also collect orphaned namespaces implement `GarbageCollecting`.
+`sr-<instanceId>`, observes them, deletes them, reports free GPU capacity, and says where an
+instance's inference worker answers (`endpoint`, backends/worker.py). Adapters that can also
+collect orphaned namespaces implement `GarbageCollecting`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from service.backends.worker import WorkerEndpoint, WorkerPort
 from service.core.kube import instance_namespace
 from service.health.observed import ObservedState
 
@@ -156,6 +158,11 @@ class BackendAdapter(Protocol):
 
     async def capacity(self) -> Capacity:
         """Free GPUs per node shape."""
+        ...
+
+    async def endpoint(self, instance: InstanceSpec, port: WorkerPort) -> WorkerEndpoint:
+        """Where the instance's inference worker (the Service `port.service` on `port.port`)
+        and its health check answer, as seen from this process. Cheap: no network call."""
         ...
 
     async def aclose(self) -> None:

@@ -92,6 +92,7 @@ def build_adapter(cluster: Cluster, *, clock: Clock | None = None) -> BackendAda
             ),
             clock=clock,
             attributes=cluster.attributes,
+            upstream=sim.upstream,
         )
     return adapter_for_cluster(cluster)
 
@@ -113,6 +114,8 @@ def adapter_for_cluster(cluster: Cluster, **options: Any) -> KubernetesAdapter:
         kubeconfig=None if settings.in_cluster else settings.kubeconfig,
         context=settings.context,
         in_cluster=settings.in_cluster,
+        worker_access=settings.worker_access,
+        cluster_domain=settings.cluster_domain,
         nodes=[NodeShape(s.gpu, s.gpus_per_node, s.count) for s in cluster.nodes],
         **options,
     )

@@ -141,3 +141,11 @@ class ServiceUnavailable(DomainError):
     status = 503
     type_slug = "service-unavailable"
     title = "Service Unavailable"
+
+
+class GatewayTimeout(DomainError):
+    """An upstream (a function's worker) did not answer in time."""
+
+    status = 504
+    type_slug = "gateway-timeout"
+    title = "Gateway Timeout"

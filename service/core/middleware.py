@@ -11,6 +11,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -66,8 +67,15 @@ class Metrics:
         children[1].observe(seconds)
 
 
+#: scope key a handler outside the router sets to name its requests in metrics and logs
+ROUTE_LABEL = "nvcf.route_label"
+
+
 def route_template(scope: Scope) -> str:
     """The matched route's path template, prefix included (label values stay bounded)."""
+    label = scope.get(ROUTE_LABEL)
+    if label:
+        return str(label)
     route = scope.get("route")
     suffix = getattr(route, "path", None)
     if not suffix:
@@ -128,12 +136,20 @@ def _valid_uuid(value: str) -> bool:
 
 class RequestContextMiddleware:
     def __init__(
-        self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int, json_logs: bool
+        self,
+        app: ASGIApp,
+        *,
+        metrics: Metrics,
+        max_body_bytes: int,
+        json_logs: bool,
+        body_limit: Callable[[Scope], int | None] | None = None,
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body = max_body_bytes
         self.json_logs = json_logs
+        #: a larger (or smaller) body limit for some requests (e.g. invocations); None: default
+        self.body_limit = body_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -163,19 +179,22 @@ class RequestContextMiddleware:
                 message["headers"] = [*message.get("headers", []), rid_header]
             await send(message)
 
-        too_large = self._declared_too_large(scope)
+        limit = self.max_body
+        if self.body_limit is not None:
+            limit = self.body_limit(scope) or limit
+        too_large = self._declared_too_large(scope, limit)
         gone = [False]
         # Checked once for every route, before any reads them: no parameter may carry a NUL
         # or a lone surrogate (PostgreSQL refuses NUL in text; neither is valid in any field).
         bad_query = query_errors(scope.get("query_string", b""))
         try:
             if too_large:
-                await self._reject_too_large(scope, send_wrapper, request_id)
+                await self._reject_too_large(scope, send_wrapper, request_id, limit)
             elif bad_query:
                 refusal = ValidationFailed.of(bad_query, "query")
                 await self._send_problem(send_wrapper, refusal, scope, request_id)
             else:
-                await self.app(scope, self._limited(receive, gone), send_wrapper)
+                await self.app(scope, self._limited(receive, gone, limit), send_wrapper)
         except Exception as exc:
             if gone[0] or isinstance(exc, ClientDisconnect):
                 # The client went away (e.g. mid-body): nothing to answer, nothing failed here.
@@ -201,18 +220,19 @@ class RequestContextMiddleware:
             self._log(scope, state, method, status, elapsed, request_id)
             request_id_var.reset(rid_token)
 
-    def _declared_too_large(self, scope: Scope) -> bool:
+    @staticmethod
+    def _declared_too_large(scope: Scope, limit: int) -> bool:
         for name, value in scope["headers"]:
             if name == b"content-length":
                 try:
-                    return int(value) > self.max_body
+                    return int(value) > limit
                 except ValueError:
                     return False
         return False
 
-    def _limited(self, receive: Receive, gone: list[bool]) -> Receive:
+    @staticmethod
+    def _limited(receive: Receive, gone: list[bool], limit: int) -> Receive:
         seen = 0
-        limit = self.max_body
 
         async def wrapped() -> Message:
             nonlocal seen
@@ -227,8 +247,10 @@ class RequestContextMiddleware:
 
         return wrapped
 
-    async def _reject_too_large(self, scope: Scope, send: Send, request_id: str) -> None:
-        err = PayloadTooLarge(detail=f"request body exceeds {self.max_body} bytes")
+    async def _reject_too_large(
+        self, scope: Scope, send: Send, request_id: str, limit: int
+    ) -> None:
+        err = PayloadTooLarge(detail=f"request body exceeds {limit} bytes")
         await self._send_problem(send, err, scope, request_id)
 
     async def _send_problem(

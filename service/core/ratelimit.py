@@ -21,6 +21,16 @@ from redis.asyncio import ConnectionPool
 from service.core.errors import TooManyRequests
 
 
+def make_storage(redis_url: str | None) -> tuple[Storage, ConnectionPool | None]:
+    """`limits` counters in memory, or in Redis through a connection pool of our own (redis-py)
+    that the caller closes on shutdown."""
+    if not redis_url:
+        return MemoryStorage(), None
+    pool = ConnectionPool.from_url(redis_url)
+    options: dict[str, Any] = {"connection_pool": pool}
+    return RedisStorage("async+" + redis_url, implementation="redispy", **options), pool
+
+
 class RateLimiter:
     """`check(account)` counts one request of the account and raises when over the limit."""
 
@@ -28,14 +38,8 @@ class RateLimiter:
         window = max(1, math.ceil(burst / rate))
         self.item = RateLimitItemPerSecond(burst, window)
         self.storage: Storage
-        self._pool: ConnectionPool | None = None
-        if redis_url:
-            # Our own pool (redis-py), so shutting down closes its connections.
-            self._pool = ConnectionPool.from_url(redis_url)
-            options: dict[str, Any] = {"connection_pool": self._pool}
-            self.storage = RedisStorage("async+" + redis_url, implementation="redispy", **options)
-        else:
-            self.storage = MemoryStorage()
+        self._pool: ConnectionPool | None
+        self.storage, self._pool = make_storage(redis_url)
         self._limiter = SlidingWindowCounterRateLimiter(self.storage)
         self.description = f"{burst} requests per {window} s"
 

@@ -130,8 +130,8 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(
         default=None,
         pattern=r"^rediss?://",
-        description="Redis holding the rate-limit counters, shared by replicas; unset: "
-        "counters in memory.",
+        description="Redis shared by replicas: the API and function rate-limit counters, and "
+        "the invocation queues and per-instance requests in flight; unset: all in memory.",
     )
     # -- speed-ups (service/functions/read_cache.py)
     version_read_cache: bool = Field(
@@ -218,6 +218,62 @@ class Settings(BaseSettings):
     health_failing_backoff: float = Field(
         default=90, ge=0, description="Seconds a failing object may recover before it fails."
     )
+    # -- invocation (service/invocation/)
+    invoke_enabled: bool = Field(
+        default=True,
+        description="Serve the invocation routes (pexec, exec, status, queues, transparent "
+        "mode) in this process; `nvcf-server invoke` runs them alone.",
+    )
+    invoke_host_suffix: str | None = Field(
+        default=None,
+        max_length=253,
+        description="Transparent mode: a request whose Host is `<functionId>[.<versionId>]."
+        "<suffix>` is forwarded to the function (e.g. `invocation.localhost`); unset: any "
+        "suffix, as long as the first label is a UUID.",
+    )
+    invoke_max_body_bytes: int = Field(
+        default=5 * 1024 * 1024, gt=0, description="Largest invocation request body, in bytes."
+    )
+    invoke_result_max_bytes: int = Field(
+        default=5 * 1024 * 1024,
+        gt=0,
+        description="Largest worker response kept for polling (and wrapped by exec), in bytes; "
+        "a larger one ends the request errored.",
+    )
+    invoke_result_ttl_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Seconds a polled request's state and result are kept after it started.",
+    )
+    invoke_queue_max: int = Field(
+        default=1000,
+        ge=0,
+        le=1_000_000,
+        description="Requests waiting per function version for a free instance; more are "
+        "refused 429.",
+    )
+    invoke_queue_timeout_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="Seconds a request may wait in its queue before it ends errored.",
+    )
+    invoke_worker_timeout_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Seconds a worker may take to answer a request completely.",
+    )
+    invoke_route_cache_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        description="Seconds a function version's invocable instances are reused between "
+        "database reads (0: read for every request).",
+    )
+    invoke_replica_lease_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="A replica that has not renewed its heartbeat for this long is gone: its "
+        "pending requests end errored.",
+    )
     # -- HTTP (service/core/server.py)
     max_body_bytes: int = Field(
         default=1024 * 1024, gt=0, description="Largest request body, in bytes."
@@ -271,6 +327,13 @@ class Settings(BaseSettings):
     @classmethod
     def _comma_list(cls, value: object) -> object:
         return _split(value)
+
+    @field_validator("invoke_host_suffix")
+    @classmethod
+    def _host_suffix(cls, value: str | None) -> str | None:
+        if value is None or not value.strip(". "):
+            return None
+        return value.strip(". ").lower()
 
     @field_validator("bootstrap_api_key")
     @classmethod

@@ -187,6 +187,33 @@ def test_a_simulated_cluster_gets_the_catalog_delays() -> None:
     assert adapter.delays == SimulationDelays(0.2, 0.2, 0.5)
 
 
+def test_simulation_upstream_and_kubernetes_worker_access_are_read(tmp_path: Path) -> None:
+    sim = {
+        "name": "sim",
+        "adapter": "simulated",
+        "provider": "NCP",
+        "region": "r",
+        "nodes": [{"gpu": "H100", "gpusPerNode": 8, "count": 1}],
+        "simulation": {"upstream": "http://127.0.0.1:9000/"},
+    }
+    k8s = {
+        **{k: v for k, v in sim.items() if k != "simulation"},
+        "name": "k8s",
+        "adapter": "kubernetes",
+        "kubernetes": {
+            "kubeconfig": str(tmp_path / "kc"),
+            "workerAccess": "serviceDns",
+            "clusterDomain": "corp.local",
+        },
+    }
+    catalog = Catalog.from_data({"clusterGroups": [{"name": "g", "clusters": [sim, k8s]}]})
+    adapter = build_adapter(catalog.clusters[0])
+    assert isinstance(adapter, SimulatedAdapter) and adapter.upstream == "http://127.0.0.1:9000"
+    settings = catalog.clusters[1].kubernetes
+    assert settings is not None
+    assert (settings.worker_access, settings.cluster_domain) == ("serviceDns", "corp.local")
+
+
 def test_one_type_offered_by_several_clusters_lists_them_all(multi: Catalog) -> None:
     offering = multi.offering("edge", "A100_80GB", "gcp.gpu.a100_80gb_2x")
     assert offering is not None
@@ -350,6 +377,24 @@ def test_attributes_are_normalised_at_load_time(tmp_path: Path) -> None:
                 "quantity such as 64, 500m or 512Gi",
                 ":9: clusterGroups[0].clusters[0].simulation.readySeconds: Input should be "
                 "greater than or equal to 0, not -1",
+            ],
+        ),
+        (
+            "simulated",
+            "",
+            "        simulation: {upstream: 'ftp://x'}\n",
+            [
+                ":9: clusterGroups[0].clusters[0].simulation.upstream: 'ftp://x' is not an "
+                "upstream server address such as http://127.0.0.1:9000"
+            ],
+        ),
+        (
+            "kubernetes",
+            "",
+            "        kubernetes: {kubeconfig: /k, workerAccess: nodePort}\n",
+            [
+                ":9: clusterGroups[0].clusters[0].kubernetes.workerAccess: Input should be "
+                "'serviceDns' or 'apiServerProxy', not 'nodePort'"
             ],
         ),
         (

@@ -12,11 +12,16 @@ There are no controllers: tests play them by adding objects (`add_object`: pods,
 events, nodes) and setting statuses (`set_status`), usually from the `kubectl get -o json`
 fixtures in `k8s_fixtures/`. `inject_error` makes a path fail with a given Status and `hold`
 makes it hang (for client timeouts). `requests` records every request in arrival order.
+
+The service proxy (`/api/v1/namespaces/<ns>/services/<name>:<port>/proxy/...`) forwards to the
+address `serve_endpoint` registered for that Service and port, as the API server forwards to a
+ready pod; a Service without one answers 503 "no endpoints available", as a real one does.
 """
 
 from __future__ import annotations
 
 import copy
+import http.client
 import itertools
 import json
 import re
@@ -80,6 +85,10 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain"),
 )
 _BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
+_PROXY = re.compile(
+    r"^/api/v1/namespaces/(?P<ns>[^/]+)/services/(?P<svc>[^/:]+):(?P<port>\d+)/proxy"
+    r"(?P<rest>/.*)?$"
+)
 _BY_KIND = {(r.api_version, r.kind): r for r in RESOURCES}
 
 
@@ -266,6 +275,7 @@ class FakeKubernetes:
         self._httpd: ThreadingHTTPServer | None = None
         self._port = 0
         self._thread: threading.Thread | None = None
+        self._endpoints: dict[tuple[str, str, int], tuple[str, int]] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -420,6 +430,12 @@ class FakeKubernetes:
         with self._lock:
             self._purge(name)
 
+    def serve_endpoint(self, namespace: str, service: str, port: int, address: str) -> None:
+        """Forward the service proxy of `service:port` in `namespace` to `host:port`."""
+        host, _, target = address.rpartition(":")
+        with self._lock:
+            self._endpoints[(namespace, service, port)] = (host, int(target))
+
     def patches(self) -> list[str]:
         """Paths of the apply PATCH requests, in order."""
         return [r.path for r in self.requests if r.method == "PATCH"]
@@ -452,6 +468,10 @@ class FakeKubernetes:
 
     def _handle(self, req: BaseHTTPRequestHandler) -> None:
         method = req.command.upper()
+        proxy = _PROXY.match(req.path)
+        if proxy is not None:
+            self._proxy(req, method, proxy)
+            return
         parts = urlsplit(req.path)
         path = parts.path.rstrip("/") or "/"
         query = dict(parse_qsl(parts.query))
@@ -485,6 +505,64 @@ class FakeKubernetes:
             req.wfile.write(data)
         except OSError:
             pass  # the client gave up (timeout test)
+
+    def _proxy(self, req: BaseHTTPRequestHandler, method: str, match: re.Match[str]) -> None:
+        """The API server's service proxy: forward the request to the Service's endpoint."""
+        namespace, service, port = match["ns"], match["svc"], int(match["port"])
+        length = int(req.headers.get("Content-Length") or 0)
+        raw = req.rfile.read(length) if length else b""
+        with self._lock:
+            self.requests.append(RecordedRequest(method, req.path.split("?")[0], {}, "", None))
+            exists = self.get("Service", namespace, service) is not None
+            endpoint = self._endpoints.get((namespace, service, port))
+        if req.headers.get("Authorization") != f"Bearer {self.token}":
+            self._reply(req, 401, status_body(401, "Unauthorized", "Unauthorized"))
+            return
+        if not exists:
+            body = status_body(404, "NotFound", f'services "{service}" not found')
+            self._reply(req, 404, body)
+            return
+        if endpoint is None:
+            message = f'no endpoints available for service "{service}"'
+            self._reply(req, 503, status_body(503, "ServiceUnavailable", message))
+            return
+        headers = {
+            k: v
+            for k, v in req.headers.items()
+            if k.lower() not in ("authorization", "host", "connection", "content-length")
+        }
+        conn = http.client.HTTPConnection(*endpoint, timeout=30)
+        try:
+            conn.request(method, match["rest"] or "/", body=raw, headers=headers)
+            answer = conn.getresponse()
+            data = answer.read()
+            req.send_response(answer.status)
+            for k, v in answer.getheaders():
+                if k.lower() not in ("connection", "transfer-encoding", "content-length"):
+                    req.send_header(k, v)
+            req.send_header("Content-Length", str(len(data)))
+            req.end_headers()
+            req.wfile.write(data)
+        except ConnectionRefusedError:
+            message = (
+                f"error trying to reach service: dial tcp {endpoint[0]}:{endpoint[1]}: "
+                "connect: connection refused"
+            )
+            self._reply(req, 503, status_body(503, "ServiceUnavailable", message))
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _reply(req: BaseHTTPRequestHandler, code: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        try:
+            req.send_response(code)
+            req.send_header("Content-Type", "application/json")
+            req.send_header("Content-Length", str(len(data)))
+            req.end_headers()
+            req.wfile.write(data)
+        except OSError:
+            pass
 
     def _dispatch(
         self, method: str, path: str, query: dict[str, str], content_type: str, body: Any

@@ -27,17 +27,19 @@ def start_server(
     data_dir: Path,
     database_url: str,
     port: int,
+    command: str = "serve",
     *,
     args: Sequence[str] = (),
     ca: Path | None = None,
     bootstrap_key: str | None = ADMIN_KEY,
     **env: str,
 ) -> subprocess.Popen[bytes]:
-    """Start the server and wait until `/health` answers; its output goes to server.log.
+    """Start the server (`command`: serve, or invoke for the invocation plane alone) and wait
+    until `/health` answers; its output goes to <command>.log.
 
     With `ca` (the certificate to trust, which the server may create as it starts) the server
-    is reached over HTTPS; `args` are added to `serve`. `bootstrap_key=None` starts it as a
-    first-time user does, without NVCF_BOOTSTRAP_API_KEY."""
+    is reached over HTTPS; `args` are added to the command. `bootstrap_key=None` starts it as
+    a first-time user does, without NVCF_BOOTSTRAP_API_KEY."""
     full_env = {
         **{k: v for k, v in os.environ.items() if k != "NVCF_BOOTSTRAP_API_KEY"},
         "NVCF_DATA_DIR": str(data_dir),
@@ -45,11 +47,11 @@ def start_server(
         **({} if bootstrap_key is None else {"NVCF_BOOTSTRAP_API_KEY": bootstrap_key}),
         **env,
     }
-    log = data_dir / "server.log"
+    log = data_dir / ("server.log" if command == "serve" else f"{command}.log")
     data_dir.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--port", str(port), *args],
+            [sys.executable, "-m", "service.cli", command, "--port", str(port), *args],
             env=full_env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -1,6 +1,9 @@
 """`SimulatedAdapter`: the simulated cluster behind `BackendAdapter`'s interface. It stores
 applied objects per instance namespace, creates the pods of workloads, and hands them to the
 scheduler; observe/objects render the namespace's status at the clock's `now`.
+
+`endpoint` answers with the built-in simulated worker (simulated/worker.py, in process), or,
+when the cluster names an `upstream` server, with that real server for every instance.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from service.backends.http1 import Http1Endpoint, Http1Pool
 from service.backends.protocol import (
     AdapterError,
     Capacity,
@@ -42,6 +46,8 @@ from service.backends.simulated.model import (
 from service.backends.simulated.scheduler import Scheduler
 from service.backends.simulated.status import StatusRenderer
 from service.backends.simulated.timeline import PodTimeline
+from service.backends.simulated.worker import SimulatedEndpoint, SimulatedWorkers
+from service.backends.worker import HttpxEndpoint, WorkerEndpoint, WorkerPort, network_client
 from service.core.jsoncopy import copy_json
 from service.core.kube import is_nvlink
 from service.health.observed import ObjectRef, ObservedState
@@ -59,8 +65,14 @@ class SimulatedAdapter:
         delays: SimulationDelays | None = None,
         clock: Clock | None = None,
         attributes: Iterable[str] = (),
+        upstream: str | None = None,
     ) -> None:
         self.name = name
+        #: a real server answering for every instance of the cluster (None: the built-in one)
+        self.upstream = upstream.rstrip("/") if upstream else None
+        self._workers = SimulatedWorkers(self._runs)
+        self._pool: Http1Pool | None = None
+        self._https: Any = None
         self.provider = provider.upper()
         self.delays = delays or SimulationDelays()
         self._clock = clock or utc_now
@@ -121,6 +133,7 @@ class SimulatedAdapter:
             now = self._now()
             self._scheduler.advance(now)
             ns = self._namespaces.pop(instance.namespace, None)
+            self._workers.health_paths.pop(instance.namespace, None)
             if ns is not None:
                 for pod in ns.pods.values():
                     self._scheduler.remove(pod)
@@ -155,8 +168,38 @@ class SimulatedAdapter:
             # snapshots share nested parts with the stored state: the caller gets its own copy
             return copy_json(self._status.snapshot(ns, now)[0]) if ns is not None else []
 
+    async def endpoint(self, instance: InstanceSpec, port: WorkerPort) -> WorkerEndpoint:
+        """The upstream server when the cluster names one; else the built-in worker, which
+        refuses connections for instances this cluster does not run."""
+        if self.upstream:
+            health = self.upstream + port.health_path if port.health_path is not None else None
+            if self.upstream.startswith("http://"):
+                if self._pool is None:
+                    self._pool = Http1Pool()
+                return Http1Endpoint(self.upstream, self._pool, health_url=health)
+            if self._https is None:
+                self._https = network_client()
+            return HttpxEndpoint(self.upstream, self._https, health_url=health)
+        base = f"http://{port.service}.{instance.namespace}:{port.port}"
+        health = None
+        if port.health_path is not None:
+            self._workers.health_paths[instance.namespace] = port.health_path
+            health = f"http://{port.service}.{instance.namespace}:{port.health_port or port.port}"
+            health += port.health_path
+        return SimulatedEndpoint(
+            self._workers, instance.namespace, base, health, health_path=port.health_path
+        )
+
+    def _runs(self, namespace: str) -> bool:
+        return namespace in self._namespaces
+
     async def aclose(self) -> None:
-        return None
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.aclose()
+        https, self._https = self._https, None
+        if https is not None:
+            await https.aclose()
 
     # ------------------------------------------------------------------ apply
 

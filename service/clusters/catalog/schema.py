@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import uuid
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
@@ -102,20 +103,48 @@ class NodeShape(_Model):
     memory: Quantity | None = None
 
 
+def _check_upstream(value: str) -> str:
+    parts = urlsplit(value)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise PydanticCustomError(
+            "upstream",
+            "{value} is not an upstream server address such as http://127.0.0.1:9000",
+            {"value": repr(value)},
+        )
+    if parts.query or parts.fragment:
+        raise PydanticCustomError(
+            "upstream", "{value}: an upstream address has no query or fragment", {"value": value}
+        )
+    return value.rstrip("/")
+
+
 class SimulationSettings(_Model):
-    """Delays of the simulated adapter's pod lifecycle, in seconds."""
+    """Delays of the simulated adapter's pod lifecycle, in seconds, and an optional real
+    server that answers for every instance instead of the built-in simulated worker."""
 
     schedule_seconds: Seconds = Field(default=_DELAYS.schedule_seconds, alias="scheduleSeconds")
     pull_seconds: Seconds = Field(default=_DELAYS.pull_seconds, alias="pullSeconds")
     ready_seconds: Seconds = Field(default=_DELAYS.ready_seconds, alias="readySeconds")
+    upstream: Annotated[str, AfterValidator(_check_upstream)] | None = None
 
 
 class KubernetesSettings(_Model):
-    """How to reach a real cluster: a kubeconfig file (and context), or in-cluster config."""
+    """How to reach a real cluster: a kubeconfig file (and context), or in-cluster config;
+    and how invocations reach an instance's worker: `serviceDns` (the Service's cluster DNS
+    name, for a control plane running in the cluster) or `apiServerProxy` (the API server's
+    service proxy); by default the first with `inCluster`, else the second."""
 
     kubeconfig: NonEmpty | None = None
     context: NonEmpty | None = None
     in_cluster: bool = Field(default=False, alias="inCluster")
+    worker_access: Literal["serviceDns", "apiServerProxy"] | None = Field(
+        default=None, alias="workerAccess"
+    )
+    cluster_domain: NonEmpty = Field(default="cluster.local", alias="clusterDomain")
 
 
 _KUBE_VERSION = re.compile(r"v?\d+\.\d+(\.\d+)?([-+][0-9A-Za-z.+-]*)?")

@@ -29,16 +29,18 @@ def build_reconciler(
     secret_box: SecretBox | None = None,
     metrics: ReconcileMetrics | None = None,
     tracing: Tracing = NO_TRACING,
+    owner: OwnerId | None = None,
 ) -> tuple[Reconciler, NamespaceCollector]:
     """The server's reconciler and namespace collector, configured from settings; the
-    collector runs between the reconciler's passes."""
+    collector runs between the reconciler's passes. `owner`: the replica's id (shared with
+    the invocation plane); claimed from the data dir when not given."""
     reconciler = Reconciler(
         sessionmaker,
         registry,
         catalog,
         config=ReconcilerConfig.from_settings(settings),
         secret_box=secret_box,
-        owner=claim_owner(Path(settings.data_dir)),
+        owner=owner or claim_owner(Path(settings.data_dir)),
         metrics=metrics,
         tracing=tracing,
     )

@@ -1,0 +1,160 @@
+"""The built-in simulated inference worker: what answers at a simulated instance's endpoint.
+
+In process, with no socket and no HTTP client: the invocation plane's request is answered
+directly. Every request to an instance the cluster runs is answered with JSON
+
+    {"echo": <request body, parsed when it is JSON, else text>, "path": "<path?query>",
+     "instanceId": "<instance>", "headers": {<the NVCF-* request headers>}}
+
+Request headers steer it: `X-Sim-Delay-Ms: N` answers after N ms, `X-Sim-Status: NNN` answers
+with that status. `Accept: text/event-stream` answers with `X-Sim-Events` (default 3) server-sent
+events, each `data: {"index": i, ...the echo...}`, `X-Sim-Delay-Ms` apart. A GET of the
+function's health path answers `{"status": "ok"}`. An instance the cluster does not run (never
+applied, or deleted) refuses the connection, as a real address with nobody listening would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from service.backends.worker import WorkerEndpoint, WorkerResponse, WorkerUnreachable
+
+DELAY_HEADER = "x-sim-delay-ms"
+STATUS_HEADER = "x-sim-status"
+EVENTS_HEADER = "x-sim-events"
+#: bounds of what a request may ask of the simulated worker
+MAX_DELAY_MS = 3_600_000
+MAX_EVENTS = 10_000
+DEFAULT_EVENTS = 3
+
+
+def _int_header(headers: dict[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = headers.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        return default
+    return max(low, min(high, value))
+
+
+def _echo_body(content: bytes) -> Any:
+    if not content:
+        return None
+    try:
+        return json.loads(content)
+    except ValueError:
+        return content.decode("utf-8", errors="replace")
+
+
+class _Answer(WorkerResponse):
+    def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self._body = body
+
+    async def iter_bytes(self) -> AsyncIterator[bytes]:
+        if self._body:
+            yield self._body
+
+
+class _Events(WorkerResponse):
+    def __init__(self, status: int, echo: dict[str, Any], events: int, delay: float) -> None:
+        self.status = status
+        self.headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+        self._echo = echo
+        self._events = events
+        self._delay = delay
+
+    async def iter_bytes(self) -> AsyncIterator[bytes]:
+        for index in range(self._events):
+            if self._delay:
+                await asyncio.sleep(self._delay)
+            yield f"data: {json.dumps({'index': index, **self._echo})}\n\n".encode()
+
+
+def _json(status: int, body: Any) -> _Answer:
+    data = json.dumps(body).encode()
+    headers = [("content-type", "application/json"), ("content-length", str(len(data)))]
+    return _Answer(status, headers, data)
+
+
+class SimulatedWorkers:
+    """The workers of one simulated cluster: those of the namespaces `running` accepts."""
+
+    def __init__(self, running: Callable[[str], bool]) -> None:
+        self._running = running
+        self.health_paths: dict[str, str] = {}
+
+    async def answer(
+        self,
+        namespace: str,
+        method: str,
+        path: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes,
+    ) -> WorkerResponse:
+        if not self._running(namespace):
+            raise WorkerUnreachable(
+                f"connection refused: no simulated worker runs in namespace {namespace}"
+            )
+        lowered = {k.lower(): v for k, v in headers}
+        health = self.health_paths.get(namespace)
+        if method == "GET" and health is not None and path.split("?", 1)[0] == health:
+            return _json(200, {"status": "ok"})
+        status = _int_header(lowered, STATUS_HEADER, 200, 100, 599)
+        delay = _int_header(lowered, DELAY_HEADER, 0, 0, MAX_DELAY_MS) / 1000
+        echo = {
+            "echo": _echo_body(body),
+            "path": path,
+            "instanceId": namespace.removeprefix("sr-"),
+            "headers": {k: v for k, v in headers if k.lower().startswith("nvcf-")},
+        }
+        if "text/event-stream" in lowered.get("accept", ""):
+            events = _int_header(lowered, EVENTS_HEADER, DEFAULT_EVENTS, 0, MAX_EVENTS)
+            return _Events(status, echo, events, delay)
+        if delay:
+            await asyncio.sleep(delay)
+        return _json(status, echo)
+
+
+class SimulatedEndpoint(WorkerEndpoint):
+    """One simulated instance's worker (`base_url` names it as a Service address would)."""
+
+    def __init__(
+        self,
+        workers: SimulatedWorkers,
+        namespace: str,
+        base_url: str,
+        health_url: str | None = None,
+        health_path: str | None = None,
+    ) -> None:
+        self.base_url = base_url
+        self.health_url = health_url
+        self._workers = workers
+        self._namespace = namespace
+        self._health_path = health_path
+
+    async def send(
+        self, method: str, path: str, headers: Sequence[tuple[str, str]], body: bytes
+    ) -> WorkerResponse:
+        return await self._workers.answer(self._namespace, method, path, headers, body)
+
+    async def health(self) -> int:
+        response = await self._workers.answer(
+            self._namespace, "GET", self._health_path or "/", [], b""
+        )
+        return response.status
+
+
+__all__ = [
+    "DELAY_HEADER",
+    "EVENTS_HEADER",
+    "STATUS_HEADER",
+    "SimulatedEndpoint",
+    "SimulatedWorkers",
+]

@@ -1,0 +1,16 @@
+"""The invocation plane (api.md §6): `pexec`/`exec` and their status polls, transparent mode,
+queues and per-instance concurrency, function rate limits, and the request state other
+replicas poll.
+
+Modules: `router` (routes), `transparent` (Host/header mode), `service` (`InvocationPlane`:
+accept, run, hand over or store, poll), `routing` (version and instances of a request),
+`access` (who may invoke what), `dispatch` (queues and concurrency), `ratelimit` (function
+rate limits), `forward` (headers both ways, poll time), `answers` (HTTP answers), `store`
+(SQL), `models` (tables), `metrics`, `schemas`.
+"""
+
+from __future__ import annotations
+
+from service.invocation.service import InvocationPlane
+
+__all__ = ["InvocationPlane"]

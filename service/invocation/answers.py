@@ -1,0 +1,214 @@
+"""The HTTP answers of the invocation routes. Every one carries `NVCF-REQID` and
+`NVCF-STATUS` (`fulfilled` for < 400, `pending-evaluation` for a first 202, `in-progress` for a
+202 of a status poll, `errored` for everything else, problems included)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import Message, Receive, Scope, Send
+
+from service.backends.worker import WorkerFailed, WorkerResponse
+from service.core.errors import (
+    BadGateway,
+    DomainError,
+    GatewayTimeout,
+    ServiceUnavailable,
+)
+from service.core.problem import PROBLEM, problem_body
+from service.invocation.forward import header_value, response_headers
+from service.invocation.store import Outcome
+
+if TYPE_CHECKING:
+    from service.invocation.service import Invocation, InvocationPlane
+
+FULFILLED = "fulfilled"
+PENDING = "pending-evaluation"
+IN_PROGRESS = "in-progress"
+ERRORED = "errored"
+
+
+def status_word(status: int) -> str:
+    if status == 202:
+        return IN_PROGRESS
+    return FULFILLED if status < 400 else ERRORED
+
+
+def nvcf_headers(request_id: uuid.UUID | str, word: str) -> list[tuple[bytes, bytes]]:
+    return [
+        (b"nvcf-reqid", str(request_id).encode("latin-1", errors="replace")[:64]),
+        (b"nvcf-status", word.encode()),
+        (b"access-control-expose-headers", b"nvcf-reqid, nvcf-status"),
+    ]
+
+
+def _encode(headers: Sequence[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+
+
+def problem(request: Request, err: DomainError, request_id: uuid.UUID | str) -> Response:
+    """A problem+json answer with the invocation headers."""
+    path = getattr(request.state, "original_path", None) or request.url.path
+    body = json.dumps(
+        problem_body(err, path, str(getattr(request.state, "request_id", "")))
+    ).encode()
+    response = Response(body, status_code=err.status, media_type=PROBLEM)
+    response.raw_headers += _encode(list(err.headers.items())) + nvcf_headers(request_id, ERRORED)
+    return response
+
+
+def failure_error(outcome: Outcome) -> DomainError:
+    """The problem of a request the invocation plane could not complete."""
+    reason = outcome.error or "the request failed"
+    if outcome.status == 504:
+        return GatewayTimeout(detail=reason)
+    if outcome.status == 503:
+        return ServiceUnavailable(detail=reason)
+    return BadGateway(detail=reason)
+
+
+def outcome_response(request: Request, request_id: uuid.UUID, outcome: Outcome) -> Response:
+    """The pass-through answer of a finished request: the worker's status, headers and body,
+    or the problem that says why there was none."""
+    if outcome.error is not None:
+        return problem(request, failure_error(outcome), request_id)
+    response = Response(outcome.body, status_code=outcome.status)
+    kept = [(k, v) for k, v in outcome.headers if k.lower() != "content-length"]
+    response.raw_headers = [
+        *_encode(kept),
+        (b"content-length", str(len(outcome.body)).encode()),
+        *nvcf_headers(request_id, status_word(outcome.status)),
+    ]
+    return response
+
+
+def pending_response(request_id: uuid.UUID, word: str) -> Response:
+    body = json.dumps({"reqId": str(request_id), "status": word}).encode()
+    response = Response(body, status_code=202, media_type="application/json")
+    response.raw_headers += nvcf_headers(request_id, word)
+    return response
+
+
+def _worker_json(body: bytes, content_type: str | None) -> Any:
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body.decode("utf-8", errors="replace")
+
+
+def exec_response(
+    request: Request, request_id: uuid.UUID, outcome: Outcome | None, word: str = PENDING
+) -> Response:
+    """The wrapped (`exec`) answer: `{reqId, status, percentComplete?, errorCode?, response?}`
+    with the worker's status as the HTTP status (202 while pending)."""
+    content: dict[str, Any] = {"reqId": str(request_id)}
+    if outcome is None:
+        status, content["status"] = 202, word
+    elif outcome.error is not None:
+        err = failure_error(outcome)
+        path = getattr(request.state, "original_path", None) or request.url.path
+        rid = str(getattr(request.state, "request_id", ""))
+        status = err.status
+        content.update(status=ERRORED, errorCode=err.status, response=problem_body(err, path, rid))
+    else:
+        status = outcome.status
+        content["status"] = status_word(outcome.status)
+        if outcome.status < 400:
+            content["percentComplete"] = 100
+        else:
+            content["errorCode"] = outcome.status
+        ctype = header_value(outcome.headers, "content-type")
+        worker = _worker_json(outcome.body, ctype)
+        if worker is not None:
+            content["response"] = worker
+    response = JSONResponse(content, status_code=status)
+    response.raw_headers += nvcf_headers(request_id, content["status"])
+    return response
+
+
+class WorkerStream(Response):
+    """The worker's answer streamed through as it arrives; `finish_stream` is always called
+    (the instance's slot is held until then). A stream without a length (server-sent
+    events, chunked answers) stops when the caller disconnects."""
+
+    def __init__(
+        self,
+        plane: InvocationPlane,
+        inv: Invocation,
+        worker: WorkerResponse,
+    ) -> None:
+        self.status_code = worker.status
+        self.background = None
+        self._plane = plane
+        self._inv = inv
+        self._worker = worker
+        headers = response_headers(worker.headers)
+        length = header_value(worker.headers, "content-length")
+        if length is not None:
+            headers.append(("content-length", length))
+        self._listen = length is None
+        self.raw_headers = _encode(headers) + nvcf_headers(inv.id, status_word(worker.status))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        error: str | None = None
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": self.status_code,
+                    "headers": self.raw_headers,
+                }
+            )
+            if self._listen:
+                error = await self._stream_until_disconnect(receive, send)
+            else:
+                error = await self._stream(send)
+        except BaseException as exc:
+            error = f"{type(exc).__name__} while streaming the answer"
+            raise
+        finally:
+            await self._worker.aclose()
+            self._plane.finish_stream(self._inv, error)
+
+    async def _stream(self, send: Send) -> str | None:
+        try:
+            async with asyncio.timeout_at(self._inv.deadline):
+                async for chunk in self._worker.iter_bytes():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except TimeoutError:
+            return "the worker did not finish its answer in time"
+        except WorkerFailed as exc:
+            return exc.reason  # the connection is closed without completing the answer
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return None
+
+    async def _stream_until_disconnect(self, receive: Receive, send: Send) -> str | None:
+        stream = asyncio.ensure_future(self._stream(send))
+        listen = asyncio.ensure_future(_disconnected(receive))
+        try:
+            done, _ = await asyncio.wait({stream, listen}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (stream, listen):
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        if stream in done and not stream.cancelled():
+            return stream.result()
+        return "the caller disconnected"
+
+
+async def _disconnected(receive: Receive) -> None:
+    while True:
+        message: Message = await receive()
+        if message["type"] == "http.disconnect":
+            return

@@ -1,0 +1,305 @@
+"""Queues and concurrency: which instance takes a request, and when.
+
+Each Running instance takes at most its spec's `maxRequestConcurrency` requests at once; a
+request goes to the instance with the fewest in flight (ties in turn). When every instance is
+full (or the version has none Running yet) the request waits in its version's FIFO queue, at
+most `NVCF_INVOKE_QUEUE_MAX` long (one more is a 429), and takes the first instance that frees
+up. A request retried after a refused connection goes to the head of the queue and never back
+to the instance that refused it.
+
+`LocalDispatcher` keeps queues and counts in this process; `RedisDispatcher`
+(dispatch_redis.py) shares them between replicas. Both hand out `Ticket`s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from service.core.errors import TooManyRequests
+from service.invocation.routing import InstanceRoute, Target
+
+#: told (target, requests in flight, requests waiting) whenever a version's load changes
+LoadListener = Callable[[Target, int, int], None]
+
+
+class QueueTimeout(Exception):
+    """No instance took the request within the queue timeout."""
+
+
+def queue_full(target: Target, limit: int) -> TooManyRequests:
+    return TooManyRequests(
+        detail=f"the queue of function version {target.version_id} is full ({limit} requests "
+        "waiting for an instance); retry later",
+        headers={"Retry-After": "1"},
+    )
+
+
+class Ticket(Protocol):
+    """A request's claim on an instance: granted at once, or after waiting in the queue."""
+
+    async def wait(self, seconds: float) -> InstanceRoute:
+        """The instance taking the request (`QueueTimeout` after `seconds`)."""
+        ...
+
+    def cancel(self) -> None:
+        """Give up the claim (the caller went away); a granted instance is released."""
+        ...
+
+
+class Dispatcher(Protocol):
+    async def enqueue(
+        self,
+        request_id: uuid.UUID,
+        target: Target,
+        *,
+        exclude: Iterable[uuid.UUID] = (),
+        front: bool = False,
+    ) -> Ticket:
+        """Claim an instance for a request; `TooManyRequests` when the queue is full."""
+        ...
+
+    async def release(self, target: Target, instance_id: uuid.UUID, request_id: uuid.UUID) -> None:
+        """The request on the instance ended: the slot goes to the next in the queue."""
+        ...
+
+    async def update(self, target: Target) -> None:
+        """The version's Running instances changed (read again): waiting requests may move."""
+        ...
+
+    async def depth(self, version_id: uuid.UUID) -> int:
+        """Requests of the version waiting for an instance."""
+        ...
+
+    async def position(self, request_id: uuid.UUID) -> int | None:
+        """1-based place of a waiting request in its queue; None when it is not waiting."""
+        ...
+
+    def in_flight(self, version_id: uuid.UUID) -> int:
+        """Requests of the version on an instance, as this process knows them."""
+        ...
+
+    def depth_now(self, version_id: uuid.UUID) -> int:
+        """Requests of the version waiting, as this process knows them (all of them without
+        Redis; this replica's with Redis)."""
+        ...
+
+    def waiting_versions(self) -> list[Target]:
+        """Targets of the versions with requests waiting in this process."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(eq=False)
+class _Waiter:
+    request_id: uuid.UUID
+    exclude: frozenset[uuid.UUID]
+    future: asyncio.Future[InstanceRoute]
+
+
+@dataclass(eq=False)
+class _Lane:
+    """One version: its instances as last read and its waiting requests."""
+
+    target: Target
+    waiting: deque[_Waiter] = field(default_factory=deque)
+    turn: int = 0
+
+
+class _LocalTicket:
+    def __init__(
+        self,
+        dispatcher: LocalDispatcher,
+        waiter: _Waiter | None,
+        granted: InstanceRoute | None,
+        lane: _Lane,
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._waiter = waiter
+        self._granted = granted
+        self._lane = lane
+
+    async def wait(self, seconds: float) -> InstanceRoute:
+        if self._granted is not None:
+            return self._granted
+        assert self._waiter is not None
+        try:
+            self._granted = await asyncio.wait_for(asyncio.shield(self._waiter.future), seconds)
+        except asyncio.CancelledError:
+            self.cancel()
+            raise
+        except TimeoutError:
+            if self._waiter.future.done() and not self._waiter.future.cancelled():
+                self._granted = self._waiter.future.result()
+                return self._granted
+            self._dispatcher._drop(self._lane, self._waiter)
+            raise QueueTimeout from None
+        return self._granted
+
+    def cancel(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.future.done():
+            self._dispatcher._drop(self._lane, waiter)
+            waiter.future.cancel()
+            return
+        granted = self._granted
+        if granted is None and waiter is not None and not waiter.future.cancelled():
+            granted = waiter.future.result()
+        if granted is not None:
+            self._dispatcher._release_now(self._lane.target, granted.id)
+
+
+class LocalDispatcher:
+    """Queues and in-flight counts of this process (one replica, or without Redis)."""
+
+    def __init__(self, queue_max: int, on_change: LoadListener | None = None) -> None:
+        self.queue_max = queue_max
+        self._lanes: dict[uuid.UUID, _Lane] = {}
+        self._in_flight: dict[uuid.UUID, int] = {}
+        self._by_version: dict[uuid.UUID, int] = {}
+        self._on_change = on_change
+
+    async def enqueue(
+        self,
+        request_id: uuid.UUID,
+        target: Target,
+        *,
+        exclude: Iterable[uuid.UUID] = (),
+        front: bool = False,
+    ) -> Ticket:
+        lane = self._lane(target)
+        excluded = frozenset(exclude)
+        if front or not lane.waiting:
+            instance = self._pick(lane, excluded)
+            if instance is not None:
+                self._take(lane, instance)
+                return _LocalTicket(self, None, instance, lane)
+        if not front and len(lane.waiting) >= self.queue_max:
+            raise queue_full(target, self.queue_max)
+        waiter = _Waiter(request_id, excluded, asyncio.get_running_loop().create_future())
+        if front:
+            lane.waiting.appendleft(waiter)
+        else:
+            lane.waiting.append(waiter)
+        self._changed(lane)
+        return _LocalTicket(self, waiter, None, lane)
+
+    async def release(self, target: Target, instance_id: uuid.UUID, request_id: uuid.UUID) -> None:
+        self._release_now(target, instance_id)
+
+    async def update(self, target: Target) -> None:
+        lane = self._lanes.get(target.version_id)
+        if lane is not None:
+            lane.target = target
+            self._drain(lane)
+
+    async def depth(self, version_id: uuid.UUID) -> int:
+        lane = self._lanes.get(version_id)
+        return len(lane.waiting) if lane is not None else 0
+
+    async def position(self, request_id: uuid.UUID) -> int | None:
+        for lane in self._lanes.values():
+            for index, waiter in enumerate(lane.waiting):
+                if waiter.request_id == request_id:
+                    return index + 1
+        return None
+
+    def in_flight(self, version_id: uuid.UUID) -> int:
+        return self._by_version.get(version_id, 0)
+
+    def depth_now(self, version_id: uuid.UUID) -> int:
+        lane = self._lanes.get(version_id)
+        return len(lane.waiting) if lane is not None else 0
+
+    def waiting_versions(self) -> list[Target]:
+        return [lane.target for lane in self._lanes.values() if lane.waiting]
+
+    async def aclose(self) -> None:
+        for lane in self._lanes.values():
+            for waiter in lane.waiting:
+                waiter.future.cancel()
+            lane.waiting.clear()
+
+    # ------------------------------------------------------------------ internals
+
+    def _lane(self, target: Target) -> _Lane:
+        lane = self._lanes.get(target.version_id)
+        if lane is None:
+            lane = self._lanes[target.version_id] = _Lane(target)
+        elif lane.target is not target:
+            lane.target = target
+        return lane
+
+    def _pick(self, lane: _Lane, exclude: frozenset[uuid.UUID]) -> InstanceRoute | None:
+        """The instance with the fewest requests in flight and room for one more."""
+        best: InstanceRoute | None = None
+        best_load = 0
+        instances = lane.target.instances
+        count = len(instances)
+        for step in range(count):
+            instance = instances[(lane.turn + step) % count]
+            load = self._in_flight.get(instance.id, 0)
+            if load >= instance.max_concurrency or instance.id in exclude:
+                continue
+            if best is None or load < best_load:
+                best, best_load = instance, load
+        if best is not None:
+            lane.turn += 1
+        return best
+
+    def _take(self, lane: _Lane, instance: InstanceRoute) -> None:
+        self._in_flight[instance.id] = self._in_flight.get(instance.id, 0) + 1
+        version = lane.target.version_id
+        self._by_version[version] = self._by_version.get(version, 0) + 1
+        self._changed(lane)
+
+    def _release_now(self, target: Target, instance_id: uuid.UUID) -> None:
+        left = self._in_flight.get(instance_id, 0) - 1
+        if left > 0:
+            self._in_flight[instance_id] = left
+        else:
+            self._in_flight.pop(instance_id, None)
+        version = target.version_id
+        running = self._by_version.get(version, 0) - 1
+        if running > 0:
+            self._by_version[version] = running
+        else:
+            self._by_version.pop(version, None)
+        lane = self._lanes.get(version)
+        if lane is not None:
+            self._drain(lane)
+            self._changed(lane)
+            if not lane.waiting and version not in self._by_version:
+                self._lanes.pop(version, None)
+
+    def _drain(self, lane: _Lane) -> None:
+        """Give free slots to waiting requests, first come first served."""
+        while lane.waiting:
+            for waiter in lane.waiting:
+                instance = self._pick(lane, waiter.exclude)
+                if instance is not None or not waiter.exclude:
+                    break  # a waiter excluding nothing found no room: nobody else will
+            else:
+                return
+            if instance is None:
+                return
+            lane.waiting.remove(waiter)
+            self._take(lane, instance)
+            waiter.future.set_result(instance)
+
+    def _drop(self, lane: _Lane, waiter: _Waiter) -> None:
+        try:
+            lane.waiting.remove(waiter)
+        except ValueError:
+            return
+        self._changed(lane)
+
+    def _changed(self, lane: _Lane) -> None:
+        if self._on_change is not None:
+            version = lane.target.version_id
+            self._on_change(lane.target, self.in_flight(version), len(lane.waiting))

@@ -1,0 +1,86 @@
+"""What goes to the worker and what comes back: headers in both directions, the poll time.
+
+To the worker: the caller's headers minus hop-by-hop ones (and those its `Connection` header
+names), `Host`, `Content-Length`, `Expect` and the caller's `Authorization` (an NVCF
+credential, never the function's business); plus the NVCF-* headers a worker reads (NVCF's
+documented container variables), which replace any the caller sent. Back to the caller: the
+worker's headers minus hop-by-hop ones, `Date` and `Server` (the server adds its own), and any
+NVCF-REQID / NVCF-STATUS (the invocation plane sets those).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from service.backends.worker import connection_headers
+from service.core.errors import BadRequest
+
+POLL_HEADER = "nvcf-poll-seconds"
+DEFAULT_POLL_SECONDS = 60
+MAX_POLL_SECONDS = 3600
+MIN_POLL_SECONDS = 1
+
+#: request headers never forwarded (besides hop-by-hop ones)
+_DROP_REQUEST = frozenset({"host", "content-length", "expect", "authorization"})
+#: response headers the invocation plane writes itself
+_DROP_RESPONSE = frozenset({"date", "server", "nvcf-reqid", "nvcf-status", "content-length"})
+#: the NVCF-* headers the invocation plane sets on the worker request
+NVCF_REQUEST_HEADERS = frozenset(
+    {
+        "nvcf-reqid",
+        "nvcf-sub",
+        "nvcf-ncaid",
+        "nvcf-function-name",
+        "nvcf-function-id",
+        "nvcf-function-version-id",
+        "nvcf-instance-id",
+        "nvcf-max-response-size-bytes",
+        "nvcf-backend",
+        "nvcf-instancetype",
+        "nvcf-region",
+        "nvcf-invocation-region",
+    }
+)
+
+
+_ALWAYS_DROPPED = _DROP_REQUEST | NVCF_REQUEST_HEADERS
+
+
+def poll_seconds(raw: str | None) -> int:
+    """`NVCF-POLL-SECONDS`: default 60, at least 1 (as NVCF rounds up), at most 3600."""
+    if raw is None or not raw.strip():
+        return DEFAULT_POLL_SECONDS
+    text = raw.strip()
+    if not text.isdigit():
+        raise BadRequest(
+            detail=f"NVCF-POLL-SECONDS must be a whole number of seconds, got {text[:40]!r}"
+        )
+    value = int(text)
+    if value > MAX_POLL_SECONDS:
+        raise BadRequest(detail=f"NVCF-POLL-SECONDS must be <= {MAX_POLL_SECONDS}, got {value}")
+    return max(MIN_POLL_SECONDS, value)
+
+
+def request_headers(
+    raw: Iterable[tuple[bytes, bytes]], nvcf: Sequence[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """The worker request's headers: the caller's, filtered, then the NVCF-* ones."""
+    decoded = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw]
+    drop = connection_headers(decoded) | _ALWAYS_DROPPED
+    out = [(k, v) for k, v in decoded if k.lower() not in drop]
+    out.extend(nvcf)
+    return out
+
+
+def response_headers(worker: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The worker's response headers the caller gets (content-length handled by the caller)."""
+    items = list(worker)
+    drop = connection_headers(items) | _DROP_RESPONSE
+    return [(k, v) for k, v in items if k.lower() not in drop]
+
+
+def header_value(headers: Iterable[tuple[str, str]], name: str) -> str | None:
+    for k, v in headers:
+        if k.lower() == name:
+            return v
+    return None

@@ -1,0 +1,281 @@
+"""Which version and which instances a request goes to (`Target`), read from the database.
+
+A function id alone picks an invocable version: ACTIVE or DEGRADING, the most recently
+deployed when several are. A version that is not invocable is a 400 naming its status; an
+unknown version (or another account's, see access.py) is a 404.
+
+Resolved targets are reused for `NVCF_INVOKE_ROUTE_CACHE_SECONDS` (two indexed queries per
+miss: the versions with their live deployment, then its Running instances); only invocable
+ones are kept, so a version that becomes invocable is seen at once. Concurrent misses of one
+key share one read, and an expired target keeps serving while one request re-reads it, so
+under load requests never queue behind the database. A target may be stale by about that long
+after an undeploy or an instance failure: a request sent to an instance that is gone finds
+nobody listening and is retried once on another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from sqlalchemy import Row, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.auth.service import Principal
+from service.backends.protocol import InstanceSpec
+from service.backends.worker import WorkerPort
+from service.charts.pipeline import DEFAULT_INFERENCE_PORT
+from service.clusters.catalog import Catalog
+from service.core.errors import BadRequest, NotFound
+from service.deployments.models import DeploymentSpec, Instance, InstanceDesired
+from service.deployments.workload import DEFAULT_PORT, SERVICE_NAME
+from service.health.machine import Phase
+from service.invocation.access import visible_versions
+from service.invocation.ratelimit import RatePolicy
+
+INVOCABLE = frozenset({"ACTIVE", "DEGRADING"})
+_Key = tuple[str, uuid.UUID, uuid.UUID | None]
+#: cached targets at most (least recently resolved go first)
+MAX_CACHED = 10_000
+
+
+@dataclass(frozen=True)
+class InstanceRoute:
+    """One Running instance a request may go to."""
+
+    id: uuid.UUID
+    cluster: str
+    max_concurrency: int
+    backend: str
+    instance_type: str
+    region: str
+
+    @cached_property
+    def nvcf_headers(self) -> tuple[tuple[str, str], ...]:
+        """The NVCF-* headers of a request to this instance that depend on it alone."""
+        return (
+            ("NVCF-INSTANCE-ID", str(self.id)),
+            ("NVCF-BACKEND", self.backend),
+            ("NVCF-INSTANCETYPE", self.instance_type),
+            ("NVCF-REGION", self.region),
+        )
+
+
+@dataclass(frozen=True)
+class Target:
+    """An invocable version: where its requests go and what limits them."""
+
+    function_id: uuid.UUID
+    version_id: uuid.UUID
+    owner_account: str
+    name: str
+    status: str
+    inference_path: str
+    port: WorkerPort
+    rate: RatePolicy | None
+    instances: tuple[InstanceRoute, ...]
+    worker_service: str | None
+
+    @cached_property
+    def fid(self) -> str:
+        return str(self.function_id)
+
+    @cached_property
+    def vid(self) -> str:
+        return str(self.version_id)
+
+    @cached_property
+    def nvcf_headers(self) -> tuple[tuple[str, str], ...]:
+        """The NVCF-* headers of a request to this version that depend on it alone."""
+        return (
+            ("NVCF-NCAID", self.owner_account),
+            ("NVCF-FUNCTION-NAME", self.name),
+            ("NVCF-FUNCTION-ID", self.fid),
+            ("NVCF-FUNCTION-VERSION-ID", self.vid),
+        )
+
+    def instance_spec(self, instance: InstanceRoute) -> InstanceSpec:
+        return InstanceSpec(
+            instance_id=str(instance.id),
+            function_id=str(self.function_id),
+            version_id=str(self.version_id),
+            instance_type=instance.instance_type,
+            gpu="",
+            gpus_per_node=1,
+            cluster=instance.cluster,
+            nca_id=self.owner_account,
+            worker_service=self.worker_service,
+        )
+
+
+def _consume(future: asyncio.Future[Target]) -> None:
+    """A background re-read's error is the next request's to see, not the event loop's."""
+    if not future.cancelled():
+        future.exception()
+
+
+def worker_port(row: Any) -> WorkerPort:
+    """Where the version's worker listens: the helm chart's Service, or the `entrypoint`
+    Service of a container function, on `inferencePort`; and its health check."""
+    helm = row.container_image is None
+    port = int(row.inference_port or (DEFAULT_INFERENCE_PORT if helm else DEFAULT_PORT))
+    service = (row.helm_chart_service_name or SERVICE_NAME) if helm else SERVICE_NAME
+    health = row.health if isinstance(row.health, dict) else {}
+    uri = health.get("uri")
+    health_port = health.get("port")
+    return WorkerPort(
+        service=service,
+        port=port,
+        inference_path=str(row.inference_url or "/"),
+        health_path=str(uri) if isinstance(uri, str) and uri.startswith("/") else None,
+        health_port=int(health_port) if isinstance(health_port, int) else None,
+    )
+
+
+def choose_version(
+    rows: Sequence[Row[Any]], function_id: uuid.UUID, version_id: uuid.UUID | None
+) -> Row[Any]:
+    """The version to invoke, or the error that says why there is none."""
+    if not rows:
+        what = f"function {function_id}" + (f" version {version_id}" if version_id else "")
+        raise NotFound(detail=f"{what} not found")
+    invocable = [r for r in rows if r.status in INVOCABLE and r.deployment_id is not None]
+    if invocable:
+        return max(invocable, key=lambda r: (r.created_at, str(r.id)))
+    if version_id is not None:
+        row = rows[0]
+        raise BadRequest(
+            detail=f"function {function_id} version {version_id} is {row.status} and cannot be "
+            "invoked; only ACTIVE and DEGRADING versions are"
+            + (" (deploy it first)" if row.status == "INACTIVE" else "")
+        )
+    states = ", ".join(f"{r.id} is {r.status}" for r in sorted(rows, key=lambda r: str(r.id)))
+    raise BadRequest(
+        detail=f"function {function_id} has no invocable version ({states}); only ACTIVE "
+        "and DEGRADING versions are"
+    )
+
+
+class RouteTable:
+    """Resolves (caller, function, version) to a `Target`, with a short-lived cache."""
+
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        catalog: Catalog,
+        ttl: float,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._catalog = catalog
+        self._ttl = ttl
+        #: an expired target still serves (while one request re-reads it) for this long
+        self._stale = 10 * ttl
+        self._cache: dict[_Key, tuple[float, Target]] = {}
+        self._loading: dict[_Key, asyncio.Future[Target]] = {}
+
+    async def resolve(
+        self, principal: Principal, function_id: uuid.UUID, version_id: uuid.UUID | None
+    ) -> Target:
+        key = (principal.account_id, function_id, version_id)
+        hit = self._cache.get(key)
+        if hit is not None:
+            expires, target = hit
+            now = time.monotonic()
+            if expires > now:
+                return target
+            if expires + self._stale > now:
+                if key not in self._loading:
+                    self._start(key, principal).add_done_callback(_consume)
+                return target
+        loading = self._loading.get(key) or self._start(key, principal)
+        return await asyncio.shield(loading)
+
+    def _start(self, key: _Key, principal: Principal) -> asyncio.Future[Target]:
+        """One read of a key's target, shared by every request that needs it."""
+        future = asyncio.ensure_future(self._read(key, principal))
+        self._loading[key] = future
+        return future
+
+    async def _read(self, key: _Key, principal: Principal) -> Target:
+        try:
+            async with self._sessionmaker() as session:
+                target = await self._load(session, principal, key[1], key[2])
+        except BaseException:
+            self._cache.pop(key, None)
+            raise
+        finally:
+            self._loading.pop(key, None)
+        if self._ttl > 0:
+            if len(self._cache) >= MAX_CACHED and key not in self._cache:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = (time.monotonic() + self._ttl, target)
+        return target
+
+    async def refresh(self, principal: Principal, target: Target) -> Target | None:
+        """The version's current target, read now; None when it is no longer invocable."""
+        self.forget(target.version_id)
+        try:
+            return await self.resolve(principal, target.function_id, target.version_id)
+        except (NotFound, BadRequest):
+            return None
+
+    def forget(self, version_id: uuid.UUID) -> None:
+        for key in [k for k, (_, t) in self._cache.items() if t.version_id == version_id]:
+            self._cache.pop(key, None)
+
+    async def _load(
+        self,
+        session: AsyncSession,
+        principal: Principal,
+        function_id: uuid.UUID,
+        version_id: uuid.UUID | None,
+    ) -> Target:
+        rows = await visible_versions(session, principal, function_id, version_id)
+        row = choose_version(rows, function_id, version_id)
+        found = await session.execute(
+            select(
+                Instance.id,
+                Instance.cluster,
+                DeploymentSpec.max_request_concurrency,
+                DeploymentSpec.backend,
+                DeploymentSpec.instance_type,
+            )
+            .join(DeploymentSpec, DeploymentSpec.id == Instance.spec_id)
+            .where(
+                Instance.deployment_id == row.deployment_id,
+                Instance.phase == Phase.RUNNING,
+                Instance.desired == InstanceDesired.PRESENT,
+            )
+            .order_by(Instance.created_at, Instance.id)
+        )
+        instances = []
+        for inst in found.all():
+            cluster = self._catalog.cluster(inst.cluster or "")
+            instances.append(
+                InstanceRoute(
+                    id=inst.id,
+                    cluster=inst.cluster or "",
+                    max_concurrency=max(1, int(inst.max_request_concurrency or 1)),
+                    backend=inst.backend,
+                    instance_type=inst.instance_type,
+                    region=cluster.region if cluster is not None else "",
+                )
+            )
+        port = worker_port(row)
+        return Target(
+            function_id=row.function_id,
+            version_id=row.id,
+            owner_account=row.account_id,
+            name=row.name,
+            status=row.status,
+            inference_path=port.inference_path,
+            port=port,
+            rate=RatePolicy.from_stored(row.rate_limit),
+            instances=tuple(instances),
+            worker_service=row.helm_chart_service_name if row.container_image is None else None,
+        )

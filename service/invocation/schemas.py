@@ -1,0 +1,96 @@
+"""Shapes of the invocation routes: the wrapped `exec` form and the queue routes (camelCase)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from pydantic import ConfigDict, Field
+
+from service.core.errors import BadRequest, FieldError, ValidationFailed
+from service.core.schemas import CamelModel
+from service.invocation.forward import MAX_POLL_SECONDS, MIN_POLL_SECONDS
+
+
+class ExecRequestHeader(CamelModel):
+    poll_duration_seconds: int | None = Field(
+        default=None, description=f"Seconds to wait for the answer (1–{MAX_POLL_SECONDS})."
+    )
+    input_asset_references: list[str] | None = None
+
+
+class ExecRequest(CamelModel):
+    """`POST /exec/...`: the body for the worker wrapped with request options."""
+
+    model_config = ConfigDict(extra="allow")
+
+    request_header: ExecRequestHeader | None = None
+    request_body: Any = Field(description="Sent to the worker as JSON.")
+
+
+class ExecResponse(CamelModel):
+    """The wrapped answer: the worker's JSON in `response` once fulfilled."""
+
+    req_id: uuid.UUID
+    status: str = Field(examples=["fulfilled", "pending-evaluation", "in-progress", "errored"])
+    percent_complete: int | None = None
+    error_code: int | None = None
+    response: Any = None
+
+
+class QueueOut(CamelModel):
+    function_version_id: uuid.UUID
+    function_name: str
+    function_status: str
+    queue_depth: int
+
+
+class QueueList(CamelModel):
+    function_id: uuid.UUID
+    queues: list[QueueOut]
+
+
+class QueuePosition(CamelModel):
+    function_id: uuid.UUID
+    function_version_id: uuid.UUID
+    position_in_queue: int
+
+
+def parse_exec(raw: bytes) -> tuple[bytes, int | None]:
+    """The worker body (the JSON of `requestBody`) and `pollDurationSeconds` of an exec body;
+    400 naming every problem."""
+    try:
+        data = json.loads(raw) if raw else None
+    except ValueError as exc:
+        raise BadRequest(detail=f"the request body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValidationFailed.of(
+            [FieldError("body", "must be an object with requestBody (and requestHeader)")]
+        )
+    errors: list[FieldError] = []
+    if "requestBody" not in data:
+        errors.append(FieldError("requestBody", "is required"))
+    header = data.get("requestHeader")
+    poll: int | None = None
+    if header is not None and not isinstance(header, dict):
+        errors.append(FieldError("requestHeader", "must be an object"))
+    elif isinstance(header, dict):
+        value = header.get("pollDurationSeconds")
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int):
+                errors.append(
+                    FieldError("requestHeader.pollDurationSeconds", "must be a whole number")
+                )
+            elif value > MAX_POLL_SECONDS:
+                errors.append(
+                    FieldError(
+                        "requestHeader.pollDurationSeconds", f"must be <= {MAX_POLL_SECONDS}"
+                    )
+                )
+            else:
+                poll = max(MIN_POLL_SECONDS, value)
+    if errors:
+        raise ValidationFailed.of(errors)
+    body = json.dumps(data["requestBody"], separators=(",", ":")).encode()
+    return body, poll

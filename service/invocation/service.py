@@ -1,0 +1,577 @@
+"""The invocation plane: accepts requests, runs them on instances, keeps what must be polled.
+
+A request is accepted (target resolved, rate limits counted, a place in its version's queue
+taken — or refused), then runs in a task of this replica: it waits for an instance
+(dispatch.py), sends to the instance's worker (the adapter's endpoint), and, when the worker
+refuses the connection, is retried once on another instance. The HTTP handler waits for the
+worker's answer for `NVCF-POLL-SECONDS`:
+
+- the answer arrives in time: the handler takes it over (`Handoff`) and streams it to the
+  caller unbuffered; the instance's slot is held until the stream ends;
+- it does not: the request is *detached* — stored as pending (store.py) before the 202 goes
+  out — and keeps running here; its outcome is stored when it ends, for any replica to serve
+  to `GET .../status/{requestId}`.
+
+A replica renews a heartbeat; the pending requests of a replica that stopped renewing end
+errored (swept by any replica, and at once when a restarted server takes back its persistent
+id). Background work (heartbeat, sweeps, re-reading the instances of versions whose requests
+wait) is one loop task; every database write uses its own short session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.auth.service import Principal
+from service.backends.protocol import AdapterError
+from service.backends.worker import WorkerFailed, WorkerResponse, WorkerUnreachable
+from service.clusters.adapters import AdapterRegistry
+from service.clusters.catalog import Catalog
+from service.core.db import utcnow
+from service.core.errors import BadRequest, NotFound, ServiceUnavailable, TooManyRequests
+from service.core.settings import Settings
+from service.deployments.reconcile.owner import OwnerId
+from service.invocation.access import may_poll, visible_versions
+from service.invocation.dispatch import Dispatcher, LocalDispatcher, QueueTimeout, Ticket
+from service.invocation.dispatch_redis import RedisDispatcher
+from service.invocation.forward import request_headers, response_headers
+from service.invocation.metrics import InvocationMetrics
+from service.invocation.models import RequestState
+from service.invocation.ratelimit import FunctionRateLimiter
+from service.invocation.routing import InstanceRoute, RouteTable, Target
+from service.invocation.store import Outcome, RequestStore, StoredRequest
+
+log = logging.getLogger("nvcf.invocation")
+
+#: statuses whose queues `GET /queues/functions/{fid}` lists (NVCF: ACTIVE or DEPLOYING)
+QUEUE_STATUSES = frozenset({"ACTIVE", "DEPLOYING", "DEGRADING"})
+#: how often a poll reaching another replica re-reads a pending request (seconds, growing)
+POLL_STEPS = (0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+@dataclass
+class Handoff:
+    """The worker's answer handed to the waiting HTTP handler: a response to stream (the
+    handler calls `InvocationPlane.finish_stream` when done), or the outcome of a failure."""
+
+    response: WorkerResponse | None = None
+    outcome: Outcome | None = None
+
+
+@dataclass(eq=False)
+class Invocation:
+    id: uuid.UUID
+    target: Target
+    principal: Principal
+    method: str
+    path: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    created_at: datetime
+    accepted: float
+    deadline: float
+    state: RequestState = RequestState.QUEUED
+    instance: InstanceRoute | None = None
+    detached: bool = False
+    store_ok: bool = False
+    outcome: Outcome | None = None
+    handoff: asyncio.Future[Handoff] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+    stored: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    streamed: asyncio.Event = field(default_factory=asyncio.Event)
+    stream_error: str | None = None
+    task: asyncio.Task[None] | None = None
+
+    @cached_property
+    def rid(self) -> str:
+        return str(self.id)
+
+
+@dataclass(frozen=True)
+class PollAnswer:
+    """A status poll's answer: still pending (`state`), or the outcome."""
+
+    request_id: uuid.UUID
+    function_id: uuid.UUID
+    version_id: uuid.UUID
+    state: str
+    outcome: Outcome | None
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    version_id: uuid.UUID
+    name: str
+    status: str
+    depth: int
+
+
+class InvocationPlane:
+    def __init__(
+        self,
+        settings: Settings,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        adapters: AdapterRegistry,
+        catalog: Catalog,
+        metrics: InvocationMetrics,
+        owner: OwnerId,
+        *,
+        dispatcher: Dispatcher | None = None,
+    ) -> None:
+        self.settings = settings
+        self.sessionmaker = sessionmaker
+        self.adapters = adapters
+        self.owner = owner
+        self.routes = RouteTable(sessionmaker, catalog, settings.invoke_route_cache_seconds)
+        self.limiter = FunctionRateLimiter(settings.redis_url)
+        self.metrics = metrics
+        self.dispatcher: Dispatcher
+        if dispatcher is not None:
+            self.dispatcher = dispatcher
+        elif settings.redis_url:
+            self.dispatcher = RedisDispatcher(
+                settings.redis_url,
+                queue_max=settings.invoke_queue_max,
+                lease_seconds=settings.invoke_replica_lease_seconds,
+                on_change=metrics.set_load,
+            )
+        else:
+            self.dispatcher = LocalDispatcher(settings.invoke_queue_max, on_change=metrics.set_load)
+        self.store = RequestStore(
+            sessionmaker,
+            owner.value,
+            lease_seconds=settings.invoke_replica_lease_seconds,
+            ttl_seconds=settings.invoke_result_ttl_seconds,
+        )
+        self.queue_timeout = settings.invoke_queue_timeout_seconds
+        self.worker_timeout = settings.invoke_worker_timeout_seconds
+        self.result_max = settings.invoke_result_max_bytes
+        self._max_size = str(self.result_max)
+        self._active: dict[uuid.UUID, Invocation] = {}
+        self._loop_task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        if self.owner.persistent:
+            ended = await self.store.end_owned(
+                f"the replica {self.owner.value} running the request restarted"
+            )
+            if ended:
+                log.warning("ended %d requests of this replica's previous run", ended)
+        await self.store.heartbeat()
+        await self._sweep()
+        if isinstance(self.dispatcher, RedisDispatcher):
+            await self.dispatcher.start()
+        self._loop_task = asyncio.create_task(self._background(), name="nvcf-invocation")
+
+    async def stop(self) -> None:
+        """Stop: requests still running here end errored (their callers may poll that). The
+        replica's heartbeat row is left to age out (a restart of the same id renews it)."""
+        self._stopping = True
+        task, self._loop_task = self._loop_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        running = [inv.task for inv in self._active.values() if inv.task is not None]
+        for t in running:
+            t.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+        await self.dispatcher.aclose()
+        await self.limiter.aclose()
+
+    async def _background(self) -> None:
+        """Heartbeat every third of the lease, sweep every lease, and re-read the instances of
+        versions with waiting requests every route-cache period (first run: after a pause;
+        `start` did the first heartbeat and sweep)."""
+        lease = self.settings.invoke_replica_lease_seconds
+        beat = max(0.05, lease / 3)
+        pause = min(beat, max(0.05, self.settings.invoke_route_cache_seconds or 0.5))
+        loop = asyncio.get_running_loop()
+        next_beat, next_sweep = loop.time() + beat, loop.time() + lease
+        while True:
+            await asyncio.sleep(pause)
+            now = loop.time()
+            try:
+                if now >= next_beat:
+                    await self.store.heartbeat()
+                    next_beat = now + beat
+                if now >= next_sweep:
+                    await self._sweep()
+                    next_sweep = now + lease
+                await self._refresh_waiting()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("invocation background work failed")
+
+    async def _sweep(self) -> None:
+        ended = await self.store.end_dead()
+        if ended:
+            log.warning("ended %d requests of stopped replicas", ended)
+        await self.store.purge_expired()
+
+    async def _refresh_waiting(self) -> None:
+        """Re-read the instances of versions with requests waiting (new instances may run)."""
+        for target in self.dispatcher.waiting_versions():
+            principal = Principal(target.owner_account, frozenset(), "internal", "")
+            fresh = await self.routes.refresh(principal, target)
+            if fresh is not None:
+                await self.dispatcher.update(fresh)
+
+    # ------------------------------------------------------------------ accepting
+
+    async def accept(
+        self,
+        principal: Principal,
+        function_id: uuid.UUID,
+        version_id: uuid.UUID | None,
+        *,
+        method: str,
+        path: str | None,
+        raw_headers: Iterable[tuple[bytes, bytes]],
+        body: bytes,
+        request_id: uuid.UUID | None = None,
+        wrapped: bool = False,
+    ) -> Invocation:
+        """Resolve, count and enqueue a request and start running it; raises the 4xx/503
+        that refuses it. `path` None: the function's inferenceUrl; `wrapped`: the body is the
+        JSON of an exec request's `requestBody`."""
+        if self._stopping:
+            raise ServiceUnavailable(detail="this replica is shutting down; retry")
+        target = await self.routes.resolve(principal, function_id, version_id)
+        fid, vid = target.fid, target.vid
+        if target.rate is not None:
+            try:
+                await self.limiter.check(
+                    target.rate,
+                    account=principal.account_id,
+                    subject=principal.subject,
+                    version_id=vid,
+                )
+            except TooManyRequests:
+                self.metrics.outcome(fid, vid, "rate_limited")
+                raise
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        headers = request_headers(raw_headers, ())
+        if wrapped:
+            headers = [(k, v) for k, v in headers if k.lower() != "content-type"]
+            headers.append(("content-type", "application/json"))
+        inv = Invocation(
+            id=request_id or uuid.uuid4(),
+            target=target,
+            principal=principal,
+            method=method,
+            path=path if path is not None else target.inference_path,
+            headers=headers,
+            body=body,
+            created_at=utcnow(),
+            accepted=now,
+            deadline=now + self.worker_timeout,
+        )
+        try:
+            ticket = await self.dispatcher.enqueue(inv.id, target)
+        except TooManyRequests:
+            self.metrics.outcome(fid, vid, "queue_full")
+            raise
+        self._active[inv.id] = inv
+        inv.task = asyncio.create_task(self._run(inv, ticket))
+        return inv
+
+    async def first_answer(self, inv: Invocation, poll_seconds: float) -> Handoff | None:
+        """The worker's answer if it comes within `poll_seconds`; else None after storing the
+        request as pending (it keeps running; the caller gets 202)."""
+        try:
+            if not inv.handoff.done():
+                await asyncio.wait({inv.handoff}, timeout=poll_seconds)
+        except asyncio.CancelledError:
+            inv.detached = True  # nobody waits any more, and nobody can poll it
+            inv.stored.set()
+            if inv.handoff.done() and (answer := inv.handoff.result()).response is not None:
+                await asyncio.shield(answer.response.aclose())
+                self.finish_stream(inv, "the caller went away")
+            raise
+        if inv.handoff.done():
+            return inv.handoff.result()
+        inv.detached = True
+        try:
+            await self.store.save_pending(
+                inv.id,
+                account_id=inv.principal.account_id,
+                function_id=inv.target.function_id,
+                version_id=inv.target.version_id,
+                state=inv.state,
+                created_at=inv.created_at,
+            )
+            inv.store_ok = True
+        except Exception as exc:
+            log.exception("storing pending request %s failed", inv.id)
+            raise ServiceUnavailable(
+                detail="the request is running but its state could not be stored for polling "
+                f"({type(exc).__name__}); retry"
+            ) from exc
+        finally:
+            inv.stored.set()
+        return None
+
+    async def read_handoff(self, inv: Invocation, response: WorkerResponse) -> Outcome:
+        """Read a handed-over answer whole (the wrapped form), bounded by the result size."""
+        error: str | None = None
+        try:
+            body = await response.read(self.result_max)
+            return Outcome(response.status, tuple(response_headers(response.headers)), body)
+        except WorkerFailed as exc:
+            error = exc.reason
+            return Outcome.failure(502, f"the worker failed: {exc.reason}")
+        finally:
+            await response.aclose()
+            self.finish_stream(inv, error)
+
+    def finish_stream(self, inv: Invocation, error: str | None = None) -> None:
+        """The handler has streamed the handed-over response (or failed to)."""
+        inv.stream_error = error
+        inv.streamed.set()
+
+    # ------------------------------------------------------------------ running
+
+    async def _run(self, inv: Invocation, ticket: Ticket) -> None:
+        outcome: Outcome | None = None
+        try:
+            outcome = await self._attempt(inv, ticket)
+        except asyncio.CancelledError:
+            outcome = Outcome.failure(
+                503, f"the replica {self.owner.value} running the request shut down"
+            )
+        except Exception as exc:  # never leave a request without an outcome
+            log.exception("invocation %s failed", inv.id)
+            outcome = Outcome.failure(502, f"the request failed: {type(exc).__name__}")
+        finally:
+            if inv.instance is not None:
+                await self.dispatcher.release(inv.target, inv.instance.id, inv.id)
+                inv.instance = None
+        await self._finish(inv, outcome)
+
+    async def _attempt(self, inv: Invocation, ticket: Ticket) -> Outcome | None:
+        """Run the request; None when the answer was handed to the waiting handler."""
+        target = inv.target
+        tried: list[uuid.UUID] = []
+        reasons: list[str] = []
+        remaining = max(0.0, inv.deadline - asyncio.get_running_loop().time())
+        try:
+            async with asyncio.timeout_at(inv.deadline):
+                while True:
+                    try:
+                        instance = await ticket.wait(min(self.queue_timeout, remaining))
+                    except QueueTimeout:
+                        return Outcome.failure(
+                            503,
+                            f"no instance of function version {target.version_id} took the "
+                            f"request within {self.queue_timeout:g} s",
+                        )
+                    inv.instance = instance
+                    await self._set_state(inv, RequestState.RUNNING)
+                    try:
+                        response = await self._send(inv, instance)
+                        break
+                    except WorkerUnreachable as exc:
+                        reasons.append(f"instance {instance.id}: {exc.reason}")
+                        tried.append(instance.id)
+                        await self.dispatcher.release(target, instance.id, inv.id)
+                        inv.instance = None
+                    fresh = await self.routes.refresh(inv.principal, target)
+                    others = [i for i in (fresh or target).instances if i.id not in tried]
+                    if len(tried) > 1 or not others:
+                        return Outcome.failure(
+                            502,
+                            "the worker could not be reached: " + "; ".join(reasons),
+                        )
+                    target = fresh or target
+                    ticket = await self.dispatcher.enqueue(
+                        inv.id, target, exclude=tried, front=True
+                    )
+                if not inv.detached:
+                    inv.handoff.set_result(Handoff(response=response))
+                    await inv.streamed.wait()
+                    if inv.stream_error is None and response.status < 400:
+                        inv.outcome = Outcome(response.status)
+                    else:
+                        inv.outcome = Outcome(response.status, error=inv.stream_error)
+                    return None
+                try:
+                    body = await response.read(self.result_max)
+                finally:
+                    await response.aclose()
+                headers = tuple(response_headers(response.headers))
+                return Outcome(response.status, headers, body)
+        except TimeoutError:
+            return Outcome.failure(
+                504,
+                f"the worker did not answer within {self.worker_timeout:g} s",
+            )
+        except WorkerFailed as exc:
+            return Outcome.failure(502, f"the worker failed: {exc.reason}")
+
+    async def _send(self, inv: Invocation, instance: InstanceRoute) -> WorkerResponse:
+        target = inv.target
+        adapter = self.adapters.get(instance.cluster)
+        if adapter is None:
+            raise WorkerUnreachable(
+                self.adapters.unavailable_reason(instance.cluster) or "no adapter"
+            )
+        try:
+            endpoint = await adapter.endpoint(target.instance_spec(instance), target.port)
+        except AdapterError as exc:
+            raise WorkerUnreachable(exc.message) from exc
+        headers = [
+            *inv.headers,
+            ("NVCF-REQID", inv.rid),
+            ("NVCF-SUB", inv.principal.subject),
+            ("NVCF-MAX-RESPONSE-SIZE-BYTES", self._max_size),
+            *target.nvcf_headers,
+            *instance.nvcf_headers,
+        ]
+        return await endpoint.send(inv.method, inv.path, headers, inv.body)
+
+    async def _set_state(self, inv: Invocation, state: RequestState) -> None:
+        inv.state = state
+        if inv.detached and inv.store_ok and state == RequestState.RUNNING:
+            try:
+                await self.store.save_state(inv.id, state)
+            except Exception:
+                log.exception("storing the state of request %s failed", inv.id)
+
+    async def _finish(self, inv: Invocation, outcome: Outcome | None) -> None:
+        fid, vid = inv.target.fid, inv.target.vid
+        if outcome is None:
+            outcome = inv.outcome or Outcome(502, error="the request ended without an answer")
+        inv.outcome = outcome
+        if not inv.handoff.done() and not inv.detached:
+            inv.handoff.set_result(Handoff(outcome=outcome))
+        self.metrics.outcome(fid, vid, "fulfilled" if outcome.fulfilled else "errored")
+        self.metrics.observe(fid, vid, asyncio.get_running_loop().time() - inv.accepted)
+        inv.done.set()
+        try:
+            if inv.detached:
+                await inv.stored.wait()
+                if inv.store_ok:
+                    try:
+                        await self.store.save_outcome(inv.id, outcome)
+                    except Exception:
+                        log.exception("storing the outcome of request %s failed", inv.id)
+        finally:
+            self._active.pop(inv.id, None)
+
+    # ------------------------------------------------------------------ polling
+
+    async def poll(
+        self, principal: Principal, request_id: uuid.UUID, poll_seconds: float
+    ) -> PollAnswer:
+        """The request's outcome once it is done, waiting up to `poll_seconds` for it; its
+        pending state otherwise. 404 when unknown, expired or another account's."""
+        inv = self._active.get(request_id)
+        if inv is not None and inv.detached and inv.store_ok:
+            if not may_poll(principal, inv.principal.account_id):
+                raise NotFound(detail=f"request {request_id} not found")
+            if not inv.done.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(inv.done.wait(), poll_seconds)
+            return PollAnswer(
+                request_id,
+                inv.target.function_id,
+                inv.target.version_id,
+                inv.state.value,
+                inv.outcome if inv.done.is_set() else None,
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + poll_seconds
+        step = 0
+        while True:
+            stored = await self.store.read(request_id)
+            if stored is None or not may_poll(principal, stored.account_id):
+                raise NotFound(detail=f"request {request_id} not found or expired")
+            local = self._active.get(request_id)
+            if local is not None and local.detached and local.store_ok:
+                # it ran here all along (stored moments ago): wait on it directly
+                return await self.poll(principal, request_id, max(0.0, deadline - loop.time()))
+            if stored.pending and not stored.owner_alive:
+                reason = (
+                    f"the replica {stored.owner} running the request stopped (no heartbeat "
+                    f"for {self.settings.invoke_replica_lease_seconds:g} s)"
+                )
+                await self.store.end_one(request_id, stored.owner, reason)
+                return self._answer(stored, Outcome.failure(503, reason))
+            if not stored.pending or loop.time() >= deadline:
+                return self._answer(stored, stored.outcome)
+            await asyncio.sleep(
+                min(POLL_STEPS[min(step, len(POLL_STEPS) - 1)], deadline - loop.time())
+            )
+            step += 1
+
+    @staticmethod
+    def _answer(stored: StoredRequest, outcome: Outcome | None) -> PollAnswer:
+        return PollAnswer(stored.id, stored.function_id, stored.version_id, stored.state, outcome)
+
+    # ------------------------------------------------------------------ queues
+
+    async def queues(
+        self,
+        session: AsyncSession,
+        principal: Principal,
+        function_id: uuid.UUID,
+        version_id: uuid.UUID | None,
+    ) -> list[QueueInfo]:
+        rows = await visible_versions(session, principal, function_id, version_id)
+        if not rows:
+            what = f"function {function_id}" + (f" version {version_id}" if version_id else "")
+            raise NotFound(detail=f"{what} not found")
+        out = [
+            QueueInfo(r.id, r.name, r.status, await self.dispatcher.depth(r.id))
+            for r in sorted(rows, key=lambda r: str(r.id))
+            if r.status in QUEUE_STATUSES
+        ]
+        if not out:
+            raise NotFound(
+                detail=f"function {function_id} has no queue: no version is ACTIVE, DEGRADING "
+                "or DEPLOYING"
+            )
+        return out
+
+    async def position(
+        self, principal: Principal, request_id: uuid.UUID
+    ) -> tuple[uuid.UUID, uuid.UUID, int]:
+        """(function id, version id, 1-based position) of a request waiting in its queue."""
+        inv = self._active.get(request_id)
+        if inv is not None:
+            if not may_poll(principal, inv.principal.account_id):
+                raise NotFound(detail=f"request {request_id} not found")
+            function_id, version_id, state = (
+                inv.target.function_id,
+                inv.target.version_id,
+                inv.state.value,
+            )
+        else:
+            stored = await self.store.read(request_id)
+            if stored is None or not may_poll(principal, stored.account_id):
+                raise NotFound(detail=f"request {request_id} not found or expired")
+            function_id, version_id, state = stored.function_id, stored.version_id, stored.state
+        position = await self.dispatcher.position(request_id)
+        if position is None:
+            raise BadRequest(
+                detail=f"request {request_id} is not waiting in a queue (it is {state})"
+            )
+        return function_id, version_id, position

@@ -1,0 +1,135 @@
+"""Transparent mode, as nvcf-cli and NVCF's invocation service use it: a request addressed to
+a function by its Host or by routing headers is forwarded, path and query unchanged, to the
+function's worker — whatever the path and method.
+
+- headers `function-id` (and optionally `function-version-id`), both UUIDs; else
+- `Host: <functionId>[.<versionId>].<suffix>[:port]`: the first label a UUID, then optionally
+  a second UUID, then at least one more label, which must equal `NVCF_INVOKE_HOST_SUFFIX` when
+  it is set. Two UUIDs are tried as function.version first, then in NVCF's own order
+  (version.function).
+
+The middleware sits inside the request-context middleware (request ids, the body limit,
+metrics and the access log apply) and before routing: such a request never reaches a route.
+It also answers `POST .../pexec/functions/{fid}[/versions/{vid}]` itself, the hot path of
+invocation, with the same handler as the documented route (the router's matching and
+dependency machinery cost more than the rest of an invocation).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from service.core.middleware import ROUTE_LABEL
+from service.invocation.router import invoke
+
+#: the metrics/log label of transparent-mode requests
+LABEL = "<transparent invocation>"
+INVOCATION_PREFIXES = ("/v2/nvcf/pexec/", "/v2/nvcf/exec/")
+PEXEC = "/v2/nvcf/pexec/functions/"
+#: the route templates the fast path answers for (metrics labels, as the router's)
+PEXEC_FUNCTION = "/v2/nvcf/pexec/functions/{functionId}"
+PEXEC_VERSION = "/v2/nvcf/pexec/functions/{functionId}/versions/{functionVersionId}"
+
+
+def pexec_ids(scope: Scope) -> tuple[str, str | None] | None:
+    """(function id, version id) of a `POST` to a pexec route, else None."""
+    path: str = scope.get("path", "")
+    if scope.get("method") != "POST" or not path.startswith(PEXEC):
+        return None
+    parts = path[len(PEXEC) :].rstrip("/").split("/")
+    if len(parts) == 1 and parts[0]:
+        return parts[0], None
+    if len(parts) == 3 and parts[1] == "versions" and parts[0] and parts[2]:
+        return parts[0], parts[2]
+    return None
+
+
+def _uuid(text: str) -> str | None:
+    if len(text) != 36:
+        return None
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        return None
+
+
+def addressed(
+    headers: list[tuple[bytes, bytes]], suffix: str | None
+) -> tuple[str, str | None, bool] | None:
+    """(function id, version id, whether the two ids may be swapped) of a transparent-mode
+    request; None for any other request."""
+    host = b""
+    function_id = version_id = None
+    for name, value in headers:
+        if name == b"function-id":
+            function_id = value
+        elif name == b"function-version-id":
+            version_id = value
+        elif name == b"host":
+            host = value
+    if function_id is not None:
+        fid = _uuid(function_id.decode("latin-1").strip())
+        if fid is not None:
+            vid = _uuid(version_id.decode("latin-1").strip()) if version_id else None
+            return fid, vid, False
+    if not host or host[:1] == b"[":
+        return None
+    text = host.decode("latin-1")
+    hostname = text.rsplit(":", 1)[0] if ":" in text else text
+    labels = hostname.lower().rstrip(".").split(".")
+    first = _uuid(labels[0])
+    if first is None:
+        return None
+    second = _uuid(labels[1]) if len(labels) > 2 else None
+    rest = labels[2:] if second is not None else labels[1:]
+    if not rest or (suffix is not None and ".".join(rest) != suffix):
+        return None
+    return first, second, second is not None
+
+
+def body_limit(suffix: str | None, limit: int) -> Callable[[Scope], int | None]:
+    """For the request-context middleware: `limit` for invocation requests, else None."""
+
+    def of(scope: Scope) -> int | None:
+        if scope.get("type") != "http":
+            return None
+        if str(scope.get("path", "")).startswith(INVOCATION_PREFIXES):
+            return limit
+        return limit if addressed(scope["headers"], suffix) is not None else None
+
+    return of
+
+
+class TransparentInvocation:
+    def __init__(self, app: ASGIApp, *, suffix: str | None) -> None:
+        self.app = app
+        self.suffix = suffix
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        target = addressed(scope["headers"], self.suffix)
+        if target is None:
+            ids = pexec_ids(scope)
+            if ids is None:
+                await self.app(scope, receive, send)
+                return
+            scope[ROUTE_LABEL] = PEXEC_FUNCTION if ids[1] is None else PEXEC_VERSION
+            response = await invoke(Request(scope, receive), ids[0], ids[1])
+            await response(scope, receive, send)
+            return
+        function_id, version_id, swap = target
+        scope[ROUTE_LABEL] = LABEL
+        state = scope.get("state") or {}
+        path = state.get("original_path") or scope.get("raw_path", b"").decode("latin-1")
+        path = path or scope.get("path", "/")
+        if scope.get("query_string"):
+            path += "?" + scope["query_string"].decode("latin-1")
+        request = Request(scope, receive)
+        response = await invoke(request, function_id, version_id, path=path, swap_ids=swap)
+        await response(scope, receive, send)

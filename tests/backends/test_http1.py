@@ -1,0 +1,182 @@
+"""The invocation plane's HTTP/1.1 client (service/backends/http1.py) against small raw
+servers: keep-alive reuse, a kept-alive connection the server closed, chunked and
+connection-delimited answers, HEAD, and the two kinds of failure."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from service.backends.http1 import Http1Endpoint, Http1Pool
+from service.backends.worker import WorkerFailed, WorkerUnreachable
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class RawServer:
+    """An asyncio server with a handler per connection; counts connections."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            await self.handler(reader, writer)
+        finally:
+            writer.close()
+
+    async def __aenter__(self) -> RawServer:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes] | None:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return None
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return head, await reader.readexactly(length)
+
+
+async def keep_alive_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while (request := await read_request(reader)) is not None:
+        head, body = request
+        answer = head.split(b"\r\n")[0] + b"|" + body
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(answer), answer))
+        await writer.drain()
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[Http1Pool]:
+    p = Http1Pool()
+    yield p
+    await p.aclose()
+
+
+async def call(endpoint: Http1Endpoint, method: str = "POST", body: bytes = b"x") -> bytes:
+    response = await endpoint.send(method, "/echo?q=1", [("X-Test", "1")], body)
+    try:
+        return await response.read(1 << 20)
+    finally:
+        await response.aclose()
+
+
+async def test_connections_are_kept_alive_and_reused(pool: Http1Pool) -> None:
+    async with RawServer(keep_alive_echo) as server:
+        endpoint = Http1Endpoint(server.url + "/prefix", pool)
+        for i in range(3):
+            assert await call(endpoint, body=str(i).encode()) == (
+                b"POST /prefix/echo?q=1 HTTP/1.1|" + str(i).encode()
+            )
+        assert server.connections == 1
+
+
+async def test_a_kept_alive_connection_the_server_closed_is_replaced(pool: Http1Pool) -> None:
+    async def one_then_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await keep_alive_echo_once(reader, writer)
+
+    async with RawServer(one_then_close) as server:
+        endpoint = Http1Endpoint(server.url, pool)
+        assert await call(endpoint) == b"POST /echo?q=1 HTTP/1.1|x"
+        await asyncio.sleep(0.05)  # the server has closed its side meanwhile
+        assert await call(endpoint) == b"POST /echo?q=1 HTTP/1.1|x"
+        assert server.connections == 2
+
+
+async def keep_alive_echo_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    request = await read_request(reader)
+    assert request is not None
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 25\r\n\r\nPOST /echo?q=1 HTTP/1.1|x")
+    await writer.drain()
+
+
+async def test_chunked_answers_stream_and_connection_delimited_ones_end_with_it(
+    pool: Http1Pool,
+) -> None:
+    gate = asyncio.Event()
+
+    async def chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await writer.drain()
+        await gate.wait()
+        writer.write(b"6\r\nsecond\r\n0\r\n\r\n")
+        await writer.drain()
+
+    async with RawServer(chunked) as server:
+        response = await Http1Endpoint(server.url, pool).send("GET", "/", [], b"")
+        chunks = response.iter_bytes()
+        assert await chunks.__anext__() == b"first"  # before the server wrote the rest
+        gate.set()
+        assert [c async for c in chunks] == [b"second"]
+        await response.aclose()
+
+    async def until_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nall of it")
+        await writer.drain()
+
+    async with RawServer(until_close) as server:
+        assert await call(Http1Endpoint(server.url, pool)) == b"all of it"
+
+
+async def test_head_has_no_body(pool: Http1Pool) -> None:
+    async def head(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(1)
+
+    async with RawServer(head) as server:
+        response = await Http1Endpoint(server.url, pool).send("HEAD", "/", [], b"")
+        assert response.status == 200 and await response.read(100) == b""
+
+
+async def test_refused_is_unreachable_and_a_broken_answer_failed(pool: Http1Pool) -> None:
+    async with RawServer(keep_alive_echo) as server:
+        url = server.url
+    with pytest.raises(WorkerUnreachable, match="connection refused"):
+        await call(Http1Endpoint(url, pool))
+
+    async def half(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly this")
+        await writer.drain()
+
+    async with RawServer(half) as server:
+        with pytest.raises(WorkerFailed, match="in the middle of its answer"):
+            await call(Http1Endpoint(server.url, pool))
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+
+    async with RawServer(silent) as server:
+        with pytest.raises(WorkerFailed, match="without answering"):
+            await call(Http1Endpoint(server.url, pool))
+
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        await writer.drain()
+
+    async with RawServer(garbage) as server:
+        with pytest.raises(WorkerFailed, match="not valid HTTP"):
+            await call(Http1Endpoint(server.url, pool))

@@ -1,0 +1,144 @@
+"""A worker's answer is streamed through as it arrives: driven at the ASGI level against a
+real upstream whose event stream advances only when the test says so."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.types import Message
+
+from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
+from tests.support.e2e import eventually
+from tests.support.invocation import deployed, invocation_app, pexec_url, sample
+from tests.support.upstream import UpstreamServer
+
+
+@pytest.fixture
+def upstream() -> Iterator[UpstreamServer]:
+    server = UpstreamServer().start()
+    yield server
+    server.stop()
+
+
+class Exchange:
+    """One request driven by hand: its body, then a disconnect when `hang_up` is called."""
+
+    def __init__(self, body: bytes) -> None:
+        self.sent: asyncio.Queue[Message] = asyncio.Queue()
+        self._body = body
+        self._gone = asyncio.Event()
+        self._delivered = False
+
+    async def receive(self) -> Message:
+        if not self._delivered:
+            self._delivered = True
+            return {"type": "http.request", "body": self._body, "more_body": False}
+        await self._gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        await self.sent.put(message)
+
+    def hang_up(self) -> None:
+        self._gone.set()
+
+    async def next_chunk(self) -> bytes:
+        message = await asyncio.wait_for(self.sent.get(), 30)
+        assert message["type"] == "http.response.body", message
+        return bytes(message.get("body", b""))
+
+
+def scope(path: str, body: bytes, **headers: str) -> dict[str, Any]:
+    hdrs = {
+        "host": "nvcf.test",
+        "authorization": f"Bearer {ADMIN_KEY}",
+        "content-type": "application/json",
+        "content-length": str(len(body)),
+        **headers,
+    }
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in hdrs.items()],
+        "client": ("127.0.0.1", 50000),
+        "server": ("nvcf.test", 80),
+    }
+
+
+def event(chunk: bytes) -> dict[str, Any]:
+    text = chunk.decode()
+    assert text.startswith("data: ") and text.endswith("\n\n"), text
+    return dict(json.loads(text[len("data: ") :]))
+
+
+async def test_event_stream_goes_through_unbuffered(
+    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer
+) -> None:
+    client: AppClient = await invocation_app(client_factory, tmp_path, upstream=upstream.url)
+    fn = await deployed(client)
+    body = json.dumps({"stream": True}).encode()
+    exchange = Exchange(body)
+    call = asyncio.ensure_future(
+        client.app(
+            scope(pexec_url(fn), body, accept="text/event-stream"),
+            exchange.receive,
+            exchange.send,
+        )
+    )
+    start = await asyncio.wait_for(exchange.sent.get(), 30)
+    assert start["type"] == "http.response.start" and start["status"] == 200
+    headers = {k.decode(): v.decode() for k, v in start["headers"]}
+    assert headers["content-type"] == "text/event-stream"
+    assert headers["nvcf-status"] == "fulfilled"
+    # Event 0 arrives while the worker has not yet written event 1.
+    assert event(await exchange.next_chunk())["index"] == 0
+    upstream.next_event()
+    assert event(await exchange.next_chunk())["index"] == 1
+    upstream.next_event()
+    assert event(await exchange.next_chunk())["echo"] == {"stream": True}
+    assert await exchange.next_chunk() == b""
+    await asyncio.wait_for(call, 30)
+
+
+async def test_a_caller_hanging_up_ends_the_stream_and_frees_the_instance(
+    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer
+) -> None:
+    client: AppClient = await invocation_app(client_factory, tmp_path, upstream=upstream.url)
+    fn = await deployed(client)
+    exchange = Exchange(b"{}")
+    call = asyncio.ensure_future(
+        client.app(
+            scope(pexec_url(fn), b"{}", accept="text/event-stream"),
+            exchange.receive,
+            exchange.send,
+        )
+    )
+    await asyncio.wait_for(exchange.sent.get(), 30)
+    assert event(await exchange.next_chunk())["index"] == 0
+    exchange.hang_up()
+    await asyncio.wait_for(call, 30)
+    labels = {"function_id": fn["id"], "version_id": fn["versionId"]}
+
+    async def freed() -> bool:
+        text = (await client.get("/metrics")).text
+        return (
+            sample(text, "nvcf_invocation_in_flight", **labels) == 0
+            and sample(text, "nvcf_invocation_requests_total", outcome="errored", **labels) == 1
+        )
+
+    await eventually(freed)
+    # The instance takes the next request.
+    resp = await client.post(pexec_url(fn), json={"after": True})
+    assert resp.status_code == 200 and resp.json()["echo"] == {"after": True}

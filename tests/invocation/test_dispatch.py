@@ -1,0 +1,215 @@
+"""Queues and concurrency: the dispatcher on its own, then end to end with a real upstream
+worker that holds requests (so "2 in flight, 3 queued" is a state, not a timing)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.backends.worker import WorkerPort
+from service.core.errors import TooManyRequests
+from service.invocation.dispatch import LocalDispatcher, QueueTimeout
+from service.invocation.routing import InstanceRoute, Target
+from tests.support.api import assert_problem, bearer, new_key
+from tests.support.app import ClientFactory
+from tests.support.e2e import V, eventually
+from tests.support.invocation import deployed, invocation_app, pexec_url, sample, spec
+from tests.support.upstream import UpstreamServer
+
+
+def route(n: int, concurrency: int = 1) -> InstanceRoute:
+    return InstanceRoute(uuid.UUID(int=n), f"c{n}", concurrency, "g", "NCP.GPU.H100_1x", "r")
+
+
+def target(*instances: InstanceRoute) -> Target:
+    return Target(
+        function_id=uuid.UUID(int=100),
+        version_id=uuid.UUID(int=200),
+        owner_account="acct",
+        name="fn",
+        status="ACTIVE",
+        inference_path="/echo",
+        port=WorkerPort("entrypoint", 8000),
+        rate=None,
+        instances=instances,
+        worker_service=None,
+    )
+
+
+async def test_fewest_in_flight_then_fifo_queue_then_full() -> None:
+    a, b = route(1, 2), route(2, 1)
+    t = target(a, b)
+    d = LocalDispatcher(queue_max=2)
+    got = [await (await d.enqueue(uuid.uuid4(), t)).wait(1) for _ in range(3)]
+    assert sorted(i.id.int for i in got) == [1, 1, 2]  # a twice (room for 2), b once
+    first, second = uuid.uuid4(), uuid.uuid4()
+    t1 = await d.enqueue(first, t)
+    t2 = await d.enqueue(second, t)
+    assert (await d.depth(t.version_id), await d.position(first), await d.position(second)) == (
+        2,
+        1,
+        2,
+    )
+    with pytest.raises(TooManyRequests):
+        await d.enqueue(uuid.uuid4(), t)
+    waits = [asyncio.ensure_future(t1.wait(5)), asyncio.ensure_future(t2.wait(5))]
+    await d.release(t, b.id, uuid.uuid4())
+    assert (await waits[0]).id == b.id  # the head of the queue takes the freed slot
+    assert not waits[1].done()
+    await d.release(t, a.id, uuid.uuid4())
+    assert (await waits[1]).id == a.id
+    assert d.in_flight(t.version_id) == 3
+    assert await d.depth(t.version_id) == 0
+
+
+async def test_a_retry_goes_first_and_never_back_to_the_instance_that_refused() -> None:
+    a, b = route(1), route(2)
+    t = target(a, b)
+    d = LocalDispatcher(queue_max=10)
+    assert (await (await d.enqueue(uuid.uuid4(), t)).wait(1)).id == a.id
+    assert (await (await d.enqueue(uuid.uuid4(), t)).wait(1)).id == b.id
+    queued = await d.enqueue(uuid.uuid4(), t)
+    retry = await d.enqueue(uuid.uuid4(), t, exclude=[a.id], front=True)
+    # a is free, but the retry excludes it: the queued one gets it
+    await d.release(t, a.id, uuid.uuid4())
+    assert (await queued.wait(1)).id == a.id
+    await d.release(t, b.id, uuid.uuid4())
+    assert (await retry.wait(1)).id == b.id
+
+
+async def test_waiting_times_out_and_cancelling_gives_the_slot_back() -> None:
+    a = route(1)
+    t = target(a)
+    d = LocalDispatcher(queue_max=10)
+    held = await d.enqueue(uuid.uuid4(), t)
+    await held.wait(1)
+    late = await d.enqueue(uuid.uuid4(), t)
+    with pytest.raises(QueueTimeout):
+        await late.wait(0.01)
+    assert await d.depth(t.version_id) == 0
+    gone = await d.enqueue(uuid.uuid4(), t)
+    gone.cancel()
+    assert await d.depth(t.version_id) == 0
+    await d.release(t, a.id, uuid.uuid4())
+    # Nothing waits: the next request gets the instance at once.
+    assert (await (await d.enqueue(uuid.uuid4(), t)).wait(0)).id == a.id
+
+
+async def test_new_instances_take_waiting_requests() -> None:
+    t = target()  # ACTIVE with no Running instance yet (minInstances 0)
+    d = LocalDispatcher(queue_max=10)
+    ticket = await d.enqueue(uuid.uuid4(), t)
+    assert [x.version_id for x in d.waiting_versions()] == [t.version_id]
+    await d.update(target(route(7)))
+    assert (await ticket.wait(1)).id.int == 7
+
+
+# ------------------------------------------------------------------------------ end to end
+
+
+@pytest.fixture
+def upstream() -> Iterator[UpstreamServer]:
+    server = UpstreamServer().start()
+    yield server
+    server.stop()
+
+
+async def test_concurrency_two_one_instance_five_requests(
+    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer
+) -> None:
+    client = await invocation_app(client_factory, tmp_path, upstream=upstream.url)
+    fn = await deployed(client, specs=[spec(maxRequestConcurrency=2)])
+    upstream.hold()
+
+    async def one(i: int) -> httpx.Response:
+        return await client.post(pexec_url(fn), json={"i": i}, headers={"NVCF-POLL-SECONDS": "1"})
+
+    answers = await asyncio.gather(*(one(i) for i in range(5)))
+    assert [a.status_code for a in answers] == [202] * 5
+    ids = [a.headers["nvcf-reqid"] for a in answers]
+    assert upstream.arrived == 2  # two in flight; the slots are full, nobody else got through
+
+    queues = await client.get(f"{V}/queues/functions/{fn['id']}")
+    assert queues.status_code == 200, queues.text
+    assert queues.json() == {
+        "functionId": fn["id"],
+        "queues": [
+            {
+                "functionVersionId": fn["versionId"],
+                "functionName": fn["name"],
+                "functionStatus": "ACTIVE",
+                "queueDepth": 3,
+            }
+        ],
+    }
+    one_version = await client.get(f"{V}/queues/functions/{fn['id']}/versions/{fn['versionId']}")
+    assert one_version.json()["queues"][0]["queueDepth"] == 3
+    positions: dict[str, int] = {}
+    running = []
+    for rid in ids:
+        resp = await client.get(f"{V}/queues/{rid}/position")
+        if resp.status_code == 200:
+            body = resp.json()
+            assert (body["functionId"], body["functionVersionId"]) == (fn["id"], fn["versionId"])
+            positions[rid] = body["positionInQueue"]
+        else:
+            assert "running" in str(assert_problem(resp, 400)["detail"])
+            running.append(rid)
+    assert sorted(positions.values()) == [1, 2, 3] and len(running) == 2
+    metrics = (await client.get("/metrics")).text
+    labels = {"function_id": fn["id"], "version_id": fn["versionId"]}
+    assert sample(metrics, "nvcf_invocation_in_flight", **labels) == 2
+    assert sample(metrics, "nvcf_invocation_queue_depth", **labels) == 3
+
+    upstream.release()
+    results = [await client.get(f"{V}/pexec/status/{rid}") for rid in ids]
+    assert [r.status_code for r in results] == [200] * 5
+    assert sorted(r.json()["echo"]["i"] for r in results) == [0, 1, 2, 3, 4]
+    assert upstream.arrived == 5
+    metrics = (await client.get("/metrics")).text
+    assert sample(metrics, "nvcf_invocation_requests_total", outcome="fulfilled", **labels) == 5
+    assert sample(metrics, "nvcf_invocation_in_flight", **labels) == 0
+    assert sample(metrics, "nvcf_invocation_queue_depth", **labels) == 0
+    assert sample(metrics, "nvcf_invocation_duration_seconds_count", **labels) == 5
+
+
+async def test_queue_overflow_is_429_and_queue_routes_need_their_scope(
+    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer
+) -> None:
+    client = await invocation_app(
+        client_factory, tmp_path, upstream=upstream.url, invoke_queue_max=1
+    )
+    fn = await deployed(client)
+    upstream.hold()
+    first = asyncio.ensure_future(client.post(pexec_url(fn), json={}))
+
+    async def arrived() -> bool:
+        return upstream.arrived == 1
+
+    await eventually(arrived)
+    second = asyncio.ensure_future(client.post(pexec_url(fn), json={}))
+
+    async def queued() -> bool:
+        return (await client.get(f"{V}/queues/functions/{fn['id']}")).json()["queues"][0][
+            "queueDepth"
+        ] == 1
+
+    await eventually(queued)
+    third = await client.post(pexec_url(fn), json={})
+    problem = assert_problem(third, 429)
+    assert "queue" in str(problem["detail"]) and third.headers["retry-after"] == "1"
+    assert third.headers["nvcf-status"] == "errored"
+    upstream.release()
+    assert [(await f).status_code for f in (first, second)] == [200, 200]
+    metrics = (await client.get("/metrics")).text
+    assert sample(metrics, "nvcf_invocation_requests_total", outcome="queue_full") == 1
+
+    key = await new_key(client, ["invoke_function"])
+    assert_problem(await client.get(f"{V}/queues/functions/{fn['id']}", headers=bearer(key)), 403)
+    assert_problem(await client.get(f"{V}/queues/{uuid.uuid4()}/position"), 404)
+    assert_problem(await client.get(f"{V}/queues/functions/{uuid.uuid4()}"), 404)

@@ -1,0 +1,168 @@
+"""Queues and per-instance concurrency shared through a real Redis: two dispatchers play two
+replicas, then two apps on one database and one Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from service.backends.worker import WorkerPort
+from service.core.errors import ServiceUnavailable, TooManyRequests
+from service.invocation.dispatch import QueueTimeout
+from service.invocation.dispatch_redis import RedisDispatcher
+from service.invocation.routing import InstanceRoute, Target
+from tests.support.app import ClientFactory, SettingsFactory
+from tests.support.e2e import V, eventually
+from tests.support.invocation import FAST, deployed, invocation_app, pexec_url, spec, write_catalog
+from tests.support.redis import RedisServer
+from tests.support.server import free_port
+from tests.support.upstream import UpstreamServer
+
+
+def target(*instances: InstanceRoute) -> Target:
+    return Target(
+        function_id=uuid.uuid4(),
+        version_id=uuid.uuid4(),
+        owner_account="acct",
+        name="fn",
+        status="ACTIVE",
+        inference_path="/echo",
+        port=WorkerPort("entrypoint", 8000),
+        rate=None,
+        instances=instances,
+        worker_service=None,
+    )
+
+
+def route(concurrency: int = 1) -> InstanceRoute:
+    return InstanceRoute(uuid.uuid4(), "c", concurrency, "g", "NCP.GPU.H100_1x", "r")
+
+
+@pytest.fixture
+async def replicas(redis_server: RedisServer) -> AsyncIterator[list[RedisDispatcher]]:
+    made = [RedisDispatcher(redis_server.url, queue_max=1, lease_seconds=1) for _ in range(3)]
+    for d in made[:2]:
+        await d.start()  # the third never renews: it plays a replica that died
+    yield made
+    for d in made:
+        await d.aclose()
+
+
+async def test_a_slot_freed_on_one_replica_goes_to_the_head_waiting_on_another(
+    replicas: list[RedisDispatcher],
+) -> None:
+    one, two, _ = replicas
+    inst = route()
+    t = target(inst)
+    first, second = uuid.uuid4(), uuid.uuid4()
+    assert (await (await one.enqueue(first, t)).wait(1)).id == inst.id
+    waiting = await two.enqueue(second, t)
+    assert (await one.depth(t.version_id), await two.depth(t.version_id)) == (1, 1)
+    assert await one.position(second) == 1
+    with pytest.raises(TooManyRequests):
+        await one.enqueue(uuid.uuid4(), t)  # queue_max 1
+    pending = asyncio.ensure_future(waiting.wait(30))
+    await asyncio.sleep(0)
+    assert not pending.done()
+    await one.release(t, inst.id, first)
+    assert (await pending).id == inst.id  # woken by the release message
+    assert await two.depth(t.version_id) == 0
+    assert await two.position(second) is None
+    assert two.in_flight(t.version_id) == 1 and one.in_flight(t.version_id) == 0
+
+
+async def test_a_dead_replicas_slot_and_place_expire(replicas: list[RedisDispatcher]) -> None:
+    one, _, dead = replicas
+    inst = route()
+    t = target(inst)
+    await (await dead.enqueue(uuid.uuid4(), t)).wait(1)  # held, never renewed
+    await dead.enqueue(uuid.uuid4(), t)  # a place, never renewed either
+    # The dead replica's slot lease runs out: a live replica's request takes the instance.
+    late = uuid.uuid4()
+
+    async def taken() -> bool:
+        try:
+            ticket = await one.enqueue(late, t)
+        except TooManyRequests:
+            return False  # the ghost still holds the one place of the queue
+        try:
+            await ticket.wait(5)
+        except QueueTimeout:
+            return False
+        return True
+
+    await eventually(taken, seconds=30)
+
+
+async def test_waiting_times_out_and_leaves_the_queue(replicas: list[RedisDispatcher]) -> None:
+    one, two, _ = replicas
+    t = target(route())
+    await (await one.enqueue(uuid.uuid4(), t)).wait(1)
+    ticket = await two.enqueue(uuid.uuid4(), t)
+    with pytest.raises(QueueTimeout):
+        await ticket.wait(0.05)
+    assert await one.depth(t.version_id) == 0
+
+
+# ------------------------------------------------------------------------------ two apps
+
+
+@pytest.fixture
+def upstream() -> Iterator[UpstreamServer]:
+    server = UpstreamServer().start()
+    yield server
+    server.stop()
+
+
+async def test_two_replicas_share_one_instances_concurrency(
+    client_factory: ClientFactory,
+    make_settings: SettingsFactory,
+    tmp_path: Path,
+    redis_server: RedisServer,
+    upstream: UpstreamServer,
+) -> None:
+    first = await invocation_app(
+        client_factory, tmp_path, upstream=upstream.url, redis_url=redis_server.url
+    )
+    fn = await deployed(first, specs=[spec(maxRequestConcurrency=1)])
+    second = await client_factory(
+        make_settings(
+            data_dir=tmp_path / "replica-2",
+            clusters_file=write_catalog(tmp_path, upstream=upstream.url),
+            reconciler_enabled=False,
+            redis_url=redis_server.url,
+            **FAST,
+        )
+    )
+    upstream.hold()
+    on_first = asyncio.ensure_future(first.post(pexec_url(fn), json={"on": 1}))
+
+    async def arrived() -> bool:
+        return upstream.arrived == 1
+
+    await eventually(arrived)
+    on_second = asyncio.ensure_future(second.post(pexec_url(fn), json={"on": 2}))
+
+    async def queued() -> bool:
+        resp = await first.get(f"{V}/queues/functions/{fn['id']}")
+        return bool(resp.json()["queues"][0]["queueDepth"] == 1)
+
+    await eventually(queued)
+    assert upstream.arrived == 1  # the second replica's request waits for the one slot
+    upstream.release()
+    answers = [await on_first, await on_second]
+    assert [a.status_code for a in answers] == [200, 200]
+    assert [a.json()["echo"]["on"] for a in answers] == [1, 2]
+
+
+async def test_an_unreachable_redis_is_503() -> None:
+    dispatcher = RedisDispatcher(f"redis://127.0.0.1:{free_port()}/0", queue_max=1, lease_seconds=1)
+    try:
+        with pytest.raises(ServiceUnavailable, match="Redis"):
+            await dispatcher.enqueue(uuid.uuid4(), target(route()))
+    finally:
+        await dispatcher.aclose()

@@ -1,0 +1,237 @@
+"""Invocation end to end over HTTP on the embedded default (simulated clusters, in-process
+workers): pexec, its status poll, the exec form, refusals and access."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.support.api import assert_problem, bearer, create_fn, new_key
+from tests.support.app import AppClient, ClientFactory
+from tests.support.e2e import V, dep_url, until_status
+from tests.support.invocation import deployed, invocation_app, pexec_url, spec
+
+
+@pytest.fixture
+async def client(client_factory: ClientFactory, tmp_path: Path) -> AppClient:
+    return await invocation_app(client_factory, tmp_path)
+
+
+async def test_pexec_answers_with_the_workers_echo_and_both_headers(client: AppClient) -> None:
+    fn = await deployed(client)
+    [instance] = fn["deployment"]["instances"]
+    resp = await client.post(
+        pexec_url(fn), json={"prompt": "hi"}, headers={"NVCF-POLL-SECONDS": "30"}
+    )
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["nvcf-status"] == "fulfilled"
+    request_id = resp.headers["nvcf-reqid"]
+    uuid.UUID(request_id)
+    assert resp.headers["content-type"] == "application/json"
+    body = resp.json()
+    assert body["echo"] == {"prompt": "hi"}
+    assert body["path"] == "/echo"
+    assert body["instanceId"] == instance["instanceId"]
+    sent = body["headers"]
+    assert sent["NVCF-REQID"] == request_id
+    assert sent["NVCF-FUNCTION-ID"] == fn["id"]
+    assert sent["NVCF-FUNCTION-VERSION-ID"] == fn["versionId"]
+    assert sent["NVCF-NCAID"] == fn["ncaId"]
+    assert sent["NVCF-FUNCTION-NAME"] == fn["name"]
+    assert sent["NVCF-BACKEND"] == "inv"
+    assert sent["NVCF-INSTANCETYPE"] == "NCP.GPU.H100_1x"
+    assert "NVCF-POLL-SECONDS" not in sent and "authorization" not in {k.lower() for k in sent}
+    # Without a version id, the function's invocable version answers.
+    resp = await client.post(pexec_url(fn, version=False), content=b"plain")
+    assert resp.status_code == 200 and resp.json()["echo"] == "plain"
+
+
+async def test_worker_status_and_headers_come_back(client: AppClient) -> None:
+    fn = await deployed(client)
+    resp = await client.post(pexec_url(fn), json={}, headers={"X-Sim-Status": "503"})
+    assert resp.status_code == 503
+    assert resp.headers["nvcf-status"] == "errored"
+    assert resp.json()["echo"] == {}
+    resp = await client.post(pexec_url(fn), json={}, headers={"X-Sim-Status": "201"})
+    assert (resp.status_code, resp.headers["nvcf-status"]) == (201, "fulfilled")
+
+
+async def test_slow_worker_answers_202_then_the_status_poll_answers(client: AppClient) -> None:
+    fn = await deployed(client)
+    resp = await client.post(
+        pexec_url(fn),
+        json={"slow": True},
+        headers={"NVCF-POLL-SECONDS": "1", "X-Sim-Delay-Ms": "3000"},
+    )
+    assert resp.status_code == 202, resp.text
+    assert resp.headers["nvcf-status"] == "pending-evaluation"
+    request_id = resp.headers["nvcf-reqid"]
+    assert resp.json() == {"reqId": request_id, "status": "pending-evaluation"}
+    status = await client.get(f"{V}/pexec/status/{request_id}")
+    assert status.status_code == 200, status.text
+    assert status.headers["nvcf-reqid"] == request_id
+    assert status.headers["nvcf-status"] == "fulfilled"
+    assert status.json()["echo"] == {"slow": True}
+    # A result is kept for polling (until it expires).
+    again = await client.get(f"{V}/pexec/status/{request_id}")
+    assert again.status_code == 200 and again.json() == status.json()
+
+
+async def test_a_pending_request_polled_briefly_is_still_202(client: AppClient) -> None:
+    fn = await deployed(client)
+    resp = await client.post(
+        pexec_url(fn), json={}, headers={"NVCF-POLL-SECONDS": "1", "X-Sim-Delay-Ms": "5000"}
+    )
+    assert resp.status_code == 202
+    request_id = resp.headers["nvcf-reqid"]
+    status = await client.get(f"{V}/pexec/status/{request_id}", headers={"NVCF-POLL-SECONDS": "1"})
+    assert status.status_code == 202
+    assert status.headers["nvcf-status"] == "in-progress"
+
+
+async def test_exec_form_wraps_request_and_answer(client: AppClient) -> None:
+    fn = await deployed(client)
+    url = f"{V}/exec/functions/{fn['id']}/versions/{fn['versionId']}"
+    resp = await client.post(url, json={"requestBody": {"q": [1, 2]}})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["status"] == "fulfilled" and body["percentComplete"] == 100
+    assert body["reqId"] == resp.headers["nvcf-reqid"]
+    assert body["response"]["echo"] == {"q": [1, 2]}
+    assert body["response"]["path"] == "/echo"
+    # Slow: the wrapped 202, then the wrapped status.
+    resp = await client.post(
+        f"{V}/exec/functions/{fn['id']}",
+        json={"requestHeader": {"pollDurationSeconds": 1}, "requestBody": "later"},
+        headers={"X-Sim-Delay-Ms": "3000"},
+    )
+    assert resp.status_code == 202, resp.text
+    pending = resp.json()
+    assert pending["status"] == "pending-evaluation"
+    status = await client.get(f"{V}/exec/status/{pending['reqId']}")
+    assert status.status_code == 200, status.text
+    assert status.json()["status"] == "fulfilled"
+    assert status.json()["response"]["echo"] == "later"
+    # The worker's error status is the wrapped answer's.
+    resp = await client.post(url, json={"requestBody": {}}, headers={"X-Sim-Status": "418"})
+    assert resp.status_code == 418
+    assert (resp.json()["status"], resp.json()["errorCode"]) == ("errored", 418)
+
+
+async def test_exec_body_problems_are_400(client: AppClient) -> None:
+    fn = await deployed(client)
+    url = f"{V}/exec/functions/{fn['id']}"
+    for body in ({}, {"requestBody": 1, "requestHeader": {"pollDurationSeconds": 4000}}):
+        resp = await client.post(url, json=body)
+        problem = assert_problem(resp, 400)
+        assert resp.headers["nvcf-status"] == "errored"
+        assert problem["errors"]
+
+
+async def test_poll_seconds_are_checked(client: AppClient) -> None:
+    fn = await deployed(client)
+    for value in ("3601", "soon", "-1"):
+        resp = await client.post(pexec_url(fn), json={}, headers={"NVCF-POLL-SECONDS": value})
+        problem = assert_problem(resp, 400)
+        assert "NVCF-POLL-SECONDS" in str(problem["detail"])
+        assert resp.headers["nvcf-status"] == "errored"
+        uuid.UUID(resp.headers["nvcf-reqid"])
+
+
+async def test_deploying_version_is_refused_naming_its_status(client: AppClient) -> None:
+    fn = await create_fn(client)
+    problem = assert_problem(await client.post(pexec_url(fn), json={}), 400)
+    assert "INACTIVE" in str(problem["detail"])
+    await client.app.state.reconciler.stop()
+    resp = await client.post(dep_url(fn), json={"deploymentSpecifications": [spec()]})
+    assert resp.status_code == 200
+    resp = await client.post(pexec_url(fn), json={})
+    problem = assert_problem(resp, 400)
+    assert "DEPLOYING" in str(problem["detail"])
+    assert resp.headers["nvcf-status"] == "errored"
+    problem = assert_problem(await client.post(pexec_url(fn, version=False), json={}), 400)
+    assert "DEPLOYING" in str(problem["detail"])
+
+
+async def test_unknown_and_other_accounts_functions_are_404(client: AppClient) -> None:
+    fn = await deployed(client)
+    other = await new_key(client, ["invoke_function", "queue_details"], account="other-account")
+    resp = await client.post(pexec_url(fn), json={}, headers=bearer(other))
+    assert_problem(resp, 404)
+    assert resp.headers["nvcf-status"] == "errored"
+    assert_problem(await client.post(f"{V}/pexec/functions/{uuid.uuid4()}", json={}), 404)
+    # A request id of another account is unknown too.
+    resp = await client.post(
+        pexec_url(fn), json={}, headers={"NVCF-POLL-SECONDS": "1", "X-Sim-Delay-Ms": "2000"}
+    )
+    assert resp.status_code == 202
+    request_id = resp.headers["nvcf-reqid"]
+    assert_problem(await client.get(f"{V}/pexec/status/{request_id}", headers=bearer(other)), 404)
+    assert_problem(await client.get(f"{V}/pexec/status/{uuid.uuid4()}"), 404)
+    assert_problem(await client.get(f"{V}/pexec/status/not-a-uuid"), 400)
+
+
+async def test_invoking_needs_the_invoke_scope(client: AppClient) -> None:
+    fn = await deployed(client)
+    key = await new_key(client, ["list_functions"])
+    resp = await client.post(pexec_url(fn), json={}, headers=bearer(key))
+    problem = assert_problem(resp, 403)
+    assert "invoke_function" in str(problem["detail"])
+    assert resp.headers["nvcf-status"] == "errored"
+    resp = await client.post(pexec_url(fn), json={}, headers={"Authorization": "Bearer nvapi-x"})
+    assert_problem(resp, 401)
+
+
+async def test_org_prefixed_routes_invoke_too(client: AppClient) -> None:
+    fn = await deployed(client)
+    url = f"/v2/orgs/{fn['ncaId']}/nvcf/pexec/functions/{fn['id']}"
+    resp = await client.post(url, json={"a": 1})
+    assert resp.status_code == 200 and resp.json()["echo"] == {"a": 1}
+    assert_problem(await client.post(f"/v2/orgs/elsewhere/nvcf/pexec/functions/{fn['id']}"), 403)
+
+
+async def test_event_stream_comes_through(client: AppClient) -> None:
+    fn = await deployed(client)
+    resp = await client.post(
+        pexec_url(fn),
+        json={"stream": True},
+        headers={"Accept": "text/event-stream", "X-Sim-Events": "3"},
+    )
+    assert resp.status_code == 200
+    assert resp.headers["content-type"] == "text/event-stream"
+    events = [json.loads(line[6:]) for line in resp.text.split("\n\n") if line]
+    assert [e["index"] for e in events] == [0, 1, 2]
+    assert events[0]["echo"] == {"stream": True}
+
+
+async def test_large_bodies_are_bounded(client_factory: ClientFactory, tmp_path: Path) -> None:
+    client = await invocation_app(client_factory, tmp_path, invoke_max_body_bytes=2048)
+    fn = await deployed(client)
+    resp = await client.post(pexec_url(fn), content=b"x" * 4096)
+    assert_problem(resp, 413)
+
+
+async def test_invocation_bodies_may_exceed_the_api_limit(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    big = await invocation_app(
+        client_factory, tmp_path, max_body_bytes=1024, invoke_max_body_bytes=8192
+    )
+    assert_problem(await big.post(f"{V}/functions", content=b"{" + b" " * 2048 + b"}"), 413)
+    fn = await deployed(big)
+    resp = await big.post(pexec_url(fn), content=b"y" * 4096)
+    assert resp.status_code == 200 and resp.json()["echo"] == "y" * 4096
+
+
+async def test_undeployed_version_becomes_refused(client: AppClient) -> None:
+    fn = await deployed(client)
+    assert (await client.post(pexec_url(fn), json={})).status_code == 200
+    assert (await client.delete(dep_url(fn))).status_code == 200
+    await until_status(client, fn, "INACTIVE")
+    await asyncio.sleep(0)
+    client.app.state.invocation.routes.forget(uuid.UUID(fn["versionId"]))
+    assert_problem(await client.post(pexec_url(fn), json={}), 400)

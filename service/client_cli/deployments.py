@@ -272,6 +272,7 @@ def _follow(run: Run, path: str, first: dict[str, Any], timeout: float | None) -
     body = first
     try:
         while True:
+            removed = False
             for event in body.get("events") or []:
                 key = _event_key(event)
                 if key in seen:
@@ -281,6 +282,12 @@ def _follow(run: Run, path: str, first: dict[str, Any], timeout: float | None) -
                     run.ui.emit(event, lines=True)
                 else:
                     run.ui.show(_event_line(event))
+                removed = removed or (
+                    event.get("kind") == "teardown" and event.get("reason") == "Removed"
+                )
+            if removed:  # its last event: the timeline stays readable (history), nothing follows
+                run.ui.note("the deployment was removed")
+                return
             if deadline is not None and time.monotonic() >= deadline:
                 raise fail(run.ui, f"stopped following after {timeout:g}s", Code.TIMEOUT)
             time.sleep(poll_interval())

@@ -614,7 +614,10 @@ async def test_install_time_mutations_as_received_by_the_backend_then_undeploy(
     await eventually(torn_down)
 
     async def records_gone() -> bool:
-        return (await client.get(f"{V}/deployments/{dep['deploymentId']}")).status_code == 404
+        # removed: only its history answers now (removedAt), no instance is left
+        resp = await client.get(f"{V}/deployments/{dep['deploymentId']}")
+        got = resp.json().get("deployment", {}) if resp.status_code == 200 else {}
+        return "removedAt" in got and got["instances"] == []
 
     await eventually(records_gone)
     assert await status(client, fn) == "INACTIVE"

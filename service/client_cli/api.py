@@ -122,6 +122,16 @@ class Api:
             raise ApiError(resp.status_code, "not JSON", resp.text[:500]) from None
 
 
+def raw_request(
+    api: Api, method: str, path: str, *, content: bytes, headers: dict[str, str]
+) -> httpx.Response:
+    """A call whose answer is not the API's JSON (a function's own answer): any status."""
+    try:
+        return api._client.request(method, path, content=content, headers=headers)
+    except httpx.HTTPError as exc:
+        raise Unreachable(f"cannot reach {api.url}: {exc}") from None
+
+
 def _retry_after(resp: httpx.Response) -> float:
     try:
         return min(max(float(resp.headers.get("retry-after", "1")), 0.1), MAX_RETRY_AFTER)

@@ -195,3 +195,28 @@ def test_the_client_loads_nothing_of_the_server() -> None:
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_invoke_prints_the_answer_and_follows_a_slow_one(nvcf: Nvcf, tmp_path: Path) -> None:
+    fid, vid = create(nvcf, "invoked")
+    assert nvcf("deploy", fid, vid, *H100, "--min", "1", "--wait").exit_code == 0
+
+    answered = nvcf.json("invoke", fid, "--version", vid, "--data", '{"prompt": "hi"}')
+    assert answered["status"] == 200 and answered["requestId"]
+    assert answered["body"]["echo"] == {"prompt": "hi"}  # the simulated worker's echo
+    assert answered["body"]["path"] == "/echo"
+
+    body = tmp_path / "body.json"
+    body.write_text('{"from": "a file"}')
+    text = nvcf("invoke", fid, "--data", f"@{body}")  # no version: the server picks it
+    assert text.exit_code == 0, text.stderr
+    assert json.loads(text.stdout)["echo"] == {"from": "a file"}
+
+    # the simulated worker takes 2.5 s, the server holds each call 1 s: 202s are followed
+    slow = nvcf.json(
+        "invoke", fid, "--poll-seconds", "1", "-H", "X-Sim-Delay-Ms: 2500", "--timeout", "120"
+    )
+    assert slow["status"] == 200 and slow["body"]["echo"] == {}
+
+    unknown = nvcf("invoke", "00000000-0000-0000-0000-000000000000")
+    assert unknown.exit_code == 1 and "404" in unknown.stderr

@@ -1,0 +1,113 @@
+"""`nvcf invoke`: call a deployed function through pexec and follow its 202 answers until the
+worker's answer arrives (docs/invocation.md)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from service.client_cli.api import ApiError, raw_request
+from service.client_cli.common import (
+    FunctionId,
+    OutputOpt,
+    connect,
+    fail,
+    poll_interval,
+)
+from service.client_cli.output import EXIT_CODES, Code, Output
+
+V = "/v2/nvcf"
+MAX_POLL_SECONDS = 3600
+
+
+def _body(data: str) -> bytes:
+    """`--data`: a JSON document, or `@file` for a file's bytes (`@-`: standard input)."""
+    if data.startswith("@"):
+        name = data[1:]
+        return sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+    return data.encode()
+
+
+def invoke(
+    function_id: FunctionId,
+    version: Annotated[
+        str | None,
+        typer.Option("--version", "-v", help="The version's id (default: the server picks)."),
+    ] = None,
+    data: Annotated[
+        str, typer.Option("--data", "-d", help="The request body: JSON, or @file (@- stdin).")
+    ] = "{}",
+    header: Annotated[
+        list[str] | None,
+        typer.Option("--header", "-H", help="An extra request header, 'Name: value' (repeat)."),
+    ] = None,
+    poll_seconds: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=MAX_POLL_SECONDS,
+            help="NVCF-POLL-SECONDS: how long the server holds each call before a 202.",
+        ),
+    ] = 60,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", min=0.0, help="Seconds to follow 202s at most (then exit 4)."),
+    ] = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Invoke a function (pexec) and print the worker's answer, following 202s until done.
+
+    With -o json: {"requestId", "status", "body"} (the body parsed when it is JSON)."""
+    with connect(output) as run:
+        try:
+            body = _body(data)
+        except OSError as exc:
+            raise fail(run.ui, f"--data: {exc}", Code.USAGE) from None
+        headers = {"Content-Type": "application/json"}
+        for line in header or []:
+            name, sep, value = line.partition(":")
+            if not sep or not name.strip():
+                raise fail(run.ui, f"--header {line!r}: use 'Name: value'", Code.USAGE)
+            headers[name.strip()] = value.strip()
+        headers["NVCF-POLL-SECONDS"] = str(poll_seconds)
+        path = f"{V}/pexec/functions/{function_id}" + (f"/versions/{version}" if version else "")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        resp = raw_request(run.api, "POST", path, content=body, headers=headers)
+        request_id = resp.headers.get("nvcf-reqid")
+        while resp.status_code == 202 and request_id:
+            run.ui.note(f"request {request_id}: {resp.headers.get('nvcf-status', 'pending')}")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise fail(
+                    run.ui,
+                    f"no answer within {timeout:g}s; poll it: GET {V}/pexec/status/{request_id}",
+                    Code.TIMEOUT,
+                )
+            time.sleep(min(poll_interval(), 1.0))
+            status_path = f"{V}/pexec/status/{request_id}"
+            resp = raw_request(run.api, "GET", status_path, content=b"", headers=headers)
+        if resp.headers.get("content-type", "").startswith("application/problem+json"):
+            raise ApiError.of(resp)  # the server's refusal (404, 400, 429...), not the worker's
+        parsed: Any
+        try:
+            parsed = resp.json()
+        except ValueError:
+            parsed = resp.text
+        if run.ui.json:
+            run.ui.emit({"requestId": request_id, "status": resp.status_code, "body": parsed})
+        elif isinstance(parsed, str):
+            run.ui.show(parsed)
+        else:
+            run.ui.show(json.dumps(parsed, indent=2))
+        if resp.status_code >= 400:
+            raise fail(
+                run.ui, f"the function answered {resp.status_code} ({request_id})", Code.FAILED
+            )
+
+
+def register(app: typer.Typer) -> None:
+    app.command(epilog=EXIT_CODES)(invoke)

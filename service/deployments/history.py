@@ -19,7 +19,6 @@ each step in its own session and transaction — the batch's timeline in chunks 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.core.db import utcnow
 from service.core.pagination import Page, keyset_page
+from service.core.periodic import PeriodicJob
 from service.core.settings import Settings
 from service.deployments.models import Deployment, DeploymentEvent, DeploymentHistory, Instance
 from service.deployments.schemas import GpuSpecificationOut, InstanceOut
@@ -169,28 +169,19 @@ class HistoryPurger:
         self.config = config or HistoryConfig()
         self.clock = clock or utcnow
         self.last_report: PurgeReport | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._job = PeriodicJob(
+            "nvcf-history-purge",
+            self.purge,
+            self.config.period,
+            log=log,
+            failure="purging expired deployment history failed",
+        )
 
     def start(self) -> None:
-        if self._task is None and self.config.period > 0:
-            self._task = asyncio.create_task(self._loop(), name="nvcf-history-purge")
+        self._job.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await self.purge()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("purging expired deployment history failed")
-            await asyncio.sleep(self.config.period)
+        await self._job.stop()
 
     async def purge(self) -> PurgeReport:
         """Delete every entry expired at `clock()` with its timeline, batch by batch."""

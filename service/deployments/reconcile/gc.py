@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from service.backends.protocol import AdapterError, GarbageCollecting
 from service.clusters.adapters import AdapterRegistry
 from service.core.kube import namespace_instance_id
+from service.core.periodic import PeriodicJob
 from service.deployments.reconcile.config import CollectorConfig
 from service.deployments.reconcile.store import ReconcileStore
 
@@ -62,28 +63,19 @@ class NamespaceCollector:
         self.last_report: GarbageReport | None = None
         #: (cluster, namespace) collected since start, newest last
         self.collected: list[tuple[str, str]] = []
-        self._task: asyncio.Task[None] | None = None
+        self._job = PeriodicJob(
+            "nvcf-namespace-gc",
+            self.collect,
+            self.config.period,
+            log=log,
+            failure="garbage collection failed",
+        )
 
     def start(self) -> None:
-        if self._task is None and self.config.period > 0:
-            self._task = asyncio.create_task(self._loop(), name="nvcf-namespace-gc")
+        self._job.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await self.collect()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("garbage collection failed")
-            await asyncio.sleep(self.config.period)
+        await self._job.stop()
 
     async def collect(self) -> GarbageReport:
         """One round over every adapter that supports it, between reconciliation passes."""

@@ -1,0 +1,55 @@
+"""The periodic job of the loop services: a failing round is logged and the loop goes on;
+period 0 never starts; stop ends the task."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from service.core.periodic import PeriodicJob
+
+log = logging.getLogger("nvcf.test.periodic")
+
+
+async def _until(predicate: object, rounds: int = 500) -> None:
+    for _ in range(rounds):
+        if callable(predicate) and predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+async def test_a_failing_round_is_logged_and_the_loop_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[int] = []
+
+    async def round_() -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+
+    job = PeriodicJob("t", round_, 0.001, log=log, failure="the test round failed")
+    with caplog.at_level(logging.ERROR, logger="nvcf.test.periodic"):
+        job.start()
+        job.start()  # a second start does not add a second loop
+        await _until(lambda: len(calls) >= 3)
+        await job.stop()
+    assert not job.running
+    failures = [r for r in caplog.records if r.message == "the test round failed"]
+    assert len(failures) == 1 and failures[0].exc_info is not None
+    seen = len(calls)
+    await asyncio.sleep(0.02)
+    assert len(calls) == seen  # stopped: no more rounds
+
+
+async def test_period_zero_never_starts() -> None:
+    async def round_() -> None:
+        raise AssertionError("must not run")
+
+    job = PeriodicJob("t", round_, 0, log=log, failure="x")
+    job.start()
+    assert not job.running
+    await job.stop()  # stopping a job that never started is fine

@@ -41,12 +41,24 @@ from service.deployments.reconcile.placement import (
     place,
 )
 from service.deployments.reconcile.store import ReconcileStore
-from service.deployments.reconcile.targets import health_mode, install_objects, instance_spec
+from service.deployments.reconcile.targets import (
+    VersionSecrets,
+    health_mode,
+    install_objects,
+    instance_spec,
+    secrets_objects,
+)
 from service.functions.models import FunctionVersion
 from service.health.conditions import backend_error, failed, previous_condition
 from service.health.machine import HealthMode, InstanceCondition, Phase, evaluate
 from service.health.observed import ObservedState
-from service.health.status import SpecProgress, VersionStatus, next_status
+from service.health.status import (
+    SpecProgress,
+    VersionStatus,
+    deploy_failed,
+    may_replace,
+    next_status,
+)
 from service.registry.pull_secrets import PullSecrets, account_pull_secrets
 
 log = logging.getLogger("nvcf.reconciler")
@@ -107,6 +119,9 @@ class Work:
     observed: bool = False
     target: InstanceSpec | None = None
     mode: HealthMode = "default"
+    #: the secrets generation its Secret received in this unit (rotated: in place)
+    secrets_generation: int | None = None
+    rotated: bool = False
 
 
 @dataclass
@@ -130,6 +145,7 @@ class UnitOfWork:
         self.ids = sorted(deployment_ids)
         self.view = view
         self._secrets: dict[str, PullSecrets] = {}
+        self._version_secrets = VersionSecrets(rt.sessionmaker, rt.secret_box)
 
     async def run(self) -> None:
         claimed = await self._claim()
@@ -162,7 +178,9 @@ class UnitOfWork:
                     and version is not None
                     and version.status != VersionStatus.ERROR
                 ):
-                    mine = mine + self._converge_counts(session, dep, mine, now, expires)
+                    mine = mine + self._converge_counts(
+                        session, dep, transitions.status_of(version), mine, now, expires
+                    )
                 specs = {s.id: s for s in dep.specs}
                 work = [
                     Work(row=r, spec=specs[r.spec_id])
@@ -176,18 +194,21 @@ class UnitOfWork:
         self,
         session: AsyncSession,
         dep: Deployment,
+        status: VersionStatus,
         rows: list[Instance],
         now: datetime,
         expires: datetime,
     ) -> list[Instance]:
-        """Create instances up to each spec's minimum; retire the surplus."""
+        """Create instances up to each spec's minimum (while DEPLOYING, within its attempts:
+        `may_replace`); retire the surplus."""
         created: list[Instance] = []
         for spec in dep.specs:
             present = [
                 r for r in rows if r.spec_id == spec.id and r.desired == InstanceDesired.PRESENT
             ]
             missing = spec.min_instances - len(present)
-            for n in range(missing):
+            allowed = may_replace(_progress(spec, present), status, self.rt.config.deploy_attempts)
+            for n in range(min(missing, allowed)):
                 created.append(
                     transitions.create_instance(
                         session,
@@ -329,14 +350,16 @@ class UnitOfWork:
         w.target, w.mode = target, mode
         try:
             if fresh:
-                await adapter.apply(target, await self._objects(c.dep, row, spec))
+                await adapter.apply(target, await self._objects(c.dep, w))
             observed = await adapter.observe(target)
             if observed.is_empty and row.applied and not fresh:
                 log.info(
                     "instance %s is unknown to cluster %s: applying again", row.id, row.cluster
                 )
-                await adapter.apply(target, await self._objects(c.dep, row, spec))
+                await adapter.apply(target, await self._objects(c.dep, w))
                 observed = await adapter.observe(target)
+            elif not fresh and _secrets_stale(row, c.version):
+                await self._rotate_secrets(adapter, c.dep, w, target)
         except AdapterError as exc:
             return backend_error(
                 f"cluster {row.cluster}: {exc.message}",
@@ -348,11 +371,32 @@ class UnitOfWork:
             )
         return self._evaluate(observed, row, mode)
 
-    async def _objects(
-        self, dep: Deployment, row: Instance, spec: DeploymentSpec
-    ) -> list[dict[str, Any]]:
-        secrets = await self._pull_secrets(dep.account_id)
-        return install_objects(self.rt.catalog, dep, row, spec, secrets)
+    async def _objects(self, dep: Deployment, w: Work) -> list[dict[str, Any]]:
+        """The instance's install objects, its Secret with the version's current secrets."""
+        pull = await self._pull_secrets(dep.account_id)
+        generation, secrets = await self._version_secrets.get(dep.version_id)
+        w.secrets_generation = generation
+        return install_objects(self.rt.catalog, dep, w.row, w.spec, pull, secrets)
+
+    async def _rotate_secrets(
+        self, adapter: BackendAdapter, dep: Deployment, w: Work, target: InstanceSpec
+    ) -> None:
+        """Write the version's updated secrets into the instance's Secret, in place (no
+        restart). A failure is retried on a later pass: the deployment stays due until every
+        instance has them."""
+        objects = secrets_objects(await self._objects(dep, w))
+        try:
+            await adapter.update_objects(target, objects)
+        except AdapterError as exc:
+            w.secrets_generation = None
+            log.warning(
+                "updating the secrets of instance %s on %s failed: %s",
+                w.row.id,
+                w.row.cluster,
+                exc.message,
+            )
+            return
+        w.rotated = True
 
     def _evaluate(
         self, observed: ObservedState, row: Instance, mode: HealthMode
@@ -441,6 +485,8 @@ class UnitOfWork:
                 continue  # gone, or the lease was lost meanwhile
             if w.gone:
                 transitions.torn_down(row)
+            if w.secrets_generation is not None and not w.gone:
+                transitions.secrets_delivered(session, row, w.secrets_generation, rotated=w.rotated)
             cond = w.condition
             if cond is not None:
                 was_wanted = row.desired == InstanceDesired.PRESENT
@@ -481,30 +527,18 @@ class UnitOfWork:
         """Version status from the instances (appended to `statuses`, written for the whole
         batch at once); returns (settled, wake again)."""
         owner = self.rt.owner
+        attempts = self.rt.config.deploy_attempts
         present = [r for r in rows.values() if r.desired == InstanceDesired.PRESENT]
-        progress = [
-            SpecProgress(
-                s.min_instances,
-                sum(1 for r in present if r.spec_id == s.id and r.phase == Phase.RUNNING),
-            )
-            for s in dep.specs
-        ]
+        specs = {s.id: s for s in dep.specs}
+        for row in failures:
+            if row.spec_id in specs:
+                transitions.count_failure(specs[row.spec_id])
+        progress = [_progress(s, [r for r in present if r.spec_id == s.id]) for s in dep.specs]
         previous = transitions.status_of(version)
-        status = next_status(
-            previous, deployed=True, specs=progress, instance_failed=bool(failures)
-        )
+        status = next_status(previous, deployed=True, specs=progress, attempts=attempts)
         wake = bool(failures)
         if status is not previous:
-            cause = failures[0] if status is VersionStatus.ERROR and failures else None
-            statuses.append(
-                transitions.StatusChange(
-                    dep.id,
-                    version,
-                    status,
-                    detail=cause.message if cause else None,
-                    reason=cause.reason if cause else None,
-                )
-            )
+            statuses.append(self._status_change(dep, version, status, progress, failures))
         if status is VersionStatus.ERROR:
             # The version failed while deploying: no retries, tear the others down.
             for r in present:
@@ -530,7 +564,32 @@ class UnitOfWork:
         teardown_pending = any(
             r.applied for r in rows.values() if r.desired != InstanceDesired.PRESENT
         )
-        return counts_met and all_running and not teardown_pending, wake
+        secrets_pending = any(_secrets_stale(r, version) for r in present)
+        return counts_met and all_running and not teardown_pending and not secrets_pending, wake
+
+    def _status_change(
+        self,
+        dep: Deployment,
+        version: FunctionVersion,
+        status: VersionStatus,
+        progress: list[SpecProgress],
+        failures: list[Instance],
+    ) -> transitions.StatusChange:
+        """The timeline's wording of a status change; ERROR says why, with the last failure."""
+        if status is not VersionStatus.ERROR:
+            return transitions.StatusChange(dep.id, version, status)
+        why = deploy_failed(progress, self.rt.config.deploy_attempts)
+        cause = failures[0] if failures else None
+        detail = "; ".join(
+            p for p in (why, f"last failure: {cause.message}" if cause else None) if p
+        )
+        return transitions.StatusChange(
+            dep.id,
+            version,
+            status,
+            detail=detail or None,
+            reason=cause.reason if cause else "DeployAttemptsExhausted",
+        )
 
     async def _finish_delete(
         self,
@@ -552,6 +611,26 @@ class UnitOfWork:
         await transitions.remove_deployment(session, dep, version, now, retention=retention)
         self.rt.memory.forget(list(rows))
         log.info("deployment %s deleted", dep.id)
+
+
+def _secrets_stale(row: Instance, version: FunctionVersion | None) -> bool:
+    """An applied instance whose Secret holds older secrets than the version's."""
+    return (
+        version is not None
+        and row.applied
+        and row.secrets_generation < (version.secrets_generation or 0)
+    )
+
+
+def _progress(spec: DeploymentSpec, present: Sequence[Instance]) -> SpecProgress:
+    """A spec's progress from its wanted instances and its attempt counters."""
+    return SpecProgress(
+        spec.min_instances,
+        sum(1 for r in present if r.phase == Phase.RUNNING),
+        present=len(present),
+        tried=spec.attempts,
+        failed=spec.failures,
+    )
 
 
 def _phase(value: str) -> Phase:

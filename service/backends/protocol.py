@@ -1,8 +1,8 @@
 """The backend adapter interface (runtime.md §4) and the values it exchanges.
 
 An adapter drives one cluster: it applies an instance's objects into the namespace
-`sr-<instanceId>` (and updates some of them in place: the Secret of secrets), observes them, deletes them, reports free GPU capacity, and says where an
-instance's inference worker answers (`endpoint`, backends/worker.py). Adapters that can also
+`sr-<instanceId>` (and updates some of them in place: the Secret of secrets), observes them,
+deletes them, reports free GPU capacity, and says where an instance's inference worker answers (`endpoint`, backends/worker.py). Adapters that can also
 collect orphaned namespaces implement `GarbageCollecting`.
 """
 

@@ -2,8 +2,9 @@
 
 An adapter drives one cluster: it applies an instance's objects into the namespace
 `sr-<instanceId>` (and updates some of them in place: the Secret of secrets), observes them,
-deletes them, reports free GPU capacity, and says where an instance's inference worker answers (`endpoint`, backends/worker.py). Adapters that can also
-collect orphaned namespaces implement `GarbageCollecting`.
+deletes them, reports free GPU capacity, and says where an instance's inference worker
+answers (`endpoint`, backends/worker.py). Adapters that can also collect orphaned namespaces
+implement `GarbageCollecting`.
 """
 
 from __future__ import annotations

@@ -2,12 +2,14 @@
 
 T1 (one short transaction) locks the deployments (`FOR UPDATE SKIP LOCKED` on PostgreSQL),
 leases their instances, creates the missing Instance rows (committed before anything is
-applied) and retires surplus ones. Then, outside any transaction, new instances are placed
-(placement.py), the placement is recorded (T2) and the install-time-mutated objects applied;
-every leased instance is observed, evaluated (service.health) and torn down when failed or
-unwanted. T3 writes conditions and events, aggregates each version's status and schedules
-when each row is due next; a deployment being deleted whose instances are all gone is removed.
-Every state change goes through `service.deployments.transitions`.
+applied) and retires surplus ones (counts.py). Then, outside any transaction, new instances
+are placed (placement.py), the placement is recorded (T2) and the install-time-mutated objects
+applied; every leased instance is observed, evaluated (service.health) and torn down when
+failed or unwanted, and an applied instance whose Secret holds an older generation of the
+version's secrets gets the current one in place (`update_objects`: no restart). T3 writes
+conditions and events, aggregates each version's status (counts.py) and schedules when each
+row is due next; a deployment being deleted whose instances are all gone is removed. Every
+state change goes through `service.deployments.transitions`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from service.deployments.models import (
     InstanceDesired,
 )
 from service.deployments.reconcile.config import ReconcilerConfig
+from service.deployments.reconcile.counts import aggregate, converge_counts, secrets_stale
 from service.deployments.reconcile.placement import (
     CapacityView,
     permitted_candidates,
@@ -53,11 +56,7 @@ from service.health.conditions import backend_error, failed, previous_condition
 from service.health.machine import HealthMode, InstanceCondition, Phase, evaluate
 from service.health.observed import ObservedState
 from service.health.status import (
-    SpecProgress,
     VersionStatus,
-    deploy_failed,
-    may_replace,
-    next_status,
 )
 from service.registry.pull_secrets import PullSecrets, account_pull_secrets
 
@@ -178,8 +177,15 @@ class UnitOfWork:
                     and version is not None
                     and version.status != VersionStatus.ERROR
                 ):
-                    mine = mine + self._converge_counts(
-                        session, dep, transitions.status_of(version), mine, now, expires
+                    mine = mine + converge_counts(
+                        session,
+                        dep,
+                        transitions.status_of(version),
+                        mine,
+                        now,
+                        expires,
+                        owner=rt.owner,
+                        attempts=rt.config.deploy_attempts,
                     )
                 specs = {s.id: s for s in dep.specs}
                 work = [
@@ -189,53 +195,6 @@ class UnitOfWork:
                 ]
                 out.append(Claimed(dep, version, work))
         return out
-
-    def _converge_counts(
-        self,
-        session: AsyncSession,
-        dep: Deployment,
-        status: VersionStatus,
-        rows: list[Instance],
-        now: datetime,
-        expires: datetime,
-    ) -> list[Instance]:
-        """Create instances up to each spec's minimum (while DEPLOYING, within its attempts:
-        `may_replace`); retire the surplus."""
-        created: list[Instance] = []
-        for spec in dep.specs:
-            present = [
-                r for r in rows if r.spec_id == spec.id and r.desired == InstanceDesired.PRESENT
-            ]
-            missing = spec.min_instances - len(present)
-            allowed = may_replace(_progress(spec, present), status, self.rt.config.deploy_attempts)
-            for n in range(min(missing, allowed)):
-                created.append(
-                    transitions.create_instance(
-                        session,
-                        dep,
-                        spec,
-                        now,
-                        owner=self.rt.owner,
-                        lease_expires_at=expires,
-                        ordinal=len(present) + n + 1,
-                    )
-                )
-            if missing < 0:
-                # Scale down: drop instances that are not serving first, newest first.
-                surplus = sorted(present, key=lambda r: (r.phase == Phase.RUNNING, r.created_at))[
-                    :-missing
-                ]
-                for row in surplus:
-                    transitions.retire_instance(
-                        session,
-                        row,
-                        now,
-                        kind="scaling",
-                        reason="ScaledDown",
-                        message=f"removed: minInstances of {spec.instance_type} is "
-                        f"{spec.min_instances}",
-                    )
-        return created
 
     # ---------------------------------------------------------------- placement (T2)
 
@@ -358,7 +317,7 @@ class UnitOfWork:
                 )
                 await adapter.apply(target, await self._objects(c.dep, w))
                 observed = await adapter.observe(target)
-            elif not fresh and _secrets_stale(row, c.version):
+            elif not fresh and secrets_stale(row, c.version):
                 await self._rotate_secrets(adapter, c.dep, w, target)
         except AdapterError as exc:
             return backend_error(
@@ -455,8 +414,16 @@ class UnitOfWork:
                 if dep.desired != DeploymentDesired.DEPLOYED or version is None:
                     await self._finish_delete(session, dep, version, rows, now)
                     continue
-                settled, again = self._aggregate(
-                    session, dep, version, rows, failures, statuses, now
+                settled, again = aggregate(
+                    session,
+                    dep,
+                    version,
+                    rows,
+                    failures,
+                    statuses,
+                    now,
+                    owner=rt.owner,
+                    attempts=rt.config.deploy_attempts,
                 )
                 wake = wake or again
                 stale = await rt.store.trim_history(
@@ -514,83 +481,6 @@ class UnitOfWork:
             transitions.schedule_instance(row, due)
         return failures
 
-    def _aggregate(
-        self,
-        session: AsyncSession,
-        dep: Deployment,
-        version: FunctionVersion,
-        rows: dict[uuid.UUID, Instance],
-        failures: list[Instance],
-        statuses: list[transitions.StatusChange],
-        now: datetime,
-    ) -> tuple[bool, bool]:
-        """Version status from the instances (appended to `statuses`, written for the whole
-        batch at once); returns (settled, wake again)."""
-        owner = self.rt.owner
-        attempts = self.rt.config.deploy_attempts
-        present = [r for r in rows.values() if r.desired == InstanceDesired.PRESENT]
-        specs = {s.id: s for s in dep.specs}
-        for row in failures:
-            if row.spec_id in specs:
-                transitions.count_failure(specs[row.spec_id])
-        progress = [_progress(s, [r for r in present if r.spec_id == s.id]) for s in dep.specs]
-        previous = transitions.status_of(version)
-        status = next_status(previous, deployed=True, specs=progress, attempts=attempts)
-        wake = bool(failures)
-        if status is not previous:
-            statuses.append(self._status_change(dep, version, status, progress, failures))
-        if status is VersionStatus.ERROR:
-            # The version failed while deploying: no retries, tear the others down.
-            for r in present:
-                transitions.retire_instance(
-                    session,
-                    r,
-                    now,
-                    kind="teardown",
-                    reason="VersionError",
-                    message="torn down: the function version is in ERROR",
-                )
-                wake = True
-            pending = any(r.applied for r in rows.values())
-            return not pending and not present, wake
-        counts_met = all(
-            sum(1 for r in present if r.spec_id == s.id) == s.min_instances for s in dep.specs
-        )
-        all_running = all(
-            r.phase == Phase.RUNNING
-            or (r.lease_owner not in (None, owner) and r.lease_expires_at is not None)
-            for r in present
-        )
-        teardown_pending = any(
-            r.applied for r in rows.values() if r.desired != InstanceDesired.PRESENT
-        )
-        secrets_pending = any(_secrets_stale(r, version) for r in present)
-        return counts_met and all_running and not teardown_pending and not secrets_pending, wake
-
-    def _status_change(
-        self,
-        dep: Deployment,
-        version: FunctionVersion,
-        status: VersionStatus,
-        progress: list[SpecProgress],
-        failures: list[Instance],
-    ) -> transitions.StatusChange:
-        """The timeline's wording of a status change; ERROR says why, with the last failure."""
-        if status is not VersionStatus.ERROR:
-            return transitions.StatusChange(dep.id, version, status)
-        why = deploy_failed(progress, self.rt.config.deploy_attempts)
-        cause = failures[0] if failures else None
-        detail = "; ".join(
-            p for p in (why, f"last failure: {cause.message}" if cause else None) if p
-        )
-        return transitions.StatusChange(
-            dep.id,
-            version,
-            status,
-            detail=detail or None,
-            reason=cause.reason if cause else "DeployAttemptsExhausted",
-        )
-
     async def _finish_delete(
         self,
         session: AsyncSession,
@@ -611,26 +501,6 @@ class UnitOfWork:
         await transitions.remove_deployment(session, dep, version, now, retention=retention)
         self.rt.memory.forget(list(rows))
         log.info("deployment %s deleted", dep.id)
-
-
-def _secrets_stale(row: Instance, version: FunctionVersion | None) -> bool:
-    """An applied instance whose Secret holds older secrets than the version's."""
-    return (
-        version is not None
-        and row.applied
-        and row.secrets_generation < (version.secrets_generation or 0)
-    )
-
-
-def _progress(spec: DeploymentSpec, present: Sequence[Instance]) -> SpecProgress:
-    """A spec's progress from its wanted instances and its attempt counters."""
-    return SpecProgress(
-        spec.min_instances,
-        sum(1 for r in present if r.phase == Phase.RUNNING),
-        present=len(present),
-        tried=spec.attempts,
-        failed=spec.failures,
-    )
 
 
 def _phase(value: str) -> Phase:

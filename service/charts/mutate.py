@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from service.charts.findings import KubeObject, containers, pod_templates
+from service.charts.findings import KubeObject, containers, object_name, pod_templates
 from service.core.jsoncopy import copy_json
 from service.core.kube import (
     ANNOTATION_BACKEND,
@@ -197,8 +197,13 @@ def mutate_for_install(
             }
         )
 
+    given = copy_json(list(objects))
+    if secrets is not None:  # the platform's Secret of that name wins over the chart's
+        given = [
+            o for o in given if not (o.get("kind") == "Secret" and object_name(o) == SECRETS_OBJECT)
+        ]
     out: list[KubeObject] = []
-    for obj in [*generated, *copy_json(list(objects))]:
+    for obj in [*generated, *given]:
         meta = _dict(obj, "metadata")
         meta["namespace"] = namespace
         _dict(meta, "labels").update(labels)

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from service.core.settings import Settings
+
 
 class VersionStatus(StrEnum):
     ACTIVE = "ACTIVE"
@@ -24,9 +26,9 @@ def is_invocable(status: VersionStatus) -> bool:
     return status in INVOCABLE
 
 
-#: instances tried per instance of a specification's minimum while DEPLOYING (the setting
-#: NVCF_RECONCILE_DEPLOY_ATTEMPTS is the configurable value)
-DEFAULT_DEPLOY_ATTEMPTS = 3
+#: instances tried per instance of a specification's minimum while DEPLOYING, by default
+#: (NVCF_RECONCILE_DEPLOY_ATTEMPTS; the reconciler passes the configured value)
+DEFAULT_DEPLOY_ATTEMPTS = Settings.model_construct().reconcile_deploy_attempts
 
 
 @dataclass(frozen=True)

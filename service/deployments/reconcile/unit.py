@@ -55,9 +55,7 @@ from service.functions.models import FunctionVersion
 from service.health.conditions import backend_error, failed, previous_condition
 from service.health.machine import HealthMode, InstanceCondition, Phase, evaluate
 from service.health.observed import ObservedState
-from service.health.status import (
-    VersionStatus,
-)
+from service.health.status import VersionStatus
 from service.registry.pull_secrets import PullSecrets, account_pull_secrets
 
 log = logging.getLogger("nvcf.reconciler")

@@ -76,6 +76,8 @@ class SimulatedAdapter:
         #: a real server answering for every instance of the cluster (None: the built-in one)
         self.upstream = upstream.rstrip("/") if upstream else None
         self._workers = SimulatedWorkers(self._runs, self._secret_names)
+        #: the secret names each namespace's pods read, computed once per change of it
+        self._secret_names_of: dict[str, list[str]] = {}
         #: (version id, workload) -> the namespaces a `fault-instances` fault was given to
         self._faulted: dict[tuple[str, str], list[str]] = {}
         self._pool: Http1Pool | None = None
@@ -109,6 +111,7 @@ class SimulatedAdapter:
             for obj in objects:
                 self._check(instance, obj)
             self._namespaces[instance.namespace] = ns
+            self._secret_names_of.pop(instance.namespace, None)
             for obj in objects:
                 ref = ObjectRef.from_k8s(obj)
                 stored = copy_json(obj)
@@ -139,6 +142,7 @@ class SimulatedAdapter:
                 stored = copy_json(obj)
                 as_map(stored.setdefault("metadata", {}))["namespace"] = instance.namespace
                 ns.objects[ObjectRef.from_k8s(obj)] = stored
+            self._secret_names_of.pop(instance.namespace, None)
 
     async def observe(self, instance: InstanceSpec) -> ObservedState:
         async with self._lock:
@@ -162,6 +166,7 @@ class SimulatedAdapter:
             now = self._now()
             self._scheduler.advance(now)
             ns = self._namespaces.pop(instance.namespace, None)
+            self._secret_names_of.pop(instance.namespace, None)
             self._workers.health_paths.pop(instance.namespace, None)
             if ns is not None:
                 for pod in ns.pods.values():
@@ -223,9 +228,16 @@ class SimulatedAdapter:
         return namespace in self._namespaces
 
     def _secret_names(self, namespace: str) -> list[str]:
-        """The secret names the namespace's pods read from a mounted `secrets.json`."""
-        ns = self._namespaces.get(namespace)
-        return mounted_secret_names(ns.objects, ns.pods.values()) if ns is not None else []
+        """The secret names the namespace's pods read from a mounted `secrets.json` (read on
+        every answer of the worker: kept until the namespace's objects change)."""
+        names = self._secret_names_of.get(namespace)
+        if names is None:
+            ns = self._namespaces.get(namespace)
+            if ns is None:
+                return []
+            names = mounted_secret_names(ns.objects, ns.pods.values())
+            self._secret_names_of[namespace] = names
+        return list(names)
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None

@@ -13,6 +13,7 @@ ciphertext here and never appear in a response, a log record or an event.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Annotated, Any, ClassVar
 
 from fastapi import Request
@@ -78,6 +79,7 @@ async def update_secrets(
     *,
     box: SecretBox,
     request: Request | None = None,
+    now: datetime | None = None,
 ) -> None:
     """Merge `secrets` into the version's (new values win), bump its secrets generation and,
     when it is deployed, have the reconciler deliver them (woken after the commit)."""
@@ -108,7 +110,7 @@ async def update_secrets(
             )
         else:
             row.ciphertext = box.encrypt(value)
-    now = utcnow()
+    now = now or utcnow()
     version.secret_names = names
     version.secrets_generation = (version.secrets_generation or 0) + 1
     version.updated_at = now

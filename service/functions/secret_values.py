@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -15,28 +16,39 @@ from service.functions.models import FunctionSecret, FunctionVersion
 log = logging.getLogger("nvcf.functions")
 
 
-async def version_secrets(
-    session: AsyncSession, version_id: uuid.UUID, box: SecretBox
-) -> tuple[int, dict[str, str]]:
-    """The version's secrets generation and its secrets in plaintext, for the reconciler only.
+async def versions_secrets(
+    session: AsyncSession, version_ids: Sequence[uuid.UUID], box: SecretBox
+) -> dict[uuid.UUID, tuple[int, dict[str, str]]]:
+    """Each version's secrets generation and its secrets in plaintext, for the reconciler
+    only; two queries whatever the number of versions (versions that no longer exist are
+    left out).
 
-    The generation is read first: a concurrent update can only make the values newer than
+    The generations are read first: a concurrent update can only make the values newer than
     the generation recorded with them (delivered once more later, never missed). A value the
     configured key cannot decrypt is left out, with a warning naming the secret only."""
-    generation = await session.scalar(
-        select(FunctionVersion.secrets_generation).where(FunctionVersion.id == version_id)
-    )
-    rows = (
+    ids = list(dict.fromkeys(version_ids))
+    if not ids:
+        return {}
+    generations = (
         await session.execute(
-            select(FunctionSecret.name, FunctionSecret.ciphertext).where(
-                FunctionSecret.version_id == version_id
+            select(FunctionVersion.id, FunctionVersion.secrets_generation).where(
+                FunctionVersion.id.in_(ids)
             )
         )
     ).all()
-    values: dict[str, str] = {}
-    for name, ciphertext in rows:
+    out: dict[uuid.UUID, tuple[int, dict[str, str]]] = {
+        vid: (int(generation or 0), {}) for vid, generation in generations
+    }
+    rows = (
+        await session.execute(
+            select(FunctionSecret.version_id, FunctionSecret.name, FunctionSecret.ciphertext).where(
+                FunctionSecret.version_id.in_(list(out))
+            )
+        )
+    ).all()
+    for version_id, name, ciphertext in rows:
         try:
-            values[name] = box.decrypt(ciphertext)
+            out[version_id][1][name] = box.decrypt(ciphertext)
         except ValueError:
             log.warning(
                 "secret %r of function version %s cannot be decrypted with the configured "
@@ -44,4 +56,4 @@ async def version_secrets(
                 name,
                 version_id,
             )
-    return int(generation or 0), values
+    return out

@@ -18,7 +18,7 @@ from service.core.crypto import SecretBox
 from service.core.kube import SECRETS_OBJECT, instance_namespace, is_nvlink
 from service.deployments.models import Deployment, DeploymentSpec, Instance
 from service.functions.models import FunctionVersion
-from service.functions.secret_values import version_secrets
+from service.functions.secret_values import versions_secrets
 from service.health.machine import HealthMode
 
 
@@ -94,10 +94,18 @@ class VersionSecrets:
         self._box = box
         self._read: dict[uuid.UUID, tuple[int, dict[str, str]]] = {}
 
+    async def prefetch(self, version_ids: Sequence[uuid.UUID]) -> None:
+        """Read the secrets of every version a unit will need at once (no query per version)."""
+        missing = [v for v in dict.fromkeys(version_ids) if v not in self._read]
+        if self._box is None or not missing:
+            return
+        async with self._sessionmaker() as session:
+            found = await versions_secrets(session, missing, self._box)
+        for version_id in missing:
+            self._read[version_id] = found.get(version_id, (0, {}))
+
     async def get(self, version_id: uuid.UUID) -> tuple[int | None, dict[str, str]]:
         if self._box is None:
             return None, {}
-        if version_id not in self._read:
-            async with self._sessionmaker() as session:
-                self._read[version_id] = await version_secrets(session, version_id, self._box)
+        await self.prefetch([version_id])
         return self._read[version_id]

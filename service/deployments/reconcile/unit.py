@@ -149,6 +149,14 @@ class UnitOfWork:
         if not claimed:
             return
         fresh = await self._place(claimed)
+        await self._version_secrets.prefetch(
+            [
+                c.dep.version_id
+                for c in claimed
+                if not c.tearing_down
+                and any(w.row.id in fresh or secrets_stale(w.row, c.version) for w in c.work)
+            ]
+        )
         for c in claimed:
             await self._drive(c, fresh)
         await self._finish(claimed)

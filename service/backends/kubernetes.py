@@ -386,6 +386,15 @@ class KubernetesAdapter:
         for info, body in prepared:
             await self._apply_one(info, instance.namespace, body)
 
+    async def update_objects(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
+        """Server-side apply `objects` into the instance namespace, as `apply` does, without
+        touching the namespace or its record of applied objects: the kubelet refreshes a
+        mounted Secret in running pods."""
+        prepared = [self._prepare(instance, obj) for obj in objects]
+        prepared.sort(key=lambda item: apply_rank(item[0].api_version, item[0].kind))
+        for info, body in prepared:
+            await self._apply_one(info, instance.namespace, body)
+
     async def observe(self, instance: InstanceSpec) -> ObservedState:
         """The namespace's pods, controllers, warning events and applied objects."""
         namespace = await self._get(NAMESPACE, None, instance.namespace)

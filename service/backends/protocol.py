@@ -1,9 +1,10 @@
 """The backend adapter interface (runtime.md §4) and the values it exchanges.
 
 An adapter drives one cluster: it applies an instance's objects into the namespace
-`sr-<instanceId>`, observes them, deletes them, reports free GPU capacity, and says where an
-instance's inference worker answers (`endpoint`, backends/worker.py). Adapters that can also
-collect orphaned namespaces implement `GarbageCollecting`.
+`sr-<instanceId>` (and updates some of them in place: the Secret of secrets), observes them,
+deletes them, reports free GPU capacity, and says where an instance's inference worker
+answers (`endpoint`, backends/worker.py). Adapters that can also collect orphaned namespaces
+implement `GarbageCollecting`.
 """
 
 from __future__ import annotations
@@ -146,6 +147,12 @@ class BackendAdapter(Protocol):
 
     async def apply(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
         """Create or update the instance's objects (idempotent, like server-side apply)."""
+        ...
+
+    async def update_objects(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
+        """Apply `objects` over an instance already applied (its Secret of secrets on a
+        rotation), leaving its other objects, its pods and the record of what was applied
+        alone."""
         ...
 
     async def observe(self, instance: InstanceSpec) -> ObservedState:

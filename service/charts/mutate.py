@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from service.charts.findings import KubeObject, containers, pod_templates
+from service.charts.findings import KubeObject, containers, object_name, pod_templates
 from service.core.jsoncopy import copy_json
 from service.core.kube import (
     ANNOTATION_BACKEND,
@@ -28,6 +28,10 @@ from service.core.kube import (
     LABEL_INSTANCE_ID,
     LABEL_NCA_ID,
     LABEL_VERSION_ID,
+    SECRETS_DIR,
+    SECRETS_FILE,
+    SECRETS_OBJECT,
+    SECRETS_VOLUME,
 )
 
 NVLINK_INDEX_ANNOTATION = "dra.nvcf.nvidia.io/required-nvlink-domain-index"
@@ -84,6 +88,45 @@ def _requests_gpu(container: dict[str, Any]) -> bool:
     return False
 
 
+def secrets_object(secrets: Mapping[str, str]) -> KubeObject:
+    """The Secret holding the version's secrets as `secrets.json` (`{name: value}`)."""
+    content = json.dumps(dict(sorted(secrets.items())), separators=(",", ":"))
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": SECRETS_OBJECT},
+        "type": "Opaque",
+        "data": {SECRETS_FILE: base64.b64encode(content.encode()).decode()},
+    }
+
+
+def _mount_secrets(spec: dict[str, Any]) -> None:
+    """Every container and init container reads the Secret at /var/secrets (read-only);
+    a volume of the same name or another mount at that path is replaced, as NVCF's own
+    mutation drops the reserved ones first."""
+    volumes = [
+        v
+        for v in spec.get("volumes") or []
+        if not (isinstance(v, dict) and v.get("name") == SECRETS_VOLUME)
+    ]
+    volumes.append({"name": SECRETS_VOLUME, "secret": {"secretName": SECRETS_OBJECT}})
+    spec["volumes"] = volumes
+    for _, _, container in containers(spec):
+        mounts = [
+            m
+            for m in container.get("volumeMounts") or []
+            if not (
+                isinstance(m, dict)
+                and (
+                    m.get("name") == SECRETS_VOLUME
+                    or str(m.get("mountPath", "")).rstrip("/") == SECRETS_DIR
+                )
+            )
+        ]
+        mounts.append({"name": SECRETS_VOLUME, "mountPath": SECRETS_DIR, "readOnly": True})
+        container["volumeMounts"] = mounts
+
+
 def mutate_for_install(
     objects: Sequence[KubeObject],
     *,
@@ -98,8 +141,12 @@ def mutate_for_install(
     region: str,
     pull_secrets: Sequence[tuple[str, Mapping[str, Any]]] = (),
     nvlink: bool = False,
+    secrets: Mapping[str, str] | None = None,
 ) -> list[KubeObject]:
-    """The objects to install for one instance: generated Secrets (and ComputeDomain) first."""
+    """The objects to install for one instance: generated Secrets (and ComputeDomain) first.
+
+    With `secrets` (the version's, possibly none), the Secret `nvcf-secrets` is created and
+    mounted at /var/secrets in every container of every pod template."""
     labels = {
         LABEL_FUNCTION_ID: function_id,
         LABEL_VERSION_ID: version_id,
@@ -135,6 +182,8 @@ def mutate_for_install(
                 "data": {".dockerconfigjson": encoded},
             }
         )
+    if secrets is not None:
+        generated.append(secrets_object(secrets))
     if nvlink:
         generated.append(
             {
@@ -148,8 +197,13 @@ def mutate_for_install(
             }
         )
 
+    given = copy_json(list(objects))
+    if secrets is not None:  # the platform's Secret of that name wins over the chart's
+        given = [
+            o for o in given if not (o.get("kind") == "Secret" and object_name(o) == SECRETS_OBJECT)
+        ]
     out: list[KubeObject] = []
-    for obj in [*generated, *copy_json(list(objects))]:
+    for obj in [*generated, *given]:
         meta = _dict(obj, "metadata")
         meta["namespace"] = namespace
         _dict(meta, "labels").update(labels)
@@ -164,6 +218,8 @@ def mutate_for_install(
                 node_label=instance_type_base(instance_type),
                 nvlink=nvlink,
             )
+            if secrets is not None:
+                _mount_secrets(template["spec"])
         out.append(obj)
     return out
 

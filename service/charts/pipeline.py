@@ -537,7 +537,9 @@ class ChartPipeline:
         """The objects a backend would receive for one placeholder instance on `cluster`.
 
         Pull-secret Secrets are left out: their contents are account credentials, which never
-        appear in responses.
+        appear in responses. The Secret of the version's secrets (`nvcf-secrets`) is shown
+        with an empty `secrets.json`, mounted at /var/secrets in every container: where an
+        instance's secrets go, never their values.
         """
         it = _instance_type(instance_type)
         if it is None:
@@ -556,6 +558,7 @@ class ChartPipeline:
             backend=backend,
             region=cluster.region,
             nvlink=cluster_is_nvlink(cluster),
+            secrets={},
         )
 
 

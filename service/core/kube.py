@@ -46,6 +46,14 @@ NVLINK_ATTRIBUTE = "NVLinkOptimized"
 #: attributes with a meaning to the platform, by their case-insensitive spelling
 KNOWN_ATTRIBUTES = {NVLINK_ATTRIBUTE.lower(): NVLINK_ATTRIBUTE}
 
+# the version's secrets in every pod of an instance: the Secret `nvcf-secrets` of the instance
+# namespace, key `secrets.json` (`{name: value}`), mounted read-only at /var/secrets, the path
+# NVCF's workers read (`/var/secrets/secrets.json`)
+SECRETS_OBJECT = "nvcf-secrets"
+SECRETS_VOLUME = "nvcf-secrets"
+SECRETS_DIR = "/var/secrets"
+SECRETS_FILE = "secrets.json"
+
 #: Helm treats a rendered object carrying this annotation as a hook, not a release object
 HOOK_ANNOTATION = "helm.sh/hook"
 

@@ -166,6 +166,15 @@ class Settings(BaseSettings):
         description="Deployments claimed and finished together in one unit of work (one "
         "transaction each).",
     )
+    reconcile_deploy_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=100,
+        description="While a version is DEPLOYING: instances tried per instance of a "
+        "specification's minInstances (the first and the replacements of failed ones). The "
+        "version goes to ERROR once as many instances as the minimum have failed with none "
+        "left, or once a specification is out of attempts below its minimum.",
+    )
     reconcile_gc_seconds: float = Field(
         default=300.0,
         ge=0,

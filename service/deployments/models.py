@@ -120,6 +120,10 @@ class DeploymentSpec(Base):
     helm_validation_policy: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # Validated objects (restricted and modified, before install-time mutations).
     objects: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    # Instances created for the spec and how many of them failed: while the version is
+    # DEPLOYING they decide between replacing a failure and ERROR (health/status.py).
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     deployment: Mapped[Deployment] = relationship(back_populates="specs")
 
@@ -152,6 +156,8 @@ class Instance(Base):
     # When its lease owner must observe it next (health timer or resync); None when nothing
     # is scheduled (torn-down history).
     due_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=ASAP)
+    # The generation of the version's secrets this instance's Secret holds.
+    secrets_generation: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
@@ -164,7 +170,7 @@ class DeploymentEvent(Base):
     # row, until the history purge deletes both.
     deployment_id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), index=True)
     at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
-    # validation | dispatch | instance | observation | status | scaling | teardown
+    # validation | dispatch | instance | observation | status | scaling | secrets | teardown
     kind: Mapped[str] = mapped_column(String(32))
     instance_id: Mapped[uuid.UUID | None] = mapped_column(UUIDStr())
     phase: Mapped[str | None] = mapped_column(String(32))

@@ -188,6 +188,47 @@ async def undeploy(
         )
 
 
+def secrets_changed(
+    session: AsyncSession,
+    deployment: Deployment,
+    names: Sequence[str],
+    generation: int,
+    now: datetime,
+) -> None:
+    """The version's secrets were updated (`names`, never values): the reconciler delivers
+    generation `generation` to the deployment's instances, so the deployment is due now."""
+    deployment.updated_at = now
+    deployment.due_at = now
+    record_event(
+        session,
+        deployment.id,
+        "secrets",
+        f"secrets updated ({', '.join(sorted(names))}): generation {generation}; running "
+        "instances receive it in place, without a restart",
+        reason="SecretsUpdated",
+    )
+
+
+def secrets_delivered(
+    session: AsyncSession, row: Instance, generation: int, *, rotated: bool
+) -> None:
+    """The instance's Secret holds the secrets of `generation`; a rotation (an update of an
+    instance already running) goes on the timeline."""
+    if row.secrets_generation == generation:
+        return
+    row.secrets_generation = generation
+    if rotated:
+        record_event(
+            session,
+            row.deployment_id,
+            "secrets",
+            f"instance {row.id} received the updated secrets (generation {generation})",
+            instance_id=row.id,
+            phase=row.phase,
+            reason="SecretsDelivered",
+        )
+
+
 def schedule(deployment: Deployment, due: datetime | None) -> None:
     """When the reconciler must look at the deployment next (None: it has settled)."""
     if deployment.due_at != due:
@@ -283,6 +324,7 @@ def create_instance(
         updated_at=now,
     )
     session.add(row)
+    spec.attempts = (spec.attempts or 0) + 1
     record_event(
         session,
         deployment.id,
@@ -385,6 +427,12 @@ def observe_instance(
         row.desired = InstanceDesired.ABSENT
 
 
+def count_failure(spec: DeploymentSpec) -> None:
+    """One more instance of `spec` failed (`observe_instance` recorded it and its event);
+    while DEPLOYING the count decides between a replacement and ERROR (health/status.py)."""
+    spec.failures = (spec.failures or 0) + 1
+
+
 def retire_instance(
     session: AsyncSession, row: Instance, now: datetime, *, kind: str, reason: str, message: str
 ) -> None:
@@ -423,6 +471,7 @@ def schedule_instance(row: Instance, due: datetime | None) -> None:
 
 __all__ = [
     "StatusChange",
+    "count_failure",
     "create_instance",
     "deploy",
     "observe_instance",
@@ -432,6 +481,8 @@ __all__ = [
     "retire_instance",
     "schedule",
     "schedule_instance",
+    "secrets_changed",
+    "secrets_delivered",
     "set_version_status",
     "set_version_statuses",
     "status_message",

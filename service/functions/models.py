@@ -53,6 +53,9 @@ class FunctionVersion(Base):
     findings: Mapped[list[Any] | None] = mapped_column(JSON)
     # Names only, kept on the version so reads never touch the encrypted values.
     secret_names: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    # Bumped by every secrets update; instances record the generation they received, so the
+    # reconciler delivers an update once and only to the instances that lack it.
+    secrets_generation: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 

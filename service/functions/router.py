@@ -16,11 +16,11 @@ from service.charts.target import not_permitted_message, permitted_clusters
 from service.clusters.catalog import Catalog
 from service.core.crypto import SecretBox
 from service.core.errors import FieldError, ValidationFailed
-from service.core.http import json_body_doc, parse_uuid, parse_uuids, read_json
+from service.core.http import inline_body_doc, json_body_doc, parse_uuid, parse_uuids, read_json
 from service.core.idempotency import Recorder
 from service.core.pagination import MAX_LIMIT, make_page
 from service.deployments.service import active_instances, reconciler_waker
-from service.functions import service, sharing
+from service.functions import secrets, service, sharing
 from service.functions.models import FunctionVersion
 from service.functions.read_cache import cached_list_read, cached_version_read
 from service.functions.schemas import FunctionEnvelope, FunctionIds, FunctionList, FunctionOut
@@ -39,6 +39,7 @@ LIST_CHECK = require(*scopes.LIST_SCOPES)
 Lister = Annotated[Principal, Depends(LIST_CHECK)]
 Updater = Annotated[Principal, Depends(require(scopes.UPDATE_FUNCTION))]
 Deleter = Annotated[Principal, Depends(require(scopes.DELETE_FUNCTION))]
+SecretsUpdater = Annotated[Principal, Depends(require(scopes.UPDATE_SECRETS))]
 Idem = Annotated[Recorder, Depends(idempotency, scope="function")]
 Visibility = Annotated[
     list[str] | None,
@@ -358,4 +359,27 @@ async def delete_function_version(
     await service.delete_version(
         session, principal.account_id, fid, vid, wake=reconciler_waker(request.app)
     )
+    return Response(status_code=204)
+
+
+@router.put(
+    "/secrets/functions/{functionId}/versions/{functionVersionId}",
+    status_code=204,
+    response_class=Response,
+    openapi_extra=inline_body_doc(secrets.SecretsUpdate),
+    summary="Add or replace a version's secrets by name; running instances receive them in "
+    "place (values are never returned)",
+)
+async def update_function_secrets(
+    functionId: str,
+    functionVersionId: str,
+    request: Request,
+    session: Session,
+    principal: SecretsUpdater,
+) -> Response:
+    fid, vid = parse_uuids((functionId, "functionId"), (functionVersionId, "functionVersionId"))
+    update = secrets.validate_update(await read_json(request))
+    version = await service.get_version(session, principal.account_id, fid, vid)
+    box: SecretBox = request.app.state.secret_box
+    await secrets.update_secrets(session, version, update, box=box, request=request)
     return Response(status_code=204)

@@ -4,6 +4,7 @@ through observe into the health machine."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
@@ -284,6 +285,72 @@ async def test_repeated_apply_changes_nothing(
     await adapter.apply(inst, changed)
     after = versions(server, inst.namespace)
     assert {k for k in after if after[k] != before[k]} == {"Deployment/web"}
+
+
+async def test_secrets_secret_is_created_mounted_then_updated_in_place(
+    server: FakeKubernetes, adapter: KubernetesAdapter
+) -> None:
+    inst = instance()
+    objects = mutate_for_install(
+        chart_objects(),
+        namespace=inst.namespace,
+        instance_id=inst.instance_id,
+        function_id=inst.function_id,
+        version_id=inst.version_id,
+        function_name="echo",
+        nca_id=inst.nca_id,
+        instance_type=inst.instance_type,
+        backend="k8s-group",
+        region="us-west-2",
+        secrets={"API_TOKEN": "one"},
+    )
+    await adapter.apply(inst, objects)
+    ns = inst.namespace
+    secret = server.get("Secret", ns, "nvcf-secrets")
+    assert secret is not None and secret["type"] == "Opaque"
+    assert json.loads(base64.b64decode(secret["data"]["secrets.json"])) == {"API_TOKEN": "one"}
+    pod = server.get("Deployment", ns, "web")
+    assert pod is not None
+    template = pod["spec"]["template"]["spec"]
+    assert {"name": "nvcf-secrets", "secret": {"secretName": "nvcf-secrets"}} in template["volumes"]
+    assert template["containers"][0]["volumeMounts"] == [
+        {"name": "nvcf-secrets", "mountPath": "/var/secrets", "readOnly": True}
+    ]
+    before = versions(server, ns)
+    recorded = server.get("Namespace", None, ns)
+    assert recorded is not None
+    applied = recorded["metadata"]["annotations"][APPLIED_ANNOTATION]
+    server.requests.clear()
+
+    rotated = mutate_for_install(
+        chart_objects(),
+        namespace=inst.namespace,
+        instance_id=inst.instance_id,
+        function_id=inst.function_id,
+        version_id=inst.version_id,
+        function_name="echo",
+        nca_id=inst.nca_id,
+        instance_type=inst.instance_type,
+        backend="k8s-group",
+        region="us-west-2",
+        secrets={"API_TOKEN": "two", "EXTRA": "three"},
+    )
+    await adapter.update_objects(inst, [o for o in rotated if o["kind"] == "Secret"])
+    # one server-side apply of the Secret alone: the namespace's record and the workload stay
+    assert server.patches() == [f"/api/v1/namespaces/{ns}/secrets/nvcf-secrets"]
+    [request] = server.requests
+    assert request.query["fieldManager"] == FIELD_MANAGER
+    after = versions(server, ns)
+    assert {k for k in after if after[k] != before[k]} == {"Secret/nvcf-secrets"}
+    secret = server.get("Secret", ns, "nvcf-secrets")
+    assert secret is not None
+    assert json.loads(base64.b64decode(secret["data"]["secrets.json"])) == {
+        "API_TOKEN": "two",
+        "EXTRA": "three",
+    }
+    recorded = server.get("Namespace", None, ns)
+    assert recorded is not None
+    assert recorded["metadata"]["annotations"][APPLIED_ANNOTATION] == applied
 
 
 async def test_invalid_objects_are_refused_before_any_request(

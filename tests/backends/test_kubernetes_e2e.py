@@ -9,6 +9,7 @@ nodes and pods to the test server and setting statuses; every wait polls with a 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import socket
 import uuid
@@ -222,6 +223,13 @@ async def applied_namespace(server: FakeKubernetes) -> str:
     return name
 
 
+def secrets_json(server: FakeKubernetes, namespace: str) -> dict[str, str]:
+    """The `secrets.json` of the instance's Secret on the API server."""
+    secret = server.get("Secret", namespace, "nvcf-secrets")
+    assert secret is not None
+    return dict(json.loads(base64.b64decode(secret["data"]["secrets.json"])))
+
+
 def run_pod(server: FakeKubernetes, namespace: str) -> None:
     """Play the controllers and kubelet: a Running + Ready pod of the applied Deployment."""
     applied = server.get("Deployment", namespace, "inference")
@@ -246,7 +254,7 @@ async def test_container_function_on_kubernetes_deploy_active_undeploy(
 ) -> None:
     add_nodes(server)
     client = await start(client_factory, tmp_path, server)
-    fn = await create_fn(client)
+    fn = await create_fn(client, secrets=[{"name": "API_TOKEN", "value": "first-value"}])
     dep = await deploy(client, fn, clusters=["k8s-a"])
     assert dep["functionStatus"] == "DEPLOYING"
 
@@ -264,12 +272,18 @@ async def test_container_function_on_kubernetes_deploy_active_undeploy(
     assert labels[MANAGED_BY_LABEL] == FIELD_MANAGER
     assert sorted(f"{o['kind']}/{o['metadata']['name']}" for o in server.objects(namespace)) == [
         "Deployment/inference",
+        "Secret/nvcf-secrets",
         "Service/entrypoint",
     ]
+    assert secrets_json(server, namespace) == {"API_TOKEN": "first-value"}
     workload = server.get("Deployment", namespace, "inference")
     assert workload is not None
     assert workload["metadata"]["labels"]["nvcf.nvidia.com/instance-id"] == instance_id
     pod_spec = workload["spec"]["template"]["spec"]
+    assert {"name": "nvcf-secrets", "secret": {"secretName": "nvcf-secrets"}} in pod_spec["volumes"]
+    assert {"name": "nvcf-secrets", "mountPath": "/var/secrets", "readOnly": True} in pod_spec[
+        "containers"
+    ][0]["volumeMounts"]
     env = {e["name"]: e.get("value") for e in pod_spec["containers"][0]["env"]}
     assert env["NVCF_FUNCTION_ID"] == fn["id"]
     term = pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -298,6 +312,27 @@ async def test_container_function_on_kubernetes_deploy_active_undeploy(
         "k8s-a",
         "Running",
     )
+
+    # A secrets update: the Secret alone is applied again, the workload is left alone.
+    before = server.get("Deployment", namespace, "inference")
+    assert before is not None
+    workload_version = before["metadata"]["resourceVersion"]
+    server.requests.clear()
+    resp = await client.put(
+        f"{V}/secrets/functions/{fn['id']}/versions/{fn['versionId']}",
+        json={"secrets": [{"name": "API_TOKEN", "value": "second-value"}]},
+    )
+    assert resp.status_code == 204, resp.text
+
+    async def rotated() -> bool:
+        return secrets_json(server, namespace) == {"API_TOKEN": "second-value"}
+
+    await eventually(rotated)
+    patched = {r.path for r in server.requests if r.method == "PATCH"}
+    assert patched == {f"/api/v1/namespaces/{namespace}/secrets/nvcf-secrets"}
+    now = server.get("Deployment", namespace, "inference")
+    assert now is not None and now["metadata"]["resourceVersion"] == workload_version
+    assert await status(client, fn) == "ACTIVE"
 
     resp = await client.delete(dep_url(fn))
     assert resp.status_code == 200, resp.text

@@ -4,6 +4,8 @@ GPU capacity accounting and node affinity."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -654,3 +656,96 @@ async def test_observing_one_instance_is_unaffected_by_many_others() -> None:
     crowded = await observe_over_time(200)
     assert alone == crowded
     assert all(p.ready for p in alone[-1].pods if p.name.startswith("mini-service"))
+
+
+# --------------------------------------------------------------------- fault-instances
+
+
+async def test_fault_instances_hits_only_the_first_instances_of_a_version() -> None:
+    clock = FakeClock()
+    sim = cluster(clock)
+    objects = faulty("ImagePullBackOff", **{"sim.nvcf.io/fault-instances": "1"})
+    first, second = instance(1), instance(2)
+    await sim.apply(first, objects)
+    await sim.apply(second, objects)
+    await sim.apply(first, objects)  # re-applying keeps its fault
+    clock.set(10)
+    assert only_pod(await sim.observe(first)).container_statuses[0].waiting_reason == (
+        "ImagePullBackOff"
+    )
+    assert only_pod(await sim.observe(second)).ready
+    # another version counts on its own
+    other = InstanceSpec("inst-3", "fn-1", "ver-2", "NCP.GPU.H100_1x", "H100", 1)
+    await sim.apply(other, objects)
+    clock.set(20)
+    assert only_pod(await sim.observe(other)).container_statuses[0].waiting_reason == (
+        "ImagePullBackOff"
+    )
+
+
+async def test_fault_instances_must_be_a_count() -> None:
+    sim = cluster(FakeClock())
+    with pytest.raises(AdapterError, match="whole number") as caught:
+        await sim.apply(
+            instance(), faulty("ImagePullBackOff", **{"sim.nvcf.io/fault-instances": "one"})
+        )
+    assert caught.value.retryable is False
+
+
+# --------------------------------------------------------------------- secrets
+
+
+def secrets_secret(values: dict[str, str]) -> dict[str, Any]:
+    content = json.dumps(values).encode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "nvcf-secrets"},
+        "data": {"secrets.json": base64.b64encode(content).decode()},
+    }
+
+
+def mounted(obj: dict[str, Any], path: str = "/var/secrets") -> dict[str, Any]:
+    pod = obj["spec"]["template"]["spec"]
+    pod["volumes"] = [{"name": "s", "secret": {"secretName": "nvcf-secrets"}}]
+    pod["containers"][0]["volumeMounts"] = [{"name": "s", "mountPath": path, "readOnly": True}]
+    return obj
+
+
+async def test_update_objects_changes_the_secret_without_touching_the_pods() -> None:
+    clock = FakeClock()
+    sim = cluster(clock)
+    inst = instance()
+    await sim.apply(inst, [secrets_secret({"A": "1"}), mounted(deployment()), service()])
+    clock.set(10)
+    pods = {p.name: p.uid for p in (await sim.observe(inst)).pods}
+    assert sim._secret_names(inst.namespace) == ["A"]
+
+    await sim.update_objects(inst, [secrets_secret({"A": "2", "B": "3"})])
+    clock.set(11)
+    observed = await sim.observe(inst)
+    assert {p.name: p.uid for p in observed.pods} == pods
+    assert all(p.ready for p in observed.pods)
+    assert sim._secret_names(inst.namespace) == ["A", "B"]
+    [secret] = [o for o in await sim.objects(inst) if o["kind"] == "Secret"]
+    assert json.loads(base64.b64decode(secret["data"]["secrets.json"])) == {"A": "2", "B": "3"}
+
+
+async def test_update_objects_refuses_workloads_and_unknown_instances() -> None:
+    sim = cluster(FakeClock())
+    with pytest.raises(AdapterError, match="not found"):
+        await sim.update_objects(instance(9), [secrets_secret({})])
+    await sim.apply(instance(), [deployment()])
+    with pytest.raises(AdapterError, match="workloads") as caught:
+        await sim.update_objects(instance(), [deployment()])
+    assert caught.value.retryable is False
+
+
+async def test_only_a_mount_at_var_secrets_shows_the_names() -> None:
+    sim = cluster(FakeClock())
+    await sim.apply(instance(1), [secrets_secret({"A": "1"}), deployment()])
+    assert sim._secret_names(instance(1).namespace) == []  # not mounted
+    await sim.apply(instance(2), [secrets_secret({"A": "1"}), mounted(deployment(), "/etc/x")])
+    assert sim._secret_names(instance(2).namespace) == []
+    await sim.apply(instance(3), [mounted(deployment())])  # mounted, no such Secret
+    assert sim._secret_names(instance(3).namespace) == []

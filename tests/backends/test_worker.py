@@ -90,6 +90,7 @@ async def test_simulated_worker_echoes_body_path_instance_and_nvcf_headers(
         "path": "/echo?x=1",
         "instanceId": "inst-1",
         "headers": {"NVCF-REQID": "r-1"},
+        "secrets": [],
     }
 
 

@@ -304,6 +304,16 @@ async def test_cluster_gives_the_install_time_objects(
         "operator": "In",
         "values": ["ON-PREM.GPU.B200"],
     } in terms["nodeSelectorTerms"][0]["matchExpressions"]
+    # the version's secrets: a Secret of an empty secrets.json (never values in a dry-run),
+    # mounted read-only at /var/secrets in every container
+    assert objects["Secret/nvcf-secrets"]["data"] == {"secrets.json": "e30="}  # "{}"
+    assert {"name": "nvcf-secrets", "secret": {"secretName": "nvcf-secrets"}} in pod["spec"][
+        "volumes"
+    ]
+    for container in pod["spec"]["containers"]:
+        assert {"name": "nvcf-secrets", "mountPath": "/var/secrets", "readOnly": True} in (
+            container["volumeMounts"]
+        )
 
     # multi-node: a GPU pod not taking a whole node is an error on an NVLink cluster
     partial = await dry_run(

@@ -334,3 +334,57 @@ def test_plain_pod_and_cronjob_are_mutated() -> None:
     cron_spec = out_cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     assert cron_spec["containers"][0]["env"] == NVCF_ENV
     assert cron_spec["imagePullSecrets"] == []
+
+
+# --- the version's secrets (Secret nvcf-secrets, /var/secrets/secrets.json) ---------------
+
+
+def test_secrets_secret_and_mount_in_every_container() -> None:
+    pod = deployment(
+        initContainers=[{"name": "init", "image": "x"}],
+        volumes=[
+            {"name": "nvcf-secrets", "emptyDir": {}},  # the chart's same-named volume goes
+            {"name": "data", "emptyDir": {}},
+        ],
+    )
+    pod["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "data", "mountPath": "/var/secrets"},  # reserved path: replaced
+        {"name": "data", "mountPath": "/data"},
+    ]
+    [secret, out] = mutate([pod], secrets={"B": "2", "A": "1"})
+    assert secret["kind"] == "Secret" and secret["metadata"]["name"] == "nvcf-secrets"
+    assert secret["type"] == "Opaque" and secret["metadata"]["namespace"] == NS
+    assert secret["metadata"]["labels"] == LABELS
+    content = base64.b64decode(secret["data"]["secrets.json"]).decode()
+    assert content == '{"A":"1","B":"2"}'  # sorted, compact
+    spec = out["spec"]["template"]["spec"]
+    assert spec["volumes"] == [
+        {"name": "data", "emptyDir": {}},
+        {"name": "nvcf-secrets", "secret": {"secretName": "nvcf-secrets"}},
+    ]
+    mount = {"name": "nvcf-secrets", "mountPath": "/var/secrets", "readOnly": True}
+    assert spec["initContainers"][0]["volumeMounts"] == [mount]
+    assert spec["containers"][0]["volumeMounts"] == [
+        {"name": "data", "mountPath": "/data"},
+        mount,
+    ]
+
+
+def test_no_secrets_argument_adds_nothing() -> None:
+    [out] = mutate([deployment()])
+    assert "volumes" not in out["spec"]["template"]["spec"]
+
+
+def test_secrets_mutation_is_stable_whatever_the_values() -> None:
+    """Pod templates do not depend on the values: a rotation changes only the Secret, so
+    workloads are not restarted."""
+    [_, first] = mutate([deployment()], secrets={"A": "1"})
+    [_, second] = mutate([deployment()], secrets={"A": "2", "B": "3"})
+    assert first == second
+
+
+def test_a_chart_secret_of_the_reserved_name_gives_way() -> None:
+    theirs = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "nvcf-secrets"}}
+    out = mutate([theirs, deployment()], secrets={"A": "1"})
+    [secret] = [o for o in out if o["kind"] == "Secret"]
+    assert "secrets.json" in secret["data"]

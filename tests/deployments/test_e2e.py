@@ -151,3 +151,81 @@ async def test_no_capacity_is_stuck_scheduling(
     ).json()["events"]
     assert any(e.get("reason") == "PodStuckScheduling" for e in events)
     assert await status(client, big) == "ACTIVE"
+
+
+async def _deploy_with_fault(
+    client: AppClient, fn: dict[str, Any], annotations: dict[str, str], minimum: int
+) -> None:
+    """Deploy with the reconciler stopped, put fault annotations on the stored pod template
+    (container functions offer no way to set them), then let the reconciler run."""
+    body = {"deploymentSpecifications": [{**H100, "minInstances": minimum, "maxInstances": 2}]}
+    resp = await client.post(dep_url(fn), json=body)
+    assert resp.status_code == 200, resp.text
+    async with client.app.state.sessionmaker() as session, session.begin():
+        spec = (await session.execute(select(DeploymentSpec))).scalar_one()
+        objects = json.loads(json.dumps(spec.objects))
+        for obj in objects:
+            template = obj.get("spec", {}).get("template")
+            if template is not None:
+                template.setdefault("metadata", {}).setdefault("annotations", {}).update(
+                    annotations
+                )
+        await session.execute(
+            update(DeploymentSpec).where(DeploymentSpec.id == spec.id).values(objects=objects)
+        )
+    client.app.state.reconciler.start()
+
+
+async def test_deploying_replaces_a_failure_then_active(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    client = await app(client_factory, tmp_path, reconciler_enabled=False)
+    fn = await create_fn(client)
+    fault = {"sim.nvcf.io/fault": "ImagePullBackOff", "sim.nvcf.io/fault-instances": "1"}
+    await _deploy_with_fault(client, fn, fault, 2)
+    await until_status(client, fn, "ACTIVE")
+    dep = await deployment(client, fn)
+    running = [i for i in dep["instances"] if i["phase"] == "Running"]
+    assert len(running) == 2, dep["instances"]
+    events = (await client.get(f"{V}/deployments/{dep['deploymentId']}/events")).json()["events"]
+    failed = {
+        e["instanceId"] for e in events if e["kind"] == "instance" and e.get("phase") == "Failed"
+    }
+    assert len(failed) == 1 and not failed & {i["instanceId"] for i in running}
+    assert any(e.get("reason") == "ImagePullIssues" for e in events)
+    statuses = [e["message"] for e in events if e["kind"] == "status"]
+    assert not any("ERROR" in m for m in statuses), statuses
+
+
+async def test_deploying_errors_when_every_attempt_fails(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    client = await app(client_factory, tmp_path, reconciler_enabled=False)
+    fn = await create_fn(client)
+    await _deploy_with_fault(client, fn, {"sim.nvcf.io/fault": "ImagePullBackOff"}, 2)
+    await until_status(client, fn, "ERROR")
+    dep = await deployment(client, fn)
+    events = (await client.get(f"{V}/deployments/{dep['deploymentId']}/events")).json()["events"]
+    [error] = [e for e in events if e["kind"] == "status" and "→ ERROR" in e["message"]]
+    assert error["reason"] == "ImagePullIssues"
+    assert "instances tried failed" in error["message"]
+    tried = [e for e in events if e["kind"] == "instance" and e.get("reason") == "Created"]
+    assert 2 <= len(tried) <= 2 * 3  # minInstances × NVCF_RECONCILE_DEPLOY_ATTEMPTS (3)
+
+
+async def test_deploying_attempts_are_a_setting(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    client = await app(
+        client_factory, tmp_path, reconciler_enabled=False, reconcile_deploy_attempts=1
+    )
+    fn = await create_fn(client)
+    fault = {"sim.nvcf.io/fault": "ImagePullBackOff", "sim.nvcf.io/fault-instances": "1"}
+    await _deploy_with_fault(client, fn, fault, 2)
+    await until_status(client, fn, "ERROR")
+    dep = await deployment(client, fn)
+    events = (await client.get(f"{V}/deployments/{dep['deploymentId']}/events")).json()["events"]
+    created = [e for e in events if e["kind"] == "instance" and e.get("reason") == "Created"]
+    assert len(created) == 2  # the failure was not replaced
+    [error] = [e for e in events if e["kind"] == "status" and "→ ERROR" in e["message"]]
+    assert "out of attempts (1 per instance of the minimum)" in error["message"]

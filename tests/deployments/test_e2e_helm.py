@@ -524,8 +524,18 @@ async def test_install_time_mutations_as_received_by_the_backend_then_undeploy(
     objects = await backend_objects(client, "sim-ncp", instance_id)
 
     # one dockerconfigjson Secret per CONTAINER credential, decoding to its registry and user
-    secrets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
+    secrets = {
+        o["metadata"]["name"]: o
+        for o in objects
+        if o["kind"] == "Secret" and o["metadata"]["name"] != "nvcf-secrets"
+    }
     assert {s["type"] for s in secrets.values()} == {"kubernetes.io/dockerconfigjson"}
+    # the version's secrets (none here): an Opaque Secret of secrets.json
+    [own] = [
+        o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"] == "nvcf-secrets"
+    ]
+    assert own["type"] == "Opaque"
+    assert json.loads(base64.b64decode(own["data"]["secrets.json"])) == {}
     generated: dict[str, str] = {}
     for name, secret in secrets.items():
         config = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
@@ -562,6 +572,10 @@ async def test_install_time_mutations_as_received_by_the_backend_then_undeploy(
     worker_env, sidecar_env = (env_of(c) for c in pod_spec["containers"])
     assert worker_env == {"MODEL_NAME": "sim", **nvcf_env}
     assert sidecar_env == nvcf_env
+    # the secrets mounted read-only at /var/secrets in every container of the chart's pods
+    assert {"name": "nvcf-secrets", "secret": {"secretName": "nvcf-secrets"}} in pod_spec["volumes"]
+    mount = {"name": "nvcf-secrets", "mountPath": "/var/secrets", "readOnly": True}
+    assert all(mount in c["volumeMounts"] for c in pod_spec["containers"])
 
     # required node affinity on the instance type without its `_<N>x` suffix
     terms = pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -577,7 +591,7 @@ async def test_install_time_mutations_as_received_by_the_backend_then_undeploy(
     handed = [o for o in objects if o["kind"] not in ("Pod", "ReplicaSet")]
     assert sorted(f"{o['kind']}/{o['metadata']['name']}" for o in handed) == sorted(
         [f"Secret/{n}" for n in generated.values()]
-        + ["Deployment/mini-service-worker", "Service/entrypoint"]
+        + ["Secret/nvcf-secrets", "Deployment/mini-service-worker", "Service/entrypoint"]
     )
     for obj in handed:
         meta = obj["metadata"]

@@ -396,3 +396,67 @@ async def test_counts_rows_once_per_instance(harness: Harness) -> None:
             select(func.count()).select_from(Instance).where(Instance.deployment_id == dep.id)
         )
     assert count == 3
+
+
+# ------------------------------------------------------------------------- DEPLOYING rule
+
+
+def _failing_once(instances: int = 1) -> dict[str, Any]:
+    """A workload whose image cannot be pulled in the first `instances` instances only."""
+    return workload(
+        fault="ImagePullBackOff",
+        annotations={"sim.nvcf.io/fault-instances": str(instances)},
+    )
+
+
+async def test_one_failure_of_two_is_replaced_then_active(harness: Harness) -> None:
+    dep = await harness.deploy([_failing_once()], min_instances=2)
+    await harness.until_status(dep, "ACTIVE", step=2.0)
+    rows = await harness.instances(dep)
+    failed = [r for r in rows if r.phase == "Failed"]
+    running = [r for r in rows if r.desired == "present"]
+    assert len(failed) == 1 and failed[0].reason == "ImagePullIssues"
+    assert len(running) == 2 and all(r.phase == "Running" for r in running)
+    assert failed[0].id not in {r.id for r in running}  # a new instance id replaced it
+    statuses = [e.message for e in await harness.events(dep, "status")]
+    assert statuses == ["function version status DEPLOYING → ACTIVE"]
+    async with harness.maker() as session:
+        spec = (
+            await session.execute(
+                select(DeploymentSpec).where(DeploymentSpec.deployment_id == dep.id)
+            )
+        ).scalar_one()
+    assert (spec.attempts, spec.failures) == (3, 1)
+
+
+async def test_every_instance_tried_failing_is_error_with_the_reason(harness: Harness) -> None:
+    dep = await harness.deploy([workload(fault="ImagePullBackOff")], min_instances=2)
+    await harness.until_status(dep, "ERROR", step=2.0)
+    rows = await harness.instances(dep)
+    assert rows and all(r.phase == "Failed" and r.reason == "ImagePullIssues" for r in rows)
+    assert len(rows) <= 2 * 3  # within the attempts: minInstances × 3
+    status = (await harness.events(dep, "status"))[-1]
+    assert status.reason == "ImagePullIssues"
+    assert "DEPLOYING → ERROR" in status.message and "instances tried failed" in status.message
+    assert await namespaces(harness.sim(), rows) == []
+    for _ in range(3):  # ERROR is final: nothing more is tried
+        await harness.reconciler.run_once()
+        harness.clock.advance(5)
+    assert len(await harness.instances(dep)) == len(rows)
+
+
+async def test_attempts_are_bounded_by_the_setting(harness: Harness) -> None:
+    # One attempt per instance of the minimum: the failed instance is not replaced, and with
+    # its sibling Running the spec cannot reach 2, so the version goes to ERROR.
+    harness.reconciler = harness.new_reconciler(deploy_attempts=1)
+    dep = await harness.deploy([_failing_once()], min_instances=2)
+    await harness.until_status(dep, "ERROR", step=2.0)
+    rows = await harness.instances(dep)
+    assert len(rows) == 2
+    status = (await harness.events(dep, "status"))[-1]
+    assert "out of attempts" in status.message and "1 of 2 Running" in status.message
+    # the same fault with attempts left is replaced and ends ACTIVE
+    harness.reconciler = harness.new_reconciler(deploy_attempts=2)
+    again = await harness.deploy([_failing_once()], min_instances=2)
+    await harness.until_status(again, "ACTIVE", step=2.0)
+    assert len(await harness.instances(again)) == 3

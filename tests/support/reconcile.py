@@ -16,6 +16,7 @@ from service.backends.protocol import InstanceSpec
 from service.backends.simulated import SimulatedAdapter
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
+from service.core.crypto import SecretBox
 from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec, Instance
 from service.deployments.reconcile import OwnerId, Reconciler, ReconcilerConfig
 from service.functions.models import Function, FunctionVersion
@@ -131,6 +132,7 @@ class Harness:
         registry: AdapterRegistry | None = None,
         *,
         owner: OwnerId | None = None,
+        secret_box: SecretBox | None = None,
         **config: Any,
     ) -> Reconciler:
         values: dict[str, Any] = {"interval": 0.01, "resync_seconds": 0, "timeouts": TIMEOUTS}
@@ -142,6 +144,7 @@ class Harness:
             config=ReconcilerConfig(**values),
             clock=self.clock,
             owner=owner,
+            secret_box=secret_box,
         )
 
     def sim(self, name: str = "sim-a") -> SimulatedAdapter:

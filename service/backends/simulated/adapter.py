@@ -29,6 +29,7 @@ from service.backends.simulated.model import (
     DEFAULT_FAIL_AFTER,
     FAIL_AFTER_ANNOTATION,
     FAULT_ANNOTATION,
+    FAULT_INSTANCES_ANNOTATION,
     FAULTS,
     READY_AFTER_ANNOTATION,
     WORKLOAD_KINDS,
@@ -46,7 +47,11 @@ from service.backends.simulated.model import (
 from service.backends.simulated.scheduler import Scheduler
 from service.backends.simulated.status import StatusRenderer
 from service.backends.simulated.timeline import PodTimeline
-from service.backends.simulated.worker import SimulatedEndpoint, SimulatedWorkers
+from service.backends.simulated.worker import (
+    SimulatedEndpoint,
+    SimulatedWorkers,
+    mounted_secret_names,
+)
 from service.backends.worker import HttpxEndpoint, WorkerEndpoint, WorkerPort, network_client
 from service.core.jsoncopy import copy_json
 from service.core.kube import is_nvlink
@@ -70,7 +75,11 @@ class SimulatedAdapter:
         self.name = name
         #: a real server answering for every instance of the cluster (None: the built-in one)
         self.upstream = upstream.rstrip("/") if upstream else None
-        self._workers = SimulatedWorkers(self._runs)
+        self._workers = SimulatedWorkers(self._runs, self._secret_names)
+        #: the secret names each namespace's pods read, computed once per change of it
+        self._secret_names_of: dict[str, list[str]] = {}
+        #: (version id, workload) -> the namespaces a `fault-instances` fault was given to
+        self._faulted: dict[tuple[str, str], list[str]] = {}
         self._pool: Http1Pool | None = None
         self._https: Any = None
         self.provider = provider.upper()
@@ -102,6 +111,7 @@ class SimulatedAdapter:
             for obj in objects:
                 self._check(instance, obj)
             self._namespaces[instance.namespace] = ns
+            self._secret_names_of.pop(instance.namespace, None)
             for obj in objects:
                 ref = ObjectRef.from_k8s(obj)
                 stored = copy_json(obj)
@@ -110,6 +120,29 @@ class SimulatedAdapter:
                 if ref.kind in WORKLOAD_KINDS:
                     self._reconcile_workload(ns, ref, stored, now)
             self._scheduler.advance(now)
+
+    async def update_objects(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
+        """Replace objects of an applied instance in place (its Secret on a rotation): pods
+        keep running and read the new contents, as a kubelet refreshes a mounted Secret."""
+        async with self._lock:
+            ns = self._namespaces.get(instance.namespace)
+            if ns is None:
+                raise AdapterError(
+                    f"namespace {instance.namespace} not found on cluster {self.name}",
+                    status=404,
+                )
+            for obj in objects:
+                self._check(instance, obj)
+                if obj["kind"] in WORKLOAD_KINDS:
+                    raise AdapterError(
+                        f"update_objects does not take workloads ({obj['kind']})",
+                        retryable=False,
+                    )
+            for obj in objects:
+                stored = copy_json(obj)
+                as_map(stored.setdefault("metadata", {}))["namespace"] = instance.namespace
+                ns.objects[ObjectRef.from_k8s(obj)] = stored
+            self._secret_names_of.pop(instance.namespace, None)
 
     async def observe(self, instance: InstanceSpec) -> ObservedState:
         async with self._lock:
@@ -133,6 +166,7 @@ class SimulatedAdapter:
             now = self._now()
             self._scheduler.advance(now)
             ns = self._namespaces.pop(instance.namespace, None)
+            self._secret_names_of.pop(instance.namespace, None)
             self._workers.health_paths.pop(instance.namespace, None)
             if ns is not None:
                 for pod in ns.pods.values():
@@ -193,6 +227,18 @@ class SimulatedAdapter:
     def _runs(self, namespace: str) -> bool:
         return namespace in self._namespaces
 
+    def _secret_names(self, namespace: str) -> list[str]:
+        """The secret names the namespace's pods read from a mounted `secrets.json` (read on
+        every answer of the worker: kept until the namespace's objects change)."""
+        names = self._secret_names_of.get(namespace)
+        if names is None:
+            ns = self._namespaces.get(namespace)
+            if ns is None:
+                return []
+            names = mounted_secret_names(ns.objects, ns.pods.values())
+            self._secret_names_of[namespace] = names
+        return list(names)
+
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
@@ -217,6 +263,13 @@ class SimulatedAdapter:
                 raise AdapterError(
                     f"unknown {FAULT_ANNOTATION} {fault!r} on {obj['kind']}/{metadata['name']}; "
                     f"expected one of {', '.join(sorted(FAULTS))}",
+                    retryable=False,
+                )
+            limit = annotations.get(FAULT_INSTANCES_ANNOTATION)
+            if limit is not None and not str(limit).isdigit():
+                raise AdapterError(
+                    f"{FAULT_INSTANCES_ANNOTATION} {limit!r} on {obj['kind']}/{metadata['name']} "
+                    "must be a whole number of instances",
                     retryable=False,
                 )
             for key in (READY_AFTER_ANNOTATION, FAIL_AFTER_ANNOTATION):
@@ -286,6 +339,23 @@ class SimulatedAdapter:
                 pod_labels["statefulset.kubernetes.io/pod-name"] = pod_name
             self._create_pod(ns, workload, pod_name, pod_labels, template, now)
 
+    def _fault(
+        self, ns: Namespace, workload: Workload, annotations: Mapping[str, str]
+    ) -> str | None:
+        """The pod's fault: with `fault-instances: N`, only in the first N instances of the
+        function version (per workload) this cluster starts."""
+        fault = annotations.get(FAULT_ANNOTATION)
+        limit = annotations.get(FAULT_INSTANCES_ANNOTATION)
+        if fault is None or limit is None:
+            return fault
+        given = self._faulted.setdefault((ns.instance.version_id, workload.name), [])
+        if ns.instance.namespace in given:
+            return fault
+        if len(given) < int(limit):
+            given.append(ns.instance.namespace)
+            return fault
+        return None
+
     def _create_pod(
         self,
         ns: Namespace,
@@ -319,7 +389,7 @@ class SimulatedAdapter:
             spec=spec,
             created_at=now,
             gpus=gpu_request(spec),
-            fault=annotations.get(FAULT_ANNOTATION),
+            fault=self._fault(ns, workload, annotations),
             ready_after=(parse_duration(ready_after) if ready_after else self.delays.ready_seconds),
             fail_after=parse_duration(fail_after) if fail_after else DEFAULT_FAIL_AFTER,
         )

@@ -19,6 +19,8 @@ Clock = Callable[[], datetime]
 FAULT_ANNOTATION = "sim.nvcf.io/fault"
 READY_AFTER_ANNOTATION = "sim.nvcf.io/ready-after"
 FAIL_AFTER_ANNOTATION = "sim.nvcf.io/fail-after"
+#: the fault hits only the first N instances of the function version this cluster starts
+FAULT_INSTANCES_ANNOTATION = "sim.nvcf.io/fault-instances"
 FAULTS = frozenset(
     {"ImagePullBackOff", "CrashLoopBackOff", "Unschedulable", "NeverReady", "FailAfterReady"}
 )

@@ -4,7 +4,8 @@ In process, with no socket and no HTTP client: the invocation plane's request is
 directly. Every request to an instance the cluster runs is answered with JSON
 
     {"echo": <request body, parsed when it is JSON, else text>, "path": "<path?query>",
-     "instanceId": "<instance>", "headers": {<the NVCF-* request headers>}}
+     "instanceId": "<instance>", "headers": {<the NVCF-* request headers>},
+     "secrets": [<names in the /var/secrets/secrets.json its pods mount, never values>]}
 
 Request headers steer it: `X-Sim-Delay-Ms: N` answers after N ms, `X-Sim-Status: NNN` answers
 with that status. `Accept: text/event-stream` answers with `X-Sim-Events` (default 3) server-sent
@@ -16,11 +17,15 @@ applied, or deleted) refuses the connection, as a real address with nobody liste
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 from service.backends.worker import WorkerEndpoint, WorkerResponse, WorkerUnreachable
+from service.core.kube import SECRETS_DIR, SECRETS_FILE
+from service.health.observed import ObjectRef
 
 DELAY_HEADER = "x-sim-delay-ms"
 STATUS_HEADER = "x-sim-status"
@@ -49,6 +54,63 @@ def _echo_body(content: bytes) -> Any:
         return json.loads(content)
     except ValueError:
         return content.decode("utf-8", errors="replace")
+
+
+class _Pod(Protocol):
+    spec: dict[str, Any]
+
+
+def _map(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _secret_file(volume: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(Secret name, key) that a secret volume shows as `secrets.json`, if any."""
+    source = _map(volume.get("secret"))
+    name = source.get("secretName")
+    if not isinstance(name, str):
+        return None
+    items = _list(source.get("items"))
+    if not items:
+        return name, SECRETS_FILE
+    for item in items:
+        if _map(item).get("path") == SECRETS_FILE and isinstance(_map(item).get("key"), str):
+            return name, str(item["key"])
+    return None
+
+
+def mounted_secret_names(
+    objects: Mapping[ObjectRef, Mapping[str, Any]], pods: Iterable[_Pod]
+) -> list[str]:
+    """The names in the `secrets.json` the pods mount at /var/secrets (from the Secret of
+    the namespace the volume names), sorted; never the values."""
+    names: set[str] = set()
+    for pod in pods:
+        volumes = {str(v.get("name")): v for v in map(_map, _list(pod.spec.get("volumes")))}
+        containers = [
+            *_list(pod.spec.get("containers")),
+            *_list(pod.spec.get("initContainers")),
+        ]
+        for container in containers:
+            for mount in map(_map, _list(_map(container).get("volumeMounts"))):
+                if str(mount.get("mountPath", "")).rstrip("/") != SECRETS_DIR:
+                    continue
+                found = _secret_file(volumes.get(str(mount.get("name")), {}))
+                if found is None:
+                    continue
+                secret = objects.get(ObjectRef("Secret", found[0]), {})
+                raw = _map(secret.get("data")).get(found[1])
+                try:
+                    content = json.loads(base64.b64decode(str(raw), validate=True))
+                except (binascii.Error, ValueError):
+                    continue
+                if isinstance(content, dict):
+                    names.update(str(k) for k in content)
+    return sorted(names)
 
 
 class _Answer(WorkerResponse):
@@ -86,8 +148,13 @@ def _json(status: int, body: Any) -> _Answer:
 class SimulatedWorkers:
     """The workers of one simulated cluster: those of the namespaces `running` accepts."""
 
-    def __init__(self, running: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        running: Callable[[str], bool],
+        secrets: Callable[[str], list[str]] = lambda _namespace: [],
+    ) -> None:
         self._running = running
+        self._secrets = secrets
         self.health_paths: dict[str, str] = {}
 
     async def answer(
@@ -113,6 +180,7 @@ class SimulatedWorkers:
             "path": path,
             "instanceId": namespace.removeprefix("sr-"),
             "headers": {k: v for k, v in headers if k.lower().startswith("nvcf-")},
+            "secrets": self._secrets(namespace),
         }
         if "text/event-stream" in lowered.get("accept", ""):
             events = _int_header(lowered, EVENTS_HEADER, DEFAULT_EVENTS, 0, MAX_EVENTS)
@@ -157,4 +225,5 @@ __all__ = [
     "STATUS_HEADER",
     "SimulatedEndpoint",
     "SimulatedWorkers",
+    "mounted_secret_names",
 ]

@@ -24,6 +24,8 @@ class ReconcilerConfig:
     concurrency: int = _DEFAULTS.reconcile_concurrency
     #: deployments claimed and finished together in one unit of work
     batch_size: int = _DEFAULTS.reconcile_batch_size
+    #: instances tried per instance of a spec's minimum while its version is DEPLOYING
+    deploy_attempts: int = _DEFAULTS.reconcile_deploy_attempts
     timeouts: HealthTimeouts = field(default_factory=HealthTimeouts)
     #: failed instances kept per deployment (for the API's instances/healthInfo)
     failed_history: int = 10
@@ -39,6 +41,7 @@ class ReconcilerConfig:
             resync_seconds=settings.reconcile_resync_seconds,
             concurrency=1 if sqlite else settings.reconcile_concurrency,
             batch_size=settings.reconcile_batch_size,
+            deploy_attempts=settings.reconcile_deploy_attempts,
             timeouts=HealthTimeouts.from_settings(settings),
             history_retention=settings.history_retention_seconds,
         )

@@ -1,18 +1,24 @@
 """What a backend receives for one instance: its `InstanceSpec` and its install-time-mutated
-objects (helm.md §5), and the health mode its deployment asks for."""
+objects (helm.md §5: with the version's secrets as the Secret `nvcf-secrets` mounted at
+/var/secrets), and the health mode its deployment asks for."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.backends.protocol import InstanceSpec
 from service.charts.mutate import mutate_for_install
 from service.clusters.catalog import Catalog
 from service.clusters.instance_types import InstanceTypeError, parse_instance_type
-from service.core.kube import instance_namespace, is_nvlink
+from service.core.crypto import SecretBox
+from service.core.kube import SECRETS_OBJECT, instance_namespace, is_nvlink
 from service.deployments.models import Deployment, DeploymentSpec, Instance
 from service.functions.models import FunctionVersion
+from service.functions.secret_values import versions_secrets
 from service.health.machine import HealthMode
 
 
@@ -50,6 +56,7 @@ def install_objects(
     row: Instance,
     spec: DeploymentSpec,
     pull_secrets: Sequence[tuple[str, Mapping[str, Any]]],
+    secrets: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     cluster = catalog.cluster(row.cluster or "")
     return mutate_for_install(
@@ -65,4 +72,40 @@ def install_objects(
         region=cluster.region if cluster else "",
         pull_secrets=pull_secrets,
         nvlink=cluster is not None and is_nvlink(cluster.attributes),
+        secrets=secrets if secrets is not None else {},
     )
+
+
+def secrets_objects(objects: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of an instance's install objects, the Secret holding the version's secrets."""
+    return [
+        o for o in objects if o.get("kind") == "Secret" and o["metadata"]["name"] == SECRETS_OBJECT
+    ]
+
+
+class VersionSecrets:
+    """The versions' secrets (generation, plaintext), read at most once per unit of work;
+    without a secrets key, none (generation None: nothing is recorded as delivered)."""
+
+    def __init__(
+        self, sessionmaker: async_sessionmaker[AsyncSession], box: SecretBox | None
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._box = box
+        self._read: dict[uuid.UUID, tuple[int, dict[str, str]]] = {}
+
+    async def prefetch(self, version_ids: Sequence[uuid.UUID]) -> None:
+        """Read the secrets of every version a unit will need at once (no query per version)."""
+        missing = [v for v in dict.fromkeys(version_ids) if v not in self._read]
+        if self._box is None or not missing:
+            return
+        async with self._sessionmaker() as session:
+            found = await versions_secrets(session, missing, self._box)
+        for version_id in missing:
+            self._read[version_id] = found.get(version_id, (0, {}))
+
+    async def get(self, version_id: uuid.UUID) -> tuple[int | None, dict[str, str]]:
+        if self._box is None:
+            return None, {}
+        await self.prefetch([version_id])
+        return self._read[version_id]

@@ -2,12 +2,14 @@
 
 T1 (one short transaction) locks the deployments (`FOR UPDATE SKIP LOCKED` on PostgreSQL),
 leases their instances, creates the missing Instance rows (committed before anything is
-applied) and retires surplus ones. Then, outside any transaction, new instances are placed
-(placement.py), the placement is recorded (T2) and the install-time-mutated objects applied;
-every leased instance is observed, evaluated (service.health) and torn down when failed or
-unwanted. T3 writes conditions and events, aggregates each version's status and schedules
-when each row is due next; a deployment being deleted whose instances are all gone is removed.
-Every state change goes through `service.deployments.transitions`.
+applied) and retires surplus ones (counts.py). Then, outside any transaction, new instances
+are placed (placement.py), the placement is recorded (T2) and the install-time-mutated objects
+applied; every leased instance is observed, evaluated (service.health) and torn down when
+failed or unwanted, and an applied instance whose Secret holds an older generation of the
+version's secrets gets the current one in place (`update_objects`: no restart). T3 writes
+conditions and events, aggregates each version's status (counts.py) and schedules when each
+row is due next; a deployment being deleted whose instances are all gone is removed. Every
+state change goes through `service.deployments.transitions`.
 """
 
 from __future__ import annotations
@@ -35,18 +37,25 @@ from service.deployments.models import (
     InstanceDesired,
 )
 from service.deployments.reconcile.config import ReconcilerConfig
+from service.deployments.reconcile.counts import aggregate, converge_counts, secrets_stale
 from service.deployments.reconcile.placement import (
     CapacityView,
     permitted_candidates,
     place,
 )
 from service.deployments.reconcile.store import ReconcileStore
-from service.deployments.reconcile.targets import health_mode, install_objects, instance_spec
+from service.deployments.reconcile.targets import (
+    VersionSecrets,
+    health_mode,
+    install_objects,
+    instance_spec,
+    secrets_objects,
+)
 from service.functions.models import FunctionVersion
 from service.health.conditions import backend_error, failed, previous_condition
 from service.health.machine import HealthMode, InstanceCondition, Phase, evaluate
 from service.health.observed import ObservedState
-from service.health.status import SpecProgress, VersionStatus, next_status
+from service.health.status import VersionStatus
 from service.registry.pull_secrets import PullSecrets, account_pull_secrets
 
 log = logging.getLogger("nvcf.reconciler")
@@ -107,6 +116,9 @@ class Work:
     observed: bool = False
     target: InstanceSpec | None = None
     mode: HealthMode = "default"
+    #: the secrets generation its Secret received in this unit (rotated: in place)
+    secrets_generation: int | None = None
+    rotated: bool = False
 
 
 @dataclass
@@ -130,12 +142,21 @@ class UnitOfWork:
         self.ids = sorted(deployment_ids)
         self.view = view
         self._secrets: dict[str, PullSecrets] = {}
+        self._version_secrets = VersionSecrets(rt.sessionmaker, rt.secret_box)
 
     async def run(self) -> None:
         claimed = await self._claim()
         if not claimed:
             return
         fresh = await self._place(claimed)
+        await self._version_secrets.prefetch(
+            [
+                c.dep.version_id
+                for c in claimed
+                if not c.tearing_down
+                and any(w.row.id in fresh or secrets_stale(w.row, c.version) for w in c.work)
+            ]
+        )
         for c in claimed:
             await self._drive(c, fresh)
         await self._finish(claimed)
@@ -162,7 +183,16 @@ class UnitOfWork:
                     and version is not None
                     and version.status != VersionStatus.ERROR
                 ):
-                    mine = mine + self._converge_counts(session, dep, mine, now, expires)
+                    mine = mine + converge_counts(
+                        session,
+                        dep,
+                        transitions.status_of(version),
+                        mine,
+                        now,
+                        expires,
+                        owner=rt.owner,
+                        attempts=rt.config.deploy_attempts,
+                    )
                 specs = {s.id: s for s in dep.specs}
                 work = [
                     Work(row=r, spec=specs[r.spec_id])
@@ -171,50 +201,6 @@ class UnitOfWork:
                 ]
                 out.append(Claimed(dep, version, work))
         return out
-
-    def _converge_counts(
-        self,
-        session: AsyncSession,
-        dep: Deployment,
-        rows: list[Instance],
-        now: datetime,
-        expires: datetime,
-    ) -> list[Instance]:
-        """Create instances up to each spec's minimum; retire the surplus."""
-        created: list[Instance] = []
-        for spec in dep.specs:
-            present = [
-                r for r in rows if r.spec_id == spec.id and r.desired == InstanceDesired.PRESENT
-            ]
-            missing = spec.min_instances - len(present)
-            for n in range(missing):
-                created.append(
-                    transitions.create_instance(
-                        session,
-                        dep,
-                        spec,
-                        now,
-                        owner=self.rt.owner,
-                        lease_expires_at=expires,
-                        ordinal=len(present) + n + 1,
-                    )
-                )
-            if missing < 0:
-                # Scale down: drop instances that are not serving first, newest first.
-                surplus = sorted(present, key=lambda r: (r.phase == Phase.RUNNING, r.created_at))[
-                    :-missing
-                ]
-                for row in surplus:
-                    transitions.retire_instance(
-                        session,
-                        row,
-                        now,
-                        kind="scaling",
-                        reason="ScaledDown",
-                        message=f"removed: minInstances of {spec.instance_type} is "
-                        f"{spec.min_instances}",
-                    )
-        return created
 
     # ---------------------------------------------------------------- placement (T2)
 
@@ -329,14 +315,16 @@ class UnitOfWork:
         w.target, w.mode = target, mode
         try:
             if fresh:
-                await adapter.apply(target, await self._objects(c.dep, row, spec))
+                await adapter.apply(target, await self._objects(c.dep, w))
             observed = await adapter.observe(target)
             if observed.is_empty and row.applied and not fresh:
                 log.info(
                     "instance %s is unknown to cluster %s: applying again", row.id, row.cluster
                 )
-                await adapter.apply(target, await self._objects(c.dep, row, spec))
+                await adapter.apply(target, await self._objects(c.dep, w))
                 observed = await adapter.observe(target)
+            elif not fresh and secrets_stale(row, c.version):
+                await self._rotate_secrets(adapter, c.dep, w, target)
         except AdapterError as exc:
             return backend_error(
                 f"cluster {row.cluster}: {exc.message}",
@@ -348,11 +336,32 @@ class UnitOfWork:
             )
         return self._evaluate(observed, row, mode)
 
-    async def _objects(
-        self, dep: Deployment, row: Instance, spec: DeploymentSpec
-    ) -> list[dict[str, Any]]:
-        secrets = await self._pull_secrets(dep.account_id)
-        return install_objects(self.rt.catalog, dep, row, spec, secrets)
+    async def _objects(self, dep: Deployment, w: Work) -> list[dict[str, Any]]:
+        """The instance's install objects, its Secret with the version's current secrets."""
+        pull = await self._pull_secrets(dep.account_id)
+        generation, secrets = await self._version_secrets.get(dep.version_id)
+        w.secrets_generation = generation
+        return install_objects(self.rt.catalog, dep, w.row, w.spec, pull, secrets)
+
+    async def _rotate_secrets(
+        self, adapter: BackendAdapter, dep: Deployment, w: Work, target: InstanceSpec
+    ) -> None:
+        """Write the version's updated secrets into the instance's Secret, in place (no
+        restart). A failure is retried on a later pass: the deployment stays due until every
+        instance has them."""
+        objects = secrets_objects(await self._objects(dep, w))
+        try:
+            await adapter.update_objects(target, objects)
+        except AdapterError as exc:
+            w.secrets_generation = None
+            log.warning(
+                "updating the secrets of instance %s on %s failed: %s",
+                w.row.id,
+                w.row.cluster,
+                exc.message,
+            )
+            return
+        w.rotated = True
 
     def _evaluate(
         self, observed: ObservedState, row: Instance, mode: HealthMode
@@ -411,8 +420,16 @@ class UnitOfWork:
                 if dep.desired != DeploymentDesired.DEPLOYED or version is None:
                     await self._finish_delete(session, dep, version, rows, now)
                     continue
-                settled, again = self._aggregate(
-                    session, dep, version, rows, failures, statuses, now
+                settled, again = aggregate(
+                    session,
+                    dep,
+                    version,
+                    rows,
+                    failures,
+                    statuses,
+                    now,
+                    owner=rt.owner,
+                    attempts=rt.config.deploy_attempts,
                 )
                 wake = wake or again
                 stale = await rt.store.trim_history(
@@ -441,6 +458,8 @@ class UnitOfWork:
                 continue  # gone, or the lease was lost meanwhile
             if w.gone:
                 transitions.torn_down(row)
+            if w.secrets_generation is not None and not w.gone:
+                transitions.secrets_delivered(session, row, w.secrets_generation, rotated=w.rotated)
             cond = w.condition
             if cond is not None:
                 was_wanted = row.desired == InstanceDesired.PRESENT
@@ -467,70 +486,6 @@ class UnitOfWork:
                 due = None
             transitions.schedule_instance(row, due)
         return failures
-
-    def _aggregate(
-        self,
-        session: AsyncSession,
-        dep: Deployment,
-        version: FunctionVersion,
-        rows: dict[uuid.UUID, Instance],
-        failures: list[Instance],
-        statuses: list[transitions.StatusChange],
-        now: datetime,
-    ) -> tuple[bool, bool]:
-        """Version status from the instances (appended to `statuses`, written for the whole
-        batch at once); returns (settled, wake again)."""
-        owner = self.rt.owner
-        present = [r for r in rows.values() if r.desired == InstanceDesired.PRESENT]
-        progress = [
-            SpecProgress(
-                s.min_instances,
-                sum(1 for r in present if r.spec_id == s.id and r.phase == Phase.RUNNING),
-            )
-            for s in dep.specs
-        ]
-        previous = transitions.status_of(version)
-        status = next_status(
-            previous, deployed=True, specs=progress, instance_failed=bool(failures)
-        )
-        wake = bool(failures)
-        if status is not previous:
-            cause = failures[0] if status is VersionStatus.ERROR and failures else None
-            statuses.append(
-                transitions.StatusChange(
-                    dep.id,
-                    version,
-                    status,
-                    detail=cause.message if cause else None,
-                    reason=cause.reason if cause else None,
-                )
-            )
-        if status is VersionStatus.ERROR:
-            # The version failed while deploying: no retries, tear the others down.
-            for r in present:
-                transitions.retire_instance(
-                    session,
-                    r,
-                    now,
-                    kind="teardown",
-                    reason="VersionError",
-                    message="torn down: the function version is in ERROR",
-                )
-                wake = True
-            pending = any(r.applied for r in rows.values())
-            return not pending and not present, wake
-        counts_met = all(
-            sum(1 for r in present if r.spec_id == s.id) == s.min_instances for s in dep.specs
-        )
-        all_running = all(
-            r.phase == Phase.RUNNING
-            or (r.lease_owner not in (None, owner) and r.lease_expires_at is not None)
-            for r in present
-        )
-        teardown_pending = any(
-            r.applied for r in rows.values() if r.desired != InstanceDesired.PRESENT
-        )
-        return counts_met and all_running and not teardown_pending, wake
 
     async def _finish_delete(
         self,

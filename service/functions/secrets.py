@@ -1,0 +1,130 @@
+"""A version's secrets after creation: the update NVCF offers (`PUT /secrets/functions/{id}/
+versions/{versionId}`, scope `update_secrets`) and the plaintext the reconciler delivers.
+
+An update merges by name into the version's secrets (a new value replaces the stored one) and
+bumps `secrets_generation`; when the version has a live deployment, the deployment is made due
+and the reconciler writes the new Secret into every instance that holds an older generation,
+in place (pods keep running and read the new file). A version with no deployment keeps the
+secrets for its next deployment. Unlike NVCF, secrets may be added to a deployed version that
+had none: every instance mounts its Secret from the start. Values are only ever held as
+ciphertext here and never appear in a response, a log record or an event.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Annotated, Any, ClassVar
+
+from fastapi import Request
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.core.crypto import SecretBox
+from service.core.db import after_commit, utcnow
+from service.core.errors import FieldError, ValidationFailed
+from service.core.http import require_json_object
+from service.core.validation import Check, MaxItems, RequestModel, Rules, parse
+from service.deployments import transitions
+from service.deployments.service import live_deployment, reconciler_waker
+from service.functions.models import FunctionSecret, FunctionVersion
+from service.functions.schemas import MAX_SECRETS, SecretIn, secret_text
+
+log = logging.getLogger("nvcf.functions")
+
+
+def _secrets_list(value: Any) -> str | None:
+    if value is None:
+        return "is required: a non-empty list of {name, value}"
+    if not isinstance(value, list) or not value:
+        return "must be a non-empty list of {name, value}"
+    return None
+
+
+def _unique_names(secrets: list[SecretIn]) -> tuple[list[SecretIn], list[str]]:
+    names = [s.name for s in secrets]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        return secrets, [f"names must be unique; {', '.join(repeated)} appear(s) more than once"]
+    return secrets, []
+
+
+class SecretsUpdate(RequestModel):
+    """Body of `PUT /secrets/functions/{id}/versions/{versionId}` (NVCF's
+    UpdateFunctionSecretsRequest): the secrets to add or replace, by name."""
+
+    null_when_missing: ClassVar[tuple[str, ...]] = ("secrets",)
+
+    secrets: Annotated[
+        list[SecretIn],
+        Check(_secrets_list, {"minItems": 1}, before=True),
+        MaxItems(MAX_SECRETS),
+        Rules(_unique_names),
+    ]
+
+
+def validate_update(raw: Any) -> list[tuple[str, str]]:
+    """(name, stored text) of every secret of a valid body, or a 400 listing every violation."""
+    body = require_json_object(raw)
+    model, errors = parse(SecretsUpdate, body)
+    if errors or model is None:
+        raise ValidationFailed.of(errors)
+    return [(s.name, secret_text(s.value)) for s in model.secrets]
+
+
+async def update_secrets(
+    session: AsyncSession,
+    version: FunctionVersion,
+    secrets: list[tuple[str, str]],
+    *,
+    box: SecretBox,
+    request: Request | None = None,
+    now: datetime | None = None,
+) -> None:
+    """Merge `secrets` into the version's (new values win), bump its secrets generation and,
+    when it is deployed, have the reconciler deliver them (woken after the commit)."""
+    stored = {
+        row.name: row
+        for row in (
+            await session.execute(
+                select(FunctionSecret).where(FunctionSecret.version_id == version.id)
+            )
+        ).scalars()
+    }
+    names = sorted(set(stored) | {n for n, _ in secrets})
+    if len(names) > MAX_SECRETS:
+        raise ValidationFailed.of(
+            [
+                FieldError(
+                    "secrets",
+                    f"the version would have {len(names)} secrets; at most {MAX_SECRETS} "
+                    f"(it has {len(stored)})",
+                )
+            ]
+        )
+    for name, value in secrets:
+        row = stored.get(name)
+        if row is None:
+            session.add(
+                FunctionSecret(version_id=version.id, name=name, ciphertext=box.encrypt(value))
+            )
+        else:
+            row.ciphertext = box.encrypt(value)
+    now = now or utcnow()
+    version.secret_names = names
+    version.secrets_generation = (version.secrets_generation or 0) + 1
+    version.updated_at = now
+    deployment = await live_deployment(session, version.id)
+    if deployment is not None:
+        transitions.secrets_changed(
+            session, deployment, [n for n, _ in secrets], version.secrets_generation, now
+        )
+        if request is not None:
+            after_commit(session, reconciler_waker(request.app))
+    await session.flush()
+    log.info(
+        "function version %s: %d secret(s) updated, generation %d",
+        version.id,
+        len(secrets),
+        version.secrets_generation,
+    )

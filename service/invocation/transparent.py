@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -176,7 +175,7 @@ class FrontDoor:
         self.suffix = suffix
         self.app = wrap(self._answer)
 
-    def claims(self, scope: dict[str, Any]) -> bool:
+    def claims(self, scope: Scope) -> bool:
         path: str = scope["path"]
         if path.startswith("//") or path.startswith("/v2/orgs/"):
             return False  # rewritten by the request-context middleware: the ordinary way

@@ -17,6 +17,7 @@ from tests.support.invocation import deployed, invocation_app
 
 F = "5f0c9a4e-4d1b-4c55-9f57-2a1e3c2b7a10"
 W = "0a4b1c2d-3e4f-4a5b-8c6d-7e8f9a0b1c2d"
+SUFFIX = "invocation.localhost"
 
 
 def h(**headers: str) -> list[tuple[bytes, bytes]]:
@@ -137,7 +138,7 @@ async def test_the_front_door_answers_invocations_ahead_of_the_middleware_stack(
     answers = [
         await client.post(pexec, json={"n": 1}),
         await client.post("/echo", json={"n": 2}, headers={"function-id": fn["id"]}),
-        await client.post("/echo", json={"n": 3}, headers={"Host": f"{fn['id']}.invocation.localhost"}),
+        await client.post("/echo", json={"n": 3}, headers={"Host": f"{fn['id']}.{SUFFIX}"}),
     ]
     for n, resp in enumerate(answers, 1):
         assert resp.status_code == 200, resp.text

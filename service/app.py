@@ -16,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import scopes
 from service.auth.router import router as keys_router
@@ -56,7 +57,7 @@ from service.functions.sharing_router import router as sharing_router
 from service.invocation import InvocationPlane
 from service.invocation.metrics import InvocationMetrics
 from service.invocation.router import router as invocation_router
-from service.invocation.transparent import TransparentInvocation, body_limit
+from service.invocation.transparent import FrontDoor, TransparentInvocation, body_limit
 from service.ngc.router import router as ngc_router
 from service.registry.router import router as registry_router
 from service.state import AppState
@@ -71,6 +72,21 @@ API_PREFIX = "/v2/nvcf"
 ADMIN_KEY_FILE = "admin-api-key"
 #: where `nvcf-server invoke` keeps its replica id (inside the data dir)
 INVOCATION_OWNER_DIR = "invocation"
+
+
+class NvcfApp(FastAPI):
+    """The FastAPI application, with a front door: requests it claims (invocations, see
+    invocation/transparent.py: `FrontDoor`) skip the framework's middleware stack."""
+
+    front_door: FrontDoor | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        door = self.front_door
+        if door is not None and scope["type"] == "http" and door.claims(scope):
+            scope["app"] = self
+            await door.app(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 def api_routers(settings: Settings | None = None) -> list[APIRouter]:
@@ -261,7 +277,7 @@ def create_app(
             await engine.dispose()
             await asyncio.to_thread(telemetry.tracing.shutdown)
 
-    app = FastAPI(
+    app = NvcfApp(
         title="NVCF-compatible control plane",
         version="0.1.0",
         description="Function registry and deployments for GPU cloud functions, "
@@ -358,6 +374,21 @@ def create_app(
         json_logs=settings.log_format == "json",
         body_limit=limit_of,
     )
+    if limit_of is not None and settings.invoke_front_door:
+
+        def wrap(inner: ASGIApp) -> ASGIApp:
+            # the middleware the ordinary stack puts around invocations, in the same order
+            if telemetry.tracing.enabled:
+                inner = TracingMiddleware(inner, tracing=telemetry.tracing)
+            return RequestContextMiddleware(
+                inner,
+                metrics=telemetry.metrics,
+                max_body_bytes=settings.max_body_bytes,
+                json_logs=settings.log_format == "json",
+                body_limit=limit_of,
+            )
+
+        app.front_door = FrontDoor(suffix=settings.invoke_host_suffix, wrap=wrap)
     return app
 
 

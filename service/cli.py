@@ -79,6 +79,7 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
         ConnectionLimits,
         bounded_protocol,
         connection_cap,
+        freeze_startup_objects,
         soft_fd_limit,
     )
 
@@ -105,6 +106,7 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
             "open-file limit)",
             level=logging.WARNING,
         )
+    freeze_startup_objects(settings.gc_freeze)
     scheme = "https" if tls else "http"
     what = "the invocation plane" if invocation_only else "serving"
     _say(settings, f"{what} on {scheme}://{_url_host(args.host)}:{args.port}")

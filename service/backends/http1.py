@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from urllib.parse import urlsplit
@@ -74,8 +75,11 @@ class _Answer:
 
     def on_headers_complete(self) -> None:
         self.headers_done = True
-        # asked now: once the message is complete the parser no longer knows
-        self.keep_alive = self.parser is not None and self.parser.should_keep_alive()
+        # asked now: once the message is complete the parser no longer knows; then the
+        # reference is dropped, so that answer and parser (which holds our callbacks) are
+        # freed by reference counting instead of waiting for the cyclic garbage collector
+        parser, self.parser = self.parser, None
+        self.keep_alive = parser is not None and parser.should_keep_alive()
 
     def on_body(self, body: bytes) -> None:
         self.body.append(bytes(body))
@@ -217,19 +221,23 @@ class _Http1Response(WorkerResponse):
             self._drop()  # not read to the end: the connection cannot be reused
 
 
+@functools.lru_cache(maxsize=4096)
+def _address(base_url: str) -> tuple[str, int, str, bytes]:
+    """(host, port, path prefix, Host header) of a plain HTTP base URL, parsed once per URL
+    (an endpoint is made for every request)."""
+    parts = urlsplit(base_url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"{base_url!r} is not a plain HTTP address")
+    return parts.hostname, parts.port or 80, parts.path, parts.netloc.encode("latin-1")
+
+
 class Http1Endpoint(WorkerEndpoint):
     """A worker at `http://host:port[/prefix]`, through `pool`."""
 
     def __init__(self, base_url: str, pool: Http1Pool, *, health_url: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.health_url = health_url
-        parts = urlsplit(self.base_url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"{base_url!r} is not a plain HTTP address")
-        self._host = parts.hostname
-        self._port = parts.port or 80
-        self._prefix = parts.path
-        self._host_header = parts.netloc.encode("latin-1")
+        self._host, self._port, self._prefix, self._host_header = _address(self.base_url)
         self._pool = pool
 
     async def send(

@@ -76,6 +76,13 @@ def configure_logging(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    # Neither format shows where a record was logged from, nor its thread or process: the
+    # logging module is told not to look them up for every record (the access line is
+    # written for every request). See "Optimization" in the logging HOWTO.
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     for name in _SERVER_LOGGERS:
         server_log = logging.getLogger(name)
         server_log.handlers.clear()

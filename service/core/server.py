@@ -15,11 +15,15 @@ file descriptor. `BoundedHttpToolsProtocol` (uvicorn's httptools protocol, insta
 When the deadline passes the connection is closed: at once if no response is under way, or
 else as soon as the response is complete. A connection opened while `max_connections` are open
 is answered 503 and closed without reading from it.
+
+`freeze_startup_objects` (`NVCF_GC_FREEZE`): the serve commands call it once the application is
+built, before serving.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import resource
 from dataclasses import dataclass
@@ -62,6 +66,18 @@ def connection_cap(configured: int, soft_fd_limit: int | None) -> int:
         return configured
     room = soft_fd_limit - min(FD_RESERVE, soft_fd_limit // 2)
     return max(1, min(configured, room))
+
+
+def freeze_startup_objects(enabled: bool) -> bool:
+    """Move everything alive at start-up (modules, classes, the application) out of the cyclic
+    garbage collector's reach, so that its full collections, which otherwise walk all of it
+    and pause every request for a few hundred ms on a busy machine, walk only what requests
+    created. True when done (`NVCF_GC_FREEZE`)."""
+    if not enabled:
+        return False
+    gc.collect()
+    gc.freeze()
+    return True
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):

@@ -277,6 +277,12 @@ class Settings(BaseSettings):
         description="Seconds a function version's invocable instances are reused between "
         "database reads (0: read for every request).",
     )
+    invoke_front_door: bool = Field(
+        default=True,
+        description="Answer invocations (pexec on its plain path, transparent mode) ahead of the "
+        "framework's middleware stack, through the request-context middleware alone; false: "
+        "through the whole stack like any request (the answers are the same).",
+    )
     invoke_replica_lease_seconds: float = Field(
         default=30.0,
         gt=0,
@@ -284,6 +290,12 @@ class Settings(BaseSettings):
         "pending requests end errored.",
     )
     # -- HTTP (service/core/server.py)
+    gc_freeze: bool = Field(
+        default=True,
+        description="`serve` and `invoke`: once the application is built, move the objects "
+        "alive at start-up out of the cyclic garbage collector's reach (`gc.freeze`), so its "
+        "full collections walk only what requests created instead of pausing every request.",
+    )
     max_body_bytes: int = Field(
         default=1024 * 1024, gt=0, description="Largest request body, in bytes."
     )

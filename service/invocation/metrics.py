@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -48,6 +50,8 @@ class InvocationMetrics:
             registry=registry,
         )
         self._children: dict[tuple[int, str, str, str], Any] = {}
+        #: [in flight, waiting] per version, as the dispatcher last told them
+        self._loads: dict[uuid.UUID, list[int]] = {}
 
     def _child(self, metric: Any, function_id: str, version_id: str, extra: str = "") -> Any:
         key = (id(metric), function_id, version_id, extra)
@@ -64,6 +68,19 @@ class InvocationMetrics:
         self._child(self.latency, function_id, version_id).observe(seconds)
 
     def set_load(self, target: Target, in_flight: int, depth: int) -> None:
-        """A dispatcher's `LoadListener` (the metrics keep no reference back to it)."""
-        self._child(self.in_flight, target.fid, target.vid).set(in_flight)
-        self._child(self.queue_depth, target.fid, target.vid).set(depth)
+        """A dispatcher's `LoadListener` (the metrics keep no reference back to it). Told at
+        every change of every request: it keeps the numbers, which the two gauges read when
+        /metrics is scraped."""
+        key = target.version_id
+        load = self._loads.get(key)
+        if load is None:
+            load = self._loads[key] = [0, 0]
+            in_flight_of, depth_of = self._reader(load, 0), self._reader(load, 1)
+            self._child(self.in_flight, target.fid, target.vid).set_function(in_flight_of)
+            self._child(self.queue_depth, target.fid, target.vid).set_function(depth_of)
+        load[0] = in_flight
+        load[1] = depth
+
+    @staticmethod
+    def _reader(load: list[int], index: int) -> Callable[[], float]:
+        return lambda: float(load[index])

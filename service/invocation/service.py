@@ -98,6 +98,25 @@ class Invocation:
         return str(self.id)
 
 
+async def _done_or_timeout(future: asyncio.Future[Handoff], seconds: float) -> None:
+    """Wait until `future` is done or `seconds` have passed (`asyncio.wait` of one future,
+    without its sets and counters: every request waits like this for its answer)."""
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    timer = loop.call_later(seconds, wake)
+    future.add_done_callback(wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        future.remove_done_callback(wake)
+
+
 @dataclass(frozen=True)
 class PollAnswer:
     """A status poll's answer: still pending (`state`), or the outcome."""
@@ -298,7 +317,7 @@ class InvocationPlane:
         request as pending (it keeps running; the caller gets 202)."""
         try:
             if not inv.handoff.done():
-                await asyncio.wait({inv.handoff}, timeout=poll_seconds)
+                await _done_or_timeout(inv.handoff, poll_seconds)
         except asyncio.CancelledError:
             inv.detached = True  # nobody waits any more, and nobody can poll it
             inv.stored.set()

@@ -13,6 +13,12 @@ metrics and the access log apply) and before routing: such a request never reach
 It also answers `POST .../pexec/functions/{fid}[/versions/{vid}]` itself, the hot path of
 invocation, with the same handler as the documented route (the router's matching and
 dependency machinery cost more than the rest of an invocation).
+
+`FrontDoor` (`NVCF_INVOKE_FRONT_DOOR`) goes one step further: the application hands it the
+requests it claims (a pexec POST on its plain path, or a transparent-mode request) before the
+framework's own middleware stack, and it answers them through the same request-context
+middleware (and tracing) and the same handler. Anything it does not claim (an org alias, a
+path with leading `//`) takes the ordinary way, where `TransparentInvocation` answers it.
 """
 
 from __future__ import annotations
@@ -104,6 +110,39 @@ def body_limit(suffix: str | None, limit: int) -> Callable[[Scope], int | None]:
     return of
 
 
+#: (function id, version id, swap) of a transparent-mode request, or the ids of a pexec POST
+Claim = tuple[str, str | None, bool | None]
+
+
+def claim(scope: Scope, suffix: str | None) -> Claim | None:
+    """What an invocation request addresses (transparent mode first, as it takes precedence
+    over the path); None for any other request. `swap` is None for a pexec POST."""
+    target = addressed(scope["headers"], suffix)
+    if target is not None:
+        return target
+    ids = pexec_ids(scope)
+    return None if ids is None else (ids[0], ids[1], None)
+
+
+async def answer(scope: Scope, receive: Receive, send: Send, claimed: Claim) -> None:
+    """Answer a claimed invocation request with the invocation handler."""
+    function_id, version_id, swap = claimed
+    if swap is None:
+        scope[ROUTE_LABEL] = PEXEC_FUNCTION if version_id is None else PEXEC_VERSION
+        response = await invoke(Request(scope, receive), function_id, version_id)
+        await response(scope, receive, send)
+        return
+    scope[ROUTE_LABEL] = LABEL
+    state = scope.get("state") or {}
+    path = state.get("original_path") or scope.get("raw_path", b"").decode("latin-1")
+    path = path or scope.get("path", "/")
+    if scope.get("query_string"):
+        path += "?" + scope["query_string"].decode("latin-1")
+    request = Request(scope, receive)
+    response = await invoke(request, function_id, version_id, path=path, swap_ids=swap)
+    await response(scope, receive, send)
+
+
 class TransparentInvocation:
     def __init__(self, app: ASGIApp, *, suffix: str | None) -> None:
         self.app = app
@@ -113,23 +152,39 @@ class TransparentInvocation:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        target = addressed(scope["headers"], self.suffix)
-        if target is None:
-            ids = pexec_ids(scope)
-            if ids is None:
-                await self.app(scope, receive, send)
-                return
-            scope[ROUTE_LABEL] = PEXEC_FUNCTION if ids[1] is None else PEXEC_VERSION
-            response = await invoke(Request(scope, receive), ids[0], ids[1])
-            await response(scope, receive, send)
+        claimed = claim(scope, self.suffix)
+        if claimed is None:
+            await self.app(scope, receive, send)
             return
-        function_id, version_id, swap = target
-        scope[ROUTE_LABEL] = LABEL
-        state = scope.get("state") or {}
-        path = state.get("original_path") or scope.get("raw_path", b"").decode("latin-1")
-        path = path or scope.get("path", "/")
-        if scope.get("query_string"):
-            path += "?" + scope["query_string"].decode("latin-1")
-        request = Request(scope, receive)
-        response = await invoke(request, function_id, version_id, path=path, swap_ids=swap)
-        await response(scope, receive, send)
+        await answer(scope, receive, send, claimed)
+
+
+#: scope key carrying the front door's claim to the end of its chain
+_CLAIM = "nvcf.invocation_claim"
+
+
+class FrontDoor:
+    """Invocation requests ahead of the framework's middleware stack.
+
+    `claims(scope)` says whether a request is the front door's; `app` then answers it: `wrap`
+    puts the request-context middleware (and tracing) around the invocation handler, as they
+    are around the ordinary stack, so the request id, body limit, metrics, access log and
+    problems are the same either way."""
+
+    def __init__(self, *, suffix: str | None, wrap: Callable[[ASGIApp], ASGIApp]) -> None:
+        self.suffix = suffix
+        self.app = wrap(self._answer)
+
+    def claims(self, scope: Scope) -> bool:
+        path: str = scope["path"]
+        if path.startswith("//") or path.startswith("/v2/orgs/"):
+            return False  # rewritten by the request-context middleware: the ordinary way
+        claimed = claim(scope, self.suffix)
+        if claimed is None:
+            return False
+        scope[_CLAIM] = claimed
+        return True
+
+    @staticmethod
+    async def _answer(scope: Scope, receive: Receive, send: Send) -> None:
+        await answer(scope, receive, send, scope.pop(_CLAIM))

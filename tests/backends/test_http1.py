@@ -5,8 +5,10 @@ connection-delimited answers, HEAD, and the two kinds of failure."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import httptools
 import pytest
 
 from service.backends.http1 import Http1Endpoint, Http1Pool
@@ -87,6 +89,22 @@ async def test_connections_are_kept_alive_and_reused(pool: Http1Pool) -> None:
                 b"POST /prefix/echo?q=1 HTTP/1.1|" + str(i).encode()
             )
         assert server.connections == 1
+
+
+async def test_answers_are_freed_without_the_cyclic_garbage_collector(pool: Http1Pool) -> None:
+    async with RawServer(keep_alive_echo) as server:
+        endpoint = Http1Endpoint(server.url, pool)
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector finds stays in gc.garbage
+        try:
+            for _ in range(3):
+                assert await call(endpoint) == b"POST /echo?q=1 HTTP/1.1|x"
+            gc.collect()
+            parsers = [o for o in gc.garbage if isinstance(o, httptools.HttpResponseParser)]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+        assert parsers == []
 
 
 async def test_a_kept_alive_connection_the_server_closed_is_replaced(pool: Http1Pool) -> None:

@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.invocation.transparent import addressed
 from tests.support.api import assert_problem
@@ -16,6 +17,7 @@ from tests.support.invocation import deployed, invocation_app
 
 F = "5f0c9a4e-4d1b-4c55-9f57-2a1e3c2b7a10"
 W = "0a4b1c2d-3e4f-4a5b-8c6d-7e8f9a0b1c2d"
+SUFFIX = "invocation.localhost"
 
 
 def h(**headers: str) -> list[tuple[bytes, bytes]]:
@@ -104,3 +106,60 @@ async def test_transparent_refusals_are_problems_with_the_invocation_headers(
         headers={"function-id": str(uuid.uuid4()), "Authorization": "Bearer nvapi-wrong"},
     )
     assert_problem(resp, 401)
+
+
+class _StackSpy:
+    """Stands for the framework's middleware stack and records the paths that reach it."""
+
+    def __init__(self, stack: ASGIApp) -> None:
+        self.stack = stack
+        self.paths: list[str] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.paths.append(scope["path"])
+        await self.stack(scope, receive, send)
+
+
+@pytest.mark.parametrize("front_door", [True, False])
+async def test_the_front_door_answers_invocations_ahead_of_the_middleware_stack(
+    client_factory: ClientFactory, tmp_path: Path, front_door: bool
+) -> None:
+    client = await invocation_app(
+        client_factory,
+        tmp_path,
+        invoke_host_suffix="invocation.localhost",
+        invoke_front_door=front_door,
+    )
+    fn = await deployed(client)
+    assert client.app.middleware_stack is not None  # built by the requests of `deployed`
+    spy = _StackSpy(client.app.middleware_stack)
+    client.app.middleware_stack = spy
+    pexec = f"{V}/pexec/functions/{fn['id']}/versions/{fn['versionId']}"
+    answers = [
+        await client.post(pexec, json={"n": 1}),
+        await client.post("/echo", json={"n": 2}, headers={"function-id": fn["id"]}),
+        await client.post("/echo", json={"n": 3}, headers={"Host": f"{fn['id']}.{SUFFIX}"}),
+    ]
+    for n, resp in enumerate(answers, 1):
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["echo"] == {"n": n}
+        assert resp.headers["nvcf-status"] == "fulfilled"
+        assert resp.headers["x-request-id"] and resp.headers["nvcf-reqid"]
+    # refusals are the same problems either way
+    resp = await client.post(pexec, json={}, headers={"Authorization": "Bearer nvapi-wrong"})
+    assert_problem(resp, 401)
+    assert resp.headers["nvcf-status"] == "errored" and resp.headers["x-request-id"]
+    resp = await client.post(f"{V}/pexec/functions/not-a-uuid", json={})
+    assert_problem(resp, 400)
+    # what the front door does not claim takes the ordinary way
+    alias = f"/v2/orgs/someone-else/nvcf/pexec/functions/{fn['id']}"
+    assert_problem(await client.post(alias, json={}), 403)
+    assert (await client.get(f"{V}/functions")).status_code == 200
+    invocations = [pexec, "/echo", "/echo", pexec, f"{V}/pexec/functions/not-a-uuid"]
+    ordinary = [alias, f"{V}/functions"]
+    assert spy.paths == (ordinary if front_door else invocations + ordinary)
+    # metrics name the route the same way, whichever way the request went
+    metrics = (await client.get("/metrics")).text
+    route = "/v2/nvcf/pexec/functions/{functionId}/versions/{functionVersionId}"
+    assert f'method="POST",route="{route}",status="200"' in metrics
+    assert 'route="<transparent invocation>",status="200"' in metrics

@@ -88,6 +88,9 @@ class Runtime:
     memory: Memory
     secret_box: SecretBox | None
     wake: Callable[[], None]
+    #: called after a unit in which an instance became Running (the invocation plane re-reads
+    #: the versions whose requests wait)
+    on_running: Callable[[], None] | None = None
 
     @property
     def owner(self) -> str:
@@ -130,6 +133,7 @@ class UnitOfWork:
         self.ids = sorted(deployment_ids)
         self.view = view
         self._secrets: dict[str, PullSecrets] = {}
+        self._became_running = False
 
     async def run(self) -> None:
         claimed = await self._claim()
@@ -180,13 +184,15 @@ class UnitOfWork:
         now: datetime,
         expires: datetime,
     ) -> list[Instance]:
-        """Create instances up to each spec's minimum; retire the surplus."""
+        """Create instances up to each spec's desired count (the autoscaler's target within
+        [minInstances, maxInstances]); retire the surplus."""
         created: list[Instance] = []
         for spec in dep.specs:
             present = [
                 r for r in rows if r.spec_id == spec.id and r.desired == InstanceDesired.PRESENT
             ]
-            missing = spec.min_instances - len(present)
+            wanted = spec.desired_instances
+            missing = wanted - len(present)
             for n in range(missing):
                 created.append(
                     transitions.create_instance(
@@ -211,8 +217,9 @@ class UnitOfWork:
                         now,
                         kind="scaling",
                         reason="ScaledDown",
-                        message=f"removed: minInstances of {spec.instance_type} is "
-                        f"{spec.min_instances}",
+                        message=f"removed: {spec.instance_type} wants {wanted} instances "
+                        f"(minInstances {spec.min_instances}, maxInstances "
+                        f"{spec.max_instances})",
                     )
         return created
 
@@ -423,6 +430,8 @@ class UnitOfWork:
             await transitions.set_version_statuses(session, statuses, now)
         if wake:
             rt.wake()
+        if self._became_running and rt.on_running is not None:
+            rt.on_running()
 
     def _write_work(
         self,
@@ -444,6 +453,8 @@ class UnitOfWork:
             cond = w.condition
             if cond is not None:
                 was_wanted = row.desired == InstanceDesired.PRESENT
+                if cond.phase is Phase.RUNNING and row.phase != Phase.RUNNING.value:
+                    self._became_running = True
                 transitions.observe_instance(session, row, cond, now)
                 if was_wanted and row.desired != InstanceDesired.PRESENT:
                     failures.append(row)
@@ -520,7 +531,7 @@ class UnitOfWork:
             pending = any(r.applied for r in rows.values())
             return not pending and not present, wake
         counts_met = all(
-            sum(1 for r in present if r.spec_id == s.id) == s.min_instances for s in dep.specs
+            sum(1 for r in present if r.spec_id == s.id) == s.desired_instances for s in dep.specs
         )
         all_running = all(
             r.phase == Phase.RUNNING

@@ -50,6 +50,8 @@ class _Version:
     reported: float = 0.0
     last_request_at: datetime | None = None
     dirty: bool = True
+    #: the last report said no load at all (no need to say it again)
+    quiet: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,17 +94,19 @@ class LoadTracker:
                 self.on_cold(target.version_id)
 
     def snapshot(self) -> list[LoadSample]:
-        """The versions to report: changed since the last report, or not idle."""
+        """The versions to report: changed since the last report, or whose last report was
+        not all zeros."""
         now = self._clock()
         out: list[LoadSample] = []
         for vid, v in list(self._versions.items()):
-            if not v.dirty and v.in_flight == 0 and v.waiting == 0:
+            if not v.dirty and v.quiet:
                 continue
             v.area += v.in_flight * (now - v.changed)
             span = now - v.reported
             average = v.area / span if span > 0 else float(v.in_flight)
             out.append(LoadSample(vid, average, v.waiting, v.last_request_at))
             v.area, v.changed, v.reported, v.dirty = 0.0, now, now, False
+            v.quiet = average == 0 and v.in_flight == 0 and v.waiting == 0
         return out
 
 

@@ -426,7 +426,9 @@ class InvocationPlane:
                         inv.instance = None
                     fresh = await self.routes.refresh(inv.principal, target)
                     others = [i for i in (fresh or target).instances if i.id not in tried]
-                    if len(tried) > 1 or not others:
+                    # scaled to zero meanwhile: wait in the queue for the next instance
+                    cold = fresh is not None and not fresh.instances and len(tried) == 1
+                    if not cold and (len(tried) > 1 or not others):
                         return Outcome.failure(
                             502,
                             "the worker could not be reached: " + "; ".join(reasons),

@@ -100,6 +100,7 @@ class LoadTracker:
         out: list[LoadSample] = []
         for vid, v in list(self._versions.items()):
             if not v.dirty and v.quiet:
+                del self._versions[vid]  # said: no load; a new request starts afresh
                 continue
             v.area += v.in_flight * (now - v.changed)
             span = now - v.reported

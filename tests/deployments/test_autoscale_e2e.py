@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from service.core.db import utcnow
+from service.deployments.autoscale import Autoscaler, AutoscalerConfig
+from service.invocation.models import InvocationLoad, InvocationReplica
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, deployment, eventually, status
 from tests.support.invocation import deployed, invocation_app, pexec_url, sample, spec
@@ -197,3 +201,33 @@ async def test_missing_load_reports_never_scale_to_zero(
 
 async def _after(client: AppClient, readings: int) -> bool:
     return bool(client.app.state.autoscaler.readings >= readings)
+
+
+async def test_two_replicas_reading_at_once_take_one_decision(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """Two autoscalers on one database read the same waiting request at the same moment:
+    the row lock and the compare-and-set of their memory let exactly one of them decide."""
+    client = await app(client_factory, tmp_path, autoscale_enabled=False, invoke_enabled=False)
+    fn = await deployed(client, specs=[spec(minInstances=0, maxInstances=2)])
+    maker = client.app.state.sessionmaker
+    now = utcnow()
+    async with maker() as session, session.begin():
+        session.add(InvocationReplica(owner="other", heartbeat_at=now, load_reported_at=now))
+        session.add(
+            InvocationLoad(
+                owner="other",
+                version_id=uuid.UUID(fn["versionId"]),
+                in_flight=0.0,
+                waiting=1,
+                last_request_at=now,
+                sampled_at=now,
+            )
+        )
+    settings = client.app.state.settings
+    replicas = [Autoscaler(maker, AutoscalerConfig.from_settings(settings)) for _ in range(2)]
+    reports = await asyncio.gather(*(a.run_once() for a in replicas))
+    assert sum(len(r.decisions) for r in reports) == 1
+    reasons = [e.get("reason") for e in await events(client, fn)]
+    assert reasons.count("ScaledFromZero") == 1
+    assert target(await deployment(client, fn)) == 1

@@ -13,6 +13,8 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, func, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
 
@@ -132,17 +134,20 @@ class AutoscaleStore:
         """Store the memory if nobody changed it since it was read (compare-and-set on
         `revision`); whether it was stored."""
         if previous is None:
-            session.add(
-                AutoscaleState(
+            dialect = session.get_bind().dialect.name
+            insert = pg_insert if dialect == "postgresql" else sqlite_insert
+            result = await session.execute(
+                insert(AutoscaleState)
+                .values(
                     deployment_id=deployment.id,
                     version_id=deployment.version_id,
                     revision=1,
                     state=state,
                     updated_at=now,
                 )
+                .on_conflict_do_nothing(index_elements=[AutoscaleState.deployment_id])
             )
-            await session.flush()
-            return True
+            return bool(getattr(result, "rowcount", 0))
         result = await session.execute(
             update(AutoscaleState)
             .where(

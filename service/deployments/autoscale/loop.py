@@ -143,7 +143,8 @@ class Autoscaler:
             now = self.clock()
             report = AutoscaleReport()
             fresh_since = now - timedelta(seconds=self.config.stale)
-            loads = await self.store.loads(fresh_since)
+            idle = max(self.config.idle, self.config.window)
+            loads = await self.store.loads(fresh_since, now - timedelta(seconds=idle))
             report.signal = loads is not None
             versions = set(urgent or ()) | (set() if urgent else set(loads or {}))
             ids = await self.store.candidates(versions, only=bool(urgent))

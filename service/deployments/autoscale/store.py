@@ -1,9 +1,9 @@
 """Every SQL statement of the autoscaler: the load of live replicas, the deployments worth a
 reading, their row locks, Running counts and the autoscaler's memory (compare-and-set).
 
-Which deployments are read: those of versions with load reported by a live replica, and
-those whose target is above a minimum (they may scale down); a fleet idle at its minimums
-costs two small queries per reading, whatever its size.
+Which deployments are read: those of versions with load (or a request within the idle period)
+reported by a live replica, and those whose target is above a minimum (they may scale down);
+a fleet idle at its minimums costs three small queries per reading, whatever its size.
 """
 
 from __future__ import annotations
@@ -35,10 +35,13 @@ class AutoscaleStore:
     def __init__(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
         self.sessionmaker = sessionmaker
 
-    async def loads(self, fresh_since: datetime) -> dict[uuid.UUID, Load] | None:
+    async def loads(
+        self, fresh_since: datetime, requests_since: datetime
+    ) -> dict[uuid.UUID, Load] | None:
         """Each version's load summed over the replicas that reported since `fresh_since`;
-        None when no replica did (no signal at all). A version absent from the answer has no
-        load on any of them."""
+        None when no replica did (no signal at all). Only versions with something in flight or
+        waiting, or a request since `requests_since`, are answered: any other has no load on
+        any of them (and nothing to decide unless it is above its minimum)."""
         async with self.sessionmaker() as session:
             live = select(InvocationReplica.owner).where(
                 InvocationReplica.load_reported_at >= fresh_since
@@ -52,7 +55,14 @@ class AutoscaleStore:
                     func.sum(InvocationLoad.waiting),
                     func.max(InvocationLoad.last_request_at),
                 )
-                .where(InvocationLoad.owner.in_(live))
+                .where(
+                    InvocationLoad.owner.in_(live),
+                    or_(
+                        InvocationLoad.in_flight > 0,
+                        InvocationLoad.waiting > 0,
+                        InvocationLoad.last_request_at >= requests_since,
+                    ),
+                )
                 .group_by(InvocationLoad.version_id)
             )
             return {

@@ -1,6 +1,7 @@
 """Autoscaler benchmark: a step load on the simulated cluster (zero delays, built-in worker).
 
-Starts `nvcf-server` with short autoscaler settings, deploys a function (maxRequestConcurrency
+Starts `nvcf-server` with short autoscaler settings (the reconciler's as by default),
+deploys a function (maxRequestConcurrency
 1, minInstances 1, maxInstances `--max`) and steps from 0 to `--clients` concurrent callers
 (each request holds the worker `--work-ms`), holds the load, then steps back to 0. Prints:
 
@@ -35,8 +36,6 @@ from bench.api import free_port, start
 KEY = "nvapi-bench-" + "k" * 40
 FUNCTION = {"inferenceUrl": "/echo", "inferencePort": 8000, "containerImage": "nvcr.io/a/e:1"}
 SETTINGS = {
-    "NVCF_RECONCILE_INTERVAL": "0.1",
-    "NVCF_RECONCILE_RESYNC_SECONDS": "1",
     "NVCF_AUTOSCALE_INTERVAL": "0.25",
     "NVCF_AUTOSCALE_WINDOW_SECONDS": "1",
     "NVCF_AUTOSCALE_UP_STICKINESS_SECONDS": "0.5",
@@ -189,10 +188,13 @@ def main() -> None:
     ap.add_argument("--work-ms", type=int, default=200)
     ap.add_argument("--hold", type=float, default=12.0)
     ap.add_argument("--cold-only", action="store_true", help="measure the cold start alone")
+    ap.add_argument(
+        "--startup", type=float, default=0.0, help="simulated startup (readySeconds), seconds"
+    )
     args = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
     tmp = Path(tempfile.mkdtemp(prefix="nvcf-bench-autoscale-"))
-    delays = {"scheduleSeconds": 0, "pullSeconds": 0, "readySeconds": 0}
+    delays = {"scheduleSeconds": 0, "pullSeconds": 0, "readySeconds": args.startup}
     catalog = {
         "clusterGroups": [
             {

@@ -460,6 +460,13 @@ class UnitOfWork:
                     failures.append(row)
             next_check = cond.next_check if cond is not None else None
             running = row.desired == InstanceDesired.PRESENT and row.phase == Phase.RUNNING
+            if row.desired == InstanceDesired.PRESENT and row.applied and not running:
+                # Starting: looked at again soon after it was applied, then less and less
+                # often (a quarter of its age, up to the interval), so an instance that starts
+                # fast — a cold start — is seen Running within a fraction of its startup.
+                age = (now - row.created_at).total_seconds()
+                poll = now + timedelta(seconds=min(rt.config.interval, max(0.05, age / 4)))
+                next_check = poll if next_check is None else min(next_check, poll)
             if running and w.target is not None and row.condition is not None:
                 rt.memory.resync[row.id] = (w.target, w.mode, row.condition)
             else:

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from service.core.db import utcnow
+from service.deployments import transitions
 from service.deployments.autoscale import Autoscaler, AutoscalerConfig
+from service.deployments.models import Deployment
 from service.invocation.models import InvocationLoad, InvocationReplica
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, deployment, eventually, status
@@ -231,3 +233,34 @@ async def test_two_replicas_reading_at_once_take_one_decision(
     reasons = [e.get("reason") for e in await events(client, fn)]
     assert reasons.count("ScaledFromZero") == 1
     assert target(await deployment(client, fn)) == 1
+
+
+async def test_min_and_max_changes_clamp_the_autoscalers_target(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """The target is kept within [minInstances, maxInstances]: a lower maxInstances retires
+    the surplus at once, a higher minInstances starts instances at once."""
+    client = await app(client_factory, tmp_path, autoscale_enabled=False)
+    fn = await deployed(client, specs=[spec(minInstances=1, maxInstances=4)])
+    dep = fn["deployment"]
+    gsid = dep["deploymentSpecifications"][0]["gpuSpecificationId"]
+    url = f"{V}/deployments/{dep['deploymentId']}/gpu-specifications/{gsid}"
+    async with client.app.state.sessionmaker() as session, session.begin():
+        row = await session.get(Deployment, uuid.UUID(dep["deploymentId"]))
+        assert row is not None
+        transitions.set_targets(
+            session, row, {uuid.UUID(gsid): 3}, utcnow(), reason="ScaledUp", message="test"
+        )
+    client.app.state.reconciler.wake()
+
+    async def count(n: int) -> bool:
+        d = await deployment(client, fn)
+        return running(d) == n and len(d["instances"]) == n and target(d) == n
+
+    await eventually(lambda: count(3))
+    resp = await client.patch(url, json={"maxInstances": 2})
+    assert resp.json()["gpuSpecification"]["targetInstances"] == 2
+    await eventually(lambda: count(2))
+    resp = await client.patch(url, json={"minInstances": 4, "maxInstances": 4})
+    assert resp.json()["gpuSpecification"]["targetInstances"] == 4
+    await eventually(lambda: count(4))

@@ -4,14 +4,20 @@ nothing changed by a refused body."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
 
+from service.core.errors import ValidationFailed
+from service.deployments.schemas import GpuSpecificationPatch
+from service.deployments.validation import StoredSpec, validate_patch
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, dep_url, deployment
 from tests.support.invocation import deployed, invocation_app, spec
+from tests.support.strategies import from_json_schema
 
 CUSTOM = {
     "scaleUpDetails": {
@@ -207,3 +213,27 @@ async def test_the_deprecated_put_accepts_the_configuration(client: AppClient) -
         "deploymentSpecifications[0].autoscalingConfiguration.scaleUpDetails.factor",
         "deploymentSpecifications[0].autoscalingConfiguration.scaleUpDetails.threshold",
     ]
+
+
+_PATCH_SCHEMA = GpuSpecificationPatch.model_json_schema(
+    by_alias=True, ref_template="#/components/schemas/{model}"
+)
+_STORED = StoredSpec(
+    id=uuid.UUID(int=1), min_instances=1, max_instances=3, max_request_concurrency=1, fixed={}
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(from_json_schema(_PATCH_SCHEMA, _PATCH_SCHEMA.get("$defs", {})))
+def test_any_patch_body_is_a_change_or_a_listed_violation(body: Any) -> None:
+    """Whatever the body, a PATCH is either accepted or refused with field violations — no
+    other error escapes the validation."""
+    try:
+        change = validate_patch(body, _STORED)
+    except ValidationFailed as exc:
+        assert exc.errors
+        return
+    if change.autoscaling is not None:
+        policy, config = change.autoscaling
+        assert policy in ("CUSTOM_CONFIGURATION", "PLATFORM_CONFIGURATION")
+        assert (config is None) == (policy == "PLATFORM_CONFIGURATION")

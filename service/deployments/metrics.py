@@ -156,6 +156,14 @@ class AutoscaleMetrics:
             registry=registry,
         )
         self.decisions = {d: decisions.labels(d) for d in ("up", "down")}
+        readings = Counter(
+            "nvcf_autoscale_readings_total",
+            "Readings of the load by the autoscaler, by signal: present, or missing (no "
+            "invocation replica reported recently: every count is held, none read as zero).",
+            ["signal"],
+            registry=registry,
+        )
+        self.readings = {s: readings.labels(s) for s in ("present", "missing")}
         self.targets = Gauge(
             "nvcf_autoscale_target_instances",
             "Instances the autoscaler wants for a function version (summed over its GPU "
@@ -163,6 +171,9 @@ class AutoscaleMetrics:
             ["function_id", "version_id"],
             registry=registry,
         )
+
+    def read(self, signal: bool) -> None:
+        self.readings["present" if signal else "missing"].inc()
 
     def decided(self, direction: str) -> None:
         self.decisions[direction].inc()

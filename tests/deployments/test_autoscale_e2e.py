@@ -193,6 +193,8 @@ async def test_missing_load_reports_never_scale_to_zero(
     dep = await deployment(client, fn)
     assert target(dep) == 1 and running(dep) == 1
     assert not any(e.get("reason") == "ScaledToZero" for e in await events(client, fn))
+    metrics = (await client.get("/metrics")).text
+    assert sample(metrics, "nvcf_autoscale_readings_total", signal="missing") > 0
     plane.load_publisher.start()  # reports again: idle is measured from their return
 
     async def zero() -> bool:

@@ -95,6 +95,7 @@ class Autoscaler:
         self._event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._signal = True
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -146,6 +147,17 @@ class Autoscaler:
             idle = max(self.config.idle, self.config.window)
             loads = await self.store.loads(fresh_since, now - timedelta(seconds=idle))
             report.signal = loads is not None
+            self.metrics.read(report.signal)
+            if report.signal != self._signal:
+                self._signal = report.signal
+                if report.signal:
+                    log.info("the invocation replicas report their load again")
+                else:
+                    log.warning(
+                        "no invocation replica reported its load in the last %g s: holding "
+                        "every instance count (missing load is not zero load)",
+                        self.config.stale,
+                    )
             versions = set(urgent or ()) | (set() if urgent else set(loads or {}))
             ids = await self.store.candidates(versions, only=bool(urgent))
             changed = False

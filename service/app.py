@@ -47,6 +47,7 @@ from service.core.ratelimit import RateLimiter
 from service.core.routing import mount_flat
 from service.core.settings import Settings
 from service.core.tracing import TracingMiddleware
+from service.deployments.autoscale import Autoscaler, AutoscalerConfig
 from service.deployments.history import HistoryConfig, HistoryPurger
 from service.deployments.reconcile import build_reconciler, claim_owner
 from service.deployments.router import router as deployments_router
@@ -247,6 +248,13 @@ def create_app(
         app.state.namespace_collector = collector
         purger = HistoryPurger(app.state.sessionmaker, HistoryConfig.from_settings(settings))
         app.state.history_purger = purger
+        autoscaler = Autoscaler(
+            app.state.sessionmaker,
+            AutoscalerConfig.from_settings(settings),
+            metrics=telemetry.autoscale,
+            on_change=reconciler.wake,
+        )
+        app.state.autoscaler = autoscaler
         if settings.invoke_enabled:
             plane = InvocationPlane(
                 settings,
@@ -258,15 +266,23 @@ def create_app(
             )
             await plane.start()
             app.state.invocation = plane
+            if settings.reconciler_enabled and settings.autoscale_enabled:
+                # A request waiting for a version with no instance wakes the autoscaler
+                # here at once; an instance turning Running wakes the waiting requests.
+                plane.load.on_cold = autoscaler.wake
+            reconciler.on_running = plane.instances_changed
         if settings.reconciler_enabled:
             reconciler.start()
             collector.start()
             purger.start()
+            if settings.autoscale_enabled:
+                autoscaler.start()
         try:
             yield
         finally:
             if plane is not None:
                 await plane.stop()
+            await autoscaler.stop()
             await purger.stop()
             await collector.stop()
             await reconciler.stop()

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from service.core.quotas import Quotas
     from service.core.ratelimit import RateLimiter
     from service.core.settings import Settings
+    from service.deployments.autoscale import Autoscaler
     from service.deployments.history import HistoryPurger
     from service.deployments.reconcile import NamespaceCollector, Reconciler
     from service.functions.read_cache import VersionCache
@@ -49,6 +50,8 @@ class AppState(State):
     namespace_collector: NamespaceCollector | None
     #: purges expired history of removed deployments (runs where the reconciler runs)
     history_purger: HistoryPurger | None
+    #: the autoscaler (runs where the reconciler runs)
+    autoscaler: Autoscaler | None
     #: the version read cache (SQLite only: one process sees every commit)
     version_cache: VersionCache | None
     #: None when rate limiting is off
@@ -63,6 +66,7 @@ class AppState(State):
                 "reconciler": None,
                 "namespace_collector": None,
                 "history_purger": None,
+                "autoscaler": None,
                 "version_cache": None,
                 "rate_limiter": None,
                 "invocation": None,

@@ -20,7 +20,7 @@ from service.charts.metrics import ChartMetrics
 from service.core.middleware import Metrics
 from service.core.settings import Settings
 from service.core.tracing import Tracing, tracing_from_settings
-from service.deployments.metrics import FleetGauges, ReconcileMetrics
+from service.deployments.metrics import AutoscaleMetrics, FleetGauges, ReconcileMetrics
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -36,6 +36,7 @@ class Telemetry:
     charts: ChartMetrics
     reconcile: ReconcileMetrics
     fleet: FleetGauges
+    autoscale: AutoscaleMetrics
 
     @classmethod
     def build(cls, settings: Settings, *, span_exporter: SpanExporter | None = None) -> Telemetry:
@@ -49,6 +50,7 @@ class Telemetry:
             charts=ChartMetrics(registry),
             reconcile=ReconcileMetrics(registry),
             fleet=FleetGauges(registry, max_age=settings.metrics_fleet_cache_seconds),
+            autoscale=AutoscaleMetrics(registry),
         )
 
     async def scrape(self, sessionmaker: async_sessionmaker[AsyncSession]) -> bytes:

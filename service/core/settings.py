@@ -200,6 +200,57 @@ class Settings(BaseSettings):
         description="Seconds between purges of expired deployment history (0: off), in a "
         "process that runs the reconciler.",
     )
+    # -- the autoscaler (service/deployments/autoscale/, docs/autoscaling.md)
+    autoscale_enabled: bool = Field(
+        default=True,
+        description="Run the autoscaler in this process (where the reconciler runs; several "
+        "replicas may run it: each decision is taken under the deployment's row lock).",
+    )
+    autoscale_interval: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds between the autoscaler's readings of the load (it also wakes at "
+        "once for a request queued on a version with no Running instance).",
+    )
+    autoscale_window_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds over which utilisation is averaged before it is compared with a "
+        "threshold (samples since the last decision, at most this old).",
+    )
+    autoscale_idle_seconds: float = Field(
+        default=1800.0,
+        ge=0,
+        description="A GPU specification with `minInstances: 0` goes to zero instances after "
+        "this many seconds without a request, its utilisation below the scale-down threshold "
+        "and its load signal present all along.",
+    )
+    autoscale_up_stickiness_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="Platform policy: seconds utilisation must stay above the scale-up "
+        "threshold before the instance count grows (the stickiness threshold; the window is "
+        "twice as long).",
+    )
+    autoscale_down_stickiness_seconds: float = Field(
+        default=120.0,
+        ge=0,
+        description="Platform policy: seconds utilisation must stay below the scale-down "
+        "threshold before the instance count shrinks (the stickiness threshold; the window is "
+        "twice as long).",
+    )
+    autoscale_load_report_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="Seconds between an invocation replica's reports of its per-version load "
+        "to the database (also at once when a request waits for a version with no instance).",
+    )
+    autoscale_load_stale_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="A replica whose last load report is older than this has no signal: the "
+        "autoscaler holds every version's count rather than read it as zero load.",
+    )
     # -- instance health (docs/health.md)
     health_pod_scheduling_timeout: float = Field(
         default=600, ge=0, description="Seconds a pod may stay unschedulable."

@@ -1,6 +1,6 @@
 """The deployment runtime's Prometheus metrics (docs/telemetry.md): the reconciler's passes and
-units of work, and the fleet gauges (function versions by status, instances by phase and
-cluster)."""
+units of work, the fleet gauges (function versions by status, instances by phase and
+cluster), and the autoscaler's decisions and targets."""
 
 from __future__ import annotations
 
@@ -143,4 +143,43 @@ class FleetGauges:
             self.instances.labels(*labels).set(instances.get(labels, 0))
 
 
-__all__ = ["FleetGauges", "ReconcileMetrics"]
+class AutoscaleMetrics:
+    """The autoscaler's families: its decisions by direction, and the instances it wants per
+    function version (set at each of its readings of a version)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        registry = registry if registry is not None else CollectorRegistry()
+        decisions = Counter(
+            "nvcf_autoscale_decisions_total",
+            "Scaling decisions of the autoscaler, by direction (up: more instances, down: fewer).",
+            ["direction"],
+            registry=registry,
+        )
+        self.decisions = {d: decisions.labels(d) for d in ("up", "down")}
+        readings = Counter(
+            "nvcf_autoscale_readings_total",
+            "Readings of the load by the autoscaler, by signal: present, or missing (no "
+            "invocation replica reported recently: every count is held, none read as zero).",
+            ["signal"],
+            registry=registry,
+        )
+        self.readings = {s: readings.labels(s) for s in ("present", "missing")}
+        self.targets = Gauge(
+            "nvcf_autoscale_target_instances",
+            "Instances the autoscaler wants for a function version (summed over its GPU "
+            "specifications), as of its last reading of the version on this replica.",
+            ["function_id", "version_id"],
+            registry=registry,
+        )
+
+    def read(self, signal: bool) -> None:
+        self.readings["present" if signal else "missing"].inc()
+
+    def decided(self, direction: str) -> None:
+        self.decisions[direction].inc()
+
+    def target(self, function_id: str, version_id: str, instances: int) -> None:
+        self.targets.labels(function_id, version_id).set(instances)
+
+
+__all__ = ["AutoscaleMetrics", "FleetGauges", "ReconcileMetrics"]

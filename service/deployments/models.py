@@ -10,6 +10,8 @@ Tables:
 - `instances`: one row per instance the reconciler created; `desired` = "present" | "absent";
   `condition` is the health machine's InstanceCondition JSON; `lease_*` stop two replicas from
   driving the same instance.
+- `autoscale_state`: the autoscaler's memory per deployment (samples, last request seen),
+  compare-and-set by `revision`.
 - `deployment_events`: the timeline of `GET /deployments/{id}/events`. No foreign key: the
   timeline outlives its deployment, as history.
 - `deployment_history`: one row per removed deployment (its specifications and failed
@@ -124,8 +126,37 @@ class DeploymentSpec(Base):
     # DEPLOYING they decide between replacing a failure and ERROR (health/status.py).
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The autoscaler's desired instance count (None: minInstances); the reconciler converges
+    # to it clamped to [min_instances, max_instances]. Written only by transitions.py.
+    target_instances: Mapped[int | None] = mapped_column(Integer)
+    # NVCF's autoscalingConfigurationPolicy (None: PLATFORM_CONFIGURATION) and the custom
+    # autoscalingConfiguration as given (API names), deployments/autoscale/policy.py.
+    autoscaling_policy: Mapped[str | None] = mapped_column(String(32))
+    autoscaling_configuration: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     deployment: Mapped[Deployment] = relationship(back_populates="specs")
+
+    @property
+    def desired_instances(self) -> int:
+        """How many instances the reconciler keeps: the autoscaler's target (minInstances
+        until it sets one), always within [minInstances, maxInstances]."""
+        wanted = self.min_instances if self.target_instances is None else self.target_instances
+        return max(self.min_instances, min(wanted, self.max_instances))
+
+
+class AutoscaleState(Base):
+    """The autoscaler's memory of one deployment (deployments/autoscale/): utilisation samples
+    since its last decision, when it last saw a request and since when its signal has been
+    present. `revision` is compared and set by every write, so two replicas never both act on
+    the same reading."""
+
+    __tablename__ = "autoscale_state"
+
+    deployment_id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True)
+    version_id: Mapped[uuid.UUID] = mapped_column(UUIDStr())
+    revision: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Instance(Base):

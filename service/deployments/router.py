@@ -409,7 +409,7 @@ async def list_deployment_events(
     response_model=GpuSpecificationEnvelope,
     response_model_exclude_none=True,
     openapi_extra=_PATCH_DOC,
-    summary="Change minInstances/maxInstances of one GPU specification",
+    summary="Change minInstances/maxInstances and the autoscaling policy of one GPU specification",
 )
 async def patch_gpu_specification(
     deploymentId: str,

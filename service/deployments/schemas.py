@@ -20,6 +20,12 @@ from pydantic_core import PydanticCustomError
 from service.charts.schemas import HelmValidationPolicyIn
 from service.core.schemas import CamelModel, Timestamp
 from service.core.validation import Check, RequestModel, Rule
+from service.deployments.autoscale.policy import PLATFORM
+from service.deployments.autoscale.schemas import (
+    AutoscalingConfigurationIn,
+    AutoscalingConfigurationOut,
+    PolicyName,
+)
 from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec
 
 
@@ -49,6 +55,17 @@ class GpuSpecificationOut(CamelModel):
     preferred_order: int
     configuration: dict[str, Any] | None = None
     helm_validation_policy: HelmValidationPolicyOut | None = None
+    autoscaling_configuration_policy: str | None = Field(
+        default=None, examples=["PLATFORM_CONFIGURATION", "CUSTOM_CONFIGURATION"]
+    )
+    autoscaling_configuration: AutoscalingConfigurationOut | None = Field(
+        default=None, description="CUSTOM_CONFIGURATION only: the custom scaling policy."
+    )
+    target_instances: int | None = Field(
+        default=None,
+        description="How many instances the autoscaler wants now, within [minInstances, "
+        "maxInstances] (docs/autoscaling.md).",
+    )
 
     @classmethod
     def of(cls, spec: DeploymentSpec) -> GpuSpecificationOut:
@@ -71,6 +88,13 @@ class GpuSpecificationOut(CamelModel):
                 if spec.helm_validation_policy is not None
                 else None
             ),
+            autoscaling_configuration_policy=spec.autoscaling_policy or PLATFORM,
+            autoscaling_configuration=(
+                AutoscalingConfigurationOut.model_validate(spec.autoscaling_configuration)
+                if spec.autoscaling_configuration is not None
+                else None
+            ),
+            target_instances=spec.desired_instances,
         )
 
 
@@ -285,6 +309,8 @@ class GpuSpecificationUpdate(RequestModel):
     min_instances: Annotated[int | None, Count(0, MAX_INSTANCES)] = None
     max_instances: Annotated[int | None, Count(1, MAX_INSTANCES)] = None
     max_request_concurrency: Annotated[int | None, Count(1, MAX_REQUEST_CONCURRENCY)] = None
+    autoscaling_configuration: AutoscalingConfigurationIn | None = None
+    autoscaling_configuration_policy: PolicyName = None
     gpu_specification_id: SkipValidation[Any] = Field(
         default=None, description="the stored specification (optional when there is one)"
     )
@@ -315,3 +341,13 @@ class GpuSpecificationPatch(RequestModel):
 
     min_instances: Annotated[int | None, Count(0, MAX_INSTANCES)] = None
     max_instances: Annotated[int | None, Count(1, MAX_INSTANCES)] = None
+    autoscaling_configuration: AutoscalingConfigurationIn | None = Field(
+        default=None,
+        description="NVCF's custom scaling policy (docs/autoscaling.md); implies "
+        "CUSTOM_CONFIGURATION",
+    )
+    autoscaling_configuration_policy: PolicyName = Field(
+        default=None,
+        description="CUSTOM_CONFIGURATION (the given or stored autoscalingConfiguration) or "
+        "PLATFORM_CONFIGURATION (the platform's policy; discards a custom one)",
+    )

@@ -22,6 +22,7 @@ from service.core.db import after_commit, utcnow
 from service.core.errors import NotFound
 from service.core.pagination import Page, keyset_page
 from service.deployments import history, transitions
+from service.deployments.autoscale.policy import PLATFORM, custom_policy, platform_policy
 from service.deployments.models import (
     Deployment,
     DeploymentDesired,
@@ -443,6 +444,8 @@ def stored_spec(spec: DeploymentSpec) -> StoredSpec:
             "helmValidationPolicy": spec.helm_validation_policy,
         },
         candidate_clusters=tuple(str(c) for c in spec.candidate_clusters or ()),
+        autoscaling_policy=spec.autoscaling_policy,
+        autoscaling_configuration=spec.autoscaling_configuration,
     )
 
 
@@ -479,6 +482,21 @@ async def running_counts(session: AsyncSession, deployment_id: uuid.UUID) -> dic
     return {sid: int(n) for sid, n in (await session.execute(stmt)).all()}
 
 
+def _set_autoscaling(
+    spec: DeploymentSpec, policy: str, configuration: dict[str, Any] | None
+) -> list[str]:
+    """Store a specification's autoscaling policy; what changed, for the timeline."""
+    before = spec.autoscaling_policy or PLATFORM
+    if before == policy and spec.autoscaling_configuration == configuration:
+        return []
+    spec.autoscaling_policy = policy
+    spec.autoscaling_configuration = configuration
+    described = f"autoscalingConfigurationPolicy {before} → {policy}"
+    if configuration is not None:
+        described += f" ({custom_policy(configuration, platform_policy()).describe()})"
+    return [described]
+
+
 async def apply_scaling(
     session: AsyncSession,
     deployment: Deployment,
@@ -501,6 +519,8 @@ async def apply_scaling(
             if value is not None and value != old:
                 setattr(spec, attr, value)
                 parts.append(f"{label} {old} → {value}")
+        if change.autoscaling is not None:
+            parts += _set_autoscaling(spec, *change.autoscaling)
         if parts:
             described.append(f"{spec.gpu} {spec.instance_type} ({spec.id}): " + ", ".join(parts))
     if not described:

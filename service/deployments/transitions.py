@@ -24,6 +24,7 @@ from service.core.schemas import iso_z
 from service.deployments import history
 from service.deployments.events import record_event
 from service.deployments.models import (
+    AutoscaleState,
     Deployment,
     DeploymentDesired,
     DeploymentSpec,
@@ -169,6 +170,37 @@ def rescale(deployment: Deployment, session: AsyncSession, described: str, now: 
     record_event(session, deployment.id, "scaling", described)
 
 
+def set_targets(
+    session: AsyncSession,
+    deployment: Deployment,
+    targets: dict[uuid.UUID, int],
+    now: datetime,
+    *,
+    reason: str,
+    message: str,
+) -> bool:
+    """The autoscaler's new desired instance counts of the deployment's specs (spec id →
+    count): stored, on the timeline as one `scaling` event (`message` says from → to and
+    why), and the deployment due at once. Whether anything changed."""
+    parts: list[str] = []
+    for spec in deployment.specs:
+        to = targets.get(spec.id)
+        if to is None:
+            continue
+        before = spec.desired_instances
+        if spec.target_instances != to:
+            spec.target_instances = to
+        if before != spec.desired_instances:
+            parts.append(f"{spec.gpu} {spec.instance_type} ({spec.id}) {before} → {to}")
+    if not parts:
+        return False
+    _changed(deployment, now)
+    record_event(
+        session, deployment.id, "scaling", f"{message}; " + ", ".join(parts), reason=reason
+    )
+    return True
+
+
 async def undeploy(
     session: AsyncSession,
     deployment: Deployment,
@@ -268,6 +300,7 @@ async def remove_deployment(
         f"stay readable until {iso_z(kept.expires_at)}",
         reason="Removed",
     )
+    await session.execute(delete(AutoscaleState).where(AutoscaleState.deployment_id == dep_id))
     await session.execute(delete(Instance).where(Instance.deployment_id == dep_id))
     await session.execute(delete(DeploymentSpec).where(DeploymentSpec.deployment_id == dep_id))
     await session.execute(delete(Deployment).where(Deployment.id == dep_id))
@@ -329,7 +362,7 @@ def create_instance(
         session,
         deployment.id,
         "instance",
-        f"instance {row.id} created for {spec.instance_type} ({ordinal}/{spec.min_instances})",
+        f"instance {row.id} created for {spec.instance_type} ({ordinal}/{spec.desired_instances})",
         instance_id=row.id,
         phase=row.phase,
         reason="Created",
@@ -483,6 +516,7 @@ __all__ = [
     "schedule_instance",
     "secrets_changed",
     "secrets_delivered",
+    "set_targets",
     "set_version_status",
     "set_version_statuses",
     "status_message",

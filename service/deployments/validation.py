@@ -33,6 +33,8 @@ from service.clusters.catalog import Catalog, Cluster, ResolvedTarget, TargetReq
 from service.clusters.instance_types import InstanceType, InstanceTypeError, parse_instance_type
 from service.core.errors import FieldError, ValidationFailed
 from service.core.validation import failed, parse
+from service.deployments.autoscale.policy import CUSTOM, PLATFORM
+from service.deployments.autoscale.schemas import AutoscalingConfigurationIn
 from service.deployments.schemas import (
     SPECS,
     DeploymentCreate,
@@ -42,6 +44,7 @@ from service.deployments.schemas import (
 )
 
 SCALING_FIELDS = ("minInstances", "maxInstances", "maxRequestConcurrency")
+AUTOSCALING_FIELDS = ("autoscalingConfiguration", "autoscalingConfigurationPolicy")
 #: Fields of a stored specification that PUT may repeat but never change.
 FIXED_FIELDS = (
     "gpu",
@@ -95,6 +98,8 @@ class ScalingChange:
     min_instances: int | None = None
     max_instances: int | None = None
     max_request_concurrency: int | None = None
+    #: the new (autoscalingConfigurationPolicy, stored autoscalingConfiguration), or None
+    autoscaling: tuple[str, dict[str, Any] | None] | None = None
 
 
 def _within(where: str, errors: list[FieldError]) -> bool:
@@ -297,6 +302,45 @@ class StoredSpec:
     max_request_concurrency: int
     fixed: Mapping[str, Any]
     candidate_clusters: tuple[str, ...] = ()
+    autoscaling_policy: str | None = None
+    autoscaling_configuration: Mapping[str, Any] | None = None
+
+
+def _autoscaling(
+    path: str,
+    policy: str | None,
+    configuration: AutoscalingConfigurationIn | None,
+    stored: StoredSpec,
+    errors: list[FieldError],
+) -> tuple[str, dict[str, Any] | None] | None:
+    """The (policy, configuration) a body asks for, or None when it names neither; a
+    contradiction goes to `errors`."""
+    prefix = f"{path}." if path else ""
+    if configuration is not None:
+        if policy == PLATFORM:
+            errors.append(
+                FieldError(
+                    f"{prefix}autoscalingConfiguration",
+                    f"cannot be given with autoscalingConfigurationPolicy {PLATFORM}, which "
+                    f"discards the custom configuration; send {CUSTOM} or leave the policy out",
+                )
+            )
+            return None
+        return CUSTOM, configuration.stored()
+    if policy == CUSTOM:
+        if stored.autoscaling_configuration is None:
+            errors.append(
+                FieldError(
+                    f"{prefix}autoscalingConfiguration",
+                    f"is required with autoscalingConfigurationPolicy {CUSTOM}: this GPU "
+                    "specification has no custom configuration stored",
+                )
+            )
+            return None
+        return CUSTOM, dict(stored.autoscaling_configuration)
+    if policy == PLATFORM:
+        return PLATFORM, None
+    return None
 
 
 def _same(key: str, stored: Any, given: Any) -> bool:
@@ -385,7 +429,9 @@ def validate_update(body: Any, stored: Sequence[StoredSpec]) -> list[ScalingChan
                         "deploy again to change it",
                     )
                 )
-        if not _scaling_ok(path, bad):
+        if not _scaling_ok(path, bad) or any(
+            _within(f"{path}.{key}", errors) for key in AUTOSCALING_FIELDS
+        ):
             continue
         min_i, max_i, concurrency = (spec.get(k) for k in SCALING_FIELDS)
         errors += _min_max(
@@ -393,21 +439,37 @@ def validate_update(body: Any, stored: Sequence[StoredSpec]) -> list[ScalingChan
             target.min_instances if min_i is None else min_i,
             target.max_instances if max_i is None else max_i,
         )
-        changes.append(ScalingChange(target.id, min_i, max_i, concurrency))
+        config = spec.get("autoscalingConfiguration")
+        autoscaling = _autoscaling(
+            path,
+            spec.get("autoscalingConfigurationPolicy"),
+            AutoscalingConfigurationIn.model_validate(config) if config is not None else None,
+            target,
+            errors,
+        )
+        changes.append(ScalingChange(target.id, min_i, max_i, concurrency, autoscaling))
     if errors:
         raise ValidationFailed.of(errors, what="deployment update")
     return changes
 
 
 def validate_patch(body: Any, stored: StoredSpec) -> ScalingChange:
-    """A PATCH body `{minInstances?, maxInstances?}` (at least one)."""
+    """A PATCH body `{minInstances?, maxInstances?, autoscalingConfiguration?,
+    autoscalingConfigurationPolicy?}` (at least one)."""
     if not isinstance(body, Mapping):
         raise ValidationFailed.of([FieldError("body", "must be a JSON object")])
     model, errors = parse(GpuSpecificationPatch, body)
-    if body.get("minInstances") is None and body.get("maxInstances") is None:
+    if all(body.get(key) is None for key in ("minInstances", "maxInstances", *AUTOSCALING_FIELDS)):
         raise ValidationFailed.of(
-            [FieldError("body", "give at least one of minInstances, maxInstances")]
+            [
+                FieldError(
+                    "body",
+                    "give at least one of minInstances, maxInstances, "
+                    + ", ".join(AUTOSCALING_FIELDS),
+                )
+            ]
         )
+    autoscaling = None
     if model is not None:
         new_min = stored.min_instances if model.min_instances is None else model.min_instances
         new_max = stored.max_instances if model.max_instances is None else model.max_instances
@@ -416,6 +478,13 @@ def validate_patch(body: Any, stored: StoredSpec) -> ScalingChange:
             errors.append(
                 FieldError(where, f"maxInstances ({new_max}) must be ≥ minInstances ({new_min})")
             )
+        autoscaling = _autoscaling(
+            "",
+            model.autoscaling_configuration_policy,
+            model.autoscaling_configuration,
+            stored,
+            errors,
+        )
     if errors or model is None:
         raise ValidationFailed.of(errors, what="GPU specification update")
-    return ScalingChange(stored.id, model.min_instances, model.max_instances)
+    return ScalingChange(stored.id, model.min_instances, model.max_instances, None, autoscaling)

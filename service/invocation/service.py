@@ -41,9 +41,16 @@ from service.core.errors import BadRequest, NotFound, ServiceUnavailable, TooMan
 from service.core.settings import Settings
 from service.deployments.reconcile.owner import OwnerId
 from service.invocation.access import may_poll, visible_versions
-from service.invocation.dispatch import Dispatcher, LocalDispatcher, QueueTimeout, Ticket
+from service.invocation.dispatch import (
+    Dispatcher,
+    LoadListener,
+    LocalDispatcher,
+    QueueTimeout,
+    Ticket,
+)
 from service.invocation.dispatch_redis import RedisDispatcher
 from service.invocation.forward import request_headers, response_headers
+from service.invocation.load import LoadPublisher, LoadTracker
 from service.invocation.metrics import InvocationMetrics
 from service.invocation.models import RequestState
 from service.invocation.ratelimit import FunctionRateLimiter
@@ -136,6 +143,14 @@ class QueueInfo:
     depth: int
 
 
+def _both(first: LoadListener, second: LoadListener) -> LoadListener:
+    def listener(target: Target, in_flight: int, waiting: int) -> None:
+        first(target, in_flight, waiting)
+        second(target, in_flight, waiting)
+
+    return listener
+
+
 class InvocationPlane:
     def __init__(
         self,
@@ -155,6 +170,12 @@ class InvocationPlane:
         self.routes = RouteTable(sessionmaker, catalog, settings.invoke_route_cache_seconds)
         self.limiter = FunctionRateLimiter(settings.redis_url)
         self.metrics = metrics
+        #: this replica's load per version, published for the autoscaler (load.py)
+        self.load = LoadTracker()
+        self.load_publisher = LoadPublisher(
+            sessionmaker, owner.value, self.load, period=settings.autoscale_load_report_seconds
+        )
+        listener = _both(metrics.set_load, self.load)
         self.dispatcher: Dispatcher
         if dispatcher is not None:
             self.dispatcher = dispatcher
@@ -163,10 +184,10 @@ class InvocationPlane:
                 settings.redis_url,
                 queue_max=settings.invoke_queue_max,
                 lease_seconds=settings.invoke_replica_lease_seconds,
-                on_change=metrics.set_load,
+                on_change=listener,
             )
         else:
-            self.dispatcher = LocalDispatcher(settings.invoke_queue_max, on_change=metrics.set_load)
+            self.dispatcher = LocalDispatcher(settings.invoke_queue_max, on_change=listener)
         self.store = RequestStore(
             sessionmaker,
             owner.value,
@@ -180,6 +201,7 @@ class InvocationPlane:
         self._active: dict[uuid.UUID, Invocation] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._instances_changed = asyncio.Event()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -195,11 +217,18 @@ class InvocationPlane:
         if isinstance(self.dispatcher, RedisDispatcher):
             await self.dispatcher.start()
         self._loop_task = asyncio.create_task(self._background(), name="nvcf-invocation")
+        self.load_publisher.start()
+
+    def instances_changed(self) -> None:
+        """Instances became Running somewhere (the reconciler of this process says so):
+        re-read the versions with waiting requests now, not at the next period."""
+        self._instances_changed.set()
 
     async def stop(self) -> None:
         """Stop: requests still running here end errored (their callers may poll that). The
         replica's heartbeat row is left to age out (a restart of the same id renews it)."""
         self._stopping = True
+        await self.load_publisher.stop()
         task, self._loop_task = self._loop_task, None
         if task is not None:
             task.cancel()
@@ -223,7 +252,9 @@ class InvocationPlane:
         loop = asyncio.get_running_loop()
         next_beat, next_sweep = loop.time() + beat, loop.time() + lease
         while True:
-            await asyncio.sleep(pause)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._instances_changed.wait(), pause)
+            self._instances_changed.clear()
             now = loop.time()
             try:
                 if now >= next_beat:
@@ -414,7 +445,9 @@ class InvocationPlane:
                         inv.instance = None
                     fresh = await self.routes.refresh(inv.principal, target)
                     others = [i for i in (fresh or target).instances if i.id not in tried]
-                    if len(tried) > 1 or not others:
+                    # scaled to zero meanwhile: wait in the queue for the next instance
+                    cold = fresh is not None and not fresh.instances and len(tried) == 1
+                    if not cold and (len(tried) > 1 or not others):
                         return Outcome.failure(
                             502,
                             "the worker could not be reached: " + "; ".join(reasons),

@@ -181,7 +181,11 @@ async def test_bounds_of_result_size_and_queue_time(
     client_factory: ClientFactory, tmp_path: Path
 ) -> None:
     client = await invocation_app(
-        client_factory, tmp_path, invoke_result_max_bytes=64, invoke_queue_timeout_seconds=0.2
+        client_factory,
+        tmp_path,
+        invoke_result_max_bytes=64,
+        invoke_queue_timeout_seconds=0.2,
+        autoscale_enabled=False,  # nothing starts an instance for the queued request below
     )
     fn = await deployed(client)
     # Too large to keep for polling: the request ends errored.
@@ -202,7 +206,8 @@ async def test_bounds_of_result_size_and_queue_time(
     # A streamed answer passes whatever its size.
     resp = await client.post(pexec_url(fn), json={"pad": "x" * 200})
     assert resp.status_code == 200 and resp.json()["echo"]["pad"] == "x" * 200
-    # ACTIVE with no Running instance (minInstances 0): nobody takes the request in time.
+    # ACTIVE with no Running instance (minInstances 0) and no autoscaler to start one: nobody
+    # takes the request in time.
     idle = await deployed(client, specs=[spec(minInstances=0)])
     problem = assert_problem(await client.post(pexec_url(idle), json={}), 503)
     assert "no instance" in str(problem["detail"])

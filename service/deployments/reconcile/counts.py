@@ -35,12 +35,14 @@ def converge_counts(
     owner: str,
     attempts: int,
 ) -> list[Instance]:
-    """Create instances up to each spec's minimum (while DEPLOYING, within its attempts:
-    `may_replace`); retire the surplus."""
+    """Create instances up to each spec's desired count (the autoscaler's target within
+    [minInstances, maxInstances]; while DEPLOYING, within its attempts: `may_replace`); retire
+    the surplus."""
     created: list[Instance] = []
     for spec in dep.specs:
         present = [r for r in rows if r.spec_id == spec.id and r.desired == InstanceDesired.PRESENT]
-        missing = spec.min_instances - len(present)
+        wanted = spec.desired_instances
+        missing = wanted - len(present)
         allowed = may_replace(progress_of(spec, present), status, attempts)
         for n in range(min(missing, allowed)):
             created.append(
@@ -66,8 +68,8 @@ def converge_counts(
                     now,
                     kind="scaling",
                     reason="ScaledDown",
-                    message=f"removed: minInstances of {spec.instance_type} is "
-                    f"{spec.min_instances}",
+                    message=f"removed: {spec.instance_type} wants {wanted} instances "
+                    f"(minInstances {spec.min_instances}, maxInstances {spec.max_instances})",
                 )
     return created
 
@@ -112,7 +114,7 @@ def aggregate(
         pending = any(r.applied for r in rows.values())
         return not pending and not present, wake
     counts_met = all(
-        sum(1 for r in present if r.spec_id == s.id) == s.min_instances for s in dep.specs
+        sum(1 for r in present if r.spec_id == s.id) == s.desired_instances for s in dep.specs
     )
     all_running = all(
         r.phase == Phase.RUNNING

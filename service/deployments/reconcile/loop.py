@@ -26,6 +26,7 @@ import random
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -95,6 +96,8 @@ class Reconciler:
         #: held during a pass; the namespace collector runs between passes
         self.pass_lock = asyncio.Lock()
         self.passes = 0
+        #: called when an instance became Running (set by the app: the invocation plane)
+        self.on_running: Callable[[], None] | None = None
         self._order = random.Random(self.store.owner)  # noqa: S311 - an order, not a secret
 
     @property
@@ -112,6 +115,7 @@ class Reconciler:
             memory=self.memory,
             secret_box=self.secret_box,
             wake=self.wake,
+            on_running=self.on_running,
         )
 
     # ------------------------------------------------------------------ lifecycle

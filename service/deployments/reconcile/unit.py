@@ -97,6 +97,9 @@ class Runtime:
     memory: Memory
     secret_box: SecretBox | None
     wake: Callable[[], None]
+    #: called after a unit in which an instance became Running (the invocation plane re-reads
+    #: the versions whose requests wait)
+    on_running: Callable[[], None] | None = None
 
     @property
     def owner(self) -> str:
@@ -143,6 +146,7 @@ class UnitOfWork:
         self.view = view
         self._secrets: dict[str, PullSecrets] = {}
         self._version_secrets = VersionSecrets(rt.sessionmaker, rt.secret_box)
+        self._became_running = False
 
     async def run(self) -> None:
         claimed = await self._claim()
@@ -440,6 +444,8 @@ class UnitOfWork:
             await transitions.set_version_statuses(session, statuses, now)
         if wake:
             rt.wake()
+        if self._became_running and rt.on_running is not None:
+            rt.on_running()
 
     def _write_work(
         self,
@@ -463,11 +469,20 @@ class UnitOfWork:
             cond = w.condition
             if cond is not None:
                 was_wanted = row.desired == InstanceDesired.PRESENT
+                if cond.phase is Phase.RUNNING and row.phase != Phase.RUNNING.value:
+                    self._became_running = True
                 transitions.observe_instance(session, row, cond, now)
                 if was_wanted and row.desired != InstanceDesired.PRESENT:
                     failures.append(row)
             next_check = cond.next_check if cond is not None else None
             running = row.desired == InstanceDesired.PRESENT and row.phase == Phase.RUNNING
+            if row.desired == InstanceDesired.PRESENT and row.applied and not running:
+                # Starting: looked at again soon after it was applied, then less and less
+                # often (a quarter of its age, up to the interval), so an instance that starts
+                # fast — a cold start — is seen Running within a fraction of its startup.
+                age = (now - row.created_at).total_seconds()
+                poll = now + timedelta(seconds=min(rt.config.interval, max(0.05, age / 4)))
+                next_check = poll if next_check is None else min(next_check, poll)
             if running and w.target is not None and row.condition is not None:
                 rt.memory.resync[row.id] = (w.target, w.mode, row.condition)
             else:

@@ -1,0 +1,208 @@
+"""Each replica's load per function version, published to the database for the autoscaler.
+
+`LoadTracker` is told by the dispatcher (a `LoadListener`) whenever a version's load on this
+replica changes: requests in flight, requests waiting. It integrates in-flight over time, so
+a report carries the *average* in flight since the previous one (short requests between two
+reports count), the requests waiting now, and the last time a request arrived (the sum of in
+flight and waiting grew). When a request waits for a version with no Running instance, it
+calls `on_cold` at once (the autoscaler wakes in this process) and asks for a report now.
+
+`LoadPublisher` writes, every `NVCF_AUTOSCALE_LOAD_REPORT_SECONDS` (or at once when asked),
+one row per version whose load changed or is not zero (`invocation_load`, upserted by
+(replica, version)) and the replica's `load_reported_at`, in one transaction: a replica's rows
+are current as of that time. A version idle on this replica costs nothing per report. Rows of
+replicas forgotten by the heartbeat sweep are deleted with them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.core.db import utcnow
+from service.invocation.models import InvocationLoad, InvocationReplica
+from service.invocation.routing import Target
+
+log = logging.getLogger("nvcf.invocation.load")
+
+Clock = Callable[[], float]
+
+
+@dataclass
+class _Version:
+    in_flight: int = 0
+    waiting: int = 0
+    #: ∫ in_flight dt since the last report, and when in_flight last changed
+    area: float = 0.0
+    changed: float = 0.0
+    reported: float = 0.0
+    last_request_at: datetime | None = None
+    dirty: bool = True
+    #: the last report said no load at all (no need to say it again)
+    quiet: bool = False
+
+
+@dataclass(frozen=True)
+class LoadSample:
+    version_id: uuid.UUID
+    in_flight: float
+    waiting: int
+    last_request_at: datetime | None
+
+
+class LoadTracker:
+    """This replica's load per version (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock = time.monotonic,
+        on_cold: Callable[[uuid.UUID], None] | None = None,
+    ) -> None:
+        self._clock = clock
+        self._versions: dict[uuid.UUID, _Version] = {}
+        self.on_cold = on_cold
+        #: set when a report should go out now
+        self.urgent = asyncio.Event()
+
+    def __call__(self, target: Target, in_flight: int, waiting: int) -> None:
+        now = self._clock()
+        v = self._versions.get(target.version_id)
+        if v is None:
+            v = self._versions[target.version_id] = _Version(changed=now, reported=now)
+        v.area += v.in_flight * (now - v.changed)
+        v.changed = now
+        if in_flight + waiting > v.in_flight + v.waiting:
+            v.last_request_at = utcnow()
+        cold = waiting > 0 and v.waiting == 0 and not target.instances
+        v.in_flight, v.waiting, v.dirty = in_flight, waiting, True
+        if cold:
+            self.urgent.set()
+            if self.on_cold is not None:
+                self.on_cold(target.version_id)
+
+    def snapshot(self) -> list[LoadSample]:
+        """The versions to report: changed since the last report, or whose last report was
+        not all zeros."""
+        now = self._clock()
+        out: list[LoadSample] = []
+        for vid, v in list(self._versions.items()):
+            if not v.dirty and v.quiet:
+                del self._versions[vid]  # said: no load; a new request starts afresh
+                continue
+            v.area += v.in_flight * (now - v.changed)
+            span = now - v.reported
+            average = v.area / span if span > 0 else float(v.in_flight)
+            out.append(LoadSample(vid, average, v.waiting, v.last_request_at))
+            v.area, v.changed, v.reported, v.dirty = 0.0, now, now, False
+            v.quiet = average == 0 and v.in_flight == 0 and v.waiting == 0
+        return out
+
+
+class LoadPublisher:
+    """Reports a `LoadTracker` to the database (see the module docstring)."""
+
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        owner: str,
+        tracker: LoadTracker,
+        *,
+        period: float,
+    ) -> None:
+        self.sessionmaker = sessionmaker
+        self.owner = owner
+        self.tracker = tracker
+        self.period = period
+        self.reports = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="nvcf-load-publisher")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.tracker.urgent.wait(), self.period)
+            self.tracker.urgent.clear()
+            try:
+                await self.publish()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("publishing the invocation load failed")
+
+    async def publish(self) -> int:
+        """One report; the number of version rows written."""
+        samples = self.tracker.snapshot()
+        now = utcnow()
+        async with self.sessionmaker() as session, session.begin():
+            if samples:
+                await session.execute(_upsert(session), [self._row(s, now) for s in samples])
+            result: Any = await session.execute(
+                update(InvocationReplica)
+                .where(InvocationReplica.owner == self.owner)
+                .values(load_reported_at=now)
+            )
+            if result.rowcount == 0:
+                session.add(
+                    InvocationReplica(
+                        owner=self.owner, heartbeat_at=now, started_at=now, load_reported_at=now
+                    )
+                )
+            if self.reports % 60 == 0:
+                await session.execute(
+                    delete(InvocationLoad).where(
+                        InvocationLoad.owner.not_in(select(InvocationReplica.owner))
+                    )
+                )
+        self.reports += 1
+        return len(samples)
+
+    def _row(self, s: LoadSample, now: datetime) -> dict[str, Any]:
+        return {
+            "owner": self.owner,
+            "version_id": s.version_id,
+            "in_flight": s.in_flight,
+            "waiting": s.waiting,
+            "last_request_at": s.last_request_at,
+            "sampled_at": now,
+        }
+
+
+def _upsert(session: AsyncSession) -> Any:
+    """INSERT … ON CONFLICT (owner, version_id) DO UPDATE, in the session's dialect."""
+    dialect = session.get_bind().dialect.name
+    stmt = (pg_insert if dialect == "postgresql" else sqlite_insert)(InvocationLoad)
+    return stmt.on_conflict_do_update(
+        index_elements=[InvocationLoad.owner, InvocationLoad.version_id],
+        set_={
+            "in_flight": stmt.excluded.in_flight,
+            "waiting": stmt.excluded.waiting,
+            "last_request_at": stmt.excluded.last_request_at,
+            "sampled_at": stmt.excluded.sampled_at,
+        },
+    )
+
+
+__all__ = ["LoadPublisher", "LoadSample", "LoadTracker"]

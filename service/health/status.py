@@ -35,13 +35,16 @@ DEFAULT_DEPLOY_ATTEMPTS = Settings.model_construct().reconcile_deploy_attempts
 class SpecProgress:
     """One deployment specification: its `minInstances`, how many instances are Running, how
     many are wanted (`present`: starting or running), and, over the deployment's life, how
-    many instances were created for it (`tried`) and how many of those failed (`failed`)."""
+    many instances were created for it (`tried`) and how many of those failed (`failed`).
+    `wanted` is the count the reconciler converges to (the autoscaler's target within
+    [minInstances, maxInstances]; None: `min_instances`)."""
 
     min_instances: int
     running: int
     present: int | None = None
     tried: int = 0
     failed: int = 0
+    wanted: int | None = None
 
     @property
     def satisfied(self) -> bool:
@@ -66,7 +69,8 @@ class SpecProgress:
 def may_replace(progress: SpecProgress, status: VersionStatus | None, attempts: int) -> int:
     """How many of the spec's missing instances may be created now: all of them once the
     version has left DEPLOYING; while DEPLOYING, only within the spec's attempts."""
-    missing = max(progress.min_instances - progress.live, 0)
+    wanted = progress.min_instances if progress.wanted is None else progress.wanted
+    missing = max(wanted - progress.live, 0)
     if status not in (None, VersionStatus.INACTIVE, VersionStatus.DEPLOYING):
         return missing
     return max(min(missing, progress.budget(attempts) - progress.tried), 0)

@@ -94,6 +94,8 @@ REPLACE: list[tuple[str, VersionStatus | None, SpecProgress, int, int]] = [
     ("one attempt: no replacement", S.DEPLOYING, SpecProgress(2, 1, 1, 2, 1), 1, 0),
     ("ACTIVE: always replaced", S.DEGRADING, SpecProgress(2, 1, 1, 60, 59), 3, 1),
     ("nothing missing", S.DEPLOYING, SpecProgress(2, 0, 2, 2, 0), 3, 0),
+    ("ACTIVE: up to the autoscaler's target", S.ACTIVE, SpecProgress(1, 1, 1, 1, 0, 3), 3, 2),
+    ("scaled to zero: nothing missing", S.ACTIVE, SpecProgress(0, 0, 0, 4, 0, 0), 3, 0),
 ]
 
 

@@ -166,4 +166,5 @@ def progress_of(spec: DeploymentSpec, present: Sequence[Instance]) -> SpecProgre
         present=len(present),
         tried=spec.attempts,
         failed=spec.failures,
+        wanted=spec.desired_instances,
     )

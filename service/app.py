@@ -54,6 +54,7 @@ from service.functions.router import router as functions_router
 from service.functions.schemas import DOC_MODELS
 from service.functions.sharing_router import router as sharing_router
 from service.invocation import InvocationPlane
+from service.invocation.dispatch_redis import RedisActivity
 from service.invocation.metrics import InvocationMetrics
 from service.invocation.router import router as invocation_router
 from service.invocation.transparent import TransparentInvocation, body_limit
@@ -229,6 +230,7 @@ def create_app(
         )
         app.state.reconciler = reconciler
         app.state.namespace_collector = collector
+        activity: RedisActivity | None = None
         purger = HistoryPurger(app.state.sessionmaker, HistoryConfig.from_settings(settings))
         app.state.history_purger = purger
         if settings.invoke_enabled:
@@ -242,6 +244,10 @@ def create_app(
             )
             await plane.start()
             app.state.invocation = plane
+            reconciler.activity = plane.dispatcher  # what a drain waits for
+        elif settings.redis_url:
+            activity = RedisActivity(settings.redis_url)
+            reconciler.activity = activity
         if settings.reconciler_enabled:
             reconciler.start()
             collector.start()
@@ -251,6 +257,8 @@ def create_app(
         finally:
             if plane is not None:
                 await plane.stop()
+            if activity is not None:
+                await activity.aclose()
             await purger.stop()
             await collector.stop()
             await reconciler.stop()

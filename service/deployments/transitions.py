@@ -29,7 +29,9 @@ from service.deployments.models import (
     DeploymentSpec,
     Instance,
     InstanceDesired,
+    SpecRevision,
 )
+from service.deployments.rollout import RolloutState
 from service.functions.models import FunctionVersion
 from service.health.machine import InstanceCondition, Phase
 from service.health.status import VersionStatus
@@ -145,13 +147,27 @@ async def deploy(
     now: datetime,
     *,
     validated: str,
+    by: str | None = None,
 ) -> None:
-    """Store a new deployment (desired `deployed`, due at once) and move its version out of
-    INACTIVE; `validated` describes the specifications for the timeline."""
+    """Store a new deployment (desired `deployed`, due at once) with revision 1 of each
+    spec (accepted `by`), and move its version out of INACTIVE; `validated` describes the
+    specifications for the timeline."""
     deployment.desired = DeploymentDesired.DEPLOYED
     deployment.due_at = now
     session.add(deployment)
     await session.flush()
+    session.add_all(
+        SpecRevision(
+            spec_id=spec.id,
+            number=1,
+            configuration=spec.configuration,
+            helm_validation_policy=spec.helm_validation_policy,
+            objects=list(spec.objects),
+            created_by=by,
+            created_at=now,
+        )
+        for spec in deployment.specs
+    )
     record_event(session, deployment.id, "validation", validated)
     record_event(
         session,
@@ -176,10 +192,13 @@ async def undeploy(
     now: datetime,
     *,
     message: str,
+    drain: bool = False,
 ) -> None:
     """Mark the deployment `deleting` (the reconciler tears its instances down, then removes
-    it) and turn the version INACTIVE at once."""
+    it) and turn the version INACTIVE at once. `drain` (graceful): its Running instances
+    first finish the requests in flight and queued (bounded by the drain timeout)."""
     deployment.desired = DeploymentDesired.DELETING
+    deployment.drain_since = now if drain else None
     _changed(deployment, now)
     record_event(session, deployment.id, "teardown", message)
     if version is not None:
@@ -281,13 +300,15 @@ def create_instance(
         due_at=now,
         created_at=now,
         updated_at=now,
+        revision=spec.target_revision,
     )
     session.add(row)
     record_event(
         session,
         deployment.id,
         "instance",
-        f"instance {row.id} created for {spec.instance_type} ({ordinal}/{spec.min_instances})",
+        f"instance {row.id} created for {spec.instance_type} ({ordinal}/{spec.min_instances}, "
+        f"revision {row.revision})",
         instance_id=row.id,
         phase=row.phase,
         reason="Created",
@@ -386,13 +407,24 @@ def observe_instance(
 
 
 def retire_instance(
-    session: AsyncSession, row: Instance, now: datetime, *, kind: str, reason: str, message: str
+    session: AsyncSession,
+    row: Instance,
+    now: datetime,
+    *,
+    kind: str,
+    reason: str,
+    message: str,
+    drain: bool = False,
 ) -> None:
-    """The instance is no longer wanted (scaled down, or its version failed): it will be torn
-    down; `kind`/`reason`/`message` say why on the timeline."""
+    """The instance is no longer wanted (scaled down, replaced by a rollout, or its version
+    failed): it will be torn down; `kind`/`reason`/`message` say why on the timeline. `drain`:
+    a Running instance first stops taking requests and finishes those it has."""
     row.desired = InstanceDesired.ABSENT
     row.updated_at = now
     row.due_at = now
+    if drain and row.phase == Phase.RUNNING.value:
+        row.drain_since = now
+        message += "; draining: it takes no new requests and finishes those in flight"
     record_event(
         session,
         row.deployment_id,
@@ -401,6 +433,110 @@ def retire_instance(
         instance_id=row.id,
         phase=row.phase,
         reason=reason,
+    )
+
+
+# --- revisions and rollouts -------------------------------------------------------------------
+
+
+def _target(spec: DeploymentSpec, revision: SpecRevision) -> None:
+    """What a new instance of the spec gets: the revision's configuration and objects."""
+    spec.target_revision = revision.number
+    spec.configuration = revision.configuration
+    spec.helm_validation_policy = revision.helm_validation_policy
+    spec.objects = list(revision.objects)
+
+
+def _spec_name(spec: DeploymentSpec) -> str:
+    return f"{spec.gpu} {spec.instance_type} ({spec.id})"
+
+
+def start_rollout(
+    session: AsyncSession,
+    deployment: Deployment,
+    spec: DeploymentSpec,
+    revision: SpecRevision,
+    now: datetime,
+    *,
+    created: bool,
+) -> None:
+    """Roll the spec's instances to `revision`: a new one (`created`, stored here) or an
+    earlier one (rollback). Instances move one at a time (rollout.py); `revision.created_by`
+    (or the rollback's caller) is named on the timeline."""
+    if created:
+        session.add(revision)
+    previous = spec.target_revision
+    _target(spec, revision)
+    spec.rollout_state = RolloutState.PROGRESSING.value
+    spec.rollout_reason = None
+    spec.rollout_at = now
+    _changed(deployment, now)
+    what = "revision" if created else "rollback to revision"
+    by = f" by {revision.created_by}" if created and revision.created_by else ""
+    record_event(
+        session,
+        deployment.id,
+        "rollout",
+        f"{_spec_name(spec)}: {what} {revision.number}{by}; rolling instances from revision "
+        f"{spec.revision} (target was {previous}) to {revision.number}, one at a time",
+        reason="RolloutStarted" if created else "RollbackStarted",
+    )
+
+
+def rollout_progressed(
+    session: AsyncSession, deployment: Deployment, spec: DeploymentSpec, done: int, desired: int
+) -> None:
+    record_event(
+        session,
+        deployment.id,
+        "rollout",
+        f"{_spec_name(spec)}: {done}/{desired} instances on revision {spec.target_revision}",
+        reason="RolloutProgressed",
+    )
+
+
+def rollout_completed(
+    session: AsyncSession, deployment: Deployment, spec: DeploymentSpec, now: datetime
+) -> None:
+    """Every wanted instance runs the target revision: it is the current one."""
+    spec.revision = spec.target_revision
+    spec.rollout_state = RolloutState.COMPLETED.value
+    spec.rollout_reason = None
+    spec.rollout_at = now
+    record_event(
+        session,
+        deployment.id,
+        "rollout",
+        f"{_spec_name(spec)}: rollout to revision {spec.revision} completed",
+        reason="RolloutCompleted",
+    )
+
+
+def rollout_failed(
+    session: AsyncSession,
+    deployment: Deployment,
+    spec: DeploymentSpec,
+    serving: SpecRevision,
+    now: datetime,
+    *,
+    reason: str,
+) -> None:
+    """A new instance of the target revision failed: the rollout stops and the target goes
+    back to the revision that serves (`serving`); the failed revision's instances are
+    replaced the same way, one at a time."""
+    failed_revision = spec.target_revision
+    _target(spec, serving)
+    spec.rollout_state = RolloutState.FAILED.value
+    spec.rollout_reason = f"revision {failed_revision}: {reason}"
+    spec.rollout_at = now
+    _changed(deployment, now)
+    record_event(
+        session,
+        deployment.id,
+        "rollout",
+        f"{_spec_name(spec)}: rollout to revision {failed_revision} failed ({reason}); "
+        f"revision {serving.number} keeps serving",
+        reason="RolloutFailed",
     )
 
 
@@ -430,10 +566,14 @@ __all__ = [
     "remove_deployment",
     "rescale",
     "retire_instance",
+    "rollout_completed",
+    "rollout_failed",
+    "rollout_progressed",
     "schedule",
     "schedule_instance",
     "set_version_status",
     "set_version_statuses",
+    "start_rollout",
     "status_message",
     "status_of",
     "torn_down",

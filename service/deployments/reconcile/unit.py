@@ -26,15 +26,17 @@ from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.clusters.instance_types import InstanceTypeError, parse_instance_type
 from service.core.crypto import SecretBox
-from service.deployments import transitions
+from service.deployments import rollout, transitions
 from service.deployments.models import (
     Deployment,
     DeploymentDesired,
     DeploymentSpec,
     Instance,
     InstanceDesired,
+    SpecRevision,
 )
 from service.deployments.reconcile.config import ReconcilerConfig
+from service.deployments.reconcile.drain import Activity, Loads
 from service.deployments.reconcile.placement import (
     CapacityView,
     permitted_candidates,
@@ -88,6 +90,8 @@ class Runtime:
     memory: Memory
     secret_box: SecretBox | None
     wake: Callable[[], None]
+    #: the invocation plane's view of requests in flight (None: unknown, drains time out)
+    activity: Activity | None = None
 
     @property
     def owner(self) -> str:
@@ -130,12 +134,15 @@ class UnitOfWork:
         self.ids = sorted(deployment_ids)
         self.view = view
         self._secrets: dict[str, PullSecrets] = {}
+        self._revisions: dict[tuple[uuid.UUID, int], list[Any]] = {}
+        self._loads = Loads()
 
     async def run(self) -> None:
         claimed = await self._claim()
         if not claimed:
             return
         fresh = await self._place(claimed)
+        self._loads = await self._drain_loads(claimed)
         for c in claimed:
             await self._drive(c, fresh)
         await self._finish(claimed)
@@ -180,14 +187,25 @@ class UnitOfWork:
         now: datetime,
         expires: datetime,
     ) -> list[Instance]:
-        """Create instances up to each spec's minimum; retire the surplus."""
+        """Each spec's next step (rollout.decide): create instances on its target revision,
+        retire the surplus or the replaced ones (Running ones drain first)."""
         created: list[Instance] = []
         for spec in dep.specs:
             present = [
                 r for r in rows if r.spec_id == spec.id and r.desired == InstanceDesired.PRESENT
             ]
-            missing = spec.min_instances - len(present)
-            for n in range(missing):
+            desired = spec.min_instances
+            progressing = spec.rollout_state == rollout.RolloutState.PROGRESSING
+            decision = rollout.decide(
+                desired,
+                spec.target_revision,
+                [
+                    rollout.Member(r.id, r.revision, r.phase == Phase.RUNNING, r.created_at)
+                    for r in present
+                ],
+                rolling=progressing,
+            )
+            for n in range(decision.create):
                 created.append(
                     transitions.create_instance(
                         session,
@@ -199,12 +217,21 @@ class UnitOfWork:
                         ordinal=len(present) + n + 1,
                     )
                 )
-            if missing < 0:
-                # Scale down: drop instances that are not serving first, newest first.
-                surplus = sorted(present, key=lambda r: (r.phase == Phase.RUNNING, r.created_at))[
-                    :-missing
-                ]
-                for row in surplus:
+            by_id = {r.id: r for r in present}
+            for inst_id in decision.retire:
+                row = by_id[inst_id]
+                if row.revision != spec.target_revision:
+                    transitions.retire_instance(
+                        session,
+                        row,
+                        now,
+                        kind="rollout",
+                        reason="Replaced",
+                        message=f"(revision {row.revision}) replaced by revision "
+                        f"{spec.target_revision}",
+                        drain=True,
+                    )
+                else:
                     transitions.retire_instance(
                         session,
                         row,
@@ -213,7 +240,17 @@ class UnitOfWork:
                         reason="ScaledDown",
                         message=f"removed: minInstances of {spec.instance_type} is "
                         f"{spec.min_instances}",
+                        drain=True,
                     )
+            if progressing and decision.retire and not decision.completed:
+                done = sum(
+                    1
+                    for r in present
+                    if r.revision == spec.target_revision and r.id not in decision.retire
+                )
+                transitions.rollout_progressed(session, dep, spec, done, desired)
+            if decision.completed:
+                transitions.rollout_completed(session, dep, spec, now)
         return created
 
     # ---------------------------------------------------------------- placement (T2)
@@ -298,7 +335,7 @@ class UnitOfWork:
         for w in c.work:
             row = w.row
             if c.tearing_down or row.desired != InstanceDesired.PRESENT:
-                if row.applied:
+                if row.applied and self._drained(c, row):
                     w.gone = await self._teardown(c, w)
                 continue
             if w.condition is not None:  # decided during placement (unavailable cluster)
@@ -352,7 +389,68 @@ class UnitOfWork:
         self, dep: Deployment, row: Instance, spec: DeploymentSpec
     ) -> list[dict[str, Any]]:
         secrets = await self._pull_secrets(dep.account_id)
-        return install_objects(self.rt.catalog, dep, row, spec, secrets)
+        objects = await self._revision_objects(spec, row.revision)
+        return install_objects(self.rt.catalog, dep, row, spec, secrets, objects=objects)
+
+    async def _revision_objects(self, spec: DeploymentSpec, number: int) -> list[Any] | None:
+        """The validated objects of an instance's revision when it is not the spec's target
+        (an old instance re-applied during a rollout); None: the spec's own."""
+        if number == spec.target_revision:
+            return None
+        key = (spec.id, number)
+        if key not in self._revisions:
+            async with self.rt.sessionmaker() as session:
+                found = await session.get(SpecRevision, key)
+            self._revisions[key] = list(found.objects) if found is not None else []
+        return self._revisions[key] or None
+
+    # ---------------------------------------------------------------- drain
+
+    def _drain_since(self, c: Claimed, row: Instance) -> datetime | None:
+        """When the instance started draining; None when it tears down at once."""
+        if row.drain_since is not None:
+            return row.drain_since
+        if c.tearing_down and row.phase == Phase.RUNNING.value:
+            return c.dep.drain_since  # graceful undeploy (None: immediate)
+        return None
+
+    async def _drain_loads(self, claimed: list[Claimed]) -> Loads:
+        """Requests in flight on the draining instances (and waiting for their versions, for a
+        graceful undeploy), asked of the invocation plane once per unit."""
+        instances: list[uuid.UUID] = []
+        versions: list[uuid.UUID] = []
+        for c in claimed:
+            for w in c.work:
+                row = w.row
+                gone = c.tearing_down or row.desired != InstanceDesired.PRESENT
+                if gone and row.applied and self._drain_since(c, row) is not None:
+                    instances.append(row.id)
+                    if c.tearing_down:
+                        versions.append(c.dep.version_id)
+        if not instances or self.rt.activity is None:
+            return Loads(known=self.rt.activity is not None)
+        try:
+            return Loads(
+                in_flight=dict(await self.rt.activity.requests_in_flight(instances)),
+                waiting=dict(await self.rt.activity.requests_waiting(sorted(set(versions)))),
+            )
+        except Exception as exc:  # unknown: the drain timeout still ends it
+            log.warning("reading requests in flight failed: %s", exc)
+            return Loads(known=False)
+
+    def _drained(self, c: Claimed, row: Instance) -> bool:
+        since = self._drain_since(c, row)
+        if since is None:
+            return True
+        loads = self._loads
+        return rollout.drained(
+            since=since,
+            now=self.rt.clock(),
+            timeout=self.rt.config.drain_timeout,
+            grace=self.rt.config.drain_grace,
+            in_flight=loads.in_flight.get(row.id, 0) if loads.known else None,
+            waiting=loads.waiting.get(c.dep.version_id, 0) if c.tearing_down else 0,
+        )
 
     def _evaluate(
         self, observed: ObservedState, row: Instance, mode: HealthMode
@@ -411,6 +509,7 @@ class UnitOfWork:
                 if dep.desired != DeploymentDesired.DEPLOYED or version is None:
                     await self._finish_delete(session, dep, version, rows, now)
                     continue
+                failures = await self._rollout_failures(session, dep, failures, now)
                 settled, again = self._aggregate(
                     session, dep, version, rows, failures, statuses, now
                 )
@@ -467,6 +566,40 @@ class UnitOfWork:
                 due = None
             transitions.schedule_instance(row, due)
         return failures
+
+    async def _rollout_failures(
+        self,
+        session: AsyncSession,
+        dep: Deployment,
+        failures: list[Instance],
+        now: datetime,
+    ) -> list[Instance]:
+        """A failed instance of a spec's rollout target ends that rollout (the serving
+        revision stays); the other failures, which the version status judges."""
+        others: list[Instance] = []
+        for row in failures:
+            spec = next((s for s in dep.specs if s.id == row.spec_id), None)
+            if (
+                spec is None
+                or spec.rollout_state != rollout.RolloutState.PROGRESSING
+                or row.revision != spec.target_revision
+                or spec.target_revision == spec.revision
+            ):
+                others.append(row)
+                continue
+            serving = await session.get(SpecRevision, (spec.id, spec.revision))
+            if serving is None:  # cannot happen: revisions live as long as their spec
+                others.append(row)
+                continue
+            transitions.rollout_failed(
+                session,
+                dep,
+                spec,
+                serving,
+                now,
+                reason=f"instance {row.id} failed: {row.reason}: {row.message}",
+            )
+        return others
 
     def _aggregate(
         self,

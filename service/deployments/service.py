@@ -18,6 +18,7 @@ from typing import Any, cast
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.auth.service import Principal
 from service.core.db import after_commit, utcnow
 from service.core.errors import NotFound
 from service.core.pagination import Page, keyset_page
@@ -30,6 +31,7 @@ from service.deployments.models import (
     DeploymentSpec,
     Instance,
     InstanceDesired,
+    SpecRevision,
 )
 from service.deployments.schemas import (
     DeploymentOut,
@@ -251,6 +253,7 @@ async def deployment_views(
                     InstanceOut(
                         instance_id=i.id,
                         gpu_specification_id=i.spec_id,
+                        revision=i.revision,
                         cluster=i.cluster,
                         phase=i.phase,
                         reason=i.reason,
@@ -261,8 +264,27 @@ async def deployment_views(
                     if i.desired == InstanceDesired.PRESENT
                 ],
                 health_info=health,
+                updated=_updated(d, instances.get(d.id, [])),
             )
         )
+    return out
+
+
+def _updated(
+    deployment: Deployment, instances: Sequence[Instance]
+) -> dict[uuid.UUID, tuple[int, int]]:
+    """Per spec: (wanted Running instances on its target revision, instances it runs)."""
+    out: dict[uuid.UUID, tuple[int, int]] = {}
+    for spec in deployment.specs:
+        done = sum(
+            1
+            for i in instances
+            if i.spec_id == spec.id
+            and i.desired == InstanceDesired.PRESENT
+            and i.phase == Phase.RUNNING
+            and i.revision == spec.target_revision
+        )
+        out[spec.id] = (done, spec.min_instances)
     return out
 
 
@@ -363,6 +385,7 @@ async def create_deployment(
     version: FunctionVersion,
     specs: Sequence[SpecObjects],
     feature_flags: dict[str, bool],
+    by: str | None = None,
 ) -> Deployment:
     """Store the deployment and its specifications, move the version out of INACTIVE and
     record the validation and dispatch events. The caller checked the version is INACTIVE
@@ -415,6 +438,7 @@ async def create_deployment(
         initial_status(s.spec for s in specs),
         now,
         validated=f"{n} GPU specification{'s' if n != 1 else ''} validated: {summary}",
+        by=by,
     )
     await session.flush()
     return deployment
@@ -521,6 +545,71 @@ async def apply_scaling(
     return True
 
 
+# --- revisions ---------------------------------------------------------------------------------
+
+
+def principal_name(principal: Principal) -> str:
+    """Who accepted a revision, as kept: the credential's kind and id, never a secret."""
+    return f"{principal.kind}:{principal.subject}"
+
+
+async def revisions_of(session: AsyncSession, spec: DeploymentSpec) -> list[SpecRevision]:
+    stmt = select(SpecRevision).where(SpecRevision.spec_id == spec.id).order_by(SpecRevision.number)
+    return list((await session.execute(stmt)).scalars())
+
+
+async def new_revision(
+    session: AsyncSession,
+    deployment: Deployment,
+    spec: DeploymentSpec,
+    *,
+    configuration: dict[str, Any] | None,
+    helm_validation_policy: dict[str, Any] | None,
+    objects: list[dict[str, Any]],
+    by: str,
+) -> SpecRevision | None:
+    """Record a validated configuration as the spec's next revision and start rolling its
+    instances to it; None when it is the target revision's configuration already."""
+    if (
+        configuration == spec.configuration
+        and helm_validation_policy == spec.helm_validation_policy
+    ):
+        return None
+    last = (
+        await session.execute(
+            select(func.max(SpecRevision.number)).where(SpecRevision.spec_id == spec.id)
+        )
+    ).scalar_one()
+    now = utcnow()
+    revision = SpecRevision(
+        spec_id=spec.id,
+        number=int(last or 0) + 1,
+        configuration=configuration,
+        helm_validation_policy=helm_validation_policy,
+        objects=objects,
+        created_by=by,
+        created_at=now,
+    )
+    transitions.start_rollout(session, deployment, spec, revision, now, created=True, by=by)
+    await session.flush()
+    return revision
+
+
+async def rollback(
+    session: AsyncSession, deployment: Deployment, spec: DeploymentSpec, number: int, by: str
+) -> bool:
+    """Roll the spec's instances back to revision `number` (404 if it has none such);
+    whether anything changed (not when it is the target already)."""
+    revision = await session.get(SpecRevision, (spec.id, number))
+    if revision is None:
+        raise NotFound(detail=f"GPU specification {spec.id} has no revision {number}")
+    if number == spec.target_revision:
+        return False
+    transitions.start_rollout(session, deployment, spec, revision, utcnow(), created=False, by=by)
+    await session.flush()
+    return True
+
+
 # --- teardown ----------------------------------------------------------------------------------
 
 
@@ -530,10 +619,12 @@ async def undeploy(
     version: FunctionVersion | None,
     *,
     message: str = "deployment deleted; instances will be torn down",
+    drain: bool = False,
 ) -> None:
     """Mark the deployment `deleting` (the reconciler tears its instances down and removes it)
-    and turn the version INACTIVE at once."""
-    await transitions.undeploy(session, deployment, version, utcnow(), message=message)
+    and turn the version INACTIVE at once; `drain`: Running instances first finish their
+    requests in flight and queued (graceful)."""
+    await transitions.undeploy(session, deployment, version, utcnow(), message=message, drain=drain)
     await session.flush()
 
 

@@ -459,10 +459,11 @@ def start_rollout(
     now: datetime,
     *,
     created: bool,
+    by: str | None,
 ) -> None:
     """Roll the spec's instances to `revision`: a new one (`created`, stored here) or an
-    earlier one (rollback). Instances move one at a time (rollout.py); `revision.created_by`
-    (or the rollback's caller) is named on the timeline."""
+    earlier one (rollback). Instances move one at a time (rollout.py); `by` (who asked) is
+    named on the timeline."""
     if created:
         session.add(revision)
     previous = spec.target_revision
@@ -472,12 +473,12 @@ def start_rollout(
     spec.rollout_at = now
     _changed(deployment, now)
     what = "revision" if created else "rollback to revision"
-    by = f" by {revision.created_by}" if created and revision.created_by else ""
+    who = f" by {by}" if by else ""
     record_event(
         session,
         deployment.id,
         "rollout",
-        f"{_spec_name(spec)}: {what} {revision.number}{by}; rolling instances from revision "
+        f"{_spec_name(spec)}: {what} {revision.number}{who}; rolling instances from revision "
         f"{spec.revision} (target was {previous}) to {revision.number}, one at a time",
         reason="RolloutStarted" if created else "RollbackStarted",
     )

@@ -8,8 +8,9 @@ GPU, instance type syntax and offering, backend, clusters, regions, attributes, 
 zones — those fields are documented by the model but checked by the catalog).
 `helmValidationPolicy` is parsed once, into both its stored form and the chart pipeline's
 `ValidationPolicy`. Chart re-rendering for helm functions happens later (it needs I/O) in the
-router. `validate_update` (PUT) and `validate_patch` (PATCH) accept only the scaling fields
-and name any other field that would change.
+router. `validate_update` (PUT) accepts only the scaling fields and names any other field that would
+change; `validate_patch` (PATCH) also accepts a new `configuration`/`helmValidationPolicy` (a
+new revision, rendered by the router as at deploy).
 """
 
 from __future__ import annotations
@@ -399,15 +400,42 @@ def validate_update(body: Any, stored: Sequence[StoredSpec]) -> list[ScalingChan
     return changes
 
 
-def validate_patch(body: Any, stored: StoredSpec) -> ScalingChange:
-    """A PATCH body `{minInstances?, maxInstances?}` (at least one)."""
+#: PATCH fields that make a new revision (helm functions)
+REVISION_FIELDS = ("configuration", "helmValidationPolicy")
+
+
+@dataclass(frozen=True)
+class RevisionChange:
+    """A PATCH's new configuration and/or policy (None: keep the current one)."""
+
+    configuration: dict[str, Any] | None
+    configuration_given: bool
+    #: as stored (None when not given) and parsed for the chart pipeline
+    helm_validation_policy: dict[str, Any] | None
+    policy: ValidationPolicy | None
+
+
+def validate_patch(
+    body: Any, stored: StoredSpec, *, is_helm: bool = True
+) -> tuple[ScalingChange, RevisionChange | None]:
+    """A PATCH body: `{minInstances?, maxInstances?, configuration?, helmValidationPolicy?}`
+    (at least one); the new revision's fields only for helm functions."""
     if not isinstance(body, Mapping):
         raise ValidationFailed.of([FieldError("body", "must be a JSON object")])
     model, errors = parse(GpuSpecificationPatch, body)
-    if body.get("minInstances") is None and body.get("maxInstances") is None:
+    revision_given = [k for k in REVISION_FIELDS if body.get(k) is not None]
+    if body.get("minInstances") is None and body.get("maxInstances") is None and not revision_given:
         raise ValidationFailed.of(
-            [FieldError("body", "give at least one of minInstances, maxInstances")]
+            [
+                FieldError(
+                    "body",
+                    "give at least one of minInstances, maxInstances, configuration, "
+                    "helmValidationPolicy",
+                )
+            ]
         )
+    if not is_helm:
+        errors += [FieldError(k, HELM_ONLY[k]) for k in revision_given]
     if model is not None:
         new_min = stored.min_instances if model.min_instances is None else model.min_instances
         new_max = stored.max_instances if model.max_instances is None else model.max_instances
@@ -418,4 +446,13 @@ def validate_patch(body: Any, stored: StoredSpec) -> ScalingChange:
             )
     if errors or model is None:
         raise ValidationFailed.of(errors, what="GPU specification update")
-    return ScalingChange(stored.id, model.min_instances, model.max_instances)
+    scaling = ScalingChange(stored.id, model.min_instances, model.max_instances)
+    if not revision_given:
+        return scaling, None
+    policy = model.helm_validation_policy
+    return scaling, RevisionChange(
+        configuration=model.configuration,
+        configuration_given=model.configuration is not None,
+        helm_validation_policy=policy.stored() if policy else None,
+        policy=policy.policy() if policy else None,
+    )

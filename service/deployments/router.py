@@ -462,7 +462,7 @@ async def _live_spec(
 ) -> tuple[Deployment, DeploymentSpec]:
     """The caller's live deployment and one of its specifications (404 / 400 when deleting)."""
     did, sid = parse_uuids((deployment_id, "deploymentId"), (spec_id, "gpuSpecificationId"))
-    deployment = await service.get_deployment(session, principal.account_id, did)
+    deployment = await service.lock_deployment(session, principal.account_id, did)
     spec = next((s for s in deployment.specs if s.id == sid), None)
     if spec is None:
         raise NotFound(detail=f"GPU specification {sid} not found in deployment {did}")

@@ -101,6 +101,23 @@ async def get_deployment(
     return deployment
 
 
+async def lock_deployment(
+    session: AsyncSession, account_id: str, deployment_id: uuid.UUID
+) -> Deployment:
+    """The caller's deployment re-read and row-locked (`FOR UPDATE` on PostgreSQL), as the
+    reconciler locks it, so a change of its specs never interleaves with a unit of work."""
+    stmt = (
+        select(Deployment)
+        .where(Deployment.id == deployment_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    deployment = (await session.execute(stmt)).scalar_one_or_none()
+    if deployment is None or deployment.account_id != account_id:
+        raise NotFound(detail=f"deployment {deployment_id} not found")
+    return deployment
+
+
 async def find_deployment(
     session: AsyncSession, account_id: str, deployment_id: uuid.UUID, now: datetime
 ) -> Deployment | DeploymentHistory:

@@ -4,9 +4,11 @@
 version. The invocation plane's dispatchers implement it (`LocalDispatcher`: this process's
 counts; `RedisDispatcher`/`RedisActivity`: every replica's, through the shared Redis keys). A
 reconciler with no view of the plane (no plane in its process and no `NVCF_REDIS_URL`) gets
-None and drains end only at the drain timeout. Without Redis, several replicas each see only
-their own requests: an instance may be torn down while another replica still has a request on
-it (that request fails; a request not yet sent is retried once on another instance).
+None: it sees no request in flight, so a drain only waits for routes to forget the instance
+(the route-cache period). When reading fails, drains end at the drain timeout. Without Redis,
+several replicas (or `nvcf-server invoke` processes) each see only their own requests: an
+instance may be torn down while another process still has a request on it (that request
+fails; a request not yet sent is retried once on another instance).
 """
 
 from __future__ import annotations

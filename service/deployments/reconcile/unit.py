@@ -428,7 +428,7 @@ class UnitOfWork:
                     if c.tearing_down:
                         versions.append(c.dep.version_id)
         if not instances or self.rt.activity is None:
-            return Loads(known=self.rt.activity is not None)
+            return Loads()  # nothing draining, or no invocation plane in view: none in flight
         try:
             return Loads(
                 in_flight=dict(await self.rt.activity.requests_in_flight(instances)),

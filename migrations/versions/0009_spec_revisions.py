@@ -40,9 +40,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("spec_id", "number", name=op.f("pk_deployment_spec_revisions")),
     )
     with op.batch_alter_table("deployment_specs", schema=None) as batch_op:
-        batch_op.add_column(
-            sa.Column("revision", sa.Integer(), server_default="1", nullable=False)
-        )
+        batch_op.add_column(sa.Column("revision", sa.Integer(), server_default="1", nullable=False))
         batch_op.add_column(
             sa.Column("target_revision", sa.Integer(), server_default="1", nullable=False)
         )
@@ -50,9 +48,7 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("rollout_reason", sa.Text(), nullable=True))
         batch_op.add_column(sa.Column("rollout_at", sa.DateTime(timezone=True), nullable=True))
     with op.batch_alter_table("instances", schema=None) as batch_op:
-        batch_op.add_column(
-            sa.Column("revision", sa.Integer(), server_default="1", nullable=False)
-        )
+        batch_op.add_column(sa.Column("revision", sa.Integer(), server_default="1", nullable=False))
         batch_op.add_column(sa.Column("drain_since", sa.DateTime(timezone=True), nullable=True))
     with op.batch_alter_table("deployments", schema=None) as batch_op:
         batch_op.add_column(sa.Column("drain_since", sa.DateTime(timezone=True), nullable=True))

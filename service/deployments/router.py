@@ -27,7 +27,7 @@ from service.charts.policy import ValidationPolicy
 from service.charts.target import not_permitted_message, permitted_clusters, stored_policy
 from service.clusters.catalog import Cluster
 from service.clusters.instance_types import InstanceType
-from service.core.db import utcnow
+from service.core.db import after_commit, utcnow
 from service.core.errors import (
     BadRequest,
     Conflict,
@@ -370,6 +370,9 @@ async def delete_deployment(
         message = "deployment deleted (immediate); instances will be torn down"
     await service.undeploy(session, deployment, version, message=message, drain=graceful)
     service.wake_reconciler(session, request.app)
+    plane = app_state(request).invocation
+    if plane is not None:  # this process refuses new requests at once (others: route cache)
+        after_commit(session, lambda: plane.routes.forget(vid))
     return FunctionEnvelope(function=FunctionOut.of(version))
 
 

@@ -41,7 +41,14 @@ async def settled_on(client: AppClient, fn: dict[str, Any], revision: int) -> di
             return dep
         return None
 
-    result: dict[str, Any] = await eventually(check)
+    try:
+        result: dict[str, Any] = await eventually(check)
+    except AssertionError:
+        dep = await deployment(client, fn)
+        for e in await events(client, dep):
+            print(e["at"], e["kind"], e.get("reason"), e["message"][:160])
+        print(dep)
+        raise
     return result
 
 

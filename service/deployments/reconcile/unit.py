@@ -663,7 +663,9 @@ class UnitOfWork:
         teardown_pending = any(
             r.applied for r in rows.values() if r.desired != InstanceDesired.PRESENT
         )
-        return counts_met and all_running and not teardown_pending, wake
+        # A rollout is settled only once T1 has recorded its completion.
+        rolling = any(s.rollout_state == rollout.RolloutState.PROGRESSING for s in dep.specs)
+        return counts_met and all_running and not teardown_pending and not rolling, wake
 
     async def _finish_delete(
         self,

@@ -598,6 +598,13 @@ async def list_revisions(
     response_model=GpuSpecificationEnvelope,
     response_model_exclude_none=True,
     summary="Roll one GPU specification's instances back to an earlier revision",
+    openapi_extra={
+        "requestBody": {
+            "required": False,
+            "description": "none: the revision is in the path (an empty object is accepted)",
+            "content": {"application/json": {"schema": {"type": "object", "maxProperties": 0}}},
+        }
+    },
 )
 async def rollback_revision(
     deploymentId: str,

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from tests.deployments.test_e2e_helm import deploy, events, pod_faults, setup, spec
 from tests.support.app import AppClient, ClientFactory
 from tests.support.charts import PushCorpus
 from tests.support.e2e import V, deployment, eventually, until_status
+from tests.support.helm_e2e import deploy, events, pod_faults, setup, spec
 from tests.support.invocation import pexec_url
 from tests.support.registry import RegistryServer
 

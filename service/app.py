@@ -48,6 +48,7 @@ from service.core.settings import Settings
 from service.core.tracing import TracingMiddleware
 from service.deployments.history import HistoryConfig, HistoryPurger
 from service.deployments.reconcile import build_reconciler, claim_owner
+from service.deployments.revisions_router import router as revisions_router
 from service.deployments.router import router as deployments_router
 from service.functions import read_cache
 from service.functions.router import router as functions_router
@@ -82,6 +83,7 @@ def api_routers(settings: Settings | None = None) -> list[APIRouter]:
         registry_router,
         helm_router,
         deployments_router,
+        revisions_router,
         clusters_router,
     ]
     if settings is None or settings.invoke_enabled:

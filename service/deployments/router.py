@@ -16,30 +16,23 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from sqlalchemy.exc import IntegrityError
 
-from service.auth import scopes
-from service.auth.deps import Session, require
+from service.auth.deps import Session
 from service.auth.service import Principal, lock_account
-from service.charts.pipeline import DEFAULT_INFERENCE_PORT, ChartFieldError, ChartValidation
-from service.charts.policy import ValidationPolicy
-from service.charts.target import not_permitted_message, permitted_clusters, stored_policy
-from service.clusters.catalog import Cluster
-from service.clusters.instance_types import InstanceType
 from service.core.db import after_commit, utcnow
 from service.core.errors import (
     BadRequest,
     Conflict,
     FieldError,
-    NotFound,
-    ServiceUnavailable,
     ValidationFailed,
 )
 from service.core.http import inline_body_doc, parse_uuid, parse_uuids, read_json
 from service.core.pagination import MAX_LIMIT, make_page
-from service.deployments import service
-from service.deployments.models import Deployment, DeploymentDesired, DeploymentSpec
+from service.deployments import rendering, revisions, service
+from service.deployments.models import Deployment
+from service.deployments.router_common import SPEC_PATH, Deployer
 from service.deployments.schemas import (
     SPECS,
     DeploymentCreate,
@@ -48,13 +41,9 @@ from service.deployments.schemas import (
     EventList,
     EventOut,
     GpuSpecificationEnvelope,
-    GpuSpecificationOut,
     GpuSpecificationPatch,
-    RevisionList,
-    RevisionOut,
 )
 from service.deployments.validation import (
-    RevisionChange,
     ScalingChange,
     StoredSpec,
     ValidatedSpec,
@@ -73,7 +62,6 @@ from service.state import app_state
 
 router = APIRouter(tags=["deployments"])
 
-Deployer = Annotated[Principal, Depends(require(scopes.DEPLOY_FUNCTION))]
 
 _BY_VERSION = "/deployments/functions/{functionId}/versions/{functionVersionId}"
 _CREATE_DOC = inline_body_doc(DeploymentCreate)
@@ -112,51 +100,6 @@ def _check_deployable(version: FunctionVersion, live: Deployment | None) -> None
         )
 
 
-async def _render(
-    request: Request,
-    session: Session,
-    principal: Principal,
-    version: FunctionVersion,
-    *,
-    clusters: Sequence[Cluster],
-    instance_type: InstanceType | str,
-    configuration: dict[str, Any] | None,
-    policy: ValidationPolicy,
-    path: str,
-) -> tuple[ChartValidation, list[FieldError]]:
-    """Render the version's pinned chart (by digest: no pull when cached) with a
-    specification's configuration and check it for its clusters — the one path of a deploy
-    and of a configuration PATCH; the findings as errors under `path`."""
-    pipeline = app_state(request).chart_pipeline
-    if version.helm_chart is None:
-        raise ServiceUnavailable(detail="the chart pipeline is not available")
-    result = await pipeline.validate_for_clusters(
-        session,
-        principal.account_id,
-        clusters=clusters,
-        helm_chart=version.helm_chart,
-        service_name=version.helm_chart_service_name or "",
-        inference_port=version.inference_port or DEFAULT_INFERENCE_PORT,
-        configuration=configuration,
-        policy=policy,
-        instance_type=instance_type,
-        digest=version.helm_chart_digest,
-    )
-    errors: list[FieldError] = []
-    for finding in result.errors:
-        where = "instanceType" if finding.rule == "multi-node-full-node" else "configuration"
-        errors.append(
-            ChartFieldError(
-                field=f"{path}{where}",
-                message=finding.message,
-                rule=finding.rule,
-                object=finding.object,
-                path=finding.field,
-            )
-        )
-    return result, errors
-
-
 async def _helm_objects(
     request: Request,
     session: Session,
@@ -169,7 +112,7 @@ async def _helm_objects(
     out: list[service.SpecObjects] = []
     flags: dict[str, bool] = {}
     for spec in specs:
-        result, found = await _render(
+        result, found = await rendering.render(
             request,
             session,
             principal,
@@ -238,7 +181,7 @@ async def create_deployment(
                 version=version,
                 specs=objects,
                 feature_flags=flags,
-                by=service.principal_name(principal),
+                by=revisions.principal_name(principal),
             )
         except IntegrityError:
             raise Conflict(
@@ -457,64 +400,8 @@ async def list_deployment_events(
     return EventList(events=[EventOut.of(e) for e in rows], next_cursor=next_cursor)
 
 
-_SPEC_PATH = "/deployments/{deploymentId}/gpu-specifications/{gpuSpecificationId}"
-
-
-async def _live_spec(
-    session: Session, principal: Principal, deployment_id: str, spec_id: str
-) -> tuple[Deployment, DeploymentSpec]:
-    """The caller's live deployment and one of its specifications (404 / 400 when deleting)."""
-    did, sid = parse_uuids((deployment_id, "deploymentId"), (spec_id, "gpuSpecificationId"))
-    deployment = await service.lock_deployment(session, principal.account_id, did)
-    spec = next((s for s in deployment.specs if s.id == sid), None)
-    if spec is None:
-        raise NotFound(detail=f"GPU specification {sid} not found in deployment {did}")
-    if deployment.desired != DeploymentDesired.DEPLOYED:
-        raise BadRequest(
-            detail=f"deployment {did} is being deleted; its GPU specifications cannot change"
-        )
-    return deployment, spec
-
-
-async def _revision_objects(
-    request: Request,
-    session: Session,
-    principal: Principal,
-    version: FunctionVersion,
-    spec: DeploymentSpec,
-    change: RevisionChange,
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[Any], list[FieldError]]:
-    """The new revision's configuration, stored policy and objects, rendered and checked as at
-    deploy for the spec's candidate clusters that permit the policy; or the violations."""
-    configuration = change.configuration if change.configuration_given else spec.configuration
-    stored = (
-        change.helm_validation_policy
-        if change.helm_validation_policy is not None
-        else spec.helm_validation_policy
-    )
-    policy = change.policy if change.policy is not None else stored_policy(stored)
-    catalog = app_state(request).catalog
-    candidates = [c for name in spec.candidate_clusters or [] if (c := catalog.cluster(str(name)))]
-    clusters = permitted_clusters(catalog, candidates, policy)
-    if candidates and not clusters:
-        message = not_permitted_message(catalog, candidates, policy)
-        return None, None, [], [FieldError("helmValidationPolicy", message)]
-    result, errors = await _render(
-        request,
-        session,
-        principal,
-        version,
-        clusters=clusters,
-        instance_type=spec.instance_type,
-        configuration=configuration,
-        policy=policy,
-        path="",
-    )
-    return configuration, stored, list(result.objects), errors
-
-
 @router.patch(
-    _SPEC_PATH,
+    SPEC_PATH,
     response_model=GpuSpecificationEnvelope,
     response_model_exclude_none=True,
     openapi_extra=_PATCH_DOC,
@@ -528,7 +415,7 @@ async def patch_gpu_specification(
     principal: Deployer,
 ) -> GpuSpecificationEnvelope:
     body = await read_json(request)
-    deployment, spec = await _live_spec(session, principal, deploymentId, gpuSpecificationId)
+    deployment, spec = await service.live_spec(session, principal, deploymentId, gpuSpecificationId)
     version = await service.lock_version(
         session, principal.account_id, deployment.function_id, deployment.version_id
     )
@@ -537,7 +424,7 @@ async def patch_gpu_specification(
     errors: list[FieldError] = []
     rendered: tuple[dict[str, Any] | None, dict[str, Any] | None, list[Any]] | None = None
     if revision is not None:
-        configuration, policy, objects, errors = await _revision_objects(
+        configuration, policy, objects, errors = await rendering.revision_objects(
             request, session, principal, version, spec, revision
         )
         rendered = (configuration, policy, objects)
@@ -550,84 +437,18 @@ async def patch_gpu_specification(
     changed = await service.apply_scaling(session, deployment, [change], version)
     if rendered is not None:
         configuration, policy, objects = rendered
-        added = await service.new_revision(
+        added = await revisions.new_revision(
             session,
             deployment,
             spec,
             configuration=configuration,
             helm_validation_policy=policy,
             objects=objects,
-            by=service.principal_name(principal),
+            by=revisions.principal_name(principal),
         )
         changed = changed or added is not None
     if changed:
         service.wake_reconciler(session, request.app)
-    return GpuSpecificationEnvelope(gpu_specification=await _spec_view(session, deployment, spec))
-
-
-async def _spec_view(
-    session: Session, deployment: Deployment, spec: DeploymentSpec
-) -> GpuSpecificationOut:
-    """The spec as the deployment object shows it (with its rollout progress)."""
-    view = await service.deployment_view(session, deployment)
-    return next(s for s in view.deployment_specifications if s.gpu_specification_id == spec.id)
-
-
-@router.get(
-    _SPEC_PATH + "/revisions",
-    response_model=RevisionList,
-    response_model_exclude_none=True,
-    summary="List the revisions of one GPU specification (oldest first)",
-)
-async def list_revisions(
-    deploymentId: str, gpuSpecificationId: str, session: Session, principal: Deployer
-) -> RevisionList:
-    did, sid = parse_uuids(
-        (deploymentId, "deploymentId"), (gpuSpecificationId, "gpuSpecificationId")
+    return GpuSpecificationEnvelope(
+        gpu_specification=await service.spec_view(session, deployment, spec)
     )
-    deployment = await service.get_deployment(session, principal.account_id, did)
-    spec = next((s for s in deployment.specs if s.id == sid), None)
-    if spec is None:
-        raise NotFound(detail=f"GPU specification {sid} not found in deployment {did}")
-    rows = await service.revisions_of(session, spec)
-    return RevisionList(revisions=[RevisionOut.of(r, spec) for r in rows])
-
-
-@router.post(
-    _SPEC_PATH + "/revisions/{revision}/rollback",
-    response_model=GpuSpecificationEnvelope,
-    response_model_exclude_none=True,
-    summary="Roll one GPU specification's instances back to an earlier revision",
-    openapi_extra={
-        "requestBody": {
-            "required": False,
-            "description": "none: the revision is in the path (an empty object is accepted)",
-            "content": {"application/json": {"schema": {"type": "object", "maxProperties": 0}}},
-        }
-    },
-)
-async def rollback_revision(
-    deploymentId: str,
-    gpuSpecificationId: str,
-    revision: str,
-    request: Request,
-    session: Session,
-    principal: Deployer,
-) -> GpuSpecificationEnvelope:
-    number = parse_revision(revision)
-    deployment, spec = await _live_spec(session, principal, deploymentId, gpuSpecificationId)
-    await service.lock_version(
-        session, principal.account_id, deployment.function_id, deployment.version_id
-    )
-    if await service.rollback(session, deployment, spec, number, service.principal_name(principal)):
-        service.wake_reconciler(session, request.app)
-    return GpuSpecificationEnvelope(gpu_specification=await _spec_view(session, deployment, spec))
-
-
-def parse_revision(raw: str) -> int:
-    """A revision number from the path (an integer ≥ 1), else 400."""
-    if not raw.isdigit() or int(raw) < 1 or len(raw) > 9:
-        raise ValidationFailed.of(
-            [FieldError("revision", f"must be a revision number (an integer ≥ 1), got {raw!r}")]
-        )
-    return int(raw)

@@ -20,7 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.service import Principal
 from service.core.db import after_commit, utcnow
-from service.core.errors import NotFound
+from service.core.errors import BadRequest, NotFound
+from service.core.http import parse_uuids
 from service.core.pagination import Page, keyset_page
 from service.deployments import history, transitions
 from service.deployments.models import (
@@ -31,7 +32,6 @@ from service.deployments.models import (
     DeploymentSpec,
     Instance,
     InstanceDesired,
-    SpecRevision,
 )
 from service.deployments.schemas import (
     DeploymentOut,
@@ -116,6 +116,23 @@ async def lock_deployment(
     if deployment is None or deployment.account_id != account_id:
         raise NotFound(detail=f"deployment {deployment_id} not found")
     return deployment
+
+
+async def live_spec(
+    session: AsyncSession, principal: Principal, deployment_id: str, spec_id: str
+) -> tuple[Deployment, DeploymentSpec]:
+    """The caller's live deployment, locked, and one of its specifications (404; 400 when the
+    deployment is being deleted)."""
+    did, sid = parse_uuids((deployment_id, "deploymentId"), (spec_id, "gpuSpecificationId"))
+    deployment = await lock_deployment(session, principal.account_id, did)
+    spec = next((s for s in deployment.specs if s.id == sid), None)
+    if spec is None:
+        raise NotFound(detail=f"GPU specification {sid} not found in deployment {did}")
+    if deployment.desired != DeploymentDesired.DEPLOYED:
+        raise BadRequest(
+            detail=f"deployment {did} is being deleted; its GPU specifications cannot change"
+        )
+    return deployment, spec
 
 
 async def find_deployment(
@@ -307,6 +324,14 @@ def _updated(
 
 async def deployment_view(session: AsyncSession, deployment: Deployment) -> DeploymentOut:
     return (await deployment_views(session, [deployment]))[0]
+
+
+async def spec_view(
+    session: AsyncSession, deployment: Deployment, spec: DeploymentSpec
+) -> GpuSpecificationOut:
+    """The spec as the deployment object shows it (with its rollout progress)."""
+    view = await deployment_view(session, deployment)
+    return next(s for s in view.deployment_specifications if s.gpu_specification_id == spec.id)
 
 
 def history_view(row: DeploymentHistory) -> DeploymentOut:
@@ -558,71 +583,6 @@ async def apply_scaling(
         await transitions.set_version_status(
             session, deployment.id, version, status, now, cause="scaling"
         )
-    await session.flush()
-    return True
-
-
-# --- revisions ---------------------------------------------------------------------------------
-
-
-def principal_name(principal: Principal) -> str:
-    """Who accepted a revision, as kept: the credential's kind and id, never a secret."""
-    return f"{principal.kind}:{principal.subject}"
-
-
-async def revisions_of(session: AsyncSession, spec: DeploymentSpec) -> list[SpecRevision]:
-    stmt = select(SpecRevision).where(SpecRevision.spec_id == spec.id).order_by(SpecRevision.number)
-    return list((await session.execute(stmt)).scalars())
-
-
-async def new_revision(
-    session: AsyncSession,
-    deployment: Deployment,
-    spec: DeploymentSpec,
-    *,
-    configuration: dict[str, Any] | None,
-    helm_validation_policy: dict[str, Any] | None,
-    objects: list[dict[str, Any]],
-    by: str,
-) -> SpecRevision | None:
-    """Record a validated configuration as the spec's next revision and start rolling its
-    instances to it; None when it is the target revision's configuration already."""
-    if (
-        configuration == spec.configuration
-        and helm_validation_policy == spec.helm_validation_policy
-    ):
-        return None
-    last = (
-        await session.execute(
-            select(func.max(SpecRevision.number)).where(SpecRevision.spec_id == spec.id)
-        )
-    ).scalar_one()
-    now = utcnow()
-    revision = SpecRevision(
-        spec_id=spec.id,
-        number=int(last or 0) + 1,
-        configuration=configuration,
-        helm_validation_policy=helm_validation_policy,
-        objects=objects,
-        created_by=by,
-        created_at=now,
-    )
-    transitions.start_rollout(session, deployment, spec, revision, now, created=True, by=by)
-    await session.flush()
-    return revision
-
-
-async def rollback(
-    session: AsyncSession, deployment: Deployment, spec: DeploymentSpec, number: int, by: str
-) -> bool:
-    """Roll the spec's instances back to revision `number` (404 if it has none such);
-    whether anything changed (not when it is the target already)."""
-    revision = await session.get(SpecRevision, (spec.id, number))
-    if revision is None:
-        raise NotFound(detail=f"GPU specification {spec.id} has no revision {number}")
-    if number == spec.target_revision:
-        return False
-    transitions.start_rollout(session, deployment, spec, revision, utcnow(), created=False, by=by)
     await session.flush()
     return True
 

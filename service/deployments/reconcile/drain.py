@@ -13,10 +13,17 @@ fails; a request not yet sent is retried once on another instance).
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
+
+from service.deployments.models import Deployment, Instance
+from service.health.machine import Phase
+
+log = logging.getLogger("nvcf.reconciler")
 
 
 class Activity(Protocol):
@@ -40,4 +47,33 @@ class Loads:
     known: bool = True
 
 
-__all__ = ["Activity", "Loads"]
+def drain_since(dep: Deployment, row: Instance, *, tearing_down: bool) -> datetime | None:
+    """When the instance started draining; None when it is torn down at once (not serving,
+    or an immediate undeploy)."""
+    if row.drain_since is not None:
+        return row.drain_since
+    if tearing_down and row.phase == Phase.RUNNING.value:
+        return dep.drain_since  # graceful undeploy (None: immediate)
+    return None
+
+
+async def read_loads(
+    activity: Activity | None,
+    instance_ids: Sequence[uuid.UUID],
+    version_ids: Sequence[uuid.UUID],
+) -> Loads:
+    """One reading of `activity` for the draining instances (nothing to read: no call). No
+    activity: none in flight. A failed read: unknown (the drain timeout ends those drains)."""
+    if not instance_ids or activity is None:
+        return Loads()
+    try:
+        return Loads(
+            in_flight=dict(await activity.requests_in_flight(instance_ids)),
+            waiting=dict(await activity.requests_waiting(version_ids)),
+        )
+    except Exception as exc:
+        log.warning("reading requests in flight failed: %s", exc)
+        return Loads(known=False)
+
+
+__all__ = ["Activity", "Loads", "drain_since", "read_loads"]

@@ -36,7 +36,8 @@ from service.deployments.models import (
     SpecRevision,
 )
 from service.deployments.reconcile.config import ReconcilerConfig
-from service.deployments.reconcile.drain import Activity, Loads
+from service.deployments.reconcile.converge import converge_counts
+from service.deployments.reconcile.drain import Activity, Loads, drain_since, read_loads
 from service.deployments.reconcile.placement import (
     CapacityView,
     permitted_candidates,
@@ -187,71 +188,8 @@ class UnitOfWork:
         now: datetime,
         expires: datetime,
     ) -> list[Instance]:
-        """Each spec's next step (rollout.decide): create instances on its target revision,
-        retire the surplus or the replaced ones (Running ones drain first)."""
-        created: list[Instance] = []
-        for spec in dep.specs:
-            present = [
-                r for r in rows if r.spec_id == spec.id and r.desired == InstanceDesired.PRESENT
-            ]
-            desired = spec.min_instances
-            progressing = spec.rollout_state == rollout.RolloutState.PROGRESSING
-            decision = rollout.decide(
-                desired,
-                spec.target_revision,
-                [
-                    rollout.Member(r.id, r.revision, r.phase == Phase.RUNNING, r.created_at)
-                    for r in present
-                ],
-                rolling=progressing,
-            )
-            for n in range(decision.create):
-                created.append(
-                    transitions.create_instance(
-                        session,
-                        dep,
-                        spec,
-                        now,
-                        owner=self.rt.owner,
-                        lease_expires_at=expires,
-                        ordinal=len(present) + n + 1,
-                    )
-                )
-            by_id = {r.id: r for r in present}
-            for inst_id in decision.retire:
-                row = by_id[inst_id]
-                if row.revision != spec.target_revision:
-                    transitions.retire_instance(
-                        session,
-                        row,
-                        now,
-                        kind="rollout",
-                        reason="Replaced",
-                        message=f"(revision {row.revision}) replaced by revision "
-                        f"{spec.target_revision}",
-                        drain=True,
-                    )
-                else:
-                    transitions.retire_instance(
-                        session,
-                        row,
-                        now,
-                        kind="scaling",
-                        reason="ScaledDown",
-                        message=f"removed: minInstances of {spec.instance_type} is "
-                        f"{spec.min_instances}",
-                        drain=True,
-                    )
-            if progressing and decision.retire and not decision.completed:
-                done = sum(
-                    1
-                    for r in present
-                    if r.revision == spec.target_revision and r.id not in decision.retire
-                )
-                transitions.rollout_progressed(session, dep, spec, done, desired)
-            if decision.completed:
-                transitions.rollout_completed(session, dep, spec, now)
-        return created
+        """Each spec's next step (converge.py); the instances created."""
+        return converge_counts(session, dep, rows, now, owner=self.rt.owner, expires=expires)
 
     # ---------------------------------------------------------------- placement (T2)
 
@@ -407,18 +345,13 @@ class UnitOfWork:
     # ---------------------------------------------------------------- drain
 
     def _drain_since(self, c: Claimed, row: Instance) -> datetime | None:
-        """When the instance started draining; None when it tears down at once."""
-        if row.drain_since is not None:
-            return row.drain_since
-        if c.tearing_down and row.phase == Phase.RUNNING.value:
-            return c.dep.drain_since  # graceful undeploy (None: immediate)
-        return None
+        return drain_since(c.dep, row, tearing_down=c.tearing_down)
 
     async def _drain_loads(self, claimed: list[Claimed]) -> Loads:
         """Requests in flight on the draining instances (and waiting for their versions, for a
         graceful undeploy), asked of the invocation plane once per unit."""
         instances: list[uuid.UUID] = []
-        versions: list[uuid.UUID] = []
+        versions: set[uuid.UUID] = set()
         for c in claimed:
             for w in c.work:
                 row = w.row
@@ -426,17 +359,8 @@ class UnitOfWork:
                 if gone and row.applied and self._drain_since(c, row) is not None:
                     instances.append(row.id)
                     if c.tearing_down:
-                        versions.append(c.dep.version_id)
-        if not instances or self.rt.activity is None:
-            return Loads()  # nothing draining, or no invocation plane in view: none in flight
-        try:
-            return Loads(
-                in_flight=dict(await self.rt.activity.requests_in_flight(instances)),
-                waiting=dict(await self.rt.activity.requests_waiting(sorted(set(versions)))),
-            )
-        except Exception as exc:  # unknown: the drain timeout still ends it
-            log.warning("reading requests in flight failed: %s", exc)
-            return Loads(known=False)
+                        versions.add(c.dep.version_id)
+        return await read_loads(self.rt.activity, instances, sorted(versions))
 
     def _drained(self, c: Claimed, row: Instance) -> bool:
         since = self._drain_since(c, row)

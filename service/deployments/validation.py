@@ -43,6 +43,8 @@ from service.deployments.schemas import (
 )
 
 SCALING_FIELDS = ("minInstances", "maxInstances", "maxRequestConcurrency")
+#: PATCH fields that make a new revision (helm functions)
+REVISION_FIELDS = ("configuration", "helmValidationPolicy")
 #: Fields of a stored specification that PUT may repeat but never change.
 FIXED_FIELDS = (
     "gpu",
@@ -377,13 +379,17 @@ def validate_update(body: Any, stored: Sequence[StoredSpec]) -> list[ScalingChan
                 and spec[key] is not None
                 and not _same(key, target.fixed.get(key), spec[key])
             ):
+                how = (
+                    "PATCH /v2/nvcf/deployments/{deploymentId}/gpu-specifications/"
+                    f"{target.id} changes it as a new revision, rolled out without downtime"
+                    if key in REVISION_FIELDS
+                    else "delete the deployment and deploy again to change it"
+                )
                 errors.append(
                     FieldError(
                         f"{path}.{key}",
-                        f"cannot be changed on an existing deployment (is "
-                        f"{target.fixed.get(key)!r}, got {spec[key]!r}); only "
-                        f"{', '.join(SCALING_FIELDS)} can change — delete the deployment and "
-                        "deploy again to change it",
+                        f"cannot be changed by PUT (is {target.fixed.get(key)!r}, got "
+                        f"{spec[key]!r}); PUT changes only {', '.join(SCALING_FIELDS)} — {how}",
                     )
                 )
         if not _scaling_ok(path, bad):
@@ -398,10 +404,6 @@ def validate_update(body: Any, stored: Sequence[StoredSpec]) -> list[ScalingChan
     if errors:
         raise ValidationFailed.of(errors, what="deployment update")
     return changes
-
-
-#: PATCH fields that make a new revision (helm functions)
-REVISION_FIELDS = ("configuration", "helmValidationPolicy")
 
 
 @dataclass(frozen=True)

@@ -247,6 +247,8 @@ async def remove_deployment(
         reason="Removed",
     )
     await session.execute(delete(Instance).where(Instance.deployment_id == dep_id))
+    specs = select(DeploymentSpec.id).where(DeploymentSpec.deployment_id == dep_id)
+    await session.execute(delete(SpecRevision).where(SpecRevision.spec_id.in_(specs)))
     await session.execute(delete(DeploymentSpec).where(DeploymentSpec.deployment_id == dep_id))
     await session.execute(delete(Deployment).where(Deployment.id == dep_id))
     if version is None or version.status == VersionStatus.INACTIVE:

@@ -47,6 +47,7 @@ from service.deployments.validation import (
     ScalingChange,
     StoredSpec,
     ValidatedSpec,
+    revision_change,
     stored_capacity_errors,
     stored_policy_errors,
     validate_create,
@@ -420,7 +421,8 @@ async def patch_gpu_specification(
         session, principal.account_id, deployment.function_id, deployment.version_id
     )
     stored = service.stored_spec(spec)
-    change, revision = validate_patch(body, stored, is_helm=version.helm_chart is not None)
+    change = validate_patch(body, stored, is_helm=version.helm_chart is not None)
+    revision = revision_change(body)
     errors: list[FieldError] = []
     rendered: tuple[dict[str, Any] | None, dict[str, Any] | None, list[Any]] | None = None
     if revision is not None:

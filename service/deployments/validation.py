@@ -417,11 +417,10 @@ class RevisionChange:
     policy: ValidationPolicy | None
 
 
-def validate_patch(
-    body: Any, stored: StoredSpec, *, is_helm: bool = True
-) -> tuple[ScalingChange, RevisionChange | None]:
+def validate_patch(body: Any, stored: StoredSpec, *, is_helm: bool = True) -> ScalingChange:
     """A PATCH body: `{minInstances?, maxInstances?, configuration?, helmValidationPolicy?}`
-    (at least one); the new revision's fields only for helm functions."""
+    (at least one); the new revision's fields only for helm functions (`revision_change`
+    reads them from a body this accepted)."""
     if not isinstance(body, Mapping):
         raise ValidationFailed.of([FieldError("body", "must be a JSON object")])
     model, errors = parse(GpuSpecificationPatch, body)
@@ -448,11 +447,19 @@ def validate_patch(
             )
     if errors or model is None:
         raise ValidationFailed.of(errors, what="GPU specification update")
-    scaling = ScalingChange(stored.id, model.min_instances, model.max_instances)
-    if not revision_given:
-        return scaling, None
+    return ScalingChange(stored.id, model.min_instances, model.max_instances)
+
+
+def revision_change(body: Any) -> RevisionChange | None:
+    """The new configuration/policy of a PATCH body `validate_patch` accepted; None when it
+    asks for no new revision."""
+    if not isinstance(body, Mapping) or all(body.get(k) is None for k in REVISION_FIELDS):
+        return None
+    model, errors = parse(GpuSpecificationPatch, body)
+    if model is None or errors:
+        raise ValidationFailed.of(errors, what="GPU specification update")
     policy = model.helm_validation_policy
-    return scaling, RevisionChange(
+    return RevisionChange(
         configuration=model.configuration,
         configuration_given=model.configuration is not None,
         helm_validation_policy=policy.stored() if policy else None,

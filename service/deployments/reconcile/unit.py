@@ -91,7 +91,7 @@ class Runtime:
     memory: Memory
     secret_box: SecretBox | None
     wake: Callable[[], None]
-    #: the invocation plane's view of requests in flight (None: unknown, drains time out)
+    #: the invocation plane's view of requests in flight (drain.py; None: none in view)
     activity: Activity | None = None
 
     @property

@@ -213,6 +213,21 @@ def schedule(deployment: Deployment, due: datetime | None) -> None:
         deployment.due_at = due
 
 
+async def settle(session: AsyncSession, deployment: Deployment) -> None:
+    """The deployment has settled: nothing is due, unless its desired state changed since it
+    was read (compare-and-set on `generation`: on SQLite reads take no lock, so a change
+    committed meanwhile, e.g. a new revision, must stay due)."""
+    if deployment.due_at is None:
+        return
+    await session.execute(
+        update(Deployment)
+        .where(Deployment.id == deployment.id, Deployment.generation == deployment.generation)
+        .values(due_at=None)
+        .execution_options(synchronize_session=False)
+    )
+    set_committed_value(deployment, "due_at", None)
+
+
 async def remove_deployment(
     session: AsyncSession,
     deployment: Deployment,
@@ -498,24 +513,51 @@ def rollout_progressed(
     )
 
 
-def rollout_completed(
+async def rollout_completed(
     session: AsyncSession, deployment: Deployment, spec: DeploymentSpec, now: datetime
-) -> None:
-    """Every wanted instance runs the target revision: it is the current one."""
-    spec.revision = spec.target_revision
-    spec.rollout_state = RolloutState.COMPLETED.value
-    spec.rollout_reason = None
-    spec.rollout_at = now
+) -> bool:
+    """Every wanted instance runs the target revision: it is the current one. Compare-and-set
+    on the target and the progressing state (a new revision accepted meanwhile wins); whether
+    it was recorded."""
+    target = spec.target_revision
+    done = (
+        await session.execute(
+            update(DeploymentSpec)
+            .where(
+                DeploymentSpec.id == spec.id,
+                DeploymentSpec.target_revision == target,
+                DeploymentSpec.rollout_state == RolloutState.PROGRESSING.value,
+            )
+            .values(
+                revision=target,
+                rollout_state=RolloutState.COMPLETED.value,
+                rollout_reason=None,
+                rollout_at=now,
+            )
+            .returning(DeploymentSpec.id)
+            .execution_options(synchronize_session=False)
+        )
+    ).first()
+    if done is None:
+        return False
+    for attr, value in (
+        ("revision", target),
+        ("rollout_state", RolloutState.COMPLETED.value),
+        ("rollout_reason", None),
+        ("rollout_at", now),
+    ):
+        set_committed_value(spec, attr, value)
     record_event(
         session,
         deployment.id,
         "rollout",
-        f"{_spec_name(spec)}: rollout to revision {spec.revision} completed",
+        f"{_spec_name(spec)}: rollout to revision {target} completed",
         reason="RolloutCompleted",
     )
+    return True
 
 
-def rollout_failed(
+async def rollout_failed(
     session: AsyncSession,
     deployment: Deployment,
     spec: DeploymentSpec,
@@ -523,15 +565,38 @@ def rollout_failed(
     now: datetime,
     *,
     reason: str,
-) -> None:
+) -> bool:
     """A new instance of the target revision failed: the rollout stops and the target goes
     back to the revision that serves (`serving`); the failed revision's instances are
-    replaced the same way, one at a time."""
+    replaced the same way, one at a time. Compare-and-set on the failed target (a revision
+    accepted meanwhile wins); whether it was recorded."""
     failed_revision = spec.target_revision
-    _target(spec, serving)
-    spec.rollout_state = RolloutState.FAILED.value
-    spec.rollout_reason = f"revision {failed_revision}: {reason}"
-    spec.rollout_at = now
+    values = {
+        "target_revision": serving.number,
+        "configuration": serving.configuration,
+        "helm_validation_policy": serving.helm_validation_policy,
+        "objects": list(serving.objects),
+        "rollout_state": RolloutState.FAILED.value,
+        "rollout_reason": f"revision {failed_revision}: {reason}",
+        "rollout_at": now,
+    }
+    done = (
+        await session.execute(
+            update(DeploymentSpec)
+            .where(
+                DeploymentSpec.id == spec.id,
+                DeploymentSpec.target_revision == failed_revision,
+                DeploymentSpec.rollout_state == RolloutState.PROGRESSING.value,
+            )
+            .values(**values)
+            .returning(DeploymentSpec.id)
+            .execution_options(synchronize_session=False)
+        )
+    ).first()
+    if done is None:
+        return False
+    for attr, value in values.items():
+        set_committed_value(spec, attr, value)
     _changed(deployment, now)
     record_event(
         session,
@@ -541,6 +606,7 @@ def rollout_failed(
         f"revision {serving.number} keeps serving",
         reason="RolloutFailed",
     )
+    return True
 
 
 def unwant(row: Instance) -> None:
@@ -576,6 +642,7 @@ __all__ = [
     "schedule_instance",
     "set_version_status",
     "set_version_statuses",
+    "settle",
     "start_rollout",
     "status_message",
     "status_of",

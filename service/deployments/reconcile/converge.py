@@ -22,7 +22,7 @@ def desired_instances(spec: DeploymentSpec) -> int:
     return spec.min_instances
 
 
-def converge_counts(
+async def converge_counts(
     session: AsyncSession,
     dep: Deployment,
     rows: list[Instance],
@@ -36,11 +36,11 @@ def converge_counts(
     created: list[Instance] = []
     for spec in dep.specs:
         present = [r for r in rows if r.spec_id == spec.id and r.desired == InstanceDesired.PRESENT]
-        created += _converge_spec(session, dep, spec, present, now, owner, expires)
+        created += await _converge_spec(session, dep, spec, present, now, owner, expires)
     return created
 
 
-def _converge_spec(
+async def _converge_spec(
     session: AsyncSession,
     dep: Deployment,
     spec: DeploymentSpec,
@@ -98,5 +98,5 @@ def _converge_spec(
         )
         transitions.rollout_progressed(session, dep, spec, done, desired)
     if decision.completed:
-        transitions.rollout_completed(session, dep, spec, now)
+        await transitions.rollout_completed(session, dep, spec, now)
     return created

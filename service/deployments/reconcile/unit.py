@@ -170,7 +170,7 @@ class UnitOfWork:
                     and version is not None
                     and version.status != VersionStatus.ERROR
                 ):
-                    mine = mine + self._converge_counts(session, dep, mine, now, expires)
+                    mine = mine + await self._converge_counts(session, dep, mine, now, expires)
                 specs = {s.id: s for s in dep.specs}
                 work = [
                     Work(row=r, spec=specs[r.spec_id])
@@ -180,7 +180,7 @@ class UnitOfWork:
                 out.append(Claimed(dep, version, work))
         return out
 
-    def _converge_counts(
+    async def _converge_counts(
         self,
         session: AsyncSession,
         dep: Deployment,
@@ -189,7 +189,7 @@ class UnitOfWork:
         expires: datetime,
     ) -> list[Instance]:
         """Each spec's next step (converge.py); the instances created."""
-        return converge_counts(session, dep, rows, now, owner=self.rt.owner, expires=expires)
+        return await converge_counts(session, dep, rows, now, owner=self.rt.owner, expires=expires)
 
     # ---------------------------------------------------------------- placement (T2)
 
@@ -442,7 +442,10 @@ class UnitOfWork:
                     session, rows.values(), rt.config.failed_history
                 )
                 rt.memory.forget(stale)
-                transitions.schedule(dep, None if settled else now)
+                if settled:
+                    await transitions.settle(session, dep)
+                else:
+                    transitions.schedule(dep, now)
             await transitions.set_version_statuses(session, statuses, now)
         if wake:
             rt.wake()
@@ -515,7 +518,7 @@ class UnitOfWork:
             if serving is None:  # cannot happen: revisions live as long as their spec
                 others.append(row)
                 continue
-            transitions.rollout_failed(
+            await transitions.rollout_failed(
                 session,
                 dep,
                 spec,

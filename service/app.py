@@ -50,12 +50,14 @@ from service.core.tracing import TracingMiddleware
 from service.deployments.autoscale import Autoscaler, AutoscalerConfig
 from service.deployments.history import HistoryConfig, HistoryPurger
 from service.deployments.reconcile import build_reconciler, claim_owner
+from service.deployments.revisions_router import router as revisions_router
 from service.deployments.router import router as deployments_router
 from service.functions import read_cache
 from service.functions.router import router as functions_router
 from service.functions.schemas import DOC_MODELS
 from service.functions.sharing_router import router as sharing_router
 from service.invocation import InvocationPlane
+from service.invocation.dispatch_redis import RedisActivity
 from service.invocation.metrics import InvocationMetrics
 from service.invocation.router import router as invocation_router
 from service.invocation.transparent import FrontDoor, TransparentInvocation, body_limit
@@ -98,6 +100,7 @@ def api_routers(settings: Settings | None = None) -> list[APIRouter]:
         registry_router,
         helm_router,
         deployments_router,
+        revisions_router,
         clusters_router,
     ]
     if settings is None or settings.invoke_enabled:
@@ -246,6 +249,7 @@ def create_app(
         )
         app.state.reconciler = reconciler
         app.state.namespace_collector = collector
+        activity: RedisActivity | None = None
         purger = HistoryPurger(app.state.sessionmaker, HistoryConfig.from_settings(settings))
         app.state.history_purger = purger
         autoscaler = Autoscaler(
@@ -271,6 +275,10 @@ def create_app(
                 # here at once; an instance turning Running wakes the waiting requests.
                 plane.load.on_cold = autoscaler.wake
             reconciler.on_running = plane.instances_changed
+            reconciler.activity = plane.dispatcher  # what a drain waits for
+        elif settings.redis_url:
+            activity = RedisActivity(settings.redis_url)
+            reconciler.activity = activity
         if settings.reconciler_enabled:
             reconciler.start()
             collector.start()
@@ -283,6 +291,8 @@ def create_app(
             if plane is not None:
                 await plane.stop()
             await autoscaler.stop()
+            if activity is not None:
+                await activity.aclose()
             await purger.stop()
             await collector.stop()
             await reconciler.stop()

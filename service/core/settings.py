@@ -186,6 +186,13 @@ class Settings(BaseSettings):
     reconcile_gc_min_age_seconds: float = Field(
         default=120.0, ge=0, description="Namespaces younger than this are never collected."
     )
+    drain_timeout_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="Seconds an instance being removed (rolling update, scale-down, "
+        "`DELETE ...?graceful=true`) may take to finish its requests in flight (and, for a "
+        "graceful undeploy, those queued) before it is torn down anyway.",
+    )
     # -- history of removed deployments (service/deployments/history.py)
     history_retention_seconds: float = Field(
         default=7 * 86400.0,

@@ -12,6 +12,11 @@ Tables:
   driving the same instance.
 - `autoscale_state`: the autoscaler's memory per deployment (samples, last request seen),
   compare-and-set by `revision`.
+- `deployment_spec_revisions`: every accepted `configuration` (+ `helmValidationPolicy`) of a
+  spec as a numbered revision with its validated objects, who accepted it and when. The spec's
+  `revision` is the one its instances run once settled, `target_revision` the one they roll
+  to (rollout.py); the spec's `configuration`/`helm_validation_policy`/`objects` are those of
+  `target_revision` (what a new instance gets). Each instance records its `revision`.
 - `deployment_events`: the timeline of `GET /deployments/{id}/events`. No foreign key: the
   timeline outlives its deployment, as history.
 - `deployment_history`: one row per removed deployment (its specifications and failed
@@ -87,6 +92,8 @@ class Deployment(Base):
     due_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=ASAP)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Graceful undeploy: when draining started (instances serve what they have, then go).
+    drain_since: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     specs: Mapped[list[DeploymentSpec]] = relationship(
         back_populates="deployment",
@@ -133,6 +140,13 @@ class DeploymentSpec(Base):
     # autoscalingConfiguration as given (API names), deployments/autoscale/policy.py.
     autoscaling_policy: Mapped[str | None] = mapped_column(String(32))
     autoscaling_configuration: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Revisions (deployment_spec_revisions): the one every instance runs once settled, the one
+    # they roll to, and the last rollout's outcome (progressing | completed | failed).
+    revision: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    target_revision: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    rollout_state: Mapped[str | None] = mapped_column(String(16))
+    rollout_reason: Mapped[str | None] = mapped_column(Text)
+    rollout_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     deployment: Mapped[Deployment] = relationship(back_populates="specs")
 
@@ -157,6 +171,23 @@ class AutoscaleState(Base):
     revision: Mapped[int] = mapped_column(Integer, default=0)
     state: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class SpecRevision(Base):
+    """One accepted configuration of a spec: numbered from 1, kept while the spec lives."""
+
+    __tablename__ = "deployment_spec_revisions"
+
+    spec_id: Mapped[uuid.UUID] = mapped_column(
+        UUIDStr(), ForeignKey("deployment_specs.id", ondelete="CASCADE"), primary_key=True
+    )
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    configuration: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    helm_validation_policy: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    objects: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    # Who accepted it: the principal's kind and subject (an API key id or a JWT subject).
+    created_by: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Instance(Base):
@@ -191,6 +222,10 @@ class Instance(Base):
     secrets_generation: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # The spec revision it runs, and when it started draining (retired while Running: it
+    # takes no new requests and is torn down once idle or after the drain timeout).
+    revision: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    drain_since: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
 class DeploymentEvent(Base):

@@ -14,28 +14,25 @@ import uuid
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from sqlalchemy.exc import IntegrityError
 
-from service.auth import scopes
-from service.auth.deps import Session, require
+from service.auth.deps import Session
 from service.auth.service import Principal, lock_account
-from service.charts.pipeline import DEFAULT_INFERENCE_PORT, ChartFieldError
-from service.core.db import utcnow
+from service.core.db import after_commit, utcnow
 from service.core.errors import (
     BadRequest,
     Conflict,
     FieldError,
-    NotFound,
-    ServiceUnavailable,
     ValidationFailed,
 )
 from service.core.http import inline_body_doc, parse_uuid, parse_uuids, read_json
 from service.core.pagination import MAX_LIMIT, make_page
-from service.deployments import service
-from service.deployments.models import Deployment, DeploymentDesired
+from service.deployments import rendering, revisions, service
+from service.deployments.models import Deployment
+from service.deployments.router_common import SPEC_PATH, Deployer
 from service.deployments.schemas import (
     SPECS,
     DeploymentCreate,
@@ -44,13 +41,13 @@ from service.deployments.schemas import (
     EventList,
     EventOut,
     GpuSpecificationEnvelope,
-    GpuSpecificationOut,
     GpuSpecificationPatch,
 )
 from service.deployments.validation import (
     ScalingChange,
     StoredSpec,
     ValidatedSpec,
+    revision_change,
     stored_capacity_errors,
     stored_policy_errors,
     validate_create,
@@ -66,7 +63,6 @@ from service.state import app_state
 
 router = APIRouter(tags=["deployments"])
 
-Deployer = Annotated[Principal, Depends(require(scopes.DEPLOY_FUNCTION))]
 
 _BY_VERSION = "/deployments/functions/{functionId}/versions/{functionVersionId}"
 _CREATE_DOC = inline_body_doc(DeploymentCreate)
@@ -113,37 +109,23 @@ async def _helm_objects(
     specs: list[ValidatedSpec],
 ) -> tuple[list[service.SpecObjects], dict[str, bool]]:
     """Re-render the pinned chart for every specification; all errors of all specs → 400."""
-    pipeline = app_state(request).chart_pipeline
-    if version.helm_chart is None:
-        raise ServiceUnavailable(detail="the chart pipeline is not available")
     errors: list[FieldError] = []
     out: list[service.SpecObjects] = []
     flags: dict[str, bool] = {}
     for spec in specs:
-        result = await pipeline.validate_for_clusters(
+        result, found = await rendering.render(
+            request,
             session,
-            principal.account_id,
+            principal,
+            version,
             clusters=spec.target.clusters,
-            helm_chart=version.helm_chart,
-            service_name=version.helm_chart_service_name or "",
-            inference_port=version.inference_port or DEFAULT_INFERENCE_PORT,
+            instance_type=spec.target.instance_type,
             configuration=spec.configuration,
             policy=spec.policy,
-            instance_type=spec.target.instance_type,
-            digest=version.helm_chart_digest,
+            path=f"{spec.path}.",
         )
-        for finding in result.errors:
-            where = "instanceType" if finding.rule == "multi-node-full-node" else "configuration"
-            errors.append(
-                ChartFieldError(
-                    field=f"{spec.path}.{where}",
-                    message=finding.message,
-                    rule=finding.rule,
-                    object=finding.object,
-                    path=finding.field,
-                )
-            )
-        if not result.errors:
+        errors += found
+        if not found:
             out.append(service.SpecObjects(spec, result.objects))
             flags.update(result.workload_config)
     if errors:
@@ -196,7 +178,11 @@ async def create_deployment(
         await _instances_quota(request, session, principal, [], [s.max_instances for s in specs])
         try:
             deployment = await service.create_deployment(
-                session, version=version, specs=objects, feature_flags=flags
+                session,
+                version=version,
+                specs=objects,
+                feature_flags=flags,
+                by=revisions.principal_name(principal),
             )
         except IntegrityError:
             raise Conflict(
@@ -307,19 +293,30 @@ async def delete_deployment(
     request: Request,
     session: Session,
     principal: Deployer,
-    graceful: bool = False,
+    graceful: Annotated[
+        bool,
+        Query(
+            description="true: turn the version INACTIVE at once (no new requests) but let "
+            "queued and in-flight requests finish (bounded by NVCF_DRAIN_TIMEOUT_SECONDS) "
+            "before the instances are torn down; false: tear them down at once"
+        ),
+    ] = False,
 ) -> FunctionEnvelope:
     fid, vid = _ids(functionId, functionVersionId)
     version = await service.lock_version(session, principal.account_id, fid, vid)
     deployment = await service.get_version_deployment(session, principal.account_id, fid, vid)
-    how = "graceful" if graceful else "immediate"
-    await service.undeploy(
-        session,
-        deployment,
-        version,
-        message=f"deployment deleted ({how}); instances will be torn down",
-    )
+    if graceful:
+        message = (
+            "deployment deleted (graceful): the version takes no new requests; instances "
+            "finish the requests in flight and queued, then are torn down"
+        )
+    else:
+        message = "deployment deleted (immediate); instances will be torn down"
+    await service.undeploy(session, deployment, version, message=message, drain=graceful)
     service.wake_reconciler(session, request.app)
+    plane = app_state(request).invocation
+    if plane is not None:  # this process refuses new requests at once (others: route cache)
+        after_commit(session, lambda: plane.routes.forget(vid))
     return FunctionEnvelope(function=FunctionOut.of(version))
 
 
@@ -405,11 +402,12 @@ async def list_deployment_events(
 
 
 @router.patch(
-    "/deployments/{deploymentId}/gpu-specifications/{gpuSpecificationId}",
+    SPEC_PATH,
     response_model=GpuSpecificationEnvelope,
     response_model_exclude_none=True,
     openapi_extra=_PATCH_DOC,
-    summary="Change minInstances/maxInstances and the autoscaling policy of one GPU specification",
+    summary="Change the scaling, the autoscaling policy or the configuration (a new revision) "
+    "of one GPU specification",
 )
 async def patch_gpu_specification(
     deploymentId: str,
@@ -418,24 +416,42 @@ async def patch_gpu_specification(
     session: Session,
     principal: Deployer,
 ) -> GpuSpecificationEnvelope:
-    did, sid = parse_uuids(
-        (deploymentId, "deploymentId"), (gpuSpecificationId, "gpuSpecificationId")
-    )
     body = await read_json(request)
-    deployment = await service.get_deployment(session, principal.account_id, did)
-    spec = next((s for s in deployment.specs if s.id == sid), None)
-    if spec is None:
-        raise NotFound(detail=f"GPU specification {sid} not found in deployment {did}")
-    if deployment.desired != DeploymentDesired.DEPLOYED:
-        raise BadRequest(
-            detail=f"deployment {did} is being deleted; its GPU specifications cannot change"
-        )
-    stored = service.stored_spec(spec)
-    change = validate_patch(body, stored)
-    await _check_scaling(request, session, principal, [stored], [change], None)
+    deployment, spec = await service.live_spec(session, principal, deploymentId, gpuSpecificationId)
     version = await service.lock_version(
         session, principal.account_id, deployment.function_id, deployment.version_id
     )
-    if await service.apply_scaling(session, deployment, [change], version):
+    stored = service.stored_spec(spec)
+    change = validate_patch(body, stored, is_helm=version.helm_chart is not None)
+    revision = revision_change(body)
+    errors: list[FieldError] = []
+    rendered: tuple[dict[str, Any] | None, dict[str, Any] | None, list[Any]] | None = None
+    if revision is not None:
+        configuration, policy, objects, errors = await rendering.revision_objects(
+            request, session, principal, version, spec, revision
+        )
+        rendered = (configuration, policy, objects)
+    try:
+        await _check_scaling(request, session, principal, [stored], [change], None)
+    except ValidationFailed as exc:
+        errors = list(exc.errors or []) + errors
+    if errors:
+        raise ValidationFailed.of(errors, what="GPU specification update")
+    changed = await service.apply_scaling(session, deployment, [change], version)
+    if rendered is not None:
+        configuration, policy, objects = rendered
+        added = await revisions.new_revision(
+            session,
+            deployment,
+            spec,
+            configuration=configuration,
+            helm_validation_policy=policy,
+            objects=objects,
+            by=revisions.principal_name(principal),
+        )
+        changed = changed or added is not None
+    if changed:
         service.wake_reconciler(session, request.app)
-    return GpuSpecificationEnvelope(gpu_specification=GpuSpecificationOut.of(spec))
+    return GpuSpecificationEnvelope(
+        gpu_specification=await service.spec_view(session, deployment, spec)
+    )

@@ -26,7 +26,7 @@ from service.deployments.autoscale.schemas import (
     AutoscalingConfigurationOut,
     PolicyName,
 )
-from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec
+from service.deployments.models import Deployment, DeploymentEvent, DeploymentSpec, SpecRevision
 
 
 class KubernetesTypeOut(CamelModel):
@@ -38,6 +38,21 @@ class KubernetesTypeOut(CamelModel):
 class HelmValidationPolicyOut(CamelModel):
     name: str = Field(default="Default", examples=["Default", "Unrestricted"])
     extra_kubernetes_types: list[KubernetesTypeOut] = Field(default_factory=list)
+
+
+class RolloutOut(CamelModel):
+    """The spec's last rollout to a revision (rolling update or rollback)."""
+
+    state: str = Field(examples=["progressing", "completed", "failed"])
+    target_revision: int = Field(description="The revision the instances roll to.")
+    updated_instances: int | None = Field(
+        default=None, description="Wanted instances already on the target revision."
+    )
+    desired_instances: int | None = Field(
+        default=None, description="Instances the spec runs when settled."
+    )
+    reason: str | None = Field(default=None, description="Why the rollout failed.")
+    at: Timestamp | None = Field(default=None, description="When the state last changed.")
 
 
 class GpuSpecificationOut(CamelModel):
@@ -66,9 +81,30 @@ class GpuSpecificationOut(CamelModel):
         description="How many instances the autoscaler wants now, within [minInstances, "
         "maxInstances] (docs/autoscaling.md).",
     )
+    revision: int | None = Field(
+        default=None, description="The revision every instance runs once settled."
+    )
+    target_revision: int | None = Field(
+        default=None,
+        description="The revision new instances get (differs from `revision` during a rollout).",
+    )
+    rollout: RolloutOut | None = None
 
     @classmethod
-    def of(cls, spec: DeploymentSpec) -> GpuSpecificationOut:
+    def of(
+        cls, spec: DeploymentSpec, updated: tuple[int, int] | None = None
+    ) -> GpuSpecificationOut:
+        """`updated`: (wanted instances on the target revision, desired) when known."""
+        rollout = None
+        if spec.rollout_state is not None:
+            rollout = RolloutOut(
+                state=spec.rollout_state,
+                target_revision=spec.target_revision,
+                updated_instances=updated[0] if updated else None,
+                desired_instances=updated[1] if updated else None,
+                reason=spec.rollout_reason,
+                at=spec.rollout_at,
+            )
         return cls(
             gpu_specification_id=spec.id,
             gpu=spec.gpu,
@@ -95,12 +131,48 @@ class GpuSpecificationOut(CamelModel):
                 else None
             ),
             target_instances=spec.desired_instances,
+            revision=spec.revision,
+            target_revision=spec.target_revision,
+            rollout=rollout,
         )
+
+
+class RevisionOut(CamelModel):
+    revision: int
+    configuration: dict[str, Any] | None = None
+    helm_validation_policy: HelmValidationPolicyOut | None = None
+    created_by: str | None = Field(
+        default=None, description="Who accepted it: `api-key:<key id>` or `jwt:<subject>`."
+    )
+    created_at: Timestamp
+    current: bool = Field(description="The revision every instance runs once settled.")
+    target: bool = Field(description="The revision instances roll to.")
+
+    @classmethod
+    def of(cls, row: SpecRevision, spec: DeploymentSpec) -> RevisionOut:
+        return cls(
+            revision=row.number,
+            configuration=row.configuration,
+            helm_validation_policy=(
+                HelmValidationPolicyOut.model_validate(row.helm_validation_policy)
+                if row.helm_validation_policy is not None
+                else None
+            ),
+            created_by=row.created_by,
+            created_at=row.created_at,
+            current=row.number == spec.revision,
+            target=row.number == spec.target_revision,
+        )
+
+
+class RevisionList(CamelModel):
+    revisions: list[RevisionOut]
 
 
 class InstanceOut(CamelModel):
     instance_id: uuid.UUID
     gpu_specification_id: uuid.UUID
+    revision: int | None = Field(default=None, description="The spec revision it runs.")
     cluster: str | None = None
     phase: str
     reason: str | None = None
@@ -149,6 +221,7 @@ class DeploymentOut(CamelModel):
         function_status: str,
         instances: list[InstanceOut],
         health_info: list[HealthInfo],
+        updated: dict[uuid.UUID, tuple[int, int]] | None = None,
     ) -> DeploymentOut:
         return cls(
             deployment_id=deployment.id,
@@ -157,7 +230,9 @@ class DeploymentOut(CamelModel):
             function_name=deployment.function_name,
             nca_id=deployment.account_id,
             function_status=function_status,
-            deployment_specifications=[GpuSpecificationOut.of(s) for s in deployment.specs],
+            deployment_specifications=[
+                GpuSpecificationOut.of(s, (updated or {}).get(s.id)) for s in deployment.specs
+            ],
             instances=instances,
             health_info=health_info or None,
             created_at=deployment.created_at,
@@ -350,4 +425,14 @@ class GpuSpecificationPatch(RequestModel):
         default=None,
         description="CUSTOM_CONFIGURATION (the given or stored autoscalingConfiguration) or "
         "PLATFORM_CONFIGURATION (the platform's policy; discards a custom one)",
+    )
+    # -- a new revision (helm functions): re-rendered and checked as at deploy, then rolled out
+    configuration: Annotated[dict[str, Any], Check(_object_of_values, before=True)] | None = Field(
+        default=None,
+        description="helm functions only: the new Helm values overrides (replacing the current "
+        "ones); the pinned chart is rendered and checked as at deploy, and the instances roll "
+        "to the new revision one at a time",
+    )
+    helm_validation_policy: HelmValidationPolicyIn | None = Field(
+        default=None, description="helm functions only: the new revision's policy"
     )

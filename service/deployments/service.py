@@ -18,8 +18,10 @@ from typing import Any, cast
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.auth.service import Principal
 from service.core.db import after_commit, utcnow
-from service.core.errors import NotFound
+from service.core.errors import BadRequest, NotFound
+from service.core.http import parse_uuids
 from service.core.pagination import Page, keyset_page
 from service.deployments import history, transitions
 from service.deployments.autoscale.policy import PLATFORM, custom_policy, platform_policy
@@ -98,6 +100,40 @@ async def get_deployment(
     if deployment is None or deployment.account_id != account_id:
         raise NotFound(detail=f"deployment {deployment_id} not found")
     return deployment
+
+
+async def lock_deployment(
+    session: AsyncSession, account_id: str, deployment_id: uuid.UUID
+) -> Deployment:
+    """The caller's deployment re-read and row-locked (`FOR UPDATE` on PostgreSQL), as the
+    reconciler locks it, so a change of its specs never interleaves with a unit of work."""
+    stmt = (
+        select(Deployment)
+        .where(Deployment.id == deployment_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    deployment = (await session.execute(stmt)).scalar_one_or_none()
+    if deployment is None or deployment.account_id != account_id:
+        raise NotFound(detail=f"deployment {deployment_id} not found")
+    return deployment
+
+
+async def live_spec(
+    session: AsyncSession, principal: Principal, deployment_id: str, spec_id: str
+) -> tuple[Deployment, DeploymentSpec]:
+    """The caller's live deployment, locked, and one of its specifications (404; 400 when the
+    deployment is being deleted)."""
+    did, sid = parse_uuids((deployment_id, "deploymentId"), (spec_id, "gpuSpecificationId"))
+    deployment = await lock_deployment(session, principal.account_id, did)
+    spec = next((s for s in deployment.specs if s.id == sid), None)
+    if spec is None:
+        raise NotFound(detail=f"GPU specification {sid} not found in deployment {did}")
+    if deployment.desired != DeploymentDesired.DEPLOYED:
+        raise BadRequest(
+            detail=f"deployment {did} is being deleted; its GPU specifications cannot change"
+        )
+    return deployment, spec
 
 
 async def find_deployment(
@@ -252,6 +288,7 @@ async def deployment_views(
                     InstanceOut(
                         instance_id=i.id,
                         gpu_specification_id=i.spec_id,
+                        revision=i.revision,
                         cluster=i.cluster,
                         phase=i.phase,
                         reason=i.reason,
@@ -262,13 +299,40 @@ async def deployment_views(
                     if i.desired == InstanceDesired.PRESENT
                 ],
                 health_info=health,
+                updated=_updated(d, instances.get(d.id, [])),
             )
         )
     return out
 
 
+def _updated(
+    deployment: Deployment, instances: Sequence[Instance]
+) -> dict[uuid.UUID, tuple[int, int]]:
+    """Per spec: (wanted Running instances on its target revision, instances it runs)."""
+    out: dict[uuid.UUID, tuple[int, int]] = {}
+    for spec in deployment.specs:
+        done = sum(
+            1
+            for i in instances
+            if i.spec_id == spec.id
+            and i.desired == InstanceDesired.PRESENT
+            and i.phase == Phase.RUNNING
+            and i.revision == spec.target_revision
+        )
+        out[spec.id] = (done, spec.min_instances)
+    return out
+
+
 async def deployment_view(session: AsyncSession, deployment: Deployment) -> DeploymentOut:
     return (await deployment_views(session, [deployment]))[0]
+
+
+async def spec_view(
+    session: AsyncSession, deployment: Deployment, spec: DeploymentSpec
+) -> GpuSpecificationOut:
+    """The spec as the deployment object shows it (with its rollout progress)."""
+    view = await deployment_view(session, deployment)
+    return next(s for s in view.deployment_specifications if s.gpu_specification_id == spec.id)
 
 
 def history_view(row: DeploymentHistory) -> DeploymentOut:
@@ -364,6 +428,7 @@ async def create_deployment(
     version: FunctionVersion,
     specs: Sequence[SpecObjects],
     feature_flags: dict[str, bool],
+    by: str | None = None,
 ) -> Deployment:
     """Store the deployment and its specifications, move the version out of INACTIVE and
     record the validation and dispatch events. The caller checked the version is INACTIVE
@@ -416,6 +481,7 @@ async def create_deployment(
         initial_status(s.spec for s in specs),
         now,
         validated=f"{n} GPU specification{'s' if n != 1 else ''} validated: {summary}",
+        by=by,
     )
     await session.flush()
     return deployment
@@ -550,10 +616,12 @@ async def undeploy(
     version: FunctionVersion | None,
     *,
     message: str = "deployment deleted; instances will be torn down",
+    drain: bool = False,
 ) -> None:
     """Mark the deployment `deleting` (the reconciler tears its instances down and removes it)
-    and turn the version INACTIVE at once."""
-    await transitions.undeploy(session, deployment, version, utcnow(), message=message)
+    and turn the version INACTIVE at once; `drain`: Running instances first finish their
+    requests in flight and queued (graceful)."""
+    await transitions.undeploy(session, deployment, version, utcnow(), message=message, drain=drain)
     await session.flush()
 
 

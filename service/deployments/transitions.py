@@ -30,7 +30,9 @@ from service.deployments.models import (
     DeploymentSpec,
     Instance,
     InstanceDesired,
+    SpecRevision,
 )
+from service.deployments.rollout import RolloutState
 from service.functions.models import FunctionVersion
 from service.health.machine import InstanceCondition, Phase
 from service.health.status import VersionStatus
@@ -146,13 +148,27 @@ async def deploy(
     now: datetime,
     *,
     validated: str,
+    by: str | None = None,
 ) -> None:
-    """Store a new deployment (desired `deployed`, due at once) and move its version out of
-    INACTIVE; `validated` describes the specifications for the timeline."""
+    """Store a new deployment (desired `deployed`, due at once) with revision 1 of each
+    spec (accepted `by`), and move its version out of INACTIVE; `validated` describes the
+    specifications for the timeline."""
     deployment.desired = DeploymentDesired.DEPLOYED
     deployment.due_at = now
     session.add(deployment)
     await session.flush()
+    session.add_all(
+        SpecRevision(
+            spec_id=spec.id,
+            number=1,
+            configuration=spec.configuration,
+            helm_validation_policy=spec.helm_validation_policy,
+            objects=list(spec.objects),
+            created_by=by,
+            created_at=now,
+        )
+        for spec in deployment.specs
+    )
     record_event(session, deployment.id, "validation", validated)
     record_event(
         session,
@@ -208,10 +224,13 @@ async def undeploy(
     now: datetime,
     *,
     message: str,
+    drain: bool = False,
 ) -> None:
     """Mark the deployment `deleting` (the reconciler tears its instances down, then removes
-    it) and turn the version INACTIVE at once."""
+    it) and turn the version INACTIVE at once. `drain` (graceful): its Running instances
+    first finish the requests in flight and queued (bounded by the drain timeout)."""
     deployment.desired = DeploymentDesired.DELETING
+    deployment.drain_since = now if drain else None
     _changed(deployment, now)
     record_event(session, deployment.id, "teardown", message)
     if version is not None:
@@ -267,6 +286,21 @@ def schedule(deployment: Deployment, due: datetime | None) -> None:
         deployment.due_at = due
 
 
+async def settle(session: AsyncSession, deployment: Deployment) -> None:
+    """The deployment has settled: nothing is due, unless its desired state changed since it
+    was read (compare-and-set on `generation`: on SQLite reads take no lock, so a change
+    committed meanwhile, e.g. a new revision, must stay due)."""
+    if deployment.due_at is None:
+        return
+    await session.execute(
+        update(Deployment)
+        .where(Deployment.id == deployment.id, Deployment.generation == deployment.generation)
+        .values(due_at=None)
+        .execution_options(synchronize_session=False)
+    )
+    set_committed_value(deployment, "due_at", None)
+
+
 async def remove_deployment(
     session: AsyncSession,
     deployment: Deployment,
@@ -302,6 +336,8 @@ async def remove_deployment(
     )
     await session.execute(delete(AutoscaleState).where(AutoscaleState.deployment_id == dep_id))
     await session.execute(delete(Instance).where(Instance.deployment_id == dep_id))
+    specs = select(DeploymentSpec.id).where(DeploymentSpec.deployment_id == dep_id)
+    await session.execute(delete(SpecRevision).where(SpecRevision.spec_id.in_(specs)))
     await session.execute(delete(DeploymentSpec).where(DeploymentSpec.deployment_id == dep_id))
     await session.execute(delete(Deployment).where(Deployment.id == dep_id))
     if version is None or version.status == VersionStatus.INACTIVE:
@@ -355,6 +391,7 @@ def create_instance(
         due_at=now,
         created_at=now,
         updated_at=now,
+        revision=spec.target_revision,
     )
     session.add(row)
     spec.attempts = (spec.attempts or 0) + 1
@@ -362,7 +399,8 @@ def create_instance(
         session,
         deployment.id,
         "instance",
-        f"instance {row.id} created for {spec.instance_type} ({ordinal}/{spec.desired_instances})",
+        f"instance {row.id} created for {spec.instance_type} ({ordinal}/{spec.desired_instances}, "
+        f"revision {row.revision})",
         instance_id=row.id,
         phase=row.phase,
         reason="Created",
@@ -467,13 +505,24 @@ def count_failure(spec: DeploymentSpec) -> None:
 
 
 def retire_instance(
-    session: AsyncSession, row: Instance, now: datetime, *, kind: str, reason: str, message: str
+    session: AsyncSession,
+    row: Instance,
+    now: datetime,
+    *,
+    kind: str,
+    reason: str,
+    message: str,
+    drain: bool = False,
 ) -> None:
-    """The instance is no longer wanted (scaled down, or its version failed): it will be torn
-    down; `kind`/`reason`/`message` say why on the timeline."""
+    """The instance is no longer wanted (scaled down, replaced by a rollout, or its version
+    failed): it will be torn down; `kind`/`reason`/`message` say why on the timeline. `drain`:
+    a Running instance first stops taking requests and finishes those it has."""
     row.desired = InstanceDesired.ABSENT
     row.updated_at = now
     row.due_at = now
+    if drain and row.phase == Phase.RUNNING.value:
+        row.drain_since = now
+        message += "; draining: it takes no new requests and finishes those in flight"
     record_event(
         session,
         row.deployment_id,
@@ -483,6 +532,162 @@ def retire_instance(
         phase=row.phase,
         reason=reason,
     )
+
+
+# --- revisions and rollouts -------------------------------------------------------------------
+
+
+def _target(spec: DeploymentSpec, revision: SpecRevision) -> None:
+    """What a new instance of the spec gets: the revision's configuration and objects."""
+    spec.target_revision = revision.number
+    spec.configuration = revision.configuration
+    spec.helm_validation_policy = revision.helm_validation_policy
+    spec.objects = list(revision.objects)
+
+
+def _spec_name(spec: DeploymentSpec) -> str:
+    return f"{spec.gpu} {spec.instance_type} ({spec.id})"
+
+
+def start_rollout(
+    session: AsyncSession,
+    deployment: Deployment,
+    spec: DeploymentSpec,
+    revision: SpecRevision,
+    now: datetime,
+    *,
+    created: bool,
+    by: str | None,
+) -> None:
+    """Roll the spec's instances to `revision`: a new one (`created`, stored here) or an
+    earlier one (rollback). Instances move one at a time (rollout.py); `by` (who asked) is
+    named on the timeline."""
+    if created:
+        session.add(revision)
+    previous = spec.target_revision
+    _target(spec, revision)
+    spec.rollout_state = RolloutState.PROGRESSING.value
+    spec.rollout_reason = None
+    spec.rollout_at = now
+    _changed(deployment, now)
+    what = "revision" if created else "rollback to revision"
+    who = f" by {by}" if by else ""
+    record_event(
+        session,
+        deployment.id,
+        "rollout",
+        f"{_spec_name(spec)}: {what} {revision.number}{who}; rolling instances from revision "
+        f"{spec.revision} (target was {previous}) to {revision.number}, one at a time",
+        reason="RolloutStarted" if created else "RollbackStarted",
+    )
+
+
+def rollout_progressed(
+    session: AsyncSession, deployment: Deployment, spec: DeploymentSpec, done: int, desired: int
+) -> None:
+    record_event(
+        session,
+        deployment.id,
+        "rollout",
+        f"{_spec_name(spec)}: {done}/{desired} instances on revision {spec.target_revision}",
+        reason="RolloutProgressed",
+    )
+
+
+async def rollout_completed(
+    session: AsyncSession, deployment: Deployment, spec: DeploymentSpec, now: datetime
+) -> bool:
+    """Every wanted instance runs the target revision: it is the current one. Compare-and-set
+    on the target and the progressing state (a new revision accepted meanwhile wins); whether
+    it was recorded."""
+    target = spec.target_revision
+    done = (
+        await session.execute(
+            update(DeploymentSpec)
+            .where(
+                DeploymentSpec.id == spec.id,
+                DeploymentSpec.target_revision == target,
+                DeploymentSpec.rollout_state == RolloutState.PROGRESSING.value,
+            )
+            .values(
+                revision=target,
+                rollout_state=RolloutState.COMPLETED.value,
+                rollout_reason=None,
+                rollout_at=now,
+            )
+            .returning(DeploymentSpec.id)
+            .execution_options(synchronize_session=False)
+        )
+    ).first()
+    if done is None:
+        return False
+    for attr, value in (
+        ("revision", target),
+        ("rollout_state", RolloutState.COMPLETED.value),
+        ("rollout_reason", None),
+        ("rollout_at", now),
+    ):
+        set_committed_value(spec, attr, value)
+    record_event(
+        session,
+        deployment.id,
+        "rollout",
+        f"{_spec_name(spec)}: rollout to revision {target} completed",
+        reason="RolloutCompleted",
+    )
+    return True
+
+
+async def rollout_failed(
+    session: AsyncSession,
+    deployment: Deployment,
+    spec: DeploymentSpec,
+    serving: SpecRevision,
+    now: datetime,
+    *,
+    reason: str,
+) -> bool:
+    """A new instance of the target revision failed: the rollout stops and the target goes
+    back to the revision that serves (`serving`); the failed revision's instances are
+    replaced the same way, one at a time. Compare-and-set on the failed target (a revision
+    accepted meanwhile wins); whether it was recorded."""
+    failed_revision = spec.target_revision
+    values = {
+        "target_revision": serving.number,
+        "configuration": serving.configuration,
+        "helm_validation_policy": serving.helm_validation_policy,
+        "objects": list(serving.objects),
+        "rollout_state": RolloutState.FAILED.value,
+        "rollout_reason": f"revision {failed_revision}: {reason}",
+        "rollout_at": now,
+    }
+    done = (
+        await session.execute(
+            update(DeploymentSpec)
+            .where(
+                DeploymentSpec.id == spec.id,
+                DeploymentSpec.target_revision == failed_revision,
+                DeploymentSpec.rollout_state == RolloutState.PROGRESSING.value,
+            )
+            .values(**values)
+            .returning(DeploymentSpec.id)
+            .execution_options(synchronize_session=False)
+        )
+    ).first()
+    if done is None:
+        return False
+    for attr, value in values.items():
+        set_committed_value(spec, attr, value)
+    _changed(deployment, now)
+    record_event(
+        session,
+        deployment.id,
+        "rollout",
+        f"{_spec_name(spec)}: rollout to revision {failed_revision} failed ({reason}); "
+        f"revision {serving.number} keeps serving",
+        reason="RolloutFailed",
+    )
+    return True
 
 
 def unwant(row: Instance) -> None:
@@ -512,6 +717,9 @@ __all__ = [
     "remove_deployment",
     "rescale",
     "retire_instance",
+    "rollout_completed",
+    "rollout_failed",
+    "rollout_progressed",
     "schedule",
     "schedule_instance",
     "secrets_changed",
@@ -519,6 +727,8 @@ __all__ = [
     "set_targets",
     "set_version_status",
     "set_version_statuses",
+    "settle",
+    "start_rollout",
     "status_message",
     "status_of",
     "torn_down",

@@ -8,8 +8,9 @@ GPU, instance type syntax and offering, backend, clusters, regions, attributes, 
 zones — those fields are documented by the model but checked by the catalog).
 `helmValidationPolicy` is parsed once, into both its stored form and the chart pipeline's
 `ValidationPolicy`. Chart re-rendering for helm functions happens later (it needs I/O) in the
-router. `validate_update` (PUT) and `validate_patch` (PATCH) accept only the scaling fields
-and name any other field that would change.
+router. `validate_update` (PUT) accepts only the scaling fields and names any other field that would
+change; `validate_patch` (PATCH) also accepts a new `configuration`/`helmValidationPolicy` (a
+new revision, rendered by the router as at deploy).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ from service.deployments.schemas import (
 
 SCALING_FIELDS = ("minInstances", "maxInstances", "maxRequestConcurrency")
 AUTOSCALING_FIELDS = ("autoscalingConfiguration", "autoscalingConfigurationPolicy")
+#: PATCH fields that make a new revision (helm functions)
+REVISION_FIELDS = ("configuration", "helmValidationPolicy")
 #: Fields of a stored specification that PUT may repeat but never change.
 FIXED_FIELDS = (
     "gpu",
@@ -420,13 +423,17 @@ def validate_update(body: Any, stored: Sequence[StoredSpec]) -> list[ScalingChan
                 and spec[key] is not None
                 and not _same(key, target.fixed.get(key), spec[key])
             ):
+                how = (
+                    "PATCH /v2/nvcf/deployments/{deploymentId}/gpu-specifications/"
+                    f"{target.id} changes it as a new revision, rolled out without downtime"
+                    if key in REVISION_FIELDS
+                    else "delete the deployment and deploy again to change it"
+                )
                 errors.append(
                     FieldError(
                         f"{path}.{key}",
-                        f"cannot be changed on an existing deployment (is "
-                        f"{target.fixed.get(key)!r}, got {spec[key]!r}); only "
-                        f"{', '.join(SCALING_FIELDS)} can change — delete the deployment and "
-                        "deploy again to change it",
+                        f"cannot be changed by PUT (is {target.fixed.get(key)!r}, got "
+                        f"{spec[key]!r}); PUT changes only {', '.join(SCALING_FIELDS)} — {how}",
                     )
                 )
         if not _scaling_ok(path, bad) or any(
@@ -453,22 +460,41 @@ def validate_update(body: Any, stored: Sequence[StoredSpec]) -> list[ScalingChan
     return changes
 
 
-def validate_patch(body: Any, stored: StoredSpec) -> ScalingChange:
-    """A PATCH body `{minInstances?, maxInstances?, autoscalingConfiguration?,
-    autoscalingConfigurationPolicy?}` (at least one)."""
+@dataclass(frozen=True)
+class RevisionChange:
+    """A PATCH's new configuration and/or policy (None: keep the current one)."""
+
+    configuration: dict[str, Any] | None
+    configuration_given: bool
+    #: as stored (None when not given) and parsed for the chart pipeline
+    helm_validation_policy: dict[str, Any] | None
+    policy: ValidationPolicy | None
+
+
+def validate_patch(body: Any, stored: StoredSpec, *, is_helm: bool = True) -> ScalingChange:
+    """A PATCH body: `{minInstances?, maxInstances?, autoscalingConfiguration?,
+    autoscalingConfigurationPolicy?, configuration?, helmValidationPolicy?}` (at least one);
+    the new revision's fields only for helm functions (`revision_change` reads them from a
+    body this accepted)."""
     if not isinstance(body, Mapping):
         raise ValidationFailed.of([FieldError("body", "must be a JSON object")])
     model, errors = parse(GpuSpecificationPatch, body)
-    if all(body.get(key) is None for key in ("minInstances", "maxInstances", *AUTOSCALING_FIELDS)):
+    revision_given = [k for k in REVISION_FIELDS if body.get(k) is not None]
+    if (
+        all(body.get(key) is None for key in ("minInstances", "maxInstances", *AUTOSCALING_FIELDS))
+        and not revision_given
+    ):
         raise ValidationFailed.of(
             [
                 FieldError(
                     "body",
                     "give at least one of minInstances, maxInstances, "
-                    + ", ".join(AUTOSCALING_FIELDS),
+                    + ", ".join((*AUTOSCALING_FIELDS, *REVISION_FIELDS)),
                 )
             ]
         )
+    if not is_helm:
+        errors += [FieldError(k, HELM_ONLY[k]) for k in revision_given]
     autoscaling = None
     if model is not None:
         new_min = stored.min_instances if model.min_instances is None else model.min_instances
@@ -488,3 +514,20 @@ def validate_patch(body: Any, stored: StoredSpec) -> ScalingChange:
     if errors or model is None:
         raise ValidationFailed.of(errors, what="GPU specification update")
     return ScalingChange(stored.id, model.min_instances, model.max_instances, None, autoscaling)
+
+
+def revision_change(body: Any) -> RevisionChange | None:
+    """The new configuration/policy of a PATCH body `validate_patch` accepted; None when it
+    asks for no new revision."""
+    if not isinstance(body, Mapping) or all(body.get(k) is None for k in REVISION_FIELDS):
+        return None
+    model, errors = parse(GpuSpecificationPatch, body)
+    if model is None or errors:
+        raise ValidationFailed.of(errors, what="GPU specification update")
+    policy = model.helm_validation_policy
+    return RevisionChange(
+        configuration=model.configuration,
+        configuration_given=model.configuration is not None,
+        helm_validation_policy=policy.stored() if policy else None,
+        policy=policy.policy() if policy else None,
+    )

@@ -66,14 +66,23 @@ class SpecProgress:
         )
 
 
+def attempts_left(
+    progress: SpecProgress, status: VersionStatus | None, attempts: int
+) -> int | None:
+    """How many more instances the spec may create: no bound (None) once the version has left
+    DEPLOYING; while DEPLOYING, what is left of its attempts."""
+    if status not in (None, VersionStatus.INACTIVE, VersionStatus.DEPLOYING):
+        return None
+    return max(progress.budget(attempts) - progress.tried, 0)
+
+
 def may_replace(progress: SpecProgress, status: VersionStatus | None, attempts: int) -> int:
     """How many of the spec's missing instances may be created now: all of them once the
     version has left DEPLOYING; while DEPLOYING, only within the spec's attempts."""
     wanted = progress.min_instances if progress.wanted is None else progress.wanted
     missing = max(wanted - progress.live, 0)
-    if status not in (None, VersionStatus.INACTIVE, VersionStatus.DEPLOYING):
-        return missing
-    return max(min(missing, progress.budget(attempts) - progress.tried), 0)
+    left = attempts_left(progress, status, attempts)
+    return missing if left is None else min(missing, left)
 
 
 def deploy_failed(specs: Sequence[SpecProgress], attempts: int) -> str | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -90,6 +90,14 @@ class Dispatcher(Protocol):
 
     def waiting_versions(self) -> list[Target]:
         """Targets of the versions with requests waiting in this process."""
+        ...
+
+    async def requests_in_flight(self, instance_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+        """Requests on each instance (absent: none): the drain's view (reconcile/drain.py)."""
+        ...
+
+    async def requests_waiting(self, version_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+        """Requests waiting for each version (absent: none)."""
         ...
 
     async def aclose(self) -> None: ...
@@ -211,6 +219,14 @@ class LocalDispatcher:
 
     def in_flight(self, version_id: uuid.UUID) -> int:
         return self._by_version.get(version_id, 0)
+
+    async def requests_in_flight(self, instance_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+        """This process's requests on each instance (the drain's view, reconcile/drain.py)."""
+        return {i: n for i in instance_ids if (n := self._in_flight.get(i, 0))}
+
+    async def requests_waiting(self, version_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+        """This process's requests waiting for each version."""
+        return {v: n for v in version_ids if (n := self.depth_now(v))}
 
     def depth_now(self, version_id: uuid.UUID) -> int:
         lane = self._lanes.get(version_id)

@@ -24,7 +24,7 @@ import contextlib
 import logging
 import uuid
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -323,6 +323,12 @@ class RedisDispatcher:
     def in_flight(self, version_id: uuid.UUID) -> int:
         return self._by_version.get(version_id, 0)
 
+    async def requests_in_flight(self, instance_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+        return await _in_flight(self._redis, instance_ids)
+
+    async def requests_waiting(self, version_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+        return await _waiting(self._redis, version_ids)
+
     def depth_now(self, version_id: uuid.UUID) -> int:
         return len(self._waiting.get(version_id, ()))
 
@@ -441,6 +447,47 @@ class RedisDispatcher:
     async def _redis_now_ms(self) -> int:
         seconds, micros = await self._redis.time()
         return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def _in_flight(redis: Redis, instance_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+    """Unexpired requests in flight on each instance, every replica's (one round trip)."""
+    if not instance_ids:
+        return {}
+    seconds, micros = await redis.time()
+    now = int(seconds) * 1000 + int(micros) // 1000
+    async with redis.pipeline(transaction=False) as pipe:
+        for inst in instance_ids:
+            pipe.zcount(f"{PREFIX}f:{inst}", now, "+inf")
+        counts = await pipe.execute()
+    return {i: int(n) for i, n in zip(instance_ids, counts, strict=True) if int(n)}
+
+
+async def _waiting(redis: Redis, version_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+    """Requests in each version's queue, every replica's (one round trip)."""
+    if not version_ids:
+        return {}
+    async with redis.pipeline(transaction=False) as pipe:
+        for version in version_ids:
+            pipe.zcard(f"{PREFIX}q:{version}")
+        counts = await pipe.execute()
+    return {v: int(n) for v, n in zip(version_ids, counts, strict=True) if int(n)}
+
+
+class RedisActivity:
+    """The drain's view of every replica's requests (reconcile/drain.py `Activity`) for a
+    process that runs the reconciler without an invocation plane."""
+
+    def __init__(self, redis_url: str) -> None:
+        self._redis = Redis.from_url(redis_url)
+
+    async def requests_in_flight(self, instance_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+        return await _in_flight(self._redis, instance_ids)
+
+    async def requests_waiting(self, version_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+        return await _waiting(self._redis, version_ids)
+
+    async def aclose(self) -> None:
+        await self._redis.aclose()
 
 
 def _text(value: Any) -> str:

@@ -116,6 +116,27 @@ def test_function_commands_print_json_documents(nvcf: Nvcf) -> None:
     assert "404" in missing.stderr and "request id:" in missing.stderr
 
 
+def test_revisions_rollback_and_configure(nvcf: Nvcf, tmp_path: Path) -> None:
+    fid, vid = create(nvcf, "revisions")
+    assert nvcf("deploy", fid, vid, *H100, "--min", "1").exit_code == 0
+    [first] = nvcf.json("revisions", fid, vid)["revisions"]
+    assert (first["revision"], first["current"], first["target"]) == (1, True, True)
+    table = nvcf("revisions", fid, vid)
+    assert table.exit_code == 0 and "current, target" in table.stdout
+
+    done = nvcf.json("rollback", fid, vid, "1", "--wait")
+    assert done["gpuSpecification"]["revision"] == 1
+    missing = nvcf("rollback", fid, vid, "7")
+    assert missing.exit_code == 1 and "no revision 7" in missing.stderr
+
+    values = tmp_path / "values.yaml"
+    values.write_text("replicaCount: 2\n")
+    refused = nvcf("configure", fid, vid, "--values", str(values))
+    assert refused.exit_code == 1 and "configuration" in refused.stderr
+    assert "only for helm functions" in refused.stderr
+    assert nvcf("configure", fid, vid).exit_code == 2  # nothing to change
+
+
 def test_api_errors_print_every_violation(nvcf: Nvcf) -> None:
     done = nvcf("function", "create", "--name", "bad name!", "--inference-port", "99999")
     assert done.exit_code == 1 and done.stdout == ""

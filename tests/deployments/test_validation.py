@@ -12,6 +12,7 @@ from service.clusters.instance_types import parse_instance_type
 from service.core.errors import ValidationFailed
 from service.deployments.validation import (
     StoredSpec,
+    revision_change,
     validate_create,
     validate_patch,
     validate_update,
@@ -197,6 +198,29 @@ def test_patch() -> None:
     for body in bodies:
         with pytest.raises(ValidationFailed):
             validate_patch(body, STORED)
+
+
+def test_patch_with_a_new_revision() -> None:
+    change = validate_patch({"configuration": {"replicaCount": 2}}, STORED)
+    assert (change.min_instances, change.max_instances) == (None, None)
+    with pytest.raises(ValidationFailed) as refused:
+        validate_patch(
+            {"configuration": {}, "helmValidationPolicy": {"name": "Default"}},
+            STORED,
+            is_helm=False,
+        )
+    assert [e.field for e in refused.value.errors or []] == [
+        "configuration",
+        "helmValidationPolicy",
+    ]
+    assert revision_change({"minInstances": 1}) is None
+    configured = revision_change({"configuration": {"replicaCount": 2}})
+    assert configured is not None and configured.configuration_given
+    assert configured.configuration == {"replicaCount": 2} and configured.policy is None
+    policy_only = revision_change({"helmValidationPolicy": {"name": "Unrestricted"}})
+    assert policy_only is not None and not policy_only.configuration_given
+    assert policy_only.helm_validation_policy is not None
+    assert policy_only.helm_validation_policy["name"] == "Unrestricted"
 
 
 def test_workload_helpers() -> None:

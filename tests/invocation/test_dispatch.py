@@ -67,6 +67,23 @@ async def test_fewest_in_flight_then_fifo_queue_then_full() -> None:
     assert await d.depth(t.version_id) == 0
 
 
+async def test_the_drain_sees_requests_in_flight_and_waiting() -> None:
+    """What a reconciler asks before tearing a draining instance down (reconcile/drain.py)."""
+    busy, idle = route(1), route(2)
+    t = target(busy)
+    d = LocalDispatcher(queue_max=2)
+    first = uuid.uuid4()
+    await (await d.enqueue(first, t)).wait(1)
+    waiting = await d.enqueue(uuid.uuid4(), t)
+    assert await d.requests_in_flight([busy.id, idle.id]) == {busy.id: 1}
+    assert await d.requests_waiting([t.version_id, uuid.UUID(int=9)]) == {t.version_id: 1}
+    await d.release(t, busy.id, first)
+    await waiting.wait(1)
+    assert await d.requests_waiting([t.version_id]) == {}
+    await d.release(t, busy.id, uuid.uuid4())
+    assert await d.requests_in_flight([busy.id]) == {}
+
+
 async def test_a_retry_goes_first_and_never_back_to_the_instance_that_refused() -> None:
     a, b = route(1), route(2)
     t = target(a, b)

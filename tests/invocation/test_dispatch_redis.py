@@ -13,7 +13,7 @@ import pytest
 from service.backends.worker import WorkerPort
 from service.core.errors import ServiceUnavailable, TooManyRequests
 from service.invocation.dispatch import QueueTimeout
-from service.invocation.dispatch_redis import RedisDispatcher
+from service.invocation.dispatch_redis import RedisActivity, RedisDispatcher
 from service.invocation.routing import InstanceRoute, Target
 from tests.support.app import ClientFactory, SettingsFactory
 from tests.support.e2e import V, eventually
@@ -166,3 +166,28 @@ async def test_an_unreachable_redis_is_503() -> None:
             await dispatcher.enqueue(uuid.uuid4(), target(route()))
     finally:
         await dispatcher.aclose()
+
+
+async def test_the_drain_sees_every_replicas_requests(
+    replicas: list[RedisDispatcher], redis_server: RedisServer
+) -> None:
+    """What a reconciler asks before tearing a draining instance down (reconcile/drain.py):
+    requests in flight per instance and waiting per version, whichever replica holds them."""
+    one, two, _ = replicas
+    busy, idle = route(), route()
+    t = target(busy)
+    first = uuid.uuid4()
+    assert (await (await one.enqueue(first, t)).wait(1)).id == busy.id
+    waiting = await two.enqueue(uuid.uuid4(), t)  # waits: busy has one slot
+    reader = RedisActivity(redis_server.url)
+    try:
+        for view in (one, two, reader):
+            assert await view.requests_in_flight([busy.id, idle.id]) == {busy.id: 1}
+            assert await view.requests_waiting([t.version_id]) == {t.version_id: 1}
+        await one.release(t, busy.id, first)
+        await waiting.wait(30)  # the waiter took the slot: still one in flight, none waiting
+        assert await reader.requests_in_flight([busy.id]) == {busy.id: 1}
+        assert await reader.requests_waiting([t.version_id]) == {}
+        assert await reader.requests_in_flight([]) == {}
+    finally:
+        await reader.aclose()

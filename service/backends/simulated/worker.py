@@ -11,7 +11,8 @@ Request headers steer it: `X-Sim-Delay-Ms: N` answers after N ms, `X-Sim-Status:
 with that status. `Accept: text/event-stream` answers with `X-Sim-Events` (default 3) server-sent
 events, each `data: {"index": i, ...the echo...}`, `X-Sim-Delay-Ms` apart. A GET of the
 function's health path answers `{"status": "ok"}`. An instance the cluster does not run (never
-applied, or deleted) refuses the connection, as a real address with nobody listening would.
+applied, or deleted) refuses the connection, as a real address with nobody listening would; a
+delayed answer whose instance is torn down meanwhile fails (the connection is reset).
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ import json
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from service.backends.worker import WorkerEndpoint, WorkerResponse, WorkerUnreachable
+from service.backends.worker import (
+    WorkerEndpoint,
+    WorkerFailed,
+    WorkerResponse,
+    WorkerUnreachable,
+)
 from service.core.kube import SECRETS_DIR, SECRETS_FILE
 from service.health.observed import ObjectRef
 
@@ -187,6 +193,10 @@ class SimulatedWorkers:
             return _Events(status, echo, events, delay)
         if delay:
             await asyncio.sleep(delay)
+            if not self._running(namespace):
+                raise WorkerFailed(
+                    "connection reset: the simulated instance was torn down mid-request"
+                )
         return _json(status, echo)
 
 

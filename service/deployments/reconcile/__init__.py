@@ -1,6 +1,7 @@
 """The deployment runtime's reconciler: the loop (loop.py), one unit of work (unit.py), all of
-its SQL (store.py), placement (placement.py), what a backend receives (targets.py), and the
-namespace garbage collector, a loop service of its own (gc.py)."""
+its SQL (store.py), instance counts and rollouts (converge.py), drains (drain.py), placement
+(placement.py), what a backend receives (targets.py), and the namespace garbage collector, a
+loop service of its own (gc.py)."""
 
 from __future__ import annotations
 

@@ -31,6 +31,10 @@ class ReconcilerConfig:
     failed_history: int = 10
     #: seconds a removed deployment's history stays readable (deployments/history.py)
     history_retention: float = _DEFAULTS.history_retention_seconds
+    #: seconds a draining instance may take to finish its requests
+    drain_timeout: float = _DEFAULTS.drain_timeout_seconds
+    #: a draining instance is kept at least this long, so cached routes forget it
+    drain_grace: float = _DEFAULTS.invoke_route_cache_seconds
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ReconcilerConfig:
@@ -44,6 +48,8 @@ class ReconcilerConfig:
             deploy_attempts=settings.reconcile_deploy_attempts,
             timeouts=HealthTimeouts.from_settings(settings),
             history_retention=settings.history_retention_seconds,
+            drain_timeout=settings.drain_timeout_seconds,
+            drain_grace=settings.invoke_route_cache_seconds,
         )
 
 

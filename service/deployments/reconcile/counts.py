@@ -1,7 +1,7 @@
 """The deployment-level decisions of a unit of work, taken under the deployment's row lock:
-how many instances each spec gets (create up to the minimum — while DEPLOYING within its
-attempts — and retire the surplus) and the version's status from its instances (the pure
-rules of service.health.status), with whether the deployment has settled."""
+the version's status from its instances (the pure rules of service.health.status), with
+whether the deployment has settled. How many instances each spec runs, and on which revision,
+is converge.py's."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.deployments import transitions
+from service.deployments import rollout, transitions
 from service.deployments.models import Deployment, DeploymentSpec, Instance, InstanceDesired
 from service.functions.models import FunctionVersion
 from service.health.machine import Phase
@@ -19,59 +19,8 @@ from service.health.status import (
     SpecProgress,
     VersionStatus,
     deploy_failed,
-    may_replace,
     next_status,
 )
-
-
-def converge_counts(
-    session: AsyncSession,
-    dep: Deployment,
-    status: VersionStatus,
-    rows: list[Instance],
-    now: datetime,
-    expires: datetime,
-    *,
-    owner: str,
-    attempts: int,
-) -> list[Instance]:
-    """Create instances up to each spec's desired count (the autoscaler's target within
-    [minInstances, maxInstances]; while DEPLOYING, within its attempts: `may_replace`); retire
-    the surplus."""
-    created: list[Instance] = []
-    for spec in dep.specs:
-        present = [r for r in rows if r.spec_id == spec.id and r.desired == InstanceDesired.PRESENT]
-        wanted = spec.desired_instances
-        missing = wanted - len(present)
-        allowed = may_replace(progress_of(spec, present), status, attempts)
-        for n in range(min(missing, allowed)):
-            created.append(
-                transitions.create_instance(
-                    session,
-                    dep,
-                    spec,
-                    now,
-                    owner=owner,
-                    lease_expires_at=expires,
-                    ordinal=len(present) + n + 1,
-                )
-            )
-        if missing < 0:
-            # Scale down: drop instances that are not serving first, newest first.
-            surplus = sorted(present, key=lambda r: (r.phase == Phase.RUNNING, r.created_at))[
-                :-missing
-            ]
-            for row in surplus:
-                transitions.retire_instance(
-                    session,
-                    row,
-                    now,
-                    kind="scaling",
-                    reason="ScaledDown",
-                    message=f"removed: {spec.instance_type} wants {wanted} instances "
-                    f"(minInstances {spec.min_instances}, maxInstances {spec.max_instances})",
-                )
-    return created
 
 
 def aggregate(
@@ -123,7 +72,10 @@ def aggregate(
     )
     teardown_pending = any(r.applied for r in rows.values() if r.desired != InstanceDesired.PRESENT)
     secrets_pending = any(secrets_stale(r, version) for r in present)
-    return counts_met and all_running and not teardown_pending and not secrets_pending, wake
+    # A rollout is settled only once T1 has recorded its completion.
+    rolling = any(s.rollout_state == rollout.RolloutState.PROGRESSING for s in dep.specs)
+    settled = counts_met and all_running and not teardown_pending
+    return settled and not secrets_pending and not rolling, wake
 
 
 def status_change(

@@ -41,6 +41,7 @@ from service.core.tracing import NO_TRACING, Tracing
 from service.deployments.metrics import ReconcileMetrics
 from service.deployments.models import InstanceDesired
 from service.deployments.reconcile.config import ReconcilerConfig
+from service.deployments.reconcile.drain import Activity
 from service.deployments.reconcile.owner import OwnerId, fresh_owner
 from service.deployments.reconcile.placement import CapacityView
 from service.deployments.reconcile.store import DueInstance, ReconcileStore
@@ -79,8 +80,11 @@ class Reconciler:
         owner: OwnerId | None = None,
         metrics: ReconcileMetrics | None = None,
         tracing: Tracing = NO_TRACING,
+        activity: Activity | None = None,
     ) -> None:
         self.config = config or ReconcilerConfig()
+        #: the invocation plane's requests in flight, for drains (drain.py); set by the app
+        self.activity = activity
         self.metrics = metrics if metrics is not None else ReconcileMetrics()
         self.tracing = tracing
         self._owner = owner or fresh_owner()
@@ -116,6 +120,7 @@ class Reconciler:
             secret_box=self.secret_box,
             wake=self.wake,
             on_running=self.on_running,
+            activity=self.activity,
         )
 
     # ------------------------------------------------------------------ lifecycle

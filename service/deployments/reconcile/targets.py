@@ -57,10 +57,14 @@ def install_objects(
     spec: DeploymentSpec,
     pull_secrets: Sequence[tuple[str, Mapping[str, Any]]],
     secrets: Mapping[str, str] | None = None,
+    *,
+    objects: Sequence[Any] | None = None,
 ) -> list[dict[str, Any]]:
+    """The instance's objects after install-time mutation: `objects` (those of the revision it
+    runs) or, by default, the spec's (its target revision)."""
     cluster = catalog.cluster(row.cluster or "")
     return mutate_for_install(
-        [o for o in spec.objects if isinstance(o, dict)],
+        [o for o in (spec.objects if objects is None else objects) if isinstance(o, dict)],
         namespace=instance_namespace(str(row.id)),
         instance_id=str(row.id),
         function_id=str(dep.function_id),

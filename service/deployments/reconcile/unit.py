@@ -28,16 +28,19 @@ from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.clusters.instance_types import InstanceTypeError, parse_instance_type
 from service.core.crypto import SecretBox
-from service.deployments import transitions
+from service.deployments import rollout, transitions
 from service.deployments.models import (
     Deployment,
     DeploymentDesired,
     DeploymentSpec,
     Instance,
     InstanceDesired,
+    SpecRevision,
 )
 from service.deployments.reconcile.config import ReconcilerConfig
-from service.deployments.reconcile.counts import aggregate, converge_counts, secrets_stale
+from service.deployments.reconcile.converge import converge_counts
+from service.deployments.reconcile.counts import aggregate, secrets_stale
+from service.deployments.reconcile.drain import Activity, Loads, drain_since, read_loads
 from service.deployments.reconcile.placement import (
     CapacityView,
     permitted_candidates,
@@ -100,6 +103,8 @@ class Runtime:
     #: called after a unit in which an instance became Running (the invocation plane re-reads
     #: the versions whose requests wait)
     on_running: Callable[[], None] | None = None
+    #: the invocation plane's view of requests in flight (drain.py; None: none in view)
+    activity: Activity | None = None
 
     @property
     def owner(self) -> str:
@@ -147,6 +152,8 @@ class UnitOfWork:
         self._secrets: dict[str, PullSecrets] = {}
         self._version_secrets = VersionSecrets(rt.sessionmaker, rt.secret_box)
         self._became_running = False
+        self._revisions: dict[tuple[uuid.UUID, int], list[Any]] = {}
+        self._loads = Loads()
 
     async def run(self) -> None:
         claimed = await self._claim()
@@ -161,6 +168,7 @@ class UnitOfWork:
                 and any(w.row.id in fresh or secrets_stale(w.row, c.version) for w in c.work)
             ]
         )
+        self._loads = await self._drain_loads(claimed)
         for c in claimed:
             await self._drive(c, fresh)
         await self._finish(claimed)
@@ -187,14 +195,14 @@ class UnitOfWork:
                     and version is not None
                     and version.status != VersionStatus.ERROR
                 ):
-                    mine = mine + converge_counts(
+                    mine = mine + await converge_counts(
                         session,
                         dep,
-                        transitions.status_of(version),
                         mine,
                         now,
-                        expires,
                         owner=rt.owner,
+                        expires=expires,
+                        status=transitions.status_of(version),
                         attempts=rt.config.deploy_attempts,
                     )
                 specs = {s.id: s for s in dep.specs}
@@ -288,7 +296,7 @@ class UnitOfWork:
         for w in c.work:
             row = w.row
             if c.tearing_down or row.desired != InstanceDesired.PRESENT:
-                if row.applied:
+                if row.applied and self._drained(c, row):
                     w.gone = await self._teardown(c, w)
                 continue
             if w.condition is not None:  # decided during placement (unavailable cluster)
@@ -345,7 +353,8 @@ class UnitOfWork:
         pull = await self._pull_secrets(dep.account_id)
         generation, secrets = await self._version_secrets.get(dep.version_id)
         w.secrets_generation = generation
-        return install_objects(self.rt.catalog, dep, w.row, w.spec, pull, secrets)
+        objects = await self._revision_objects(w.spec, w.row.revision)
+        return install_objects(self.rt.catalog, dep, w.row, w.spec, pull, secrets, objects=objects)
 
     async def _rotate_secrets(
         self, adapter: BackendAdapter, dep: Deployment, w: Work, target: InstanceSpec
@@ -366,6 +375,52 @@ class UnitOfWork:
             )
             return
         w.rotated = True
+
+    async def _revision_objects(self, spec: DeploymentSpec, number: int) -> list[Any] | None:
+        """The validated objects of an instance's revision when it is not the spec's target
+        (an old instance re-applied during a rollout); None: the spec's own."""
+        if number == spec.target_revision:
+            return None
+        key = (spec.id, number)
+        if key not in self._revisions:
+            async with self.rt.sessionmaker() as session:
+                found = await session.get(SpecRevision, key)
+            self._revisions[key] = list(found.objects) if found is not None else []
+        return self._revisions[key] or None
+
+    # ---------------------------------------------------------------- drain
+
+    def _drain_since(self, c: Claimed, row: Instance) -> datetime | None:
+        return drain_since(c.dep, row, tearing_down=c.tearing_down)
+
+    async def _drain_loads(self, claimed: list[Claimed]) -> Loads:
+        """Requests in flight on the draining instances (and waiting for their versions, for a
+        graceful undeploy), asked of the invocation plane once per unit."""
+        instances: list[uuid.UUID] = []
+        versions: set[uuid.UUID] = set()
+        for c in claimed:
+            for w in c.work:
+                row = w.row
+                gone = c.tearing_down or row.desired != InstanceDesired.PRESENT
+                if gone and row.applied and self._drain_since(c, row) is not None:
+                    instances.append(row.id)
+                    if c.tearing_down:
+                        versions.add(c.dep.version_id)
+        return await read_loads(self.rt.activity, instances, sorted(versions))
+
+    def _drained(self, c: Claimed, row: Instance) -> bool:
+        since = self._drain_since(c, row)
+        if since is None:
+            return True
+        loads = self._loads
+        return rollout.drained(
+            since=since,
+            now=self.rt.clock(),
+            timeout=self.rt.config.drain_timeout,
+            grace=self.rt.config.drain_grace,
+            in_flight=loads.in_flight.get(row.id, 0) if loads.known else None,
+            waiting=loads.waiting.get(c.dep.version_id, 0) if c.tearing_down else 0,
+        )
 
     def _evaluate(
         self, observed: ObservedState, row: Instance, mode: HealthMode
@@ -424,6 +479,7 @@ class UnitOfWork:
                 if dep.desired != DeploymentDesired.DEPLOYED or version is None:
                     await self._finish_delete(session, dep, version, rows, now)
                     continue
+                failures = await self._rollout_failures(session, dep, failures, now)
                 settled, again = aggregate(
                     session,
                     dep,
@@ -440,7 +496,10 @@ class UnitOfWork:
                     session, rows.values(), rt.config.failed_history
                 )
                 rt.memory.forget(stale)
-                transitions.schedule(dep, None if settled else now)
+                if settled:
+                    await transitions.settle(session, dep)
+                else:
+                    transitions.schedule(dep, now)
             await transitions.set_version_statuses(session, statuses, now)
         if wake:
             rt.wake()
@@ -501,6 +560,40 @@ class UnitOfWork:
                 due = None
             transitions.schedule_instance(row, due)
         return failures
+
+    async def _rollout_failures(
+        self,
+        session: AsyncSession,
+        dep: Deployment,
+        failures: list[Instance],
+        now: datetime,
+    ) -> list[Instance]:
+        """A failed instance of a spec's rollout target ends that rollout (the serving
+        revision stays); the other failures, which the version status judges."""
+        others: list[Instance] = []
+        for row in failures:
+            spec = next((s for s in dep.specs if s.id == row.spec_id), None)
+            if (
+                spec is None
+                or spec.rollout_state != rollout.RolloutState.PROGRESSING
+                or row.revision != spec.target_revision
+                or spec.target_revision == spec.revision
+            ):
+                others.append(row)
+                continue
+            serving = await session.get(SpecRevision, (spec.id, spec.revision))
+            if serving is None:  # cannot happen: revisions live as long as their spec
+                others.append(row)
+                continue
+            await transitions.rollout_failed(
+                session,
+                dep,
+                spec,
+                serving,
+                now,
+                reason=f"instance {row.id} failed: {row.reason}: {row.message}",
+            )
+        return others
 
     async def _finish_delete(
         self,

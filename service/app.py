@@ -275,6 +275,7 @@ def create_app(
                 # here at once; an instance turning Running wakes the waiting requests.
                 plane.load.on_cold = autoscaler.wake
             reconciler.on_running = plane.instances_changed
+            reconciler.on_draining = plane.routes.forget
             reconciler.activity = plane.dispatcher  # what a drain waits for
         elif settings.redis_url:
             activity = RedisActivity(settings.redis_url)

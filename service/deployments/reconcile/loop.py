@@ -102,6 +102,7 @@ class Reconciler:
         self.passes = 0
         #: called when an instance became Running (set by the app: the invocation plane)
         self.on_running: Callable[[], None] | None = None
+        self.on_draining: Callable[[uuid.UUID], None] | None = None
         self._order = random.Random(self.store.owner)  # noqa: S311 - an order, not a secret
 
     @property
@@ -120,6 +121,7 @@ class Reconciler:
             secret_box=self.secret_box,
             wake=self.wake,
             on_running=self.on_running,
+            on_draining=self.on_draining,
             activity=self.activity,
         )
 

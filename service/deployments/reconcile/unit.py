@@ -103,6 +103,9 @@ class Runtime:
     #: called after a unit in which an instance became Running (the invocation plane re-reads
     #: the versions whose requests wait)
     on_running: Callable[[], None] | None = None
+    #: told the versions with an instance draining (the invocation plane of this process
+    #: forgets their cached routes at once: a draining instance takes no new request)
+    on_draining: Callable[[uuid.UUID], None] | None = None
     #: the invocation plane's view of requests in flight (drain.py; None: none in view)
     activity: Activity | None = None
 
@@ -172,6 +175,10 @@ class UnitOfWork:
         for c in claimed:
             await self._drive(c, fresh)
         await self._finish(claimed)
+        if self.rt.on_draining is not None:
+            for c in claimed:
+                if any(w.row.drain_since is not None for w in c.work):
+                    self.rt.on_draining(c.dep.version_id)
 
     # ---------------------------------------------------------------- T1
 

@@ -55,7 +55,8 @@ def test_chart_validate_prints_the_findings(
     chart = push_corpus(anon_registry, "inference-ok").file_url
     ok = nvcf("chart", "validate", chart, "--gpu", "H100", "--instance-type", "NCP.GPU.H100_1x")
     assert ok.exit_code == 0, ok.stderr
-    assert "valid, 3 objects" in ok.stdout and "modified" in ok.stdout  # an info finding
+    # the chart's 3 objects and the nvcf-secrets Secret every instance gets at install
+    assert "valid, 4 objects" in ok.stdout and "modified" in ok.stdout  # an info finding
 
     ingress = values_file(tmp_path, {"extraObjects": [INGRESS]})
     bad = nvcf("chart", "validate", chart, "--values", ingress)

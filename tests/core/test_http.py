@@ -84,11 +84,17 @@ async def test_probes_need_no_auth(client: httpx.AsyncClient) -> None:
 async def test_ready_reports_an_unreachable_database(client_factory: ClientFactory) -> None:
     client = await client_factory()
     app = client.app
-    await app.state.engine.dispose()
     from service.core.db import make_engine
 
-    app.state.engine = make_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
-    resp = await client.get("/health/ready")
+    # The probe is pointed at a database nobody listens on; the app's own engine stays as it
+    # is (its background loops hold connections of it) and is disposed at shutdown as usual.
+    good, bad = app.state.engine, make_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")
+    app.state.engine = bad
+    try:
+        resp = await client.get("/health/ready")
+    finally:
+        app.state.engine = good
+        await bad.dispose()
     assert_problem(resp, 503)
 
 

@@ -24,7 +24,8 @@ FAST_SERVER = {
     "NVCF_RENDER_WORKERS": "1",
 }
 #: variables of the client that the test's own environment must not leak into a run
-CLIENT_VARS = ("NVCF_URL", "NVCF_API_KEY", "NVCF_CA_CERT", "NO_COLOR", "FORCE_COLOR")
+#: unset for every run: the command sees no login, colour or terminal width of the test runner
+CLIENT_VARS = ("NVCF_URL", "NVCF_API_KEY", "NVCF_CA_CERT", "NO_COLOR", "FORCE_COLOR", "COLUMNS")
 
 
 @contextmanager

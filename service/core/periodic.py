@@ -1,5 +1,6 @@
 """A periodic background job: one asyncio task that runs a round, logs a failing round and
-goes on, then sleeps `period` seconds; `period <= 0` means the job never starts.
+goes on, then sleeps `period` seconds — or less, when `wake` is set (the event is cleared
+before the next round); `period <= 0` means the job never starts.
 
 The loop services (namespace collection, history purge) own one each; `round()` stays callable
 directly (tests and admin paths run a round on demand).
@@ -24,12 +25,14 @@ class PeriodicJob:
         *,
         log: logging.Logger,
         failure: str,
+        wake: asyncio.Event | None = None,
     ) -> None:
         self.name = name
         self._round = round
         self.period = period
         self._log = log
         self._failure = failure
+        self._wake = wake
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -55,4 +58,9 @@ class PeriodicJob:
                 raise
             except Exception:
                 self._log.exception(self._failure)
-            await asyncio.sleep(self.period)
+            if self._wake is None:
+                await asyncio.sleep(self.period)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.period)
+            self._wake.clear()

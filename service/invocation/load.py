@@ -17,7 +17,6 @@ replicas forgotten by the heartbeat sweep are deleted with them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -32,6 +31,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.core.db import utcnow
+from service.core.periodic import PeriodicJob
 from service.invocation.models import InvocationLoad, InvocationReplica
 from service.invocation.routing import Target
 
@@ -127,30 +127,20 @@ class LoadPublisher:
         self.tracker = tracker
         self.period = period
         self.reports = 0
-        self._task: asyncio.Task[None] | None = None
+        self._job = PeriodicJob(
+            "nvcf-load-publisher",
+            self.publish,
+            period,
+            log=log,
+            failure="publishing the invocation load failed",
+            wake=tracker.urgent,
+        )
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="nvcf-load-publisher")
+        self._job.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _loop(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.tracker.urgent.wait(), self.period)
-            self.tracker.urgent.clear()
-            try:
-                await self.publish()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("publishing the invocation load failed")
+        await self._job.stop()
 
     async def publish(self) -> int:
         """One report; the number of version rows written."""

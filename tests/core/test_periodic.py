@@ -53,3 +53,19 @@ async def test_period_zero_never_starts() -> None:
     job.start()
     assert not job.running
     await job.stop()  # stopping a job that never started is fine
+
+
+async def test_a_wake_runs_the_next_round_before_the_period() -> None:
+    calls: list[int] = []
+    wake = asyncio.Event()
+
+    async def round_() -> None:
+        calls.append(len(calls))
+
+    job = PeriodicJob("t", round_, 3600, log=log, failure="x", wake=wake)
+    job.start()
+    await _until(lambda: len(calls) == 1)  # the first round runs at start
+    wake.set()
+    await _until(lambda: len(calls) == 2)  # and the next one when woken, not in an hour
+    assert not wake.is_set()  # cleared for the round after
+    await job.stop()

@@ -42,6 +42,22 @@ WaitOpt = Annotated[
 ]
 
 
+def spec_url(run: Run, function_id: str, version_id: str, spec_id: str | None) -> str:
+    """The path of the deployment's GPU specification (`--spec`, or its only one)."""
+    dep = run.api.call("GET", deployment_path(function_id, version_id))["deployment"]
+    specs = [str(s["gpuSpecificationId"]) for s in dep.get("deploymentSpecifications") or []]
+    if spec_id is None:
+        if len(specs) != 1:
+            raise fail(
+                run.ui,
+                f"the deployment has {len(specs)} GPU specifications; pick one with --spec "
+                f"({', '.join(specs)})",
+                Code.USAGE,
+            )
+        spec_id = specs[0]
+    return f"{V}/deployments/{dep['deploymentId']}/gpu-specifications/{spec_id}"
+
+
 def deploy(
     function_id: FunctionId,
     version_id: VersionId,
@@ -127,27 +143,13 @@ def scale(
     with connect(output) as run:
         if min_instances is None and max_instances is None:
             raise fail(run.ui, "nothing to change: pass --min and/or --max", Code.USAGE)
-        dep = run.api.call("GET", deployment_path(function_id, version_id))["deployment"]
-        specs = [str(s["gpuSpecificationId"]) for s in dep.get("deploymentSpecifications") or []]
-        if spec_id is None:
-            if len(specs) != 1:
-                raise fail(
-                    run.ui,
-                    f"the deployment has {len(specs)} GPU specifications; pick one with --spec "
-                    f"({', '.join(specs)})",
-                    Code.USAGE,
-                )
-            spec_id = specs[0]
+        url = spec_url(run, function_id, version_id, spec_id)
         body = {
             k: v
             for k, v in (("minInstances", min_instances), ("maxInstances", max_instances))
             if v is not None
         }
-        changed = run.api.call(
-            "PATCH",
-            f"{V}/deployments/{dep['deploymentId']}/gpu-specifications/{spec_id}",
-            json=body,
-        )
+        changed = run.api.call("PATCH", url, json=body)
         if wait:
             wait_active(run, function_id, version_id, timeout, done=settled_active)
             return
@@ -156,7 +158,7 @@ def scale(
             return
         spec = changed.get("gpuSpecification") or changed
         run.ui.note(
-            f"GPU specification {spec_id}: minInstances {spec.get('minInstances')}, "
+            f"GPU specification {url.rsplit('/', 1)[-1]}: minInstances {spec.get('minInstances')}, "
             f"maxInstances {spec.get('maxInstances')}"
         )
 

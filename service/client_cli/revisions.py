@@ -11,7 +11,6 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from service.client_cli.api import V
 from service.client_cli.common import (
     FunctionId,
     OutputOpt,
@@ -23,6 +22,7 @@ from service.client_cli.common import (
     poll_interval,
     read_values,
 )
+from service.client_cli.deployments import spec_url
 from service.client_cli.output import EXIT_CODES, Code, Output
 from service.client_cli.watch import deployment_path
 
@@ -39,22 +39,6 @@ WaitOpt = Annotated[
         help="Wait until the rollout has completed; when it fails print the reason and exit 3.",
     ),
 ]
-
-
-def _spec_url(run: Run, function_id: str, version_id: str, spec_id: str | None) -> str:
-    """The path of the deployment's GPU specification (`--spec`, or its only one)."""
-    dep = run.api.call("GET", deployment_path(function_id, version_id))["deployment"]
-    specs = [str(s["gpuSpecificationId"]) for s in dep.get("deploymentSpecifications") or []]
-    if spec_id is None:
-        if len(specs) != 1:
-            raise fail(
-                run.ui,
-                f"the deployment has {len(specs)} GPU specifications; pick one with --spec "
-                f"({', '.join(specs)})",
-                Code.USAGE,
-            )
-        spec_id = specs[0]
-    return f"{V}/deployments/{dep['deploymentId']}/gpu-specifications/{spec_id}"
 
 
 def _wait_rollout(
@@ -127,7 +111,7 @@ def configure(
             body["configuration"] = configuration
         if policy is not None:
             body["helmValidationPolicy"] = {"name": policy}
-        url = _spec_url(run, function_id, version_id, spec_id)
+        url = spec_url(run, function_id, version_id, spec_id)
         changed = run.api.call("PATCH", url, json=body)
         _done(run, changed, function_id, version_id, url, wait, timeout)
 
@@ -140,7 +124,7 @@ def revisions(
 ) -> None:
     """The revisions of a deployment's GPU specification, oldest first."""
     with connect(output) as run:
-        url = _spec_url(run, function_id, version_id, spec_id)
+        url = spec_url(run, function_id, version_id, spec_id)
         listed = run.api.call("GET", f"{url}/revisions")
         if run.ui.json:
             run.ui.emit(listed)
@@ -172,7 +156,7 @@ def rollback(
     """Roll a deployment's GPU specification back to an earlier revision, one instance at a
     time."""
     with connect(output) as run:
-        url = _spec_url(run, function_id, version_id, spec_id)
+        url = spec_url(run, function_id, version_id, spec_id)
         changed = run.api.call("POST", f"{url}/revisions/{revision}/rollback")
         _done(run, changed, function_id, version_id, url, wait, timeout)
 

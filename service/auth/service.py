@@ -157,6 +157,10 @@ async def any_key_exists(session: AsyncSession) -> bool:
     return (await session.execute(select(ApiKey.id).limit(1))).first() is not None
 
 
+#: how long `cached_principal` answers a header from memory without looking again
+RECENT_SECONDS = 1.0
+
+
 class Authenticator:
     """Turns an `Authorization` header into a Principal, or raises 401."""
 
@@ -166,6 +170,9 @@ class Authenticator:
         self._cache: TTLCache[str, tuple[Principal, datetime | None]] = TTLCache(
             maxsize=1024, ttl=5.0, timer=time.monotonic
         )
+        # principals of Authorization headers verified moments ago, by the header's text (the
+        # inline invocation path asks for every request): no hashing, no cache bookkeeping
+        self._recent: dict[str, tuple[Principal, float]] = {}
         self._jwks: jwt.PyJWKSet | None = None
         self._jwks_loaded_at = 0.0
         self._jwks_lock = asyncio.Lock()
@@ -173,6 +180,7 @@ class Authenticator:
     def forget(self, key_hash: str) -> None:
         """Forget a revoked key at once instead of waiting for the cache to expire."""
         self._cache.pop(key_hash, None)
+        self._recent.clear()
 
     async def authenticate(
         self, sessions: async_sessionmaker[AsyncSession], authorization: str | None
@@ -193,9 +201,25 @@ class Authenticator:
         """The principal of an API key verified moments ago and still valid, else None.
 
         Never raises and never touches the database: callers on a fast path fall back to
-        `authenticate` (which gives the proper 401) whenever this returns None.
+        `authenticate` (which gives the proper 401) whenever this returns None. A header
+        seen here is answered from memory for `RECENT_SECONDS` more (never past its key's
+        expiry; a revocation in this process forgets it at once).
         """
-        if not authorization or not authorization.startswith(("Bearer ", "bearer ")):
+        if not authorization:
+            return None
+        now = time.monotonic()
+        recent = self._recent.get(authorization)
+        if recent is not None and recent[1] > now:
+            return recent[0]
+        principal = self._verified(authorization)
+        if principal is not None:
+            if len(self._recent) >= self._cache.maxsize:
+                self._recent.clear()
+            self._recent[authorization] = (principal, now + RECENT_SECONDS)
+        return principal
+
+    def _verified(self, authorization: str) -> Principal | None:
+        if not authorization.startswith(("Bearer ", "bearer ")):
             return None
         key = authorization[7:].strip()
         if not key.startswith(API_KEY_PREFIX):
@@ -204,7 +228,7 @@ class Authenticator:
         if cached is None:
             return None
         principal, expires_at = cached
-        if expires_at is not None and expires_at <= utcnow():
+        if expires_at is not None and expires_at <= utcnow() + timedelta(seconds=RECENT_SECONDS):
             return None
         return principal
 

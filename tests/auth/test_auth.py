@@ -314,3 +314,35 @@ async def test_a_jwt_never_carries_the_operator_scope(client: httpx.AsyncClient)
         headers=bearer(token),
     )
     assert resp.status_code == 403 and "admin:accounts" in resp.json()["detail"]
+
+
+async def test_a_verified_key_is_remembered_by_header_until_revoked(
+    client: httpx.AsyncClient,
+) -> None:
+    """`cached_principal` (the inline invocation path's lookup) never reads the database,
+    answers only for keys verified moments ago, and forgets a revoked key at once."""
+    auth = client.app.state.authenticator  # type: ignore[attr-defined]
+    resp = await client.post(f"{V}/api-keys", json={"scopes": ["list_functions"]})
+    created = resp.json()["apiKey"]
+    header = f"Bearer {created['key']}"
+    assert auth.cached_principal(header) is None  # never verified here yet
+    assert (await client.get(f"{V}/functions", headers={"Authorization": header})).is_success
+    principal = auth.cached_principal(header)
+    assert principal is not None and principal.subject == created["id"]
+    assert auth.cached_principal(header) is principal  # from the header's memory
+    assert auth.cached_principal(None) is None and auth.cached_principal("Bearer x") is None
+    assert (await client.delete(f"{V}/api-keys/{created['id']}")).status_code == 204
+    assert auth.cached_principal(header) is None
+
+
+async def test_a_key_about_to_expire_is_not_answered_from_memory(
+    client: httpx.AsyncClient,
+) -> None:
+    auth = client.app.state.authenticator  # type: ignore[attr-defined]
+    key = await new_key(client, ["list_functions"], expires_in="PT30S")
+    soon = await new_key(client, ["list_functions"], expires_in="PT1S")
+    for k in (key, soon):
+        assert (await client.get(f"{V}/functions", headers=bearer(k))).status_code == 200
+    assert auth.cached_principal(f"Bearer {key}") is not None
+    # within a second of its expiry: the caller is verified the ordinary way every time
+    assert auth.cached_principal(f"Bearer {soon}") is None

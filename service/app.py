@@ -45,6 +45,7 @@ from service.core.problem import install_problem_handlers
 from service.core.quotas import Quotas
 from service.core.ratelimit import RateLimiter
 from service.core.routing import mount_flat
+from service.core.server import Express
 from service.core.settings import Settings
 from service.core.tracing import TracingMiddleware
 from service.deployments.autoscale import Autoscaler, AutoscalerConfig
@@ -58,6 +59,7 @@ from service.functions.schemas import DOC_MODELS
 from service.functions.sharing_router import router as sharing_router
 from service.invocation import InvocationPlane
 from service.invocation.dispatch_redis import RedisActivity
+from service.invocation.inline import InlineInvocation
 from service.invocation.metrics import InvocationMetrics
 from service.invocation.router import router as invocation_router
 from service.invocation.transparent import FrontDoor, TransparentInvocation, body_limit
@@ -83,11 +85,18 @@ class NvcfApp(FastAPI):
 
     front_door: FrontDoor | None = None
 
+    @property
+    def express(self) -> Express | None:
+        """The server's express lane (core/server.py): the front door, when it has the
+        inline invocation path."""
+        door = self.front_door
+        return door if door is not None and door.inline is not None else None
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         door = self.front_door
         if door is not None and scope["type"] == "http" and door.claims(scope):
             scope["app"] = self
-            await door.app(scope, receive, send)
+            await door(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
 
@@ -181,7 +190,7 @@ def create_app(
     *,
     span_exporter: SpanExporter | None = None,
     invocation_only: bool = False,
-) -> FastAPI:
+) -> NvcfApp:
     """The application; `span_exporter` turns tracing on and receives every span (tests);
     `invocation_only`: the invocation plane alone (`nvcf-server invoke`): its routes, health
     and metrics, no reconciler, chart pipeline or admin bootstrap."""
@@ -415,7 +424,19 @@ def create_app(
                 body_limit=limit_of,
             )
 
-        app.front_door = FrontDoor(suffix=settings.invoke_host_suffix, wrap=wrap)
+        inline = None
+        if settings.invoke_inline and not telemetry.tracing.enabled:
+
+            def inline(general: ASGIApp) -> InlineInvocation:
+                return InlineInvocation(
+                    state=app.state,
+                    metrics=telemetry.metrics,
+                    json_logs=settings.log_format == "json",
+                    body_limit=settings.invoke_max_body_bytes,
+                    general=general,
+                )
+
+        app.front_door = FrontDoor(suffix=settings.invoke_host_suffix, wrap=wrap, inline=inline)
     return app
 
 

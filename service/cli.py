@@ -115,7 +115,7 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
         BodyDeadlineMiddleware(app, timeout=settings.http_body_timeout),
         host=args.host,
         port=args.port,
-        http=bounded_protocol(limits),
+        http=bounded_protocol(limits, app.express),
         log_level="warning",
         log_config=None,  # its loggers go through the root handler of _configure_logging
         access_log=False,

@@ -200,6 +200,15 @@ class _Http1Response(WorkerResponse):
                 self._drop()
                 raise WorkerFailed(f"the worker's answer is not valid HTTP: {exc}") from exc
 
+    def complete_body(self) -> bytes | None:
+        answer = self._answer
+        if not answer.complete:
+            return None
+        body = b"".join(answer.body)
+        answer.body.clear()
+        self._finish()
+        return body
+
     def _finish(self) -> None:
         conn, self._conn = self._conn, None
         if conn is None:

@@ -110,6 +110,11 @@ class WorkerResponse:
         """Give the connection back (or close it when the body was not read to the end)."""
         return None
 
+    def complete_body(self) -> bytes | None:
+        """The whole body when it has already arrived (taken: the response is then read to
+        its end), else None; never waits. A caller may then answer in one write."""
+        return None
+
 
 class WorkerEndpoint:
     """One instance's worker: `base_url` + a path is where requests go; `health_url` is its

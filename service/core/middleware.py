@@ -280,34 +280,55 @@ class RequestContextMiddleware:
         elapsed: float,
         request_id: str,
     ) -> None:
-        if not log.isEnabledFor(logging.INFO):
-            return
         # Only the path is logged: query strings and bodies may carry secrets.
         path = state.get("original_path") or scope.get("path", "")
-        duration_ms = round(elapsed * 1000, 2)
-        account = state.get("account_id")
-        # The fields go on the record too: a JSON line carries each (requestId comes from
-        # the request-id filter of service/core/logs.py).
-        fields = {
-            "method": method,
-            "path": path,
-            "status": status,
-            "durationMs": duration_ms,
-            "account": account,
-        }
-        if self.json_logs:
-            log.info("%s %s %s %.2fms", method, path, status, duration_ms, extra=fields)
-        else:
-            log.info(
-                "%s %s %s %.2fms account=%s requestId=%s",
-                method,
-                path,
-                status,
-                duration_ms,
-                account,
-                request_id,
-                extra=fields,
-            )
+        access_line(
+            method,
+            path,
+            status,
+            elapsed,
+            request_id,
+            state.get("account_id"),
+            json_logs=self.json_logs,
+        )
+
+
+def access_line(
+    method: str,
+    path: str,
+    status: int,
+    elapsed: float,
+    request_id: str,
+    account: str | None,
+    *,
+    json_logs: bool,
+) -> None:
+    """The access log's line of one request (also written by the inline invocation path)."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    duration_ms = round(elapsed * 1000, 2)
+    # The fields go on the record too: a JSON line carries each (requestId comes from
+    # the request-id filter of service/core/logs.py).
+    fields = {
+        "method": method,
+        "path": path,
+        "status": status,
+        "durationMs": duration_ms,
+        "account": account,
+    }
+    if json_logs:
+        log.info("%s %s %s %.2fms", method, path, status, duration_ms, extra=fields)
+    else:
+        log.info(
+            "%s %s %s %.2fms account=%s requestId=%s",
+            method,
+            path,
+            status,
+            duration_ms,
+            account,
+            request_id,
+            extra=fields,
+        )
 
 
 class BodyDeadlineMiddleware:

@@ -16,6 +16,11 @@ When the deadline passes the connection is closed: at once if no response is und
 else as soon as the response is complete. A connection opened while `max_connections` are open
 is answered 503 and closed without reading from it.
 
+An `Express` lane, when the application names one, serves the requests it claims at the end
+of their head in place of the ASGI application — no middleware, no ASGI messages; it falls back
+to the ordinary way (`cycle.run_asgi(app)`) for whatever it will not answer itself. The
+invocation plane's inline path is one (service/invocation/inline.py).
+
 `freeze_startup_objects` (`NVCF_GC_FREEZE`): the serve commands call it once the application is
 built, before serving.
 """
@@ -27,9 +32,10 @@ import gc
 import logging
 import resource
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn._types import ASGI3Application, HTTPScope
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 log = logging.getLogger("nvcf.server")
 
@@ -80,8 +86,21 @@ def freeze_startup_objects(enabled: bool) -> bool:
     return True
 
 
+class Express(Protocol):
+    """A lane past the ASGI stack for some requests (see the module docstring)."""
+
+    def claim(self, scope: HTTPScope) -> bool:
+        """Whether this lane serves the request (its head is complete; its body may not be)."""
+        ...
+
+    async def serve(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        """Answer the request of `cycle` — or `await cycle.run_asgi(app)`."""
+        ...
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     limits: ClassVar[ConnectionLimits]
+    express: ClassVar[Express | None] = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -147,6 +166,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._expired and not self.transport.is_closing():
             self.transport.close()
 
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        express = self.express
+        if express is None or not express.claim(cycle.scope):
+            super()._start_asgi_task(cycle, app)
+            return
+        task = self.loop.create_task(express.serve(cycle, app))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
     # the deadline
 
     def _arm(self, seconds: float) -> None:
@@ -168,6 +196,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-def bounded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
-    """The protocol class for `uvicorn.run(http=...)`, bound to `limits`."""
-    return type(BoundedHttpToolsProtocol.__name__, (BoundedHttpToolsProtocol,), {"limits": limits})
+def bounded_protocol(
+    limits: ConnectionLimits, express: Express | None = None
+) -> type[asyncio.Protocol]:
+    """The protocol class for `uvicorn.run(http=...)`, bound to `limits` (and `express`)."""
+    attributes = {"limits": limits, "express": express}
+    return type(BoundedHttpToolsProtocol.__name__, (BoundedHttpToolsProtocol,), attributes)

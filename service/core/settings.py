@@ -341,6 +341,13 @@ class Settings(BaseSettings):
         "framework's middleware stack, through the request-context middleware alone; false: "
         "through the whole stack like any request (the answers are the same).",
     )
+    invoke_inline: bool = Field(
+        default=True,
+        description="Answer the common invocation in its HTTP handler's task (a cached caller "
+        "and route, no function rate limit, an instance free at once, no Redis; "
+        "service/invocation/inline.py); false: every invocation runs in a task of its own "
+        "(the answers are the same). Needs the front door; off while tracing is on.",
+    )
     invoke_replica_lease_seconds: float = Field(
         default=30.0,
         gt=0,

@@ -49,18 +49,32 @@ def nvcf_headers(request_id: uuid.UUID | str, word: str) -> list[tuple[bytes, by
     ]
 
 
-def _encode(headers: Sequence[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+def encode_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
     return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+
+
+def problem_message(
+    err: DomainError, path: str, context_id: str, request_id: uuid.UUID | str
+) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """(status, headers, body) of a problem+json answer with the invocation headers;
+    `context_id` is the request-context id the problem body quotes."""
+    body = json.dumps(problem_body(err, path, context_id)).encode()
+    headers = [
+        (b"content-type", PROBLEM.encode()),
+        (b"content-length", str(len(body)).encode()),
+        *encode_headers(list(err.headers.items())),
+        *nvcf_headers(request_id, ERRORED),
+    ]
+    return err.status, headers, body
 
 
 def problem(request: Request, err: DomainError, request_id: uuid.UUID | str) -> Response:
     """A problem+json answer with the invocation headers."""
     path = getattr(request.state, "original_path", None) or request.url.path
-    body = json.dumps(
-        problem_body(err, path, str(getattr(request.state, "request_id", "")))
-    ).encode()
-    response = Response(body, status_code=err.status, media_type=PROBLEM)
-    response.raw_headers += _encode(list(err.headers.items())) + nvcf_headers(request_id, ERRORED)
+    context_id = str(getattr(request.state, "request_id", ""))
+    status, headers, body = problem_message(err, path, context_id, request_id)
+    response = Response(body, status_code=status)
+    response.raw_headers = headers
     return response
 
 
@@ -82,7 +96,7 @@ def outcome_response(request: Request, request_id: uuid.UUID, outcome: Outcome) 
     response = Response(outcome.body, status_code=outcome.status)
     kept = [(k, v) for k, v in outcome.headers if k.lower() != "content-length"]
     response.raw_headers = [
-        *_encode(kept),
+        *encode_headers(kept),
         (b"content-length", str(len(outcome.body)).encode()),
         *nvcf_headers(request_id, status_word(outcome.status)),
     ]
@@ -135,6 +149,55 @@ def exec_response(
     return response
 
 
+def stream_head(
+    worker: WorkerResponse, request_id: uuid.UUID | str
+) -> tuple[list[tuple[bytes, bytes]], bool]:
+    """The caller's response headers for a streamed worker answer, and whether the answer has
+    no length (it is then streamed until the caller disconnects)."""
+    headers = response_headers(worker.headers)
+    length = header_value(worker.headers, "content-length")
+    if length is not None:
+        headers.append(("content-length", length))
+    return encode_headers(headers) + nvcf_headers(
+        request_id, status_word(worker.status)
+    ), length is None
+
+
+async def relay(
+    worker: WorkerResponse, receive: Receive, send: Send, deadline: float, *, listen: bool
+) -> str | None:
+    """Stream the worker's body to the caller; why it stopped short, or None. `listen`: also
+    stop when the caller disconnects (an answer without a length may never end)."""
+    if not listen:
+        return await _stream(worker, send, deadline)
+    stream = asyncio.ensure_future(_stream(worker, send, deadline))
+    heard = asyncio.ensure_future(_disconnected(receive))
+    try:
+        done, _ = await asyncio.wait({stream, heard}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (stream, heard):
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+    if stream in done and not stream.cancelled():
+        return stream.result()
+    return "the caller disconnected"
+
+
+async def _stream(worker: WorkerResponse, send: Send, deadline: float) -> str | None:
+    try:
+        async with asyncio.timeout_at(deadline):
+            async for chunk in worker.iter_bytes():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    except TimeoutError:
+        return "the worker did not finish its answer in time"
+    except WorkerFailed as exc:
+        return exc.reason  # the connection is closed without completing the answer
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    return None
+
+
 class WorkerStream(Response):
     """The worker's answer streamed through as it arrives; `finish_stream` is always called
     (the instance's slot is held until then). A stream without a length (server-sent
@@ -151,12 +214,7 @@ class WorkerStream(Response):
         self._plane = plane
         self._inv = inv
         self._worker = worker
-        headers = response_headers(worker.headers)
-        length = header_value(worker.headers, "content-length")
-        if length is not None:
-            headers.append(("content-length", length))
-        self._listen = length is None
-        self.raw_headers = _encode(headers) + nvcf_headers(inv.id, status_word(worker.status))
+        self.raw_headers, self._listen = stream_head(worker, inv.id)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         error: str | None = None
@@ -168,43 +226,15 @@ class WorkerStream(Response):
                     "headers": self.raw_headers,
                 }
             )
-            if self._listen:
-                error = await self._stream_until_disconnect(receive, send)
-            else:
-                error = await self._stream(send)
+            error = await relay(
+                self._worker, receive, send, self._inv.deadline, listen=self._listen
+            )
         except BaseException as exc:
             error = f"{type(exc).__name__} while streaming the answer"
             raise
         finally:
             await self._worker.aclose()
             self._plane.finish_stream(self._inv, error)
-
-    async def _stream(self, send: Send) -> str | None:
-        try:
-            async with asyncio.timeout_at(self._inv.deadline):
-                async for chunk in self._worker.iter_bytes():
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except TimeoutError:
-            return "the worker did not finish its answer in time"
-        except WorkerFailed as exc:
-            return exc.reason  # the connection is closed without completing the answer
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-        return None
-
-    async def _stream_until_disconnect(self, receive: Receive, send: Send) -> str | None:
-        stream = asyncio.ensure_future(self._stream(send))
-        listen = asyncio.ensure_future(_disconnected(receive))
-        try:
-            done, _ = await asyncio.wait({stream, listen}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (stream, listen):
-                if not task.done():
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-        if stream in done and not stream.cancelled():
-            return stream.result()
-        return "the caller disconnected"
 
 
 async def _disconnected(receive: Receive) -> None:

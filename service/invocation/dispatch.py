@@ -197,7 +197,24 @@ class LocalDispatcher:
         self._changed(lane)
         return _LocalTicket(self, waiter, None, lane)
 
+    def take_now(self, target: Target) -> InstanceRoute | None:
+        """An instance with room for the request at once, taken; None when the request would
+        wait (every instance full, or others already waiting: first come, first served)."""
+        lane = self._lane(target)
+        if lane.waiting:
+            return None
+        instance = self._pick(lane, frozenset())
+        if instance is not None:
+            self._take(lane, instance)
+        elif not lane.waiting and lane.target.version_id not in self._by_version:
+            self._lanes.pop(lane.target.version_id, None)
+        return instance
+
     async def release(self, target: Target, instance_id: uuid.UUID, request_id: uuid.UUID) -> None:
+        self._release_now(target, instance_id)
+
+    def release_now(self, target: Target, instance_id: uuid.UUID) -> None:
+        """`release` without awaiting (this dispatcher never waits to release)."""
         self._release_now(target, instance_id)
 
     async def update(self, target: Target) -> None:

@@ -30,7 +30,7 @@ from service.invocation.schemas import (
     QueuePosition,
     parse_exec,
 )
-from service.invocation.service import InvocationPlane
+from service.invocation.service import Invocation, InvocationPlane
 from service.state import app_state
 
 router = APIRouter(tags=["invocation"])
@@ -155,6 +155,20 @@ async def invoke(
                 request_id=request_id,
                 wrapped=wrapped,
             )
+    except DomainError as err:
+        if wrapped:
+            return _wrapped_problem(request, request_id, err)
+        return answers.problem(request, err, request_id)
+    return await respond(request, plane, inv, poll, wrapped=wrapped)
+
+
+async def respond(
+    request: Request, plane: InvocationPlane, inv: Invocation, poll: float, *, wrapped: bool
+) -> Response:
+    """The answer to an accepted request: the worker's, when it comes within `poll` seconds;
+    else 202 (the request is stored for polling)."""
+    request_id = inv.id
+    try:
         handoff = await plane.first_answer(inv, poll)
     except DomainError as err:
         if wrapped:

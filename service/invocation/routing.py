@@ -177,6 +177,30 @@ class RouteTable:
         self._stale = 10 * ttl
         self._cache: dict[_Key, tuple[float, Target]] = {}
         self._loading: dict[_Key, asyncio.Future[Target]] = {}
+        #: the key of a cached target by the ids as text (`cached`: no UUID parsing)
+        self._texts: dict[tuple[str, str, str | None], _Key] = {}
+
+    def cached(
+        self, principal: Principal, function_id: str, version_id: str | None
+    ) -> Target | None:
+        """The cached target of the ids as the request spelled them (canonical lowercase
+        text), else None: never waits. An expired one is still given (and re-read in the
+        background) within the stale period, as `resolve` does."""
+        key = self._texts.get((principal.account_id, function_id, version_id))
+        if key is None:
+            return None
+        hit = self._cache.get(key)
+        if hit is None:
+            return None
+        expires, target = hit
+        now = time.monotonic()
+        if expires > now:
+            return target
+        if expires + self._stale <= now:
+            return None
+        if key not in self._loading:
+            self._start(key, principal).add_done_callback(_consume)
+        return target
 
     async def resolve(
         self, principal: Principal, function_id: uuid.UUID, version_id: uuid.UUID | None
@@ -214,6 +238,10 @@ class RouteTable:
             if len(self._cache) >= MAX_CACHED and key not in self._cache:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[key] = (time.monotonic() + self._ttl, target)
+            if len(self._texts) >= MAX_CACHED:
+                self._texts.clear()
+            text = (key[0], str(key[1]), None if key[2] is None else str(key[2]))
+            self._texts[text] = key
         return target
 
     async def refresh(self, principal: Principal, target: Target) -> Target | None:

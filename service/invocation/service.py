@@ -33,7 +33,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth.service import Principal
 from service.backends.protocol import AdapterError
-from service.backends.worker import WorkerFailed, WorkerResponse, WorkerUnreachable
+from service.backends.worker import (
+    WorkerEndpoint,
+    WorkerFailed,
+    WorkerResponse,
+    WorkerUnreachable,
+)
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.core.db import utcnow
@@ -99,6 +104,9 @@ class Invocation:
     streamed: asyncio.Event = field(default_factory=asyncio.Event)
     stream_error: str | None = None
     task: asyncio.Task[None] | None = None
+    #: instances that refused the connection, and why (a request is retried once)
+    tried: list[uuid.UUID] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
 
     @cached_property
     def rid(self) -> str:
@@ -339,9 +347,13 @@ class InvocationPlane:
         except TooManyRequests:
             self.metrics.outcome(fid, vid, "queue_full")
             raise
+        self.begin(inv, ticket)
+        return inv
+
+    def begin(self, inv: Invocation, ticket: Ticket) -> None:
+        """Run an accepted request in its own task of this replica."""
         self._active[inv.id] = inv
         inv.task = asyncio.create_task(self._run(inv, ticket))
-        return inv
 
     async def first_answer(self, inv: Invocation, poll_seconds: float) -> Handoff | None:
         """The worker's answer if it comes within `poll_seconds`; else None after storing the
@@ -359,6 +371,12 @@ class InvocationPlane:
         if inv.handoff.done():
             return inv.handoff.result()
         inv.detached = True
+        await self.store_pending(inv)
+        return None
+
+    async def store_pending(self, inv: Invocation) -> None:
+        """Store a detached request as pending, for polling (`ServiceUnavailable` when the
+        database refuses: the request keeps running, nobody can poll it)."""
         try:
             await self.store.save_pending(
                 inv.id,
@@ -377,7 +395,15 @@ class InvocationPlane:
             ) from exc
         finally:
             inv.stored.set()
-        return None
+
+    def track(self, inv: Invocation) -> None:
+        """A request running in its caller's task (invocation/inline.py) that polls must
+        find: it was detached."""
+        self._active[inv.id] = inv
+
+    @property
+    def accepting(self) -> bool:
+        return not self._stopping
 
     async def read_handoff(self, inv: Invocation, response: WorkerResponse) -> Outcome:
         """Read a handed-over answer whole (the wrapped form), bounded by the result size."""
@@ -414,13 +440,12 @@ class InvocationPlane:
             if inv.instance is not None:
                 await self.dispatcher.release(inv.target, inv.instance.id, inv.id)
                 inv.instance = None
-        await self._finish(inv, outcome)
+        await self.finish(inv, outcome)
 
     async def _attempt(self, inv: Invocation, ticket: Ticket) -> Outcome | None:
         """Run the request; None when the answer was handed to the waiting handler."""
         target = inv.target
-        tried: list[uuid.UUID] = []
-        reasons: list[str] = []
+        tried, reasons = inv.tried, inv.reasons
         remaining = max(0.0, inv.deadline - asyncio.get_running_loop().time())
         try:
             async with asyncio.timeout_at(inv.deadline):
@@ -443,19 +468,10 @@ class InvocationPlane:
                         tried.append(instance.id)
                         await self.dispatcher.release(target, instance.id, inv.id)
                         inv.instance = None
-                    fresh = await self.routes.refresh(inv.principal, target)
-                    others = [i for i in (fresh or target).instances if i.id not in tried]
-                    # scaled to zero meanwhile: wait in the queue for the next instance
-                    cold = fresh is not None and not fresh.instances and len(tried) == 1
-                    if not cold and (len(tried) > 1 or not others):
-                        return Outcome.failure(
-                            502,
-                            "the worker could not be reached: " + "; ".join(reasons),
-                        )
-                    target = fresh or target
-                    ticket = await self.dispatcher.enqueue(
-                        inv.id, target, exclude=tried, front=True
-                    )
+                    retry = await self.retry(inv, target)
+                    if isinstance(retry, Outcome):
+                        return retry
+                    target, ticket = retry
                 if not inv.detached:
                     inv.handoff.set_result(Handoff(response=response))
                     await inv.streamed.wait()
@@ -479,25 +495,55 @@ class InvocationPlane:
             return Outcome.failure(502, f"the worker failed: {exc.reason}")
 
     async def _send(self, inv: Invocation, instance: InstanceRoute) -> WorkerResponse:
-        target = inv.target
+        endpoint = await self.endpoint_of(inv.target, instance)
+        headers = self.worker_headers(inv.headers, inv.rid, inv.principal, inv.target, instance)
+        return await endpoint.send(inv.method, inv.path, headers, inv.body)
+
+    async def endpoint_of(self, target: Target, instance: InstanceRoute) -> WorkerEndpoint:
+        """Where the instance's worker answers (`WorkerUnreachable` when nobody can say)."""
         adapter = self.adapters.get(instance.cluster)
         if adapter is None:
             raise WorkerUnreachable(
                 self.adapters.unavailable_reason(instance.cluster) or "no adapter"
             )
         try:
-            endpoint = await adapter.endpoint(target.instance_spec(instance), target.port)
+            return await adapter.endpoint(target.instance_spec(instance), target.port)
         except AdapterError as exc:
             raise WorkerUnreachable(exc.message) from exc
-        headers = [
-            *inv.headers,
-            ("NVCF-REQID", inv.rid),
-            ("NVCF-SUB", inv.principal.subject),
+
+    def worker_headers(
+        self,
+        headers: list[tuple[str, str]],
+        request_id: str,
+        principal: Principal,
+        target: Target,
+        instance: InstanceRoute,
+    ) -> list[tuple[str, str]]:
+        """The worker request's headers: the caller's (filtered) and the NVCF-* ones."""
+        return [
+            *headers,
+            ("NVCF-REQID", request_id),
+            ("NVCF-SUB", principal.subject),
             ("NVCF-MAX-RESPONSE-SIZE-BYTES", self._max_size),
             *target.nvcf_headers,
             *instance.nvcf_headers,
         ]
-        return await endpoint.send(inv.method, inv.path, headers, inv.body)
+
+    async def retry(self, inv: Invocation, target: Target) -> tuple[Target, Ticket] | Outcome:
+        """After an instance refused the connection (in `inv.tried`): the target and the
+        claim to try again with — at the head of the queue, never on an instance that
+        refused — or the outcome when there is nobody else to try."""
+        fresh = await self.routes.refresh(inv.principal, target)
+        others = [i for i in (fresh or target).instances if i.id not in inv.tried]
+        # scaled to zero meanwhile: wait in the queue for the next instance
+        cold = fresh is not None and not fresh.instances and len(inv.tried) == 1
+        if not cold and (len(inv.tried) > 1 or not others):
+            return Outcome.failure(
+                502, "the worker could not be reached: " + "; ".join(inv.reasons)
+            )
+        target = fresh or target
+        ticket = await self.dispatcher.enqueue(inv.id, target, exclude=inv.tried, front=True)
+        return target, ticket
 
     async def _set_state(self, inv: Invocation, state: RequestState) -> None:
         inv.state = state
@@ -507,7 +553,8 @@ class InvocationPlane:
             except Exception:
                 log.exception("storing the state of request %s failed", inv.id)
 
-    async def _finish(self, inv: Invocation, outcome: Outcome | None) -> None:
+    async def finish(self, inv: Invocation, outcome: Outcome | None) -> None:
+        """Record how a request ended (metrics; its outcome stored when it was detached)."""
         fid, vid = inv.target.fid, inv.target.vid
         if outcome is None:
             outcome = inv.outcome or Outcome(502, error="the request ended without an answer")

@@ -28,8 +28,11 @@ from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn._types import ASGI3Application, HTTPScope
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from service.core.middleware import ROUTE_LABEL
+from service.invocation.inline import DECLINED, InlineInvocation
 from service.invocation.router import invoke
 
 #: the metrics/log label of transparent-mode requests
@@ -124,22 +127,33 @@ def claim(scope: Scope, suffix: str | None) -> Claim | None:
     return None if ids is None else (ids[0], ids[1], None)
 
 
-async def answer(scope: Scope, receive: Receive, send: Send, claimed: Claim) -> None:
-    """Answer a claimed invocation request with the invocation handler."""
-    function_id, version_id, swap = claimed
-    if swap is None:
-        scope[ROUTE_LABEL] = PEXEC_FUNCTION if version_id is None else PEXEC_VERSION
-        response = await invoke(Request(scope, receive), function_id, version_id)
-        await response(scope, receive, send)
-        return
-    scope[ROUTE_LABEL] = LABEL
+def forwarded_path(scope: Scope) -> str:
+    """The path (and query) a transparent-mode request goes to the worker with."""
     state = scope.get("state") or {}
     path = state.get("original_path") or scope.get("raw_path", b"").decode("latin-1")
     path = path or scope.get("path", "/")
     if scope.get("query_string"):
         path += "?" + scope["query_string"].decode("latin-1")
+    return str(path)
+
+
+def label_of(claimed: Claim) -> str:
+    """The metrics/log route label of a claimed request."""
+    if claimed[2] is None:
+        return PEXEC_FUNCTION if claimed[1] is None else PEXEC_VERSION
+    return LABEL
+
+
+async def answer(scope: Scope, receive: Receive, send: Send, claimed: Claim) -> None:
+    """Answer a claimed invocation request with the invocation handler."""
+    function_id, version_id, swap = claimed
+    scope[ROUTE_LABEL] = label_of(claimed)
     request = Request(scope, receive)
-    response = await invoke(request, function_id, version_id, path=path, swap_ids=swap)
+    if swap is None:
+        response = await invoke(request, function_id, version_id)
+    else:
+        path = forwarded_path(scope)
+        response = await invoke(request, function_id, version_id, path=path, swap_ids=swap)
     await response(scope, receive, send)
 
 
@@ -166,14 +180,22 @@ _CLAIM = "nvcf.invocation_claim"
 class FrontDoor:
     """Invocation requests ahead of the framework's middleware stack.
 
-    `claims(scope)` says whether a request is the front door's; `app` then answers it: `wrap`
-    puts the request-context middleware (and tracing) around the invocation handler, as they
-    are around the ordinary stack, so the request id, body limit, metrics, access log and
-    problems are the same either way."""
+    `claims(scope)` says whether a request is the front door's; the front door then answers
+    it: on the inline path (inline.py) when one is given and the request is its kind, else
+    with the request-context middleware (and tracing) put around the invocation handler by
+    `wrap`, as they are around the ordinary stack, so the request id, body limit, metrics,
+    access log and problems are the same either way."""
 
-    def __init__(self, *, suffix: str | None, wrap: Callable[[ASGIApp], ASGIApp]) -> None:
+    def __init__(
+        self,
+        *,
+        suffix: str | None,
+        wrap: Callable[[ASGIApp], ASGIApp],
+        inline: Callable[[ASGIApp], InlineInvocation] | None = None,
+    ) -> None:
         self.suffix = suffix
         self.app = wrap(self._answer)
+        self.inline = inline(self.app) if inline is not None else None
 
     def claims(self, scope: Scope) -> bool:
         path: str = scope["path"]
@@ -184,6 +206,40 @@ class FrontDoor:
             return False
         scope[_CLAIM] = claimed
         return True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        inline = self.inline
+        if inline is None or scope.pop(DECLINED, False):
+            await self.app(scope, receive, send)
+            return
+        function_id, version_id, swap = scope[_CLAIM]
+        await inline(
+            scope,
+            receive,
+            send,
+            function_id=function_id,
+            version_id=version_id,
+            path=None if swap is None else forwarded_path(scope),
+            label=label_of(scope[_CLAIM]),
+        )
+
+    # the express lane (core/server.py), when the inline path is on
+
+    def claim(self, scope: HTTPScope) -> bool:
+        return self.claims(scope)  # type: ignore[arg-type]
+
+    async def serve(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        assert self.inline is not None
+        scope: Scope = cycle.scope  # type: ignore[assignment]
+        claimed: Claim = scope[_CLAIM]
+        await self.inline.serve(
+            cycle,
+            app,  # type: ignore[arg-type]
+            function_id=claimed[0],
+            version_id=claimed[1],
+            path=None if claimed[2] is None else forwarded_path(scope),
+            label=label_of(claimed),
+        )
 
     @staticmethod
     async def _answer(scope: Scope, receive: Receive, send: Send) -> None:

@@ -1,0 +1,592 @@
+"""The inline invocation path (`NVCF_INVOKE_INLINE`): the common invocation answered in the
+HTTP handler's own task, with nothing in between.
+
+The general path (router.py, service.py) resolves, counts and queues a request, runs it in a
+task of its own and hands the worker's answer to the waiting handler — right for a request
+that waits in a queue, is retried or outlives its poll time, but most requests are none of
+those: the caller's key was verified moments ago, the version's route is cached, an instance
+has room now and the worker answers within the poll time. This path takes exactly those. It
+checks what it can without waiting (a cached principal holding `invoke_function`, a fresh
+cached route, no function rate limit, the in-process dispatcher, a body of declared length
+within the limit, no query string, no client request id, a valid poll time), reads the body,
+takes an instance that is free now and sends to its worker from the handler's task; the
+worker's answer streams straight back. It does the request-context middleware's work itself
+(request id, `X-Request-Id`, metrics, access log), with the same results.
+
+Anything else is the general path's, unchanged: a request is handed over whole before its
+body is read, or with its body replayed after (every instance busy: the request queues).
+Once the request is on its way:
+
+- the worker refuses the connection: the request continues on the general path (retried once
+  on another instance, or queued when the version scaled to zero meanwhile);
+- the poll time passes before the worker's answer: a timer detaches the request — a task
+  started then stores it as pending and sends the 202 — while the handler keeps waiting for
+  the worker and stores the outcome for polling.
+
+`answered` and `handed_over` count the two ways (tests show which path answered).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
+
+from service.auth import scopes
+from service.auth.service import Authenticator, Principal
+from service.backends.worker import (
+    WorkerEndpoint,
+    WorkerFailed,
+    WorkerResponse,
+    WorkerUnreachable,
+)
+from service.core.db import utcnow
+from service.core.errors import DomainError, ServiceUnavailable
+from service.core.logs import request_id_var
+from service.core.middleware import Metrics, access_line
+from service.invocation import answers
+from service.invocation.dispatch import LocalDispatcher
+from service.invocation.forward import poll_seconds, request_headers, response_headers
+from service.invocation.models import RequestState
+from service.invocation.router import respond
+from service.invocation.routing import InstanceRoute, Target
+from service.invocation.service import Invocation, InvocationPlane
+from service.invocation.store import Outcome
+
+log = logging.getLogger("nvcf.invocation")
+
+#: endpoints kept per instance route at most (routes are re-read every cache period)
+MAX_ENDPOINTS = 4096
+_X_REQUEST_ID = b"x-request-id"
+#: scope key: the express lane handed the request over (the front door must not try again)
+DECLINED = "nvcf.inline_declined"
+
+#: what the inline path needs of a request, known without waiting
+_Ready = tuple[InvocationPlane, LocalDispatcher, Principal, Target, int]
+
+
+@dataclass(eq=False)
+class _Call:
+    """One request on the inline path."""
+
+    plane: InvocationPlane
+    dispatcher: LocalDispatcher
+    principal: Principal
+    target: Target
+    instance: InstanceRoute
+    request_id: str
+    scope: Scope
+    send: Send
+    label: str
+    started: float
+    path: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    accepted: float
+    deadline: float
+    poll_at: float
+    task: asyncio.Task[None] | None
+    #: the HTTP status the caller got, once it got one
+    status: int = 0
+    #: set when the request was detached (the poll time passed)
+    inv: Invocation | None = None
+    pending: asyncio.Task[None] | None = None
+    reply_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    #: the server's request cycle, when the request came by the express lane (answers are
+    #: then written to the connection in one piece)
+    cycle: RequestResponseCycle | None = None
+
+    def invocation(self, state: RequestState = RequestState.RUNNING) -> Invocation:
+        """The general path's record of this request."""
+        inv = Invocation(
+            id=uuid.UUID(self.request_id),
+            target=self.target,
+            principal=self.principal,
+            method=self.scope["method"],
+            path=self.path,
+            headers=self.headers,
+            body=self.body,
+            created_at=utcnow(),
+            accepted=self.accepted,
+            deadline=self.deadline,
+            state=state,
+        )
+        inv.task = self.task
+        return inv
+
+
+class _Replay:
+    """A `receive` that first gives back what the inline path already took."""
+
+    def __init__(self, first: Message | BaseException, receive: Receive) -> None:
+        self._first: Message | BaseException | None = first
+        self._receive = receive
+
+    async def __call__(self) -> Message:
+        first, self._first = self._first, None
+        if first is None:
+            return await self._receive()
+        if isinstance(first, BaseException):
+            raise first
+        return first
+
+
+class InlineInvocation:
+    """See the module docstring. `general` answers what this path hands over."""
+
+    def __init__(
+        self,
+        *,
+        state: Any,
+        metrics: Metrics,
+        json_logs: bool,
+        body_limit: int,
+        general: ASGIApp,
+    ) -> None:
+        self.state = state
+        self.metrics = metrics
+        self.json_logs = json_logs
+        self.body_limit = body_limit
+        self.general = general
+        self.answered = 0
+        self.handed_over = 0
+        self._endpoints: dict[InstanceRoute, WorkerEndpoint] = {}
+
+    async def __call__(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        *,
+        function_id: str,
+        version_id: str | None,
+        path: str | None,
+        label: str,
+    ) -> None:
+        started = time.perf_counter()
+        ready = self._ready(scope, function_id, version_id)
+        if ready is None:
+            self.handed_over += 1
+            await self.general(scope, receive, send)
+            return
+        try:
+            message: Message | BaseException = await receive()
+        except Exception as exc:  # a late body (408): the general path answers it
+            message = exc
+        if (
+            isinstance(message, BaseException)
+            or message["type"] != "http.request"
+            or message.get("more_body", False)
+        ):
+            self.handed_over += 1
+            await self.general(scope, _Replay(message, receive), send)
+            return
+        instance = ready[1].take_now(ready[3])
+        if instance is None:  # every instance is busy: the request queues
+            self.handed_over += 1
+            await self.general(scope, _Replay(message, receive), send)
+            return
+        self.answered += 1
+        body = message.get("body", b"")
+        await self._start(ready, instance, body, scope, receive, send, path, label, started)
+
+    async def serve(
+        self,
+        cycle: RequestResponseCycle,
+        app: ASGIApp,
+        *,
+        function_id: str,
+        version_id: str | None,
+        path: str | None,
+        label: str,
+    ) -> None:
+        """The express lane's entry (core/server.py): the request of a server cycle whose
+        head was claimed; the ordinary way (`cycle.run_asgi`) for anything this path hands
+        over — the body is looked at, not consumed, so nothing needs replaying."""
+        started = time.perf_counter()
+        scope: Scope = cycle.scope  # type: ignore[assignment]
+        ready = None
+        if not cycle.more_body and scope["method"] != "HEAD":
+            ready = self._ready(scope, function_id, version_id)
+        instance = None if ready is None else ready[1].take_now(ready[3])
+        if ready is None or instance is None:
+            self.handed_over += 1
+            scope[DECLINED] = True
+            await cycle.run_asgi(app)  # type: ignore[arg-type]
+            return
+        self.answered += 1
+        try:
+            await self._start(
+                ready,
+                instance,
+                bytes(cycle.body),
+                scope,
+                cycle.receive,  # type: ignore[arg-type]
+                cycle.send,  # type: ignore[arg-type]
+                path,
+                label,
+                started,
+                cycle,
+            )
+        except BaseException as exc:  # as the server's own run_asgi does
+            log.error("Exception in ASGI application", exc_info=exc)
+            if not cycle.response_started:
+                await cycle.send_500_response()
+            else:
+                cycle.transport.close()
+        finally:
+            cycle.on_response = lambda: None
+
+    async def _start(
+        self,
+        ready: _Ready,
+        instance: InstanceRoute,
+        body: bytes,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        path: str | None,
+        label: str,
+        started: float,
+        cycle: RequestResponseCycle | None = None,
+    ) -> None:
+        plane, dispatcher, principal, target, poll = ready
+        request_id = new_request_id()
+        token = request_id_var.set(request_id)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        call = _Call(
+            plane=plane,
+            dispatcher=dispatcher,
+            principal=principal,
+            target=target,
+            instance=instance,
+            request_id=request_id,
+            scope=scope,
+            send=send,
+            label=label,
+            started=started,
+            path=target.inference_path if path is None else path,
+            headers=request_headers(scope["headers"], ()),
+            body=body,
+            accepted=now,
+            deadline=now + plane.worker_timeout,
+            poll_at=now + poll,
+            task=asyncio.current_task(),
+            cycle=cycle,
+        )
+        call.reply_headers.append((_X_REQUEST_ID, request_id.encode()))
+        timer = loop.call_later(poll, self._detach, call)
+        try:
+            await self._run(call, receive, timer)
+        finally:
+            timer.cancel()
+            if call.inv is None:
+                self._account(call)
+            request_id_var.reset(token)
+
+    def _ready(self, scope: Scope, function_id: str, version_id: str | None) -> _Ready | None:
+        """What the inline path needs, known without waiting; None: the general path's."""
+        if scope.get("query_string"):
+            return None
+        state = self.state
+        plane: InvocationPlane | None = state.invocation
+        if plane is None or not plane.accepting:
+            return None
+        dispatcher = plane.dispatcher
+        if not isinstance(dispatcher, LocalDispatcher):
+            return None
+        authorization = length = poll = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value
+            elif name == b"content-length":
+                length = value
+            elif name == b"nvcf-poll-seconds":
+                poll = value
+            elif name in (_X_REQUEST_ID, b"transfer-encoding", b"expect"):
+                return None
+        if length is not None and (not length.isdigit() or int(length) > self.body_limit):
+            return None
+        auth: Authenticator = state.authenticator
+        principal = auth.cached_principal(
+            None if authorization is None else authorization.decode("latin-1")
+        )
+        if principal is None or scopes.INVOKE_FUNCTION not in principal.scopes:
+            return None
+        try:
+            seconds = poll_seconds(None if poll is None else poll.decode("latin-1"))
+        except DomainError:
+            return None
+        target = plane.routes.cached(principal, function_id, version_id)
+        if target is None or target.rate is not None:
+            return None
+        return plane, dispatcher, principal, target, seconds
+
+    async def _run(self, call: _Call, receive: Receive, timer: asyncio.TimerHandle) -> None:
+        plane = call.plane
+        held = True  # the instance's slot, released when the worker's answer is over
+        try:
+            try:
+                endpoint = await self._endpoint(call)
+                headers = plane.worker_headers(
+                    call.headers, call.request_id, call.principal, call.target, call.instance
+                )
+                async with asyncio.timeout_at(call.deadline):
+                    response = await endpoint.send(
+                        call.scope["method"], call.path, headers, call.body
+                    )
+            except WorkerUnreachable as exc:
+                timer.cancel()
+                if call.inv is None:
+                    call.dispatcher.release_now(call.target, call.instance.id)
+                    held = False
+                    await self._hand_over(call, receive, exc.reason)
+                    return
+                await self._end(
+                    call, Outcome.failure(502, f"the worker could not be reached: {exc.reason}")
+                )
+                return
+            except TimeoutError:
+                reason = f"the worker did not answer within {plane.worker_timeout:g} s"
+                await self._end(call, Outcome.failure(504, reason))
+                return
+            except WorkerFailed as exc:
+                await self._end(call, Outcome.failure(502, f"the worker failed: {exc.reason}"))
+                return
+            if call.inv is not None:
+                await self._end(call, await _read(plane, response))
+                return
+            timer.cancel()
+            await self._stream(call, response, receive)
+        except asyncio.CancelledError:
+            if call.inv is None:
+                raise
+            # detached: the caller has its 202; the request ends as a shut-down replica's
+            if not call.inv.done.is_set():
+                reason = f"the replica {plane.owner.value} running the request shut down"
+                await asyncio.shield(self._end(call, Outcome.failure(503, reason)))
+        finally:
+            if held:
+                call.dispatcher.release_now(call.target, call.instance.id)
+
+    async def _endpoint(self, call: _Call) -> WorkerEndpoint:
+        endpoint = self._endpoints.get(call.instance)
+        if endpoint is None:
+            endpoint = await call.plane.endpoint_of(call.target, call.instance)
+            if len(self._endpoints) >= MAX_ENDPOINTS:
+                self._endpoints.clear()
+            self._endpoints[call.instance] = endpoint
+        return endpoint
+
+    async def _stream(self, call: _Call, response: WorkerResponse, receive: Receive) -> None:
+        """The worker's answer to the caller as it arrives (the handler's own task): in one
+        piece when it has all arrived already."""
+        head, listen = answers.stream_head(response, call.request_id)
+        headers = head + call.reply_headers
+        error: str | None = None
+        try:
+            call.status = response.status
+            whole = None if listen else response.complete_body()
+            if whole is not None:
+                await self._send_whole(call, response.status, headers, whole)
+            else:
+                start = {"type": "http.response.start", "status": response.status}
+                await call.send({**start, "headers": headers})
+                error = await answers.relay(
+                    response, receive, call.send, call.deadline, listen=listen
+                )
+        except BaseException as exc:
+            error = f"{type(exc).__name__} while streaming the answer"
+            raise
+        finally:
+            await response.aclose()
+            metrics, target = call.plane.metrics, call.target
+            fulfilled = error is None and response.status < 400
+            metrics.outcome(target.fid, target.vid, "fulfilled" if fulfilled else "errored")
+            elapsed = asyncio.get_running_loop().time() - call.accepted
+            metrics.observe(target.fid, target.vid, elapsed)
+
+    async def _end(self, call: _Call, outcome: Outcome) -> None:
+        """A request that ends without a stream: answered here, or stored when detached."""
+        detached = call.inv
+        await call.plane.finish(detached or call.invocation(), outcome)
+        if detached is not None:
+            if call.pending is not None:
+                await call.pending
+            return
+        if outcome.error is not None:
+            err = answers.failure_error(outcome)
+            path = call.scope.get("path", "")
+            status, headers, body = answers.problem_message(
+                err, path, call.request_id, call.request_id
+            )
+        else:
+            status, headers, body = _outcome_message(outcome, call.request_id)
+        await self._reply(call, status, headers, body)
+
+    async def _reply(
+        self, call: _Call, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> None:
+        call.status = status
+        await self._send_whole(call, status, headers + call.reply_headers, body)
+
+    @staticmethod
+    async def _send_whole(
+        call: _Call, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> None:
+        """A whole answer: written to the connection at once on the express lane, else two
+        ASGI messages."""
+        if call.cycle is not None and write_whole(call.cycle, status, headers, body):
+            return
+        await call.send({"type": "http.response.start", "status": status, "headers": headers})
+        await call.send({"type": "http.response.body", "body": body})
+
+    def _detach(self, call: _Call) -> None:
+        """The poll time passed without the worker's answer: the request is stored as
+        pending and answered 202 by a task of its own; the handler waits on for the worker."""
+        inv = call.inv = call.invocation()
+        inv.detached = True
+        inv.instance = call.instance
+        call.plane.track(inv)
+        call.pending = asyncio.ensure_future(self._answer_pending(call, inv))
+
+    async def _answer_pending(self, call: _Call, inv: Invocation) -> None:
+        try:
+            await call.plane.store_pending(inv)
+            body = json.dumps({"reqId": call.request_id, "status": answers.PENDING}).encode()
+            status, headers = (
+                202,
+                [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    *answers.nvcf_headers(call.request_id, answers.PENDING),
+                ],
+            )
+        except ServiceUnavailable as err:
+            path = call.scope.get("path", "")
+            status, headers, body = answers.problem_message(
+                err, path, call.request_id, call.request_id
+            )
+        try:
+            await self._reply(call, status, headers, body)
+        except OSError:
+            log.info("the caller of request %s went away before its 202", call.request_id)
+        finally:
+            self._account(call)
+
+    async def _hand_over(self, call: _Call, receive: Receive, reason: str) -> None:
+        """The worker refused the connection: the general path takes the request over — on
+        another instance, or queued — and answers it within what is left of the poll time."""
+        plane = call.plane
+        inv = call.invocation(RequestState.QUEUED)
+        inv.tried.append(call.instance.id)
+        inv.reasons.append(f"instance {call.instance.id}: {reason}")
+        inv.task = None
+        scope = call.scope
+        scope["state"] = {**(scope.get("state") or {}), "request_id": call.request_id}
+        retry = await plane.retry(inv, call.target)
+        if isinstance(retry, Outcome):
+            await self._end(call, retry)
+            return
+        plane.begin(inv, retry[1])
+        poll = max(0.0, call.poll_at - asyncio.get_running_loop().time())
+        request = Request(scope, receive)
+        response = await respond(request, plane, inv, poll, wrapped=False)
+
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                call.status = message["status"]
+                message["headers"] = [*message.get("headers", []), *call.reply_headers]
+            await call.send(message)
+
+        await response(scope, receive, send)
+
+    def _account(self, call: _Call) -> None:
+        """The request-context middleware's accounting: metrics and the access line."""
+        elapsed = time.perf_counter() - call.started
+        method = call.scope["method"]
+        status = call.status or 500
+        self.metrics.record(method, call.label, status, elapsed)
+        access_line(
+            method,
+            call.scope.get("path", ""),
+            status,
+            elapsed,
+            call.request_id,
+            call.principal.account_id,
+            json_logs=self.json_logs,
+        )
+
+
+def write_whole(
+    cycle: RequestResponseCycle, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> bool:
+    """Write a whole answer (its headers carry its length) to the cycle's connection in one
+    write, doing what the server's `send` does for a head and a last body; False when that
+    `send` must do it (the connection's writes are paused, or a response began)."""
+    if cycle.response_started or cycle.flow.write_paused:
+        return False
+    if cycle.disconnected:
+        return True
+    content = [STATUS_LINE.get(status) or b"HTTP/1.1 %d \r\n" % status]
+    for name, value in cycle.default_headers:
+        content += (name, b": ", value, b"\r\n")
+    for name, value in headers:
+        content += (name, b": ", value, b"\r\n")
+    if not cycle.keep_alive:
+        content.append(b"connection: close\r\n")
+    content.append(b"\r\n")
+    if cycle.scope["method"] != "HEAD":
+        content.append(body)
+    cycle.response_started = True
+    cycle.waiting_for_100_continue = False
+    cycle.transport.write(b"".join(content))
+    cycle.response_complete = True
+    cycle.message_event.set()
+    if not cycle.keep_alive:
+        cycle.transport.close()
+    cycle.on_response()
+    return True
+
+
+def new_request_id() -> str:
+    """A random (version 4) UUID as text, as `str(uuid.uuid4())` gives, without the UUID
+    object."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+async def _read(plane: InvocationPlane, response: WorkerResponse) -> Outcome:
+    """A detached request's answer, read whole (bounded by the result size)."""
+    try:
+        body = await response.read(plane.result_max)
+    except WorkerFailed as exc:
+        return Outcome.failure(502, f"the worker failed: {exc.reason}")
+    finally:
+        await response.aclose()
+    return Outcome(response.status, tuple(response_headers(response.headers)), body)
+
+
+def _outcome_message(
+    outcome: Outcome, request_id: str
+) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    kept = [(k, v) for k, v in outcome.headers if k.lower() != "content-length"]
+    headers = [
+        *answers.encode_headers(kept),
+        (b"content-length", str(len(outcome.body)).encode()),
+        *answers.nvcf_headers(request_id, answers.status_word(outcome.status)),
+    ]
+    return outcome.status, headers, outcome.body

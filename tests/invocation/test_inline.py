@@ -1,0 +1,243 @@
+"""The inline invocation path (invocation/inline.py) over real connections: the server's
+express lane answers the common invocation itself, in one write, and hands everything else to
+the general path — queued, retried, detached, refused — with the same answers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from service.app import NvcfApp
+from service.core.middleware import BodyDeadlineMiddleware
+from service.core.server import ConnectionLimits, bounded_protocol
+from service.invocation.inline import InlineInvocation
+from tests.support.api import assert_problem
+from tests.support.app import ADMIN_KEY, ClientFactory
+from tests.support.e2e import V
+from tests.support.invocation import deployed, invocation_app, pexec_url, sample, spec
+from tests.support.server import free_port
+from tests.support.upstream import UpstreamServer
+
+SUFFIX = "invocation.localhost"
+AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+@pytest.fixture
+def upstream() -> Iterator[UpstreamServer]:
+    server = UpstreamServer().start()
+    yield server
+    server.stop()
+
+
+@contextlib.asynccontextmanager
+async def serving(app: NvcfApp) -> AsyncIterator[str]:
+    """The application behind the real server stack of `nvcf-server serve` (its protocol,
+    with the application's express lane), in this event loop."""
+    port = free_port()
+    limits = ConnectionLimits(
+        header_timeout=10, body_timeout=10, keepalive_timeout=5, max_connections=100
+    )
+    config = uvicorn.Config(
+        BodyDeadlineMiddleware(app, timeout=10),
+        host="127.0.0.1",
+        port=port,
+        http=bounded_protocol(limits, app.express),
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    for _ in range(500):
+        if server.started:
+            break
+        await asyncio.sleep(0.01)
+    assert server.started
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+def inline_of(app: NvcfApp) -> InlineInvocation:
+    assert app.front_door is not None and app.front_door.inline is not None
+    return app.front_door.inline
+
+
+async def served_app(
+    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer, **overrides: Any
+) -> tuple[Any, dict[str, Any]]:
+    client = await invocation_app(
+        client_factory, tmp_path, upstream=upstream.url, invoke_host_suffix=SUFFIX, **overrides
+    )
+    fn = await deployed(client, specs=[spec(maxRequestConcurrency=1)])
+    return client, fn
+
+
+def _shape(resp: httpx.Response) -> tuple[int, Any, set[str]]:
+    """What a caller sees of an answer, without the values that differ per request."""
+    names = set(resp.headers) - {"date"}
+    return resp.status_code, resp.json(), names
+
+
+@pytest.mark.parametrize("inline", [True, False])
+async def test_the_common_invocation_is_answered_by_the_express_lane(
+    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer, inline: bool
+) -> None:
+    client, fn = await served_app(client_factory, tmp_path, upstream, invoke_inline=inline)
+    app: NvcfApp = client.app
+    assert (app.express is not None) is inline
+    async with serving(app) as base, httpx.AsyncClient(base_url=base, headers=AUTH) as http:
+        # the first request of a key verifies it and reads the route: the general path
+        first = await http.post(pexec_url(fn), json={"n": 0})
+        assert first.status_code == 200, first.text
+        answers = [
+            await http.post(pexec_url(fn), json={"n": 1}),
+            await http.post(pexec_url(fn, version=False), json={"n": 2}),
+            await http.post("/echo", json={"n": 3}, headers={"Host": f"{fn['id']}.{SUFFIX}"}),
+            await http.post("/echo", json={"n": 4}, headers={"function-id": fn["id"]}),
+        ]
+    for n, resp in enumerate(answers, 1):
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        assert body["echo"] == {"n": n} and body["path"] == "/echo"
+        seen = {k.lower(): v for k, v in body["headers"].items()}
+        assert seen["nvcf-reqid"] == resp.headers["nvcf-reqid"]
+        assert seen["nvcf-function-id"] == fn["id"]
+        assert resp.headers["nvcf-status"] == "fulfilled"
+        assert resp.headers["x-request-id"] and resp.headers["x-upstream"] == "yes"
+        assert int(resp.headers["content-length"]) == len(resp.content)
+    assert _shape(answers[0])[2] == _shape(first)[2]  # the same headers either way
+    if inline:
+        # the pexec routes are each read once; the transparent ones share them after
+        assert inline_of(app).answered >= 2
+    metrics = (await client.get("/metrics")).text
+    labels = {"function_id": fn["id"], "version_id": fn["versionId"]}
+    assert sample(metrics, "nvcf_invocation_requests_total", outcome="fulfilled", **labels) == 5
+    route = "/v2/nvcf/pexec/functions/{functionId}/versions/{functionVersionId}"
+    assert sample(metrics, "nvcf_http_requests_total", route=route, status="200") == 2
+    assert sample(metrics, "nvcf_http_requests_total", route="<transparent invocation>") == 2
+
+
+async def test_what_the_inline_path_does_not_take_goes_the_general_way(
+    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer
+) -> None:
+    client, fn = await served_app(client_factory, tmp_path, upstream)
+    inline = inline_of(client.app)
+    async with serving(client.app) as base, httpx.AsyncClient(base_url=base, headers=AUTH) as http:
+        assert (await http.post(pexec_url(fn), json={})).status_code == 200
+        answered = inline.answered
+        assert (await http.post(pexec_url(fn), json={})).status_code == 200
+        assert inline.answered == answered + 1
+        handed = inline.handed_over
+        # a client request id, a query string, another credential: the general path
+        own = "0d5b6a52-4c7e-4d1f-9a57-2f7f3b1e6a10"
+        resp = await http.post(pexec_url(fn), json={}, headers={"X-Request-Id": own})
+        assert resp.status_code == 200 and resp.headers["x-request-id"] == own
+        assert (await http.post(pexec_url(fn) + "?a=1", json={})).status_code == 200
+        resp = await http.post(pexec_url(fn), json={}, headers={"Authorization": "Bearer nvapi-x"})
+        assert_problem(resp, 401)
+        assert resp.headers["nvcf-status"] == "errored"
+        assert inline.handed_over == handed + 3 and inline.answered == answered + 1
+
+        # the only instance is busy (maxRequestConcurrency 1): the next request queues
+        upstream.hold()
+        first = asyncio.create_task(http.post(pexec_url(fn), json={"i": 1}))
+        second = asyncio.create_task(http.post(pexec_url(fn), json={"i": 2}))
+        for _ in range(500):
+            depth = (await client.get(f"{V}/queues/functions/{fn['id']}")).json()
+            if upstream.arrived >= 4 and depth["queues"][0]["queueDepth"] == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert depth["queues"][0]["queueDepth"] == 1
+        upstream.release()
+        assert [(await t).json()["echo"]["i"] for t in (first, second)] == [1, 2]
+        assert inline.answered == answered + 2 and inline.handed_over == handed + 4
+
+
+async def test_a_slow_worker_is_detached_after_the_poll_time_then_polled(
+    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer
+) -> None:
+    client, fn = await served_app(client_factory, tmp_path, upstream)
+    inline = inline_of(client.app)
+    async with serving(client.app) as base, httpx.AsyncClient(base_url=base, headers=AUTH) as http:
+        assert (await http.post(pexec_url(fn), json={})).status_code == 200
+        answered = inline.answered
+        upstream.hold()
+        resp = await http.post(pexec_url(fn), json={"slow": 1}, headers={"NVCF-POLL-SECONDS": "1"})
+        assert inline.answered == answered + 1
+        assert resp.status_code == 202, resp.text
+        rid = resp.headers["nvcf-reqid"]
+        assert resp.headers["nvcf-status"] == "pending-evaluation"
+        assert resp.json() == {"reqId": rid, "status": "pending-evaluation"}
+        pending = await http.get(f"{V}/pexec/status/{rid}", headers={"NVCF-POLL-SECONDS": "1"})
+        assert pending.status_code == 202
+        upstream.release()
+        done = await http.get(f"{V}/pexec/status/{rid}")
+        assert done.status_code == 200, done.text
+        assert done.json()["echo"] == {"slow": 1} and done.headers["nvcf-status"] == "fulfilled"
+        # the connection that got the 202 serves the next request
+        assert (await http.post(pexec_url(fn), json={})).status_code == 200
+
+
+async def test_a_refusing_worker_is_handed_to_the_general_path(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    nobody = f"http://127.0.0.1:{free_port()}"  # nothing listens: connections are refused
+    client = await invocation_app(client_factory, tmp_path, upstream=nobody)
+    fn = await deployed(client)
+    inline = inline_of(client.app)
+    async with serving(client.app) as base, httpx.AsyncClient(base_url=base, headers=AUTH) as http:
+        assert_problem(await http.post(pexec_url(fn), json={}), 502)  # the general path
+        answered = inline.answered
+        resp = await http.post(pexec_url(fn), json={})
+        assert inline.answered == answered + 1
+        problem = assert_problem(resp, 502)
+        assert "could not be reached" in str(problem["detail"])
+        assert "connection refused" in str(problem["detail"])
+        assert resp.headers["nvcf-status"] == "errored" and resp.headers["x-request-id"]
+    metrics = (await client.get("/metrics")).text
+    labels = {"function_id": fn["id"], "version_id": fn["versionId"]}
+    assert sample(metrics, "nvcf_invocation_requests_total", outcome="errored", **labels) == 2
+    assert sample(metrics, "nvcf_invocation_in_flight", **labels) == 0
+
+
+async def test_pipelined_requests_and_connection_close_on_the_express_lane(
+    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer
+) -> None:
+    client, fn = await served_app(client_factory, tmp_path, upstream)
+    inline = inline_of(client.app)
+    async with serving(client.app) as base:
+        port = int(base.rsplit(":", 1)[1])
+        async with httpx.AsyncClient(base_url=base, headers=AUTH) as http:
+            assert (await http.post(pexec_url(fn), json={})).status_code == 200
+        answered = inline.answered
+
+        def request(n: int, close: bool = False) -> bytes:
+            body = json.dumps({"n": n}).encode()
+            head = (
+                f"POST {pexec_url(fn)} HTTP/1.1\r\nHost: nvcf\r\n"
+                f"Authorization: Bearer {ADMIN_KEY}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n" + ("Connection: close\r\n" if close else "")
+            )
+            return head.encode() + b"\r\n" + body
+
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request(1) + request(2) + request(3, close=True))
+        raw = await asyncio.wait_for(reader.read(), 30)  # until the server closes
+        writer.close()
+    answers = raw.split(b"HTTP/1.1 ")[1:]
+    assert [a[:3] for a in answers] == [b"200"] * 3
+    echoes = [json.loads(a.split(b"\r\n\r\n", 1)[1])["echo"]["n"] for a in answers]
+    assert echoes == [1, 2, 3]
+    assert b"connection: close" in answers[2].lower() and b"connection: close" not in answers[0]
+    assert inline.answered == answered + 3

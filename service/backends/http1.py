@@ -3,8 +3,11 @@ cluster's upstream, a Service by cluster DNS): the hot path of every invocation.
 
 httpx costs more per request than the rest of an invocation together (request and URL
 models, cookie extraction, the connection pool's bookkeeping); this client writes the request
-in one write and parses the answer with httptools (uvicorn's C parser), streaming the body as
-it arrives. Connections are kept per host and port and reused. A reused connection the
+in one write and parses the answer with httptools (uvicorn's C parser) right in its protocol's
+`data_received` (no stream buffers between the socket and the parser), waking the waiting
+request once the head has arrived and streaming the body as it arrives (reading pauses while
+more than `HIGH_WATER` bytes wait to be taken). Connections are kept per host and port and
+reused. A reused connection the
 server closed while idle shows up as an end of stream before any byte of the answer: the
 request is sent again once on a new connection (nothing reached the worker). A refused
 connection is `WorkerUnreachable`; anything after the request was written is `WorkerFailed`.
@@ -32,7 +35,8 @@ from service.backends.worker import (
 
 #: idle connections kept per worker address
 MAX_IDLE = 512
-READ_SIZE = 65536
+#: bytes of an answer's body waiting to be taken before reading pauses (resumes below a quarter)
+HIGH_WATER = 256 * 1024
 _CLOSED = "the worker closed the connection without answering"
 #: request headers the client writes itself
 _OWN = frozenset({"host", "content-length", "transfer-encoding", "connection"})
@@ -43,6 +47,7 @@ class _Answer:
 
     __slots__ = (
         "body",
+        "buffered",
         "chunked",
         "complete",
         "headers",
@@ -57,6 +62,7 @@ class _Answer:
         self.keep_alive = False
         self.headers: list[tuple[str, str]] = []
         self.body: deque[bytes] = deque()
+        self.buffered = 0
         self.headers_done = False
         self.complete = False
         self.length: int | None = None
@@ -82,27 +88,101 @@ class _Answer:
         self.keep_alive = parser is not None and parser.should_keep_alive()
 
     def on_body(self, body: bytes) -> None:
-        self.body.append(bytes(body))
+        chunk = bytes(body)
+        self.body.append(chunk)
+        self.buffered += len(chunk)
 
     def on_message_complete(self) -> None:
         self.complete = True
 
 
-class _Connection:
-    __slots__ = ("reader", "reused", "writer")
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection to a worker. The current answer's parser is fed in
+    `data_received`; the request waiting on the connection is woken by whatever happens."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
         self.reused = False
+        #: the stream ended (end of file, or the connection was lost)
+        self.ended = False
+        #: why the answer cannot be read any further (not valid HTTP), or the socket's error
+        self.invalid: str | None = None
+        self.lost: str | None = None
+        #: bytes arrived since the current request was sent
+        self.received = False
+        self.parser: httptools.HttpResponseParser | None = None
+        self.answer: _Answer | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused = False
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        parser, answer = self.parser, self.answer
+        if parser is None or answer is None:
+            self.ended = True  # bytes nobody asked for: the connection cannot be reused
+            self.close()
+            return
+        self.received = True
+        try:
+            parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self.invalid = f"the worker's answer is not valid HTTP: {exc}"
+            self.close()
+        if answer.buffered > HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool | None:
+        self.ended = True
+        self._wake()
+        return None  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ended = True
+        if isinstance(exc, OSError):
+            self.lost = exc.strerror or str(exc)
+        self._wake()
+
+    # the request's side
+
+    def begin(self, parser: httptools.HttpResponseParser, answer: _Answer) -> None:
+        self.parser, self.answer, self.received = parser, answer, False
+
+    def end(self) -> None:
+        self.parser = self.answer = None
+
+    async def wait(self) -> None:
+        """Until something happens on the connection (bytes, end of stream)."""
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def taken(self, answer: _Answer) -> None:
+        """Body bytes were taken: reading resumes once few are left waiting."""
+        if self._paused and answer.buffered <= HIGH_WATER // 4 and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     @property
     def usable(self) -> bool:
-        return not self.writer.is_closing() and not self.reader.at_eof()
+        transport = self.transport
+        return transport is not None and not transport.is_closing() and not self.ended
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
 
 
 class Http1Pool:
@@ -120,9 +200,10 @@ class Http1Pool:
                 conn.reused = True
                 return conn
             conn.close()
+        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT):
-                reader, writer = await asyncio.open_connection(host, port, limit=READ_SIZE)
+                _, conn = await loop.create_connection(_Connection, host, port)
         except TimeoutError as exc:
             raise WorkerUnreachable(
                 f"connecting to {host}:{port} timed out after {CONNECT_TIMEOUT:g} s"
@@ -132,9 +213,10 @@ class Http1Pool:
         except OSError as exc:
             reason = str(exc) or type(exc).__name__
             raise WorkerUnreachable(f"connecting to {host}:{port}: {reason}") from exc
-        return _Connection(reader, writer)
+        return conn
 
     def give_back(self, host: str, port: int, conn: _Connection) -> None:
+        conn.end()
         idle = self._idle.setdefault((host, port), [])
         if len(idle) < self._max_idle and conn.usable:
             idle.append(conn)
@@ -174,31 +256,31 @@ class _Http1Response(WorkerResponse):
     async def iter_bytes(self) -> AsyncIterator[bytes]:
         answer = self._answer
         while True:
+            conn = self._conn
             while answer.body:
-                yield answer.body.popleft()
+                chunk = answer.body.popleft()
+                answer.buffered -= len(chunk)
+                if conn is not None:
+                    conn.taken(answer)
+                yield chunk
             if answer.complete:
                 self._finish()
                 return
-            conn = self._conn
             if conn is None:
                 raise WorkerFailed("the answer was already read")
-            try:
-                data = await conn.reader.read(READ_SIZE)
-            except OSError as exc:
+            if conn.invalid is not None:
                 self._drop()
-                raise WorkerFailed(f"reading the answer: {exc.strerror or exc}") from exc
-            if not data:
+                raise WorkerFailed(conn.invalid)
+            if conn.ended:
                 if answer.length is None and not answer.chunked:
                     answer.complete = True  # the answer ends with the connection
                     self._keep = False
                     continue
                 self._drop()
+                if conn.lost is not None:
+                    raise WorkerFailed(f"reading the answer: {conn.lost}")
                 raise WorkerFailed("the worker closed the connection in the middle of its answer")
-            try:
-                self._parser.feed_data(data)
-            except httptools.HttpParserError as exc:
-                self._drop()
-                raise WorkerFailed(f"the worker's answer is not valid HTTP: {exc}") from exc
+            await conn.wait()
 
     def complete_body(self) -> bytes | None:
         answer = self._answer
@@ -206,6 +288,7 @@ class _Http1Response(WorkerResponse):
             return None
         body = b"".join(answer.body)
         answer.body.clear()
+        answer.buffered = 0
         self._finish()
         return body
 
@@ -216,11 +299,13 @@ class _Http1Response(WorkerResponse):
         if self._keep:
             self._pool.give_back(*self._address, conn)
         else:
+            conn.end()
             conn.close()
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
+            conn.end()
             conn.close()
 
     async def aclose(self) -> None:
@@ -276,28 +361,23 @@ class Http1Endpoint(WorkerEndpoint):
         answer = _Answer()
         parser = httptools.HttpResponseParser(answer)
         answer.parser = parser
-        try:
-            conn.writer.write(request)
-            received = False
-            while not answer.headers_done:
-                data = await conn.reader.read(READ_SIZE)
-                if not data:
-                    if conn.reused and not received:
-                        raise _StaleConnection
-                    raise WorkerFailed(_CLOSED)
-                received = True
-                parser.feed_data(data)
-        except (_StaleConnection, WorkerFailed):
-            conn.close()
-            raise
-        except httptools.HttpParserError as exc:
-            conn.close()
-            raise WorkerFailed(f"the worker's answer is not valid HTTP: {exc}") from exc
-        except OSError as exc:
-            conn.close()
-            if conn.reused and not answer.headers:
-                raise _StaleConnection from exc
-            raise WorkerFailed(f"sending the request: {exc.strerror or exc}") from exc
+        conn.begin(parser, answer)
+        assert conn.transport is not None
+        conn.transport.write(request)
+        while not answer.headers_done:
+            if conn.invalid is not None:
+                conn.end()
+                conn.close()
+                raise WorkerFailed(conn.invalid)
+            if conn.ended:
+                conn.end()
+                conn.close()
+                if conn.reused and not conn.received:
+                    raise _StaleConnection
+                if conn.lost is not None and not conn.received:
+                    raise WorkerFailed(f"sending the request: {conn.lost}")
+                raise WorkerFailed(_CLOSED)
+            await conn.wait()
         return _Http1Response(self._pool, (self._host, self._port), conn, parser, answer, head=head)
 
     async def health(self) -> int:

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import httptools
 import pytest
 
-from service.backends.http1 import Http1Endpoint, Http1Pool
+from service.backends.http1 import HIGH_WATER, Http1Endpoint, Http1Pool
 from service.backends.worker import WorkerFailed, WorkerUnreachable
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -198,3 +198,25 @@ async def test_refused_is_unreachable_and_a_broken_answer_failed(pool: Http1Pool
     async with RawServer(garbage) as server:
         with pytest.raises(WorkerFailed, match="not valid HTTP"):
             await call(Http1Endpoint(server.url, pool))
+
+
+async def test_a_large_answer_is_read_no_faster_than_it_is_taken(pool: Http1Pool) -> None:
+    size = 4 << 20
+
+    async def large(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size)
+        for _ in range(size // 65536):
+            writer.write(b"x" * 65536)
+            await writer.drain()
+
+    async with RawServer(large) as server:
+        response = await Http1Endpoint(server.url, pool).send("GET", "/", [], b"")
+        chunks = response.iter_bytes()
+        got = len(await chunks.__anext__())
+        await asyncio.sleep(0.3)  # the server could have sent it all by now
+        waiting = response._answer.buffered  # type: ignore[attr-defined]
+        assert waiting <= HIGH_WATER + (1 << 20) < size
+        got += sum([len(c) async for c in chunks])
+        assert got == size
+        await response.aclose()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
@@ -37,6 +38,25 @@ class RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.requestId = request_id_var.get()
         return True
+
+
+class _TextLine(logging.Formatter):
+    """`TEXT_FORMAT`, its date and time worked out once a second (every request writes an
+    access line): the same text as `logging.Formatter`'s."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+        self._second: tuple[int, str] = (-1, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        cached = self._second
+        if cached[0] != second:
+            cached = (second, time.strftime(self.default_time_format, self.converter(second)))
+            self._second = cached  # one assignment: threads see one second's text or another's
+        return f"{cached[1]},{int(record.msecs):03d}"  # logging.Formatter.default_msec_format
 
 
 class _JsonLine(JsonFormatter):
@@ -68,9 +88,7 @@ def configure_logging(
     Python warnings included (they propagate to it), so no line escapes the format."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.addFilter(RequestIdFilter())
-    handler.setFormatter(
-        json_formatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
-    )
+    handler.setFormatter(json_formatter() if log_format == "json" else _TextLine())
     root = logging.getLogger()
     for old in root.handlers[:]:
         root.removeHandler(old)

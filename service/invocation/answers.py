@@ -149,12 +149,6 @@ def exec_response(
     return response
 
 
-def declared_length(worker: WorkerResponse) -> int | None:
-    """The answer's Content-Length, when it declares a valid one."""
-    length = header_value(worker.headers, "content-length")
-    return int(length) if length is not None and length.isdigit() else None
-
-
 def stream_head(
     worker: WorkerResponse, request_id: uuid.UUID | str
 ) -> tuple[list[tuple[bytes, bytes]], bool]:

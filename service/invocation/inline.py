@@ -64,8 +64,6 @@ from service.invocation.store import Outcome
 
 log = logging.getLogger("nvcf.invocation")
 
-#: answers of declared length up to this size are read whole, then written in one piece
-WHOLE_MAX = 64 * 1024
 #: endpoints kept per instance route at most (routes are re-read every cache period)
 MAX_ENDPOINTS = 4096
 _X_REQUEST_ID = b"x-request-id"
@@ -369,12 +367,7 @@ class InlineInvocation:
                 await self._end(call, await _read(plane, response))
                 return
             timer.cancel()
-            whole, failure = await self._whole(call, response)
-            if failure is not None:
-                await response.aclose()
-                await self._end(call, failure)
-                return
-            await self._stream(call, response, receive, whole)
+            await self._stream(call, response, receive)
         except asyncio.CancelledError:
             if call.inv is None:
                 raise
@@ -395,36 +388,15 @@ class InlineInvocation:
             self._endpoints[call.instance] = endpoint
         return endpoint
 
-    @staticmethod
-    async def _whole(call: _Call, response: WorkerResponse) -> tuple[bytes | None, Outcome | None]:
-        """A small answer of declared length (at most `WHOLE_MAX` bytes), read whole before
-        anything is sent — one write to the caller, and a worker failing halfway through is a
-        problem, not a cut connection — as (body, None) or (None, outcome); (None, None): the
-        answer is streamed as it arrives."""
-        whole = response.complete_body()
-        if whole is not None:
-            return whole, None
-        length = answers.declared_length(response)
-        if length is None or length > WHOLE_MAX:
-            return None, None
-        try:
-            async with asyncio.timeout_at(call.deadline):
-                return await response.read(WHOLE_MAX), None
-        except TimeoutError:
-            timeout = call.plane.worker_timeout
-            return None, Outcome.failure(504, f"the worker did not answer within {timeout:g} s")
-        except WorkerFailed as exc:
-            return None, Outcome.failure(502, f"the worker failed: {exc.reason}")
-
-    async def _stream(
-        self, call: _Call, response: WorkerResponse, receive: Receive, whole: bytes | None
-    ) -> None:
-        """The worker's answer to the caller: `whole` in one piece, else as it arrives."""
+    async def _stream(self, call: _Call, response: WorkerResponse, receive: Receive) -> None:
+        """The worker's answer to the caller as it arrives (the handler's own task): in one
+        piece when it has all arrived already."""
         head, listen = answers.stream_head(response, call.request_id)
         headers = head + call.reply_headers
         error: str | None = None
         try:
             call.status = response.status
+            whole = None if listen else response.complete_body()
             if whole is not None:
                 await self._send_whole(call, response.status, headers, whole)
             else:

@@ -2,8 +2,9 @@
 queues and per-instance concurrency, function rate limits, and the request state other
 replicas poll.
 
-Modules: `router` (routes), `transparent` (Host/header mode), `service` (`InvocationPlane`:
-accept, run, hand over or store, poll), `routing` (version and instances of a request),
+Modules: `router` (routes), `transparent` (Host/header mode, the front door), `inline` (the
+common request answered in its handler's task), `service` (`InvocationPlane`: accept, run,
+hand over or store, poll), `routing` (version and instances of a request),
 `access` (who may invoke what), `dispatch` (queues and concurrency), `ratelimit` (function
 rate limits), `forward` (headers both ways, poll time), `answers` (HTTP answers), `store`
 (SQL), `models` (tables), `metrics`, `schemas`.

@@ -83,6 +83,17 @@ async def served_app(
     return client, fn
 
 
+@contextlib.asynccontextmanager
+async def warmed(
+    client: Any, fn: dict[str, Any]
+) -> AsyncIterator[tuple[httpx.AsyncClient, InlineInvocation]]:
+    """A connection to the served application whose caller and route one request has read
+    (the next ones can take the inline path), and that path."""
+    async with serving(client.app) as base, httpx.AsyncClient(base_url=base, headers=AUTH) as http:
+        assert (await http.post(pexec_url(fn), json={})).status_code == 200
+        yield http, inline_of(client.app)
+
+
 def _shape(resp: httpx.Response) -> tuple[int, Any, set[str]]:
     """What a caller sees of an answer, without the values that differ per request."""
     names = set(resp.headers) - {"date"}
@@ -132,9 +143,7 @@ async def test_what_the_inline_path_does_not_take_goes_the_general_way(
     client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer
 ) -> None:
     client, fn = await served_app(client_factory, tmp_path, upstream)
-    inline = inline_of(client.app)
-    async with serving(client.app) as base, httpx.AsyncClient(base_url=base, headers=AUTH) as http:
-        assert (await http.post(pexec_url(fn), json={})).status_code == 200
+    async with warmed(client, fn) as (http, inline):
         answered = inline.answered
         assert (await http.post(pexec_url(fn), json={})).status_code == 200
         assert inline.answered == answered + 1
@@ -168,9 +177,7 @@ async def test_a_slow_worker_is_detached_after_the_poll_time_then_polled(
     client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer
 ) -> None:
     client, fn = await served_app(client_factory, tmp_path, upstream)
-    inline = inline_of(client.app)
-    async with serving(client.app) as base, httpx.AsyncClient(base_url=base, headers=AUTH) as http:
-        assert (await http.post(pexec_url(fn), json={})).status_code == 200
+    async with warmed(client, fn) as (http, inline):
         answered = inline.answered
         upstream.hold()
         resp = await http.post(pexec_url(fn), json={"slow": 1}, headers={"NVCF-POLL-SECONDS": "1"})

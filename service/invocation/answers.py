@@ -27,7 +27,8 @@ from service.invocation.forward import header_value, response_headers
 from service.invocation.store import Outcome
 
 if TYPE_CHECKING:
-    from service.invocation.service import Invocation, InvocationPlane
+    from service.invocation.records import Invocation
+    from service.invocation.service import InvocationPlane
 
 FULFILLED = "fulfilled"
 PENDING = "pending-evaluation"

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from service.auth import scopes
 from service.auth.service import Authenticator, Principal
@@ -57,10 +56,12 @@ from service.invocation import answers
 from service.invocation.dispatch import LocalDispatcher
 from service.invocation.forward import poll_seconds, request_headers, response_headers
 from service.invocation.models import RequestState
+from service.invocation.records import Invocation
 from service.invocation.router import respond
 from service.invocation.routing import InstanceRoute, Target
-from service.invocation.service import Invocation, InvocationPlane
+from service.invocation.service import InvocationPlane
 from service.invocation.store import Outcome
+from service.invocation.wire import Replay, new_request_id, write_whole
 
 log = logging.getLogger("nvcf.invocation")
 
@@ -124,22 +125,6 @@ class _Call:
         return inv
 
 
-class _Replay:
-    """A `receive` that first gives back what the inline path already took."""
-
-    def __init__(self, first: Message | BaseException, receive: Receive) -> None:
-        self._first: Message | BaseException | None = first
-        self._receive = receive
-
-    async def __call__(self) -> Message:
-        first, self._first = self._first, None
-        if first is None:
-            return await self._receive()
-        if isinstance(first, BaseException):
-            raise first
-        return first
-
-
 class InlineInvocation:
     """See the module docstring. `general` answers what this path hands over."""
 
@@ -188,12 +173,12 @@ class InlineInvocation:
             or message.get("more_body", False)
         ):
             self.handed_over += 1
-            await self.general(scope, _Replay(message, receive), send)
+            await self.general(scope, Replay(message, receive), send)
             return
         instance = ready[1].take_now(ready[3])
         if instance is None:  # every instance is busy: the request queues
             self.handed_over += 1
-            await self.general(scope, _Replay(message, receive), send)
+            await self.general(scope, Replay(message, receive), send)
             return
         self.answered += 1
         body = message.get("body", b"")
@@ -526,47 +511,6 @@ class InlineInvocation:
             call.principal.account_id,
             json_logs=self.json_logs,
         )
-
-
-def write_whole(
-    cycle: RequestResponseCycle, status: int, headers: list[tuple[bytes, bytes]], body: bytes
-) -> bool:
-    """Write a whole answer (its headers carry its length) to the cycle's connection in one
-    write, doing what the server's `send` does for a head and a last body; False when that
-    `send` must do it (the connection's writes are paused, or a response began)."""
-    if cycle.response_started or cycle.flow.write_paused:
-        return False
-    if cycle.disconnected:
-        return True
-    content = [STATUS_LINE.get(status) or b"HTTP/1.1 %d \r\n" % status]
-    for name, value in cycle.default_headers:
-        content += (name, b": ", value, b"\r\n")
-    for name, value in headers:
-        content += (name, b": ", value, b"\r\n")
-    if not cycle.keep_alive:
-        content.append(b"connection: close\r\n")
-    content.append(b"\r\n")
-    if cycle.scope["method"] != "HEAD":
-        content.append(body)
-    cycle.response_started = True
-    cycle.waiting_for_100_continue = False
-    cycle.transport.write(b"".join(content))
-    cycle.response_complete = True
-    cycle.message_event.set()
-    if not cycle.keep_alive:
-        cycle.transport.close()
-    cycle.on_response()
-    return True
-
-
-def new_request_id() -> str:
-    """A random (version 4) UUID as text, as `str(uuid.uuid4())` gives, without the UUID
-    object."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40
-    raw[8] = (raw[8] & 0x3F) | 0x80
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 async def _read(plane: InvocationPlane, response: WorkerResponse) -> Outcome:

@@ -22,6 +22,7 @@ from service.core.errors import DomainError, Forbidden, NotFound, ServiceUnavail
 from service.core.http import inline_body_doc, parse_uuid, parse_uuids
 from service.invocation import answers
 from service.invocation.forward import POLL_HEADER, poll_seconds
+from service.invocation.records import Invocation
 from service.invocation.schemas import (
     ExecRequest,
     ExecResponse,
@@ -30,7 +31,7 @@ from service.invocation.schemas import (
     QueuePosition,
     parse_exec,
 )
-from service.invocation.service import Invocation, InvocationPlane
+from service.invocation.service import InvocationPlane
 from service.state import app_state
 
 router = APIRouter(tags=["invocation"])

@@ -25,9 +25,6 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from datetime import datetime
-from functools import cached_property
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -59,6 +56,13 @@ from service.invocation.load import LoadPublisher, LoadTracker
 from service.invocation.metrics import InvocationMetrics
 from service.invocation.models import RequestState
 from service.invocation.ratelimit import FunctionRateLimiter
+from service.invocation.records import (
+    Handoff,
+    Invocation,
+    PollAnswer,
+    QueueInfo,
+    done_or_timeout,
+)
 from service.invocation.routing import InstanceRoute, RouteTable, Target
 from service.invocation.store import Outcome, RequestStore, StoredRequest
 
@@ -68,87 +72,6 @@ log = logging.getLogger("nvcf.invocation")
 QUEUE_STATUSES = frozenset({"ACTIVE", "DEPLOYING", "DEGRADING"})
 #: how often a poll reaching another replica re-reads a pending request (seconds, growing)
 POLL_STEPS = (0.05, 0.1, 0.2, 0.5, 1.0)
-
-
-@dataclass
-class Handoff:
-    """The worker's answer handed to the waiting HTTP handler: a response to stream (the
-    handler calls `InvocationPlane.finish_stream` when done), or the outcome of a failure."""
-
-    response: WorkerResponse | None = None
-    outcome: Outcome | None = None
-
-
-@dataclass(eq=False)
-class Invocation:
-    id: uuid.UUID
-    target: Target
-    principal: Principal
-    method: str
-    path: str
-    headers: list[tuple[str, str]]
-    body: bytes
-    created_at: datetime
-    accepted: float
-    deadline: float
-    state: RequestState = RequestState.QUEUED
-    instance: InstanceRoute | None = None
-    detached: bool = False
-    store_ok: bool = False
-    outcome: Outcome | None = None
-    handoff: asyncio.Future[Handoff] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
-    stored: asyncio.Event = field(default_factory=asyncio.Event)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    streamed: asyncio.Event = field(default_factory=asyncio.Event)
-    stream_error: str | None = None
-    task: asyncio.Task[None] | None = None
-    #: instances that refused the connection, and why (a request is retried once)
-    tried: list[uuid.UUID] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
-
-    @cached_property
-    def rid(self) -> str:
-        return str(self.id)
-
-
-async def _done_or_timeout(future: asyncio.Future[Handoff], seconds: float) -> None:
-    """Wait until `future` is done or `seconds` have passed (`asyncio.wait` of one future,
-    without its sets and counters: every request waits like this for its answer)."""
-    loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[None] = loop.create_future()
-
-    def wake(_: object = None) -> None:
-        if not waiter.done():
-            waiter.set_result(None)
-
-    timer = loop.call_later(seconds, wake)
-    future.add_done_callback(wake)
-    try:
-        await waiter
-    finally:
-        timer.cancel()
-        future.remove_done_callback(wake)
-
-
-@dataclass(frozen=True)
-class PollAnswer:
-    """A status poll's answer: still pending (`state`), or the outcome."""
-
-    request_id: uuid.UUID
-    function_id: uuid.UUID
-    version_id: uuid.UUID
-    state: str
-    outcome: Outcome | None
-
-
-@dataclass(frozen=True)
-class QueueInfo:
-    version_id: uuid.UUID
-    name: str
-    status: str
-    depth: int
 
 
 def _both(first: LoadListener, second: LoadListener) -> LoadListener:
@@ -360,7 +283,7 @@ class InvocationPlane:
         request as pending (it keeps running; the caller gets 202)."""
         try:
             if not inv.handoff.done():
-                await _done_or_timeout(inv.handoff, poll_seconds)
+                await done_or_timeout(inv.handoff, poll_seconds)
         except asyncio.CancelledError:
             inv.detached = True  # nobody waits any more, and nobody can poll it
             inv.stored.set()

@@ -1,0 +1,66 @@
+"""What the inline invocation path (inline.py) puts on the server's connection: a whole
+answer in one write, the request id it gives, and the replay of a body it looked at."""
+
+from __future__ import annotations
+
+import os
+
+from starlette.types import Message, Receive
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
+
+
+class Replay:
+    """A `receive` that first gives back what the inline path already took."""
+
+    def __init__(self, first: Message | BaseException, receive: Receive) -> None:
+        self._first: Message | BaseException | None = first
+        self._receive = receive
+
+    async def __call__(self) -> Message:
+        first, self._first = self._first, None
+        if first is None:
+            return await self._receive()
+        if isinstance(first, BaseException):
+            raise first
+        return first
+
+
+def write_whole(
+    cycle: RequestResponseCycle, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> bool:
+    """Write a whole answer (its headers carry its length) to the cycle's connection in one
+    write, doing what the server's `send` does for a head and a last body; False when that
+    `send` must do it (the connection's writes are paused, or a response began)."""
+    if cycle.response_started or cycle.flow.write_paused:
+        return False
+    if cycle.disconnected:
+        return True
+    content = [STATUS_LINE.get(status) or b"HTTP/1.1 %d \r\n" % status]
+    for name, value in cycle.default_headers:
+        content += (name, b": ", value, b"\r\n")
+    for name, value in headers:
+        content += (name, b": ", value, b"\r\n")
+    if not cycle.keep_alive:
+        content.append(b"connection: close\r\n")
+    content.append(b"\r\n")
+    if cycle.scope["method"] != "HEAD":
+        content.append(body)
+    cycle.response_started = True
+    cycle.waiting_for_100_continue = False
+    cycle.transport.write(b"".join(content))
+    cycle.response_complete = True
+    cycle.message_event.set()
+    if not cycle.keep_alive:
+        cycle.transport.close()
+    cycle.on_response()
+    return True
+
+
+def new_request_id() -> str:
+    """A random (version 4) UUID as text, as `str(uuid.uuid4())` gives, without the UUID
+    object."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

@@ -4,7 +4,8 @@ Starts a small echo HTTP server (bench/echo_server.py) and `nvcf-server` with a 
 simulated cluster forwards to it (`simulation.upstream`), deploys a container function, then
 loads the echo server directly and through `POST /v2/nvcf/pexec/...` with the same keep-alive
 clients from another process (bench/loadgen.py), in alternating rounds. Prints requests per
-second of both at `--concurrency` and their ratio (target ≥ 0.3); the latency pexec adds at
+second of both at `--concurrency` and their ratio (target ≥ 0.3), with the server's CPU per
+pexec (from /proc: the figure other work on the machine moves least); the latency pexec adds at
 p50/p99, measured with one client at a time (at saturation, latency is only concurrency over
 throughput; target: p50 ≤ 2 ms added); and the server's RSS before and while 1,000 requests
 are pending at once on a slow upstream. The echo server is a bare ASGI app on uvicorn (the
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -40,6 +42,12 @@ FUNCTION = {
     "containerImage": "nvcr.io/acme/echo:1.0",
 }
 PAYLOAD = json.dumps({"prompt": "hello", "n": 1}).encode()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU the process has used so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_kib(pid: int) -> int:
@@ -185,15 +193,23 @@ def main() -> None:
                     run_load, host, port, req, seconds, args.concurrency, True
                 ).result()
 
+            #: the server's CPU per pexec of each round through it (ms)
+            cpu_ms: list[float] = []
+
             def rounds(concurrency: int) -> tuple[list[LoadResult], list[LoadResult]]:
                 directs: list[LoadResult] = []
                 throughs: list[LoadResult] = []
+                cpu_ms.clear()
                 for i in range(args.rounds):
                     order = [(echo_port, direct, directs), (server_port, through, throughs)]
                     for port, req, out in order if i % 2 == 0 else reversed(order):
+                        before = cpu_seconds(server.pid)
                         result = pool.submit(
                             run_load, host, port, req, args.seconds, concurrency, True
                         ).result()
+                        if port == server_port and result.requests:
+                            spent = cpu_seconds(server.pid) - before
+                            cpu_ms.append(spent / result.requests * 1000)
                         out.append(result)
                 return directs, throughs
 
@@ -219,6 +235,11 @@ def main() -> None:
                 print(
                     f"  ratio pexec/direct: {statistics.median(ratios):.2f} (rounds: "
                     f"{', '.join(f'{r:.2f}' for r in ratios)}; target ≥ 0.3)"
+                )
+                print(
+                    f"  server CPU per pexec: {statistics.median(cpu_ms):.3f} ms (rounds: "
+                    f"{', '.join(f'{c:.3f}' for c in cpu_ms)}; the figure machine noise moves "
+                    "least)"
                 )
                 print(
                     f"  added latency: p50 {t50 - d50:.2f} ms, p99 {t99 - d99:.2f} ms"

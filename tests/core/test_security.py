@@ -17,7 +17,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from tests.support.api import CONTAINER_FN, assert_problem, bearer, create_fn
-from tests.support.app import JWT_SECRET, AppClient, ClientFactory
+from tests.support.app import JWT_SECRET, AppClient, ClientFactory, without_reconciler
 
 V = "/v2/nvcf"
 JSON = {"content-type": "application/json"}
@@ -164,10 +164,7 @@ async def test_crafted_cursors_are_400_on_every_paginated_route(
     client_factory: ClientFactory,
 ) -> None:
     client = await client_factory(reconcile_interval=3600)
-    reconciler = getattr(client.app.state, "reconciler", None)
-    if reconciler is not None:
-        await reconciler.stop()
-        client.app.state.reconciler = None
+    await without_reconciler(client)
     fn = await create_fn(client)
     deploy = await client.post(
         f"{V}/deployments/functions/{fn['id']}/versions/{fn['versionId']}",

@@ -9,7 +9,14 @@ import pytest
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.core.db import make_engine, make_sessionmaker
+from tests.support.app import AppClient, ClientFactory, without_reconciler
 from tests.support.reconcile import FakeClock, Harness, catalog_data
+
+
+@pytest.fixture
+async def api(client_factory: ClientFactory) -> AppClient:
+    """An app without its reconciler: the instance rows a test writes stay as written."""
+    return await without_reconciler(await client_factory(reconcile_interval=3600))
 
 
 @pytest.fixture

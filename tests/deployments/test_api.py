@@ -20,23 +20,13 @@ from service.core.db import utcnow
 from service.deployments.models import Deployment, DeploymentSpec, Instance
 from service.functions.models import FunctionVersion
 from tests.support.api import bearer, create_fn, new_key
-from tests.support.app import AppClient, ClientFactory
+from tests.support.app import AppClient, ClientFactory, without_reconciler
 from tests.support.catalogs import PERMISSIVE, write_catalog
 from tests.support.charts import PushCorpus
 from tests.support.registry import RegistryServer
 
 V = "/v2/nvcf"
 L40 = {"gpu": "L40", "backend": "nvcf-default", "minInstances": 1, "maxInstances": 2}
-
-
-@pytest.fixture
-async def api(client_factory: ClientFactory) -> AppClient:
-    client = await client_factory(reconcile_interval=3600)
-    reconciler = getattr(client.app.state, "reconciler", None)
-    if reconciler is not None:
-        await reconciler.stop()
-        client.app.state.reconciler = None
-    return client
 
 
 def dep_url(fn: dict[str, Any]) -> str:
@@ -766,10 +756,7 @@ async def helm_setup(
         insecure_registries=registry.host,
         clusters_file=catalog,
     )
-    reconciler = getattr(client.app.state, "reconciler", None)
-    if reconciler is not None:
-        await reconciler.stop()
-        client.app.state.reconciler = None
+    await without_reconciler(client)
     chart = push(registry, "inference-ok")
     fn = await create_fn(
         client,

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from service.clusters.catalog import Catalog
 from service.deployments.models import Deployment
 from tests.support.api import create_fn
-from tests.support.app import AppClient, ClientFactory
+from tests.support.app import AppClient, ClientFactory, without_reconciler
 from tests.support.catalogs import catalog_data, write_catalog
 from tests.support.charts import PushCorpus
 from tests.support.registry import RegistryServer
@@ -69,10 +69,7 @@ async def setup(
         insecure_registries=registry.host,
         clusters_file=catalog,
     )
-    reconciler = getattr(client.app.state, "reconciler", None)
-    if reconciler is not None:
-        await reconciler.stop()
-        client.app.state.reconciler = None
+    await without_reconciler(client)
     chart = push(registry, "inference-ok", namespace=f"targets/{next(_names)}", files=files)
     fn = await create_fn(
         client,

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
-
 from service.core.db import utcnow
 from service.deployments.models import Instance
 from tests.support.api import CONTAINER_FN, create_fn
-from tests.support.app import AppClient, ClientFactory
+from tests.support.app import AppClient
 from tests.support.go_decode import (
     CLUSTER_GROUPS_RESPONSE,
     DEPLOYMENT_RESPONSE,
@@ -23,17 +21,6 @@ from tests.support.go_decode import (
 )
 
 V = "/v2/nvcf"
-
-
-@pytest.fixture
-async def api(client_factory: ClientFactory) -> AppClient:
-    """No reconciler: the instance rows a test writes stay as written."""
-    client = await client_factory(reconcile_interval=3600)
-    reconciler = getattr(client.app.state, "reconciler", None)
-    if reconciler is not None:
-        await reconciler.stop()
-        client.app.state.reconciler = None
-    return client
 
 
 async def test_deploy_read_scale_and_undeploy_as_the_cli_does(api: AppClient) -> None:

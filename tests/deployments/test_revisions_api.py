@@ -19,16 +19,6 @@ from tests.support.registry import RegistryServer
 L40 = {"gpu": "L40", "backend": "nvcf-default", "minInstances": 1, "maxInstances": 2}
 
 
-@pytest.fixture
-async def api(client_factory: ClientFactory) -> AppClient:
-    client = await client_factory(reconcile_interval=3600)
-    reconciler = getattr(client.app.state, "reconciler", None)
-    if reconciler is not None:
-        await reconciler.stop()
-        client.app.state.reconciler = None
-    return client
-
-
 def spec_url(dep: dict[str, Any]) -> str:
     sid = dep["deploymentSpecifications"][0]["gpuSpecificationId"]
     return f"{V}/deployments/{dep['deploymentId']}/gpu-specifications/{sid}"

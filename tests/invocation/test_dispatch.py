@@ -11,34 +11,21 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.backends.worker import WorkerPort
 from service.core.errors import TooManyRequests
 from service.invocation.dispatch import LocalDispatcher, QueueTimeout
-from service.invocation.routing import InstanceRoute, Target
 from tests.support.api import assert_problem, bearer, new_key
 from tests.support.app import ClientFactory
 from tests.support.e2e import V, eventually
-from tests.support.invocation import deployed, invocation_app, pexec_url, sample, spec
+from tests.support.invocation import (
+    deployed,
+    invocation_app,
+    pexec_url,
+    route,
+    sample,
+    spec,
+    target,
+)
 from tests.support.upstream import UpstreamServer
-
-
-def route(n: int, concurrency: int = 1) -> InstanceRoute:
-    return InstanceRoute(uuid.UUID(int=n), f"c{n}", concurrency, "g", "NCP.GPU.H100_1x", "r")
-
-
-def target(*instances: InstanceRoute) -> Target:
-    return Target(
-        function_id=uuid.UUID(int=100),
-        version_id=uuid.UUID(int=200),
-        owner_account="acct",
-        name="fn",
-        status="ACTIVE",
-        inference_path="/echo",
-        port=WorkerPort("entrypoint", 8000),
-        rate=None,
-        instances=instances,
-        worker_service=None,
-    )
 
 
 async def test_fewest_in_flight_then_fifo_queue_then_full() -> None:

@@ -10,36 +10,29 @@ from pathlib import Path
 
 import pytest
 
-from service.backends.worker import WorkerPort
 from service.core.errors import ServiceUnavailable, TooManyRequests
 from service.invocation.dispatch import QueueTimeout
 from service.invocation.dispatch_redis import RedisActivity, RedisDispatcher
 from service.invocation.routing import InstanceRoute, Target
 from tests.support.app import ClientFactory, SettingsFactory
 from tests.support.e2e import V, eventually
-from tests.support.invocation import FAST, deployed, invocation_app, pexec_url, spec, write_catalog
+from tests.support.invocation import (
+    FAST,
+    deployed,
+    invocation_app,
+    pexec_url,
+    route,
+    spec,
+    write_catalog,
+)
+from tests.support.invocation import target as support_target
 from tests.support.redis import RedisServer
 from tests.support.server import free_port
 from tests.support.upstream import UpstreamServer
 
 
 def target(*instances: InstanceRoute) -> Target:
-    return Target(
-        function_id=uuid.uuid4(),
-        version_id=uuid.uuid4(),
-        owner_account="acct",
-        name="fn",
-        status="ACTIVE",
-        inference_path="/echo",
-        port=WorkerPort("entrypoint", 8000),
-        rate=None,
-        instances=instances,
-        worker_service=None,
-    )
-
-
-def route(concurrency: int = 1) -> InstanceRoute:
-    return InstanceRoute(uuid.uuid4(), "c", concurrency, "g", "NCP.GPU.H100_1x", "r")
+    return support_target(*instances, fresh=True)  # one Redis serves every test
 
 
 @pytest.fixture

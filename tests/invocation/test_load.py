@@ -9,33 +9,19 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from service.backends.worker import WorkerPort
 from service.invocation.load import LoadTracker
 from service.invocation.models import InvocationLoad, InvocationReplica
-from service.invocation.routing import InstanceRoute, Target
+from service.invocation.routing import Target
 from tests.support.app import ClientFactory
 from tests.support.e2e import eventually
-from tests.support.invocation import deployed, invocation_app, pexec_url, spec
+from tests.support.invocation import deployed, invocation_app, pexec_url, route, spec
+from tests.support.invocation import target as support_target
 
 VID = uuid.UUID(int=200)
 
 
 def target(instances: int) -> Target:
-    return Target(
-        function_id=uuid.UUID(int=100),
-        version_id=VID,
-        owner_account="acct",
-        name="fn",
-        status="ACTIVE",
-        inference_path="/echo",
-        port=WorkerPort("entrypoint", 8000),
-        rate=None,
-        instances=tuple(
-            InstanceRoute(uuid.UUID(int=n + 1), "c", 1, "g", "NCP.GPU.H100_1x", "r")
-            for n in range(instances)
-        ),
-        worker_service=None,
-    )
+    return support_target(*(route(n + 1) for n in range(instances)))
 
 
 class Clock:

@@ -23,3 +23,12 @@ class AppClient(httpx.AsyncClient):
 
 
 ClientFactory = Callable[..., Awaitable[AppClient]]
+
+
+async def without_reconciler(client: AppClient) -> AppClient:
+    """Stop the app's reconciler: the rows a test writes stay as written."""
+    reconciler = getattr(client.app.state, "reconciler", None)
+    if reconciler is not None:
+        await reconciler.stop()
+        client.app.state.reconciler = None
+    return client

@@ -1,14 +1,18 @@
 """Helpers for invocation tests: an app on a fast simulated catalog (optionally one whose
-cluster forwards to a real upstream server), and a function deployed until ACTIVE."""
+cluster forwards to a real upstream server), a function deployed until ACTIVE, and the
+routing values (`route`, `target`) the dispatcher and load tracker take."""
 
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.backends.worker import WorkerPort
+from service.invocation.routing import InstanceRoute, Target
 from tests.support.api import create_fn
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, dep_url, deployment, until_status
@@ -87,3 +91,26 @@ def sample(text: str, name: str, **labels: str) -> float:
             if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
                 total += s.value
     return total
+
+
+def route(n: int | None = None, concurrency: int = 1) -> InstanceRoute:
+    """A Running instance with id `UUID(int=n)` (a fresh random one without `n`)."""
+    instance_id = uuid.uuid4() if n is None else uuid.UUID(int=n)
+    return InstanceRoute(instance_id, f"c{n or ''}", concurrency, "g", "NCP.GPU.H100_1x", "r")
+
+
+def target(*instances: InstanceRoute, fresh: bool = False) -> Target:
+    """An ACTIVE version with these instances: function 100 and version 200, or fresh random
+    ids (`fresh`: tests sharing one Redis)."""
+    return Target(
+        function_id=uuid.uuid4() if fresh else uuid.UUID(int=100),
+        version_id=uuid.uuid4() if fresh else uuid.UUID(int=200),
+        owner_account="acct",
+        name="fn",
+        status="ACTIVE",
+        inference_path="/echo",
+        port=WorkerPort("entrypoint", 8000),
+        rate=None,
+        instances=instances,
+        worker_service=None,
+    )

@@ -40,6 +40,30 @@ BODY = {
 }
 
 
+def simulated_catalog(
+    simulation: dict[str, object], *, nodes: int = 1, cluster: str = "bench-a"
+) -> dict[str, object]:
+    """A catalog of one group `bench`: one simulated cluster of `nodes` 8-GPU H100 nodes with
+    the given `simulation:` block."""
+    return {
+        "clusterGroups": [
+            {
+                "name": "bench",
+                "clusters": [
+                    {
+                        "name": cluster,
+                        "adapter": "simulated",
+                        "provider": "NCP",
+                        "region": "local",
+                        "nodes": [{"gpu": "H100", "gpusPerNode": 8, "count": nodes}],
+                        "simulation": simulation,
+                    }
+                ],
+            }
+        ]
+    }
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.api import free_port, start
+from bench.api import free_port, simulated_catalog, start
 
 KEY = "nvapi-bench-" + "k" * 40
 FUNCTION = {"inferenceUrl": "/echo", "inferencePort": 8000, "containerImage": "nvcr.io/a/e:1"}
@@ -195,23 +195,7 @@ def main() -> None:
     root = Path(__file__).resolve().parents[1]
     tmp = Path(tempfile.mkdtemp(prefix="nvcf-bench-autoscale-"))
     delays = {"scheduleSeconds": 0, "pullSeconds": 0, "readySeconds": args.startup}
-    catalog = {
-        "clusterGroups": [
-            {
-                "name": "bench",
-                "clusters": [
-                    {
-                        "name": "bench-a",
-                        "adapter": "simulated",
-                        "provider": "NCP",
-                        "region": "local",
-                        "nodes": [{"gpu": "H100", "gpusPerNode": 8, "count": 8}],
-                        "simulation": delays,
-                    }
-                ],
-            }
-        ]
-    }
+    catalog = simulated_catalog(delays, nodes=8)
     (tmp / "clusters.yaml").write_text(json.dumps(catalog))
     port = free_port()
     env = {

@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.api import free_port, start
+from bench.api import free_port, simulated_catalog, start
 from bench.loadgen import LoadResult, build_request, run_load
 
 KEY = "nvapi-bench-" + "k" * 40
@@ -123,28 +123,14 @@ def main() -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    catalog = {
-        "clusterGroups": [
-            {
-                "name": "bench",
-                "clusters": [
-                    {
-                        "name": "bench-a",
-                        "adapter": "simulated",
-                        "provider": "NCP",
-                        "region": "local",
-                        "nodes": [{"gpu": "H100", "gpusPerNode": 8, "count": 1}],
-                        "simulation": {
-                            "scheduleSeconds": 0.05,
-                            "pullSeconds": 0.05,
-                            "readySeconds": 0.05,
-                            "upstream": f"http://127.0.0.1:{echo_port}",
-                        },
-                    }
-                ],
-            }
-        ]
-    }
+    catalog = simulated_catalog(
+        {
+            "scheduleSeconds": 0.05,
+            "pullSeconds": 0.05,
+            "readySeconds": 0.05,
+            "upstream": f"http://127.0.0.1:{echo_port}",
+        }
+    )
     (tmp / "clusters.yaml").write_text(json.dumps(catalog))
     env = {
         "NVCF_DATA_DIR": str(tmp / "data"),

@@ -159,7 +159,7 @@ class _LocalTicket:
         if granted is None and waiter is not None and not waiter.future.cancelled():
             granted = waiter.future.result()
         if granted is not None:
-            self._dispatcher._release_now(self._lane.target, granted.id)
+            self._dispatcher.release_now(self._lane.target, granted.id)
 
 
 class LocalDispatcher:
@@ -211,11 +211,7 @@ class LocalDispatcher:
         return instance
 
     async def release(self, target: Target, instance_id: uuid.UUID, request_id: uuid.UUID) -> None:
-        self._release_now(target, instance_id)
-
-    def release_now(self, target: Target, instance_id: uuid.UUID) -> None:
-        """`release` without awaiting (this dispatcher never waits to release)."""
-        self._release_now(target, instance_id)
+        self.release_now(target, instance_id)
 
     async def update(self, target: Target) -> None:
         lane = self._lanes.get(target.version_id)
@@ -291,7 +287,8 @@ class LocalDispatcher:
         self._by_version[version] = self._by_version.get(version, 0) + 1
         self._changed(lane)
 
-    def _release_now(self, target: Target, instance_id: uuid.UUID) -> None:
+    def release_now(self, target: Target, instance_id: uuid.UUID) -> None:
+        """`release` without awaiting (this dispatcher never waits to release)."""
         left = self._in_flight.get(instance_id, 0) - 1
         if left > 0:
             self._in_flight[instance_id] = left

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import functools
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from urllib.parse import urlsplit
 
 import httptools
@@ -28,6 +28,7 @@ import httptools
 from service.backends.worker import (
     CONNECT_TIMEOUT,
     WorkerEndpoint,
+    WorkerExchange,
     WorkerFailed,
     WorkerResponse,
     WorkerUnreachable,
@@ -50,17 +51,18 @@ class _Answer:
         "buffered",
         "chunked",
         "complete",
-        "headers",
         "headers_done",
         "keep_alive",
         "length",
         "parser",
+        "raw_headers",
     )
 
     def __init__(self) -> None:
         self.parser: httptools.HttpResponseParser | None = None
         self.keep_alive = False
-        self.headers: list[tuple[str, str]] = []
+        #: as they came (names in the worker's case)
+        self.raw_headers: list[tuple[bytes, bytes]] = []
         self.body: deque[bytes] = deque()
         self.buffered = 0
         self.headers_done = False
@@ -69,15 +71,13 @@ class _Answer:
         self.chunked = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        key = name.decode("latin-1")
-        text = value.decode("latin-1")
-        lowered = key.lower()
-        if lowered == "content-length":
+        lowered = name.lower()
+        if lowered == b"content-length":
             with contextlib.suppress(ValueError):
-                self.length = int(text)
-        elif lowered == "transfer-encoding" and "chunked" in text.lower():
+                self.length = int(value)
+        elif lowered == b"transfer-encoding" and b"chunked" in value.lower():
             self.chunked = True
-        self.headers.append((key, text))
+        self.raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         self.headers_done = True
@@ -113,6 +113,9 @@ class _Connection(asyncio.Protocol):
         self.parser: httptools.HttpResponseParser | None = None
         self.answer: _Answer | None = None
         self._waiter: asyncio.Future[None] | None = None
+        #: called, like the waiter is woken, whenever something happens (an exchange begun
+        #: without a task: `Http1Endpoint.begin`)
+        self.notify: Callable[[], None] | None = None
         self._paused = False
 
     # asyncio.Protocol
@@ -154,7 +157,7 @@ class _Connection(asyncio.Protocol):
         self.parser, self.answer, self.received = parser, answer, False
 
     def end(self) -> None:
-        self.parser = self.answer = None
+        self.parser = self.answer = self.notify = None
 
     async def wait(self) -> None:
         """Until something happens on the connection (bytes, end of stream)."""
@@ -174,6 +177,8 @@ class _Connection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if self.notify is not None:
+            self.notify()
 
     @property
     def usable(self) -> bool:
@@ -192,7 +197,8 @@ class Http1Pool:
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._max_idle = max_idle
 
-    async def connect(self, host: str, port: int) -> _Connection:
+    def idle(self, host: str, port: int) -> _Connection | None:
+        """A kept-alive connection to (host, port) ready for a request, if there is one."""
         idle = self._idle.get((host, port))
         while idle:
             conn = idle.pop()
@@ -200,6 +206,12 @@ class Http1Pool:
                 conn.reused = True
                 return conn
             conn.close()
+        return None
+
+    async def connect(self, host: str, port: int) -> _Connection:
+        conn = self.idle(host, port)
+        if conn is not None:
+            return conn
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT):
@@ -242,7 +254,8 @@ class _Http1Response(WorkerResponse):
         head: bool,
     ) -> None:
         self.status = parser.get_status_code()
-        self.headers = answer.headers
+        self._raw = answer.raw_headers
+        self._headers: list[tuple[str, str]] | None = None
         self._pool = pool
         self._address = address
         self._conn: _Connection | None = conn
@@ -252,6 +265,21 @@ class _Http1Response(WorkerResponse):
         if head or self.status in (204, 304) or 100 <= self.status < 200:
             answer.complete = True
             answer.body.clear()
+
+    @property
+    def raw_headers(self) -> list[tuple[bytes, bytes]]:
+        return self._raw
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        if self._headers is None:
+            raw = self._raw
+            self._headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw]
+        return self._headers
+
+    @headers.setter
+    def headers(self, value: list[tuple[str, str]]) -> None:
+        self._headers = value
 
     async def iter_bytes(self) -> AsyncIterator[bytes]:
         answer = self._answer
@@ -337,33 +365,70 @@ class Http1Endpoint(WorkerEndpoint):
     async def send(
         self, method: str, path: str, headers: Sequence[tuple[str, str]], body: bytes
     ) -> WorkerResponse:
+        request = self._request(method, path, headers, body)
+        return await self._send(request, head=method == "HEAD")
+
+    def begin(self, method: str, path: str, lines: bytes, body: bytes) -> _Exchange | None:
+        """The request written now on a kept-alive connection, when one is idle."""
+        conn = self._pool.idle(self._host, self._port)
+        if conn is None:
+            return None
+        request = self._message(method, path, lines, body)
+        head = method == "HEAD"
+        return _Exchange(self, conn, request, *self._write(conn, request), head=head)
+
+    def _request(
+        self, method: str, path: str, headers: Sequence[tuple[str, str]], body: bytes
+    ) -> bytes:
+        lines = b"".join(
+            f"{name}: {value}\r\n".encode("latin-1")
+            for name, value in headers
+            if name.lower() not in _OWN
+        )
+        return self._message(method, path, lines, body)
+
+    def _message(self, method: str, path: str, lines: bytes, body: bytes) -> bytes:
+        """The request: its line, `Host`, the header `lines` (none of `_OWN`), the length."""
         target = self._prefix + (path if path.startswith("/") else "/" + path)
-        lines = [f"{method} {target} HTTP/1.1".encode("latin-1"), b"host: " + self._host_header]
-        for name, value in headers:
-            if name.lower() not in _OWN:
-                lines.append(f"{name}: {value}".encode("latin-1"))
+        length = b""
         if body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
-            lines.append(b"content-length: " + str(len(body)).encode())
-        request = b"\r\n".join(lines) + b"\r\n\r\n" + body
-        for attempt in (0, 1):
+            length = b"content-length: %d\r\n" % len(body)
+        start = f"{method} {target} HTTP/1.1\r\nhost: ".encode("latin-1")
+        return b"".join((start, self._host_header, b"\r\n", lines, length, b"\r\n", body))
+
+    async def _send(
+        self, request: bytes, *, head: bool, attempts: tuple[int, ...] = (0, 1)
+    ) -> WorkerResponse:
+        for attempt in attempts:
             conn = await self._pool.connect(self._host, self._port)
             try:
-                return await self._exchange(conn, request, head=method == "HEAD")
+                return await self._head(conn, *self._write(conn, request), head=head)
             except _StaleConnection:
                 conn.close()
                 if attempt:
-                    raise WorkerFailed(
-                        "the worker closed the connection without answering"
-                    ) from None
+                    raise WorkerFailed(_CLOSED) from None
         raise AssertionError("unreachable")
 
-    async def _exchange(self, conn: _Connection, request: bytes, *, head: bool) -> WorkerResponse:
+    @staticmethod
+    def _write(conn: _Connection, request: bytes) -> tuple[httptools.HttpResponseParser, _Answer]:
         answer = _Answer()
         parser = httptools.HttpResponseParser(answer)
         answer.parser = parser
         conn.begin(parser, answer)
         assert conn.transport is not None
         conn.transport.write(request)
+        return parser, answer
+
+    async def _head(
+        self,
+        conn: _Connection,
+        parser: httptools.HttpResponseParser,
+        answer: _Answer,
+        *,
+        head: bool,
+    ) -> WorkerResponse:
+        """The answer once its head has arrived; `_StaleConnection` when a reused connection
+        ended before any byte of it."""
         while not answer.headers_done:
             if conn.invalid is not None:
                 conn.end()
@@ -391,6 +456,60 @@ class Http1Endpoint(WorkerEndpoint):
         finally:
             await response.aclose()
         return response.status
+
+
+class _Exchange(WorkerExchange):
+    """A request written on a kept-alive connection (`Http1Endpoint.begin`); its answer is
+    awaited (`response`) or looked at whenever `notify` is called (`settled`, `response_now`)."""
+
+    def __init__(
+        self,
+        endpoint: Http1Endpoint,
+        conn: _Connection,
+        request: bytes,
+        parser: httptools.HttpResponseParser,
+        answer: _Answer,
+        *,
+        head: bool,
+    ) -> None:
+        self._endpoint = endpoint
+        self._conn = conn
+        self._request = request
+        self._parser = parser
+        self._answer = answer
+        self._head = head
+
+    def listen(self, notify: Callable[[], None] | None) -> None:
+        self._conn.notify = notify
+
+    @property
+    def settled(self) -> bool:
+        conn = self._conn
+        return self._answer.headers_done or conn.ended or conn.invalid is not None
+
+    def response_now(self) -> WorkerResponse | None:
+        if not self._answer.headers_done:
+            return None
+        self._conn.notify = None
+        endpoint = self._endpoint
+        address = (endpoint._host, endpoint._port)
+        return _Http1Response(
+            endpoint._pool, address, self._conn, self._parser, self._answer, head=self._head
+        )
+
+    async def response(self) -> WorkerResponse:
+        conn, endpoint = self._conn, self._endpoint
+        conn.notify = None
+        try:
+            return await endpoint._head(conn, self._parser, self._answer, head=self._head)
+        except _StaleConnection:
+            conn.close()
+        return await endpoint._send(self._request, head=self._head, attempts=(1,))
+
+    def abandon(self) -> None:
+        conn = self._conn
+        conn.end()
+        conn.close()
 
 
 class _StaleConnection(Exception):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,11 +85,32 @@ def connection_headers(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
     return HOP_BY_HOP.union(extra) if extra else HOP_BY_HOP
 
 
+#: `HOP_BY_HOP` as bytes
+HOP_BY_HOP_BYTES = frozenset(name.encode() for name in HOP_BY_HOP)
+
+
+def connection_header_names(headers: Sequence[tuple[bytes, bytes]]) -> frozenset[bytes]:
+    """`connection_headers` of headers kept as bytes (names lower-cased)."""
+    extra = [
+        p.strip().lower()
+        for name, value in headers
+        if name.lower() == b"connection"
+        for p in value.split(b",")
+        if p.strip()
+    ]
+    return HOP_BY_HOP_BYTES.union(extra) if extra else HOP_BY_HOP_BYTES
+
+
 class WorkerResponse:
     """A worker's answer: status and headers at once, the body as it arrives."""
 
     status: int
     headers: list[tuple[str, str]]
+
+    @property
+    def raw_headers(self) -> list[tuple[bytes, bytes]]:
+        """The headers as bytes (as they came, for a client that keeps them so)."""
+        return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers]
 
     def iter_bytes(self) -> AsyncIterator[bytes]:
         """The body chunks as they arrive (content encodings untouched); `WorkerFailed`."""
@@ -116,6 +137,32 @@ class WorkerResponse:
         return None
 
 
+class WorkerExchange:
+    """A request already sent (`WorkerEndpoint.begin`), its answer to come. It is followed
+    either by callbacks — `listen(notify)`: `notify()` is called whenever something happens;
+    once `settled`, `response_now()` is the answer if its head arrived (None: something went
+    wrong, which `response()` raises) — or by awaiting `response()`, which raises as `send`
+    does (a reused connection found closed is retried there, as `send` would)."""
+
+    def listen(self, notify: Callable[[], None] | None) -> None:
+        raise NotImplementedError
+
+    @property
+    def settled(self) -> bool:
+        """The head has arrived, or the exchange failed."""
+        raise NotImplementedError
+
+    def response_now(self) -> WorkerResponse | None:
+        raise NotImplementedError
+
+    async def response(self) -> WorkerResponse:
+        raise NotImplementedError
+
+    def abandon(self) -> None:
+        """Give up on the answer (the connection is closed)."""
+        raise NotImplementedError
+
+
 class WorkerEndpoint:
     """One instance's worker: `base_url` + a path is where requests go; `health_url` is its
     health check. `send` raises `WorkerUnreachable` (nothing sent) or `WorkerFailed`."""
@@ -131,6 +178,12 @@ class WorkerEndpoint:
     ) -> WorkerResponse:
         """Send one request; the response's body is still to be read (`iter_bytes`/`read`)."""
         raise NotImplementedError
+
+    def begin(self, method: str, path: str, lines: bytes, body: bytes) -> WorkerExchange | None:
+        """Send one request now, without waiting for anything, when that is possible (a
+        connection is open and idle); None: use `send`. `lines` are its header lines, each
+        ending in CRLF (none of Host, Content-Length, Transfer-Encoding, Connection)."""
+        return None
 
     async def health(self) -> int:
         """The status of a GET of the health endpoint."""

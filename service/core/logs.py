@@ -9,10 +9,16 @@ A JSON line has `timestamp` (ISO 8601, UTC), `level`, `logger`, `message` and `r
 plus any `extra` fields of the call (the access line's method, path, status, durationMs,
 account) and `exc_info` (the traceback as one string) for exceptions. Nothing here redacts:
 callers never log keys, passwords or request bodies (see docs/telemetry.md).
+
+Lines logged by the event loop's thread are written together at the end of the loop's
+iteration (`LoopBatchedHandler`): one write for every line of an iteration instead of one per
+line (every request writes an access line); lines of other threads, and of a thread with no
+running loop, are written at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import time
@@ -78,6 +84,64 @@ def json_formatter() -> logging.Formatter:
     )
 
 
+class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler writing the lines of one event-loop iteration in one write, at its
+    end (see the module docstring)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(stream)
+        self._pending: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        loop = asyncio._get_running_loop()
+        if loop is None:
+            super().emit(record)
+            return
+        try:
+            line = self.format(record) + self.terminator
+        except Exception:
+            self.handleError(record)
+            return
+        pending = self._pending
+        if not pending:
+            try:
+                loop.call_soon(self._write_pending)
+            except RuntimeError:  # the loop is closing: no later iteration
+                super().emit(record)
+                return
+        pending.append(line)
+
+    def _write_pending(self) -> None:
+        self.acquire()
+        try:
+            pending, self._pending = self._pending, []
+            if pending:
+                self.stream.write("".join(pending))
+                self.flush()
+        except Exception:
+            self.handleError(logging.makeLogRecord({"msg": "writing log lines failed"}))
+        finally:
+            self.release()
+
+    def flush(self) -> None:
+        if self._pending and asyncio._get_running_loop() is None:
+            self._write_pending_unlocked()
+        super().flush()
+
+    def _write_pending_unlocked(self) -> None:
+        pending, self._pending = self._pending, []
+        self.stream.write("".join(pending))
+
+    def close(self) -> None:
+        self.acquire()
+        try:
+            if self._pending:
+                self._write_pending_unlocked()
+        finally:
+            self.release()
+        super().close()
+
+
 def configure_logging(
     log_format: Literal["text", "json"],
     *,
@@ -86,7 +150,7 @@ def configure_logging(
 ) -> None:
     """One handler on the root logger for the whole process, the HTTP server's loggers and
     Python warnings included (they propagate to it), so no line escapes the format."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = LoopBatchedHandler(stream or sys.stderr)
     handler.addFilter(RequestIdFilter())
     handler.setFormatter(json_formatter() if log_format == "json" else _TextLine())
     root = logging.getLogger()

@@ -16,9 +16,11 @@ When the deadline passes the connection is closed: at once if no response is und
 else as soon as the response is complete. A connection opened while `max_connections` are open
 is answered 503 and closed without reading from it.
 
-An `Express` lane, when the application names one, serves the requests it claims at the end
-of their head in place of the ASGI application — no middleware, no ASGI messages; it falls back
-to the ordinary way (`cycle.run_asgi(app)`) for whatever it will not answer itself. The
+An `Express` lane, when the application names one, serves the requests it claims in place of
+the ASGI application — no middleware, no ASGI messages, and when it can, no task: it is
+started once the request's body has arrived (a claimed request whose body is still incomplete
+after the bytes at hand goes the ordinary way) and may answer from callbacks; it falls back to
+the ordinary way (`cycle.run_asgi(app)`) for whatever it will not answer itself. The
 invocation plane's inline path is one (service/invocation/inline.py).
 
 `freeze_startup_objects` (`NVCF_GC_FREEZE`): the serve commands call it once the application is
@@ -31,6 +33,7 @@ import asyncio
 import gc
 import logging
 import resource
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -90,11 +93,15 @@ class Express(Protocol):
     """A lane past the ASGI stack for some requests (see the module docstring)."""
 
     def claim(self, scope: HTTPScope) -> bool:
-        """Whether this lane serves the request (its head is complete; its body may not be)."""
+        """Whether this lane would serve the request (its head is complete, not its body)."""
         ...
 
-    async def serve(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
-        """Answer the request of `cycle` — or `await cycle.run_asgi(app)`."""
+    def start(
+        self, cycle: RequestResponseCycle, app: ASGI3Application
+    ) -> Coroutine[Any, Any, None] | None:
+        """Begin answering the claimed request of `cycle`, its body complete: None when the
+        answer is under way without a task (it completes the cycle itself), else the
+        coroutine the server runs as the request's task (which may be `cycle.run_asgi(app)`)."""
         ...
 
 
@@ -109,6 +116,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         #: the deadline passed while a response was under way: close once it is complete
         self._expired = False
         self._refused = False
+        #: a request the express lane claimed, waiting for the rest of its body
+        self._claimed: tuple[RequestResponseCycle, ASGI3Application] | None = None
+        self._completing = False
 
     # asyncio.Protocol
 
@@ -130,6 +140,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if not self._refused:
             super().data_received(data)
+            self._unclaim()
 
     # httptools parser callbacks
 
@@ -145,6 +156,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._disarm()
         super().on_message_complete()
+        claimed = self._claimed
+        if claimed is not None and claimed[0] is self.cycle:
+            self._claimed = None
+            self._express(*claimed)
         cycle = self.cycle
         if (
             cycle is not None
@@ -162,7 +177,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     # uvicorn hooks
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        self._completing = True
+        try:
+            super().on_response_complete()  # may start a pipelined request
+        finally:
+            self._completing = False
+        self._unclaim()
         if self._expired and not self.transport.is_closing():
             self.transport.close()
 
@@ -170,10 +190,31 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         express = self.express
         if express is None or not express.claim(cycle.scope):
             super()._start_asgi_task(cycle, app)
-            return
-        task = self.loop.create_task(express.serve(cycle, app))
-        task.add_done_callback(self.tasks.discard)
-        self.tasks.add(task)
+        elif cycle.more_body:
+            self._claimed = (cycle, app)  # until its message is complete (or not, for now)
+        elif self._completing:
+            # a pipelined request, started while the one before it finishes: once that has
+            # (whatever it holds, such as an instance's slot, is released after its answer)
+            self.loop.call_soon(self._express, cycle, app)
+        else:
+            self._express(cycle, app)
+
+    # the express lane
+
+    def _express(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        assert self.express is not None
+        coroutine = self.express.start(cycle, app)
+        if coroutine is not None:
+            task = self.loop.create_task(coroutine)
+            task.add_done_callback(self.tasks.discard)
+            self.tasks.add(task)
+
+    def _unclaim(self) -> None:
+        """A claimed request whose body has not all arrived with the bytes at hand goes the
+        ordinary way, which reads a body as it comes (and bounds its time)."""
+        claimed, self._claimed = self._claimed, None
+        if claimed is not None:
+            super()._start_asgi_task(*claimed)
 
     # the deadline
 

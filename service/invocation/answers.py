@@ -23,7 +23,7 @@ from service.core.errors import (
     ServiceUnavailable,
 )
 from service.core.problem import PROBLEM, problem_body
-from service.invocation.forward import header_value, response_headers
+from service.invocation.forward import header_value, response_headers, response_lines
 from service.invocation.store import Outcome
 
 if TYPE_CHECKING:
@@ -48,6 +48,20 @@ def nvcf_headers(request_id: uuid.UUID | str, word: str) -> list[tuple[bytes, by
         (b"nvcf-status", word.encode()),
         (b"access-control-expose-headers", b"nvcf-reqid, nvcf-status"),
     ]
+
+
+def nvcf_lines(request_id: str, word: str) -> bytes:
+    """`nvcf_headers` as header lines."""
+    return b"".join(k + b": " + v + b"\r\n" for k, v in nvcf_headers(request_id, word))
+
+
+def whole_lines(worker: WorkerResponse, request_id: str) -> bytes | None:
+    """The caller's header lines for a worker answer of declared length (see `stream_head`);
+    None when it has none (it is streamed)."""
+    lines, length = response_lines(worker.raw_headers)
+    if length is None:
+        return None
+    return lines + nvcf_lines(request_id, status_word(worker.status))
 
 
 def encode_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[bytes, bytes]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from service.backends.worker import connection_headers
+from service.backends.worker import connection_header_names, connection_headers
 from service.core.errors import BadRequest
 
 POLL_HEADER = "nvcf-poll-seconds"
@@ -44,6 +44,8 @@ NVCF_REQUEST_HEADERS = frozenset(
 
 
 _ALWAYS_DROPPED = _DROP_REQUEST | NVCF_REQUEST_HEADERS
+_ALWAYS_DROPPED_BYTES = frozenset(name.encode() for name in _ALWAYS_DROPPED)
+_DROP_RESPONSE_BYTES = frozenset(name.encode() for name in _DROP_RESPONSE)
 
 
 def poll_seconds(raw: str | None) -> int:
@@ -70,6 +72,30 @@ def request_headers(
     out = [(k, v) for k, v in decoded if k.lower() not in drop]
     out.extend(nvcf)
     return out
+
+
+def request_lines(raw: Sequence[tuple[bytes, bytes]]) -> bytes:
+    """`request_headers` (without NVCF-* ones) as header lines, each ending in CRLF, for
+    headers as the server parsed them (names lower-cased)."""
+    drop = connection_header_names(raw) | _ALWAYS_DROPPED_BYTES
+    return b"".join([k + b": " + v + b"\r\n" for k, v in raw if k not in drop])
+
+
+def response_lines(worker: Sequence[tuple[bytes, bytes]]) -> tuple[bytes, bytes | None]:
+    """`response_headers` as header lines (names lower-cased, each line ending in CRLF), the
+    worker's content length last, and that length (None: the answer has none)."""
+    drop = connection_header_names(worker) | _DROP_RESPONSE_BYTES
+    lines = []
+    length = None
+    for name, value in worker:
+        lowered = name.lower()
+        if lowered not in drop:
+            lines.append(lowered + b": " + value + b"\r\n")
+        elif lowered == b"content-length" and length is None:
+            length = value
+    if length is not None:
+        lines.append(b"content-length: " + length + b"\r\n")
+    return b"".join(lines), length
 
 
 def response_headers(worker: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -29,10 +29,12 @@ Once the request is on its way:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +46,7 @@ from service.auth import scopes
 from service.auth.service import Authenticator, Principal
 from service.backends.worker import (
     WorkerEndpoint,
+    WorkerExchange,
     WorkerFailed,
     WorkerResponse,
     WorkerUnreachable,
@@ -54,14 +57,19 @@ from service.core.logs import request_id_var
 from service.core.middleware import Metrics, access_line
 from service.invocation import answers
 from service.invocation.dispatch import LocalDispatcher
-from service.invocation.forward import poll_seconds, request_headers, response_headers
+from service.invocation.forward import (
+    poll_seconds,
+    request_headers,
+    request_lines,
+    response_headers,
+)
 from service.invocation.models import RequestState
 from service.invocation.records import Invocation
 from service.invocation.router import respond
 from service.invocation.routing import InstanceRoute, Target
 from service.invocation.service import InvocationPlane
 from service.invocation.store import Outcome
-from service.invocation.wire import Replay, new_request_id, write_whole
+from service.invocation.wire import Replay, new_request_id, write_lines, write_whole
 
 log = logging.getLogger("nvcf.invocation")
 
@@ -90,12 +98,12 @@ class _Call:
     label: str
     started: float
     path: str
-    headers: list[tuple[str, str]]
     body: bytes
     accepted: float
     deadline: float
     poll_at: float
-    task: asyncio.Task[None] | None
+    receive: Receive
+    task: asyncio.Task[None] | None = None
     #: the HTTP status the caller got, once it got one
     status: int = 0
     #: set when the request was detached (the poll time passed)
@@ -105,6 +113,14 @@ class _Call:
     #: the server's request cycle, when the request came by the express lane (answers are
     #: then written to the connection in one piece)
     cycle: RequestResponseCycle | None = None
+    #: the worker request, when it was written without a task (`InlineInvocation.start`)
+    exchange: WorkerExchange | None = None
+    timer: asyncio.TimerHandle | None = None
+
+    @functools.cached_property
+    def headers(self) -> list[tuple[str, str]]:
+        """The caller's headers for the worker (decoded, filtered)."""
+        return request_headers(self.scope["headers"], ())
 
     def invocation(self, state: RequestState = RequestState.RUNNING) -> Invocation:
         """The general path's record of this request."""
@@ -145,6 +161,8 @@ class InlineInvocation:
         self.answered = 0
         self.handed_over = 0
         self._endpoints: dict[InstanceRoute, WorkerEndpoint] = {}
+        #: requests followed in tasks started from callbacks (kept from the garbage collector)
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def __call__(
         self,
@@ -182,9 +200,10 @@ class InlineInvocation:
             return
         self.answered += 1
         body = message.get("body", b"")
-        await self._start(ready, instance, body, scope, receive, send, path, label, started)
+        call = self._call(ready, instance, body, scope, receive, send, path, label, started)
+        await self._guarded(call)
 
-    async def serve(
+    def start(
         self,
         cycle: RequestResponseCycle,
         app: ASGIApp,
@@ -193,45 +212,53 @@ class InlineInvocation:
         version_id: str | None,
         path: str | None,
         label: str,
-    ) -> None:
-        """The express lane's entry (core/server.py): the request of a server cycle whose
-        head was claimed; the ordinary way (`cycle.run_asgi`) for anything this path hands
-        over — the body is looked at, not consumed, so nothing needs replaying."""
+    ) -> Coroutine[Any, Any, None] | None:
+        """The express lane's entry (core/server.py): the request of a server cycle, its body
+        complete. When a connection to the worker is open and idle, the worker request is
+        written now and its answer taken by callbacks (None: no task at all); else the
+        coroutine that answers it in a task — the ordinary way (`cycle.run_asgi`) for
+        anything this path hands over."""
         started = time.perf_counter()
         scope: Scope = cycle.scope  # type: ignore[assignment]
         ready = None
-        if not cycle.more_body and scope["method"] != "HEAD":
+        if scope["method"] != "HEAD":
             ready = self._ready(scope, function_id, version_id)
         instance = None if ready is None else ready[1].take_now(ready[3])
         if ready is None or instance is None:
             self.handed_over += 1
             scope[DECLINED] = True
-            await cycle.run_asgi(app)  # type: ignore[arg-type]
-            return
+            return cycle.run_asgi(app)  # type: ignore[arg-type]
         self.answered += 1
-        try:
-            await self._start(
-                ready,
-                instance,
-                bytes(cycle.body),
-                scope,
-                cycle.receive,  # type: ignore[arg-type]
-                cycle.send,  # type: ignore[arg-type]
-                path,
-                label,
-                started,
-                cycle,
-            )
-        except BaseException as exc:  # as the server's own run_asgi does
-            log.error("Exception in ASGI application", exc_info=exc)
-            if not cycle.response_started:
-                await cycle.send_500_response()
-            else:
-                cycle.transport.close()
-        finally:
-            cycle.on_response = lambda: None
+        call = self._call(
+            ready,
+            instance,
+            bytes(cycle.body),
+            scope,
+            cycle.receive,  # type: ignore[arg-type]
+            cycle.send,  # type: ignore[arg-type]
+            path,
+            label,
+            started,
+            cycle,
+        )
+        endpoint = self._endpoints.get(instance)
+        if endpoint is not None:
+            try:
+                lines = request_lines(scope["headers"]) + call.plane.worker_lines(
+                    call.request_id, call.principal, call.target, instance
+                )
+                call.exchange = endpoint.begin(scope["method"], call.path, lines, call.body)
+            except Exception:
+                call.dispatcher.release_now(call.target, instance.id)
+                raise
+        if call.exchange is None:
+            return self._guarded(call)
+        loop = asyncio.get_running_loop()
+        call.timer = loop.call_at(min(call.poll_at, call.deadline), self._follow, call, None)
+        call.exchange.listen(functools.partial(self._answered, call))
+        return None
 
-    async def _start(
+    def _call(
         self,
         ready: _Ready,
         instance: InstanceRoute,
@@ -243,12 +270,10 @@ class InlineInvocation:
         label: str,
         started: float,
         cycle: RequestResponseCycle | None = None,
-    ) -> None:
+    ) -> _Call:
         plane, dispatcher, principal, target, poll = ready
         request_id = new_request_id()
-        token = request_id_var.set(request_id)
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+        now = asyncio.get_running_loop().time()
         call = _Call(
             plane=plane,
             dispatcher=dispatcher,
@@ -261,23 +286,93 @@ class InlineInvocation:
             label=label,
             started=started,
             path=target.inference_path if path is None else path,
-            headers=request_headers(scope["headers"], ()),
             body=body,
             accepted=now,
             deadline=now + plane.worker_timeout,
             poll_at=now + poll,
-            task=asyncio.current_task(),
+            receive=receive,
             cycle=cycle,
         )
         call.reply_headers.append((_X_REQUEST_ID, request_id.encode()))
-        timer = loop.call_later(poll, self._detach, call)
+        return call
+
+    @staticmethod
+    def _worker_headers(call: _Call) -> list[tuple[str, str]]:
+        return call.plane.worker_headers(
+            call.headers, call.request_id, call.principal, call.target, call.instance
+        )
+
+    # followed by callbacks (the express lane, a worker connection at hand)
+
+    def _answered(self, call: _Call) -> None:
+        """Something happened on the worker's connection: a whole answer is written to the
+        caller at once; anything else (a failure, an answer still arriving, the caller's
+        connection not taking writes) is followed in a task from here on."""
+        exchange, cycle = call.exchange, call.cycle
+        assert exchange is not None and cycle is not None
+        if not exchange.settled:
+            return
+        exchange.listen(None)
+        response = exchange.response_now()
+        if response is None or cycle.flow.write_paused or cycle.response_started:
+            self._follow(call, response)
+            return
+        lines = answers.whole_lines(response, call.request_id)
+        whole = None if lines is None else response.complete_body()
+        if lines is None or whole is None:
+            self._follow(call, response)
+            return
+        assert call.timer is not None
+        call.timer.cancel()
+        call.dispatcher.release_now(call.target, call.instance.id)
+        call.status = response.status
+        token = request_id_var.set(call.request_id)
         try:
-            await self._run(call, receive, timer)
+            lines += b"x-request-id: " + call.request_id.encode() + b"\r\n"
+            write_lines(cycle, response.status, lines, whole)
+            self._counted(call, response.status < 400)
+            self._account(call)
+        finally:
+            request_id_var.reset(token)
+            cycle.on_response = _nothing
+
+    def _follow(self, call: _Call, response: WorkerResponse | None) -> None:
+        """From here on the request is followed in a task, as one that began there."""
+        assert call.exchange is not None and call.timer is not None
+        call.exchange.listen(None)
+        call.timer.cancel()
+        task = asyncio.get_running_loop().create_task(self._guarded(call, response))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # followed in a task
+
+    async def _guarded(self, call: _Call, response: WorkerResponse | None = None) -> None:
+        """The request, from wherever it is (`response`: the worker's answer has begun),
+        followed to its end; on the express lane, an unexpected error is answered as the
+        server's own `run_asgi` does."""
+        call.task = asyncio.current_task()
+        token = request_id_var.set(call.request_id)
+        loop = asyncio.get_running_loop()
+        timer = loop.call_at(call.poll_at, self._detach, call)
+        cycle = call.cycle
+        try:
+            await self._run(call, timer, response)
+        except BaseException as exc:
+            if cycle is None:
+                raise
+            log.error("Exception in ASGI application", exc_info=exc)
+            if not cycle.response_started:
+                await cycle.send_500_response()
+            else:
+                cycle.transport.close()
         finally:
             timer.cancel()
             if call.inv is None:
                 self._account(call)
             request_id_var.reset(token)
+            if cycle is not None:
+                cycle.on_response = _nothing
 
     def _ready(self, scope: Scope, function_id: str, version_id: str | None) -> _Ready | None:
         """What the inline path needs, known without waiting; None: the general path's."""
@@ -317,25 +412,22 @@ class InlineInvocation:
             return None
         return plane, dispatcher, principal, target, seconds
 
-    async def _run(self, call: _Call, receive: Receive, timer: asyncio.TimerHandle) -> None:
+    async def _run(
+        self, call: _Call, timer: asyncio.TimerHandle, response: WorkerResponse | None
+    ) -> None:
         plane = call.plane
         held = True  # the instance's slot, released when the worker's answer is over
         try:
             try:
-                endpoint = await self._endpoint(call)
-                headers = plane.worker_headers(
-                    call.headers, call.request_id, call.principal, call.target, call.instance
-                )
-                async with asyncio.timeout_at(call.deadline):
-                    response = await endpoint.send(
-                        call.scope["method"], call.path, headers, call.body
-                    )
+                if response is None:
+                    async with asyncio.timeout_at(call.deadline):
+                        response = await self._send(call)
             except WorkerUnreachable as exc:
                 timer.cancel()
                 if call.inv is None:
                     call.dispatcher.release_now(call.target, call.instance.id)
                     held = False
-                    await self._hand_over(call, receive, exc.reason)
+                    await self._hand_over(call, exc.reason)
                     return
                 await self._end(
                     call, Outcome.failure(502, f"the worker could not be reached: {exc.reason}")
@@ -352,7 +444,7 @@ class InlineInvocation:
                 await self._end(call, await _read(plane, response))
                 return
             timer.cancel()
-            await self._stream(call, response, receive)
+            await self._stream(call, response)
         except asyncio.CancelledError:
             if call.inv is None:
                 raise
@@ -364,6 +456,13 @@ class InlineInvocation:
             if held:
                 call.dispatcher.release_now(call.target, call.instance.id)
 
+    async def _send(self, call: _Call) -> WorkerResponse:
+        if call.exchange is not None:
+            return await call.exchange.response()
+        endpoint = await self._endpoint(call)
+        headers = self._worker_headers(call)
+        return await endpoint.send(call.scope["method"], call.path, headers, call.body)
+
     async def _endpoint(self, call: _Call) -> WorkerEndpoint:
         endpoint = self._endpoints.get(call.instance)
         if endpoint is None:
@@ -373,7 +472,7 @@ class InlineInvocation:
             self._endpoints[call.instance] = endpoint
         return endpoint
 
-    async def _stream(self, call: _Call, response: WorkerResponse, receive: Receive) -> None:
+    async def _stream(self, call: _Call, response: WorkerResponse) -> None:
         """The worker's answer to the caller as it arrives (the handler's own task): in one
         piece when it has all arrived already."""
         head, listen = answers.stream_head(response, call.request_id)
@@ -388,18 +487,22 @@ class InlineInvocation:
                 start = {"type": "http.response.start", "status": response.status}
                 await call.send({**start, "headers": headers})
                 error = await answers.relay(
-                    response, receive, call.send, call.deadline, listen=listen
+                    response, call.receive, call.send, call.deadline, listen=listen
                 )
         except BaseException as exc:
             error = f"{type(exc).__name__} while streaming the answer"
             raise
         finally:
             await response.aclose()
-            metrics, target = call.plane.metrics, call.target
-            fulfilled = error is None and response.status < 400
-            metrics.outcome(target.fid, target.vid, "fulfilled" if fulfilled else "errored")
-            elapsed = asyncio.get_running_loop().time() - call.accepted
-            metrics.observe(target.fid, target.vid, elapsed)
+            self._counted(call, error is None and response.status < 400)
+
+    @staticmethod
+    def _counted(call: _Call, fulfilled: bool) -> None:
+        """The invocation metrics of a request the worker answered."""
+        metrics, target = call.plane.metrics, call.target
+        metrics.outcome(target.fid, target.vid, "fulfilled" if fulfilled else "errored")
+        elapsed = asyncio.get_running_loop().time() - call.accepted
+        metrics.observe(target.fid, target.vid, elapsed)
 
     async def _end(self, call: _Call, outcome: Outcome) -> None:
         """A request that ends without a stream: answered here, or stored when detached."""
@@ -469,7 +572,7 @@ class InlineInvocation:
         finally:
             self._account(call)
 
-    async def _hand_over(self, call: _Call, receive: Receive, reason: str) -> None:
+    async def _hand_over(self, call: _Call, reason: str) -> None:
         """The worker refused the connection: the general path takes the request over — on
         another instance, or queued — and answers it within what is left of the poll time."""
         plane = call.plane
@@ -485,7 +588,7 @@ class InlineInvocation:
             return
         plane.begin(inv, retry[1])
         poll = max(0.0, call.poll_at - asyncio.get_running_loop().time())
-        request = Request(scope, receive)
+        request = Request(scope, call.receive)
         response = await respond(request, plane, inv, poll, wrapped=False)
 
         async def send(message: Message) -> None:
@@ -494,7 +597,7 @@ class InlineInvocation:
                 message["headers"] = [*message.get("headers", []), *call.reply_headers]
             await call.send(message)
 
-        await response(scope, receive, send)
+        await response(scope, call.receive, send)
 
     def _account(self, call: _Call) -> None:
         """The request-context middleware's accounting: metrics and the access line."""
@@ -522,6 +625,11 @@ async def _read(plane: InvocationPlane, response: WorkerResponse) -> Outcome:
     finally:
         await response.aclose()
     return Outcome(response.status, tuple(response_headers(response.headers)), body)
+
+
+def _nothing() -> None:
+    """What a finished cycle calls when its response completes: nothing (the server's own
+    `run_asgi` does the same, so that the cycle no longer holds its connection)."""
 
 
 def _outcome_message(

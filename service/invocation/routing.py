@@ -44,6 +44,11 @@ _Key = tuple[str, uuid.UUID, uuid.UUID | None]
 MAX_CACHED = 10_000
 
 
+def header_lines(headers: Sequence[tuple[str, str]]) -> bytes:
+    """HTTP header lines, each ending in CRLF."""
+    return b"".join(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers)
+
+
 @dataclass(frozen=True)
 class InstanceRoute:
     """One Running instance a request may go to."""
@@ -64,6 +69,11 @@ class InstanceRoute:
             ("NVCF-INSTANCETYPE", self.instance_type),
             ("NVCF-REGION", self.region),
         )
+
+    @cached_property
+    def nvcf_lines(self) -> bytes:
+        """`nvcf_headers` as header lines."""
+        return header_lines(self.nvcf_headers)
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,11 @@ class Target:
             ("NVCF-FUNCTION-ID", self.fid),
             ("NVCF-FUNCTION-VERSION-ID", self.vid),
         )
+
+    @cached_property
+    def nvcf_lines(self) -> bytes:
+        """`nvcf_headers` as header lines."""
+        return header_lines(self.nvcf_headers)
 
     def instance_spec(self, instance: InstanceRoute) -> InstanceSpec:
         return InstanceSpec(

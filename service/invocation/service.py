@@ -129,6 +129,7 @@ class InvocationPlane:
         self.worker_timeout = settings.invoke_worker_timeout_seconds
         self.result_max = settings.invoke_result_max_bytes
         self._max_size = str(self.result_max)
+        self._max_size_line = f"\r\nNVCF-MAX-RESPONSE-SIZE-BYTES: {self._max_size}\r\n".encode()
         self._active: dict[uuid.UUID, Invocation] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -451,6 +452,22 @@ class InvocationPlane:
             *target.nvcf_headers,
             *instance.nvcf_headers,
         ]
+
+    def worker_lines(
+        self, request_id: str, principal: Principal, target: Target, instance: InstanceRoute
+    ) -> bytes:
+        """The NVCF-* headers of `worker_headers` as header lines."""
+        return b"".join(
+            (
+                b"NVCF-REQID: ",
+                request_id.encode(),
+                b"\r\nNVCF-SUB: ",
+                principal.subject.encode("latin-1"),
+                self._max_size_line,
+                target.nvcf_lines,
+                instance.nvcf_lines,
+            )
+        )
 
     async def retry(self, inv: Invocation, target: Target) -> tuple[Target, Ticket] | Outcome:
         """After an instance refused the connection (in `inv.tried`): the target and the

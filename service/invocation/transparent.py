@@ -24,7 +24,8 @@ path with leading `//`) takes the ordinary way, where `TransparentInvocation` an
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -228,11 +229,13 @@ class FrontDoor:
     def claim(self, scope: HTTPScope) -> bool:
         return self.claims(scope)  # type: ignore[arg-type]
 
-    async def serve(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+    def start(
+        self, cycle: RequestResponseCycle, app: ASGI3Application
+    ) -> Coroutine[Any, Any, None] | None:
         assert self.inline is not None
         scope: Scope = cycle.scope  # type: ignore[assignment]
         claimed: Claim = scope[_CLAIM]
-        await self.inline.serve(
+        return self.inline.start(
             cycle,
             app,  # type: ignore[arg-type]
             function_id=claimed[0],

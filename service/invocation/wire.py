@@ -31,6 +31,12 @@ def write_whole(
     """Write a whole answer (its headers carry its length) to the cycle's connection in one
     write, doing what the server's `send` does for a head and a last body; False when that
     `send` must do it (the connection's writes are paused, or a response began)."""
+    lines = b"".join([name + b": " + value + b"\r\n" for name, value in headers])
+    return write_lines(cycle, status, lines, body)
+
+
+def write_lines(cycle: RequestResponseCycle, status: int, lines: bytes, body: bytes) -> bool:
+    """`write_whole` with the headers as header lines, each ending in CRLF."""
     if cycle.response_started or cycle.flow.write_paused:
         return False
     if cycle.disconnected:
@@ -38,8 +44,7 @@ def write_whole(
     content = [STATUS_LINE.get(status) or b"HTTP/1.1 %d \r\n" % status]
     for name, value in cycle.default_headers:
         content += (name, b": ", value, b"\r\n")
-    for name, value in headers:
-        content += (name, b": ", value, b"\r\n")
+    content.append(lines)
     if not cycle.keep_alive:
         content.append(b"connection: close\r\n")
     content.append(b"\r\n")

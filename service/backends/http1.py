@@ -487,6 +487,18 @@ class _Exchange(WorkerExchange):
         conn = self._conn
         return self._answer.headers_done or conn.ended or conn.invalid is not None
 
+    def arriving(self, limit: int) -> bool:
+        answer, conn = self._answer, self._conn
+        return (
+            answer.headers_done
+            and not answer.complete
+            and answer.length is not None
+            and answer.length <= limit
+            and not self._head
+            and not conn.ended
+            and conn.invalid is None
+        )
+
     def response_now(self) -> WorkerResponse | None:
         if not self._answer.headers_done:
             return None

@@ -152,6 +152,11 @@ class WorkerExchange:
         """The head has arrived, or the exchange failed."""
         raise NotImplementedError
 
+    def arriving(self, limit: int) -> bool:
+        """The head has arrived and the rest of a body of declared length at most `limit` is
+        on its way (nothing went wrong)."""
+        raise NotImplementedError
+
     def response_now(self) -> WorkerResponse | None:
         raise NotImplementedError
 

@@ -112,7 +112,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.timeout_keep_alive = self.limits.keepalive_timeout  # type: ignore[assignment]
-        self._deadline: asyncio.TimerHandle | None = None
+        #: when the connection's current deadline passes (loop time), None: none is set
+        self._deadline: float | None = None
+        #: the timer that looks at the deadline, and when it fires; a later deadline leaves
+        #: it be (it then sets itself again), so arming one per request costs no timer
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
         #: the deadline passed while a response was under way: close once it is complete
         self._expired = False
         self._refused = False
@@ -135,6 +140,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -219,13 +227,27 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     # the deadline
 
     def _arm(self, seconds: float) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(seconds, self._deadline_passed)
+        at = self.loop.time() + seconds
+        self._deadline = at
+        if self._timer is None or at < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self.loop.call_at(at, self._look)
+            self._timer_at = at
 
     def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        self._deadline = None
+
+    def _look(self) -> None:
+        self._timer = None
+        at = self._deadline
+        if at is None:
+            return
+        if self.loop.time() < at:
+            self._timer = self.loop.call_at(at, self._look)
+            self._timer_at = at
+            return
+        self._deadline_passed()
 
     def _deadline_passed(self) -> None:
         self._deadline = None

@@ -50,9 +50,15 @@ def nvcf_headers(request_id: uuid.UUID | str, word: str) -> list[tuple[bytes, by
     ]
 
 
+_NVCF_LINES = (
+    b"nvcf-reqid: %s\r\nnvcf-status: %s\r\n"
+    b"access-control-expose-headers: nvcf-reqid, nvcf-status\r\n"
+)
+
+
 def nvcf_lines(request_id: str, word: str) -> bytes:
     """`nvcf_headers` as header lines."""
-    return b"".join(k + b": " + v + b"\r\n" for k, v in nvcf_headers(request_id, word))
+    return _NVCF_LINES % (request_id.encode("latin-1", errors="replace")[:64], word.encode())
 
 
 def whole_lines(worker: WorkerResponse, request_id: str) -> bytes | None:

@@ -23,6 +23,13 @@ Once the request is on its way:
   started then stores it as pending and sends the 202 — while the handler keeps waiting for
   the worker and stores the outcome for polling.
 
+When a kept-alive connection to the worker is idle (the common case under load), the request
+does not even get a task: on the server's express lane it is begun as its body completes —
+the worker request written at once — and the worker connection's data callback writes a whole
+answer to the caller (`untasked`). Whatever is not that simple (an answer still arriving or
+streamed, a failure, a stale connection, the poll time passing, the caller's connection not
+taking writes) is followed from there in a task, as above (`followed`).
+
 `answered` and `handed_over` count the two ways (tests show which path answered).
 """
 
@@ -76,6 +83,9 @@ log = logging.getLogger("nvcf.invocation")
 #: endpoints kept per instance route at most (routes are re-read every cache period)
 MAX_ENDPOINTS = 4096
 _X_REQUEST_ID = b"x-request-id"
+#: an answer of declared length up to this size whose head came first is awaited whole on
+#: the callbacks (the head alone is of no use to the caller); a larger one is streamed
+WHOLE_MAX = 64 * 1024
 #: scope key: the express lane handed the request over (the front door must not try again)
 DECLINED = "nvcf.inline_declined"
 
@@ -160,6 +170,9 @@ class InlineInvocation:
         self.general = general
         self.answered = 0
         self.handed_over = 0
+        #: of `answered`: answered from callbacks alone, and begun so then followed in a task
+        self.untasked = 0
+        self.followed = 0
         self._endpoints: dict[InstanceRoute, WorkerEndpoint] = {}
         #: requests followed in tasks started from callbacks (kept from the garbage collector)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -306,11 +319,12 @@ class InlineInvocation:
 
     def _answered(self, call: _Call) -> None:
         """Something happened on the worker's connection: a whole answer is written to the
-        caller at once; anything else (a failure, an answer still arriving, the caller's
-        connection not taking writes) is followed in a task from here on."""
+        caller at once (a small one whose head came first is waited for); anything else (a
+        failure, an answer still arriving, the caller's connection not taking writes) is
+        followed in a task from here on."""
         exchange, cycle = call.exchange, call.cycle
         assert exchange is not None and cycle is not None
-        if not exchange.settled:
+        if not exchange.settled or exchange.arriving(WHOLE_MAX):
             return
         exchange.listen(None)
         response = exchange.response_now()
@@ -330,6 +344,7 @@ class InlineInvocation:
         try:
             lines += b"x-request-id: " + call.request_id.encode() + b"\r\n"
             write_lines(cycle, response.status, lines, whole)
+            self.untasked += 1
             self._counted(call, response.status < 400)
             self._account(call)
         finally:
@@ -341,6 +356,7 @@ class InlineInvocation:
         assert call.exchange is not None and call.timer is not None
         call.exchange.listen(None)
         call.timer.cancel()
+        self.followed += 1
         task = asyncio.get_running_loop().create_task(self._guarded(call, response))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -12,7 +12,7 @@ import httptools
 import pytest
 
 from service.backends.http1 import HIGH_WATER, Http1Endpoint, Http1Pool
-from service.backends.worker import WorkerFailed, WorkerUnreachable
+from service.backends.worker import WorkerExchange, WorkerFailed, WorkerUnreachable
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -220,3 +220,94 @@ async def test_a_large_answer_is_read_no_faster_than_it_is_taken(pool: Http1Pool
         got += sum([len(c) async for c in chunks])
         assert got == size
         await response.aclose()
+
+
+async def settled(exchange: WorkerExchange) -> int:
+    """Waits, by the exchange's callback alone, until it has settled; how many calls."""
+    done = asyncio.Event()
+    calls = 0
+
+    def notify() -> None:
+        nonlocal calls
+        calls += 1
+        if exchange.settled and not exchange.arriving(1 << 16):
+            done.set()
+
+    exchange.listen(notify)
+    await asyncio.wait_for(done.wait(), 30)
+    exchange.listen(None)
+    return calls
+
+
+async def test_a_request_begun_without_waiting_is_followed_by_callbacks(pool: Http1Pool) -> None:
+    async with RawServer(keep_alive_echo) as server:
+        endpoint = Http1Endpoint(server.url, pool)
+        # nothing is open yet: the caller must send the ordinary way
+        assert endpoint.begin("POST", "/echo", b"x-test: 1\r\n", b"a") is None
+        assert await call(endpoint) == b"POST /echo?q=1 HTTP/1.1|x"
+        exchange = endpoint.begin("POST", "/echo", b"x-test: 1\r\n", b"b")
+        assert exchange is not None
+        assert await settled(exchange) >= 1
+        response = exchange.response_now()
+        assert response is not None and response.status == 200
+        assert dict(response.raw_headers)[b"content-length"] == b"21"
+        assert response.complete_body() == b"POST /echo HTTP/1.1|b"
+        # the connection went back: the next request begins on it again
+        again = endpoint.begin("GET", "/echo", b"", b"")
+        assert again is not None
+        await settled(again)
+        answer = again.response_now()
+        assert answer is not None and answer.complete_body() == b"GET /echo HTTP/1.1|"
+        assert server.connections == 1
+
+
+async def test_a_begun_request_whose_head_comes_first_is_arriving_until_its_body_has(
+    pool: Http1Pool,
+) -> None:
+    body_sent = asyncio.Event()
+
+    async def head_then_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await read_request(reader) is not None:
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\n")
+            await writer.drain()
+            await body_sent.wait()
+            body_sent.clear()
+            writer.write(b"done")
+            await writer.drain()
+
+    async with RawServer(head_then_body) as server:
+        endpoint = Http1Endpoint(server.url, pool)
+        body_sent.set()
+        assert await call(endpoint) == b"done"
+        exchange = endpoint.begin("POST", "/", b"", b"")
+        assert exchange is not None
+        head = asyncio.Event()
+        exchange.listen(lambda: head.set() if exchange.settled else None)
+        await asyncio.wait_for(head.wait(), 30)
+        assert exchange.arriving(1 << 16) and not exchange.arriving(3)  # larger than allowed
+        body_sent.set()
+        await settled(exchange)
+        response = exchange.response_now()
+        assert response is not None and response.complete_body() == b"done"
+
+
+async def test_a_begun_request_on_a_connection_the_server_drops_is_sent_again(
+    pool: Http1Pool,
+) -> None:
+    async def answer_one_then_drop(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await keep_alive_echo_once(reader, writer)
+        await read_request(reader)  # the second request on this connection is dropped
+
+    async with RawServer(answer_one_then_drop) as server:
+        endpoint = Http1Endpoint(server.url, pool)
+        assert await call(endpoint) == b"POST /echo?q=1 HTTP/1.1|x"
+        exchange = endpoint.begin("POST", "/echo?q=1", b"", b"x")
+        assert exchange is not None
+        await settled(exchange)
+        assert exchange.response_now() is None  # nothing came back: awaited, it is sent again
+        response = await exchange.response()
+        assert await response.read(1 << 10) == b"POST /echo?q=1 HTTP/1.1|x"
+        await response.aclose()
+        assert server.connections == 2

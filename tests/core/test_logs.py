@@ -1,11 +1,14 @@
 """The text log format: its date and time, worked out once a second, read exactly as the
-logging module's own formatter writes them."""
+logging module's own formatter writes them; and the handler that writes the lines of one
+event-loop iteration in one write."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import logging
 
-from service.core.logs import TEXT_FORMAT, _TextLine
+from service.core.logs import TEXT_FORMAT, LoopBatchedHandler, _TextLine
 
 
 def test_text_lines_are_the_logging_modules_own() -> None:
@@ -15,3 +18,53 @@ def test_text_lines_are_the_logging_modules_own() -> None:
         record = logging.LogRecord("nvcf.access", logging.INFO, "p", 1, "GET %s", ("/x",), None)
         record.created, record.msecs = created, (created - int(created)) * 1000
         assert ours.format(record) == reference.format(record)
+
+
+class _Writes(io.StringIO):
+    """A stream that remembers each write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+
+def _handler(stream: _Writes) -> tuple[logging.Logger, LoopBatchedHandler]:
+    handler = LoopBatchedHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("nvcf.test-batched")
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    return logger, handler
+
+
+async def test_lines_of_one_loop_iteration_are_written_in_one_write_at_its_end() -> None:
+    stream = _Writes()
+    logger, handler = _handler(stream)
+    for n in range(3):
+        logger.info("line %d", n)
+    assert stream.writes == []  # not yet: the iteration is not over
+    await asyncio.sleep(0)
+    assert stream.writes == ["line 0\nline 1\nline 2\n"]
+    logger.info("line 3")
+    await asyncio.sleep(0)
+    assert stream.writes[1:] == ["line 3\n"]
+    # a thread with no running loop writes at once
+    await asyncio.to_thread(logger.info, "from a thread")
+    assert stream.writes[2:] == ["from a thread\n"]
+    # lines still waiting when the handler is closed are written then
+    logger.info("last")
+    handler.close()
+    assert stream.getvalue().endswith("last\n")
+
+
+def test_without_a_running_loop_every_line_is_written_at_once() -> None:
+    stream = _Writes()
+    logger, _ = _handler(stream)
+    logger.info("a")
+    logger.info("b")
+    assert stream.writes == ["a\n", "b\n"]

@@ -131,6 +131,8 @@ async def test_the_common_invocation_is_answered_by_the_express_lane(
     if inline:
         # the pexec routes are each read once; the transparent ones share them after
         assert inline_of(app).answered >= 2
+        # with the worker's connection kept alive, answered from callbacks, without a task
+        assert inline_of(app).untasked >= 2
     metrics = (await client.get("/metrics")).text
     labels = {"function_id": fn["id"], "version_id": fn["versionId"]}
     assert sample(metrics, "nvcf_invocation_requests_total", outcome="fulfilled", **labels) == 5
@@ -178,10 +180,14 @@ async def test_a_slow_worker_is_detached_after_the_poll_time_then_polled(
 ) -> None:
     client, fn = await served_app(client_factory, tmp_path, upstream)
     async with warmed(client, fn) as (http, inline):
-        answered = inline.answered
+        assert (await http.post(pexec_url(fn), json={})).status_code == 200  # endpoint known
+        answered, followed = inline.answered, inline.followed
         upstream.hold()
         resp = await http.post(pexec_url(fn), json={"slow": 1}, headers={"NVCF-POLL-SECONDS": "1"})
         assert inline.answered == answered + 1
+        # begun from callbacks (the worker's connection was idle), followed in a task once
+        # the poll time passed
+        assert inline.followed == followed + 1
         assert resp.status_code == 202, resp.text
         rid = resp.headers["nvcf-reqid"]
         assert resp.headers["nvcf-status"] == "pending-evaluation"
@@ -248,3 +254,54 @@ async def test_pipelined_requests_and_connection_close_on_the_express_lane(
     assert echoes == [1, 2, 3]
     assert b"connection: close" in answers[2].lower() and b"connection: close" not in answers[0]
     assert inline.answered == answered + 3
+
+
+async def test_an_answer_still_arriving_is_streamed_by_a_task_of_its_own(
+    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer
+) -> None:
+    client, fn = await served_app(client_factory, tmp_path, upstream)
+    async with warmed(client, fn) as (http, inline):
+        assert (await http.post(pexec_url(fn), json={})).status_code == 200  # endpoint known
+        untasked, followed = inline.untasked, inline.followed
+        headers = {"Accept": "text/event-stream"}
+        async with http.stream("POST", pexec_url(fn), json={"s": 1}, headers=headers) as resp:
+            assert resp.status_code == 200 and resp.headers["nvcf-status"] == "fulfilled"
+            events = (json.loads(e[5:]) async for e in resp.aiter_lines() if e.startswith("data:"))
+            assert (await anext(events))["index"] == 0
+            upstream.next_event()  # event 1 is written only now: the answer is streamed
+            assert (await anext(events))["index"] == 1
+            upstream.next_event()
+            rest = [e async for e in events]
+        assert rest[-1]["echo"] == {"s": 1}
+        assert (inline.untasked, inline.followed) == (untasked, followed + 1)
+        # and the instance was freed: the next request is answered from callbacks again
+        assert (await http.post(pexec_url(fn), json={})).status_code == 200
+        assert inline.untasked == untasked + 1
+
+
+async def test_a_body_arriving_after_its_head_goes_the_ordinary_way(
+    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer
+) -> None:
+    client, fn = await served_app(client_factory, tmp_path, upstream)
+    inline = inline_of(client.app)
+    async with serving(client.app) as base:
+        async with httpx.AsyncClient(base_url=base, headers=AUTH) as http:
+            assert (await http.post(pexec_url(fn), json={})).status_code == 200
+        untasked, answered = inline.untasked, inline.answered
+        port = int(base.rsplit(":", 1)[1])
+        body = b'{"late": true}'
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            f"POST {pexec_url(fn)} HTTP/1.1\r\nHost: nvcf\r\nAuthorization: Bearer {ADMIN_KEY}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        )
+        await writer.drain()
+        await asyncio.sleep(0.1)  # the head alone is read first
+        writer.write(body)
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        answer = json.loads(await asyncio.wait_for(reader.readexactly(length), 30))
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 200") and answer["echo"] == {"late": True}
+    # the inline path of the ASGI stack read the body as it came: no callbacks
+    assert inline.answered == answered + 1 and inline.untasked == untasked

@@ -1,0 +1,59 @@
+"""The headers that go to the worker and back (invocation/forward.py): the bytes forms the
+inline path writes are exactly the text forms the general path builds."""
+
+from __future__ import annotations
+
+from service.invocation.forward import (
+    request_headers,
+    request_lines,
+    response_headers,
+    response_lines,
+)
+
+CALLER = [
+    (b"host", b"nvcf"),
+    (b"authorization", b"Bearer nvapi-secret"),
+    (b"content-type", b"application/json"),
+    (b"content-length", b"2"),
+    (b"connection", b"keep-alive, x-hop"),
+    (b"x-hop", b"dropped: the connection header names it"),
+    (b"keep-alive", b"timeout=5"),
+    (b"nvcf-function-id", b"forged by the caller"),
+    (b"x-trace", b"kept"),
+    (b"accept", b"*/*"),
+]
+
+WORKER = [
+    (b"Content-Type", b"application/json"),
+    (b"Date", b"Wed, 02 Dec 2026 00:00:00 GMT"),
+    (b"Server", b"worker"),
+    (b"Content-Length", b"12"),
+    (b"Connection", b"X-Private"),
+    (b"X-Private", b"hop"),
+    (b"NVCF-REQID", b"forged"),
+    (b"X-Upstream", b"yes"),
+    (b"Content-Length", b"99"),
+]
+
+
+def _text(raw: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    return [(k.decode(), v.decode()) for k, v in raw]
+
+
+def test_request_lines_are_the_request_headers_as_lines() -> None:
+    expected = "".join(f"{k}: {v}\r\n" for k, v in request_headers(CALLER, ()))
+    assert request_lines(CALLER).decode() == expected
+    assert request_lines(CALLER) == (
+        b"content-type: application/json\r\nx-trace: kept\r\naccept: */*\r\n"
+    )
+
+
+def test_response_lines_are_the_response_headers_as_lines_with_the_first_length() -> None:
+    lines, length = response_lines(WORKER)
+    kept = "".join(f"{k.lower()}: {v}\r\n" for k, v in response_headers(_text(WORKER)))
+    assert length == b"12"
+    assert lines.decode() == kept + "content-length: 12\r\n"
+    assert response_lines([(b"Content-Type", b"text/event-stream")]) == (
+        b"content-type: text/event-stream\r\n",
+        None,
+    )

@@ -57,12 +57,15 @@ class _TextLine(logging.Formatter):
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         if datefmt is not None:
             return super().formatTime(record, datefmt)
-        second = int(record.created)
+        return self.timestamp(record.created, record.msecs)
+
+    def timestamp(self, created: float, msecs: float) -> str:
+        second = int(created)
         cached = self._second
         if cached[0] != second:
             cached = (second, time.strftime(self.default_time_format, self.converter(second)))
             self._second = cached  # one assignment: threads see one second's text or another's
-        return f"{cached[1]},{int(record.msecs):03d}"  # logging.Formatter.default_msec_format
+        return f"{cached[1]},{int(msecs):03d}"  # logging.Formatter.default_msec_format
 
 
 class _JsonLine(JsonFormatter):
@@ -91,6 +94,8 @@ class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def __init__(self, stream: TextIO) -> None:
         super().__init__(stream)
         self._pending: list[str] = []
+        #: lines put together by `quick_line`
+        self.quick_lines = 0
 
     def emit(self, record: logging.LogRecord) -> None:
         loop = asyncio._get_running_loop()
@@ -102,14 +107,50 @@ class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
         except Exception:
             self.handleError(record)
             return
+        if not self._queue(loop, line):
+            super().emit(record)
+
+    def _queue(self, loop: asyncio.AbstractEventLoop, line: str) -> bool:
         pending = self._pending
         if not pending:
             try:
                 loop.call_soon(self._write_pending)
             except RuntimeError:  # the loop is closing: no later iteration
-                super().emit(record)
-                return
+                return False
         pending.append(line)
+        return True
+
+    def quick_line(self, logger: logging.Logger, message: str) -> bool:
+        """Queue `message` as an INFO line of `logger` (enabled for INFO: the caller asked),
+        in the very text the text format gives its record, without making the record — when
+        this handler alone would see it: no other handler or filter on the way, no filter
+        here but the request id's (which the text format does not show). False: the caller
+        logs it the ordinary way."""
+        formatter = self.formatter
+        loop = asyncio._get_running_loop()
+        if loop is None or type(formatter) is not _TextLine or self.level > logging.INFO:
+            return False
+        if any(type(f) is not RequestIdFilter for f in self.filters):
+            return False
+        node: logging.Logger | None = logger
+        while node is not None:
+            if node.filters:
+                return False
+            if node.parent is None:  # the root
+                if len(node.handlers) != 1 or node.handlers[0] is not self:
+                    return False
+                break
+            if node.handlers or not node.propagate:
+                return False
+            node = node.parent
+        created = time.time()
+        msecs = int((created - int(created)) * 1000) + 0.0  # as a LogRecord has them
+        line = f"{formatter.timestamp(created, msecs)} INFO {logger.name} {message}\n"
+        with self.lock:  # type: ignore[union-attr]
+            if not self._queue(loop, line):
+                return False
+        self.quick_lines += 1
+        return True
 
     def _write_pending(self) -> None:
         self.acquire()

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.core.errors import DomainError, PayloadTooLarge, RequestTimeout, ValidationFailed
 from service.core.http import query_errors
-from service.core.logs import request_id_var
+from service.core.logs import LoopBatchedHandler, request_id_var
 from service.core.problem import problem_body
 
 log = logging.getLogger("nvcf.access")
@@ -307,6 +307,14 @@ def access_line(
     if not log.isEnabledFor(logging.INFO):
         return
     duration_ms = round(elapsed * 1000, 2)
+    if not json_logs:
+        text = (
+            f"{method} {path} {status} {duration_ms:.2f}ms account={account} requestId={request_id}"
+        )
+        handlers = logging.root.handlers
+        first = handlers[0] if handlers else None
+        if isinstance(first, LoopBatchedHandler) and first.quick_line(log, text):
+            return
     # The fields go on the record too: a JSON line carries each (requestId comes from
     # the request-id filter of service/core/logs.py).
     fields = {

@@ -7,8 +7,12 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import time
 
-from service.core.logs import TEXT_FORMAT, LoopBatchedHandler, _TextLine
+import pytest
+
+from service.core.logs import TEXT_FORMAT, LoopBatchedHandler, RequestIdFilter, _TextLine
+from service.core.middleware import access_line
 
 
 def test_text_lines_are_the_logging_modules_own() -> None:
@@ -68,3 +72,41 @@ def test_without_a_running_loop_every_line_is_written_at_once() -> None:
     logger.info("a")
     logger.info("b")
     assert stream.writes == ["a\n", "b\n"]
+
+
+async def test_the_quick_access_line_is_the_text_logging_gives_its_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stream = _Writes()
+    handler = LoopBatchedHandler(stream)
+    handler.setFormatter(_TextLine())
+    handler.addFilter(RequestIdFilter())
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [handler])
+    access = logging.getLogger("nvcf.access")
+    monkeypatch.setattr(access, "handlers", [])
+    monkeypatch.setattr(access, "filters", [])
+    monkeypatch.setattr(time, "time", lambda: 1796164455.0419)  # the records' and the line's
+    previous = root.level
+    root.setLevel(logging.INFO)  # (setLevel forgets the loggers' cached levels, both times)
+    try:
+        args = ("POST", "/v2/nvcf/pexec/functions/f", 200, 0.0012345, "rid", None)
+        access_line(*args, json_logs=False)
+        assert handler.quick_lines == 1
+        # a filter on the way: the ordinary way (the record is made, and filtered)
+        access.addFilter(logging.Filter("nothing-is-named-so"))
+        access_line(*args, json_logs=False)
+        access.filters.clear()
+        access.addFilter(logging.Filter())  # lets everything through
+        access_line(*args, json_logs=False)
+        assert handler.quick_lines == 1
+        await asyncio.sleep(0)
+    finally:
+        root.setLevel(previous)
+    quick, ordinary = stream.getvalue().splitlines()
+    assert quick == ordinary
+    assert quick == (
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(1796164455))
+        + ",041 INFO nvcf.access POST /v2/nvcf/pexec/functions/f 200 1.23ms"
+        " account=None requestId=rid"
+    )

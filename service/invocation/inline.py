@@ -40,41 +40,39 @@ import functools
 import json
 import logging
 import time
-import uuid
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from service.auth import scopes
-from service.auth.service import Authenticator, Principal
 from service.backends.worker import (
     WorkerEndpoint,
-    WorkerExchange,
     WorkerFailed,
     WorkerResponse,
     WorkerUnreachable,
 )
-from service.core.db import utcnow
-from service.core.errors import DomainError, ServiceUnavailable
+from service.core.errors import ServiceUnavailable
 from service.core.logs import request_id_var
 from service.core.middleware import Metrics, access_line
 from service.invocation import answers
-from service.invocation.dispatch import LocalDispatcher
 from service.invocation.forward import (
-    poll_seconds,
-    request_headers,
     request_lines,
-    response_headers,
+)
+from service.invocation.inline_call import (
+    X_REQUEST_ID,
+    InlineCall,
+    Ready,
+    nothing,
+    outcome_message,
+    read_detached,
+    what_it_needs,
 )
 from service.invocation.models import RequestState
 from service.invocation.records import Invocation
 from service.invocation.router import respond
-from service.invocation.routing import InstanceRoute, Target
-from service.invocation.service import InvocationPlane
+from service.invocation.routing import InstanceRoute
 from service.invocation.store import Outcome
 from service.invocation.wire import Replay, new_request_id, write_lines, write_whole
 
@@ -82,73 +80,11 @@ log = logging.getLogger("nvcf.invocation")
 
 #: endpoints kept per instance route at most (routes are re-read every cache period)
 MAX_ENDPOINTS = 4096
-_X_REQUEST_ID = b"x-request-id"
 #: an answer of declared length up to this size whose head came first is awaited whole on
 #: the callbacks (the head alone is of no use to the caller); a larger one is streamed
 WHOLE_MAX = 64 * 1024
 #: scope key: the express lane handed the request over (the front door must not try again)
 DECLINED = "nvcf.inline_declined"
-
-#: what the inline path needs of a request, known without waiting
-_Ready = tuple[InvocationPlane, LocalDispatcher, Principal, Target, int]
-
-
-@dataclass(eq=False)
-class _Call:
-    """One request on the inline path."""
-
-    plane: InvocationPlane
-    dispatcher: LocalDispatcher
-    principal: Principal
-    target: Target
-    instance: InstanceRoute
-    request_id: str
-    scope: Scope
-    send: Send
-    label: str
-    started: float
-    path: str
-    body: bytes
-    accepted: float
-    deadline: float
-    poll_at: float
-    receive: Receive
-    task: asyncio.Task[None] | None = None
-    #: the HTTP status the caller got, once it got one
-    status: int = 0
-    #: set when the request was detached (the poll time passed)
-    inv: Invocation | None = None
-    pending: asyncio.Task[None] | None = None
-    reply_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    #: the server's request cycle, when the request came by the express lane (answers are
-    #: then written to the connection in one piece)
-    cycle: RequestResponseCycle | None = None
-    #: the worker request, when it was written without a task (`InlineInvocation.start`)
-    exchange: WorkerExchange | None = None
-    timer: asyncio.TimerHandle | None = None
-
-    @functools.cached_property
-    def headers(self) -> list[tuple[str, str]]:
-        """The caller's headers for the worker (decoded, filtered)."""
-        return request_headers(self.scope["headers"], ())
-
-    def invocation(self, state: RequestState = RequestState.RUNNING) -> Invocation:
-        """The general path's record of this request."""
-        inv = Invocation(
-            id=uuid.UUID(self.request_id),
-            target=self.target,
-            principal=self.principal,
-            method=self.scope["method"],
-            path=self.path,
-            headers=self.headers,
-            body=self.body,
-            created_at=utcnow(),
-            accepted=self.accepted,
-            deadline=self.deadline,
-            state=state,
-        )
-        inv.task = self.task
-        return inv
 
 
 class InlineInvocation:
@@ -189,7 +125,7 @@ class InlineInvocation:
         label: str,
     ) -> None:
         started = time.perf_counter()
-        ready = self._ready(scope, function_id, version_id)
+        ready = what_it_needs(self.state, self.body_limit, scope, function_id, version_id)
         if ready is None:
             self.handed_over += 1
             await self.general(scope, receive, send)
@@ -235,7 +171,7 @@ class InlineInvocation:
         scope: Scope = cycle.scope  # type: ignore[assignment]
         ready = None
         if scope["method"] != "HEAD":
-            ready = self._ready(scope, function_id, version_id)
+            ready = what_it_needs(self.state, self.body_limit, scope, function_id, version_id)
         instance = None if ready is None else ready[1].take_now(ready[3])
         if ready is None or instance is None:
             self.handed_over += 1
@@ -273,7 +209,7 @@ class InlineInvocation:
 
     def _call(
         self,
-        ready: _Ready,
+        ready: Ready,
         instance: InstanceRoute,
         body: bytes,
         scope: Scope,
@@ -283,11 +219,11 @@ class InlineInvocation:
         label: str,
         started: float,
         cycle: RequestResponseCycle | None = None,
-    ) -> _Call:
+    ) -> InlineCall:
         plane, dispatcher, principal, target, poll = ready
         request_id = new_request_id()
         now = asyncio.get_running_loop().time()
-        call = _Call(
+        call = InlineCall(
             plane=plane,
             dispatcher=dispatcher,
             principal=principal,
@@ -306,18 +242,18 @@ class InlineInvocation:
             receive=receive,
             cycle=cycle,
         )
-        call.reply_headers.append((_X_REQUEST_ID, request_id.encode()))
+        call.reply_headers.append((X_REQUEST_ID, request_id.encode()))
         return call
 
     @staticmethod
-    def _worker_headers(call: _Call) -> list[tuple[str, str]]:
+    def _worker_headers(call: InlineCall) -> list[tuple[str, str]]:
         return call.plane.worker_headers(
             call.headers, call.request_id, call.principal, call.target, call.instance
         )
 
     # followed by callbacks (the express lane, a worker connection at hand)
 
-    def _answered(self, call: _Call) -> None:
+    def _answered(self, call: InlineCall) -> None:
         """Something happened on the worker's connection: a whole answer is written to the
         caller at once (a small one whose head came first is waited for); anything else (a
         failure, an answer still arriving, the caller's connection not taking writes) is
@@ -349,9 +285,9 @@ class InlineInvocation:
             self._account(call)
         finally:
             request_id_var.reset(token)
-            cycle.on_response = _nothing
+            cycle.on_response = nothing
 
-    def _follow(self, call: _Call, response: WorkerResponse | None) -> None:
+    def _follow(self, call: InlineCall, response: WorkerResponse | None) -> None:
         """From here on the request is followed in a task, as one that began there."""
         assert call.exchange is not None and call.timer is not None
         call.exchange.listen(None)
@@ -363,7 +299,7 @@ class InlineInvocation:
 
     # followed in a task
 
-    async def _guarded(self, call: _Call, response: WorkerResponse | None = None) -> None:
+    async def _guarded(self, call: InlineCall, response: WorkerResponse | None = None) -> None:
         """The request, from wherever it is (`response`: the worker's answer has begun),
         followed to its end; on the express lane, an unexpected error is answered as the
         server's own `run_asgi` does."""
@@ -388,48 +324,10 @@ class InlineInvocation:
                 self._account(call)
             request_id_var.reset(token)
             if cycle is not None:
-                cycle.on_response = _nothing
-
-    def _ready(self, scope: Scope, function_id: str, version_id: str | None) -> _Ready | None:
-        """What the inline path needs, known without waiting; None: the general path's."""
-        if scope.get("query_string"):
-            return None
-        state = self.state
-        plane: InvocationPlane | None = state.invocation
-        if plane is None or not plane.accepting:
-            return None
-        dispatcher = plane.dispatcher
-        if not isinstance(dispatcher, LocalDispatcher):
-            return None
-        authorization = length = poll = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value
-            elif name == b"content-length":
-                length = value
-            elif name == b"nvcf-poll-seconds":
-                poll = value
-            elif name in (_X_REQUEST_ID, b"transfer-encoding", b"expect"):
-                return None
-        if length is not None and (not length.isdigit() or int(length) > self.body_limit):
-            return None
-        auth: Authenticator = state.authenticator
-        principal = auth.cached_principal(
-            None if authorization is None else authorization.decode("latin-1")
-        )
-        if principal is None or scopes.INVOKE_FUNCTION not in principal.scopes:
-            return None
-        try:
-            seconds = poll_seconds(None if poll is None else poll.decode("latin-1"))
-        except DomainError:
-            return None
-        target = plane.routes.cached(principal, function_id, version_id)
-        if target is None or target.rate is not None:
-            return None
-        return plane, dispatcher, principal, target, seconds
+                cycle.on_response = nothing
 
     async def _run(
-        self, call: _Call, timer: asyncio.TimerHandle, response: WorkerResponse | None
+        self, call: InlineCall, timer: asyncio.TimerHandle, response: WorkerResponse | None
     ) -> None:
         plane = call.plane
         held = True  # the instance's slot, released when the worker's answer is over
@@ -457,7 +355,7 @@ class InlineInvocation:
                 await self._end(call, Outcome.failure(502, f"the worker failed: {exc.reason}"))
                 return
             if call.inv is not None:
-                await self._end(call, await _read(plane, response))
+                await self._end(call, await read_detached(plane, response))
                 return
             timer.cancel()
             await self._stream(call, response)
@@ -472,14 +370,14 @@ class InlineInvocation:
             if held:
                 call.dispatcher.release_now(call.target, call.instance.id)
 
-    async def _send(self, call: _Call) -> WorkerResponse:
+    async def _send(self, call: InlineCall) -> WorkerResponse:
         if call.exchange is not None:
             return await call.exchange.response()
         endpoint = await self._endpoint(call)
         headers = self._worker_headers(call)
         return await endpoint.send(call.scope["method"], call.path, headers, call.body)
 
-    async def _endpoint(self, call: _Call) -> WorkerEndpoint:
+    async def _endpoint(self, call: InlineCall) -> WorkerEndpoint:
         endpoint = self._endpoints.get(call.instance)
         if endpoint is None:
             endpoint = await call.plane.endpoint_of(call.target, call.instance)
@@ -488,7 +386,7 @@ class InlineInvocation:
             self._endpoints[call.instance] = endpoint
         return endpoint
 
-    async def _stream(self, call: _Call, response: WorkerResponse) -> None:
+    async def _stream(self, call: InlineCall, response: WorkerResponse) -> None:
         """The worker's answer to the caller as it arrives (the handler's own task): in one
         piece when it has all arrived already."""
         head, listen = answers.stream_head(response, call.request_id)
@@ -513,14 +411,14 @@ class InlineInvocation:
             self._counted(call, error is None and response.status < 400)
 
     @staticmethod
-    def _counted(call: _Call, fulfilled: bool) -> None:
+    def _counted(call: InlineCall, fulfilled: bool) -> None:
         """The invocation metrics of a request the worker answered."""
         metrics, target = call.plane.metrics, call.target
         metrics.outcome(target.fid, target.vid, "fulfilled" if fulfilled else "errored")
         elapsed = asyncio.get_running_loop().time() - call.accepted
         metrics.observe(target.fid, target.vid, elapsed)
 
-    async def _end(self, call: _Call, outcome: Outcome) -> None:
+    async def _end(self, call: InlineCall, outcome: Outcome) -> None:
         """A request that ends without a stream: answered here, or stored when detached."""
         detached = call.inv
         await call.plane.finish(detached or call.invocation(), outcome)
@@ -535,18 +433,18 @@ class InlineInvocation:
                 err, path, call.request_id, call.request_id
             )
         else:
-            status, headers, body = _outcome_message(outcome, call.request_id)
+            status, headers, body = outcome_message(outcome, call.request_id)
         await self._reply(call, status, headers, body)
 
     async def _reply(
-        self, call: _Call, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+        self, call: InlineCall, status: int, headers: list[tuple[bytes, bytes]], body: bytes
     ) -> None:
         call.status = status
         await self._send_whole(call, status, headers + call.reply_headers, body)
 
     @staticmethod
     async def _send_whole(
-        call: _Call, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+        call: InlineCall, status: int, headers: list[tuple[bytes, bytes]], body: bytes
     ) -> None:
         """A whole answer: written to the connection at once on the express lane, else two
         ASGI messages."""
@@ -555,7 +453,7 @@ class InlineInvocation:
         await call.send({"type": "http.response.start", "status": status, "headers": headers})
         await call.send({"type": "http.response.body", "body": body})
 
-    def _detach(self, call: _Call) -> None:
+    def _detach(self, call: InlineCall) -> None:
         """The poll time passed without the worker's answer: the request is stored as
         pending and answered 202 by a task of its own; the handler waits on for the worker."""
         inv = call.inv = call.invocation()
@@ -564,7 +462,7 @@ class InlineInvocation:
         call.plane.track(inv)
         call.pending = asyncio.ensure_future(self._answer_pending(call, inv))
 
-    async def _answer_pending(self, call: _Call, inv: Invocation) -> None:
+    async def _answer_pending(self, call: InlineCall, inv: Invocation) -> None:
         try:
             await call.plane.store_pending(inv)
             body = json.dumps({"reqId": call.request_id, "status": answers.PENDING}).encode()
@@ -588,7 +486,7 @@ class InlineInvocation:
         finally:
             self._account(call)
 
-    async def _hand_over(self, call: _Call, reason: str) -> None:
+    async def _hand_over(self, call: InlineCall, reason: str) -> None:
         """The worker refused the connection: the general path takes the request over — on
         another instance, or queued — and answers it within what is left of the poll time."""
         plane = call.plane
@@ -615,7 +513,7 @@ class InlineInvocation:
 
         await response(scope, call.receive, send)
 
-    def _account(self, call: _Call) -> None:
+    def _account(self, call: InlineCall) -> None:
         """The request-context middleware's accounting: metrics and the access line."""
         elapsed = time.perf_counter() - call.started
         method = call.scope["method"]
@@ -630,31 +528,3 @@ class InlineInvocation:
             call.principal.account_id,
             json_logs=self.json_logs,
         )
-
-
-async def _read(plane: InvocationPlane, response: WorkerResponse) -> Outcome:
-    """A detached request's answer, read whole (bounded by the result size)."""
-    try:
-        body = await response.read(plane.result_max)
-    except WorkerFailed as exc:
-        return Outcome.failure(502, f"the worker failed: {exc.reason}")
-    finally:
-        await response.aclose()
-    return Outcome(response.status, tuple(response_headers(response.headers)), body)
-
-
-def _nothing() -> None:
-    """What a finished cycle calls when its response completes: nothing (the server's own
-    `run_asgi` does the same, so that the cycle no longer holds its connection)."""
-
-
-def _outcome_message(
-    outcome: Outcome, request_id: str
-) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    kept = [(k, v) for k, v in outcome.headers if k.lower() != "content-length"]
-    headers = [
-        *answers.encode_headers(kept),
-        (b"content-length", str(len(outcome.body)).encode()),
-        *answers.nvcf_headers(request_id, answers.status_word(outcome.status)),
-    ]
-    return outcome.status, headers, outcome.body

@@ -83,6 +83,9 @@ MAX_ENDPOINTS = 4096
 #: an answer of declared length up to this size whose head came first is awaited whole on
 #: the callbacks (the head alone is of no use to the caller); a larger one is streamed
 WHOLE_MAX = 64 * 1024
+#: what the callbacks answer when they fail (as uvicorn's own 500)
+_ERROR_BODY = b"Internal Server Error"
+_ERROR_LINES = b"content-type: text/plain; charset=utf-8\r\ncontent-length: 21\r\n"
 #: scope key: the express lane handed the request over (the front door must not try again)
 DECLINED = "nvcf.inline_declined"
 
@@ -263,25 +266,40 @@ class InlineInvocation:
         if not exchange.settled or exchange.arriving(WHOLE_MAX):
             return
         exchange.listen(None)
-        response = exchange.response_now()
-        if response is None or cycle.flow.write_paused or cycle.response_started:
-            self._follow(call, response)
-            return
-        lines = answers.whole_lines(response, call.request_id)
-        whole = None if lines is None else response.complete_body()
-        if lines is None or whole is None:
-            self._follow(call, response)
-            return
-        assert call.timer is not None
-        call.timer.cancel()
-        call.dispatcher.release_now(call.target, call.instance.id)
-        call.status = response.status
-        token = request_id_var.set(call.request_id)
+        held = True
         try:
+            response = exchange.response_now()
+            if response is None or cycle.flow.write_paused or cycle.response_started:
+                self._follow(call, response)
+                return
+            lines = answers.whole_lines(response, call.request_id)
+            whole = None if lines is None else response.complete_body()
+            if lines is None or whole is None:
+                self._follow(call, response)
+                return
+            assert call.timer is not None
+            call.timer.cancel()
+            call.dispatcher.release_now(call.target, call.instance.id)
+            held = False
+            call.status = response.status
             lines += b"x-request-id: " + call.request_id.encode() + b"\r\n"
             write_lines(cycle, response.status, lines, whole)
             self.untasked += 1
             self._counted(call, response.status < 400)
+        except Exception as exc:  # answered as the server's own run_asgi would
+            log.error("Exception in ASGI application", exc_info=exc)
+            if call.timer is not None:
+                call.timer.cancel()
+            exchange.abandon()
+            if held:
+                call.dispatcher.release_now(call.target, call.instance.id)
+            if not cycle.response_started:
+                call.status = 500
+                write_lines(cycle, 500, _ERROR_LINES, _ERROR_BODY)
+            else:
+                cycle.transport.close()
+        token = request_id_var.set(call.request_id)
+        try:
             self._account(call)
         finally:
             request_id_var.reset(token)

@@ -18,6 +18,7 @@ import uvicorn
 from service.app import NvcfApp
 from service.core.middleware import BodyDeadlineMiddleware
 from service.core.server import ConnectionLimits, bounded_protocol
+from service.invocation import answers
 from service.invocation.inline import InlineInvocation
 from tests.support.api import assert_problem
 from tests.support.app import ADMIN_KEY, ClientFactory
@@ -305,3 +306,29 @@ async def test_a_body_arriving_after_its_head_goes_the_ordinary_way(
     assert head.startswith(b"HTTP/1.1 200") and answer["echo"] == {"late": True}
     # the inline path of the ASGI stack read the body as it came: no callbacks
     assert inline.answered == answered + 1 and inline.untasked == untasked
+
+
+async def test_an_error_on_the_callbacks_is_a_500_and_frees_the_instance(
+    client_factory: ClientFactory,
+    tmp_path: Path,
+    upstream: UpstreamServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client, fn = await served_app(client_factory, tmp_path, upstream)
+    async with warmed(client, fn) as (http, inline):
+        assert (await http.post(pexec_url(fn), json={})).status_code == 200  # endpoint known
+
+        def broken(*args: object) -> bytes:
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(answers, "whole_lines", broken)
+        resp = await http.post(pexec_url(fn), json={})
+        assert resp.status_code == 500 and resp.text == "Internal Server Error"
+        monkeypatch.undo()
+        # the only instance (maxRequestConcurrency 1) was freed: the next request is answered
+        # (on a new worker connection: the one the error left was closed), and the one after
+        # from callbacks again
+        untasked = inline.untasked
+        assert (await http.post(pexec_url(fn), json={"n": 1})).json()["echo"] == {"n": 1}
+        assert (await http.post(pexec_url(fn), json={"n": 2})).json()["echo"] == {"n": 2}
+        assert inline.untasked == untasked + 1

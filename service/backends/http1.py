@@ -157,7 +157,12 @@ class _Connection(asyncio.Protocol):
         self.parser, self.answer, self.received = parser, answer, False
 
     def end(self) -> None:
+        """The current answer is over: the connection reads again if it had paused."""
         self.parser = self.answer = self.notify = None
+        if self._paused:
+            self._paused = False
+            if self.transport is not None:
+                self.transport.resume_reading()
 
     async def wait(self) -> None:
         """Until something happens on the connection (bytes, end of stream)."""
@@ -442,7 +447,12 @@ class Http1Endpoint(WorkerEndpoint):
                 if conn.lost is not None and not conn.received:
                     raise WorkerFailed(f"sending the request: {conn.lost}")
                 raise WorkerFailed(_CLOSED)
-            await conn.wait()
+            try:
+                await conn.wait()
+            except BaseException:  # cancelled (a deadline): the answer will never be read
+                conn.end()
+                conn.close()
+                raise
         return _Http1Response(self._pool, (self._host, self._port), conn, parser, answer, head=head)
 
     async def health(self) -> int:

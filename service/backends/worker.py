@@ -76,11 +76,11 @@ class WorkerPort:
 def connection_headers(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
     """Hop-by-hop header names: the fixed set plus those a `Connection` header lists."""
     extra = [
-        p.strip().lower()
+        p.strip(" \t").lower()
         for name, value in headers
         if name.lower() == "connection"
         for p in value.split(",")
-        if p.strip()
+        if p.strip(" \t")
     ]
     return HOP_BY_HOP.union(extra) if extra else HOP_BY_HOP
 
@@ -90,13 +90,14 @@ HOP_BY_HOP_BYTES = frozenset(name.encode() for name in HOP_BY_HOP)
 
 
 def connection_header_names(headers: Sequence[tuple[bytes, bytes]]) -> frozenset[bytes]:
-    """`connection_headers` of headers kept as bytes (names lower-cased)."""
+    """`connection_headers` of headers kept as bytes (names lower-cased). Both strip only
+    HTTP's optional white space (space, tab), so the two forms name the same headers."""
     extra = [
-        p.strip().lower()
+        p.strip(b" \t").lower()
         for name, value in headers
         if name.lower() == b"connection"
         for p in value.split(b",")
-        if p.strip()
+        if p.strip(b" \t")
     ]
     return HOP_BY_HOP_BYTES.union(extra) if extra else HOP_BY_HOP_BYTES
 

@@ -100,6 +100,8 @@ class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def emit(self, record: logging.LogRecord) -> None:
         loop = asyncio._get_running_loop()
         if loop is None:
+            if self._pending:  # lines of a loop that stopped before writing them: first
+                self._write_pending_unlocked()
             super().emit(record)
             return
         try:

@@ -211,7 +211,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _express(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
         assert self.express is not None
-        coroutine = self.express.start(cycle, app)
+        try:
+            coroutine = self.express.start(cycle, app)
+        except Exception as exc:  # answered as uvicorn's own run_asgi would
+            log.error("Exception in ASGI application", exc_info=exc)
+            if cycle.response_started:
+                self.transport.close()
+                return
+            coroutine = cycle.send_500_response()
         if coroutine is not None:
             task = self.loop.create_task(coroutine)
             task.add_done_callback(self.tasks.discard)

@@ -11,6 +11,7 @@ NVCF-REQID / NVCF-STATUS (the invocation plane sets those).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from urllib.parse import quote
 
 from service.backends.worker import connection_header_names, connection_headers
 from service.core.errors import BadRequest
@@ -72,6 +73,15 @@ def request_headers(
     out = [(k, v) for k, v in decoded if k.lower() not in drop]
     out.extend(nvcf)
     return out
+
+
+def header_text(value: str) -> str:
+    """`value` as it may stand in an HTTP header: printable ASCII as it is, anything else (a
+    line break, another control character, non-ASCII text such as a token's subject)
+    percent-encoded, so that no value can end its line or fail to encode."""
+    if value.isascii() and value.isprintable():
+        return value
+    return quote(value, safe=" !#$&'()*+,-./:;<=>?@[]^_`{|}~")
 
 
 def request_lines(raw: Sequence[tuple[bytes, bytes]]) -> bytes:

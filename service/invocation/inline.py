@@ -49,6 +49,7 @@ from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from service.backends.worker import (
     WorkerEndpoint,
+    WorkerExchange,
     WorkerFailed,
     WorkerResponse,
     WorkerUnreachable,
@@ -266,17 +267,31 @@ class InlineInvocation:
         if not exchange.settled or exchange.arriving(WHOLE_MAX):
             return
         exchange.listen(None)
+        # this runs in the worker connection's context: the request's id for what it logs and
+        # for the tasks it starts
+        token = request_id_var.set(call.request_id)
+        try:
+            if self._write_answer(call, exchange, cycle):
+                self._account(call)
+        finally:
+            request_id_var.reset(token)
+
+    def _write_answer(
+        self, call: InlineCall, exchange: WorkerExchange, cycle: RequestResponseCycle
+    ) -> bool:
+        """The whole answer written to the caller (True), or the request followed in a task
+        from here (False)."""
         held = True
         try:
             response = exchange.response_now()
             if response is None or cycle.flow.write_paused or cycle.response_started:
                 self._follow(call, response)
-                return
+                return False
             lines = answers.whole_lines(response, call.request_id)
             whole = None if lines is None else response.complete_body()
             if lines is None or whole is None:
                 self._follow(call, response)
-                return
+                return False
             assert call.timer is not None
             call.timer.cancel()
             call.dispatcher.release_now(call.target, call.instance.id)
@@ -293,17 +308,11 @@ class InlineInvocation:
             exchange.abandon()
             if held:
                 call.dispatcher.release_now(call.target, call.instance.id)
-            if not cycle.response_started:
-                call.status = 500
-                write_lines(cycle, 500, _ERROR_LINES, _ERROR_BODY)
-            else:
+            call.status = 500
+            if cycle.response_started or not write_lines(cycle, 500, _ERROR_LINES, _ERROR_BODY):
                 cycle.transport.close()
-        token = request_id_var.set(call.request_id)
-        try:
-            self._account(call)
-        finally:
-            request_id_var.reset(token)
-            cycle.on_response = nothing
+        cycle.on_response = nothing
+        return True
 
     def _follow(self, call: InlineCall, response: WorkerResponse | None) -> None:
         """From here on the request is followed in a task, as one that began there."""

@@ -51,7 +51,7 @@ from service.invocation.dispatch import (
     Ticket,
 )
 from service.invocation.dispatch_redis import RedisDispatcher
-from service.invocation.forward import request_headers, response_headers
+from service.invocation.forward import header_text, request_headers, response_headers
 from service.invocation.load import LoadPublisher, LoadTracker
 from service.invocation.metrics import InvocationMetrics
 from service.invocation.models import RequestState
@@ -447,7 +447,7 @@ class InvocationPlane:
         return [
             *headers,
             ("NVCF-REQID", request_id),
-            ("NVCF-SUB", principal.subject),
+            ("NVCF-SUB", header_text(principal.subject)),
             ("NVCF-MAX-RESPONSE-SIZE-BYTES", self._max_size),
             *target.nvcf_headers,
             *instance.nvcf_headers,
@@ -462,7 +462,7 @@ class InvocationPlane:
                 b"NVCF-REQID: ",
                 request_id.encode(),
                 b"\r\nNVCF-SUB: ",
-                principal.subject.encode("latin-1"),
+                header_text(principal.subject).encode(),
                 self._max_size_line,
                 target.nvcf_lines,
                 instance.nvcf_lines,

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import httptools
 import pytest
 
-from service.backends.http1 import HIGH_WATER, Http1Endpoint, Http1Pool
+from service.backends.http1 import HIGH_WATER, Http1Endpoint, Http1Pool, _Connection
 from service.backends.worker import WorkerExchange, WorkerFailed, WorkerUnreachable
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -311,3 +311,48 @@ async def test_a_begun_request_on_a_connection_the_server_drops_is_sent_again(
         assert await response.read(1 << 10) == b"POST /echo?q=1 HTTP/1.1|x"
         await response.aclose()
         assert server.connections == 2
+
+
+class _Transport(asyncio.Transport):
+    """A transport that remembers what was written and whether reading is paused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[bytes] = []
+        self.paused = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+
+async def test_a_connection_paused_by_a_large_answer_reads_again_once_given_back(
+    pool: Http1Pool,
+) -> None:
+    endpoint = Http1Endpoint("http://127.0.0.1:9", pool)
+    conn, transport = _Connection(), _Transport()
+    conn.connection_made(transport)
+    pool.give_back("127.0.0.1", 9, conn)
+    exchange = endpoint.begin("GET", "/big", b"", b"")
+    assert exchange is not None
+    body = b"x" * (HIGH_WATER + 1000)
+    # the whole answer in one read: complete, and more than HIGH_WATER waiting to be taken
+    conn.data_received(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+    assert transport.paused and exchange.settled
+    response = exchange.response_now()
+    assert response is not None and response.complete_body() == body
+    # back in the pool, reading again: the next request's answer is read
+    assert not transport.paused
+    again = endpoint.begin("GET", "/small", b"", b"")
+    assert again is not None
+    conn.data_received(b"HTTP/1.1 204 No Content\r\n\r\n")
+    answer = again.response_now()
+    assert answer is not None and answer.status == 204

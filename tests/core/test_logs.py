@@ -110,3 +110,22 @@ async def test_the_quick_access_line_is_the_text_logging_gives_its_record(
         + ",041 INFO nvcf.access POST /v2/nvcf/pexec/functions/f 200 1.23ms"
         " account=None requestId=rid"
     )
+
+
+def test_lines_a_stopped_loop_left_are_written_before_later_ones() -> None:
+    stream = _Writes()
+    logger, _ = _handler(stream)
+
+    loop = asyncio.new_event_loop()
+
+    def log_and_stop() -> None:
+        logger.info("in the loop")
+        loop.stop()  # before the iteration that would write the line
+
+    try:
+        loop.call_soon(log_and_stop)
+        loop.run_forever()
+    finally:
+        loop.close()
+    logger.info("after it")
+    assert stream.getvalue() == "in the loop\nafter it\n"

@@ -4,6 +4,7 @@ inline path writes are exactly the text forms the general path builds."""
 from __future__ import annotations
 
 from service.invocation.forward import (
+    header_text,
     request_headers,
     request_lines,
     response_headers,
@@ -57,3 +58,17 @@ def test_response_lines_are_the_response_headers_as_lines_with_the_first_length(
         b"content-type: text/event-stream\r\n",
         None,
     )
+
+
+def test_both_forms_strip_only_optional_white_space_from_connection_names() -> None:
+    caller = [(b"connection", b" x-hop\t, x-other\xa0"), (b"x-hop", b"1"), (b"x-other", b"2")]
+    expected = "".join(f"{k}: {v}\r\n" for k, v in request_headers(caller, ()))
+    assert request_lines(caller).decode("latin-1") == expected
+    assert b"x-hop" not in request_lines(caller)  # named (tab and spaces stripped): dropped
+    assert b"x-other: 2" in request_lines(caller)  # "x-other\xa0" names another header
+
+
+def test_header_text_keeps_a_value_on_its_line() -> None:
+    assert header_text("user-42 (acme)") == "user-42 (acme)"
+    assert header_text("a\r\nX-Injected: 1") == "a%0D%0AX-Injected: 1"
+    assert header_text("李") == "%E6%9D%8E"

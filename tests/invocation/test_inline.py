@@ -19,6 +19,7 @@ from service.app import NvcfApp
 from service.core.middleware import BodyDeadlineMiddleware
 from service.core.server import ConnectionLimits, bounded_protocol
 from service.invocation import answers
+from service.invocation import inline as inline_module
 from service.invocation.inline import InlineInvocation
 from tests.support.api import assert_problem
 from tests.support.app import ADMIN_KEY, ClientFactory
@@ -332,3 +333,26 @@ async def test_an_error_on_the_callbacks_is_a_500_and_frees_the_instance(
         assert (await http.post(pexec_url(fn), json={"n": 1})).json()["echo"] == {"n": 1}
         assert (await http.post(pexec_url(fn), json={"n": 2})).json()["echo"] == {"n": 2}
         assert inline.untasked == untasked + 1
+
+
+async def test_an_error_while_starting_on_the_express_lane_is_a_500_and_frees_the_instance(
+    client_factory: ClientFactory,
+    tmp_path: Path,
+    upstream: UpstreamServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client, fn = await served_app(client_factory, tmp_path, upstream)
+    async with warmed(client, fn) as (http, inline):
+        assert (await http.post(pexec_url(fn), json={})).status_code == 200  # endpoint known
+
+        def broken(*args: object) -> bytes:
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(inline_module, "request_lines", broken)
+        answered = inline.answered
+        resp = await http.post(pexec_url(fn), json={})
+        assert resp.status_code == 500 and resp.text == "Internal Server Error"
+        assert inline.answered == answered + 1  # it was the express lane's
+        monkeypatch.undo()
+        # the only instance (maxRequestConcurrency 1) was freed; the connection still serves
+        assert (await http.post(pexec_url(fn), json={"n": 3})).json()["echo"] == {"n": 3}

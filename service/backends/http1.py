@@ -32,6 +32,7 @@ from service.backends.worker import (
     WorkerFailed,
     WorkerResponse,
     WorkerUnreachable,
+    header_lines,
 )
 
 #: idle connections kept per worker address
@@ -194,6 +195,11 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def discard(self) -> None:
+        """Done with for good: the answer is over and the connection closed."""
+        self.end()
+        self.close()
+
 
 class Http1Pool:
     """Keep-alive connections per (host, port); `aclose()` closes the idle ones."""
@@ -332,14 +338,12 @@ class _Http1Response(WorkerResponse):
         if self._keep:
             self._pool.give_back(*self._address, conn)
         else:
-            conn.end()
-            conn.close()
+            conn.discard()
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            conn.end()
-            conn.close()
+            conn.discard()
 
     async def aclose(self) -> None:
         if self._answer.complete and not self._answer.body:
@@ -385,11 +389,7 @@ class Http1Endpoint(WorkerEndpoint):
     def _request(
         self, method: str, path: str, headers: Sequence[tuple[str, str]], body: bytes
     ) -> bytes:
-        lines = b"".join(
-            f"{name}: {value}\r\n".encode("latin-1")
-            for name, value in headers
-            if name.lower() not in _OWN
-        )
+        lines = header_lines([(k, v) for k, v in headers if k.lower() not in _OWN])
         return self._message(method, path, lines, body)
 
     def _message(self, method: str, path: str, lines: bytes, body: bytes) -> bytes:
@@ -408,8 +408,7 @@ class Http1Endpoint(WorkerEndpoint):
             conn = await self._pool.connect(self._host, self._port)
             try:
                 return await self._head(conn, *self._write(conn, request), head=head)
-            except _StaleConnection:
-                conn.close()
+            except _StaleConnection:  # (`_head` closed it)
                 if attempt:
                     raise WorkerFailed(_CLOSED) from None
         raise AssertionError("unreachable")
@@ -436,12 +435,10 @@ class Http1Endpoint(WorkerEndpoint):
         ended before any byte of it."""
         while not answer.headers_done:
             if conn.invalid is not None:
-                conn.end()
-                conn.close()
+                conn.discard()
                 raise WorkerFailed(conn.invalid)
             if conn.ended:
-                conn.end()
-                conn.close()
+                conn.discard()
                 if conn.reused and not conn.received:
                     raise _StaleConnection
                 if conn.lost is not None and not conn.received:
@@ -450,9 +447,19 @@ class Http1Endpoint(WorkerEndpoint):
             try:
                 await conn.wait()
             except BaseException:  # cancelled (a deadline): the answer will never be read
-                conn.end()
-                conn.close()
+                conn.discard()
                 raise
+        return self._response(conn, parser, answer, head=head)
+
+    def _response(
+        self,
+        conn: _Connection,
+        parser: httptools.HttpResponseParser,
+        answer: _Answer,
+        *,
+        head: bool,
+    ) -> WorkerResponse:
+        """The answer on `conn`, its head arrived."""
         return _Http1Response(self._pool, (self._host, self._port), conn, parser, answer, head=head)
 
     async def health(self) -> int:
@@ -513,25 +520,19 @@ class _Exchange(WorkerExchange):
         if not self._answer.headers_done:
             return None
         self._conn.notify = None
-        endpoint = self._endpoint
-        address = (endpoint._host, endpoint._port)
-        return _Http1Response(
-            endpoint._pool, address, self._conn, self._parser, self._answer, head=self._head
-        )
+        return self._endpoint._response(self._conn, self._parser, self._answer, head=self._head)
 
     async def response(self) -> WorkerResponse:
         conn, endpoint = self._conn, self._endpoint
         conn.notify = None
         try:
             return await endpoint._head(conn, self._parser, self._answer, head=self._head)
-        except _StaleConnection:
-            conn.close()
+        except _StaleConnection:  # (`_head` closed it): sent again on a new connection
+            pass
         return await endpoint._send(self._request, head=self._head, attempts=(1,))
 
     def abandon(self) -> None:
-        conn = self._conn
-        conn.end()
-        conn.close()
+        self._conn.discard()
 
 
 class _StaleConnection(Exception):

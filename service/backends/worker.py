@@ -85,6 +85,11 @@ def connection_headers(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
     return HOP_BY_HOP.union(extra) if extra else HOP_BY_HOP
 
 
+def header_lines(headers: Sequence[tuple[str, str]]) -> bytes:
+    """HTTP header lines, each ending in CRLF."""
+    return b"".join(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers)
+
+
 #: `HOP_BY_HOP` as bytes
 HOP_BY_HOP_BYTES = frozenset(name.encode() for name in HOP_BY_HOP)
 

@@ -157,9 +157,8 @@ class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def _write_pending(self) -> None:
         self.acquire()
         try:
-            pending, self._pending = self._pending, []
-            if pending:
-                self.stream.write("".join(pending))
+            if self._pending:
+                self._write_pending_unlocked()
                 self.flush()
         except Exception:
             self.handleError(logging.makeLogRecord({"msg": "writing log lines failed"}))

@@ -58,9 +58,7 @@ from service.core.errors import ServiceUnavailable
 from service.core.logs import request_id_var
 from service.core.middleware import Metrics, access_line
 from service.invocation import answers
-from service.invocation.forward import (
-    request_lines,
-)
+from service.invocation.forward import request_lines
 from service.invocation.inline_call import (
     X_REQUEST_ID,
     InlineCall,
@@ -86,7 +84,9 @@ MAX_ENDPOINTS = 4096
 WHOLE_MAX = 64 * 1024
 #: what the callbacks answer when they fail (as uvicorn's own 500)
 _ERROR_BODY = b"Internal Server Error"
-_ERROR_LINES = b"content-type: text/plain; charset=utf-8\r\ncontent-length: 21\r\n"
+_ERROR_LINES = b"content-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n" % len(
+    _ERROR_BODY
+)
 #: scope key: the express lane handed the request over (the front door must not try again)
 DECLINED = "nvcf.inline_declined"
 
@@ -249,12 +249,6 @@ class InlineInvocation:
         call.reply_headers.append((X_REQUEST_ID, request_id.encode()))
         return call
 
-    @staticmethod
-    def _worker_headers(call: InlineCall) -> list[tuple[str, str]]:
-        return call.plane.worker_headers(
-            call.headers, call.request_id, call.principal, call.target, call.instance
-        )
-
     # followed by callbacks (the express lane, a worker connection at hand)
 
     def _answered(self, call: InlineCall) -> None:
@@ -401,7 +395,9 @@ class InlineInvocation:
         if call.exchange is not None:
             return await call.exchange.response()
         endpoint = await self._endpoint(call)
-        headers = self._worker_headers(call)
+        headers = call.plane.worker_headers(
+            call.headers, call.request_id, call.principal, call.target, call.instance
+        )
         return await endpoint.send(call.scope["method"], call.path, headers, call.body)
 
     async def _endpoint(self, call: InlineCall) -> WorkerEndpoint:

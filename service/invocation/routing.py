@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth.service import Principal
 from service.backends.protocol import InstanceSpec
-from service.backends.worker import WorkerPort
+from service.backends.worker import WorkerPort, header_lines
 from service.charts.pipeline import DEFAULT_INFERENCE_PORT
 from service.clusters.catalog import Catalog
 from service.core.errors import BadRequest, NotFound
@@ -42,11 +42,6 @@ INVOCABLE = frozenset({"ACTIVE", "DEGRADING"})
 _Key = tuple[str, uuid.UUID, uuid.UUID | None]
 #: cached targets at most (least recently resolved go first)
 MAX_CACHED = 10_000
-
-
-def header_lines(headers: Sequence[tuple[str, str]]) -> bytes:
-    """HTTP header lines, each ending in CRLF."""
-    return b"".join(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers)
 
 
 @dataclass(frozen=True)

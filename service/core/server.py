@@ -23,6 +23,11 @@ after the bytes at hand goes the ordinary way) and may answer from callbacks; it
 the ordinary way (`cycle.run_asgi(app)`) for whatever it will not answer itself. The
 invocation plane's inline path is one (service/invocation/inline.py).
 
+Under the serve commands connections start with the front protocol (front.py), which hands a
+connection to this protocol with the bytes of the request at hand: `resume` then continues a
+request already under way (instead of claiming it anew), and `home` takes the connection
+back to the front protocol once it is idle between requests.
+
 `freeze_startup_objects` (`NVCF_GC_FREEZE`): the serve commands call it once the application is
 built, before serving.
 """
@@ -33,7 +38,7 @@ import asyncio
 import gc
 import logging
 import resource
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -105,6 +110,60 @@ class Express(Protocol):
         ...
 
 
+#: how a request handed over already under way goes on, given its cycle (as `Express.start`)
+Resume = Callable[[RequestResponseCycle], Coroutine[Any, Any, None] | None]
+
+
+class Deadline:
+    """One connection's deadline: `arm(seconds)` sets it (replacing the one set), `disarm()`
+    clears it, `on_passed` is called when it passes. One timer at most, which looks again
+    when it fires: a later deadline leaves it be (it sets itself again), so arming one per
+    request costs no timer."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_passed: Callable[[], None]) -> None:
+        self._loop = loop
+        self._on_passed = on_passed
+        #: when the deadline passes (loop time); None: none is set
+        self._at: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+
+    @property
+    def armed(self) -> bool:
+        return self._at is not None
+
+    def arm(self, seconds: float) -> None:
+        at = self._loop.time() + seconds
+        self._at = at
+        if self._timer is None or at < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self._loop.call_at(at, self._look)
+            self._timer_at = at
+
+    def disarm(self) -> None:
+        self._at = None
+
+    def cancel(self) -> None:
+        """Disarmed, and its timer gone (the connection is closed)."""
+        self._at = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _look(self) -> None:
+        self._timer = None
+        at = self._at
+        if at is None:
+            return
+        if self._loop.time() < at:
+            self._timer = self._loop.call_at(at, self._look)
+            self._timer_at = at
+            return
+        self._at = None
+        self._on_passed()
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     limits: ClassVar[ConnectionLimits]
     express: ClassVar[Express | None] = None
@@ -112,18 +171,22 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.timeout_keep_alive = self.limits.keepalive_timeout  # type: ignore[assignment]
-        #: when the connection's current deadline passes (loop time), None: none is set
-        self._deadline: float | None = None
-        #: the timer that looks at the deadline, and when it fires; a later deadline leaves
-        #: it be (it then sets itself again), so arming one per request costs no timer
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = 0.0
+        self._clock = Deadline(self.loop, self._deadline_passed)
         #: the deadline passed while a response was under way: close once it is complete
         self._expired = False
         self._refused = False
         #: a request the express lane claimed, waiting for the rest of its body
         self._claimed: tuple[RequestResponseCycle, ASGI3Application] | None = None
         self._completing = False
+        #: set by the front protocol (front.py) handing over a request already under way,
+        #: which it replays: how that request goes on, given its cycle
+        self.resume: Resume | None = None
+        #: how the connection goes back to the front protocol it came from (front.py), as
+        #: soon as it is idle between requests; None: it stays
+        self.home: Callable[[BoundedHttpToolsProtocol], None] | None = None
+        #: the parser is between messages (none begun since the last one completed)
+        self._between = True
+        self._feeding = False
 
     # asyncio.Protocol
 
@@ -136,33 +199,36 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             transport.write(REFUSAL)
             transport.close()
             return
-        self._arm(self.limits.header_timeout)
+        self._clock.arm(self.limits.header_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._clock.cancel()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if not self._refused:
-            super().data_received(data)
+            self._feeding = True
+            try:
+                super().data_received(data)
+            finally:
+                self._feeding = False
             self._unclaim()
 
     # httptools parser callbacks
 
     def on_message_begin(self) -> None:
+        self._between = False
         super().on_message_begin()
-        if self._deadline is None:  # the first request's deadline runs from the connection
-            self._arm(self.limits.header_timeout)
+        if not self._clock.armed:  # the first request's deadline runs from the connection
+            self._clock.arm(self.limits.header_timeout)
 
     def on_headers_complete(self) -> None:
-        self._arm(self.limits.body_timeout)
+        self._clock.arm(self.limits.body_timeout)
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
-        self._disarm()
+        self._clock.disarm()
+        self._between = True
         super().on_message_complete()
         claimed = self._claimed
         if claimed is not None and claimed[0] is self.cycle:
@@ -193,12 +259,38 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._unclaim()
         if self._expired and not self.transport.is_closing():
             self.transport.close()
+        elif self.home is not None:
+            self._go_home()
+
+    def _go_home(self) -> None:
+        """Back to the front protocol, when the connection is idle between requests."""
+        cycle = self.cycle
+        if (
+            self.home is None
+            or self._feeding
+            or not self._between
+            or self.pipeline
+            or self._claimed is not None
+            or self.resume is not None
+            or cycle is None
+            or not cycle.response_complete
+            or self.transport.is_closing()
+        ):
+            return
+        home, self.home = self.home, None
+        self._unset_keepalive_if_required()
+        self._clock.cancel()
+        self.connections.discard(self)
+        home(self)
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
         express = self.express
-        if express is None or not express.claim(cycle.scope):
+        if self.resume is not None:
+            pass  # the request replayed by the front protocol: it goes on once it is whole
+        elif express is None or not express.claim(cycle.scope):
             super()._start_asgi_task(cycle, app)
-        elif cycle.more_body:
+            return
+        if cycle.more_body:
             self._claimed = (cycle, app)  # until its message is complete (or not, for now)
         elif self._completing:
             # a pipelined request, started while the one before it finishes: once that has
@@ -210,9 +302,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     # the express lane
 
     def _express(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
-        assert self.express is not None
+        resume, self.resume = self.resume, None
         try:
-            coroutine = self.express.start(cycle, app)
+            if resume is not None:
+                coroutine = resume(cycle)
+            else:
+                assert self.express is not None
+                coroutine = self.express.start(cycle, app)
         except Exception as exc:  # answered as uvicorn's own run_asgi would
             log.error("Exception in ASGI application", exc_info=exc)
             if cycle.response_started:
@@ -229,35 +325,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         ordinary way, which reads a body as it comes (and bounds its time)."""
         claimed, self._claimed = self._claimed, None
         if claimed is not None:
+            if self.resume is not None:  # cannot be (the front protocol replays it whole)
+                self.resume = None
+                self.transport.close()
+                return
             super()._start_asgi_task(*claimed)
 
     # the deadline
 
-    def _arm(self, seconds: float) -> None:
-        at = self.loop.time() + seconds
-        self._deadline = at
-        if self._timer is None or at < self._timer_at:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = self.loop.call_at(at, self._look)
-            self._timer_at = at
-
-    def _disarm(self) -> None:
-        self._deadline = None
-
-    def _look(self) -> None:
-        self._timer = None
-        at = self._deadline
-        if at is None:
-            return
-        if self.loop.time() < at:
-            self._timer = self.loop.call_at(at, self._look)
-            self._timer_at = at
-            return
-        self._deadline_passed()
-
     def _deadline_passed(self) -> None:
-        self._deadline = None
         if self.transport.is_closing():
             return
         if self.cycle is not None and not self.cycle.response_complete:

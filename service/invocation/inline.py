@@ -55,6 +55,7 @@ from service.backends.worker import (
     WorkerUnreachable,
 )
 from service.core.errors import ServiceUnavailable
+from service.core.front import Front, Headers
 from service.core.logs import request_id_var
 from service.core.middleware import Metrics, access_line
 from service.invocation import answers
@@ -63,9 +64,9 @@ from service.invocation.inline_call import (
     X_REQUEST_ID,
     InlineCall,
     Ready,
-    nothing,
     outcome_message,
     read_detached,
+    unset,
     what_it_needs,
 )
 from service.invocation.models import RequestState
@@ -73,7 +74,7 @@ from service.invocation.records import Invocation
 from service.invocation.router import respond
 from service.invocation.routing import InstanceRoute
 from service.invocation.store import Outcome
-from service.invocation.wire import Replay, new_request_id, write_lines, write_whole
+from service.invocation.wire import CycleWire, Replay, new_request_id, nothing, write_whole
 
 log = logging.getLogger("nvcf.invocation")
 
@@ -113,6 +114,8 @@ class InlineInvocation:
         #: of `answered`: answered from callbacks alone, and begun so then followed in a task
         self.untasked = 0
         self.followed = 0
+        #: of `answered`: taken by the front protocol (core/front.py) from the request's head
+        self.fronted = 0
         self._endpoints: dict[InstanceRoute, WorkerEndpoint] = {}
         #: requests followed in tasks started from callbacks (kept from the garbage collector)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -129,7 +132,7 @@ class InlineInvocation:
         label: str,
     ) -> None:
         started = time.perf_counter()
-        ready = what_it_needs(self.state, self.body_limit, scope, function_id, version_id)
+        ready = self._ready(scope, function_id, version_id)
         if ready is None:
             self.handed_over += 1
             await self.general(scope, receive, send)
@@ -175,7 +178,7 @@ class InlineInvocation:
         scope: Scope = cycle.scope  # type: ignore[assignment]
         ready = None
         if scope["method"] != "HEAD":
-            ready = what_it_needs(self.state, self.body_limit, scope, function_id, version_id)
+            ready = self._ready(scope, function_id, version_id)
         instance = None if ready is None else ready[1].take_now(ready[3])
         if ready is None or instance is None:
             self.handed_over += 1
@@ -194,6 +197,7 @@ class InlineInvocation:
             started,
             cycle,
         )
+        call.wire = CycleWire(cycle)
         endpoint = self._endpoints.get(instance)
         if endpoint is not None:
             try:
@@ -206,10 +210,65 @@ class InlineInvocation:
                 raise
         if call.exchange is None:
             return self._guarded(call)
+        self._listen(call)
+        return None
+
+    def run_front(
+        self,
+        front: Front,
+        headers: Headers,
+        body: bytes,
+        *,
+        function_id: str,
+        version_id: str | None,
+        path: str,
+        label: str,
+    ) -> bool:
+        """The front protocol's entry (core/front.py): a pexec POST (`path`, no query) taken
+        from its head, its body complete. When an instance has room and a connection to its
+        worker is open and idle, the worker request is written now and its answer taken by
+        callbacks (True); else False, and the request comes again by uvicorn's protocol."""
+        started = time.perf_counter()
+        ready = what_it_needs(self.state, self.body_limit, headers, function_id, version_id)
+        if ready is None:
+            return False
+        dispatcher, target = ready[1], ready[3]
+        instance = dispatcher.take_now(target)
+        if instance is None:
+            return False
+        endpoint = self._endpoints.get(instance)
+        exchange = None
+        try:
+            if endpoint is not None:
+                scope = {"method": "POST", "path": path, "headers": headers}
+                call = self._call(ready, instance, body, scope, unset, unset, None, label, started)
+                lines = request_lines(headers) + call.plane.worker_lines(
+                    call.request_id, call.principal, target, instance
+                )
+                exchange = call.exchange = endpoint.begin("POST", call.path, lines, body)
+        finally:
+            if exchange is None:
+                dispatcher.release_now(target, instance.id)
+        if exchange is None:
+            return False
+        self.answered += 1
+        self.fronted += 1
+        call.wire = front
+        self._listen(call)
+        return True
+
+    def _listen(self, call: InlineCall) -> None:
+        """The worker request written: its answer is followed by callbacks, the poll time and
+        the worker's deadline by a timer."""
+        assert call.exchange is not None
         loop = asyncio.get_running_loop()
         call.timer = loop.call_at(min(call.poll_at, call.deadline), self._follow, call, None)
         call.exchange.listen(functools.partial(self._answered, call))
-        return None
+
+    def _ready(self, scope: Scope, function_id: str, version_id: str | None) -> Ready | None:
+        if scope.get("query_string"):
+            return None
+        return what_it_needs(self.state, self.body_limit, scope["headers"], function_id, version_id)
 
     def _call(
         self,
@@ -256,8 +315,8 @@ class InlineInvocation:
         caller at once (a small one whose head came first is waited for); anything else (a
         failure, an answer still arriving, the caller's connection not taking writes) is
         followed in a task from here on."""
-        exchange, cycle = call.exchange, call.cycle
-        assert exchange is not None and cycle is not None
+        exchange, wire = call.exchange, call.wire
+        assert exchange is not None and wire is not None
         if not exchange.settled or exchange.arriving(WHOLE_MAX):
             return
         exchange.listen(None)
@@ -265,20 +324,18 @@ class InlineInvocation:
         # for the tasks it starts
         token = request_id_var.set(call.request_id)
         try:
-            if self._write_answer(call, exchange, cycle):
+            if self._write_answer(call, exchange, wire):
                 self._account(call)
         finally:
             request_id_var.reset(token)
 
-    def _write_answer(
-        self, call: InlineCall, exchange: WorkerExchange, cycle: RequestResponseCycle
-    ) -> bool:
+    def _write_answer(self, call: InlineCall, exchange: WorkerExchange, wire: Front) -> bool:
         """The whole answer written to the caller (True), or the request followed in a task
         from here (False)."""
         held = True
         try:
             response = exchange.response_now()
-            if response is None or cycle.flow.write_paused or cycle.response_started:
+            if response is None or not wire.writable():
                 self._follow(call, response)
                 return False
             lines = answers.whole_lines(response, call.request_id)
@@ -292,7 +349,7 @@ class InlineInvocation:
             held = False
             call.status = response.status
             lines += b"x-request-id: " + call.request_id.encode() + b"\r\n"
-            write_lines(cycle, response.status, lines, whole)
+            wire.write(response.status, lines, whole)
             self.untasked += 1
             self._counted(call, response.status < 400)
         except Exception as exc:  # answered as the server's own run_asgi would
@@ -303,9 +360,10 @@ class InlineInvocation:
             if held:
                 call.dispatcher.release_now(call.target, call.instance.id)
             call.status = 500
-            if cycle.response_started or not write_lines(cycle, 500, _ERROR_LINES, _ERROR_BODY):
-                cycle.transport.close()
-        cycle.on_response = nothing
+            if wire.writable():
+                wire.write(500, _ERROR_LINES, _ERROR_BODY)
+            else:
+                wire.abort()
         return True
 
     def _follow(self, call: InlineCall, response: WorkerResponse | None) -> None:
@@ -314,9 +372,25 @@ class InlineInvocation:
         call.exchange.listen(None)
         call.timer.cancel()
         self.followed += 1
+        if call.cycle is None:  # taken by the front protocol: it goes on with a cycle
+            assert call.wire is not None
+            call.wire.resume(functools.partial(self._resumed, call, response))
+            return
         task = asyncio.get_running_loop().create_task(self._guarded(call, response))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _resumed(
+        self, call: InlineCall, response: WorkerResponse | None, cycle: RequestResponseCycle
+    ) -> Coroutine[Any, Any, None]:
+        """A request the front protocol took, going on in a task with the cycle uvicorn's
+        protocol made of it."""
+        call.cycle = cycle
+        call.wire = CycleWire(cycle)
+        call.scope = cycle.scope  # type: ignore[assignment]
+        call.receive = cycle.receive  # type: ignore[assignment]
+        call.send = cycle.send  # type: ignore[assignment]
+        return self._guarded(call, response)
 
     # followed in a task
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from service.auth.service import Authenticator, Principal
 from service.backends.worker import WorkerExchange, WorkerFailed, WorkerResponse
 from service.core.db import utcnow
 from service.core.errors import DomainError
+from service.core.front import Front
 from service.invocation import answers
 from service.invocation.dispatch import LocalDispatcher
 from service.invocation.forward import poll_seconds, request_headers, response_headers
@@ -63,6 +65,8 @@ class InlineCall:
     #: the server's request cycle, when the request came by the express lane (answers are
     #: then written to the connection in one piece)
     cycle: RequestResponseCycle | None = None
+    #: where the answer is written from callbacks: the front protocol, or the cycle
+    wire: Front | None = None
     #: the worker request, when it was written without a task (`InlineInvocation.start`)
     exchange: WorkerExchange | None = None
     timer: asyncio.TimerHandle | None = None
@@ -102,9 +106,10 @@ async def read_detached(plane: InvocationPlane, response: WorkerResponse) -> Out
     return Outcome(response.status, tuple(response_headers(response.headers)), body)
 
 
-def nothing() -> None:
-    """What a finished cycle calls when its response completes: nothing (the server's own
-    `run_asgi` does the same, so that the cycle no longer holds its connection)."""
+async def unset(*args: Any) -> Any:
+    """The `receive` and `send` of a request the front protocol took (it has none until it
+    goes on with a cycle)."""
+    raise RuntimeError("the request has no ASGI messages")
 
 
 def outcome_message(
@@ -120,11 +125,14 @@ def outcome_message(
 
 
 def what_it_needs(
-    state: Any, body_limit: int, scope: Scope, function_id: str, version_id: str | None
+    state: Any,
+    body_limit: int,
+    headers: Sequence[tuple[bytes, bytes]],
+    function_id: str,
+    version_id: str | None,
 ) -> Ready | None:
-    """What the inline path needs, known without waiting; None: the general path's."""
-    if scope.get("query_string"):
-        return None
+    """What the inline path needs of a request without a query string, known without
+    waiting; None: the general path's."""
     plane: InvocationPlane | None = state.invocation
     if plane is None or not plane.accepting:
         return None
@@ -132,7 +140,7 @@ def what_it_needs(
     if not isinstance(dispatcher, LocalDispatcher):
         return None
     authorization = length = poll = None
-    for name, value in scope["headers"]:
+    for name, value in headers:
         if name == b"authorization":
             authorization = value
         elif name == b"content-length":

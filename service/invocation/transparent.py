@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn._types import ASGI3Application, HTTPScope
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
+from service.core.front import Front, Headers
 from service.core.middleware import ROUTE_LABEL
 from service.invocation.inline import DECLINED, InlineInvocation
 from service.invocation.router import invoke
@@ -40,6 +41,7 @@ from service.invocation.router import invoke
 LABEL = "<transparent invocation>"
 INVOCATION_PREFIXES = ("/v2/nvcf/pexec/", "/v2/nvcf/exec/")
 PEXEC = "/v2/nvcf/pexec/functions/"
+_PEXEC = PEXEC.encode()
 #: the route templates the fast path answers for (metrics labels, as the router's)
 PEXEC_FUNCTION = "/v2/nvcf/pexec/functions/{functionId}"
 PEXEC_VERSION = "/v2/nvcf/pexec/functions/{functionId}/versions/{functionVersionId}"
@@ -174,6 +176,9 @@ class TransparentInvocation:
         await answer(scope, receive, send, claimed)
 
 
+#: what the front door claims of a request from its head: (function id, version id, path)
+Claimed = tuple[str, str | None, str]
+
 #: scope key carrying the front door's claim to the end of its chain
 _CLAIM = "nvcf.invocation_claim"
 
@@ -224,7 +229,37 @@ class FrontDoor:
             label=label_of(scope[_CLAIM]),
         )
 
-    # the express lane (core/server.py), when the inline path is on
+    # the express lanes (core/server.py, core/front.py), when the inline path is on
+
+    #: the front protocol parses only requests starting so
+    head_prefixes = (b"POST " + _PEXEC,)
+
+    def claim_head(self, url: bytes, headers: Headers) -> Claimed | None:
+        """A pexec POST on its plain path (no query, nothing escaped) that is not addressed
+        by transparent mode: (function id, version id, path)."""
+        if not url.startswith(_PEXEC) or b"?" in url or b"%" in url or b"#" in url:
+            return None
+        if addressed(headers, self.suffix) is not None:
+            return None
+        parts = url[len(_PEXEC) :].rstrip(b"/").split(b"/")
+        if len(parts) == 1 and parts[0]:
+            return parts[0].decode("latin-1"), None, url.decode("latin-1")
+        if len(parts) == 3 and parts[1] == b"versions" and parts[0] and parts[2]:
+            return parts[0].decode("latin-1"), parts[2].decode("latin-1"), url.decode("latin-1")
+        return None
+
+    def run(self, claimed: object, headers: Headers, body: bytes, front: Front) -> bool:
+        assert self.inline is not None
+        function_id, version_id, path = cast(Claimed, claimed)
+        return self.inline.run_front(
+            front,
+            headers,
+            body,
+            function_id=function_id,
+            version_id=version_id,
+            path=path,
+            label=PEXEC_FUNCTION if version_id is None else PEXEC_VERSION,
+        )
 
     def claim(self, scope: HTTPScope) -> bool:
         return self.claims(scope)  # type: ignore[arg-type]

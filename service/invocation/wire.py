@@ -8,6 +8,8 @@ import os
 from starlette.types import Message, Receive
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
+from service.core.server import Resume
+
 
 class Replay:
     """A `receive` that first gives back what the inline path already took."""
@@ -59,6 +61,35 @@ def write_lines(cycle: RequestResponseCycle, status: int, lines: bytes, body: by
         cycle.transport.close()
     cycle.on_response()
     return True
+
+
+class CycleWire:
+    """A server cycle as the inline path's `Front` (core/front.py): a request that came by
+    uvicorn's protocol."""
+
+    __slots__ = ("cycle",)
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self.cycle = cycle
+
+    def writable(self) -> bool:
+        return not (self.cycle.response_started or self.cycle.flow.write_paused)
+
+    def write(self, status: int, lines: bytes, body: bytes) -> None:
+        write_lines(self.cycle, status, lines, body)
+        self.cycle.on_response = nothing  # the finished cycle no longer holds its connection
+
+    def abort(self) -> None:
+        self.cycle.transport.close()
+        self.cycle.on_response = nothing
+
+    def resume(self, resume: Resume) -> None:
+        raise AssertionError("a cycle's request goes on in a task of the inline path")
+
+
+def nothing() -> None:
+    """What a finished cycle calls when its response completes: nothing (the server's own
+    `run_asgi` does the same, so that the cycle no longer holds its connection)."""
 
 
 #: random bytes read at once for this many request ids (one system call instead of one each)

@@ -16,8 +16,9 @@ import pytest
 import uvicorn
 
 from service.app import NvcfApp
+from service.core.front import http_protocol
 from service.core.middleware import BodyDeadlineMiddleware
-from service.core.server import ConnectionLimits, bounded_protocol
+from service.core.server import ConnectionLimits
 from service.invocation import answers
 from service.invocation import inline as inline_module
 from service.invocation.inline import InlineInvocation
@@ -51,7 +52,7 @@ async def serving(app: NvcfApp) -> AsyncIterator[str]:
         BodyDeadlineMiddleware(app, timeout=10),
         host="127.0.0.1",
         port=port,
-        http=bounded_protocol(limits, app.express),
+        http=http_protocol(limits, app.express),
         lifespan="off",
         log_config=None,
         access_log=False,
@@ -281,20 +282,29 @@ async def test_an_answer_still_arriving_is_streamed_by_a_task_of_its_own(
         assert inline.untasked == untasked + 1
 
 
-async def test_a_body_arriving_after_its_head_goes_the_ordinary_way(
-    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer
+@pytest.mark.parametrize("transparent", [False, True])
+async def test_a_body_arriving_after_its_head(
+    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer, transparent: bool
 ) -> None:
+    """A pexec POST: the front protocol waits for its body, then answers from callbacks. A
+    transparent-mode request (by uvicorn's protocol) goes the ordinary way, which reads the
+    body as it comes."""
     client, fn = await served_app(client_factory, tmp_path, upstream)
     inline = inline_of(client.app)
     async with serving(client.app) as base:
         async with httpx.AsyncClient(base_url=base, headers=AUTH) as http:
-            assert (await http.post(pexec_url(fn), json={})).status_code == 200
-        untasked, answered = inline.untasked, inline.answered
+            for _ in range(2):  # the routes, then the worker's endpoint, known
+                assert (await http.post(pexec_url(fn), json={})).status_code == 200
+                transparent_host = {"Host": f"{fn['id']}.{SUFFIX}"}
+                resp = await http.post("/echo", json={}, headers=transparent_host)
+                assert resp.status_code == 200
+        untasked, answered, fronted = inline.untasked, inline.answered, inline.fronted
         port = int(base.rsplit(":", 1)[1])
         body = b'{"late": true}'
+        path, host = ("/echo", f"{fn['id']}.{SUFFIX}") if transparent else (pexec_url(fn), "x")
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(
-            f"POST {pexec_url(fn)} HTTP/1.1\r\nHost: nvcf\r\nAuthorization: Bearer {ADMIN_KEY}\r\n"
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {ADMIN_KEY}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
         )
         await writer.drain()
@@ -305,8 +315,12 @@ async def test_a_body_arriving_after_its_head_goes_the_ordinary_way(
         answer = json.loads(await asyncio.wait_for(reader.readexactly(length), 30))
         writer.close()
     assert head.startswith(b"HTTP/1.1 200") and answer["echo"] == {"late": True}
-    # the inline path of the ASGI stack read the body as it came: no callbacks
-    assert inline.answered == answered + 1 and inline.untasked == untasked
+    assert inline.answered == answered + 1
+    if transparent:
+        # the inline path of the ASGI stack read the body as it came: no callbacks
+        assert (inline.untasked, inline.fronted) == (untasked, fronted)
+    else:
+        assert (inline.untasked, inline.fronted) == (untasked + 1, fronted + 1)
 
 
 @pytest.mark.parametrize("where", ["starting", "answering"])

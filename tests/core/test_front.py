@@ -1,0 +1,339 @@
+"""The front protocol (core/front.py) over real connections: what its express lane claims from
+the head is answered there; everything else reaches the ASGI application through uvicorn's
+protocol with the bytes the client sent, in order; a connection handed over for a request of
+the lane's kind comes back once idle; the connection bounds hold on both sides.
+
+The lane here is a small fake with the real `HeadExpress` shape: it claims `POST /fast/...`,
+declines `/fast/no...` from the head and `/fast/later...` only once the body is in, answers
+`/fast/hold...` when the test says so, and hands `/fast/resume...` on to a task with a cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
+
+import uvicorn
+from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+from service.core.errors import RequestTimeout
+from service.core.front import Front, FrontProtocol, Headers, http_protocol
+from service.core.middleware import BodyDeadlineMiddleware
+from service.core.server import ConnectionLimits
+from tests.support.server import free_port
+
+WAIT = 5.0
+
+
+class Lane:
+    head_prefixes = (b"POST /fast/",)
+
+    def __init__(self) -> None:
+        self.held: list[tuple[bytes, Front]] = []
+        self.ran: list[bytes] = []
+
+    # the uvicorn protocol's express lane: nothing is claimed there
+    def claim(self, scope: Any) -> bool:
+        return False
+
+    def start(self, cycle: RequestResponseCycle, app: Any) -> None:
+        raise AssertionError("not claimed")
+
+    def claim_head(self, url: bytes, headers: Headers) -> object | None:
+        return None if url.startswith(b"/fast/no") else url
+
+    def run(self, claimed: object, headers: Headers, body: bytes, front: Front) -> bool:
+        assert isinstance(claimed, bytes)
+        self.ran.append(claimed)
+        if claimed.startswith(b"/fast/later"):
+            return False
+        if claimed.startswith(b"/fast/hold"):
+            self.held.append((body, front))
+            return True
+        if claimed.startswith(b"/fast/resume"):
+            front.resume(lambda cycle: _answer_in_task(cycle, body))
+            return True
+        answer(front, b"front:" + body)
+        return True
+
+
+def answer(front: Front, body: bytes) -> None:
+    lines = b"x-by: front\r\ncontent-length: %d\r\n" % len(body)
+    front.write(200, lines, body)
+
+
+def _answer_in_task(cycle: RequestResponseCycle, body: bytes) -> Coroutine[Any, Any, None]:
+    async def run() -> None:
+        assert cycle.scope["path"].startswith("/fast/resume")
+        out = b"task:" + body
+        headers = [(b"x-by", b"task"), (b"content-length", str(len(out)).encode())]
+        await cycle.send({"type": "http.response.start", "status": 200, "headers": headers})
+        await cycle.send({"type": "http.response.body", "body": out})
+
+    return run()
+
+
+async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
+    """Echoes method, path and body, marked as the application's answer (408: the body
+    was late)."""
+    if scope["type"] != "http":
+        return
+    body = b""
+    status = 200
+    try:
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+    except RequestTimeout:
+        status = 408
+    out = f"asgi:{scope['method']} {scope['path']}:".encode() + body
+    headers = [(b"x-by", b"asgi"), (b"content-length", str(len(out)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": out})
+
+
+@contextlib.asynccontextmanager
+async def serving(lane: Lane, **limits: Any) -> AsyncIterator[uvicorn.Server]:
+    bounds = {
+        "header_timeout": 10.0,
+        "body_timeout": 10.0,
+        "keepalive_timeout": 10.0,
+        "max_connections": 100,
+    } | limits
+    config = uvicorn.Config(
+        BodyDeadlineMiddleware(asgi, timeout=bounds["body_timeout"]),
+        host="127.0.0.1",
+        port=free_port(),
+        http=http_protocol(ConnectionLimits(**bounds), lane),
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    for _ in range(500):
+        if server.started:
+            break
+        await asyncio.sleep(0.01)
+    assert server.started
+    try:
+        yield server
+    finally:
+        for writer in _opened:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+        _opened.clear()
+        server.should_exit = True
+        await asyncio.wait_for(task, WAIT)
+
+
+#: the test's connections, closed when its server stops
+_opened: list[asyncio.StreamWriter] = []
+
+
+async def connect(
+    server: uvicorn.Server,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.config.port)
+    _opened.append(writer)
+    return reader, writer
+
+
+def post(path: str, body: bytes = b"", *extra: str) -> bytes:
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+    return (head + "".join(f"{h}\r\n" for h in extra) + "\r\n").encode() + body
+
+
+async def read_answer(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT)
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+    body = await asyncio.wait_for(reader.readexactly(int(headers["content-length"])), WAIT)
+    return status, headers, body
+
+
+async def closed(reader: asyncio.StreamReader) -> bytes:
+    """What the server still sends before it closes the connection (a timeout fails)."""
+    return await asyncio.wait_for(reader.read(), WAIT)
+
+
+def by(answer: tuple[int, dict[str, str], bytes]) -> tuple[int, str, bytes]:
+    status, headers, body = answer
+    return status, headers["x-by"], body
+
+
+async def test_claimed_requests_are_answered_by_the_front_and_the_rest_by_the_application() -> None:
+    lane = Lane()
+    async with serving(lane) as server:
+        reader, writer = await connect(server)
+        writer.write(post("/fast/a", b"1"))
+        status, headers, body = await read_answer(reader)
+        assert (status, headers["x-by"], body) == (200, "front", b"front:1")
+        assert "date" in headers and "server" in headers  # the server's own, as uvicorn's
+        # declined from its head: the application has it, bytes as sent; then the connection
+        # (handed over for a request of the lane's kind) comes back
+        writer.write(post("/fast/no", b"2"))
+        assert by(await read_answer(reader)) == (200, "asgi", b"asgi:POST /fast/no:2")
+        writer.write(post("/fast/b", b"3"))
+        assert by(await read_answer(reader)) == (200, "front", b"front:3")
+        # declined once its body is in: replayed whole to the application
+        writer.write(post("/fast/later", b"4"))
+        assert by(await read_answer(reader)) == (200, "asgi", b"asgi:POST /fast/later:4")
+        writer.write(post("/fast/c", b"5"))
+        assert by(await read_answer(reader)) == (200, "front", b"front:5")
+        # a request of another kind: the application's, and the connection stays with it
+        writer.write(b"GET /other HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert by(await read_answer(reader)) == (200, "asgi", b"asgi:GET /other:")
+        writer.write(post("/fast/d", b"6"))
+        assert by(await read_answer(reader)) == (200, "asgi", b"asgi:POST /fast/d:6")
+    assert lane.ran == [b"/fast/a", b"/fast/b", b"/fast/later", b"/fast/c"]
+
+
+async def test_pipelined_requests_are_answered_in_order_whoever_answers_them() -> None:
+    lane = Lane()
+    async with serving(lane) as server:
+        reader, writer = await connect(server)
+        writer.write(
+            post("/fast/a", b"1")
+            + post("/fast/hold", b"2")
+            + post("/fast/b", b"3")
+            + post("/fast/no", b"4")
+            + post("/fast/c", b"5", "Connection: close")
+        )
+        assert by(await read_answer(reader)) == (200, "front", b"front:1")
+        for _ in range(500):  # the held request is under way; the ones behind it wait
+            if lane.held:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        assert lane.ran == [b"/fast/a", b"/fast/hold"]
+        body, front = lane.held.pop()
+        answer(front, b"held:" + body)
+        answers = [by(await read_answer(reader)) for _ in range(4)]
+        assert answers == [
+            (200, "front", b"held:2"),
+            (200, "front", b"front:3"),
+            (200, "asgi", b"asgi:POST /fast/no:4"),
+            (200, "asgi", b"asgi:POST /fast/c:5"),
+        ]
+        assert await closed(reader) == b""  # Connection: close
+
+
+async def test_a_body_in_pieces_is_waited_for_and_other_framing_handed_over() -> None:
+    lane = Lane()
+    async with serving(lane) as server:
+        reader, writer = await connect(server)
+        request = post("/fast/a", b"0123456789")
+        for piece in (request[:7], request[7:40], request[40:-3], request[-3:]):
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(0.02)
+        assert by(await read_answer(reader)) == (200, "front", b"front:0123456789")
+        # chunked: handed over before its body is looked at, and decoded by uvicorn's protocol
+        writer.write(
+            b"POST /fast/chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+        )
+        assert by(await read_answer(reader)) == (200, "asgi", b"asgi:POST /fast/chunked:abcde")
+        # HTTP/1.0 and GET: handed over too
+        writer.write(b"POST /fast/old HTTP/1.0\r\nContent-Length: 1\r\n\r\nz")
+        assert by(await read_answer(reader)) == (200, "asgi", b"asgi:POST /fast/old:z")
+        assert await closed(reader) == b""
+    assert lane.ran == [b"/fast/a"]
+
+
+async def test_a_malformed_head_is_answered_400_by_uvicorns_protocol() -> None:
+    async with serving(Lane()) as server:
+        reader, writer = await connect(server)
+        writer.write(b"POST /fast/a HTTP/1.1\r\nHost x\r\nContent-Length: 0\r\n\r\n")
+        data = await closed(reader)
+        assert data.startswith(b"HTTP/1.1 400 ")
+
+
+async def test_a_resumed_request_is_answered_by_its_task_then_the_connection_comes_back() -> None:
+    lane = Lane()
+    async with serving(lane) as server:
+        reader, writer = await connect(server)
+        writer.write(post("/fast/resume", b"r"))
+        assert by(await read_answer(reader)) == (200, "task", b"task:r")
+        writer.write(post("/fast/a", b"1"))
+        assert by(await read_answer(reader)) == (200, "front", b"front:1")
+    # resumed, the request was not run again by the lane
+    assert lane.ran == [b"/fast/resume", b"/fast/a"]
+
+
+async def test_the_connection_bounds_hold_on_the_front() -> None:
+    lane = Lane()
+    bounds = {"header_timeout": 0.3, "body_timeout": 0.3, "keepalive_timeout": 0.3}
+    async with serving(lane, max_connections=2, **bounds) as server:
+        # a head that never completes: closed
+        reader, writer = await connect(server)
+        writer.write(b"POST /fast/a HTTP/1.1\r\nHost: x\r\n")
+        assert await closed(reader) == b""
+        # a body that never completes: handed over, answered as the application's way
+        # answers any late body (408), then closed
+        reader, writer = await connect(server)
+        writer.write(b"POST /fast/a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nab")
+        assert by(await read_answer(reader)) == (408, "asgi", b"asgi:POST /fast/a:ab")
+        assert await closed(reader) == b""
+        # idle after an answer: closed
+        reader, writer = await connect(server)
+        writer.write(post("/fast/a", b"1"))
+        assert by(await read_answer(reader)) == (200, "front", b"front:1")
+        assert await closed(reader) == b""
+        # an answer under way is not cut short (the lane bounds its own time): given, then
+        # the connection idles out
+        reader, writer = await connect(server)
+        writer.write(post("/fast/hold", b"h"))
+        for _ in range(500):
+            if lane.held:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.5)
+        body, front = lane.held.pop()
+        answer(front, b"front:" + body)
+        assert by(await read_answer(reader)) == (200, "front", b"front:h")
+        assert await closed(reader) == b""
+        # over the connection limit: refused
+        for _ in range(2):
+            await connect(server)
+        reader, writer = await connect(server)
+        assert (await closed(reader)).startswith(b"HTTP/1.1 503 ")
+
+
+async def test_shutdown_closes_an_idle_front_connection_and_lets_an_answer_under_way_finish() -> (
+    None
+):
+    lane = Lane()
+    async with serving(lane) as server:
+        idle_reader, idle_writer = await connect(server)
+        idle_writer.write(post("/fast/a", b"1"))
+        assert by(await read_answer(idle_reader)) == (200, "front", b"front:1")
+        reader, writer = await connect(server)
+        writer.write(post("/fast/hold", b"h"))
+        for _ in range(500):
+            if lane.held:
+                break
+            await asyncio.sleep(0.01)
+        server.should_exit = True
+        assert await closed(idle_reader) == b""
+        body, front = lane.held.pop()
+        answer(front, body)
+        status, headers, _ = await read_answer(reader)
+        assert status == 200 and headers["connection"] == "close"
+        assert await closed(reader) == b""
+
+
+def test_the_front_is_used_only_for_a_lane_that_claims_heads() -> None:
+    limits = ConnectionLimits(
+        header_timeout=1, body_timeout=1, keepalive_timeout=1, max_connections=1
+    )
+    assert issubclass(http_protocol(limits, Lane()), FrontProtocol)
+    assert not issubclass(http_protocol(limits, None), FrontProtocol)

@@ -198,7 +198,8 @@ class FrontProtocol(asyncio.Protocol):
             if self._claimed is None:
                 self._hand_over()
                 return
-            self._clock.arm(self.limits.body_timeout)
+            if len(buffer) < self._head + self._length:
+                self._clock.arm(self.limits.body_timeout)  # the body is due in time
         end = self._head + self._length
         if len(buffer) < end:
             return

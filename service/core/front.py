@@ -166,8 +166,9 @@ class FrontProtocol(asyncio.Protocol):
             self._transport.pause_reading()
 
     def shutdown(self) -> None:
-        """The server shuts down: closed now when idle, else after the answer under way."""
-        if self._busy:
+        """The server shuts down: closed now when idle, else after the answer to the request
+        under way (or whose body is arriving)."""
+        if self._busy or self._head:
             self._keep_alive = False
         else:
             self._transport.close()
@@ -192,7 +193,7 @@ class FrontProtocol(asyncio.Protocol):
             self._head = end + 4
             try:
                 self.parser.feed_data(buffer[: self._head])
-            except httptools.HttpParserError:
+            except (httptools.HttpParserError, httptools.HttpParserUpgrade):
                 self._hand_over()  # uvicorn's protocol answers it
                 return
             if self._claimed is None:
@@ -207,7 +208,7 @@ class FrontProtocol(asyncio.Protocol):
         try:
             if body:
                 self.parser.feed_data(body)
-        except httptools.HttpParserError:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
             self._hand_over()
             return
         self._request, self._buffer = buffer[:end], buffer[end:]

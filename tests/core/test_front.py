@@ -242,10 +242,14 @@ async def test_a_body_in_pieces_is_waited_for_and_other_framing_handed_over() ->
             b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
         )
         assert by(await read_answer(reader)) == (200, "asgi", b"asgi:POST /fast/chunked:abcde")
-        # HTTP/1.0 and GET: handed over too
+        # HTTP/1.0: handed over too
         writer.write(b"POST /fast/old HTTP/1.0\r\nContent-Length: 1\r\n\r\nz")
         assert by(await read_answer(reader)) == (200, "asgi", b"asgi:POST /fast/old:z")
         assert await closed(reader) == b""
+        # an upgrade: handed over (uvicorn's protocol knows no such upgrade and answers it)
+        reader, writer = await connect(server)
+        writer.write(post("/fast/up", b"", "Connection: Upgrade", "Upgrade: other"))
+        assert by(await read_answer(reader)) == (200, "asgi", b"asgi:POST /fast/up:")
     assert lane.ran == [b"/fast/a"]
 
 
@@ -308,7 +312,7 @@ async def test_the_connection_bounds_hold_on_the_front() -> None:
         assert (await closed(reader)).startswith(b"HTTP/1.1 503 ")
 
 
-async def test_shutdown_closes_an_idle_front_connection_and_lets_an_answer_under_way_finish() -> (
+async def test_shutdown_closes_an_idle_front_connection_and_lets_requests_under_way_finish() -> (
     None
 ):
     lane = Lane()
@@ -318,10 +322,15 @@ async def test_shutdown_closes_an_idle_front_connection_and_lets_an_answer_under
         assert by(await read_answer(idle_reader)) == (200, "front", b"front:1")
         reader, writer = await connect(server)
         writer.write(post("/fast/hold", b"h"))
+        # and a request whose body is still arriving
+        late_reader, late_writer = await connect(server)
+        late = post("/fast/late", b"0123")
+        late_writer.write(late[:-2])
         for _ in range(500):
             if lane.held:
                 break
             await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
         server.should_exit = True
         assert await closed(idle_reader) == b""
         body, front = lane.held.pop()
@@ -329,6 +338,10 @@ async def test_shutdown_closes_an_idle_front_connection_and_lets_an_answer_under
         status, headers, _ = await read_answer(reader)
         assert status == 200 and headers["connection"] == "close"
         assert await closed(reader) == b""
+        late_writer.write(late[-2:])
+        status, headers, body = await read_answer(late_reader)
+        assert (status, headers["connection"], body) == (200, "close", b"front:0123")
+        assert await closed(late_reader) == b""
 
 
 def test_the_front_is_used_only_for_a_lane_that_claims_heads() -> None:

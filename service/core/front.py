@@ -86,9 +86,10 @@ class Front(Protocol):
         """No answer can be given: the connection is closed."""
         ...
 
-    def resume(self, resume: Resume) -> None:
+    def resume(self, resume: Resume) -> bool:
         """The request goes on with uvicorn's protocol, given its cycle (see the module
-        docstring)."""
+        docstring); False when the caller's connection is gone (there is no cycle to make:
+        the lane ends the request as one whose caller went away)."""
         ...
 
 
@@ -130,13 +131,15 @@ class FrontProtocol(asyncio.Protocol):
         self._paused_writing = False
         self._lost = False
         self._handed_over = False
+        #: answered, nothing of a next request yet (the keep-alive time runs)
+        self._idle = False
 
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         if len(self.connections) >= self.limits.max_connections:
-            self._hand_over()  # to be refused there
+            self._hand_over(adopted=False)  # to be refused there
             return
         self.connections.add(self)  # type: ignore[arg-type]
         self._clock.arm(self.limits.header_timeout)
@@ -157,7 +160,8 @@ class FrontProtocol(asyncio.Protocol):
             self._buffer += data
         else:
             self._buffer = data
-            if not self._busy:  # a request's first bytes: its head is due in time
+            if self._idle:  # a later request's first bytes: its head is due in time
+                self._idle = False
                 self._clock.arm(self.limits.header_timeout)
         if not self._busy:
             self._next()
@@ -257,6 +261,8 @@ class FrontProtocol(asyncio.Protocol):
         return not self._paused_writing
 
     def write(self, status: int, lines: bytes, body: bytes) -> None:
+        if not self._busy:
+            return  # answered already
         if not self._lost:
             content = [STATUS_LINE.get(status) or b"HTTP/1.1 %d \r\n" % status]
             for name, value in self.server_state.default_headers:
@@ -270,10 +276,15 @@ class FrontProtocol(asyncio.Protocol):
 
     def abort(self) -> None:
         self._transport.close()
-        self._answered()
+        if self._busy:
+            self._answered()
 
-    def resume(self, resume: Resume) -> None:
+    def resume(self, resume: Resume) -> bool:
+        if self._lost:
+            self._busy = False
+            return False
         self._hand_over(resume)
+        return True
 
     def _answered(self) -> None:
         self.server_state.total_requests += 1
@@ -292,6 +303,7 @@ class FrontProtocol(asyncio.Protocol):
             self._clock.arm(self.limits.header_timeout)
             self.loop.call_soon(self._waiting)
         else:
+            self._idle = True
             self._clock.arm(self.limits.keepalive_timeout)
 
     def _waiting(self) -> None:
@@ -300,7 +312,7 @@ class FrontProtocol(asyncio.Protocol):
 
     # handing over
 
-    def _hand_over(self, resume: Resume | None = None) -> None:
+    def _hand_over(self, resume: Resume | None = None, *, adopted: bool = True) -> None:
         """The connection to uvicorn's protocol, with the bytes of the request under way (if
         any) and all after it."""
         self._handed_over = True
@@ -314,8 +326,9 @@ class FrontProtocol(asyncio.Protocol):
             _loop=self.loop,
         )
         protocol.resume = resume
+        protocol.adopted = adopted  # it takes this connection's place: not refused
         data = self._request + self._buffer
-        if data.startswith(self.express.head_prefixes):
+        if self._keep_alive and data.startswith(self.express.head_prefixes):
             protocol.home = type(self).come_back  # a request of the kind this one takes
         protocol.connection_made(transport)
         transport.set_protocol(protocol)
@@ -326,8 +339,8 @@ class FrontProtocol(asyncio.Protocol):
         self._request = self._buffer = b""
         if data:
             protocol.data_received(data)
-        if self._lost:
-            protocol.connection_lost(None)
+        if not self._keep_alive:
+            protocol.shutdown()  # told already (shutdown, a deadline): closed after its answer
 
     @classmethod
     def come_back(cls, protocol: BoundedHttpToolsProtocol) -> None:
@@ -341,6 +354,7 @@ class FrontProtocol(asyncio.Protocol):
         front.transport = protocol.transport
         front.connections.add(front)  # type: ignore[arg-type]
         front._paused_writing = protocol.flow.write_paused
+        front._idle = True
         front._clock.arm(front.limits.keepalive_timeout)
         protocol.transport.set_protocol(front)
 
@@ -363,15 +377,16 @@ class FrontProtocol(asyncio.Protocol):
 
 
 def _content_length(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
-    """The body length a request's headers give, if they give exactly one and no other
-    framing."""
+    """The body length a request's headers give, if they give exactly one, no other framing
+    and no `Expect` (a client waiting for `100 Continue` goes to uvicorn's protocol, which
+    sends it)."""
     length = None
     for name, value in headers:
         if name == b"content-length":
             if length is not None or not value.isdigit():
                 return None
             length = int(value)
-        elif name == b"transfer-encoding":
+        elif name == b"transfer-encoding" or name == b"expect":
             return None
     return length
 

@@ -181,6 +181,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         #: set by the front protocol (front.py) handing over a request already under way,
         #: which it replays: how that request goes on, given its cycle
         self.resume: Resume | None = None
+        #: set by the front protocol handing its connection over: it takes an open
+        #: connection's place (never refused for the connection limit)
+        self.adopted = False
         #: how the connection goes back to the front protocol it came from (front.py), as
         #: soon as it is idle between requests; None: it stays
         self.home: Callable[[BoundedHttpToolsProtocol], None] | None = None
@@ -191,7 +194,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        full = len(self.connections) >= self.limits.max_connections
+        full = not self.adopted and len(self.connections) >= self.limits.max_connections
         super().connection_made(transport)
         if full:
             self._refused = True

@@ -59,6 +59,8 @@ from service.invocation.inline_call import (
     X_REQUEST_ID,
     InlineCall,
     Ready,
+    discarded,
+    disconnected,
     unset,
     what_it_needs,
 )
@@ -321,6 +323,7 @@ class InlineInvocation(TaskWay):
         """The whole answer written to the caller (True), or the request followed in a task
         from here (False)."""
         held = True
+        written = False
         try:
             response = exchange.response_now()
             if response is None or not wire.writable():
@@ -338,10 +341,13 @@ class InlineInvocation(TaskWay):
             call.status = response.status
             lines += b"x-request-id: " + call.request_id.encode() + b"\r\n"
             wire.write(response.status, lines, whole)
+            written = True
             self.untasked += 1
             self._counted(call, response.status < 400)
         except Exception as exc:  # answered as the server's own run_asgi would
             log.error("Exception in ASGI application", exc_info=exc)
+            if written:
+                return True  # the answer is out: only what came after it failed
             if call.timer is not None:
                 call.timer.cancel()
             exchange.abandon()
@@ -362,8 +368,10 @@ class InlineInvocation(TaskWay):
         self.followed += 1
         if call.cycle is None:  # taken by the front protocol: it goes on with a cycle
             assert call.wire is not None
-            call.wire.resume(functools.partial(self._resumed, call, response))
-            return
+            if call.wire.resume(functools.partial(self._resumed, call, response)):
+                return
+            # the caller went away: the request goes on as one whose connection is lost
+            call.send, call.receive = discarded, disconnected
         task = asyncio.get_running_loop().create_task(self._guarded(call, response))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

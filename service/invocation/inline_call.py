@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from service.auth import scopes
@@ -104,6 +104,15 @@ async def read_detached(plane: InvocationPlane, response: WorkerResponse) -> Out
     finally:
         await response.aclose()
     return Outcome(response.status, tuple(response_headers(response.headers)), body)
+
+
+async def discarded(message: Message) -> None:
+    """The `send` of a request whose caller went away (as a disconnected cycle's)."""
+
+
+async def disconnected() -> Message:
+    """The `receive` of a request whose caller went away."""
+    return {"type": "http.disconnect"}
 
 
 async def unset(*args: Any) -> Any:

@@ -83,7 +83,7 @@ class CycleWire:
         self.cycle.transport.close()
         self.cycle.on_response = nothing
 
-    def resume(self, resume: Resume) -> None:
+    def resume(self, resume: Resume) -> bool:
         raise AssertionError("a cycle's request goes on in a task of the inline path")
 
 

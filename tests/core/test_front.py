@@ -67,7 +67,7 @@ def answer(front: Front, body: bytes) -> None:
 
 def _answer_in_task(cycle: RequestResponseCycle, body: bytes) -> Coroutine[Any, Any, None]:
     async def run() -> None:
-        assert cycle.scope["path"].startswith("/fast/resume")
+        assert cycle.scope["path"].startswith(("/fast/resume", "/fast/hold"))
         out = b"task:" + body
         headers = [(b"x-by", b"task"), (b"content-length", str(len(out)).encode())]
         await cycle.send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -342,6 +342,69 @@ async def test_shutdown_closes_an_idle_front_connection_and_lets_requests_under_
         status, headers, body = await read_answer(late_reader)
         assert (status, headers["connection"], body) == (200, "close", b"front:0123")
         assert await closed(late_reader) == b""
+
+
+async def until_held(lane: Lane, count: int = 1) -> None:
+    for _ in range(500):
+        if len(lane.held) >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the lane holds no request")
+
+
+async def test_one_answer_per_request_and_expect_100_continue_handed_over() -> None:
+    lane = Lane()
+    async with serving(lane) as server:
+        reader, writer = await connect(server)
+        writer.write(post("/fast/hold", b"h"))
+        await until_held(lane)
+        _, front = lane.held.pop()
+        answer(front, b"first")
+        answer(front, b"second")  # a second answer to the same request is no answer
+        writer.write(post("/fast/a", b"1"))
+        assert by(await read_answer(reader)) == (200, "front", b"first")
+        assert by(await read_answer(reader)) == (200, "front", b"front:1")
+        # a client waiting for 100 Continue: uvicorn's protocol has it (and sends the 100)
+        writer.write(
+            b"POST /fast/e HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nExpect: 100-continue\r\n\r\n"
+        )
+        line = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT)
+        assert line.startswith(b"HTTP/1.1 100 ")
+        writer.write(b"e")
+        assert by(await read_answer(reader)) == (200, "asgi", b"asgi:POST /fast/e:e")
+    assert lane.ran == [b"/fast/hold", b"/fast/a"]
+
+
+async def test_a_resumed_request_is_not_refused_at_the_limit_and_needs_its_caller() -> None:
+    lane = Lane()
+    async with serving(lane, max_connections=2) as server:
+        reader, writer = await connect(server)
+        writer.write(post("/fast/hold", b"1"))
+        await until_held(lane)
+        _, filler = await connect(server)  # the limit is reached
+        body, front = lane.held.pop()
+        assert front.resume(lambda cycle: _answer_in_task(cycle, body))
+        assert by(await read_answer(reader)) == (200, "task", b"task:1")
+        writer.close()
+        filler.close()
+        for _ in range(500):
+            if not server.server_state.connections:
+                break
+            await asyncio.sleep(0.01)
+        # the caller goes away while its request is under way: nothing to resume with
+        reader, writer = await connect(server)
+        writer.write(post("/fast/hold", b"2"))
+        await until_held(lane)
+        open_now = len(server.server_state.connections)
+        writer.close()
+        for _ in range(500):
+            if len(server.server_state.connections) < open_now:
+                break
+            await asyncio.sleep(0.01)
+        body, front = lane.held.pop()
+        resumed: list[bytes] = []
+        assert front.resume(lambda cycle: resumed.append(body)) is False  # type: ignore[func-returns-value]
+        assert resumed == []
 
 
 def test_the_front_is_used_only_for_a_lane_that_claims_heads() -> None:

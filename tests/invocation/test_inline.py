@@ -205,6 +205,37 @@ async def test_a_slow_worker_is_detached_after_the_poll_time_then_polled(
         assert (await http.post(pexec_url(fn), json={})).status_code == 200
 
 
+async def test_a_front_request_whose_caller_left_goes_on_and_frees_its_instance(
+    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer
+) -> None:
+    client, fn = await served_app(client_factory, tmp_path, upstream)
+    async with warmed(client, fn) as (http, inline):
+        assert (await http.post(pexec_url(fn), json={})).status_code == 200  # endpoint known
+        fronted, followed = inline.fronted, inline.followed
+        upstream.hold()
+        port = int(str(http.base_url).rstrip("/").rsplit(":", 1)[1])
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            f"POST {pexec_url(fn)} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN_KEY}\r\n"
+            "NVCF-POLL-SECONDS: 1\r\nContent-Length: 2\r\n\r\n{}".encode()
+        )
+        for _ in range(500):
+            if upstream.arrived and inline.fronted == fronted + 1:
+                break
+            await asyncio.sleep(0.01)
+        assert inline.fronted == fronted + 1  # taken by the front protocol
+        writer.close()  # the caller leaves; the poll time passes: followed without a caller
+        for _ in range(500):
+            if inline.followed == followed + 1:
+                break
+            await asyncio.sleep(0.01)
+        assert inline.followed == followed + 1
+        upstream.release()
+        # the only instance (maxRequestConcurrency 1) was freed once the worker answered
+        resp = await http.post(pexec_url(fn), json={"next": 1}, headers={"NVCF-POLL-SECONDS": "5"})
+        assert resp.status_code == 200 and resp.json()["echo"] == {"next": 1}
+
+
 async def test_a_refusing_worker_is_handed_to_the_general_path(
     client_factory: ClientFactory, tmp_path: Path
 ) -> None:

@@ -164,6 +164,14 @@ async def closed(reader: asyncio.StreamReader) -> bytes:
     return await asyncio.wait_for(reader.read(), WAIT)
 
 
+async def until_held(lane: Lane, count: int = 1) -> None:
+    for _ in range(500):
+        if len(lane.held) >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the lane holds no request")
+
+
 def by(answer: tuple[int, dict[str, str], bytes]) -> tuple[int, str, bytes]:
     status, headers, body = answer
     return status, headers["x-by"], body
@@ -322,34 +330,31 @@ async def test_shutdown_closes_an_idle_front_connection_and_lets_requests_under_
         assert by(await read_answer(idle_reader)) == (200, "front", b"front:1")
         reader, writer = await connect(server)
         writer.write(post("/fast/hold", b"h"))
+        await until_held(lane)
+        # one to be resumed by a task after the shutdown began
+        resumed_reader, resumed_writer = await connect(server)
+        resumed_writer.write(post("/fast/hold", b"r"))
+        await until_held(lane, 2)
         # and a request whose body is still arriving
         late_reader, late_writer = await connect(server)
         late = post("/fast/late", b"0123")
         late_writer.write(late[:-2])
-        for _ in range(500):
-            if lane.held:
-                break
-            await asyncio.sleep(0.01)
         await asyncio.sleep(0.05)
         server.should_exit = True
         assert await closed(idle_reader) == b""
-        body, front = lane.held.pop()
+        (body, front), (resumed_body, resumed_front) = lane.held
         answer(front, body)
         status, headers, _ = await read_answer(reader)
         assert status == 200 and headers["connection"] == "close"
         assert await closed(reader) == b""
+        assert resumed_front.resume(lambda cycle: _answer_in_task(cycle, resumed_body))
+        status, headers, body = await read_answer(resumed_reader)
+        assert (status, headers["connection"], body) == (200, "close", b"task:r")
+        assert await closed(resumed_reader) == b""
         late_writer.write(late[-2:])
         status, headers, body = await read_answer(late_reader)
         assert (status, headers["connection"], body) == (200, "close", b"front:0123")
         assert await closed(late_reader) == b""
-
-
-async def until_held(lane: Lane, count: int = 1) -> None:
-    for _ in range(500):
-        if len(lane.held) >= count:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the lane holds no request")
 
 
 async def test_one_answer_per_request_and_expect_100_continue_handed_over() -> None:

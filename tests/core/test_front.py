@@ -21,9 +21,8 @@ from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from service.core.errors import RequestTimeout
 from service.core.front import Front, FrontProtocol, Headers, http_protocol
-from service.core.middleware import BodyDeadlineMiddleware
 from service.core.server import ConnectionLimits
-from tests.support.server import free_port
+from tests.support.server import in_loop_server
 
 WAIT = 5.0
 
@@ -105,32 +104,15 @@ async def serving(lane: Lane, **limits: Any) -> AsyncIterator[uvicorn.Server]:
         "keepalive_timeout": 10.0,
         "max_connections": 100,
     } | limits
-    config = uvicorn.Config(
-        BodyDeadlineMiddleware(asgi, timeout=bounds["body_timeout"]),
-        host="127.0.0.1",
-        port=free_port(),
-        http=http_protocol(ConnectionLimits(**bounds), lane),
-        lifespan="off",
-        log_config=None,
-        access_log=False,
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    for _ in range(500):
-        if server.started:
-            break
-        await asyncio.sleep(0.01)
-    assert server.started
-    try:
-        yield server
-    finally:
-        for writer in _opened:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
-        _opened.clear()
-        server.should_exit = True
-        await asyncio.wait_for(task, WAIT)
+    async with in_loop_server(asgi, ConnectionLimits(**bounds), lane) as server:
+        try:
+            yield server
+        finally:
+            for writer in _opened:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+            _opened.clear()
 
 
 #: the test's connections, closed when its server stops

@@ -13,11 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from service.app import NvcfApp
-from service.core.front import http_protocol
-from service.core.middleware import BodyDeadlineMiddleware
 from service.core.server import ConnectionLimits
 from service.invocation import answers
 from service.invocation import inline as inline_module
@@ -26,7 +23,7 @@ from tests.support.api import assert_problem
 from tests.support.app import ADMIN_KEY, ClientFactory
 from tests.support.e2e import V
 from tests.support.invocation import deployed, invocation_app, pexec_url, sample, spec
-from tests.support.server import free_port
+from tests.support.server import free_port, in_loop_server
 from tests.support.upstream import UpstreamServer
 
 SUFFIX = "invocation.localhost"
@@ -44,31 +41,11 @@ def upstream() -> Iterator[UpstreamServer]:
 async def serving(app: NvcfApp) -> AsyncIterator[str]:
     """The application behind the real server stack of `nvcf-server serve` (its protocol,
     with the application's express lane), in this event loop."""
-    port = free_port()
     limits = ConnectionLimits(
         header_timeout=10, body_timeout=10, keepalive_timeout=5, max_connections=100
     )
-    config = uvicorn.Config(
-        BodyDeadlineMiddleware(app, timeout=10),
-        host="127.0.0.1",
-        port=port,
-        http=http_protocol(limits, app.express),
-        lifespan="off",
-        log_config=None,
-        access_log=False,
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    for _ in range(500):
-        if server.started:
-            break
-        await asyncio.sleep(0.01)
-    assert server.started
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
+    async with in_loop_server(app, limits, app.express) as server:
+        yield f"http://127.0.0.1:{server.config.port}"
 
 
 def inline_of(app: NvcfApp) -> InlineInvocation:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -215,6 +217,23 @@ def test_make_run_installs_the_server_alone_and_migrates_once() -> None:
     assert lines.index(serve[0]) > next(i for i, x in enumerate(lines) if "migrate" in x)
 
 
+def _pexec_request(function_id: str, n: int) -> bytes:
+    body = json.dumps({"n": n}).encode()
+    close = "Connection: close\r\n" if n == 2 else ""
+    return (
+        f"POST /v2/nvcf/pexec/functions/{function_id} HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {ADMIN_KEY}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n{close}\r\n"
+    ).encode() + body
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
 def test_invoke_runs_the_invocation_plane_as_its_own_process(
     tmp_path: Path, database_url: str
 ) -> None:
@@ -248,6 +267,17 @@ def test_invoke_runs_the_invocation_plane_as_its_own_process(
             assert resp.status_code == 200, resp.text
             assert resp.json()["echo"] == {"via": "invoke"} and resp.json()["upstream"] is True
             assert resp.headers["nvcf-status"] == "fulfilled"
+            # more on the kept-alive connection: the front protocol's (uvloop, the real
+            # process), and pipelined ones, answered in order
+            for n in range(3):
+                resp = c.post(f"/pexec/functions/{fn['id']}", json={"n": n})
+                assert resp.status_code == 200 and resp.json()["echo"] == {"n": n}
+            with socket.create_connection(("127.0.0.1", invoke_port), timeout=30) as sock:
+                sock.sendall(b"".join(_pexec_request(fn["id"], n) for n in range(3)))
+                answers = _read_until_closed(sock).split(b"HTTP/1.1 ")[1:]
+            assert [a[:3] for a in answers] == [b"200"] * 3
+            echoes = [json.loads(a.split(b"\r\n\r\n", 1)[1])["echo"]["n"] for a in answers]
+            assert echoes == [0, 1, 2]
             assert c.get("/functions").status_code == 404
             assert (
                 "nvcf_invocation_requests_total"

@@ -264,14 +264,8 @@ class FrontProtocol(asyncio.Protocol):
         if not self._busy:
             return  # answered already
         if not self._lost:
-            content = [STATUS_LINE.get(status) or b"HTTP/1.1 %d \r\n" % status]
-            for name, value in self.server_state.default_headers:
-                content += (name, b": ", value, b"\r\n")
-            content.append(lines)
-            if not self._keep_alive:
-                content.append(b"connection: close\r\n")
-            content += (b"\r\n", body)
-            self._transport.write(b"".join(content))
+            default = self.server_state.default_headers
+            self._transport.write(whole_answer(status, default, lines, self._keep_alive, body))
         self._answered()
 
     def abort(self) -> None:
@@ -369,11 +363,28 @@ class FrontProtocol(asyncio.Protocol):
         elif self._head:
             # a claimed request's body is late: uvicorn's protocol has it from here, and
             # answers it as it answers any late body (408), within a body time of its own
-            self._head = 0
-            self._claimed = None
             self._hand_over()
         elif not self._transport.is_closing():
             self._transport.close()
+
+
+def whole_answer(
+    status: int,
+    default_headers: Sequence[tuple[bytes, bytes]],
+    lines: bytes,
+    keep_alive: bool,
+    body: bytes,
+) -> bytes:
+    """A whole HTTP/1.1 answer as uvicorn's protocol writes one: status line, the server's own
+    headers, header `lines` (each ending in CRLF), `connection: close` unless kept alive."""
+    content = [STATUS_LINE.get(status) or b"HTTP/1.1 %d \r\n" % status]
+    for name, value in default_headers:
+        content += (name, b": ", value, b"\r\n")
+    content.append(lines)
+    if not keep_alive:
+        content.append(b"connection: close\r\n")
+    content += (b"\r\n", body)
+    return b"".join(content)
 
 
 def _content_length(headers: Sequence[tuple[bytes, bytes]]) -> int | None:

@@ -191,9 +191,7 @@ class InlineInvocation(TaskWay):
         endpoint = self._endpoints.get(instance)
         if endpoint is not None:
             try:
-                lines = request_lines(scope["headers"]) + call.plane.worker_lines(
-                    call.request_id, call.principal, call.target, instance
-                )
+                lines = self._worker_lines(call, scope["headers"])
                 call.exchange = endpoint.begin(scope["method"], call.path, lines, call.body)
             except Exception:
                 call.dispatcher.release_now(call.target, instance.id)
@@ -232,9 +230,7 @@ class InlineInvocation(TaskWay):
             if endpoint is not None:
                 scope = {"method": "POST", "path": path, "headers": headers}
                 call = self._call(ready, instance, body, scope, unset, unset, None, label, started)
-                lines = request_lines(headers) + call.plane.worker_lines(
-                    call.request_id, call.principal, target, instance
-                )
+                lines = self._worker_lines(call, headers)
                 exchange = call.exchange = endpoint.begin("POST", call.path, lines, body)
         finally:
             if exchange is None:
@@ -246,6 +242,13 @@ class InlineInvocation(TaskWay):
         call.wire = front
         self._listen(call)
         return True
+
+    @staticmethod
+    def _worker_lines(call: InlineCall, headers: Headers) -> bytes:
+        """The header lines of the worker request: the caller's, then the NVCF-* ones."""
+        return request_lines(headers) + call.plane.worker_lines(
+            call.request_id, call.principal, call.target, call.instance
+        )
 
     def _listen(self, call: InlineCall) -> None:
         """The worker request written: its answer is followed by callbacks, the poll time and

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 
 from starlette.types import Message, Receive
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
+from service.core.front import whole_answer
 from service.core.server import Resume
 
 
@@ -43,18 +44,12 @@ def write_lines(cycle: RequestResponseCycle, status: int, lines: bytes, body: by
         return False
     if cycle.disconnected:
         return True
-    content = [STATUS_LINE.get(status) or b"HTTP/1.1 %d \r\n" % status]
-    for name, value in cycle.default_headers:
-        content += (name, b": ", value, b"\r\n")
-    content.append(lines)
-    if not cycle.keep_alive:
-        content.append(b"connection: close\r\n")
-    content.append(b"\r\n")
-    if cycle.scope["method"] != "HEAD":
-        content.append(body)
+    if cycle.scope["method"] == "HEAD":
+        body = b""
+    answer = whole_answer(status, cycle.default_headers, lines, cycle.keep_alive, body)
     cycle.response_started = True
     cycle.waiting_for_100_continue = False
-    cycle.transport.write(b"".join(content))
+    cycle.transport.write(answer)
     cycle.response_complete = True
     cycle.message_event.set()
     if not cycle.keep_alive:

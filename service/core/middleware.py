@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -22,6 +22,7 @@ from service.core.errors import DomainError, PayloadTooLarge, RequestTimeout, Va
 from service.core.http import query_errors
 from service.core.logs import LoopBatchedHandler, request_id_var
 from service.core.problem import problem_body
+from service.core.tally import CounterCell, CounterTable, HistogramCell, HistogramTable
 
 log = logging.getLogger("nvcf.access")
 log_errors = logging.getLogger("nvcf.errors")
@@ -34,37 +35,37 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 
 
 class Metrics:
+    """The HTTP request families, on the application's registry (service/telemetry.py).
+    Updated on every request: plain numbers (core/tally.py), not prometheus_client's
+    locked values."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter(
+        self.requests = CounterTable(
             "nvcf_http_requests_total",
             "HTTP requests by method, route template and status.",
             ["method", "route", "status"],
-            registry=self.registry,
+            self.registry,
         )
-        self.latency = Histogram(
+        self.latency = HistogramTable(
             "nvcf_http_request_duration_seconds",
             "HTTP request latency by method and route template.",
             ["method", "route"],
-            registry=self.registry,
+            self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )
-        # Children by label values: `labels()` re-validates its arguments on every call.
-        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._cells: dict[tuple[str, str, int], tuple[CounterCell, HistogramCell]] = {}
 
     def record(self, method: str, route: str, status: int, seconds: float) -> None:
         if method not in _METHODS:
             method = "OTHER"  # clients choose the method: keep label values bounded
         key = (method, route, status)
-        children = self._children.get(key)
-        if children is None:
-            children = (
-                self.requests.labels(method, route, str(status)),
-                self.latency.labels(method, route),
-            )
-            self._children[key] = children
-        children[0].inc()
-        children[1].observe(seconds)
+        cells = self._cells.get(key)
+        if cells is None:
+            counter = self.requests.cell(method, route, str(status))
+            cells = self._cells[key] = (counter, self.latency.cell(method, route))
+        cells[0].value += 1
+        cells[1].observe(seconds)
 
 
 #: scope key a handler outside the router sets to name its requests in metrics and logs

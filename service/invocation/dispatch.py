@@ -27,6 +27,10 @@ from service.invocation.routing import InstanceRoute, Target
 LoadListener = Callable[[Target, int, int], None]
 
 
+#: no instance excluded
+_NONE: frozenset[uuid.UUID] = frozenset()
+
+
 class QueueTimeout(Exception):
     """No instance took the request within the queue timeout."""
 
@@ -159,17 +163,22 @@ class _LocalTicket:
         if granted is None and waiter is not None and not waiter.future.cancelled():
             granted = waiter.future.result()
         if granted is not None:
-            self._dispatcher.release_now(self._lane.target, granted.id)
+            self._dispatcher.release_now(self._lane.target, granted.key)
 
 
 class LocalDispatcher:
-    """Queues and in-flight counts of this process (one replica, or without Redis)."""
+    """Queues and in-flight counts of this process (one replica, or without Redis). Its
+    tables are keyed by the ids as text (`Target.vid`, `InstanceRoute.key`): a string hashes
+    once, a UUID (a Python-level `__hash__`) at every lookup, and the inline path looks up
+    a dozen times per request."""
 
     def __init__(self, queue_max: int, on_change: LoadListener | None = None) -> None:
         self.queue_max = queue_max
-        self._lanes: dict[uuid.UUID, _Lane] = {}
-        self._in_flight: dict[uuid.UUID, int] = {}
-        self._by_version: dict[uuid.UUID, int] = {}
+        self._lanes: dict[str, _Lane] = {}
+        #: by instance
+        self._in_flight: dict[str, int] = {}
+        #: by version
+        self._by_version: dict[str, int] = {}
         self._on_change = on_change
 
     async def enqueue(
@@ -203,25 +212,24 @@ class LocalDispatcher:
         lane = self._lane(target)
         if lane.waiting:
             return None
-        instance = self._pick(lane, frozenset())
+        instance = self._pick(lane, _NONE)
         if instance is not None:
             self._take(lane, instance)
-        elif not lane.waiting and lane.target.version_id not in self._by_version:
-            self._lanes.pop(lane.target.version_id, None)
+        elif not lane.waiting and target.vid not in self._by_version:
+            self._lanes.pop(target.vid, None)
         return instance
 
     async def release(self, target: Target, instance_id: uuid.UUID, request_id: uuid.UUID) -> None:
-        self.release_now(target, instance_id)
+        self.release_now(target, str(instance_id))
 
     async def update(self, target: Target) -> None:
-        lane = self._lanes.get(target.version_id)
+        lane = self._lanes.get(target.vid)
         if lane is not None:
             lane.target = target
             self._drain(lane)
 
     async def depth(self, version_id: uuid.UUID) -> int:
-        lane = self._lanes.get(version_id)
-        return len(lane.waiting) if lane is not None else 0
+        return self.depth_now(version_id)
 
     async def position(self, request_id: uuid.UUID) -> int | None:
         for lane in self._lanes.values():
@@ -231,18 +239,18 @@ class LocalDispatcher:
         return None
 
     def in_flight(self, version_id: uuid.UUID) -> int:
-        return self._by_version.get(version_id, 0)
+        return self._by_version.get(str(version_id), 0)
 
     async def requests_in_flight(self, instance_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
         """This process's requests on each instance (the drain's view, reconcile/drain.py)."""
-        return {i: n for i in instance_ids if (n := self._in_flight.get(i, 0))}
+        return {i: n for i in instance_ids if (n := self._in_flight.get(str(i), 0))}
 
     async def requests_waiting(self, version_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
         """This process's requests waiting for each version."""
         return {v: n for v in version_ids if (n := self.depth_now(v))}
 
     def depth_now(self, version_id: uuid.UUID) -> int:
-        lane = self._lanes.get(version_id)
+        lane = self._lanes.get(str(version_id))
         return len(lane.waiting) if lane is not None else 0
 
     def waiting_versions(self) -> list[Target]:
@@ -257,9 +265,9 @@ class LocalDispatcher:
     # ------------------------------------------------------------------ internals
 
     def _lane(self, target: Target) -> _Lane:
-        lane = self._lanes.get(target.version_id)
+        lane = self._lanes.get(target.vid)
         if lane is None:
-            lane = self._lanes[target.version_id] = _Lane(target)
+            lane = self._lanes[target.vid] = _Lane(target)
         elif lane.target is not target:
             lane.target = target
         return lane
@@ -272,8 +280,8 @@ class LocalDispatcher:
         count = len(instances)
         for step in range(count):
             instance = instances[(lane.turn + step) % count]
-            load = self._in_flight.get(instance.id, 0)
-            if load >= instance.max_concurrency or instance.id in exclude:
+            load = self._in_flight.get(instance.key, 0)
+            if load >= instance.max_concurrency or (exclude and instance.id in exclude):
                 continue
             if best is None or load < best_load:
                 best, best_load = instance, load
@@ -282,19 +290,21 @@ class LocalDispatcher:
         return best
 
     def _take(self, lane: _Lane, instance: InstanceRoute) -> None:
-        self._in_flight[instance.id] = self._in_flight.get(instance.id, 0) + 1
-        version = lane.target.version_id
+        key = instance.key
+        self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        version = lane.target.vid
         self._by_version[version] = self._by_version.get(version, 0) + 1
         self._changed(lane)
 
-    def release_now(self, target: Target, instance_id: uuid.UUID) -> None:
-        """`release` without awaiting (this dispatcher never waits to release)."""
-        left = self._in_flight.get(instance_id, 0) - 1
+    def release_now(self, target: Target, instance: str) -> None:
+        """`release` without awaiting (this dispatcher never waits to release), of the
+        instance whose `InstanceRoute.key` is `instance`."""
+        left = self._in_flight.get(instance, 0) - 1
         if left > 0:
-            self._in_flight[instance_id] = left
+            self._in_flight[instance] = left
         else:
-            self._in_flight.pop(instance_id, None)
-        version = target.version_id
+            self._in_flight.pop(instance, None)
+        version = target.vid
         running = self._by_version.get(version, 0) - 1
         if running > 0:
             self._by_version[version] = running
@@ -331,5 +341,5 @@ class LocalDispatcher:
 
     def _changed(self, lane: _Lane) -> None:
         if self._on_change is not None:
-            version = lane.target.version_id
-            self._on_change(lane.target, self.in_flight(version), len(lane.waiting))
+            target = lane.target
+            self._on_change(target, self._by_version.get(target.vid, 0), len(lane.waiting))

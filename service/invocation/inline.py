@@ -106,7 +106,7 @@ class InlineInvocation(TaskWay):
         self.followed = 0
         #: of `answered`: taken by the front protocol (core/front.py) from the request's head
         self.fronted = 0
-        self._endpoints: dict[InstanceRoute, WorkerEndpoint] = {}
+        self._endpoints: dict[str, WorkerEndpoint] = {}
         #: requests followed in tasks started from callbacks (kept from the garbage collector)
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -188,13 +188,13 @@ class InlineInvocation(TaskWay):
             cycle,
         )
         call.wire = CycleWire(cycle)
-        endpoint = self._endpoints.get(instance)
+        endpoint = self._endpoints.get(instance.key)
         if endpoint is not None:
             try:
                 lines = self._worker_lines(call, scope["headers"])
                 call.exchange = endpoint.begin(scope["method"], call.path, lines, call.body)
             except Exception:
-                call.dispatcher.release_now(call.target, instance.id)
+                call.dispatcher.release_now(call.target, instance.key)
                 raise
         if call.exchange is None:
             return self._guarded(call)
@@ -224,7 +224,7 @@ class InlineInvocation(TaskWay):
         instance = dispatcher.take_now(target)
         if instance is None:
             return False
-        endpoint = self._endpoints.get(instance)
+        endpoint = self._endpoints.get(instance.key)
         exchange = None
         try:
             if endpoint is not None:
@@ -234,7 +234,7 @@ class InlineInvocation(TaskWay):
                 exchange = call.exchange = endpoint.begin("POST", call.path, lines, body)
         finally:
             if exchange is None:
-                dispatcher.release_now(target, instance.id)
+                dispatcher.release_now(target, instance.key)
         if exchange is None:
             return False
         self.answered += 1
@@ -339,7 +339,7 @@ class InlineInvocation(TaskWay):
                 return False
             assert call.timer is not None
             call.timer.cancel()
-            call.dispatcher.release_now(call.target, call.instance.id)
+            call.dispatcher.release_now(call.target, call.instance.key)
             held = False
             call.status = response.status
             lines += b"x-request-id: " + call.request_id.encode() + b"\r\n"
@@ -355,7 +355,7 @@ class InlineInvocation(TaskWay):
                 call.timer.cancel()
             exchange.abandon()
             if held:
-                call.dispatcher.release_now(call.target, call.instance.id)
+                call.dispatcher.release_now(call.target, call.instance.key)
             call.status = 500
             if wire.writable():
                 wire.write(500, _ERROR_LINES, _ERROR_BODY)

@@ -32,7 +32,6 @@ from service.invocation.inline_call import (
 from service.invocation.models import RequestState
 from service.invocation.records import Invocation
 from service.invocation.router import respond
-from service.invocation.routing import InstanceRoute
 from service.invocation.store import Outcome
 from service.invocation.wire import nothing, write_whole
 
@@ -47,7 +46,8 @@ class TaskWay:
 
     metrics: Metrics
     json_logs: bool
-    _endpoints: dict[InstanceRoute, WorkerEndpoint]
+    #: by `InstanceRoute.key`
+    _endpoints: dict[str, WorkerEndpoint]
 
     async def _guarded(self, call: InlineCall, response: WorkerResponse | None = None) -> None:
         """The request, from wherever it is (`response`: the worker's answer has begun),
@@ -89,7 +89,7 @@ class TaskWay:
             except WorkerUnreachable as exc:
                 timer.cancel()
                 if call.inv is None:
-                    call.dispatcher.release_now(call.target, call.instance.id)
+                    call.dispatcher.release_now(call.target, call.instance.key)
                     held = False
                     await self._hand_over(call, exc.reason)
                     return
@@ -118,7 +118,7 @@ class TaskWay:
                 await asyncio.shield(self._end(call, Outcome.failure(503, reason)))
         finally:
             if held:
-                call.dispatcher.release_now(call.target, call.instance.id)
+                call.dispatcher.release_now(call.target, call.instance.key)
 
     async def _send(self, call: InlineCall) -> WorkerResponse:
         if call.exchange is not None:
@@ -130,12 +130,12 @@ class TaskWay:
         return await endpoint.send(call.scope["method"], call.path, headers, call.body)
 
     async def _endpoint(self, call: InlineCall) -> WorkerEndpoint:
-        endpoint = self._endpoints.get(call.instance)
+        endpoint = self._endpoints.get(call.instance.key)
         if endpoint is None:
             endpoint = await call.plane.endpoint_of(call.target, call.instance)
             if len(self._endpoints) >= MAX_ENDPOINTS:
                 self._endpoints.clear()
-            self._endpoints[call.instance] = endpoint
+            self._endpoints[call.instance.key] = endpoint
         return endpoint
 
     async def _stream(self, call: InlineCall, response: WorkerResponse) -> None:
@@ -165,10 +165,8 @@ class TaskWay:
     @staticmethod
     def _counted(call: InlineCall, fulfilled: bool) -> None:
         """The invocation metrics of a request the worker answered."""
-        metrics, target = call.plane.metrics, call.target
-        metrics.outcome(target.fid, target.vid, "fulfilled" if fulfilled else "errored")
         elapsed = asyncio.get_running_loop().time() - call.accepted
-        metrics.observe(target.fid, target.vid, elapsed)
+        call.plane.metrics.answered(call.target, fulfilled, elapsed)
 
     async def _end(self, call: InlineCall, outcome: Outcome) -> None:
         """A request that ends without a stream: answered here, or stored when detached."""

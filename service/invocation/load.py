@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, select, update
@@ -40,15 +40,19 @@ log = logging.getLogger("nvcf.invocation.load")
 Clock = Callable[[], float]
 
 
-@dataclass
-class _Version:
+@dataclass(eq=False)
+class VersionLoad:
+    """One version's load on this replica, as the dispatcher last told it."""
+
+    version_id: uuid.UUID
     in_flight: int = 0
     waiting: int = 0
     #: ∫ in_flight dt since the last report, and when in_flight last changed
     area: float = 0.0
     changed: float = 0.0
     reported: float = 0.0
-    last_request_at: datetime | None = None
+    #: when a request last arrived (the tracker's clock: turned into a time at the report)
+    last_request: float | None = None
     dirty: bool = True
     #: the last report said no load at all (no need to say it again)
     quiet: bool = False
@@ -70,22 +74,30 @@ class LoadTracker:
         *,
         clock: Clock = time.monotonic,
         on_cold: Callable[[uuid.UUID], None] | None = None,
+        on_version: Callable[[Target, VersionLoad], None] | None = None,
     ) -> None:
         self._clock = clock
-        self._versions: dict[uuid.UUID, _Version] = {}
+        #: by version id as text (strings hash once; this is told twice per request)
+        self._versions: dict[str, VersionLoad] = {}
         self.on_cold = on_cold
+        #: told of each version's record as it is made (the metrics' gauges read it)
+        self.on_version = on_version
         #: set when a report should go out now
         self.urgent = asyncio.Event()
 
     def __call__(self, target: Target, in_flight: int, waiting: int) -> None:
         now = self._clock()
-        v = self._versions.get(target.version_id)
+        v = self._versions.get(target.vid)
         if v is None:
-            v = self._versions[target.version_id] = _Version(changed=now, reported=now)
+            v = self._versions[target.vid] = VersionLoad(
+                target.version_id, changed=now, reported=now
+            )
+            if self.on_version is not None:
+                self.on_version(target, v)
         v.area += v.in_flight * (now - v.changed)
         v.changed = now
         if in_flight + waiting > v.in_flight + v.waiting:
-            v.last_request_at = utcnow()
+            v.last_request = now
         cold = waiting > 0 and v.waiting == 0 and not target.instances
         v.in_flight, v.waiting, v.dirty = in_flight, waiting, True
         if cold:
@@ -97,15 +109,19 @@ class LoadTracker:
         """The versions to report: changed since the last report, or whose last report was
         not all zeros."""
         now = self._clock()
+        wall = utcnow()
         out: list[LoadSample] = []
-        for vid, v in list(self._versions.items()):
+        for key, v in list(self._versions.items()):
             if not v.dirty and v.quiet:
-                del self._versions[vid]  # said: no load; a new request starts afresh
+                del self._versions[key]  # said: no load; a new request starts afresh
                 continue
             v.area += v.in_flight * (now - v.changed)
             span = now - v.reported
             average = v.area / span if span > 0 else float(v.in_flight)
-            out.append(LoadSample(vid, average, v.waiting, v.last_request_at))
+            last = None
+            if v.last_request is not None:
+                last = wall - timedelta(seconds=max(0.0, now - v.last_request))
+            out.append(LoadSample(v.version_id, average, v.waiting, last))
             v.area, v.changed, v.reported, v.dirty = 0.0, now, now, False
             v.quiet = average == 0 and v.in_flight == 0 and v.waiting == 0
         return out
@@ -195,4 +211,4 @@ def _upsert(session: AsyncSession) -> Any:
     )
 
 
-__all__ = ["LoadPublisher", "LoadSample", "LoadTracker"]
+__all__ = ["LoadPublisher", "LoadSample", "LoadTracker", "VersionLoad"]

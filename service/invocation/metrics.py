@@ -10,12 +10,10 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable
-from typing import Any
+from prometheus_client import CollectorRegistry, Gauge
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
+from service.core.tally import CounterCell, CounterTable, HistogramCell, HistogramTable
+from service.invocation.load import VersionLoad
 from service.invocation.routing import Target
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -24,17 +22,17 @@ BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 1
 class InvocationMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         labels = ["function_id", "version_id"]
-        self.requests = Counter(
+        self.requests = CounterTable(
             "nvcf_invocation_requests_total",
             "Invocations by function version and outcome.",
             [*labels, "outcome"],
-            registry=registry,
+            registry,
         )
-        self.latency = Histogram(
+        self.latency = HistogramTable(
             "nvcf_invocation_duration_seconds",
             "Invocation time from acceptance to the end of the worker's answer.",
             labels,
-            registry=registry,
+            registry,
             buckets=BUCKETS,
         )
         self.in_flight = Gauge(
@@ -49,38 +47,30 @@ class InvocationMetrics:
             labels,
             registry=registry,
         )
-        self._children: dict[tuple[int, str, str, str], Any] = {}
-        #: [in flight, waiting] per version, as the dispatcher last told them
-        self._loads: dict[uuid.UUID, list[int]] = {}
-
-    def _child(self, metric: Any, function_id: str, version_id: str, extra: str = "") -> Any:
-        key = (id(metric), function_id, version_id, extra)
-        child = self._children.get(key)
-        if child is None:
-            values = (function_id, version_id, extra) if extra else (function_id, version_id)
-            child = self._children[key] = metric.labels(*values)
-        return child
+        #: by (version id as text, fulfilled)
+        self._cells: dict[tuple[str, bool], tuple[CounterCell, HistogramCell]] = {}
 
     def outcome(self, function_id: str, version_id: str, outcome: str) -> None:
-        self._child(self.requests, function_id, version_id, outcome).inc()
+        self.requests.cell(function_id, version_id, outcome).value += 1
 
     def observe(self, function_id: str, version_id: str, seconds: float) -> None:
-        self._child(self.latency, function_id, version_id).observe(seconds)
+        self.latency.cell(function_id, version_id).observe(seconds)
 
-    def set_load(self, target: Target, in_flight: int, depth: int) -> None:
-        """A dispatcher's `LoadListener` (the metrics keep no reference back to it). Told at
-        every change of every request: it keeps the numbers, which the two gauges read when
-        /metrics is scraped."""
-        key = target.version_id
-        load = self._loads.get(key)
-        if load is None:
-            load = self._loads[key] = [0, 0]
-            in_flight_of, depth_of = self._reader(load, 0), self._reader(load, 1)
-            self._child(self.in_flight, target.fid, target.vid).set_function(in_flight_of)
-            self._child(self.queue_depth, target.fid, target.vid).set_function(depth_of)
-        load[0] = in_flight
-        load[1] = depth
+    def answered(self, target: Target, fulfilled: bool, seconds: float) -> None:
+        """A request the worker answered: its outcome and its time (`outcome` and `observe`
+        in one, for the hot path)."""
+        key = (target.vid, fulfilled)
+        cells = self._cells.get(key)
+        if cells is None:
+            fid, vid = target.fid, target.vid
+            outcome = "fulfilled" if fulfilled else "errored"
+            cells = (self.requests.cell(fid, vid, outcome), self.latency.cell(fid, vid))
+            self._cells[key] = cells
+        cells[0].value += 1
+        cells[1].observe(seconds)
 
-    @staticmethod
-    def _reader(load: list[int], index: int) -> Callable[[], float]:
-        return lambda: float(load[index])
+    def watch_load(self, target: Target, load: VersionLoad) -> None:
+        """The load tracker's `on_version` (load.py): the two gauges read the version's
+        record when /metrics is scraped (a later record of the version takes its place)."""
+        self.in_flight.labels(target.fid, target.vid).set_function(lambda: float(load.in_flight))
+        self.queue_depth.labels(target.fid, target.vid).set_function(lambda: float(load.waiting))

@@ -56,6 +56,12 @@ class InstanceRoute:
     region: str
 
     @cached_property
+    def key(self) -> str:
+        """The id as text: what tables on the hot path are keyed by (a UUID hashes in
+        Python at every lookup, a string once)."""
+        return str(self.id)
+
+    @cached_property
     def nvcf_headers(self) -> tuple[tuple[str, str], ...]:
         """The NVCF-* headers of a request to this instance that depend on it alone."""
         return (

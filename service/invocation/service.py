@@ -74,14 +74,6 @@ QUEUE_STATUSES = frozenset({"ACTIVE", "DEPLOYING", "DEGRADING"})
 POLL_STEPS = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 
-def _both(first: LoadListener, second: LoadListener) -> LoadListener:
-    def listener(target: Target, in_flight: int, waiting: int) -> None:
-        first(target, in_flight, waiting)
-        second(target, in_flight, waiting)
-
-    return listener
-
-
 class InvocationPlane:
     def __init__(
         self,
@@ -102,11 +94,11 @@ class InvocationPlane:
         self.limiter = FunctionRateLimiter(settings.redis_url)
         self.metrics = metrics
         #: this replica's load per version, published for the autoscaler (load.py)
-        self.load = LoadTracker()
+        self.load = LoadTracker(on_version=metrics.watch_load)
         self.load_publisher = LoadPublisher(
             sessionmaker, owner.value, self.load, period=settings.autoscale_load_report_seconds
         )
-        listener = _both(metrics.set_load, self.load)
+        listener: LoadListener = self.load
         self.dispatcher: Dispatcher
         if dispatcher is not None:
             self.dispatcher = dispatcher
@@ -495,14 +487,13 @@ class InvocationPlane:
 
     async def finish(self, inv: Invocation, outcome: Outcome | None) -> None:
         """Record how a request ended (metrics; its outcome stored when it was detached)."""
-        fid, vid = inv.target.fid, inv.target.vid
         if outcome is None:
             outcome = inv.outcome or Outcome(502, error="the request ended without an answer")
         inv.outcome = outcome
         if not inv.handoff.done() and not inv.detached:
             inv.handoff.set_result(Handoff(outcome=outcome))
-        self.metrics.outcome(fid, vid, "fulfilled" if outcome.fulfilled else "errored")
-        self.metrics.observe(fid, vid, asyncio.get_running_loop().time() - inv.accepted)
+        elapsed = asyncio.get_running_loop().time() - inv.accepted
+        self.metrics.answered(inv.target, outcome.fulfilled, elapsed)
         inv.done.set()
         try:
             if inv.detached:

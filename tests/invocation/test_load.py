@@ -7,9 +7,11 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
 from sqlalchemy import select
 
 from service.invocation.load import LoadTracker
+from service.invocation.metrics import InvocationMetrics
 from service.invocation.models import InvocationLoad, InvocationReplica
 from service.invocation.routing import Target
 from tests.support.app import ClientFactory
@@ -66,6 +68,32 @@ def test_a_request_waiting_for_a_version_with_no_instance_is_signalled_at_once()
     tracker(target(0), 0, 1)
     tracker(target(0), 0, 2)  # already waiting: signalled once
     assert woken == [VID] and tracker.urgent.is_set()
+
+
+def test_the_gauges_follow_the_load_across_a_quiet_version_forgotten_and_seen_again() -> None:
+    clock = Clock()
+    registry = CollectorRegistry()
+    metrics = InvocationMetrics(registry)
+    tracker = LoadTracker(clock=clock, on_version=metrics.watch_load)
+    t = target(1)
+    labels = {"function_id": t.fid, "version_id": t.vid}
+
+    def gauges() -> tuple[float | None, float | None]:
+        return (
+            registry.get_sample_value("nvcf_invocation_in_flight", labels),
+            registry.get_sample_value("nvcf_invocation_queue_depth", labels),
+        )
+
+    assert gauges() == (None, None)  # no series before the version's first request
+    tracker(t, 1, 2)
+    assert gauges() == (1, 2)
+    tracker(t, 0, 0)
+    for step in (1.0, 2.0, 3.0):  # reported, reported as zeros, then forgotten
+        clock.now = step
+        tracker.snapshot()
+    assert gauges() == (0, 0)
+    tracker(t, 3, 0)  # a new record for the version: the gauges read it
+    assert gauges() == (3, 0)
 
 
 async def test_a_replica_reports_its_load_for_any_autoscaler(

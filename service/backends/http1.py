@@ -34,6 +34,7 @@ from service.backends.worker import (
     WorkerUnreachable,
     header_lines,
 )
+from service.core.server import Deadline
 
 #: idle connections kept per worker address
 MAX_IDLE = 512
@@ -117,6 +118,10 @@ class _Connection(asyncio.Protocol):
         #: called, like the waiter is woken, whenever something happens (an exchange begun
         #: without a task: `Http1Endpoint.begin`)
         self.notify: Callable[[], None] | None = None
+        #: called instead once the exchange's time is up (`_Exchange.listen`), kept by one
+        #: timer for all the connection's requests
+        self.on_expiry: Callable[[], None] | None = None
+        self._deadline: Deadline | None = None
         self._paused = False
 
     # asyncio.Protocol
@@ -150,6 +155,8 @@ class _Connection(asyncio.Protocol):
         self.ended = True
         if isinstance(exc, OSError):
             self.lost = exc.strerror or str(exc)
+        if self._deadline is not None:
+            self._deadline.cancel()
         self._wake()
 
     # the request's side
@@ -159,7 +166,8 @@ class _Connection(asyncio.Protocol):
 
     def end(self) -> None:
         """The current answer is over: the connection reads again if it had paused."""
-        self.parser = self.answer = self.notify = None
+        self.parser = self.answer = None
+        self.follow(None)
         if self._paused:
             self._paused = False
             if self.transport is not None:
@@ -178,6 +186,28 @@ class _Connection(asyncio.Protocol):
         if self._paused and answer.buffered <= HIGH_WATER // 4 and self.transport is not None:
             self._paused = False
             self.transport.resume_reading()
+
+    def follow(
+        self,
+        notify: Callable[[], None] | None,
+        until: float | None = None,
+        on_expiry: Callable[[], None] | None = None,
+    ) -> None:
+        """See `_Exchange.listen`."""
+        self.notify = notify
+        self.on_expiry = on_expiry
+        if until is not None and on_expiry is not None:
+            if self._deadline is None:
+                self._deadline = Deadline(asyncio.get_running_loop(), self._expired)
+            self._deadline.arm_at(until)
+        elif self._deadline is not None:
+            self._deadline.disarm()
+
+    def _expired(self) -> None:
+        on_expiry = self.on_expiry
+        self.notify = self.on_expiry = None
+        if on_expiry is not None:
+            on_expiry()
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -496,8 +526,14 @@ class _Exchange(WorkerExchange):
         self._answer = answer
         self._head = head
 
-    def listen(self, notify: Callable[[], None] | None) -> None:
-        self._conn.notify = notify
+    def listen(
+        self,
+        notify: Callable[[], None] | None,
+        *,
+        until: float | None = None,
+        on_expiry: Callable[[], None] | None = None,
+    ) -> None:
+        self._conn.follow(notify, until, on_expiry)
 
     @property
     def settled(self) -> bool:
@@ -519,12 +555,32 @@ class _Exchange(WorkerExchange):
     def response_now(self) -> WorkerResponse | None:
         if not self._answer.headers_done:
             return None
-        self._conn.notify = None
+        self._conn.follow(None)
         return self._endpoint._response(self._conn, self._parser, self._answer, head=self._head)
+
+    def head(self) -> tuple[int, list[tuple[bytes, bytes]]] | None:
+        answer = self._answer
+        if not answer.headers_done:
+            return None
+        return self._parser.get_status_code(), answer.raw_headers
+
+    def take_body(self) -> bytes | None:
+        answer = self._answer
+        if not answer.complete or self._head:  # (a HEAD's answer: `response_now`)
+            return None
+        body = b"".join(answer.body)
+        answer.body.clear()
+        answer.buffered = 0
+        conn = self._conn
+        if answer.keep_alive:
+            self._endpoint._pool.give_back(self._endpoint._host, self._endpoint._port, conn)
+        else:
+            conn.discard()
+        return body
 
     async def response(self) -> WorkerResponse:
         conn, endpoint = self._conn, self._endpoint
-        conn.notify = None
+        conn.follow(None)
         try:
             return await endpoint._head(conn, self._parser, self._answer, head=self._head)
         except _StaleConnection:  # (`_head` closed it): sent again on a new connection

@@ -150,7 +150,16 @@ class WorkerExchange:
     wrong, which `response()` raises) — or by awaiting `response()`, which raises as `send`
     does (a reused connection found closed is retried there, as `send` would)."""
 
-    def listen(self, notify: Callable[[], None] | None) -> None:
+    def listen(
+        self,
+        notify: Callable[[], None] | None,
+        *,
+        until: float | None = None,
+        on_expiry: Callable[[], None] | None = None,
+    ) -> None:
+        """Follow the exchange by `notify` (None: stop following it). With `until`, a loop
+        time, `on_expiry` is called instead once it passes first (the connection's one
+        timer, reused from request to request, keeps the time)."""
         raise NotImplementedError
 
     @property
@@ -164,6 +173,16 @@ class WorkerExchange:
         raise NotImplementedError
 
     def response_now(self) -> WorkerResponse | None:
+        raise NotImplementedError
+
+    def head(self) -> tuple[int, list[tuple[bytes, bytes]]] | None:
+        """The answer's status and header lines as they came (names in the worker's case),
+        once its head has arrived."""
+        raise NotImplementedError
+
+    def take_body(self) -> bytes | None:
+        """The answer's whole body once all of it has arrived (the connection is then free
+        for another request); None while it has not (`response_now()` then reads it)."""
         raise NotImplementedError
 
     async def response(self) -> WorkerResponse:

@@ -133,7 +133,10 @@ class Deadline:
         return self._at is not None
 
     def arm(self, seconds: float) -> None:
-        at = self._loop.time() + seconds
+        self.arm_at(self._loop.time() + seconds)
+
+    def arm_at(self, at: float) -> None:
+        """`arm` for a loop time."""
         self._at = at
         if self._timer is None or at < self._timer_at:
             if self._timer is not None:

@@ -61,13 +61,13 @@ def nvcf_lines(request_id: str, word: str) -> bytes:
     return _NVCF_LINES % (request_id.encode("latin-1", errors="replace")[:64], word.encode())
 
 
-def whole_lines(worker: WorkerResponse, request_id: str) -> bytes | None:
-    """The caller's header lines for a worker answer of declared length (see `stream_head`);
-    None when it has none (it is streamed)."""
-    lines, length = response_lines(worker.raw_headers)
+def whole_lines(status: int, raw: Sequence[tuple[bytes, bytes]], request_id: str) -> bytes | None:
+    """The caller's header lines for a worker answer (its status and headers as they came)
+    of declared length (see `stream_head`); None when it has none (it is streamed)."""
+    lines, length = response_lines(raw)
     if length is None:
         return None
-    return lines + nvcf_lines(request_id, status_word(worker.status))
+    return lines + nvcf_lines(request_id, status_word(status))
 
 
 def encode_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[bytes, bytes]]:

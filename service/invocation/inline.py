@@ -254,9 +254,11 @@ class InlineInvocation(TaskWay):
         """The worker request written: its answer is followed by callbacks, the poll time and
         the worker's deadline by a timer."""
         assert call.exchange is not None
-        loop = asyncio.get_running_loop()
-        call.timer = loop.call_at(min(call.poll_at, call.deadline), self._follow, call, None)
-        call.exchange.listen(functools.partial(self._answered, call))
+        call.exchange.listen(
+            functools.partial(self._answered, call),
+            until=min(call.poll_at, call.deadline),
+            on_expiry=functools.partial(self._follow, call, None),
+        )
 
     def _ready(self, scope: Scope, function_id: str, version_id: str | None) -> Ready | None:
         if scope.get("query_string"):
@@ -328,31 +330,24 @@ class InlineInvocation(TaskWay):
         held = True
         written = False
         try:
-            response = exchange.response_now()
-            if response is None or not wire.writable():
-                self._follow(call, response)
+            head = exchange.head() if wire.writable() else None
+            lines = None if head is None else answers.whole_lines(*head, call.request_id)
+            whole = None if lines is None else exchange.take_body()
+            if head is None or lines is None or whole is None:
+                self._follow(call, exchange.response_now())
                 return False
-            lines = answers.whole_lines(response, call.request_id)
-            whole = None if lines is None else response.complete_body()
-            if lines is None or whole is None:
-                self._follow(call, response)
-                return False
-            assert call.timer is not None
-            call.timer.cancel()
             call.dispatcher.release_now(call.target, call.instance.key)
             held = False
-            call.status = response.status
+            status = call.status = head[0]
             lines += b"x-request-id: " + call.request_id.encode() + b"\r\n"
-            wire.write(response.status, lines, whole)
+            wire.write(status, lines, whole)
             written = True
             self.untasked += 1
-            self._counted(call, response.status < 400)
+            self._counted(call, status < 400)
         except Exception as exc:  # answered as the server's own run_asgi would
             log.error("Exception in ASGI application", exc_info=exc)
             if written:
                 return True  # the answer is out: only what came after it failed
-            if call.timer is not None:
-                call.timer.cancel()
             exchange.abandon()
             if held:
                 call.dispatcher.release_now(call.target, call.instance.key)
@@ -365,9 +360,8 @@ class InlineInvocation(TaskWay):
 
     def _follow(self, call: InlineCall, response: WorkerResponse | None) -> None:
         """From here on the request is followed in a task, as one that began there."""
-        assert call.exchange is not None and call.timer is not None
+        assert call.exchange is not None
         call.exchange.listen(None)
-        call.timer.cancel()
         self.followed += 1
         if call.cycle is None:  # taken by the front protocol: it goes on with a cycle
             assert call.wire is not None

@@ -69,7 +69,6 @@ class InlineCall:
     wire: Front | None = None
     #: the worker request, when it was written without a task (`InlineInvocation.start`)
     exchange: WorkerExchange | None = None
-    timer: asyncio.TimerHandle | None = None
 
     @functools.cached_property
     def headers(self) -> list[tuple[str, str]]:

@@ -164,9 +164,9 @@ class TaskWay:
 
     @staticmethod
     def _counted(call: InlineCall, fulfilled: bool) -> None:
-        """The invocation metrics of a request the worker answered."""
-        elapsed = asyncio.get_running_loop().time() - call.accepted
-        call.plane.metrics.answered(call.target, fulfilled, elapsed)
+        """The invocation metrics of a request the worker answered (its time by the
+        performance counter: the loop's clock may count whole milliseconds)."""
+        call.plane.metrics.answered(call.target, fulfilled, time.perf_counter() - call.started)
 
     async def _end(self, call: InlineCall, outcome: Outcome) -> None:
         """A request that ends without a stream: answered here, or stored when detached."""

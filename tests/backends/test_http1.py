@@ -291,6 +291,72 @@ async def test_a_begun_request_whose_head_comes_first_is_arriving_until_its_body
         assert response is not None and response.complete_body() == b"done"
 
 
+async def test_a_begun_request_is_taken_whole_from_its_head_and_body(pool: Http1Pool) -> None:
+    async with RawServer(keep_alive_echo) as server:
+        endpoint = Http1Endpoint(server.url, pool)
+        await call(endpoint)
+        exchange = endpoint.begin("POST", "/echo", b"", b"abc")
+        assert exchange is not None
+        assert exchange.head() is None and exchange.take_body() is None  # nothing came yet
+        await settled(exchange)
+        head = exchange.head()
+        assert head is not None and head[0] == 200
+        assert dict(head[1])[b"content-length"] == b"23"
+        assert exchange.take_body() == b"POST /echo HTTP/1.1|abc"
+        # taken: the connection is free for the next request
+        assert endpoint.begin("GET", "/echo", b"", b"") is not None
+        assert server.connections == 1
+
+
+async def test_a_begun_request_whose_time_is_up_is_told_once_and_a_settled_one_never(
+    pool: Http1Pool,
+) -> None:
+    release = asyncio.Event()
+
+    async def slow_second(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        count = 0
+        while await read_request(reader) is not None:
+            count += 1
+            if count == 3:
+                await release.wait()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+
+    async with RawServer(slow_second) as server:
+        endpoint = Http1Endpoint(server.url, pool)
+        await call(endpoint)
+        loop = asyncio.get_running_loop()
+        expired: list[str] = []
+        # answered within its time: its expiry never comes, though the time passes after
+        quick = endpoint.begin("GET", "/", b"", b"")
+        assert quick is not None
+        done = asyncio.Event()
+        quick.listen(
+            lambda: done.set() if quick.settled else None,
+            until=loop.time() + 0.2,
+            on_expiry=lambda: expired.append("quick"),
+        )
+        await asyncio.wait_for(done.wait(), 30)
+        quick.listen(None)
+        assert quick.take_body() == b"ok"
+        # the next one on the same connection: not answered within its time
+        slow = endpoint.begin("GET", "/", b"", b"")
+        assert slow is not None
+        notified: list[bool] = []
+        slow.listen(
+            lambda: notified.append(True),
+            until=loop.time() + 0.05,
+            on_expiry=lambda: expired.append("slow"),
+        )
+        await asyncio.sleep(0.4)
+        assert expired == ["slow"]  # once, and not the first request's
+        release.set()
+        response = await slow.response()  # followed the ordinary way from here
+        assert response.status == 200 and await response.read(10) == b"ok"
+        await response.aclose()
+        assert notified == [] and server.connections == 1
+
+
 async def test_a_begun_request_on_a_connection_the_server_drops_is_sent_again(
     pool: Http1Pool,
 ) -> None:

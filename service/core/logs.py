@@ -96,6 +96,8 @@ class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self._pending: list[str] = []
         #: lines put together by `quick_line`
         self.quick_lines = 0
+        #: the logger `quick_line` last found alone with this handler, while its line waits
+        self._quick: logging.Logger | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         loop = asyncio._get_running_loop()
@@ -127,10 +129,29 @@ class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
         in the very text the text format gives its record, without making the record — when
         this handler alone would see it: no other handler or filter on the way, no filter
         here but the request id's (which the text format does not show). False: the caller
-        logs it the ordinary way."""
-        formatter = self.formatter
+        logs it the ordinary way. That is looked at for the first such line of a loop
+        iteration; the lines after it in the same iteration (the same batch) go the same
+        way."""
         loop = asyncio._get_running_loop()
-        if loop is None or type(formatter) is not _TextLine or self.level > logging.INFO:
+        if loop is None:
+            return False
+        if not (self._pending and self._quick is logger) and not self._alone(logger):
+            return False
+        created = time.time()
+        msecs = int((created - int(created)) * 1000) + 0.0  # as a LogRecord has them
+        formatter: _TextLine = self.formatter  # type: ignore[assignment]
+        line = f"{formatter.timestamp(created, msecs)} INFO {logger.name} {message}\n"
+        with self.lock:  # type: ignore[union-attr]
+            if not self._queue(loop, line):
+                return False
+            self._quick = logger
+        self.quick_lines += 1
+        return True
+
+    def _alone(self, logger: logging.Logger) -> bool:
+        """Whether this handler alone, with the text format, would see an INFO record of
+        `logger` (see `quick_line`)."""
+        if type(self.formatter) is not _TextLine or self.level > logging.INFO:
             return False
         if any(type(f) is not RequestIdFilter for f in self.filters):
             return False
@@ -139,20 +160,11 @@ class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
             if node.filters:
                 return False
             if node.parent is None:  # the root
-                if len(node.handlers) != 1 or node.handlers[0] is not self:
-                    return False
-                break
+                return len(node.handlers) == 1 and node.handlers[0] is self
             if node.handlers or not node.propagate:
                 return False
             node = node.parent
-        created = time.time()
-        msecs = int((created - int(created)) * 1000) + 0.0  # as a LogRecord has them
-        line = f"{formatter.timestamp(created, msecs)} INFO {logger.name} {message}\n"
-        with self.lock:  # type: ignore[union-attr]
-            if not self._queue(loop, line):
-                return False
-        self.quick_lines += 1
-        return True
+        return False
 
     def _write_pending(self) -> None:
         self.acquire()
@@ -172,6 +184,7 @@ class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def _write_pending_unlocked(self) -> None:
         pending, self._pending = self._pending, []
+        self._quick = None
         self.stream.write("".join(pending))
 
     def close(self) -> None:

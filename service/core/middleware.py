@@ -307,15 +307,15 @@ def access_line(
     """The access log's line of one request (also written by the inline invocation path)."""
     if not log.isEnabledFor(logging.INFO):
         return
-    duration_ms = round(elapsed * 1000, 2)
     if not json_logs:
-        text = (
-            f"{method} {path} {status} {duration_ms:.2f}ms account={account} requestId={request_id}"
-        )
         handlers = logging.root.handlers
         first = handlers[0] if handlers else None
-        if isinstance(first, LoopBatchedHandler) and first.quick_line(log, text):
-            return
+        if isinstance(first, LoopBatchedHandler):
+            ms = elapsed * 1000
+            text = f"{method} {path} {status} {ms:.2f}ms account={account} requestId={request_id}"
+            if first.quick_line(log, text):
+                return
+    duration_ms = round(elapsed * 1000, 2)
     # The fields go on the record too: a JSON line carries each (requestId comes from
     # the request-id filter of service/core/logs.py).
     fields = {

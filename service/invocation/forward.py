@@ -10,10 +10,11 @@ NVCF-REQID / NVCF-STATUS (the invocation plane sets those).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote
 
-from service.backends.worker import connection_header_names, connection_headers
+from service.backends.worker import HOP_BY_HOP_BYTES, connection_header_names, connection_headers
 from service.core.errors import BadRequest
 
 POLL_HEADER = "nvcf-poll-seconds"
@@ -45,8 +46,9 @@ NVCF_REQUEST_HEADERS = frozenset(
 
 
 _ALWAYS_DROPPED = _DROP_REQUEST | NVCF_REQUEST_HEADERS
-_ALWAYS_DROPPED_BYTES = frozenset(name.encode() for name in _ALWAYS_DROPPED)
-_DROP_RESPONSE_BYTES = frozenset(name.encode() for name in _DROP_RESPONSE)
+#: header names (lower-cased) never forwarded, whatever `Connection` says
+_REQUEST_DROPPED = HOP_BY_HOP_BYTES | frozenset(name.encode() for name in _ALWAYS_DROPPED)
+_RESPONSE_DROPPED = HOP_BY_HOP_BYTES | frozenset(name.encode() for name in _DROP_RESPONSE)
 
 
 def poll_seconds(raw: str | None) -> int:
@@ -87,25 +89,43 @@ def header_text(value: str) -> str:
 def request_lines(raw: Sequence[tuple[bytes, bytes]]) -> bytes:
     """`request_headers` (without NVCF-* ones) as header lines, each ending in CRLF, for
     headers as the server parsed them (names lower-cased)."""
-    drop = connection_header_names(raw) | _ALWAYS_DROPPED_BYTES
+    drop = _REQUEST_DROPPED
+    for name, _ in raw:
+        if name == b"connection":
+            drop = _dropped(drop, b",".join([v for k, v in raw if k == b"connection"]))
+            break
     return b"".join([k + b": " + v + b"\r\n" for k, v in raw if k not in drop])
 
 
 def response_lines(worker: Sequence[tuple[bytes, bytes]]) -> tuple[bytes, bytes | None]:
     """`response_headers` as header lines (names lower-cased, each line ending in CRLF), the
     worker's content length last, and that length (None: the answer has none)."""
-    drop = connection_header_names(worker) | _DROP_RESPONSE_BYTES
-    lines = []
+    kept = []
     length = None
+    connection = False
     for name, value in worker:
         lowered = name.lower()
-        if lowered not in drop:
-            lines.append(lowered + b": " + value + b"\r\n")
-        elif lowered == b"content-length" and length is None:
-            length = value
+        if lowered not in _RESPONSE_DROPPED:
+            kept.append((lowered, value))
+        elif lowered == b"content-length":
+            if length is None:
+                length = value
+        elif lowered == b"connection":
+            connection = True
+    if connection:
+        listed = b",".join([v for k, v in worker if k.lower() == b"connection"])
+        drop = _dropped(_RESPONSE_DROPPED, listed)
+        kept = [(k, v) for k, v in kept if k not in drop]
+    lines = [k + b": " + v + b"\r\n" for k, v in kept]
     if length is not None:
         lines.append(b"content-length: " + length + b"\r\n")
     return b"".join(lines), length
+
+
+@functools.lru_cache(maxsize=64)
+def _dropped(always: frozenset[bytes], connection: bytes) -> frozenset[bytes]:
+    """`always` and the header names a `Connection` header value lists (lower-cased)."""
+    return always | connection_header_names([(b"connection", connection)])
 
 
 def response_headers(worker: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

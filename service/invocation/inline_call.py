@@ -22,7 +22,12 @@ from service.core.errors import DomainError
 from service.core.front import Front
 from service.invocation import answers
 from service.invocation.dispatch import LocalDispatcher
-from service.invocation.forward import poll_seconds, request_headers, response_headers
+from service.invocation.forward import (
+    DEFAULT_POLL_SECONDS,
+    poll_seconds,
+    request_headers,
+    response_headers,
+)
 from service.invocation.models import RequestState
 from service.invocation.records import Invocation
 from service.invocation.routing import InstanceRoute, Target
@@ -165,10 +170,12 @@ def what_it_needs(
     )
     if principal is None or scopes.INVOKE_FUNCTION not in principal.scopes:
         return None
-    try:
-        seconds = poll_seconds(None if poll is None else poll.decode("latin-1"))
-    except DomainError:
-        return None
+    seconds = DEFAULT_POLL_SECONDS
+    if poll is not None:
+        try:
+            seconds = poll_seconds(poll.decode("latin-1"))
+        except DomainError:
+            return None
     target = plane.routes.cached(principal, function_id, version_id)
     if target is None or target.rate is not None:
         return None

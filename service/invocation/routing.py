@@ -39,7 +39,8 @@ from service.invocation.access import visible_versions
 from service.invocation.ratelimit import RatePolicy
 
 INVOCABLE = frozenset({"ACTIVE", "DEGRADING"})
-_Key = tuple[str, uuid.UUID, uuid.UUID | None]
+#: (account, function id, version id), the ids as canonical text: a UUID hashes in Python
+_Key = tuple[str, str, str | None]
 #: cached targets at most (least recently resolved go first)
 MAX_CACHED = 10_000
 
@@ -193,8 +194,6 @@ class RouteTable:
         self._stale = 10 * ttl
         self._cache: dict[_Key, tuple[float, Target]] = {}
         self._loading: dict[_Key, asyncio.Future[Target]] = {}
-        #: the key of a cached target by the ids as text (`cached`: no UUID parsing)
-        self._texts: dict[tuple[str, str, str | None], _Key] = {}
 
     def cached(
         self, principal: Principal, function_id: str, version_id: str | None
@@ -202,9 +201,7 @@ class RouteTable:
         """The cached target of the ids as the request spelled them (canonical lowercase
         text), else None: never waits. An expired one is still given (and re-read in the
         background) within the stale period, as `resolve` does."""
-        key = self._texts.get((principal.account_id, function_id, version_id))
-        if key is None:
-            return None
+        key = (principal.account_id, function_id, version_id)
         hit = self._cache.get(key)
         if hit is None:
             return None
@@ -221,7 +218,8 @@ class RouteTable:
     async def resolve(
         self, principal: Principal, function_id: uuid.UUID, version_id: uuid.UUID | None
     ) -> Target:
-        key = (principal.account_id, function_id, version_id)
+        vid = None if version_id is None else str(version_id)
+        key = (principal.account_id, str(function_id), vid)
         hit = self._cache.get(key)
         if hit is not None:
             expires, target = hit
@@ -244,7 +242,8 @@ class RouteTable:
     async def _read(self, key: _Key, principal: Principal) -> Target:
         try:
             async with self._sessionmaker() as session:
-                target = await self._load(session, principal, key[1], key[2])
+                version_id = None if key[2] is None else uuid.UUID(key[2])
+                target = await self._load(session, principal, uuid.UUID(key[1]), version_id)
         except BaseException:
             self._cache.pop(key, None)
             raise
@@ -254,10 +253,6 @@ class RouteTable:
             if len(self._cache) >= MAX_CACHED and key not in self._cache:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[key] = (time.monotonic() + self._ttl, target)
-            if len(self._texts) >= MAX_CACHED:
-                self._texts.clear()
-            text = (key[0], str(key[1]), None if key[2] is None else str(key[2]))
-            self._texts[text] = key
         return target
 
     async def refresh(self, principal: Principal, target: Target) -> Target | None:

@@ -88,8 +88,8 @@ def addressed(
         if fid is not None:
             vid = _uuid(version_id.decode("latin-1").strip()) if version_id else None
             return fid, vid, False
-    if not host or host[:1] == b"[":
-        return None
+    if len(host) < 38 or host[36:37] != b".":
+        return None  # no UUID label first and a suffix after it (the common case: at once)
     text = host.decode("latin-1")
     hostname = text.rsplit(":", 1)[0] if ":" in text else text
     labels = hostname.lower().rstrip(".").split(".")

@@ -48,6 +48,10 @@ _OWN = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 class _Answer:
     """httptools callbacks for one response."""
 
+    # the callbacks it has none for, named (the parser looks each up: a missing attribute
+    # would cost an AttributeError made and dropped per response)
+    on_message_begin = on_status = on_chunk_header = on_chunk_complete = None
+
     __slots__ = (
         "body",
         "buffered",
@@ -77,7 +81,7 @@ class _Answer:
         if lowered == b"content-length":
             with contextlib.suppress(ValueError):
                 self.length = int(value)
-        elif lowered == b"transfer-encoding" and b"chunked" in value.lower():
+        elif lowered == b"transfer-encoding" and value.lower().find(b"chunked") >= 0:
             self.chunked = True
         self.raw_headers.append((name, value))
 

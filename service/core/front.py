@@ -49,7 +49,9 @@ BODY_MAX = 256 * 1024
 #: bytes of requests waiting behind the one under way before reading pauses
 WAITING_MAX = 256 * 1024
 
-Headers = list[tuple[bytes, bytes]]
+#: a request's headers by (lower-cased) name, in their order; a request naming a header twice
+#: is not the front's
+Headers = dict[bytes, bytes]
 
 
 class HeadExpress(Express, Protocol):
@@ -60,8 +62,8 @@ class HeadExpress(Express, Protocol):
     head_prefixes: tuple[bytes, ...]
 
     def claim_head(self, url: bytes, headers: Headers) -> object | None:
-        """What to run for a POST request of this URL and (lower-cased) headers, if it is this
-        lane's; None hands it over."""
+        """What to run for a POST request of this URL and headers, if it is this lane's; None
+        hands it over."""
         ...
 
     def run(self, claimed: object, headers: Headers, body: bytes, front: Front) -> bool:
@@ -123,7 +125,8 @@ class FrontProtocol(asyncio.Protocol):
         #: of the request being read: its head's length, URL, headers, body length, claim
         self._head = 0
         self._url = b""
-        self._headers: Headers = []
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._index: Headers = {}
         self._length = 0
         self._claimed: object | None = None
         self._keep_alive = True
@@ -191,7 +194,7 @@ class FrontProtocol(asyncio.Protocol):
                 return  # the request line so far could still be one of them
             end = buffer.find(b"\r\n\r\n", 0, HEAD_MAX)
             if end < 0:
-                if len(buffer) >= HEAD_MAX or b"\n\n" in buffer:
+                if len(buffer) >= HEAD_MAX or buffer.find(b"\n\n") >= 0:
                     self._hand_over()  # too long, or lines not ended as this takes them
                 return
             self._head = end + 4
@@ -216,8 +219,8 @@ class FrontProtocol(asyncio.Protocol):
             self._hand_over()
             return
         self._request, self._buffer = buffer[:end], buffer[end:]
-        claimed, headers = self._claimed, self._headers
-        self._head, self._claimed, self._headers = 0, None, []
+        claimed, headers = self._claimed, self._index
+        self._head, self._claimed = 0, None
         self._busy = True
         self._clock.disarm()
         try:
@@ -248,10 +251,12 @@ class FrontProtocol(asyncio.Protocol):
             or parser.should_upgrade()
         ):
             return
-        length = _content_length(self._headers)
+        headers = self._headers
+        index = self._index = dict(headers)
+        length = _content_length(index) if len(index) == len(headers) else None
         if length is None or length > BODY_MAX:
             return
-        self._claimed = self.express.claim_head(self._url, self._headers)
+        self._claimed = self.express.claim_head(self._url, index)
         self._length = length
         self._keep_alive = self._keep_alive and parser.should_keep_alive()
 
@@ -387,19 +392,16 @@ def whole_answer(
     return b"".join(content)
 
 
-def _content_length(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
-    """The body length a request's headers give, if they give exactly one, no other framing
-    and no `Expect` (a client waiting for `100 Continue` goes to uvicorn's protocol, which
-    sends it)."""
-    length = None
-    for name, value in headers:
-        if name == b"content-length":
-            if length is not None or not value.isdigit():
-                return None
-            length = int(value)
-        elif name == b"transfer-encoding" or name == b"expect":
-            return None
-    return length
+def _content_length(headers: Headers) -> int | None:
+    """The body length a request's headers give, if they give one, no other framing and no
+    `Expect` (a client waiting for `100 Continue` goes to uvicorn's protocol, which sends
+    it)."""
+    value = headers.get(b"content-length")
+    if value is None or not value.isdigit():
+        return None
+    if b"transfer-encoding" in headers or b"expect" in headers:
+        return None
+    return int(value)
 
 
 def http_protocol(limits: ConnectionLimits, express: Express | None) -> type[asyncio.Protocol]:

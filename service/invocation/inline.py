@@ -39,7 +39,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -61,6 +61,7 @@ from service.invocation.inline_call import (
     Ready,
     discarded,
     disconnected,
+    header_index,
     unset,
     what_it_needs,
 )
@@ -95,6 +96,11 @@ class InlineInvocation(TaskWay):
         general: ASGIApp,
     ) -> None:
         self.state = state
+        #: what `state` holds, as a mapping (a starlette `State` keeps a dict: an attribute
+        #: read through its `__getattr__` first fails the ordinary lookup, an AttributeError
+        #: made and dropped per read)
+        values = getattr(state, "_state", None)
+        self._values: Mapping[str, Any] = values if isinstance(values, dict) else vars(state)
         self.metrics = metrics
         self.json_logs = json_logs
         self.body_limit = body_limit
@@ -217,7 +223,7 @@ class InlineInvocation(TaskWay):
         worker is open and idle, the worker request is written now and its answer taken by
         callbacks (True); else False, and the request comes again by uvicorn's protocol."""
         started = time.perf_counter()
-        ready = what_it_needs(self.state, self.body_limit, headers, function_id, version_id)
+        ready = what_it_needs(self._values, self.body_limit, headers, function_id, version_id)
         if ready is None:
             return False
         dispatcher, target = ready[1], ready[3]
@@ -228,9 +234,10 @@ class InlineInvocation(TaskWay):
         exchange = None
         try:
             if endpoint is not None:
-                scope = {"method": "POST", "path": path, "headers": headers}
+                raw = list(headers.items())
+                scope = {"method": "POST", "path": path, "headers": raw}
                 call = self._call(ready, instance, body, scope, unset, unset, None, label, started)
-                lines = self._worker_lines(call, headers)
+                lines = self._worker_lines(call, raw)
                 exchange = call.exchange = endpoint.begin("POST", call.path, lines, body)
         finally:
             if exchange is None:
@@ -244,7 +251,7 @@ class InlineInvocation(TaskWay):
         return True
 
     @staticmethod
-    def _worker_lines(call: InlineCall, headers: Headers) -> bytes:
+    def _worker_lines(call: InlineCall, headers: Sequence[tuple[bytes, bytes]]) -> bytes:
         """The header lines of the worker request: the caller's, then the NVCF-* ones."""
         return request_lines(headers) + call.plane.worker_lines(
             call.request_id, call.principal, call.target, call.instance
@@ -263,7 +270,10 @@ class InlineInvocation(TaskWay):
     def _ready(self, scope: Scope, function_id: str, version_id: str | None) -> Ready | None:
         if scope.get("query_string"):
             return None
-        return what_it_needs(self.state, self.body_limit, scope["headers"], function_id, version_id)
+        headers = header_index(scope["headers"])
+        if headers is None:
+            return None
+        return what_it_needs(self._values, self.body_limit, headers, function_id, version_id)
 
     def _call(
         self,

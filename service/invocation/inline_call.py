@@ -5,9 +5,8 @@ writes itself."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +39,7 @@ X_REQUEST_ID = b"x-request-id"
 Ready = tuple[InvocationPlane, LocalDispatcher, Principal, Target, int]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class InlineCall:
     """One request on the inline path."""
 
@@ -75,7 +74,6 @@ class InlineCall:
     #: the worker request, when it was written without a task (`InlineInvocation.start`)
     exchange: WorkerExchange | None = None
 
-    @functools.cached_property
     def headers(self) -> list[tuple[str, str]]:
         """The caller's headers for the worker (decoded, filtered)."""
         return request_headers(self.scope["headers"], ())
@@ -88,7 +86,7 @@ class InlineCall:
             principal=self.principal,
             method=self.scope["method"],
             path=self.path,
-            headers=self.headers,
+            headers=self.headers(),
             body=self.body,
             created_at=utcnow(),
             accepted=self.accepted,
@@ -137,34 +135,37 @@ def outcome_message(
     return outcome.status, headers, outcome.body
 
 
+def header_index(headers: Sequence[tuple[bytes, bytes]]) -> dict[bytes, bytes] | None:
+    """A request's headers by name, unless it names one twice."""
+    index = dict(headers)
+    return index if len(index) == len(headers) else None
+
+
 def what_it_needs(
-    state: Any,
+    state: Mapping[str, Any],
     body_limit: int,
-    headers: Sequence[tuple[bytes, bytes]],
+    headers: Mapping[bytes, bytes],
     function_id: str,
     version_id: str | None,
 ) -> Ready | None:
     """What the inline path needs of a request without a query string, known without
-    waiting; None: the general path's."""
-    plane: InvocationPlane | None = state.invocation
+    waiting; None: the general path's. `state`: the application's state, as a mapping;
+    `headers` by (lower-cased) name (a request naming one twice is the general path's, see
+    `header_index`)."""
+    plane: InvocationPlane | None = state.get("invocation")
     if plane is None or not plane.accepting:
         return None
     dispatcher = plane.dispatcher
     if not isinstance(dispatcher, LocalDispatcher):
         return None
-    authorization = length = poll = None
-    for name, value in headers:
-        if name == b"authorization":
-            authorization = value
-        elif name == b"content-length":
-            length = value
-        elif name == b"nvcf-poll-seconds":
-            poll = value
-        elif name in (X_REQUEST_ID, b"transfer-encoding", b"expect"):
-            return None
+    if X_REQUEST_ID in headers or b"transfer-encoding" in headers or b"expect" in headers:
+        return None
+    length = headers.get(b"content-length")
     if length is not None and (not length.isdigit() or int(length) > body_limit):
         return None
-    auth: Authenticator = state.authenticator
+    authorization = headers.get(b"authorization")
+    poll = headers.get(b"nvcf-poll-seconds")
+    auth: Authenticator = state["authenticator"]
     principal = auth.cached_principal(
         None if authorization is None else authorization.decode("latin-1")
     )

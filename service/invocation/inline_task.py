@@ -125,7 +125,7 @@ class TaskWay:
             return await call.exchange.response()
         endpoint = await self._endpoint(call)
         headers = call.plane.worker_headers(
-            call.headers, call.request_id, call.principal, call.target, call.instance
+            call.headers(), call.request_id, call.principal, call.target, call.instance
         )
         return await endpoint.send(call.scope["method"], call.path, headers, call.body)
 

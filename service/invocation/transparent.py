@@ -24,7 +24,7 @@ path with leading `//`) takes the ordinary way, where `TransparentInvocation` an
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, cast
 
 from starlette.requests import Request
@@ -83,6 +83,24 @@ def addressed(
             version_id = value
         elif name == b"host":
             host = value
+    return _addressed(function_id, version_id, host, suffix)
+
+
+def addressed_by(
+    headers: Mapping[bytes, bytes], suffix: str | None
+) -> tuple[str, str | None, bool] | None:
+    """`addressed`, of headers by name."""
+    return _addressed(
+        headers.get(b"function-id"),
+        headers.get(b"function-version-id"),
+        headers.get(b"host", b""),
+        suffix,
+    )
+
+
+def _addressed(
+    function_id: bytes | None, version_id: bytes | None, host: bytes, suffix: str | None
+) -> tuple[str, str | None, bool] | None:
     if function_id is not None:
         fid = _uuid(function_id.decode("latin-1").strip())
         if fid is not None:
@@ -237,9 +255,13 @@ class FrontDoor:
     def claim_head(self, url: bytes, headers: Headers) -> Claimed | None:
         """A pexec POST on its plain path (no query, nothing escaped) that is not addressed
         by transparent mode: (function id, version id, path)."""
-        if not url.startswith(_PEXEC) or b"?" in url or b"%" in url or b"#" in url:
+        # (`find`, not `in`: a bytes `in` first tries its operand as an integer, an
+        # exception made and dropped each time)
+        if not url.startswith(_PEXEC) or url.find(b"?") >= 0 or url.find(b"%") >= 0:
             return None
-        if addressed(headers, self.suffix) is not None:
+        if url.find(b"#") >= 0:
+            return None
+        if addressed_by(headers, self.suffix) is not None:
             return None
         parts = url[len(_PEXEC) :].rstrip(b"/").split(b"/")
         if len(parts) == 1 and parts[0]:

@@ -138,7 +138,11 @@ async def test_what_the_inline_path_does_not_take_goes_the_general_way(
         resp = await http.post(pexec_url(fn), json={}, headers={"Authorization": "Bearer nvapi-x"})
         assert_problem(resp, 401)
         assert resp.headers["nvcf-status"] == "errored"
-        assert inline.handed_over == handed + 3 and inline.answered == answered + 1
+        # a header named twice (its values are not folded here): the general path
+        twice = [("X-Twice", "a"), ("X-Twice", "b")]
+        resp = await http.post(pexec_url(fn), json={"twice": 1}, headers=twice)
+        assert resp.status_code == 200 and resp.json()["echo"] == {"twice": 1}
+        assert inline.handed_over == handed + 4 and inline.answered == answered + 1
 
         # the only instance is busy (maxRequestConcurrency 1): the next request queues
         upstream.hold()
@@ -152,7 +156,7 @@ async def test_what_the_inline_path_does_not_take_goes_the_general_way(
         assert depth["queues"][0]["queueDepth"] == 1
         upstream.release()
         assert [(await t).json()["echo"]["i"] for t in (first, second)] == [1, 2]
-        assert inline.answered == answered + 2 and inline.handed_over == handed + 4
+        assert inline.answered == answered + 2 and inline.handed_over == handed + 5
 
 
 async def test_a_slow_worker_is_detached_after_the_poll_time_then_polled(

@@ -382,14 +382,24 @@ def whole_answer(
 ) -> bytes:
     """A whole HTTP/1.1 answer as uvicorn's protocol writes one: status line, the server's own
     headers, header `lines` (each ending in CRLF), `connection: close` unless kept alive."""
-    content = [STATUS_LINE.get(status) or b"HTTP/1.1 %d \r\n" % status]
-    for name, value in default_headers:
-        content += (name, b": ", value, b"\r\n")
-    content.append(lines)
-    if not keep_alive:
-        content.append(b"connection: close\r\n")
-    content += (b"\r\n", body)
-    return b"".join(content)
+    if _server_lines[0] is not default_headers:
+        # uvicorn makes a new list of them every second (its date header): as lines once
+        server = b"".join([name + b": " + value + b"\r\n" for name, value in default_headers])
+        _server_lines[:] = [default_headers, server]
+    return b"".join(
+        (
+            STATUS_LINE.get(status) or b"HTTP/1.1 %d \r\n" % status,
+            _server_lines[1],
+            lines,
+            b"" if keep_alive else b"connection: close\r\n",
+            b"\r\n",
+            body,
+        )
+    )
+
+
+#: the server's own headers last written, and as header lines
+_server_lines: list[Any] = [None, b""]
 
 
 def _content_length(headers: Headers) -> int | None:

@@ -274,10 +274,13 @@ class LocalDispatcher:
 
     def _pick(self, lane: _Lane, exclude: frozenset[uuid.UUID]) -> InstanceRoute | None:
         """The instance with the fewest requests in flight and room for one more."""
-        best: InstanceRoute | None = None
-        best_load = 0
         instances = lane.target.instances
         count = len(instances)
+        if count == 1 and not exclude:  # (the common case, without the turn)
+            only = instances[0]
+            return only if self._in_flight.get(only.key, 0) < only.max_concurrency else None
+        best: InstanceRoute | None = None
+        best_load = 0
         for step in range(count):
             instance = instances[(lane.turn + step) % count]
             load = self._in_flight.get(instance.key, 0)

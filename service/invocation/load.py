@@ -40,7 +40,7 @@ log = logging.getLogger("nvcf.invocation.load")
 Clock = Callable[[], float]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class VersionLoad:
     """One version's load on this replica, as the dispatcher last told it."""
 
@@ -94,14 +94,16 @@ class LoadTracker:
             )
             if self.on_version is not None:
                 self.on_version(target, v)
-        v.area += v.in_flight * (now - v.changed)
+        before, was_waiting = v.in_flight, v.waiting
+        v.area += before * (now - v.changed)
         v.changed = now
-        if in_flight + waiting > v.in_flight + v.waiting:
+        v.in_flight = in_flight
+        v.waiting = waiting
+        v.dirty = True
+        if in_flight + waiting > before + was_waiting:
             v.last_request = now
-        cold = waiting > 0 and v.waiting == 0 and not target.instances
-        v.in_flight, v.waiting, v.dirty = in_flight, waiting, True
-        if cold:
-            self.urgent.set()
+        if waiting and not was_waiting and not target.instances:
+            self.urgent.set()  # a cold start: the first request waiting with no instance
             if self.on_cold is not None:
                 self.on_cold(target.version_id)
 

@@ -89,25 +89,31 @@ def nothing() -> None:
 
 #: random bytes read at once for this many request ids (one system call instead of one each)
 _IDS_PER_READ = 256
-_random = bytearray()
+_ids: list[str] = []
 
 
-def _forget_random() -> None:
-    _random.clear()  # a forked child must not give the ids its parent gives
+def _forget_ids() -> None:
+    _ids.clear()  # a forked child must not give the ids its parent gives
 
 
-os.register_at_fork(after_in_child=_forget_random)
+os.register_at_fork(after_in_child=_forget_ids)
 
 
 def new_request_id() -> str:
     """A random (version 4) UUID as text, as `str(uuid.uuid4())` gives, without the UUID
-    object (its 16 bytes from os.urandom, read for many ids at a time)."""
-    global _random
-    if not _random:
-        _random = bytearray(os.urandom(16 * _IDS_PER_READ))
-    raw = _random[-16:]
-    del _random[-16:]
-    raw[6] = (raw[6] & 0x0F) | 0x40
-    raw[8] = (raw[8] & 0x3F) | 0x80
+    object (16 bytes each from os.urandom, read and put in text for many ids at a time)."""
+    if not _ids:
+        _ids.extend(_some_ids())
+    return _ids.pop()
+
+
+def _some_ids() -> list[str]:
+    raw = bytearray(os.urandom(16 * _IDS_PER_READ))
+    raw[6::16] = bytes(b & 0x0F | 0x40 for b in raw[6::16])  # version 4
+    raw[8::16] = bytes(b & 0x3F | 0x80 for b in raw[8::16])  # RFC 4122 variant
     h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    return [
+        f"{h[i : i + 8]}-{h[i + 8 : i + 12]}-{h[i + 12 : i + 16]}-{h[i + 16 : i + 20]}-"
+        f"{h[i + 20 : i + 32]}"
+        for i in range(0, len(h), 32)
+    ]

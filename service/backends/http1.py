@@ -171,7 +171,8 @@ class _Connection(asyncio.Protocol):
     def end(self) -> None:
         """The current answer is over: the connection reads again if it had paused."""
         self.parser = self.answer = None
-        self.follow(None)
+        if self.notify is not None or self.on_expiry is not None:
+            self.follow(None)
         if self._paused:
             self._paused = False
             if self.transport is not None:

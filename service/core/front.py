@@ -198,6 +198,7 @@ class FrontProtocol(asyncio.Protocol):
                     self._hand_over()  # too long, or lines not ended as this takes them
                 return
             self._head = end + 4
+            self._url, self._headers = b"", []
             try:
                 self.parser.feed_data(buffer[: self._head])
             except (httptools.HttpParserError, httptools.HttpParserUpgrade):
@@ -231,11 +232,8 @@ class FrontProtocol(asyncio.Protocol):
         if not taken:
             self._hand_over()
 
-    # httptools parser callbacks (the head only: the claim is made when it is complete)
-
-    def on_message_begin(self) -> None:
-        self._url = b""
-        self._headers = []
+    # httptools parser callbacks (the head only: the claim is made when it is complete; what
+    # they fill is emptied before each head is fed)
 
     def on_url(self, url: bytes) -> None:
         self._url += url

@@ -133,16 +133,22 @@ class Deadline:
         return self._at is not None
 
     def arm(self, seconds: float) -> None:
-        self.arm_at(self._loop.time() + seconds)
+        at = self._at = self._loop.time() + seconds
+        if self._timer is None or at < self._timer_at:
+            self._rearm(at)
 
     def arm_at(self, at: float) -> None:
         """`arm` for a loop time."""
         self._at = at
         if self._timer is None or at < self._timer_at:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = self._loop.call_at(at, self._look)
-            self._timer_at = at
+            self._rearm(at)
+
+    def _rearm(self, at: float) -> None:
+        """The timer set for `at`, earlier than the one set (if any)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_at(at, self._look)
+        self._timer_at = at
 
     def disarm(self) -> None:
         self._at = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
+from typing import ClassVar, Generic, TypeVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
@@ -49,7 +50,14 @@ class HistogramCell:
         self.sum += value
 
 
-class _Family(Collector):
+_Cell = TypeVar("_Cell", CounterCell, HistogramCell)
+
+
+class _Family(Collector, Generic[_Cell]):
+    """A family of cells by label values; `kind` is its Prometheus type."""
+
+    kind: ClassVar[str]
+
     def __init__(
         self,
         name: str,
@@ -60,18 +68,35 @@ class _Family(Collector):
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
+        self._cells: dict[tuple[str, ...], _Cell] = {}
         if registry is not None:
             registry.register(self)
+
+    def cell(self, *values: str) -> _Cell:
+        """The cell of these label values (made at the first call)."""
+        cell = self._cells.get(values)
+        if cell is None:
+            self._labels(values)
+            cell = self._cells[values] = self._new()
+        return cell
+
+    def _new(self) -> _Cell:
+        raise NotImplementedError
 
     def _labels(self, values: tuple[str, ...]) -> dict[str, str]:
         if len(values) != len(self.labelnames):
             raise ValueError(f"{self.name}: expected label values for {self.labelnames}")
         return dict(zip(self.labelnames, values, strict=True))
 
+    def describe(self) -> Iterator[Metric]:
+        yield Metric(self.name, self.documentation, self.kind)
 
-class CounterTable(_Family):
+
+class CounterTable(_Family[CounterCell]):
     """A counter family (`name` without `_total`, as prometheus_client's `Counter` takes
     it, or with)."""
+
+    kind = "counter"
 
     def __init__(
         self,
@@ -81,21 +106,12 @@ class CounterTable(_Family):
         registry: CollectorRegistry | None,
     ) -> None:
         super().__init__(name.removesuffix("_total"), documentation, labelnames, registry)
-        self._cells: dict[tuple[str, ...], CounterCell] = {}
 
-    def cell(self, *values: str) -> CounterCell:
-        """The cell of these label values (made at the first call)."""
-        cell = self._cells.get(values)
-        if cell is None:
-            self._labels(values)
-            cell = self._cells[values] = CounterCell()
-        return cell
-
-    def describe(self) -> Iterator[Metric]:
-        yield Metric(self.name, self.documentation, "counter")
+    def _new(self) -> CounterCell:
+        return CounterCell()
 
     def collect(self) -> Iterator[Metric]:
-        metric = Metric(self.name, self.documentation, "counter")
+        metric = Metric(self.name, self.documentation, self.kind)
         for values, cell in list(self._cells.items()):
             labels = self._labels(values)
             metric.add_sample(self.name + "_total", labels, cell.value)
@@ -103,8 +119,10 @@ class CounterTable(_Family):
         yield metric
 
 
-class HistogramTable(_Family):
+class HistogramTable(_Family[HistogramCell]):
     """A histogram family with the upper bounds `buckets` (+Inf is added)."""
+
+    kind = "histogram"
 
     def __init__(
         self,
@@ -115,26 +133,17 @@ class HistogramTable(_Family):
         *,
         buckets: Sequence[float],
     ) -> None:
-        super().__init__(name, documentation, labelnames, registry)
         bounds = sorted(float(b) for b in buckets)
         if not bounds or bounds[-1] != INF:
             bounds.append(INF)
         self.bounds = tuple(bounds)
-        self._cells: dict[tuple[str, ...], HistogramCell] = {}
+        super().__init__(name, documentation, labelnames, registry)
 
-    def cell(self, *values: str) -> HistogramCell:
-        """The cell of these label values (made at the first call)."""
-        cell = self._cells.get(values)
-        if cell is None:
-            self._labels(values)
-            cell = self._cells[values] = HistogramCell(self.bounds)
-        return cell
-
-    def describe(self) -> Iterator[Metric]:
-        yield Metric(self.name, self.documentation, "histogram")
+    def _new(self) -> HistogramCell:
+        return HistogramCell(self.bounds)
 
     def collect(self) -> Iterator[Metric]:
-        metric = Metric(self.name, self.documentation, "histogram")
+        metric = Metric(self.name, self.documentation, self.kind)
         les = [floatToGoString(b) for b in self.bounds]  # type: ignore[no-untyped-call]
         for values, cell in list(self._cells.items()):
             labels = self._labels(values)

@@ -57,6 +57,26 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
+def server_env(tmp: Path, echo_port: int) -> dict[str, str]:
+    """The settings of an `nvcf-server` whose simulated cluster forwards to the echo server
+    on `echo_port` (its catalog written in `tmp`)."""
+    catalog = simulated_catalog(
+        {
+            "scheduleSeconds": 0.05,
+            "pullSeconds": 0.05,
+            "readySeconds": 0.05,
+            "upstream": f"http://127.0.0.1:{echo_port}",
+        }
+    )
+    (tmp / "clusters.yaml").write_text(json.dumps(catalog))
+    return {
+        "NVCF_DATA_DIR": str(tmp / "data"),
+        "NVCF_BOOTSTRAP_API_KEY": KEY,
+        "NVCF_RATE_LIMIT_PER_SECOND": "0",
+        "NVCF_CLUSTERS_FILE": str(tmp / "clusters.yaml"),
+    }
+
+
 def deploy(port: int, concurrency: int) -> tuple[str, str]:
     base = f"http://127.0.0.1:{port}/v2/nvcf"
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {KEY}"}, timeout=30) as c:
@@ -123,20 +143,8 @@ def main() -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    catalog = simulated_catalog(
-        {
-            "scheduleSeconds": 0.05,
-            "pullSeconds": 0.05,
-            "readySeconds": 0.05,
-            "upstream": f"http://127.0.0.1:{echo_port}",
-        }
-    )
-    (tmp / "clusters.yaml").write_text(json.dumps(catalog))
     env = {
-        "NVCF_DATA_DIR": str(tmp / "data"),
-        "NVCF_BOOTSTRAP_API_KEY": KEY,
-        "NVCF_RATE_LIMIT_PER_SECOND": "0",
-        "NVCF_CLUSTERS_FILE": str(tmp / "clusters.yaml"),
+        **server_env(tmp, echo_port),
         "NVCF_HTTP_MAX_CONNECTIONS": str(args.pending + 500),
         "NVCF_INVOKE_QUEUE_MAX": str(args.pending * 2),
         "PYTHONPATH": str(root),

@@ -15,7 +15,6 @@ Needs valgrind (`callgrind_control`); about two minutes.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -26,8 +25,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.api import free_port, simulated_catalog
-from bench.invoke import KEY, PAYLOAD, deploy
+from bench.api import free_port
+from bench.invoke import KEY, PAYLOAD, deploy, server_env
 from bench.loadgen import build_request, run_load
 
 #: uvloop's stream-read callback: every `data_received` runs under it
@@ -104,24 +103,9 @@ def main() -> None:
         baseline = callgrind([*echo, str(counted_port)], tmp / "echo.out", env, str(root))
         procs.append(baseline)
         procs.append(subprocess.Popen([*echo, str(echo_port)], stdout=subprocess.DEVNULL))
-        catalog = simulated_catalog(
-            {
-                "scheduleSeconds": 0.05,
-                "pullSeconds": 0.05,
-                "readySeconds": 0.05,
-                "upstream": f"http://127.0.0.1:{echo_port}",
-            }
-        )
-        (tmp / "clusters.yaml").write_text(json.dumps(catalog))
-        server_env = {
-            **env,
-            "NVCF_DATA_DIR": str(tmp / "data"),
-            "NVCF_BOOTSTRAP_API_KEY": KEY,
-            "NVCF_RATE_LIMIT_PER_SECOND": "0",
-            "NVCF_CLUSTERS_FILE": str(tmp / "clusters.yaml"),
-        }
+        settings = {**env, **server_env(tmp, echo_port)}
         command = [sys.executable, "-m", "service.cli", "serve", "--port", str(server_port)]
-        server = callgrind(command, tmp / "server.out", server_env, str(root))
+        server = callgrind(command, tmp / "server.out", settings, str(root))
         procs.append(server)
         wait_for(f"http://127.0.0.1:{counted_port}/echo", baseline)
         wait_for(f"http://127.0.0.1:{echo_port}/echo", procs[1])

@@ -95,7 +95,6 @@ class InlineInvocation(TaskWay):
         body_limit: int,
         general: ASGIApp,
     ) -> None:
-        self.state = state
         #: what `state` holds, as a mapping (a starlette `State` keeps a dict: an attribute
         #: read through its `__getattr__` first fails the ordinary lookup, an AttributeError
         #: made and dropped per read)

@@ -53,12 +53,8 @@ class InvocationMetrics:
     def outcome(self, function_id: str, version_id: str, outcome: str) -> None:
         self.requests.cell(function_id, version_id, outcome).value += 1
 
-    def observe(self, function_id: str, version_id: str, seconds: float) -> None:
-        self.latency.cell(function_id, version_id).observe(seconds)
-
     def answered(self, target: Target, fulfilled: bool, seconds: float) -> None:
-        """A request the worker answered: its outcome and its time (`outcome` and `observe`
-        in one, for the hot path)."""
+        """A request the worker answered: its outcome and its time."""
         key = (target.vid, fulfilled)
         cells = self._cells.get(key)
         if cells is None:

@@ -46,11 +46,7 @@ _OWN = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 
 
 class _Answer:
-    """httptools callbacks for one response."""
-
-    # the callbacks it has none for, named (the parser looks each up: a missing attribute
-    # would cost an AttributeError made and dropped per response)
-    on_message_begin = on_status = on_chunk_header = on_chunk_complete = None
+    """One response as its connection's parser reads it."""
 
     __slots__ = (
         "body",
@@ -60,12 +56,12 @@ class _Answer:
         "headers_done",
         "keep_alive",
         "length",
-        "parser",
         "raw_headers",
+        "status",
     )
 
     def __init__(self) -> None:
-        self.parser: httptools.HttpResponseParser | None = None
+        self.status = 0
         self.keep_alive = False
         #: as they came (names in the worker's case)
         self.raw_headers: list[tuple[bytes, bytes]] = []
@@ -76,35 +72,16 @@ class _Answer:
         self.length: int | None = None
         self.chunked = False
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        lowered = name.lower()
-        if lowered == b"content-length":
-            with contextlib.suppress(ValueError):
-                self.length = int(value)
-        elif lowered == b"transfer-encoding" and value.lower().find(b"chunked") >= 0:
-            self.chunked = True
-        self.raw_headers.append((name, value))
-
-    def on_headers_complete(self) -> None:
-        self.headers_done = True
-        # asked now: once the message is complete the parser no longer knows; then the
-        # reference is dropped, so that answer and parser (which holds our callbacks) are
-        # freed by reference counting instead of waiting for the cyclic garbage collector
-        parser, self.parser = self.parser, None
-        self.keep_alive = parser is not None and parser.should_keep_alive()
-
-    def on_body(self, body: bytes) -> None:
-        chunk = bytes(body)
-        self.body.append(chunk)
-        self.buffered += len(chunk)
-
-    def on_message_complete(self) -> None:
-        self.complete = True
-
 
 class _Connection(asyncio.Protocol):
-    """One keep-alive connection to a worker. The current answer's parser is fed in
-    `data_received`; the request waiting on the connection is woken by whatever happens."""
+    """One keep-alive connection to a worker. Its one parser (made with the connection:
+    making one per answer looks its callbacks up each time) is fed in `data_received`, and
+    its callbacks, the connection's own, fill the current answer; the request waiting on the
+    connection is woken by whatever happens."""
+
+    # the parser callbacks it has none for, named (the parser looks each up: a missing
+    # attribute would cost an AttributeError made and dropped)
+    on_message_begin = on_status = on_chunk_header = on_chunk_complete = None
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -116,7 +93,9 @@ class _Connection(asyncio.Protocol):
         self.lost: str | None = None
         #: bytes arrived since the current request was sent
         self.received = False
+        #: made at `connection_made`, dropped at `connection_lost` (it holds the connection)
         self.parser: httptools.HttpResponseParser | None = None
+        #: the answer being read, between `begin` and `end`
         self.answer: _Answer | None = None
         self._waiter: asyncio.Future[None] | None = None
         #: called, like the waiter is woken, whenever something happens (an exchange begun
@@ -132,6 +111,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.parser = httptools.HttpResponseParser(self)
 
     def data_received(self, data: bytes) -> None:
         parser, answer = self.parser, self.answer
@@ -157,20 +137,54 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.ended = True
+        self.parser = None
         if isinstance(exc, OSError):
             self.lost = exc.strerror or str(exc)
         if self._deadline is not None:
             self._deadline.cancel()
         self._wake()
 
+    # httptools callbacks: the current answer's parts
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        answer = self.answer
+        assert answer is not None  # (fed only while there is one)
+        lowered = name.lower()
+        if lowered == b"content-length":
+            with contextlib.suppress(ValueError):
+                answer.length = int(value)
+        elif lowered == b"transfer-encoding" and value.lower().find(b"chunked") >= 0:
+            answer.chunked = True
+        answer.raw_headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        answer, parser = self.answer, self.parser
+        assert answer is not None and parser is not None
+        answer.headers_done = True
+        # asked now: once the message is complete the parser has moved on to the next
+        answer.status = parser.get_status_code()
+        answer.keep_alive = parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        answer = self.answer
+        assert answer is not None
+        chunk = bytes(body)
+        answer.body.append(chunk)
+        answer.buffered += len(chunk)
+
+    def on_message_complete(self) -> None:
+        answer = self.answer
+        assert answer is not None
+        answer.complete = True
+
     # the request's side
 
-    def begin(self, parser: httptools.HttpResponseParser, answer: _Answer) -> None:
-        self.parser, self.answer, self.received = parser, answer, False
+    def begin(self, answer: _Answer) -> None:
+        self.answer, self.received = answer, False
 
     def end(self) -> None:
         """The current answer is over: the connection reads again if it had paused."""
-        self.parser = self.answer = None
+        self.answer = None
         if self.notify is not None or self.on_expiry is not None:
             self.follow(None)
         if self._paused:
@@ -294,18 +308,16 @@ class _Http1Response(WorkerResponse):
         pool: Http1Pool,
         address: tuple[str, int],
         conn: _Connection,
-        parser: httptools.HttpResponseParser,
         answer: _Answer,
         *,
         head: bool,
     ) -> None:
-        self.status = parser.get_status_code()
+        self.status = answer.status
         self._raw = answer.raw_headers
         self._headers: list[tuple[str, str]] | None = None
         self._pool = pool
         self._address = address
         self._conn: _Connection | None = conn
-        self._parser = parser
         self._answer = answer
         self._keep = answer.keep_alive and not head
         if head or self.status in (204, 304) or 100 <= self.status < 200:
@@ -419,7 +431,7 @@ class Http1Endpoint(WorkerEndpoint):
             return None
         request = self._message(method, path, lines, body)
         head = method == "HEAD"
-        return _Exchange(self, conn, request, *self._write(conn, request), head=head)
+        return _Exchange(self, conn, request, self._write(conn, request), head=head)
 
     def _request(
         self, method: str, path: str, headers: Sequence[tuple[str, str]], body: bytes
@@ -442,26 +454,23 @@ class Http1Endpoint(WorkerEndpoint):
         for attempt in attempts:
             conn = await self._pool.connect(self._host, self._port)
             try:
-                return await self._head(conn, *self._write(conn, request), head=head)
+                return await self._head(conn, self._write(conn, request), head=head)
             except _StaleConnection:  # (`_head` closed it)
                 if attempt:
                     raise WorkerFailed(_CLOSED) from None
         raise AssertionError("unreachable")
 
     @staticmethod
-    def _write(conn: _Connection, request: bytes) -> tuple[httptools.HttpResponseParser, _Answer]:
+    def _write(conn: _Connection, request: bytes) -> _Answer:
         answer = _Answer()
-        parser = httptools.HttpResponseParser(answer)
-        answer.parser = parser
-        conn.begin(parser, answer)
+        conn.begin(answer)
         assert conn.transport is not None
         conn.transport.write(request)
-        return parser, answer
+        return answer
 
     async def _head(
         self,
         conn: _Connection,
-        parser: httptools.HttpResponseParser,
         answer: _Answer,
         *,
         head: bool,
@@ -484,18 +493,17 @@ class Http1Endpoint(WorkerEndpoint):
             except BaseException:  # cancelled (a deadline): the answer will never be read
                 conn.discard()
                 raise
-        return self._response(conn, parser, answer, head=head)
+        return self._response(conn, answer, head=head)
 
     def _response(
         self,
         conn: _Connection,
-        parser: httptools.HttpResponseParser,
         answer: _Answer,
         *,
         head: bool,
     ) -> WorkerResponse:
         """The answer on `conn`, its head arrived."""
-        return _Http1Response(self._pool, (self._host, self._port), conn, parser, answer, head=head)
+        return _Http1Response(self._pool, (self._host, self._port), conn, answer, head=head)
 
     async def health(self) -> int:
         if self.health_url is None:
@@ -519,7 +527,6 @@ class _Exchange(WorkerExchange):
         endpoint: Http1Endpoint,
         conn: _Connection,
         request: bytes,
-        parser: httptools.HttpResponseParser,
         answer: _Answer,
         *,
         head: bool,
@@ -527,7 +534,6 @@ class _Exchange(WorkerExchange):
         self._endpoint = endpoint
         self._conn = conn
         self._request = request
-        self._parser = parser
         self._answer = answer
         self._head = head
 
@@ -561,13 +567,13 @@ class _Exchange(WorkerExchange):
         if not self._answer.headers_done:
             return None
         self._conn.follow(None)
-        return self._endpoint._response(self._conn, self._parser, self._answer, head=self._head)
+        return self._endpoint._response(self._conn, self._answer, head=self._head)
 
     def head(self) -> tuple[int, list[tuple[bytes, bytes]]] | None:
         answer = self._answer
         if not answer.headers_done:
             return None
-        return self._parser.get_status_code(), answer.raw_headers
+        return answer.status, answer.raw_headers
 
     def take_body(self) -> bytes | None:
         answer = self._answer
@@ -587,7 +593,7 @@ class _Exchange(WorkerExchange):
         conn, endpoint = self._conn, self._endpoint
         conn.follow(None)
         try:
-            return await endpoint._head(conn, self._parser, self._answer, head=self._head)
+            return await endpoint._head(conn, self._answer, head=self._head)
         except _StaleConnection:  # (`_head` closed it): sent again on a new connection
             pass
         return await endpoint._send(self._request, head=self._head, attempts=(1,))

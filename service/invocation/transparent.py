@@ -43,8 +43,14 @@ LABEL = "<transparent invocation>"
 INVOCATION_PREFIXES = ("/v2/nvcf/pexec/", "/v2/nvcf/exec/")
 PEXEC = "/v2/nvcf/pexec/functions/"
 _PEXEC = PEXEC.encode()
+#: a path segment with nothing to unescape: any byte but `/?%#`, spelt as ranges (the
+#: regular expression engine checks a negated list byte by byte, a range set by bitmap:
+#: a third of the time of the whole match)
+_SEGMENT = rb"[\x00-\x22\x24\x26-\x2e\x30-\x3e\x40-\xff]+"
 #: a pexec URL with nothing to unescape and no query: (function id, version id or None)
-_PLAIN_PEXEC = re.compile(re.escape(_PEXEC) + rb"([^/?%#]+)(?:/versions/([^/?%#]+))?/*\Z").match
+_PLAIN_PEXEC = re.compile(
+    re.escape(_PEXEC) + rb"(" + _SEGMENT + rb")(?:/versions/(" + _SEGMENT + rb"))?/*\Z"
+).match
 #: the route templates the fast path answers for (metrics labels, as the router's)
 PEXEC_FUNCTION = "/v2/nvcf/pexec/functions/{functionId}"
 PEXEC_VERSION = "/v2/nvcf/pexec/functions/{functionId}/versions/{functionVersionId}"

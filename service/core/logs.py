@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import threading
 import time
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -98,6 +99,8 @@ class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self.quick_lines = 0
         #: the logger `quick_line` last found alone with this handler, while its line waits
         self._quick: logging.Logger | None = None
+        #: the thread whose event loop writes the pending lines
+        self._thread: int | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         loop = asyncio._get_running_loop()
@@ -111,16 +114,22 @@ class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
         except Exception:
             self.handleError(record)
             return
-        if not self._queue(loop, line):
+        if not self._queue(line, loop):
             super().emit(record)
 
-    def _queue(self, loop: asyncio.AbstractEventLoop, line: str) -> bool:
+    def _queue(self, line: str, loop: asyncio.AbstractEventLoop | None = None) -> bool:
+        """`line` pending for the end of the loop iteration: False when there is no running
+        loop (`loop`, when the caller has looked it up) to write it."""
         pending = self._pending
         if not pending:
+            loop = loop or asyncio._get_running_loop()
+            if loop is None:
+                return False
             try:
                 loop.call_soon(self._write_pending)
             except RuntimeError:  # the loop is closing: no later iteration
                 return False
+            self._thread = threading.get_ident()
         pending.append(line)
         return True
 
@@ -131,18 +140,20 @@ class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
         here but the request id's (which the text format does not show). False: the caller
         logs it the ordinary way. That is looked at for the first such line of a loop
         iteration; the lines after it in the same iteration (the same batch) go the same
-        way."""
-        loop = asyncio._get_running_loop()
-        if loop is None:
-            return False
-        if not (self._pending and self._quick is logger) and not self._alone(logger):
-            return False
+        way. (The running loop is looked up for that first line only: Python 3.11 asks the
+        system for the process id at every look-up.)"""
+        batched = self._pending and self._quick is logger and self._thread == threading.get_ident()
+        loop = None
+        if not batched:
+            loop = asyncio._get_running_loop()
+            if loop is None or not self._alone(logger):
+                return False
         created = time.time()
         msecs = int((created - int(created)) * 1000) + 0.0  # as a LogRecord has them
         formatter: _TextLine = self.formatter  # type: ignore[assignment]
         line = f"{formatter.timestamp(created, msecs)} INFO {logger.name} {message}\n"
         with self.lock:  # type: ignore[union-attr]
-            if not self._queue(loop, line):
+            if not self._queue(line, loop):
                 return False
             self._quick = logger
         self.quick_lines += 1

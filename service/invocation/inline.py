@@ -114,6 +114,8 @@ class InlineInvocation(TaskWay):
         self._endpoints: dict[str, WorkerEndpoint] = {}
         #: requests followed in tasks started from callbacks (kept from the garbage collector)
         self._tasks: set[asyncio.Task[None]] = set()
+        #: the event loop last found running (`_loop_now`)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def __call__(
         self,
@@ -266,6 +268,14 @@ class InlineInvocation(TaskWay):
             on_expiry=functools.partial(self._follow, call, None),
         )
 
+    def _loop_now(self) -> float:
+        """The running event loop's time, the loop kept while it runs: looking it up costs a
+        system call on Python 3.11 (the process id is checked at every look-up)."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop.time()
+
     def _ready(self, scope: Scope, function_id: str, version_id: str | None) -> Ready | None:
         if scope.get("query_string"):
             return None
@@ -289,7 +299,7 @@ class InlineInvocation(TaskWay):
     ) -> InlineCall:
         plane, dispatcher, principal, target, poll = ready
         request_id = new_request_id()
-        now = asyncio.get_running_loop().time()
+        now = self._loop_now()
         call = InlineCall(
             plane=plane,
             dispatcher=dispatcher,

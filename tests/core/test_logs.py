@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import threading
 import time
 
 import pytest
@@ -94,6 +95,12 @@ async def test_the_quick_access_line_is_the_text_logging_gives_its_record(
         access_line(*args, json_logs=False)
         access_line(*args, json_logs=False)  # the same loop iteration: looked at once
         assert handler.quick_lines == 2
+        # another thread's line, meanwhile: not one of the batch, written at once (after it)
+        other = threading.Thread(target=access_line, args=args, kwargs={"json_logs": False})
+        other.start()
+        other.join()
+        assert handler.quick_lines == 2
+        assert len(stream.writes) == 2  # the batch, then the thread's line
         await asyncio.sleep(0)  # the iteration's lines are written: the next are looked at
         # a filter on the way: the ordinary way (the record is made, and filtered)
         access.addFilter(logging.Filter("nothing-is-named-so"))
@@ -106,8 +113,8 @@ async def test_the_quick_access_line_is_the_text_logging_gives_its_record(
         await asyncio.sleep(0)
     finally:
         root.setLevel(previous)
-    quick, again, ordinary = stream.getvalue().splitlines()
-    assert quick == again == ordinary
+    quick, again, threaded, ordinary = stream.getvalue().splitlines()
+    assert quick == again == threaded == ordinary
     assert quick == (
         time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(1796164455))
         + ",041 INFO nvcf.access POST /v2/nvcf/pexec/functions/f 200 1.23ms"

@@ -203,7 +203,7 @@ async def poll_status(request: Request, requestId: str, *, wrapped: bool) -> Res
         plane = plane_of(request)
         principal = await caller(request, scopes.INVOKE_FUNCTION)
         poll = poll_seconds(request.headers.get(POLL_HEADER))
-        answer = await plane.poll(principal, rid, poll)
+        answer = await plane.lookup.poll(principal, rid, poll)
     except DomainError as err:
         return answers.problem(request, err, rid)
     if wrapped:
@@ -294,7 +294,7 @@ async def _queues(
         fid, vid = parse_uuid(function_id, "functionId"), None
     else:
         fid, vid = parse_uuids((function_id, "functionId"), (version_id, "functionVersionId"))
-    infos = await plane_of(request).queues(session, principal, fid, vid)
+    infos = await plane_of(request).lookup.queues(session, principal, fid, vid)
     return QueueList(
         function_id=fid,
         queues=[
@@ -342,5 +342,5 @@ async def queues_of_version(
 )
 async def queue_position(requestId: str, request: Request, principal: QueueReader) -> QueuePosition:
     rid = parse_uuid(requestId, "requestId")
-    fid, vid, position = await plane_of(request).position(principal, rid)
+    fid, vid, position = await plane_of(request).lookup.position(principal, rid)
     return QueuePosition(function_id=fid, function_version_id=vid, position_in_queue=position)

@@ -12,6 +12,8 @@ worker's answer for `NVCF-POLL-SECONDS`:
   out — and keeps running here; its outcome is stored when it ends, for any replica to serve
   to `GET .../status/{requestId}`.
 
+Polls and queue questions are answered by lookup.py.
+
 A replica renews a heartbeat; the pending requests of a replica that stopped renewing end
 errored (swept by any replica, and at once when a restarted server takes back its persistent
 id). Background work (heartbeat, sweeps, re-reading the instances of versions whose requests
@@ -39,10 +41,9 @@ from service.backends.worker import (
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.core.db import utcnow
-from service.core.errors import BadRequest, NotFound, ServiceUnavailable, TooManyRequests
+from service.core.errors import ServiceUnavailable, TooManyRequests
 from service.core.settings import Settings
 from service.deployments.reconcile.owner import OwnerId
-from service.invocation.access import may_poll, visible_versions
 from service.invocation.dispatch import (
     Dispatcher,
     LoadListener,
@@ -53,25 +54,19 @@ from service.invocation.dispatch import (
 from service.invocation.dispatch_redis import RedisDispatcher
 from service.invocation.forward import header_text, request_headers, response_headers
 from service.invocation.load import LoadPublisher, LoadTracker
+from service.invocation.lookup import RequestLookup
 from service.invocation.metrics import InvocationMetrics
 from service.invocation.models import RequestState
 from service.invocation.ratelimit import FunctionRateLimiter
 from service.invocation.records import (
     Handoff,
     Invocation,
-    PollAnswer,
-    QueueInfo,
     done_or_timeout,
 )
 from service.invocation.routing import InstanceRoute, RouteTable, Target
-from service.invocation.store import Outcome, RequestStore, StoredRequest
+from service.invocation.store import Outcome, RequestStore
 
 log = logging.getLogger("nvcf.invocation")
-
-#: statuses whose queues `GET /queues/functions/{fid}` lists (NVCF: ACTIVE or DEPLOYING)
-QUEUE_STATUSES = frozenset({"ACTIVE", "DEPLOYING", "DEGRADING"})
-#: how often a poll reaching another replica re-reads a pending request (seconds, growing)
-POLL_STEPS = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 class InvocationPlane:
@@ -117,12 +112,19 @@ class InvocationPlane:
             lease_seconds=settings.invoke_replica_lease_seconds,
             ttl_seconds=settings.invoke_result_ttl_seconds,
         )
+        self._active: dict[uuid.UUID, Invocation] = {}
+        #: polls and queue questions (lookup.py)
+        self.lookup = RequestLookup(
+            self.store,
+            self.dispatcher,
+            self._active,
+            lease_seconds=settings.invoke_replica_lease_seconds,
+        )
         self.queue_timeout = settings.invoke_queue_timeout_seconds
         self.worker_timeout = settings.invoke_worker_timeout_seconds
         self.result_max = settings.invoke_result_max_bytes
         self._max_size = str(self.result_max)
         self._max_size_line = f"\r\nNVCF-MAX-RESPONSE-SIZE-BYTES: {self._max_size}\r\n".encode()
-        self._active: dict[uuid.UUID, Invocation] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._instances_changed = asyncio.Event()
@@ -505,103 +507,3 @@ class InvocationPlane:
                         log.exception("storing the outcome of request %s failed", inv.id)
         finally:
             self._active.pop(inv.id, None)
-
-    # ------------------------------------------------------------------ polling
-
-    async def poll(
-        self, principal: Principal, request_id: uuid.UUID, poll_seconds: float
-    ) -> PollAnswer:
-        """The request's outcome once it is done, waiting up to `poll_seconds` for it; its
-        pending state otherwise. 404 when unknown, expired or another account's."""
-        inv = self._active.get(request_id)
-        if inv is not None and inv.detached and inv.store_ok:
-            if not may_poll(principal, inv.principal.account_id):
-                raise NotFound(detail=f"request {request_id} not found")
-            if not inv.done.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(inv.done.wait(), poll_seconds)
-            return PollAnswer(
-                request_id,
-                inv.target.function_id,
-                inv.target.version_id,
-                inv.state.value,
-                inv.outcome if inv.done.is_set() else None,
-            )
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + poll_seconds
-        step = 0
-        while True:
-            stored = await self.store.read(request_id)
-            if stored is None or not may_poll(principal, stored.account_id):
-                raise NotFound(detail=f"request {request_id} not found or expired")
-            local = self._active.get(request_id)
-            if local is not None and local.detached and local.store_ok:
-                # it ran here all along (stored moments ago): wait on it directly
-                return await self.poll(principal, request_id, max(0.0, deadline - loop.time()))
-            if stored.pending and not stored.owner_alive:
-                reason = (
-                    f"the replica {stored.owner} running the request stopped (no heartbeat "
-                    f"for {self.settings.invoke_replica_lease_seconds:g} s)"
-                )
-                await self.store.end_one(request_id, stored.owner, reason)
-                return self._answer(stored, Outcome.failure(503, reason))
-            if not stored.pending or loop.time() >= deadline:
-                return self._answer(stored, stored.outcome)
-            await asyncio.sleep(
-                min(POLL_STEPS[min(step, len(POLL_STEPS) - 1)], deadline - loop.time())
-            )
-            step += 1
-
-    @staticmethod
-    def _answer(stored: StoredRequest, outcome: Outcome | None) -> PollAnswer:
-        return PollAnswer(stored.id, stored.function_id, stored.version_id, stored.state, outcome)
-
-    # ------------------------------------------------------------------ queues
-
-    async def queues(
-        self,
-        session: AsyncSession,
-        principal: Principal,
-        function_id: uuid.UUID,
-        version_id: uuid.UUID | None,
-    ) -> list[QueueInfo]:
-        rows = await visible_versions(session, principal, function_id, version_id)
-        if not rows:
-            what = f"function {function_id}" + (f" version {version_id}" if version_id else "")
-            raise NotFound(detail=f"{what} not found")
-        out = [
-            QueueInfo(r.id, r.name, r.status, await self.dispatcher.depth(r.id))
-            for r in sorted(rows, key=lambda r: str(r.id))
-            if r.status in QUEUE_STATUSES
-        ]
-        if not out:
-            raise NotFound(
-                detail=f"function {function_id} has no queue: no version is ACTIVE, DEGRADING "
-                "or DEPLOYING"
-            )
-        return out
-
-    async def position(
-        self, principal: Principal, request_id: uuid.UUID
-    ) -> tuple[uuid.UUID, uuid.UUID, int]:
-        """(function id, version id, 1-based position) of a request waiting in its queue."""
-        inv = self._active.get(request_id)
-        if inv is not None:
-            if not may_poll(principal, inv.principal.account_id):
-                raise NotFound(detail=f"request {request_id} not found")
-            function_id, version_id, state = (
-                inv.target.function_id,
-                inv.target.version_id,
-                inv.state.value,
-            )
-        else:
-            stored = await self.store.read(request_id)
-            if stored is None or not may_poll(principal, stored.account_id):
-                raise NotFound(detail=f"request {request_id} not found or expired")
-            function_id, version_id, state = stored.function_id, stored.version_id, stored.state
-        position = await self.dispatcher.position(request_id)
-        if position is None:
-            raise BadRequest(
-                detail=f"request {request_id} is not waiting in a queue (it is {state})"
-            )
-        return function_id, version_id, position

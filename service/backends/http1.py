@@ -106,6 +106,8 @@ class _Connection(asyncio.Protocol):
         self.on_expiry: Callable[[], None] | None = None
         self._deadline: Deadline | None = None
         self._paused = False
+        #: the message being read is an interim (1xx) answer
+        self._interim = False
 
     # asyncio.Protocol
 
@@ -160,9 +162,17 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         answer, parser = self.answer, self.parser
         assert answer is not None and parser is not None
+        status = parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            # an interim answer (103 Early Hints, an unasked 100 Continue): not the answer;
+            # the final one follows on the connection
+            self._interim = True
+            answer.raw_headers = []
+            answer.length, answer.chunked = None, False
+            return
         answer.headers_done = True
         # asked now: once the message is complete the parser has moved on to the next
-        answer.status = parser.get_status_code()
+        answer.status = status
         answer.keep_alive = parser.should_keep_alive()
 
     def on_body(self, body: bytes) -> None:
@@ -175,6 +185,9 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         answer = self.answer
         assert answer is not None
+        if self._interim:
+            self._interim = False
+            return
         answer.complete = True
 
     # the request's side
@@ -320,7 +333,7 @@ class _Http1Response(WorkerResponse):
         self._conn: _Connection | None = conn
         self._answer = answer
         self._keep = answer.keep_alive and not head
-        if head or self.status in (204, 304) or 100 <= self.status < 200:
+        if head or self.status in (101, 204, 304):
             answer.complete = True
             answer.body.clear()
 

@@ -168,6 +168,34 @@ async def test_head_has_no_body(pool: Http1Pool) -> None:
         assert response.status == 200 and await response.read(100) == b""
 
 
+async def test_interim_answers_are_not_the_answer(pool: Http1Pool) -> None:
+    async def hints_then_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await read_request(reader) is not None:
+            writer.write(b"HTTP/1.1 103 Early Hints\r\nlink: </a.css>; rel=preload\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.02)  # the interim head arrives alone first
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            writer.write(b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\nx-final: 1\r\n\r\nok")
+            await writer.drain()
+
+    async with RawServer(hints_then_answer) as server:
+        endpoint = Http1Endpoint(server.url, pool)
+        response = await endpoint.send("POST", "/", [], b"x")
+        assert response.status == 201
+        assert response.headers == [("content-length", "2"), ("x-final", "1")]
+        assert await response.read(100) == b"ok"
+        await response.aclose()
+        # the connection goes on (kept alive), and the callback way skips them too
+        exchange = endpoint.begin("POST", "/", b"", b"y")
+        assert exchange is not None
+        await settled(exchange)
+        head = exchange.head()
+        assert head is not None and head[0] == 201
+        assert [name for name, _ in head[1]] == [b"content-length", b"x-final"]
+        assert exchange.take_body() == b"ok"
+        assert server.connections == 1
+
+
 async def test_refused_is_unreachable_and_a_broken_answer_failed(pool: Http1Pool) -> None:
     async with RawServer(keep_alive_echo) as server:
         url = server.url

@@ -72,6 +72,13 @@ class _Answer:
         self.length: int | None = None
         self.chunked = False
 
+    def take(self) -> bytes:
+        """The body arrived so far, whole, no longer kept here."""
+        body = b"".join(self.body)
+        self.body.clear()
+        self.buffered = 0
+        return body
+
 
 class _Connection(asyncio.Protocol):
     """One keep-alive connection to a worker. Its one parser (made with the connection:
@@ -385,9 +392,7 @@ class _Http1Response(WorkerResponse):
         answer = self._answer
         if not answer.complete:
             return None
-        body = b"".join(answer.body)
-        answer.body.clear()
-        answer.buffered = 0
+        body = answer.take()
         self._finish()
         return body
 
@@ -592,9 +597,7 @@ class _Exchange(WorkerExchange):
         answer = self._answer
         if not answer.complete or self._head:  # (a HEAD's answer: `response_now`)
             return None
-        body = b"".join(answer.body)
-        answer.body.clear()
-        answer.buffered = 0
+        body = answer.take()
         conn = self._conn
         if answer.keep_alive:
             self._endpoint._pool.give_back(self._endpoint._host, self._endpoint._port, conn)

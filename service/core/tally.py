@@ -65,7 +65,9 @@ class _Family(Collector, Generic[_Cell]):
         labelnames: Sequence[str],
         registry: CollectorRegistry | None,
     ) -> None:
-        self.name = name
+        # a counter's family is named without `_total` (prometheus_client's `Counter` takes
+        # either)
+        self.name = name.removesuffix("_total") if self.kind == "counter" else name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
         self._cells: dict[tuple[str, ...], _Cell] = {}
@@ -93,19 +95,10 @@ class _Family(Collector, Generic[_Cell]):
 
 
 class CounterTable(_Family[CounterCell]):
-    """A counter family (`name` without `_total`, as prometheus_client's `Counter` takes
-    it, or with)."""
+    """A counter family (`name` with `_total` or without, as prometheus_client's `Counter`
+    takes it)."""
 
     kind = "counter"
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Sequence[str],
-        registry: CollectorRegistry | None,
-    ) -> None:
-        super().__init__(name.removesuffix("_total"), documentation, labelnames, registry)
 
     def _new(self) -> CounterCell:
         return CounterCell()

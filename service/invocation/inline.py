@@ -362,8 +362,7 @@ class InlineInvocation(TaskWay):
             wire.write(status, lines, whole)
             written = True
             self.untasked += 1
-            elapsed = time.perf_counter() - call.started  # (`_counted`, inline)
-            call.plane.metrics.answered(call.target, status < 400, elapsed)
+            self._counted(call, status < 400)
         except Exception as exc:  # answered as the server's own run_asgi would
             log.error("Exception in ASGI application", exc_info=exc)
             if written:

@@ -46,7 +46,6 @@ from service.core.settings import Settings
 from service.deployments.reconcile.owner import OwnerId
 from service.invocation.dispatch import (
     Dispatcher,
-    LoadListener,
     LocalDispatcher,
     QueueTimeout,
     Ticket,
@@ -93,7 +92,6 @@ class InvocationPlane:
         self.load_publisher = LoadPublisher(
             sessionmaker, owner.value, self.load, period=settings.autoscale_load_report_seconds
         )
-        listener: LoadListener = self.load
         self.dispatcher: Dispatcher
         if dispatcher is not None:
             self.dispatcher = dispatcher
@@ -102,10 +100,10 @@ class InvocationPlane:
                 settings.redis_url,
                 queue_max=settings.invoke_queue_max,
                 lease_seconds=settings.invoke_replica_lease_seconds,
-                on_change=listener,
+                on_change=self.load,
             )
         else:
-            self.dispatcher = LocalDispatcher(settings.invoke_queue_max, on_change=listener)
+            self.dispatcher = LocalDispatcher(settings.invoke_queue_max, on_change=self.load)
         self.store = RequestStore(
             sessionmaker,
             owner.value,

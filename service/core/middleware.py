@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote, unquote
 
 from prometheus_client import CollectorRegistry
 from starlette.requests import ClientDisconnect
@@ -106,25 +107,38 @@ def collapse_leading_slashes(scope: Scope) -> None:
 def rewrite_org_alias(scope: Scope) -> None:
     """Serve `/v2/orgs/{org}[/teams/{team}]/nvcf/...` by the `/v2/nvcf/...` routes.
 
-    The org (and team) go into the request state for the org check; the path as sent is kept
-    for error bodies.
+    The alias is cut from the path as the client encoded it (`raw_path`); the decoded path is
+    derived from the result, as the server derives it. The org (and team) go into the request
+    state for the org check; the encoded path as sent is kept (`original_path`) for error
+    bodies, logs and transparent mode, which forwards it to the worker: a decoded path there
+    would put the client's `%0D%0A` into the worker's request line.
     """
     path: str = scope["path"]
     if not path.startswith("/v2/orgs/"):
         return
-    parts = path.split("/", 8)
+    raw: bytes = scope.get("raw_path") or quote(path).encode("ascii")
+    parts = raw.split(b"/", 8)
     # ["", "v2", "orgs", org, "nvcf", ...] or ["", "v2", "orgs", org, "teams", team, "nvcf", ...]
-    if len(parts) >= 5 and parts[4] == "nvcf" and parts[3]:
+    if len(parts) >= 5 and parts[1:3] == [b"v2", b"orgs"] and parts[4] == b"nvcf" and parts[3]:
         org, team, rest = parts[3], None, parts[5:]
-    elif len(parts) >= 7 and parts[4] == "teams" and parts[6] == "nvcf" and parts[3] and parts[5]:
+    elif (
+        len(parts) >= 7
+        and parts[1:3] == [b"v2", b"orgs"]
+        and parts[4] == b"teams"
+        and parts[6] == b"nvcf"
+        and parts[3]
+        and parts[5]
+    ):
         org, team, rest = parts[3], parts[5], parts[7:]
     else:
         return
     state = scope.setdefault("state", {})
-    state["org"], state["team"], state["original_path"] = org, team, path
-    new_path = "/v2/nvcf" + ("/" + "/".join(rest) if rest else "")
-    scope["path"] = new_path
-    scope["raw_path"] = new_path.encode()
+    state["org"] = unquote(org.decode("latin-1"))
+    state["team"] = None if team is None else unquote(team.decode("latin-1"))
+    state["original_path"] = raw.decode("latin-1")
+    new_raw = b"/v2/nvcf" + (b"/" + b"/".join(rest) if rest else b"")
+    scope["raw_path"] = new_raw
+    scope["path"] = unquote(new_raw.decode("latin-1"))
 
 
 def _valid_uuid(value: str) -> bool:

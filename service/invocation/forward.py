@@ -51,6 +51,12 @@ _REQUEST_DROPPED = HOP_BY_HOP_BYTES | frozenset(name.encode() for name in _ALWAY
 _RESPONSE_DROPPED = HOP_BY_HOP_BYTES | frozenset(name.encode() for name in _DROP_RESPONSE)
 
 
+def request_target_safe(target: str) -> bool:
+    """Whether a path (and query) can be a worker request line's target as it is: printable
+    ASCII only, no space. Anything else would be decoded text the client escaped."""
+    return target.isascii() and all(" " < ch < "\x7f" for ch in target)
+
+
 def poll_seconds(raw: str | None) -> int:
     """`NVCF-POLL-SECONDS`: default 60, at least 1 (as NVCF rounds up), at most 3600."""
     if raw is None or not raw.strip():

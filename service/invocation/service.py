@@ -41,7 +41,7 @@ from service.backends.worker import (
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.core.db import utcnow
-from service.core.errors import ServiceUnavailable, TooManyRequests
+from service.core.errors import BadRequest, ServiceUnavailable, TooManyRequests
 from service.core.settings import Settings
 from service.deployments.reconcile.owner import OwnerId
 from service.invocation.dispatch import (
@@ -51,7 +51,12 @@ from service.invocation.dispatch import (
     Ticket,
 )
 from service.invocation.dispatch_redis import RedisDispatcher
-from service.invocation.forward import header_text, request_headers, response_headers
+from service.invocation.forward import (
+    header_text,
+    request_headers,
+    request_target_safe,
+    response_headers,
+)
 from service.invocation.load import LoadPublisher, LoadTracker
 from service.invocation.lookup import RequestLookup
 from service.invocation.metrics import InvocationMetrics
@@ -227,6 +232,11 @@ class InvocationPlane:
         JSON of an exec request's `requestBody`."""
         if self._stopping:
             raise ServiceUnavailable(detail="this replica is shutting down; retry")
+        if path is not None and not request_target_safe(path):
+            raise BadRequest(
+                detail="the path cannot be forwarded to the function: it must be sent "
+                "percent-encoded, with no control characters, spaces or non-ASCII bytes"
+            )
         target = await self.routes.resolve(principal, function_id, version_id)
         fid, vid = target.fid, target.vid
         if target.rate is not None:

@@ -3,10 +3,13 @@ inline path writes are exactly the text forms the general path builds."""
 
 from __future__ import annotations
 
+import pytest
+
 from service.invocation.forward import (
     header_text,
     request_headers,
     request_lines,
+    request_target_safe,
     response_headers,
     response_lines,
 )
@@ -72,3 +75,18 @@ def test_header_text_keeps_a_value_on_its_line() -> None:
     assert header_text("user-42 (acme)") == "user-42 (acme)"
     assert header_text("a\r\nX-Injected: 1") == "a%0D%0AX-Injected: 1"
     assert header_text("李") == "%E6%9D%8E"
+
+
+@pytest.mark.parametrize(
+    ("target", "safe"),
+    [
+        ("/v2/orgs/a/nvcf/x%0D%0Ay?q=%20", True),
+        ("/x\r\nNVCF-NCAID: B", False),
+        ("/x y", False),
+        ("/x\x00", False),
+        ("/x\x7f", False),
+        ("/caf\u00e9", False),
+    ],
+)
+def test_a_worker_request_target_is_printable_ascii_only(target: str, safe: bool) -> None:
+    assert request_target_safe(target) is safe

@@ -45,7 +45,6 @@ from service.core.problem import install_problem_handlers
 from service.core.quotas import Quotas
 from service.core.ratelimit import RateLimiter
 from service.core.routing import mount_flat
-from service.core.server import Express
 from service.core.settings import Settings
 from service.core.tracing import TracingMiddleware
 from service.deployments.autoscale import Autoscaler, AutoscalerConfig
@@ -59,7 +58,6 @@ from service.functions.schemas import DOC_MODELS
 from service.functions.sharing_router import router as sharing_router
 from service.invocation import InvocationPlane
 from service.invocation.dispatch_redis import RedisActivity
-from service.invocation.inline import InlineInvocation
 from service.invocation.metrics import InvocationMetrics
 from service.invocation.router import router as invocation_router
 from service.invocation.transparent import FrontDoor, TransparentInvocation, body_limit
@@ -84,13 +82,6 @@ class NvcfApp(FastAPI):
     invocation/transparent.py: `FrontDoor`) skip the framework's middleware stack."""
 
     front_door: FrontDoor | None = None
-
-    @property
-    def express(self) -> Express | None:
-        """The server's express lane (core/server.py): the front door, when it has the
-        inline invocation path."""
-        door = self.front_door
-        return door if door is not None and door.inline is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         door = self.front_door
@@ -424,19 +415,7 @@ def create_app(
                 body_limit=limit_of,
             )
 
-        inline = None
-        if settings.invoke_inline and not telemetry.tracing.enabled:
-
-            def inline(general: ASGIApp) -> InlineInvocation:
-                return InlineInvocation(
-                    state=app.state,
-                    metrics=telemetry.metrics,
-                    json_logs=settings.log_format == "json",
-                    body_limit=settings.invoke_max_body_bytes,
-                    general=general,
-                )
-
-        app.front_door = FrontDoor(suffix=settings.invoke_host_suffix, wrap=wrap, inline=inline)
+        app.front_door = FrontDoor(suffix=settings.invoke_host_suffix, wrap=wrap)
     return app
 
 

@@ -74,10 +74,10 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
 
     from service.app import create_app
     from service.clusters.catalog import CatalogError, load_catalog
-    from service.core.front import http_protocol
     from service.core.middleware import BodyDeadlineMiddleware
     from service.core.server import (
         ConnectionLimits,
+        bounded_protocol,
         connection_cap,
         freeze_startup_objects,
         soft_fd_limit,
@@ -97,6 +97,8 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
         body_timeout=settings.http_body_timeout,
         keepalive_timeout=settings.http_keepalive_timeout,
         max_connections=connection_cap(settings.http_max_connections, soft_fd_limit()),
+        max_head_bytes=settings.http_max_head_bytes,
+        max_headers=settings.http_max_headers,
     )
     if limits.max_connections < settings.http_max_connections:
         _say(
@@ -115,7 +117,7 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
         BodyDeadlineMiddleware(app, timeout=settings.http_body_timeout),
         host=args.host,
         port=args.port,
-        http=http_protocol(limits, app.express),
+        http=bounded_protocol(limits),
         log_level="warning",
         log_config=None,  # its loggers go through the root handler of _configure_logging
         access_log=False,

@@ -7,10 +7,11 @@ in one write and parses the answer with httptools (uvicorn's C parser) right in 
 `data_received` (no stream buffers between the socket and the parser), waking the waiting
 request once the head has arrived and streaming the body as it arrives (reading pauses while
 more than `HIGH_WATER` bytes wait to be taken). Connections are kept per host and port and
-reused. A reused connection the
-server closed while idle shows up as an end of stream before any byte of the answer: the
-request is sent again once on a new connection (nothing reached the worker). A refused
-connection is `WorkerUnreachable`; anything after the request was written is `WorkerFailed`.
+reused while fresh. A refused connection is `WorkerUnreachable`; anything after the request
+was written is `WorkerFailed`, and the request is never written again (the worker may have
+received it). An answer is taken only as it is framed: a head over its bounds, a status
+outside 200-599 (or 101), bytes past the end of the answer or fewer than it declared fail the
+request, and the connection is never reused.
 HTTPS goes through httpx (`HttpxEndpoint`).
 """
 
@@ -20,7 +21,7 @@ import asyncio
 import contextlib
 import functools
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from urllib.parse import urlsplit
 
 import httptools
@@ -28,19 +29,24 @@ import httptools
 from service.backends.worker import (
     CONNECT_TIMEOUT,
     WorkerEndpoint,
-    WorkerExchange,
     WorkerFailed,
     WorkerResponse,
     WorkerUnreachable,
     header_lines,
 )
-from service.core.server import Deadline
 
 #: idle connections kept per worker address
 MAX_IDLE = 512
 #: bytes of an answer's body waiting to be taken before reading pauses (resumes below a quarter)
 HIGH_WATER = 256 * 1024
 _CLOSED = "the worker closed the connection without answering"
+#: a worker answer's head (status line and headers, interim answers included): its bytes,
+#: counted by reads (so at most one read more), and its header lines; beyond, 502
+MAX_HEAD_BYTES = 64 * 1024
+MAX_HEADERS = 100
+#: seconds an idle connection is reused for (below the shortest keep-alive time of common
+#: servers: gunicorn's 2 s)
+IDLE_SECONDS = 1.5
 #: request headers the client writes itself
 _OWN = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 
@@ -53,6 +59,8 @@ class _Answer:
         "buffered",
         "chunked",
         "complete",
+        "head_bytes",
+        "header_count",
         "headers_done",
         "keep_alive",
         "length",
@@ -68,6 +76,9 @@ class _Answer:
         self.body: deque[bytes] = deque()
         self.buffered = 0
         self.headers_done = False
+        #: bytes read while its head was incomplete, and its header lines so far
+        self.head_bytes = 0
+        self.header_count = 0
         self.complete = False
         self.length: int | None = None
         self.chunked = False
@@ -88,11 +99,17 @@ class _Connection(asyncio.Protocol):
 
     # the parser callbacks it has none for, named (the parser looks each up: a missing
     # attribute would cost an AttributeError made and dropped)
-    on_message_begin = on_status = on_chunk_header = on_chunk_complete = None
+    on_status = on_chunk_header = on_chunk_complete = None
 
-    def __init__(self) -> None:
+    def __init__(
+        self, max_head_bytes: int = MAX_HEAD_BYTES, max_headers: int = MAX_HEADERS
+    ) -> None:
+        self.max_head_bytes = max_head_bytes
+        self.max_headers = max_headers
         self.transport: asyncio.Transport | None = None
         self.reused = False
+        #: loop time it was last given back idle
+        self.idle_since = 0.0
         #: the stream ended (end of file, or the connection was lost)
         self.ended = False
         #: why the answer cannot be read any further (not valid HTTP), or the socket's error
@@ -105,13 +122,6 @@ class _Connection(asyncio.Protocol):
         #: the answer being read, between `begin` and `end`
         self.answer: _Answer | None = None
         self._waiter: asyncio.Future[None] | None = None
-        #: called, like the waiter is woken, whenever something happens (an exchange begun
-        #: without a task: `Http1Endpoint.begin`)
-        self.notify: Callable[[], None] | None = None
-        #: called instead once the exchange's time is up (`_Exchange.listen`), kept by one
-        #: timer for all the connection's requests
-        self.on_expiry: Callable[[], None] | None = None
-        self._deadline: Deadline | None = None
         self._paused = False
         #: the message being read is an interim (1xx) answer
         self._interim = False
@@ -124,7 +134,7 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         parser, answer = self.parser, self.answer
-        if parser is None or answer is None:
+        if parser is None or answer is None or self.invalid is not None:
             self.ended = True  # bytes nobody asked for: the connection cannot be reused
             self.close()
             return
@@ -132,8 +142,14 @@ class _Connection(asyncio.Protocol):
         try:
             parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self.invalid = f"the worker's answer is not valid HTTP: {exc}"
+            if self.invalid is None:
+                self.invalid = f"the worker's answer is not valid HTTP: {exc}"
             self.close()
+        if not answer.headers_done and self.invalid is None:
+            answer.head_bytes += len(data)
+            if answer.head_bytes > self.max_head_bytes:
+                self.invalid = f"the worker's answer head is over {self.max_head_bytes} bytes"
+                self.close()
         if answer.buffered > HIGH_WATER and not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
@@ -149,15 +165,27 @@ class _Connection(asyncio.Protocol):
         self.parser = None
         if isinstance(exc, OSError):
             self.lost = exc.strerror or str(exc)
-        if self._deadline is not None:
-            self._deadline.cancel()
         self._wake()
 
     # httptools callbacks: the current answer's parts
 
-    def on_header(self, name: bytes, value: bytes) -> None:
+    def _refuse(self, why: str) -> None:
+        """The answer cannot be taken as it is: the parser stops here and the request fails."""
+        self.invalid = why
+        raise _Refused(why)
+
+    def on_message_begin(self) -> None:
         answer = self.answer
         assert answer is not None  # (fed only while there is one)
+        if answer.complete:
+            self._refuse("the worker sent bytes past the end of its answer")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        answer = self.answer
+        assert answer is not None
+        answer.header_count += 1
+        if answer.header_count > self.max_headers:
+            self._refuse(f"the worker's answer has over {self.max_headers} header lines")
         lowered = name.lower()
         if lowered == b"content-length":
             with contextlib.suppress(ValueError):
@@ -177,6 +205,9 @@ class _Connection(asyncio.Protocol):
             answer.raw_headers = []
             answer.length, answer.chunked = None, False
             return
+        if not 200 <= status <= 599:
+            # 101: no request to a worker asks to switch protocols
+            self._refuse(f"the worker answered with status {status}, which is not an answer")
         answer.headers_done = True
         # asked now: once the message is complete the parser has moved on to the next
         answer.status = status
@@ -205,8 +236,6 @@ class _Connection(asyncio.Protocol):
     def end(self) -> None:
         """The current answer is over: the connection reads again if it had paused."""
         self.answer = None
-        if self.notify is not None or self.on_expiry is not None:
-            self.follow(None)
         if self._paused:
             self._paused = False
             if self.transport is not None:
@@ -226,39 +255,20 @@ class _Connection(asyncio.Protocol):
             self._paused = False
             self.transport.resume_reading()
 
-    def follow(
-        self,
-        notify: Callable[[], None] | None,
-        until: float | None = None,
-        on_expiry: Callable[[], None] | None = None,
-    ) -> None:
-        """See `_Exchange.listen`."""
-        self.notify = notify
-        self.on_expiry = on_expiry
-        if until is not None and on_expiry is not None:
-            if self._deadline is None:
-                self._deadline = Deadline(asyncio.get_running_loop(), self._expired)
-            self._deadline.arm_at(until)
-        elif self._deadline is not None:
-            self._deadline.disarm()
-
-    def _expired(self) -> None:
-        on_expiry = self.on_expiry
-        self.notify = self.on_expiry = None
-        if on_expiry is not None:
-            on_expiry()
-
     def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
-        if self.notify is not None:
-            self.notify()
 
     @property
     def usable(self) -> bool:
         transport = self.transport
-        return transport is not None and not transport.is_closing() and not self.ended
+        return (
+            transport is not None
+            and not transport.is_closing()
+            and not self.ended
+            and self.invalid is None
+        )
 
     def close(self) -> None:
         if self.transport is not None:
@@ -271,18 +281,30 @@ class _Connection(asyncio.Protocol):
 
 
 class Http1Pool:
-    """Keep-alive connections per (host, port); `aclose()` closes the idle ones."""
+    """Keep-alive connections per (host, port); `aclose()` closes the idle ones. A connection
+    idle for `IDLE_SECONDS` is not reused (a worker may be closing it just then, and a request
+    written is never sent again); the bounds of a worker's answer head apply to each."""
 
-    def __init__(self, *, max_idle: int = MAX_IDLE) -> None:
+    def __init__(
+        self,
+        *,
+        max_idle: int = MAX_IDLE,
+        max_head_bytes: int = MAX_HEAD_BYTES,
+        max_headers: int = MAX_HEADERS,
+    ) -> None:
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._max_idle = max_idle
+        self._factory = functools.partial(_Connection, max_head_bytes, max_headers)
 
     def idle(self, host: str, port: int) -> _Connection | None:
         """A kept-alive connection to (host, port) ready for a request, if there is one."""
         idle = self._idle.get((host, port))
+        if not idle:
+            return None
+        oldest = asyncio.get_running_loop().time() - IDLE_SECONDS
         while idle:
             conn = idle.pop()
-            if conn.usable:
+            if conn.usable and conn.idle_since >= oldest:
                 conn.reused = True
                 return conn
             conn.close()
@@ -295,7 +317,7 @@ class Http1Pool:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT):
-                _, conn = await loop.create_connection(_Connection, host, port)
+                _, conn = await loop.create_connection(self._factory, host, port)
         except TimeoutError as exc:
             raise WorkerUnreachable(
                 f"connecting to {host}:{port} timed out after {CONNECT_TIMEOUT:g} s"
@@ -311,6 +333,7 @@ class Http1Pool:
         conn.end()
         idle = self._idle.setdefault((host, port), [])
         if len(idle) < self._max_idle and conn.usable:
+            conn.idle_since = asyncio.get_running_loop().time()
             idle.append(conn)
         else:
             conn.close()
@@ -442,15 +465,6 @@ class Http1Endpoint(WorkerEndpoint):
         request = self._request(method, path, headers, body)
         return await self._send(request, head=method == "HEAD")
 
-    def begin(self, method: str, path: str, lines: bytes, body: bytes) -> _Exchange | None:
-        """The request written now on a kept-alive connection, when one is idle."""
-        conn = self._pool.idle(self._host, self._port)
-        if conn is None:
-            return None
-        request = self._message(method, path, lines, body)
-        head = method == "HEAD"
-        return _Exchange(self, conn, request, self._write(conn, request), head=head)
-
     def _request(
         self, method: str, path: str, headers: Sequence[tuple[str, str]], body: bytes
     ) -> bytes:
@@ -466,17 +480,9 @@ class Http1Endpoint(WorkerEndpoint):
         start = f"{method} {target} HTTP/1.1\r\nhost: ".encode("latin-1")
         return b"".join((start, self._host_header, b"\r\n", lines, length, b"\r\n", body))
 
-    async def _send(
-        self, request: bytes, *, head: bool, attempts: tuple[int, ...] = (0, 1)
-    ) -> WorkerResponse:
-        for attempt in attempts:
-            conn = await self._pool.connect(self._host, self._port)
-            try:
-                return await self._head(conn, self._write(conn, request), head=head)
-            except _StaleConnection:  # (`_head` closed it)
-                if attempt:
-                    raise WorkerFailed(_CLOSED) from None
-        raise AssertionError("unreachable")
+    async def _send(self, request: bytes, *, head: bool) -> WorkerResponse:
+        conn = await self._pool.connect(self._host, self._port)
+        return await self._head(conn, self._write(conn, request), head=head)
 
     @staticmethod
     def _write(conn: _Connection, request: bytes) -> _Answer:
@@ -493,16 +499,15 @@ class Http1Endpoint(WorkerEndpoint):
         *,
         head: bool,
     ) -> WorkerResponse:
-        """The answer once its head has arrived; `_StaleConnection` when a reused connection
-        ended before any byte of it."""
+        """The answer once its head has arrived. A request once written is never sent again:
+        the worker may have received it, even when its connection was a reused one that
+        ended before any byte of the answer."""
         while not answer.headers_done:
             if conn.invalid is not None:
                 conn.discard()
                 raise WorkerFailed(conn.invalid)
             if conn.ended:
                 conn.discard()
-                if conn.reused and not conn.received:
-                    raise _StaleConnection
                 if conn.lost is not None and not conn.received:
                     raise WorkerFailed(f"sending the request: {conn.lost}")
                 raise WorkerFailed(_CLOSED)
@@ -536,87 +541,5 @@ class Http1Endpoint(WorkerEndpoint):
         return response.status
 
 
-class _Exchange(WorkerExchange):
-    """A request written on a kept-alive connection (`Http1Endpoint.begin`); its answer is
-    awaited (`response`) or looked at whenever `notify` is called (`settled`, `response_now`)."""
-
-    def __init__(
-        self,
-        endpoint: Http1Endpoint,
-        conn: _Connection,
-        request: bytes,
-        answer: _Answer,
-        *,
-        head: bool,
-    ) -> None:
-        self._endpoint = endpoint
-        self._conn = conn
-        self._request = request
-        self._answer = answer
-        self._head = head
-
-    def listen(
-        self,
-        notify: Callable[[], None] | None,
-        *,
-        until: float | None = None,
-        on_expiry: Callable[[], None] | None = None,
-    ) -> None:
-        self._conn.follow(notify, until, on_expiry)
-
-    @property
-    def settled(self) -> bool:
-        conn = self._conn
-        return self._answer.headers_done or conn.ended or conn.invalid is not None
-
-    def arriving(self, limit: int) -> bool:
-        answer, conn = self._answer, self._conn
-        return (
-            answer.headers_done
-            and not answer.complete
-            and answer.length is not None
-            and answer.length <= limit
-            and not self._head
-            and not conn.ended
-            and conn.invalid is None
-        )
-
-    def response_now(self) -> WorkerResponse | None:
-        if not self._answer.headers_done:
-            return None
-        self._conn.follow(None)
-        return self._endpoint._response(self._conn, self._answer, head=self._head)
-
-    def head(self) -> tuple[int, list[tuple[bytes, bytes]]] | None:
-        answer = self._answer
-        if not answer.headers_done:
-            return None
-        return answer.status, answer.raw_headers
-
-    def take_body(self) -> bytes | None:
-        answer = self._answer
-        if not answer.complete or self._head:  # (a HEAD's answer: `response_now`)
-            return None
-        body = answer.take()
-        conn = self._conn
-        if answer.keep_alive:
-            self._endpoint._pool.give_back(self._endpoint._host, self._endpoint._port, conn)
-        else:
-            conn.discard()
-        return body
-
-    async def response(self) -> WorkerResponse:
-        conn, endpoint = self._conn, self._endpoint
-        conn.follow(None)
-        try:
-            return await endpoint._head(conn, self._answer, head=self._head)
-        except _StaleConnection:  # (`_head` closed it): sent again on a new connection
-            pass
-        return await endpoint._send(self._request, head=self._head, attempts=(1,))
-
-    def abandon(self) -> None:
-        self._conn.discard()
-
-
-class _StaleConnection(Exception):
-    """A kept-alive connection the server had closed: nothing was processed."""
+class _Refused(Exception):
+    """Raised from a parser callback: the answer breaks a rule (`_Connection.invalid`)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,56 +143,6 @@ class WorkerResponse:
         return None
 
 
-class WorkerExchange:
-    """A request already sent (`WorkerEndpoint.begin`), its answer to come. It is followed
-    either by callbacks — `listen(notify)`: `notify()` is called whenever something happens;
-    once `settled`, `response_now()` is the answer if its head arrived (None: something went
-    wrong, which `response()` raises) — or by awaiting `response()`, which raises as `send`
-    does (a reused connection found closed is retried there, as `send` would)."""
-
-    def listen(
-        self,
-        notify: Callable[[], None] | None,
-        *,
-        until: float | None = None,
-        on_expiry: Callable[[], None] | None = None,
-    ) -> None:
-        """Follow the exchange by `notify` (None: stop following it). With `until`, a loop
-        time, `on_expiry` is called instead once it passes first (the connection's one
-        timer, reused from request to request, keeps the time)."""
-        raise NotImplementedError
-
-    @property
-    def settled(self) -> bool:
-        """The head has arrived, or the exchange failed."""
-        raise NotImplementedError
-
-    def arriving(self, limit: int) -> bool:
-        """The head has arrived and the rest of a body of declared length at most `limit` is
-        on its way (nothing went wrong)."""
-        raise NotImplementedError
-
-    def response_now(self) -> WorkerResponse | None:
-        raise NotImplementedError
-
-    def head(self) -> tuple[int, list[tuple[bytes, bytes]]] | None:
-        """The answer's status and header lines as they came (names in the worker's case),
-        once its head has arrived."""
-        raise NotImplementedError
-
-    def take_body(self) -> bytes | None:
-        """The answer's whole body once all of it has arrived (the connection is then free
-        for another request); None while it has not (`response_now()` then reads it)."""
-        raise NotImplementedError
-
-    async def response(self) -> WorkerResponse:
-        raise NotImplementedError
-
-    def abandon(self) -> None:
-        """Give up on the answer (the connection is closed)."""
-        raise NotImplementedError
-
-
 class WorkerEndpoint:
     """One instance's worker: `base_url` + a path is where requests go; `health_url` is its
     health check. `send` raises `WorkerUnreachable` (nothing sent) or `WorkerFailed`."""
@@ -208,12 +158,6 @@ class WorkerEndpoint:
     ) -> WorkerResponse:
         """Send one request; the response's body is still to be read (`iter_bytes`/`read`)."""
         raise NotImplementedError
-
-    def begin(self, method: str, path: str, lines: bytes, body: bytes) -> WorkerExchange | None:
-        """Send one request now, without waiting for anything, when that is possible (a
-        connection is open and idle); None: use `send`. `lines` are its header lines, each
-        ending in CRLF (none of Host, Content-Length, Transfer-Encoding, Connection)."""
-        return None
 
     async def health(self) -> int:
         """The status of a GET of the health endpoint."""

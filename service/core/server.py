@@ -16,17 +16,9 @@ When the deadline passes the connection is closed: at once if no response is und
 else as soon as the response is complete. A connection opened while `max_connections` are open
 is answered 503 and closed without reading from it.
 
-An `Express` lane, when the application names one, serves the requests it claims in place of
-the ASGI application — no middleware, no ASGI messages, and when it can, no task: it is
-started once the request's body has arrived (a claimed request whose body is still incomplete
-after the bytes at hand goes the ordinary way) and may answer from callbacks; it falls back to
-the ordinary way (`cycle.run_asgi(app)`) for whatever it will not answer itself. The
-invocation plane's inline path is one (service/invocation/inline.py).
-
-Under the serve commands connections start with the front protocol (front.py), which hands a
-connection to this protocol with the bytes of the request at hand: `resume` then continues a
-request already under way (instead of claiming it anew), and `home` takes the connection
-back to the front protocol once it is idle between requests.
+A request head over `max_head_bytes` (counted by reads, so at most one read more) or with
+more than `max_headers` header lines is answered 431 and the connection closed, before the
+parser has gathered it: the application never sees it.
 
 `freeze_startup_objects` (`NVCF_GC_FREEZE`): the serve commands call it once the application is
 built, before serving.
@@ -36,14 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import logging
 import resource
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
-from uvicorn._types import ASGI3Application, HTTPScope
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("nvcf.server")
 
@@ -67,6 +59,9 @@ class ConnectionLimits:
     body_timeout: float
     keepalive_timeout: float
     max_connections: int
+    #: a request head's bytes and header lines (431 beyond)
+    max_head_bytes: int = 64 * 1024
+    max_headers: int = 100
 
 
 def soft_fd_limit() -> int | None:
@@ -92,26 +87,6 @@ def freeze_startup_objects(enabled: bool) -> bool:
     gc.collect()
     gc.freeze()
     return True
-
-
-class Express(Protocol):
-    """A lane past the ASGI stack for some requests (see the module docstring)."""
-
-    def claim(self, scope: HTTPScope) -> bool:
-        """Whether this lane would serve the request (its head is complete, not its body)."""
-        ...
-
-    def start(
-        self, cycle: RequestResponseCycle, app: ASGI3Application
-    ) -> Coroutine[Any, Any, None] | None:
-        """Begin answering the claimed request of `cycle`, its body complete: None when the
-        answer is under way without a task (it completes the cycle itself), else the
-        coroutine the server runs as the request's task (which may be `cycle.run_asgi(app)`)."""
-        ...
-
-
-#: how a request handed over already under way goes on, given its cycle (as `Express.start`)
-Resume = Callable[[RequestResponseCycle], Coroutine[Any, Any, None] | None]
 
 
 class Deadline:
@@ -175,7 +150,6 @@ class Deadline:
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     limits: ClassVar[ConnectionLimits]
-    express: ClassVar[Express | None] = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -184,26 +158,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         #: the deadline passed while a response was under way: close once it is complete
         self._expired = False
         self._refused = False
-        #: a request the express lane claimed, waiting for the rest of its body
-        self._claimed: tuple[RequestResponseCycle, ASGI3Application] | None = None
-        self._completing = False
-        #: set by the front protocol (front.py) handing over a request already under way,
-        #: which it replays: how that request goes on, given its cycle
-        self.resume: Resume | None = None
-        #: set by the front protocol handing its connection over: it takes an open
-        #: connection's place (never refused for the connection limit)
-        self.adopted = False
-        #: how the connection goes back to the front protocol it came from (front.py), as
-        #: soon as it is idle between requests; None: it stays
-        self.home: Callable[[BoundedHttpToolsProtocol], None] | None = None
-        #: the parser is between messages (none begun since the last one completed)
-        self._between = True
-        self._feeding = False
+        #: the parser is reading a request head (or waits for the next one)
+        self._in_head = True
+        #: bytes of the current head seen so far (whole reads), and its header lines
+        self._head_bytes = 0
+        self._header_count = 0
+        #: a message began during the read being fed (its bytes are not all head bytes)
+        self._began = False
+        #: why the head is refused (431), once it is
+        self._head_refusal: str | None = None
 
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        full = not self.adopted and len(self.connections) >= self.limits.max_connections
+        full = len(self.connections) >= self.limits.max_connections
         super().connection_made(transport)
         if full:
             self._refused = True
@@ -218,34 +186,40 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if not self._refused:
-            self._feeding = True
-            try:
-                super().data_received(data)
-            finally:
-                self._feeding = False
-            self._unclaim()
+        if self._refused or self._head_refusal is not None:
+            return
+        self._began = False
+        super().data_received(data)
+        if self._in_head and not self._began and self._head_refusal is None:
+            self._head_bytes += len(data)
+            if self._head_bytes > self.limits.max_head_bytes:
+                self._refuse_head(f"the request head is over {self.limits.max_head_bytes} bytes")
 
     # httptools parser callbacks
 
     def on_message_begin(self) -> None:
-        self._between = False
+        self._in_head, self._began = True, True
+        self._head_bytes = self._header_count = 0
         super().on_message_begin()
         if not self._clock.armed:  # the first request's deadline runs from the connection
             self._clock.arm(self.limits.header_timeout)
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        if self._header_count > self.limits.max_headers:
+            self._head_refusal = f"the request has over {self.limits.max_headers} header lines"
+            raise _HeadTooLarge  # stops the parser; answered by send_400_response
+        super().on_header(name, value)
+
     def on_headers_complete(self) -> None:
+        self._in_head = False
         self._clock.arm(self.limits.body_timeout)
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         self._clock.disarm()
-        self._between = True
+        self._in_head, self._head_bytes = True, 0
         super().on_message_complete()
-        claimed = self._claimed
-        if claimed is not None and claimed[0] is self.cycle:
-            self._claimed = None
-            self._express(*claimed)
         cycle = self.cycle
         if (
             cycle is not None
@@ -262,88 +236,25 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     # uvicorn hooks
 
+    def send_400_response(self, msg: str) -> None:
+        if self._head_refusal is not None:
+            self._refuse_head(self._head_refusal)
+        else:
+            super().send_400_response(msg)
+
     def on_response_complete(self) -> None:
-        self._completing = True
-        try:
-            super().on_response_complete()  # may start a pipelined request
-        finally:
-            self._completing = False
-        self._unclaim()
+        super().on_response_complete()  # may start a pipelined request
         if self._expired and not self.transport.is_closing():
             self.transport.close()
-        elif self.home is not None:
-            self._go_home()
 
-    def _go_home(self) -> None:
-        """Back to the front protocol, when the connection is idle between requests."""
-        cycle = self.cycle
-        if (
-            self.home is None
-            or self._feeding
-            or not self._between
-            or self.pipeline
-            or self._claimed is not None
-            or self.resume is not None
-            or cycle is None
-            or not cycle.response_complete
-            or self.transport.is_closing()
-        ):
-            return
-        home, self.home = self.home, None
-        self._unset_keepalive_if_required()
-        self._clock.cancel()
-        self.connections.discard(self)
-        home(self)
+    # bounds
 
-    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
-        express = self.express
-        if self.resume is not None:
-            pass  # the request replayed by the front protocol: it goes on once it is whole
-        elif express is None or not express.claim(cycle.scope):
-            super()._start_asgi_task(cycle, app)
-            return
-        if cycle.more_body:
-            self._claimed = (cycle, app)  # until its message is complete (or not, for now)
-        elif self._completing:
-            # a pipelined request, started while the one before it finishes: once that has
-            # (whatever it holds, such as an instance's slot, is released after its answer)
-            self.loop.call_soon(self._express, cycle, app)
-        else:
-            self._express(cycle, app)
-
-    # the express lane
-
-    def _express(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
-        resume, self.resume = self.resume, None
-        try:
-            if resume is not None:
-                coroutine = resume(cycle)
-            else:
-                assert self.express is not None
-                coroutine = self.express.start(cycle, app)
-        except Exception as exc:  # answered as uvicorn's own run_asgi would
-            log.error("Exception in ASGI application", exc_info=exc)
-            if cycle.response_started:
-                self.transport.close()
-                return
-            coroutine = cycle.send_500_response()
-        if coroutine is not None:
-            task = self.loop.create_task(coroutine)
-            task.add_done_callback(self.tasks.discard)
-            self.tasks.add(task)
-
-    def _unclaim(self) -> None:
-        """A claimed request whose body has not all arrived with the bytes at hand goes the
-        ordinary way, which reads a body as it comes (and bounds its time)."""
-        claimed, self._claimed = self._claimed, None
-        if claimed is not None:
-            if self.resume is not None:  # cannot be (the front protocol replays it whole)
-                self.resume = None
-                self.transport.close()
-                return
-            super()._start_asgi_task(*claimed)
-
-    # the deadline
+    def _refuse_head(self, why: str) -> None:
+        """431 and the connection closed: nothing of the request reached the application."""
+        self._head_refusal = why
+        if not self.transport.is_closing():
+            self.transport.write(head_refusal(why))
+            self.transport.close()
 
     def _deadline_passed(self) -> None:
         if self.transport.is_closing():
@@ -354,9 +265,30 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-def bounded_protocol(
-    limits: ConnectionLimits, express: Express | None = None
-) -> type[asyncio.Protocol]:
-    """The protocol class for `uvicorn.run(http=...)`, bound to `limits` (and `express`)."""
-    attributes = {"limits": limits, "express": express}
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback to stop reading a head over its bounds."""
+
+
+def head_refusal(why: str) -> bytes:
+    """The 431 problem+json answer to a head over its bounds."""
+    body = json.dumps(
+        {
+            "type": "urn:nvcf:problem-details:request-header-fields-too-large",
+            "title": "Request Header Fields Too Large",
+            "status": 431,
+            "detail": why,
+        }
+    ).encode()
+    return (
+        b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+        b"content-type: application/problem+json\r\n"
+        b"content-length: %d\r\n"
+        b"x-content-type-options: nosniff\r\n"
+        b"connection: close\r\n\r\n%s" % (len(body), body)
+    )
+
+
+def bounded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
+    """The protocol class for `uvicorn.run(http=...)`, bound to `limits`."""
+    attributes = {"limits": limits}
     return type(BoundedHttpToolsProtocol.__name__, (BoundedHttpToolsProtocol,), attributes)

@@ -341,13 +341,6 @@ class Settings(BaseSettings):
         "framework's middleware stack, through the request-context middleware alone; false: "
         "through the whole stack like any request (the answers are the same).",
     )
-    invoke_inline: bool = Field(
-        default=True,
-        description="Answer the common invocation in its HTTP handler's task (a cached caller "
-        "and route, no function rate limit, an instance free at once, no Redis; "
-        "service/invocation/inline.py); false: every invocation runs in a task of its own "
-        "(the answers are the same). Needs the front door; off while tracing is on.",
-    )
     invoke_replica_lease_seconds: float = Field(
         default=30.0,
         gt=0,
@@ -375,6 +368,17 @@ class Settings(BaseSettings):
     )
     http_keepalive_timeout: float = Field(
         default=5.0, gt=0, description="Seconds an idle kept-alive connection stays open."
+    )
+    http_max_head_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        description="Bytes of a request head (request line and headers); a larger one is "
+        "answered 431 and its connection closed.",
+    )
+    http_max_headers: int = Field(
+        default=100,
+        ge=10,
+        description="Header lines of a request; more are answered 431 and the connection closed.",
     )
     http_max_connections: int = Field(
         default=1000,

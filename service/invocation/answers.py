@@ -177,7 +177,9 @@ def stream_head(
     no length (it is then streamed until the caller disconnects)."""
     headers = response_headers(worker.headers)
     length = header_value(worker.headers, "content-length")
-    if length is not None:
+    if worker.status in (204, 304):
+        length = "0"  # no body follows, whatever the worker declared: none is framed
+    elif length is not None:
         headers.append(("content-length", length))
     return encode_headers(headers) + nvcf_headers(
         request_id, status_word(worker.status)

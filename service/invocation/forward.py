@@ -78,7 +78,9 @@ def request_headers(
     """The worker request's headers: the caller's, filtered, then the NVCF-* ones."""
     decoded = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw]
     drop = connection_headers(decoded) | _ALWAYS_DROPPED
-    out = [(k, v) for k, v in decoded if k.lower() not in drop]
+    # `nvcf_ncaid` is NVCF-NCAID to a CGI/WSGI worker (HTTP_NVCF_NCAID): an underscore
+    # spelling of a dropped name is dropped too, as nginx and Envoy do for such names
+    out = [(k, v) for k, v in decoded if k.lower().replace("_", "-") not in drop]
     out.extend(nvcf)
     return out
 
@@ -90,17 +92,6 @@ def header_text(value: str) -> str:
     if value.isascii() and value.isprintable():
         return value
     return quote(value, safe=" !#$&'()*+,-./:;<=>?@[]^_`{|}~")
-
-
-def request_lines(raw: Sequence[tuple[bytes, bytes]]) -> bytes:
-    """`request_headers` (without NVCF-* ones) as header lines, each ending in CRLF, for
-    headers as the server parsed them (names lower-cased)."""
-    drop = _REQUEST_DROPPED
-    for name, _ in raw:
-        if name == b"connection":
-            drop = _dropped(drop, b",".join([v for k, v in raw if k == b"connection"]))
-            break
-    return b"".join([k + b": " + v + b"\r\n" for k, v in raw if k not in drop])
 
 
 def response_lines(worker: Sequence[tuple[bytes, bytes]]) -> tuple[bytes, bytes | None]:

@@ -10,48 +10,32 @@ function's worker — whatever the path and method.
 
 The middleware sits inside the request-context middleware (request ids, the body limit,
 metrics and the access log apply) and before routing: such a request never reaches a route.
-It also answers `POST .../pexec/functions/{fid}[/versions/{vid}]` itself, the hot path of
-invocation, with the same handler as the documented route (the router's matching and
-dependency machinery cost more than the rest of an invocation).
+It also answers `POST .../pexec/functions/{fid}[/versions/{vid}]` itself, with the same
+handler as the documented route.
 
-`FrontDoor` (`NVCF_INVOKE_FRONT_DOOR`) goes one step further: the application hands it the
-requests it claims (a pexec POST on its plain path, or a transparent-mode request) before the
-framework's own middleware stack, and it answers them through the same request-context
-middleware (and tracing) and the same handler. Anything it does not claim (an org alias, a
-path with leading `//`) takes the ordinary way, where `TransparentInvocation` answers it.
+`FrontDoor` (`NVCF_INVOKE_FRONT_DOOR`): the application hands it the requests it claims (a
+pexec POST on its plain path, or a transparent-mode request) before the framework's own
+middleware stack, and it answers them through the same request-context middleware (and
+tracing) and the same handler. Anything it does not claim (an org alias, a path with leading
+`//`) takes the ordinary way, where `TransparentInvocation` answers it.
 """
 
 from __future__ import annotations
 
-import re
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, cast
+from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn._types import ASGI3Application, HTTPScope
-from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from service.core.front import Front, Headers
 from service.core.middleware import ROUTE_LABEL
-from service.invocation.inline import DECLINED, InlineInvocation
 from service.invocation.router import invoke
 
 #: the metrics/log label of transparent-mode requests
 LABEL = "<transparent invocation>"
 INVOCATION_PREFIXES = ("/v2/nvcf/pexec/", "/v2/nvcf/exec/")
 PEXEC = "/v2/nvcf/pexec/functions/"
-_PEXEC = PEXEC.encode()
-#: a path segment with nothing to unescape: any byte but `/?%#`, spelt as ranges (the
-#: regular expression engine checks a negated list byte by byte, a range set by bitmap:
-#: a third of the time of the whole match)
-_SEGMENT = rb"[\x00-\x22\x24\x26-\x2e\x30-\x3e\x40-\xff]+"
-#: a pexec URL with nothing to unescape and no query: (function id, version id or None)
-_PLAIN_PEXEC = re.compile(
-    re.escape(_PEXEC) + rb"(" + _SEGMENT + rb")(?:/versions/(" + _SEGMENT + rb"))?/*\Z"
-).match
-#: the route templates the fast path answers for (metrics labels, as the router's)
+#: the route templates of pexec (metrics labels, as the router's)
 PEXEC_FUNCTION = "/v2/nvcf/pexec/functions/{functionId}"
 PEXEC_VERSION = "/v2/nvcf/pexec/functions/{functionId}/versions/{functionVersionId}"
 
@@ -93,18 +77,6 @@ def addressed(
         elif name == b"host":
             host = value
     return _addressed(function_id, version_id, host, suffix)
-
-
-def addressed_by(
-    headers: Mapping[bytes, bytes], suffix: str | None
-) -> tuple[str, str | None, bool] | None:
-    """`addressed`, of headers by name."""
-    return _addressed(
-        headers.get(b"function-id"),
-        headers.get(b"function-version-id"),
-        headers.get(b"host", b""),
-        suffix,
-    )
 
 
 def _addressed(
@@ -203,9 +175,6 @@ class TransparentInvocation:
         await answer(scope, receive, send, claimed)
 
 
-#: what the front door claims of a request from its head: (function id, version id, path)
-Claimed = tuple[str, str | None, str]
-
 #: scope key carrying the front door's claim to the end of its chain
 _CLAIM = "nvcf.invocation_claim"
 
@@ -214,21 +183,13 @@ class FrontDoor:
     """Invocation requests ahead of the framework's middleware stack.
 
     `claims(scope)` says whether a request is the front door's; the front door then answers
-    it: on the inline path (inline.py) when one is given and the request is its kind, else
-    with the request-context middleware (and tracing) put around the invocation handler by
+    it with the request-context middleware (and tracing) put around the invocation handler by
     `wrap`, as they are around the ordinary stack, so the request id, body limit, metrics,
     access log and problems are the same either way."""
 
-    def __init__(
-        self,
-        *,
-        suffix: str | None,
-        wrap: Callable[[ASGIApp], ASGIApp],
-        inline: Callable[[ASGIApp], InlineInvocation] | None = None,
-    ) -> None:
+    def __init__(self, *, suffix: str | None, wrap: Callable[[ASGIApp], ASGIApp]) -> None:
         self.suffix = suffix
         self.app = wrap(self._answer)
-        self.inline = inline(self.app) if inline is not None else None
 
     def claims(self, scope: Scope) -> bool:
         path: str = scope["path"]
@@ -241,73 +202,7 @@ class FrontDoor:
         return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        inline = self.inline
-        if inline is None or scope.pop(DECLINED, False):
-            await self.app(scope, receive, send)
-            return
-        function_id, version_id, swap = scope[_CLAIM]
-        await inline(
-            scope,
-            receive,
-            send,
-            function_id=function_id,
-            version_id=version_id,
-            path=None if swap is None else forwarded_path(scope),
-            label=label_of(scope[_CLAIM]),
-        )
-
-    # the express lanes (core/server.py, core/front.py), when the inline path is on
-
-    #: the front protocol parses only requests starting so
-    head_prefixes = (b"POST " + _PEXEC,)
-
-    def claim_head(self, url: bytes, headers: Headers) -> Claimed | None:
-        """A pexec POST on its plain path (no query, nothing escaped) that is not addressed
-        by transparent mode: (function id, version id, path)."""
-        found = _PLAIN_PEXEC(url)
-        if found is None:
-            return None
-        host = headers.get(b"host", b"")
-        maybe = b"function-id" in headers or (len(host) >= 38 and host[36:37] == b".")
-        if maybe and addressed_by(headers, self.suffix) is not None:  # (a cheap look first)
-            return None
-        function_id, version_id = found.groups()
-        return (
-            function_id.decode("latin-1"),
-            None if version_id is None else version_id.decode("latin-1"),
-            url.decode("latin-1"),
-        )
-
-    def run(self, claimed: object, headers: Headers, body: bytes, front: Front) -> bool:
-        assert self.inline is not None
-        function_id, version_id, path = cast(Claimed, claimed)
-        return self.inline.run_front(
-            front,
-            headers,
-            body,
-            function_id=function_id,
-            version_id=version_id,
-            path=path,
-            label=PEXEC_FUNCTION if version_id is None else PEXEC_VERSION,
-        )
-
-    def claim(self, scope: HTTPScope) -> bool:
-        return self.claims(scope)  # type: ignore[arg-type]
-
-    def start(
-        self, cycle: RequestResponseCycle, app: ASGI3Application
-    ) -> Coroutine[Any, Any, None] | None:
-        assert self.inline is not None
-        scope: Scope = cycle.scope  # type: ignore[assignment]
-        claimed: Claim = scope[_CLAIM]
-        return self.inline.start(
-            cycle,
-            app,  # type: ignore[arg-type]
-            function_id=claimed[0],
-            version_id=claimed[1],
-            path=None if claimed[2] is None else forwarded_path(scope),
-            label=label_of(claimed),
-        )
+        await self.app(scope, receive, send)
 
     @staticmethod
     async def _answer(scope: Scope, receive: Receive, send: Send) -> None:

@@ -12,7 +12,7 @@ import httptools
 import pytest
 
 from service.backends.http1 import HIGH_WATER, Http1Endpoint, Http1Pool, _Connection
-from service.backends.worker import WorkerExchange, WorkerFailed, WorkerUnreachable
+from service.backends.worker import WorkerFailed, WorkerUnreachable
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -185,14 +185,10 @@ async def test_interim_answers_are_not_the_answer(pool: Http1Pool) -> None:
         assert response.headers == [("content-length", "2"), ("x-final", "1")]
         assert await response.read(100) == b"ok"
         await response.aclose()
-        # the connection goes on (kept alive), and the callback way skips them too
-        exchange = endpoint.begin("POST", "/", b"", b"y")
-        assert exchange is not None
-        await settled(exchange)
-        head = exchange.head()
-        assert head is not None and head[0] == 201
-        assert [name for name, _ in head[1]] == [b"content-length", b"x-final"]
-        assert exchange.take_body() == b"ok"
+        # the connection goes on (kept alive)
+        again = await endpoint.send("POST", "/", [], b"y")
+        assert again.status == 201 and await again.read(100) == b"ok"
+        await again.aclose()
         assert server.connections == 1
 
 
@@ -250,163 +246,6 @@ async def test_a_large_answer_is_read_no_faster_than_it_is_taken(pool: Http1Pool
         await response.aclose()
 
 
-async def settled(exchange: WorkerExchange) -> int:
-    """Waits, by the exchange's callback alone, until it has settled; how many calls."""
-    done = asyncio.Event()
-    calls = 0
-
-    def notify() -> None:
-        nonlocal calls
-        calls += 1
-        if exchange.settled and not exchange.arriving(1 << 16):
-            done.set()
-
-    exchange.listen(notify)
-    await asyncio.wait_for(done.wait(), 30)
-    exchange.listen(None)
-    return calls
-
-
-async def test_a_request_begun_without_waiting_is_followed_by_callbacks(pool: Http1Pool) -> None:
-    async with RawServer(keep_alive_echo) as server:
-        endpoint = Http1Endpoint(server.url, pool)
-        # nothing is open yet: the caller must send the ordinary way
-        assert endpoint.begin("POST", "/echo", b"x-test: 1\r\n", b"a") is None
-        assert await call(endpoint) == b"POST /echo?q=1 HTTP/1.1|x"
-        exchange = endpoint.begin("POST", "/echo", b"x-test: 1\r\n", b"b")
-        assert exchange is not None
-        assert await settled(exchange) >= 1
-        response = exchange.response_now()
-        assert response is not None and response.status == 200
-        assert dict(response.raw_headers)[b"content-length"] == b"21"
-        assert response.complete_body() == b"POST /echo HTTP/1.1|b"
-        # the connection went back: the next request begins on it again
-        again = endpoint.begin("GET", "/echo", b"", b"")
-        assert again is not None
-        await settled(again)
-        answer = again.response_now()
-        assert answer is not None and answer.complete_body() == b"GET /echo HTTP/1.1|"
-        assert server.connections == 1
-
-
-async def test_a_begun_request_whose_head_comes_first_is_arriving_until_its_body_has(
-    pool: Http1Pool,
-) -> None:
-    body_sent = asyncio.Event()
-
-    async def head_then_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while await read_request(reader) is not None:
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\n")
-            await writer.drain()
-            await body_sent.wait()
-            body_sent.clear()
-            writer.write(b"done")
-            await writer.drain()
-
-    async with RawServer(head_then_body) as server:
-        endpoint = Http1Endpoint(server.url, pool)
-        body_sent.set()
-        assert await call(endpoint) == b"done"
-        exchange = endpoint.begin("POST", "/", b"", b"")
-        assert exchange is not None
-        head = asyncio.Event()
-        exchange.listen(lambda: head.set() if exchange.settled else None)
-        await asyncio.wait_for(head.wait(), 30)
-        assert exchange.arriving(1 << 16) and not exchange.arriving(3)  # larger than allowed
-        body_sent.set()
-        await settled(exchange)
-        response = exchange.response_now()
-        assert response is not None and response.complete_body() == b"done"
-
-
-async def test_a_begun_request_is_taken_whole_from_its_head_and_body(pool: Http1Pool) -> None:
-    async with RawServer(keep_alive_echo) as server:
-        endpoint = Http1Endpoint(server.url, pool)
-        await call(endpoint)
-        exchange = endpoint.begin("POST", "/echo", b"", b"abc")
-        assert exchange is not None
-        assert exchange.head() is None and exchange.take_body() is None  # nothing came yet
-        await settled(exchange)
-        head = exchange.head()
-        assert head is not None and head[0] == 200
-        assert dict(head[1])[b"content-length"] == b"23"
-        assert exchange.take_body() == b"POST /echo HTTP/1.1|abc"
-        # taken: the connection is free for the next request
-        assert endpoint.begin("GET", "/echo", b"", b"") is not None
-        assert server.connections == 1
-
-
-async def test_a_begun_request_whose_time_is_up_is_told_once_and_a_settled_one_never(
-    pool: Http1Pool,
-) -> None:
-    release = asyncio.Event()
-
-    async def slow_second(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        count = 0
-        while await read_request(reader) is not None:
-            count += 1
-            if count == 3:
-                await release.wait()
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-            await writer.drain()
-
-    async with RawServer(slow_second) as server:
-        endpoint = Http1Endpoint(server.url, pool)
-        await call(endpoint)
-        loop = asyncio.get_running_loop()
-        expired: list[str] = []
-        # answered within its time: its expiry never comes, though the time passes after
-        quick = endpoint.begin("GET", "/", b"", b"")
-        assert quick is not None
-        done = asyncio.Event()
-        quick.listen(
-            lambda: done.set() if quick.settled else None,
-            until=loop.time() + 0.2,
-            on_expiry=lambda: expired.append("quick"),
-        )
-        await asyncio.wait_for(done.wait(), 30)
-        quick.listen(None)
-        assert quick.take_body() == b"ok"
-        # the next one on the same connection: not answered within its time
-        slow = endpoint.begin("GET", "/", b"", b"")
-        assert slow is not None
-        notified: list[bool] = []
-        slow.listen(
-            lambda: notified.append(True),
-            until=loop.time() + 0.05,
-            on_expiry=lambda: expired.append("slow"),
-        )
-        await asyncio.sleep(0.4)
-        assert expired == ["slow"]  # once, and not the first request's
-        release.set()
-        response = await slow.response()  # followed the ordinary way from here
-        assert response.status == 200 and await response.read(10) == b"ok"
-        await response.aclose()
-        assert notified == [] and server.connections == 1
-
-
-async def test_a_begun_request_on_a_connection_the_server_drops_is_sent_again(
-    pool: Http1Pool,
-) -> None:
-    async def answer_one_then_drop(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        await keep_alive_echo_once(reader, writer)
-        await read_request(reader)  # the second request on this connection is dropped
-
-    async with RawServer(answer_one_then_drop) as server:
-        endpoint = Http1Endpoint(server.url, pool)
-        assert await call(endpoint) == b"POST /echo?q=1 HTTP/1.1|x"
-        exchange = endpoint.begin("POST", "/echo?q=1", b"", b"x")
-        assert exchange is not None
-        await settled(exchange)
-        assert exchange.response_now() is None  # nothing came back: awaited, it is sent again
-        response = await exchange.response()
-        assert await response.read(1 << 10) == b"POST /echo?q=1 HTTP/1.1|x"
-        await response.aclose()
-        assert server.connections == 2
-
-
 class _Transport(asyncio.Transport):
     """A transport that remembers what was written and whether reading is paused."""
 
@@ -435,18 +274,17 @@ async def test_a_connection_paused_by_a_large_answer_reads_again_once_given_back
     conn, transport = _Connection(), _Transport()
     conn.connection_made(transport)
     pool.give_back("127.0.0.1", 9, conn)
-    exchange = endpoint.begin("GET", "/big", b"", b"")
-    assert exchange is not None
+    sending = asyncio.create_task(endpoint.send("GET", "/big", [], b""))
+    await asyncio.sleep(0)  # written on the idle connection
     body = b"x" * (HIGH_WATER + 1000)
     # the whole answer in one read: complete, and more than HIGH_WATER waiting to be taken
     conn.data_received(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
-    assert transport.paused and exchange.settled
-    response = exchange.response_now()
-    assert response is not None and response.complete_body() == body
+    response = await sending
+    assert transport.paused
+    assert response.complete_body() == body
     # back in the pool, reading again: the next request's answer is read
     assert not transport.paused
-    again = endpoint.begin("GET", "/small", b"", b"")
-    assert again is not None
+    sending = asyncio.create_task(endpoint.send("GET", "/small", [], b""))
+    await asyncio.sleep(0)
     conn.data_received(b"HTTP/1.1 204 No Content\r\n\r\n")
-    answer = again.response_now()
-    assert answer is not None and answer.status == 204
+    assert (await sending).status == 204

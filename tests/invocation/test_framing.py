@@ -5,11 +5,16 @@ raw-socket worker of the test's own as the simulated cluster's upstream
 
 from __future__ import annotations
 
+import contextlib
+import json
+import socket
+import struct
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.support.framing import SUFFIX, Served, echoed, served
+from tests.support.framing import SUFFIX, WAIT, Served, echoed, read_response, served
 
 INJECTED = (
     "x%0D%0ANVCF-NCAID:%20B%0D%0AContent-Length:%200%0D%0A%0D%0A"
@@ -19,7 +24,7 @@ INJECTED = (
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    with served(tmp_path_factory.mktemp("framing")) as s:
+    with served(tmp_path_factory.mktemp("framing"), NVCF_HTTP_BODY_TIMEOUT="1") as s:
         yield s
 
 
@@ -54,3 +59,172 @@ def test_d0_alias_path_is_forwarded_encoded_never_decoded(srv: Served, case: int
     assert got[0].header("nvcf-ncaid") == [srv.account]  # the platform's, not the caller's
     assert echoed(body)["path"] == target
     assert not any(r.request_line.startswith(b"POST /smuggled") for r in got)
+
+
+# --- the worker's side, through every entry ----------------------------------------------
+
+ENTRIES = ["pexec", "transparent", "alias"]
+
+
+def _invoke(srv: Served, entry: str, mode: str, **headers: str) -> bytes:
+    """An invocation through `entry` whose worker answers as `mode` says."""
+    sent = {"x-worker-mode": mode, "Content-Type": "application/json", **headers}
+    if entry == "pexec":
+        return srv.request("POST", srv.pexec, headers=sent, body=b"{}")
+    if entry == "transparent":
+        return srv.request("POST", "/run", headers={**sent, "function-id": srv.fid}, body=b"{}")
+    alias = f"/v2/orgs/{srv.account}/nvcf/run"
+    return srv.request("POST", alias, headers={**sent, "function-id": srv.fid}, body=b"{}")
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_d1_bytes_past_the_end_of_an_answer_never_reach_the_next_request(
+    srv: Served, entry: str
+) -> None:
+    with contextlib.closing(srv.connect()) as sock:
+        # the invocation and a request after it, pipelined on one kept-alive connection
+        sock.sendall(_invoke(srv, entry, "extra") + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, headers, body = read_response(sock)
+        assert (status, body, headers["content-length"]) == (200, b"ok", "2")
+        status, _, body = read_response(sock)
+        assert status == 200 and b"forged" not in body and json.loads(body)["status"]
+    # the worker connection that carried the extra bytes is not used again
+    before = srv.worker.connections
+    status, _, _ = srv.exchange(_invoke(srv, entry, "echo"))
+    assert status == 200 and srv.worker.connections == before + 1
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_d2_a_worker_failing_after_its_head_closes_the_callers_connection(
+    srv: Served, entry: str
+) -> None:
+    with contextlib.closing(srv.connect()) as sock:
+        sock.sendall(_invoke(srv, entry, "short"))
+        data = b""
+        while chunk := sock.recv(65536):  # to the end of the stream: never a timeout
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"content-length: 100" in head.lower()
+    assert body == b"hello"  # five bytes of a hundred, then the connection closed
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("mode", ["bighead", "manyheaders"])
+def test_d3_a_worker_answer_head_over_its_bounds_is_a_502(
+    srv: Served, entry: str, mode: str
+) -> None:
+    size = str(100 << 20) if mode == "bighead" else "1000000"
+    status, headers, body = srv.exchange(_invoke(srv, entry, mode, **{"x-worker-size": size}))
+    assert status == 502, body
+    assert headers["nvcf-status"] == "errored"
+    # other invocations go on
+    assert srv.exchange(_invoke(srv, entry, "echo"))[0] == 200
+
+
+def test_d5_a_request_the_worker_may_have_read_is_never_sent_again(srv: Served) -> None:
+    with contextlib.closing(srv.connect()) as sock:
+        sock.sendall(_invoke(srv, "pexec", "echo"))  # leaves a kept-alive worker connection
+        assert read_response(sock)[0] == 200
+        sock.sendall(_invoke(srv, "pexec", "readclose"))  # read on it, then closed unanswered
+        status, headers, _ = read_response(sock)
+    assert status == 502 and headers["nvcf-status"] == "errored"
+    assert len(srv.worker.of_mode("readclose")) == 1
+
+
+def test_d6_underscore_spellings_of_platform_headers_are_dropped(srv: Served) -> None:
+    sent = {"nvcf_ncaid": "spoofed", "NVCF_FUNCTION_ID": "spoofed", "x_kept": "1"}
+    status, _, body = srv.exchange(_invoke(srv, "pexec", "echo", **sent))
+    assert status == 200
+    names = [name for name, _ in echoed(body)["headers"]]
+    assert "nvcf_ncaid" not in names and "nvcf_function_id" not in names
+    assert "x_kept" in names
+    assert srv.worker.requests[-1].header("nvcf-ncaid") == [srv.account]
+
+
+def test_d10_a_late_pexec_body_has_one_body_deadline(srv: Served) -> None:
+    with contextlib.closing(srv.connect()) as sock:
+        head = srv.request("POST", srv.pexec, headers={"Content-Type": "application/json"})
+        sock.sendall(head.replace(b"Content-Length: 0", b"Content-Length: 100"))
+        status = None
+        for _ in range(40):  # 2 bytes every 0.25 s: 10 s at most, the deadline is 1 s
+            try:
+                sock.sendall(b"  ")
+            except OSError:
+                break
+            time.sleep(0.25)
+            sock.setblocking(False)
+            try:
+                data = sock.recv(65536)
+            except BlockingIOError:
+                data = b""
+            finally:
+                sock.setblocking(True)
+                sock.settimeout(WAIT)
+            if data:
+                status = int(data.split(b" ", 2)[1])
+                break
+    assert status == 408
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("code", ["000", "600", "999", "101"])
+def test_d11_a_worker_status_outside_200_to_599_is_a_502(
+    srv: Served, entry: str, code: str
+) -> None:
+    status, headers, _ = srv.exchange(_invoke(srv, entry, f"status:{code}"))
+    assert status == 502 and headers["nvcf-status"] == "errored"
+
+
+@pytest.mark.parametrize("code", [204, 304])
+def test_d11_no_body_framing_on_204_and_304(srv: Served, code: int) -> None:
+    with contextlib.closing(srv.connect()) as sock:
+        sock.sendall(_invoke(srv, "pexec", f"status:{code}", **{"x-worker-length": "5"}))
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+        head = data.partition(b"\r\n\r\n")[0].lower()
+        assert head.startswith(b"http/1.1 %d" % code)
+        assert b"content-length" not in head and b"transfer-encoding" not in head
+        # the connection goes on with the next request, answered in order
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _, body = read_response(sock)
+        assert status == 200 and json.loads(body)["status"]
+
+
+def test_d15_a_caller_gone_mid_stream_with_a_pipelined_request_frees_the_slot(
+    srv: Served,
+) -> None:
+    sock = srv.connect()
+    sock.sendall(_invoke(srv, "pexec", "endless"))
+    data = b""
+    while b"tick" not in data:
+        data += sock.recv(65536)
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")  # pipelined behind the stream
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()  # the caller goes away
+    assert srv.worker.endless_closed.wait(WAIT)  # the worker's stream is given up
+    # the one instance (maxRequestConcurrency 1) is free again: the next request is served
+    assert srv.exchange(_invoke(srv, "pexec", "echo"))[0] == 200
+
+
+# --- the caller's side: a request head is bounded -----------------------------------------
+
+
+@pytest.mark.parametrize("route", ["/health", "/v2/nvcf/functions", "pexec"])
+def test_d4_a_request_head_over_its_bounds_is_a_431(srv: Served, route: str) -> None:
+    target = srv.pexec if route == "pexec" else route
+    with contextlib.closing(srv.connect()) as sock:
+        sock.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\nX-Big: ".encode())
+        status = None
+        try:
+            for _ in range(2000):  # 128 MiB at most; the bound is 64 KiB
+                sock.sendall(b"a" * 65536)
+        except OSError:
+            pass
+        status, headers, body = read_response(sock)
+    assert status == 431 and headers["content-type"] == "application/problem+json"
+    assert json.loads(body)["status"] == 431
+    many = "".join(f"X-H{i}: v\r\n" for i in range(500))
+    status, _, _ = srv.exchange(f"GET {target} HTTP/1.1\r\nHost: x\r\n{many}\r\n".encode())
+    assert status == 431
+    assert srv.exchange(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 200

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.invocation.transparent import FrontDoor, addressed
+from service.invocation.transparent import addressed
 from tests.support.api import assert_problem
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V
@@ -42,26 +42,6 @@ def test_addressing_by_host_and_headers() -> None:
         False,
     )
     assert addressed(h(host="localhost", function_id="nope"), None) is None
-
-
-def test_the_front_protocol_takes_plain_pexec_urls_only() -> None:
-    door = FrontDoor(suffix=None, wrap=lambda app: app)
-    base = b"/v2/nvcf/pexec/functions/"
-    url = base + F.encode()
-    assert door.claim_head(url, {}) == (F, None, url.decode())
-    versioned = url + b"/versions/" + W.encode() + b"//"
-    assert door.claim_head(versioned, {}) == (F, W, versioned.decode())
-    # Any byte but the four that need the general path (unescaping, a query, a fragment,
-    # another path segment) stays in an id; the ids are checked later, as the router's are.
-    for byte in range(256):
-        odd = F[:8].encode() + bytes([byte]) + F[9:].encode()
-        claimed = door.claim_head(base + odd, {})
-        assert (claimed is None) == (bytes([byte]) in b"/?%#"), byte
-    for other in (base, url + b"/versions/", url + b"/versions", url + b"/other/" + W.encode()):
-        assert door.claim_head(other, {}) is None
-    # Addressed by its Host or the routing headers: transparent mode's, not the path's.
-    assert door.claim_head(url, {b"host": f"{W}.invocation.localhost".encode()}) is None
-    assert door.claim_head(url, {b"function-id": W.encode()}) is None
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import json
 import socket
 import subprocess
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,14 +71,22 @@ class Served:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
+#: bytes read from a socket past the response read last (the next one's start)
+_unread: weakref.WeakKeyDictionary[socket.socket, bytes] = weakref.WeakKeyDictionary()
+
+
+def _recv(sock: socket.socket, what: str) -> bytes:
+    chunk = sock.recv(65536)
+    assert chunk, f"connection closed {what}"
+    return chunk
+
+
 def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    """One response (status, lower-cased headers, body) framed by Content-Length or chunked;
-    fails on EOF before the head, or on timeout."""
-    data = b""
+    """One response (status, lower-cased headers, body) framed by Content-Length or chunked,
+    bytes after it kept for the next call; fails on EOF before its end, or on timeout."""
+    data = _unread.pop(sock, b"")
     while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"connection closed before a response; got {data!r}"
-        data += chunk
+        data += _recv(sock, f"before a response; got {data!r}")
     head, _, rest = data.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split()[1])
@@ -88,37 +97,24 @@ def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
     if "content-length" in headers:
         length = int(headers["content-length"])
         while len(rest) < length:
-            chunk = sock.recv(65536)
-            assert chunk, "connection closed inside the body"
-            rest += chunk
+            rest += _recv(sock, "inside the body")
+        _unread[sock] = rest[length:]
         return status, headers, rest[:length]
     if headers.get("transfer-encoding") == "chunked":
         body = b""
         while True:
             while b"\r\n" not in rest:
-                chunk = sock.recv(65536)
-                assert chunk, "connection closed inside a chunk"
-                rest += chunk
+                rest += _recv(sock, "inside a chunk")
             size_line, _, rest = rest.partition(b"\r\n")
             size = int(size_line.split(b";")[0], 16)
             while len(rest) < size + 2:
-                chunk = sock.recv(65536)
-                assert chunk, "connection closed inside a chunk"
-                rest += chunk
+                rest += _recv(sock, "inside a chunk")
             body, rest = body + rest[:size], rest[size + 2 :]
             if size == 0:
+                _unread[sock] = rest
                 return status, headers, body
-    return status, headers, rest
-
-
-def closed(sock: socket.socket) -> bool:
-    """Whether the server closes `sock` (reads to EOF; fails on timeout)."""
-    try:
-        while sock.recv(65536):
-            pass
-    except ConnectionResetError:
-        return True
-    return True
+    _unread[sock] = rest
+    return status, headers, b""
 
 
 def _api(port: int) -> httpx.Client:

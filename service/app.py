@@ -26,6 +26,7 @@ from service.auth.service import (
     create_api_key,
     grant_scopes,
 )
+from service.backends.http1 import AnswerBounds
 from service.charts.pipeline import ChartPipeline
 from service.charts.router import router as helm_router
 from service.clusters.adapters import AdapterRegistry
@@ -204,7 +205,13 @@ def create_app(
             read_cache.attach(app.state.version_cache)
         app.state.secret_box = await asyncio.to_thread(load_secret_box, settings)
         app.state.catalog = await asyncio.to_thread(load_catalog, settings.clusters_file)
-        adapters = AdapterRegistry.from_catalog(app.state.catalog)
+        adapters = AdapterRegistry.from_catalog(
+            app.state.catalog,
+            worker_bounds=AnswerBounds(
+                max_head_bytes=settings.invoke_worker_max_head_bytes,
+                max_headers=settings.invoke_worker_max_headers,
+            ),
+        )
         app.state.adapters = adapters
         plane: InvocationPlane | None = None
         if invocation_only:

@@ -22,6 +22,7 @@ import contextlib
 import functools
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httptools
@@ -44,6 +45,16 @@ _CLOSED = "the worker closed the connection without answering"
 #: counted by reads (so at most one read more), and its header lines; beyond, 502
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 100
+
+
+@dataclass(frozen=True)
+class AnswerBounds:
+    """What a worker answer's head may hold (`NVCF_INVOKE_WORKER_MAX_HEAD_BYTES`, `..._HEADERS`)."""
+
+    max_head_bytes: int = MAX_HEAD_BYTES
+    max_headers: int = MAX_HEADERS
+
+
 #: seconds an idle connection is reused for (below the shortest keep-alive time of common
 #: servers: gunicorn's 2 s)
 IDLE_SECONDS = 1.5
@@ -289,12 +300,12 @@ class Http1Pool:
         self,
         *,
         max_idle: int = MAX_IDLE,
-        max_head_bytes: int = MAX_HEAD_BYTES,
-        max_headers: int = MAX_HEADERS,
+        bounds: AnswerBounds | None = None,
     ) -> None:
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._max_idle = max_idle
-        self._factory = functools.partial(_Connection, max_head_bytes, max_headers)
+        bounds = bounds or AnswerBounds()
+        self._factory = functools.partial(_Connection, bounds.max_head_bytes, bounds.max_headers)
 
     def idle(self, host: str, port: int) -> _Connection | None:
         """A kept-alive connection to (host, port) ready for a request, if there is one."""

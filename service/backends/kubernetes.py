@@ -45,7 +45,7 @@ from lightkube.generic_resource import (
 )
 from lightkube.types import CascadeType, PatchType
 
-from service.backends.http1 import Http1Endpoint, Http1Pool
+from service.backends.http1 import AnswerBounds, Http1Endpoint, Http1Pool
 from service.backends.protocol import (
     AdapterError,
     Capacity,
@@ -353,6 +353,7 @@ class KubernetesAdapter:
         timeout: float = DEFAULT_TIMEOUT,
         worker_access: WorkerAccess | None = None,
         cluster_domain: str = "cluster.local",
+        worker_bounds: AnswerBounds | None = None,
     ) -> None:
         if in_cluster == (kubeconfig is not None):
             raise ValueError(
@@ -375,6 +376,7 @@ class KubernetesAdapter:
         self._config: SingleConfig | None = None
         self._worker_client: Any = None
         self._dns_pool: Http1Pool | None = None
+        self._worker_bounds = worker_bounds
 
     # ------------------------------------------------------------------ public interface
 
@@ -515,7 +517,7 @@ class KubernetesAdapter:
         health_port = port.health_port or port.port
         if self.worker_access == "serviceDns":
             if self._dns_pool is None:
-                self._dns_pool = Http1Pool()
+                self._dns_pool = Http1Pool(bounds=self._worker_bounds)
             host = f"{port.service}.{instance.namespace}.svc.{self.cluster_domain}"
             health = None
             if port.health_path is not None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from service.backends.http1 import AnswerBounds
 from service.backends.protocol import BackendAdapter, NodeShape
 from service.backends.simulated import SimulatedAdapter, SimulationDelays
 from service.clusters.catalog import Catalog, Cluster
@@ -39,13 +40,22 @@ class AdapterRegistry:
         self._unavailable = {name.lower(): why for name, why in (unavailable or {}).items()}
 
     @classmethod
-    def from_catalog(cls, catalog: Catalog, *, clock: Clock | None = None) -> AdapterRegistry:
-        """Build every cluster's adapter; `clock` drives simulated clusters (tests use a fake)."""
+    def from_catalog(
+        cls,
+        catalog: Catalog,
+        *,
+        clock: Clock | None = None,
+        worker_bounds: AnswerBounds | None = None,
+    ) -> AdapterRegistry:
+        """Build every cluster's adapter; `clock` drives simulated clusters (tests use a fake),
+        `worker_bounds` bound the worker answers their HTTP/1.1 clients read."""
         adapters: dict[str, BackendAdapter] = {}
         unavailable: dict[str, str] = {}
         for cluster in catalog.clusters:
             try:
-                adapters[cluster.name] = build_adapter(cluster, clock=clock)
+                adapters[cluster.name] = build_adapter(
+                    cluster, clock=clock, worker_bounds=worker_bounds
+                )
             except Exception as exc:  # any failure leaves the other clusters usable
                 reason = f"cluster {cluster.name} is unavailable: {_describe(exc)}"
                 log.error("%s", reason)
@@ -77,7 +87,9 @@ class AdapterRegistry:
                 log.exception("closing the adapter of cluster %s failed", name)
 
 
-def build_adapter(cluster: Cluster, *, clock: Clock | None = None) -> BackendAdapter:
+def build_adapter(
+    cluster: Cluster, *, clock: Clock | None = None, worker_bounds: AnswerBounds | None = None
+) -> BackendAdapter:
     """The adapter of one catalog cluster; raises when it cannot be built."""
     if cluster.adapter == "simulated":
         sim = cluster.simulation
@@ -93,8 +105,9 @@ def build_adapter(cluster: Cluster, *, clock: Clock | None = None) -> BackendAda
             clock=clock,
             attributes=cluster.attributes,
             upstream=sim.upstream,
+            worker_bounds=worker_bounds,
         )
-    return adapter_for_cluster(cluster)
+    return adapter_for_cluster(cluster, worker_bounds=worker_bounds)
 
 
 def adapter_for_cluster(cluster: Cluster, **options: Any) -> KubernetesAdapter:

@@ -341,6 +341,17 @@ class Settings(BaseSettings):
         "framework's middleware stack, through the request-context middleware alone; false: "
         "through the whole stack like any request (the answers are the same).",
     )
+    invoke_worker_max_head_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        description="Bytes of a worker answer's head (status line, headers, interim answers); "
+        "a larger one ends the request errored (502) and its connection is closed.",
+    )
+    invoke_worker_max_headers: int = Field(
+        default=100,
+        ge=10,
+        description="Header lines of a worker answer; more end the request errored (502).",
+    )
     invoke_replica_lease_seconds: float = Field(
         default=30.0,
         gt=0,

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import httptools
 import pytest
 
-from service.backends.http1 import HIGH_WATER, Http1Endpoint, Http1Pool, _Connection
+from service.backends.http1 import HIGH_WATER, AnswerBounds, Http1Endpoint, Http1Pool, _Connection
 from service.backends.worker import WorkerFailed, WorkerUnreachable
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -288,3 +288,22 @@ async def test_a_connection_paused_by_a_large_answer_reads_again_once_given_back
     await asyncio.sleep(0)
     conn.data_received(b"HTTP/1.1 204 No Content\r\n\r\n")
     assert (await sending).status == 204
+
+
+async def test_the_answer_bounds_are_the_pools() -> None:
+    async def twenty_headers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await read_request(reader) is not None:
+            lines = b"".join(b"x-h%d: v\r\n" % i for i in range(20))
+            writer.write(b"HTTP/1.1 200 OK\r\n" + lines + b"content-length: 0\r\n\r\n")
+            await writer.drain()
+
+    async with RawServer(twenty_headers) as server:
+        roomy = Http1Pool(bounds=AnswerBounds(max_headers=30))
+        response = await Http1Endpoint(server.url, roomy).send("GET", "/", [], b"")
+        assert response.status == 200
+        await response.aclose()
+        strict = Http1Pool(bounds=AnswerBounds(max_headers=10))
+        with pytest.raises(WorkerFailed, match="over 10 header lines"):
+            await Http1Endpoint(server.url, strict).send("GET", "/", [], b"")
+        await roomy.aclose()
+        await strict.aclose()

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from service.backends.http1 import Http1Endpoint, Http1Pool
+from service.backends.http1 import AnswerBounds, Http1Endpoint, Http1Pool
 from service.backends.protocol import (
     AdapterError,
     Capacity,
@@ -71,8 +71,10 @@ class SimulatedAdapter:
         clock: Clock | None = None,
         attributes: Iterable[str] = (),
         upstream: str | None = None,
+        worker_bounds: AnswerBounds | None = None,
     ) -> None:
         self.name = name
+        self._worker_bounds = worker_bounds
         #: a real server answering for every instance of the cluster (None: the built-in one)
         self.upstream = upstream.rstrip("/") if upstream else None
         self._workers = SimulatedWorkers(self._runs, self._secret_names)
@@ -209,7 +211,7 @@ class SimulatedAdapter:
             health = self.upstream + port.health_path if port.health_path is not None else None
             if self.upstream.startswith("http://"):
                 if self._pool is None:
-                    self._pool = Http1Pool()
+                    self._pool = Http1Pool(bounds=self._worker_bounds)
                 return Http1Endpoint(self.upstream, self._pool, health_url=health)
             if self._https is None:
                 self._https = network_client()

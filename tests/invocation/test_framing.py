@@ -228,3 +228,37 @@ def test_d4_a_request_head_over_its_bounds_is_a_431(srv: Served, route: str) -> 
     status, _, _ = srv.exchange(f"GET {target} HTTP/1.1\r\nHost: x\r\n{many}\r\n".encode())
     assert status == 431
     assert srv.exchange(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 200
+
+
+# --- the caller's side: an ambiguous request is refused, never guessed at ---------------
+
+AMBIGUOUS = {
+    "cl-and-te": b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    "two-lengths": b"Content-Length: 2\r\nContent-Length: 4\r\n\r\n{}{}",
+    "obs-fold": b"X-Folded: a\r\n b\r\nContent-Length: 2\r\n\r\n{}",
+    "bare-lf": b"X-A: 1\nContent-Length: 2\r\n\r\n{}",
+    "space-before-colon": b"Content-Length : 2\r\n\r\n{}",
+    "bad-chunk-size": b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(AMBIGUOUS))
+@pytest.mark.parametrize("entry", ["pexec", "transparent", "api"])
+def test_an_ambiguously_framed_request_is_a_400_and_closed(
+    srv: Served, case: str, entry: str
+) -> None:
+    if entry == "pexec":
+        line = f"POST {srv.pexec} HTTP/1.1\r\nHost: x\r\n"
+    elif entry == "transparent":
+        line = f"POST /run HTTP/1.1\r\nHost: x\r\nfunction-id: {srv.fid}\r\n"
+    else:
+        line = "POST /v2/nvcf/functions HTTP/1.1\r\nHost: x\r\n"
+    head = f"{line}Authorization: Bearer {srv.key}\r\n".encode()
+    with contextlib.closing(srv.connect()) as sock:
+        sock.sendall(head + AMBIGUOUS[case] + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):  # to the end: the server closes the connection
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 400"), data[:200]
+    assert data.count(b"HTTP/1.1 ") == 1  # nothing after it was read as a request
+    assert not srv.worker.requests  # nothing reached the worker

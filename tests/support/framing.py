@@ -18,7 +18,6 @@ from typing import Any
 import httpx
 
 from tests.support.app import ADMIN_KEY
-from tests.support.invocation import write_catalog
 from tests.support.raw_worker import RawWorker
 from tests.support.server import free_port, start_server, stop_server
 
@@ -37,6 +36,11 @@ class Served:
     fid: str
     vid: str
     proc: subprocess.Popen[bytes]
+    manager: str
+
+    def deploy(self, **function: Any) -> tuple[str, str]:
+        """Another function of the account (see `deploy_echo`)."""
+        return deploy_echo(self.port, self.manager, **function)
 
     @property
     def pexec(self) -> str:
@@ -125,27 +129,35 @@ def _api(port: int) -> httpx.Client:
     )
 
 
-def deploy_echo(port: int, key: str) -> tuple[str, str]:
-    """A container function deployed until ACTIVE on the catalog's `inv` group, as the key's
-    account: (function id, version id)."""
+def deploy_echo(
+    port: int,
+    key: str,
+    *,
+    group: str = "inv",
+    deploy: bool = True,
+    **function: Any,
+) -> tuple[str, str]:
+    """A container function, deployed until ACTIVE on the catalog's `group` (unless not
+    `deploy`), as the key's account: (function id, version id)."""
     with httpx.Client(
         base_url=f"http://127.0.0.1:{port}",
         headers={"Authorization": f"Bearer {key}"},
         timeout=30,
     ) as api:
-        resp = api.post(
-            "/v2/nvcf/functions",
-            json={
-                "name": "raw",
-                "inferenceUrl": "/echo",
-                "inferencePort": 8000,
-                "containerImage": "nvcr.io/acme/echo:1.0",
-            },
-        )
+        body = {
+            "name": "raw",
+            "inferenceUrl": "/echo",
+            "inferencePort": 8000,
+            "containerImage": "nvcr.io/acme/echo:1.0",
+            **function,
+        }
+        resp = api.post("/v2/nvcf/functions", json=body)
         assert resp.status_code == 200, resp.text
         fn = resp.json()["function"]
         fid, vid = fn["id"], fn["versionId"]
-        spec = {"gpu": "H100", "backend": "inv", "minInstances": 1, "maxInstances": 1}
+        if not deploy:
+            return fid, vid
+        spec = {"gpu": "H100", "backend": group, "minInstances": 1, "maxInstances": 1}
         resp = api.post(
             f"/v2/nvcf/deployments/functions/{fid}/versions/{vid}",
             json={"deploymentSpecifications": [spec]},
@@ -160,6 +172,34 @@ def deploy_echo(port: int, key: str) -> tuple[str, str]:
     raise AssertionError("function did not become ACTIVE")
 
 
+def _catalog(tmp: Path, upstream: str) -> Path:
+    """Group `inv`: one simulated cluster forwarding to `upstream`; group `dead`: one whose
+    upstream refuses every connection (a port nobody listens on)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    sim = {"scheduleSeconds": 0.01, "pullSeconds": 0.01, "readySeconds": 0.02}
+    groups = [
+        {
+            "name": name,
+            "clusters": [
+                {
+                    "name": f"{name}-0",
+                    "adapter": "simulated",
+                    "provider": "NCP",
+                    "region": "region-0",
+                    "nodes": [{"gpu": "H100", "gpusPerNode": 8, "count": 1}],
+                    "simulation": {**sim, "upstream": url},
+                }
+            ],
+        }
+        for name, url in (("inv", upstream), ("dead", closed))
+    ]
+    path = tmp / "clusters.json"
+    path.write_text(json.dumps({"clusterGroups": groups}))
+    return path
+
+
 def _key(api: httpx.Client, scopes: list[str]) -> str:
     resp = api.post("/v2/nvcf/api-keys", json={"ncaId": ACCOUNT, "scopes": scopes})
     assert resp.status_code == 200, resp.text
@@ -171,7 +211,7 @@ def served(tmp: Path, **env: str) -> Iterator[Served]:
     """The server process, a raw worker as its simulated cluster's upstream, one function
     deployed in ACCOUNT, and an invoke-only key of that account."""
     worker = RawWorker().start()
-    catalog = write_catalog(tmp, upstream=worker.url)
+    catalog = _catalog(tmp, worker.url)
     port = free_port()
     proc = start_server(
         tmp,
@@ -187,11 +227,13 @@ def served(tmp: Path, **env: str) -> Iterator[Served]:
     try:
         with _api(port) as api:
             manager, key = (
-                _key(api, ["register_function", "deploy_function", "list_functions"]),
+                _key(
+                    api, ["register_function", "deploy_function", "list_functions", "queue_details"]
+                ),
                 _key(api, ["invoke_function"]),
             )
         fid, vid = deploy_echo(port, manager)
-        yield Served(port, worker, key, ACCOUNT, fid, vid, proc)
+        yield Served(port, worker, key, ACCOUNT, fid, vid, proc, manager)
     finally:
         stop_server(proc)
         worker.stop()

@@ -13,13 +13,17 @@ Modes (`x-worker-mode`, default `echo`):
 - `readclose`: the request is read, then the connection closed without an answer;
 - `status:NNN`: a head with that status (e.g. `status:000`, `status:101`), an empty body
   declared by `Content-Length: 0` (or `x-worker-length` bytes);
-- `endless`: a 200 with neither length nor chunking, then bytes until the caller goes.
+- `endless`: a 200 with neither length nor chunking, then bytes until the caller goes;
+- `reset`: half a status line, then the connection reset;
+- `malformed`: bytes that are not HTTP;
+- `hold`: the answer waits until `release()` (a 200 then), 30 s at most.
 """
 
 from __future__ import annotations
 
 import json
 import socket
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -56,6 +60,7 @@ class RawWorker:
     requests: list[Received] = field(default_factory=list)
     connections: int = 0
     endless_closed: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self._sock = socket.socket()
@@ -82,6 +87,10 @@ class RawWorker:
         with self._lock:
             self.requests.clear()
             self.endless_closed.clear()
+            self.released.clear()
+
+    def release(self) -> None:
+        self.released.set()
 
     def of_mode(self, mode: str) -> list[Received]:
         with self._lock:
@@ -198,4 +207,15 @@ class RawWorker:
             except OSError:
                 self.endless_closed.set()
             return False
+        if mode == "reset":
+            conn.sendall(b"HTTP/1.1 2")
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return False
+        if mode == "malformed":
+            conn.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            return False
+        if mode == "hold":
+            self.released.wait(30)
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nheld")
+            return True
         raise AssertionError(f"unknown worker mode {mode!r}")

@@ -229,7 +229,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         ):
             # The body finished arriving after its response (the route never read it): the
             # connection is idle from now on, which the keep-alive timer bounds.
-            self._unset_keepalive_if_required()
+            if self.timeout_keep_alive_task is not None:
+                self.timeout_keep_alive_task.cancel()
             self.timeout_keep_alive_task = self.loop.call_later(
                 self.timeout_keep_alive, self.timeout_keep_alive_handler
             )

@@ -7,6 +7,7 @@ import asyncio
 import json
 import uuid
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 import pytest
 
@@ -14,6 +15,7 @@ from tests.support.api import assert_problem, bearer, create_fn, new_key
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, dep_url, until_status
 from tests.support.invocation import deployed, invocation_app, pexec_url, spec
+from tests.support.wire import get, raw_exchange, running_server
 
 
 @pytest.fixture
@@ -235,3 +237,23 @@ async def test_undeployed_version_becomes_refused(client: AppClient) -> None:
     await asyncio.sleep(0)
     client.app.state.invocation.routes.forget(uuid.UUID(fn["versionId"]))
     assert_problem(await client.post(pexec_url(fn), json={}), 400)
+
+
+@pytest.mark.parametrize("route", ["pexec", "exec"])
+def test_a_status_poll_of_an_id_with_control_bytes_is_a_valid_400(
+    tmp_path: Path, route: str
+) -> None:
+    """Unauthenticated, on the wire: the id is no id, and it never breaks `NVCF-REQID` (the
+    server wrote no answer at all, and closed the connection)."""
+    ids = ["%0a", "%00", "%0D%0ASet-Cookie:%20x", "%7F", "%C2%85", "%E2%80%A8"]
+    requests = [get(f"/v2/nvcf/{route}/status/{rid}") for rid in ids]
+    with running_server(tmp_path) as port:
+        *answers, health = raw_exchange(port, *requests, get("/health"))
+    for rid, (status, headers, body) in zip(ids, answers, strict=True):
+        assert status == 400, (rid, body)
+        assert headers["content-type"] == "application/problem+json"
+        assert headers["nvcf-reqid"] == quote(unquote(rid), safe="")  # percent-encoded
+        assert "set-cookie" not in headers
+        assert headers["nvcf-status"] == "errored"
+        assert "requestId" in json.loads(body)["detail"]
+    assert health[0] == 200  # and the connection still serves the next request

@@ -31,6 +31,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from uvicorn.server import ServerState
 
+from service.core.numbers import natural
 from service.core.server import (
     BoundedHttpToolsProtocol,
     ConnectionLimits,
@@ -405,11 +406,10 @@ def _content_length(headers: Headers) -> int | None:
     `Expect` (a client waiting for `100 Continue` goes to uvicorn's protocol, which sends
     it)."""
     value = headers.get(b"content-length")
-    if value is None or not value.isdigit():
+    length = None if value is None else natural(value)
+    if length is None or b"transfer-encoding" in headers or b"expect" in headers:
         return None
-    if b"transfer-encoding" in headers or b"expect" in headers:
-        return None
-    return int(value)
+    return length
 
 
 def http_protocol(limits: ConnectionLimits, express: Express | None) -> type[asyncio.Protocol]:

@@ -19,6 +19,7 @@ from service.backends.worker import WorkerExchange, WorkerFailed, WorkerResponse
 from service.core.db import utcnow
 from service.core.errors import DomainError
 from service.core.front import Front
+from service.core.numbers import natural
 from service.invocation import answers
 from service.invocation.dispatch import LocalDispatcher
 from service.invocation.forward import (
@@ -161,7 +162,7 @@ def what_it_needs(
     if X_REQUEST_ID in headers or b"transfer-encoding" in headers or b"expect" in headers:
         return None
     length = headers.get(b"content-length")
-    if length is not None and (not length.isdigit() or int(length) > body_limit):
+    if length is not None and ((declared := natural(length)) is None or declared > body_limit):
         return None
     authorization = headers.get(b"authorization")
     poll = headers.get(b"nvcf-poll-seconds")

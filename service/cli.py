@@ -120,6 +120,8 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
         log_level="warning",
         log_config=None,  # its loggers go through the root handler of _configure_logging
         access_log=False,
+        # on every answer the server writes, its own refusals and the front door's included
+        headers=[("X-Content-Type-Options", "nosniff")],
         ssl_certfile=str(tls[0]) if tls else None,
         ssl_keyfile=str(tls[1]) if tls else None,
     )

@@ -20,6 +20,7 @@ from tests.support.app import ADMIN_KEY, ClientFactory
 from tests.support.invocation import write_catalog
 from tests.support.server import free_port, start_server, stop_server
 from tests.support.upstream import UpstreamServer
+from tests.support.wire import get, head_lines, running_server
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -288,3 +289,26 @@ def test_invoke_runs_the_invocation_plane_as_its_own_process(
             stop_server(invoke)
         stop_server(api)
         upstream.stop()
+
+
+def test_every_answer_of_the_server_says_nosniff_once(tmp_path: Path) -> None:
+    """On the wire: the API, its refusals, the pages, the invocation front door and the
+    server's own refusal of a malformed request."""
+    fid = "00000000-0000-4000-8000-000000000000"
+    requests = [
+        get("/health"),
+        get("/v2/nvcf/functions"),  # 401
+        get("/v2/nvcf/nothing"),  # 404
+        get("/docs"),
+        get("/redoc"),
+        get("/console/"),
+        get("/metrics"),
+        f"POST /v2/nvcf/pexec/functions/{fid} HTTP/1.1\r\nHost: x\r\n".encode()
+        + b"Content-Length: 2\r\n\r\n{}",
+        b"GET /health HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n",  # 400 from the server
+    ]
+    with running_server(tmp_path) as port:
+        heads = [head_lines(port, request) for request in requests]
+    for request, lines in zip(requests, heads, strict=True):
+        said = [line for line in lines if line.lower().startswith("x-content-type-options:")]
+        assert [s.split(":", 1)[1].strip() for s in said] == ["nosniff"], (request, lines)

@@ -41,3 +41,17 @@ def get(target: str, *headers: str) -> bytes:
     """A GET request's bytes, `target` as written (nothing encoded or decoded)."""
     lines = [f"GET {target} HTTP/1.1", "Host: 127.0.0.1", *headers]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def head_lines(port: int, request: bytes) -> list[str]:
+    """The header lines of the answer to `request` (on a connection of its own), every one as
+    sent: a header sent twice is there twice."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.settimeout(10)
+        sock.sendall(request)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed before a response; got {data!r}"
+            data += chunk
+    return data.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")[1:]

@@ -282,7 +282,7 @@ def test_invoke_runs_the_invocation_plane_as_its_own_process(
             assert c.get("/functions").status_code == 404
             assert (
                 "nvcf_invocation_requests_total"
-                in httpx.get(f"http://127.0.0.1:{invoke_port}/metrics").text
+                in httpx.get(f"http://127.0.0.1:{invoke_port}/metrics", headers=auth).text
             )
     finally:
         if invoke is not None:

@@ -361,3 +361,16 @@ async def test_a_405_allows_every_method_the_path_serves(
     # each one it names is served (anything but 405), the documented ones included
     for other in served - {"HEAD"}:
         assert (await client.request(other, path)).status_code != 405, other
+
+
+# --- numbers in queries: ASCII digits only ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "limit", ["%C2%B2", "%E2%91%A0", "%EF%BC%95", "%2B5", "%205", "5%20", "1_0", "9" * 4301]
+)
+async def test_a_limit_that_is_not_ascii_digits_is_400(client: AppClient, limit: str) -> None:
+    for route in (f"{V}/functions", f"{V}/registry-credentials", f"{V}/deployments"):
+        resp = await client.get(f"{route}?limit={limit}")
+        assert fields(assert_problem(resp, 400)) == {"limit"}, route
+    assert (await client.get(f"{V}/functions?limit=5")).status_code == 200

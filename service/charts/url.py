@@ -17,8 +17,8 @@ from service.core.numbers import natural_in
 from service.core.validation import DNS_LABEL_RE
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-VERSION_RE = re.compile(r"^v?\d+(\.\d+){0,2}$")
-_VERSION_START_RE = re.compile(r"^(\d|v\d)")
+VERSION_RE = re.compile(r"^v?[0-9]+(\.[0-9]+){0,2}$")
+_VERSION_START_RE = re.compile(r"^([0-9]|v[0-9])")
 # One path component of an OCI repository name (distribution spec).
 _REPO_COMPONENT_RE = re.compile(r"^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*$")
 _SCHEMES = ("oci", "https")

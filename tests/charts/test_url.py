@@ -153,6 +153,8 @@ INVALID = [
     ("oci://reg.example.com/a/c:1.0.0.0", "one to three dot-separated numbers"),
     ("oci://reg.example.com/a/c:latest", "one to three dot-separated numbers"),
     ("oci://reg.example.com/a/c:1.0+build", "one to three dot-separated numbers"),
+    ("oci://reg.example.com/a/c:١.٠", "one to three dot-separated numbers"),
+    ("oci://reg.example.com/a/c-١.٠.tgz", "has no version"),
     ("oci://reg.example.com/a/c-1.0 .tgz", "whitespace"),
     ("oci://[::1/a/c:1.0", "cannot be parsed"),
     ("oci://reg.example.com/" + "a" * 2100 + "/c:1.0", "at most 2048"),

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 from sqlalchemy import create_engine, inspect
 
+from service.cli import parse_expiry
 from service.core import migrate
 from tests.support.api import CONTAINER_FN
 from tests.support.app import ADMIN_KEY, ClientFactory
@@ -312,3 +315,11 @@ def test_every_answer_of_the_server_says_nosniff_once(tmp_path: Path) -> None:
     for request, lines in zip(requests, heads, strict=True):
         said = [line for line in lines if line.lower().startswith("x-content-type-options:")]
         assert [s.split(":", 1)[1].strip() for s in said] == ["nosniff"], (request, lines)
+
+
+@pytest.mark.parametrize("text", ["٣d", "²d", "+3d", "3_0d", "9" * 4301 + "d", "0d"])
+def test_a_key_expiry_is_ascii_digits_and_a_unit(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="not a duration"):
+        parse_expiry(text)
+    assert parse_expiry("30d") == timedelta(days=30)
+    assert parse_expiry("12H") == timedelta(hours=12)

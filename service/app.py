@@ -65,7 +65,7 @@ from service.invocation.transparent import FrontDoor, TransparentInvocation, bod
 from service.ngc.router import router as ngc_router
 from service.registry.router import router as registry_router
 from service.state import AppState
-from service.telemetry import Telemetry
+from service.telemetry import Telemetry, sees_tenants
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -354,7 +354,8 @@ def create_app(
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus(request: Request) -> Response:
-        body = await telemetry.scrape(request.app.state.sessionmaker)
+        tenants = await sees_tenants(request)
+        body = await telemetry.scrape(request.app.state.sessionmaker, tenants=tenants)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     # The NGC org aliases (/v2/orgs/{org}[/teams/{team}]/nvcf/...) are rewritten onto this

@@ -14,15 +14,16 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from service.core.durations import parse_timedelta
+from service.core.numbers import natural
 from service.core.settings import Settings, settings_error_line
 
 #: the short form `30d`; its unit letter is the ISO-8601 designator, in the time part or not
-_DURATION = re.compile(r"^(\d+)([smhdw])$")
+_DURATION = re.compile(r"^([0-9]+)([smhdw])\Z")
 
 
 def parse_expiry(value: str) -> timedelta:
     m = _DURATION.match(value.strip().lower())
-    if not m or int(m.group(1)) == 0:
+    if not m or not natural(m.group(1), max_digits=9):
         raise argparse.ArgumentTypeError(f"'{value}' is not a duration like 30d, 12h, 90m or 2w")
     number, unit = m.group(1), m.group(2).upper()
     return parse_timedelta(f"PT{number}{unit}" if unit in "HMS" else f"P{number}{unit}")
@@ -121,6 +122,8 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
         log_level="warning",
         log_config=None,  # its loggers go through the root handler of _configure_logging
         access_log=False,
+        # on every answer the server writes, its own refusals and the front door's included
+        headers=[("X-Content-Type-Options", "nosniff")],
         ssl_certfile=str(tls[0]) if tls else None,
         ssl_keyfile=str(tls[1]) if tls else None,
     )

@@ -6,17 +6,27 @@ This is where each area of the service registers its metric families, once per a
 process, as they do in the tests). An area adds its own `<area>/metrics.py` class taking the
 registry, a field here and a line in `Telemetry.build`, and hands the object to the code that
 records; docs/telemetry.md gets a row per metric and the dashboard a panel.
+
+A family whose series name a tenant's objects (a label in `TENANT_LABELS`) is served only to an
+operator's scrape (`sees_tenants`): one with `NVCF_METRICS_TOKEN`, or with an operator key.
 """
 
 from __future__ import annotations
 
+import hmac
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from starlette.requests import Request
 
+from service.auth import scopes
 from service.charts.metrics import ChartMetrics
+from service.core.errors import Forbidden
 from service.core.middleware import Metrics
 from service.core.settings import Settings
 from service.core.tracing import Tracing, tracing_from_settings
@@ -53,10 +63,54 @@ class Telemetry:
             autoscale=AutoscaleMetrics(registry),
         )
 
-    async def scrape(self, sessionmaker: async_sessionmaker[AsyncSession]) -> bytes:
-        """The Prometheus text exposition, the fleet gauges refreshed if they are stale."""
+    async def scrape(
+        self, sessionmaker: async_sessionmaker[AsyncSession], *, tenants: bool
+    ) -> bytes:
+        """The Prometheus text exposition, the fleet gauges refreshed if they are stale;
+        without `tenants`, no family whose series name a tenant's objects."""
         await self.fleet.refresh(sessionmaker)
-        return generate_latest(self.metrics.registry)
+        registry = self.metrics.registry
+        return generate_latest(registry if tenants else _Anonymous(registry))
 
 
-__all__ = ["Telemetry"]
+#: labels naming a tenant's objects: a family with any of them is served to operators only
+TENANT_LABELS = frozenset({"function_id", "version_id"})
+
+
+class _Anonymous:
+    """A registry's families whose series name no tenant's object."""
+
+    def __init__(self, registry: Collector) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self.registry.collect():
+            if not any(TENANT_LABELS.intersection(s.labels) for s in family.samples):
+                yield family
+
+
+async def sees_tenants(request: Request) -> bool:
+    """Whether a `/metrics` scrape may read the series that name tenants' objects: with
+    `Authorization: Bearer <NVCF_METRICS_TOKEN>`, or an operator's credential (`admin:accounts`).
+    No credential: False. A credential that is neither: 401 (unknown) or 403 (a tenant's)."""
+    header = request.headers.get("authorization", "")
+    if not header.strip():
+        return False
+    state = request.app.state
+    token = state.settings.metrics_token
+    scheme, _, credential = header.partition(" ")
+    if token is not None and scheme.lower() == "bearer":
+        expected = token.get_secret_value().encode()
+        if hmac.compare_digest(credential.strip().encode("utf-8", "replace"), expected):
+            return True
+    principal = await state.authenticator.authenticate(state.sessionmaker, header)
+    if scopes.ADMIN_ACCOUNTS not in principal.scopes:
+        raise Forbidden(
+            detail="the per-function metrics are the operator's: scrape with "
+            f"NVCF_METRICS_TOKEN or a key with the scope '{scopes.ADMIN_ACCOUNTS}', or with no "
+            "credential for the other metrics"
+        )
+    return True
+
+
+__all__ = ["TENANT_LABELS", "Telemetry", "sees_tenants"]

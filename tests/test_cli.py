@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 from sqlalchemy import create_engine, inspect
 
+from service.cli import parse_expiry
 from service.core import migrate
 from tests.support.api import CONTAINER_FN
 from tests.support.app import ADMIN_KEY, ClientFactory
 from tests.support.invocation import write_catalog
 from tests.support.server import free_port, start_server, stop_server
 from tests.support.upstream import UpstreamServer
+from tests.support.wire import get, head_lines, running_server
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -281,10 +285,41 @@ def test_invoke_runs_the_invocation_plane_as_its_own_process(
             assert c.get("/functions").status_code == 404
             assert (
                 "nvcf_invocation_requests_total"
-                in httpx.get(f"http://127.0.0.1:{invoke_port}/metrics").text
+                in httpx.get(f"http://127.0.0.1:{invoke_port}/metrics", headers=auth).text
             )
     finally:
         if invoke is not None:
             stop_server(invoke)
         stop_server(api)
         upstream.stop()
+
+
+def test_every_answer_of_the_server_says_nosniff_once(tmp_path: Path) -> None:
+    """On the wire: the API, its refusals, the pages, the invocation front door and the
+    server's own refusal of a malformed request."""
+    fid = "00000000-0000-4000-8000-000000000000"
+    requests = [
+        get("/health"),
+        get("/v2/nvcf/functions"),  # 401
+        get("/v2/nvcf/nothing"),  # 404
+        get("/docs"),
+        get("/redoc"),
+        get("/console/"),
+        get("/metrics"),
+        f"POST /v2/nvcf/pexec/functions/{fid} HTTP/1.1\r\nHost: x\r\n".encode()
+        + b"Content-Length: 2\r\n\r\n{}",
+        b"GET /health HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n",  # 400 from the server
+    ]
+    with running_server(tmp_path) as port:
+        heads = [head_lines(port, request) for request in requests]
+    for request, lines in zip(requests, heads, strict=True):
+        said = [line for line in lines if line.lower().startswith("x-content-type-options:")]
+        assert [s.split(":", 1)[1].strip() for s in said] == ["nosniff"], (request, lines)
+
+
+@pytest.mark.parametrize("text", ["٣d", "²d", "+3d", "3_0d", "9" * 4301 + "d", "0d"])
+def test_a_key_expiry_is_ascii_digits_and_a_unit(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="not a duration"):
+        parse_expiry(text)
+    assert parse_expiry("30d") == timedelta(days=30)
+    assert parse_expiry("12H") == timedelta(hours=12)

@@ -9,7 +9,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tests.support.app import ClientFactory
+from tests.support.api import assert_problem, bearer, new_key
+from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
+from tests.support.invocation import deployed, invocation_app, pexec_url, sample
 from tests.support.metrics import scrape
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,3 +79,43 @@ async def test_apps_in_one_process_keep_their_own_metrics(client_factory: Client
     assert first.app.state.telemetry.metrics.registry is not (
         second.app.state.telemetry.metrics.registry
     )
+
+
+TOKEN = "metrics-" + "t" * 40
+
+
+async def test_the_series_that_name_tenants_objects_are_the_operators(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """Anyone reaching the port reads the service's own metrics; the per-function ones need
+    NVCF_METRICS_TOKEN or an operator key; a tenant's key or a wrong token is refused."""
+    client = await invocation_app(client_factory, tmp_path, metrics_token=TOKEN)
+    fn = await deployed(client)
+    assert (await client.post(pexec_url(fn), json={})).status_code == 200
+    tenant = await new_key(client, ["invoke_function", "list_functions"])
+    # the operator: the bootstrap key (admin:accounts), or the scraper's token
+    for credential in (ADMIN_KEY, TOKEN):
+        full = await client.get("/metrics", headers=bearer(credential))
+        assert full.status_code == 200
+        assert sample(full.text, "nvcf_invocation_requests_total", function_id=fn["id"]) == 1
+        assert f'version_id="{fn["versionId"]}"' in full.text
+    # no credential: every family but those naming a tenant's objects
+    anonymous = await client.get("/metrics", headers={"Authorization": ""})
+    assert anonymous.status_code == 200
+    assert "function_id=" not in anonymous.text and "version_id=" not in anonymous.text
+    assert fn["id"] not in anonymous.text and fn["versionId"] not in anonymous.text
+    assert "nvcf_http_requests_total" in anonymous.text
+    assert "nvcf_function_versions" in anonymous.text
+    # any other credential is refused, saying why
+    refused = await client.get("/metrics", headers=bearer(tenant))
+    assert "admin:accounts" in str(assert_problem(refused, 403)["detail"])
+    for wrong in ("metrics-" + "x" * 40, "nvapi-" + "x" * 40):
+        assert_problem(await client.get("/metrics", headers=bearer(wrong)), 401)
+
+
+async def test_without_a_token_only_an_operator_key_reads_the_tenants_series(
+    client: AppClient,
+) -> None:
+    assert (await client.get("/metrics")).status_code == 200  # the bootstrap key
+    resp = await client.get("/metrics", headers=bearer("metrics-" + "t" * 40))
+    assert_problem(resp, 401)  # not a token when none is set: an unknown credential

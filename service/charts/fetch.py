@@ -30,6 +30,7 @@ from service.charts.cache import DIGEST_RE, ChartCache, ManifestEntry
 from service.charts.netguard import PinnedAdapter, forbidden_reason, host_key
 from service.charts.url import ChartRef, check_host, redact_url
 from service.core.errors import BadGateway, BadRequest, FieldError
+from service.core.numbers import natural
 from service.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -141,9 +142,13 @@ def _numeric_version_hint(reference: str, tags: Sequence[str]) -> str:
     )
 
 
-def _natural(tag: str) -> list[str | int]:
-    """Sort key putting 1.9.0 before 1.10.0 (text and numbers alternate in every key)."""
-    return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", tag))]
+def _natural(tag: str) -> list[str | tuple[int, str]]:
+    """Sort key putting 1.9.0 before 1.10.0 (text and numbers alternate in every key; a
+    number compares by its length, then its digits: a registry's tag may hold any number of
+    them, more than `int` reads)."""
+    return [
+        (len(part), part) if i % 2 else part for i, part in enumerate(re.split(r"0*([0-9]+)", tag))
+    ]
 
 
 def _shown_tags(reference: str, tags: list[str]) -> list[str]:
@@ -837,7 +842,8 @@ class ChartFetcher:
 
     def _stream_https(self, response: requests.Response, tmp: Path, source: str) -> tuple[str, int]:
         declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_bytes:
+        length = natural(declared)
+        if length is not None and length > self.max_bytes:
             raise BadRequest(
                 detail=f"Chart archive '{source}' was rejected (archive-compressed-size): it is "
                 f"{declared} bytes, more than the limit of {self.max_bytes} bytes."

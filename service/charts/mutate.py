@@ -41,7 +41,7 @@ CLAIM_TEMPLATE = "nvcf-cd-channel-0"
 CLAIMED_RESOURCES = (GPU_RESOURCE, "nvidia.com/pgpu", "nvidia.com/gpu.shared")
 CLAIMED_PREFIX = "nvidia.com/mig-"
 
-_SUFFIX = re.compile(r"_\d+x(?:\.x(\d+))?$")
+_SUFFIX = re.compile(r"_[0-9]+x(?:\.x([0-9]+))?$")
 
 
 def instance_type_base(instance_type: str) -> str:

@@ -13,11 +13,12 @@ from urllib.parse import urlsplit
 from service.charts import netguard
 from service.charts.netguard import forbidden_reason as forbidden_reason
 from service.core.errors import BadGateway, BadRequest, FieldError
+from service.core.numbers import natural_in
 from service.core.validation import DNS_LABEL_RE
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-VERSION_RE = re.compile(r"^v?\d+(\.\d+){0,2}$")
-_VERSION_START_RE = re.compile(r"^(\d|v\d)")
+VERSION_RE = re.compile(r"^v?[0-9]+(\.[0-9]+){0,2}$")
+_VERSION_START_RE = re.compile(r"^([0-9]|v[0-9])")
 # One path component of an OCI repository name (distribution spec).
 _REPO_COMPONENT_RE = re.compile(r"^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*$")
 _SCHEMES = ("oci", "https")
@@ -151,10 +152,12 @@ def _check_host(netloc: str, where: str) -> tuple[str, int | None, list[str]]:
             errors.append(f"Host '{hostname}' in {where} is not a valid host name or IPv4 address.")
     if rest:
         port_text = rest[1:] if rest.startswith(":") else rest
-        if not rest.startswith(":") or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            errors.append(f"Port '{port_text}' in {where} must be a number from 1 to 65535.")
+        number = natural_in(port_text, 1, 65535) if rest.startswith(":") else None
+        if number is None:
+            shown = port_text if len(port_text) <= 12 else port_text[:12] + "…"
+            errors.append(f"Port '{shown}' in {where} must be a number from 1 to 65535.")
         else:
-            port = int(port_text)
+            port = number
     return hostname, port, errors
 
 

@@ -9,13 +9,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from service.core.numbers import natural
+
 CSPS: tuple[str, ...] = ("ON-PREM", "AWS", "GCP", "OCI", "AZURE", "DGXC", "DGX-CLOUD", "NCP")
 EXPECTED_SHAPE = (
     "expected <CSP>.GPU.<GPU_NAME>_<N>x[.x<NODES>], e.g. DGXC.GPU.L40S_1x or ON-PREM.GPU.B200_8x.x2"
 )
 
 _GPU_NAME = re.compile(r"[A-Za-z0-9_]+")
-_DIGITS = re.compile(r"[0-9]+")
+#: digits of a GPU or node count in an instance type name
+MAX_COUNT_DIGITS = 4
 
 
 class InstanceTypeError(ValueError):
@@ -120,17 +123,18 @@ def _parse_gpu_and_count(part: str, problems: list[str]) -> tuple[str | None, in
         problems.append(f"GPU count {count!r} must end with 'x' (e.g. '_{count or 1}x')")
         return gpu, None
     digits = count[:-1]
-    if not _DIGITS.fullmatch(digits) or int(digits) < 1:
-        problems.append(f"GPUs per node {digits!r} is not a positive integer")
+    per_node = natural(digits, max_digits=MAX_COUNT_DIGITS)
+    if per_node is None or per_node < 1:
+        problems.append(f"GPUs per node {digits[:20]!r} is not a positive integer")
         return gpu, None
-    return gpu, int(digits)
+    return gpu, per_node
 
 
 def _parse_nodes(part: str, problems: list[str]) -> int | None:
-    if not part.lower().startswith("x") or not _DIGITS.fullmatch(part[1:]):
-        problems.append(f"node count {part!r} must be 'x<NODES>' with an integer, e.g. 'x2'")
+    nodes = natural(part[1:], max_digits=MAX_COUNT_DIGITS)
+    if not part.lower().startswith("x") or nodes is None:
+        problems.append(f"node count {part[:20]!r} must be 'x<NODES>' with an integer, e.g. 'x2'")
         return None
-    nodes = int(part[1:])
     if nodes < 2:
         problems.append(
             f"node count {part!r} must be at least 2 (omit '.x<NODES>' for a single node)"

@@ -23,6 +23,7 @@ import logging
 import sys
 import threading
 import time
+import traceback
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
@@ -47,9 +48,22 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+def printable(text: str) -> str:
+    """`text` with every character Python deems not printable (control characters, line and
+    paragraph separators, format characters such as bidi overrides, lone surrogates) and the
+    backslash escaped as in a Python literal (`\\n`, `\\x00`, `\\u2028`, `\\\\`): a client's
+    text (a decoded path) can neither end a text log line and forge the next nor pass for an
+    escape. Printable text comes back as it is."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(c if c.isprintable() and c != "\\" else repr(c)[1:-1] for c in text)
+
+
 class _TextLine(logging.Formatter):
     """`TEXT_FORMAT`, its date and time worked out once a second (every request writes an
-    access line): the same text as `logging.Formatter`'s."""
+    access line): the same text as `logging.Formatter`'s. The fields of the line are
+    `printable`; a traceback below it keeps its line breaks (its other characters are
+    escaped)."""
 
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
@@ -67,6 +81,25 @@ class _TextLine(logging.Formatter):
             cached = (second, time.strftime(self.default_time_format, self.converter(second)))
             self._second = cached  # one assignment: threads see one second's text or another's
         return f"{cached[1]},{int(msecs):03d}"  # logging.Formatter.default_msec_format
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        # The frames' lines (code's own text) keep their breaks; any other part (an
+        # exception's message may quote a client's text) is one escaped line.
+        parts = []
+        for part in traceback.format_exception(*ei):
+            if part.startswith("  File "):
+                parts.append("\n".join(printable(line) for line in part.split("\n")))
+            else:
+                text = part.strip("\n")
+                start = part.index(text) if text else len(part)
+                parts.append(part[:start] + printable(text) + part[start + len(text) :])
+        return "".join(parts).removesuffix("\n")
+
+    def formatStack(self, stack_info: str) -> str:
+        return "\n".join(printable(line) for line in stack_info.split("\n"))
 
 
 class _JsonLine(JsonFormatter):
@@ -151,7 +184,8 @@ class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
         created = time.time()
         msecs = int((created - int(created)) * 1000) + 0.0  # as a LogRecord has them
         formatter: _TextLine = self.formatter  # type: ignore[assignment]
-        line = f"{formatter.timestamp(created, msecs)} INFO {logger.name} {message}\n"
+        text = printable(message)
+        line = f"{formatter.timestamp(created, msecs)} INFO {logger.name} {text}\n"
         with self.lock:  # type: ignore[union-attr]
             if not self._queue(line, loop):
                 return False
@@ -239,4 +273,10 @@ def configure_logging(
     logging.captureWarnings(True)
 
 
-__all__ = ["RequestIdFilter", "configure_logging", "json_formatter", "request_id_var"]
+__all__ = [
+    "RequestIdFilter",
+    "configure_logging",
+    "json_formatter",
+    "printable",
+    "request_id_var",
+]

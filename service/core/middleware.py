@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.core.errors import DomainError, PayloadTooLarge, RequestTimeout, ValidationFailed
 from service.core.http import query_errors
 from service.core.logs import LoopBatchedHandler, request_id_var
+from service.core.numbers import natural
 from service.core.problem import problem_body
 from service.core.tally import CounterCell, CounterTable, HistogramCell, HistogramTable
 
@@ -239,10 +240,8 @@ class RequestContextMiddleware:
     def _declared_too_large(scope: Scope, limit: int) -> bool:
         for name, value in scope["headers"]:
             if name == b"content-length":
-                try:
-                    return int(value) > limit
-                except ValueError:
-                    return False
+                length = natural(value)
+                return length is not None and length > limit
         return False
 
     @staticmethod

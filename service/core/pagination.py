@@ -8,18 +8,35 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
+from fastapi import Query
+from pydantic import BeforeValidator
 from sqlalchemy import Select, and_, or_
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
 from service.core.errors import FieldError, ValidationFailed
+from service.core.numbers import natural
 
 MAX_LIMIT = 1000
 #: integer ids (compared with a cursor's id) are at most 64-bit, as in PostgreSQL's bigint
 _INT64 = range(-(2**63), 2**63)
 T = TypeVar("T")
+
+
+def _ascii_number(value: Any) -> Any:
+    """A query's number as ASCII digits only (pydantic alone also reads ' 5', '+5', '1_0')."""
+    if isinstance(value, str):
+        number = natural(value)
+        if number is None:
+            raise ValueError("must be a whole number written in ASCII digits")
+        return number
+    return value
+
+
+#: the `limit` query parameter of the paginated lists
+Limit = Annotated[int | None, Query(ge=1, le=MAX_LIMIT), BeforeValidator(_ascii_number)]
 
 
 def _bad_cursor() -> ValidationFailed:

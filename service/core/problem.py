@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
+from starlette.routing import Match
 
 from service.core.errors import (
     MAX_LISTED_ERRORS,
@@ -125,6 +126,18 @@ def _loc_to_field(loc: tuple[Any, ...]) -> str:
     return out or "request"
 
 
+def allowed_methods(request: Request) -> str:
+    """A 405's `Allow`: every method the routes of the request's path serve (the router
+    names only those of the first route whose path matched; a path is often served by one
+    route per method)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        route_methods = getattr(route, "methods", None)
+        if route_methods and route.matches(request.scope)[0] is not Match.NONE:
+            methods |= route_methods
+    return ", ".join(sorted(methods))
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(DomainError)
     async def _domain(request: Request, exc: DomainError) -> JSONResponse:
@@ -144,10 +157,11 @@ def install_problem_handlers(app: FastAPI) -> None:
         detail = exc.detail if isinstance(exc.detail, str) else title
         if exc.status_code == 404 and detail == "Not Found":
             detail = f"no route matches {request.method} {_instance(request)}"
-        elif exc.status_code == 405:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
             detail = f"method {request.method} is not allowed on {_instance(request)}"
-
+            headers["Allow"] = allowed_methods(request) or headers.get("Allow", "")
         body = _body(slug, title, exc.status_code, detail, _instance(request), _request_id(request))
         return JSONResponse(
-            body, status_code=exc.status_code, media_type=PROBLEM, headers=exc.headers or None
+            body, status_code=exc.status_code, media_type=PROBLEM, headers=headers or None
         )

@@ -412,6 +412,14 @@ class Settings(BaseSettings):
         description="Seconds the fleet gauges of `/metrics` (versions by status, instances by "
         "phase and cluster) are reused before the database is counted again (0: every scrape).",
     )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        min_length=32,
+        description="A bearer token a Prometheus scraper presents on `/metrics` to read the "
+        "series that name tenants' objects (per function version); an operator key "
+        "(`admin:accounts`) reads them too. Without either, `/metrics` serves the others only. "
+        "At least 32 characters.",
+    )
     otel_endpoint: str | None = Field(
         default=None,
         pattern=r"^https?://",

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from service.auth.deps import Session
 from service.core.errors import FieldError, NotFound, ValidationFailed
 from service.core.http import parse_uuids
+from service.core.numbers import natural_in
 from service.deployments import revisions, service
 from service.deployments.router_common import SPEC_PATH, Deployer
 from service.deployments.schemas import GpuSpecificationEnvelope, RevisionList, RevisionOut
@@ -72,8 +73,10 @@ async def rollback_revision(
 
 def parse_revision(raw: str) -> int:
     """A revision number from the path (an integer ≥ 1), else 400."""
-    if not raw.isdigit() or int(raw) < 1 or len(raw) > 9:
+    number = natural_in(raw, 1, 999_999_999)
+    if number is None:
+        shown = raw if len(raw) <= 40 else raw[:40] + "…"
         raise ValidationFailed.of(
-            [FieldError("revision", f"must be a revision number (an integer ≥ 1), got {raw!r}")]
+            [FieldError("revision", f"must be a revision number (an integer ≥ 1), got {shown!r}")]
         )
-    return int(raw)
+    return number

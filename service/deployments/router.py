@@ -29,7 +29,7 @@ from service.core.errors import (
     ValidationFailed,
 )
 from service.core.http import inline_body_doc, parse_uuid, parse_uuids, read_json
-from service.core.pagination import MAX_LIMIT, make_page
+from service.core.pagination import Limit, make_page
 from service.deployments import rendering, revisions, service
 from service.deployments.models import Deployment
 from service.deployments.router_common import SPEC_PATH, Deployer
@@ -329,7 +329,7 @@ async def delete_deployment(
 async def list_deployments(
     session: Session,
     principal: Deployer,
-    limit: Annotated[int | None, Query(ge=1, le=MAX_LIMIT)] = None,
+    limit: Limit = None,
     cursor: str | None = None,
 ) -> DeploymentList:
     page = make_page(limit, cursor)
@@ -355,7 +355,7 @@ async def list_version_history(
     functionVersionId: str,
     session: Session,
     principal: Deployer,
-    limit: Annotated[int | None, Query(ge=1, le=MAX_LIMIT)] = None,
+    limit: Limit = None,
     cursor: str | None = None,
 ) -> DeploymentList:
     fid, vid = _ids(functionId, functionVersionId)
@@ -391,7 +391,7 @@ async def list_deployment_events(
     deploymentId: str,
     session: Session,
     principal: Deployer,
-    limit: Annotated[int | None, Query(ge=1, le=MAX_LIMIT)] = None,
+    limit: Limit = None,
     cursor: str | None = None,
 ) -> EventList:
     did = parse_uuid(deploymentId, "deploymentId")

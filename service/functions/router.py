@@ -18,7 +18,7 @@ from service.core.crypto import SecretBox
 from service.core.errors import FieldError, ValidationFailed
 from service.core.http import inline_body_doc, json_body_doc, parse_uuid, parse_uuids, read_json
 from service.core.idempotency import Recorder
-from service.core.pagination import MAX_LIMIT, make_page
+from service.core.pagination import Limit, make_page
 from service.deployments.service import active_instances, reconciler_waker
 from service.functions import secrets, service, sharing
 from service.functions.models import FunctionVersion
@@ -194,7 +194,7 @@ async def list_functions(
     request: Request,
     session: Session,
     principal: Lister,
-    limit: Annotated[int | None, Query(ge=1, le=MAX_LIMIT)] = None,
+    limit: Limit = None,
     cursor: str | None = None,
     name: str | None = None,
     status: str | None = None,
@@ -245,7 +245,7 @@ async def list_function_versions(
     request: Request,
     session: Session,
     principal: Lister,
-    limit: Annotated[int | None, Query(ge=1, le=MAX_LIMIT)] = None,
+    limit: Limit = None,
     cursor: str | None = None,
 ) -> Response:
     fid = parse_uuid(functionId, "functionId")

@@ -34,7 +34,8 @@ from service.health.machine import Phase
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9\-_]*$")
 TAG_RE = re.compile(r"^[a-zA-Z0-9\-_:=]+$")
 SECRET_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
-RATE_RE = re.compile(r"^[1-9]\d*-[SMHD](,\s*[1-9]\d*-[SMHD])*$")
+#: a count has at most 9 digits (ratelimit.MAX_RATE_DIGITS), ASCII ones
+RATE_RE = re.compile(r"^[1-9][0-9]{0,8}-[SMHD](,\s*[1-9][0-9]{0,8}-[SMHD])*$")
 URI_PATH_RE = re.compile(r"^[A-Za-z0-9\-._~!$&'()*+,;=:@/%]+$")
 MAX_URI_PATH = 2048
 API_BODY_FORMATS = ("CUSTOM", "PREDICT_V2")

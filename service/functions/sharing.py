@@ -2,11 +2,12 @@
 
 A function belongs to the account that created it. Its owner may share it with other accounts
 (`authorize_clients` routes, sharing_router.py): the whole function (every version, later ones
-included) or single versions. An account a version is shared with may read it (`can_read`,
-also the check invocation makes), sees it in its lists with `visibility=authorized`, and
-nothing else: updating, deploying, undeploying, deleting and sharing stay with the owner
-(their lookups are the owner-only `service.get_function` / `get_version`, a 404 for anyone
-else, as in NVCF).
+included) or single versions. An account a version is shared with may read it (`can_read`),
+sees it in its lists with `visibility=authorized`, and nothing else: updating, deploying,
+undeploying, deleting and sharing stay with the owner (their lookups are the owner-only
+`service.get_function` / `get_version`, a 404 for anyone else, as in NVCF). Invocation does
+not look at sharing yet: only the owner's account may invoke its functions (invoking a shared
+function is the invocation engine's issue).
 """
 
 from __future__ import annotations

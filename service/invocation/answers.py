@@ -10,6 +10,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -42,9 +43,15 @@ def status_word(status: int) -> str:
     return FULFILLED if status < 400 else ERRORED
 
 
+def reqid_value(request_id: uuid.UUID | str) -> bytes:
+    """`NVCF-REQID`'s value: an id as text; any other text (the id of a status route that is
+    no id) percent-encoded, so that no byte of it can break the header (at most 64 bytes)."""
+    return quote(str(request_id), safe="")[:64].encode("ascii")
+
+
 def nvcf_headers(request_id: uuid.UUID | str, word: str) -> list[tuple[bytes, bytes]]:
     return [
-        (b"nvcf-reqid", str(request_id).encode("latin-1", errors="replace")[:64]),
+        (b"nvcf-reqid", reqid_value(request_id)),
         (b"nvcf-status", word.encode()),
         (b"access-control-expose-headers", b"nvcf-reqid, nvcf-status"),
     ]
@@ -58,7 +65,7 @@ _NVCF_LINES = (
 
 def nvcf_lines(request_id: str, word: str) -> bytes:
     """`nvcf_headers` as header lines."""
-    return _NVCF_LINES % (request_id.encode("latin-1", errors="replace")[:64], word.encode())
+    return _NVCF_LINES % (reqid_value(request_id), word.encode())
 
 
 def whole_lines(status: int, raw: Sequence[tuple[bytes, bytes]], request_id: str) -> bytes | None:

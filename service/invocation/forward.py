@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from service.backends.worker import HOP_BY_HOP_BYTES, connection_header_names, connection_headers
 from service.core.errors import BadRequest
+from service.core.numbers import natural
 
 POLL_HEADER = "nvcf-poll-seconds"
 DEFAULT_POLL_SECONDS = 60
@@ -62,11 +63,11 @@ def poll_seconds(raw: str | None) -> int:
     if raw is None or not raw.strip():
         return DEFAULT_POLL_SECONDS
     text = raw.strip()
-    if not text.isdigit():
+    value = natural(text)
+    if value is None:
         raise BadRequest(
             detail=f"NVCF-POLL-SECONDS must be a whole number of seconds, got {text[:40]!r}"
         )
-    value = int(text)
     if value > MAX_POLL_SECONDS:
         raise BadRequest(detail=f"NVCF-POLL-SECONDS must be <= {MAX_POLL_SECONDS}, got {value}")
     return max(MIN_POLL_SECONDS, value)

@@ -33,6 +33,7 @@ from limits import (
 from limits.aio.strategies import MovingWindowRateLimiter
 
 from service.core.errors import TooManyRequests
+from service.core.numbers import natural
 from service.core.ratelimit import make_storage
 
 _UNITS: dict[str, type[RateLimitItem]] = {
@@ -43,6 +44,8 @@ _UNITS: dict[str, type[RateLimitItem]] = {
 }
 #: at most this many per-account entries are read from a stored policy (NVCF allows 32)
 MAX_PER_NCA = 32
+#: digits of a rate's count (as functions' RATE_RE allows at creation)
+MAX_RATE_DIGITS = 9
 
 
 @dataclass(frozen=True)
@@ -60,11 +63,12 @@ def parse_rates(value: Any) -> tuple[Rate, ...]:
         return ()
     best: dict[str, Rate] = {}
     for part in value.split(","):
-        count, _, unit = part.strip().partition("-")
+        text, _, unit = part.strip().partition("-")
         unit = unit.strip().upper()
-        if not count.strip().isdigit() or unit not in _UNITS or int(count) < 1:
+        count = natural(text.strip(), max_digits=MAX_RATE_DIGITS)
+        if count is None or unit not in _UNITS or count < 1:
             continue
-        rate = Rate(f"{int(count)}-{unit}", _UNITS[unit](int(count)))
+        rate = Rate(f"{count}-{unit}", _UNITS[unit](count))
         kept = best.get(unit)
         if kept is None or rate.item.amount < kept.item.amount:
             best[unit] = rate

@@ -198,7 +198,7 @@ async def poll_status(request: Request, requestId: str, *, wrapped: bool) -> Res
     try:
         rid = parse_uuid(requestId, "requestId")
     except DomainError as err:
-        return answers.problem(request, err, requestId.encode("ascii", "replace").decode())
+        return answers.problem(request, err, requestId)
     try:
         plane = plane_of(request)
         principal = await caller(request, scopes.INVOKE_FUNCTION)

@@ -41,6 +41,7 @@ from service.core.errors import (
     ValidationFailed,
 )
 from service.core.http import parse_json_text
+from service.core.numbers import natural_in
 from service.core.problem import PROBLEM, problem_body
 from service.ngc.schemas import (
     PRODUCTS,
@@ -208,16 +209,21 @@ async def get_caller_info_of_header(request: Request) -> Any:
         return ngc_error(request, exc)
 
 
+#: the largest page size or page number a query may give
+MAX_PAGE_PARAM = 999_999_999
+
+
 def _page_param(request: Request, name: str, minimum: int) -> int | None:
     values = request.query_params.getlist(name)
     if not values:
         return None
     value = _single(values, name) or ""
-    if not value.isdigit() or int(value) < minimum or len(value) > 9:
+    number = natural_in(value, minimum, MAX_PAGE_PARAM)
+    if number is None:
         raise ValidationFailed.of(
-            [FieldError(name, f"must be an integer of at least {minimum}")], "query"
+            [FieldError(name, f"must be an integer from {minimum} to {MAX_PAGE_PARAM}")], "query"
         )
-    return int(value)
+    return number
 
 
 @router.get(

@@ -10,11 +10,11 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from service.core.numbers import natural, natural_in
 from service.core.validation import DNS_LABEL_RE
 from service.registry.models import HOSTNAME_MAX
 
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]{0,15}$")
-_PORT_RE = re.compile(r"^[0-9]{1,5}$")
 
 
 def split_host_port(raw: str) -> tuple[str, str | None]:
@@ -120,11 +120,10 @@ def normalize_hostname(raw: str) -> tuple[str | None, list[str]]:
         problems.append(problem)
     port_number: int | None = None
     if port_text is not None:
-        if not _PORT_RE.match(port_text) or not 1 <= int(port_text) <= 65535:
-            shown = f", got {port_text}" if port_text.isdigit() and len(port_text) <= 12 else ""
+        port_number = natural_in(port_text, 1, 65535)
+        if port_number is None:
+            shown = f", got {port_text}" if natural(port_text) is not None else ""
             problems.append(f"the port must be a number from 1 to 65535{shown}")
-        else:
-            port_number = int(port_text)
     if problems or normal is None:
         return None, problems
     return (normal if port_number is None else f"{normal}:{port_number}"), []

@@ -15,7 +15,7 @@ from service.auth.service import Principal, lock_account
 from service.core.crypto import SecretBox
 from service.core.http import inline_body_doc, parse_uuid, read_json
 from service.core.idempotency import Recorder
-from service.core.pagination import MAX_LIMIT, make_page
+from service.core.pagination import Limit, make_page
 from service.registry import service
 from service.registry.recognized import recognized_registries
 from service.registry.schemas import (
@@ -86,7 +86,7 @@ async def list_registry_credentials(
         list[str] | None,
         Query(alias="provisionedBy", description="only credentials made by SYSTEM or USER"),
     ] = None,
-    limit: Annotated[int | None, Query(ge=1, le=MAX_LIMIT)] = None,
+    limit: Limit = None,
     cursor: str | None = None,
 ) -> RegistryCredentialList:
     filters = service.parse_filters(artifact_type, provisioned_by)

@@ -80,6 +80,13 @@ def test_equal_types_compare_equal_whatever_the_spelling() -> None:
         ("DGXC.GPU.L40S_x", "GPUs per node '' is not a positive integer"),
         ("DGXC.GPU.L40S_-1x", "GPUs per node '-1' is not a positive integer"),
         ("DGXC.GPU.L40S_twox", "GPUs per node 'two' is not a positive integer"),
+        ("DGXC.GPU.L40S_²x", "GPUs per node '²' is not a positive integer"),
+        (
+            "DGXC.GPU.L40S_" + "9" * 4301 + "x",
+            f"GPUs per node '{'9' * 20}' is not a positive integer",
+        ),
+        ("DGXC.GPU.L40S_12345x", "GPUs per node '12345' is not a positive integer"),
+        ("ON-PREM.GPU.B200_8x.x²", "node count 'x²' must be 'x<NODES>' with an integer, e.g. 'x2'"),
         (
             "ON-PREM.GPU.B200_8x.x1",
             "node count 'x1' must be at least 2 (omit '.x<NODES>' for a single node)",

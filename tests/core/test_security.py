@@ -329,3 +329,48 @@ async def test_few_violations_are_listed_in_full(client: AppClient) -> None:
     problem = assert_problem(await client.post(f"{V}/functions", json=body), 400)
     assert "errorsOmitted" not in problem
     assert fields(problem) == {"tags[0]", "tags[1]", "tags[2]"}
+
+
+# --- 405: Allow names every method of the path ----------------------------------------------
+
+FID, VID = "00000000-0000-4000-8000-000000000000", "00000000-0000-4000-8000-000000000001"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("DELETE", f"{V}/functions", {"GET", "POST"}),
+        ("DELETE", "/v2/orgs/acme/nvcf/functions", {"GET", "POST"}),
+        ("PATCH", f"{V}/functions/{FID}/versions", {"GET", "POST"}),
+        ("POST", f"{V}/functions/{FID}/versions/{VID}", {"GET", "PUT", "DELETE"}),
+        (
+            "PATCH",
+            f"{V}/deployments/functions/{FID}/versions/{VID}",
+            {"GET", "POST", "PUT", "DELETE"},
+        ),
+    ],
+)
+async def test_a_405_allows_every_method_the_path_serves(
+    client: AppClient, method: str, path: str, allowed: set[str]
+) -> None:
+    resp = await client.request(method, path)
+    problem = assert_problem(resp, 405)
+    assert method in str(problem["detail"])
+    served = {m.strip() for m in resp.headers["allow"].split(",")}
+    assert allowed <= served and method not in served
+    # each one it names is served (anything but 405), the documented ones included
+    for other in served - {"HEAD"}:
+        assert (await client.request(other, path)).status_code != 405, other
+
+
+# --- numbers in queries: ASCII digits only ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "limit", ["%C2%B2", "%E2%91%A0", "%EF%BC%95", "%2B5", "%205", "5%20", "1_0", "9" * 4301]
+)
+async def test_a_limit_that_is_not_ascii_digits_is_400(client: AppClient, limit: str) -> None:
+    for route in (f"{V}/functions", f"{V}/registry-credentials", f"{V}/deployments"):
+        resp = await client.get(f"{route}?limit={limit}")
+        assert fields(assert_problem(resp, 400)) == {"limit"}, route
+    assert (await client.get(f"{V}/functions?limit=5")).status_code == 200

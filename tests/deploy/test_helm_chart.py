@@ -99,6 +99,8 @@ def pod_environment(
             env[var["name"]] = var["value"]
         else:
             ref = var["valueFrom"]["secretKeyRef"]
+            if ref.get("optional") and ref["key"] not in secrets.get(ref["name"], {}):
+                continue
             env[var["name"]] = secrets[ref["name"]][ref["key"]]
     return env
 
@@ -210,6 +212,7 @@ def test_defaults_generate_working_keys_that_outlive_the_release(
     env = pod_environment(objects)
     assert env["NVCF_SECRETS_KEY"] == data["secrets-key"]
     assert env["NVCF_BOOTSTRAP_API_KEY"] == data["bootstrap-api-key"]
+    assert env["NVCF_METRICS_TOKEN"] == data["metrics-token"] and len(data["metrics-token"]) >= 32
     assert "NVCF_REDIS_URL" not in env
     # the service itself accepts the pod's configuration, keys included
     settings = settings_from(env)
@@ -232,6 +235,42 @@ def test_renders_are_not_the_same_keys_twice(archive: Path) -> None:
     second = secret_data(one(by_kind(render(archive, DEFAULTS)), "Secret"))
     assert first["secrets-key"] != second["secrets-key"]
     assert first["bootstrap-api-key"] != second["bootstrap-api-key"]
+    assert first["metrics-token"] != second["metrics-token"]
+
+
+def test_the_service_monitor_scrapes_with_the_pods_metrics_token(archive: Path) -> None:
+    """The Prometheus Operator's scrape presents the very token the pod reads, so it gets
+    the per-function series (docs/telemetry.md); off by default (it needs the operator's CRD)."""
+    assert not [k for k in by_kind(render(archive, DEFAULTS)) if k.startswith("ServiceMonitor/")]
+    values = {
+        **DEFAULTS,
+        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
+    }
+    objects = by_kind(render(archive, values))
+    monitor = one(objects, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    service = one(objects, "Service")
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    credentials = endpoint["authorization"]["credentials"]
+    assert endpoint["authorization"]["type"] == "Bearer"
+    token = secret_data(objects[f"Secret/{credentials['name']}"])[credentials["key"]]
+    env = pod_environment(objects)
+    assert env["NVCF_METRICS_TOKEN"] == token
+    assert settings_from(env).metrics_token is not None
+
+
+def test_a_given_metrics_token_is_checked(archive: Path) -> None:
+    values = {**DEFAULTS, "secrets": {"metricsToken": "m" * 40}}
+    assert secret_data(one(by_kind(render(archive, values)), "Secret"))["metrics-token"] == "m" * 40
+    with pytest.raises(ChartRenderError) as caught:
+        render(archive, {**DEFAULTS, "secrets": {"metricsToken": "short"}})
+    assert "secrets.metricsToken must be at least 32 characters" in caught.value.detail
 
 
 def test_three_replicas_share_redis_counters(

@@ -67,6 +67,11 @@ async def test_a_container_function_has_no_configuration_to_change(api: AppClien
     assert (await api.post(spec_url(dep) + "/revisions/2/rollback")).status_code == 404
     zero = await api.post(spec_url(dep) + "/revisions/0/rollback")
     assert zero.status_code == 400
+    # what str.isdigit() or int() accept: ², ①, a fullwidth 1, a sign, 4,301 digits
+    for bad in ("%C2%B2", "%E2%91%A0", "%EF%BC%91", "%2B1", "1_0", "9" * 4301):
+        refused = await api.post(spec_url(dep) + f"/revisions/{bad}/rollback")
+        assert refused.status_code == 400, (bad, refused.text)
+        assert refused.json()["errors"][0]["field"] == "revision"
 
     # another account sees none of it
     other = await api.get(f"{V}/deployments/{dep['deploymentId']}/gpu-specifications/x/revisions")

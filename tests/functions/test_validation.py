@@ -353,6 +353,18 @@ FAILING: list[tuple[str, dict[str, Any], str, str]] = [
         "<count>-<unit>",
     ),
     (
+        "rate count of 4,301 digits",
+        with_(BASE, rateLimit={"rateLimit": "9" * 4301 + "-S"}),
+        "rateLimit.rateLimit",
+        "<count>-<unit>",
+    ),
+    (
+        "rate count in other digits",
+        with_(BASE, rateLimit={"rateLimit": "٣-S"}),
+        "rateLimit.rateLimit",
+        "<count>-<unit>",
+    ),
+    (
         "rate zero",
         with_(BASE, rateLimit={"rateLimit": "0-S"}),
         "rateLimit.rateLimit",

@@ -7,6 +7,7 @@ import asyncio
 import json
 import uuid
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 import pytest
 
@@ -14,6 +15,7 @@ from tests.support.api import assert_problem, bearer, create_fn, new_key
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, dep_url, until_status
 from tests.support.invocation import deployed, invocation_app, pexec_url, spec
+from tests.support.wire import get, raw_exchange, running_server
 
 
 @pytest.fixture
@@ -134,7 +136,8 @@ async def test_exec_body_problems_are_400(client: AppClient) -> None:
 
 async def test_poll_seconds_are_checked(client: AppClient) -> None:
     fn = await deployed(client)
-    for value in ("3601", "soon", "-1"):
+    # also what str.isdigit() or int() accept: ², a sign, an underscore, 4,301 digits
+    for value in ("3601", "soon", "-1", b"\xb2", "+5", "1_0", "9" * 4301):
         resp = await client.post(pexec_url(fn), json={}, headers={"NVCF-POLL-SECONDS": value})
         problem = assert_problem(resp, 400)
         assert "NVCF-POLL-SECONDS" in str(problem["detail"])
@@ -235,3 +238,23 @@ async def test_undeployed_version_becomes_refused(client: AppClient) -> None:
     await asyncio.sleep(0)
     client.app.state.invocation.routes.forget(uuid.UUID(fn["versionId"]))
     assert_problem(await client.post(pexec_url(fn), json={}), 400)
+
+
+@pytest.mark.parametrize("route", ["pexec", "exec"])
+def test_a_status_poll_of_an_id_with_control_bytes_is_a_valid_400(
+    tmp_path: Path, route: str
+) -> None:
+    """Unauthenticated, on the wire: the id is no id, and it never breaks `NVCF-REQID` (the
+    server wrote no answer at all, and closed the connection)."""
+    ids = ["%0a", "%00", "%0D%0ASet-Cookie:%20x", "%7F", "%C2%85", "%E2%80%A8"]
+    requests = [get(f"/v2/nvcf/{route}/status/{rid}") for rid in ids]
+    with running_server(tmp_path) as port:
+        *answers, health = raw_exchange(port, *requests, get("/health"))
+    for rid, (status, headers, body) in zip(ids, answers, strict=True):
+        assert status == 400, (rid, body)
+        assert headers["content-type"] == "application/problem+json"
+        assert headers["nvcf-reqid"] == quote(unquote(rid), safe="")  # percent-encoded
+        assert "set-cookie" not in headers
+        assert headers["nvcf-status"] == "errored"
+        assert "requestId" in json.loads(body)["detail"]
+    assert health[0] == 200  # and the connection still serves the next request

@@ -224,7 +224,21 @@ async def test_a_malformed_body_is_a_4xx(
 
 
 @pytest.mark.parametrize(
-    "query", ["page-size=0", "page-size=x", "page-number=-1", "page-size=1&page-size=2"]
+    "query",
+    [
+        "page-size=0",
+        "page-size=x",
+        "page-number=-1",
+        "page-size=1&page-size=2",
+        # what str.isdigit() or int() accept: ², ①, a fullwidth 5, a sign, 4,301 digits
+        "page-size=%C2%B2",
+        "page-number=%E2%91%A0",
+        "page-size=%EF%BC%95",
+        "page-size=%2B5",
+        "page-size=1_0",
+        "page-number=" + "9" * 4301,
+        "page-size=1000000000",
+    ],
 )
 async def test_bad_org_list_paging_is_400(client: AppClient, query: str) -> None:
     resp = await client.get(f"/v2/orgs?{query}")

@@ -386,6 +386,8 @@ HOSTNAME_CASES: list[tuple[Any, str]] = [
     ("reg.example.com:65536", "port must be a number from 1 to 65535, got 65536"),
     ("reg.example.com:http", "port must be a number from 1 to 65535"),
     ("reg.example.com:", "port must be a number from 1 to 65535"),
+    ("reg.example.com:\u00b2", "port must be a number from 1 to 65535"),
+    ("reg.example.com:+80", "port must be a number from 1 to 65535"),
     (":5000", "has no host name"),
     ("-bad-.example.com", "is not a valid DNS name"),
     ("under_score.example.com", "is not a valid DNS name"),

@@ -55,6 +55,7 @@ from service.backends.simulated.worker import (
 from service.backends.worker import HttpxEndpoint, WorkerEndpoint, WorkerPort, network_client
 from service.core.jsoncopy import copy_json
 from service.core.kube import is_nvlink
+from service.core.numbers import natural
 from service.health.observed import ObjectRef, ObservedState
 
 
@@ -268,7 +269,7 @@ class SimulatedAdapter:
                     retryable=False,
                 )
             limit = annotations.get(FAULT_INSTANCES_ANNOTATION)
-            if limit is not None and not str(limit).isdigit():
+            if limit is not None and natural(str(limit), max_digits=9) is None:
                 raise AdapterError(
                     f"{FAULT_INSTANCES_ANNOTATION} {limit!r} on {obj['kind']}/{metadata['name']} "
                     "must be a whole number of instances",
@@ -353,7 +354,7 @@ class SimulatedAdapter:
         given = self._faulted.setdefault((ns.instance.version_id, workload.name), [])
         if ns.instance.namespace in given:
             return fault
-        if len(given) < int(limit):
+        if len(given) < (natural(str(limit), max_digits=9) or 0):
             given.append(ns.instance.namespace)
             return fault
         return None

@@ -78,9 +78,7 @@ def _violations(path: Path) -> list[tuple[str, int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and _is_private(node.attr):
             value = node.value
-            if isinstance(value, ast.Name) and value.id in imported:
-                found.append((rel, node.lineno, node.attr))
-            elif (
+            if (isinstance(value, ast.Name) and value.id in imported) or (
                 isinstance(value, ast.Call)
                 and isinstance(value.func, ast.Name)
                 and value.func.id == "super"

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-import threading
 import time
 import traceback
 from contextvars import ContextVar
@@ -121,6 +120,13 @@ def json_formatter() -> logging.Formatter:
     )
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """A stream handler writing the lines of one event-loop iteration in one write, at its
     end (see the module docstring)."""
@@ -128,15 +134,9 @@ class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def __init__(self, stream: TextIO) -> None:
         super().__init__(stream)
         self._pending: list[str] = []
-        #: lines put together by `quick_line`
-        self.quick_lines = 0
-        #: the logger `quick_line` last found alone with this handler, while its line waits
-        self._quick: logging.Logger | None = None
-        #: the thread whose event loop writes the pending lines
-        self._thread: int | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
-        loop = asyncio._get_running_loop()
+        loop = _running_loop()
         if loop is None:
             if self._pending:  # lines of a loop that stopped before writing them: first
                 self._write_pending_unlocked()
@@ -155,61 +155,15 @@ class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
         loop (`loop`, when the caller has looked it up) to write it."""
         pending = self._pending
         if not pending:
-            loop = loop or asyncio._get_running_loop()
+            loop = loop or _running_loop()
             if loop is None:
                 return False
             try:
                 loop.call_soon(self._write_pending)
             except RuntimeError:  # the loop is closing: no later iteration
                 return False
-            self._thread = threading.get_ident()
         pending.append(line)
         return True
-
-    def quick_line(self, logger: logging.Logger, message: str) -> bool:
-        """Queue `message` as an INFO line of `logger` (enabled for INFO: the caller asked),
-        in the very text the text format gives its record, without making the record — when
-        this handler alone would see it: no other handler or filter on the way, no filter
-        here but the request id's (which the text format does not show). False: the caller
-        logs it the ordinary way. That is looked at for the first such line of a loop
-        iteration; the lines after it in the same iteration (the same batch) go the same
-        way. (The running loop is looked up for that first line only: Python 3.11 asks the
-        system for the process id at every look-up.)"""
-        batched = self._pending and self._quick is logger and self._thread == threading.get_ident()
-        loop = None
-        if not batched:
-            loop = asyncio._get_running_loop()
-            if loop is None or not self._alone(logger):
-                return False
-        created = time.time()
-        msecs = int((created - int(created)) * 1000) + 0.0  # as a LogRecord has them
-        formatter: _TextLine = self.formatter  # type: ignore[assignment]
-        text = printable(message)
-        line = f"{formatter.timestamp(created, msecs)} INFO {logger.name} {text}\n"
-        with self.lock:  # type: ignore[union-attr]
-            if not self._queue(line, loop):
-                return False
-            self._quick = logger
-        self.quick_lines += 1
-        return True
-
-    def _alone(self, logger: logging.Logger) -> bool:
-        """Whether this handler alone, with the text format, would see an INFO record of
-        `logger` (see `quick_line`)."""
-        if type(self.formatter) is not _TextLine or self.level > logging.INFO:
-            return False
-        if any(type(f) is not RequestIdFilter for f in self.filters):
-            return False
-        node: logging.Logger | None = logger
-        while node is not None:
-            if node.filters:
-                return False
-            if node.parent is None:  # the root
-                return len(node.handlers) == 1 and node.handlers[0] is self
-            if node.handlers or not node.propagate:
-                return False
-            node = node.parent
-        return False
 
     def _write_pending(self) -> None:
         self.acquire()
@@ -223,13 +177,12 @@ class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self.release()
 
     def flush(self) -> None:
-        if self._pending and asyncio._get_running_loop() is None:
+        if self._pending and _running_loop() is None:
             self._write_pending_unlocked()
         super().flush()
 
     def _write_pending_unlocked(self) -> None:
         pending, self._pending = self._pending, []
-        self._quick = None
         self.stream.write("".join(pending))
 
     def close(self) -> None:

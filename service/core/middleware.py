@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.core.errors import DomainError, PayloadTooLarge, RequestTimeout, ValidationFailed
 from service.core.http import query_errors
-from service.core.logs import LoopBatchedHandler, request_id_var
+from service.core.logs import request_id_var
 from service.core.numbers import natural
 from service.core.problem import problem_body
 from service.core.tally import CounterCell, CounterTable, HistogramCell, HistogramTable
@@ -317,17 +317,9 @@ def access_line(
     *,
     json_logs: bool,
 ) -> None:
-    """The access log's line of one request (also written by the inline invocation path)."""
+    """The access log's line of one request."""
     if not log.isEnabledFor(logging.INFO):
         return
-    if not json_logs:
-        handlers = logging.root.handlers
-        first = handlers[0] if handlers else None
-        if isinstance(first, LoopBatchedHandler):
-            ms = elapsed * 1000
-            text = f"{method} {path} {status} {ms:.2f}ms account={account} requestId={request_id}"
-            if first.quick_line(log, text):
-                return
     duration_ms = round(elapsed * 1000, 2)
     # The fields go on the record too: a JSON line carries each (requestId comes from
     # the request-id filter of service/core/logs.py).

@@ -45,6 +45,7 @@ REFUSAL = (
     b"content-type: text/plain; charset=utf-8\r\n"
     b"content-length: " + str(len(_REFUSAL_TEXT)).encode() + b"\r\n"
     b"retry-after: 1\r\n"
+    b"x-content-type-options: nosniff\r\n"
     b"connection: close\r\n\r\n" + _REFUSAL_TEXT
 )
 

@@ -82,7 +82,7 @@ async def caller(request: Request, *any_of: str) -> Principal:
     if principal is None:
         state = app_state(request)
         principal = await state.authenticator.authenticate(
-            state.sessionmaker, request.headers.get("authorization")
+            state.sessionmaker, request.headers.get("authorization"), invocation=True
         )
         org = getattr(request.state, "org", None)
         if org is not None and org != principal.account_id:

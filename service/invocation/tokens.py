@@ -95,12 +95,12 @@ class InvocationTokenResponse(BaseModel):
 _ONE_DOC = inline_body_doc(InvocationTokenRequest)
 _MANY_DOC = inline_body_doc(MultiFunctionsInvocationTokenRequest)
 _RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: {"description": "The body or a path id is malformed (every violation listed)"},
-    403: {
-        "description": "The credential lacks the scope 'invoke_function', or is itself an "
-        "invocation token"
+    404: {
+        "description": "A named function (or version) is not one the caller may invoke",
+        "content": {
+            "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+        },
     },
-    404: {"description": "A named function (or version) is not one the caller may invoke"},
 }
 
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.support.api import assert_problem, bearer, create_fn, new_key
+from tests.support.api import CONTAINER_FN, assert_problem, bearer, create_fn, new_key
 from tests.support.app import AppClient, ClientFactory
-from tests.support.e2e import V
-from tests.support.invocation import deployed, invocation_app, pexec_url
+from tests.support.e2e import V, dep_url, until_status
+from tests.support.invocation import deployed, invocation_app, pexec_url, spec
 
 SUFFIX = "invocation.localhost"
 TOKENS = f"{V}/tokens/functions"
@@ -135,6 +135,28 @@ async def test_a_token_for_one_version_and_for_several_functions(client: AppClie
         resp = await client.post(pexec_url(fn), json={}, headers=both)
         assert resp.status_code == 200, resp.text
         assert resp.json()["headers"]["NVCF-SUB"] == "partner"
+
+
+async def test_a_token_for_an_older_version_never_reaches_the_newer_one(client: AppClient) -> None:
+    """The account's own view (the newest version, cached for it) and a token's narrower one
+    are kept apart."""
+    old = await deployed(client)
+    resp = await client.post(f"{V}/functions/{old['id']}/versions", json=CONTAINER_FN)
+    assert resp.status_code == 200, resp.text
+    new = dict(resp.json()["function"])
+    resp = await client.post(dep_url(new), json={"deploymentSpecifications": [spec()]})
+    assert resp.status_code == 200, resp.text
+    await until_status(client, new, "ACTIVE")
+    latest = await client.post(pexec_url(old, version=False), json={})
+    assert latest.json()["headers"]["NVCF-FUNCTION-VERSION-ID"] == new["versionId"]
+    token = await issue(client, f"/{old['id']}/versions/{old['versionId']}", {"clientId": "c"})
+    for _ in range(2):  # the second from the route cache
+        resp = await client.post(pexec_url(old, version=False), json={}, headers=token)
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["headers"]["NVCF-FUNCTION-VERSION-ID"] == old["versionId"]
+    assert_problem(await client.post(pexec_url(new), json={}, headers=token), 403)
+    latest = await client.post(pexec_url(old, version=False), json={})
+    assert latest.json()["headers"]["NVCF-FUNCTION-VERSION-ID"] == new["versionId"]
 
 
 async def test_a_token_is_issued_only_for_what_the_caller_may_invoke(client: AppClient) -> None:

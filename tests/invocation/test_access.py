@@ -5,6 +5,7 @@ unknown function, and so does acct-b once the share is revoked."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,16 @@ import httpx
 import pytest
 
 from tests.support.api import assert_problem, bearer, new_key
-from tests.support.app import AppClient, ClientFactory
-from tests.support.e2e import V
-from tests.support.invocation import deployed, invocation_app, pexec_url
+from tests.support.app import AppClient, ClientFactory, SettingsFactory
+from tests.support.e2e import V, eventually
+from tests.support.invocation import (
+    FAST,
+    deployed,
+    invocation_app,
+    pexec_url,
+    write_catalog,
+)
+from tests.support.upstream import UpstreamServer
 
 SUFFIX = "invocation.localhost"
 AZ = f"{V}/authorizations/functions"
@@ -174,3 +182,44 @@ async def test_revoking_a_share_refuses_new_invocations_at_once(client: AppClien
     assert (await client.post(pexec_url(fn), json={}, headers=auth_b)).status_code == 200
     await share(client, fn["id"], "acct-c")
     assert_problem(await client.post(pexec_url(fn), json={}, headers=auth_b), 404)
+
+
+@pytest.fixture
+def upstream() -> Iterator[UpstreamServer]:
+    server = UpstreamServer().start()
+    yield server
+    server.stop()
+
+
+async def test_another_replica_refuses_a_revoked_share_once_its_route_cache_expires(
+    client_factory: ClientFactory,
+    make_settings: SettingsFactory,
+    tmp_path: Path,
+    upstream: UpstreamServer,
+) -> None:
+    first = await invocation_app(client_factory, tmp_path, upstream=upstream.url)
+    fn = await deployed(first)
+    await share(first, fn["id"], "acct-b")
+    auth_b = bearer(await new_key(first, SCOPES, "acct-b"))
+    second = await client_factory(
+        make_settings(
+            data_dir=tmp_path / "replica-2",
+            clusters_file=write_catalog(tmp_path, upstream=upstream.url),
+            reconciler_enabled=False,
+            invoke_route_cache_seconds=0.5,
+            **FAST,
+        )
+    )
+    resp = await second.post(pexec_url(fn), json={"on": 2}, headers=auth_b)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["headers"]["NVCF-NCAID"] == "acct-b"
+    resp = await first.delete(f"{AZ}/{fn['id']}")
+    assert resp.status_code == 200, resp.text
+
+    async def refused() -> bool:
+        resp = await second.post(pexec_url(fn), json={}, headers=auth_b)
+        return resp.status_code == 404
+
+    await eventually(refused)
+    # the owner invokes on either replica as before
+    assert (await second.post(pexec_url(fn), json={})).status_code == 200

@@ -390,7 +390,12 @@ def create_app(
                 components.setdefault(name, sub)
             components[model.__name__] = doc
         schema["components"]["securitySchemes"] = {
-            "bearer": {"type": "http", "scheme": "bearer", "description": "nvapi- key or JWT"}
+            "bearer": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "nvapi- key or JWT; an invocation token (POST /v2/nvcf/tokens/"
+                "functions...) on the invocation routes only",
+            }
         }
         schema["security"] = [{"bearer": []}]
         app.openapi_schema = truthful(schema, api_prefixes=(API_PREFIX, "/v3/", "/v2/org"))

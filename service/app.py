@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.auth import scopes
+from service.auth import scopes, tokens
 from service.auth.router import router as keys_router
 from service.auth.service import (
     Authenticator,
@@ -26,6 +26,7 @@ from service.auth.service import (
     create_api_key,
     grant_scopes,
 )
+from service.auth.tokens import InvocationTokens
 from service.backends.http1 import AnswerBounds
 from service.charts.pipeline import ChartPipeline
 from service.charts.router import router as helm_router
@@ -61,6 +62,7 @@ from service.invocation import InvocationPlane
 from service.invocation.dispatch_redis import RedisActivity
 from service.invocation.metrics import InvocationMetrics
 from service.invocation.router import router as invocation_router
+from service.invocation.tokens import router as tokens_router
 from service.invocation.transparent import FrontDoor, TransparentInvocation, body_limit
 from service.ngc.router import router as ngc_router
 from service.registry.router import router as registry_router
@@ -103,6 +105,7 @@ def api_routers(settings: Settings | None = None) -> list[APIRouter]:
         deployments_router,
         revisions_router,
         clusters_router,
+        tokens_router,
     ]
     if settings is None or settings.invoke_enabled:
         routers.append(invocation_router)
@@ -204,6 +207,9 @@ def create_app(
             app.state.version_cache = read_cache.VersionCache()
             read_cache.attach(app.state.version_cache)
         app.state.secret_box = await asyncio.to_thread(load_secret_box, settings)
+        app.state.authenticator.invocation_tokens = InvocationTokens(
+            app.state.secret_box.derive(tokens.PURPOSE), settings.invoke_token_seconds
+        )
         app.state.catalog = await asyncio.to_thread(load_catalog, settings.clusters_file)
         adapters = AdapterRegistry.from_catalog(
             app.state.catalog,
@@ -385,7 +391,12 @@ def create_app(
                 components.setdefault(name, sub)
             components[model.__name__] = doc
         schema["components"]["securitySchemes"] = {
-            "bearer": {"type": "http", "scheme": "bearer", "description": "nvapi- key or JWT"}
+            "bearer": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "nvapi- key or JWT; an invocation token (POST /v2/nvcf/tokens/"
+                "functions...) on the invocation routes only",
+            }
         }
         schema["security"] = [{"bearer": []}]
         app.openapi_schema = truthful(schema, api_prefixes=(API_PREFIX, "/v3/", "/v2/org"))

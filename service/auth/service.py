@@ -1,4 +1,5 @@
-"""Credential verification: `nvapi-` API keys (hashed at rest) and JWTs (HS256 or JWKS)."""
+"""Credential verification: `nvapi-` API keys (hashed at rest), JWTs (HS256 or JWKS), and the
+invocation tokens this service issues (tokens.py), which only the invocation entries accept."""
 
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth.models import Account, ApiKey
-from service.auth.scopes import ALL_SCOPES, OPERATOR_SCOPES
+from service.auth.scopes import ALL_SCOPES, INVOKE_FUNCTION, OPERATOR_SCOPES
+from service.auth.tokens import InvocationGrant, InvocationTokens, is_invocation_token
 from service.core.db import utcnow
-from service.core.errors import BadRequest, FieldError, Unauthorized, ValidationFailed
+from service.core.errors import BadRequest, FieldError, Forbidden, Unauthorized, ValidationFailed
 from service.core.http import json_errors
 from service.core.settings import Settings
 
@@ -42,8 +44,11 @@ class Principal:
 
     account_id: str
     scopes: frozenset[str]
-    kind: str  # "api-key" or "jwt"
+    kind: str  # "api-key", "jwt" or "invocation-token"
     subject: str
+    #: an invocation token's: the only functions (and versions) it may invoke; None: any the
+    #: account may invoke
+    grant: InvocationGrant | None = None
 
 
 def hash_key(key: str) -> str:
@@ -157,6 +162,13 @@ async def any_key_exists(session: AsyncSession) -> bool:
     return (await session.execute(select(ApiKey.id).limit(1))).first() is not None
 
 
+INVOCATION_TOKEN = "invocation-token"  # noqa: S105 (a principal kind, not a secret)
+#: the refusal of an invocation token anywhere but an invocation entry
+NOT_AN_INVOCATION_ROUTE = (
+    "an invocation token may only invoke the functions it names (pexec, exec, their status "
+    "polls, transparent mode); this route needs an API key or a JWT"
+)
+
 #: how long `cached_principal` answers a header from memory without looking again
 RECENT_SECONDS = 1.0
 
@@ -176,6 +188,8 @@ class Authenticator:
         self._jwks: jwt.PyJWKSet | None = None
         self._jwks_loaded_at = 0.0
         self._jwks_lock = asyncio.Lock()
+        #: set once the server's secret key is loaded (app.py); None: tokens are refused
+        self.invocation_tokens: InvocationTokens | None = None
 
     def forget(self, key_hash: str) -> None:
         """Forget a revoked key at once instead of waiting for the cache to expire."""
@@ -183,8 +197,15 @@ class Authenticator:
         self._recent.clear()
 
     async def authenticate(
-        self, sessions: async_sessionmaker[AsyncSession], authorization: str | None
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        authorization: str | None,
+        *,
+        invocation: bool = False,
     ) -> Principal:
+        """The caller of a request. An invocation token is accepted only when `invocation`
+        (the invocation entries: invoking and polling): anywhere else it is a 403, so a route
+        refuses tokens unless it says otherwise."""
         if not authorization:
             raise Unauthorized(detail="missing Authorization header", headers=_BEARER)
         scheme, _, credential = authorization.partition(" ")
@@ -195,7 +216,26 @@ class Authenticator:
             )
         if credential.startswith(API_KEY_PREFIX):
             return await self._api_key(sessions, credential)
+        if is_invocation_token(credential):
+            principal = self._invocation_token(credential)
+            if not invocation:
+                raise Forbidden(detail=NOT_AN_INVOCATION_ROUTE)
+            return principal
         return await self._jwt(credential)
+
+    def _invocation_token(self, token: str) -> Principal:
+        if self.invocation_tokens is None:
+            raise Unauthorized(
+                detail="invocation tokens are not accepted by this process", headers=_BEARER
+            )
+        holder = self.invocation_tokens.verify(token)
+        return Principal(
+            account_id=holder.account_id,
+            scopes=frozenset({INVOKE_FUNCTION}),
+            kind=INVOCATION_TOKEN,
+            subject=holder.client_id,
+            grant=holder.grant,
+        )
 
     def cached_principal(self, authorization: str | None) -> Principal | None:
         """The principal of an API key verified moments ago and still valid, else None.

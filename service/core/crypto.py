@@ -1,4 +1,5 @@
-"""Encryption at rest for function secrets and registry passwords (Fernet: AES-128-CBC + HMAC)."""
+"""Encryption at rest for function secrets and registry passwords (Fernet: AES-128-CBC + HMAC),
+and the keys derived from the same secret (`SecretBox.derive`: invocation tokens)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import os
 from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from service.core.settings import Settings
 
@@ -13,6 +16,13 @@ from service.core.settings import Settings
 class SecretBox:
     def __init__(self, key: bytes) -> None:
         self._fernet = Fernet(key)
+        self._key = key
+
+    def derive(self, purpose: str) -> bytes:
+        """A 32-byte key for one purpose (HKDF-SHA256 over this key): the same on every
+        replica sharing the key, unrelated to the encryption key and to other purposes."""
+        hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=purpose.encode())
+        return hkdf.derive(self._key)
 
     def encrypt(self, plaintext: str) -> str:
         return self._fernet.encrypt(plaintext.encode()).decode()

@@ -358,6 +358,13 @@ class Settings(BaseSettings):
         description="A replica that has not renewed its heartbeat for this long is gone: its "
         "pending requests end errored.",
     )
+    invoke_token_seconds: int = Field(
+        default=600,
+        ge=1,
+        le=86_400,
+        description="Lifetime in seconds of the invocation tokens `POST /v2/nvcf/tokens/"
+        "functions...` issues (NVCF: 600); an expired token is refused 401.",
+    )
     # -- HTTP (service/core/server.py)
     gc_freeze: bool = Field(
         default=True,

@@ -5,6 +5,11 @@ included); `.../versions/{functionVersionId}` one version. POST replaces the acc
 level, PATCH `add`/`remove` change one, DELETE clears the level, GET reads them (for a
 version: the whole function's accounts and its own). Only the owner may call them: anyone
 else gets the 404 of an unknown function. All answer 200 with NVCF's bodies.
+
+An account a function is shared with may invoke it (invocation/access.py). A change that may
+take a share away (replace, remove, clear) makes this replica forget the function's cached
+invocation targets once committed: its new invocations are refused at once, other replicas'
+within `NVCF_INVOKE_ROUTE_CACHE_SECONDS`.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from fastapi import APIRouter, Depends, Request
 from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.service import Principal
+from service.core.db import after_commit
 from service.core.errors import FieldError, ValidationFailed
 from service.core.http import (
     json_body_doc,
@@ -34,6 +40,7 @@ from service.functions.schemas import (
     AuthorizedPartiesRequest,
     AuthorizedPartyPatch,
 )
+from service.state import app_state
 
 router = APIRouter(tags=["function sharing"])
 
@@ -85,6 +92,14 @@ async def _owned(
     return fid, vid
 
 
+def _forget_targets(request: Request, session: Session, function_id: uuid.UUID) -> None:
+    """Who may invoke the function may have changed: this replica re-reads it at once."""
+    plane = app_state(request).invocation
+    if plane is not None:
+        routes = plane.routes
+        after_commit(session, lambda: routes.forget_function(function_id))
+
+
 def _envelope(
     principal: Principal, fid: uuid.UUID, vid: uuid.UUID | None, accounts: list[str] | None
 ) -> dict[str, Any]:
@@ -99,6 +114,7 @@ async def _set(
 ) -> dict[str, Any]:
     fid, version = await _owned(session, principal, function_id, vid)
     accounts = await _parties_body(request, principal.account_id)
+    _forget_targets(request, session, fid)
     return _envelope(
         principal, fid, version, await sharing.replace(session, fid, version, accounts)
     )
@@ -117,14 +133,16 @@ async def _remove(
 ) -> dict[str, Any]:
     fid, version = await _owned(session, principal, function_id, vid)
     account = await _party_body(request, principal.account_id)
+    _forget_targets(request, session, fid)
     return _envelope(principal, fid, version, await sharing.remove(session, fid, version, account))
 
 
 async def _clear(
-    session: Session, principal: Principal, function_id: str, vid: str | None
+    request: Request, session: Session, principal: Principal, function_id: str, vid: str | None
 ) -> dict[str, Any]:
     fid, version = await _owned(session, principal, function_id, vid)
     await sharing.clear(session, fid, version)
+    _forget_targets(request, session, fid)
     return _envelope(principal, fid, version, None)
 
 
@@ -198,9 +216,9 @@ async def remove_function_authorization(
     summary="Stop sharing a function at the function level (versions' own shares stay)",
 )
 async def clear_function_authorizations(
-    functionId: str, session: Session, principal: Sharer
+    functionId: str, request: Request, session: Session, principal: Sharer
 ) -> dict[str, Any]:
-    return await _clear(session, principal, functionId, None)
+    return await _clear(request, session, principal, functionId, None)
 
 
 # --- one version ----------------------------------------------------------------------------
@@ -267,6 +285,10 @@ async def remove_version_authorization(
     summary="Stop sharing one version (the whole function's shares stay)",
 )
 async def clear_version_authorizations(
-    functionId: str, functionVersionId: str, session: Session, principal: Sharer
+    functionId: str,
+    functionVersionId: str,
+    request: Request,
+    session: Session,
+    principal: Sharer,
 ) -> dict[str, Any]:
-    return await _clear(session, principal, functionId, functionVersionId)
+    return await _clear(request, session, principal, functionId, functionVersionId)

@@ -1,10 +1,13 @@
 """Who may invoke what: the one place the invocation plane asks which function versions a
-caller may reach.
+caller may reach (`visible_versions`) and whose requests it may read (`may_poll`).
 
-Today a caller invokes its own account's functions only: another account's function is a 404,
-exactly like an unknown one. Sharing a function with other accounts extends `visible_versions`
-(and nothing else): every invocation route, the status poll and the queue routes resolve
-versions through it.
+A caller invokes its own account's functions and those shared with its account (NVCF's
+authorized parties, functions/sharing.py: the whole function, or single versions). Anything
+else is a 404, exactly like an unknown function. An invocation token (auth/tokens.py) reaches
+only what its grant names, within what its account may invoke. Every invocation entry, the
+status polls and the queue routes resolve versions through here (routing.py caches what it
+resolves; functions/sharing_router.py forgets a function's cached targets when its sharing
+changes).
 """
 
 from __future__ import annotations
@@ -13,12 +16,12 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Row, and_, select
+from sqlalchemy import Row, and_, exists, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.service import Principal
 from service.deployments.models import Deployment, DeploymentDesired
-from service.functions.models import FunctionVersion
+from service.functions.models import FunctionAuthorization, FunctionVersion
 
 #: the version columns invocation needs (never the whole row: secrets, objects, findings)
 VERSION_COLUMNS = (
@@ -43,7 +46,22 @@ async def visible_versions(
     version_id: uuid.UUID | None = None,
 ) -> Sequence[Row[Any]]:
     """The versions of a function the caller may invoke (all of them, or the one asked for),
-    each with its live deployment's id and creation time (None when not deployed)."""
+    each with its live deployment's id and creation time (None when not deployed): its
+    account's own, and those shared with its account; an invocation token's, only the granted
+    ones. One query."""
+    granted: frozenset[str] | None = frozenset()
+    if principal.grant is not None:
+        granted = principal.grant.versions(str(function_id))
+        if granted is None:
+            return []
+    shared = exists().where(
+        FunctionAuthorization.account_id == principal.account_id,
+        FunctionAuthorization.function_id == FunctionVersion.function_id,
+        or_(
+            FunctionAuthorization.version_id.is_(None),
+            FunctionAuthorization.version_id == FunctionVersion.id,
+        ),
+    )
     stmt = (
         select(*VERSION_COLUMNS, Deployment.id.label("deployment_id"), Deployment.created_at)
         .outerjoin(
@@ -55,14 +73,26 @@ async def visible_versions(
         )
         .where(
             FunctionVersion.function_id == function_id,
-            FunctionVersion.account_id == principal.account_id,
+            or_(FunctionVersion.account_id == principal.account_id, shared),
         )
     )
     if version_id is not None:
         stmt = stmt.where(FunctionVersion.id == version_id)
+    if granted:
+        stmt = stmt.where(FunctionVersion.id.in_([uuid.UUID(v) for v in granted]))
     return (await session.execute(stmt)).all()
 
 
-def may_poll(principal: Principal, request_account: str) -> bool:
-    """Whether the caller may read a request's state: the account that made it."""
-    return principal.account_id == request_account
+def may_poll(
+    principal: Principal,
+    request_account: str,
+    function_id: uuid.UUID,
+    version_id: uuid.UUID,
+) -> bool:
+    """Whether the caller may read a request's state: the account that made it (an account a
+    function is shared with reads its own requests, never the owner's nor the reverse); an
+    invocation token, only requests of the versions it may invoke."""
+    if principal.account_id != request_account:
+        return False
+    grant = principal.grant
+    return grant is None or grant.allows(str(function_id), str(version_id))

@@ -5,7 +5,8 @@ A request running on this replica is answered from memory (its outcome as soon a
 any other from the request store (store.py), re-read at growing steps while it is pending — so
 a poll reaching another replica than the one running the request answers correctly, and a
 request whose replica stopped renewing its heartbeat ends errored at the first poll that sees
-it. Requests and queues of another account are not found (access.py).
+it. Requests and queues of another account are not found (access.py): an account a function
+is shared with reads its own requests and the function's queues.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class RequestLookup:
         pending state otherwise. 404 when unknown, expired or another account's."""
         inv = self._active.get(request_id)
         if inv is not None and inv.detached and inv.store_ok:
-            if not may_poll(principal, inv.principal.account_id):
+            if not _may_poll(principal, inv):
                 raise NotFound(detail=f"request {request_id} not found")
             if not inv.done.is_set():
                 with contextlib.suppress(TimeoutError):
@@ -71,7 +72,7 @@ class RequestLookup:
         step = 0
         while True:
             stored = await self.store.read(request_id)
-            if stored is None or not may_poll(principal, stored.account_id):
+            if stored is None or not _may_poll_stored(principal, stored):
                 raise NotFound(detail=f"request {request_id} not found or expired")
             local = self._active.get(request_id)
             if local is not None and local.detached and local.store_ok:
@@ -119,7 +120,7 @@ class RequestLookup:
         """(function id, version id, 1-based position) of a request waiting in its queue."""
         inv = self._active.get(request_id)
         if inv is not None:
-            if not may_poll(principal, inv.principal.account_id):
+            if not _may_poll(principal, inv):
                 raise NotFound(detail=f"request {request_id} not found")
             function_id, version_id, state = (
                 inv.target.function_id,
@@ -128,7 +129,7 @@ class RequestLookup:
             )
         else:
             stored = await self.store.read(request_id)
-            if stored is None or not may_poll(principal, stored.account_id):
+            if stored is None or not _may_poll_stored(principal, stored):
                 raise NotFound(detail=f"request {request_id} not found or expired")
             function_id, version_id, state = stored.function_id, stored.version_id, stored.state
         position = await self.dispatcher.position(request_id)
@@ -137,6 +138,15 @@ class RequestLookup:
                 detail=f"request {request_id} is not waiting in a queue (it is {state})"
             )
         return function_id, version_id, position
+
+
+def _may_poll(principal: Principal, inv: Invocation) -> bool:
+    target = inv.target
+    return may_poll(principal, inv.principal.account_id, target.function_id, target.version_id)
+
+
+def _may_poll_stored(principal: Principal, stored: StoredRequest) -> bool:
+    return may_poll(principal, stored.account_id, stored.function_id, stored.version_id)
 
 
 def _answer(stored: StoredRequest, outcome: Outcome | None) -> PollAnswer:

@@ -82,7 +82,9 @@ async def caller(request: Request, *any_of: str) -> Principal:
     if principal is None:
         state = app_state(request)
         principal = await state.authenticator.authenticate(
-            state.sessionmaker, request.headers.get("authorization")
+            state.sessionmaker,
+            request.headers.get("authorization"),
+            invocation=scopes.INVOKE_FUNCTION in any_of,  # invocation tokens: invoke and poll
         )
         org = getattr(request.state, "org", None)
         if org is not None and org != principal.account_id:

@@ -2,7 +2,13 @@
 
 A function id alone picks an invocable version: ACTIVE or DEGRADING, the most recently
 deployed when several are. A version that is not invocable is a 400 naming its status; an
-unknown version (or another account's, see access.py) is a 404.
+unknown version (or another account's not shared with the caller's, see access.py) is a 404.
+An invocation token is refused (403) a function its grant does not name before anything is
+read; its grant is part of the cache key when it narrows the versions.
+
+A target is per caller account: it carries the caller's account, which the worker receives as
+`NVCF-NCAID` (as NVCF's workers do: the account that invoked, the owner's or one the function
+is shared with).
 
 Resolved targets are reused for `NVCF_INVOKE_ROUTE_CACHE_SECONDS` (two indexed queries per
 miss: the versions with their live deployment, then its Running instances); only invocable
@@ -10,7 +16,8 @@ ones are kept, so a version that becomes invocable is seen at once. Concurrent m
 key share one read, and an expired target keeps serving while one request re-reads it, so
 under load requests never queue behind the database. A target may be stale by about that long
 after an undeploy or an instance failure: a request sent to an instance that is gone finds
-nobody listening and is retried once on another.
+nobody listening and is retried once on another. A revoked share is seen by every replica once
+its cached targets expire; the replica that revoked it forgets them at once (`forget_function`).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from service.backends.protocol import InstanceSpec
 from service.backends.worker import WorkerPort, header_lines
 from service.charts.pipeline import DEFAULT_INFERENCE_PORT
 from service.clusters.catalog import Catalog
-from service.core.errors import BadRequest, NotFound
+from service.core.errors import BadRequest, Forbidden, NotFound
 from service.deployments.models import DeploymentSpec, Instance, InstanceDesired
 from service.deployments.workload import DEFAULT_PORT, SERVICE_NAME
 from service.health.machine import Phase
@@ -85,6 +92,8 @@ class Target:
     function_id: uuid.UUID
     version_id: uuid.UUID
     owner_account: str
+    #: the account the target was resolved for (the owner's, or one the function is shared with)
+    caller_account: str
     name: str
     status: str
     inference_path: str
@@ -105,7 +114,7 @@ class Target:
     def nvcf_headers(self) -> tuple[tuple[str, str], ...]:
         """The NVCF-* headers of a request to this version that depend on it alone."""
         return (
-            ("NVCF-NCAID", self.owner_account),
+            ("NVCF-NCAID", self.caller_account),
             ("NVCF-FUNCTION-NAME", self.name),
             ("NVCF-FUNCTION-ID", self.fid),
             ("NVCF-FUNCTION-VERSION-ID", self.vid),
@@ -154,6 +163,25 @@ def worker_port(row: Any) -> WorkerPort:
     )
 
 
+def _scope(principal: Principal, function_id: str, version_id: str | None) -> str | None:
+    """The account part of a cache key: the caller's account, narrowed by an invocation
+    token's grant when it names versions; None when the token may not invoke this."""
+    grant = principal.grant
+    if grant is None:
+        return principal.account_id
+    if not grant.allows(function_id, version_id):
+        return None
+    versions = grant.versions(function_id)
+    if not versions:
+        return principal.account_id
+    return f"{principal.account_id}\x00{','.join(sorted(versions))}"
+
+
+def _refused(function_id: str, version_id: str | None) -> Forbidden:
+    what = f"function {function_id}" + (f" version {version_id}" if version_id else "")
+    return Forbidden(detail=f"this invocation token does not allow invoking {what}")
+
+
 def choose_version(
     rows: Sequence[Row[Any]], function_id: uuid.UUID, version_id: uuid.UUID | None
 ) -> Row[Any]:
@@ -194,6 +222,8 @@ class RouteTable:
         self._stale = 10 * ttl
         self._cache: dict[_Key, tuple[float, Target]] = {}
         self._loading: dict[_Key, asyncio.Future[Target]] = {}
+        #: counts `forget` calls: a read begun before one does not fill the cache
+        self._generation = 0
 
     def cached(
         self, principal: Principal, function_id: str, version_id: str | None
@@ -201,7 +231,10 @@ class RouteTable:
         """The cached target of the ids as the request spelled them (canonical lowercase
         text), else None: never waits. An expired one is still given (and re-read in the
         background) within the stale period, as `resolve` does."""
-        key = (principal.account_id, function_id, version_id)
+        scope = _scope(principal, function_id, version_id)
+        if scope is None:
+            return None
+        key = (scope, function_id, version_id)
         hit = self._cache.get(key)
         if hit is None:
             return None
@@ -218,8 +251,11 @@ class RouteTable:
     async def resolve(
         self, principal: Principal, function_id: uuid.UUID, version_id: uuid.UUID | None
     ) -> Target:
-        vid = None if version_id is None else str(version_id)
-        key = (principal.account_id, str(function_id), vid)
+        fid, vid = str(function_id), None if version_id is None else str(version_id)
+        scope = _scope(principal, fid, vid)
+        if scope is None:
+            raise _refused(fid, vid)
+        key = (scope, fid, vid)
         hit = self._cache.get(key)
         if hit is not None:
             expires, target = hit
@@ -240,6 +276,7 @@ class RouteTable:
         return future
 
     async def _read(self, key: _Key, principal: Principal) -> Target:
+        generation = self._generation
         try:
             async with self._sessionmaker() as session:
                 version_id = None if key[2] is None else uuid.UUID(key[2])
@@ -249,7 +286,7 @@ class RouteTable:
             raise
         finally:
             self._loading.pop(key, None)
-        if self._ttl > 0:
+        if self._ttl > 0 and generation == self._generation:
             if len(self._cache) >= MAX_CACHED and key not in self._cache:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[key] = (time.monotonic() + self._ttl, target)
@@ -260,11 +297,20 @@ class RouteTable:
         self.forget(target.version_id)
         try:
             return await self.resolve(principal, target.function_id, target.version_id)
-        except (NotFound, BadRequest):
+        except (NotFound, BadRequest, Forbidden):
             return None
 
     def forget(self, version_id: uuid.UUID) -> None:
+        """Drop the cached targets of a version (it stopped being invocable)."""
+        self._generation += 1
         for key in [k for k, (_, t) in self._cache.items() if t.version_id == version_id]:
+            self._cache.pop(key, None)
+
+    def forget_function(self, function_id: uuid.UUID) -> None:
+        """Drop the cached targets of every version of a function, for every caller (who may
+        invoke it changed: a share was revoked)."""
+        self._generation += 1
+        for key in [k for k, (_, t) in self._cache.items() if t.function_id == function_id]:
             self._cache.pop(key, None)
 
     async def _load(
@@ -310,6 +356,7 @@ class RouteTable:
             function_id=row.function_id,
             version_id=row.id,
             owner_account=row.account_id,
+            caller_account=principal.account_id,
             name=row.name,
             status=row.status,
             inference_path=port.inference_path,

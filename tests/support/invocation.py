@@ -106,6 +106,7 @@ def target(*instances: InstanceRoute, fresh: bool = False) -> Target:
         function_id=uuid.uuid4() if fresh else uuid.UUID(int=100),
         version_id=uuid.uuid4() if fresh else uuid.UUID(int=200),
         owner_account="acct",
+        caller_account="acct",
         name="fn",
         status="ACTIVE",
         inference_path="/echo",

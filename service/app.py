@@ -50,6 +50,7 @@ from service.core.settings import Settings
 from service.core.tracing import TracingMiddleware
 from service.deployments.autoscale import Autoscaler, AutoscalerConfig
 from service.deployments.history import HistoryConfig, HistoryPurger
+from service.deployments.logs.router import router as logs_router
 from service.deployments.reconcile import build_reconciler, claim_owner
 from service.deployments.revisions_router import router as revisions_router
 from service.deployments.router import router as deployments_router
@@ -110,6 +111,7 @@ def api_routers(settings: Settings | None = None) -> list[APIRouter]:
         helm_router,
         deployments_router,
         revisions_router,
+        logs_router,
         clusters_router,
     ]
     if settings is None or settings.invoke_enabled:

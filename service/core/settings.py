@@ -207,6 +207,41 @@ class Settings(BaseSettings):
         description="Seconds between purges of expired deployment history (0: off), in a "
         "process that runs the reconciler.",
     )
+    # -- instance logs (service/deployments/logs/, docs/logs.md)
+    logs_max_tail_lines: int = Field(
+        default=10_000,
+        gt=0,
+        description="Most lines `GET .../logs` returns per container (`tailLines` may ask "
+        "fewer; without it, this many of the last).",
+    )
+    logs_max_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        gt=0,
+        description="Most bytes one `GET .../logs` answer carries (a follow ends, with a note "
+        "line, once it has sent this many).",
+    )
+    logs_max_follows_per_account: int = Field(
+        default=4,
+        ge=1,
+        description="Log follows (`follow=true`) one account may have open at once in one "
+        "server process; one more is answered 429.",
+    )
+    logs_follow_max_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Longest a log follow stays open; then it ends (the caller may follow again).",
+    )
+    logs_kept_lines: int = Field(
+        default=200,
+        ge=0,
+        description="Last lines of each container kept when an instance fails (shown after it "
+        "was torn down); 0 keeps none.",
+    )
+    logs_kept_bytes: int = Field(
+        default=64 * 1024,
+        gt=0,
+        description="Most bytes of the last lines kept per container of a failed instance.",
+    )
     # -- the autoscaler (service/deployments/autoscale/, docs/autoscaling.md)
     autoscale_enabled: bool = Field(
         default=True,

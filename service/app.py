@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import scopes
+from service.auth.nvcf_keys import router as nvcf_keys_router
 from service.auth.router import router as keys_router
 from service.auth.service import (
     Authenticator,
@@ -369,6 +370,7 @@ def create_app(
         for router in api_routers(settings):
             mount_flat(app, router, API_PREFIX)
         app.include_router(v3_router)
+        app.include_router(nvcf_keys_router)
         app.include_router(ngc_router)
         install_docs(app)
         install_console(app)

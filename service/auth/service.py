@@ -44,6 +44,8 @@ class Principal:
     scopes: frozenset[str]
     kind: str  # "api-key" or "jwt"
     subject: str
+    #: the functions a key is limited to (NVCF policy resources); None: every function
+    functions: frozenset[uuid.UUID] | None = None
 
 
 def hash_key(key: str) -> str:
@@ -105,6 +107,9 @@ async def create_api_key(
     description: str | None = None,
     key: str | None = None,
     operator: bool = False,
+    functions: Iterable[uuid.UUID] | None = None,
+    authorizations: dict[str, Any] | None = None,
+    expires_at: datetime | None = None,
 ) -> tuple[str, ApiKey]:
     """Store a new key (hash only); returns the key itself, shown once, and its row.
 
@@ -129,7 +134,9 @@ async def create_api_key(
         hint=key[:10] + "…",
         scopes=scope_list,
         description=description,
-        expires_at=utcnow() + expires_in if expires_in else None,
+        expires_at=expires_at or (utcnow() + expires_in if expires_in else None),
+        functions=sorted(str(f) for f in functions) if functions is not None else None,
+        authorizations=authorizations,
     )
     session.add(row)
     await session.flush()
@@ -247,6 +254,11 @@ class Authenticator:
                 scopes=frozenset(str(s) for s in row.scopes),
                 kind="api-key",
                 subject=str(row.id),
+                functions=(
+                    frozenset(uuid.UUID(str(f)) for f in row.functions)
+                    if row.functions is not None
+                    else None
+                ),
             )
             cached = (principal, row.expires_at)
             self._cache[key_hash] = cached

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
@@ -206,6 +207,13 @@ class Settings(BaseSettings):
         ge=0,
         description="Seconds between purges of expired deployment history (0: off), in a "
         "process that runs the reconciler.",
+    )
+    admin_token_networks: CommaList = Field(
+        default=frozenset(),
+        description="Comma list of CIDRs (e.g. `10.0.0.0/8`) whose clients get a management "
+        "token for the default account from `POST /v1/admin/keys` without a credential, as "
+        "NVCF's admin-issuer proxy inside a cluster (for `nvcf-cli init`); empty: a credential "
+        "with scope `admin` is always needed.",
     )
     # -- instance logs (service/deployments/logs/, docs/logs.md)
     logs_max_tail_lines: int = Field(
@@ -448,6 +456,17 @@ class Settings(BaseSettings):
     @classmethod
     def _comma_list(cls, value: object) -> object:
         return _split(value)
+
+    @field_validator("admin_token_networks", mode="before")
+    @classmethod
+    def _networks(cls, value: object) -> object:
+        split = _split(value)
+        for network in split if isinstance(split, frozenset) else ():
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"not a network (CIDR): {network!r}") from exc
+        return split
 
     @field_validator("invoke_host_suffix")
     @classmethod

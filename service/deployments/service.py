@@ -167,12 +167,15 @@ async def get_version_deployment(
 
 
 async def list_deployments(
-    session: AsyncSession, account_id: str, page: Page
+    session: AsyncSession, account_id: str, page: Page, only: frozenset[uuid.UUID] | None = None
 ) -> tuple[list[Deployment], str | None]:
-    """The caller's live deployments, oldest first, keyset-paginated like the functions list."""
+    """The caller's live deployments, oldest first, keyset-paginated like the functions list
+    (`only`: of these functions, for a key limited to them)."""
     stmt = select(Deployment).where(
         Deployment.account_id == account_id, Deployment.desired == DeploymentDesired.DEPLOYED
     )
+    if only is not None:
+        stmt = stmt.where(Deployment.function_id.in_(list(only)))
     return await keyset_page(
         session,
         stmt,

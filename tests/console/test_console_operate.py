@@ -12,6 +12,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
 from tests.support.app import ADMIN_KEY
+from tests.support.charts import PushCorpus
 from tests.support.console import Browser, ConsoleServer, Screenshot, assert_private
 
 pytestmark = pytest.mark.registry
@@ -164,3 +165,48 @@ def test_a_key_without_deploy_function_sees_the_actions_disabled(
     ]
     assert unexpected == []
     browser.click("#forget")
+
+
+def test_change_the_configuration_then_roll_back(
+    console_server: ConsoleServer,
+    browser: Browser,
+    screenshot: Screenshot,
+    push_corpus: PushCorpus,
+) -> None:
+    server = console_server
+    chart = push_corpus(server.registry, "sim-workload")
+    body = {
+        "name": "console-helm",
+        "inferenceUrl": "/v2/models/m/infer",
+        "inferencePort": 8000,
+        "helmChart": chart.file_url,
+        "helmChartServiceName": "entrypoint",
+    }
+    fn = server.api("POST", "/functions", body)["function"]
+    spec = {"gpu": "H100", "instanceType": "NCP.GPU.H100_1x", "minInstances": 1, "maxInstances": 1}
+    path = f"/deployments/functions/{fn['id']}/versions/{fn['versionId']}"
+    did = server.api("POST", path, {"deploymentSpecifications": [spec]})["deployment"][
+        "deploymentId"
+    ]
+    browser.open(server, f"#/deployments/{did}")
+    browser.wait_text("#status", "ACTIVE")
+    browser.click("#configure-link")
+    browser.loaded(f"#/deployments/{did}/configure")
+
+    fill(browser, {"configuration": "{not json"})
+    browser.click("#configure-form-submit")
+    browser.wait(lambda: browser.text("#configuration-error"), "the JSON error at its field")
+    fill(browser, {"configuration": '{"podAnnotations": {"example.com/rev": "two"}}'})
+    browser.click("#configure-form-submit")
+    browser.loaded(f"#/deployments/{did}")
+    browser.wait_text("#specifications .rollout", "revision 2; rollout to 2: completed")
+    browser.wait(lambda: browser.count("#revisions tbody tr") == 2, "two revisions listed")
+    screenshot("configured")
+
+    browser.click("#rollback-1")
+    alert = browser.wait(lambda: browser.driver.switch_to.alert, "the confirmation")
+    assert "back to revision 1" in alert.text
+    alert.accept()
+    browser.wait_text("#specifications .rollout", "revision 1; rollout to 1: completed")
+    screenshot("rolled-back")
+    assert [p for p in browser.network.problems() if "400" not in p["message"]] == []

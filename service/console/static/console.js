@@ -435,11 +435,14 @@ async function deploymentView(did) {
       : null,
     h("h2", null, "GPU specifications"),
     table("specifications", plural(d.deploymentSpecifications.length, "specification"),
-      ["GPU", "Instance type", "Backend", "Instances", "Clusters"],
+      ["GPU", "Instance type", "Backend", "Instances", "Clusters", "Revision"],
       d.deploymentSpecifications.map((s) => h("tr", null,
         h("td", null, s.gpu), h("td", { class: "mono" }, s.instanceType), h("td", null, s.backend),
         h("td", null, `${s.minInstances}–${s.maxInstances}`),
-        h("td", null, (s.clusters || []).join(", ") || "any")))),
+        h("td", null, (s.clusters || []).join(", ") || "any"),
+        h("td", { class: "rollout" }, rolloutText(s))))),
+    d.removedAt ? null : h("h2", null, "Revisions"),
+    d.removedAt ? null : await revisionsSection(d, await caps()),
     h("h2", null, "Instances"),
     d.instances.length
       ? table("instances", plural(d.instances.length, "instance"),
@@ -706,6 +709,8 @@ function deploymentActions(d, can) {
   return h("p", { class: "actions", id: "deployment-actions" },
     can.deploy
       ? [link(`${deploymentHref(d.deploymentId)}/scale`, "Scale", { id: "scale-link", class: "button" }),
+         " ", link(`${deploymentHref(d.deploymentId)}/configure`, "Configure",
+           { id: "configure-link", class: "button" }),
          " ", link(`${deploymentHref(d.deploymentId)}/logs`, "Logs", { id: "logs-link", class: "button" })]
       : null,
     " ", link(`${versionHref(d.functionId, d.functionVersionId)}/invoke`, "Invoke",
@@ -806,6 +811,69 @@ async function logsView(did) {
   return view;
 }
 
+async function configureView(did) {
+  const [{ deployment: d }, can] = await Promise.all([api(`/deployments/${enc(did)}`), caps()]);
+  const spec = d.deploymentSpecifications[0];
+  const current = spec.configuration ? JSON.stringify(spec.configuration, null, 2) : "{}";
+  return h("div", null,
+    h("p", { class: "crumbs" }, link(deploymentHref(did), d.functionName), " / configuration"),
+    h("h1", null, `Configuration of ${d.functionName}`),
+    h("p", { class: "muted" }, `GPU specification ${short(spec.gpuSpecificationId)}, `
+      + `revision ${spec.revision}: a new configuration is a new revision, rendered and checked `
+      + "as at deploy, then rolled out one instance at a time."),
+    formOf("configure-form", "Apply as a new revision", [
+      field("Configuration (JSON)", "configuration", { tag: "textarea", rows: 10, value: current }),
+    ], async (form) => {
+      let configuration;
+      try {
+        configuration = JSON.parse(value(form, "configuration") || "{}");
+      } catch (err) {
+        throw new ApiError(400, { detail: "the configuration is not JSON",
+          errors: [{ field: "configuration", message: String(err.message) }] });
+      }
+      await send("PATCH",
+        `/deployments/${enc(did)}/gpu-specifications/${enc(spec.gpuSpecificationId)}`,
+        { configuration });
+      location.hash = deploymentHref(did);
+    }, can.deploy ? null : NO_DEPLOY));
+}
+
+// The revisions of the deployment's specifications: current and target, each earlier one with
+// a roll-back button (asked first).
+async function revisionsSection(d, can) {
+  const rows = [];
+  for (const spec of d.deploymentSpecifications) {
+    const path = `/deployments/${enc(d.deploymentId)}/gpu-specifications/${enc(spec.gpuSpecificationId)}`;
+    const found = await optional(api(`${path}/revisions`));
+    for (const r of found.value ? found.value.revisions : []) {
+      rows.push(h("tr", { "data-revision": r.revision },
+        h("td", null, String(r.revision)),
+        h("td", null, [r.current ? "current" : "", r.target && !r.current ? "target" : ""]
+          .filter(Boolean).join(", ")),
+        h("td", { class: "mono" }, JSON.stringify(r.configuration || {})),
+        h("td", null, r.createdBy || ""),
+        h("td", null, when(r.createdAt)),
+        h("td", null, r.target ? "" : dangerButton(`rollback-${r.revision}`, "Roll back",
+          `Roll ${d.functionName} back to revision ${r.revision}?`, async () => {
+            await send("POST", `${path}/revisions/${r.revision}/rollback`, {});
+          }, can.deploy ? null : NO_DEPLOY))));
+    }
+  }
+  return rows.length
+    ? table("revisions", plural(rows.length, "revision"),
+        ["Revision", "", "Configuration", "By", "Created", ""], rows)
+    : h("p", { id: "revisions", class: "muted" }, "No revisions are shown.");
+}
+
+function rolloutText(spec) {
+  const r = spec.rollout;
+  if (!r) return `revision ${spec.revision}`;
+  const progress = r.updatedInstances !== undefined && r.desiredInstances !== undefined
+    ? ` ${r.updatedInstances}/${r.desiredInstances}` : "";
+  return `revision ${spec.revision}; rollout to ${r.targetRevision}: ${r.state}${progress}`
+    + (r.reason ? ` (${r.reason})` : "");
+}
+
 // --- routing and refresh ----------------------------------------------------------------------
 
 // [pattern, view, refreshed]: forms and streams are not refreshed (what is typed stays)
@@ -815,6 +883,7 @@ const ROUTES = [
   [/^#\/functions\/([^/]+)\/versions\/([^/]+)\/invoke$/, invokeView, false],
   [/^#\/deployments\/([^/]+)\/scale$/, scaleView, false],
   [/^#\/deployments\/([^/]+)\/logs$/, logsView, false],
+  [/^#\/deployments\/([^/]+)\/configure$/, configureView, false],
   [/^#\/deployments\/([^/]+)$/, deploymentView, true],
   [/^#\/deployments$/, deploymentsView, true],
   [/^#\/functions$/, functionsView, true],

@@ -55,6 +55,8 @@ from service.deployments.logs.router import router as logs_router
 from service.deployments.reconcile import build_reconciler, claim_owner
 from service.deployments.revisions_router import router as revisions_router
 from service.deployments.router import router as deployments_router
+from service.deployments.timeseries.router import router as timeseries_router
+from service.deployments.timeseries.store import TimeSeries
 from service.functions import read_cache
 from service.functions.router import router as functions_router
 from service.functions.schemas import DOC_MODELS
@@ -113,6 +115,7 @@ def api_routers(settings: Settings | None = None) -> list[APIRouter]:
         deployments_router,
         revisions_router,
         logs_router,
+        timeseries_router,
         clusters_router,
     ]
     if settings is None or settings.invoke_enabled:
@@ -271,6 +274,13 @@ def create_app(
             on_change=reconciler.wake,
         )
         app.state.autoscaler = autoscaler
+        timeseries = TimeSeries(
+            telemetry.metrics.registry,
+            app.state.sessionmaker,
+            period=settings.timeseries_period_seconds,
+        )
+        app.state.timeseries = timeseries
+        timeseries.start()
         if settings.invoke_enabled:
             plane = InvocationPlane(
                 settings,
@@ -304,6 +314,7 @@ def create_app(
             if plane is not None:
                 await plane.stop()
             await autoscaler.stop()
+            await timeseries.stop()
             if activity is not None:
                 await activity.aclose()
             await purger.stop()

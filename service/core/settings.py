@@ -215,6 +215,13 @@ class Settings(BaseSettings):
         "NVCF's admin-issuer proxy inside a cluster (for `nvcf-cli init`); empty: a credential "
         "with scope `admin` is always needed.",
     )
+    timeseries_period_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="Seconds between samples of each function version's requests, latency, "
+        "queue depth and instances kept for an hour for the console's charts "
+        "(`GET .../versions/{id}/metrics`; this replica's counts); 0: off.",
+    )
     # -- instance logs (service/deployments/logs/, docs/logs.md)
     logs_max_tail_lines: int = Field(
         default=10_000,

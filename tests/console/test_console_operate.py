@@ -88,6 +88,20 @@ def test_create_deploy_invoke_follow_logs_and_undeploy(
     assert "HTTP 200" in meta and "request " in meta and "request —" not in meta
     screenshot("invoked")
 
+    # the version's charts of the last hour: the request counted, one instance Running
+    browser.driver.get(f"{server.base}/console#/functions/{fid}/versions/{vid}")
+    browser.loaded(f"#/functions/{fid}/versions/{vid}")
+    browser.wait_text("#chart-instances figcaption", "Running: 1")
+    browser.wait(
+        lambda: browser.js(
+            "return [...document.querySelectorAll('#chart-requests path[data-series=requests]')]"
+            ".some((p) => p.getAttribute('d').includes('L'))"
+        ),
+        "a requests line",
+    )
+    assert "p99" in (browser.text("#chart-latency figcaption") or "")
+    screenshot("charts")
+
     browser.driver.get(f"{server.base}/console#/deployments/{did}/logs")
     browser.loaded(f"#/deployments/{did}/logs")
     browser.wait_text("#log-state", "following")

@@ -299,9 +299,62 @@ async function versionView(fid, vid) {
       ],
     ]),
     versionActions(v, await caps()),
+    h("h2", null, "Last hour"),
+    await versionCharts(fid, vid),
     h("h2", null, "Chart findings"),
     findingsSection(v),
   );
+}
+
+// --- per-version charts of the last hour (GET .../versions/{id}/metrics) -----------------------
+
+// A small SVG chart of one or more series over the points' times; null values are gaps.
+function seriesChart(id, title, points, series, unit) {
+  const W = 320;
+  const H = 90;
+  const PAD = 24;
+  const values = points.flatMap((p) => series.map(([key]) => p[key])).filter((v) => v !== null);
+  const max = Math.max(1e-9, ...values, 0);
+  const n = points.length;
+  const x = (i) => PAD + (n <= 1 ? 0 : (i * (W - 2 * PAD)) / (n - 1));
+  const y = (v) => H - PAD / 2 - (v / max) * (H - PAD);
+  const lines = series.map(([key, label, cls]) => {
+    let d = "";
+    points.forEach((p, i) => {
+      if (p[key] === null || p[key] === undefined) return;
+      d += `${d && points[i - 1] && points[i - 1][key] !== null ? "L" : "M"}${x(i).toFixed(1)},${y(p[key]).toFixed(1)}`;
+    });
+    const dots = points.map((p, i) => (p[key] === null || p[key] === undefined ? null
+      : svg("circle", { cx: x(i).toFixed(1), cy: y(p[key]).toFixed(1), r: 1.5, class: `dot ${cls}` })));
+    return [svg("path", { d: d || "M0,0", class: `series ${cls}`, "data-series": key },
+      svg("title", null, label)), dots];
+  });
+  const last = n ? points[n - 1] : {};
+  const legend = series.map(([key, label]) =>
+    `${label}: ${last[key] === null || last[key] === undefined ? "—" : `${last[key]}${unit}`}`).join(" · ");
+  return h("figure", { class: "chart", id, "data-points": n },
+    svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": `${title}: ${legend}` },
+      svg("line", { x1: PAD, y1: H - PAD / 2, x2: W - PAD, y2: H - PAD / 2, class: "axis" }),
+      svg("text", { x: 2, y: 10, class: "tick" }, max < 1e-6 ? "0" : String(Number(max.toPrecision(3)))),
+      lines),
+    h("figcaption", null, h("strong", null, title), " ", legend));
+}
+
+async function versionCharts(fid, vid) {
+  const found = await optional(api(`/functions/${enc(fid)}/versions/${enc(vid)}/metrics`));
+  const points = found.value ? found.value.points : [];
+  if (!points.length) {
+    return h("p", { id: "charts", class: "muted" }, "No samples yet (this server samples every "
+      + `${found.value ? found.value.periodSeconds : "?"} s).`);
+  }
+  return h("div", { id: "charts", class: "charts" },
+    seriesChart("chart-requests", "Requests", points,
+      [["requests", "requests", "a"], ["errors", "errors", "bad"]], ""),
+    seriesChart("chart-latency", "Latency", points,
+      [["latencyP50", "p50", "a"], ["latencyP99", "p99", "b"]], " s"),
+    seriesChart("chart-queue", "Queue depth", points, [["queueDepth", "waiting", "a"]], ""),
+    seriesChart("chart-instances", "Instances", points,
+      [["running", "Running", "a"], ["target", "autoscaler target", "b"]], ""));
 }
 
 // --- the deployment timeline chart ------------------------------------------------------------

@@ -6,6 +6,8 @@ without `deploy_function` sees the actions disabled. Screenshots of each view ar
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 from selenium.webdriver.common.by import By
@@ -199,6 +201,25 @@ def test_change_the_configuration_then_roll_back(
     fn = server.api("POST", "/functions", body)["function"]
     spec = {"gpu": "H100", "instanceType": "NCP.GPU.H100_1x", "minInstances": 1, "maxInstances": 1}
     path = f"/deployments/functions/{fn['id']}/versions/{fn['versionId']}"
+    # the deploy view's dry run: a NodePort Service is refused, and then nothing is deployed
+    node_port = {"service": {"name": "entrypoint", "type": "NodePort", "port": 8000}}
+    browser.open(server, f"#/functions/{fn['id']}/versions/{fn['versionId']}/deploy")
+    fill(browser, {"configuration": json.dumps(node_port)})
+    browser.click("#dry-run-button")
+    browser.wait_text("#dry-run-verdict", "NOT valid")
+    assert "service-type" in (browser.text("#dry-run-findings") or "")
+    screenshot("dry-run")
+    browser.click("#deploy-form-submit")
+    browser.wait(lambda: browser.text("#deploy-form .form-error"), "the deploy refused")
+    assert "NodePort" in (browser.text("#deploy-form") or "")
+    refused = httpx.get(
+        f"{server.base}/v2/nvcf{path}", headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+    )
+    assert refused.status_code == 404
+    fill(browser, {"configuration": ""})
+    browser.click("#dry-run-button")
+    browser.wait_text("#dry-run-verdict", "valid: ")
+
     did = server.api("POST", path, {"deploymentSpecifications": [spec]})["deployment"][
         "deploymentId"
     ]

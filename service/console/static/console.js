@@ -701,7 +701,49 @@ async function deployView(fid, vid) {
       const made = await send("POST", `/deployments/functions/${enc(fid)}/versions/${enc(vid)}`,
         { deploymentSpecifications: [spec] });
       location.hash = deploymentHref(made.deployment.deploymentId);
-    }, can.deploy ? null : NO_DEPLOY));
+    }, can.deploy ? null : NO_DEPLOY),
+    v.helmChart ? dryRunSection(v) : null);
+}
+
+// A Helm function's dry run (POST /helm/validate) with the deploy form's target and
+// configuration: every finding shown before deploying, nothing stored.
+function dryRunSection(v) {
+  const out = h("div", { id: "dry-run", "aria-live": "polite" });
+  const button = h("button", { type: "button", id: "dry-run-button" }, "Check (dry run)");
+  button.addEventListener("click", async () => {
+    const form = document.getElementById("deploy-form");
+    clearErrors(form);
+    out.replaceChildren(h("p", { class: "muted" }, "checking…"));
+    try {
+      const [backend, gpu, instanceType] = JSON.parse(value(form, "instanceType") || "[]");
+      const text = value(form, "configuration");
+      const body = { helmChart: v.helmChart, helmChartServiceName: v.helmChartServiceName,
+        inferencePort: v.inferencePort, gpu, instanceType, backend };
+      if (text) body.configuration = JSON.parse(text);
+      const result = await send("POST", "/helm/validate", body);
+      const findings = [
+        ...result.errors.map((f) => ["error", f]),
+        ...result.warnings.map((f) => ["warning", f]),
+        ...result.info.map((f) => ["info", f]),
+      ];
+      out.replaceChildren(
+        h("p", { id: "dry-run-verdict", class: result.valid ? "" : "error" },
+          result.valid ? `valid: ${plural(result.objects.length, "object")}` : "NOT valid: nothing would be deployed"),
+        findings.length
+          ? table("dry-run-findings", plural(findings.length, "finding"),
+              ["Severity", "Rule", "Object", "Field", "Message"],
+              findings.map(([severity, f]) => h("tr", null,
+                h("td", null, badge("severity", severity)), h("td", { class: "mono" }, f.rule || ""),
+                h("td", { class: "mono" }, f.object || ""), h("td", { class: "mono" }, f.field || ""),
+                h("td", null, f.message || ""))))
+          : null);
+    } catch (err) {
+      out.replaceChildren();
+      if (err instanceof ApiError) showErrors(form, err);
+      else form.querySelector(".form-error").textContent = String(err.message || err);
+    }
+  });
+  return h("section", null, h("h2", null, "Dry run"), button, out);
 }
 
 async function scaleView(did) {

@@ -119,7 +119,7 @@ async def test_a_follow_ends_when_the_instance_ends(
 async def test_bounds_refusals_scope_and_other_accounts(
     client_factory: ClientFactory, tmp_path: Path
 ) -> None:
-    client = await app(client_factory, tmp_path, logs_max_follows_per_account=1)
+    client = await app(client_factory, tmp_path, logs_max_follows_per_account=1, logs_max_bytes=300)
     _fn, dep_id, inst = await deployed(client)
     url = f"{V}/deployments/{dep_id}/instances/{inst}/logs"
     async with serving(client) as http:
@@ -138,7 +138,8 @@ async def test_bounds_refusals_scope_and_other_accounts(
         ]
         assert_problem(await http.get(url, params={"container": "Bad_Name"}), 400)
 
-        async with http.stream("GET", url, params={"follow": "true"}, timeout=30) as one:
+        follow_one = {"follow": "true", "tailLines": "1"}  # within the byte bound
+        async with http.stream("GET", url, params=follow_one, timeout=30) as one:
             assert one.status_code == 200
             reading = one.aiter_lines()  # kept: a dropped iterator closes the connection
             await anext(reading)
@@ -147,6 +148,19 @@ async def test_bounds_refusals_scope_and_other_accounts(
             assert "Retry-After" in second.headers
             # reading without following is not limited
             assert (await http.get(url, params={"tailLines": "1"})).status_code == 200
+
+        async def released() -> bool:
+            # the caller left: its place is given back (once the server sees it gone)
+            async with http.stream("GET", url, params={"follow": "true"}, timeout=30) as again:
+                return again.status_code == 200
+
+        assert await eventually(released)
+
+        # an answer carries at most NVCF_LOGS_MAX_BYTES (then a note ends it)
+        whole = await http.get(url)
+        assert whole.status_code == 200
+        assert len(whole.content) <= 300 + 64
+        assert whole.text.endswith("-- log cut at 300 bytes (NVCF_LOGS_MAX_BYTES) --\n")
 
         other = await new_key(client, ["deploy_function"], account="other-account")
         resp = await http.get(url, headers=bearer(other))

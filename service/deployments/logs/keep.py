@@ -56,7 +56,9 @@ async def _read(
 ) -> list[dict[str, Any]]:
     out: dict[tuple[str, str, bool], list[str]] = {}
     for previous in (True, False):
-        request = LogRequest(tail_lines=lines, previous=previous, limit_bytes=max_bytes)
+        # no limitBytes: the kubelet keeps the first bytes, and the last ones matter here (the
+        # read is bounded by its lines, each cut at MAX_LINE_BYTES)
+        request = LogRequest(tail_lines=lines, previous=previous)
         async for line in adapter.logs(target, request):
             out.setdefault((line.pod, line.container, previous), []).append(masker(line.text))
     kept: list[dict[str, Any]] = []

@@ -266,11 +266,13 @@ def _trusted(request: Request) -> bool:
     "from an address in NVCF_ADMIN_TOKEN_NETWORKS (then for the default account).",
 )
 async def admin_token(request: Request, session: Session) -> dict[str, Any]:
+    limited: frozenset[uuid.UUID] | None = None
     if request.headers.get("authorization") or not _trusted(request):
         principal = await authenticate_request(request)
         if scopes.ADMIN not in principal.scopes:
             raise Forbidden(detail="a management token needs a credential with scope 'admin'")
         account = principal.account_id
+        limited = principal.functions  # a limited key's token is limited as much
     else:
         account = app_state(request).settings.default_account
     body = await read_json(request) if await request.body() else {}
@@ -287,6 +289,7 @@ async def admin_token(request: Request, session: Session) -> dict[str, Any]:
         scopes=MANAGEMENT_SCOPES,
         expires_in=MANAGEMENT_LIFETIME,
         description=description or "Admin token",
+        functions=limited,
     )
     return key_view(
         row,
@@ -313,6 +316,17 @@ async def create_key(request: Request, session: Session, principal: Admin) -> di
     description = _text(body, "description", errors)
     expires_at = _expiry(body, errors)
     key_scopes, functions, named, kept = _policies(body, errors)
+    if principal.functions is not None:
+        # a key limited to named functions makes keys limited to (some of) them only
+        if functions is None:
+            functions = set(principal.functions)
+        elif not functions <= principal.functions:
+            errors.append(
+                FieldError(
+                    "authorizations.policies.resources",
+                    "this key is limited to named functions: it can grant only those",
+                )
+            )
     if not errors:
         await _check_functions(session, principal.account_id, named, errors)
     if errors:

@@ -210,3 +210,31 @@ async def test_a_key_limited_to_a_function_reaches_only_it(client: AppClient) ->
         f"{V}/functions/{mine['id']}/versions", json=CONTAINER_FN, headers=limited
     )
     assert resp.status_code == 200, resp.text
+
+
+async def test_a_limited_key_makes_only_keys_as_limited(client: AppClient) -> None:
+    mine = await create_fn(client)
+    other = await create_fn(client, name="other")
+    body = generate_body(
+        [{"id": mine["id"], "type": "account-functions"}], ["admin", "list_functions"]
+    )
+    limited = bearer((await client.post("/v1/keys", json=body)).json()["value"])
+
+    wide = await client.post(
+        "/v1/keys", json=generate_body(ALL, ["list_functions"]), headers=limited
+    )
+    assert wide.status_code == 200, wide.text
+    listed = await client.get(f"{V}/functions", headers=bearer(wide.json()["value"]))
+    assert {f["id"] for f in listed.json()["functions"]} == {mine["id"]}
+
+    beyond = generate_body([{"id": other["id"], "type": "account-functions"}], ["list_functions"])
+    assert_problem(await client.post("/v1/keys", json=beyond, headers=limited), 400)
+
+    token = (await client.post("/v1/admin/keys", json={}, headers=limited)).json()["value"]
+    listed = await client.get(f"{V}/functions", headers=bearer(token))
+    assert {f["id"] for f in listed.json()["functions"]} == {mine["id"]}
+
+    made = await client.post(f"{V}/api-keys", json={"scopes": ["list_functions"]}, headers=limited)
+    assert made.status_code == 200, made.text
+    listed = await client.get(f"{V}/functions", headers=bearer(made.json()["apiKey"]["key"]))
+    assert {f["id"] for f in listed.json()["functions"]} == {mine["id"]}

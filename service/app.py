@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import scopes, tokens
+from service.auth.nvcf_keys import router as nvcf_keys_router
 from service.auth.router import router as keys_router
 from service.auth.service import (
     Authenticator,
@@ -51,9 +52,12 @@ from service.core.settings import Settings
 from service.core.tracing import TracingMiddleware
 from service.deployments.autoscale import Autoscaler, AutoscalerConfig
 from service.deployments.history import HistoryConfig, HistoryPurger
+from service.deployments.logs.router import router as logs_router
 from service.deployments.reconcile import build_reconciler, claim_owner
 from service.deployments.revisions_router import router as revisions_router
 from service.deployments.router import router as deployments_router
+from service.deployments.timeseries.router import router as timeseries_router
+from service.deployments.timeseries.store import TimeSeries
 from service.functions import read_cache
 from service.functions.router import router as functions_router
 from service.functions.schemas import DOC_MODELS
@@ -104,6 +108,8 @@ def api_routers(settings: Settings | None = None) -> list[APIRouter]:
         helm_router,
         deployments_router,
         revisions_router,
+        logs_router,
+        timeseries_router,
         clusters_router,
         tokens_router,
     ]
@@ -272,6 +278,13 @@ def create_app(
             on_change=reconciler.wake,
         )
         app.state.autoscaler = autoscaler
+        timeseries = TimeSeries(
+            telemetry.metrics.registry,
+            app.state.sessionmaker,
+            period=settings.timeseries_period_seconds,
+        )
+        app.state.timeseries = timeseries
+        timeseries.start()
         if settings.invoke_enabled:
             plane = InvocationPlane(
                 settings,
@@ -305,6 +318,7 @@ def create_app(
             if plane is not None:
                 await plane.stop()
             await autoscaler.stop()
+            await timeseries.stop()
             if activity is not None:
                 await activity.aclose()
             await purger.stop()
@@ -372,6 +386,7 @@ def create_app(
         for router in api_routers(settings):
             mount_flat(app, router, API_PREFIX)
         app.include_router(v3_router)
+        app.include_router(nvcf_keys_router)
         app.include_router(ngc_router)
         install_docs(app)
         install_console(app)

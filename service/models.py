@@ -3,6 +3,7 @@
 from service.auth.models import Account, ApiKey
 from service.core.db import Base
 from service.core.idempotency import IdempotencyRecord
+from service.deployments.logs.models import KeptLog
 from service.deployments.models import (
     Deployment,
     DeploymentEvent,
@@ -36,6 +37,7 @@ __all__ = [
     "Instance",
     "InvocationReplica",
     "InvocationRequest",
+    "KeptLog",
     "RegistryCredential",
     "RegistryCredentialArtifactType",
     "VersionTag",

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     from service.core.settings import Settings
     from service.deployments.autoscale import Autoscaler
     from service.deployments.history import HistoryPurger
+    from service.deployments.logs.service import FollowLimiter
     from service.deployments.reconcile import NamespaceCollector, Reconciler
+    from service.deployments.timeseries.store import TimeSeries
     from service.functions.read_cache import VersionCache
     from service.invocation import InvocationPlane
     from service.telemetry import Telemetry
@@ -58,6 +60,10 @@ class AppState(State):
     rate_limiter: RateLimiter | None
     #: None when this process does not serve invocations
     invocation: InvocationPlane | None
+    #: open log follows per account (deployments/logs; made at the first follow)
+    log_follows: FollowLimiter | None
+    #: per-version time series of this replica's counters (deployments/timeseries)
+    timeseries: TimeSeries | None
 
     def __init__(self) -> None:
         # Values live in State's dict (class attributes would shadow them).
@@ -70,6 +76,8 @@ class AppState(State):
                 "version_cache": None,
                 "rate_limiter": None,
                 "invocation": None,
+                "log_follows": None,
+                "timeseries": None,
             }
         )
 

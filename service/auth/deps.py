@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.auth.restrict import check_functions
 from service.auth.service import Authenticator, Principal
 from service.core.db import request_session
 from service.core.errors import Forbidden
@@ -44,6 +45,7 @@ async def authenticate_request(request: Request) -> Principal:
             await limiter.check(principal.account_id)
         elif counted is False:
             raise await limiter.refusal(principal.account_id)
+    await check_functions(request, principal, request.app.state.sessionmaker)
     request.state.principal = principal
     request.state.account_id = principal.account_id
     return principal

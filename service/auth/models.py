@@ -32,3 +32,7 @@ class ApiKey(Base):
     description: Mapped[str | None] = mapped_column(String(256))
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    #: the function ids the key is limited to (None: every function of its account)
+    functions: Mapped[list[Any] | None] = mapped_column(JSON)
+    #: NVCF's `authorizations` (policies) as the key was created through `POST /v1/keys`
+    authorizations: Mapped[dict[str, Any] | None] = mapped_column(JSON)

@@ -148,6 +148,7 @@ async def create_key(request: Request, session: Session, principal: Admin) -> di
         scopes=model.scopes,
         expires_in=model.lifetime(),
         description=model.description,
+        functions=principal.functions,  # a limited key makes limited keys
     )
     return {"apiKey": KeyOut.of(row, key).model_dump(mode="json", by_alias=True, exclude_none=True)}
 

@@ -49,6 +49,8 @@ class Principal:
     #: an invocation token's: the only functions (and versions) it may invoke; None: any the
     #: account may invoke
     grant: InvocationGrant | None = None
+    #: the functions a key is limited to (NVCF policy resources); None: every function
+    functions: frozenset[uuid.UUID] | None = None
 
 
 def hash_key(key: str) -> str:
@@ -110,6 +112,9 @@ async def create_api_key(
     description: str | None = None,
     key: str | None = None,
     operator: bool = False,
+    functions: Iterable[uuid.UUID] | None = None,
+    authorizations: dict[str, Any] | None = None,
+    expires_at: datetime | None = None,
 ) -> tuple[str, ApiKey]:
     """Store a new key (hash only); returns the key itself, shown once, and its row.
 
@@ -134,7 +139,9 @@ async def create_api_key(
         hint=key[:10] + "…",
         scopes=scope_list,
         description=description,
-        expires_at=utcnow() + expires_in if expires_in else None,
+        expires_at=expires_at or (utcnow() + expires_in if expires_in else None),
+        functions=sorted(str(f) for f in functions) if functions is not None else None,
+        authorizations=authorizations,
     )
     session.add(row)
     await session.flush()
@@ -287,6 +294,11 @@ class Authenticator:
                 scopes=frozenset(str(s) for s in row.scopes),
                 kind="api-key",
                 subject=str(row.id),
+                functions=(
+                    frozenset(uuid.UUID(str(f)) for f in row.functions)
+                    if row.functions is not None
+                    else None
+                ),
             )
             cached = (principal, row.expires_at)
             self._cache[key_hash] = cached

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import AsyncIterable, Awaitable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -46,6 +46,8 @@ from lightkube.generic_resource import (
 from lightkube.types import CascadeType, PatchType
 
 from service.backends.http1 import AnswerBounds, Http1Endpoint, Http1Pool
+from service.backends.logs import LogLine, LogRequest
+from service.backends.logs.kubernetes import KubeLogReader
 from service.backends.protocol import (
     AdapterError,
     Capacity,
@@ -538,6 +540,20 @@ class KubernetesAdapter:
             failed=httpx2.HTTPError,
             proxied=True,
         )
+
+    def logs(self, instance: InstanceSpec, request: LogRequest) -> AsyncIterator[LogLine]:
+        """The pods' log subresource, container by container (backends/logs/kubernetes.py)."""
+        if self._worker_client is None:
+            self._worker_client = self._proxy_client()
+
+        async def pods() -> list[dict[str, Any]]:
+            return await self._list(POD, instance.namespace)
+
+        def translate(exc: Exception, operation: str) -> AdapterError:
+            return _translate(exc, operation, self.name, self._server)
+
+        reader = KubeLogReader(self._worker_client, pods, translate, timeout=self.timeout)
+        return reader.read(instance.namespace, request)
 
     def _proxy_client(self) -> httpx2.AsyncClient:
         """A client of the API server with the adapter's credentials and no read timeout (an

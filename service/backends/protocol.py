@@ -3,16 +3,18 @@
 An adapter drives one cluster: it applies an instance's objects into the namespace
 `sr-<instanceId>` (and updates some of them in place: the Secret of secrets), observes them,
 deletes them, reports free GPU capacity, and says where an instance's inference worker
-answers (`endpoint`, backends/worker.py). Adapters that can also collect orphaned namespaces
+answers (`endpoint`, backends/worker.py) and what its containers printed (`logs`,
+backends/logs/). Adapters that can also collect orphaned namespaces
 implement `GarbageCollecting`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from service.backends.logs import LogLine, LogRequest
 from service.backends.worker import WorkerEndpoint, WorkerPort
 from service.core.kube import instance_namespace
 from service.health.observed import ObservedState
@@ -170,6 +172,12 @@ class BackendAdapter(Protocol):
     async def endpoint(self, instance: InstanceSpec, port: WorkerPort) -> WorkerEndpoint:
         """Where the instance's inference worker (the Service `port.service` on `port.port`)
         and its health check answer, as seen from this process. Cheap: no network call."""
+        ...
+
+    def logs(self, instance: InstanceSpec, request: LogRequest) -> AsyncIterator[LogLine]:
+        """The lines the instance's containers printed (backends/logs); an instance the
+        cluster does not run has none. With `request.follow` the iterator ends when the
+        containers end; the caller may stop iterating at any time."""
         ...
 
     async def aclose(self) -> None:

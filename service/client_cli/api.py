@@ -6,6 +6,7 @@ from __future__ import annotations
 import ssl
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -120,6 +121,20 @@ class Api:
             return resp.json()
         except ValueError:
             raise ApiError(resp.status_code, "not JSON", resp.text[:500]) from None
+
+
+def stream_lines(api: Api, path: str, params: dict[str, Any]) -> Iterator[str]:
+    """The lines of a text answer as they arrive (a followed log: no read timeout);
+    `ApiError` for a refusal."""
+    timeout = httpx.Timeout(api._client.timeout.connect, read=None)
+    try:
+        with api._client.stream("GET", path, params=params, timeout=timeout) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                raise ApiError.of(resp)
+            yield from resp.iter_lines()
+    except httpx.HTTPError as exc:
+        raise Unreachable(f"cannot reach {api.url}: {exc}") from None
 
 
 def raw_request(

@@ -121,7 +121,19 @@ def deployment_detail(dep: dict[str, Any]) -> RenderableType:
     else:
         parts.append(Text("no instances", style="dim"))
     parts += [Text(f"health: {line}", style="red") for line in health_lines(dep)]
+    parts += last_lines(dep)
     return Group(*parts)
+
+
+def last_lines(dep: dict[str, Any]) -> list[RenderableType]:
+    """The last lines each failed instance's containers printed (kept at its failure)."""
+    out: list[RenderableType] = []
+    for h in dep.get("healthInfo") or []:
+        kept = h.get("lastLogs") or []
+        if kept:
+            out.append(Text(f"last lines of the failed instance ({h.get('gpu')}):", style="bold"))
+            out += [Text(f"  {line}") for line in kept]
+    return out
 
 
 class LiveDeployment:

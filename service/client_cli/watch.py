@@ -15,7 +15,7 @@ from rich.live import Live
 from service.client_cli.api import ApiError, V
 from service.client_cli.common import Run, poll_interval
 from service.client_cli.output import Code
-from service.client_cli.views import LiveDeployment, events_table
+from service.client_cli.views import LiveDeployment, events_table, last_lines
 
 #: the shell's code for a command ended by Ctrl-C (128 + SIGINT)
 INTERRUPTED = 130
@@ -110,6 +110,8 @@ def wait_active(
             run.ui.emit({"deployment": dep, "events": events, "reasons": reasons})
         else:
             run.ui.show(events_table(events))
+            for line in last_lines(dep):
+                run.ui.show(line)
         raise typer.Exit(int(Code.FAILED))
     run.ui.error(f"timed out after {timeout:g}s waiting for ACTIVE (status {status})")
     if run.ui.json:

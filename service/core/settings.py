@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
@@ -206,6 +207,55 @@ class Settings(BaseSettings):
         ge=0,
         description="Seconds between purges of expired deployment history (0: off), in a "
         "process that runs the reconciler.",
+    )
+    admin_token_networks: CommaList = Field(
+        default=frozenset(),
+        description="Comma list of CIDRs (e.g. `10.0.0.0/8`) whose clients get a management "
+        "token for the default account from `POST /v1/admin/keys` without a credential, as "
+        "NVCF's admin-issuer proxy inside a cluster (for `nvcf-cli init`); empty: a credential "
+        "with scope `admin` is always needed.",
+    )
+    timeseries_period_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="Seconds between samples of each function version's requests, latency, "
+        "queue depth and instances kept for an hour for the console's charts "
+        "(`GET .../versions/{id}/metrics`; this replica's counts); 0: off.",
+    )
+    # -- instance logs (service/deployments/logs/, docs/logs.md)
+    logs_max_tail_lines: int = Field(
+        default=10_000,
+        gt=0,
+        description="Most lines `GET .../logs` returns per container (`tailLines` may ask "
+        "fewer; without it, this many of the last).",
+    )
+    logs_max_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        gt=0,
+        description="Most bytes one `GET .../logs` answer carries (a follow ends, with a note "
+        "line, once it has sent this many).",
+    )
+    logs_max_follows_per_account: int = Field(
+        default=4,
+        ge=1,
+        description="Log follows (`follow=true`) one account may have open at once in one "
+        "server process; one more is answered 429.",
+    )
+    logs_follow_max_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Longest a log follow stays open; then it ends (the caller may follow again).",
+    )
+    logs_kept_lines: int = Field(
+        default=200,
+        ge=0,
+        description="Last lines of each container kept when an instance fails (shown after it "
+        "was torn down); 0 keeps none.",
+    )
+    logs_kept_bytes: int = Field(
+        default=64 * 1024,
+        gt=0,
+        description="Most bytes of the last lines kept per container of a failed instance.",
     )
     # -- the autoscaler (service/deployments/autoscale/, docs/autoscaling.md)
     autoscale_enabled: bool = Field(
@@ -443,6 +493,17 @@ class Settings(BaseSettings):
     @classmethod
     def _comma_list(cls, value: object) -> object:
         return _split(value)
+
+    @field_validator("admin_token_networks", mode="before")
+    @classmethod
+    def _networks(cls, value: object) -> object:
+        split = _split(value)
+        for network in split if isinstance(split, frozenset) else ():
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"not a network (CIDR): {network!r}") from exc
+        return split
 
     @field_validator("invoke_host_suffix")
     @classmethod

@@ -32,6 +32,7 @@ from service.core.db import utcnow
 from service.core.pagination import Page, keyset_page
 from service.core.periodic import PeriodicJob
 from service.core.settings import Settings
+from service.deployments.logs.models import KeptLog
 from service.deployments.models import Deployment, DeploymentEvent, DeploymentHistory, Instance
 from service.deployments.schemas import GpuSpecificationOut, InstanceOut
 
@@ -247,6 +248,12 @@ class HistoryPurger:
             result = await session.execute(
                 delete(DeploymentHistory)
                 .where(DeploymentHistory.id.in_(list(ids)), DeploymentHistory.expires_at <= now)
+                .execution_options(synchronize_session=False)
+            )
+            # the kept last lines of its failed instances go with it (deployments/logs)
+            await session.execute(
+                delete(KeptLog)
+                .where(KeptLog.deployment_id.in_(list(ids)))
                 .execution_options(synchronize_session=False)
             )
         return _rowcount(result)

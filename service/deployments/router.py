@@ -333,7 +333,9 @@ async def list_deployments(
     cursor: str | None = None,
 ) -> DeploymentList:
     page = make_page(limit, cursor)
-    rows, next_cursor = await service.list_deployments(session, principal.account_id, page)
+    rows, next_cursor = await service.list_deployments(
+        session, principal.account_id, page, only=principal.functions
+    )
     return DeploymentList(
         deployments=await service.deployment_views(session, rows), next_cursor=next_cursor
     )

@@ -185,6 +185,11 @@ class HealthInfo(CamelModel):
     instance_type: str
     backend: str
     error: str
+    last_logs: list[str] | None = Field(
+        default=None,
+        description="The last lines its containers printed, kept when the instance failed "
+        "(each `[pod/container] line`; secret values masked).",
+    )
 
 
 class DeploymentOut(CamelModel):

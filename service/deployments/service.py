@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -25,6 +25,7 @@ from service.core.http import parse_uuids
 from service.core.pagination import Page, keyset_page
 from service.deployments import history, transitions
 from service.deployments.autoscale.policy import PLATFORM, custom_policy, platform_policy
+from service.deployments.logs.keep import kept_lines
 from service.deployments.models import (
     Deployment,
     DeploymentDesired,
@@ -166,12 +167,15 @@ async def get_version_deployment(
 
 
 async def list_deployments(
-    session: AsyncSession, account_id: str, page: Page
+    session: AsyncSession, account_id: str, page: Page, only: frozenset[uuid.UUID] | None = None
 ) -> tuple[list[Deployment], str | None]:
-    """The caller's live deployments, oldest first, keyset-paginated like the functions list."""
+    """The caller's live deployments, oldest first, keyset-paginated like the functions list
+    (`only`: of these functions, for a key limited to them)."""
     stmt = select(Deployment).where(
         Deployment.account_id == account_id, Deployment.desired == DeploymentDesired.DEPLOYED
     )
+    if only is not None:
+        stmt = stmt.where(Deployment.function_id.in_(list(only)))
     return await keyset_page(
         session,
         stmt,
@@ -250,6 +254,10 @@ async def deployment_views(
         and not any(i.phase == Phase.FAILED for i in instances.get(d.id, []))
     ]
     reasons = await _error_reasons(session, errored)
+    kept = await kept_lines(
+        session,
+        (i.id for d in deployments for i in instances.get(d.id, []) if i.phase == Phase.FAILED),
+    )
     out: list[DeploymentOut] = []
     for d in deployments:
         specs = {s.id: s for s in d.specs}
@@ -267,6 +275,7 @@ async def deployment_views(
                         instance_type=spec.instance_type,
                         backend=spec.backend,
                         error=_error_text(inst.reason, inst.message),
+                        last_logs=kept.get(inst.id),
                     )
                 )
         event = reasons.get(d.id)
@@ -335,7 +344,9 @@ async def spec_view(
     return next(s for s in view.deployment_specifications if s.gpu_specification_id == spec.id)
 
 
-def history_view(row: DeploymentHistory) -> DeploymentOut:
+def history_view(
+    row: DeploymentHistory, kept: Mapping[uuid.UUID, list[str]] | None = None
+) -> DeploymentOut:
     """A removed deployment as the API shows it: INACTIVE, no instances, the failed ones in
     `failedInstances` (and `healthInfo`), `removedAt` and `historyExpiresAt`."""
     specs = [GpuSpecificationOut.model_validate(s) for s in row.specifications]
@@ -347,6 +358,7 @@ def history_view(row: DeploymentHistory) -> DeploymentOut:
             instance_type=spec.instance_type,
             backend=spec.backend,
             error=_error_text(i.reason, i.message),
+            last_logs=(kept or {}).get(i.instance_id),
         )
         for i in failed
         if (spec := by_id.get(i.gpu_specification_id)) is not None
@@ -372,7 +384,8 @@ def history_view(row: DeploymentHistory) -> DeploymentOut:
 async def view_of(session: AsyncSession, found: Deployment | DeploymentHistory) -> DeploymentOut:
     """`deployment_view` of a deployment, `history_view` of a removed one."""
     if isinstance(found, DeploymentHistory):
-        return history_view(found)
+        failed = [InstanceOut.model_validate(i).instance_id for i in found.failed_instances]
+        return history_view(found, await kept_lines(session, failed))
     return await deployment_view(session, found)
 
 
@@ -402,7 +415,9 @@ async def version_history(
         ).first()
         if owned is None:
             raise NotFound(detail=f"version {version_id} of function {function_id} not found")
-    return [history_view(r) for r in rows], next_cursor
+    failed = [InstanceOut.model_validate(i).instance_id for r in rows for i in r.failed_instances]
+    kept = await kept_lines(session, failed)
+    return [history_view(r, kept) for r in rows], next_cursor
 
 
 # --- create ------------------------------------------------------------------------------------

@@ -197,6 +197,8 @@ class VersionReadFastPath:
         principal = auth.cached_principal(authorization)
         if principal is None or principal.scopes.isdisjoint(_LIST_SCOPES):
             return None
+        if principal.functions is not None:
+            return None  # a key limited to named functions: the route checks which
         org = scope.get("state", {}).get("org")
         if org is not None and org != principal.account_id:
             return None
@@ -253,7 +255,8 @@ async def cached_list_read(
     """A list of versions (`route_key`: the route and its parameters) from the cache, or
     `build()` then kept; the caller's details scope is part of the key."""
     cache = app_state(request).version_cache
-    key = (principal.account_id, LIST_FUNCTIONS_DETAILS in principal.scopes, *route_key)
+    only = tuple(sorted(map(str, principal.functions))) if principal.functions is not None else None
+    key = (principal.account_id, LIST_FUNCTIONS_DETAILS in principal.scopes, only, *route_key)
     if cache is not None and (cached := cache.get_list(key)) is not None:
         return Response(cached, media_type=_JSON, headers={HEADER: "cache"})
     generation = cache.generation if cache is not None else 0

@@ -211,7 +211,7 @@ async def list_functions(
 
     async def build() -> str:
         rows, next_cursor = await service.list_versions(
-            session, principal.account_id, filters=filters, page=page
+            session, principal.account_id, filters=filters, page=page, only=principal.functions
         )
         outs = await _function_outs(session, principal, rows)
         return _list_body(outs, next_cursor)
@@ -231,6 +231,8 @@ async def list_function_ids(
     ids = await service.list_function_ids(
         session, principal.account_id, sharing.parse_visibility(visibility)
     )
+    if principal.functions is not None:
+        ids = [i for i in ids if i in principal.functions]
     return _json(FunctionIds(function_ids=ids))
 
 

@@ -162,8 +162,10 @@ async def list_versions(
     filters: ListFilters,
     page: Page,
     function_id: uuid.UUID | None = None,
+    only: frozenset[uuid.UUID] | None = None,
 ) -> tuple[Sequence[FunctionVersion], str | None]:
-    """The versions the caller may list: its own and those shared with it, as `filters` ask."""
+    """The versions the caller may list: its own and those shared with it, as `filters` ask
+    (`only`: of these functions, for a key limited to them)."""
     grants = (
         await sharing.grants_of(session, account_id)
         if sharing.AUTHORIZED in filters.visibility
@@ -174,6 +176,8 @@ async def list_versions(
     )
     if function_id is not None:
         stmt = stmt.where(FunctionVersion.function_id == function_id)
+    if only is not None:
+        stmt = stmt.where(FunctionVersion.function_id.in_(list(only)))
     if filters.name is not None:
         stmt = stmt.where(FunctionVersion.name == filters.name)
     if filters.status is not None:

@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from service.core.settings import Settings
-from service.health.observed import Controller, Event, ObservedState, Pod, parse_time
+from service.health.observed import Controller, Event, ObjectRef, ObservedState, Pod, parse_time
 
 HealthMode = Literal["default", "StatusByWorkerReadiness"]
 
@@ -27,6 +27,12 @@ CREATE_CONTAINER_REASONS = frozenset({"CreateContainerError", "CreateContainerCo
 TERMINAL_EVENT_REASONS = frozenset({"FailedCreate", "FailedUpdate", "ReplicaSetCreateError"})
 TRANSIENT_EVENT_REASONS = frozenset({"FailedMount", "FailedAttachVolume", "FailedMapVolume"})
 RESTART_LOOP_THRESHOLD = 3
+#: a pod the kubelet refused to admit (a device plugin could not give it its GPUs): fails the
+#: instance at once, whoever owns the pod (helm-functions document, immediate failures)
+ADMISSION_REJECTED = "UnexpectedAdmissionError"
+#: a pod the kubelet evicted (node pressure): its ReplicaSet replaces it; alone it never fails
+#: the instance (the ReplicaSet's own conditions say when replacing fails)
+EVICTED = "Evicted"
 #: controllers that replace a failed pod by a new one: they, not the pod, are judged
 REPLACING_OWNERS = frozenset({"ReplicaSet", "StatefulSet"})
 #: an admission webhook or a quota refusing a controller's create, whatever the event's reason
@@ -377,17 +383,23 @@ def _pod_failure(pod: Pod) -> Observation | None:
     return None
 
 
-def _terminal_event(ev: Event) -> bool:
-    """A controller could not create or update what it manages: fails the instance at once.
+def _terminal_event(ev: Event, tracked: frozenset[ObjectRef]) -> bool:
+    """A controller could not create or update what it manages, or a rendered (tracked)
+    object is refused as `forbidden`: fails the instance at once.
 
-    Other warnings, "forbidden" ones included (a `FailedMount` of a secret the kubelet may not
-    read yet, a registry's `403 Forbidden` during a pull), are judged by what they hold back.
+    Other warnings, "forbidden" ones about pods included (a `FailedMount` of a secret the
+    kubelet may not read yet, a registry's `403 Forbidden` during a pull), are judged by what
+    they hold back.
     """
     if ev.type != "Warning":
         return False
     if ev.reason in TERMINAL_EVENT_REASONS:
         return True
-    return ev.involved_kind != "Pod" and _CREATE_REFUSED.search(ev.message) is not None
+    if ev.involved_kind == "Pod":
+        return False
+    if ev.involved in tracked and "forbidden" in ev.message.lower():
+        return True
+    return _CREATE_REFUSED.search(ev.message) is not None
 
 
 def _immediate_failures(
@@ -406,7 +418,11 @@ def _immediate_failures(
             )
         )
     for pod in observed.pods:
-        if pod.terminating or pod.owner_kind in REPLACING_OWNERS:
+        if pod.terminating:
+            continue
+        if pod.owner_kind in REPLACING_OWNERS:
+            if pod.phase == "Failed" and pod.reason == ADMISSION_REJECTED:
+                out.append(_pod_failure(pod) or Observation(str(pod.ref), "PodFailed", pod.name))
             continue
         failure = _pod_failure(pod)
         if failure is None:
@@ -448,7 +464,7 @@ def _immediate_failures(
             else:
                 out.append(Observation(str(ctrl.ref), "JobFailed", message))
     for ev in observed.events:
-        if not _terminal_event(ev):
+        if not _terminal_event(ev, observed.expected):
             continue
         subject = f"{ev.involved_kind} {ev.involved_name}"
         obs = Observation(str(ev.involved), ev.reason or "FailedCreate", f"{subject}: {ev.message}")
@@ -465,9 +481,16 @@ def _replacements(
     for pod in observed.pods:
         if pod.terminating or pod.phase != "Failed" or pod.owner_kind not in REPLACING_OWNERS:
             continue
+        if pod.reason == ADMISSION_REJECTED:
+            continue  # an immediate failure (_immediate_failures)
         failure = _pod_failure(pod)
         detail = failure.message if failure is not None else f"pod {pod.name} failed"
         owner = f"{pod.owner_kind} {pod.owner_name}"
+        if pod.reason == EVICTED and pod.owner_kind == "ReplicaSet":
+            run.notes.append(
+                Observation(str(pod.ref), "PodEvicted", f"{detail}; {owner} replaces it")
+            )
+            continue
         ctrl = observed.controller(pod.owner_kind, pod.owner_name)
         wanted = ctrl.desired_replicas if ctrl is not None else 1
         siblings = sum(

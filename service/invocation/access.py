@@ -49,6 +49,8 @@ async def visible_versions(
     each with its live deployment's id and creation time (None when not deployed): its
     account's own, and those shared with its account; an invocation token's, only the granted
     ones. One query."""
+    if principal.functions is not None and function_id not in principal.functions:
+        return []  # a key limited to named functions (NVCF policy resources)
     granted: frozenset[str] | None = frozenset()
     if principal.grant is not None:
         granted = principal.grant.versions(str(function_id))
@@ -91,8 +93,11 @@ def may_poll(
 ) -> bool:
     """Whether the caller may read a request's state: the account that made it (an account a
     function is shared with reads its own requests, never the owner's nor the reverse); an
-    invocation token, only requests of the versions it may invoke."""
+    invocation token, only requests of the versions it may invoke; a key limited to named
+    functions, only theirs."""
     if principal.account_id != request_account:
         return False
+    if principal.functions is not None and function_id not in principal.functions:
+        return False  # a key limited to named functions reads only their requests
     grant = principal.grant
     return grant is None or grant.allows(str(function_id), str(version_id))

@@ -231,6 +231,8 @@ class RouteTable:
         """The cached target of the ids as the request spelled them (canonical lowercase
         text), else None: never waits. An expired one is still given (and re-read in the
         background) within the stale period, as `resolve` does."""
+        if principal.functions is not None:
+            return None  # a key limited to named functions: `resolve` checks it
         scope = _scope(principal, function_id, version_id)
         if scope is None:
             return None
@@ -252,6 +254,9 @@ class RouteTable:
         self, principal: Principal, function_id: uuid.UUID, version_id: uuid.UUID | None
     ) -> Target:
         fid, vid = str(function_id), None if version_id is None else str(version_id)
+        if principal.functions is not None and function_id not in principal.functions:
+            # a key limited to named functions (NVCF policy resources): as an unknown one
+            raise NotFound(detail=f"function {fid} not found")
         scope = _scope(principal, fid, vid)
         if scope is None:
             raise _refused(fid, vid)

@@ -41,6 +41,7 @@ def console_server(
         NVCF_RECONCILE_RESYNC_SECONDS="0.2",
         NVCF_RENDER_WORKERS="1",
         NVCF_HEALTH_IMAGE_PULL_TIMEOUT="0.5",
+        NVCF_TIMESERIES_PERIOD_SECONDS="0.5",
     )
     try:
         yield ConsoleServer(f"http://127.0.0.1:{port}", anon_registry)

@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
+from service.backends.logs import LogLine, LogRequest
 from service.backends.protocol import BackendAdapter, Capacity, InstanceSpec
 from service.backends.simulated import SimulatedAdapter
 from service.clusters.adapters import AdapterRegistry
@@ -96,6 +98,9 @@ class Tagged:
     async def delete(self, instance: InstanceSpec) -> bool:
         self.log[instance.instance_id].add(self.tag)
         return await self.inner.delete(instance)
+
+    def logs(self, instance: InstanceSpec, request: LogRequest) -> AsyncIterator[LogLine]:
+        return self.inner.logs(instance, request)
 
     async def capacity(self) -> Capacity:
         return await self.inner.capacity()

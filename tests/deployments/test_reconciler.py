@@ -5,11 +5,13 @@ teardown, adapter errors, unavailable clusters and the idle fast path."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import func, select, update
 
+from service.backends.logs import LogLine, LogRequest
 from service.backends.protocol import (
     AdapterError,
     BackendAdapter,
@@ -326,6 +328,10 @@ class Broken:
 
     async def delete(self, instance: InstanceSpec) -> bool:
         return True
+
+    async def logs(self, instance: InstanceSpec, request: LogRequest) -> AsyncIterator[LogLine]:
+        raise AdapterError("connection refused", retryable=True)
+        yield  # an async generator  # pragma: no cover
 
     async def capacity(self) -> Capacity:
         return await SimulatedAdapter(self.name, provider="NCP", nodes=[_shape()]).capacity()

@@ -908,6 +908,17 @@ def evicted(name: str, owner: tuple[str, str] = ("ReplicaSet", "web-5d4f8c")) ->
     )
 
 
+def shut_down(name: str) -> Any:
+    """A ReplicaSet's pod ended by a graceful node shutdown (an eviction is only noted)."""
+    return pod(
+        name,
+        phase="Failed",
+        reason="Terminated",
+        message="Pod was terminated in response to imminent node shutdown.",
+        containers=(container(exit_code=137),),
+    )
+
+
 def job_pod(name: str, job_name: str = "warmup", *, failed: bool = False) -> Any:
     return pod(
         name,
@@ -988,7 +999,7 @@ def test_what_a_controller_manages_is_judged_through_it(
 
 # (row, observed: a failed pod its controller has not replaced yet)
 NOT_REPLACED: list[tuple[str, ObservedState]] = [
-    ("ReplicaSet pod", state(evicted("web-old"), controllers=(deployment(ready=0),))),
+    ("ReplicaSet pod", state(shut_down("web-old"), controllers=(deployment(ready=0),))),
     (
         "StatefulSet pod, one of two",
         state(

@@ -16,6 +16,13 @@ makes it hang (for client timeouts). `requests` records every request in arrival
 The service proxy (`/api/v1/namespaces/<ns>/services/<name>:<port>/proxy/...`) forwards to the
 address `serve_endpoint` registered for that Service and port, as the API server forwards to a
 ready pod; a Service without one answers 503 "no endpoints available", as a real one does.
+
+The pod log subresource (`GET .../pods/<pod>/log`) serves what tests wrote with `write_log`
+(per container; `previous=True` for the run before a restart), with `container`, `previous`,
+`tailLines`, `sinceSeconds`, `timestamps` and `limitBytes` as the kubelet applies them and the
+API server's 400s (no container named in a pod of several, a container not yet started, no
+previous run). `follow=true` streams the lines as they are written (a close-delimited body)
+until `end_log` (the container exited), the pod is removed, or the server stops.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -276,6 +283,10 @@ class FakeKubernetes:
         self._port = 0
         self._thread: threading.Thread | None = None
         self._endpoints: dict[tuple[str, str, int], tuple[str, int]] = {}
+        #: (namespace, pod, container, previous) -> (written at, line)
+        self._logs: dict[tuple[str, str, str, bool], list[tuple[datetime, str]]] = {}
+        self._log_ended: set[tuple[str, str, str]] = set()
+        self._log_written = threading.Condition(self._lock)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -436,6 +447,28 @@ class FakeKubernetes:
         with self._lock:
             self._endpoints[(namespace, service, port)] = (host, int(target))
 
+    def write_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        *lines: str,
+        previous: bool = False,
+        at: datetime | None = None,
+    ) -> None:
+        """The container printed `lines` (its previous run did, with `previous=True`)."""
+        when = at or datetime.now(UTC)
+        with self._log_written:
+            log = self._logs.setdefault((namespace, pod, container, previous), [])
+            log.extend((when, line) for line in lines)
+            self._log_written.notify_all()
+
+    def end_log(self, namespace: str, pod: str, container: str) -> None:
+        """The container exited: followers of its log see the stream end."""
+        with self._log_written:
+            self._log_ended.add((namespace, pod, container))
+            self._log_written.notify_all()
+
     def patches(self) -> list[str]:
         """Paths of the apply PATCH requests, in order."""
         return [r.path for r in self.requests if r.method == "PATCH"]
@@ -471,6 +504,12 @@ class FakeKubernetes:
         proxy = _PROXY.match(req.path)
         if proxy is not None:
             self._proxy(req, method, proxy)
+            return
+        pod_log = _POD_LOG.match(urlsplit(req.path).path)
+        if pod_log is not None and method == "GET":
+            self._pod_log(
+                req, pod_log["ns"], pod_log["pod"], dict(parse_qsl(urlsplit(req.path).query))
+            )
             return
         parts = urlsplit(req.path)
         path = parts.path.rstrip("/") or "/"
@@ -551,6 +590,105 @@ class FakeKubernetes:
             self._reply(req, 503, status_body(503, "ServiceUnavailable", message))
         finally:
             conn.close()
+
+    def _pod_log(
+        self, req: BaseHTTPRequestHandler, namespace: str, name: str, query: dict[str, str]
+    ) -> None:
+        """The pod's `log` subresource (see the module docstring)."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}/log"
+        with self._lock:
+            self.requests.append(RecordedRequest("GET", path, query, "", None))
+            pod = self.get("Pod", namespace, name)
+        if req.headers.get("Authorization") != f"Bearer {self.token}":
+            self._reply(req, 401, status_body(401, "Unauthorized", "Unauthorized"))
+            return
+        if pod is None:
+            self._reply(req, 404, status_body(404, "NotFound", f'pods "{name}" not found'))
+            return
+        spec = pod.get("spec") or {}
+        names = [
+            str(c.get("name"))
+            for key in ("initContainers", "containers")
+            for c in spec.get(key) or []
+        ]
+        container = query.get("container")
+        if container is None:
+            main = [str(c.get("name")) for c in spec.get("containers") or []]
+            if len(main) != 1:
+                message = (
+                    f"a container name must be specified for pod {name}, choose one of: "
+                    f"[{' '.join(main)}]"
+                )
+                self._reply(req, 400, status_body(400, "BadRequest", message))
+                return
+            container = main[0]
+        if container not in names:
+            message = f"container {container} is not valid for pod {name}"
+            self._reply(req, 400, status_body(400, "BadRequest", message))
+            return
+        previous = query.get("previous") == "true"
+        key = (namespace, name, container, previous)
+        with self._lock:
+            started = key in self._logs
+        if not started:
+            message = (
+                f'previous terminated container "{container}" in pod "{name}" not found'
+                if previous
+                else f'container "{container}" in pod "{name}" is waiting to start: '
+                "ContainerCreating"
+            )
+            self._reply(req, 400, status_body(400, "BadRequest", message))
+            return
+        with self._lock:
+            lines = list(self._logs[key])
+        if "sinceSeconds" in query:
+            edge = datetime.now(UTC) - timedelta(seconds=int(query["sinceSeconds"]))
+            lines = [item for item in lines if item[0] >= edge]
+        if "tailLines" in query:
+            tail = int(query["tailLines"])
+            lines = lines[-tail:] if tail else []
+        limit = int(query["limitBytes"]) if "limitBytes" in query else None
+        stamps = query.get("timestamps") == "true"
+
+        def render(item: tuple[datetime, str]) -> bytes:
+            text = item[1] + "\n"
+            if stamps:
+                text = item[0].strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z " + text
+            return text.encode()
+
+        data = b"".join(render(item) for item in lines)
+        if limit is not None:
+            data = data[:limit]
+        follow = query.get("follow") == "true" and not previous
+        try:
+            req.send_response(200)
+            req.send_header("Content-Type", "text/plain")
+            if not follow:
+                req.send_header("Content-Length", str(len(data)))
+            req.end_headers()
+            req.wfile.write(data)
+            req.wfile.flush()
+            if not follow:
+                return
+            sent = len(self._logs[key])
+            while True:
+                with self._log_written:
+                    self._log_written.wait(timeout=0.05)
+                    log = self._logs[key]
+                    fresh, sent = log[sent:], len(log)
+                    ended = (
+                        (namespace, name, container) in self._log_ended
+                        or self.get("Pod", namespace, name) is None
+                        or self._httpd is None
+                    )
+                if fresh:
+                    req.wfile.write(b"".join(render(item) for item in fresh))
+                    req.wfile.flush()
+                if ended:
+                    break
+            req.close_connection = True
+        except OSError:
+            pass  # the client left
 
     @staticmethod
     def _reply(req: BaseHTTPRequestHandler, code: int, payload: dict[str, Any]) -> None:
@@ -875,6 +1013,9 @@ class FakeKubernetes:
             "status": "Success",
             "details": {"name": name, "group": resource.group, "kind": resource.plural},
         }
+
+
+_POD_LOG = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<pod>[^/]+)/log$")
 
 
 def iter_fixture_items(name: str) -> Iterator[dict[str, Any]]:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from service.backends.http1 import AnswerBounds, Http1Endpoint, Http1Pool
+from service.backends.logs import LogLine, LogRequest
+from service.backends.logs.simulated import SimulatedLogBook, Snapshot
 from service.backends.protocol import (
     AdapterError,
     Capacity,
@@ -78,7 +80,8 @@ class SimulatedAdapter:
         self._worker_bounds = worker_bounds
         #: a real server answering for every instance of the cluster (None: the built-in one)
         self.upstream = upstream.rstrip("/") if upstream else None
-        self._workers = SimulatedWorkers(self._runs, self._secret_names)
+        self._logbook = SimulatedLogBook()
+        self._workers = SimulatedWorkers(self._runs, self._secret_names, self._printed)
         #: the secret names each namespace's pods read, computed once per change of it
         self._secret_names_of: dict[str, list[str]] = {}
         #: (version id, workload) -> the namespaces a `fault-instances` fault was given to
@@ -93,6 +96,7 @@ class SimulatedAdapter:
         self._seq = 0
         self._shapes = list(nodes)
         timeline = PodTimeline(self.delays)
+        self._timeline = timeline
         self._scheduler = Scheduler(
             name,
             self.provider,
@@ -171,6 +175,7 @@ class SimulatedAdapter:
             ns = self._namespaces.pop(instance.namespace, None)
             self._secret_names_of.pop(instance.namespace, None)
             self._workers.health_paths.pop(instance.namespace, None)
+            self._logbook.forget(instance.namespace)
             if ns is not None:
                 for pod in ns.pods.values():
                     self._scheduler.remove(pod)
@@ -226,6 +231,20 @@ class SimulatedAdapter:
         return SimulatedEndpoint(
             self._workers, instance.namespace, base, health, health_path=port.health_path
         )
+
+    def logs(self, instance: InstanceSpec, request: LogRequest) -> AsyncIterator[LogLine]:
+        """What the instance's containers printed (backends/logs/simulated.py)."""
+        return self._logbook.read(instance.namespace, request, self._timeline, self._log_snapshot)
+
+    async def _log_snapshot(self, namespace: str) -> Snapshot | None:
+        async with self._lock:
+            now = self._now()
+            self._scheduler.advance(now)
+            ns = self._namespaces.get(namespace)
+            return Snapshot(now, list(ns.pods.values())) if ns is not None else None
+
+    def _printed(self, namespace: str, text: str) -> None:
+        self._logbook.print(namespace, self._now(), text)
 
     def _runs(self, namespace: str) -> bool:
         return namespace in self._namespaces

@@ -10,7 +10,9 @@ directly. Every request to an instance the cluster runs is answered with JSON
 Request headers steer it: `X-Sim-Delay-Ms: N` answers after N ms, `X-Sim-Status: NNN` answers
 with that status. `Accept: text/event-stream` answers with `X-Sim-Events` (default 3) server-sent
 events, each `data: {"index": i, ...the echo...}`, `X-Sim-Delay-Ms` apart. A GET of the
-function's health path answers `{"status": "ok"}`. An instance the cluster does not run (never
+function's health path answers `{"status": "ok"}`. Every other request is logged (the worker's
+log, backends/logs/simulated.py) as served; `X-Sim-Log: text` makes the worker print `text`
+first (as a careless worker might print a secret). An instance the cluster does not run (never
 applied, or deleted) refuses the connection, as a real address with nobody listening would; a
 delayed answer whose instance is torn down meanwhile fails (the connection is reset).
 """
@@ -36,6 +38,7 @@ from service.health.observed import ObjectRef
 DELAY_HEADER = "x-sim-delay-ms"
 STATUS_HEADER = "x-sim-status"
 EVENTS_HEADER = "x-sim-events"
+LOG_HEADER = "x-sim-log"
 #: bounds of what a request may ask of the simulated worker
 MAX_DELAY_MS = 3_600_000
 MAX_EVENTS = 10_000
@@ -158,9 +161,12 @@ class SimulatedWorkers:
         self,
         running: Callable[[str], bool],
         secrets: Callable[[str], list[str]] = lambda _namespace: [],
+        printer: Callable[[str, str], None] | None = None,
     ) -> None:
         self._running = running
         self._secrets = secrets
+        #: (namespace, text): what the worker prints to its log
+        self._print = printer or (lambda _namespace, _text: None)
         self.health_paths: dict[str, str] = {}
 
     async def answer(
@@ -180,6 +186,9 @@ class SimulatedWorkers:
         if method == "GET" and health is not None and path.split("?", 1)[0] == health:
             return _json(200, {"status": "ok"})
         status = _int_header(lowered, STATUS_HEADER, 200, 100, 599)
+        if LOG_HEADER in lowered:
+            self._print(namespace, lowered[LOG_HEADER])
+        request_id = lowered.get("nvcf-reqid", "-")
         delay = _int_header(lowered, DELAY_HEADER, 0, 0, MAX_DELAY_MS) / 1000
         echo = {
             "echo": _echo_body(body),
@@ -190,6 +199,7 @@ class SimulatedWorkers:
         }
         if "text/event-stream" in lowered.get("accept", ""):
             events = _int_header(lowered, EVENTS_HEADER, DEFAULT_EVENTS, 0, MAX_EVENTS)
+            self._print(namespace, f'INFO     "{method} {path}" {status} (stream) {request_id}')
             return _Events(status, echo, events, delay)
         if delay:
             await asyncio.sleep(delay)
@@ -197,6 +207,7 @@ class SimulatedWorkers:
                 raise WorkerFailed(
                     "connection reset: the simulated instance was torn down mid-request"
                 )
+        self._print(namespace, f'INFO     "{method} {path}" {status} {request_id}')
         return _json(status, echo)
 
 
@@ -232,6 +243,7 @@ class SimulatedEndpoint(WorkerEndpoint):
 __all__ = [
     "DELAY_HEADER",
     "EVENTS_HEADER",
+    "LOG_HEADER",
     "STATUS_HEADER",
     "SimulatedEndpoint",
     "SimulatedWorkers",

@@ -1,4 +1,5 @@
-// nvcf-server console: a read-only view over the public API (docs/console.md).
+// nvcf-server console: a small page over the public API that shows and operates functions
+// (docs/console.md).
 //
 // The API key lives in this tab's sessionStorage only and leaves it only as the Authorization
 // header of fetch() calls to this origin's API. Views are addressed by the URL fragment
@@ -187,6 +188,7 @@ async function functionsView() {
     "div",
     null,
     h("h1", null, "Functions"),
+    h("p", { class: "actions" }, link("#/new", "New function", { id: "new-function", class: "button" })),
     rows.length
       ? table("functions", `${plural(groups.size, "function")}, ${plural(list.functions.length, "version")}`,
           ["Function", "Version", "Status", "Runs", "Deployment", "Created"], rows)
@@ -296,9 +298,63 @@ async function versionView(fid, vid) {
             : "not deployed",
       ],
     ]),
+    versionActions(v, await caps()),
+    h("h2", null, "Last hour"),
+    await versionCharts(fid, vid),
     h("h2", null, "Chart findings"),
     findingsSection(v),
   );
+}
+
+// --- per-version charts of the last hour (GET .../versions/{id}/metrics) -----------------------
+
+// A small SVG chart of one or more series over the points' times; null values are gaps.
+function seriesChart(id, title, points, series, unit) {
+  const W = 320;
+  const H = 90;
+  const PAD = 24;
+  const values = points.flatMap((p) => series.map(([key]) => p[key])).filter((v) => v !== null);
+  const max = Math.max(1e-9, ...values, 0);
+  const n = points.length;
+  const x = (i) => PAD + (n <= 1 ? 0 : (i * (W - 2 * PAD)) / (n - 1));
+  const y = (v) => H - PAD / 2 - (v / max) * (H - PAD);
+  const lines = series.map(([key, label, cls]) => {
+    let d = "";
+    points.forEach((p, i) => {
+      if (p[key] === null || p[key] === undefined) return;
+      d += `${d && points[i - 1] && points[i - 1][key] !== null ? "L" : "M"}${x(i).toFixed(1)},${y(p[key]).toFixed(1)}`;
+    });
+    const dots = points.map((p, i) => (p[key] === null || p[key] === undefined ? null
+      : svg("circle", { cx: x(i).toFixed(1), cy: y(p[key]).toFixed(1), r: 1.5, class: `dot ${cls}` })));
+    return [svg("path", { d: d || "M0,0", class: `series ${cls}`, "data-series": key },
+      svg("title", null, label)), dots];
+  });
+  const last = n ? points[n - 1] : {};
+  const legend = series.map(([key, label]) =>
+    `${label}: ${last[key] === null || last[key] === undefined ? "—" : `${last[key]}${unit}`}`).join(" · ");
+  return h("figure", { class: "chart", id, "data-points": n },
+    svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": `${title}: ${legend}` },
+      svg("line", { x1: PAD, y1: H - PAD / 2, x2: W - PAD, y2: H - PAD / 2, class: "axis" }),
+      svg("text", { x: 2, y: 10, class: "tick" }, max < 1e-6 ? "0" : String(Number(max.toPrecision(3)))),
+      lines),
+    h("figcaption", null, h("strong", null, title), " ", legend));
+}
+
+async function versionCharts(fid, vid) {
+  const found = await optional(api(`/functions/${enc(fid)}/versions/${enc(vid)}/metrics`));
+  const points = found.value ? found.value.points : [];
+  if (!points.length) {
+    return h("p", { id: "charts", class: "muted" }, "No samples yet (this server samples every "
+      + `${found.value ? found.value.periodSeconds : "?"} s).`);
+  }
+  return h("div", { id: "charts", class: "charts" },
+    seriesChart("chart-requests", "Requests", points,
+      [["requests", "requests", "a"], ["errors", "errors", "bad"]], ""),
+    seriesChart("chart-latency", "Latency", points,
+      [["latencyP50", "p50", "a"], ["latencyP99", "p99", "b"]], " s"),
+    seriesChart("chart-queue", "Queue depth", points, [["queueDepth", "waiting", "a"]], ""),
+    seriesChart("chart-instances", "Instances", points,
+      [["running", "Running", "a"], ["target", "autoscaler target", "b"]], ""));
 }
 
 // --- the deployment timeline chart ------------------------------------------------------------
@@ -420,19 +476,26 @@ async function deploymentView(did) {
       ["Created", when(d.createdAt)],
       ["Updated", when(d.lastUpdatedAt)],
     ]),
+    d.removedAt ? null : deploymentActions(d, await caps()),
     health.length
       ? h("div", { id: "health", class: "problems", role: "alert" },
           h("h2", null, "Health"),
           h("ul", null, health.map((hi) => h("li", null,
-            h("strong", null, `${hi.gpu} ${hi.instanceType} (${hi.backend}): `), hi.error))))
+            h("strong", null, `${hi.gpu} ${hi.instanceType} (${hi.backend}): `), hi.error,
+            hi.lastLogs && hi.lastLogs.length
+              ? h("pre", { class: "log last-lines" }, hi.lastLogs.join("\n"))
+              : null))))
       : null,
     h("h2", null, "GPU specifications"),
     table("specifications", plural(d.deploymentSpecifications.length, "specification"),
-      ["GPU", "Instance type", "Backend", "Instances", "Clusters"],
+      ["GPU", "Instance type", "Backend", "Instances", "Clusters", "Revision"],
       d.deploymentSpecifications.map((s) => h("tr", null,
         h("td", null, s.gpu), h("td", { class: "mono" }, s.instanceType), h("td", null, s.backend),
         h("td", null, `${s.minInstances}–${s.maxInstances}`),
-        h("td", null, (s.clusters || []).join(", ") || "any")))),
+        h("td", null, (s.clusters || []).join(", ") || "any"),
+        h("td", { class: "rollout" }, rolloutText(s))))),
+    d.removedAt ? null : h("h2", null, "Revisions"),
+    d.removedAt ? null : await revisionsSection(d, await caps()),
     h("h2", null, "Instances"),
     d.instances.length
       ? table("instances", plural(d.instances.length, "instance"),
@@ -460,13 +523,466 @@ async function deploymentView(did) {
   );
 }
 
+// --- operating: forms, actions, the playground and the logs -----------------------------------
+//
+// Every action is one call of the public API a user could make with curl, under the key's own
+// scopes. Forms live in views that are not refreshed (what is typed stays); a refused call
+// shows the API's problem+json: its detail, and each violation next to its field.
+
+async function send(method, path, body) {
+  const key = keyStore.get();
+  if (!key) throw new ApiError(401, { title: "no API key" });
+  const headers = { Authorization: `Bearer ${key}`, Accept: "application/json" };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const resp = await fetch(API + path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    credentials: "omit",
+    cache: "no-store",
+    referrerPolicy: "no-referrer",
+    redirect: "error",
+  });
+  let parsed = null;
+  try {
+    parsed = await resp.json();
+  } catch {
+    parsed = null;
+  }
+  if (!resp.ok) throw new ApiError(resp.status, parsed);
+  return parsed;
+}
+
+// What the key may do, asked once per start: deploying (and reading deployments) needs
+// `deploy_function`, which a read of the deployments list tells without changing anything.
+let capabilities = null;
+async function caps() {
+  if (capabilities === null) {
+    const probe = await optional(api("/deployments?limit=1"));
+    capabilities = { deploy: !(probe.error && probe.error.status === 403) };
+  }
+  return capabilities;
+}
+
+// A labelled input; `field` is the API's name of it (problem+json errors name it).
+function field(label, id, attrs, hint) {
+  const input = h(attrs.tag || "input", { id, name: id, "data-field": attrs.field || id,
+    "aria-describedby": `${id}-error`, ...attrs, tag: null, field: null });
+  if (attrs.tag === "textarea" && attrs.value) input.value = attrs.value;
+  return h("div", { class: "field" },
+    h("label", { for: id }, label),
+    input,
+    hint ? h("small", { class: "muted" }, hint) : null,
+    h("span", { id: `${id}-error`, class: "field-error error", role: "alert" }));
+}
+
+function clearErrors(form) {
+  for (const e of form.querySelectorAll(".field-error, .form-error")) e.textContent = "";
+  for (const e of form.querySelectorAll("[aria-invalid]")) e.removeAttribute("aria-invalid");
+}
+
+// Each violation next to its field (`deploymentSpecifications[0].minInstances` is the field
+// `minInstances`), the others and the detail in the form's alert.
+function showErrors(form, err) {
+  const problem = err.problem || {};
+  const rest = [];
+  for (const e of problem.errors || []) {
+    const name = String(e.field || "").replace(/^.*\]\./, "").replace(/^.*\./, "");
+    const input = form.querySelector(`[data-field="${CSS.escape(name)}"]`);
+    if (input) {
+      input.setAttribute("aria-invalid", "true");
+      const slot = form.querySelector(`#${CSS.escape(input.id)}-error`);
+      slot.textContent = slot.textContent ? `${slot.textContent}; ${e.message}` : e.message;
+    } else {
+      rest.push(`${e.field}: ${e.message}`);
+    }
+  }
+  form.querySelector(".form-error").textContent = [err.message, ...rest].join(" — ");
+}
+
+function formOf(id, submitLabel, fields, onSubmit, disabledWhy) {
+  const form = h("form", { id, novalidate: true },
+    fields,
+    h("button", { type: "submit", id: `${id}-submit`, disabled: Boolean(disabledWhy) }, submitLabel),
+    disabledWhy ? h("p", { class: "muted", id: `${id}-disabled` }, disabledWhy) : null,
+    h("p", { class: "form-error error", role: "alert" }));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clearErrors(form);
+    const button = form.querySelector("button[type=submit]");
+    button.disabled = true;
+    try {
+      await onSubmit(form);
+    } catch (err) {
+      if (err instanceof ApiError) showErrors(form, err);
+      else form.querySelector(".form-error").textContent = String(err.message || err);
+    } finally {
+      button.disabled = Boolean(disabledWhy);
+    }
+  });
+  return form;
+}
+
+const value = (form, id) => form.querySelector(`#${id}`).value.trim();
+const NO_DEPLOY = "This key lacks the deploy_function scope: deploying, scaling, undeploying "
+  + "and logs are not available.";
+
+async function newFunctionView() {
+  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  const of = params.get("function") || "";
+  return h("div", null,
+    h("p", { class: "crumbs" }, link("#/functions", "Functions"), " / new"),
+    h("h1", null, of ? "New version" : "New function"),
+    formOf("create-form", of ? "Create the version" : "Create the function", [
+      field("Name", "name", { required: true, maxlength: 128 }),
+      field("Container image", "containerImage", { placeholder: "nvcr.io/org/image:tag" },
+        "a container function: its image"),
+      field("Helm chart", "helmChart", { placeholder: "https://… or oci://…" },
+        "or a Helm function: its chart (then the service below)"),
+      field("Chart service", "helmChartServiceName", { placeholder: "entrypoint" }),
+      field("Inference URL", "inferenceUrl", { required: true, value: "/echo" }),
+      field("Inference port", "inferencePort", { type: "number", value: "8000", min: 1, max: 65535 }),
+      field("New version of function", "functionId", { value: of, placeholder: "(a new function)" }),
+    ], async (form) => {
+      const body = { name: value(form, "name"), inferenceUrl: value(form, "inferenceUrl") };
+      for (const id of ["containerImage", "helmChart", "helmChartServiceName"]) {
+        if (value(form, id)) body[id] = value(form, id);
+      }
+      const port = value(form, "inferencePort");
+      if (port) body.inferencePort = Number(port);
+      const fid = value(form, "functionId");
+      const made = await send("POST", fid ? `/functions/${enc(fid)}/versions` : "/functions", body);
+      location.hash = versionHref(made.function.id, made.function.versionId);
+    }));
+}
+
+async function deployView(fid, vid) {
+  const [{ function: v }, groups, can] = await Promise.all([
+    api(`/functions/${enc(fid)}/versions/${enc(vid)}`),
+    optional(api("/clusterGroups")),
+    caps(),
+  ]);
+  const options = [];
+  for (const g of groups.value ? groups.value.clusterGroups : []) {
+    for (const gpu of g.gpus || []) {
+      for (const it of gpu.instanceTypes || []) {
+        options.push(h("option", { value: JSON.stringify([g.name, gpu.name, it.name]),
+          selected: it.default && !options.length }, `${gpu.name} · ${it.name} (${g.name})`));
+      }
+    }
+  }
+  return h("div", null,
+    h("p", { class: "crumbs" }, link("#/functions", "Functions"), " / ",
+      link(versionHref(fid, vid), v.name), " / deploy"),
+    h("h1", null, `Deploy ${v.name}`),
+    formOf("deploy-form", "Deploy", [
+      h("div", { class: "field" }, h("label", { for: "instanceType" }, "GPU and instance type"),
+        h("select", { id: "instanceType", "data-field": "instanceType",
+          "aria-describedby": "instanceType-error" }, options),
+        h("span", { id: "instanceType-error", class: "field-error error", role: "alert" })),
+      field("Minimum instances", "minInstances", { type: "number", value: "1", min: 0 }),
+      field("Maximum instances", "maxInstances", { type: "number", value: "1", min: 1 }),
+      field("Configuration (JSON)", "configuration", { tag: "textarea", rows: 6,
+        placeholder: '{"replicaCount": 1}' }, "Helm values of a Helm function; empty: none"),
+    ], async (form) => {
+      const [backend, gpu, instanceType] = JSON.parse(value(form, "instanceType") || "[]");
+      const spec = { gpu, instanceType, backend,
+        minInstances: Number(value(form, "minInstances")),
+        maxInstances: Number(value(form, "maxInstances")) };
+      const text = value(form, "configuration");
+      if (text) {
+        try {
+          spec.configuration = JSON.parse(text);
+        } catch (err) {
+          throw new ApiError(400, { detail: "the configuration is not JSON",
+            errors: [{ field: "configuration", message: String(err.message) }] });
+        }
+      }
+      const made = await send("POST", `/deployments/functions/${enc(fid)}/versions/${enc(vid)}`,
+        { deploymentSpecifications: [spec] });
+      location.hash = deploymentHref(made.deployment.deploymentId);
+    }, can.deploy ? null : NO_DEPLOY),
+    v.helmChart ? dryRunSection(v) : null);
+}
+
+// A Helm function's dry run (POST /helm/validate) with the deploy form's target and
+// configuration: every finding shown before deploying, nothing stored.
+function dryRunSection(v) {
+  const out = h("div", { id: "dry-run", "aria-live": "polite" });
+  const button = h("button", { type: "button", id: "dry-run-button" }, "Check (dry run)");
+  button.addEventListener("click", async () => {
+    const form = document.getElementById("deploy-form");
+    clearErrors(form);
+    out.replaceChildren(h("p", { class: "muted" }, "checking…"));
+    try {
+      const [backend, gpu, instanceType] = JSON.parse(value(form, "instanceType") || "[]");
+      const text = value(form, "configuration");
+      const body = { helmChart: v.helmChart, helmChartServiceName: v.helmChartServiceName,
+        inferencePort: v.inferencePort, gpu, instanceType, backend };
+      if (text) body.configuration = JSON.parse(text);
+      const result = await send("POST", "/helm/validate", body);
+      const findings = [
+        ...result.errors.map((f) => ["error", f]),
+        ...result.warnings.map((f) => ["warning", f]),
+        ...result.info.map((f) => ["info", f]),
+      ];
+      out.replaceChildren(
+        h("p", { id: "dry-run-verdict", class: result.valid ? "" : "error" },
+          result.valid ? `valid: ${plural(result.objects.length, "object")}` : "NOT valid: nothing would be deployed"),
+        findings.length
+          ? table("dry-run-findings", plural(findings.length, "finding"),
+              ["Severity", "Rule", "Object", "Field", "Message"],
+              findings.map(([severity, f]) => h("tr", null,
+                h("td", null, badge("severity", severity)), h("td", { class: "mono" }, f.rule || ""),
+                h("td", { class: "mono" }, f.object || ""), h("td", { class: "mono" }, f.field || ""),
+                h("td", null, f.message || ""))))
+          : null);
+    } catch (err) {
+      out.replaceChildren();
+      if (err instanceof ApiError) showErrors(form, err);
+      else form.querySelector(".form-error").textContent = String(err.message || err);
+    }
+  });
+  return h("section", null, h("h2", null, "Dry run"), button, out);
+}
+
+async function scaleView(did) {
+  const [{ deployment: d }, can] = await Promise.all([api(`/deployments/${enc(did)}`), caps()]);
+  const spec = d.deploymentSpecifications[0];
+  return h("div", null,
+    h("p", { class: "crumbs" }, link(deploymentHref(did), d.functionName), " / scale"),
+    h("h1", null, `Scale ${d.functionName}`),
+    formOf("scale-form", "Scale", [
+      field("Minimum instances", "minInstances", { type: "number", value: spec.minInstances, min: 0 }),
+      field("Maximum instances", "maxInstances", { type: "number", value: spec.maxInstances, min: 1 }),
+    ], async (form) => {
+      await send("PATCH", `/deployments/${enc(did)}/gpu-specifications/${enc(spec.gpuSpecificationId)}`,
+        { minInstances: Number(value(form, "minInstances")),
+          maxInstances: Number(value(form, "maxInstances")) });
+      location.hash = deploymentHref(did);
+    }, can.deploy ? null : NO_DEPLOY));
+}
+
+// A destructive action: asks first, then calls the API; a refusal is shown in `where`.
+function dangerButton(id, label, question, action, disabledWhy) {
+  const out = h("span", { class: "action" });
+  const button = h("button", { type: "button", id, class: "danger", disabled: Boolean(disabledWhy),
+    title: disabledWhy || null }, label);
+  const error = h("span", { class: "error", role: "alert", id: `${id}-error` });
+  button.addEventListener("click", async () => {
+    if (!window.confirm(question)) return;
+    button.disabled = true;
+    try {
+      await action();
+    } catch (err) {
+      error.textContent = String(err.message || err);
+      button.disabled = false;
+    }
+  });
+  return add(out, button, " ", error);
+}
+
+function versionActions(v, can) {
+  const fid = v.id;
+  const vid = v.versionId;
+  return h("p", { class: "actions", id: "version-actions" },
+    can.deploy
+      ? link(`${versionHref(fid, vid)}/deploy`, "Deploy", { id: "deploy-link", class: "button" })
+      : h("button", { type: "button", id: "deploy-link", disabled: true, title: NO_DEPLOY }, "Deploy"),
+    " ", link(`${versionHref(fid, vid)}/invoke`, "Invoke", { id: "invoke-link", class: "button" }),
+    " ", link(`#/new?function=${enc(fid)}`, "New version", { class: "button" }),
+    " ", dangerButton("delete-version", "Delete version",
+      `Delete version ${vid} of ${v.name}? Its deployment is torn down.`, async () => {
+        await send("DELETE", `/functions/${enc(fid)}/versions/${enc(vid)}`);
+        location.hash = "#/functions";
+      }));
+}
+
+function deploymentActions(d, can) {
+  const why = can.deploy ? null : NO_DEPLOY;
+  const base = `/deployments/functions/${enc(d.functionId)}/versions/${enc(d.functionVersionId)}`;
+  return h("p", { class: "actions", id: "deployment-actions" },
+    can.deploy
+      ? [link(`${deploymentHref(d.deploymentId)}/scale`, "Scale", { id: "scale-link", class: "button" }),
+         " ", link(`${deploymentHref(d.deploymentId)}/configure`, "Configure",
+           { id: "configure-link", class: "button" }),
+         " ", link(`${deploymentHref(d.deploymentId)}/logs`, "Logs", { id: "logs-link", class: "button" })]
+      : null,
+    " ", link(`${versionHref(d.functionId, d.functionVersionId)}/invoke`, "Invoke",
+      { id: "invoke-link", class: "button" }),
+    " ", dangerButton("undeploy", "Undeploy", `Undeploy ${d.functionName}? Its instances are torn down.`,
+      async () => {
+        await send("DELETE", base);
+        location.hash = versionHref(d.functionId, d.functionVersionId);
+      }, why));
+}
+
+// Streams a fetch answer's text into `out` as it arrives; the fetch is aborted when the view
+// changes (start() aborts `streaming`).
+let streaming = null;
+async function streamInto(resp, out) {
+  const reader = resp.body.getReader();
+  const decoder = new TextDecoder();
+  for (;;) {
+    const { done, value: chunk } = await reader.read();
+    if (done) break;
+    out.append(decoder.decode(chunk, { stream: true }));
+  }
+}
+
+function parseHeaders(text) {
+  const headers = {};
+  for (const line of text.split("\n")) {
+    if (!line.trim()) continue;
+    const at = line.indexOf(":");
+    if (at <= 0) throw new Error(`header line '${line}': use 'Name: value'`);
+    headers[line.slice(0, at).trim()] = line.slice(at + 1).trim();
+  }
+  return headers;
+}
+
+async function invokeView(fid, vid) {
+  const { function: v } = await api(`/functions/${enc(fid)}/versions/${enc(vid)}`);
+  const answer = h("pre", { id: "answer", class: "log", "aria-live": "polite" });
+  const meta = h("p", { id: "answer-meta", class: "muted" });
+  const form = formOf("invoke-form", "Send", [
+    field("Body", "body", { tag: "textarea", rows: 6, value: '{"hello": "world"}' }),
+    field("Headers", "headers", { tag: "textarea", rows: 3, placeholder: "Name: value" },
+      "one per line, e.g. Accept: text/event-stream"),
+  ], async (f) => {
+    answer.textContent = "";
+    meta.textContent = "sending…";
+    const headers = { ...parseHeaders(value(f, "headers")) };
+    headers.Authorization = `Bearer ${keyStore.get()}`;
+    if (!Object.keys(headers).some((k) => k.toLowerCase() === "content-type")) {
+      headers["Content-Type"] = "application/json";
+    }
+    const started = performance.now();
+    streaming = new AbortController();
+    const resp = await fetch(`${API}/pexec/functions/${enc(fid)}/versions/${enc(vid)}`, {
+      method: "POST", headers, body: f.querySelector("#body").value, credentials: "omit",
+      cache: "no-store", referrerPolicy: "no-referrer", redirect: "error",
+      signal: streaming.signal,
+    });
+    const id = resp.headers.get("nvcf-reqid") || "—";
+    meta.textContent = `HTTP ${resp.status} · request ${id} · first byte after `
+      + `${Math.round(performance.now() - started)} ms`;
+    await streamInto(resp, answer);
+    meta.textContent += ` · done after ${Math.round(performance.now() - started)} ms`;
+  });
+  return h("div", null,
+    h("p", { class: "crumbs" }, link("#/functions", "Functions"), " / ",
+      link(versionHref(fid, vid), v.name), " / invoke"),
+    h("h1", null, `Invoke ${v.name}`),
+    form, meta, answer);
+}
+
+async function logsView(did) {
+  const [{ deployment: d }, can] = await Promise.all([api(`/deployments/${enc(did)}`), caps()]);
+  const out = h("pre", { id: "log", class: "log", "aria-live": "off", tabindex: 0 });
+  const state = h("p", { id: "log-state", class: "muted" });
+  const view = h("div", null,
+    h("p", { class: "crumbs" }, link(deploymentHref(did), d.functionName), " / logs"),
+    h("h1", null, `Logs of ${d.functionName}`),
+    can.deploy ? null : h("p", { class: "muted" }, NO_DEPLOY),
+    state, out);
+  if (!can.deploy) return view;
+  streaming = new AbortController();
+  const signal = streaming.signal;
+  fetch(`${API}/deployments/${enc(did)}/logs?follow=true&tailLines=200`, {
+    headers: { Authorization: `Bearer ${keyStore.get()}` }, credentials: "omit",
+    cache: "no-store", referrerPolicy: "no-referrer", redirect: "error", signal,
+  }).then(async (resp) => {
+    if (!resp.ok) {
+      state.textContent = `HTTP ${resp.status}`;
+      return;
+    }
+    state.textContent = "following…";
+    await streamInto(resp, out);
+    state.textContent = "the log ended (no Running instance, or it ended).";
+  }).catch((err) => {
+    if (!signal.aborted) state.textContent = String(err.message || err);
+  });
+  return view;
+}
+
+async function configureView(did) {
+  const [{ deployment: d }, can] = await Promise.all([api(`/deployments/${enc(did)}`), caps()]);
+  const spec = d.deploymentSpecifications[0];
+  const current = spec.configuration ? JSON.stringify(spec.configuration, null, 2) : "{}";
+  return h("div", null,
+    h("p", { class: "crumbs" }, link(deploymentHref(did), d.functionName), " / configuration"),
+    h("h1", null, `Configuration of ${d.functionName}`),
+    h("p", { class: "muted" }, `GPU specification ${short(spec.gpuSpecificationId)}, `
+      + `revision ${spec.revision}: a new configuration is a new revision, rendered and checked `
+      + "as at deploy, then rolled out one instance at a time."),
+    formOf("configure-form", "Apply as a new revision", [
+      field("Configuration (JSON)", "configuration", { tag: "textarea", rows: 10, value: current }),
+    ], async (form) => {
+      let configuration;
+      try {
+        configuration = JSON.parse(value(form, "configuration") || "{}");
+      } catch (err) {
+        throw new ApiError(400, { detail: "the configuration is not JSON",
+          errors: [{ field: "configuration", message: String(err.message) }] });
+      }
+      await send("PATCH",
+        `/deployments/${enc(did)}/gpu-specifications/${enc(spec.gpuSpecificationId)}`,
+        { configuration });
+      location.hash = deploymentHref(did);
+    }, can.deploy ? null : NO_DEPLOY));
+}
+
+// The revisions of the deployment's specifications: current and target, each earlier one with
+// a roll-back button (asked first).
+async function revisionsSection(d, can) {
+  const rows = [];
+  for (const spec of d.deploymentSpecifications) {
+    const path = `/deployments/${enc(d.deploymentId)}/gpu-specifications/${enc(spec.gpuSpecificationId)}`;
+    const found = await optional(api(`${path}/revisions`));
+    for (const r of found.value ? found.value.revisions : []) {
+      rows.push(h("tr", { "data-revision": r.revision },
+        h("td", null, String(r.revision)),
+        h("td", null, [r.current ? "current" : "", r.target && !r.current ? "target" : ""]
+          .filter(Boolean).join(", ")),
+        h("td", { class: "mono" }, JSON.stringify(r.configuration || {})),
+        h("td", null, r.createdBy || ""),
+        h("td", null, when(r.createdAt)),
+        h("td", null, r.target ? "" : dangerButton(`rollback-${r.revision}`, "Roll back",
+          `Roll ${d.functionName} back to revision ${r.revision}?`, async () => {
+            await send("POST", `${path}/revisions/${r.revision}/rollback`, {});
+          }, can.deploy ? null : NO_DEPLOY))));
+    }
+  }
+  return rows.length
+    ? table("revisions", plural(rows.length, "revision"),
+        ["Revision", "", "Configuration", "By", "Created", ""], rows)
+    : h("p", { id: "revisions", class: "muted" }, "No revisions are shown.");
+}
+
+function rolloutText(spec) {
+  const r = spec.rollout;
+  if (!r) return `revision ${spec.revision}`;
+  const progress = r.updatedInstances !== undefined && r.desiredInstances !== undefined
+    ? ` ${r.updatedInstances}/${r.desiredInstances}` : "";
+  return `revision ${spec.revision}; rollout to ${r.targetRevision}: ${r.state}${progress}`
+    + (r.reason ? ` (${r.reason})` : "");
+}
+
 // --- routing and refresh ----------------------------------------------------------------------
 
+// [pattern, view, refreshed]: forms and streams are not refreshed (what is typed stays)
 const ROUTES = [
-  [/^#\/functions\/([^/]+)\/versions\/([^/]+)$/, versionView],
-  [/^#\/deployments\/([^/]+)$/, deploymentView],
-  [/^#\/deployments$/, deploymentsView],
-  [/^#\/functions$/, functionsView],
+  [/^#\/functions\/([^/]+)\/versions\/([^/]+)$/, versionView, true],
+  [/^#\/functions\/([^/]+)\/versions\/([^/]+)\/deploy$/, deployView, false],
+  [/^#\/functions\/([^/]+)\/versions\/([^/]+)\/invoke$/, invokeView, false],
+  [/^#\/deployments\/([^/]+)\/scale$/, scaleView, false],
+  [/^#\/deployments\/([^/]+)\/logs$/, logsView, false],
+  [/^#\/deployments\/([^/]+)\/configure$/, configureView, false],
+  [/^#\/deployments\/([^/]+)$/, deploymentView, true],
+  [/^#\/deployments$/, deploymentsView, true],
+  [/^#\/functions$/, functionsView, true],
+  [/^#\/new(\?.*)?$/, newFunctionView, false],
 ];
 
 const $ = (id) => document.getElementById(id);
@@ -486,9 +1002,14 @@ function showLogin(message) {
 }
 
 function route() {
-  for (const [pattern, view] of ROUTES) {
+  for (const [pattern, view, refreshed] of ROUTES) {
     const match = pattern.exec(location.hash);
-    if (match) return () => view(...match.slice(1).map(decodeURIComponent));
+    if (match) {
+      const args = match.slice(1).filter((a) => a && !a.startsWith("?")).map(decodeURIComponent);
+      const run = () => view(...args);
+      run.refreshed = refreshed;
+      return run;
+    }
   }
   return null;
 }
@@ -516,7 +1037,7 @@ async function load(gen) {
     $("view").replaceChildren(h("p", { class: "error", role: "alert" }, String(err.message || err)));
     document.body.dataset.loaded = location.hash;
   }
-  if (gen === generation) {
+  if (gen === generation && view.refreshed) {
     // refreshed while the tab is shown; a hidden tab asks the API nothing
     timer = setTimeout(function tick() {
       if (gen !== generation) return;
@@ -529,6 +1050,9 @@ async function load(gen) {
 function start() {
   clearTimeout(timer);
   generation += 1;
+  if (streaming) streaming.abort();
+  streaming = null;
+  capabilities = null;
   if (!keyStore.get()) {
     showLogin();
     return;

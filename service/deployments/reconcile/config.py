@@ -35,6 +35,9 @@ class ReconcilerConfig:
     drain_timeout: float = _DEFAULTS.drain_timeout_seconds
     #: a draining instance is kept at least this long, so cached routes forget it
     drain_grace: float = _DEFAULTS.invoke_route_cache_seconds
+    #: last lines (and bytes) of each container kept when an instance fails (deployments/logs)
+    kept_lines: int = _DEFAULTS.logs_kept_lines
+    kept_bytes: int = _DEFAULTS.logs_kept_bytes
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ReconcilerConfig:
@@ -50,6 +53,8 @@ class ReconcilerConfig:
             history_retention=settings.history_retention_seconds,
             drain_timeout=settings.drain_timeout_seconds,
             drain_grace=settings.invoke_route_cache_seconds,
+            kept_lines=settings.logs_kept_lines,
+            kept_bytes=settings.logs_kept_bytes,
         )
 
 

@@ -18,6 +18,7 @@ from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
 
+from service.deployments.logs.models import KeptLog
 from service.deployments.models import Deployment, DeploymentSpec, Instance, InstanceDesired
 from service.functions.models import FunctionVersion
 
@@ -221,4 +222,5 @@ class ReconcileStore:
                 .where(Instance.id.in_(chunk))
                 .execution_options(synchronize_session=False)
             )
+            await session.execute(delete(KeptLog).where(KeptLog.instance_id.in_(chunk)))
         return stale

@@ -29,6 +29,8 @@ from service.clusters.catalog import Catalog
 from service.clusters.instance_types import InstanceTypeError, parse_instance_type
 from service.core.crypto import SecretBox
 from service.deployments import rollout, transitions
+from service.deployments.logs.keep import keep_logs, last_lines
+from service.deployments.logs.mask import Masker
 from service.deployments.models import (
     Deployment,
     DeploymentDesired,
@@ -130,6 +132,8 @@ class Work:
     #: the secrets generation its Secret received in this unit (rotated: in place)
     secrets_generation: int | None = None
     rotated: bool = False
+    #: the last lines of its containers, read as it failed (deployments/logs/keep.py)
+    kept_logs: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -323,6 +327,8 @@ class UnitOfWork:
                 w.condition = await self._observe(adapter, c, w, mode, fresh=row.id in fresh)
                 w.observed = True
             if w.condition.phase is Phase.FAILED and row.applied:
+                if adapter is not None and w.target is not None:
+                    w.kept_logs = await self._last_lines(adapter, c, w.target)
                 w.gone = await self._teardown(c, w)
 
     async def _observe(
@@ -354,6 +360,19 @@ class UnitOfWork:
                 failing_backoff=self.rt.config.timeouts.failing_backoff,
             )
         return self._evaluate(observed, row, mode)
+
+    async def _last_lines(
+        self, adapter: BackendAdapter, c: Claimed, target: InstanceSpec
+    ) -> list[dict[str, Any]]:
+        _, secrets = await self._version_secrets.get(c.dep.version_id)
+        config = self.rt.config
+        return await last_lines(
+            adapter,
+            target,
+            Masker(secrets.values()),
+            lines=config.kept_lines,
+            max_bytes=config.kept_bytes,
+        )
 
     async def _objects(self, dep: Deployment, w: Work) -> list[dict[str, Any]]:
         """The instance's install objects, its Secret with the version's current secrets."""
@@ -538,6 +557,8 @@ class UnitOfWork:
                 if cond.phase is Phase.RUNNING and row.phase != Phase.RUNNING.value:
                     self._became_running = True
                 transitions.observe_instance(session, row, cond, now)
+                if w.kept_logs:
+                    keep_logs(session, row, w.kept_logs, now)
                 if was_wanted and row.desired != InstanceDesired.PRESENT:
                     failures.append(row)
             next_check = cond.next_check if cond is not None else None

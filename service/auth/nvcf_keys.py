@@ -1,0 +1,378 @@
+"""NVCF's API-keys service routes, as nvcf-cli calls them (`init` and `api-key`; NVIDIA/nvcf
+`src/clis/nvcf-cli/USAGE-GUIDE.md` "API Keys Service Endpoints", `internal/apikeys`):
+
+- `POST /v1/admin/keys` — a management token for the caller's account (scope `admin`): an
+  `nvapi-` key with the function-management scopes and `admin`, valid 12 hours. Without
+  credentials it is granted only to a client address in `NVCF_ADMIN_TOKEN_NETWORKS` (NVCF's
+  admin-issuer proxy: a route reachable from inside the cluster), for the default account.
+- `POST /v1/keys` — a key from `authorizations.policies[{resources, scopes}]` and `expires_at`
+  (scope `admin`); `resources: [{id: <functionId>, type: account-functions}]` limits the key to
+  those functions on every route (service/auth/restrict.py); `id: "*"` does not.
+- `GET /v1/keys` — the account's keys (`{"keys": [...]}`), never their values.
+- `DELETE /v1/keys/{id}` — revoke one (404 for an unknown id, as nvcf-cli expects).
+
+The operator scope can never be granted here. Several policies grant the union of their scopes
+and functions (a key here carries one scope set).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from sqlalchemy import select
+
+from service.auth import scopes
+from service.auth.deps import Session, authenticate_request, require
+from service.auth.models import ApiKey
+from service.auth.router import MAX_KEY_LIFETIME
+from service.auth.service import (
+    Principal,
+    count_api_keys,
+    create_api_key,
+    lock_account,
+    scope_errors,
+)
+from service.core.db import utcnow
+from service.core.errors import FieldError, Forbidden, NotFound, ValidationFailed
+from service.core.http import read_json
+from service.functions import sharing
+from service.functions.models import Function
+from service.state import app_state
+
+router = APIRouter(tags=["api-keys"])
+Admin = Annotated[Principal, Depends(require(scopes.ADMIN))]
+
+PRODUCT = "nv-cloud-functions"
+ACCOUNT_FUNCTIONS = "account-functions"
+AUTHORIZED_FUNCTIONS = "authorized-functions"
+RESOURCE_TYPES = (ACCOUNT_FUNCTIONS, AUTHORIZED_FUNCTIONS)
+#: what NVCF's admin token carries (its `manage_telemetries` has no counterpart here), and
+#: `admin` so that it can create the account's keys (`POST /v1/keys`), as there
+MANAGEMENT_SCOPES = (
+    scopes.REGISTER_FUNCTION,
+    scopes.LIST_FUNCTIONS,
+    scopes.LIST_FUNCTIONS_DETAILS,
+    scopes.DEPLOY_FUNCTION,
+    scopes.UPDATE_FUNCTION,
+    scopes.UPDATE_SECRETS,
+    scopes.DELETE_FUNCTION,
+    scopes.MANAGE_REGISTRY_CREDENTIALS,
+    scopes.ADMIN,
+)
+MANAGEMENT_LIFETIME = timedelta(hours=12)
+MAX_POLICIES = 16
+MAX_RESOURCES = 100
+MAX_TEXT = 256
+ALL = [{"id": "*", "type": ACCOUNT_FUNCTIONS}, {"id": "*", "type": AUTHORIZED_FUNCTIONS}]
+
+
+def _time(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _policy(key_scopes: list[str], resources: list[dict[str, str]]) -> dict[str, Any]:
+    return {"product": PRODUCT, "resources": resources, "scopes": key_scopes}
+
+
+def key_view(row: ApiKey, value: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A key as NVCF's API-keys service shows it (`value` only when it is created)."""
+    now = utcnow()
+    authorizations = row.authorizations
+    if authorizations is None:
+        resources = (
+            [{"id": str(f), "type": ACCOUNT_FUNCTIONS} for f in row.functions]
+            if row.functions is not None
+            else ALL
+        )
+        authorizations = {"policies": [_policy(list(row.scopes), resources)]}
+    out: dict[str, Any] = {
+        "id": str(row.id),
+        "status": "EXPIRED" if row.expires_at is not None and row.expires_at <= now else "ACTIVE",
+        "description": row.description or "",
+        "created_at": _time(row.created_at),
+        "authorizations": authorizations,
+        **extra,
+    }
+    if row.expires_at is not None:
+        out["expires_at"] = _time(row.expires_at)
+    if value is not None:
+        out["value"] = value
+    return out
+
+
+def _text(body: dict[str, Any], name: str, errors: list[FieldError]) -> str | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > MAX_TEXT:
+        errors.append(FieldError(name, f"must be a string of at most {MAX_TEXT} characters"))
+        return None
+    return value
+
+
+def _expiry(body: dict[str, Any], errors: list[FieldError]) -> datetime | None:
+    raw = body.get("expires_at")
+    if raw is None:
+        return None
+    try:
+        when = datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+    except ValueError:
+        errors.append(FieldError("expires_at", f"{raw!r} is not an RFC 3339 time"))
+        return None
+    if when.tzinfo is None:
+        errors.append(FieldError("expires_at", "must carry a time zone (e.g. Z)"))
+        return None
+    now = utcnow()
+    if when <= now:
+        errors.append(FieldError("expires_at", "must be in the future"))
+    elif when - now > MAX_KEY_LIFETIME:
+        errors.append(FieldError("expires_at", f"must be within {MAX_KEY_LIFETIME.days} days"))
+    return when
+
+
+def _policies(
+    body: dict[str, Any], errors: list[FieldError]
+) -> tuple[list[str], set[uuid.UUID] | None, dict[str, list[str]], list[dict[str, Any]]]:
+    """Scopes (union), functions (None: unrestricted), ids by resource type, the policies."""
+    where = "authorizations.policies"
+    auth = body.get("authorizations")
+    policies = auth.get("policies") if isinstance(auth, dict) else None
+    if not isinstance(policies, list) or not policies or len(policies) > MAX_POLICIES:
+        errors.append(FieldError(where, f"must be a list of 1 to {MAX_POLICIES} policies"))
+        return [], None, {}, []
+    granted: set[str] = set()
+    named: dict[str, list[str]] = {t: [] for t in RESOURCE_TYPES}
+    everything = False
+    kept: list[dict[str, Any]] = []
+    for i, policy in enumerate(policies):
+        at = f"{where}[{i}]"
+        if not isinstance(policy, dict):
+            errors.append(FieldError(at, "must be an object"))
+            continue
+        wanted = policy.get("scopes")
+        if (
+            not isinstance(wanted, list)
+            or not wanted
+            or not all(isinstance(s, str) for s in wanted)
+            or len(wanted) > 64
+        ):
+            errors.append(FieldError(f"{at}.scopes", "must be a list of 1 to 64 scope names"))
+            wanted = []
+        for error in scope_errors(wanted):
+            errors.append(FieldError(f"{at}.scopes", error.message))
+        granted.update(wanted)
+        resources = policy.get("resources", ALL)
+        if not isinstance(resources, list) or not resources or len(resources) > MAX_RESOURCES:
+            errors.append(
+                FieldError(f"{at}.resources", f"must be a list of 1 to {MAX_RESOURCES} resources")
+            )
+            resources = []
+        for j, resource in enumerate(resources):
+            rat = f"{at}.resources[{j}]"
+            kind = resource.get("type") if isinstance(resource, dict) else None
+            rid = resource.get("id") if isinstance(resource, dict) else None
+            if kind not in RESOURCE_TYPES:
+                errors.append(
+                    FieldError(f"{rat}.type", f"must be one of {', '.join(RESOURCE_TYPES)}")
+                )
+                continue
+            if rid == "*":
+                everything = True
+                continue
+            try:
+                named[str(kind)].append(str(uuid.UUID(str(rid))))
+            except ValueError:
+                errors.append(FieldError(f"{rat}.id", "must be '*' or a function id"))
+        kept.append(
+            {
+                **{k: policy[k] for k in ("aud", "auds", "product") if k in policy},
+                "product": policy.get("product", PRODUCT),
+                "resources": resources,
+                "scopes": sorted(set(wanted)),
+            }
+        )
+    functions = None if everything else {uuid.UUID(f) for ids in named.values() for f in ids}
+    return sorted(granted), functions, named, kept
+
+
+async def _check_functions(
+    session: Session, account_id: str, named: dict[str, list[str]], errors: list[FieldError]
+) -> None:
+    """Each named function must be the account's own (account-functions) or shared with it
+    (authorized-functions)."""
+    own_ids = [uuid.UUID(f) for f in named.get(ACCOUNT_FUNCTIONS, [])]
+    if own_ids:
+        own = set(
+            (
+                await session.execute(
+                    select(Function.id).where(
+                        Function.id.in_(own_ids), Function.account_id == account_id
+                    )
+                )
+            ).scalars()
+        )
+        for fid in own_ids:
+            if fid not in own:
+                errors.append(
+                    FieldError(
+                        "authorizations.policies.resources",
+                        f"function {fid} is not one of this account's functions",
+                    )
+                )
+    shared_ids = [uuid.UUID(f) for f in named.get(AUTHORIZED_FUNCTIONS, [])]
+    if shared_ids:
+        grants = await sharing.grants_of(session, account_id)
+        for fid in shared_ids:
+            if not grants.any_of(fid):
+                errors.append(
+                    FieldError(
+                        "authorizations.policies.resources",
+                        f"function {fid} is not shared with this account",
+                    )
+                )
+
+
+def _issuer(request: Request, body: dict[str, Any]) -> dict[str, Any]:
+    audiences = body.get("audience_service_ids")
+    if not isinstance(audiences, list) or not all(isinstance(a, str) for a in audiences):
+        audiences = []
+    return {
+        "owner_type": "USER",
+        "owner_id": request.headers.get("key-owner-id", "")[:MAX_TEXT],
+        "issuer_service_id": request.headers.get("key-issuer-id", "")[:MAX_TEXT],
+        "audience_service_ids": audiences[:16],
+    }
+
+
+def _trusted(request: Request) -> bool:
+    networks = app_state(request).settings.admin_token_networks
+    client = request.client.host if request.client is not None else ""
+    try:
+        address = ipaddress.ip_address(client)
+    except ValueError:
+        return False
+    return any(address in ipaddress.ip_network(n, strict=False) for n in networks)
+
+
+@router.post(
+    "/v1/admin/keys",
+    summary="A management token for the caller's account (NVCF's API-keys service)",
+    description="An `nvapi-` key with the function-management scopes and `admin`, valid 12 "
+    "hours, in NVCF's shape (`value` is the token). Needs the `admin` scope, or no credential "
+    "from an address in NVCF_ADMIN_TOKEN_NETWORKS (then for the default account).",
+)
+async def admin_token(request: Request, session: Session) -> dict[str, Any]:
+    limited: frozenset[uuid.UUID] | None = None
+    if request.headers.get("authorization") or not _trusted(request):
+        principal = await authenticate_request(request)
+        if scopes.ADMIN not in principal.scopes:
+            raise Forbidden(detail="a management token needs a credential with scope 'admin'")
+        account = principal.account_id
+        limited = principal.functions  # a limited key's token is limited as much
+    else:
+        account = app_state(request).settings.default_account
+    body = await read_json(request) if await request.body() else {}
+    errors: list[FieldError] = []
+    description = _text(body if isinstance(body, dict) else {}, "description", errors)
+    if errors:
+        raise ValidationFailed.of(errors)
+    await app_state(request).quotas.api_keys.check(
+        lambda: count_api_keys(session, account), lambda: lock_account(session, account)
+    )
+    value, row = await create_api_key(
+        session,
+        account_id=account,
+        scopes=MANAGEMENT_SCOPES,
+        expires_in=MANAGEMENT_LIFETIME,
+        description=description or "Admin token",
+        functions=limited,
+    )
+    return key_view(
+        row,
+        value,
+        owner_type="SYSTEM",
+        owner_id=account,
+        issuer_service_id="",
+        audience_service_ids=[],
+    )
+
+
+@router.post(
+    "/v1/keys",
+    summary="Create an API key from NVCF policies (NVCF's API-keys service)",
+    description="`authorizations.policies[{resources, scopes}]`, `expires_at`, "
+    "`description`; a policy naming function ids (`{id, type: account-functions}`) limits "
+    "the key to them on every route. The operator scope cannot be granted.",
+)
+async def create_key(request: Request, session: Session, principal: Admin) -> dict[str, Any]:
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise ValidationFailed.of([FieldError("body", "must be a JSON object")])
+    errors: list[FieldError] = []
+    description = _text(body, "description", errors)
+    expires_at = _expiry(body, errors)
+    key_scopes, functions, named, kept = _policies(body, errors)
+    if principal.functions is not None:
+        # a key limited to named functions makes keys limited to (some of) them only
+        if functions is None:
+            functions = set(principal.functions)
+        elif not functions <= principal.functions:
+            errors.append(
+                FieldError(
+                    "authorizations.policies.resources",
+                    "this key is limited to named functions: it can grant only those",
+                )
+            )
+    if not errors:
+        await _check_functions(session, principal.account_id, named, errors)
+    if errors:
+        raise ValidationFailed.of(errors)
+    account = principal.account_id
+    await app_state(request).quotas.api_keys.check(
+        lambda: count_api_keys(session, account), lambda: lock_account(session, account)
+    )
+    value, row = await create_api_key(
+        session,
+        account_id=account,
+        scopes=key_scopes,
+        description=description,
+        functions=functions,
+        authorizations={"policies": kept},
+        expires_at=expires_at,
+    )
+    return key_view(row, value, **_issuer(request, body))
+
+
+@router.get("/v1/keys", summary="The account's API keys in NVCF's shape (never their values)")
+async def list_keys(session: Session, principal: Admin) -> dict[str, Any]:
+    rows = (
+        await session.execute(
+            select(ApiKey)
+            .where(ApiKey.account_id == principal.account_id)
+            .order_by(ApiKey.created_at, ApiKey.id)
+        )
+    ).scalars()
+    return {"keys": [key_view(r) for r in rows]}
+
+
+@router.delete(
+    "/v1/keys/{keyId}",
+    status_code=204,
+    response_class=Response,
+    summary="Revoke an API key (NVCF's API-keys service)",
+)
+async def delete_key(keyId: str, request: Request, session: Session, principal: Admin) -> Response:
+    try:
+        kid = uuid.UUID(keyId)
+    except ValueError:
+        raise NotFound(detail=f"API key {keyId} not found") from None
+    row = await session.get(ApiKey, kid)
+    if row is None or row.account_id != principal.account_id:
+        raise NotFound(detail=f"API key {kid} not found")
+    await session.delete(row)
+    app_state(request).authenticator.forget(row.key_hash)
+    return Response(status_code=204)

@@ -1,0 +1,193 @@
+"""Sampling the server's own counters into a bounded time series per function version.
+
+Every `period` seconds the sampler reads the metric families this process already keeps for
+Prometheus (invocations by outcome, their latency histogram, queue depth and requests in
+flight, the autoscaler's target; prometheus_client's public `collect()`), plus one grouped
+query of Running instances per version, and appends one point per version: the requests and
+errors of the interval (counter deltas), p50/p99 of the interval's latencies (from the
+histogram's bucket deltas, the upper bound of the bucket the quantile falls in), and the
+gauges. An hour of points is kept per version, for at most `MAX_VERSIONS` versions (the least
+recently active are dropped). Counts are this process's: each replica has its own series.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.core.db import utcnow
+from service.core.periodic import PeriodicJob
+from service.core.schemas import iso_z
+from service.deployments.models import Deployment, Instance, InstanceDesired
+from service.health.machine import Phase
+
+log = logging.getLogger("nvcf.timeseries")
+
+KEEP_SECONDS = 3600.0
+MAX_VERSIONS = 10_000
+REQUESTS = "nvcf_invocation_requests"
+LATENCY = "nvcf_invocation_duration_seconds"
+QUEUE = "nvcf_invocation_queue_depth"
+IN_FLIGHT = "nvcf_invocation_in_flight"
+TARGET = "nvcf_autoscale_target_instances"
+ERRORS = frozenset({"errored", "failed", "timeout", "rejected"})
+
+
+@dataclass
+class _Counters:
+    """A version's cumulative counters at the last sample."""
+
+    requests: float = 0.0
+    errors: float = 0.0
+    buckets: dict[float, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Reading:
+    requests: float = 0.0
+    errors: float = 0.0
+    buckets: dict[float, float] = field(default_factory=dict)
+    queue: float = 0.0
+    in_flight: float = 0.0
+    target: float | None = None
+
+
+def quantile(deltas: Mapping[float, float], q: float) -> float | None:
+    """The upper bound of the bucket holding quantile `q` of cumulative bucket counts."""
+    ordered = sorted(deltas.items())
+    if not ordered or ordered[-1][1] <= 0:
+        return None
+    wanted = q * ordered[-1][1]
+    for bound, count in ordered:
+        if count >= wanted:
+            return bound
+    return ordered[-1][0]
+
+
+def read_registry(registry: CollectorRegistry) -> dict[str, _Reading]:
+    """This process's counters and gauges, by version id."""
+    out: dict[str, _Reading] = {}
+
+    def of(labels: Mapping[str, str]) -> _Reading | None:
+        vid = labels.get("version_id")
+        return out.setdefault(vid, _Reading()) if vid else None
+
+    for family in registry.collect():
+        for sample in family.samples:
+            reading = of(sample.labels)
+            if reading is None:
+                continue
+            if sample.name == REQUESTS + "_total":
+                reading.requests += sample.value
+                if sample.labels.get("outcome") in ERRORS:
+                    reading.errors += sample.value
+            elif sample.name == LATENCY + "_bucket":
+                le = sample.labels.get("le", "+Inf")
+                bound = float("inf") if le == "+Inf" else float(le)
+                reading.buckets[bound] = reading.buckets.get(bound, 0.0) + sample.value
+            elif sample.name == QUEUE:
+                reading.queue += sample.value
+            elif sample.name == IN_FLIGHT:
+                reading.in_flight += sample.value
+            elif sample.name == TARGET:
+                reading.target = sample.value
+    return out
+
+
+async def running_instances(session: AsyncSession) -> dict[str, int]:
+    """Running instances per version id (one grouped query)."""
+    rows = await session.execute(
+        select(Deployment.version_id, func.count(Instance.id))
+        .join(Instance, Instance.deployment_id == Deployment.id)
+        .where(Instance.desired == InstanceDesired.PRESENT, Instance.phase == Phase.RUNNING.value)
+        .group_by(Deployment.version_id)
+    )
+    return {str(vid): int(n) for vid, n in rows.all()}
+
+
+class TimeSeries:
+    """The points of every version seen, and the sampler that adds them."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        sessionmaker: async_sessionmaker[AsyncSession] | None,
+        *,
+        period: float = 10.0,
+    ) -> None:
+        self.registry = registry
+        self.sessionmaker = sessionmaker
+        self.period = period
+        self._points: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
+        self._last: dict[str, _Counters] = {}
+        self._job = PeriodicJob(
+            "nvcf-timeseries",
+            self.sample,
+            period,
+            log=log,
+            failure="sampling the per-version time series failed",
+        )
+
+    def start(self) -> None:
+        self._job.start()
+
+    async def stop(self) -> None:
+        await self._job.stop()
+
+    def points(self, version_id: str) -> list[dict[str, Any]]:
+        return list(self._points.get(version_id, ()))
+
+    async def sample(self, now: datetime | None = None) -> None:
+        readings = read_registry(self.registry)
+        running: dict[str, int] = {}
+        if self.sessionmaker is not None:
+            async with self.sessionmaker() as session:
+                running = await running_instances(session)
+        self.add(readings, running, now or utcnow())
+
+    def add(
+        self, readings: Mapping[str, _Reading], running: Mapping[str, int], at: datetime
+    ) -> None:
+        for vid in set(readings) | set(running):
+            reading = readings.get(vid, _Reading())
+            last = self._last.get(vid, _Counters())
+            deltas = {b: max(0.0, c - last.buckets.get(b, 0.0)) for b, c in reading.buckets.items()}
+            requests = max(0.0, reading.requests - last.requests)
+            point = {
+                "at": iso_z(at),
+                "requests": int(requests),
+                "errors": int(max(0.0, reading.errors - last.errors)),
+                "latencyP50": quantile(deltas, 0.5) if requests else None,
+                "latencyP99": quantile(deltas, 0.99) if requests else None,
+                "queueDepth": int(reading.queue),
+                "inFlight": int(reading.in_flight),
+                "running": running.get(vid, 0),
+                "target": int(reading.target) if reading.target is not None else None,
+            }
+            for name in ("latencyP50", "latencyP99"):
+                if point[name] == float("inf"):
+                    point[name] = None  # beyond the last bucket: unknown
+            self._last[vid] = _Counters(reading.requests, reading.errors, dict(reading.buckets))
+            series = self._points.get(vid)
+            if series is None:
+                series = deque(maxlen=max(1, int(KEEP_SECONDS / max(self.period, 0.001))))
+                self._points[vid] = series
+            series.append(point)
+            self._points.move_to_end(vid)
+        while len(self._points) > MAX_VERSIONS:
+            vid, _ = self._points.popitem(last=False)
+            self._last.pop(vid, None)
+
+    def versions(self) -> Iterable[str]:
+        return self._points.keys()
+
+
+__all__ = ["TimeSeries", "quantile", "read_registry", "running_instances"]

@@ -1,0 +1,263 @@
+"""NVCF's API-keys service routes as nvcf-cli calls them (`init`: `POST /v1/admin/keys`;
+`api-key generate/list/delete`: `/v1/keys`), their answers decoded as the CLI's Go structs,
+every violation of a bad policy listed, and a key limited to named functions reaching only
+those, on every route."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tests.support.api import CONTAINER_FN, assert_problem, bearer, create_fn, new_key
+from tests.support.app import AppClient, ClientFactory
+from tests.support.go_decode import ListOf, assert_go_decodes
+
+V = "/v2/nvcf"
+#: nvcf-cli's `apikeys.APIKey` (internal/apikeys/client.go)
+GO_API_KEY = {
+    "id": str,
+    "description": str,
+    "created_at": str,
+    "expires_at": str,
+    "status": str,
+    "value": str,
+}
+#: the headers nvcf-cli's apikeys client sends
+CLI_HEADERS = {
+    "Key-Issuer-Service": "nvcf-api",
+    "Key-Issuer-Id": "nvidia-cloud-functions-ncp-service-id-aketm",
+    "Key-Owner-Id": "svc@nvcf-api.local",
+}
+
+
+def generate_body(
+    resources: list[dict[str, str]], scopes: list[str], *, hours: float = 24
+) -> dict[str, Any]:
+    """`GenerateAPIKey`'s payload, as nvcf-cli marshals it."""
+    expires = (datetime.now(UTC) + timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    service = CLI_HEADERS["Key-Issuer-Id"]
+    return {
+        "description": "nvcf-cli key",
+        "expires_at": expires,
+        "authorizations": {
+            "policies": [
+                {
+                    "aud": service,
+                    "auds": [service],
+                    "product": "nv-cloud-functions",
+                    "resources": resources,
+                    "scopes": scopes,
+                }
+            ]
+        },
+        "audience_service_ids": [service],
+    }
+
+
+ALL = [{"id": "*", "type": "account-functions"}, {"id": "*", "type": "authorized-functions"}]
+
+
+async def management_token(client: AppClient) -> str:
+    resp = await client.post("/v1/admin/keys", json={})
+    assert resp.status_code == 200, resp.text
+    token = resp.json()
+    assert_go_decodes(token, GO_API_KEY)
+    return str(token["value"])
+
+
+async def test_init_then_generate_list_and_delete_as_nvcf_cli_does(client: AppClient) -> None:
+    resp = await client.post("/v1/admin/keys", json={})
+    assert resp.status_code == 200, resp.text
+    token = resp.json()
+    assert token["status"] == "ACTIVE" and token["value"].startswith("nvapi-")
+    [policy] = token["authorizations"]["policies"]
+    assert {"register_function", "deploy_function", "update_secrets"} <= set(policy["scopes"])
+    assert "admin:accounts" not in policy["scopes"]
+    expires = datetime.fromisoformat(token["expires_at"].replace("Z", "+00:00"))
+    assert timedelta(hours=11) < expires - datetime.now(UTC) <= timedelta(hours=12)
+    admin = bearer(token["value"])
+    fn = (await client.post(f"{V}/functions", json=CONTAINER_FN, headers=admin)).json()
+    assert "function" in fn  # the management token manages functions
+
+    body = generate_body(ALL, ["invoke_function", "list_functions"])
+    resp = await client.post("/v1/keys", json=body, headers={**admin, **CLI_HEADERS})
+    assert resp.status_code == 200, resp.text
+    key = resp.json()
+    assert_go_decodes(key, GO_API_KEY)
+    assert key["owner_id"] == "svc@nvcf-api.local"
+    assert key["authorizations"]["policies"][0]["resources"] == ALL
+    listed = (await client.get(f"{V}/functions", headers=bearer(key["value"]))).json()
+    assert len(listed["functions"]) == 1
+
+    resp = await client.get("/v1/keys", headers={**admin, **CLI_HEADERS})
+    assert resp.status_code == 200
+    keys = resp.json()["keys"]
+    assert_go_decodes(keys, ListOf(GO_API_KEY))
+    assert key["id"] in [k["id"] for k in keys]
+    assert all("value" not in k for k in keys)
+
+    assert (await client.delete(f"/v1/keys/{key['id']}", headers=admin)).status_code == 204
+    assert_problem(await client.delete(f"/v1/keys/{key['id']}", headers=admin), 404)
+    assert_problem(await client.get(f"{V}/functions", headers=bearer(key["value"])), 401)
+
+
+async def test_a_management_token_needs_an_admin_credential(client: AppClient) -> None:
+    resp = await client.post("/v1/admin/keys", json={}, headers={"Authorization": ""})
+    assert_problem(resp, 401)
+    lister = await new_key(client, ["list_functions"])
+    assert_problem(await client.post("/v1/admin/keys", headers=bearer(lister)), 403)
+    assert_problem(
+        await client.post(
+            "/v1/keys", json=generate_body(ALL, ["list_functions"]), headers=bearer(lister)
+        ),
+        403,
+    )
+
+
+async def test_init_without_credentials_from_a_trusted_network(
+    client_factory: ClientFactory,
+) -> None:
+    client = await client_factory(admin_token_networks="127.0.0.0/8")
+    resp = await client.post("/v1/admin/keys", json={}, headers={"Authorization": ""})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["owner_id"] == "nvcf-default"
+    other = await client_factory(admin_token_networks="10.0.0.0/8")
+    resp = await other.post("/v1/admin/keys", json={}, headers={"Authorization": ""})
+    assert_problem(resp, 401)
+
+
+async def test_a_bad_policy_lists_every_violation_and_creates_nothing(client: AppClient) -> None:
+    foreign = await new_key(client, ["register_function"], account="someone-else")
+    theirs = await client.post(f"{V}/functions", json=CONTAINER_FN, headers=bearer(foreign))
+    their_fn = theirs.json()["function"]["id"]
+    before = len((await client.get("/v1/keys")).json()["keys"])
+    body = generate_body(
+        [{"id": their_fn, "type": "account-functions"}], ["list_functions", "admin:accounts"]
+    )
+    body["expires_at"] = "2001-01-01T00:00:00Z"
+    resp = await client.post("/v1/keys", json=body)
+    problem = assert_problem(resp, 400)
+    fields = [e["field"] for e in problem["errors"]]  # type: ignore[union-attr]
+    assert fields == ["expires_at", "authorizations.policies[0].scopes"]
+
+    body = generate_body(
+        [{"id": their_fn, "type": "account-functions"}, {"id": "x", "type": "galaxy"}],
+        ["list_functions"],
+    )
+    problem = assert_problem(await client.post("/v1/keys", json=body), 400)
+    assert [e["field"] for e in problem["errors"]] == [  # type: ignore[union-attr]
+        "authorizations.policies[0].resources[1].type"
+    ]
+    body = generate_body([{"id": their_fn, "type": "account-functions"}], ["list_functions"])
+    problem = assert_problem(await client.post("/v1/keys", json=body), 400)
+    assert "is not one of this account's functions" in str(problem["errors"])
+    assert_problem(await client.post("/v1/keys", json={"authorizations": {}}), 400)
+    assert_problem(await client.post("/v1/keys", json=[1]), 400)
+    assert len((await client.get("/v1/keys")).json()["keys"]) == before
+
+
+async def test_a_key_limited_to_a_function_reaches_only_it(client: AppClient) -> None:
+    mine = await create_fn(client)
+    other = await create_fn(client, name="other")
+    scopes = [
+        "list_functions",
+        "list_functions_details",
+        "update_function",
+        "deploy_function",
+        "register_function",
+        "update_secrets",
+        "delete_function",
+    ]
+    body = generate_body([{"id": mine["id"], "type": "account-functions"}], scopes)
+    created = await client.post("/v1/keys", json=body)
+    assert created.status_code == 200, created.text
+    limited = bearer(created.json()["value"])
+
+    listed = (await client.get(f"{V}/functions", headers=limited)).json()["functions"]
+    assert {f["id"] for f in listed} == {mine["id"]}
+    ids = (await client.get(f"{V}/functions/ids", headers=limited)).json()["functionIds"]
+    assert ids == [mine["id"]]
+    mine_url = f"{V}/functions/{mine['id']}/versions/{mine['versionId']}"
+    other_url = f"{V}/functions/{other['id']}/versions/{other['versionId']}"
+    assert (await client.get(mine_url, headers=limited)).status_code == 200
+    assert_problem(await client.get(other_url, headers=limited), 404)
+    # twice: a cached read of the version must not answer either
+    assert (await client.get(other_url)).status_code == 200
+    assert_problem(await client.get(other_url, headers=limited), 404)
+    assert_problem(await client.get(f"{V}/functions/{other['id']}/versions", headers=limited), 404)
+    assert_problem(await client.delete(other_url, headers=limited), 404)
+    assert_problem(
+        await client.put(
+            f"{V}/secrets/functions/{other['id']}/versions/{other['versionId']}",
+            json={"secrets": [{"name": "A", "value": "b"}]},
+            headers=limited,
+        ),
+        404,
+    )
+    spec = {"deploymentSpecifications": [{"gpu": "H100", "minInstances": 0, "maxInstances": 1}]}
+    other_dep = f"{V}/deployments/functions/{other['id']}/versions/{other['versionId']}"
+    assert_problem(await client.post(other_dep, json=spec, headers=limited), 404)
+    resp = await client.post(other_dep, json=spec)  # the account's admin deploys it
+    assert resp.status_code == 200, resp.text
+    dep_id = resp.json()["deployment"]["deploymentId"]
+    assert_problem(await client.get(f"{V}/deployments/{dep_id}", headers=limited), 404)
+    assert_problem(await client.get(f"{V}/deployments/{dep_id}/events", headers=limited), 404)
+    assert (await client.get(f"{V}/deployments", headers=limited)).json()["deployments"] == []
+    # a new function could not be reached by the key: it may not create one
+    assert_problem(await client.post(f"{V}/functions", json=CONTAINER_FN, headers=limited), 403)
+    # a new version of its own function it may
+    resp = await client.post(
+        f"{V}/functions/{mine['id']}/versions", json=CONTAINER_FN, headers=limited
+    )
+    assert resp.status_code == 200, resp.text
+
+
+async def test_a_limited_key_makes_only_keys_as_limited(client: AppClient) -> None:
+    mine = await create_fn(client)
+    other = await create_fn(client, name="other")
+    body = generate_body(
+        [{"id": mine["id"], "type": "account-functions"}], ["admin", "list_functions"]
+    )
+    limited = bearer((await client.post("/v1/keys", json=body)).json()["value"])
+
+    wide = await client.post(
+        "/v1/keys", json=generate_body(ALL, ["list_functions"]), headers=limited
+    )
+    assert wide.status_code == 200, wide.text
+    listed = await client.get(f"{V}/functions", headers=bearer(wide.json()["value"]))
+    assert {f["id"] for f in listed.json()["functions"]} == {mine["id"]}
+
+    beyond = generate_body([{"id": other["id"], "type": "account-functions"}], ["list_functions"])
+    assert_problem(await client.post("/v1/keys", json=beyond, headers=limited), 400)
+
+    token = (await client.post("/v1/admin/keys", json={}, headers=limited)).json()["value"]
+    listed = await client.get(f"{V}/functions", headers=bearer(token))
+    assert {f["id"] for f in listed.json()["functions"]} == {mine["id"]}
+
+    made = await client.post(f"{V}/api-keys", json={"scopes": ["list_functions"]}, headers=limited)
+    assert made.status_code == 200, made.text
+    listed = await client.get(f"{V}/functions", headers=bearer(made.json()["apiKey"]["key"]))
+    assert {f["id"] for f in listed.json()["functions"]} == {mine["id"]}
+
+
+async def test_a_key_limited_to_a_function_invokes_only_it(client: AppClient) -> None:
+    mine = await create_fn(client)
+    other = await create_fn(client, name="other")
+    body = generate_body([{"id": mine["id"], "type": "account-functions"}], ["invoke_function"])
+    created = await client.post("/v1/keys", json=body)
+    assert created.status_code == 200, created.text
+    limited = bearer(created.json()["value"])
+    for fn in (mine, other):
+        # the account's own key reaches both (neither is deployed: not invocable, a 400)
+        url = f"{V}/pexec/functions/{fn['id']}/versions/{fn['versionId']}"
+        assert_problem(await client.post(url, json={}), 400)
+    for entry in ("pexec", "exec"):
+        mine_url = f"{V}/{entry}/functions/{mine['id']}"
+        other_url = f"{V}/{entry}/functions/{other['id']}"
+        body_of = {} if entry == "pexec" else {"requestBody": {}}
+        resp = await client.post(mine_url, json=body_of, headers=limited)
+        assert resp.status_code == 400, resp.text  # seen, and not invocable
+        resp = await client.post(other_url, json=body_of, headers=limited)
+        assert resp.status_code == 404, resp.text  # as an unknown function
+    transparent = {**limited, "function-id": other["id"]}
+    assert (await client.post("/anything", json={}, headers=transparent)).status_code == 404

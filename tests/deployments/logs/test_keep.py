@@ -1,0 +1,127 @@
+"""The last lines kept as an instance fails: read from the backend (the previous run of a
+restarted container first), bounded by lines and bytes per container, secret values masked,
+and nothing (never an error) when the backend cannot answer."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from service.backends import (
+    AdapterError,
+    InstanceSpec,
+    NodeShape,
+    SimulatedAdapter,
+    SimulationDelays,
+)
+from service.backends.logs import LogLine, LogRequest
+from service.backends.worker import WorkerPort
+from service.deployments.logs.keep import last_lines, shown
+from service.deployments.logs.mask import Masker
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+SECRET = "hf_0123456789abcdef"
+INSTANCE = InstanceSpec(
+    instance_id="inst-1",
+    function_id="fn-1",
+    version_id="ver-1",
+    instance_type="NCP.GPU.H100_1x",
+    gpu="H100",
+    gpus_per_node=1,
+    worker_service="web",
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def workload(fault: str | None) -> list[dict[str, Any]]:
+    annotations = {"sim.nvcf.io/fault": fault} if fault else {}
+    return [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}, "annotations": annotations},
+                    "spec": {"containers": [{"name": "inference", "image": "nvcr.io/a/b:1"}]},
+                },
+            },
+        }
+    ]
+
+
+async def cluster(clock: Clock, fault: str | None = None) -> SimulatedAdapter:
+    sim = SimulatedAdapter(
+        "sim",
+        provider="NCP",
+        nodes=[NodeShape("H100", 8, 1)],
+        delays=SimulationDelays(schedule_seconds=1, pull_seconds=2, ready_seconds=3),
+        clock=clock,
+    )
+    await sim.apply(INSTANCE, workload(fault))
+    await sim.observe(INSTANCE)
+    return sim
+
+
+async def test_a_crash_loops_runs_are_kept_previous_first() -> None:
+    clock = Clock()
+    sim = await cluster(clock, "CrashLoopBackOff")
+    clock.now = T0 + timedelta(seconds=50)
+    kept = await last_lines(sim, INSTANCE, Masker(()), lines=200, max_bytes=65536)
+    assert [(k["container"], k["previous"]) for k in kept] == [
+        ("inference", True),
+        ("inference", False),
+    ]
+    assert all("Traceback (most recent call last):" in k["lines"] for k in kept)
+    lines = shown(kept)
+    assert lines[0].startswith("[") and " previous] INFO     Starting inference" in lines[0]
+
+
+async def test_secret_values_printed_by_the_worker_are_masked() -> None:
+    clock = Clock()
+    sim = await cluster(clock)
+    clock.now = T0 + timedelta(seconds=10)
+    endpoint = await sim.endpoint(INSTANCE, WorkerPort("web", 8000))
+    await endpoint.send("POST", "/echo", [("X-Sim-Log", f"token={SECRET} ok")], b"")
+    kept = await last_lines(sim, INSTANCE, Masker([SECRET, "x"]), lines=200, max_bytes=65536)
+    text = "\n".join(shown(kept))
+    assert SECRET not in text
+    assert "token=**** ok" in text
+    assert "INFO" in text  # a value shorter than 4 characters ("x") is left alone
+
+
+async def test_lines_and_bytes_are_bounded_per_container() -> None:
+    clock = Clock()
+    sim = await cluster(clock)
+    clock.now = T0 + timedelta(seconds=10)
+    endpoint = await sim.endpoint(INSTANCE, WorkerPort("web", 8000))
+    for i in range(50):
+        await endpoint.send("GET", f"/r{i}", [], b"")
+    [few] = await last_lines(sim, INSTANCE, Masker(()), lines=5, max_bytes=65536)
+    assert few["lines"] == [f'INFO     "GET /r{i}" 200 -' for i in range(45, 50)]
+    [small] = await last_lines(sim, INSTANCE, Masker(()), lines=200, max_bytes=60)
+    assert small["lines"] == ['INFO     "GET /r48" 200 -', 'INFO     "GET /r49" 200 -']
+    assert await last_lines(sim, INSTANCE, Masker(()), lines=0, max_bytes=60) == []
+
+
+class Unreachable:
+    name = "gone"
+
+    async def logs(self, instance: InstanceSpec, request: LogRequest) -> AsyncIterator[LogLine]:
+        raise AdapterError("connection refused")
+        yield  # an async generator  # pragma: no cover
+
+
+async def test_a_backend_that_cannot_answer_costs_the_lines_only() -> None:
+    kept = await last_lines(Unreachable(), INSTANCE, Masker(()), lines=200, max_bytes=100)  # type: ignore[arg-type]
+    assert kept == []

@@ -46,6 +46,7 @@ from service.deployments.reconcile.placement import (
     permitted_candidates,
     place,
 )
+from service.deployments.reconcile.resync import next_resync
 from service.deployments.reconcile.store import ReconcileStore
 from service.deployments.reconcile.targets import (
     VersionSecrets,
@@ -522,7 +523,6 @@ class UnitOfWork:
     ) -> list[Instance]:
         """Store what the unit learnt about its instances; the newly failed ones."""
         rt = self.rt
-        resync = timedelta(seconds=rt.config.resync_seconds)
         failures: list[Instance] = []
         for w in work:
             row = rows.get(w.row.id)
@@ -558,7 +558,7 @@ class UnitOfWork:
             else:
                 rt.memory.next_check.pop(row.id, None)
             if running:
-                due: datetime | None = now + resync
+                due: datetime | None = next_resync(row.id, now, rt.config.resync_seconds)
                 if next_check is not None and due is not None and next_check < due:
                     due = next_check
             elif row.desired == InstanceDesired.PRESENT or row.applied:

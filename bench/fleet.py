@@ -13,6 +13,11 @@ limit) on a simulated cluster with zero delays, and prints, in the same run:
    the same on the idle server (target p99 ≤ 5× idle);
 4. the time for all of them to be ACTIVE against the time to submit them (target ≤ 1.2).
 
+`--postgres` runs it on a throw-away PostgreSQL server (tests/support/postgres.py) instead of
+SQLite; `--split` (with `--postgres`) runs the API with `NVCF_RECONCILER_ENABLED=false` and the
+reconciler in a second server process that takes no request (docs/operations.md §4): the CPU
+figures are then both processes'.
+
 `--tree PATH` runs the server of another checkout (e.g. `git archive HEAD | tar -x -C
 /tmp/base`) for a before/after comparison. The change-to-condition figure (one fault flipping
 in the fleet) needs the simulated cluster in process: `bench/reconcile.py` prints it.
@@ -31,8 +36,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
+import psycopg
+from cryptography.fernet import Fernet
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.api import free_port, simulated_catalog, start
@@ -43,14 +51,17 @@ SPEC = {"gpu": "H100", "backend": "bench", "minInstances": 1, "maxInstances": 1}
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of the process, all threads."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+def cpu_seconds(*pids: int) -> float:
+    """User + system CPU of the processes, all threads."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / TICK
 
 
 class Fleet:
-    def __init__(self, port: int, db: Path) -> None:
+    def __init__(self, port: int, db: Path | str) -> None:
         self.base = f"http://127.0.0.1:{port}/v2/nvcf"
         self.db = db
         self.local = threading.local()
@@ -86,9 +97,13 @@ class Fleet:
         return time.perf_counter() - start_at
 
     def active(self) -> int:
+        query = "select count(*) from function_versions where status='ACTIVE'"
+        if isinstance(self.db, str):  # a PostgreSQL DSN
+            with psycopg.connect(self.db) as pg:
+                found = pg.execute(query).fetchone()
+                return int(found[0]) if found else 0
         with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=30) as conn:
-            row = conn.execute("select count(*) from function_versions where status='ACTIVE'")
-            return int(row.fetchone()[0])
+            return int(conn.execute(query).fetchone()[0])
 
     def submit(self, first: int, count: int, clients: int) -> list[float]:
         with ThreadPoolExecutor(clients) as pool:
@@ -107,11 +122,11 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def idle_cpu(pid: int, seconds: float) -> float:
-    """Share of one core the process used over `seconds` with no request."""
-    before, start_at = cpu_seconds(pid), time.monotonic()
+def idle_cpu(pids: list[int], seconds: float) -> float:
+    """Share of one core the processes used over `seconds` with no request."""
+    before, start_at = cpu_seconds(*pids), time.monotonic()
     time.sleep(seconds)
-    return (cpu_seconds(pid) - before) / (time.monotonic() - start_at)
+    return (cpu_seconds(*pids) - before) / (time.monotonic() - start_at)
 
 
 def settled_latencies(fleet: Fleet, first: int, samples: int) -> tuple[list[float], list[float]]:
@@ -130,7 +145,27 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=30, help="settled deploys/GETs measured")
     ap.add_argument("--tree", default=str(Path(__file__).resolve().parents[1]))
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the server")
+    ap.add_argument("--postgres", action="store_true", help="a throw-away PostgreSQL server")
+    ap.add_argument("--split", action="store_true", help="the reconciler in its own process")
     args = ap.parse_args()
+    if args.split and not args.postgres:
+        raise SystemExit("--split needs --postgres (SQLite serves one process only)")
+    pg = None
+    if args.postgres:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from tests.support.postgres import start_postgres
+
+        pg = start_postgres()
+        with psycopg.connect(pg.admin_dsn, autocommit=True) as admin:
+            admin.execute("CREATE DATABASE fleet")
+    try:
+        run(args, pg)
+    finally:
+        if pg is not None:
+            pg.stop()
+
+
+def run(args: argparse.Namespace, pg: Any) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="nvcf-bench-fleet-"))
     total = args.count + 2 * args.samples
     catalog = simulated_catalog(
@@ -148,17 +183,31 @@ def main() -> None:
         "PYTHONPATH": args.tree,
         **dict(e.split("=", 1) for e in args.env),
     }
-    server = start(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)], env, port, args.tree
-    )
+    db: Path | str = tmp / "data" / "nvcf.db"
+    if pg is not None:
+        env["NVCF_DATABASE_URL"] = pg.url("fleet")
+        env["NVCF_SECRETS_KEY"] = Fernet.generate_key().decode()
+        db = pg.admin_dsn.replace("dbname=postgres", "dbname=fleet")
+    cmd = [sys.executable, "-m", "service.cli", "serve", "--port"]
+    reconciler = None
+    if args.split:
+        rport = free_port()
+        reconciler = start([*cmd, str(rport)], {**env, "NVCF_DATA_DIR": str(tmp / "r")}, rport)
+        env["NVCF_RECONCILER_ENABLED"] = "false"
+    server = start([*cmd, str(port)], env, port, args.tree)
+    pids = [server.pid] + ([reconciler.pid] if reconciler is not None else [])
     try:
-        fleet = Fleet(port, tmp / "data" / "nvcf.db")
+        fleet = Fleet(port, db)
         small = args.count // 10
-        print(f"tree {args.tree}; {args.count:,} deployments, {args.clients} clients")
+        where = "PostgreSQL" if pg is not None else "SQLite"
+        split = ", the reconciler in its own process" if reconciler is not None else ""
+        print(
+            f"tree {args.tree}; {args.count:,} deployments, {args.clients} clients, {where}{split}"
+        )
         fleet.submit(0, small, args.clients)
         fleet.wait_active(small)
         time.sleep(2)
-        idle_small = idle_cpu(server.pid, args.idle)
+        idle_small = idle_cpu(pids, args.idle)
         dep_small, get_small = settled_latencies(fleet, small, args.samples)
         fleet.wait_active(small + args.samples)
 
@@ -190,7 +239,7 @@ def main() -> None:
         total += len(probe_deploys)
 
         time.sleep(2)
-        idle_all = idle_cpu(server.pid, args.idle)
+        idle_all = idle_cpu(pids, args.idle)
         dep_all, get_all = settled_latencies(fleet, total - args.samples, args.samples)
         fleet.wait_active(total)
 
@@ -225,8 +274,10 @@ def main() -> None:
             f"{converged / submitted:.2f} (target <= 1.2)"
         )
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        for proc in (server, reconciler):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=30)
 
 
 if __name__ == "__main__":

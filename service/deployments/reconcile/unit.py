@@ -14,6 +14,7 @@ state change goes through `service.deployments.transitions`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -175,6 +176,9 @@ class UnitOfWork:
         self._loads = await self._drain_loads(claimed)
         for c in claimed:
             await self._drive(c, fresh)
+            # An in-process backend (the simulated cluster) answers without yielding: let the
+            # API's requests in between deployments, not only between units.
+            await asyncio.sleep(0)
         await self._finish(claimed)
         if self.rt.on_draining is not None:
             for c in claimed:
@@ -239,6 +243,7 @@ class UnitOfWork:
             waiting.sort(key=lambda w: (w.spec.preferred_order, w.spec.position, w.row.created_at))
             for w in waiting:
                 await self._place_one(w)
+                await asyncio.sleep(0)
                 if w.placed_on is not None:
                     placed.append(w)
         if not placed:

@@ -292,7 +292,10 @@ class SimulatedAdapter:
         return self._changes.take()
 
     def next_change(self) -> datetime | None:
-        times = [self._steps[0][0]] if self._steps else []
+        steps = self._steps
+        while steps and self._step_at.get(steps[0][1]) != steps[0][0]:
+            heapq.heappop(steps)  # superseded
+        times = [steps[0][0]] if steps else []
         eligible = self._scheduler.next_eligible()
         if eligible is not None:
             times.append(eligible)

@@ -1,7 +1,8 @@
 """The Kubernetes adapter's change feed (issue 32) against the local test API server: its WATCH
 of pods, controllers and warning events marks the instance whose namespace changed; a lost
-watch is re-established and asks for one resync; through the app, a pod status change reaches
-the instance's condition by WATCH, with the periodic pass and the resync an hour away."""
+watch is re-established and asks for one resync; through the app, a lost watch re-observes the
+instance once, and a pod status change reaches the instance's condition by WATCH, with the
+periodic pass and the resync an hour away."""
 
 from __future__ import annotations
 
@@ -225,6 +226,21 @@ async def test_a_pod_status_change_reaches_the_instance_by_watch(
         await eventually(lambda p=passes: asyncio.sleep(0, reconciler.passes > p))
         passes = reconciler.passes
     assert pod_lists() == settled
+
+    # the watches are lost (and the API server compacted): re-established, they ask for one
+    # resync, which re-observes the instance once
+    established = len(server.watches())
+    server.compact()
+    server.drop_watches()
+    await eventually(lambda: asyncio.sleep(0, len(server.watches()) >= established + WATCHED_KINDS))
+    await eventually(lambda: asyncio.sleep(0, pod_lists() == settled + 1))
+    passes = reconciler.passes
+    for _ in range(3):
+        reconciler.wake()
+        await eventually(lambda p=passes: asyncio.sleep(0, reconciler.passes > p))
+        passes = reconciler.passes
+    assert pod_lists() == settled + 1
+    settled += 1
 
     # the kubelet reports the container crash-looping: the change arrives by WATCH
     before = await instance()

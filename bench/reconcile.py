@@ -8,6 +8,10 @@
 3. A resync (every Running instance re-observed): CPU per deployment, against a baseline read
    of every deployment and instance row.
 
+4. A change in one instance of the fleet (a fault annotation flipped on its pods in the
+   simulated cluster) with the reconciler running as the server runs it (its loop, the default
+   interval): the time until that instance's condition changes, against the interval.
+
 Uses a fresh SQLite file (migrated by Alembic) unless `--db` names another empty database.
 
 `--baseline-tree PATH` (a checkout of an older commit, e.g. `git worktree add /tmp/old
@@ -277,9 +281,50 @@ async def main(db: str | None, count: int, only_to_active: bool = False) -> floa
             f"adapter {adapter_cpu[0]:.2f}s; baseline read of every deployment and instance "
             f"row {baseline_read * 1000:.0f} ms CPU, ratio {resync / baseline_read:.0f}x"
         )
+        # --- 4. one change in the fleet: seen within one interval, alone
+        if hasattr(registry.get("sim-bench"), "annotate_pods"):
+            await rec.stop()  # gives up its leases: the server's reconciler takes over
+            await flip_one(maker, registry, cat, count)
         await registry.aclose()
         await engine.dispose()
         return per
+
+
+async def flip_one(maker: Any, registry: AdapterRegistry, cat: Catalog, count: int) -> None:
+    """Flip a fault on one instance with the reconciler's loop running; print how long until
+    its condition changed, against the default interval."""
+    config = ReconcilerConfig(resync_seconds=3600, concurrency=1)
+    rec = Reconciler(maker, registry, cat, config=config)
+    await rec.run_once()  # the start-up resync, out of the way
+    async with maker() as session:
+        inst_id, before = (await session.execute(select(Instance.id, Instance.condition))).first()
+    adapter: Any = registry.get("sim-bench")
+    rec.start()
+    observed = meter_adapter(registry)  # CPU inside observe from here on
+    calls: list[str] = []
+    original = adapter.observe
+
+    async def counting(instance: Any) -> Any:
+        calls.append(instance.instance_id)
+        return await original(instance)
+
+    adapter.observe = counting
+    started = time.perf_counter()
+    await adapter.annotate_pods(str(inst_id), {"sim.nvcf.io/fault": "NeverReady"})
+    while True:
+        async with maker() as session:
+            now = await session.scalar(select(Instance.condition).where(Instance.id == inst_id))
+        if now != before:
+            break
+        await asyncio.sleep(0.005)
+    took = time.perf_counter() - started
+    await rec.stop()
+    print(
+        f"a fault flipped on 1 instance of {count:,}: its condition changed after "
+        f"{took * 1000:.0f} ms, {took / config.interval:.2f} of the reconcile interval "
+        f"({config.interval:g}s); instances observed meanwhile: {len(set(calls))} "
+        f"({observed[0] * 1000:.1f} ms CPU in observe)"
+    )
 
 
 def baseline(tree: str, count: int) -> float:

@@ -6,7 +6,10 @@ server-side-applies (field manager `nvcf-control-plane`, `force=true`) the names
 every object in dependency order; the namespace also records which objects were applied (the
 `nvcf.nvidia.com/applied-objects` annotation), so `observe` knows what should exist even after
 a restart of the service. `observe` LISTs the namespace's pods, controllers, warning events and
-the other applied kinds and hands them to `ObservedState.from_k8s`. `delete` removes the
+the other applied kinds and hands them to `ObservedState.from_k8s`. It is also a change feed
+(backends/changes.py): once the reconciler starts it, it keeps a WATCH of pods, controllers
+and warning events across namespaces (kube_watch.py) and marks the instance of every namespace
+in which one changed. `delete` removes the
 namespace with foreground propagation; `garbage_collect` removes namespaces of instances the
 service no longer knows. `capacity` reads the nodes labelled `nvca.nvcf.nvidia.io/instance-type`
 and their allocatable `nvidia.com/gpu`, minus what running pods request, and falls back to the
@@ -26,7 +29,15 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -45,7 +56,9 @@ from lightkube.generic_resource import (
 )
 from lightkube.types import CascadeType, PatchType
 
+from service.backends.changes import ChangeLog, Changes
 from service.backends.http1 import AnswerBounds, Http1Endpoint, Http1Pool
+from service.backends.kube_watch import ClusterWatch, Watched
 from service.backends.logs import LogLine, LogRequest
 from service.backends.logs.kubernetes import KubeLogReader
 from service.backends.protocol import (
@@ -379,6 +392,10 @@ class KubernetesAdapter:
         self._worker_client: Any = None
         self._dns_pool: Http1Pool | None = None
         self._worker_bounds = worker_bounds
+        self._changes = ChangeLog()
+        watched = [Watched(_namespaced(info)) for info in OBSERVED_KINDS]
+        watched.append(Watched(_namespaced(EVENT), (("type", "Warning"),)))
+        self._watch = ClusterWatch(name, self._api, watched, self._changes)
 
     # ------------------------------------------------------------------ public interface
 
@@ -571,7 +588,19 @@ class KubernetesAdapter:
                 retryable=False,
             ) from exc
 
+    def watch_changes(self, wake: Callable[[], None]) -> None:
+        """Start the watches (on the running event loop)."""
+        self._changes.wake = wake
+        self._watch.start()
+
+    def take_changes(self, now: datetime) -> Changes:
+        return self._changes.take()
+
+    def next_change(self) -> datetime | None:
+        return None  # changes arrive by WATCH, never by time alone
+
     async def aclose(self) -> None:
+        await self._watch.aclose()
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()

@@ -153,9 +153,13 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="Seconds a replica's claim on a deployment lasts."
     )
     reconcile_resync_seconds: float = Field(
-        default=10.0,
+        default=3600.0,
         ge=0,
-        description="A Running instance with no timer pending is observed again this often.",
+        description="Safety net: a Running instance with no timer pending is observed again "
+        "this often even when its cluster reported no change of it (clusters report changes: "
+        "the Kubernetes watch, the simulated timeline), at a slot of its own so the fleet's "
+        "resyncs are spread evenly over the period; every instance is also observed at "
+        "start-up and after a cluster's watch was re-established.",
     )
     reconcile_concurrency: int = Field(
         default=8, ge=1, le=256, description="Backend calls in flight at once."

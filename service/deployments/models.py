@@ -10,6 +10,9 @@ Tables:
 - `instances`: one row per instance the reconciler created; `desired` = "present" | "absent";
   `condition` is the health machine's InstanceCondition JSON; `lease_*` stop two replicas from
   driving the same instance.
+- `account_instances`: per account, the maxInstances summed over its live deployments (the
+  instances quota's count, usage.py), maintained by `transitions` on deploy, rescale and
+  undeploy so a deploy reads one row whatever the fleet.
 - `autoscale_state`: the autoscaler's memory per deployment (samples, last request seen),
   compare-and-set by `revision`.
 - `deployment_spec_revisions`: every accepted `configuration` (+ `helmValidationPolicy`) of a
@@ -274,3 +277,12 @@ class DeploymentHistory(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     removed_at: Mapped[datetime] = mapped_column(UTCDateTime())
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class AccountInstances(Base):
+    """The maxInstances of an account's live deployments, summed (usage.py)."""
+
+    __tablename__ = "account_instances"
+
+    account_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    deployed: Mapped[int] = mapped_column(Integer, default=0, nullable=False)

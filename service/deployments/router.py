@@ -30,7 +30,7 @@ from service.core.errors import (
 )
 from service.core.http import inline_body_doc, parse_uuid, parse_uuids, read_json
 from service.core.pagination import Limit, make_page
-from service.deployments import rendering, revisions, service
+from service.deployments import rendering, revisions, service, usage
 from service.deployments.models import Deployment
 from service.deployments.router_common import SPEC_PATH, Deployer
 from service.deployments.schemas import (
@@ -206,7 +206,7 @@ async def _instances_quota(
     if sum(new_max) <= sum(s.max_instances for s in replaced):
         return
     await app_state(request).quotas.instances.check(
-        lambda: service.deployed_instances(
+        lambda: usage.deployed_instances(
             session, principal.account_id, excluding=[s.id for s in replaced]
         ),
         lambda: lock_account(session, principal.account_id),

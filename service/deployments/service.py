@@ -530,25 +530,6 @@ def stored_spec(spec: DeploymentSpec) -> StoredSpec:
     )
 
 
-async def deployed_instances(
-    session: AsyncSession, account_id: str, *, excluding: Iterable[uuid.UUID] = ()
-) -> int:
-    """maxInstances summed over the account's live deployments (the instances quota), leaving
-    out the specifications `excluding`."""
-    stmt = (
-        select(func.coalesce(func.sum(DeploymentSpec.max_instances), 0))
-        .join(Deployment, Deployment.id == DeploymentSpec.deployment_id)
-        .where(
-            Deployment.account_id == account_id,
-            Deployment.desired == DeploymentDesired.DEPLOYED,
-        )
-    )
-    skip = list(excluding)
-    if skip:
-        stmt = stmt.where(DeploymentSpec.id.not_in(skip))
-    return int((await session.execute(stmt)).scalar_one())
-
-
 async def running_counts(session: AsyncSession, deployment_id: uuid.UUID) -> dict[uuid.UUID, int]:
     """Running, wanted instances per specification of the deployment."""
     stmt = (
@@ -588,6 +569,7 @@ async def apply_scaling(
     the version status when something changed. Returns whether anything changed."""
     specs = {s.id: s for s in deployment.specs}
     described: list[str] = []
+    max_before = sum(s.max_instances for s in deployment.specs)
     for change in changes:
         spec = specs[change.spec_id]
         parts: list[str] = []
@@ -607,7 +589,8 @@ async def apply_scaling(
     if not described:
         return False
     now = utcnow()
-    transitions.rescale(deployment, session, "; ".join(described), now)
+    added = sum(s.max_instances for s in deployment.specs) - max_before
+    await transitions.rescale(deployment, session, "; ".join(described), now, added_max=added)
     if version is not None:
         running = await running_counts(session, deployment.id)
         progress = [

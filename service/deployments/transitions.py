@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
 from service.core.schemas import iso_z
-from service.deployments import history
+from service.deployments import history, usage
 from service.deployments.events import record_event
 from service.deployments.models import (
     AutoscaleState,
@@ -157,6 +157,9 @@ async def deploy(
     deployment.due_at = now
     session.add(deployment)
     await session.flush()
+    await usage.adjust(
+        session, deployment.account_id, sum(s.max_instances for s in deployment.specs)
+    )
     session.add_all(
         SpecRevision(
             spec_id=spec.id,
@@ -180,8 +183,18 @@ async def deploy(
     await set_version_status(session, deployment.id, version, status, now)
 
 
-def rescale(deployment: Deployment, session: AsyncSession, described: str, now: datetime) -> None:
-    """New scaling values were set on the deployment's specs: record them, wake the work."""
+async def rescale(
+    deployment: Deployment,
+    session: AsyncSession,
+    described: str,
+    now: datetime,
+    *,
+    added_max: int = 0,
+) -> None:
+    """New scaling values were set on the deployment's specs (their maxInstances grew by
+    `added_max`, negative when they shrank): record them, wake the work."""
+    if deployment.desired == DeploymentDesired.DEPLOYED:
+        await usage.adjust(session, deployment.account_id, added_max)
     _changed(deployment, now)
     record_event(session, deployment.id, "scaling", described)
 
@@ -229,6 +242,10 @@ async def undeploy(
     """Mark the deployment `deleting` (the reconciler tears its instances down, then removes
     it) and turn the version INACTIVE at once. `drain` (graceful): its Running instances
     first finish the requests in flight and queued (bounded by the drain timeout)."""
+    if deployment.desired == DeploymentDesired.DEPLOYED:
+        await usage.adjust(
+            session, deployment.account_id, -sum(s.max_instances for s in deployment.specs)
+        )
     deployment.desired = DeploymentDesired.DELETING
     deployment.drain_since = now if drain else None
     _changed(deployment, now)

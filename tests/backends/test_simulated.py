@@ -749,3 +749,65 @@ async def test_only_a_mount_at_var_secrets_shows_the_names() -> None:
     assert sim._secret_names(instance(2).namespace) == []
     await sim.apply(instance(3), [mounted(deployment())])  # mounted, no such Secret
     assert sim._secret_names(instance(3).namespace) == []
+
+
+# ------------------------------------------------------------------------------ change feed
+
+
+async def test_the_change_feed_reports_each_step_of_the_timeline_and_nothing_between() -> None:
+    """Scheduled at 1 s, running at 3 s, Ready at 6 s: the instance is reported changed at
+    those moments only; a healthy Ready pod never again by time alone; the feed says when the
+    next step is due."""
+    clock = FakeClock()
+    sim = cluster(clock)
+    await sim.apply(instance(1), [deployment(), service()])
+    reported: list[float] = []
+    for second in range(0, 40):
+        now = clock.set(second / 2)
+        if sim.take_changes(now).instance_ids == {"inst-1"}:
+            reported.append(second / 2)
+    assert reported == [1.0, 3.0, 6.0]
+    assert sim.next_change() is None
+
+
+async def test_a_crash_loop_is_reported_at_each_crash_and_restart() -> None:
+    """Running at 3 s, crashes after readySeconds (6 s), restarts after kubelet's back-off of
+    3 s (9 s), crashes again at 12 s, restarts after 6 s (18 s)..."""
+    clock = FakeClock()
+    sim = cluster(clock)
+    await sim.apply(instance(1), faulty("CrashLoopBackOff"))
+    reported: list[float] = []
+    for second in range(0, 50):
+        now = clock.set(second / 2)
+        if sim.take_changes(now).instance_ids:
+            reported.append(second / 2)
+    assert reported == [1.0, 3.0, 6.0, 9.0, 12.0, 18.0, 21.0]
+    assert sim.next_change() == T0 + timedelta(seconds=33)
+
+
+def ready(observed: ObservedState) -> bool:
+    return all(c.ready for p in observed.pods for c in p.container_statuses)
+
+
+async def test_annotating_a_fault_on_a_running_instance_changes_it_at_once() -> None:
+    clock = FakeClock()
+    sim = cluster(clock)
+    await sim.apply(instance(1), [deployment(), service()])
+    await sim.apply(instance(2), [deployment(), service()])
+    clock.set(10)
+    sim.take_changes(clock.now)
+    assert ready(await sim.observe(instance(1)))
+    woken: list[bool] = []
+    sim.watch_changes(lambda: woken.append(True))
+    assert await sim.annotate_pods("inst-1", {"sim.nvcf.io/fault": "NeverReady"}) == 1
+    assert woken and sim.take_changes(clock.now).instance_ids == {"inst-1"}
+    assert not ready(await sim.observe(instance(1)))
+    assert ready(await sim.observe(instance(2)))
+    # removing the fault: Ready again
+    assert await sim.annotate_pods("inst-1", {"sim.nvcf.io/fault": None}) == 1
+    assert sim.take_changes(clock.now).instance_ids == {"inst-1"}
+    assert ready(await sim.observe(instance(1)))
+    # the instance's namespace is gone: nothing to annotate, nothing reported
+    await sim.delete(instance(1))
+    assert await sim.annotate_pods("inst-1", {"sim.nvcf.io/fault": "NeverReady"}) == 0
+    assert sim.take_changes(clock.now).instance_ids == set()

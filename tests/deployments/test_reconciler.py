@@ -94,7 +94,7 @@ async def test_idle_active_deployment_is_not_observed_until_resync(harness: Harn
         assert report.reconciled == 0 and report.deployments == 0
         harness.clock.advance(1)
     assert calls == []
-    harness.clock.advance(60)
+    harness.clock.advance(90)  # the instance's resync slot: half to one and a half periods
     report = await rec.run_once()
     assert report.reconciled == 1 and len(calls) == 1
     assert await harness.status(dep) == "ACTIVE"

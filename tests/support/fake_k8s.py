@@ -5,8 +5,12 @@ adapter uses: server-side apply (`PATCH` with `application/apply-patch+yaml`: cr
 bumping `resourceVersion` only when the applied configuration changes), `GET`, `LIST` (label
 and field selectors, list `resourceVersion`, items without `kind`/`apiVersion` as a real server
 sends them), `DELETE` (a namespace goes `Terminating` first and disappears on a later `GET`) and
-the discovery documents. Every request must carry the bearer token of the kubeconfig the server
-writes. Failures are real `Status` objects.
+the discovery documents, and WATCH (`?watch=true` on a list path: a chunked stream of
+`{"type", "object"}` lines from `resourceVersion` on — every existing object as ADDED when it
+is not given — ended cleanly at `timeoutSeconds`; a version older than the last
+`compact()` answers 410 Gone as etcd compaction does, and `drop_watches()` cuts every open
+stream mid-body, as a lost connection). Every request must carry the bearer token of the
+kubeconfig the server writes. Failures are real `Status` objects.
 
 There are no controllers: tests play them by adding objects (`add_object`: pods, ReplicaSets,
 events, nodes) and setting statuses (`set_status`), usually from the `kubectl get -o json`
@@ -33,6 +37,7 @@ import itertools
 import json
 import re
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -97,6 +102,7 @@ _PROXY = re.compile(
     r"(?P<rest>/.*)?$"
 )
 _BY_KIND = {(r.api_version, r.kind): r for r in RESOURCES}
+_BY_PATH_KEY = {(r.api_version, r.plural): r for r in RESOURCES}
 
 
 # ------------------------------------------------------------------------------ Status bodies
@@ -287,6 +293,11 @@ class FakeKubernetes:
         self._logs: dict[tuple[str, str, str, bool], list[tuple[datetime, str]]] = {}
         self._log_ended: set[tuple[str, str, str]] = set()
         self._log_written = threading.Condition(self._lock)
+        # WATCH: every change as (resourceVersion, type, key, object), oldest first
+        self._history: list[tuple[int, str, tuple[str, str, str, str], dict[str, Any]]] = []
+        self._changed = threading.Condition(self._lock)
+        self._compacted = 0
+        self._drops = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -321,6 +332,8 @@ class FakeKubernetes:
         with self._lock:
             for hold in self._holds:
                 hold.release.set()
+            self._drops += 1
+            self._changed.notify_all()
         httpd, self._httpd = self._httpd, None
         if httpd is not None:
             httpd.shutdown()
@@ -399,7 +412,9 @@ class FakeKubernetes:
             metadata.setdefault("uid", str(uuid.uuid4()))
             metadata.setdefault("creationTimestamp", _now())
             metadata["resourceVersion"] = self._next_rv()
-            self._objects[self._key(resource, metadata.get("namespace"), metadata["name"])] = stored
+            key = self._key(resource, metadata.get("namespace"), metadata["name"])
+            self._record("MODIFIED" if key in self._objects else "ADDED", key, stored)
+            self._objects[key] = stored
         return copy.deepcopy(stored)
 
     def set_status(self, kind: str, namespace: str | None, name: str, status: Any) -> None:
@@ -411,6 +426,7 @@ class FakeKubernetes:
             stored = self._objects[self._key(resource, namespace, name)]
             stored["status"] = copy.deepcopy(status)
             stored["metadata"]["resourceVersion"] = self._next_rv()
+            self._record("MODIFIED", self._key(resource, namespace, name), stored)
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         """A stored object by kind (`Deployment`) or plural (`deployments`)."""
@@ -433,8 +449,7 @@ class FakeKubernetes:
         """Drop an object behind the adapter's back (someone ran `kubectl delete`)."""
         with self._lock:
             key = self._key(self._resource_of_kind(kind), namespace, name)
-            self._objects.pop(key, None)
-            self._applied.pop(key, None)
+            self._forget(key)
 
     def finish_namespace_deletion(self, name: str) -> None:
         """Purge a terminating namespace and everything in it (the namespace controller)."""
@@ -469,11 +484,35 @@ class FakeKubernetes:
             self._log_ended.add((namespace, pod, container))
             self._log_written.notify_all()
 
+    def compact(self) -> None:
+        """Forget the history: a WATCH from an older resourceVersion answers 410 Gone."""
+        with self._lock:
+            self._compacted = self._last_rv
+            self._history.clear()
+
+    def drop_watches(self) -> None:
+        """Cut every open WATCH stream mid-body (the connection to the API server was lost)."""
+        with self._lock:
+            self._drops += 1
+            self._changed.notify_all()
+
+    def watches(self) -> list[RecordedRequest]:
+        """The WATCH requests, in order."""
+        return [r for r in self.requests if r.query.get("watch") in ("true", "1")]
+
     def patches(self) -> list[str]:
         """Paths of the apply PATCH requests, in order."""
         return [r.path for r in self.requests if r.method == "PATCH"]
 
     # ------------------------------------------------------------------ internals
+
+    def _record(self, kind: str, key: tuple[str, str, str, str], obj: dict[str, Any]) -> None:
+        """Keep a change for WATCH streams (the lock is held)."""
+        event = copy.deepcopy(obj)
+        resource = _BY_PATH_KEY[(key[0], key[1])]
+        event["kind"], event["apiVersion"] = resource.kind, resource.api_version
+        self._history.append((int(event["metadata"]["resourceVersion"]), kind, key, event))
+        self._changed.notify_all()
 
     def _next_rv(self) -> str:
         self._last_rv = next(self._rv)
@@ -490,13 +529,17 @@ class FakeKubernetes:
                 return r
         raise KeyError(kind)
 
+    def _forget(self, key: tuple[str, str, str, str]) -> None:
+        obj = self._objects.pop(key, None)
+        self._applied.pop(key, None)
+        if obj is not None:
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+            self._record("DELETED", key, obj)
+
     def _purge(self, namespace: str) -> None:
         for key in [k for k in self._objects if k[2] == namespace]:
-            self._objects.pop(key, None)
-            self._applied.pop(key, None)
-        ns_key = self._key(_BY_KIND[("v1", "Namespace")], None, namespace)
-        self._objects.pop(ns_key, None)
-        self._applied.pop(ns_key, None)
+            self._forget(key)
+        self._forget(self._key(_BY_KIND[("v1", "Namespace")], None, namespace))
         self._reads_left.pop(namespace, None)
 
     def _handle(self, req: BaseHTTPRequestHandler) -> None:
@@ -533,6 +576,12 @@ class FakeKubernetes:
             hold.release.wait(timeout=30)
         if req.headers.get("Authorization") != f"Bearer {self.token}":
             code, payload = 401, status_body(401, "Unauthorized", "Unauthorized")
+        elif method == "GET" and query.get("watch") in ("true", "1"):
+            route = self._route(path)
+            if route is not None and route[2] is None:
+                self._watch(req, route[0], route[1], query)
+                return
+            code, payload = 404, status_body(404, "NotFound", "the server could not find it")
         else:
             code, payload = self._dispatch(method, path, query, content_type, body)
         data = json.dumps(payload).encode()
@@ -544,6 +593,75 @@ class FakeKubernetes:
             req.wfile.write(data)
         except OSError:
             pass  # the client gave up (timeout test)
+
+    def _watch(
+        self,
+        req: BaseHTTPRequestHandler,
+        resource: Resource,
+        namespace: str | None,
+        query: dict[str, str],
+    ) -> None:
+        """Stream the changes of a list path as a real API server does (chunked JSON lines)."""
+        timeout = float(query.get("timeoutSeconds") or 1800)
+        deadline = time.monotonic() + timeout
+
+        def matches(key: tuple[str, str, str, str], obj: Mapping[str, Any]) -> bool:
+            if (key[0], key[1]) != (resource.api_version, resource.plural):
+                return False
+            if namespace is not None and key[2] != namespace:
+                return False
+            labels = {str(k): str(v) for k, v in (obj["metadata"].get("labels") or {}).items()}
+            if "labelSelector" in query and not labels_match(query["labelSelector"], labels):
+                return False
+            return "fieldSelector" not in query or fields_match(query["fieldSelector"], obj)
+
+        with self._lock:
+            given = query.get("resourceVersion")
+            since = int(given) if given else self._last_rv
+            if since < self._compacted:
+                message = f"too old resource version: {since} ({self._compacted})"
+                self._reply(req, 410, status_body(410, "Expired", message))
+                return
+            drops = self._drops
+            pending: list[dict[str, Any]] = []
+            if not given:  # no version: the current state first, as ADDED
+                for key, obj in sorted(self._objects.items()):
+                    if matches(key, obj):
+                        added = copy.deepcopy(obj)
+                        added["kind"], added["apiVersion"] = resource.kind, resource.api_version
+                        pending.append({"type": "ADDED", "object": added})
+        req.protocol_version = "HTTP/1.1"
+        try:
+            req.send_response(200)
+            req.send_header("Content-Type", "application/json")
+            req.send_header("Transfer-Encoding", "chunked")
+            req.send_header("Connection", "close")
+            req.end_headers()
+            while True:
+                for event in pending:
+                    data = (json.dumps(event) + "\n").encode()
+                    req.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                req.wfile.flush()
+                with self._lock:
+                    while True:
+                        if self._drops != drops:
+                            return  # cut mid-body: no final chunk
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            req.wfile.write(b"0\r\n\r\n")
+                            return
+                        news = [
+                            (rv, kind, obj)
+                            for rv, kind, key, obj in self._history
+                            if rv > since and matches(key, obj)
+                        ]
+                        if news:
+                            break
+                        self._changed.wait(min(left, 0.5))
+                    since = news[-1][0]
+                    pending = [{"type": k, "object": copy.deepcopy(o)} for _, k, o in news]
+        except OSError:
+            pass  # the client went away
 
     def _proxy(self, req: BaseHTTPRequestHandler, method: str, match: re.Match[str]) -> None:
         """The API server's service proxy: forward the request to the Service's endpoint."""
@@ -954,6 +1072,7 @@ class FakeKubernetes:
                 obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
             self._objects[key] = obj
             self._applied[key] = canonical
+            self._record("ADDED", key, obj)
             return 201, copy.deepcopy(obj)
         if self._applied.get(key) == canonical:
             return 200, copy.deepcopy(existing)  # nothing changed: same resourceVersion
@@ -980,6 +1099,7 @@ class FakeKubernetes:
         meta["managedFields"] = managed
         self._objects[key] = merged
         self._applied[key] = canonical
+        self._record("MODIFIED", key, merged)
         return 200, copy.deepcopy(merged)
 
     def _delete(
@@ -1003,9 +1123,9 @@ class FakeKubernetes:
             obj["metadata"]["resourceVersion"] = self._next_rv()
             obj["status"] = {"phase": "Terminating"}
             self._reads_left[name] = self.terminating_reads
+            self._record("MODIFIED", key, obj)
             return 200, copy.deepcopy(obj)
-        self._objects.pop(key, None)
-        self._applied.pop(key, None)
+        self._forget(key)
         return 200, {
             "kind": "Status",
             "apiVersion": "v1",

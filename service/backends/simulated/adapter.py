@@ -2,6 +2,10 @@
 applied objects per instance namespace, creates the pods of workloads, and hands them to the
 scheduler; observe/objects render the namespace's status at the clock's `now`.
 
+It is a change feed (backends/changes.py): the scheduler's decisions, the steps of each pod's
+timeline (`timeline.next_change`) and fault annotations (`annotate_pods`) mark the instance
+whose simulated state changed, so the reconciler re-observes only those.
+
 `endpoint` answers with the built-in simulated worker (simulated/worker.py, in process), or,
 when the cluster names an `upstream` server, with that real server for every instance.
 """
@@ -9,11 +13,13 @@ when the cluster names an `upstream` server, with that real server for every ins
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from service.backends.changes import ChangeLog, Changes
 from service.backends.http1 import AnswerBounds, Http1Endpoint, Http1Pool
 from service.backends.logs import LogLine, LogRequest
 from service.backends.logs.simulated import SimulatedLogBook, Snapshot
@@ -33,6 +39,7 @@ from service.backends.simulated.model import (
     FAULT_ANNOTATION,
     FAULT_INSTANCES_ANNOTATION,
     FAULTS,
+    PROGRESS_DEADLINE_DEFAULT,
     READY_AFTER_ANNOTATION,
     WORKLOAD_KINDS,
     Clock,
@@ -47,8 +54,8 @@ from service.backends.simulated.model import (
     utc_now,
 )
 from service.backends.simulated.scheduler import Scheduler
-from service.backends.simulated.status import StatusRenderer
-from service.backends.simulated.timeline import PodTimeline
+from service.backends.simulated.status import StatusRenderer, min_ready_seconds
+from service.backends.simulated.timeline import PodTimeline, next_change
 from service.backends.simulated.worker import (
     SimulatedEndpoint,
     SimulatedWorkers,
@@ -56,7 +63,7 @@ from service.backends.simulated.worker import (
 )
 from service.backends.worker import HttpxEndpoint, WorkerEndpoint, WorkerPort, network_client
 from service.core.jsoncopy import copy_json
-from service.core.kube import is_nvlink
+from service.core.kube import instance_namespace, is_nvlink
 from service.core.numbers import natural
 from service.health.observed import ObjectRef, ObservedState
 
@@ -105,13 +112,19 @@ class SimulatedAdapter:
             timeline=timeline,
         )
         self._status = StatusRenderer(name, timeline, self._scheduler.node_index)
+        self._timeline = timeline
+        self._changes = ChangeLog()
+        #: (when, namespace): the next step of each namespace's timeline; `_step_at` holds
+        #: the current one (heap entries that differ from it are stale)
+        self._steps: list[tuple[datetime, str]] = []
+        self._step_at: dict[str, datetime] = {}
 
     # ------------------------------------------------------------------ public interface
 
     async def apply(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
         async with self._lock:
             now = self._now()
-            self._scheduler.advance(now)
+            self._advance(now)
             ns = self._namespaces.get(instance.namespace)
             if ns is None:
                 ns = Namespace(instance=instance, created_at=now)
@@ -126,7 +139,8 @@ class SimulatedAdapter:
                 ns.objects[ref] = stored
                 if ref.kind in WORKLOAD_KINDS:
                     self._reconcile_workload(ns, ref, stored, now)
-            self._scheduler.advance(now)
+            self._advance(now)
+            self._schedule_step(ns, now)
 
     async def update_objects(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
         """Replace objects of an applied instance in place (its Secret on a rotation): pods
@@ -154,7 +168,7 @@ class SimulatedAdapter:
     async def observe(self, instance: InstanceSpec) -> ObservedState:
         async with self._lock:
             now = self._now()
-            self._scheduler.advance(now)
+            self._advance(now)
             ns = self._namespaces.get(instance.namespace)
             if ns is None:
                 return ObservedState()
@@ -171,9 +185,10 @@ class SimulatedAdapter:
     async def delete(self, instance: InstanceSpec) -> bool:
         async with self._lock:
             now = self._now()
-            self._scheduler.advance(now)
+            self._advance(now)
             ns = self._namespaces.pop(instance.namespace, None)
             self._secret_names_of.pop(instance.namespace, None)
+            self._step_at.pop(instance.namespace, None)
             self._workers.health_paths.pop(instance.namespace, None)
             self._logbook.forget(instance.namespace)
             if ns is not None:
@@ -181,12 +196,12 @@ class SimulatedAdapter:
                     self._scheduler.remove(pod)
                     self._scheduler.release(pod)
             # Freed GPUs go to pods that were waiting for them, as the scheduler would.
-            self._scheduler.advance(now)
+            self._advance(now)
             return True
 
     async def capacity(self) -> Capacity:
         async with self._lock:
-            self._scheduler.advance(self._now())
+            self._advance(self._now())
             free = self._scheduler.free_after_queued_pods()
             shapes: list[ShapeCapacity] = []
             index = 0
@@ -205,7 +220,7 @@ class SimulatedAdapter:
         """The instance namespace's objects with their status, as `kubectl get -o json` shows."""
         async with self._lock:
             now = self._now()
-            self._scheduler.advance(now)
+            self._advance(now)
             ns = self._namespaces.get(instance.namespace)
             # snapshots share nested parts with the stored state: the caller gets its own copy
             return copy_json(self._status.snapshot(ns, now)[0]) if ns is not None else []
@@ -245,6 +260,112 @@ class SimulatedAdapter:
 
     def _printed(self, namespace: str, text: str) -> None:
         self._logbook.print(namespace, self._now(), text)
+
+    async def annotate_pods(self, instance_id: str, annotations: Mapping[str, str | None]) -> int:
+        """Set (None: remove) annotations on the running pods of an instance, as `kubectl
+        annotate pod` would; `sim.nvcf.io/fault` changes the pods' fault from now on. The
+        number of pods annotated (0: the instance is not on this cluster)."""
+        fault_given = FAULT_ANNOTATION in annotations
+        fault = annotations.get(FAULT_ANNOTATION)
+        if fault is not None and fault not in FAULTS:
+            expected = ", ".join(sorted(FAULTS))
+            raise AdapterError(
+                f"unknown {FAULT_ANNOTATION} {fault!r}; expected one of {expected}",
+                retryable=False,
+            )
+        async with self._lock:
+            now = self._now()
+            self._advance(now)
+            ns = self._namespaces.get(instance_namespace(instance_id))
+            if ns is None:
+                return 0
+            for pod in ns.pods.values():
+                for key, value in annotations.items():
+                    if value is None:
+                        pod.annotations.pop(key, None)
+                    else:
+                        pod.annotations[key] = value
+                if fault_given:
+                    pod.fault = fault
+            self._changes.mark(ns.instance.instance_id)
+            self._schedule_step(ns, now)
+            return len(ns.pods)
+
+    # ------------------------------------------------------------------ change feed
+
+    def watch_changes(self, wake: Callable[[], None]) -> None:
+        self._changes.wake = wake
+
+    def take_changes(self, now: datetime) -> Changes:
+        """The instances whose simulated state changed by `now`: scheduler decisions, fault
+        annotations, and timeline steps that came due."""
+        now = now if now.tzinfo is not None else now.replace(tzinfo=UTC)
+        self._advance(now)
+        steps = self._steps
+        while steps and steps[0][0] <= now:
+            when, name = heapq.heappop(steps)
+            if self._step_at.get(name) != when:
+                continue  # superseded
+            del self._step_at[name]
+            ns = self._namespaces.get(name)
+            if ns is not None:
+                self._changes.mark(ns.instance.instance_id)
+                self._schedule_step(ns, now)
+        return self._changes.take()
+
+    def next_change(self) -> datetime | None:
+        steps = self._steps
+        while steps and self._step_at.get(steps[0][1]) != steps[0][0]:
+            heapq.heappop(steps)  # superseded
+        times = [steps[0][0]] if steps else []
+        eligible = self._scheduler.next_eligible()
+        if eligible is not None:
+            times.append(eligible)
+        return min(times, default=None)
+
+    def _advance(self, now: datetime) -> None:
+        """Bring the scheduler to `now`; the namespaces of pods it bound (or found
+        unschedulable) changed."""
+        self._scheduler.advance(now)
+        decided = self._scheduler.decided
+        if not decided:
+            return
+        self._scheduler.decided = []
+        for pod in decided:
+            ns = self._namespaces.get(pod.namespace)
+            if ns is not None and not pod.removed:
+                self._changes.mark(ns.instance.instance_id)
+                self._schedule_step(ns, now)
+
+    def _schedule_step(self, ns: Namespace, now: datetime) -> None:
+        """Remember when the namespace's rendered state changes next by time alone."""
+        name = ns.instance.namespace
+        when = self._next_step(ns, now)
+        if when is None:
+            self._step_at.pop(name, None)
+        elif self._step_at.get(name) != when:
+            self._step_at[name] = when
+            heapq.heappush(self._steps, (when, name))
+
+    def _next_step(self, ns: Namespace, now: datetime) -> datetime | None:
+        times = [t for t in (next_change(self._timeline, p, now) for p in ns.pods.values()) if t]
+        for ref, workload in ns.workloads.items():
+            if ref.kind not in ("Deployment", "ReplicaSet", "StatefulSet"):
+                continue
+            obj = ns.objects.get(ref) or {}
+            min_ready = timedelta(seconds=min_ready_seconds(obj))
+            pods = [ns.pods[p] for p in workload.pods if p in ns.pods]
+            ready = [self._timeline.first_ready_at(p) for p in pods]
+            available = [t + min_ready for t in ready if t is not None]
+            times += available
+            if ref.kind == "Deployment":
+                spec = as_map(obj.get("spec"))
+                deadline = workload.created_at + timedelta(
+                    seconds=float(spec.get("progressDeadlineSeconds", PROGRESS_DEADLINE_DEFAULT))
+                )
+                if len(available) < len(ready) or any(t > deadline for t in available):
+                    times.append(deadline)
+        return min((t for t in times if t > now), default=None)
 
     def _runs(self, namespace: str) -> bool:
         return namespace in self._namespaces
@@ -412,6 +533,7 @@ class SimulatedAdapter:
             created_at=now,
             gpus=gpu_request(spec),
             fault=self._fault(ns, workload, annotations),
+            namespace=ns.instance.namespace,
             ready_after=(parse_duration(ready_after) if ready_after else self.delays.ready_seconds),
             fail_after=parse_duration(fail_after) if fail_after else DEFAULT_FAIL_AFTER,
         )

@@ -114,6 +114,7 @@ class SimPod:
     removed: bool = False  # no longer in its namespace (deleted, replaced or overwritten)
     matching: tuple[int, ...] | None = None  # indices of nodes its affinity allows (cached)
     matching_set: frozenset[int] | None = None  # the same, for membership tests
+    namespace: str = ""
 
     @property
     def restart_policy(self) -> str:

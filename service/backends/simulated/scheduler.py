@@ -42,6 +42,8 @@ class Scheduler:
         self._waiting: dict[int, SimPod] = {}
         self._finishing: list[tuple[datetime, int, SimPod]] = []
         self._gpus_freed = False
+        #: pods bound or found unschedulable since the adapter last took them (change feed)
+        self.decided: list[SimPod] = []
         self._matching_cache: dict[str, tuple[tuple[int, ...], frozenset[int]]] = {}
         # Node indices (ascending) by free GPUs, so best fit looks at the fullest nodes that
         # still fit first instead of at every node: a pod costs what it binds, not the cluster.
@@ -131,6 +133,7 @@ class Scheduler:
             if index is None:
                 pod.unschedulable_since = pod.unschedulable_since or eligible
                 pod.schedule_message = message
+                self.decided.append(pod)
                 if pod.fault != "Unschedulable":  # that fault never schedules: no retries
                     self._waiting[pod.seq] = pod
                 continue
@@ -139,9 +142,16 @@ class Scheduler:
             pod.node = self.nodes[index].name
             # Retried pods bind when room appeared; `now` is the call that freed it.
             pod.scheduled_at = eligible if pod.unschedulable_since is None else now
+            self.decided.append(pod)
             finished = self.timeline.terminal_at(pod)
             if finished is not None:
                 heapq.heappush(finishing, (finished, pod.seq, pod))
+
+    def next_eligible(self) -> datetime | None:
+        """When the first queued pod becomes eligible for scheduling (None: none queued)."""
+        if not self._queued:
+            return None
+        return self._queued[0][0] + secs(self.timeline.delays.schedule_seconds)
 
     def _matching(self, pod: SimPod) -> tuple[int, ...]:
         """Indices of the nodes the pod's node selector and affinity allow, in node order."""

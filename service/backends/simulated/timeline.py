@@ -201,3 +201,46 @@ class PodTimeline:
             if now < run_end:
                 state = {"running": {"startedAt": ts(run_start)}}
                 return ContainerTimeline("Running", state, False, launched, restarts, last)
+
+
+def next_change(timeline: PodTimeline, pod: SimPod, now: datetime) -> datetime | None:
+    """The next moment after `now` at which a bound pod's rendered state changes by time
+    alone (None: never again, or not bound: binding is the scheduler's change). Covers every
+    moment `PodTimeline.main` and the pod's rendering switch at."""
+    if pod.scheduled_at is None:
+        return None
+    start = timeline.started_at(pod)
+    times = [pod.scheduled_at, timeline.init_done_at(pod), start]
+    if pod.fault == "ImagePullBackOff":
+        times.append(start + secs(max(timeline.delays.pull_seconds, 1.0)))
+    elif timeline.crashes(pod):
+        times.append(_next_crash_step(timeline, pod, start, now))
+    elif pod.in_job:
+        times.append(start + secs(pod.ready_after))
+    elif pod.fault != "NeverReady":
+        ready = start + secs(pod.ready_after)
+        times.append(ready)
+        if pod.fault == "FailAfterReady":
+            times.append(ready + secs(pod.fail_after))
+    return min((t for t in times if t > now), default=None)
+
+
+def _next_crash_step(
+    timeline: PodTimeline, pod: SimPod, start: datetime, now: datetime
+) -> datetime:
+    """The next crash or restart of a crash-looping pod after `now` (as `PodTimeline._crash`
+    lays them out)."""
+    run = timeline.run_seconds()
+    end = start + secs(run)
+    if pod.restart_policy == "Never" or end > now:
+        return end
+    base = min(10.0, run)
+    restarts = 0
+    while True:
+        restart = end + secs(min(base * 2**restarts, CRASH_BACKOFF_CAP))
+        if restart > now:
+            return restart
+        restarts += 1
+        end = restart + secs(run)
+        if end > now:
+            return end

@@ -18,7 +18,7 @@ class ReconcilerConfig:
     #: seconds between passes when nothing wakes it (and between polls of starting instances)
     interval: float = _DEFAULTS.reconcile_interval
     lease_seconds: float = _DEFAULTS.reconcile_lease_seconds
-    #: a Running instance with no health timer pending is re-observed at most this often
+    #: safety net: a settled Running instance is re-observed this often (resync.py)
     resync_seconds: float = _DEFAULTS.reconcile_resync_seconds
     #: units of work in flight at once (1 on SQLite, which has a single writer)
     concurrency: int = _DEFAULTS.reconcile_concurrency

@@ -2,9 +2,13 @@
 
 An asyncio task of the server, driven only by the database. It wakes on `wake()` (the API
 calls it after committing a change) and otherwise every `interval` seconds or at the next
-health timer of an instance it drives. A pass reads what is due — deployments whose desired
-state changed or that have not settled, instances due for a health check or a resync — and
-nothing else, so an idle fleet costs nothing per pass. Running instances that are due only for
+health timer of an instance it drives, or when an adapter's change feed has news (a watch
+event, a step of the simulated timeline: backends/changes.py). A pass first makes the
+instances the feeds report changed due, then reads what is due — deployments whose desired
+state changed or that have not settled, instances due for a health check, a change or their
+safety-net resync (resync.py: a long period, spread evenly; everything at start-up and on a
+cluster whose watch was re-established) — and nothing else, so an idle fleet costs nothing
+per pass. Running instances that are due only for
 a resync and whose lease this process holds are re-observed without a database round trip;
 everything else goes to units of work (unit.py) in batches.
 
@@ -28,10 +32,11 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from service.backends.changes import ChangeFeed
 from service.backends.protocol import AdapterError
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
@@ -44,6 +49,7 @@ from service.deployments.reconcile.config import ReconcilerConfig
 from service.deployments.reconcile.drain import Activity
 from service.deployments.reconcile.owner import OwnerId, fresh_owner
 from service.deployments.reconcile.placement import CapacityView
+from service.deployments.reconcile.resync import next_resync
 from service.deployments.reconcile.store import DueInstance, ReconcileStore
 from service.deployments.reconcile.unit import Clock, Memory, Runtime, UnitOfWork
 from service.health.machine import InstanceCondition, Phase, evaluate
@@ -104,6 +110,8 @@ class Reconciler:
         self.on_running: Callable[[], None] | None = None
         self.on_draining: Callable[[uuid.UUID], None] | None = None
         self._order = random.Random(self.store.owner)  # noqa: S311 - an order, not a secret
+        #: the first pass re-observes every instance (the feeds say nothing about the past)
+        self._resync_all = True
 
     @property
     def owner(self) -> str:
@@ -134,6 +142,9 @@ class Reconciler:
     def start(self) -> None:
         if self._task is None:
             self._stopping = False
+            for _, adapter in self.registry.items():
+                if isinstance(adapter, ChangeFeed):
+                    adapter.watch_changes(self.wake)
             self._task = asyncio.create_task(self._loop(), name="nvcf-reconciler")
 
     async def stop(self) -> None:
@@ -164,15 +175,44 @@ class Reconciler:
 
     def _sleep_seconds(self) -> float:
         wait = self.config.interval
+        now = self._clock()
         if self.memory.next_check:
             due = min(self.memory.next_check.values())
-            wait = min(wait, (due - self._clock()).total_seconds())
+            wait = min(wait, (due - now).total_seconds())
+        for _, adapter in self.registry.items():
+            if isinstance(adapter, ChangeFeed):
+                step = adapter.next_change()
+                if step is not None:
+                    wait = min(wait, (step - now).total_seconds())
         return max(wait, 0.01)
 
     async def request_resync(self) -> int:
         """Make every wanted instance due now, so the next pass re-observes all of them (e.g.
         after a cluster was restored); the number of instances made due."""
         return await self.store.all_due(self._clock())
+
+    async def _take_changes(self, now: datetime) -> None:
+        """Make due what the adapters' change feeds report: the changed instances, or every
+        instance of a cluster whose feed may have missed changes (and all at start-up)."""
+        changed: list[uuid.UUID] = []
+        resync: list[str] = []
+        for name, adapter in self.registry.items():
+            if not isinstance(adapter, ChangeFeed):
+                continue
+            changes = adapter.take_changes(now)
+            if changes.resync:
+                resync.append(name)
+            for instance_id in changes.instance_ids:
+                with contextlib.suppress(ValueError):
+                    changed.append(uuid.UUID(instance_id))
+        if self._resync_all:
+            self._resync_all = False
+            await self.store.resync_due(now)
+        elif resync:
+            log.info("re-observing every instance of %s (its watch was re-established)", resync)
+            await self.store.resync_due(now, resync)
+        if changed:
+            await self.store.mark_due(changed, now)
 
     # ------------------------------------------------------------------ one pass
 
@@ -188,6 +228,7 @@ class Reconciler:
     async def _pass(self) -> PassReport:
         self.passes += 1
         now = self._clock()
+        await self._take_changes(now)
         due_deployments, due_instances = await self.store.due(now, PASS_LIMIT)
         full = [d for d in due_deployments if d not in self.memory.busy]
         report = PassReport(deployments=len(due_deployments))
@@ -249,8 +290,8 @@ class Reconciler:
     ) -> dict[uuid.UUID, datetime] | None:
         """Re-observe Running instances without touching the database: when each is due next,
         or None when something changed (or failed) and the deployment needs a unit of work.
-        The next resync counts from the pass's start, so one statement renews them all."""
-        next_resync = started + timedelta(seconds=self.config.resync_seconds)
+        The next resync is the instance's slot (resync.py)."""
+        period = self.config.resync_seconds
         due: dict[uuid.UUID, datetime] = {}
         for inst_id in instance_ids:
             target, mode, previous = self.memory.resync[inst_id]
@@ -261,6 +302,7 @@ class Reconciler:
                 observed = await adapter.observe(target)
             except AdapterError:
                 return None
+            await asyncio.sleep(0)  # an in-process backend answers without yielding
             now = self._clock()
             cond = evaluate(
                 observed,
@@ -271,7 +313,7 @@ class Reconciler:
             )
             if cond.to_json() != previous:
                 return None
-            due[inst_id] = next_resync
+            due[inst_id] = next_resync(inst_id, started, period)
             if cond.next_check is not None:
                 self.memory.next_check[inst_id] = cond.next_check
                 due[inst_id] = min(due[inst_id], cond.next_check)

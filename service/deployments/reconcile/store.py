@@ -96,6 +96,41 @@ class ReconcileStore:
             )
             return int(getattr(result, "rowcount", 0) or 0)
 
+    async def mark_due(self, ids: Sequence[uuid.UUID], now: datetime) -> None:
+        """Make wanted instances due at `now` (their backend objects changed)."""
+        async with self.sessionmaker() as session, session.begin():
+            for chunk in _chunks(ids):
+                await session.execute(
+                    update(Instance)
+                    .where(
+                        Instance.id.in_(chunk),
+                        Instance.desired == InstanceDesired.PRESENT,
+                        Instance.due_at > now,
+                    )
+                    .values(due_at=now)
+                    .execution_options(synchronize_session=False)
+                )
+
+    async def resync_due(self, now: datetime, clusters: Sequence[str] | None = None) -> int:
+        """Make every wanted instance due at `now` (of some clusters only) that this owner
+        may drive (its own, unleased or expired): a full re-observation; how many."""
+        stmt = update(Instance).where(
+            Instance.desired == InstanceDesired.PRESENT,
+            Instance.due_at > now,
+            or_(
+                Instance.lease_owner.is_(None),
+                Instance.lease_owner == self.owner,
+                Instance.lease_expires_at < now,
+            ),
+        )
+        if clusters is not None:
+            stmt = stmt.where(Instance.cluster.in_(list(clusters)))
+        async with self.sessionmaker() as session, session.begin():
+            result = await session.execute(
+                stmt.values(due_at=now).execution_options(synchronize_session=False)
+            )
+            return int(getattr(result, "rowcount", 0) or 0)
+
     async def known_instance_ids(self) -> frozenset[str]:
         """Every instance id in the database, of every cluster and state."""
         async with self.sessionmaker() as session:

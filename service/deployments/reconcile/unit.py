@@ -14,6 +14,7 @@ state change goes through `service.deployments.transitions`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -48,6 +49,7 @@ from service.deployments.reconcile.placement import (
     permitted_candidates,
     place,
 )
+from service.deployments.reconcile.resync import next_resync
 from service.deployments.reconcile.store import ReconcileStore
 from service.deployments.reconcile.targets import (
     VersionSecrets,
@@ -178,6 +180,9 @@ class UnitOfWork:
         self._loads = await self._drain_loads(claimed)
         for c in claimed:
             await self._drive(c, fresh)
+            # An in-process backend (the simulated cluster) answers without yielding: let the
+            # API's requests in between deployments, not only between units.
+            await asyncio.sleep(0)
         await self._finish(claimed)
         if self.rt.on_draining is not None:
             for c in claimed:
@@ -242,6 +247,7 @@ class UnitOfWork:
             waiting.sort(key=lambda w: (w.spec.preferred_order, w.spec.position, w.row.created_at))
             for w in waiting:
                 await self._place_one(w)
+                await asyncio.sleep(0)
                 if w.placed_on is not None:
                     placed.append(w)
         if not placed:
@@ -541,7 +547,6 @@ class UnitOfWork:
     ) -> list[Instance]:
         """Store what the unit learnt about its instances; the newly failed ones."""
         rt = self.rt
-        resync = timedelta(seconds=rt.config.resync_seconds)
         failures: list[Instance] = []
         for w in work:
             row = rows.get(w.row.id)
@@ -579,7 +584,7 @@ class UnitOfWork:
             else:
                 rt.memory.next_check.pop(row.id, None)
             if running:
-                due: datetime | None = now + resync
+                due: datetime | None = next_resync(row.id, now, rt.config.resync_seconds)
                 if next_check is not None and due is not None and next_check < due:
                     due = next_check
             elif row.desired == InstanceDesired.PRESENT or row.applied:

@@ -135,6 +135,8 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
         Path(settings.data_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
         migrate.upgrade(settings.effective_database_url)
         os.environ["NVCF_AUTO_MIGRATE"] = "false"  # the spawned processes inherit it
+    if processes > 1:
+        os.environ["NVCF_INVOKE_PROCESSES"] = str(processes)  # each process knows it is one
     scheme = "https" if tls else "http"
     what = "the invocation plane" if invocation_only else "serving"
     each = f" ({processes} processes)" if processes > 1 else ""
@@ -188,9 +190,35 @@ def _process_app(*, invocation_only: bool) -> BodyDeadlineMiddleware:
 
     settings = _settings()
     _configure_logging(settings)  # a spawned process starts with none
-    app = create_app(settings, invocation_only=invocation_only)
+    app: Any = create_app(settings, invocation_only=invocation_only)
+    if invocation_only and settings.invoke_processes > 1:
+        app = _ExitOnFailedStart(app)
     freeze_startup_objects(settings.gc_freeze)
     return BodyDeadlineMiddleware(app, timeout=settings.http_body_timeout)
+
+
+class _ExitOnFailedStart:
+    """One of several processes whose start failed (database or Redis unreachable, …) exits
+    with uvicorn's start-up failure status, on which uvicorn's parent stops every process
+    instead of starting a replacement that would fail alike, again and again."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def watched(message: Any) -> None:
+            await send(message)
+            if message["type"] == "lifespan.startup.failed":
+                from uvicorn.config import STARTUP_FAILURE
+
+                logging.shutdown()  # the failure's record written out first
+                os._exit(STARTUP_FAILURE)
+
+        await self.app(scope, receive, watched)
 
 
 def __getattr__(name: str) -> Any:

@@ -478,3 +478,25 @@ def test_invoke_refuses_several_processes_without_redis(tmp_path: Path) -> None:
         assert f"'{bad}' is not a number of processes from 1 to 64" in done.stderr
     done = invoke(NVCF_INVOKE_PROCESSES="0")
     assert done.returncode == 2 and "NVCF_INVOKE_PROCESSES" in done.stderr
+
+
+def test_invoke_stops_every_process_when_one_cannot_start(tmp_path: Path) -> None:
+    """A process of several whose start fails (here: its database is unreachable) stops the
+    server instead of being replaced, again and again, by one that fails alike."""
+    env = {
+        **os.environ,
+        "NVCF_DATA_DIR": str(tmp_path),
+        "NVCF_AUTO_MIGRATE": "false",
+        "NVCF_DATABASE_URL": f"postgresql+psycopg://u:p@127.0.0.1:{free_port()}/nothing",
+        "NVCF_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+    }
+    command = [sys.executable, "-m", "service.cli", "invoke", "--processes", "2"]
+    done = subprocess.run(
+        [*command, "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert "failed to start, stopping the parent process" in done.stdout + done.stderr

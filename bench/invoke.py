@@ -471,7 +471,8 @@ def main() -> None:
                 except subprocess.TimeoutExpired:
                     proc.kill()
 
-        stack.callback(stop_all)
+        stack.callback(shutil.rmtree, tmp, ignore_errors=True)
+        stack.callback(stop_all)  # first: the servers use the files
         echo_port = free_port()
         echo = subprocess.Popen(
             [sys.executable, str(root / "bench" / "echo_server.py"), "--port", str(echo_port)],
@@ -580,7 +581,6 @@ def main() -> None:
             )
             if local is not None and args.pending:
                 memory_check(pool, local[1], local[0].pid, local[2], local[3], args.pending)
-    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

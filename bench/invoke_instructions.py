@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -166,6 +167,7 @@ def main() -> None:
                 proc.wait(60)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

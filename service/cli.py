@@ -1,4 +1,11 @@
-"""`nvcf-server` console script: serve (default), invoke, migrate, create-key, check-catalog."""
+"""`nvcf-server` console script: serve (default), invoke, migrate, create-key, check-catalog.
+
+The servers run on uvicorn from an import string (`serve_app`, `invoke_app`: application
+factories, `HttpProtocol`: the bounded HTTP protocol), so that `nvcf-server invoke --processes
+N` can use uvicorn's own multi-process mode: the port is bound once and shared by N spawned
+processes, each building its own application (its own replica id, queues in Redis) from the
+same settings; SIGTERM to the parent stops them all.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +17,20 @@ import re
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from service.core.durations import parse_timedelta
 from service.core.numbers import natural
 from service.core.settings import Settings, settings_error_line
+
+if TYPE_CHECKING:
+    from service.core.middleware import BodyDeadlineMiddleware
+    from service.core.server import ConnectionLimits
+
+#: the most processes `invoke --processes` (and NVCF_INVOKE_PROCESSES) may start
+MAX_PROCESSES = 64
 
 #: the short form `30d`; its unit letter is the ISO-8601 designator, in the time part or not
 _DURATION = re.compile(r"^([0-9]+)([smhdw])\Z")
@@ -27,6 +42,15 @@ def parse_expiry(value: str) -> timedelta:
         raise argparse.ArgumentTypeError(f"'{value}' is not a duration like 30d, 12h, 90m or 2w")
     number, unit = m.group(1), m.group(2).upper()
     return parse_timedelta(f"PT{number}{unit}" if unit in "HMS" else f"P{number}{unit}")
+
+
+def parse_processes(value: str) -> int:
+    number = natural(value.strip(), max_digits=2)
+    if number is None or not 1 <= number <= MAX_PROCESSES:
+        raise argparse.ArgumentTypeError(
+            f"'{value}' is not a number of processes from 1 to {MAX_PROCESSES}"
+        )
+    return number
 
 
 def _settings() -> Settings:
@@ -64,6 +88,18 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
     from service.core.tls import TlsError
 
     settings = _settings()
+    processes = 1
+    if invocation_only:
+        processes = args.processes or settings.invoke_processes
+        if processes > 1 and not settings.redis_url:
+            print(
+                f"nvcf-server: {processes} invocation processes need NVCF_REDIS_URL: each "
+                "process is its own replica, and replicas share their queues, in-flight counts "
+                "and rate-limit counters only through Redis (in-process dispatch cannot be "
+                "shared); set it, or run one process",
+                file=sys.stderr,
+            )
+            return 2
     notes: list[str] = []
     try:
         tls = _tls_files(args, settings, notes)  # before the slow imports: fails fast
@@ -73,16 +109,7 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
 
     import uvicorn
 
-    from service.app import create_app
     from service.clusters.catalog import CatalogError, load_catalog
-    from service.core.middleware import BodyDeadlineMiddleware
-    from service.core.server import (
-        ConnectionLimits,
-        bounded_protocol,
-        connection_cap,
-        freeze_startup_objects,
-        soft_fd_limit,
-    )
 
     _configure_logging(settings)  # after the imports, as before: they log set-up noise
     for note in notes:
@@ -92,15 +119,7 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
     except CatalogError as exc:
         _say(settings, str(exc), level=logging.ERROR)
         return 2
-    app = create_app(settings, invocation_only=invocation_only)
-    limits = ConnectionLimits(
-        header_timeout=settings.http_header_timeout,
-        body_timeout=settings.http_body_timeout,
-        keepalive_timeout=settings.http_keepalive_timeout,
-        max_connections=connection_cap(settings.http_max_connections, soft_fd_limit()),
-        max_head_bytes=settings.http_max_head_bytes,
-        max_headers=settings.http_max_headers,
-    )
+    limits = _limits(settings)
     if limits.max_connections < settings.http_max_connections:
         _say(
             settings,
@@ -109,16 +128,27 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
             "open-file limit)",
             level=logging.WARNING,
         )
-    freeze_startup_objects(settings.gc_freeze)
+    if processes > 1 and settings.auto_migrate:
+        # Once, here: N processes migrating one database at once would race.
+        from service.core import migrate
+
+        Path(settings.data_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
+        migrate.upgrade(settings.effective_database_url)
+        os.environ["NVCF_AUTO_MIGRATE"] = "false"  # the spawned processes inherit it
+    if processes > 1:
+        os.environ["NVCF_INVOKE_PROCESSES"] = str(processes)  # each process knows it is one
     scheme = "https" if tls else "http"
     what = "the invocation plane" if invocation_only else "serving"
-    _say(settings, f"{what} on {scheme}://{_url_host(args.host)}:{args.port}")
+    each = f" ({processes} processes)" if processes > 1 else ""
+    _say(settings, f"{what} on {scheme}://{_url_host(args.host)}:{args.port}{each}")
     sys.stdout.flush()
     uvicorn.run(
-        BodyDeadlineMiddleware(app, timeout=settings.http_body_timeout),
+        "service.cli:invoke_app" if invocation_only else "service.cli:serve_app",
+        factory=True,
+        workers=processes,
         host=args.host,
         port=args.port,
-        http=bounded_protocol(limits),
+        http="service.cli:HttpProtocol",
         log_level="warning",
         log_config=None,  # its loggers go through the root handler of _configure_logging
         access_log=False,
@@ -128,6 +158,78 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
         ssl_keyfile=str(tls[1]) if tls else None,
     )
     return 0
+
+
+def _limits(settings: Settings) -> ConnectionLimits:
+    from service.core.server import ConnectionLimits, connection_cap, soft_fd_limit
+
+    return ConnectionLimits(
+        header_timeout=settings.http_header_timeout,
+        body_timeout=settings.http_body_timeout,
+        keepalive_timeout=settings.http_keepalive_timeout,
+        max_connections=connection_cap(settings.http_max_connections, soft_fd_limit()),
+        max_head_bytes=settings.http_max_head_bytes,
+        max_headers=settings.http_max_headers,
+    )
+
+
+def serve_app() -> BodyDeadlineMiddleware:
+    """The API server's application, built in the process that serves it."""
+    return _process_app(invocation_only=False)
+
+
+def invoke_app() -> BodyDeadlineMiddleware:
+    """The invocation plane's application, built in each process that serves it."""
+    return _process_app(invocation_only=True)
+
+
+def _process_app(*, invocation_only: bool) -> BodyDeadlineMiddleware:
+    from service.app import create_app
+    from service.core.middleware import BodyDeadlineMiddleware
+    from service.core.server import freeze_startup_objects
+
+    settings = _settings()
+    _configure_logging(settings)  # a spawned process starts with none
+    app: Any = create_app(settings, invocation_only=invocation_only)
+    if invocation_only and settings.invoke_processes > 1:
+        app = _ExitOnFailedStart(app)
+    freeze_startup_objects(settings.gc_freeze)
+    return BodyDeadlineMiddleware(app, timeout=settings.http_body_timeout)
+
+
+class _ExitOnFailedStart:
+    """One of several processes whose start failed (database or Redis unreachable, …) exits
+    with uvicorn's start-up failure status, on which uvicorn's parent stops every process
+    instead of starting a replacement that would fail alike, again and again."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def watched(message: Any) -> None:
+            await send(message)
+            if message["type"] == "lifespan.startup.failed":
+                from uvicorn.config import STARTUP_FAILURE
+
+                logging.shutdown()  # the failure's record written out first
+                os._exit(STARTUP_FAILURE)
+
+        await self.app(scope, receive, watched)
+
+
+def __getattr__(name: str) -> Any:
+    """`HttpProtocol`: uvicorn's HTTP protocol bounded by this process's settings (core/
+    server.py), looked up by uvicorn in each serving process from its import string (a class
+    made at run time cannot be handed to a spawned process)."""
+    if name == "HttpProtocol":
+        from service.core.server import bounded_protocol
+
+        return bounded_protocol(_limits(_settings()))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _url_host(host: str) -> str:
@@ -245,6 +347,14 @@ def build_parser() -> argparse.ArgumentParser:
             help="serve HTTPS with a self-signed certificate for localhost, made once in the "
             "data directory (tls/) and reused",
         )
+    invoke.add_argument(
+        "--processes",
+        type=parse_processes,
+        default=None,
+        metavar="N",
+        help="serve on the one port from N processes, each its own replica (needs "
+        "NVCF_REDIS_URL when N > 1); default: NVCF_INVOKE_PROCESSES, else 1",
+    )
     serve.set_defaults(func=cmd_serve)
     invoke.set_defaults(func=cmd_invoke)
     sub.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)

@@ -1,4 +1,5 @@
-"""The `nvcf-server` console script: migrate, create-key, settings errors, migrations both ways."""
+"""The `nvcf-server` console script: migrate, create-key, settings errors, migrations both ways,
+the invocation plane on its own (one process or several on one port)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import bindparam, create_engine, inspect, text
 
 from service.cli import parse_expiry
 from service.core import migrate
 from tests.support.api import CONTAINER_FN
 from tests.support.app import ADMIN_KEY, ClientFactory
 from tests.support.invocation import write_catalog
+from tests.support.redis import RedisServer
 from tests.support.server import free_port, start_server, stop_server
 from tests.support.upstream import UpstreamServer
 from tests.support.wire import get, head_lines, running_server
@@ -323,3 +325,178 @@ def test_a_key_expiry_is_ascii_digits_and_a_unit(text: str) -> None:
         parse_expiry(text)
     assert parse_expiry("30d") == timedelta(days=30)
     assert parse_expiry("12H") == timedelta(hours=12)
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _detached_pexec(port: int, function_id: str, count: int) -> list[str]:
+    """`count` pexec requests, each on a connection of its own opened while the others wait,
+    answered 202 (the worker holds them past NVCF-POLL-SECONDS): their request ids."""
+    body = b"{}"
+    request = (
+        f"POST /v2/nvcf/pexec/functions/{function_id} HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {ADMIN_KEY}\r\nContent-Type: application/json\r\n"
+        f"NVCF-POLL-SECONDS: 1\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body
+    socks = []
+    try:
+        for _ in range(count):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+            socks.append(sock)
+            sock.sendall(request)
+        ids = []
+        for sock in socks:
+            head = _read_until_closed(sock).split(b"\r\n\r\n", 1)[0].decode()
+            assert head.startswith("HTTP/1.1 202"), head
+            ids += [
+                line.split(":", 1)[1].strip()
+                for line in head.split("\r\n")
+                if line.lower().startswith("nvcf-reqid:")
+            ]
+        return ids
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_invoke_serves_one_port_from_two_replicas_sharing_redis(
+    tmp_path: Path, database_url: str, redis_server: RedisServer
+) -> None:
+    """`invoke --processes 2`: both processes answer on the one port, each as its own replica
+    (its own id in the heartbeat table and on the requests it runs); SIGTERM stops them all."""
+    upstream = UpstreamServer().start()
+    catalog = str(write_catalog(tmp_path, upstream=upstream.url))
+    common = {
+        "NVCF_CLUSTERS_FILE": catalog,
+        "NVCF_RECONCILE_INTERVAL": "0.05",
+        "NVCF_REDIS_URL": redis_server.url,
+    }
+    api_port, invoke_port = free_port(), free_port()
+    api = start_server(
+        tmp_path / "d", database_url, api_port, NVCF_INVOKE_ENABLED="false", **common
+    )
+    invoke = None
+    engine = create_engine(_sync(database_url))
+    try:
+        invoke = start_server(
+            tmp_path / "d", database_url, invoke_port, "invoke", args=["--processes", "2"], **common
+        )
+        children = [pid for pid in _children(invoke.pid) if _alive(pid)]
+        auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        with httpx.Client(base_url=f"http://127.0.0.1:{api_port}/v2/nvcf", headers=auth) as c:
+            fn = c.post("/functions", json=CONTAINER_FN).json()["function"]
+            spec = {"gpu": "H100", "backend": "inv", "minInstances": 1, "maxInstances": 1}
+            deploy = f"/deployments/functions/{fn['id']}/versions/{fn['versionId']}"
+            assert c.post(deploy, json={"deploymentSpecifications": [spec]}).status_code == 200
+            for _ in range(600):
+                status = c.get(f"/functions/{fn['id']}/versions/{fn['versionId']}")
+                if status.json()["function"]["status"] == "ACTIVE":
+                    break
+                time.sleep(0.05)
+        base = f"http://127.0.0.1:{invoke_port}/v2/nvcf"
+        with httpx.Client(base_url=base, headers=auth, timeout=30) as c:
+            resp = c.post(f"/pexec/functions/{fn['id']}", json={"via": "invoke"})
+            assert resp.status_code == 200 and resp.json()["echo"] == {"via": "invoke"}
+        # Which process accepts a connection is the kernel's choice: new connections until
+        # both have run requests (each batch opened while both processes are idle).
+        upstream.hold()
+        owners: set[str] = set()
+        with engine.connect() as conn:
+            for _ in range(10):
+                ids = _detached_pexec(invoke_port, fn["id"], 8)
+                rows = conn.execute(
+                    text("SELECT owner FROM invocation_requests WHERE id IN :ids").bindparams(
+                        bindparam("ids", expanding=True)
+                    ),
+                    {"ids": ids},
+                )
+                owners |= {row[0] for row in rows}
+                conn.commit()
+                if len(owners) == 2:
+                    break
+            replicas = {
+                row[0] for row in conn.execute(text("SELECT owner FROM invocation_replicas"))
+            }
+        assert len(owners) == 2, owners
+        assert owners <= replicas
+        upstream.release()
+        with httpx.Client(base_url=base, headers=auth, timeout=30) as c:
+            assert c.get(f"/pexec/status/{ids[0]}").status_code in (200, 202)
+    finally:
+        upstream.release()
+        if invoke is not None:
+            stop_server(invoke)
+            assert invoke.returncode == 0
+        stop_server(api)
+        upstream.stop()
+        engine.dispose()
+    # every process it started is gone with it
+    assert len(children) >= 2
+    assert not [pid for pid in children if _alive(pid)]
+
+
+def test_invoke_refuses_several_processes_without_redis(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NVCF_REDIS_URL"}
+    env["NVCF_DATA_DIR"] = str(tmp_path)
+
+    def invoke(*args: str, **more: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "service.cli", "invoke", "--port", "1", *args],
+            capture_output=True,
+            text=True,
+            env={**env, **more},
+            timeout=120,
+            check=False,
+        )
+
+    for done in (invoke("--processes", "2"), invoke(NVCF_INVOKE_PROCESSES="3")):
+        assert done.returncode == 2
+        assert "invocation processes need NVCF_REDIS_URL" in done.stderr
+        assert "in-process dispatch cannot be shared" in done.stderr
+    for bad in ("0", "65", "٣", "+2"):
+        done = invoke("--processes", bad)
+        assert done.returncode == 2
+        assert f"'{bad}' is not a number of processes from 1 to 64" in done.stderr
+    done = invoke(NVCF_INVOKE_PROCESSES="0")
+    assert done.returncode == 2 and "NVCF_INVOKE_PROCESSES" in done.stderr
+
+
+def test_invoke_stops_every_process_when_one_cannot_start(tmp_path: Path) -> None:
+    """A process of several whose start fails (here: its database is unreachable) stops the
+    server instead of being replaced, again and again, by one that fails alike."""
+    env = {
+        **os.environ,
+        "NVCF_DATA_DIR": str(tmp_path),
+        "NVCF_AUTO_MIGRATE": "false",
+        "NVCF_DATABASE_URL": f"postgresql+psycopg://u:p@127.0.0.1:{free_port()}/nothing",
+        "NVCF_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+    }
+    command = [sys.executable, "-m", "service.cli", "invoke", "--processes", "2"]
+    done = subprocess.run(
+        [*command, "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert "failed to start, stopping the parent process" in done.stdout + done.stderr

@@ -406,6 +406,14 @@ class Settings(BaseSettings):
         ge=10,
         description="Header lines of a worker answer; more end the request errored (502).",
     )
+    invoke_processes: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="`nvcf-server invoke`: processes serving the invocation plane on its one "
+        "port (`--processes` overrides), each its own replica; more than one needs "
+        "`NVCF_REDIS_URL` (replicas share queues and counters only through Redis).",
+    )
     invoke_replica_lease_seconds: float = Field(
         default=30.0,
         gt=0,

@@ -250,12 +250,12 @@ class Settings(BaseSettings):
         default=200,
         ge=0,
         description="Last lines of each container kept when an instance fails (shown after it "
-        "was torn down); 0 keeps none.",
+        "was torn down) or when a container of a Running instance restarts; 0 keeps none.",
     )
     logs_kept_bytes: int = Field(
         default=64 * 1024,
         gt=0,
-        description="Most bytes of the last lines kept per container of a failed instance.",
+        description="Most bytes of the last lines kept per container (a failure's or a restart's).",
     )
     # -- the autoscaler (service/deployments/autoscale/, docs/autoscaling.md)
     autoscale_enabled: bool = Field(

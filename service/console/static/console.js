@@ -1026,6 +1026,26 @@ function route() {
   return null;
 }
 
+// Put a rendered view in place, keeping the keyboard's place: a refresh of the same view gives
+// the focus back to the control that had it (by id, or a link by its target), and a new view
+// takes the focus to its heading, so Tab continues from there, not from the page's top.
+function show(node) {
+  const refresh = document.body.dataset.loaded === location.hash;
+  const had = document.activeElement;
+  const within = had && had !== document.body && $("view").contains(had);
+  const id = within ? had.id : "";
+  const href = within && !id ? had.getAttribute("href") : null;
+  $("view").replaceChildren(node);
+  let target = null;
+  if (refresh && id) target = document.getElementById(id);
+  else if (refresh && href) target = $("view").querySelector(`a[href="${CSS.escape(href)}"]`);
+  else if (!refresh) {
+    target = $("view").querySelector("h1");
+    if (target) target.setAttribute("tabindex", "-1");
+  }
+  if (target && (!refresh || within)) target.focus({ preventScroll: refresh });
+}
+
 async function load(gen) {
   const view = route();
   if (!view) {
@@ -1036,7 +1056,7 @@ async function load(gen) {
   try {
     const node = await view();
     if (gen !== generation) return;
-    $("view").replaceChildren(node);
+    show(node);
     $("refreshed").textContent = `updated ${utc(new Date().toISOString(), false).slice(0, 8)}Z`;
     document.body.dataset.loaded = location.hash;
   } catch (err) {

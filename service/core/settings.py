@@ -211,9 +211,10 @@ class Settings(BaseSettings):
     admin_token_networks: CommaList = Field(
         default=frozenset(),
         description="Comma list of CIDRs (e.g. `10.0.0.0/8`) whose clients get a management "
-        "token for the default account from `POST /v1/admin/keys` without a credential, as "
-        "NVCF's admin-issuer proxy inside a cluster (for `nvcf-cli init`); empty: a credential "
-        "with scope `admin` is always needed.",
+        "token for the default account from `POST /v1/admin/keys`, and revoke its non-operator "
+        "keys with `DELETE /v1/keys/{id}`, without a credential, as NVCF's admin-issuer proxy "
+        "inside a cluster (for `nvcf-cli init` and `api-key delete`); empty: a credential with "
+        "scope `admin` is always needed.",
     )
     timeseries_period_seconds: float = Field(
         default=10.0,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -9,11 +11,15 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import httpx
+import uvicorn
+from starlette.types import ASGIApp
 
+from service.core.middleware import BodyDeadlineMiddleware
+from service.core.server import ConnectionLimits, bounded_protocol
 from tests.support.app import ADMIN_KEY
 
 
@@ -21,6 +27,34 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def in_loop_server(app: ASGIApp, limits: ConnectionLimits) -> AsyncIterator[uvicorn.Server]:
+    """`app` behind the serve command's server stack (its bounded protocol, its connection
+    limits, the body deadline), in this event loop, on a free port (a streamed answer, such as
+    a log follow, then travels over a real connection)."""
+    config = uvicorn.Config(
+        BodyDeadlineMiddleware(app, timeout=limits.body_timeout),
+        host="127.0.0.1",
+        port=free_port(),
+        http=bounded_protocol(limits),
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    for _ in range(500):
+        if server.started:
+            break
+        await asyncio.sleep(0.01)
+    assert server.started
+    try:
+        yield server
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 30)
 
 
 def start_server(

@@ -41,7 +41,7 @@ async def serving(client: AppClient) -> AsyncIterator[httpx.AsyncClient]:
     limits = ConnectionLimits(
         header_timeout=10, body_timeout=10, keepalive_timeout=5, max_connections=100
     )
-    async with in_loop_server(client.app, limits, None) as server:
+    async with in_loop_server(client.app, limits) as server:
         base = f"http://127.0.0.1:{server.config.port}"
         async with httpx.AsyncClient(base_url=base, headers=bearer(ADMIN_KEY)) as http:
             yield http

@@ -9,7 +9,12 @@
   (scope `admin`); `resources: [{id: <functionId>, type: account-functions}]` limits the key to
   those functions on every route (service/auth/restrict.py); `id: "*"` does not.
 - `GET /v1/keys` — the account's keys (`{"keys": [...]}`), never their values.
-- `DELETE /v1/keys/{id}` — revoke one (404 for an unknown id, as nvcf-cli expects).
+- `DELETE /v1/keys/{id}` — revoke one (404 for an unknown id, as nvcf-cli expects). nvcf-cli
+  sends no credential here (only its `Key-Issuer-*`/`Key-Owner-Id` headers): without one, a
+  key of the default account is revoked only for a client address in
+  `NVCF_ADMIN_TOKEN_NETWORKS` — the same opt-in that already gives such a client a management
+  token (which may revoke the account's keys), so it grants nothing more — and never a key
+  carrying the operator scope; anywhere else a request without a credential is refused (401).
 
 The operator scope can never be granted here. Several policies grant the union of their scopes
 and functions (a key here carries one scope set).
@@ -37,7 +42,7 @@ from service.auth.service import (
     scope_errors,
 )
 from service.core.db import utcnow
-from service.core.errors import FieldError, Forbidden, NotFound, ValidationFailed
+from service.core.errors import FieldError, Forbidden, NotFound, Unauthorized, ValidationFailed
 from service.core.http import read_json
 from service.functions import sharing
 from service.functions.models import Function
@@ -364,15 +369,34 @@ async def list_keys(session: Session, principal: Admin) -> dict[str, Any]:
     status_code=204,
     response_class=Response,
     summary="Revoke an API key (NVCF's API-keys service)",
+    description="Needs the `admin` scope; nvcf-cli sends no credential here, which is "
+    "accepted only from an address in NVCF_ADMIN_TOKEN_NETWORKS (then for a key of the default "
+    "account, never an operator key).",
 )
-async def delete_key(keyId: str, request: Request, session: Session, principal: Admin) -> Response:
+async def delete_key(keyId: str, request: Request, session: Session) -> Response:
+    uncredentialed = not request.headers.get("authorization")
+    if uncredentialed and _trusted(request):
+        account = app_state(request).settings.default_account
+    else:
+        if uncredentialed:
+            raise Unauthorized(
+                detail="revoking a key needs a credential with scope 'admin' (nvcf-cli's "
+                "`api-key delete` sends none: it is accepted without one only from an address "
+                "in NVCF_ADMIN_TOKEN_NETWORKS)"
+            )
+        principal = await authenticate_request(request)
+        if scopes.ADMIN not in principal.scopes:
+            raise Forbidden(detail="revoking a key needs a credential with scope 'admin'")
+        account = principal.account_id
     try:
         kid = uuid.UUID(keyId)
     except ValueError:
         raise NotFound(detail=f"API key {keyId} not found") from None
     row = await session.get(ApiKey, kid)
-    if row is None or row.account_id != principal.account_id:
+    if row is None or row.account_id != account:
         raise NotFound(detail=f"API key {kid} not found")
+    if uncredentialed and any(s in scopes.OPERATOR_SCOPES for s in row.scopes):
+        raise Forbidden(detail="an operator key is revoked only with a credential")
     await session.delete(row)
     app_state(request).authenticator.forget(row.key_hash)
     return Response(status_code=204)

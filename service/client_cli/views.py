@@ -126,8 +126,15 @@ def deployment_detail(dep: dict[str, Any]) -> RenderableType:
 
 
 def last_lines(dep: dict[str, Any]) -> list[RenderableType]:
-    """The last lines each failed instance's containers printed (kept at its failure)."""
+    """The last lines each failed instance's containers printed (kept at its failure), and
+    those of each instance's containers before their latest restart."""
     out: list[RenderableType] = []
+    for inst in dep.get("instances") or []:
+        kept = inst.get("lastLogs") or []
+        if kept:
+            title = f"last lines before a restart (instance {inst.get('instanceId')}):"
+            out.append(Text(title, style="bold"))
+            out += [Text(f"  {line}") for line in kept]
     for h in dep.get("healthInfo") or []:
         kept = h.get("lastLogs") or []
         if kept:

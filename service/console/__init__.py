@@ -5,10 +5,11 @@ sessionStorage and sends it only as the `Authorization` header of `/v2/nvcf` req
 same origin. The server holds no console state and adds no route that reads data: everything
 the page shows comes from the API, under the key's own scopes.
 
-The page, its script, its stylesheet and its icon are files of this package, served by name
-from a fixed list (never as a directory), each response with a Content-Security-Policy that
-allows nothing but this origin, no inline script or style, no frames, no form submissions, and
-Trusted Types (the script never writes HTML: it builds DOM nodes and sets text).
+The page, its script, its stylesheet, its icon and the vendored YAML parser are files of
+this package, served by name from a fixed list (never as a directory), each response with a
+Content-Security-Policy that allows nothing but this origin, no inline script or style, no
+frames, no form submissions, and Trusted Types (the script never writes HTML: it builds DOM
+nodes and sets text).
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ ASSETS = {
     "console.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
+    # vendored from the npm registry (docs/console.md "Vendored code"); console.js imports it
+    "js-yaml.esm.min.mjs": "text/javascript; charset=utf-8",
 }
+#: assets kept under static/vendor/ (third-party files, byte for byte as published)
+VENDORED = frozenset({"js-yaml.esm.min.mjs"})
 #: Nothing from another origin, nothing inline, no plugins, frames, base or form targets; the
 #: API is reached with fetch on this origin only (connect-src), and DOM sinks that parse HTML
 #: or script are refused (Trusted Types with no policy).
@@ -72,8 +77,11 @@ def install_console(app: FastAPI) -> None:
     """Serve `/console` and its assets (read once here: they change only with the package)."""
     static = static_dir()
     page = Template((static / "index.html").read_text(encoding="utf-8"))
+    paths = {
+        name: static / "vendor" / name if name in VENDORED else static / name for name in ASSETS
+    }
     digests = {
-        name: hashlib.sha256((static / name).read_bytes()).hexdigest()[:16] for name in ASSETS
+        name: hashlib.sha256(path.read_bytes()).hexdigest()[:16] for name, path in paths.items()
     }
 
     def render(root: str) -> str:
@@ -98,7 +106,7 @@ def install_console(app: FastAPI) -> None:
         if media_type is None:
             raise NotFound(detail=f"no console asset '{name}'")
         headers = {**SECURITY_HEADERS, "Cache-Control": _ASSET_CACHE}
-        return FileResponse(static / name, media_type=media_type, headers=headers)
+        return FileResponse(paths[name], media_type=media_type, headers=headers)
 
 
 __all__ = ["CONSOLE_PATH", "CONTENT_SECURITY_POLICY", "install_console"]

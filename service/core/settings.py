@@ -215,9 +215,10 @@ class Settings(BaseSettings):
     admin_token_networks: CommaList = Field(
         default=frozenset(),
         description="Comma list of CIDRs (e.g. `10.0.0.0/8`) whose clients get a management "
-        "token for the default account from `POST /v1/admin/keys` without a credential, as "
-        "NVCF's admin-issuer proxy inside a cluster (for `nvcf-cli init`); empty: a credential "
-        "with scope `admin` is always needed.",
+        "token for the default account from `POST /v1/admin/keys`, and revoke its non-operator "
+        "keys with `DELETE /v1/keys/{id}`, without a credential, as NVCF's admin-issuer proxy "
+        "inside a cluster (for `nvcf-cli init` and `api-key delete`); empty: a credential with "
+        "scope `admin` is always needed.",
     )
     timeseries_period_seconds: float = Field(
         default=10.0,
@@ -254,12 +255,12 @@ class Settings(BaseSettings):
         default=200,
         ge=0,
         description="Last lines of each container kept when an instance fails (shown after it "
-        "was torn down); 0 keeps none.",
+        "was torn down) or when a container of a Running instance restarts; 0 keeps none.",
     )
     logs_kept_bytes: int = Field(
         default=64 * 1024,
         gt=0,
-        description="Most bytes of the last lines kept per container of a failed instance.",
+        description="Most bytes of the last lines kept per container (a failure's or a restart's).",
     )
     # -- the autoscaler (service/deployments/autoscale/, docs/autoscaling.md)
     autoscale_enabled: bool = Field(

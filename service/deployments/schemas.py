@@ -178,6 +178,11 @@ class InstanceOut(CamelModel):
     reason: str | None = None
     message: str | None = None
     since: Timestamp
+    last_logs: list[str] | None = Field(
+        default=None,
+        description="The last lines its restarted containers printed before their latest "
+        "restart (each `[pod/container previous] line`; secret values masked).",
+    )
 
 
 class HealthInfo(CamelModel):

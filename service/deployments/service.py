@@ -254,10 +254,7 @@ async def deployment_views(
         and not any(i.phase == Phase.FAILED for i in instances.get(d.id, []))
     ]
     reasons = await _error_reasons(session, errored)
-    kept = await kept_lines(
-        session,
-        (i.id for d in deployments for i in instances.get(d.id, []) if i.phase == Phase.FAILED),
-    )
+    kept = await kept_lines(session, (i.id for d in deployments for i in instances.get(d.id, [])))
     out: list[DeploymentOut] = []
     for d in deployments:
         specs = {s.id: s for s in d.specs}
@@ -303,6 +300,7 @@ async def deployment_views(
                         reason=i.reason,
                         message=i.message,
                         since=i.since,
+                        last_logs=kept.get(i.id),
                     )
                     for i in instances.get(d.id, [])
                     if i.desired == InstanceDesired.PRESENT

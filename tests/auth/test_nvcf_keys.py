@@ -8,8 +8,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
+
 from tests.support.api import CONTAINER_FN, assert_problem, bearer, create_fn, new_key
-from tests.support.app import AppClient, ClientFactory
+from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
 from tests.support.go_decode import ListOf, assert_go_decodes
 
 V = "/v2/nvcf"
@@ -124,6 +126,76 @@ async def test_init_without_credentials_from_a_trusted_network(
     other = await client_factory(admin_token_networks="10.0.0.0/8")
     resp = await other.post("/v1/admin/keys", json={}, headers={"Authorization": ""})
     assert_problem(resp, 401)
+
+
+async def as_the_cli_deletes(client: AppClient, key_id: str) -> httpx.Response:
+    """`DeleteAPIKey`'s request exactly: DELETE with the CLI's three headers and no credential
+    (internal/apikeys/client.go sets no Authorization there, unlike generate and list)."""
+    request = client.build_request("DELETE", f"/v1/keys/{key_id}", headers=CLI_HEADERS)
+    request.headers.pop("authorization", None)
+    return await client.send(request)
+
+
+async def key_of(
+    client: AppClient, scopes: list[str], account: str | None = None
+) -> dict[str, str]:
+    body: dict[str, Any] = {"scopes": scopes}
+    if account is not None:
+        body["ncaId"] = account
+    resp = await client.post(f"{V}/api-keys", json=body)
+    assert resp.status_code == 200, resp.text
+    made = resp.json()["apiKey"]
+    return {"id": made["id"], "value": made["key"], "account": made["ncaId"]}
+
+
+async def works(client: AppClient, key: dict[str, str]) -> bool:
+    resp = await client.get(f"{V}/functions", headers=bearer(key["value"]))
+    return resp.status_code == 200
+
+
+async def test_api_key_delete_as_the_cli_sends_it_from_a_trusted_network(
+    client_factory: ClientFactory,
+) -> None:
+    """Opted in (NVCF_ADMIN_TOKEN_NETWORKS, as for `init`), the CLI's credential-less delete
+    revokes a key of the default account; another account's key, an unknown id and an
+    operator key are not revoked that way."""
+    client = await client_factory(admin_token_networks="127.0.0.0/8")
+    key = await key_of(client, ["list_functions"])
+    assert key["account"] == "nvcf-default"
+    foreign = await key_of(client, ["list_functions"], account="someone-else")
+    # the operator's own key (the bootstrap key, scope admin:accounts)
+    listed = (await client.get(f"{V}/api-keys")).json()["apiKeys"]
+    [operator_id] = [k["id"] for k in listed if "admin:accounts" in k["scopes"]]
+    operator = {"id": operator_id, "value": ADMIN_KEY}
+
+    assert (await as_the_cli_deletes(client, key["id"])).status_code == 204
+    assert not await works(client, key)
+    assert_problem(await as_the_cli_deletes(client, key["id"]), 404)
+    assert_problem(await as_the_cli_deletes(client, "not-a-key-id"), 404)
+    assert_problem(await as_the_cli_deletes(client, foreign["id"]), 404)
+    assert await works(client, foreign)
+    problem = assert_problem(await as_the_cli_deletes(client, operator["id"]), 403)
+    assert "operator key" in str(problem["detail"])
+    assert await works(client, operator)
+
+
+async def test_api_key_delete_without_a_credential_elsewhere_deletes_nothing(
+    client_factory: ClientFactory,
+) -> None:
+    """Not opted in (the default, or another network): the CLI's credential-less delete is
+    refused with a 401 that says why, and the key keeps working; a credential without scope
+    `admin` cannot revoke either."""
+    for networks in ("", "10.0.0.0/8"):
+        client = await client_factory(admin_token_networks=networks)
+        key = await key_of(client, ["list_functions"])
+        problem = assert_problem(await as_the_cli_deletes(client, key["id"]), 401)
+        assert "NVCF_ADMIN_TOKEN_NETWORKS" in str(problem["detail"])
+        lister = bearer(key["value"])
+        assert_problem(await client.delete(f"/v1/keys/{key['id']}", headers=lister), 403)
+        assert await works(client, key)
+        # with a credential, as `curl -H "Authorization: Bearer <admin token>"` would
+        assert (await client.delete(f"/v1/keys/{key['id']}")).status_code == 204
+        assert not await works(client, key)
 
 
 async def test_a_bad_policy_lists_every_violation_and_creates_nothing(client: AppClient) -> None:

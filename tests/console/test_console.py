@@ -6,6 +6,7 @@ Each page seen is kept as a screenshot (the terminal summary lists them)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -212,3 +213,21 @@ def test_a_refused_key_is_forgotten_and_the_console_asks_again(
     for request in refused:
         assert request.url.startswith(f"{console_server.base}/v2/nvcf/"), request.url
         assert header(request, "Authorization") == f"Bearer {wrong}"
+
+
+def test_the_vendored_yaml_parser_is_served_as_published_under_the_policy(
+    console_server: ConsoleServer,
+) -> None:
+    asset = httpx.get(f"{console_server.base}/console/assets/js-yaml.esm.min.mjs?v=5.5.0")
+    assert asset.status_code == 200
+    assert asset.headers["content-type"].startswith("text/javascript")
+    assert asset.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert asset.text.startswith(
+        "/*! js-yaml 5.5.0 https://github.com/nodeca/js-yaml @license MIT */"
+    )
+    # byte for byte the npm package's file (docs/console.md "Vendored code")
+    digest = hashlib.sha256(asset.content).hexdigest()
+    assert digest == "de0f5266d4312ab9cd564aba4217eb9cc98dcfd18bd59988aa7e0971e7c722b5"
+    # the vendor folder is not a directory served: only the names of the fixed list
+    for name in ("vendor/js-yaml.esm.min.mjs", "js-yaml.LICENSE", "js-yaml.esm.min.mjs.map"):
+        assert httpx.get(f"{console_server.base}/console/assets/{name}").status_code == 404

@@ -466,3 +466,94 @@ async def test_attempts_are_bounded_by_the_setting(harness: Harness) -> None:
     again = await harness.deploy([_failing_once()], min_instances=2)
     await harness.until_status(again, "ACTIVE", step=2.0)
     assert len(await harness.instances(again)) == 3
+
+
+# ------------------------------------------------------------------------------- restarts
+
+
+async def test_a_running_instances_restart_keeps_the_run_that_ended(harness: Harness) -> None:
+    """A container of a Running instance restarts (its pod stays ready): the run that ended
+    is kept with the instance and shown by the deployment; the backend's logs are read only
+    when a restart count went up, never on the passes in between."""
+    from service.deployments.service import deployment_view
+
+    sim = harness.sim()
+    restarts = {"count": 0}
+    reads: list[LogRequest] = []
+    observe, logs = sim.observe, sim.logs
+
+    async def restarting_observe(instance: InstanceSpec) -> ObservedState:
+        seen = await observe(instance)
+        pods = tuple(
+            dataclasses.replace(
+                pod,
+                container_statuses=tuple(
+                    dataclasses.replace(s, restart_count=restarts["count"])
+                    for s in pod.container_statuses
+                ),
+            )
+            for pod in seen.pods
+        )
+        return dataclasses.replace(seen, pods=pods)
+
+    async def previous_run(instance: InstanceSpec, request: LogRequest) -> AsyncIterator[LogLine]:
+        reads.append(request)
+        if not request.previous:
+            async for line in logs(instance, request):
+                yield line
+            return
+        for pod in (await observe(instance)).pods:
+            for s in pod.container_statuses:
+                yield LogLine(pod.name, s.name, f"run {restarts['count']}: Traceback")
+                yield LogLine(pod.name, s.name, "RuntimeError: CUDA out of memory")
+
+    sim.observe = restarting_observe  # type: ignore[method-assign]
+    sim.logs = previous_run  # type: ignore[method-assign]
+    rec = harness.new_reconciler(resync_seconds=60)
+    dep = await harness.deploy([workload()])
+    await harness.until_status(dep, "ACTIVE", reconciler=rec)
+
+    async def shown() -> list[list[str] | None]:
+        async with harness.maker() as session:
+            found = await session.get(Deployment, dep.id)
+            assert found is not None
+            view = await deployment_view(session, found)
+        return [i.last_logs for i in view.instances]
+
+    for _ in range(3):  # resyncs with nothing restarted: no log is read, nothing is kept
+        harness.clock.advance(61)
+        await rec.run_once()
+    assert reads == [] and await shown() == [None]
+
+    restarts["count"] = 1
+    harness.clock.advance(61)
+    await rec.run_once()
+    [kept] = await shown()
+    assert kept is not None and len(kept) == 2
+    assert kept[0].endswith("/main previous] run 1: Traceback")
+    assert kept[1].endswith("previous] RuntimeError: CUDA out of memory")
+    assert [r.previous for r in reads] == [True]
+    [inst] = await harness.instances(dep)
+    assert inst.phase == "Running"  # a restart alone does not fail the instance
+
+    for _ in range(3):  # the same count again: not read again
+        harness.clock.advance(61)
+        await rec.run_once()
+    assert len(reads) == 1
+
+    restarts["count"] = 2  # the next restart's run replaces the one kept before
+    harness.clock.advance(61)
+    await rec.run_once()
+    [kept] = await shown()
+    assert kept is not None and kept[0].endswith("run 2: Traceback") and len(kept) == 2
+    assert len(reads) == 2
+
+
+def test_restart_counts_unknown_before_keep_nothing() -> None:
+    """A fresh reconciler (a restarted server) knows no earlier counts: it takes the first
+    counts it sees as they are instead of keeping a run it cannot date."""
+    from service.deployments.logs.keep import restarted
+
+    assert restarted(None, {("p", "c"): 4}) == frozenset()
+    assert restarted({("p", "c"): 4}, {("p", "c"): 4, ("q", "c"): 9}) == frozenset()
+    assert restarted({("p", "c"): 4}, {("p", "c"): 5}) == {("p", "c")}

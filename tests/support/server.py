@@ -25,8 +25,9 @@ from tests.support.app import ADMIN_KEY
 
 @contextlib.asynccontextmanager
 async def in_loop_server(app: ASGIApp, limits: ConnectionLimits) -> AsyncIterator[uvicorn.Server]:
-    """`app` behind the serve commands' server stack (their protocol, their connection
-    limits, the body deadline), in this event loop, on a free port."""
+    """`app` behind the serve command's server stack (its bounded protocol, its connection
+    limits, the body deadline), in this event loop, on a free port (a streamed answer, such as
+    a log follow, then travels over a real connection)."""
     config = uvicorn.Config(
         BodyDeadlineMiddleware(app, timeout=limits.body_timeout),
         host="127.0.0.1",
@@ -48,12 +49,6 @@ async def in_loop_server(app: ASGIApp, limits: ConnectionLimits) -> AsyncIterato
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 30)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_server(

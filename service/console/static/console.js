@@ -9,6 +9,10 @@
 // page's Content-Security-Policy enforces Trusted Types with no policy, so an innerHTML
 // assignment here would throw instead of rendering.
 
+// js-yaml, vendored from the npm registry (static/vendor/, docs/console.md "Vendored code");
+// the query names its version so that the browser's week-long cache never serves an old one.
+import { load as loadYaml } from "./js-yaml.esm.min.mjs?v=5.5.0";
+
 const API = document.querySelector('meta[name="nvcf-api"]').content;
 const KEY_ITEM = "nvcf-console-key";
 const REFRESH_MS = 2000;
@@ -656,6 +660,26 @@ async function newFunctionView() {
     }));
 }
 
+// A configuration typed as YAML or JSON (YAML 1.2 reads JSON as it is): the mapping it
+// holds, or an ApiError naming the field with the parser's line and column, so nothing is
+// sent. Empty text: `empty`.
+function parseConfiguration(text, empty) {
+  if (!text.trim()) return empty;
+  let parsed;
+  try {
+    parsed = loadYaml(text);
+  } catch (err) {
+    throw new ApiError(400, { detail: "the configuration is neither YAML nor JSON",
+      errors: [{ field: "configuration", message: String(err.message) }] });
+  }
+  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) {
+    throw new ApiError(400, { detail: "the configuration is not a mapping",
+      errors: [{ field: "configuration",
+        message: "must be a mapping of values (key: value), not a list or a single value" }] });
+  }
+  return parsed;
+}
+
 async function deployView(fid, vid) {
   const [{ function: v }, groups, can] = await Promise.all([
     api(`/functions/${enc(fid)}/versions/${enc(vid)}`),
@@ -682,22 +706,15 @@ async function deployView(fid, vid) {
         h("span", { id: "instanceType-error", class: "field-error error", role: "alert" })),
       field("Minimum instances", "minInstances", { type: "number", value: "1", min: 0 }),
       field("Maximum instances", "maxInstances", { type: "number", value: "1", min: 1 }),
-      field("Configuration (JSON)", "configuration", { tag: "textarea", rows: 6,
-        placeholder: '{"replicaCount": 1}' }, "Helm values of a Helm function; empty: none"),
+      field("Configuration (YAML or JSON)", "configuration", { tag: "textarea", rows: 6,
+        placeholder: "replicaCount: 1" }, "Helm values of a Helm function; empty: none"),
     ], async (form) => {
       const [backend, gpu, instanceType] = JSON.parse(value(form, "instanceType") || "[]");
       const spec = { gpu, instanceType, backend,
         minInstances: Number(value(form, "minInstances")),
         maxInstances: Number(value(form, "maxInstances")) };
-      const text = value(form, "configuration");
-      if (text) {
-        try {
-          spec.configuration = JSON.parse(text);
-        } catch (err) {
-          throw new ApiError(400, { detail: "the configuration is not JSON",
-            errors: [{ field: "configuration", message: String(err.message) }] });
-        }
-      }
+      const configuration = parseConfiguration(value(form, "configuration"), null);
+      if (configuration !== null) spec.configuration = configuration;
       const made = await send("POST", `/deployments/functions/${enc(fid)}/versions/${enc(vid)}`,
         { deploymentSpecifications: [spec] });
       location.hash = deploymentHref(made.deployment.deploymentId);
@@ -716,10 +733,10 @@ function dryRunSection(v) {
     out.replaceChildren(h("p", { class: "muted" }, "checking…"));
     try {
       const [backend, gpu, instanceType] = JSON.parse(value(form, "instanceType") || "[]");
-      const text = value(form, "configuration");
+      const configuration = parseConfiguration(value(form, "configuration"), null);
       const body = { helmChart: v.helmChart, helmChartServiceName: v.helmChartServiceName,
         inferencePort: v.inferencePort, gpu, instanceType, backend };
-      if (text) body.configuration = JSON.parse(text);
+      if (configuration !== null) body.configuration = configuration;
       const result = await send("POST", "/helm/validate", body);
       const findings = [
         ...result.errors.map((f) => ["error", f]),
@@ -917,15 +934,10 @@ async function configureView(did) {
       + `revision ${spec.revision}: a new configuration is a new revision, rendered and checked `
       + "as at deploy, then rolled out one instance at a time."),
     formOf("configure-form", "Apply as a new revision", [
-      field("Configuration (JSON)", "configuration", { tag: "textarea", rows: 10, value: current }),
+      field("Configuration (YAML or JSON)", "configuration",
+        { tag: "textarea", rows: 10, value: current }),
     ], async (form) => {
-      let configuration;
-      try {
-        configuration = JSON.parse(value(form, "configuration") || "{}");
-      } catch (err) {
-        throw new ApiError(400, { detail: "the configuration is not JSON",
-          errors: [{ field: "configuration", message: String(err.message) }] });
-      }
+      const configuration = parseConfiguration(value(form, "configuration"), {});
       await send("PATCH",
         `/deployments/${enc(did)}/gpu-specifications/${enc(spec.gpuSpecificationId)}`,
         { configuration });
@@ -1014,6 +1026,26 @@ function route() {
   return null;
 }
 
+// Put a rendered view in place, keeping the keyboard's place: a refresh of the same view gives
+// the focus back to the control that had it (by id, or a link by its target), and a new view
+// takes the focus to its heading, so Tab continues from there, not from the page's top.
+function show(node) {
+  const refresh = document.body.dataset.loaded === location.hash;
+  const had = document.activeElement;
+  const within = had && had !== document.body && $("view").contains(had);
+  const id = within ? had.id : "";
+  const href = within && !id ? had.getAttribute("href") : null;
+  $("view").replaceChildren(node);
+  let target = null;
+  if (refresh && id) target = document.getElementById(id);
+  else if (refresh && href) target = $("view").querySelector(`a[href="${CSS.escape(href)}"]`);
+  else if (!refresh) {
+    target = $("view").querySelector("h1");
+    if (target) target.setAttribute("tabindex", "-1");
+  }
+  if (target && (!refresh || within)) target.focus({ preventScroll: refresh });
+}
+
 async function load(gen) {
   const view = route();
   if (!view) {
@@ -1024,7 +1056,7 @@ async function load(gen) {
   try {
     const node = await view();
     if (gen !== generation) return;
-    $("view").replaceChildren(node);
+    show(node);
     $("refreshed").textContent = `updated ${utc(new Date().toISOString(), false).slice(0, 8)}Z`;
     document.body.dataset.loaded = location.hash;
   } catch (err) {

@@ -1,9 +1,12 @@
-"""Keeping the last lines of a failed instance's containers (before its teardown).
+"""Keeping the last lines of an instance's containers: as it fails (before its teardown), and
+when a container of a Running instance restarts (the run that ended).
 
 Read from the backend as any log (current runs, then the previous run of restarted
 containers: a crash loop's stack trace), at most `lines` lines and `max_bytes` bytes per
 container, secrets masked, within `within` seconds: a backend that cannot answer costs the
-kept lines, never the teardown.
+kept lines, never the teardown. A restart is noticed by `restarted` comparing the containers'
+restart counts with those of the instance's previous observation, so the backend's logs are
+read only when a count went up, never on every pass.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.backends.logs import LogRequest
@@ -23,10 +26,33 @@ from service.backends.protocol import AdapterError, BackendAdapter, InstanceSpec
 from service.deployments.logs.mask import Masker
 from service.deployments.logs.models import KeptLog
 from service.deployments.models import Instance
+from service.health.observed import ObservedState
 
 log = logging.getLogger("nvcf.logs")
 
 KEEP_TIMEOUT = 10.0
+
+#: `(pod, container)` of a container, as the logs name it
+ContainerKey = tuple[str, str]
+
+
+def restart_counts(observed: ObservedState) -> dict[ContainerKey, int]:
+    """The restart count of every container (init containers too) of the observed pods."""
+    return {
+        (pod.name, status.name): status.restart_count
+        for pod in observed.pods
+        for status in (*pod.init_container_statuses, *pod.container_statuses)
+    }
+
+
+def restarted(
+    before: dict[ContainerKey, int] | None, now: dict[ContainerKey, int]
+) -> frozenset[ContainerKey]:
+    """The containers whose restart count went up since `before` (None: nothing known yet, as
+    after the reconciler's own restart; a new pod starts from its own count)."""
+    if before is None:
+        return frozenset()
+    return frozenset(k for k, count in now.items() if k in before and count > before[k])
 
 
 async def last_lines(
@@ -37,13 +63,15 @@ async def last_lines(
     lines: int,
     max_bytes: int,
     within: float = KEEP_TIMEOUT,
+    only: frozenset[ContainerKey] | None = None,
 ) -> list[dict[str, Any]]:
-    """`[{pod, container, previous, lines}]` of every container that printed anything."""
+    """`[{pod, container, previous, lines}]` of every container that printed anything; with
+    `only`, the previous run of those containers alone (a restart's)."""
     if lines <= 0:
         return []
     try:
         return await asyncio.wait_for(
-            _read(adapter, target, masker, lines, max_bytes), timeout=within
+            _read(adapter, target, masker, lines, max_bytes, only), timeout=within
         )
     except (AdapterError, TimeoutError) as exc:
         detail = exc.message if isinstance(exc, AdapterError) else "timed out"
@@ -52,14 +80,21 @@ async def last_lines(
 
 
 async def _read(
-    adapter: BackendAdapter, target: InstanceSpec, masker: Masker, lines: int, max_bytes: int
+    adapter: BackendAdapter,
+    target: InstanceSpec,
+    masker: Masker,
+    lines: int,
+    max_bytes: int,
+    only: frozenset[ContainerKey] | None,
 ) -> list[dict[str, Any]]:
     out: dict[tuple[str, str, bool], list[str]] = {}
-    for previous in (True, False):
+    for previous in (True,) if only is not None else (True, False):
         # no limitBytes: the kubelet keeps the first bytes, and the last ones matter here (the
         # read is bounded by its lines, each cut at MAX_LINE_BYTES)
         request = LogRequest(tail_lines=lines, previous=previous)
         async for line in adapter.logs(target, request):
+            if only is not None and (line.pod, line.container) not in only:
+                continue
             out.setdefault((line.pod, line.container, previous), []).append(masker(line.text))
     kept: list[dict[str, Any]] = []
     # per container: the run before a restart first, then the current run
@@ -77,10 +112,12 @@ async def _read(
     return kept
 
 
-def keep_logs(
+async def keep_logs(
     session: AsyncSession, row: Instance, containers: list[dict[str, Any]], now: datetime
 ) -> None:
-    """Store the lines read as `row` failed (in the transaction recording its failure)."""
+    """Store the lines read as `row` failed or restarted (in the transaction recording its
+    observation), in place of those kept before (an earlier restart's)."""
+    await session.execute(delete(KeptLog).where(KeptLog.instance_id == row.id))
     session.add(
         KeptLog(
             instance_id=row.id,

@@ -43,6 +43,7 @@ from service.clusters.catalog import Catalog
 from service.core.crypto import SecretBox
 from service.core.db import utcnow
 from service.core.tracing import NO_TRACING, Tracing
+from service.deployments.logs.keep import restart_counts, restarted
 from service.deployments.metrics import ReconcileMetrics
 from service.deployments.models import InstanceDesired
 from service.deployments.reconcile.config import ReconcilerConfig
@@ -313,6 +314,10 @@ class Reconciler:
             )
             if cond.to_json() != previous:
                 return None
+            counts = restart_counts(observed)
+            if restarted(self.memory.restarts.get(inst_id), counts):
+                return None  # a unit of work keeps the run that ended
+            self.memory.restarts[inst_id] = counts
             due[inst_id] = next_resync(inst_id, started, period)
             if cond.next_check is not None:
                 self.memory.next_check[inst_id] = cond.next_check

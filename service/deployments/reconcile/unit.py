@@ -30,7 +30,13 @@ from service.clusters.catalog import Catalog
 from service.clusters.instance_types import InstanceTypeError, parse_instance_type
 from service.core.crypto import SecretBox
 from service.deployments import rollout, transitions
-from service.deployments.logs.keep import keep_logs, last_lines
+from service.deployments.logs.keep import (
+    ContainerKey,
+    keep_logs,
+    last_lines,
+    restart_counts,
+    restarted,
+)
 from service.deployments.logs.mask import Masker
 from service.deployments.models import (
     Deployment,
@@ -78,17 +84,21 @@ class Memory:
 
     `resync`: Running instances re-observable without the database (target, mode and the
     condition JSON as stored). `next_check`: health timers of the instances this process
-    drives. `busy`: deployments inside a unit right now.
+    drives. `busy`: deployments inside a unit right now. `restarts`: the containers' restart
+    counts of the Running instances at their last observation (a count that went up: the
+    run that ended is kept, deployments/logs/keep.py).
     """
 
     resync: dict[uuid.UUID, ResyncInfo] = field(default_factory=dict)
     next_check: dict[uuid.UUID, datetime] = field(default_factory=dict)
     busy: set[uuid.UUID] = field(default_factory=set)
+    restarts: dict[uuid.UUID, dict[ContainerKey, int]] = field(default_factory=dict)
 
     def forget(self, instance_ids: Sequence[uuid.UUID]) -> None:
         for inst_id in instance_ids:
             self.resync.pop(inst_id, None)
             self.next_check.pop(inst_id, None)
+            self.restarts.pop(inst_id, None)
 
 
 @dataclass
@@ -134,8 +144,11 @@ class Work:
     #: the secrets generation its Secret received in this unit (rotated: in place)
     secrets_generation: int | None = None
     rotated: bool = False
-    #: the last lines of its containers, read as it failed (deployments/logs/keep.py)
+    #: the last lines of its containers, read as it failed or as a container of it restarted
+    #: while Running (deployments/logs/keep.py)
     kept_logs: list[dict[str, Any]] | None = None
+    #: its containers' restart counts as observed in this unit
+    restarts: dict[ContainerKey, int] | None = None
 
 
 @dataclass
@@ -336,6 +349,10 @@ class UnitOfWork:
                 if adapter is not None and w.target is not None:
                     w.kept_logs = await self._last_lines(adapter, c, w.target)
                 w.gone = await self._teardown(c, w)
+            elif adapter is not None and w.target is not None and w.restarts is not None:
+                again = restarted(self.rt.memory.restarts.get(row.id), w.restarts)
+                if again and row.phase == Phase.RUNNING.value:
+                    w.kept_logs = await self._last_lines(adapter, c, w.target, only=again)
 
     async def _observe(
         self, adapter: BackendAdapter, c: Claimed, w: Work, mode: HealthMode, *, fresh: bool
@@ -356,6 +373,7 @@ class UnitOfWork:
                 observed = await adapter.observe(target)
             elif not fresh and secrets_stale(row, c.version):
                 await self._rotate_secrets(adapter, c.dep, w, target)
+            w.restarts = restart_counts(observed)
         except AdapterError as exc:
             return backend_error(
                 f"cluster {row.cluster}: {exc.message}",
@@ -368,7 +386,11 @@ class UnitOfWork:
         return self._evaluate(observed, row, mode)
 
     async def _last_lines(
-        self, adapter: BackendAdapter, c: Claimed, target: InstanceSpec
+        self,
+        adapter: BackendAdapter,
+        c: Claimed,
+        target: InstanceSpec,
+        only: frozenset[ContainerKey] | None = None,
     ) -> list[dict[str, Any]]:
         _, secrets = await self._version_secrets.get(c.dep.version_id)
         config = self.rt.config
@@ -378,6 +400,7 @@ class UnitOfWork:
             Masker(secrets.values()),
             lines=config.kept_lines,
             max_bytes=config.kept_bytes,
+            only=only,
         )
 
     async def _objects(self, dep: Deployment, w: Work) -> list[dict[str, Any]]:
@@ -506,7 +529,7 @@ class UnitOfWork:
                 if dep is None:
                     continue
                 rows = {r.id: r for r in rows_by_dep.get(dep.id, [])}
-                failures = self._write_work(session, c.work, rows, now)
+                failures = await self._write_work(session, c.work, rows, now)
                 version = versions.get(dep.version_id)
                 if dep.desired != DeploymentDesired.DEPLOYED or version is None:
                     await self._finish_delete(session, dep, version, rows, now)
@@ -538,7 +561,7 @@ class UnitOfWork:
         if self._became_running and rt.on_running is not None:
             rt.on_running()
 
-    def _write_work(
+    async def _write_work(
         self,
         session: AsyncSession,
         work: list[Work],
@@ -563,7 +586,7 @@ class UnitOfWork:
                     self._became_running = True
                 transitions.observe_instance(session, row, cond, now)
                 if w.kept_logs:
-                    keep_logs(session, row, w.kept_logs, now)
+                    await keep_logs(session, row, w.kept_logs, now)
                 if was_wanted and row.desired != InstanceDesired.PRESENT:
                     failures.append(row)
             next_check = cond.next_check if cond is not None else None
@@ -579,6 +602,10 @@ class UnitOfWork:
                 rt.memory.resync[row.id] = (w.target, w.mode, row.condition)
             else:
                 rt.memory.resync.pop(row.id, None)
+            if running and w.restarts is not None:
+                rt.memory.restarts[row.id] = w.restarts
+            elif not running:
+                rt.memory.restarts.pop(row.id, None)
             if next_check is not None:
                 rt.memory.next_check[row.id] = next_check
             else:

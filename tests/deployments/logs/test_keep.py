@@ -17,7 +17,7 @@ from service.backends import (
 )
 from service.backends.logs import LogLine, LogRequest
 from service.backends.worker import WorkerPort
-from service.deployments.logs.keep import last_lines, shown
+from service.deployments.logs.keep import last_lines, restart_counts, shown
 from service.deployments.logs.mask import Masker
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -125,3 +125,24 @@ class Unreachable:
 async def test_a_backend_that_cannot_answer_costs_the_lines_only() -> None:
     kept = await last_lines(Unreachable(), INSTANCE, Masker(()), lines=200, max_bytes=100)  # type: ignore[arg-type]
     assert kept == []
+
+
+async def test_a_restart_keeps_the_previous_run_of_the_restarted_container_only() -> None:
+    """What a restart keeps (`only`): the run that ended of the containers named, bounded as
+    at a failure; not the current run, not another container; a name the backend does not
+    know keeps nothing."""
+    clock = Clock()
+    sim = await cluster(clock, "CrashLoopBackOff")
+    clock.now = T0 + timedelta(seconds=50)
+    observed = await sim.observe(INSTANCE)
+    counts = restart_counts(observed)
+    [(pod, container)] = [k for k, n in counts.items() if n > 0]
+    assert container == "inference"
+    kept = await last_lines(
+        sim, INSTANCE, Masker(()), lines=3, max_bytes=65536, only=frozenset({(pod, container)})
+    )
+    assert [(k["pod"], k["container"], k["previous"]) for k in kept] == [(pod, container, True)]
+    assert len(kept[0]["lines"]) == 3
+    assert all(line.startswith(f"[{pod}/inference previous] ") for line in shown(kept))
+    elsewhere = frozenset({(pod, "sidecar")})
+    assert await last_lines(sim, INSTANCE, Masker(()), lines=3, max_bytes=100, only=elsewhere) == []

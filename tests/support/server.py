@@ -50,6 +50,12 @@ async def in_loop_server(app: ASGIApp, limits: ConnectionLimits) -> AsyncIterato
         await asyncio.wait_for(task, 30)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def start_server(
     data_dir: Path,
     database_url: str,

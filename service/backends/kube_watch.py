@@ -101,7 +101,6 @@ class ClusterWatch:
             try:
                 client = self._client()
                 version = await self._current_version(client, watched)
-                failures = 0
                 self._up(index)
                 stream = client.watch(
                     watched.resource,
@@ -110,10 +109,16 @@ class ClusterWatch:
                     resource_version=version,
                     server_timeout=SERVER_TIMEOUT,
                 )
+                # The back-off is reset only once the WATCH itself has worked (its first event,
+                # or its clean end at the server's timeout): a LIST that works while the WATCH
+                # keeps failing (no `watch` permission, a proxy cutting long requests) backs
+                # off to its longest delay instead of asking for a resync every half second.
                 async for _, obj in stream:
+                    failures = 0
                     namespace = obj.metadata.namespace if obj.metadata is not None else None
                     if namespace:
                         self._changes.mark_namespace(namespace)
+                failures = 0
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # any failure of a background watch: back off and retry

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -128,6 +129,34 @@ async def test_a_lost_watch_is_re_established_and_asks_for_one_resync(
 
         later = await eventually(marked)
         assert later.instance_ids == {"inst-1"} and not later.resync
+    finally:
+        await adapter.aclose()
+
+
+async def test_a_watch_that_keeps_failing_backs_off_though_its_list_works(
+    server: FakeKubernetes, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A LIST that works while the WATCH is refused every time (no `watch` permission): the
+    retries back off ever longer instead of re-asking for a resync every half second."""
+    forbidden = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403}
+    server.inject_error("WATCH", "/api/v1/pods", {**forbidden, "reason": "Forbidden"})
+    adapter = KubernetesAdapter(
+        "k8s-test", kubeconfig=server.write_kubeconfig(tmp_path / "kubeconfig"), context="fake"
+    )
+    adapter.watch_changes(lambda: None)
+    caplog.set_level(logging.WARNING, logger="nvcf.backends")
+
+    def delays() -> list[float]:
+        return [
+            float(r.getMessage().rsplit(" in ", 1)[1].rstrip("s"))
+            for r in caplog.records
+            if "watching Pod failed" in r.getMessage()
+        ]
+
+    try:
+        await eventually(lambda: asyncio.sleep(0, len(delays()) >= 3))
+        first = delays()[:3]
+        assert first == sorted(first) and first[0] < first[2]  # 0.5, 1, 2: growing
     finally:
         await adapter.aclose()
 

@@ -382,7 +382,8 @@ class FakeKubernetes:
     def inject_error(
         self, method: str, path: str, body: dict[str, Any], *, times: int | None = None
     ) -> None:
-        """Answer `method path` (exact path, `*` for any method) with this Status body."""
+        """Answer `method path` (exact path, `*` for any method but a watch, `WATCH` for a
+        watch request) with this Status body."""
         with self._lock:
             self._errors.append(_Injected(method.upper(), path, int(body["code"]), body, times))
 
@@ -578,7 +579,10 @@ class FakeKubernetes:
             code, payload = 401, status_body(401, "Unauthorized", "Unauthorized")
         elif method == "GET" and query.get("watch") in ("true", "1"):
             route = self._route(path)
-            if route is not None and route[2] is None:
+            injected = self._injected("WATCH", path)
+            if injected is not None:
+                code, payload = injected
+            elif route is not None and route[2] is None:
                 self._watch(req, route[0], route[1], query)
                 return
             code, payload = 404, status_body(404, "NotFound", "the server could not find it")
@@ -820,9 +824,8 @@ class FakeKubernetes:
         except OSError:
             pass
 
-    def _dispatch(
-        self, method: str, path: str, query: dict[str, str], content_type: str, body: Any
-    ) -> tuple[int, dict[str, Any]]:
+    def _injected(self, method: str, path: str) -> tuple[int, dict[str, Any]] | None:
+        """An injected error for `method path` (`WATCH` for a watch request), used up once."""
         with self._lock:
             for err in self._errors:
                 if err.path == path and err.method in (method, "*"):
@@ -831,6 +834,15 @@ class FakeKubernetes:
                         if err.times <= 0:
                             self._errors.remove(err)
                     return err.code, copy.deepcopy(err.body)
+        return None
+
+    def _dispatch(
+        self, method: str, path: str, query: dict[str, str], content_type: str, body: Any
+    ) -> tuple[int, dict[str, Any]]:
+        injected = self._injected(method, path)
+        if injected is not None:
+            return injected
+        with self._lock:
             discovery = self._discovery(path)
             if discovery is not None:
                 return 200, discovery

@@ -520,13 +520,15 @@ async def test_a_running_instances_restart_keeps_the_run_that_ended(harness: Har
             view = await deployment_view(session, found)
         return [i.last_logs for i in view.instances]
 
+    # each step is past the instance's next resync slot (half a period to one and a half
+    # after the last: reconcile/resync.py)
     for _ in range(3):  # resyncs with nothing restarted: no log is read, nothing is kept
-        harness.clock.advance(61)
+        harness.clock.advance(91)
         await rec.run_once()
     assert reads == [] and await shown() == [None]
 
     restarts["count"] = 1
-    harness.clock.advance(61)
+    harness.clock.advance(91)
     await rec.run_once()
     [kept] = await shown()
     assert kept is not None and len(kept) == 2
@@ -537,12 +539,12 @@ async def test_a_running_instances_restart_keeps_the_run_that_ended(harness: Har
     assert inst.phase == "Running"  # a restart alone does not fail the instance
 
     for _ in range(3):  # the same count again: not read again
-        harness.clock.advance(61)
+        harness.clock.advance(91)
         await rec.run_once()
     assert len(reads) == 1
 
     restarts["count"] = 2  # the next restart's run replaces the one kept before
-    harness.clock.advance(61)
+    harness.clock.advance(91)
     await rec.run_once()
     [kept] = await shown()
     assert kept is not None and kept[0].endswith("run 2: Traceback") and len(kept) == 2

@@ -15,6 +15,8 @@
   `NVCF_ADMIN_TOKEN_NETWORKS` — the same opt-in that already gives such a client a management
   token (which may revoke the account's keys), so it grants nothing more — and never a key
   carrying the operator scope; anywhere else a request without a credential is refused (401).
+  Neither credential-less path is open to a request carrying a proxy header (`Forwarded`,
+  `X-Forwarded-For`, ...): behind a proxy every caller has the proxy's internal address.
 
 The operator scope can never be granted here. Several policies grant the union of their scopes
 and functions (a key here carries one scope set).
@@ -253,6 +255,19 @@ def _issuer(request: Request, body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: headers a reverse proxy adds: their presence means the client address is the proxy's
+PROXY_HEADERS = (
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-real-ip",
+    "x-client-ip",
+    "true-client-ip",
+    "cf-connecting-ip",
+)
+
+
 def _trusted(request: Request) -> bool:
     networks = app_state(request).settings.admin_token_networks
     client = request.client.host if request.client is not None else ""
@@ -261,6 +276,24 @@ def _trusted(request: Request) -> bool:
     except ValueError:
         return False
     return any(address in ipaddress.ip_network(n, strict=False) for n in networks)
+
+
+def _credential_less(request: Request, what: str) -> bool:
+    """Whether a request without a credential may `what` as the default account's admin: only
+    from an address in NVCF_ADMIN_TOKEN_NETWORKS, and never through a reverse proxy (behind
+    one, every caller has the proxy's internal address). A request with a credential: False."""
+    if request.headers.get("authorization"):
+        return False
+    if not _trusted(request):
+        return False
+    proxied = [h for h in PROXY_HEADERS if h in request.headers]
+    if proxied:
+        raise Unauthorized(
+            detail=f"{what} needs a credential with scope 'admin': this request came through a "
+            f"proxy ({', '.join(proxied)}), so its address says nothing about the caller and "
+            "NVCF_ADMIN_TOKEN_NETWORKS does not apply"
+        )
+    return True
 
 
 @router.post(
@@ -272,7 +305,7 @@ def _trusted(request: Request) -> bool:
 )
 async def admin_token(request: Request, session: Session) -> dict[str, Any]:
     limited: frozenset[uuid.UUID] | None = None
-    if request.headers.get("authorization") or not _trusted(request):
+    if not _credential_less(request, "a management token"):
         principal = await authenticate_request(request)
         if scopes.ADMIN not in principal.scopes:
             raise Forbidden(detail="a management token needs a credential with scope 'admin'")
@@ -375,7 +408,7 @@ async def list_keys(session: Session, principal: Admin) -> dict[str, Any]:
 )
 async def delete_key(keyId: str, request: Request, session: Session) -> Response:
     uncredentialed = not request.headers.get("authorization")
-    if uncredentialed and _trusted(request):
+    if _credential_less(request, "revoking a key"):
         account = app_state(request).settings.default_account
     else:
         if uncredentialed:

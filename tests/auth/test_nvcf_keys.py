@@ -128,6 +128,41 @@ async def test_init_without_credentials_from_a_trusted_network(
     assert_problem(resp, 401)
 
 
+PROXIED = [
+    {"X-Forwarded-For": "203.0.113.7"},
+    {"Forwarded": "for=203.0.113.7"},
+    {"X-Real-IP": "203.0.113.7"},
+]
+
+
+async def test_no_credential_through_a_proxy_gets_nothing_even_from_a_trusted_network(
+    client_factory: ClientFactory,
+) -> None:
+    """Behind a reverse proxy (a local nginx, a cluster ingress) every caller has the proxy's
+    internal address: a credential-less request carrying a proxy header gets no management
+    token and revokes no key, with a 401 saying why."""
+    client = await client_factory(admin_token_networks="127.0.0.0/8")
+    key = await key_of(client, ["list_functions"])
+    before = len((await client.get("/v1/keys")).json()["keys"])
+    for headers in PROXIED:
+        resp = await client.post(
+            "/v1/admin/keys", json={}, headers={"Authorization": "", **headers}
+        )
+        problem = assert_problem(resp, 401)
+        assert "proxy" in str(problem["detail"])
+        request = client.build_request(
+            "DELETE", f"/v1/keys/{key['id']}", headers={**CLI_HEADERS, **headers}
+        )
+        request.headers.pop("authorization", None)
+        problem = assert_problem(await client.send(request), 401)
+        assert "proxy" in str(problem["detail"])
+    assert await works(client, key)
+    assert len((await client.get("/v1/keys")).json()["keys"]) == before
+    # with a credential, a proxied request is served as usual
+    resp = await client.post("/v1/admin/keys", json={}, headers=PROXIED[0])
+    assert resp.status_code == 200, resp.text
+
+
 async def as_the_cli_deletes(client: AppClient, key_id: str) -> httpx.Response:
     """`DeleteAPIKey`'s request exactly: DELETE with the CLI's three headers and no credential
     (internal/apikeys/client.go sets no Authorization there, unlike generate and list)."""

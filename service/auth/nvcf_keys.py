@@ -7,7 +7,9 @@
   admin-issuer proxy: a route reachable from inside the cluster), for the default account.
 - `POST /v1/keys` — a key from `authorizations.policies[{resources, scopes}]` and `expires_at`
   (scope `admin`); `resources: [{id: <functionId>, type: account-functions}]` limits the key to
-  those functions on every route (service/auth/restrict.py); `id: "*"` does not.
+  those functions on every route (service/auth/restrict.py); `id: "*"` does not. A limited
+  key administers only keys limited to some of its functions (the others are absent from its
+  lists and a 404 to revoke) and never carries `manage_registry_credentials` (account-wide).
 - `GET /v1/keys` — the account's keys (`{"keys": [...]}`), never their values.
 - `DELETE /v1/keys/{id}` — revoke one (404 for an unknown id, as nvcf-cli expects). nvcf-cli
   sends no credential here (only its `Key-Issuer-*`/`Key-Owner-Id` headers): without one, a
@@ -40,8 +42,10 @@ from service.auth.service import (
     Principal,
     count_api_keys,
     create_api_key,
+    limited_scope_errors,
     lock_account,
     scope_errors,
+    within_reach,
 )
 from service.core.db import utcnow
 from service.core.errors import FieldError, Forbidden, NotFound, Unauthorized, ValidationFailed
@@ -311,6 +315,9 @@ async def admin_token(request: Request, session: Session) -> dict[str, Any]:
             raise Forbidden(detail="a management token needs a credential with scope 'admin'")
         account = principal.account_id
         limited = principal.functions  # a limited key's token is limited as much
+    granted: tuple[str, ...] = MANAGEMENT_SCOPES
+    if limited is not None:
+        granted = tuple(s for s in granted if s != scopes.MANAGE_REGISTRY_CREDENTIALS)
     else:
         account = app_state(request).settings.default_account
     body = await read_json(request) if await request.body() else {}
@@ -324,7 +331,7 @@ async def admin_token(request: Request, session: Session) -> dict[str, Any]:
     value, row = await create_api_key(
         session,
         account_id=account,
-        scopes=MANAGEMENT_SCOPES,
+        scopes=granted,
         expires_in=MANAGEMENT_LIFETIME,
         description=description or "Admin token",
         functions=limited,
@@ -365,6 +372,7 @@ async def create_key(request: Request, session: Session, principal: Admin) -> di
                     "this key is limited to named functions: it can grant only those",
                 )
             )
+    errors += limited_scope_errors(key_scopes, functions, "authorizations.policies.scopes")
     if not errors:
         await _check_functions(session, principal.account_id, named, errors)
     if errors:
@@ -394,7 +402,7 @@ async def list_keys(session: Session, principal: Admin) -> dict[str, Any]:
             .order_by(ApiKey.created_at, ApiKey.id)
         )
     ).scalars()
-    return {"keys": [key_view(r) for r in rows]}
+    return {"keys": [key_view(r) for r in rows if within_reach(principal, r.functions)]}
 
 
 @router.delete(
@@ -408,6 +416,7 @@ async def list_keys(session: Session, principal: Admin) -> dict[str, Any]:
 )
 async def delete_key(keyId: str, request: Request, session: Session) -> Response:
     uncredentialed = not request.headers.get("authorization")
+    principal: Principal | None = None
     if _credential_less(request, "revoking a key"):
         account = app_state(request).settings.default_account
     else:
@@ -426,7 +435,11 @@ async def delete_key(keyId: str, request: Request, session: Session) -> Response
     except ValueError:
         raise NotFound(detail=f"API key {keyId} not found") from None
     row = await session.get(ApiKey, kid)
-    if row is None or row.account_id != account:
+    if (
+        row is None
+        or row.account_id != account
+        or (principal is not None and not within_reach(principal, row.functions))
+    ):
         raise NotFound(detail=f"API key {kid} not found")
     if uncredentialed and any(s in scopes.OPERATOR_SCOPES for s in row.scopes):
         raise Forbidden(detail="an operator key is revoked only with a credential")

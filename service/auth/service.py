@@ -25,7 +25,12 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth.models import Account, ApiKey
-from service.auth.scopes import ALL_SCOPES, INVOKE_FUNCTION, OPERATOR_SCOPES
+from service.auth.scopes import (
+    ALL_SCOPES,
+    INVOKE_FUNCTION,
+    MANAGE_REGISTRY_CREDENTIALS,
+    OPERATOR_SCOPES,
+)
 from service.auth.tokens import InvocationGrant, InvocationTokens, is_invocation_token
 from service.core.db import utcnow
 from service.core.errors import BadRequest, FieldError, Forbidden, Unauthorized, ValidationFailed
@@ -79,6 +84,33 @@ def scope_errors(scopes: Iterable[str], *, operator: bool = False) -> list[Field
     return errors
 
 
+#: why a key limited to named functions never carries `manage_registry_credentials`
+REGISTRY_IS_ACCOUNT_WIDE = (
+    "registry credentials are account-wide (every function of the account pulls with them): "
+    "a key limited to named functions cannot manage them"
+)
+
+
+def limited_scope_errors(
+    scopes: Iterable[str], functions: Iterable[uuid.UUID] | None, field: str = "scopes"
+) -> list[FieldError]:
+    """Why a key limited to `functions` (None: unlimited) cannot carry these scopes."""
+    if functions is None or MANAGE_REGISTRY_CREDENTIALS not in set(scopes):
+        return []
+    return [FieldError(field, f"scope '{MANAGE_REGISTRY_CREDENTIALS}': {REGISTRY_IS_ACCOUNT_WIDE}")]
+
+
+def within_reach(principal: Principal, key_functions: Iterable[str] | None) -> bool:
+    """Whether a caller may see and revoke a key limited to `key_functions` (None: unlimited):
+    an unlimited caller any of its account's; a limited one only keys limited to some of its
+    own functions."""
+    if principal.functions is None:
+        return True
+    if key_functions is None:
+        return False
+    return {uuid.UUID(str(f)) for f in key_functions} <= principal.functions
+
+
 async def ensure_account(session: AsyncSession, account_id: str) -> None:
     if await session.get(Account, account_id) is None:
         session.add(Account(id=account_id))
@@ -123,6 +155,7 @@ async def create_api_key(
     """
     scope_list = sorted(set(scopes))
     errors = scope_errors(scope_list, operator=operator)
+    errors += limited_scope_errors(scope_list, functions)
     if not scope_list:
         errors.append(FieldError("scopes", "at least one scope is required"))
     if errors:

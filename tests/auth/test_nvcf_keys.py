@@ -368,3 +368,88 @@ async def test_a_key_limited_to_a_function_invokes_only_it(client: AppClient) ->
         assert resp.status_code == 404, resp.text  # as an unknown function
     transparent = {**limited, "function-id": other["id"]}
     assert (await client.post("/anything", json={}, headers=transparent)).status_code == 404
+
+
+async def test_a_limited_key_lists_and_revokes_only_keys_as_limited(client: AppClient) -> None:
+    """A key limited to named functions sees and revokes only keys limited to (some of) them,
+    on /v1/keys and /v2/nvcf/api-keys alike: the account's other keys are absent from its
+    lists and a 404 to revoke, and keep working."""
+    mine = await create_fn(client)
+    other = await create_fn(client, name="other")
+    limited_body = generate_body(
+        [{"id": mine["id"], "type": "account-functions"}], ["admin", "list_functions"]
+    )
+    limited_key = (await client.post("/v1/keys", json=limited_body)).json()
+    limited = bearer(limited_key["value"])
+    wide = await key_of(client, ["list_functions"])
+    beside_body = generate_body(
+        [{"id": other["id"], "type": "account-functions"}], ["list_functions"]
+    )
+    beside = (await client.post("/v1/keys", json=beside_body)).json()
+    both_body = generate_body(
+        [
+            {"id": mine["id"], "type": "account-functions"},
+            {"id": other["id"], "type": "account-functions"},
+        ],
+        ["list_functions"],
+    )
+    both = (await client.post("/v1/keys", json=both_body)).json()
+    made = [
+        (
+            await client.post(
+                "/v1/keys", json=generate_body(ALL, ["list_functions"]), headers=limited
+            )
+        ).json()["id"]
+        for _ in range(2)
+    ]
+
+    v1 = {k["id"] for k in (await client.get("/v1/keys", headers=limited)).json()["keys"]}
+    v2 = {k["id"] for k in (await client.get(f"{V}/api-keys", headers=limited)).json()["apiKeys"]}
+    assert v1 == v2 == {limited_key["id"], *made}
+    for key_id in (wide["id"], beside["id"], both["id"]):
+        assert_problem(await client.delete(f"/v1/keys/{key_id}", headers=limited), 404)
+        assert_problem(await client.delete(f"{V}/api-keys/{key_id}", headers=limited), 404)
+    assert await works(client, wide)
+    assert await works(client, {"value": beside["value"]})
+    assert await works(client, {"value": both["value"]})
+    assert (await client.delete(f"/v1/keys/{made[0]}", headers=limited)).status_code == 204
+    assert (await client.delete(f"{V}/api-keys/{made[1]}", headers=limited)).status_code == 204
+    # the account's unlimited admin still sees and revokes every key
+    every = {k["id"] for k in (await client.get("/v1/keys")).json()["keys"]}
+    assert {wide["id"], beside["id"], both["id"], limited_key["id"]} <= every
+    assert (await client.delete(f"/v1/keys/{both['id']}")).status_code == 204
+
+
+async def test_a_limited_key_never_gets_nor_grants_registry_credentials(
+    client: AppClient,
+) -> None:
+    """Registry credentials are account-wide (every function pulls with them): a key limited
+    to named functions gets a management token without `manage_registry_credentials`, and no
+    key limited to functions may be given it (400 naming why)."""
+    mine = await create_fn(client)
+    limited_body = generate_body(
+        [{"id": mine["id"], "type": "account-functions"}], ["admin", "list_functions"]
+    )
+    limited = bearer((await client.post("/v1/keys", json=limited_body)).json()["value"])
+
+    token = (await client.post("/v1/admin/keys", json={}, headers=limited)).json()
+    [policy] = token["authorizations"]["policies"]
+    assert "manage_registry_credentials" not in policy["scopes"]
+    assert "deploy_function" in policy["scopes"]
+    resp = await client.get(f"{V}/registry-credentials", headers=bearer(token["value"]))
+    assert_problem(resp, 403)
+    # the unlimited management token still carries it
+    full = (await client.post("/v1/admin/keys", json={})).json()
+    assert "manage_registry_credentials" in full["authorizations"]["policies"][0]["scopes"]
+
+    before = len((await client.get("/v1/keys")).json()["keys"])
+    registry = ["list_functions", "manage_registry_credentials"]
+    for headers in (limited, {}):  # neither a limited key nor the account's admin
+        body = generate_body([{"id": mine["id"], "type": "account-functions"}], registry)
+        problem = assert_problem(await client.post("/v1/keys", json=body, headers=headers), 400)
+        assert "account-wide" in str(problem["errors"])
+    problem = assert_problem(
+        await client.post(f"{V}/api-keys", json={"scopes": registry}, headers=limited), 400
+    )
+    assert "account-wide" in str(problem["errors"])
+    assert len((await client.get("/v1/keys")).json()["keys"]) == before

@@ -78,6 +78,7 @@ MANAGEMENT_LIFETIME = timedelta(hours=12)
 MAX_POLICIES = 16
 MAX_RESOURCES = 100
 MAX_TEXT = 256
+MAX_AUDIENCES = 16
 ALL = [{"id": "*", "type": ACCOUNT_FUNCTIONS}, {"id": "*", "type": AUTHORIZED_FUNCTIONS}]
 
 
@@ -145,6 +146,42 @@ def _expiry(body: dict[str, Any], errors: list[FieldError]) -> datetime | None:
     return when
 
 
+def _bounded(policy: dict[str, Any], name: str, at: str, errors: list[FieldError]) -> str | None:
+    """A policy's optional text field, a string of 1 to MAX_TEXT characters."""
+    value = policy.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > MAX_TEXT:
+        errors.append(FieldError(f"{at}.{name}", f"must be a string of 1 to {MAX_TEXT} characters"))
+        return None
+    return value
+
+
+def _audiences(policy: dict[str, Any], at: str, errors: list[FieldError]) -> dict[str, Any]:
+    """A policy's `aud` (a bounded string) and `auds` (up to MAX_AUDIENCES of them), as kept."""
+    out: dict[str, Any] = {}
+    aud = _bounded(policy, "aud", at, errors)
+    if aud is not None:
+        out["aud"] = aud
+    auds = policy.get("auds")
+    if auds is None:
+        return out
+    if (
+        not isinstance(auds, list)
+        or len(auds) > MAX_AUDIENCES
+        or not all(isinstance(a, str) and 0 < len(a) <= MAX_TEXT for a in auds)
+    ):
+        errors.append(
+            FieldError(
+                f"{at}.auds",
+                f"must be a list of at most {MAX_AUDIENCES} strings of 1 to {MAX_TEXT} characters",
+            )
+        )
+        return out
+    out["auds"] = list(auds)
+    return out
+
+
 def _policies(
     body: dict[str, Any], errors: list[FieldError]
 ) -> tuple[list[str], set[uuid.UUID] | None, dict[str, list[str]], list[dict[str, Any]]]:
@@ -182,6 +219,7 @@ def _policies(
                 FieldError(f"{at}.resources", f"must be a list of 1 to {MAX_RESOURCES} resources")
             )
             resources = []
+        stored: list[dict[str, str]] = []
         for j, resource in enumerate(resources):
             rat = f"{at}.resources[{j}]"
             kind = resource.get("type") if isinstance(resource, dict) else None
@@ -193,16 +231,22 @@ def _policies(
                 continue
             if rid == "*":
                 everything = True
+                stored.append({"id": "*", "type": str(kind)})
                 continue
             try:
-                named[str(kind)].append(str(uuid.UUID(str(rid))))
+                fid = str(uuid.UUID(rid)) if isinstance(rid, str) else ""
             except ValueError:
+                fid = ""
+            if not fid:
                 errors.append(FieldError(f"{rat}.id", "must be '*' or a function id"))
+                continue
+            named[str(kind)].append(fid)
+            stored.append({"id": fid, "type": str(kind)})
         kept.append(
             {
-                **{k: policy[k] for k in ("aud", "auds", "product") if k in policy},
-                "product": policy.get("product", PRODUCT),
-                "resources": resources,
+                **_audiences(policy, at, errors),
+                "product": _bounded(policy, "product", at, errors) or PRODUCT,
+                "resources": stored,
                 "scopes": sorted(set(wanted)),
             }
         )
@@ -255,7 +299,7 @@ def _issuer(request: Request, body: dict[str, Any]) -> dict[str, Any]:
         "owner_type": "USER",
         "owner_id": request.headers.get("key-owner-id", "")[:MAX_TEXT],
         "issuer_service_id": request.headers.get("key-issuer-id", "")[:MAX_TEXT],
-        "audience_service_ids": audiences[:16],
+        "audience_service_ids": audiences[:MAX_AUDIENCES],
     }
 
 

@@ -453,3 +453,51 @@ async def test_a_limited_key_never_gets_nor_grants_registry_credentials(
     )
     assert "account-wide" in str(problem["errors"])
     assert len((await client.get("/v1/keys")).json()["keys"]) == before
+
+
+async def test_a_policy_keeps_only_what_it_means_and_bounds_the_rest(client: AppClient) -> None:
+    """`POST /v1/keys` stores each resource as `{id, type}` only (a client's extra keys are not
+    shown back by every list), and `aud`, `auds` and `product` must be bounded strings: every
+    violation is listed and nothing is created."""
+    mine = await create_fn(client)
+    resource = {"id": mine["id"].upper(), "type": "account-functions", "note": "x" * 5000}
+    body = generate_body(
+        [resource, {"id": "*", "type": "authorized-functions", "n": [1]}], ["list_functions"]
+    )
+    created = await client.post("/v1/keys", json=body)
+    assert created.status_code == 200, created.text
+    expected = [
+        {"id": mine["id"], "type": "account-functions"},
+        {"id": "*", "type": "authorized-functions"},
+    ]
+    assert created.json()["authorizations"]["policies"][0]["resources"] == expected
+    [listed] = [
+        k for k in (await client.get("/v1/keys")).json()["keys"] if k["id"] == created.json()["id"]
+    ]
+    assert listed["authorizations"]["policies"][0]["resources"] == expected
+    assert "x" * 100 not in (await client.get("/v1/keys")).text
+
+    before = len((await client.get("/v1/keys")).json()["keys"])
+    body = generate_body([{"id": mine["id"], "type": "account-functions"}], ["list_functions"])
+    [policy] = body["authorizations"]["policies"]
+    policy.update(aud={"nested": "x"}, auds=["ok", 7, "y" * 300], product="p" * 300)
+    problem = assert_problem(await client.post("/v1/keys", json=body), 400)
+    fields = [e["field"] for e in problem["errors"]]  # type: ignore[union-attr]
+    assert fields == [
+        "authorizations.policies[0].aud",
+        "authorizations.policies[0].auds",
+        "authorizations.policies[0].product",
+    ]
+    policy.update(aud="svc", auds=["a"] * 17, product="nv-cloud-functions")
+    problem = assert_problem(await client.post("/v1/keys", json=body), 400)
+    assert [e["field"] for e in problem["errors"]] == [  # type: ignore[union-attr]
+        "authorizations.policies[0].auds"
+    ]
+    policy["resources"] = [{"id": 42, "type": "account-functions"}]
+    policy["auds"] = "not-a-list"
+    problem = assert_problem(await client.post("/v1/keys", json=body), 400)
+    assert [e["field"] for e in problem["errors"]] == [  # type: ignore[union-attr]
+        "authorizations.policies[0].resources[0].id",
+        "authorizations.policies[0].auds",
+    ]
+    assert len((await client.get("/v1/keys")).json()["keys"]) == before

@@ -20,7 +20,8 @@
   Neither credential-less path is open to a request carrying a proxy header (`Forwarded`,
   `X-Forwarded-For`, ...): behind a proxy every caller has the proxy's internal address.
 
-The operator scope can never be granted here. Several policies grant the union of their scopes
+A key minted by a key (a management token, or a key from `POST /v1/keys`) never outlives the
+minting key: its expiry is cut to the minter's. The operator scope can never be granted here. Several policies grant the union of their scopes
 and functions (a key here carries one scope set).
 """
 
@@ -353,12 +354,14 @@ def _credential_less(request: Request, what: str) -> bool:
 )
 async def admin_token(request: Request, session: Session) -> dict[str, Any]:
     limited: frozenset[uuid.UUID] | None = None
+    not_after: datetime | None = None
     if not _credential_less(request, "a management token"):
         principal = await authenticate_request(request)
         if scopes.ADMIN not in principal.scopes:
             raise Forbidden(detail="a management token needs a credential with scope 'admin'")
         account = principal.account_id
         limited = principal.functions  # a limited key's token is limited as much
+        not_after = principal.expires_at  # and lives no longer
     granted: tuple[str, ...] = MANAGEMENT_SCOPES
     if limited is not None:
         granted = tuple(s for s in granted if s != scopes.MANAGE_REGISTRY_CREDENTIALS)
@@ -379,6 +382,7 @@ async def admin_token(request: Request, session: Session) -> dict[str, Any]:
         expires_in=MANAGEMENT_LIFETIME,
         description=description or "Admin token",
         functions=limited,
+        not_after=not_after,
     )
     return key_view(
         row,
@@ -433,6 +437,7 @@ async def create_key(request: Request, session: Session, principal: Admin) -> di
         functions=functions,
         authorizations={"policies": kept},
         expires_at=expires_at,
+        not_after=principal.expires_at,
     )
     return key_view(row, value, **_issuer(request, body))
 

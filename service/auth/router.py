@@ -155,6 +155,7 @@ async def create_key(request: Request, session: Session, principal: Admin) -> di
         expires_in=model.lifetime(),
         description=model.description,
         functions=principal.functions,  # a limited key makes limited keys
+        not_after=principal.expires_at,  # that live no longer than it
     )
     return {"apiKey": KeyOut.of(row, key).model_dump(mode="json", by_alias=True, exclude_none=True)}
 

@@ -56,6 +56,8 @@ class Principal:
     grant: InvocationGrant | None = None
     #: the functions a key is limited to (NVCF policy resources); None: every function
     functions: frozenset[uuid.UUID] | None = None
+    #: when an API key stops working (None: never, or not a key): nothing it mints outlives it
+    expires_at: datetime | None = None
 
 
 def hash_key(key: str) -> str:
@@ -147,11 +149,13 @@ async def create_api_key(
     functions: Iterable[uuid.UUID] | None = None,
     authorizations: dict[str, Any] | None = None,
     expires_at: datetime | None = None,
+    not_after: datetime | None = None,
 ) -> tuple[str, ApiKey]:
     """Store a new key (hash only); returns the key itself, shown once, and its row.
 
     `operator` is set only by the operator's own paths (the CLI, the bootstrap key): it allows
-    the operator scopes, which the API can never grant.
+    the operator scopes, which the API can never grant. `not_after` (the minting key's
+    expiry) caps the new key's: a key never outlives the key that made it.
     """
     scope_list = sorted(set(scopes))
     errors = scope_errors(scope_list, operator=operator)
@@ -172,13 +176,21 @@ async def create_api_key(
         hint=key[:10] + "…",
         scopes=scope_list,
         description=description,
-        expires_at=expires_at or (utcnow() + expires_in if expires_in else None),
+        expires_at=_capped(
+            expires_at or (utcnow() + expires_in if expires_in else None), not_after
+        ),
         functions=sorted(str(f) for f in functions) if functions is not None else None,
         authorizations=authorizations,
     )
     session.add(row)
     await session.flush()
     return key, row
+
+
+def _capped(expires_at: datetime | None, not_after: datetime | None) -> datetime | None:
+    if not_after is None:
+        return expires_at
+    return not_after if expires_at is None else min(expires_at, not_after)
 
 
 async def grant_scopes(session: AsyncSession, key: str, wanted: Iterable[str]) -> bool:
@@ -332,6 +344,7 @@ class Authenticator:
                     if row.functions is not None
                     else None
                 ),
+                expires_at=row.expires_at,
             )
             cached = (principal, row.expires_at)
             self._cache[key_hash] = cached

@@ -429,7 +429,8 @@ class Settings(BaseSettings):
         ge=1,
         le=86_400,
         description="Lifetime in seconds of the invocation tokens `POST /v2/nvcf/tokens/"
-        "functions...` issues (NVCF: 600); an expired token is refused 401.",
+        "functions...` issues (NVCF: 600), or less: never past the expiry of the API key that "
+        "asks for one; an expired token is refused 401. Tokens are not revoked one by one.",
     )
     # -- HTTP (service/core/server.py)
     gc_freeze: bool = Field(

@@ -21,8 +21,9 @@
   `X-Forwarded-For`, ...): behind a proxy every caller has the proxy's internal address.
 
 A key minted by a key (a management token, or a key from `POST /v1/keys`) never outlives the
-minting key: its expiry is cut to the minter's. The operator scope can never be granted here. Several policies grant the union of their scopes
-and functions (a key here carries one scope set).
+minting key: its expiry is cut to the minter's. The operator scope can never be granted
+here. Several policies grant the union of their scopes and functions (a key here carries one
+scope set).
 """
 
 from __future__ import annotations
@@ -350,7 +351,9 @@ def _credential_less(request: Request, what: str) -> bool:
     summary="A management token for the caller's account (NVCF's API-keys service)",
     description="An `nvapi-` key with the function-management scopes and `admin`, valid 12 "
     "hours, in NVCF's shape (`value` is the token). Needs the `admin` scope, or no credential "
-    "from an address in NVCF_ADMIN_TOKEN_NETWORKS (then for the default account).",
+    "from an address in NVCF_ADMIN_TOKEN_NETWORKS and no proxy header such as X-Forwarded-For "
+    "(then for the default account). A limited key's token is as limited, without "
+    "manage_registry_credentials; a key's token expires no later than the key.",
 )
 async def admin_token(request: Request, session: Session) -> dict[str, Any]:
     limited: frozenset[uuid.UUID] | None = None
@@ -460,8 +463,9 @@ async def list_keys(session: Session, principal: Admin) -> dict[str, Any]:
     response_class=Response,
     summary="Revoke an API key (NVCF's API-keys service)",
     description="Needs the `admin` scope; nvcf-cli sends no credential here, which is "
-    "accepted only from an address in NVCF_ADMIN_TOKEN_NETWORKS (then for a key of the default "
-    "account, never an operator key).",
+    "accepted only from an address in NVCF_ADMIN_TOKEN_NETWORKS without a proxy header (then "
+    "for a key of the default account, never an operator key). A key limited to functions "
+    "revokes only keys limited to some of them.",
 )
 async def delete_key(keyId: str, request: Request, session: Session) -> Response:
     uncredentialed = not request.headers.get("authorization")

@@ -92,10 +92,36 @@ def _policy(key_scopes: list[str], resources: list[dict[str, str]]) -> dict[str,
     return {"product": PRODUCT, "resources": resources, "scopes": key_scopes}
 
 
+def _stored(authorizations: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Stored policies as `POST /v1/keys` keeps them now: rows written before it validated its
+    input may hold a client's extra keys or unbounded text, which are not shown back."""
+    if authorizations is None:
+        return None
+    policies: list[dict[str, Any]] = []
+    for policy in authorizations.get("policies") or []:
+        if not isinstance(policy, dict):
+            continue
+        ignored: list[FieldError] = []
+        resources = policy.get("resources")
+        policies.append(
+            {
+                **_audiences(policy, "", ignored),
+                "product": _bounded(policy, "product", "", ignored) or PRODUCT,
+                "resources": [
+                    {"id": str(r.get("id"))[:MAX_TEXT], "type": str(r.get("type"))[:MAX_TEXT]}
+                    for r in (resources if isinstance(resources, list) else [])
+                    if isinstance(r, dict)
+                ],
+                "scopes": [s for s in policy.get("scopes") or [] if isinstance(s, str)],
+            }
+        )
+    return {"policies": policies}
+
+
 def key_view(row: ApiKey, value: str | None = None, **extra: Any) -> dict[str, Any]:
     """A key as NVCF's API-keys service shows it (`value` only when it is created)."""
     now = utcnow()
-    authorizations = row.authorizations
+    authorizations = _stored(row.authorizations)
     if authorizations is None:
         resources = (
             [{"id": str(f), "type": ACCOUNT_FUNCTIONS} for f in row.functions]

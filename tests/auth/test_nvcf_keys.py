@@ -5,11 +5,13 @@ those, on every route."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 
+from service.auth.models import ApiKey
 from tests.support.api import CONTAINER_FN, assert_problem, bearer, create_fn, new_key
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
 from tests.support.go_decode import ListOf, assert_go_decodes
@@ -501,3 +503,41 @@ async def test_a_policy_keeps_only_what_it_means_and_bounds_the_rest(client: App
         "authorizations.policies[0].auds",
     ]
     assert len((await client.get("/v1/keys")).json()["keys"]) == before
+
+
+async def test_a_policy_stored_before_it_was_checked_is_shown_as_now_kept(
+    client: AppClient,
+) -> None:
+    """A key's policies written verbatim before `POST /v1/keys` checked them are listed as
+    they are kept now: `{id, type}` resources, valid `aud`/`auds`/`product` only."""
+    mine = await create_fn(client)
+    body = generate_body([{"id": mine["id"], "type": "account-functions"}], ["list_functions"])
+    created = (await client.post("/v1/keys", json=body)).json()
+    legacy = {
+        "policies": [
+            {
+                "aud": "x" * 5000,
+                "auds": ["svc", {"deep": 1}],
+                "product": "nv-cloud-functions",
+                "resources": [{"id": mine["id"], "type": "account-functions", "blob": "y" * 5000}],
+                "scopes": ["list_functions"],
+                "extra": "z" * 5000,
+            }
+        ]
+    }
+    async with client.app.state.sessionmaker() as session, session.begin():
+        row = await session.get(ApiKey, uuid.UUID(created["id"]))
+        assert row is not None
+        row.authorizations = legacy
+    resp = await client.get("/v1/keys")
+    [shown] = [k for k in resp.json()["keys"] if k["id"] == created["id"]]
+    assert shown["authorizations"] == {
+        "policies": [
+            {
+                "product": "nv-cloud-functions",
+                "resources": [{"id": mine["id"], "type": "account-functions"}],
+                "scopes": ["list_functions"],
+            }
+        ]
+    }
+    assert "x" * 300 not in resp.text and "y" * 300 not in resp.text

@@ -7,7 +7,9 @@
   admin-issuer proxy: a route reachable from inside the cluster), for the default account.
 - `POST /v1/keys` — a key from `authorizations.policies[{resources, scopes}]` and `expires_at`
   (scope `admin`); `resources: [{id: <functionId>, type: account-functions}]` limits the key to
-  those functions on every route (service/auth/restrict.py); `id: "*"` does not.
+  those functions on every route (service/auth/restrict.py); `id: "*"` does not. A limited
+  key administers only keys limited to some of its functions (the others are absent from its
+  lists and a 404 to revoke) and never carries `manage_registry_credentials` (account-wide).
 - `GET /v1/keys` — the account's keys (`{"keys": [...]}`), never their values.
 - `DELETE /v1/keys/{id}` — revoke one (404 for an unknown id, as nvcf-cli expects). nvcf-cli
   sends no credential here (only its `Key-Issuer-*`/`Key-Owner-Id` headers): without one, a
@@ -15,9 +17,13 @@
   `NVCF_ADMIN_TOKEN_NETWORKS` — the same opt-in that already gives such a client a management
   token (which may revoke the account's keys), so it grants nothing more — and never a key
   carrying the operator scope; anywhere else a request without a credential is refused (401).
+  Neither credential-less path is open to a request carrying a proxy header (`Forwarded`,
+  `X-Forwarded-For`, ...): behind a proxy every caller has the proxy's internal address.
 
-The operator scope can never be granted here. Several policies grant the union of their scopes
-and functions (a key here carries one scope set).
+A key minted by a key (a management token, or a key from `POST /v1/keys`) never outlives the
+minting key: its expiry is cut to the minter's. The operator scope can never be granted
+here. Several policies grant the union of their scopes and functions (a key here carries one
+scope set).
 """
 
 from __future__ import annotations
@@ -38,8 +44,10 @@ from service.auth.service import (
     Principal,
     count_api_keys,
     create_api_key,
+    limited_scope_errors,
     lock_account,
     scope_errors,
+    within_reach,
 )
 from service.core.db import utcnow
 from service.core.errors import FieldError, Forbidden, NotFound, Unauthorized, ValidationFailed
@@ -72,6 +80,7 @@ MANAGEMENT_LIFETIME = timedelta(hours=12)
 MAX_POLICIES = 16
 MAX_RESOURCES = 100
 MAX_TEXT = 256
+MAX_AUDIENCES = 16
 ALL = [{"id": "*", "type": ACCOUNT_FUNCTIONS}, {"id": "*", "type": AUTHORIZED_FUNCTIONS}]
 
 
@@ -83,10 +92,36 @@ def _policy(key_scopes: list[str], resources: list[dict[str, str]]) -> dict[str,
     return {"product": PRODUCT, "resources": resources, "scopes": key_scopes}
 
 
+def _stored(authorizations: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Stored policies as `POST /v1/keys` keeps them now: rows written before it validated its
+    input may hold a client's extra keys or unbounded text, which are not shown back."""
+    if authorizations is None:
+        return None
+    policies: list[dict[str, Any]] = []
+    for policy in authorizations.get("policies") or []:
+        if not isinstance(policy, dict):
+            continue
+        ignored: list[FieldError] = []
+        resources = policy.get("resources")
+        policies.append(
+            {
+                **_audiences(policy, "", ignored),
+                "product": _bounded(policy, "product", "", ignored) or PRODUCT,
+                "resources": [
+                    {"id": str(r.get("id"))[:MAX_TEXT], "type": str(r.get("type"))[:MAX_TEXT]}
+                    for r in (resources if isinstance(resources, list) else [])
+                    if isinstance(r, dict)
+                ],
+                "scopes": [s for s in policy.get("scopes") or [] if isinstance(s, str)],
+            }
+        )
+    return {"policies": policies}
+
+
 def key_view(row: ApiKey, value: str | None = None, **extra: Any) -> dict[str, Any]:
     """A key as NVCF's API-keys service shows it (`value` only when it is created)."""
     now = utcnow()
-    authorizations = row.authorizations
+    authorizations = _stored(row.authorizations)
     if authorizations is None:
         resources = (
             [{"id": str(f), "type": ACCOUNT_FUNCTIONS} for f in row.functions]
@@ -139,6 +174,42 @@ def _expiry(body: dict[str, Any], errors: list[FieldError]) -> datetime | None:
     return when
 
 
+def _bounded(policy: dict[str, Any], name: str, at: str, errors: list[FieldError]) -> str | None:
+    """A policy's optional text field, a string of 1 to MAX_TEXT characters."""
+    value = policy.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > MAX_TEXT:
+        errors.append(FieldError(f"{at}.{name}", f"must be a string of 1 to {MAX_TEXT} characters"))
+        return None
+    return value
+
+
+def _audiences(policy: dict[str, Any], at: str, errors: list[FieldError]) -> dict[str, Any]:
+    """A policy's `aud` (a bounded string) and `auds` (up to MAX_AUDIENCES of them), as kept."""
+    out: dict[str, Any] = {}
+    aud = _bounded(policy, "aud", at, errors)
+    if aud is not None:
+        out["aud"] = aud
+    auds = policy.get("auds")
+    if auds is None:
+        return out
+    if (
+        not isinstance(auds, list)
+        or len(auds) > MAX_AUDIENCES
+        or not all(isinstance(a, str) and 0 < len(a) <= MAX_TEXT for a in auds)
+    ):
+        errors.append(
+            FieldError(
+                f"{at}.auds",
+                f"must be a list of at most {MAX_AUDIENCES} strings of 1 to {MAX_TEXT} characters",
+            )
+        )
+        return out
+    out["auds"] = list(auds)
+    return out
+
+
 def _policies(
     body: dict[str, Any], errors: list[FieldError]
 ) -> tuple[list[str], set[uuid.UUID] | None, dict[str, list[str]], list[dict[str, Any]]]:
@@ -176,6 +247,7 @@ def _policies(
                 FieldError(f"{at}.resources", f"must be a list of 1 to {MAX_RESOURCES} resources")
             )
             resources = []
+        stored: list[dict[str, str]] = []
         for j, resource in enumerate(resources):
             rat = f"{at}.resources[{j}]"
             kind = resource.get("type") if isinstance(resource, dict) else None
@@ -187,16 +259,22 @@ def _policies(
                 continue
             if rid == "*":
                 everything = True
+                stored.append({"id": "*", "type": str(kind)})
                 continue
             try:
-                named[str(kind)].append(str(uuid.UUID(str(rid))))
+                fid = str(uuid.UUID(rid)) if isinstance(rid, str) else ""
             except ValueError:
+                fid = ""
+            if not fid:
                 errors.append(FieldError(f"{rat}.id", "must be '*' or a function id"))
+                continue
+            named[str(kind)].append(fid)
+            stored.append({"id": fid, "type": str(kind)})
         kept.append(
             {
-                **{k: policy[k] for k in ("aud", "auds", "product") if k in policy},
-                "product": policy.get("product", PRODUCT),
-                "resources": resources,
+                **_audiences(policy, at, errors),
+                "product": _bounded(policy, "product", at, errors) or PRODUCT,
+                "resources": stored,
                 "scopes": sorted(set(wanted)),
             }
         )
@@ -249,8 +327,21 @@ def _issuer(request: Request, body: dict[str, Any]) -> dict[str, Any]:
         "owner_type": "USER",
         "owner_id": request.headers.get("key-owner-id", "")[:MAX_TEXT],
         "issuer_service_id": request.headers.get("key-issuer-id", "")[:MAX_TEXT],
-        "audience_service_ids": audiences[:16],
+        "audience_service_ids": audiences[:MAX_AUDIENCES],
     }
+
+
+#: headers a reverse proxy adds: their presence means the client address is the proxy's
+PROXY_HEADERS = (
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-real-ip",
+    "x-client-ip",
+    "true-client-ip",
+    "cf-connecting-ip",
+)
 
 
 def _trusted(request: Request) -> bool:
@@ -263,21 +354,46 @@ def _trusted(request: Request) -> bool:
     return any(address in ipaddress.ip_network(n, strict=False) for n in networks)
 
 
+def _credential_less(request: Request, what: str) -> bool:
+    """Whether a request without a credential may `what` as the default account's admin: only
+    from an address in NVCF_ADMIN_TOKEN_NETWORKS, and never through a reverse proxy (behind
+    one, every caller has the proxy's internal address). A request with a credential: False."""
+    if request.headers.get("authorization"):
+        return False
+    if not _trusted(request):
+        return False
+    proxied = [h for h in PROXY_HEADERS if h in request.headers]
+    if proxied:
+        raise Unauthorized(
+            detail=f"{what} needs a credential with scope 'admin': this request came through a "
+            f"proxy ({', '.join(proxied)}), so its address says nothing about the caller and "
+            "NVCF_ADMIN_TOKEN_NETWORKS does not apply"
+        )
+    return True
+
+
 @router.post(
     "/v1/admin/keys",
     summary="A management token for the caller's account (NVCF's API-keys service)",
     description="An `nvapi-` key with the function-management scopes and `admin`, valid 12 "
     "hours, in NVCF's shape (`value` is the token). Needs the `admin` scope, or no credential "
-    "from an address in NVCF_ADMIN_TOKEN_NETWORKS (then for the default account).",
+    "from an address in NVCF_ADMIN_TOKEN_NETWORKS and no proxy header such as X-Forwarded-For "
+    "(then for the default account). A limited key's token is as limited, without "
+    "manage_registry_credentials; a key's token expires no later than the key.",
 )
 async def admin_token(request: Request, session: Session) -> dict[str, Any]:
     limited: frozenset[uuid.UUID] | None = None
-    if request.headers.get("authorization") or not _trusted(request):
+    not_after: datetime | None = None
+    if not _credential_less(request, "a management token"):
         principal = await authenticate_request(request)
         if scopes.ADMIN not in principal.scopes:
             raise Forbidden(detail="a management token needs a credential with scope 'admin'")
         account = principal.account_id
         limited = principal.functions  # a limited key's token is limited as much
+        not_after = principal.expires_at  # and lives no longer
+    granted: tuple[str, ...] = MANAGEMENT_SCOPES
+    if limited is not None:
+        granted = tuple(s for s in granted if s != scopes.MANAGE_REGISTRY_CREDENTIALS)
     else:
         account = app_state(request).settings.default_account
     body = await read_json(request) if await request.body() else {}
@@ -291,10 +407,11 @@ async def admin_token(request: Request, session: Session) -> dict[str, Any]:
     value, row = await create_api_key(
         session,
         account_id=account,
-        scopes=MANAGEMENT_SCOPES,
+        scopes=granted,
         expires_in=MANAGEMENT_LIFETIME,
         description=description or "Admin token",
         functions=limited,
+        not_after=not_after,
     )
     return key_view(
         row,
@@ -332,6 +449,7 @@ async def create_key(request: Request, session: Session, principal: Admin) -> di
                     "this key is limited to named functions: it can grant only those",
                 )
             )
+    errors += limited_scope_errors(key_scopes, functions, "authorizations.policies.scopes")
     if not errors:
         await _check_functions(session, principal.account_id, named, errors)
     if errors:
@@ -348,6 +466,7 @@ async def create_key(request: Request, session: Session, principal: Admin) -> di
         functions=functions,
         authorizations={"policies": kept},
         expires_at=expires_at,
+        not_after=principal.expires_at,
     )
     return key_view(row, value, **_issuer(request, body))
 
@@ -361,7 +480,7 @@ async def list_keys(session: Session, principal: Admin) -> dict[str, Any]:
             .order_by(ApiKey.created_at, ApiKey.id)
         )
     ).scalars()
-    return {"keys": [key_view(r) for r in rows]}
+    return {"keys": [key_view(r) for r in rows if within_reach(principal, r.functions)]}
 
 
 @router.delete(
@@ -370,12 +489,14 @@ async def list_keys(session: Session, principal: Admin) -> dict[str, Any]:
     response_class=Response,
     summary="Revoke an API key (NVCF's API-keys service)",
     description="Needs the `admin` scope; nvcf-cli sends no credential here, which is "
-    "accepted only from an address in NVCF_ADMIN_TOKEN_NETWORKS (then for a key of the default "
-    "account, never an operator key).",
+    "accepted only from an address in NVCF_ADMIN_TOKEN_NETWORKS without a proxy header (then "
+    "for a key of the default account, never an operator key). A key limited to functions "
+    "revokes only keys limited to some of them.",
 )
 async def delete_key(keyId: str, request: Request, session: Session) -> Response:
     uncredentialed = not request.headers.get("authorization")
-    if uncredentialed and _trusted(request):
+    principal: Principal | None = None
+    if _credential_less(request, "revoking a key"):
         account = app_state(request).settings.default_account
     else:
         if uncredentialed:
@@ -393,7 +514,11 @@ async def delete_key(keyId: str, request: Request, session: Session) -> Response
     except ValueError:
         raise NotFound(detail=f"API key {keyId} not found") from None
     row = await session.get(ApiKey, kid)
-    if row is None or row.account_id != account:
+    if (
+        row is None
+        or row.account_id != account
+        or (principal is not None and not within_reach(principal, row.functions))
+    ):
         raise NotFound(detail=f"API key {kid} not found")
     if uncredentialed and any(s in scopes.OPERATOR_SCOPES for s in row.scopes):
         raise Forbidden(detail="an operator key is revoked only with a credential")

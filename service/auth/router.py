@@ -14,7 +14,13 @@ from sqlalchemy import select
 from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.models import ApiKey
-from service.auth.service import Principal, count_api_keys, create_api_key, lock_account
+from service.auth.service import (
+    Principal,
+    count_api_keys,
+    create_api_key,
+    lock_account,
+    within_reach,
+)
 from service.core.durations import DurationError, parse_timedelta
 from service.core.errors import FieldError, Forbidden, NotFound, ValidationFailed
 from service.core.http import inline_body_doc, parse_uuid, read_json
@@ -149,6 +155,7 @@ async def create_key(request: Request, session: Session, principal: Admin) -> di
         expires_in=model.lifetime(),
         description=model.description,
         functions=principal.functions,  # a limited key makes limited keys
+        not_after=principal.expires_at,  # that live no longer than it
     )
     return {"apiKey": KeyOut.of(row, key).model_dump(mode="json", by_alias=True, exclude_none=True)}
 
@@ -168,7 +175,9 @@ async def list_keys(session: Session, principal: Admin) -> dict[str, Any]:
     )
     return {
         "apiKeys": [
-            KeyOut.of(r).model_dump(mode="json", by_alias=True, exclude_none=True) for r in rows
+            KeyOut.of(r).model_dump(mode="json", by_alias=True, exclude_none=True)
+            for r in rows
+            if within_reach(principal, r.functions)
         ]
     }
 
@@ -179,7 +188,11 @@ async def list_keys(session: Session, principal: Admin) -> dict[str, Any]:
 async def delete_key(keyId: str, request: Request, session: Session, principal: Admin) -> Response:
     kid = parse_uuid(keyId, "keyId")
     row = await session.get(ApiKey, kid)
-    if row is None or row.account_id != principal.account_id:
+    if (
+        row is None
+        or row.account_id != principal.account_id
+        or not within_reach(principal, row.functions)
+    ):
         raise NotFound(detail=f"API key {kid} not found")
     await session.delete(row)
     request.app.state.authenticator.forget(row.key_hash)

@@ -25,7 +25,12 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth.models import Account, ApiKey
-from service.auth.scopes import ALL_SCOPES, INVOKE_FUNCTION, OPERATOR_SCOPES
+from service.auth.scopes import (
+    ALL_SCOPES,
+    INVOKE_FUNCTION,
+    MANAGE_REGISTRY_CREDENTIALS,
+    OPERATOR_SCOPES,
+)
 from service.auth.tokens import InvocationGrant, InvocationTokens, is_invocation_token
 from service.core.db import utcnow
 from service.core.errors import BadRequest, FieldError, Forbidden, Unauthorized, ValidationFailed
@@ -51,6 +56,8 @@ class Principal:
     grant: InvocationGrant | None = None
     #: the functions a key is limited to (NVCF policy resources); None: every function
     functions: frozenset[uuid.UUID] | None = None
+    #: when an API key stops working (None: never, or not a key): nothing it mints outlives it
+    expires_at: datetime | None = None
 
 
 def hash_key(key: str) -> str:
@@ -77,6 +84,33 @@ def scope_errors(scopes: Iterable[str], *, operator: bool = False) -> list[Field
         elif s not in ALL_SCOPES:
             errors.append(FieldError("scopes", f"unknown scope '{s}'"))
     return errors
+
+
+#: why a key limited to named functions never carries `manage_registry_credentials`
+REGISTRY_IS_ACCOUNT_WIDE = (
+    "registry credentials are account-wide (every function of the account pulls with them): "
+    "a key limited to named functions cannot manage them"
+)
+
+
+def limited_scope_errors(
+    scopes: Iterable[str], functions: Iterable[uuid.UUID] | None, field: str = "scopes"
+) -> list[FieldError]:
+    """Why a key limited to `functions` (None: unlimited) cannot carry these scopes."""
+    if functions is None or MANAGE_REGISTRY_CREDENTIALS not in set(scopes):
+        return []
+    return [FieldError(field, f"scope '{MANAGE_REGISTRY_CREDENTIALS}': {REGISTRY_IS_ACCOUNT_WIDE}")]
+
+
+def within_reach(principal: Principal, key_functions: Iterable[str] | None) -> bool:
+    """Whether a caller may see and revoke a key limited to `key_functions` (None: unlimited):
+    an unlimited caller any of its account's; a limited one only keys limited to some of its
+    own functions."""
+    if principal.functions is None:
+        return True
+    if key_functions is None:
+        return False
+    return {uuid.UUID(str(f)) for f in key_functions} <= principal.functions
 
 
 async def ensure_account(session: AsyncSession, account_id: str) -> None:
@@ -115,14 +149,17 @@ async def create_api_key(
     functions: Iterable[uuid.UUID] | None = None,
     authorizations: dict[str, Any] | None = None,
     expires_at: datetime | None = None,
+    not_after: datetime | None = None,
 ) -> tuple[str, ApiKey]:
     """Store a new key (hash only); returns the key itself, shown once, and its row.
 
     `operator` is set only by the operator's own paths (the CLI, the bootstrap key): it allows
-    the operator scopes, which the API can never grant.
+    the operator scopes, which the API can never grant. `not_after` (the minting key's
+    expiry) caps the new key's: a key never outlives the key that made it.
     """
     scope_list = sorted(set(scopes))
     errors = scope_errors(scope_list, operator=operator)
+    errors += limited_scope_errors(scope_list, functions)
     if not scope_list:
         errors.append(FieldError("scopes", "at least one scope is required"))
     if errors:
@@ -139,13 +176,21 @@ async def create_api_key(
         hint=key[:10] + "…",
         scopes=scope_list,
         description=description,
-        expires_at=expires_at or (utcnow() + expires_in if expires_in else None),
+        expires_at=_capped(
+            expires_at or (utcnow() + expires_in if expires_in else None), not_after
+        ),
         functions=sorted(str(f) for f in functions) if functions is not None else None,
         authorizations=authorizations,
     )
     session.add(row)
     await session.flush()
     return key, row
+
+
+def _capped(expires_at: datetime | None, not_after: datetime | None) -> datetime | None:
+    if not_after is None:
+        return expires_at
+    return not_after if expires_at is None else min(expires_at, not_after)
 
 
 async def grant_scopes(session: AsyncSession, key: str, wanted: Iterable[str]) -> bool:
@@ -299,6 +344,7 @@ class Authenticator:
                     if row.functions is not None
                     else None
                 ),
+                expires_at=row.expires_at,
             )
             cached = (principal, row.expires_at)
             self._cache[key_hash] = cached

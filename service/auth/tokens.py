@@ -133,8 +133,12 @@ class InvocationTokens:
     def __repr__(self) -> str:
         return f"InvocationTokens(<key hidden>, lifetime={self.lifetime})"
 
-    def issue(self, account_id: str, client_id: str, grant: InvocationGrant) -> str:
+    def issue(
+        self, account_id: str, client_id: str, grant: InvocationGrant, lifetime: int | None = None
+    ) -> str:
+        """A token valid `lifetime` seconds (at most, and by default, this issuer's)."""
         now = int(time.time())
+        lifetime = self.lifetime if lifetime is None else min(lifetime, self.lifetime)
         claims = {
             "iss": ISSUER,
             "aud": AUDIENCE,
@@ -143,7 +147,7 @@ class InvocationTokens:
             "scope": INVOKE_FUNCTION,
             "functions": grant.claims(),
             "iat": now,
-            "exp": now + self.lifetime,
+            "exp": now + lifetime,
             "jti": str(uuid.uuid4()),
         }
         return jwt.encode(claims, self._key, algorithm="HS256", headers={"kid": KID})

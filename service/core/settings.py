@@ -218,7 +218,10 @@ class Settings(BaseSettings):
         "token for the default account from `POST /v1/admin/keys`, and revoke its non-operator "
         "keys with `DELETE /v1/keys/{id}`, without a credential, as NVCF's admin-issuer proxy "
         "inside a cluster (for `nvcf-cli init` and `api-key delete`); empty: a credential with "
-        "scope `admin` is always needed.",
+        "scope `admin` is always needed. Behind a reverse proxy (nginx, a cluster ingress) "
+        "every caller has the proxy's internal address: never list the proxy's network. A "
+        "request carrying a proxy header (`Forwarded`, `X-Forwarded-For`, `X-Real-IP`, ...) "
+        "is refused without a credential (401) whatever its address.",
     )
     timeseries_period_seconds: float = Field(
         default=10.0,
@@ -426,7 +429,8 @@ class Settings(BaseSettings):
         ge=1,
         le=86_400,
         description="Lifetime in seconds of the invocation tokens `POST /v2/nvcf/tokens/"
-        "functions...` issues (NVCF: 600); an expired token is refused 401.",
+        "functions...` issues (NVCF: 600), or less: never past the expiry of the API key that "
+        "asks for one; an expired token is refused 401. Tokens are not revoked one by one.",
     )
     # -- HTTP (service/core/server.py)
     gc_freeze: bool = Field(

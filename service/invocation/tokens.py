@@ -5,12 +5,14 @@ functionVersionId?}] (1 to 4), clientId}`. The answer is OAuth2's `{access_token
 
 The caller must itself be allowed to invoke every function (and version) it names — its own,
 or one shared with its account (access.py) — when it asks: else the 404 of an unknown
-function, and nothing is issued. The token (auth/tokens.py) then invokes exactly those through
+function, and nothing is issued. The token never outlives the caller's API key (its lifetime
+is cut to the key's expiry). It (auth/tokens.py) then invokes exactly those through
 every invocation entry and nothing else; it cannot ask for another token. It is never logged.
 """
 
 from __future__ import annotations
 
+import math
 import uuid
 from typing import Annotated, Any, ClassVar
 
@@ -21,7 +23,14 @@ from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.service import Authenticator, Principal
 from service.auth.tokens import MAX_CLIENT_ID, MAX_FUNCTIONS, InvocationGrant
-from service.core.errors import FieldError, NotFound, ServiceUnavailable, ValidationFailed
+from service.core.db import utcnow
+from service.core.errors import (
+    FieldError,
+    NotFound,
+    ServiceUnavailable,
+    Unauthorized,
+    ValidationFailed,
+)
 from service.core.http import inline_body_doc, read_json, require_json_object
 from service.core.validation import Check, MaxItems, RequestModel, parse
 from service.invocation.access import visible_versions
@@ -142,8 +151,15 @@ async def _issue(
     tokens = auth.invocation_tokens
     if tokens is None:
         raise ServiceUnavailable(detail="invocation tokens cannot be issued yet; retry")
-    token = tokens.issue(principal.account_id, client_id, InvocationGrant.of(pairs))
-    return InvocationTokenResponse(access_token=token, expires_in=tokens.lifetime)
+    lifetime = tokens.lifetime
+    if principal.expires_at is not None:
+        # a token never outlives the key that asked for it
+        left = math.floor((principal.expires_at - utcnow()).total_seconds())
+        if left < 1:
+            raise Unauthorized(detail="API key has expired", headers={"WWW-Authenticate": "Bearer"})
+        lifetime = min(lifetime, left)
+    token = tokens.issue(principal.account_id, client_id, InvocationGrant.of(pairs), lifetime)
+    return InvocationTokenResponse(access_token=token, expires_in=lifetime)
 
 
 @router.post(

@@ -11,8 +11,9 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from service.auth import scopes
 from service.auth.deps import Session, idempotency, require
-from service.auth.service import Principal, lock_account
+from service.auth.service import REGISTRY_IS_ACCOUNT_WIDE, Principal, lock_account
 from service.core.crypto import SecretBox
+from service.core.errors import Forbidden
 from service.core.http import inline_body_doc, parse_uuid, read_json
 from service.core.idempotency import Recorder
 from service.core.pagination import Limit, make_page
@@ -30,7 +31,16 @@ from service.state import app_state
 
 router = APIRouter(tags=["registry credentials"])
 
-Manager = Annotated[Principal, Depends(require(scopes.MANAGE_REGISTRY_CREDENTIALS))]
+
+async def _manager(
+    principal: Annotated[Principal, Depends(require(scopes.MANAGE_REGISTRY_CREDENTIALS))],
+) -> Principal:
+    if principal.functions is not None:
+        raise Forbidden(detail=REGISTRY_IS_ACCOUNT_WIDE)
+    return principal
+
+
+Manager = Annotated[Principal, Depends(_manager)]
 Idem = Annotated[Recorder, Depends(idempotency, scope="function")]
 
 _ID = "registryCredentialId"

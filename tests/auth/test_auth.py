@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -346,3 +347,49 @@ async def test_a_key_about_to_expire_is_not_answered_from_memory(
     assert auth.cached_principal(f"Bearer {key}") is not None
     # within a second of its expiry: the caller is verified the ordinary way every time
     assert auth.cached_principal(f"Bearer {soon}") is None
+
+
+def _when(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+async def test_a_key_never_outlives_the_key_that_minted_it(client: httpx.AsyncClient) -> None:
+    """A key minted by another key expires no later than it, on every route that mints: a
+    longer or absent lifetime is cut to the minting key's expiry; a shorter one is kept."""
+    parent = await client.post(
+        f"{V}/api-keys", json={"scopes": ["admin", "list_functions"], "expiresIn": "PT1H"}
+    )
+    assert parent.status_code == 200, parent.text
+    parent_expiry = _when(parent.json()["apiKey"]["expiresAt"])
+    minter = bearer(parent.json()["apiKey"]["key"])
+
+    for extra in ({"expiresIn": "P30D"}, {}):
+        resp = await client.post(
+            f"{V}/api-keys", json={"scopes": ["list_functions"], **extra}, headers=minter
+        )
+        assert resp.status_code == 200, resp.text
+        assert _when(resp.json()["apiKey"]["expiresAt"]) == parent_expiry
+    resp = await client.post(
+        f"{V}/api-keys", json={"scopes": ["list_functions"], "expiresIn": "PT10M"}, headers=minter
+    )
+    assert _when(resp.json()["apiKey"]["expiresAt"]) < parent_expiry
+
+    token = await client.post("/v1/admin/keys", json={}, headers=minter)
+    assert token.status_code == 200, token.text
+    assert _when(token.json()["expires_at"]) == parent_expiry  # not 12 hours
+    # chained: the management token's keys are cut to the first key's expiry as well
+    chained = bearer(token.json()["value"])
+    later = (datetime.now(UTC) + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    policy = {"resources": [{"id": "*", "type": "account-functions"}], "scopes": ["list_functions"]}
+    body = {"expires_at": later, "authorizations": {"policies": [policy]}}
+    for headers in (minter, chained):
+        resp = await client.post("/v1/keys", json=body, headers=headers)
+        assert resp.status_code == 200, resp.text
+        assert _when(resp.json()["expires_at"]) == parent_expiry
+        listed = (await client.get(f"{V}/functions", headers=bearer(resp.json()["value"]))).json()
+        assert listed == {"functions": []}
+    # a key without an expiry still makes keys as long-lived as asked
+    resp = await client.post(f"{V}/api-keys", json={"scopes": ["list_functions"]})
+    assert "expiresAt" not in resp.json()["apiKey"]
+    resp = await client.post("/v1/keys", json=body)
+    assert _when(resp.json()["expires_at"]) > parent_expiry

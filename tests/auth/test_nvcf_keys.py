@@ -5,11 +5,13 @@ those, on every route."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 
+from service.auth.models import ApiKey
 from tests.support.api import CONTAINER_FN, assert_problem, bearer, create_fn, new_key
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
 from tests.support.go_decode import ListOf, assert_go_decodes
@@ -126,6 +128,41 @@ async def test_init_without_credentials_from_a_trusted_network(
     other = await client_factory(admin_token_networks="10.0.0.0/8")
     resp = await other.post("/v1/admin/keys", json={}, headers={"Authorization": ""})
     assert_problem(resp, 401)
+
+
+PROXIED = [
+    {"X-Forwarded-For": "203.0.113.7"},
+    {"Forwarded": "for=203.0.113.7"},
+    {"X-Real-IP": "203.0.113.7"},
+]
+
+
+async def test_no_credential_through_a_proxy_gets_nothing_even_from_a_trusted_network(
+    client_factory: ClientFactory,
+) -> None:
+    """Behind a reverse proxy (a local nginx, a cluster ingress) every caller has the proxy's
+    internal address: a credential-less request carrying a proxy header gets no management
+    token and revokes no key, with a 401 saying why."""
+    client = await client_factory(admin_token_networks="127.0.0.0/8")
+    key = await key_of(client, ["list_functions"])
+    before = len((await client.get("/v1/keys")).json()["keys"])
+    for headers in PROXIED:
+        resp = await client.post(
+            "/v1/admin/keys", json={}, headers={"Authorization": "", **headers}
+        )
+        problem = assert_problem(resp, 401)
+        assert "proxy" in str(problem["detail"])
+        request = client.build_request(
+            "DELETE", f"/v1/keys/{key['id']}", headers={**CLI_HEADERS, **headers}
+        )
+        request.headers.pop("authorization", None)
+        problem = assert_problem(await client.send(request), 401)
+        assert "proxy" in str(problem["detail"])
+    assert await works(client, key)
+    assert len((await client.get("/v1/keys")).json()["keys"]) == before
+    # with a credential, a proxied request is served as usual
+    resp = await client.post("/v1/admin/keys", json={}, headers=PROXIED[0])
+    assert resp.status_code == 200, resp.text
 
 
 async def as_the_cli_deletes(client: AppClient, key_id: str) -> httpx.Response:
@@ -333,3 +370,174 @@ async def test_a_key_limited_to_a_function_invokes_only_it(client: AppClient) ->
         assert resp.status_code == 404, resp.text  # as an unknown function
     transparent = {**limited, "function-id": other["id"]}
     assert (await client.post("/anything", json={}, headers=transparent)).status_code == 404
+
+
+async def test_a_limited_key_lists_and_revokes_only_keys_as_limited(client: AppClient) -> None:
+    """A key limited to named functions sees and revokes only keys limited to (some of) them,
+    on /v1/keys and /v2/nvcf/api-keys alike: the account's other keys are absent from its
+    lists and a 404 to revoke, and keep working."""
+    mine = await create_fn(client)
+    other = await create_fn(client, name="other")
+    limited_body = generate_body(
+        [{"id": mine["id"], "type": "account-functions"}], ["admin", "list_functions"]
+    )
+    limited_key = (await client.post("/v1/keys", json=limited_body)).json()
+    limited = bearer(limited_key["value"])
+    wide = await key_of(client, ["list_functions"])
+    beside_body = generate_body(
+        [{"id": other["id"], "type": "account-functions"}], ["list_functions"]
+    )
+    beside = (await client.post("/v1/keys", json=beside_body)).json()
+    both_body = generate_body(
+        [
+            {"id": mine["id"], "type": "account-functions"},
+            {"id": other["id"], "type": "account-functions"},
+        ],
+        ["list_functions"],
+    )
+    both = (await client.post("/v1/keys", json=both_body)).json()
+    made = [
+        (
+            await client.post(
+                "/v1/keys", json=generate_body(ALL, ["list_functions"]), headers=limited
+            )
+        ).json()["id"]
+        for _ in range(2)
+    ]
+
+    v1 = {k["id"] for k in (await client.get("/v1/keys", headers=limited)).json()["keys"]}
+    v2 = {k["id"] for k in (await client.get(f"{V}/api-keys", headers=limited)).json()["apiKeys"]}
+    assert v1 == v2 == {limited_key["id"], *made}
+    for key_id in (wide["id"], beside["id"], both["id"]):
+        assert_problem(await client.delete(f"/v1/keys/{key_id}", headers=limited), 404)
+        assert_problem(await client.delete(f"{V}/api-keys/{key_id}", headers=limited), 404)
+    assert await works(client, wide)
+    assert await works(client, {"value": beside["value"]})
+    assert await works(client, {"value": both["value"]})
+    assert (await client.delete(f"/v1/keys/{made[0]}", headers=limited)).status_code == 204
+    assert (await client.delete(f"{V}/api-keys/{made[1]}", headers=limited)).status_code == 204
+    # the account's unlimited admin still sees and revokes every key
+    every = {k["id"] for k in (await client.get("/v1/keys")).json()["keys"]}
+    assert {wide["id"], beside["id"], both["id"], limited_key["id"]} <= every
+    assert (await client.delete(f"/v1/keys/{both['id']}")).status_code == 204
+
+
+async def test_a_limited_key_never_gets_nor_grants_registry_credentials(
+    client: AppClient,
+) -> None:
+    """Registry credentials are account-wide (every function pulls with them): a key limited
+    to named functions gets a management token without `manage_registry_credentials`, and no
+    key limited to functions may be given it (400 naming why)."""
+    mine = await create_fn(client)
+    limited_body = generate_body(
+        [{"id": mine["id"], "type": "account-functions"}], ["admin", "list_functions"]
+    )
+    limited = bearer((await client.post("/v1/keys", json=limited_body)).json()["value"])
+
+    token = (await client.post("/v1/admin/keys", json={}, headers=limited)).json()
+    [policy] = token["authorizations"]["policies"]
+    assert "manage_registry_credentials" not in policy["scopes"]
+    assert "deploy_function" in policy["scopes"]
+    resp = await client.get(f"{V}/registry-credentials", headers=bearer(token["value"]))
+    assert_problem(resp, 403)
+    # the unlimited management token still carries it
+    full = (await client.post("/v1/admin/keys", json={})).json()
+    assert "manage_registry_credentials" in full["authorizations"]["policies"][0]["scopes"]
+
+    before = len((await client.get("/v1/keys")).json()["keys"])
+    registry = ["list_functions", "manage_registry_credentials"]
+    for headers in (limited, {}):  # neither a limited key nor the account's admin
+        body = generate_body([{"id": mine["id"], "type": "account-functions"}], registry)
+        problem = assert_problem(await client.post("/v1/keys", json=body, headers=headers), 400)
+        assert "account-wide" in str(problem["errors"])
+    problem = assert_problem(
+        await client.post(f"{V}/api-keys", json={"scopes": registry}, headers=limited), 400
+    )
+    assert "account-wide" in str(problem["errors"])
+    assert len((await client.get("/v1/keys")).json()["keys"]) == before
+
+
+async def test_a_policy_keeps_only_what_it_means_and_bounds_the_rest(client: AppClient) -> None:
+    """`POST /v1/keys` stores each resource as `{id, type}` only (a client's extra keys are not
+    shown back by every list), and `aud`, `auds` and `product` must be bounded strings: every
+    violation is listed and nothing is created."""
+    mine = await create_fn(client)
+    resource = {"id": mine["id"].upper(), "type": "account-functions", "note": "x" * 5000}
+    body = generate_body(
+        [resource, {"id": "*", "type": "authorized-functions", "n": [1]}], ["list_functions"]
+    )
+    created = await client.post("/v1/keys", json=body)
+    assert created.status_code == 200, created.text
+    expected = [
+        {"id": mine["id"], "type": "account-functions"},
+        {"id": "*", "type": "authorized-functions"},
+    ]
+    assert created.json()["authorizations"]["policies"][0]["resources"] == expected
+    [listed] = [
+        k for k in (await client.get("/v1/keys")).json()["keys"] if k["id"] == created.json()["id"]
+    ]
+    assert listed["authorizations"]["policies"][0]["resources"] == expected
+    assert "x" * 100 not in (await client.get("/v1/keys")).text
+
+    before = len((await client.get("/v1/keys")).json()["keys"])
+    body = generate_body([{"id": mine["id"], "type": "account-functions"}], ["list_functions"])
+    [policy] = body["authorizations"]["policies"]
+    policy.update(aud={"nested": "x"}, auds=["ok", 7, "y" * 300], product="p" * 300)
+    problem = assert_problem(await client.post("/v1/keys", json=body), 400)
+    fields = [e["field"] for e in problem["errors"]]  # type: ignore[union-attr]
+    assert fields == [
+        "authorizations.policies[0].aud",
+        "authorizations.policies[0].auds",
+        "authorizations.policies[0].product",
+    ]
+    policy.update(aud="svc", auds=["a"] * 17, product="nv-cloud-functions")
+    problem = assert_problem(await client.post("/v1/keys", json=body), 400)
+    assert [e["field"] for e in problem["errors"]] == [  # type: ignore[union-attr]
+        "authorizations.policies[0].auds"
+    ]
+    policy["resources"] = [{"id": 42, "type": "account-functions"}]
+    policy["auds"] = "not-a-list"
+    problem = assert_problem(await client.post("/v1/keys", json=body), 400)
+    assert [e["field"] for e in problem["errors"]] == [  # type: ignore[union-attr]
+        "authorizations.policies[0].resources[0].id",
+        "authorizations.policies[0].auds",
+    ]
+    assert len((await client.get("/v1/keys")).json()["keys"]) == before
+
+
+async def test_a_policy_stored_before_it_was_checked_is_shown_as_now_kept(
+    client: AppClient,
+) -> None:
+    """A key's policies written verbatim before `POST /v1/keys` checked them are listed as
+    they are kept now: `{id, type}` resources, valid `aud`/`auds`/`product` only."""
+    mine = await create_fn(client)
+    body = generate_body([{"id": mine["id"], "type": "account-functions"}], ["list_functions"])
+    created = (await client.post("/v1/keys", json=body)).json()
+    legacy = {
+        "policies": [
+            {
+                "aud": "x" * 5000,
+                "auds": ["svc", {"deep": 1}],
+                "product": "nv-cloud-functions",
+                "resources": [{"id": mine["id"], "type": "account-functions", "blob": "y" * 5000}],
+                "scopes": ["list_functions"],
+                "extra": "z" * 5000,
+            }
+        ]
+    }
+    async with client.app.state.sessionmaker() as session, session.begin():
+        row = await session.get(ApiKey, uuid.UUID(created["id"]))
+        assert row is not None
+        row.authorizations = legacy
+    resp = await client.get("/v1/keys")
+    [shown] = [k for k in resp.json()["keys"] if k["id"] == created["id"]]
+    assert shown["authorizations"] == {
+        "policies": [
+            {
+                "product": "nv-cloud-functions",
+                "resources": [{"id": mine["id"], "type": "account-functions"}],
+                "scopes": ["list_functions"],
+            }
+        ]
+    }
+    assert "x" * 300 not in resp.text and "y" * 300 not in resp.text

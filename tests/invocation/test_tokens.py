@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
 
 from tests.support.api import CONTAINER_FN, assert_problem, bearer, create_fn, new_key
@@ -264,3 +266,32 @@ async def test_replicas_sharing_the_secret_key_accept_each_others_tokens(
     other = await invocation_app(client_factory, tmp_path, data_dir=tmp_path / "elsewhere")
     problem = assert_problem(await other.post(pexec_url(fn), json={}, headers=token), 401)
     assert "signature" in str(problem["detail"])
+
+
+async def test_a_token_never_outlives_the_key_that_asked_for_it(client: AppClient) -> None:
+    """A key with less life left than NVCF_INVOKE_TOKEN_SECONDS gets a token that expires with
+    it (`expires_in` and the token's `exp` both cut); a longer-lived key the full lifetime."""
+    fn = await create_fn(client)
+    resp = await client.post(
+        f"{V}/api-keys", json={"scopes": ["invoke_function"], "expiresIn": "PT2M"}
+    )
+    assert resp.status_code == 200, resp.text
+    key_expiry = datetime.fromisoformat(resp.json()["apiKey"]["expiresAt"].replace("Z", "+00:00"))
+    short = bearer(resp.json()["apiKey"]["key"])
+    assert client.app.state.settings.invoke_token_seconds > 120
+    for path, body in (
+        (f"/{fn['id']}", {"clientId": "x"}),
+        (f"/{fn['id']}/versions/{fn['versionId']}", {"clientId": "x"}),
+        ("", {"clientId": "x", "functions": [{"functionId": fn["id"]}]}),
+    ):
+        resp = await client.post(f"{TOKENS}{path}", json=body, headers=short)
+        assert resp.status_code == 200, resp.text
+        answer = resp.json()
+        assert 0 < answer["expires_in"] <= 120
+        claims = jwt.decode(answer["access_token"], options={"verify_signature": False})
+        assert claims["exp"] <= key_expiry.timestamp()
+        assert claims["exp"] - claims["iat"] == answer["expires_in"]
+        token = bearer(answer["access_token"])
+        assert (await client.post(pexec_url(fn), json={}, headers=token)).status_code == 400
+    long_lived = bearer(await new_key(client, ["invoke_function"], expires_in="P1D"))
+    await issue(client, f"/{fn['id']}", {"clientId": "x"}, long_lived)  # the full lifetime

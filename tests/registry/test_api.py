@@ -15,16 +15,18 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from service.auth.models import ApiKey
+from service.auth.service import hash_key
 from service.core.crypto import load_secret_box
 from service.core.db import make_engine, make_sessionmaker
 from service.registry.models import ArtifactType
 from service.registry.pull_secrets import account_pull_secrets, pull_secret_name
 from service.registry.service import all_credentials, credentials_for_host
 from tests.support.api import bearer, new_key
-from tests.support.app import SettingsFactory
+from tests.support.app import AppClient, SettingsFactory
 from tests.support.nvcf_cli import (
     DETAILS_RESPONSE,
     LIST_RESPONSE,
@@ -769,3 +771,26 @@ async def test_concurrent_duplicates_store_one(client: httpx.AsyncClient) -> Non
     for resp in responses:
         assert PW not in resp.text
     assert len(await listed(client)) == 1
+
+
+async def test_a_key_limited_to_named_functions_cannot_manage_registry_credentials(
+    client: AppClient,
+) -> None:
+    """A key limited to functions that carries the scope (stored before keys were kept from
+    it) is refused with a 403 saying why: registry credentials serve every function."""
+    key = await new_key(client, ["manage_registry_credentials"])
+    resp = await client.get(RC, headers=bearer(key))
+    assert resp.status_code == 200, resp.text
+    async with client.app.state.sessionmaker() as session, session.begin():
+        row = (
+            await session.execute(select(ApiKey).where(ApiKey.key_hash == hash_key(key)))
+        ).scalar_one()
+        row.functions = [str(uuid.uuid4())]
+    client.app.state.authenticator.forget(hash_key(key))
+    for resp in (
+        await client.get(RC, headers=bearer(key)),
+        await client.post(RC, json=body(), headers=bearer(key)),
+    ):
+        assert resp.status_code == 403, resp.text
+        assert "account-wide" in resp.json()["detail"]
+    assert await listed(client) == []

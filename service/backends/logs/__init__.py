@@ -10,7 +10,6 @@ their lines arrive, without buffering any of them whole.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -55,23 +54,36 @@ def cut(text: str) -> str:
     return data[:MAX_LINE_BYTES].decode(errors="ignore") + " …[line truncated]"
 
 
+async def _close(stream: AsyncIterator[object]) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
 async def merge(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[T]:
     """The lines of every stream as they arrive; ends when all have ended. Each stream is
-    read by its own task, at most a few lines ahead of the consumer."""
+    read by its own task, at most a few lines ahead of the consumer; when the consumer stops
+    (or is cancelled), every stream is closed before `merge` returns."""
     if len(streams) == 1:
-        async for line in streams[0]:
-            yield line
+        try:
+            async for line in streams[0]:
+                yield line
+        finally:
+            await _close(streams[0])
         return
     queue: asyncio.Queue[tuple[T] | BaseException | None] = asyncio.Queue(maxsize=64)
 
     async def pump(stream: AsyncIterator[T]) -> None:
+        # nothing is enqueued once cancelled: the consumer has left and the queue may be full
         try:
             async for item in stream:
                 await queue.put((item,))
         except Exception as exc:  # handed to the consumer, raised there
             await queue.put(exc)
-        finally:
+        else:
             await queue.put(None)
+        finally:
+            await _close(stream)
 
     tasks = [asyncio.create_task(pump(s)) for s in streams]
     try:
@@ -87,9 +99,8 @@ async def merge(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[T]:
     finally:
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        # a cancellation of the caller itself while waiting here is not swallowed
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 __all__ = ["MAX_LINE_BYTES", "LogLine", "LogRequest", "cut", "merge"]

@@ -20,7 +20,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.backends.logs import LogLine, LogRequest, merge
+from service.backends.logs import LogLine, LogRequest, cut, merge
 from service.backends.protocol import AdapterError, BackendAdapter, InstanceSpec
 from service.clusters.adapters import AdapterRegistry
 from service.core.crypto import SecretBox
@@ -256,7 +256,7 @@ def _format(reading: Reading, source: Source, line: LogLine) -> bytes:
         parts.append(f"[{line.pod}/{line.container}] ")
     if line.timestamp:
         parts.append(line.timestamp + " ")
-    parts.append(reading.masker(line.text))
+    parts.append(cut(reading.masker(line.text)))  # masked whole, then cut
     parts.append("\n")
     return "".join(parts).encode()
 

@@ -10,7 +10,6 @@ their lines arrive, without buffering any of them whole.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -19,6 +18,12 @@ T = TypeVar("T")
 
 #: the longest line handed on; a longer one is cut here (a worker printing a huge blob)
 MAX_LINE_BYTES = 16 * 1024
+#: what a reader keeps of a line, the rest dropped as it arrives: the line is masked, then cut
+#: at MAX_LINE_BYTES, and this leaves room past the cut for a whole secret value (at most
+#: functions.schemas.MAX_SECRET_VALUE = 32768 characters of UTF-8), so that none straddling
+#: the cut is partly shown
+READ_LINE_BYTES = MAX_LINE_BYTES + 4 * 32768
+TRUNCATED = " …[line truncated]"
 
 
 @dataclass(frozen=True)
@@ -47,31 +52,78 @@ class LogLine:
     timestamp: str = ""
 
 
-def cut(text: str) -> str:
-    """`text` bounded to MAX_LINE_BYTES of UTF-8."""
+def cut(text: str, limit: int = MAX_LINE_BYTES) -> str:
+    """`text` bounded to `limit` bytes of UTF-8 (and a mark where it was cut). A line read
+    from a backend is masked before it is cut."""
     data = text.encode()
-    if len(data) <= MAX_LINE_BYTES:
+    if len(data) <= limit:
         return text
-    return data[:MAX_LINE_BYTES].decode(errors="ignore") + " …[line truncated]"
+    return data[:limit].decode(errors="ignore") + TRUNCATED
+
+
+def bound(text: str) -> str:
+    """A line as a reader hands it on: at most READ_LINE_BYTES (then masked, then `cut`)."""
+    return cut(text, READ_LINE_BYTES)
+
+
+def _line(data: bytes) -> str:
+    if len(data) > READ_LINE_BYTES:
+        return data[:READ_LINE_BYTES].decode(errors="ignore") + TRUNCATED
+    return data.removesuffix(b"\r").decode(errors="replace")
+
+
+async def lines_of(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """The lines of a byte stream, each bounded as it arrives: the bytes of a line past
+    READ_LINE_BYTES are dropped until its newline (a progress bar printed with `\r` is one
+    line of any size)."""
+    buf = bytearray()
+    async for chunk in chunks:
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            stop = len(chunk) if end < 0 else end
+            room = READ_LINE_BYTES + 1 - len(buf)  # one byte more: the line was longer
+            if room > 0:
+                buf += chunk[start : min(stop, start + room)]
+            if end < 0:
+                break
+            yield _line(bytes(buf))
+            buf.clear()
+            start = end + 1
+    if buf:
+        yield _line(bytes(buf))
+
+
+async def _close(stream: AsyncIterator[object]) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 async def merge(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[T]:
     """The lines of every stream as they arrive; ends when all have ended. Each stream is
-    read by its own task, at most a few lines ahead of the consumer."""
+    read by its own task, at most a few lines ahead of the consumer; when the consumer stops
+    (or is cancelled), every stream is closed before `merge` returns."""
     if len(streams) == 1:
-        async for line in streams[0]:
-            yield line
+        try:
+            async for line in streams[0]:
+                yield line
+        finally:
+            await _close(streams[0])
         return
     queue: asyncio.Queue[tuple[T] | BaseException | None] = asyncio.Queue(maxsize=64)
 
     async def pump(stream: AsyncIterator[T]) -> None:
+        # nothing is enqueued once cancelled: the consumer has left and the queue may be full
         try:
             async for item in stream:
                 await queue.put((item,))
         except Exception as exc:  # handed to the consumer, raised there
             await queue.put(exc)
-        finally:
+        else:
             await queue.put(None)
+        finally:
+            await _close(stream)
 
     tasks = [asyncio.create_task(pump(s)) for s in streams]
     try:
@@ -87,9 +139,17 @@ async def merge(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[T]:
     finally:
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        # a cancellation of the caller itself while waiting here is not swallowed
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
-__all__ = ["MAX_LINE_BYTES", "LogLine", "LogRequest", "cut", "merge"]
+__all__ = [
+    "MAX_LINE_BYTES",
+    "READ_LINE_BYTES",
+    "LogLine",
+    "LogRequest",
+    "bound",
+    "cut",
+    "lines_of",
+    "merge",
+]

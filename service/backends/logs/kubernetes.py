@@ -4,8 +4,9 @@ For each pod of the instance namespace and each of its containers (init containe
 `GET /api/v1/namespaces/<ns>/pods/<pod>/log` with `container`, `previous`, `follow`,
 `tailLines`, `sinceSeconds`, `timestamps` and `limitBytes`, sent by lightkube's HTTP client
 (configured from the adapter's kubeconfig). lightkube's `AsyncClient.log` cannot ask for
-`previous` nor `limitBytes` and reads a non-followed log whole; here every log is streamed
-line by line. Several containers are read at once and interleaved as their lines arrive.
+`previous` nor `limitBytes` and reads a non-followed log whole; here every log is streamed,
+each line bounded as it arrives (logs.lines_of). Several containers are read at once and
+interleaved as their lines arrive.
 
 When several containers are read, one that has not started yet (or has no previous run, for
 `previous`) is skipped, as `kubectl logs --all-containers` does; read alone, the API server's
@@ -20,7 +21,7 @@ from typing import Any
 
 import httpx2
 
-from service.backends.logs import LogLine, LogRequest, cut, merge
+from service.backends.logs import LogLine, LogRequest, lines_of, merge
 from service.backends.protocol import AdapterError
 
 Pods = Callable[[], Awaitable[list[dict[str, Any]]]]
@@ -135,11 +136,11 @@ class KubeLogReader:
                     if code in (400, 404) and not alone:
                         return  # not started, no previous run, or gone meanwhile: skipped
                     raise AdapterError(message, retryable=code >= 500, status=code)
-                async for raw in response.aiter_lines():
+                async for raw in lines_of(response.aiter_bytes()):
                     stamp, text = "", raw
                     if request.timestamps:
                         stamp, _, text = raw.partition(" ")
-                    yield LogLine(pod, container, cut(text), stamp)
+                    yield LogLine(pod, container, text, stamp)
         except AdapterError:
             raise
         except httpx2.HTTPError as exc:

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from service.backends.logs import LogLine, LogRequest, cut
+from service.backends.logs import LogLine, LogRequest, bound
 from service.backends.protocol import AdapterError
 from service.backends.simulated.model import CRASH_BACKOFF_CAP, SimPod, as_list, as_map, secs
 from service.backends.simulated.timeline import PodTimeline
@@ -185,7 +185,7 @@ class SimulatedLogBook:
         """The worker of `namespace` printed `text` (a request served, or asked to print)."""
         lines = self._requests.setdefault(namespace, deque(maxlen=MAX_REQUEST_LINES))
         for part in text.splitlines() or [""]:
-            lines.append(((at, 1, next(self._seq)), cut(part)))
+            lines.append(((at, 1, next(self._seq)), bound(part)))
         event = self._changed.pop(namespace, None)
         if event is not None:
             event.set()

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.backends.logs import LogRequest
+from service.backends.logs import LogRequest, cut
 from service.backends.protocol import AdapterError, BackendAdapter, InstanceSpec
 from service.deployments.logs.mask import Masker
 from service.deployments.logs.models import KeptLog
@@ -31,6 +31,9 @@ from service.health.observed import ObservedState
 log = logging.getLogger("nvcf.logs")
 
 KEEP_TIMEOUT = 10.0
+#: the bytes read of a container's tail: this many times the bytes kept, plus this many a line
+KEEP_READ_FACTOR = 4
+KEEP_READ_LINE = 1024
 
 #: `(pod, container)` of a container, as the logs name it
 ContainerKey = tuple[str, str]
@@ -53,6 +56,13 @@ def restarted(
     if before is None:
         return frozenset()
     return frozenset(k for k, count in now.items() if k in before and count > before[k])
+
+
+def read_limit(lines: int, max_bytes: int) -> int:
+    """The `limitBytes` of a kept read. The API server keeps the first bytes of the tail and
+    the last ones matter here, hence room for ordinary lines well past the bytes kept; a
+    worker printing huge lines costs at most this."""
+    return KEEP_READ_FACTOR * max_bytes + KEEP_READ_LINE * lines
 
 
 async def last_lines(
@@ -89,13 +99,13 @@ async def _read(
 ) -> list[dict[str, Any]]:
     out: dict[tuple[str, str, bool], list[str]] = {}
     for previous in (True,) if only is not None else (True, False):
-        # no limitBytes: the kubelet keeps the first bytes, and the last ones matter here (the
-        # read is bounded by its lines, each cut at MAX_LINE_BYTES)
-        request = LogRequest(tail_lines=lines, previous=previous)
+        request = LogRequest(
+            tail_lines=lines, previous=previous, limit_bytes=read_limit(lines, max_bytes)
+        )
         async for line in adapter.logs(target, request):
             if only is not None and (line.pod, line.container) not in only:
                 continue
-            out.setdefault((line.pod, line.container, previous), []).append(masker(line.text))
+            out.setdefault((line.pod, line.container, previous), []).append(cut(masker(line.text)))
     kept: list[dict[str, Any]] = []
     # per container: the run before a restart first, then the current run
     for (pod, container, previous), texts in sorted(

@@ -20,7 +20,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.backends.logs import LogLine, LogRequest, merge
+from service.backends.logs import LogLine, LogRequest, cut, merge
 from service.backends.protocol import AdapterError, BackendAdapter, InstanceSpec
 from service.clusters.adapters import AdapterRegistry
 from service.core.crypto import SecretBox
@@ -256,7 +256,7 @@ def _format(reading: Reading, source: Source, line: LogLine) -> bytes:
         parts.append(f"[{line.pod}/{line.container}] ")
     if line.timestamp:
         parts.append(line.timestamp + " ")
-    parts.append(reading.masker(line.text))
+    parts.append(cut(reading.masker(line.text)))  # masked whole, then cut
     parts.append("\n")
     return "".join(parts).encode()
 
@@ -284,6 +284,13 @@ def _refusal(exc: AdapterError, request: LogRequest) -> Exception:
     return BadGateway(detail=f"reading the logs failed: {exc.message}")
 
 
+async def _stop(first: asyncio.Future[bytes], body: AsyncGenerator[bytes]) -> None:
+    # the body cannot be closed while `first` is still inside it
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    await body.aclose()
+
+
 async def open_stream(
     reading: Reading, settings: Settings, held: _Held | None
 ) -> AsyncIterator[bytes]:
@@ -299,8 +306,7 @@ async def open_stream(
         await body.aclose()
         raise _refusal(exc, reading.request) from None
     except BaseException:
-        first.cancel()
-        await body.aclose()
+        await _stop(first, body)
         raise
 
     async def answer() -> AsyncGenerator[bytes]:
@@ -313,8 +319,7 @@ async def open_stream(
         except AdapterError as exc:
             yield f"error: {exc.message}\n".encode()
         finally:
-            first.cancel()
-            await body.aclose()
+            await _stop(first, body)
 
     stream = answer()
     if held is not None:

@@ -13,7 +13,7 @@ import pytest
 
 from service.backends import AdapterError, InstanceSpec
 from service.backends.kubernetes import KubernetesAdapter
-from service.backends.logs import LogLine, LogRequest
+from service.backends.logs import READ_LINE_BYTES, LogLine, LogRequest
 from tests.support.fake_k8s import FakeKubernetes
 
 NS = "sr-inst-1"
@@ -183,3 +183,23 @@ async def test_an_unreachable_api_server_is_an_adapter_error(
     with pytest.raises(AdapterError) as denied:
         await read(adapter, LogRequest())
     assert denied.value.status == 403
+
+
+async def test_a_line_of_20_mb_is_cut_as_it_arrives_and_the_next_lines_follow(
+    adapter: KubernetesAdapter, server: FakeKubernetes
+) -> None:
+    """A worker printing a `\\r` progress bar writes one line of any size: the reader keeps
+    READ_LINE_BYTES of it (room to mask a secret before the line is cut), drops the rest."""
+    server.add_object({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    server.add_object(pod("web-0", "inference"))
+    bar = "".join(f"\r{i % 100:3d}%" for i in range(4_000_000))  # 20 MB, no newline
+    server.write_log(NS, "web-0", "inference", "start", bar, "after")
+
+    lines = await read(adapter, LogRequest(container="inference"))
+
+    first, cut, after = (line.text for line in lines)
+    assert (first, after) == ("start", "after")
+    long = cut
+    assert long.endswith("…[line truncated]")
+    assert len(long.encode()) == READ_LINE_BYTES + len(" …[line truncated]".encode())
+    assert long.startswith(bar[:1000])

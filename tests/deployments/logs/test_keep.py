@@ -15,7 +15,7 @@ from service.backends import (
     SimulatedAdapter,
     SimulationDelays,
 )
-from service.backends.logs import LogLine, LogRequest
+from service.backends.logs import MAX_LINE_BYTES, LogLine, LogRequest, bound
 from service.backends.worker import WorkerPort
 from service.deployments.logs.keep import last_lines, restart_counts, shown
 from service.deployments.logs.mask import Masker
@@ -146,3 +146,38 @@ async def test_a_restart_keeps_the_previous_run_of_the_restarted_container_only(
     assert all(line.startswith(f"[{pod}/inference previous] ") for line in shown(kept))
     elsewhere = frozenset({(pod, "sidecar")})
     assert await last_lines(sim, INSTANCE, Masker(()), lines=3, max_bytes=100, only=elsewhere) == []
+
+
+class Printed:
+    """A backend whose container printed `texts` (the adapter's `logs` alone); records what
+    it was asked."""
+
+    name = "printed"
+
+    def __init__(self, *texts: str) -> None:
+        self.texts = texts
+        self.asked: list[LogRequest] = []
+
+    async def logs(self, instance: InstanceSpec, request: LogRequest) -> AsyncIterator[LogLine]:
+        self.asked.append(request)
+        if not request.previous:
+            for text in self.texts:
+                yield LogLine("web-0", "inference", bound(text))
+
+
+async def test_a_kept_read_is_bounded_in_bytes_and_a_huge_line_is_cut() -> None:
+    backend = Printed("x" * (20 * 1024 * 1024), "last")
+    [kept] = await last_lines(backend, INSTANCE, Masker(()), lines=200, max_bytes=65536)  # type: ignore[arg-type]
+    assert {r.limit_bytes for r in backend.asked} == {4 * 65536 + 1024 * 200}
+    huge, last = kept["lines"]
+    assert last == "last"
+    assert huge.endswith("…[line truncated]")
+    assert len(huge.encode()) <= MAX_LINE_BYTES + 32
+
+
+async def test_a_secret_straddling_the_cut_is_masked_before_the_line_is_cut() -> None:
+    backend = Printed("x" * (MAX_LINE_BYTES - 5) + SECRET + " tail")
+    [kept] = await last_lines(backend, INSTANCE, Masker([SECRET]), lines=10, max_bytes=65536)  # type: ignore[arg-type]
+    [line] = kept["lines"]
+    assert SECRET[:5] not in line
+    assert line == "x" * (MAX_LINE_BYTES - 5) + "****  …[line truncated]"

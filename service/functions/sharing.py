@@ -5,9 +5,9 @@ A function belongs to the account that created it. Its owner may share it with o
 included) or single versions. An account a version is shared with may read it (`can_read`),
 sees it in its lists with `visibility=authorized`, and nothing else: updating, deploying,
 undeploying, deleting and sharing stay with the owner (their lookups are the owner-only
-`service.get_function` / `get_version`, a 404 for anyone else, as in NVCF). Invocation does
-not look at sharing yet: only the owner's account may invoke its functions (invoking a shared
-function is the invocation engine's issue).
+`service.get_function` / `get_version`, a 404 for anyone else, as in NVCF). It may also
+invoke what is shared with it: the invocation plane resolves the caller's own and shared
+versions in one query (invocation/access.py: `visible_versions`).
 """
 
 from __future__ import annotations

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
 from service.auth.deps import Session
+from service.backends.logs import LogRequest
 from service.core.db import utcnow
 from service.core.http import parse_uuid, parse_uuids
 from service.deployments.logs import service
@@ -57,6 +58,22 @@ Follow = Annotated[
 ]
 
 
+def _query(
+    request: Request,
+    container: Container = None,
+    tail_lines: TailLines = None,
+    since_seconds: SinceSeconds = None,
+    timestamps: Timestamps = False,
+    follow: Follow = False,
+) -> LogRequest:
+    """The query parameters both log routes take, checked against the settings' bounds."""
+    settings = app_state(request).settings
+    return service.log_request(settings, container, tail_lines, since_seconds, timestamps, follow)
+
+
+LogQuery = Annotated[LogRequest, Depends(_query)]
+
+
 async def _answer(request: Request, reading: service.Reading, account_id: str) -> StreamingResponse:
     state = app_state(request)
     held = None
@@ -94,17 +111,10 @@ async def instance_logs(
     instanceId: str,
     session: Session,
     principal: Deployer,
-    container: Container = None,
-    tail_lines: TailLines = None,
-    since_seconds: SinceSeconds = None,
-    timestamps: Timestamps = False,
-    follow: Follow = False,
+    query: LogQuery,
 ) -> StreamingResponse:
     did, iid = parse_uuids((deploymentId, "deploymentId"), (instanceId, "instanceId"))
     state = app_state(request)
-    query = service.log_request(
-        state.settings, container, tail_lines, since_seconds, timestamps, follow
-    )
     reading = await service.instance_reading(
         session, state.adapters, state.secret_box, principal.account_id, did, iid, query, utcnow()
     )
@@ -125,17 +135,10 @@ async def deployment_logs(
     deploymentId: str,
     session: Session,
     principal: Deployer,
-    container: Container = None,
-    tail_lines: TailLines = None,
-    since_seconds: SinceSeconds = None,
-    timestamps: Timestamps = False,
-    follow: Follow = False,
+    query: LogQuery,
 ) -> StreamingResponse:
     did = parse_uuid(deploymentId, "deploymentId")
     state = app_state(request)
-    query = service.log_request(
-        state.settings, container, tail_lines, since_seconds, timestamps, follow
-    )
     reading = await service.deployment_reading(
         session, state.adapters, state.secret_box, principal.account_id, did, query, utcnow()
     )

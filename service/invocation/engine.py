@@ -25,9 +25,9 @@ import asyncio
 import logging
 import math
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from service.auth.service import Principal
 from service.backends.protocol import AdapterError
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from service.core.settings import Settings
 
 log = logging.getLogger("nvcf.invocation")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,6 +135,28 @@ class Streamed:
         await self.close(why)
 
 
+class Opened(Generic[T]):
+    """An exchange an entry opened with the worker (`Engine.open`); `close` must be called:
+    it releases the instance's slot."""
+
+    def __init__(self, run: Run, value: T) -> None:
+        self.run = run
+        self.request_id = run.id
+        self.value = value
+
+    @property
+    def target(self) -> Target:
+        return self.run.target
+
+    @property
+    def instance(self) -> InstanceRoute | None:
+        return self.run.instance
+
+    async def close(self, status: int, error: str | None = None) -> None:
+        """The exchange ended with `status` (the entry's own, e.g. HTTP-like 200/502)."""
+        await self.run.finish(Outcome(status) if error is None else Outcome(status, error=error))
+
+
 @dataclass(frozen=True, slots=True)
 class Finished:
     """No stream: the whole answer, or why there is none (`outcome.error`)."""
@@ -150,6 +173,8 @@ class Detached:
 
 
 Answer = Streamed | Finished | Detached
+#: `Engine.open`'s way of opening an exchange with a worker
+Opener = Callable[[WorkerEndpoint, list[tuple[str, str]]], Awaitable[T]]
 
 
 class Engine:
@@ -202,6 +227,38 @@ class Engine:
         run.detached = True
         await self._store_pending(run)
         return Detached(run.id)
+
+    async def open(self, call: Call, opener: Opener[T]) -> Opened[T] | Finished:
+        """Admit, acquire and open the entry's own exchange with the worker (gRPC: a call on
+        a channel to the instance), for an entry that never detaches. `opener(endpoint,
+        headers)` gets the instance's endpoint and the NVCF-* headers and raises
+        `WorkerUnreachable` when nothing reached the worker (tried once more elsewhere).
+        Failures after admission are `Finished`; `Opened.close` releases the slot."""
+        run = await self.admit(call)
+
+        async def send(run: Run, instance: InstanceRoute) -> T:
+            endpoint = await self.endpoint_of(run.target, instance)
+            return await opener(endpoint, self.worker_headers(run, instance))
+
+        try:
+            try:
+                async with asyncio.timeout_at(run.deadline):
+                    value = await self._exchange(run, send)
+            except TimeoutError:
+                failure = Outcome.failure(
+                    504, f"the worker did not answer within {self.worker_timeout:g} s"
+                )
+            except WorkerFailed as exc:
+                failure = Outcome.failure(502, f"the worker failed: {exc.reason}")
+            except _Failed as exc:
+                failure = exc.outcome
+            else:
+                return Opened(run, value)
+        except BaseException:
+            await asyncio.shield(run.finish(Outcome.failure(499, "the caller went away")))
+            raise
+        await run.finish(failure)
+        return Finished(run.id, failure)
 
     # ------------------------------------------------------------------ 1. admit
 
@@ -265,7 +322,7 @@ class Engine:
         try:
             try:
                 async with asyncio.timeout_at(run.deadline):
-                    response = await self._exchange(run)
+                    response = await self._exchange(run, self._send)
             except TimeoutError:
                 failure = Outcome.failure(
                     504, f"the worker did not answer within {self.worker_timeout:g} s"
@@ -289,8 +346,9 @@ class Engine:
         await run.finish(failure)
         return Finished(run.id, failure)
 
-    async def _exchange(self, run: Run) -> WorkerResponse:
-        """Acquire an instance and send; once more on another when the first refused."""
+    async def _exchange(self, run: Run, send: Callable[[Run, InstanceRoute], Awaitable[T]]) -> T:
+        """Acquire an instance and `send`; once more on another when the first refused
+        (`send` raised `WorkerUnreachable`)."""
         target = run.target
         ticket = run.ticket
         assert ticket is not None
@@ -307,7 +365,7 @@ class Engine:
             run.instance = instance
             await run.set_state(RequestState.RUNNING)
             try:
-                return await self._send(run, instance)
+                return await send(run, instance)
             except WorkerUnreachable as exc:
                 run.reasons.append(f"instance {instance.id}: {exc.reason}")
                 run.tried.append(instance.id)
@@ -316,9 +374,11 @@ class Engine:
 
     async def _send(self, run: Run, instance: InstanceRoute) -> WorkerResponse:
         endpoint = await self.endpoint_of(run.target, instance)
-        return await endpoint.send(run.method, run.path, self._headers(run, instance), run.body)
+        return await endpoint.send(
+            run.method, run.path, self.worker_headers(run, instance), run.body
+        )
 
-    def _headers(self, run: Run, instance: InstanceRoute) -> list[tuple[str, str]]:
+    def worker_headers(self, run: Run, instance: InstanceRoute) -> list[tuple[str, str]]:
         """The worker request's headers: the caller's (filtered) and the NVCF-* ones."""
         return [
             *run.headers,

@@ -42,6 +42,8 @@ def status_word(status: int) -> str:
 def reqid_value(request_id: uuid.UUID | str) -> bytes:
     """`NVCF-REQID`'s value: an id as text; any other text (the id of a status route that is
     no id) percent-encoded, so that no byte of it can break the header (at most 64 bytes)."""
+    if isinstance(request_id, uuid.UUID):
+        return str(request_id).encode("ascii")
     return quote(str(request_id), safe="")[:64].encode("ascii")
 
 

@@ -14,7 +14,7 @@ import functools
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote
 
-from service.backends.worker import HOP_BY_HOP_BYTES, connection_header_names, connection_headers
+from service.backends.worker import HOP_BY_HOP_BYTES, connection_header_names
 from service.core.errors import BadRequest
 from service.core.numbers import natural
 
@@ -77,11 +77,21 @@ def worker_request_headers(
     raw: Iterable[tuple[bytes, bytes]], extra: Sequence[tuple[str, str]] = ()
 ) -> list[tuple[str, str]]:
     """The caller's headers a worker receives (filtered), then the entry's `extra` ones."""
-    decoded = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw]
-    drop = connection_headers(decoded) | _ALWAYS_DROPPED
-    # `nvcf_ncaid` is NVCF-NCAID to a CGI/WSGI worker (HTTP_NVCF_NCAID): an underscore
-    # spelling of a dropped name is dropped too, as nginx and Envoy do for such names
-    out = [(k, v) for k, v in decoded if k.lower().replace("_", "-") not in drop]
+    items = raw if isinstance(raw, list) else list(raw)
+    drop = _REQUEST_DROPPED
+    for name, _ in items:
+        if name.lower() == b"connection":
+            listed = b",".join([v for k, v in items if k.lower() == b"connection"])
+            drop = _dropped(_REQUEST_DROPPED, listed)
+            break
+    out = []
+    for name, value in items:
+        key = name.lower()
+        # `nvcf_ncaid` is NVCF-NCAID to a CGI/WSGI worker (HTTP_NVCF_NCAID): an underscore
+        # spelling of a dropped name is dropped too, as nginx and Envoy do for such names
+        if key in drop or (b"_" in key and key.replace(b"_", b"-") in drop):
+            continue
+        out.append((name.decode("latin-1"), value.decode("latin-1")))
     out.extend(extra)
     return out
 

@@ -68,6 +68,9 @@ from service.invocation.metrics import InvocationMetrics
 from service.invocation.router import router as invocation_router
 from service.invocation.tokens import router as tokens_router
 from service.invocation.transparent import FrontDoor, TransparentInvocation, body_limit
+from service.llm.gateway import Gateway, LlmEntry
+from service.llm.metrics import LlmMetrics
+from service.llm.tokens import TokenLimiter
 from service.ngc.router import router as ngc_router
 from service.registry.router import router as registry_router
 from service.state import AppState
@@ -245,6 +248,8 @@ def create_app(
                 yield
             finally:
                 await plane.stop()
+                if llm_gateway is not None:
+                    await llm_gateway.aclose()
                 owner.close()
                 await adapters.aclose()
                 await engine.dispose()
@@ -317,6 +322,8 @@ def create_app(
         finally:
             if plane is not None:
                 await plane.stop()
+            if llm_gateway is not None:
+                await llm_gateway.aclose()
             await autoscaler.stop()
             await timeseries.stop()
             if activity is not None:
@@ -351,6 +358,14 @@ def create_app(
     app.state.telemetry = telemetry
     app.state.metrics = telemetry.metrics
     invocation_metrics = InvocationMetrics(telemetry.metrics.registry)
+    llm_gateway: Gateway | None = None
+    if settings.invoke_enabled or invocation_only:
+        llm_gateway = Gateway(
+            suffix=settings.invoke_host_suffix,
+            max_body=settings.invoke_max_body_bytes,
+            tokens=TokenLimiter(settings.redis_url),
+            metrics=LlmMetrics(telemetry.metrics.registry),
+        )
     install_problem_handlers(app)
 
     @app.exception_handler(IdempotentReplay)
@@ -425,6 +440,10 @@ def create_app(
     if settings.invoke_enabled or invocation_only:
         app.add_middleware(TransparentInvocation, suffix=settings.invoke_host_suffix)
         limit_of = body_limit(settings.invoke_host_suffix, settings.invoke_max_body_bytes)
+        if llm_gateway is not None:
+            # Outside transparent mode: the LLM host and prefix are the gateway's alone.
+            app.add_middleware(LlmEntry, gateway=llm_gateway)
+            limit_of = llm_gateway.limit_with(limit_of)
     if telemetry.tracing.enabled:
         # Inside the request context (request id, org alias); absent when tracing is off.
         app.add_middleware(TracingMiddleware, tracing=telemetry.tracing)

@@ -11,7 +11,8 @@ function whose model declares the path (routing.check_target, again by the engin
 version it admits), the model's token rate limit charged (tokens.py), then `Engine.invoke`
 with the body's `model` rewritten, at `<inferenceUrl><path>` — admission, shared functions,
 the function's rate limit, the queue, concurrency, metrics and the autoscaler signal are the
-engine's. The answer:
+engine's; the instance the request prefers (its session's, or its model's routing method's:
+routing.preference) is handed to the engine's dispatcher. The answer:
 
 - `stream: true`: the worker's events relayed as they arrive (`[DONE]` included), watched for
   the first token and `usage`; the caller hanging up closes the worker request and frees the
@@ -54,10 +55,13 @@ from service.llm.metrics import NONE, LlmMetrics
 from service.llm.routing import (
     MODELS,
     SESSION_HEADER,
+    RoundRobin,
     Session,
     check_target,
     gateway_path,
+    preference,
     route_error,
+    routing_method,
     session_of,
 )
 from service.llm.schemas import ParsedRequest, parse_request
@@ -81,6 +85,7 @@ class Gateway:
     max_body: int
     tokens: TokenLimiter
     metrics: LlmMetrics
+    turns: RoundRobin = field(default_factory=RoundRobin)
 
     def claims(self, scope: Scope) -> str | None:
         if scope["type"] != "http":
@@ -212,7 +217,14 @@ class _Exchange:
             tokens=estimate(self.path, parsed.body),
         )
         try:
-            answer = await plane.engine.invoke(self._call(principal, parsed, target))
+            prefer = preference(
+                [i.id for i in target.instances],
+                routing_method(config),
+                session=self.session,
+                key=ref.id,
+                turns=self.gateway.turns,
+            )
+            answer = await plane.engine.invoke(self._call(principal, parsed, target, prefer))
         except BaseException:
             if charge is not None:
                 await charge.settle(0)  # never reached a worker: nothing used
@@ -228,7 +240,9 @@ class _Exchange:
         assert isinstance(answer, Streamed)  # never detached: poll_seconds is None
         return await self._respond(parsed, answer, charge)
 
-    def _call(self, principal: Any, parsed: ParsedRequest, target: Target) -> Call:
+    def _call(
+        self, principal: Any, parsed: ParsedRequest, target: Target, prefer: tuple[uuid.UUID, ...]
+    ) -> Call:
         ref, path = parsed.ref, self.path
 
         def check(resolved: Target) -> None:
@@ -256,6 +270,7 @@ class _Exchange:
             poll_seconds=None,
             worker_headers=worker_headers,
             check=check,
+            prefer=prefer,
         )
 
     async def _respond(

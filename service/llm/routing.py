@@ -20,7 +20,7 @@ the input's opening; embeddings have none. The answer carries `x-multi-turn-sess
 
 **Instances**: a session goes to the same instance while it is Running and has a free slot
 (rendezvous hashing: when instances come and go, only the sessions of those move); otherwise
-the model's `routingMethod` chooses (`choose`).
+the model's `routingMethod` chooses (`preference`).
 """
 
 from __future__ import annotations
@@ -241,30 +241,21 @@ def prompt_cache_key_error(value: str) -> str | None:
     return _key_error(value)
 
 
-# --- instances --------------------------------------------------------------------------
+# --- instances ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A Running instance that may serve the request: its id, requests in flight, and
-    whether it has a free slot (maxRequestConcurrency)."""
-
-    id: str
-    in_flight: int = 0
-    free: bool = True
-
-
-def _weight(affinity: str, instance: str) -> bytes:
+def _weight(affinity: str, instance: uuid.UUID) -> bytes:
     return hashlib.sha256(f"{affinity}/{instance}".encode()).digest()
 
 
-def sticky(candidates: Sequence[Candidate], affinity: str) -> Candidate:
-    """The instance of a session: the highest rendezvous weight among `candidates`."""
-    return max(candidates, key=lambda c: _weight(affinity, c.id))
+def home_of(instances: Sequence[uuid.UUID], affinity: str) -> uuid.UUID:
+    """A session's instance: the highest rendezvous weight among `instances` (when instances
+    come and go, only the sessions of those move)."""
+    return max(instances, key=lambda i: _weight(affinity, i))
 
 
 class RoundRobin:
-    """Round-robin counters per (function, model); in memory, per process."""
+    """Round-robin turns per (function, model); in memory, per replica."""
 
     def __init__(self) -> None:
         self._next: dict[str, int] = {}
@@ -275,50 +266,40 @@ class RoundRobin:
         return turn % count
 
 
-def _least_loaded(candidates: Sequence[Candidate], rng: random.Random) -> Candidate:
-    low = min(c.in_flight for c in candidates)
-    return rng.choice([c for c in candidates if c.in_flight == low])
-
-
-def choose(
-    candidates: Sequence[Candidate],
+def preference(
+    instances: Sequence[uuid.UUID],
     method: str,
     *,
     session: Session | None = None,
     key: str = "",
     turns: RoundRobin | None = None,
     rng: random.Random | None = None,
-) -> Candidate:
-    """The instance that serves a request among Running `candidates` (at least one).
+) -> tuple[uuid.UUID, ...]:
+    """The instances a request would have serve it, best first (`Call.prefer`): the engine's
+    dispatcher gives it the first with a free slot, and when none has one (or nothing is
+    preferred) the instance with the fewest requests in flight.
 
-    A session keeps its instance while that has a free slot. Otherwise, by `method`
-    (canonical, routing_method()):
+    A session prefers its instance (`home_of`). Otherwise, by `method` (canonical,
+    routing_method()):
 
-    - power-of-two (the default): two instances at random, the one with fewer requests in
-      flight;
-    - round-robin: the next instance in id order, per function and model (`key`);
-    - random: any instance, uniformly;
-    - wait-and-widen (alias groq-multiregion): the instance with the fewest requests in flight
-      (this server's estimate of the shortest wait; there is no RTT or throughput signal);
-    - pulsar: the session's instance even when it is busy (its prefix cache is there),
-      the default without a session;
-    - pulsar-wait-and-widen (alias pulsar-multiregion): the session's instance while it has a
-      free slot, else wait-and-widen.
+    - round-robin: the instances in id order from the next turn, per function and model
+      (`key`);
+    - random: the instances shuffled;
+    - power-of-two (the default), wait-and-widen, pulsar, pulsar-wait-and-widen: no
+      preference — the dispatcher's fewest-in-flight choice, which compares every instance
+      (power-of-two samples two of them) and is the shortest expected wait without RTT or
+      throughput signals; pulsar's affinity is the session's.
     """
-    if not candidates:
-        raise ValueError("no candidates")
-    rng = rng or random.Random()  # noqa: S311 - load spreading, not security
-    free = [c for c in candidates if c.free] or list(candidates)
+    if not instances:
+        return ()
     if session is not None:
-        home = sticky(candidates, session.affinity)
-        if home.free or method == "pulsar":
-            return home
-    if method in ("wait-and-widen", "pulsar-wait-and-widen"):
-        return _least_loaded(free, rng)
+        return (home_of(instances, session.affinity),)
     if method == "round-robin":
-        ordered = sorted(free, key=lambda c: c.id)
-        return ordered[(turns or RoundRobin()).take(key, len(ordered))]
+        ordered = sorted(instances, key=str)
+        start = (turns or RoundRobin()).take(key, len(ordered))
+        return tuple(ordered[start:] + ordered[:start])
     if method == "random":
-        return rng.choice(free)
-    pair = rng.sample(free, 2) if len(free) > 1 else free
-    return _least_loaded(pair, rng)
+        shuffled = list(instances)
+        (rng or random.Random()).shuffle(shuffled)  # noqa: S311 - spreading load, not security
+        return tuple(shuffled)
+    return ()

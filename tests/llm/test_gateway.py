@@ -18,7 +18,8 @@ import pytest
 from service.core.server import ConnectionLimits
 from tests.support.api import bearer, new_key
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
-from tests.support.invocation import deployed, invocation_app, sample
+from tests.support.e2e import eventually
+from tests.support.invocation import deployed, invocation_app, sample, spec
 from tests.support.server import in_loop_server
 
 SUFFIX = "invocation.localhost"
@@ -234,3 +235,47 @@ async def test_a_model_the_caller_cannot_see_is_not_found(app: AppClient) -> Non
     assert resp.json()["error"]["code"] == "model_not_found"
     listed = await app.get("/v2/nvcf/llm/v1/models", headers=bearer(other))
     assert listed.json() == {"object": "list", "data": []}
+
+
+async def test_a_session_sticks_to_one_of_three_instances_without_it_requests_spread(
+    app: AppClient,
+) -> None:
+    fn = await deployed(
+        app,
+        specs=[spec(minInstances=3, maxInstances=3)],
+        **{
+            **LLM_FN,
+            "models": [
+                {"name": "chat", "llmConfig": {"uris": URIS[:1]}},
+                {"name": "emb", "llmConfig": {"uris": URIS[2:], "routingMethod": "round_robin"}},
+            ],
+        },
+    )
+    url = "/v2/nvcf/llm/v1"
+
+    async def served_by(path: str, body: dict[str, Any]) -> str:
+        resp = await app.post(f"{url}{path}", json=body)
+        assert resp.status_code == 200, resp.text
+        return resp.headers["x-sim-instance-id"]
+
+    # round robin (embeddings have no session): each of the three in turn, once all run
+    async def cycles() -> bool:
+        emb = {"model": f"{fn['id']}/emb", "input": "x"}
+        return len({await served_by("/embeddings", emb) for _ in range(3)}) == 3
+
+    await eventually(cycles)
+
+    turns: list[dict[str, str]] = []
+    homes = set()
+    for turn in range(10):
+        turns.append({"role": "user", "content": f"turn {turn}"})
+        body = {"model": f"{fn['id']}/chat", "messages": turns, "prompt_cache_key": "conv-1"}
+        homes.add(await served_by("/chat/completions", body))
+        turns.append({"role": "assistant", "content": "ok"})
+    assert len(homes) == 1
+
+    spread = set()
+    for turn in range(10):
+        body = {"model": f"{fn['id']}/chat", "messages": [{"role": "user", "content": f"q{turn}"}]}
+        spread.add(await served_by("/chat/completions", body))
+    assert len(spread) > 1

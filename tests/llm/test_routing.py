@@ -12,15 +12,15 @@ import pytest
 
 from service.llm.errors import OpenAIError
 from service.llm.routing import (
-    Candidate,
     ModelRef,
     RoundRobin,
     Session,
     check_target,
-    choose,
     gateway_path,
+    home_of,
     is_llm_host,
     parse_model,
+    preference,
     route_error,
     routing_method,
     session_of,
@@ -154,45 +154,35 @@ def test_a_bad_session_header_is_an_openai_400() -> None:
         assert info.value.status == 400 and info.value.param == SESSION
 
 
-THREE = [Candidate("i-a"), Candidate("i-b"), Candidate("i-c")]
+THREE = [uuid.UUID(int=1), uuid.UUID(int=2), uuid.UUID(int=3)]
 
 
-def test_a_session_sticks_to_one_of_three_instances_and_sessions_spread() -> None:
-    rng = random.Random(7)
+def test_a_session_prefers_one_of_three_instances_and_sessions_spread() -> None:
     session = Session("conversation-42", "prompt_cache_key")
-    picks = {choose(THREE, "power-of-two", session=session, rng=rng).id for _ in range(10)}
-    assert len(picks) == 1
-    homes = Counter(
-        choose(THREE, "random", session=Session(f"s{i}", "hash"), rng=rng).id for i in range(300)
-    )
-    assert set(homes) == {"i-a", "i-b", "i-c"} and min(homes.values()) > 50
+    picks = {preference(THREE, "power-of-two", session=session) for _ in range(10)}
+    assert len(picks) == 1 and len(next(iter(picks))) == 1
+    homes = Counter(home_of(THREE, Session(f"s{i}", "hash").affinity) for i in range(300))
+    assert set(homes) == set(THREE) and min(homes.values()) > 50
     # an instance leaving moves only its own sessions
-    before = {i: choose(THREE, "random", session=Session(f"s{i}", "h")).id for i in range(200)}
-    after = {i: choose(THREE[:2], "random", session=Session(f"s{i}", "h")).id for i in range(200)}
-    assert all(after[i] == before[i] for i in before if before[i] != "i-c")
+    before = {i: home_of(THREE, Session(f"s{i}", "h").affinity) for i in range(200)}
+    after = {i: home_of(THREE[:2], Session(f"s{i}", "h").affinity) for i in range(200)}
+    assert all(after[i] == before[i] for i in before if before[i] != THREE[2])
 
 
-def test_a_busy_home_yields_unless_the_method_is_pulsar() -> None:
-    session = Session("k", "prompt_cache_key")
-    home = choose(THREE, "random", session=session)
-    busy = [Candidate(c.id, 5, free=c.id != home.id) for c in THREE]
-    assert choose(busy, "pulsar", session=session).id == home.id
-    assert choose(busy, "pulsar-wait-and-widen", session=session).id != home.id
-    assert choose(busy, "power-of-two", session=session).id != home.id
-
-
-def test_each_routing_method_chooses_as_documented() -> None:
-    rng = random.Random(1)
-    loaded = [Candidate("i-a", 3), Candidate("i-b", 0), Candidate("i-c", 7)]
-    assert {choose(loaded, "wait-and-widen", rng=rng).id for _ in range(20)} == {"i-b"}
+def test_each_routing_method_prefers_as_documented() -> None:
     turns = RoundRobin()
-    order = [choose(THREE, "round-robin", key="f/m", turns=turns).id for _ in range(6)]
-    assert order == ["i-a", "i-b", "i-c", "i-a", "i-b", "i-c"]
-    assert choose(THREE, "round-robin", key="other", turns=turns).id == "i-a"
-    spread = Counter(choose(THREE, "random", rng=rng).id for _ in range(300))
-    assert min(spread.values()) > 60
-    # power of two never picks the busiest of three: it loses every pair it is in
-    assert "i-c" not in {choose(loaded, "power-of-two", rng=rng).id for _ in range(100)}
-    assert choose(loaded, "pulsar", rng=rng).id != "i-c"  # no session: the default
-    with pytest.raises(ValueError):
-        choose([], "random")
+    firsts = [preference(THREE, "round-robin", key="f/m", turns=turns)[0] for _ in range(6)]
+    assert firsts == [*THREE, *THREE]
+    assert preference(THREE, "round-robin", key="f/m", turns=turns) == (
+        THREE[0],
+        THREE[1],
+        THREE[2],
+    )
+    assert preference(THREE, "round-robin", key="other", turns=turns)[0] == THREE[0]
+    rng = random.Random(3)
+    shuffled = Counter(preference(THREE, "random", rng=rng)[0] for _ in range(300))
+    assert min(shuffled.values()) > 60
+    assert sorted(preference(THREE, "random", rng=rng)) == THREE
+    for method in ("power-of-two", "wait-and-widen", "pulsar", "pulsar-wait-and-widen"):
+        assert preference(THREE, method) == ()  # the dispatcher's fewest in flight
+    assert preference([], "round-robin") == ()

@@ -9,15 +9,15 @@ directly. Every request to an instance the cluster runs is answered with JSON
 
 A POST to `/v1/chat/completions`, `/v1/responses` or `/v1/embeddings` (after any base path) is
 answered by a tiny deterministic model in OpenAI's shapes, streamed when the body asks
-(simulated/llm.py). Request headers steer it: `X-Sim-Delay-Ms: N` answers after N ms (and puts
-N ms between streamed events), `X-Sim-Status: NNN` answers with that status. `Accept:
-text/event-stream` answers with `X-Sim-Events` (default 3) server-sent events, each `data:
-{"index": i, ...the echo...}`, `X-Sim-Delay-Ms` apart. A GET of the function's health path
-answers `{"status": "ok"}`. Every other request is logged (the worker's log,
-backends/logs/simulated.py) as served; `X-Sim-Log: text` makes the worker print `text` first
-(as a careless worker might print a secret). An instance the cluster does not run (never
-applied, or deleted) refuses the connection, as a real address with nobody listening would; a
-delayed answer whose instance is torn down meanwhile fails (the connection is reset).
+(simulated/llm.py), with the instance in `X-Sim-Instance-Id`. Request headers steer it: `X-Sim-
+Delay-Ms: N` answers after N ms (and puts N ms between streamed events), `X-Sim-Status: NNN`
+answers with that status. `Accept: text/event-stream` answers with `X-Sim-Events` (default 3)
+server-sent events, each `data: {"index": i, ...the echo...}`, `X-Sim-Delay-Ms` apart. A GET of
+the function's health path answers `{"status": "ok"}`. Every other request is logged (the
+worker's log, backends/logs/simulated.py) as served; `X-Sim-Log: text` makes the worker print
+`text` first (as a careless worker might print a secret). An instance the cluster does not run
+(never applied, or deleted) refuses the connection, as a real address with nobody listening
+would; a delayed answer whose instance is torn down meanwhile fails (the connection is reset).
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ DELAY_HEADER = "x-sim-delay-ms"
 STATUS_HEADER = "x-sim-status"
 EVENTS_HEADER = "x-sim-events"
 LOG_HEADER = "x-sim-log"
+#: the instance that answered, on the tiny model's answers (which have no echo to say it)
+INSTANCE_HEADER = "x-sim-instance-id"
 #: bounds of what a request may ask of the simulated worker
 MAX_DELAY_MS = 3_600_000
 MAX_EVENTS = 10_000
@@ -239,6 +241,7 @@ class SimulatedWorkers:
             model = _llm_answer(path, body, delay)
             if model is not None:
                 self._print(namespace, f'INFO     "{method} {path}" 200 (model) {request_id}')
+                model.headers.append((INSTANCE_HEADER, namespace.removeprefix("sr-")))
                 return model
         if "text/event-stream" in lowered.get("accept", ""):
             events = _int_header(lowered, EVENTS_HEADER, DEFAULT_EVENTS, 0, MAX_EVENTS)
@@ -286,6 +289,7 @@ class SimulatedEndpoint(WorkerEndpoint):
 __all__ = [
     "DELAY_HEADER",
     "EVENTS_HEADER",
+    "INSTANCE_HEADER",
     "LOG_HEADER",
     "STATUS_HEADER",
     "SimulatedEndpoint",

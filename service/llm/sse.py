@@ -13,6 +13,7 @@ the estimate stands.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -33,12 +34,16 @@ class Event:
     data: str
 
 
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
 class SseDecoder:
     """Bytes in, whole events out, incrementally."""
 
     def __init__(self, max_event: int = MAX_EVENT) -> None:
         self._max = max_event
         self._pending = b""
+        #: the last chunk ended with CR: a LF starting the next one ends no other line
         self._cr = False
         self._event = ""
         self._data: list[str] = []
@@ -47,25 +52,14 @@ class SseDecoder:
 
     def feed(self, chunk: bytes) -> list[Event]:
         out: list[Event] = []
-        data = self._pending + chunk
-        self._pending = b""
-        start = 0
-        i = 0
-        n = len(data)
-        while i < n:
-            byte = data[i]
-            if byte == 0x0A and self._cr:  # the LF of a CRLF split across chunks or here
-                self._cr = False
-                start = i + 1
-                i += 1
-                continue
-            self._cr = False
-            if byte in (0x0A, 0x0D):
-                self._line(data[start:i], out)
-                self._cr = byte == 0x0D
-                start = i + 1
-            i += 1
-        rest = data[start:]
+        if self._cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]
+        self._cr = chunk.endswith(b"\r")
+        data = self._pending + chunk if self._pending else chunk
+        lines = _LINE_END.split(data)
+        rest = lines.pop()
+        for line in lines:
+            self._line(line, out)
         if len(rest) + self._size > self._max:
             self._skipping = True
             self._data, self._size = [], 0
@@ -171,6 +165,8 @@ class StreamWatch:
         if event.data == DONE:
             self.done = True
             return
+        if not self._worth_parsing(event):
+            return
         try:
             payload = json.loads(event.data)
         except ValueError:
@@ -189,6 +185,15 @@ class StreamWatch:
         found = usage_of(payload)
         if found is not None:
             self.usage = found
+
+    def _worth_parsing(self, event: Event) -> bool:
+        """Whether the event may say something not known yet (most chunks of a long answer
+        do not: the first token is known and they carry no usage)."""
+        if self.first_token is None or "usage" in event.data:
+            return True
+        return self.path == RESPONSES and (
+            event.event in TERMINAL_EVENTS or any(t in event.data for t in TERMINAL_EVENTS)
+        )
 
     @property
     def time_to_first_token(self) -> float | None:

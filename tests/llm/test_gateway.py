@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
 from service.core.server import ConnectionLimits
 from tests.support.api import bearer, new_key
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
+from tests.support.client_cli import served
 from tests.support.e2e import eventually
 from tests.support.invocation import deployed, invocation_app, sample, spec
 from tests.support.server import in_loop_server
@@ -279,3 +282,42 @@ async def test_a_session_sticks_to_one_of_three_instances_without_it_requests_sp
         body = {"model": f"{fn['id']}/chat", "messages": [{"role": "user", "content": f"q{turn}"}]}
         spread.add(await served_by("/chat/completions", body))
     assert len(spread) > 1
+
+
+def test_the_openai_client_against_the_real_server_process(tmp_path: Path) -> None:
+    """`nvcf-server serve` in its own process (the built-in simulated catalog) and the sync
+    client streaming through the gateway's prefix."""
+    with served(tmp_path / "server") as url:
+        api = httpx.Client(base_url=f"{url}/v2/nvcf", headers=bearer(ADMIN_KEY), timeout=30)
+        with api:
+            fn = api.post("/functions", json={**LLM_FN, "containerImage": "nvcr.io/a/b:1"})
+            fn.raise_for_status()
+            created = fn.json()["function"]
+            spec_body = {
+                "deploymentSpecifications": [
+                    {
+                        "gpu": "H100",
+                        "instanceType": "NCP.GPU.H100_1x",
+                        "minInstances": 1,
+                        "maxInstances": 1,
+                    }
+                ]
+            }
+            dep = f"/deployments/functions/{created['id']}/versions/{created['versionId']}"
+            api.post(dep, json=spec_body).raise_for_status()
+            version = f"/functions/{created['id']}/versions/{created['versionId']}"
+            for _ in range(600):
+                if api.get(version).json()["function"]["status"] == "ACTIVE":
+                    break
+                time.sleep(0.1)
+        client = openai.OpenAI(base_url=f"{url}/v2/nvcf/llm/v1", api_key=ADMIN_KEY, max_retries=0)
+        with client:
+            stream = client.chat.completions.create(
+                model=f"{created['id']}/tiny/chat",
+                messages=[{"role": "user", "content": "from another process"}],
+                stream=True,
+            )
+            text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            assert text == "Echo: from another process"
+            with pytest.raises(openai.NotFoundError):
+                client.embeddings.create(model=f"{created['id']}/nope", input="x")

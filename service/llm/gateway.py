@@ -54,6 +54,7 @@ from service.llm.errors import OpenAIError, from_domain, model_not_found
 from service.llm.metrics import NONE, LlmMetrics
 from service.llm.routing import (
     MODELS,
+    ROUTES,
     SESSION_HEADER,
     RoundRobin,
     Session,
@@ -144,9 +145,15 @@ class _Exchange:
     def request_id(self) -> str:
         return str(getattr(self.request.state, "request_id", ""))
 
+    @property
+    def endpoint(self) -> str:
+        """The metrics label of the path: one of the routes, else "other" (labels never take
+        a value a client makes up)."""
+        return self.path if self.path in ROUTES else "other"
+
     def _record(self, status: int) -> None:
         self.gateway.metrics.request(
-            self.function_id, self.model, self.path, status, time.monotonic() - self.started
+            self.function_id, self.model, self.endpoint, status, time.monotonic() - self.started
         )
 
     def _error(self, error: OpenAIError) -> Response:
@@ -198,7 +205,6 @@ class _Exchange:
         plane = plane_of(self.request)
         parsed = parse_request(self.path, await self._body())
         ref = parsed.ref
-        self.function_id, self.model = str(ref.function_id), ref.name
         self.session = session_of(self.path, parsed.body, self.request.headers.get(SESSION_HEADER))
         try:
             target = await plane.routes.resolve(principal, ref.function_id, None)
@@ -209,6 +215,9 @@ class _Exchange:
                 ) from None
             raise
         config = check_target(target.function_type, target.models, ref, self.path)
+        # labelled by function and model only once they are known to exist (a made-up model
+        # name must not become a metrics series)
+        self.function_id, self.model = str(ref.function_id), ref.name
         charge = await self.gateway.tokens.charge(
             config.get("tokenRateLimit"),
             account=principal.account_id,
@@ -343,7 +352,7 @@ class _Exchange:
 
     async def settle(self, charge: Charge | None, watch: StreamWatch) -> None:
         usage = watch.usage
-        self.gateway.metrics.used(self.function_id, self.model, self.path, usage)
+        self.gateway.metrics.used(self.function_id, self.model, self.endpoint, usage)
         if charge is not None:
             await charge.settle(None if usage is None else usage.total)
 
@@ -416,7 +425,7 @@ class _LlmStream(Response):
             metrics.streamed(
                 exchange.function_id,
                 exchange.model,
-                exchange.path,
+                exchange.endpoint,
                 watch.time_to_first_token,
                 time.monotonic() - exchange.started,
             )

@@ -178,6 +178,11 @@ async def test_errors_are_openais_and_the_client_raises_its_own_types(app: AppCl
         resp = await app.request(method, path, json={})
         assert resp.status_code == status
         assert set(resp.json()["error"]) == {"message", "type", "param", "code"}
+    # made-up names never become metrics series
+    metrics = (await app.get("/metrics")).text
+    assert sample(metrics, "nvcf_llm_requests_total", model="ghost") == 0
+    assert sample(metrics, "nvcf_llm_requests_total", endpoint="/v1/completions") == 0
+    assert sample(metrics, "nvcf_llm_requests_total", endpoint="other", status="404") == 1
     huge = await app.post(
         "/v2/nvcf/llm/v1/chat/completions",
         content=b"{" + b" " * (6 * 1024 * 1024) + b"}",

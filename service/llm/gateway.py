@@ -34,13 +34,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import scopes
+from service.auth.service import Principal
 from service.backends.worker import WorkerFailed
 from service.core.errors import DomainError
 from service.core.middleware import ROUTE_LABEL
@@ -180,7 +180,7 @@ class _Exchange:
         except DomainError as error:
             return self._error(from_domain(error))
 
-    async def _models(self, principal: Any) -> Response:
+    async def _models(self, principal: Principal) -> Response:
         async with app_state(self.request).sessionmaker() as session:
             listed = await list_models(session, principal)
         self._record(200)
@@ -201,7 +201,7 @@ class _Exchange:
             parts.append(part)
         return b"".join(parts)
 
-    async def _invoke(self, principal: Any) -> Response:
+    async def _invoke(self, principal: Principal) -> Response:
         plane = plane_of(self.request)
         parsed = parse_request(self.path, await self._body())
         ref = parsed.ref
@@ -210,8 +210,13 @@ class _Exchange:
             target = await plane.routes.resolve(principal, ref.function_id, None)
         except DomainError as error:
             if error.status == 404:
-                raise model_not_found(
-                    ref.id, f"Function {ref.function_id} was not found."
+                why = f"Function {ref.function_id} was not found."
+                raise model_not_found(ref.id, why) from None
+            if error.status == 400:  # the body is fine: no version of it can serve now
+                raise OpenAIError(
+                    503,
+                    f"The model `{ref.id}` cannot be served now: {error.detail}",
+                    code="model_not_available",
                 ) from None
             raise
         config = check_target(target.function_type, target.models, ref, self.path)
@@ -250,7 +255,11 @@ class _Exchange:
         return await self._respond(parsed, answer, charge)
 
     def _call(
-        self, principal: Any, parsed: ParsedRequest, target: Target, prefer: tuple[uuid.UUID, ...]
+        self,
+        principal: Principal,
+        parsed: ParsedRequest,
+        target: Target,
+        prefer: tuple[uuid.UUID, ...],
     ) -> Call:
         ref, path = parsed.ref, self.path
 

@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from service.core.server import ConnectionLimits
-from tests.support.api import bearer, new_key
+from tests.support.api import bearer, create_fn, new_key
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
 from tests.support.client_cli import served
 from tests.support.e2e import eventually
@@ -166,6 +166,12 @@ async def test_errors_are_openais_and_the_client_raises_its_own_types(app: AppCl
                 with pytest.raises(error):
                     await other.models.list()
 
+    # an LLM function not deployed: no version can serve it now
+    idle = await create_fn(app, **LLM_FN)
+    body = {"model": f"{idle['id']}/tiny/chat", "messages": [{"role": "user", "content": "x"}]}
+    unavailable = await app.post("/v2/nvcf/llm/v1/chat/completions", json=body)
+    assert unavailable.status_code == 503, unavailable.text
+    assert unavailable.json()["error"]["code"] == "model_not_available"
     # no key at all (the openai client always sends one)
     anonymous = await app.get("/v2/nvcf/llm/v1/models", headers={"Authorization": ""})
     assert anonymous.status_code == 401, anonymous.text

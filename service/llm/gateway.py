@@ -303,7 +303,8 @@ class _Exchange:
             if charge is not None:
                 await charge.settle(0)
             raise _worker_error(answer.status, body)
-        if events and parsed.stream:
+        if events and (parsed.stream or self.path != RESPONSES):
+            # (a worker streaming what was not asked as a stream is passed on as it is)
             self._record(answer.status)
             response = _LlmStream(self, answer, charge)
             self._session_header(response)

@@ -103,6 +103,12 @@ async def test_responses_are_asked_as_streams_and_worker_errors_pass_on(
         }
         with pytest.raises(openai.InternalServerError):
             await client.embeddings.create(model=model, input="x", extra_body={"x_status": 500})
+    # a worker streaming what was not asked as a stream: passed on as it is
+    body = {"model": model, "messages": ASK, "x_force_stream": True}
+    resp = await app.post("/v2/nvcf/llm/v1/chat/completions", json=body)
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    assert resp.text.endswith("data: [DONE]\n\n")
 
 
 async def test_a_caller_closing_a_stream_frees_the_slot(

@@ -6,7 +6,8 @@ server-sent events when the body streams. Tests steer it without timing:
 - `gate()`: from now on a stream writes its first event at once and each later one only after
   `next_event()` (or `stop()`);
 - `requests`: every request as received (path, headers, JSON body);
-- a body field `"x_status": NNN` answers that status with an OpenAI error object.
+- a body field `"x_status": NNN` answers that status with an OpenAI error object;
+- `"x_force_stream": true` streams the answer although the body did not ask for it.
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ class OpenAIWorker:
             if isinstance(body.get("x_status"), int):
                 self._json(req, body["x_status"], llm.error_body("as asked"))
                 return
+            if body.get("x_force_stream") is True:
+                body = {**body, "stream": True}
             whole, events = llm.answer(route, body)
             if events is None:
                 self._json(req, 200, whole)

@@ -12,8 +12,6 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from service.backends.worker import WorkerFailed
@@ -60,28 +58,38 @@ def encode_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[bytes, byte
 
 
 def problem_message(
-    err: DomainError, path: str, context_id: str, request_id: uuid.UUID | str
+    err: DomainError, path: str, context_id: str, request_id: uuid.UUID | str | None
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """(status, headers, body) of a problem+json answer with the invocation headers;
-    `context_id` is the request-context id the problem body quotes."""
+    """(status, headers, body) of a problem+json answer, with the invocation headers when it
+    answers a request (`request_id`); `context_id` is the request-context id the body quotes."""
     body = json.dumps(problem_body(err, path, context_id)).encode()
-    headers = [
-        (b"content-type", PROBLEM.encode()),
-        (b"content-length", str(len(body)).encode()),
-        *encode_headers(list(err.headers.items())),
-        *nvcf_headers(request_id, ERRORED),
-    ]
+    headers = [(b"content-type", PROBLEM.encode()), *encode_headers(list(err.headers.items()))]
+    if request_id is not None:
+        headers += nvcf_headers(request_id, ERRORED)
     return err.status, headers, body
 
 
-def problem(request: Request, err: DomainError, request_id: uuid.UUID | str) -> Response:
-    """A problem+json answer with the invocation headers."""
-    path = getattr(request.state, "original_path", None) or request.url.path
-    context_id = str(getattr(request.state, "request_id", ""))
-    status, headers, body = problem_message(err, path, context_id, request_id)
-    response = Response(body, status_code=status)
-    response.raw_headers = headers
-    return response
+def _where(scope: Scope) -> tuple[str, str]:
+    """(the path as the client sent it, the request-context id) of a request."""
+    state = scope.get("state") or {}
+    path = state.get("original_path") or scope.get("path", "")
+    return str(path), str(state.get("request_id", ""))
+
+
+async def send_whole(
+    send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
+    """An answer of known length, in one head and one body message."""
+    headers.append((b"content-length", b"%d" % len(body)))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_problem(
+    send: Send, scope: Scope, err: DomainError, request_id: uuid.UUID | str | None
+) -> None:
+    status, headers, body = problem_message(err, *_where(scope), request_id)
+    await send_whole(send, status, headers, body)
 
 
 def failure_error(outcome: Outcome) -> DomainError:
@@ -94,25 +102,20 @@ def failure_error(outcome: Outcome) -> DomainError:
     return BadGateway(detail=reason)
 
 
-def outcome_response(request: Request, request_id: uuid.UUID, outcome: Outcome) -> Response:
+async def send_outcome(send: Send, scope: Scope, request_id: uuid.UUID, outcome: Outcome) -> None:
     """The pass-through answer of a finished request: the worker's status, headers and body,
     or the problem that says why there was none."""
     if outcome.error is not None:
-        return problem(request, failure_error(outcome), request_id)
-    response = Response(outcome.body, status_code=outcome.status)
-    response.raw_headers = [
-        *outcome.headers,
-        (b"content-length", str(len(outcome.body)).encode()),
-        *nvcf_headers(request_id, status_word(outcome.status)),
-    ]
-    return response
+        await send_problem(send, scope, failure_error(outcome), request_id)
+        return
+    headers = [*outcome.headers, *nvcf_headers(request_id, status_word(outcome.status))]
+    await send_whole(send, outcome.status, headers, outcome.body)
 
 
-def pending_response(request_id: uuid.UUID, word: str) -> Response:
+async def send_pending(send: Send, request_id: uuid.UUID, word: str) -> None:
     body = json.dumps({"reqId": str(request_id), "status": word}).encode()
-    response = Response(body, status_code=202, media_type="application/json")
-    response.raw_headers += nvcf_headers(request_id, word)
-    return response
+    headers = [(b"content-type", b"application/json"), *nvcf_headers(request_id, word)]
+    await send_whole(send, 202, headers, body)
 
 
 def _worker_json(body: bytes) -> Any:
@@ -124,9 +127,9 @@ def _worker_json(body: bytes) -> Any:
         return body.decode("utf-8", errors="replace")
 
 
-def exec_response(
-    request: Request, request_id: uuid.UUID, outcome: Outcome | None, word: str = PENDING
-) -> Response:
+async def send_exec(
+    send: Send, scope: Scope, request_id: uuid.UUID, outcome: Outcome | None, word: str = PENDING
+) -> None:
     """The wrapped (`exec`) answer: `{reqId, status, percentComplete?, errorCode?, response?}`
     with the worker's status as the HTTP status (202 while pending)."""
     content: dict[str, Any] = {"reqId": str(request_id)}
@@ -134,10 +137,10 @@ def exec_response(
         status, content["status"] = 202, word
     elif outcome.error is not None:
         err = failure_error(outcome)
-        path = getattr(request.state, "original_path", None) or request.url.path
-        rid = str(getattr(request.state, "request_id", ""))
         status = err.status
-        content.update(status=ERRORED, errorCode=err.status, response=problem_body(err, path, rid))
+        content.update(
+            status=ERRORED, errorCode=err.status, response=problem_body(err, *_where(scope))
+        )
     else:
         status = outcome.status
         content["status"] = status_word(outcome.status)
@@ -148,9 +151,9 @@ def exec_response(
         worker = _worker_json(outcome.body)
         if worker is not None:
             content["response"] = worker
-    response = JSONResponse(content, status_code=status)
-    response.raw_headers += nvcf_headers(request_id, content["status"])
-    return response
+    body = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    headers = [(b"content-type", b"application/json"), *nvcf_headers(request_id, content["status"])]
+    await send_whole(send, status, headers, body.encode())
 
 
 async def whole(answer: Streamed, limit: int) -> Outcome:
@@ -226,35 +229,22 @@ async def _stream(answer: Body, send: Send) -> str | None:
     return None
 
 
-class WorkerStream(Response):
-    """The worker's answer streamed through as it arrives; the answer is always closed
-    (the instance's slot is held until then)."""
-
-    def __init__(self, answer: Streamed) -> None:
-        self.status_code = answer.status
-        self.background = None
-        self._answer = answer
+async def stream(answer: Streamed, receive: Receive, send: Send) -> None:
+    """The worker's answer streamed through as it arrives; the answer is always closed (the
+    instance's slot is held until then)."""
+    error: str | None = None
+    try:
         headers = answer.headers
         if answer.length is not None and answer.status not in (204, 304):
-            headers = [*headers, (b"content-length", str(answer.length).encode())]
-        self.raw_headers = headers + nvcf_headers(answer.request_id, status_word(answer.status))
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        error: str | None = None
-        try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": self.status_code,
-                    "headers": self.raw_headers,
-                }
-            )
-            error = await relay(self._answer, receive, send)
-        except BaseException as exc:
-            error = f"{type(exc).__name__} while streaming the answer"
-            raise
-        finally:
-            await self._answer.close(error)
+            headers = [*headers, (b"content-length", b"%d" % answer.length)]
+        headers += nvcf_headers(answer.request_id, status_word(answer.status))
+        await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+        error = await relay(answer, receive, send)
+    except BaseException as exc:
+        error = f"{type(exc).__name__} while streaming the answer"
+        raise
+    finally:
+        await answer.close(error)
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -1,9 +1,9 @@
 """The LLM gateway's entry: OpenAI's routes over the invocation engine (engine.py).
 
-`LlmEntry` is an ASGI middleware beside transparent mode's (both inside the request-context
-middleware: request ids, metrics and the access log apply). It claims the requests
-`routing.gateway_path` says are the gateway's — the LLM host, or the `/v2/nvcf/llm` prefix —
-and answers every one of them itself, errors in OpenAI's shape; anything else goes on.
+The invocation plane's single HTTP entry (invocation/http.py) hands the gateway the requests
+`Gateway.claims` says are its — `routing.gateway_path`: the LLM host, or the `/v2/nvcf/llm`
+prefix — inside the request-context middleware (request ids, metrics, the access log), and
+`Gateway.answer` answers every one of them, errors in OpenAI's shape.
 
 A POST runs as any invocation does: authenticated (an API key or invocation token with
 `invoke_function`), the body checked (schemas.py), the function resolved and checked as an LLM
@@ -37,18 +37,17 @@ from dataclasses import dataclass, field
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from service.auth import scopes
 from service.auth.service import Principal
 from service.backends.worker import WorkerFailed
 from service.core.errors import DomainError
-from service.core.middleware import ROUTE_LABEL
 from service.core.numbers import natural
 from service.functions.llm_config import RESPONSES
 from service.invocation.answers import relay
 from service.invocation.engine import Call, Finished, Streamed
-from service.invocation.router import caller, plane_of
+from service.invocation.http import Exchange as EntryExchange
 from service.invocation.routing import Target
 from service.llm.errors import OpenAIError, from_domain, model_not_found
 from service.llm.metrics import NONE, LlmMetrics
@@ -69,10 +68,7 @@ from service.llm.schemas import ParsedRequest, parse_request
 from service.llm.service import list_models
 from service.llm.sse import StreamWatch, collect_terminal, usage_of
 from service.llm.tokens import Charge, TokenLimiter, estimate
-from service.state import app_state
 
-#: the metrics/log route label of the gateway's requests
-LABEL = "<llm gateway>"
 #: what an LLM request's body may be before it is even read: the entry checks its own limit
 UNBOUNDED = 1 << 62
 _JSON = [(b"content-type", b"application/json")]
@@ -108,25 +104,14 @@ class Gateway:
 
         return of
 
+    async def answer(self, ex: EntryExchange, path: str) -> None:
+        """Answer a request the invocation entry handed over (`claims` said `path`)."""
+        exchange = _Exchange(self, ex, Request(ex.scope, ex.receive), path)
+        response = await exchange.answer()
+        await response(ex.scope, ex.receive, ex.send)
+
     async def aclose(self) -> None:
         await self.tokens.aclose()
-
-
-class LlmEntry:
-    def __init__(self, app: ASGIApp, *, gateway: Gateway) -> None:
-        self.app = app
-        self.gateway = gateway
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = self.gateway.claims(scope)
-        if path is None:
-            await self.app(scope, receive, send)
-            return
-        scope[ROUTE_LABEL] = LABEL
-        request = Request(scope, receive)
-        exchange = _Exchange(self.gateway, request, path)
-        response = await exchange.answer()
-        await response(scope, receive, send)
 
 
 @dataclass
@@ -134,6 +119,7 @@ class _Exchange:
     """One request through the gateway."""
 
     gateway: Gateway
+    entry: EntryExchange
     request: Request
     path: str
     started: float = field(default_factory=time.monotonic)
@@ -171,7 +157,7 @@ class _Exchange:
             refused = route_error(self.path, self.request.method)
             if refused is not None:
                 return self._error(refused)
-            principal = await caller(self.request, scopes.INVOKE_FUNCTION)
+            principal = await self.entry.entry.caller(self.entry, scopes.INVOKE_FUNCTION)
             if self.path.rstrip("/") == MODELS:
                 return await self._models(principal)
             return await self._invoke(principal)
@@ -181,7 +167,7 @@ class _Exchange:
             return self._error(from_domain(error))
 
     async def _models(self, principal: Principal) -> Response:
-        async with app_state(self.request).sessionmaker() as session:
+        async with self.entry.entry.sessions()() as session:
             listed = await list_models(session, principal)
         self._record(200)
         return Response(json.dumps(listed, separators=(",", ":")), media_type="application/json")
@@ -202,7 +188,7 @@ class _Exchange:
         return b"".join(parts)
 
     async def _invoke(self, principal: Principal) -> Response:
-        plane = plane_of(self.request)
+        plane = self.entry.entry.plane()
         parsed = parse_request(self.path, await self._body())
         ref = parsed.ref
         self.session = session_of(self.path, parsed.body, self.request.headers.get(SESSION_HEADER))
@@ -311,7 +297,7 @@ class _Exchange:
             return response
         watch = StreamWatch(self.path)
         if events:  # /v1/responses asked as a stream, the caller not streaming
-            limit = app_state(self.request).settings.invoke_result_max_bytes
+            limit = self.entry.entry.plane().engine.result_max
             try:
                 terminal = await collect_terminal(answer.chunks(), watch, limit)
             except WorkerFailed as exc:
@@ -343,7 +329,7 @@ class _Exchange:
 
     async def _read(self, answer: Streamed) -> tuple[bytes, str | None]:
         """The worker's whole answer (bounded), closed; and why it stopped short."""
-        limit = app_state(self.request).settings.invoke_result_max_bytes
+        limit = self.entry.entry.plane().engine.result_max
         parts: list[bytes] = []
         size = 0
         error: str | None = None

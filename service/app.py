@@ -69,6 +69,9 @@ from service.invocation.http import InvocationEntry
 from service.invocation.metrics import InvocationMetrics
 from service.invocation.tokens import router as tokens_router
 from service.invocation.transparent import body_limit
+from service.llm.gateway import Gateway
+from service.llm.metrics import LlmMetrics
+from service.llm.tokens import TokenLimiter
 from service.ngc.router import router as ngc_router
 from service.registry.router import router as registry_router
 from service.state import AppState
@@ -248,6 +251,8 @@ def create_app(
                 yield
             finally:
                 await plane.stop()
+                if llm_gateway is not None:
+                    await llm_gateway.aclose()
                 owner.close()
                 await adapters.aclose()
                 await engine.dispose()
@@ -320,6 +325,8 @@ def create_app(
         finally:
             if plane is not None:
                 await plane.stop()
+            if llm_gateway is not None:
+                await llm_gateway.aclose()
             await autoscaler.stop()
             await timeseries.stop()
             if activity is not None:
@@ -354,6 +361,14 @@ def create_app(
     app.state.telemetry = telemetry
     app.state.metrics = telemetry.metrics
     invocation_metrics = InvocationMetrics(telemetry.metrics.registry)
+    llm_gateway: Gateway | None = None
+    if settings.invoke_enabled or invocation_only:
+        llm_gateway = Gateway(
+            suffix=settings.invoke_host_suffix,
+            max_body=settings.invoke_max_body_bytes,
+            tokens=TokenLimiter(settings.redis_url),
+            metrics=LlmMetrics(telemetry.metrics.registry),
+        )
     install_problem_handlers(app)
 
     @app.exception_handler(IdempotentReplay)
@@ -427,6 +442,8 @@ def create_app(
     limit_of = None
     if settings.invoke_enabled or invocation_only:
         limit_of = body_limit(settings.invoke_host_suffix, settings.invoke_max_body_bytes)
+        if llm_gateway is not None:
+            limit_of = llm_gateway.limit_with(limit_of)
     if telemetry.tracing.enabled:
         # Inside the request context (request id, org alias); absent when tracing is off.
         app.add_middleware(TracingMiddleware, tracing=telemetry.tracing)
@@ -443,6 +460,7 @@ def create_app(
             plane=lambda: app.state.invocation,
             authenticator=lambda: app.state.authenticator,
             sessionmaker=lambda: app.state.sessionmaker,
+            llm=llm_gateway,
         )
         inner: ASGIApp = entry
         # the middleware the ordinary stack puts around its routes, in the same order

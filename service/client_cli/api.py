@@ -3,6 +3,7 @@ turned into `ApiError` with every listed violation, a connection failure into `U
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 import time
 import uuid
@@ -133,6 +134,17 @@ def stream_lines(api: Api, path: str, params: dict[str, Any]) -> Iterator[str]:
                 resp.read()
                 raise ApiError.of(resp)
             yield from resp.iter_lines()
+    except httpx.HTTPError as exc:
+        raise Unreachable(f"cannot reach {api.url}: {exc}") from None
+
+
+@contextlib.contextmanager
+def post_stream(api: Api, path: str, body: Any) -> Iterator[httpx.Response]:
+    """A POST whose answer is read as it arrives (no read timeout), any status."""
+    timeout = httpx.Timeout(api._client.timeout.connect, read=None)
+    try:
+        with api._client.stream("POST", path, json=body, timeout=timeout) as resp:
+            yield resp
     except httpx.HTTPError as exc:
         raise Unreachable(f"cannot reach {api.url}: {exc}") from None
 

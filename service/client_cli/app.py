@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from service.client_cli import charts, config, deployments, functions, invoke, logs, revisions
+from service.client_cli import (
+    charts,
+    chat,
+    config,
+    deployments,
+    functions,
+    invoke,
+    logs,
+    revisions,
+)
 from service.client_cli.api import Api, ApiError, Unreachable
 from service.client_cli.common import OutputOpt, fail
 from service.client_cli.output import EXIT_CODES, Code, Output, Ui
@@ -27,6 +36,7 @@ app.add_typer(charts.app, name="chart")
 deployments.register(app)
 revisions.register(app)
 invoke.register(app)
+chat.register(app)
 logs.register(app)
 
 

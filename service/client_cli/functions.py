@@ -20,6 +20,55 @@ app = typer.Typer(
 )
 
 
+LLM_MODEL_FIELDS = ("name", "uris", "routingMethod", "tokenRateLimit", "tokenizer")
+LLM_UPDATE_FIELDS = ("name", "routingMethod", "tokenRateLimit")
+
+
+def _fields(text: str, allowed: tuple[str, ...], option: str) -> dict[str, str]:
+    """nvcf-cli's `key=value,key=value` (an item without '=' after tokenRateLimit continues
+    it: `tokenRateLimit=1000-S,5000-M`)."""
+    fields: dict[str, str] = {}
+    last = ""
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep and last == "tokenRateLimit":
+            fields[last] += "," + item
+            continue
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"{item!r} is not key=value", param_hint=option)
+        key = key.strip()
+        if key not in allowed:
+            raise typer.BadParameter(
+                f"unknown field {key!r}; use {', '.join(allowed)}", param_hint=option
+            )
+        fields[key], last = value.strip(), key
+    if not fields.get("name"):
+        raise typer.BadParameter(f"{text!r} has no name=", param_hint=option)
+    return fields
+
+
+def llm_model_of(text: str) -> dict[str, Any]:
+    """`--llm-model name=m,uris=/v1/chat/completions|/v1/embeddings,routingMethod=…,
+    tokenRateLimit=…` as a model of an LLM function (the server checks the values)."""
+    fields = _fields(text, LLM_MODEL_FIELDS, "--llm-model")
+    uris = [u.strip() for u in fields.pop("uris", "").split("|") if u.strip()]
+    config: dict[str, Any] = {"uris": uris, **{k: v for k, v in fields.items() if k != "name"}}
+    return {"name": fields["name"], "llmConfig": config}
+
+
+def llm_model_update_of(text: str) -> dict[str, Any]:
+    """`--llm-model-update name=m,routingMethod=…,tokenRateLimit=…` as a `modelUpdates` item."""
+    fields = _fields(text, LLM_UPDATE_FIELDS, "--llm-model-update")
+    name = fields.pop("name")
+    if not fields:
+        raise typer.BadParameter(
+            f"{text!r}: give routingMethod= or tokenRateLimit=", param_hint="--llm-model-update"
+        )
+    return {"modelName": name, "llmConfig": fields}
+
+
 def _key_values(items: list[str], option: str) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     for item in items:
@@ -54,7 +103,16 @@ def create(
         typer.Option("--env", help="KEY=VALUE of the container environment (repeatable)."),
     ] = None,
     container_args: Annotated[str | None, typer.Option(help="Container arguments.")] = None,
-    function_type: Annotated[str | None, typer.Option(help="DEFAULT, STREAMING or LLM.")] = None,
+    function_type: Annotated[
+        str | None, typer.Option("--function-type", "--type", help="DEFAULT, STREAMING or LLM.")
+    ] = None,
+    llm_model: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An LLM function's model (repeatable): name=M,uris=/v1/chat/completions|"
+            "/v1/responses|/v1/embeddings[,routingMethod=R][,tokenRateLimit=1000-S,5000-M]."
+        ),
+    ] = None,
     api_body_format: Annotated[str | None, typer.Option(help="CUSTOM or PREDICT_V2.")] = None,
     function_id: Annotated[
         str | None,
@@ -92,6 +150,7 @@ def create(
         "containerArgs": container_args,
         "functionType": function_type,
         "apiBodyFormat": api_body_format,
+        "models": [llm_model_of(m) for m in llm_model] if llm_model else None,
     }
     body.update({k: v for k, v in flags.items() if v is not None})
     path = f"{V}/functions/{function_id}/versions" if function_id else f"{V}/functions"
@@ -161,17 +220,30 @@ def update(
         list[str] | None, typer.Option(help="The new tags, replacing the old (repeatable).")
     ] = None,
     clear_tags: Annotated[bool, typer.Option(help="Remove every tag.")] = False,
+    llm_model_update: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An LLM model's settings, on every version (repeatable): "
+            "name=M[,routingMethod=R][,tokenRateLimit=1000-S]."
+        ),
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Change a version's description or tags."""
+    """Change a version's description or tags, or an LLM function's model settings."""
     body: dict[str, Any] = {}
     if description is not None:
         body["description"] = description
     if tag or clear_tags:
         body["tags"] = tag or []
+    if llm_model_update:
+        body["modelUpdates"] = [llm_model_update_of(u) for u in llm_model_update]
     with connect(output) as run:
         if not body:
-            raise fail(run.ui, "nothing to change: pass --description or --tag", Code.USAGE)
+            raise fail(
+                run.ui,
+                "nothing to change: pass --description, --tag or --llm-model-update",
+                Code.USAGE,
+            )
         changed = run.api.call(
             "PUT", f"{V}/functions/{function_id}/versions/{version_id}", json=body
         )

@@ -62,10 +62,34 @@ def function_detail(fn: dict[str, Any]) -> RenderableType:
         if value in (None, "", []):
             continue
         fields.add_row(label, status_text(value) if key == "status" else Text(cell(value)))
+    parts: list[RenderableType] = [fields]
+    models = [m for m in fn.get("models") or [] if isinstance(m, dict)]
+    if models:
+        parts.append(models_table(fn, models))
     findings = fn.get("findings") or []
-    if not findings:
-        return fields
-    return Group(fields, findings_table(findings, title="chart findings"))
+    if findings:
+        parts.append(findings_table(findings, title="chart findings"))
+    return parts[0] if len(parts) == 1 else Group(*parts)
+
+
+def models_table(fn: dict[str, Any], models: list[dict[str, Any]]) -> Table:
+    """A function's models; an LLM function's with the `model` its callers give."""
+    if fn.get("functionType") != "LLM":
+        out = table("model", "version", "uri")
+        for m in models:
+            out.add_row(cell(m.get("name")), cell(m.get("version")), cell(m.get("uri")))
+        return out
+    out = table("model (OpenAI `model`)", "paths", "routing", "token limit")
+    for m in models:
+        raw = m.get("llmConfig")
+        config: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        out.add_row(
+            f"{cell(fn.get('id'))}/{cell(m.get('name'))}",
+            cell(config.get("uris")),
+            cell(config.get("routingMethod")),
+            cell(config.get("tokenRateLimit")),
+        )
+    return out
 
 
 def specs_table(dep: dict[str, Any]) -> Table:

@@ -50,6 +50,10 @@ class FunctionVersion(Base):
     description: Mapped[str] = mapped_column(String(256))
     tags: Mapped[list[Any]] = mapped_column(JSON)
     rate_limit: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # NVCF's LlmInvocationConfigDto (LLM functions; the same on every version of a function)
+    llm_invocation_config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # NVCF's TelemetriesDto, as given
+    telemetries: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     findings: Mapped[list[Any] | None] = mapped_column(JSON)
     # Names only, kept on the version so reads never touch the encrypted values.
     secret_names: Mapped[list[Any]] = mapped_column(JSON, default=list)

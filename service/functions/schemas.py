@@ -27,6 +27,14 @@ from service.core.validation import (
     matches,
     raise_all,
 )
+from service.functions.llm_config import (
+    LLM_URIS,
+    MAX_ROUTING_METHOD,
+    MAX_TOKEN_RATE,
+    MAX_TOKENIZER,
+    routing_method_error,
+    token_rate_error,
+)
 from service.functions.models import FunctionVersion
 from service.functions.sharing import MAX_AUTHORIZED_PARTIES
 from service.health.machine import Phase
@@ -60,6 +68,24 @@ class Artifact(CamelModel):
     name: str
     version: str
     uri: str
+
+
+class LlmConfig(CamelModel):
+    """NVCF's `FunctionModelDto.LlmConfigDto`."""
+
+    uris: list[str]
+    token_rate_limit: str | None = None
+    tokenizer: str | None = None
+    routing_method: str | None = None
+
+
+class FunctionModel(CamelModel):
+    """NVCF's `FunctionModelDto`: `version` and `uri` are left out by LLM functions' models."""
+
+    name: str
+    version: str | None = None
+    uri: str | None = None
+    llm_config: LlmConfig | None = None
 
 
 class Health(CamelModel):
@@ -140,6 +166,8 @@ _OWNER_ONLY = (
     "resources",
     "secrets",
     "rate_limit",
+    "llm_invocation_config",
+    "telemetries",
     "findings",
     "active_instances",
 )
@@ -161,7 +189,7 @@ class FunctionOut(CamelModel):
     helm_chart: str | None = None
     helm_chart_service_name: str | None = None
     helm_chart_digest: str | None = None
-    models: list[Artifact] | None = None
+    models: list[FunctionModel] | None = None
     resources: list[Artifact] | None = None
     api_body_format: str
     function_type: str
@@ -172,6 +200,10 @@ class FunctionOut(CamelModel):
     #: secret names (never values), as NVCF's FunctionDto has them
     secrets: list[str] | None = None
     rate_limit: dict[str, Any] | None = None
+    #: NVCF's `LlmInvocationConfigDto` (LLM functions), as given
+    llm_invocation_config: dict[str, Any] | None = None
+    #: NVCF's `TelemetriesDto`, as given
+    telemetries: dict[str, Any] | None = None
     findings: list[Finding] | None = None
     active_instances: list[ActiveInstance] | None = None
     created_at: Timestamp
@@ -213,6 +245,8 @@ class FunctionOut(CamelModel):
             tags=list(v.tags),
             secrets=([str(n) for n in v.secret_names] or None) if include_secrets else None,
             rate_limit=v.rate_limit,
+            llm_invocation_config=v.llm_invocation_config,
+            telemetries=v.telemetries,
             findings=v.findings or None,
             active_instances=(
                 [ActiveInstance.of(v, r) for r in active_instances or ()] if details else None
@@ -307,6 +341,160 @@ class ArtifactIn(RequestModel):
     uri: str = Field(min_length=1, max_length=1024)
 
     shape: ClassVar[str] = "with name, version and uri"
+
+
+def _llm_uris(value: list[str]) -> tuple[list[str], list[str]]:
+    messages = [
+        f"'{u}' is not an LLM path; each must be one of {', '.join(LLM_URIS)}"
+        for u in value
+        if u not in LLM_URIS
+    ]
+    repeated = sorted({u for u in value if value.count(u) > 1})
+    if repeated:
+        messages.append(f"lists {', '.join(repeated)} more than once")
+    return value, messages
+
+
+TokenRateLimit = Annotated[
+    str,
+    Expect((str,), "must be a string such as '1000-S,5000-M'"),
+    Field(max_length=MAX_TOKEN_RATE),
+    Check(token_rate_error, {"examples": ["1000-S,5000-M"]}),
+]
+RATE_LIMIT_DOC = (
+    "tokens per model and account: '<count>-<unit>' items, unit S, M, H, D or W, no unit twice"
+)
+RoutingMethod = Annotated[
+    str,
+    Expect((str,), "must be a string such as 'power_of_two'"),
+    Field(max_length=MAX_ROUTING_METHOD),
+    Check(routing_method_error, {"examples": ["power_of_two", "round_robin"]}),
+]
+ROUTING_DOC = "how the instance of a request is chosen (docs/llm.md)"
+
+
+class LlmConfigIn(RequestModel):
+    """NVCF's `LlmConfigDto`, checked as its `LlmConfigValidator` does."""
+
+    uris: Annotated[
+        list[Annotated[str, Field(max_length=64)]],
+        Expect((list,), "must be a non-empty list of OpenAI-compatible paths"),
+        Field(min_length=1),
+        MaxItems(len(LLM_URIS)),
+        Rules(_llm_uris, {"items": {"enum": list(LLM_URIS)}, "uniqueItems": True}),
+    ] = Field(description="the OpenAI-compatible paths the model serves")
+    token_rate_limit: TokenRateLimit | None = Field(default=None, description=RATE_LIMIT_DOC)
+    tokenizer: Annotated[str, Field(max_length=MAX_TOKENIZER)] | None = None
+    routing_method: RoutingMethod | None = Field(default=None, description=ROUTING_DOC)
+
+    shape: ClassVar[str] = 'like {"uris": ["/v1/chat/completions"]}'
+    null_when_missing: ClassVar[tuple[str, ...]] = ("uris",)
+
+
+class ModelIn(RequestModel):
+    """NVCF's `FunctionModelDto`: `version` and `uri` are required unless the function is an
+    LLM function, whose models carry `llmConfig` instead (validation.py)."""
+
+    name: str = Field(min_length=1, max_length=1024)
+    version: str | None = Field(default=None, min_length=1, max_length=1024)
+    uri: str | None = Field(default=None, min_length=1, max_length=1024)
+    llm_config: LlmConfigIn | None = Field(default=None, description="LLM functions only")
+
+    shape: ClassVar[str] = "with name, and version and uri or llmConfig"
+
+
+#: NVCF's bounds of a priority (u32) and of the per-account overrides
+MAX_PRIORITY = 4294967295
+MAX_PRIORITY_ACCOUNTS = 64
+Priority = Annotated[StrictInt, int_between(0, MAX_PRIORITY)]
+
+
+def _per_account_priority(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return f"must be an object of account id to priority, got {json_kind(value)}"
+    if len(value) > MAX_PRIORITY_ACCOUNTS:
+        return f"must have at most {MAX_PRIORITY_ACCOUNTS} accounts, got {len(value)}"
+    bad = [k for k in value if not 1 <= len(k) <= MAX_ACCOUNT_ID]
+    if bad:
+        return f"account ids must be 1 to {MAX_ACCOUNT_ID} characters, got {len(bad[0])}"
+    return None
+
+
+class PriorityIn(RequestModel):
+    """NVCF's `PriorityDto`: lower is served first, 0 highest."""
+
+    default_priority: Priority | None = None
+    per_account_priority: (
+        Annotated[
+            dict[str, Priority],
+            Check(_per_account_priority, {"maxProperties": MAX_PRIORITY_ACCOUNTS}, before=True),
+        ]
+        | None
+    ) = Field(default=None, description="a priority per account id")
+
+    @model_validator(mode="after")
+    def _default_with_overrides(self) -> PriorityIn:
+        if self.per_account_priority and self.default_priority is None:
+            raise_all([("defaultPriority", "is required when perAccountPriority has entries")])
+        return self
+
+
+class LlmInvocationConfigIn(RequestModel):
+    """NVCF's `LlmInvocationConfigDto` (LLM functions only; shared by all their versions)."""
+
+    priority: PriorityIn | None = None
+
+
+def _uuid_text(value: str) -> str | None:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return f"'{value}' is not a UUID"
+    return None
+
+
+TelemetryId = Annotated[str, Field(max_length=36), Check(_uuid_text, {"format": "uuid"})]
+
+
+class TelemetriesIn(RequestModel):
+    """NVCF's `TelemetriesDto`: stored and returned (no telemetry export is configured from it
+    here)."""
+
+    logs_telemetry_id: TelemetryId | None = None
+    metrics_telemetry_id: TelemetryId | None = None
+    traces_telemetry_id: TelemetryId | None = None
+
+    @model_validator(mode="after")
+    def _at_least_one(self) -> TelemetriesIn:
+        if not (self.logs_telemetry_id or self.metrics_telemetry_id or self.traces_telemetry_id):
+            ids = "logsTelemetryId, metricsTelemetryId or tracesTelemetryId"
+            raise_all([("", f"give at least one of {ids}")])
+        return self
+
+
+class LlmConfigUpdateIn(RequestModel):
+    """NVCF's `LlmConfigUpdateDto`: the model settings a version may change in place."""
+
+    token_rate_limit: TokenRateLimit | None = Field(default=None, description=RATE_LIMIT_DOC)
+    routing_method: RoutingMethod | None = Field(default=None, description=ROUTING_DOC)
+
+    shape: ClassVar[str] = 'like {"tokenRateLimit": "1000-S"}'
+
+    @model_validator(mode="after")
+    def _something(self) -> LlmConfigUpdateIn:
+        if self.token_rate_limit is None and self.routing_method is None:
+            raise_all([("", "give at least one of tokenRateLimit or routingMethod")])
+        return self
+
+
+class ModelUpdateIn(RequestModel):
+    """NVCF's `ModelUpdateDto`: one model's settings changed on every version in place."""
+
+    model_name: str = Field(min_length=1, max_length=1024)
+    llm_config: LlmConfigUpdateIn
+
+    shape: ClassVar[str] = "with modelName and llmConfig"
+    null_when_missing: ClassVar[tuple[str, ...]] = ("modelName", "llmConfig")
 
 
 class HealthIn(RequestModel):
@@ -484,7 +672,14 @@ class FunctionCreate(RequestModel):
         ]
         | None
     ) = None
-    models: Artifacts | None = None
+    models: (
+        Annotated[
+            list[ModelIn],
+            MaxItems(MAX_ARTIFACTS),
+            Expect((list,), "must be a list of {name, version, uri} or {name, llmConfig}"),
+        ]
+        | None
+    ) = None
     resources: Artifacts | None = None
     api_body_format: Annotated[str, OneOf(API_BODY_FORMATS, "CUSTOM")] = "CUSTOM"
     function_type: Annotated[str, OneOf(FUNCTION_TYPES, "DEFAULT")] = "DEFAULT"
@@ -501,16 +696,30 @@ class FunctionCreate(RequestModel):
         | None
     ) = None
     rate_limit: RateLimit | None = None
+    llm_invocation_config: LlmInvocationConfigIn | None = Field(
+        default=None, description="LLM functions only; shared by every version of the function"
+    )
+    telemetries: TelemetriesIn | None = None
 
 
 class FunctionMetadataUpdate(RequestModel):
-    """Body of `PUT /functions/{id}/versions/{versionId}` (at least one field)."""
+    """Body of `PUT /functions/{id}/versions/{versionId}` (at least one field). `modelUpdates`
+    and `llmInvocationConfig` (LLM functions) apply to every version of the function."""
 
     model_config = ConfigDict(json_schema_extra={"minProperties": 1})
 
     tags: Tags | None = None
     description: Description | None = None
     rate_limit: RateLimit | None = None
+    model_updates: (
+        Annotated[
+            list[ModelUpdateIn],
+            MaxItems(MAX_ARTIFACTS),
+            Expect((list,), "must be a list of {modelName, llmConfig}"),
+        ]
+        | None
+    ) = Field(default=None, description="LLM functions: a model's tokenRateLimit/routingMethod")
+    llm_invocation_config: LlmInvocationConfigIn | None = None
 
 
 # --- sharing (NVCF's authorized parties, `/authorizations/functions/...`) --------------------

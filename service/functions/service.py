@@ -17,7 +17,7 @@ from service.core.pagination import Page, keyset_page
 from service.deployments.service import undeploy_version
 from service.functions import sharing
 from service.functions.models import Function, FunctionSecret, FunctionVersion, VersionTag
-from service.functions.validation import FunctionSpec, MetadataUpdate
+from service.functions.validation import FunctionSpec, MetadataUpdate, ModelUpdate
 
 STATUSES = ("ACTIVE", "DEPLOYING", "ERROR", "INACTIVE", "DEGRADED", "DEGRADING")
 
@@ -56,8 +56,11 @@ async def create_version(
     """A new version of the caller's function `function_id`, or the first one of the function
     `add_function` has just inserted (`new_function`)."""
     now = utcnow()
+    llm_invocation_config = spec.llm_invocation_config
     if not new_function:
         await get_function(session, account_id, function_id)
+        siblings = await _versions_of(session, function_id)
+        llm_invocation_config = _reconcile_new_version(spec, siblings)
     version = FunctionVersion(
         id=uuid.uuid4(),
         function_id=function_id,
@@ -81,6 +84,8 @@ async def create_version(
         description=spec.description,
         tags=spec.tags,
         rate_limit=spec.rate_limit,
+        llm_invocation_config=llm_invocation_config,
+        telemetries=spec.telemetries,
         findings=findings,
         created_at=now,
         updated_at=now,
@@ -94,6 +99,149 @@ async def create_version(
     session.add_all(VersionTag(version_id=version.id, tag=t) for t in spec.tags)
     await session.flush()
     return version
+
+
+async def _versions_of(session: AsyncSession, function_id: uuid.UUID) -> list[FunctionVersion]:
+    """Every version of a function, oldest first (one query)."""
+    stmt = (
+        select(FunctionVersion)
+        .where(FunctionVersion.function_id == function_id)
+        .order_by(FunctionVersion.created_at, FunctionVersion.id)
+    )
+    return list((await session.execute(stmt)).scalars().all())
+
+
+def _llm_configs(models: list[Any] | None) -> dict[str, dict[str, Any]]:
+    """A version's models' llmConfig by model name."""
+    return {
+        m["name"]: m["llmConfig"]
+        for m in models or ()
+        if isinstance(m, dict) and isinstance(m.get("llmConfig"), dict)
+    }
+
+
+def _set_llm_fields(version: FunctionVersion, changes: dict[str, dict[str, str]]) -> None:
+    """Set `changes` ({model name: {llmConfig field: value}}) on the version's models; the
+    JSON is replaced, not changed in place, so that the change is written."""
+    if not any(name in changes for name in _llm_configs(version.models)):
+        return
+    models = []
+    for model in version.models or ():
+        fields = changes.get(str(model.get("name"))) if isinstance(model, dict) else None
+        if fields and isinstance(model.get("llmConfig"), dict):
+            model = {**model, "llmConfig": {**model["llmConfig"], **fields}}
+        models.append(model)
+    version.models = models
+    version.updated_at = utcnow()
+
+
+def _reconcile_new_version(
+    spec: FunctionSpec, siblings: list[FunctionVersion]
+) -> dict[str, Any] | None:
+    """NVCF's rules for a new version of a function with LLM versions: every version has the
+    same functionType; a model's uris and tokenizer are those of the other versions; the
+    mutable fields given (tokenRateLimit, routingMethod) and llmInvocationConfig are set on
+    every version. Returns the new version's llmInvocationConfig (the others' when not given)."""
+    kinds = {s.function_type for s in siblings}
+    if "LLM" not in kinds and spec.function_type != "LLM":
+        return spec.llm_invocation_config
+    if kinds != {spec.function_type}:
+        other = sorted(kinds - {spec.function_type})[0]
+        raise ValidationFailed.of(
+            [
+                FieldError(
+                    "functionType",
+                    f"must be {other}, as the function's other versions are: all versions of "
+                    "a function share the functionType when one is LLM",
+                )
+            ]
+        )
+    errors: list[FieldError] = []
+    changes: dict[str, dict[str, str]] = {}
+    existing: dict[str, dict[str, Any]] = {}
+    for sibling in siblings:
+        for name, config in _llm_configs(sibling.models).items():
+            existing.setdefault(name, config)
+    for i, (name, config) in enumerate(
+        (m["name"], m.get("llmConfig") or {}) for m in spec.models or ()
+    ):
+        before = existing.get(name)
+        if before is None:
+            continue
+        if sorted(config.get("uris", ())) != sorted(before.get("uris", ())):
+            errors.append(
+                FieldError(
+                    f"models[{i}].llmConfig.uris",
+                    f"must be {before.get('uris')}, as model '{name}' has in the function's "
+                    "other versions (uris and tokenizer cannot change between versions)",
+                )
+            )
+        if config.get("tokenizer") != before.get("tokenizer"):
+            errors.append(
+                FieldError(
+                    f"models[{i}].llmConfig.tokenizer",
+                    f"must be {before.get('tokenizer')!r}, as model '{name}' has in the "
+                    "function's other versions",
+                )
+            )
+        fields = {k: config[k] for k in ("tokenRateLimit", "routingMethod") if k in config}
+        if fields:
+            changes[name] = fields
+    if errors:
+        raise ValidationFailed.of(errors)
+    for sibling in siblings:
+        _set_llm_fields(sibling, changes)
+        if spec.llm_invocation_config is not None:
+            sibling.llm_invocation_config = spec.llm_invocation_config
+    if spec.llm_invocation_config is not None:
+        return spec.llm_invocation_config
+    return siblings[0].llm_invocation_config if siblings else None
+
+
+def _apply_llm_update(
+    version: FunctionVersion, siblings: list[FunctionVersion], update: MetadataUpdate
+) -> None:
+    """`modelUpdates` and `llmInvocationConfig` on every version of the function (NVCF: one
+    source of truth per function); an unknown model is a 404, a non-LLM function a 400."""
+    given = ["modelUpdates"] if update.model_updates else []
+    if update.llm_invocation_config is not None:
+        given.append("llmInvocationConfig")
+    if not given:
+        return
+    if version.function_type != "LLM":
+        raise ValidationFailed.of(
+            [
+                FieldError(name, f"only LLM functions have it; this one is {version.function_type}")
+                for name in given
+            ]
+        )
+    known = _llm_configs(version.models)
+    unknown = [
+        FieldError(
+            f"modelUpdates[{i}].modelName",
+            f"function {version.function_id} version {version.id} has no model '{u.model_name}'",
+        )
+        for i, u in enumerate(update.model_updates)
+        if u.model_name not in known
+    ]
+    if unknown:
+        detail = "; ".join(e.message for e in unknown)
+        raise NotFound(detail=detail, errors=unknown)
+    changes = {u.model_name: _fields_of(u) for u in update.model_updates}
+    for sibling in siblings:
+        _set_llm_fields(sibling, changes)
+        if update.llm_invocation_config is not None:
+            sibling.llm_invocation_config = update.llm_invocation_config
+            sibling.updated_at = utcnow()
+
+
+def _fields_of(update: ModelUpdate) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if update.token_rate_limit is not None:
+        out["tokenRateLimit"] = update.token_rate_limit
+    if update.routing_method is not None:
+        out["routingMethod"] = update.routing_method
+    return out
 
 
 async def add_function(
@@ -232,6 +380,8 @@ async def update_metadata(
     update: MetadataUpdate,
 ) -> FunctionVersion:
     version = await get_version(session, account_id, function_id, version_id)
+    if update.model_updates or update.llm_invocation_config is not None:
+        _apply_llm_update(version, await _versions_of(session, function_id), update)
     if update.tags is not None:
         version.tags = update.tags
         await session.execute(delete(VersionTag).where(VersionTag.version_id == version.id))

@@ -31,7 +31,7 @@ class FunctionSpec:
     container_environment: list[dict[str, str]] | None
     helm_chart: str | None
     helm_chart_service_name: str | None
-    models: list[dict[str, str]] | None
+    models: list[dict[str, Any]] | None
     resources: list[dict[str, str]] | None
     api_body_format: str
     function_type: str
@@ -41,8 +41,19 @@ class FunctionSpec:
     tags: list[str]
     secrets: list[tuple[str, str]] = field(default_factory=list)
     rate_limit: dict[str, Any] | None = None
+    llm_invocation_config: dict[str, Any] | None = None
+    telemetries: dict[str, Any] | None = None
     #: the policy the chart is checked with at creation (helm functions; not stored)
     helm_validation_policy: ValidationPolicy = field(default_factory=ValidationPolicy)
+
+
+@dataclass(frozen=True)
+class ModelUpdate:
+    """A model's `llmConfig` fields to set (None: kept)."""
+
+    model_name: str
+    token_rate_limit: str | None
+    routing_method: str | None
 
 
 @dataclass
@@ -50,6 +61,8 @@ class MetadataUpdate:
     tags: list[str] | None
     description: str | None
     rate_limit: dict[str, Any] | None
+    model_updates: list[ModelUpdate] = field(default_factory=list)
+    llm_invocation_config: dict[str, Any] | None = None
 
 
 def _unique(
@@ -96,6 +109,45 @@ def _cross_field(body: dict[str, Any], bad: set[str]) -> list[FieldError]:
         errors.append(FieldError("helmValidationPolicy", "is only allowed together with helmChart"))
     errors += _unique(body, "containerEnvironment", "key", bad, "keys must be unique")
     errors += _unique(body, "secrets", "name", bad, "names must be unique")
+    errors += _unique(body, "models", "name", bad, "model names must be unique")
+    errors += _llm_rules(body, bad)
+    return errors
+
+
+def _llm_rules(body: dict[str, Any], bad: set[str]) -> list[FieldError]:
+    """NVCF's rules between functionType and models: an LLM function has models, each with
+    llmConfig; another function's models have version and uri and no llmConfig."""
+    kind = body.get("functionType")
+    llm = isinstance(kind, str) and kind.upper() == "LLM"
+    errors: list[FieldError] = []
+    if "functionType" in bad:
+        return errors
+    models = body.get("models")
+    if llm and not models and "models" not in bad:
+        errors.append(
+            FieldError("models", "is required when functionType is LLM: the models it serves")
+        )
+    if not llm and body.get("llmInvocationConfig") is not None:
+        errors.append(FieldError("llmInvocationConfig", "is only allowed when functionType is LLM"))
+    if not isinstance(models, list):
+        return errors
+    for i, model in enumerate(models):
+        if not isinstance(model, dict) or f"models[{i}]" in bad:
+            continue
+        if llm and model.get("llmConfig") is None:
+            errors.append(
+                FieldError(f"models[{i}].llmConfig", "is required for an LLM function's models")
+            )
+        if not llm:
+            errors.extend(
+                FieldError(f"models[{i}].{key}", "is required unless functionType is LLM")
+                for key in ("version", "uri")
+                if model.get(key) is None
+            )
+            if model.get("llmConfig") is not None:
+                errors.append(
+                    FieldError(f"models[{i}].llmConfig", "is only allowed when functionType is LLM")
+                )
     return errors
 
 
@@ -142,6 +194,8 @@ def validate_create(raw: Any) -> FunctionSpec:
         tags=_dedupe(model.tags),
         secrets=[(s.name, secret_text(s.value)) for s in model.secrets or ()],
         rate_limit=dump.get("rateLimit"),
+        llm_invocation_config=dump.get("llmInvocationConfig"),
+        telemetries=dump.get("telemetries"),
         helm_validation_policy=(
             model.helm_validation_policy.policy()
             if model.helm_validation_policy is not None
@@ -153,13 +207,15 @@ def validate_create(raw: Any) -> FunctionSpec:
 def validate_metadata_update(raw: Any) -> MetadataUpdate:
     body = require_json_object(raw)
     model, errors = parse(FunctionMetadataUpdate, body)
-    if not any(body.get(k) is not None for k in ("tags", "description", "rateLimit")):
-        errors.insert(
-            0, FieldError("body", "at least one of tags, description or rateLimit is required")
-        )
+    given = [k for k in UPDATABLE if body.get(k) is not None]
+    if not given or (given == ["modelUpdates"] and body["modelUpdates"] == []):
+        names = ", ".join(UPDATABLE[:-1]) + f" or {UPDATABLE[-1]}"
+        errors.insert(0, FieldError("body", f"at least one of {names} is required"))
+    errors += _unique(body, "modelUpdates", "modelName", failed(errors), "names must be unique")
     if errors:
         raise ValidationFailed.of(errors)
     assert model is not None
+    dump = model.model_dump(by_alias=True, exclude_none=True)
     return MetadataUpdate(
         tags=_dedupe(model.tags) if model.tags is not None else None,
         description=model.description,
@@ -168,4 +224,13 @@ def validate_metadata_update(raw: Any) -> MetadataUpdate:
             if model.rate_limit
             else None
         ),
+        model_updates=[
+            ModelUpdate(u.model_name, u.llm_config.token_rate_limit, u.llm_config.routing_method)
+            for u in model.model_updates or ()
+        ],
+        llm_invocation_config=dump.get("llmInvocationConfig"),
     )
+
+
+#: the fields of an update (an empty modelUpdates counts as not given, as NVCF)
+UPDATABLE = ("tags", "description", "rateLimit", "modelUpdates", "llmInvocationConfig")

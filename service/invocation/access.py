@@ -36,6 +36,8 @@ VERSION_COLUMNS = (
     FunctionVersion.container_image,
     FunctionVersion.health,
     FunctionVersion.rate_limit,
+    FunctionVersion.function_type,
+    FunctionVersion.models,
 )
 
 

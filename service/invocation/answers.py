@@ -8,8 +8,8 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 from starlette.types import Message, Receive, Scope, Send
@@ -180,7 +180,16 @@ async def whole(answer: Streamed, limit: int) -> Outcome:
     return Outcome(answer.status, tuple(headers), b"".join(parts))
 
 
-async def relay(answer: Streamed, receive: Receive, send: Send) -> str | None:
+class Body(Protocol):
+    """What `relay` streams: an engine's `Streamed`, or an entry's view of one."""
+
+    @property
+    def length(self) -> int | None: ...
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
+
+
+async def relay(answer: Body, receive: Receive, send: Send) -> str | None:
     """Stream the worker's body to the caller; why it stopped short, or None. An answer
     without a length (server-sent events, chunked answers) may never end: it also stops when
     the caller disconnects."""
@@ -201,7 +210,7 @@ async def relay(answer: Streamed, receive: Receive, send: Send) -> str | None:
     return "the caller disconnected"
 
 
-async def _stream(answer: Streamed, send: Send) -> str | None:
+async def _stream(answer: Body, send: Send) -> str | None:
     left = answer.length
     if left == 0:
         await send({"type": "http.response.body", "body": b""})

@@ -1,7 +1,9 @@
 """Queues and concurrency: which instance takes a request, and when.
 
 Each Running instance takes at most its spec's `maxRequestConcurrency` requests at once; a
-request goes to the instance with the fewest in flight (ties in turn). When every instance is
+request goes to the first of the instances it prefers (an entry's choice: the LLM gateway's
+session or routing method) that has room, else to the instance with the fewest in flight
+(ties in turn). When every instance is
 full (or the version has none Running yet) the request waits in its version's FIFO queue, at
 most `NVCF_INVOKE_QUEUE_MAX` long (one more is a 429), and takes the first instance that frees
 up. A request retried after a refused connection goes to the head of the queue and never back
@@ -63,8 +65,10 @@ class Dispatcher(Protocol):
         *,
         exclude: Iterable[uuid.UUID] = (),
         front: bool = False,
+        prefer: Sequence[uuid.UUID] = (),
     ) -> Ticket:
-        """Claim an instance for a request; `TooManyRequests` when the queue is full."""
+        """Claim an instance for a request (the first of `prefer` with room, else the least
+        loaded); `TooManyRequests` when the queue is full."""
         ...
 
     async def release(self, target: Target, instance_id: uuid.UUID, request_id: uuid.UUID) -> None:
@@ -112,6 +116,7 @@ class _Waiter:
     request_id: uuid.UUID
     exclude: frozenset[uuid.UUID]
     future: asyncio.Future[InstanceRoute]
+    prefer: Sequence[uuid.UUID] = ()
 
 
 @dataclass(eq=False)
@@ -187,17 +192,19 @@ class LocalDispatcher:
         *,
         exclude: Iterable[uuid.UUID] = (),
         front: bool = False,
+        prefer: Sequence[uuid.UUID] = (),
     ) -> Ticket:
         lane = self._lane(target)
         excluded = frozenset(exclude)
         if front or not lane.waiting:
-            instance = self._pick(lane, excluded)
+            instance = self._pick(lane, excluded, prefer)
             if instance is not None:
                 self._take(lane, instance)
                 return _LocalTicket(self, None, instance, lane)
         if not front and len(lane.waiting) >= self.queue_max:
             raise queue_full(target, self.queue_max)
-        waiter = _Waiter(request_id, excluded, asyncio.get_running_loop().create_future())
+        future = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(request_id, excluded, future, prefer)
         if front:
             lane.waiting.appendleft(waiter)
         else:
@@ -271,9 +278,20 @@ class LocalDispatcher:
             lane.target = target
         return lane
 
-    def _pick(self, lane: _Lane, exclude: frozenset[uuid.UUID]) -> InstanceRoute | None:
-        """The instance with the fewest requests in flight and room for one more."""
+    def _pick(
+        self, lane: _Lane, exclude: frozenset[uuid.UUID], prefer: Sequence[uuid.UUID] = ()
+    ) -> InstanceRoute | None:
+        """The first preferred instance with room for one more, else the one with the
+        fewest requests in flight and room."""
         instances = lane.target.instances
+        for wanted in prefer:
+            for instance in instances:
+                if (
+                    instance.id == wanted
+                    and instance.id not in exclude
+                    and self._in_flight.get(instance.key, 0) < instance.max_concurrency
+                ):
+                    return instance
         count = len(instances)
         if count == 1 and not exclude:  # (the common case, without the turn)
             only = instances[0]
@@ -323,7 +341,7 @@ class LocalDispatcher:
         """Give free slots to waiting requests, first come first served."""
         while lane.waiting:
             for waiter in lane.waiting:
-                instance = self._pick(lane, waiter.exclude)
+                instance = self._pick(lane, waiter.exclude, waiter.prefer)
                 if instance is not None or not waiter.exclude:
                     break  # a waiter excluding nothing found no room: nobody else will
             else:

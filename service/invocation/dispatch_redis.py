@@ -11,7 +11,8 @@ Keys (prefix `nvcf:inv:`):
 
 Every decision is one Lua script, so replicas never both take the last slot (the calls of
 many requests share one round trip, redis_batch.py): `enqueue`
-(a free slot at once when nobody waits, else a place in the queue, or full), `take` (the head
+(a free slot at once when nobody waits — the first preferred instance with room, else the
+least loaded —, else a place in the queue, or full), `take` (the head
 of the queue takes a free slot) and `release` (frees a slot and publishes on
 `nvcf:inv:free:<version>`). A replica subscribes to those messages and lets its first waiter of
 the version try again (only the first: nobody behind it can be the head sooner); every waiter
@@ -62,9 +63,21 @@ local function parse(i)
   local insts = {}
   local ni = tonumber(ARGV[i]); i = i + 1
   for _ = 1, ni do insts[#insts + 1] = {ARGV[i], tonumber(ARGV[i + 1])}; i = i + 2 end
-  return excl, insts
+  local pref = {}
+  local np = tonumber(ARGV[i]); i = i + 1
+  for _ = 1, np do pref[#pref + 1] = ARGV[i]; i = i + 1 end
+  return excl, insts, pref
 end
-local function pick(excl, insts)
+local function pick(excl, insts, pref)
+  for _, wanted in ipairs(pref) do
+    for _, inst in ipairs(insts) do
+      if inst[1] == wanted and not excl[wanted] then
+        local key = P .. 'f:' .. wanted
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+        if redis.call('ZCARD', key) < inst[2] then return wanted end
+      end
+    end
+  end
   local best, load_best = nil, nil
   for _, inst in ipairs(insts) do
     if not excl[inst[1]] then
@@ -81,17 +94,17 @@ end
 """
 
 # KEYS[1] queue; ARGV: request, version, marker ms, lease ms, queue max, front, exclusions,
-# instances
+# instances, preferred instances
 ENQUEUE = (
     _COMMON
     + """
 local q, req, version = KEYS[1], ARGV[1], ARGV[2]
 local marker, lease, qmax, front = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
   ARGV[6] == '1'
-local excl, insts = parse(7)
+local excl, insts, pref = parse(7)
 local head = clean_head(q)
 if head == nil or front then
-  local best = pick(excl, insts)
+  local best = pick(excl, insts, pref)
   if best then
     redis.call('ZADD', P .. 'f:' .. best, now + lease, req)
     return {'granted', best}
@@ -106,19 +119,19 @@ return {'queued'}
 """
 )
 
-# KEYS[1] queue; ARGV: request, lease ms, exclusions, instances
+# KEYS[1] queue; ARGV: request, lease ms, exclusions, instances, preferred instances
 TAKE = (
     _COMMON
     + """
 local q, req, lease = KEYS[1], ARGV[1], tonumber(ARGV[2])
-local excl, insts = parse(3)
+local excl, insts, pref = parse(3)
 local head = clean_head(q)
 if head ~= req then
   local rank = redis.call('ZRANK', q, req)
   if rank == false then return {'gone'} end
   return {'waiting', tostring(rank + 1)}
 end
-local best = pick(excl, insts)
+local best = pick(excl, insts, pref)
 if best then
   redis.call('ZREM', q, req)
   redis.call('DEL', P .. 'w:' .. req)
@@ -139,12 +152,14 @@ return 1
 _ENQUEUE, _TAKE, _RELEASE = Script(ENQUEUE), Script(TAKE), Script(RELEASE)
 
 
-def _instances(target: Target, exclude: Iterable[uuid.UUID]) -> list[str]:
+def _instances(
+    target: Target, exclude: Iterable[uuid.UUID], prefer: Sequence[uuid.UUID] = ()
+) -> list[str]:
     excluded = [str(i) for i in exclude]
     args = [str(len(excluded)), *excluded, str(len(target.instances))]
     for inst in target.instances:
         args += [str(inst.id), str(inst.max_concurrency)]
-    return args
+    return [*args, str(len(prefer)), *(str(p) for p in prefer)]
 
 
 @dataclass(eq=False)
@@ -153,6 +168,7 @@ class _Waiter:
     target: Target
     exclude: frozenset[uuid.UUID]
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    prefer: Sequence[uuid.UUID] = ()
 
 
 class _RedisTicket:
@@ -257,6 +273,7 @@ class RedisDispatcher:
         *,
         exclude: Iterable[uuid.UUID] = (),
         front: bool = False,
+        prefer: Sequence[uuid.UUID] = (),
     ) -> Ticket:
         excluded = frozenset(exclude)
         try:
@@ -270,7 +287,7 @@ class RedisDispatcher:
                     str(self._lease_ms),
                     str(self.queue_max),
                     "1" if front else "0",
-                    *_instances(target, excluded),
+                    *_instances(target, excluded, prefer),
                 ],
             )
         except RedisError as exc:
@@ -283,7 +300,7 @@ class RedisDispatcher:
         if kind == "granted":
             instance = self._granted(request_id, target, _text(result[1]))
             return _RedisTicket(self, request_id, target, None, instance)
-        waiter = _Waiter(request_id, target, excluded)
+        waiter = _Waiter(request_id, target, excluded, prefer=prefer)
         lane = self._waiting.setdefault(target.version_id, deque())
         if front:
             lane.appendleft(waiter)
@@ -365,7 +382,7 @@ class RedisDispatcher:
             [
                 str(waiter.request_id),
                 str(self._lease_ms),
-                *_instances(waiter.target, waiter.exclude),
+                *_instances(waiter.target, waiter.exclude, waiter.prefer),
             ],
         )
         kind = _text(result[0])

@@ -84,6 +84,9 @@ class Call:
     worker_headers: Sequence[tuple[str, str]] = ()
     #: the entry's own admission check of the resolved version (raises a DomainError)
     check: Callable[[Target], None] | None = None
+    #: instances the entry would have serve the request, best first (the first with a free
+    #: slot takes it; none free: the least loaded) — the LLM gateway's sessions
+    prefer: Sequence[uuid.UUID] = ()
 
 
 class Streamed:
@@ -300,7 +303,7 @@ class Engine:
             deadline=now + self.worker_timeout,
         )
         try:
-            run.ticket = await self.dispatcher.enqueue(run.id, target)
+            run.ticket = await self.dispatcher.enqueue(run.id, target, prefer=call.prefer)
         except TooManyRequests:
             self.metrics.outcome(target.fid, target.vid, "queue_full")
             raise

@@ -1,9 +1,10 @@
 """The HTTP entry of invocation (api.md §6): one plain ASGI application, ahead of FastAPI's
-middleware stack, serving every invocation route — `pexec` (pass-through) and `exec`
-(wrapped) with their status polls, the queue routes, and transparent mode (a request
-addressed to a function by its Host or routing headers, transparent.py) — through the org
-aliases and a leading `//` too. It is a thin adapter over the engine (engine.py): parse,
-authenticate, call the engine or the lookup, render (answers.py).
+middleware stack, serving every invocation route — `pexec` (pass-through) and `exec` (wrapped)
+with their status polls, the queue routes, and transparent mode (a request addressed to a
+function by its Host or routing headers, transparent.py) — through the org aliases and a
+leading `//` too — and hands the LLM gateway's requests (service/llm/) to it. It is a thin
+adapter over the engine (engine.py): parse, authenticate, call the engine or the lookup,
+render (answers.py).
 
 `ROUTES` declares the routes; the OpenAPI document is generated from them (`openapi_paths`).
 The application hands the entry the requests it claims (`claim`) with the request-context
@@ -19,7 +20,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -53,6 +54,8 @@ from service.invocation.transparent import addressed, forwarded_path
 API_PREFIX = "/v2/nvcf"
 #: the metrics/log label of transparent-mode requests
 TRANSPARENT = "<transparent invocation>"
+#: the metrics/log label of the LLM gateway's requests
+LLM = "<llm gateway>"
 
 
 @dataclass(frozen=True)
@@ -124,14 +127,25 @@ class Route:
 
 @dataclass(frozen=True)
 class Claim:
-    """What the entry will answer: a declared route (with its parameters), or transparent
-    mode (function id, version id, whether the two may be swapped)."""
+    """What the entry will answer: a declared route (with its parameters), transparent
+    mode (function id, version id, whether the two may be swapped), or an OpenAI path of the
+    LLM gateway."""
 
     route: Route | None = None
     params: dict[str, str] = field(default_factory=dict)
     transparent: tuple[str, str | None, bool] | None = None
     #: the methods the path's routes serve, when the request's is none of them
     allowed: tuple[str, ...] = ()
+    llm: str | None = None
+
+
+class OpenAIEntry(Protocol):
+    """The LLM gateway (service/llm/gateway.py): the requests it claims (the OpenAI path of
+    one on the LLM host or under its prefix) and how it answers them."""
+
+    def claims(self, scope: Scope) -> str | None: ...
+
+    async def answer(self, ex: Exchange, path: str) -> None: ...
 
 
 #: scope key carrying the claim from `claim` to the entry
@@ -146,16 +160,22 @@ class InvocationEntry:
         plane: Callable[[], InvocationPlane | None],
         authenticator: Callable[[], Authenticator],
         sessionmaker: Callable[[], async_sessionmaker[AsyncSession]],
+        llm: OpenAIEntry | None = None,
     ) -> None:
         self.suffix = suffix
         self._plane = plane
         self._authenticator = authenticator
         self._sessionmaker = sessionmaker
+        self.llm = llm
 
     # ------------------------------------------------------------------ claiming
 
     def claim(self, scope: Scope) -> bool:
         """Whether the request is the entry's (then it is answered by `__call__`)."""
+        llm_path = self.llm.claims(scope) if self.llm is not None else None
+        if llm_path is not None:
+            scope[_CLAIM] = Claim(llm=llm_path)
+            return True
         target = addressed(scope["headers"], self.suffix)
         if target is not None:
             scope[_CLAIM] = Claim(transparent=target)
@@ -185,6 +205,10 @@ class InvocationEntry:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         claim: Claim = scope.pop(_CLAIM)
+        if claim.llm is not None and self.llm is not None:
+            scope[ROUTE_LABEL] = LLM
+            await self.llm.answer(Exchange(scope, receive, send, {}, self), claim.llm)
+            return
         if claim.transparent is not None:
             scope[ROUTE_LABEL] = TRANSPARENT
             ex = Exchange(scope, receive, send, {}, self)
@@ -202,6 +226,10 @@ class InvocationEntry:
         route = claim.route
         scope[ROUTE_LABEL] = API_PREFIX + route.template
         await route.handler(Exchange(scope, receive, send, claim.params, self))
+
+    def sessions(self) -> async_sessionmaker[AsyncSession]:
+        """The application's sessions (reads of an entry's own)."""
+        return self._sessionmaker()
 
     def plane(self) -> InvocationPlane:
         plane = self._plane()

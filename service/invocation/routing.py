@@ -96,6 +96,9 @@ class Target:
     rate: RatePolicy | None
     instances: tuple[InstanceRoute, ...]
     worker_service: str | None
+    #: the version's functionType and stored models (the LLM gateway checks the model)
+    function_type: str = "DEFAULT"
+    models: Any = None
 
     @cached_property
     def fid(self) -> str:
@@ -359,4 +362,6 @@ class RouteTable:
             rate=RatePolicy.from_stored(row.rate_limit),
             instances=tuple(instances),
             worker_service=row.helm_chart_service_name if row.container_image is None else None,
+            function_type=row.function_type,
+            models=row.models,
         )

@@ -231,3 +231,30 @@ def test_the_vendored_yaml_parser_is_served_as_published_under_the_policy(
     # the vendor folder is not a directory served: only the names of the fixed list
     for name in ("vendor/js-yaml.esm.min.mjs", "js-yaml.LICENSE", "js-yaml.esm.min.mjs.map"):
         assert httpx.get(f"{console_server.base}/console/assets/{name}").status_code == 404
+
+
+def test_an_llm_functions_models_are_shown_as_callers_name_them(
+    console_server: ConsoleServer, browser: Browser
+) -> None:
+    body = {
+        "name": "console-llm",
+        "inferenceUrl": "/",
+        "containerImage": "nvcr.io/acme/openai:1.0",
+        "functionType": "LLM",
+        "models": [
+            {
+                "name": "tiny",
+                "llmConfig": {
+                    "uris": ["/v1/chat/completions", "/v1/embeddings"],
+                    "tokenRateLimit": "1000-S",
+                },
+            }
+        ],
+    }
+    fn = console_server.api("POST", "/functions", body)["function"]
+    browser.open(console_server)
+    browser.wait_text(f'#functions tr[data-version-id="{fn["versionId"]}"]', "console-llm")
+    browser.click(f'#functions tr[data-version-id="{fn["versionId"]}"] a[href^="#/functions/"]')
+    browser.loaded(f"#/functions/{fn['id']}/versions/{fn['versionId']}")
+    shown = browser.wait_text("#models", f"{fn['id']}/tiny")
+    assert "/v1/chat/completions /v1/embeddings (1000-S tokens)" in shown

@@ -54,6 +54,22 @@ async def test_fewest_in_flight_then_fifo_queue_then_full() -> None:
     assert await d.depth(t.version_id) == 0
 
 
+async def test_a_preferred_instance_with_room_takes_the_request() -> None:
+    """An entry's preference (the LLM gateway's sessions): the first preferred instance with a
+    free slot, else the least loaded; a waiting request keeps its preference."""
+    a, b, c = route(1, 1), route(2, 2), route(3, 1)
+    t = target(a, b, c)
+    d = LocalDispatcher(queue_max=2)
+    assert (await (await d.enqueue(uuid.uuid4(), t, prefer=[c.id, a.id])).wait(1)).id == c.id
+    assert (await (await d.enqueue(uuid.uuid4(), t, prefer=[c.id, a.id])).wait(1)).id == a.id
+    assert (await (await d.enqueue(uuid.uuid4(), t, prefer=[c.id])).wait(1)).id == b.id
+    assert (await (await d.enqueue(uuid.uuid4(), t)).wait(1)).id == b.id
+    waiting = await d.enqueue(uuid.uuid4(), t, prefer=[c.id])
+    pending = asyncio.ensure_future(waiting.wait(5))
+    await d.release(t, c.id, uuid.uuid4())
+    assert (await pending).id == c.id
+
+
 async def test_the_drain_sees_requests_in_flight_and_waiting() -> None:
     """What a reconciler asks before tearing a draining instance down (reconcile/drain.py)."""
     busy, idle = route(1), route(2)

@@ -69,6 +69,17 @@ async def test_a_slot_freed_on_one_replica_goes_to_the_head_waiting_on_another(
     assert two.in_flight(t.version_id) == 1 and one.in_flight(t.version_id) == 0
 
 
+async def test_a_preferred_instance_with_room_takes_the_request(
+    replicas: list[RedisDispatcher],
+) -> None:
+    one, two, _ = replicas
+    a, b = route(), route(concurrency=2)
+    t = target(a, b)
+    assert (await (await one.enqueue(uuid.uuid4(), t, prefer=[a.id])).wait(1)).id == a.id
+    assert (await (await two.enqueue(uuid.uuid4(), t, prefer=[a.id])).wait(1)).id == b.id
+    assert (await (await one.enqueue(uuid.uuid4(), t, prefer=[b.id])).wait(1)).id == b.id
+
+
 async def test_a_dead_replicas_slot_and_place_expire(replicas: list[RedisDispatcher]) -> None:
     one, _, dead = replicas
     inst = route()

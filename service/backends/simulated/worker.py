@@ -7,14 +7,17 @@ directly. Every request to an instance the cluster runs is answered with JSON
      "instanceId": "<instance>", "headers": {<the NVCF-* request headers>},
      "secrets": [<names in the /var/secrets/secrets.json its pods mount, never values>]}
 
-Request headers steer it: `X-Sim-Delay-Ms: N` answers after N ms, `X-Sim-Status: NNN` answers
-with that status. `Accept: text/event-stream` answers with `X-Sim-Events` (default 3) server-sent
-events, each `data: {"index": i, ...the echo...}`, `X-Sim-Delay-Ms` apart. A GET of the
-function's health path answers `{"status": "ok"}`. Every other request is logged (the worker's
-log, backends/logs/simulated.py) as served; `X-Sim-Log: text` makes the worker print `text`
-first (as a careless worker might print a secret). An instance the cluster does not run (never
-applied, or deleted) refuses the connection, as a real address with nobody listening would; a
-delayed answer whose instance is torn down meanwhile fails (the connection is reset).
+A POST to `/v1/chat/completions`, `/v1/responses` or `/v1/embeddings` (after any base path) is
+answered by a tiny deterministic model in OpenAI's shapes, streamed when the body asks
+(simulated/llm.py), with the instance in `X-Sim-Instance-Id`. Request headers steer it: `X-Sim-
+Delay-Ms: N` answers after N ms (and puts N ms between streamed events), `X-Sim-Status: NNN`
+answers with that status. `Accept: text/event-stream` answers with `X-Sim-Events` (default 3)
+server-sent events, each `data: {"index": i, ...the echo...}`, `X-Sim-Delay-Ms` apart. A GET of
+the function's health path answers `{"status": "ok"}`. Every other request is logged (the
+worker's log, backends/logs/simulated.py) as served; `X-Sim-Log: text` makes the worker print
+`text` first (as a careless worker might print a secret). An instance the cluster does not run
+(never applied, or deleted) refuses the connection, as a real address with nobody listening
+would; a delayed answer whose instance is torn down meanwhile fails (the connection is reset).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import json
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from service.backends.simulated import llm
 from service.backends.worker import (
     WorkerEndpoint,
     WorkerFailed,
@@ -39,6 +43,8 @@ DELAY_HEADER = "x-sim-delay-ms"
 STATUS_HEADER = "x-sim-status"
 EVENTS_HEADER = "x-sim-events"
 LOG_HEADER = "x-sim-log"
+#: the instance that answered, on the tiny model's answers (which have no echo to say it)
+INSTANCE_HEADER = "x-sim-instance-id"
 #: bounds of what a request may ask of the simulated worker
 MAX_DELAY_MS = 3_600_000
 MAX_EVENTS = 10_000
@@ -148,6 +154,40 @@ class _Events(WorkerResponse):
             yield f"data: {json.dumps({'index': index, **self._echo})}\n\n".encode()
 
 
+class _LlmEvents(WorkerResponse):
+    """A streamed OpenAI answer of the tiny model (simulated/llm.py), `delay` between
+    events."""
+
+    def __init__(self, events: Iterable[bytes], delay: float) -> None:
+        self.status = 200
+        self.headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+        self._events = events
+        self._delay = delay
+
+    async def iter_bytes(self) -> AsyncIterator[bytes]:
+        for index, event in enumerate(self._events):
+            if self._delay and index:
+                await asyncio.sleep(self._delay)
+            yield event
+
+
+def _llm_answer(path: str, body: bytes, delay: float) -> WorkerResponse | None:
+    """The tiny model's answer to an OpenAI route (None for any other path)."""
+    route = next((p for p in llm.PATHS if path.split("?", 1)[0].endswith(p)), None)
+    if route is None:
+        return None
+    try:
+        request = json.loads(body)
+    except ValueError:
+        request = None
+    if not isinstance(request, dict):
+        return _json(400, llm.error_body("the body must be a JSON object"))
+    whole, events = llm.answer(route, request)
+    if events is not None:
+        return _LlmEvents(events, delay)
+    return _json(200, whole)
+
+
 def _json(status: int, body: Any) -> _Answer:
     data = json.dumps(body).encode()
     headers = [("content-type", "application/json"), ("content-length", str(len(data)))]
@@ -197,6 +237,12 @@ class SimulatedWorkers:
             "headers": {k: v for k, v in headers if k.lower().startswith("nvcf-")},
             "secrets": self._secrets(namespace),
         }
+        if method == "POST" and status == 200:
+            model = _llm_answer(path, body, delay)
+            if model is not None:
+                self._print(namespace, f'INFO     "{method} {path}" 200 (model) {request_id}')
+                model.headers.append((INSTANCE_HEADER, namespace.removeprefix("sr-")))
+                return model
         if "text/event-stream" in lowered.get("accept", ""):
             events = _int_header(lowered, EVENTS_HEADER, DEFAULT_EVENTS, 0, MAX_EVENTS)
             self._print(namespace, f'INFO     "{method} {path}" {status} (stream) {request_id}')
@@ -243,6 +289,7 @@ class SimulatedEndpoint(WorkerEndpoint):
 __all__ = [
     "DELAY_HEADER",
     "EVENTS_HEADER",
+    "INSTANCE_HEADER",
     "LOG_HEADER",
     "STATUS_HEADER",
     "SimulatedEndpoint",

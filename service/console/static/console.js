@@ -114,6 +114,32 @@ function table(id, caption, headers, rows) {
   );
 }
 
+// A version's models; an LLM function's as the OpenAI `model` its callers give, with the
+// paths each serves (docs/llm.md).
+function modelsList(v) {
+  const models = v.models || [];
+  if (!models.length) return null;
+  return h(
+    "ul",
+    { id: "models", class: "plain" },
+    models.map((m) => {
+      const c = m.llmConfig;
+      if (v.functionType !== "LLM" || !c) {
+        return h("li", null, h("code", null, `${m.name}${m.version ? `:${m.version}` : ""}`));
+      }
+      const extra = [c.routingMethod, c.tokenRateLimit && `${c.tokenRateLimit} tokens`]
+        .filter(Boolean)
+        .join(", ");
+      return h(
+        "li",
+        null,
+        h("code", null, `${v.id}/${m.name}`),
+        ` ${(c.uris || []).join(" ")}${extra ? ` (${extra})` : ""}`,
+      );
+    }),
+  );
+}
+
 function details(pairs) {
   return h(
     "dl",
@@ -287,6 +313,7 @@ async function versionView(fid, vid) {
       ["Service", v.helmChartServiceName],
       ["Inference", `${v.inferenceUrl || ""}${v.inferencePort ? ` on port ${v.inferencePort}` : ""}`],
       ["Type", `${v.functionType} (${v.apiBodyFormat})`],
+      ["Models", modelsList(v)],
       ["Description", v.description],
       ["Tags", (v.tags || []).join(", ")],
       ["Created", when(v.createdAt)],

@@ -1,0 +1,428 @@
+"""The LLM gateway's entry: OpenAI's routes over the invocation engine (engine.py).
+
+The invocation plane's single HTTP entry (invocation/http.py) hands the gateway the requests
+`Gateway.claims` says are its — `routing.gateway_path`: the LLM host, or the `/v2/nvcf/llm`
+prefix — inside the request-context middleware (request ids, metrics, the access log), and
+`Gateway.answer` answers every one of them, errors in OpenAI's shape.
+
+A POST runs as any invocation does: authenticated (an API key or invocation token with
+`invoke_function`), the body checked (schemas.py), the function resolved and checked as an LLM
+function whose model declares the path (routing.check_target, again by the engine on the
+version it admits), the model's token rate limit charged (tokens.py), then `Engine.invoke`
+with the body's `model` rewritten, at `<inferenceUrl><path>` — admission, shared functions,
+the function's rate limit, the queue, concurrency, metrics and the autoscaler signal are the
+engine's; the instance the request prefers (its session's, or its model's routing method's:
+routing.preference) is handed to the engine's dispatcher. The answer:
+
+- `stream: true`: the worker's events relayed as they arrive (`[DONE]` included), watched for
+  the first token and `usage`; the caller hanging up closes the worker request and frees the
+  slot;
+- `/v1/responses` is always asked of the worker as a stream (as NVCF does); a caller that did
+  not ask to stream gets the terminal Responses object;
+- otherwise the worker's whole answer (at most NVCF_INVOKE_RESULT_MAX_BYTES), its `usage`
+  read;
+- a worker's error status is passed on, its body in OpenAI's shape.
+
+Every answer carries `x-multi-turn-session-id` when the request has a session (routing.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from service.auth import scopes
+from service.auth.service import Principal
+from service.backends.worker import WorkerFailed
+from service.core.errors import DomainError
+from service.core.numbers import natural
+from service.functions.llm_config import RESPONSES
+from service.invocation.answers import relay
+from service.invocation.engine import Call, Finished, Streamed
+from service.invocation.http import Exchange as EntryExchange
+from service.invocation.routing import Target
+from service.llm.errors import OpenAIError, from_domain, model_not_found
+from service.llm.metrics import NONE, LlmMetrics
+from service.llm.routing import (
+    MODELS,
+    ROUTES,
+    SESSION_HEADER,
+    RoundRobin,
+    Session,
+    check_target,
+    gateway_path,
+    preference,
+    route_error,
+    routing_method,
+    session_of,
+)
+from service.llm.schemas import ParsedRequest, parse_request
+from service.llm.service import list_models
+from service.llm.sse import StreamWatch, collect_terminal, usage_of
+from service.llm.tokens import Charge, TokenLimiter, estimate
+
+#: what an LLM request's body may be before it is even read: the entry checks its own limit
+UNBOUNDED = 1 << 62
+_JSON = [(b"content-type", b"application/json")]
+
+
+@dataclass
+class Gateway:
+    """What the entry keeps across requests: token counters and metrics."""
+
+    suffix: str | None
+    max_body: int
+    tokens: TokenLimiter
+    metrics: LlmMetrics
+    turns: RoundRobin = field(default_factory=RoundRobin)
+
+    def claims(self, scope: Scope) -> str | None:
+        if scope["type"] != "http":
+            return None
+        host = ""
+        for name, value in scope["headers"]:
+            if name == b"host":
+                host = value.decode("latin-1")
+                break
+        return gateway_path(scope.get("path", ""), host, self.suffix)
+
+    def limit_with(self, other: Callable[[Scope], int | None]) -> Callable[[Scope], int | None]:
+        """The request-context middleware's body limit: none for the gateway's requests (it
+        reads its bodies itself, within `max_body`, so that a refusal is in OpenAI's shape),
+        `other`'s for the rest."""
+
+        def of(scope: Scope) -> int | None:
+            return UNBOUNDED if self.claims(scope) is not None else other(scope)
+
+        return of
+
+    async def answer(self, ex: EntryExchange, path: str) -> None:
+        """Answer a request the invocation entry handed over (`claims` said `path`)."""
+        exchange = _Exchange(self, ex, Request(ex.scope, ex.receive), path)
+        response = await exchange.answer()
+        await response(ex.scope, ex.receive, ex.send)
+
+    async def aclose(self) -> None:
+        await self.tokens.aclose()
+
+
+@dataclass
+class _Exchange:
+    """One request through the gateway."""
+
+    gateway: Gateway
+    entry: EntryExchange
+    request: Request
+    path: str
+    started: float = field(default_factory=time.monotonic)
+    function_id: str = NONE
+    model: str = NONE
+    session: Session | None = None
+
+    @property
+    def request_id(self) -> str:
+        return str(getattr(self.request.state, "request_id", ""))
+
+    @property
+    def endpoint(self) -> str:
+        """The metrics label of the path: one of the routes, else "other" (labels never take
+        a value a client makes up)."""
+        return self.path if self.path in ROUTES else "other"
+
+    def _record(self, status: int) -> None:
+        self.gateway.metrics.request(
+            self.function_id, self.model, self.endpoint, status, time.monotonic() - self.started
+        )
+
+    def _error(self, error: OpenAIError) -> Response:
+        self._record(error.status)
+        response = error.response()
+        self._session_header(response)
+        return response
+
+    def _session_header(self, response: Response) -> None:
+        if self.session is not None:
+            response.headers[SESSION_HEADER] = self.session.id
+
+    async def answer(self) -> Response:
+        try:
+            refused = route_error(self.path, self.request.method)
+            if refused is not None:
+                return self._error(refused)
+            principal = await self.entry.entry.caller(self.entry, scopes.INVOKE_FUNCTION)
+            if self.path.rstrip("/") == MODELS:
+                return await self._models(principal)
+            return await self._invoke(principal)
+        except OpenAIError as error:
+            return self._error(error)
+        except DomainError as error:
+            return self._error(from_domain(error))
+
+    async def _models(self, principal: Principal) -> Response:
+        async with self.entry.entry.sessions()() as session:
+            listed = await list_models(session, principal)
+        self._record(200)
+        return Response(json.dumps(listed, separators=(",", ":")), media_type="application/json")
+
+    async def _body(self) -> bytes:
+        limit = self.gateway.max_body
+        declared = natural(self.request.headers.get("content-length", "").encode())
+        too_large = OpenAIError(413, f"The request body exceeds {limit} bytes.")
+        if declared is not None and declared > limit:
+            raise too_large
+        parts: list[bytes] = []
+        size = 0
+        async for part in self.request.stream():
+            size += len(part)
+            if size > limit:
+                raise too_large
+            parts.append(part)
+        return b"".join(parts)
+
+    async def _invoke(self, principal: Principal) -> Response:
+        plane = self.entry.entry.plane()
+        parsed = parse_request(self.path, await self._body())
+        ref = parsed.ref
+        self.session = session_of(self.path, parsed.body, self.request.headers.get(SESSION_HEADER))
+        try:
+            target = await plane.routes.resolve(principal, ref.function_id, None)
+        except DomainError as error:
+            if error.status == 404:
+                why = f"Function {ref.function_id} was not found."
+                raise model_not_found(ref.id, why) from None
+            if error.status == 400:  # the body is fine: no version of it can serve now
+                raise OpenAIError(
+                    503,
+                    f"The model `{ref.id}` cannot be served now: {error.detail}",
+                    code="model_not_available",
+                ) from None
+            raise
+        config = check_target(target.function_type, target.models, ref, self.path)
+        # labelled by function and model only once they are known to exist (a made-up model
+        # name must not become a metrics series)
+        self.function_id, self.model = str(ref.function_id), ref.name
+        charge = await self.gateway.tokens.charge(
+            config.get("tokenRateLimit"),
+            account=principal.account_id,
+            function_id=self.function_id,
+            model=ref.name,
+            tokens=estimate(self.path, parsed.body),
+        )
+        try:
+            prefer = preference(
+                [i.id for i in target.instances],
+                routing_method(config),
+                session=self.session,
+                key=ref.id,
+                turns=self.gateway.turns,
+            )
+            answer = await plane.engine.invoke(self._call(principal, parsed, target, prefer))
+        except BaseException:
+            if charge is not None:
+                await charge.settle(0)  # never reached a worker: nothing used
+            raise
+        if isinstance(answer, Finished):
+            if charge is not None:
+                await charge.settle(0)
+            outcome = answer.outcome
+            raise OpenAIError(
+                outcome.status if outcome.status >= 400 else 502,
+                f"The model server could not answer: {outcome.error or 'no answer'}.",
+            )
+        assert isinstance(answer, Streamed)  # never detached: poll_seconds is None
+        return await self._respond(parsed, answer, charge)
+
+    def _call(
+        self,
+        principal: Principal,
+        parsed: ParsedRequest,
+        target: Target,
+        prefer: tuple[uuid.UUID, ...],
+    ) -> Call:
+        ref, path = parsed.ref, self.path
+
+        def check(resolved: Target) -> None:
+            check_target(resolved.function_type, resolved.models, ref, path)
+
+        headers = [
+            (k, v)
+            for k, v in self.request.scope["headers"]
+            if k not in (b"content-type", b"accept-encoding")
+        ]
+        headers += _JSON
+        worker_headers: list[tuple[str, str]] = [("x-request-id", self.request_id)]
+        if self.session is not None:
+            worker_headers.append(("x-cache-affinity-key", self.session.affinity))
+        base = target.inference_path.rstrip("/")
+        return Call(
+            principal=principal,
+            function_id=ref.function_id,
+            version_id=None,
+            method="POST",
+            path=base + path,
+            headers=headers,
+            body=parsed.worker_body(stream=True if path == RESPONSES else None),
+            request_id=uuid.uuid4(),
+            poll_seconds=None,
+            worker_headers=worker_headers,
+            check=check,
+            prefer=prefer,
+        )
+
+    async def _respond(
+        self, parsed: ParsedRequest, answer: Streamed, charge: Charge | None
+    ) -> Response:
+        events = any(
+            k == b"content-type" and v.lower().startswith(b"text/event-stream")
+            for k, v in answer.headers
+        )
+        if answer.status >= 400:
+            body, _ = await self._read(answer)
+            if charge is not None:
+                await charge.settle(0)
+            raise _worker_error(answer.status, body)
+        if events and (parsed.stream or self.path != RESPONSES):
+            # (a worker streaming what was not asked as a stream is passed on as it is)
+            self._record(answer.status)
+            response = _LlmStream(self, answer, charge)
+            self._session_header(response)
+            return response
+        watch = StreamWatch(self.path)
+        if events:  # /v1/responses asked as a stream, the caller not streaming
+            limit = self.entry.entry.plane().engine.result_max
+            try:
+                terminal = await collect_terminal(answer.chunks(), watch, limit)
+            except WorkerFailed as exc:
+                await answer.close(exc.reason)
+                raise OpenAIError(502, f"The model server failed: {exc.reason}.") from None
+            await answer.close()
+            await self.settle(charge, watch)
+            if terminal is None:
+                raise OpenAIError(
+                    502, "The model server's stream ended without a terminal Responses object."
+                )
+            body = json.dumps(terminal, separators=(",", ":")).encode()
+            return self._whole(200, body, [(b"content-type", b"application/json")])
+        body, error = await self._read(answer)
+        if error is not None:
+            raise OpenAIError(502, f"The model server failed: {error}.")
+        with contextlib.suppress(ValueError):
+            watch.usage = usage_of(json.loads(body))
+        await self.settle(charge, watch)
+        headers = [(k, v) for k, v in answer.headers if k != b"content-length"]
+        return self._whole(answer.status, body, headers)
+
+    def _whole(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> Response:
+        self._record(status)
+        response = Response(body, status_code=status)
+        response.raw_headers = [*headers, (b"content-length", str(len(body)).encode())]
+        self._session_header(response)
+        return response
+
+    async def _read(self, answer: Streamed) -> tuple[bytes, str | None]:
+        """The worker's whole answer (bounded), closed; and why it stopped short."""
+        limit = self.entry.entry.plane().engine.result_max
+        parts: list[bytes] = []
+        size = 0
+        error: str | None = None
+        try:
+            async for chunk in answer.chunks():
+                size += len(chunk)
+                if size > limit:
+                    error = f"its answer exceeds {limit} bytes"
+                    break
+                parts.append(chunk)
+        except WorkerFailed as exc:
+            error = exc.reason
+        finally:
+            await answer.close(error)
+        return b"".join(parts), error
+
+    async def settle(self, charge: Charge | None, watch: StreamWatch) -> None:
+        usage = watch.usage
+        self.gateway.metrics.used(self.function_id, self.model, self.endpoint, usage)
+        if charge is not None:
+            await charge.settle(None if usage is None else usage.total)
+
+
+def _worker_error(status: int, body: bytes) -> OpenAIError:
+    """A worker's error answer in OpenAI's shape (an OpenAI-compatible server's own error
+    object is kept)."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return OpenAIError(
+            status,
+            error["message"],
+            type=error.get("type") if isinstance(error.get("type"), str) else None,
+            param=error.get("param") if isinstance(error.get("param"), str) else None,
+            code=error.get("code") if isinstance(error.get("code"), str) else None,
+        )
+    text = body.decode("utf-8", "replace").strip() or "no details"
+    return OpenAIError(status, f"The model server answered {status}: {text}")
+
+
+class _Watched:
+    """The worker's stream as the caller gets it, watched on the way (answers.relay)."""
+
+    def __init__(self, answer: Streamed, watch: StreamWatch) -> None:
+        self._answer = answer
+        self._watch = watch
+        self.length = answer.length
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        async for chunk in self._answer.chunks():
+            self._watch.feed(chunk)
+            yield chunk
+
+
+class _LlmStream(Response):
+    """A streamed answer relayed as it arrives; closed (the slot freed) whatever happens."""
+
+    def __init__(self, exchange: _Exchange, answer: Streamed, charge: Charge | None) -> None:
+        self.status_code = answer.status
+        self.background = None
+        self._exchange = exchange
+        self._answer = answer
+        self._charge = charge
+        self.raw_headers = [(k, v) for k, v in answer.headers if k != b"content-length"]
+        self.raw_headers.append((b"cache-control", b"no-cache"))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        exchange = self._exchange
+        watch = StreamWatch(exchange.path, started=exchange.started)
+        error: str | None = None
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": self.status_code,
+                    "headers": self.raw_headers,
+                }
+            )
+            error = await relay(_Watched(self._answer, watch), receive, send)
+        except BaseException as exc:
+            error = f"{type(exc).__name__} while streaming the answer"
+            raise
+        finally:
+            await self._answer.close(error)
+            metrics = exchange.gateway.metrics
+            metrics.streamed(
+                exchange.function_id,
+                exchange.model,
+                exchange.endpoint,
+                watch.time_to_first_token,
+                time.monotonic() - exchange.started,
+            )
+            await exchange.settle(self._charge, watch)

@@ -1,0 +1,80 @@
+"""LLM gateway metrics on /metrics, per function and model (labels `function_id`, `model`,
+`endpoint` — the OpenAI path; NVCF's gateway names the same figures
+`llm_api_gateway_*`):
+
+- `nvcf_llm_requests_total{status}`: requests by the status the caller got;
+- `nvcf_llm_request_duration_seconds`: from the request to the end of its answer;
+- `nvcf_llm_time_to_first_token_seconds`: streamed answers, to the first token;
+- `nvcf_llm_stream_duration_seconds`: streamed answers, the whole stream;
+- `nvcf_llm_tokens_total{token_type}`: `input`/`output` tokens from the worker's `usage`.
+
+Requests refused before a model is known (no key, a malformed body) count under
+`function_id="none"`, `model="none"`, as NVCF's gateway does.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from service.core.tally import CounterTable, HistogramTable
+from service.invocation.metrics import BUCKETS
+from service.llm.sse import Usage
+
+NONE = "none"
+
+
+class LlmMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        labels = ["function_id", "model", "endpoint"]
+        self.requests = CounterTable(
+            "nvcf_llm_requests_total",
+            "LLM gateway requests by function, model, endpoint and status.",
+            [*labels, "status"],
+            registry,
+        )
+        self.duration = HistogramTable(
+            "nvcf_llm_request_duration_seconds",
+            "LLM gateway request time, to the end of the answer.",
+            labels,
+            registry,
+            buckets=BUCKETS,
+        )
+        self.first_token = HistogramTable(
+            "nvcf_llm_time_to_first_token_seconds",
+            "Time from the request to the first streamed token.",
+            labels,
+            registry,
+            buckets=BUCKETS,
+        )
+        self.stream = HistogramTable(
+            "nvcf_llm_stream_duration_seconds",
+            "Duration of streamed answers.",
+            labels,
+            registry,
+            buckets=BUCKETS,
+        )
+        self.tokens = CounterTable(
+            "nvcf_llm_tokens_total",
+            "Tokens the workers reported, by type (input, output).",
+            [*labels, "token_type"],
+            registry,
+        )
+
+    def request(
+        self, function_id: str, model: str, endpoint: str, status: int, seconds: float
+    ) -> None:
+        self.requests.cell(function_id, model, endpoint, str(status)).value += 1
+        self.duration.cell(function_id, model, endpoint).observe(seconds)
+
+    def streamed(
+        self, function_id: str, model: str, endpoint: str, first: float | None, seconds: float
+    ) -> None:
+        if first is not None:
+            self.first_token.cell(function_id, model, endpoint).observe(first)
+        self.stream.cell(function_id, model, endpoint).observe(seconds)
+
+    def used(self, function_id: str, model: str, endpoint: str, usage: Usage | None) -> None:
+        if usage is None:
+            return
+        self.tokens.cell(function_id, model, endpoint, "input").value += usage.input_tokens
+        self.tokens.cell(function_id, model, endpoint, "output").value += usage.output_tokens

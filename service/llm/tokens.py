@@ -1,0 +1,182 @@
+"""Token rate limits (`llmConfig.tokenRateLimit`, e.g. "1000-S,5000-M"), per model and caller
+account, on the `limits` library's counters — in memory, or in Redis (`NVCF_REDIS_URL`) so
+replicas share them, as the function rate limits.
+
+A request is charged first from an estimate: its input (a quarter of the UTF-8 bytes of its
+text — no tokenizer runs here; the worker's tokenizer is the truth) plus the most it may
+produce (`max_tokens`, `max_completion_tokens`, `max_output_tokens`; none given: nothing).
+A request whose estimate does not fit in every window is refused with OpenAI's 429 and
+`Retry-After`; otherwise the estimate is counted. When the worker reports `usage` (in the
+answer, or in a streamed chunk), the difference is settled: more tokens are counted (a
+window may then run over, refusing the next requests until it passes), fewer are given back
+within the same window.
+
+Windows are fixed (`limits`' fixed window: a counter per window that can be both added to
+and given back to, which the estimate-then-correct scheme needs).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from limits import RateLimitItem, RateLimitItemPerDay, RateLimitItemPerSecond
+from limits.aio.strategies import FixedWindowRateLimiter
+
+from service.core.ratelimit import make_storage
+from service.functions.llm_config import EMBEDDINGS, RESPONSES, TokenRate, parse_token_rates
+from service.llm.errors import OpenAIError
+
+#: bytes of text per token in the estimate (English text runs about four)
+BYTES_PER_TOKEN = 4
+_NAMESPACE = "llm-tokens"
+
+
+def _item(rate: TokenRate) -> RateLimitItem:
+    if rate.unit == "W":
+        return RateLimitItemPerDay(rate.count, 7)
+    return RateLimitItemPerSecond(rate.count, rate.seconds)
+
+
+def _text_bytes(value: Any) -> int:
+    """The UTF-8 bytes of the text in a request's content (strings anywhere inside)."""
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item.encode("utf-8", "surrogatepass"))
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return total
+
+
+def estimate(path: str, body: Mapping[str, Any]) -> int:
+    """The tokens a request is charged before the worker says: its input text and the most
+    it may produce."""
+    content = body.get("input") if path in (EMBEDDINGS, RESPONSES) else body.get("messages")
+    if path == RESPONSES and body.get("instructions"):
+        content = [content, body.get("instructions")]
+    given = math.ceil(_text_bytes(content) / BYTES_PER_TOKEN)
+    limits = [body.get(k) for k in ("max_completion_tokens", "max_tokens", "max_output_tokens")]
+    produced = next(
+        (v for v in limits if isinstance(v, int) and not isinstance(v, bool) and v >= 0), 0
+    )
+    return given + produced
+
+
+@dataclass(frozen=True, slots=True)
+class _Counter:
+    rate: TokenRate
+    item: RateLimitItem
+    ids: tuple[str, ...]
+
+
+@dataclass
+class Charge:
+    """What a request was charged; `settle` corrects it from the worker's usage (once)."""
+
+    limiter: TokenLimiter
+    counters: Sequence[_Counter]
+    charged: int
+    #: the window each counter was charged in (its reset time), to give back only there
+    resets: Sequence[float]
+    settled: bool = False
+
+    async def settle(self, used: int | None) -> None:
+        """Count `used` tokens instead of the estimate (None: the worker did not say; the
+        estimate stands)."""
+        if self.settled or used is None:
+            return
+        self.settled = True
+        await self.limiter.correct(self, used - self.charged)
+
+
+class TokenLimiter:
+    """Counts tokens against models' token rate limits; `aclose()` on shutdown."""
+
+    def __init__(self, redis_url: str | None = None) -> None:
+        self.storage, self._pool = make_storage(redis_url)
+        self._limiter = FixedWindowRateLimiter(self.storage)
+
+    def _counters(
+        self, rates: Sequence[TokenRate], account: str, function_id: str, model: str
+    ) -> list[_Counter]:
+        return [
+            _Counter(r, _item(r), (_NAMESPACE, account, function_id, model, r.text)) for r in rates
+        ]
+
+    async def charge(
+        self, limit: Any, *, account: str, function_id: str, model: str, tokens: int
+    ) -> Charge | None:
+        """Charge `tokens` against the model's stored `tokenRateLimit` for `account`, or
+        raise OpenAI's 429 when any window cannot take them; None when the model has no
+        limit."""
+        rates = parse_token_rates(limit)
+        if not rates:
+            return None
+        counters = self._counters(rates, account, function_id, model)
+        refused: list[_Counter] = []
+        for c in counters:
+            if not await self._limiter.test(c.item, *c.ids, cost=max(tokens, 1)):
+                refused.append(c)
+        if refused:
+            raise await self._refusal(refused, tokens, model)
+        for c in counters:
+            await self._limiter.hit(c.item, *c.ids, cost=tokens)
+        resets = [await self._reset(c) for c in counters]
+        return Charge(self, counters, tokens, resets)
+
+    async def _reset(self, c: _Counter) -> float:
+        return (await self._limiter.get_window_stats(c.item, *c.ids)).reset_time
+
+    async def correct(self, charge: Charge, delta: int) -> None:
+        if delta > 0:
+            for c in charge.counters:
+                await self._limiter.hit(c.item, *c.ids, cost=delta)
+            return
+        if delta == 0:
+            return
+        now = time.time()
+        for c, reset in zip(charge.counters, charge.resets, strict=True):
+            if now >= reset:
+                continue  # the charged window has passed: nothing of this request is counted
+            key = c.item.key_for(*c.ids)
+            back = min(-delta, max(await self.storage.get(key), 0))
+            if back:
+                await self.storage.incr(key, c.item.get_expiry(), -back)
+
+    async def _refusal(self, refused: list[_Counter], tokens: int, model: str) -> OpenAIError:
+        retry = 1
+        for c in refused:
+            stats = await self._limiter.get_window_stats(c.item, *c.ids)
+            retry = max(retry, math.ceil(stats.reset_time - time.time()))
+        limits = ", ".join(c.rate.text for c in refused)
+        too_big = [c for c in refused if tokens > c.rate.count]
+        if too_big:
+            message = (
+                f"Request too large for model `{model}`: about {tokens} tokens requested, "
+                f"more than its token rate limit allows at all ({limits}). Lower max_tokens "
+                "or the input."
+            )
+        else:
+            message = (
+                f"Rate limit reached for model `{model}` on tokens ({limits}): about {tokens} "
+                f"tokens requested. Please try again in {retry}s."
+            )
+        return OpenAIError(
+            429,
+            message,
+            type="tokens",
+            code="rate_limit_exceeded",
+            headers={"Retry-After": str(retry)},
+        )
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            await self._pool.aclose()

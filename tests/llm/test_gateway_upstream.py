@@ -1,0 +1,129 @@
+"""The LLM gateway in front of a real OpenAI-compatible server (a simulated cluster's
+`upstream`, tests/support/openai_worker.py), with the real `openai` client: events relayed as
+the worker sends them, the body the worker gets, its errors passed on, and a caller closing a
+stream mid-way freeing the instance's slot."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from service.core.server import ConnectionLimits
+from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
+from tests.support.invocation import deployed, invocation_app, spec
+from tests.support.openai_worker import OpenAIWorker
+from tests.support.server import in_loop_server
+
+URIS = ["/v1/chat/completions", "/v1/responses", "/v1/embeddings"]
+LLM_FN: dict[str, Any] = {
+    "name": "upstream-llm",
+    "inferenceUrl": "/",
+    "functionType": "LLM",
+    "models": [{"name": "served-model", "llmConfig": {"uris": URIS}}],
+}
+LIMITS = ConnectionLimits(
+    header_timeout=10, body_timeout=10, keepalive_timeout=5, max_connections=50
+)
+ASK = [{"role": "user", "content": "relay these words"}]
+
+
+@pytest.fixture
+def worker() -> Iterator[OpenAIWorker]:
+    worker = OpenAIWorker().start()
+    yield worker
+    worker.stop()
+
+
+@contextlib.asynccontextmanager
+async def gateway(app: AppClient) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with in_loop_server(app.app, LIMITS) as server:
+        base = f"http://127.0.0.1:{server.config.port}/v2/nvcf/llm/v1"
+        async with openai.AsyncOpenAI(base_url=base, api_key=ADMIN_KEY, max_retries=0) as client:
+            yield client
+
+
+async def test_events_arrive_as_the_worker_sends_them_and_the_body_is_rewritten(
+    client_factory: ClientFactory, tmp_path: Path, worker: OpenAIWorker
+) -> None:
+    app = await invocation_app(client_factory, tmp_path, upstream=worker.url)
+    fn = await deployed(app, **LLM_FN)
+    worker.gate()
+    async with gateway(app) as client:
+        stream = await client.chat.completions.create(
+            model=f"{fn['id']}/served-model", messages=ASK, stream=True, temperature=0.5
+        )
+        chunks = aiter(stream)
+        first = await anext(chunks)  # the worker has sent only its first event so far
+        assert first.choices[0].delta.role == "assistant"
+        pieces = []
+        for _ in range(4):
+            worker.next_event()
+            chunk = await anext(chunks)
+            pieces.append(chunk.choices[0].delta.content)
+        assert pieces == ["Echo:", " relay", " these", " words"]
+        for _ in range(2):
+            worker.next_event()
+        rest = [c async for c in chunks]  # the stop chunk, then [DONE] ends the stream
+        assert rest[-1].choices[0].finish_reason == "stop"
+
+    sent = worker.requests[-1]
+    assert sent.path == "/v1/chat/completions"
+    assert sent.body["model"] == "served-model"
+    assert sent.body["temperature"] == 0.5 and sent.body["messages"] == ASK
+    headers = {k.lower(): v for k, v in sent.headers.items()}
+    assert "authorization" not in headers
+    assert len(headers["x-cache-affinity-key"]) == 64
+    assert headers["nvcf-function-id"] == fn["id"]
+
+
+async def test_responses_are_asked_as_streams_and_worker_errors_pass_on(
+    client_factory: ClientFactory, tmp_path: Path, worker: OpenAIWorker
+) -> None:
+    app = await invocation_app(client_factory, tmp_path, upstream=worker.url)
+    fn = await deployed(app, **LLM_FN)
+    model = f"{fn['id']}/served-model"
+    async with gateway(app) as client:
+        answer = await client.responses.create(model=model, input="whole answer please")
+        assert answer.output_text == "Echo: whole answer please"
+        assert worker.requests[-1].body["stream"] is True
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.chat.completions.create(
+                model=model, messages=ASK, extra_body={"x_status": 400}
+            )
+        assert refused.value.body == {
+            "message": "as asked",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": None,
+        }
+        with pytest.raises(openai.InternalServerError):
+            await client.embeddings.create(model=model, input="x", extra_body={"x_status": 500})
+    # a worker streaming what was not asked as a stream: passed on as it is
+    body = {"model": model, "messages": ASK, "x_force_stream": True}
+    resp = await app.post("/v2/nvcf/llm/v1/chat/completions", json=body)
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    assert resp.text.endswith("data: [DONE]\n\n")
+
+
+async def test_a_caller_closing_a_stream_frees_the_slot(
+    client_factory: ClientFactory, tmp_path: Path, worker: OpenAIWorker
+) -> None:
+    app = await invocation_app(
+        client_factory, tmp_path, upstream=worker.url, invoke_queue_timeout_seconds=30
+    )
+    fn = await deployed(app, **LLM_FN, specs=[spec(maxRequestConcurrency=1)])
+    model = f"{fn['id']}/served-model"
+    worker.gate()
+    async with gateway(app) as client:
+        stream = await client.chat.completions.create(model=model, messages=ASK, stream=True)
+        await anext(aiter(stream))
+        await stream.close()  # the caller hangs up mid-way
+        # the one slot is free again: served at once, not after the worker's stream
+        done = await client.embeddings.create(model=model, input="next")
+        assert len(done.data) == 1

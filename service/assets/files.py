@@ -1,0 +1,179 @@
+"""Per-request directories of a worker that runs on this machine (the simulated clusters):
+`<root>/assets/<requestId>` holds one file per input asset, named by its id, before the
+request reaches the worker (`NVCF-ASSET-DIR`); `<root>/output/<requestId>` is where it may
+write large outputs and its `progress` file (`NVCF-LARGE-OUTPUT-DIR`). Both are removed after
+the request. Layout and headers as NVCF's worker utilities make them (docs/assets.md).
+
+Only regular files count: a symbolic link a worker leaves is never followed, so a worker
+cannot make the server read (and hand out) a file outside its directories.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import stat
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from service.assets.models import Asset
+from service.assets.storage import ObjectStore
+
+PROGRESS_FILE = "progress"
+#: bytes of a progress file read at most (NVCF's partial responses are small JSON objects)
+PROGRESS_MAX_BYTES = 64 * 1024
+#: assets fetched at once for one request
+FETCH_CONCURRENCY = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A worker's progress report: `percent` (0-100) and its partial output (JSON text)."""
+
+    percent: int
+    partial: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """A regular file the worker wrote: its path and its name relative to the directory."""
+
+    path: Path
+    name: str
+    size: int
+
+
+class TooManyOutputs(Exception):
+    """The worker wrote more files or bytes than a large result may hold."""
+
+
+@dataclass(frozen=True)
+class RequestFiles:
+    request_id: uuid.UUID
+    asset_dir: Path
+    output_dir: Path
+    asset_ids: tuple[uuid.UUID, ...]
+
+    @classmethod
+    async def prepare(
+        cls, store: ObjectStore, root: Path, request_id: uuid.UUID, assets: Sequence[Asset]
+    ) -> RequestFiles:
+        """Make both directories and fetch every asset into the asset directory; on any
+        failure nothing is left behind."""
+        files = cls(
+            request_id,
+            root / "assets" / str(request_id),
+            root / "output" / str(request_id),
+            tuple(a.id for a in assets),
+        )
+
+        def make() -> None:
+            for folder in (files.asset_dir, files.output_dir):
+                folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                folder.mkdir(mode=0o700)
+
+        try:
+            await anyio.to_thread.run_sync(make)
+            gate = asyncio.Semaphore(FETCH_CONCURRENCY)
+
+            async def fetch(asset: Asset) -> None:
+                async with gate:
+                    await store.fetch(asset.key, files.asset_dir / str(asset.id))
+
+            async with asyncio.TaskGroup() as group:
+                for asset in assets:
+                    group.create_task(fetch(asset))
+        except BaseException:
+            await files.remove()
+            raise
+        return files
+
+    def worker_headers(self) -> list[tuple[str, str]]:
+        """The headers that tell the worker where its files are (NVCF's names)."""
+        headers = [
+            ("NVCF-ASSET-DIR", str(self.asset_dir)),
+            ("NVCF-LARGE-OUTPUT-DIR", str(self.output_dir)),
+        ]
+        if self.asset_ids:
+            headers.append(("NVCF-FUNCTION-ASSET-IDS", ",".join(map(str, self.asset_ids))))
+        return headers
+
+    async def remove(self) -> None:
+        def rm() -> None:
+            for folder in (self.asset_dir, self.output_dir):
+                shutil.rmtree(folder, ignore_errors=True)
+
+        await anyio.to_thread.run_sync(rm)
+
+    async def outputs(self, max_files: int, max_bytes: int) -> list[Output]:
+        """The regular files the worker wrote (all but `progress`), sorted by name; raises
+        TooManyOutputs past either bound."""
+        return await anyio.to_thread.run_sync(scan_outputs, self.output_dir, max_files, max_bytes)
+
+    async def progress(self) -> Progress | None:
+        return await anyio.to_thread.run_sync(read_progress, self.output_dir, self.request_id)
+
+
+def scan_outputs(folder: Path, max_files: int, max_bytes: int) -> list[Output]:
+    found: list[Output] = []
+    total = 0
+    for top, _dirs, names in os.walk(folder, followlinks=False):
+        for name in names:
+            if name == PROGRESS_FILE:
+                continue
+            path = Path(top) / name
+            try:
+                info = path.lstat()
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            total += info.st_size
+            found.append(Output(path, path.relative_to(folder).as_posix(), info.st_size))
+            if len(found) > max_files:
+                raise TooManyOutputs(
+                    f"the worker wrote more than {max_files} files into NVCF-LARGE-OUTPUT-DIR "
+                    "(NVCF_ASSET_RESULT_MAX_FILES)"
+                )
+            if total > max_bytes:
+                raise TooManyOutputs(
+                    f"the worker's outputs pass {max_bytes} bytes (NVCF_ASSET_RESULT_MAX_BYTES)"
+                )
+    found.sort(key=lambda o: o.name)
+    return found
+
+
+def read_progress(folder: Path, request_id: uuid.UUID) -> Progress | None:
+    """The worker's `progress` file as NVCF's worker utilities read it: JSON
+    `{"id": requestId, "progress": percent, "partialResponse": {...}}`. None when there is
+    none, or it is unreadable, too large, of another request or malformed (a worker may be
+    half-way through writing it: the next poll reads it again)."""
+    path = folder / PROGRESS_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with contextlib.closing(os.fdopen(fd, "rb")) as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        raw = fh.read(PROGRESS_MAX_BYTES + 1)
+    if len(raw) > PROGRESS_MAX_BYTES:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or str(data.get("id", "")).lower() != str(request_id):
+        return None
+    percent = data.get("progress")
+    if not isinstance(percent, int) or isinstance(percent, bool) or not 0 <= percent <= 100:
+        return None
+    partial = data.get("partialResponse")
+    return Progress(percent, json.dumps(partial, separators=(",", ":")).encode())

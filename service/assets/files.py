@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import shutil
 import stat
@@ -24,11 +25,16 @@ from pathlib import Path
 import anyio
 
 from service.assets.models import Asset
-from service.assets.storage import ObjectStore
+from service.assets.storage import MissingObject, ObjectStore
+from service.core.errors import FieldError, ServiceUnavailable, ValidationFailed
+
+log = logging.getLogger("nvcf.assets")
 
 PROGRESS_FILE = "progress"
 #: bytes of a progress file read at most (NVCF's partial responses are small JSON objects)
 PROGRESS_MAX_BYTES = 64 * 1024
+#: the invocation header naming input assets (NVCF's; service.py says it too)
+REFERENCES_HEADER = "NVCF-INPUT-ASSET-REFERENCES"
 #: assets fetched at once for one request
 FETCH_CONCURRENCY = 4
 
@@ -66,7 +72,8 @@ class RequestFiles:
         cls, store: ObjectStore, root: Path, request_id: uuid.UUID, assets: Sequence[Asset]
     ) -> RequestFiles:
         """Make both directories and fetch every asset into the asset directory; on any
-        failure nothing is left behind."""
+        failure nothing is left behind: an asset deleted since it was resolved is a 400
+        naming it, a store failure a 503."""
         files = cls(
             request_id,
             root / "assets" / str(request_id),
@@ -79,20 +86,40 @@ class RequestFiles:
                 folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 folder.mkdir(mode=0o700)
 
+        missing: list[FieldError] = []
+        failed: list[str] = []
+        gate = asyncio.Semaphore(FETCH_CONCURRENCY)
+
+        async def fetch(asset: Asset) -> None:
+            async with gate:
+                try:
+                    await store.fetch(asset.key, files.asset_dir / str(asset.id))
+                except MissingObject:
+                    missing.append(
+                        FieldError(
+                            REFERENCES_HEADER, f"asset {asset.id} was deleted before the request"
+                        )
+                    )
+                except Exception as exc:
+                    log.warning("fetching asset %s failed: %r", asset.id, exc)
+                    failed.append(str(asset.id))
+
         try:
             await anyio.to_thread.run_sync(make)
-            gate = asyncio.Semaphore(FETCH_CONCURRENCY)
-
-            async def fetch(asset: Asset) -> None:
-                async with gate:
-                    await store.fetch(asset.key, files.asset_dir / str(asset.id))
-
             async with asyncio.TaskGroup() as group:
                 for asset in assets:
                     group.create_task(fetch(asset))
         except BaseException:
             await files.remove()
             raise
+        if missing or failed:
+            await files.remove()
+            if missing:
+                raise ValidationFailed.of(missing, what="asset references")
+            raise ServiceUnavailable(
+                detail=f"the object store failed to hand out asset(s) {', '.join(failed)}; "
+                "try again"
+            )
         return files
 
     def worker_headers(self) -> list[tuple[str, str]]:

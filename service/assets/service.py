@@ -25,6 +25,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.assets import repository
+from service.assets.files import REFERENCES_HEADER
 from service.assets.models import Asset, result_key
 from service.assets.schemas import AssetOut, CreateAssetRequest
 from service.assets.signing import PURPOSE, Signer
@@ -40,8 +41,6 @@ from service.core.validation import parse
 
 log = logging.getLogger("nvcf.assets")
 
-#: the invocation header naming input assets (NVCF's)
-REFERENCES_HEADER = "NVCF-INPUT-ASSET-REFERENCES"
 #: rows and objects the purge removes per round (the next round takes the rest)
 PURGE_BATCH = 500
 

@@ -36,8 +36,14 @@ if TYPE_CHECKING:
 KEY_RE = re.compile(
     r"^(assets|results)/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 )
+#: S3's error codes for a missing object (HEAD answers a bare 404)
+_MISSING = ("404", "NoSuchKey", "NotFound")
 #: a partial upload older than this (seconds past its URL's expiry) is abandoned
 PARTIAL_GRACE = 3600
+
+
+class MissingObject(Exception):
+    """The store has no such object (any more)."""
 
 
 class ObjectStore(Protocol):
@@ -56,7 +62,8 @@ class ObjectStore(Protocol):
     async def delete(self, key: str) -> None: ...
 
     async def fetch(self, key: str, dest: Path) -> int:
-        """Copy the object into the new file `dest`; its size."""
+        """Copy the object into the new file `dest`; its size. MissingObject when there is
+        none."""
         ...
 
     async def put_file(self, key: str, path: Path, content_type: str) -> None:
@@ -152,7 +159,11 @@ class LocalStore:
 
         def copy() -> int:
             # a copy, not a link: the worker may change its file, never the stored object
-            with source.open("rb") as src, dest.open("xb") as out:
+            try:
+                src = source.open("rb")
+            except FileNotFoundError:
+                raise MissingObject(key) from None
+            with src, dest.open("xb") as out:
                 shutil.copyfileobj(src, out, 1024 * 1024)
                 return out.tell()
 
@@ -258,7 +269,7 @@ class S3Store:
                 self.client.head_object, Bucket=self.bucket, Key=_check_key(key)
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if exc.response.get("Error", {}).get("Code") in _MISSING:
                 return None
             raise
         return int(head["ContentLength"])
@@ -267,9 +278,16 @@ class S3Store:
         await asyncio.to_thread(self.client.delete_object, Bucket=self.bucket, Key=_check_key(key))
 
     async def fetch(self, key: str, dest: Path) -> int:
+        from botocore.exceptions import ClientError
+
         def download() -> int:
             with dest.open("xb") as out:
-                self.client.download_fileobj(self.bucket, _check_key(key), out)
+                try:
+                    self.client.download_fileobj(self.bucket, _check_key(key), out)
+                except ClientError as exc:
+                    if exc.response.get("Error", {}).get("Code") in _MISSING:
+                        raise MissingObject(key) from None
+                    raise
                 return out.tell()
 
         return await asyncio.to_thread(download)

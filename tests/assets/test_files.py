@@ -10,12 +10,12 @@ import os
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 
 from service.assets.files import RequestFiles, TooManyOutputs, read_progress, scan_outputs
 from service.core.errors import ValidationFailed
 from tests.support.app import AppClient
+from tests.support.assets import anonymous
 
 A = "/v2/nvcf/assets"
 
@@ -28,7 +28,7 @@ async def test_assets_are_fetched_under_their_ids_and_removed_after(
     for n in (1, 2):
         made = (await client.post(A, json={"contentType": "a/b", "description": ""})).json()
         data = os.urandom(10_000 * n)
-        async with httpx.AsyncClient(transport=client._transport) as anon:
+        async with anonymous(client) as anon:
             assert (await anon.put(made["uploadUrl"], content=data)).status_code == 200
         payloads[made["assetId"]] = data
         ids.append(uuid.UUID(made["assetId"]))
@@ -67,7 +67,7 @@ async def test_no_assets_no_id_header(client: AppClient, tmp_path: Path) -> None
 
 async def test_a_failed_fetch_leaves_nothing_behind(client: AppClient, tmp_path: Path) -> None:
     made = (await client.post(A, json={"contentType": "a/b", "description": ""})).json()
-    async with httpx.AsyncClient(transport=client._transport) as anon:
+    async with anonymous(client) as anon:
         await anon.put(made["uploadUrl"], content=b"x")
     assets = client.app.state.assets
     async with client.app.state.sessionmaker() as session, session.begin():

@@ -17,15 +17,11 @@ from service.assets.signing import Grant
 from service.core.server import ConnectionLimits
 from tests.support.api import assert_problem, bearer, new_key
 from tests.support.app import AppClient, ClientFactory
+from tests.support.assets import anonymous, as_account
 from tests.support.e2e import eventually
 from tests.support.server import in_loop_server
 
 A = "/v2/nvcf/assets"
-
-
-def anonymous(client: AppClient) -> httpx.AsyncClient:
-    """A client on the same app carrying no API key: what `curl` with a signed URL is."""
-    return httpx.AsyncClient(transport=client._transport, base_url=str(client.base_url))
 
 
 async def create(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
@@ -199,10 +195,9 @@ async def test_count_quota(client_factory: ClientFactory) -> None:
     await create(client)
     body = assert_problem(await client.post(A, json={"contentType": "a/b", "description": ""}), 400)
     assert "NVCF_QUOTA_ASSETS" in str(body["detail"])
-    other = bearer(await new_key(client, ["invoke_function"], account="other-account"))
-    await create(
-        httpx.AsyncClient(transport=client._transport, base_url=str(client.base_url), headers=other)
-    )
+    other = await new_key(client, ["invoke_function"], account="other-account")
+    async with as_account(client, other) as api:
+        await create(api)  # another account's quota
 
 
 async def test_bytes_quota(client_factory: ClientFactory) -> None:

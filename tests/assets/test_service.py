@@ -6,30 +6,16 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import httpx
 import pytest
 
 from service.assets.service import Assets, parse_references
 from service.core.errors import ValidationFailed
-from tests.support.api import bearer, new_key
+from tests.support.api import new_key
 from tests.support.app import AppClient, ClientFactory
+from tests.support.assets import anonymous, uploaded
 
 A = "/v2/nvcf/assets"
 ACCOUNT = "nvcf-default"
-
-
-def anonymous(client: AppClient) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=client._transport, base_url=str(client.base_url))
-
-
-async def uploaded(client: httpx.AsyncClient, data: bytes | None = b"data") -> str:
-    resp = await client.post(A, json={"contentType": "text/plain", "description": "d"})
-    assert resp.status_code == 200, resp.text
-    made = resp.json()
-    if data is not None:
-        async with httpx.AsyncClient(transport=client._transport) as anon:
-            assert (await anon.put(made["uploadUrl"], content=data)).status_code == 200
-    return str(made["assetId"])
 
 
 async def resolve(client: AppClient, ids: list[Any], account: str = ACCOUNT) -> list[Any]:
@@ -53,10 +39,8 @@ async def test_every_bad_reference_is_named_in_one_refusal(
     good = await uploaded(client)
     unfinished = await uploaded(client, None)
     unknown = str(uuid.uuid4())
-    other = bearer(await new_key(client, ["invoke_function"], account="other-account"))
-    foreign = await uploaded(
-        httpx.AsyncClient(transport=client._transport, base_url=str(client.base_url), headers=other)
-    )
+    other = await new_key(client, ["invoke_function"], account="other-account")
+    foreign = await uploaded(client, key=other)
     with pytest.raises(ValidationFailed) as caught:
         await resolve(client, [good, unfinished, unknown, foreign])
     messages = [e.message for e in caught.value.errors]

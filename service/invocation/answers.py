@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
-from service.backends.worker import WorkerFailed, WorkerResponse
+from service.backends.worker import WorkerFailed
 from service.core.errors import (
     BadGateway,
     DomainError,
@@ -24,12 +24,10 @@ from service.core.errors import (
     ServiceUnavailable,
 )
 from service.core.problem import PROBLEM, problem_body
-from service.invocation.forward import header_value, response_headers, response_lines
 from service.invocation.store import Outcome
 
 if TYPE_CHECKING:
-    from service.invocation.records import Invocation
-    from service.invocation.service import InvocationPlane
+    from service.invocation.engine import Streamed
 
 FULFILLED = "fulfilled"
 PENDING = "pending-evaluation"
@@ -55,26 +53,6 @@ def nvcf_headers(request_id: uuid.UUID | str, word: str) -> list[tuple[bytes, by
         (b"nvcf-status", word.encode()),
         (b"access-control-expose-headers", b"nvcf-reqid, nvcf-status"),
     ]
-
-
-_NVCF_LINES = (
-    b"nvcf-reqid: %s\r\nnvcf-status: %s\r\n"
-    b"access-control-expose-headers: nvcf-reqid, nvcf-status\r\n"
-)
-
-
-def nvcf_lines(request_id: str, word: str) -> bytes:
-    """`nvcf_headers` as header lines."""
-    return _NVCF_LINES % (reqid_value(request_id), word.encode())
-
-
-def whole_lines(status: int, raw: Sequence[tuple[bytes, bytes]], request_id: str) -> bytes | None:
-    """The caller's header lines for a worker answer (its status and headers as they came)
-    of declared length (see `stream_head`); None when it has none (it is streamed)."""
-    lines, length = response_lines(raw)
-    if length is None:
-        return None
-    return lines + nvcf_lines(request_id, status_word(status))
 
 
 def encode_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
@@ -122,9 +100,8 @@ def outcome_response(request: Request, request_id: uuid.UUID, outcome: Outcome) 
     if outcome.error is not None:
         return problem(request, failure_error(outcome), request_id)
     response = Response(outcome.body, status_code=outcome.status)
-    kept = [(k, v) for k, v in outcome.headers if k.lower() != "content-length"]
     response.raw_headers = [
-        *encode_headers(kept),
+        *outcome.headers,
         (b"content-length", str(len(outcome.body)).encode()),
         *nvcf_headers(request_id, status_word(outcome.status)),
     ]
@@ -138,7 +115,7 @@ def pending_response(request_id: uuid.UUID, word: str) -> Response:
     return response
 
 
-def _worker_json(body: bytes, content_type: str | None) -> Any:
+def _worker_json(body: bytes) -> Any:
     if not body:
         return None
     try:
@@ -168,8 +145,7 @@ def exec_response(
             content["percentComplete"] = 100
         else:
             content["errorCode"] = outcome.status
-        ctype = header_value(outcome.headers, "content-type")
-        worker = _worker_json(outcome.body, ctype)
+        worker = _worker_json(outcome.body)
         if worker is not None:
             content["response"] = worker
     response = JSONResponse(content, status_code=status)
@@ -177,30 +153,35 @@ def exec_response(
     return response
 
 
-def stream_head(
-    worker: WorkerResponse, request_id: uuid.UUID | str
-) -> tuple[list[tuple[bytes, bytes]], bool]:
-    """The caller's response headers for a streamed worker answer, and whether the answer has
-    no length (it is then streamed until the caller disconnects)."""
-    headers = response_headers(worker.headers)
-    length = header_value(worker.headers, "content-length")
-    if worker.status in (204, 304):
-        length = "0"  # no body follows, whatever the worker declared: none is framed
-    elif length is not None:
-        headers.append(("content-length", length))
-    return encode_headers(headers) + nvcf_headers(
-        request_id, status_word(worker.status)
-    ), length is None
+async def whole(answer: Streamed, limit: int) -> Outcome:
+    """The whole of a streamed answer (the wrapped form), bounded by `limit` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    error: str | None = None
+    try:
+        async for chunk in answer.chunks():
+            size += len(chunk)
+            if size > limit:
+                error = f"the worker's response exceeds {limit} bytes"
+                break
+            parts.append(chunk)
+    except WorkerFailed as exc:
+        error = exc.reason
+    finally:
+        await answer.close(error)
+    if error is not None:
+        return Outcome.failure(502, f"the worker failed: {error}")
+    headers = list(answer.headers)
+    return Outcome(answer.status, tuple(headers), b"".join(parts))
 
 
-async def relay(
-    worker: WorkerResponse, receive: Receive, send: Send, deadline: float, *, listen: bool
-) -> str | None:
-    """Stream the worker's body to the caller; why it stopped short, or None. `listen`: also
-    stop when the caller disconnects (an answer without a length may never end)."""
-    if not listen:
-        return await _stream(worker, send, deadline)
-    stream = asyncio.ensure_future(_stream(worker, send, deadline))
+async def relay(answer: Streamed, receive: Receive, send: Send) -> str | None:
+    """Stream the worker's body to the caller; why it stopped short, or None. An answer
+    without a length (server-sent events, chunked answers) may never end: it also stops when
+    the caller disconnects."""
+    if answer.length is not None:
+        return await _stream(answer, send)
+    stream = asyncio.ensure_future(_stream(answer, send))
     heard = asyncio.ensure_future(_disconnected(receive))
     try:
         done, _ = await asyncio.wait({stream, heard}, return_when=asyncio.FIRST_COMPLETED)
@@ -215,13 +196,21 @@ async def relay(
     return "the caller disconnected"
 
 
-async def _stream(worker: WorkerResponse, send: Send, deadline: float) -> str | None:
+async def _stream(answer: Streamed, send: Send) -> str | None:
+    left = answer.length
+    if left == 0:
+        await send({"type": "http.response.body", "body": b""})
+        return None
     try:
-        async with asyncio.timeout_at(deadline):
-            async for chunk in worker.iter_bytes():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    except TimeoutError:
-        return "the worker did not finish its answer in time"
+        async for chunk in answer.chunks():
+            if left is not None:
+                left -= len(chunk)
+                if left < 0:
+                    return "the worker's answer is longer than its Content-Length"
+                if left == 0:  # the last of it: one message ends the answer
+                    await send({"type": "http.response.body", "body": chunk})
+                    return None
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
     except WorkerFailed as exc:
         return exc.reason  # the connection is closed without completing the answer
     await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -229,22 +218,17 @@ async def _stream(worker: WorkerResponse, send: Send, deadline: float) -> str | 
 
 
 class WorkerStream(Response):
-    """The worker's answer streamed through as it arrives; `finish_stream` is always called
-    (the instance's slot is held until then). A stream without a length (server-sent
-    events, chunked answers) stops when the caller disconnects."""
+    """The worker's answer streamed through as it arrives; the answer is always closed
+    (the instance's slot is held until then)."""
 
-    def __init__(
-        self,
-        plane: InvocationPlane,
-        inv: Invocation,
-        worker: WorkerResponse,
-    ) -> None:
-        self.status_code = worker.status
+    def __init__(self, answer: Streamed) -> None:
+        self.status_code = answer.status
         self.background = None
-        self._plane = plane
-        self._inv = inv
-        self._worker = worker
-        self.raw_headers, self._listen = stream_head(worker, inv.id)
+        self._answer = answer
+        headers = answer.headers
+        if answer.length is not None and answer.status not in (204, 304):
+            headers = [*headers, (b"content-length", str(answer.length).encode())]
+        self.raw_headers = headers + nvcf_headers(answer.request_id, status_word(answer.status))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         error: str | None = None
@@ -256,15 +240,12 @@ class WorkerStream(Response):
                     "headers": self.raw_headers,
                 }
             )
-            error = await relay(
-                self._worker, receive, send, self._inv.deadline, listen=self._listen
-            )
+            error = await relay(self._answer, receive, send)
         except BaseException as exc:
             error = f"{type(exc).__name__} while streaming the answer"
             raise
         finally:
-            await self._worker.aclose()
-            self._plane.finish_stream(self._inv, error)
+            await self._answer.close(error)
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -73,16 +73,16 @@ def poll_seconds(raw: str | None) -> int:
     return max(MIN_POLL_SECONDS, value)
 
 
-def request_headers(
-    raw: Iterable[tuple[bytes, bytes]], nvcf: Sequence[tuple[str, str]]
+def worker_request_headers(
+    raw: Iterable[tuple[bytes, bytes]], extra: Sequence[tuple[str, str]] = ()
 ) -> list[tuple[str, str]]:
-    """The worker request's headers: the caller's, filtered, then the NVCF-* ones."""
+    """The caller's headers a worker receives (filtered), then the entry's `extra` ones."""
     decoded = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw]
     drop = connection_headers(decoded) | _ALWAYS_DROPPED
     # `nvcf_ncaid` is NVCF-NCAID to a CGI/WSGI worker (HTTP_NVCF_NCAID): an underscore
     # spelling of a dropped name is dropped too, as nginx and Envoy do for such names
     out = [(k, v) for k, v in decoded if k.lower().replace("_", "-") not in drop]
-    out.extend(nvcf)
+    out.extend(extra)
     return out
 
 
@@ -95,29 +95,27 @@ def header_text(value: str) -> str:
     return quote(value, safe=" !#$&'()*+,-./:;<=>?@[]^_`{|}~")
 
 
-def response_lines(worker: Sequence[tuple[bytes, bytes]]) -> tuple[bytes, bytes | None]:
-    """`response_headers` as header lines (names lower-cased, each line ending in CRLF), the
-    worker's content length last, and that length (None: the answer has none)."""
+def caller_headers(
+    worker: Sequence[tuple[bytes, bytes]],
+) -> tuple[list[tuple[bytes, bytes]], int | None]:
+    """The worker's response headers the caller gets (names lower-cased; no hop-by-hop ones,
+    none its `Connection` header lists, no Date, Server, NVCF-REQID, NVCF-STATUS or
+    Content-Length) and the worker's Content-Length (None: it sent none)."""
+    drop = _RESPONSE_DROPPED
+    for name, _ in worker:
+        if name.lower() == b"connection":
+            listed = b",".join([v for k, v in worker if k.lower() == b"connection"])
+            drop = _dropped(_RESPONSE_DROPPED, listed)
+            break
     kept = []
-    length = None
-    connection = False
+    length: int | None = None
     for name, value in worker:
         lowered = name.lower()
-        if lowered not in _RESPONSE_DROPPED:
+        if lowered not in drop:
             kept.append((lowered, value))
-        elif lowered == b"content-length":
-            if length is None:
-                length = value
-        elif lowered == b"connection":
-            connection = True
-    if connection:
-        listed = b",".join([v for k, v in worker if k.lower() == b"connection"])
-        drop = _dropped(_RESPONSE_DROPPED, listed)
-        kept = [(k, v) for k, v in kept if k not in drop]
-    lines = [k + b": " + v + b"\r\n" for k, v in kept]
-    if length is not None:
-        lines.append(b"content-length: " + length + b"\r\n")
-    return b"".join(lines), length
+        elif lowered == b"content-length" and length is None:
+            length = natural(value)
+    return kept, length
 
 
 @functools.lru_cache(maxsize=64)
@@ -126,14 +124,7 @@ def _dropped(always: frozenset[bytes], connection: bytes) -> frozenset[bytes]:
     return always | connection_header_names([(b"connection", connection)])
 
 
-def response_headers(worker: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The worker's response headers the caller gets (content-length handled by the caller)."""
-    items = list(worker)
-    drop = connection_headers(items) | _DROP_RESPONSE
-    return [(k, v) for k, v in items if k.lower() not in drop]
-
-
-def header_value(headers: Iterable[tuple[str, str]], name: str) -> str | None:
+def header_value(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
     for k, v in headers:
         if k.lower() == name:
             return v

@@ -22,7 +22,7 @@ from service.auth.service import Principal
 from service.core.errors import BadRequest, NotFound
 from service.invocation.access import may_poll, visible_versions
 from service.invocation.dispatch import Dispatcher
-from service.invocation.records import Invocation, PollAnswer, QueueInfo
+from service.invocation.records import PollAnswer, QueueInfo, Run
 from service.invocation.store import Outcome, RequestStore, StoredRequest
 
 #: statuses whose queues `GET /queues/functions/{fid}` lists (NVCF: ACTIVE or DEPLOYING)
@@ -39,7 +39,7 @@ class RequestLookup:
         self,
         store: RequestStore,
         dispatcher: Dispatcher,
-        active: Mapping[uuid.UUID, Invocation],
+        active: Mapping[uuid.UUID, Run],
         *,
         lease_seconds: float,
     ) -> None:
@@ -140,7 +140,7 @@ class RequestLookup:
         return function_id, version_id, position
 
 
-def _may_poll(principal: Principal, inv: Invocation) -> bool:
+def _may_poll(principal: Principal, inv: Run) -> bool:
     target = inv.target
     return may_poll(principal, inv.principal.account_id, target.function_id, target.version_id)
 

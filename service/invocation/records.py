@@ -1,32 +1,34 @@
-"""What the invocation plane keeps of a request while it runs in this replica (`Invocation`),
-what it hands the waiting HTTP handler (`Handoff`), and what polls and queue reads answer."""
+"""What the engine keeps of a request while it runs in this replica (`Run`), and what polls
+and queue reads answer."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from service.auth.service import Principal
-from service.backends.worker import WorkerResponse
 from service.invocation.models import RequestState
 from service.invocation.routing import InstanceRoute, Target
 from service.invocation.store import Outcome
 
+if TYPE_CHECKING:
+    from service.invocation.dispatch import Ticket
+    from service.invocation.engine import Answer, Engine
 
-@dataclass
-class Handoff:
-    """The worker's answer handed to the waiting HTTP handler: a response to stream (the
-    handler calls `InvocationPlane.finish_stream` when done), or the outcome of a failure."""
-
-    response: WorkerResponse | None = None
-    outcome: Outcome | None = None
+log = logging.getLogger("nvcf.invocation")
 
 
 @dataclass(eq=False)
-class Invocation:
+class Run:
+    """One request in this replica, from admission to `finish` (called exactly once: it
+    releases the instance slot, writes the metrics and keeps the outcome for polls)."""
+
+    engine: Engine
     id: uuid.UUID
     target: Target
     principal: Principal
@@ -38,18 +40,19 @@ class Invocation:
     accepted: float
     deadline: float
     state: RequestState = RequestState.QUEUED
+    ticket: Ticket | None = None
+    #: the instance whose slot the request holds
     instance: InstanceRoute | None = None
+    #: nobody waits for the answer: it is read whole and kept for polls
     detached: bool = False
+    #: the entry went away before the answer came
+    abandoned: bool = False
     store_ok: bool = False
+    finished: bool = False
     outcome: Outcome | None = None
-    handoff: asyncio.Future[Handoff] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
     stored: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
-    streamed: asyncio.Event = field(default_factory=asyncio.Event)
-    stream_error: str | None = None
-    task: asyncio.Task[None] | None = None
+    task: asyncio.Task[Answer] | None = None
     #: instances that refused the connection, and why (a request is retried once)
     tried: list[uuid.UUID] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
@@ -58,24 +61,46 @@ class Invocation:
     def rid(self) -> str:
         return str(self.id)
 
+    async def release(self) -> None:
+        """Give the instance slot back (the next request in the queue takes it)."""
+        instance, self.instance = self.instance, None
+        if instance is not None:
+            await self.engine.dispatcher.release(self.target, instance.id, self.id)
 
-async def done_or_timeout(future: asyncio.Future[Handoff], seconds: float) -> None:
-    """Wait until `future` is done or `seconds` have passed (`asyncio.wait` of one future,
-    without its sets and counters: every request waits like this for its answer)."""
-    loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[None] = loop.create_future()
+    async def set_state(self, state: RequestState) -> None:
+        self.state = state
+        if self.detached and self.store_ok and state == RequestState.RUNNING:
+            try:
+                await self.engine.store.save_state(self.id, state)
+            except Exception:
+                log.exception("storing the state of request %s failed", self.id)
 
-    def wake(_: object = None) -> None:
-        if not waiter.done():
-            waiter.set_result(None)
-
-    timer = loop.call_later(seconds, wake)
-    future.add_done_callback(wake)
-    try:
-        await waiter
-    finally:
-        timer.cancel()
-        future.remove_done_callback(wake)
+    async def finish(self, outcome: Outcome) -> None:
+        """The request ended with `outcome`: the only place a slot is released for good."""
+        if self.finished:
+            return
+        self.finished = True
+        engine = self.engine
+        try:
+            ticket, self.ticket = self.ticket, None
+            if self.instance is None and ticket is not None and self.state == RequestState.QUEUED:
+                ticket.cancel()  # still waiting in the queue: leave it
+            await self.release()
+        finally:
+            self.outcome = outcome
+            elapsed = asyncio.get_running_loop().time() - self.accepted
+            engine.metrics.answered(self.target, outcome.fulfilled, elapsed)
+            self.done.set()
+            try:
+                if self.detached:
+                    await self.stored.wait()
+                    if self.store_ok:
+                        try:
+                            await engine.store.save_outcome(self.id, outcome)
+                        except Exception:
+                            log.exception("storing the outcome of request %s failed", self.id)
+            finally:
+                engine.active.pop(self.id, None)
 
 
 @dataclass(frozen=True)

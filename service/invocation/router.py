@@ -18,11 +18,11 @@ from starlette.responses import Response
 from service.auth import scopes
 from service.auth.deps import Session
 from service.auth.service import Principal
-from service.core.errors import DomainError, Forbidden, NotFound, ServiceUnavailable
+from service.core.errors import DomainError, Forbidden, ServiceUnavailable
 from service.core.http import inline_body_doc, parse_uuid, parse_uuids
 from service.invocation import answers
+from service.invocation.engine import Call, Detached, Finished
 from service.invocation.forward import POLL_HEADER, poll_seconds
-from service.invocation.records import Invocation
 from service.invocation.schemas import (
     ExecRequest,
     ExecResponse,
@@ -129,71 +129,40 @@ async def invoke(
             fid, vid = parse_uuids((function_id, "functionId"), (version_id, "functionVersionId"))
         poll = poll_seconds(request.headers.get(POLL_HEADER))
         body = await request.body()
+        headers: list[tuple[bytes, bytes]] = request.scope["headers"]
         if wrapped:
             body, exec_poll = parse_exec(body)
             poll = exec_poll or poll
-        try:
-            inv = await plane.accept(
-                principal,
-                fid,
-                vid,
+            headers = [(k, v) for k, v in headers if k.lower() != b"content-type"]
+            headers.append((b"content-type", b"application/json"))
+        answer = await plane.engine.invoke(
+            Call(
+                principal=principal,
+                function_id=fid,
+                version_id=vid,
                 method=request.method,
                 path=path,
-                raw_headers=request.scope["headers"],
+                headers=headers,
                 body=body,
                 request_id=request_id,
-                wrapped=wrapped,
+                poll_seconds=poll,
+                swap_ids=swap_ids,
             )
-        except NotFound:
-            if not swap_ids or vid is None:
-                raise
-            inv = await plane.accept(
-                principal,
-                vid,
-                fid,
-                method=request.method,
-                path=path,
-                raw_headers=request.scope["headers"],
-                body=body,
-                request_id=request_id,
-                wrapped=wrapped,
-            )
+        )
     except DomainError as err:
-        if wrapped:
-            return _wrapped_problem(request, request_id, err)
         return answers.problem(request, err, request_id)
-    return await respond(request, plane, inv, poll, wrapped=wrapped)
-
-
-async def respond(
-    request: Request, plane: InvocationPlane, inv: Invocation, poll: float, *, wrapped: bool
-) -> Response:
-    """The answer to an accepted request: the worker's, when it comes within `poll` seconds;
-    else 202 (the request is stored for polling)."""
-    request_id = inv.id
-    try:
-        handoff = await plane.first_answer(inv, poll)
-    except DomainError as err:
-        if wrapped:
-            return _wrapped_problem(request, request_id, err)
-        return answers.problem(request, err, request_id)
-    if handoff is None:
+    if isinstance(answer, Detached):
         if wrapped:
             return answers.exec_response(request, request_id, None, answers.PENDING)
         return answers.pending_response(request_id, answers.PENDING)
-    if handoff.outcome is not None:
+    if isinstance(answer, Finished):
         if wrapped:
-            return answers.exec_response(request, request_id, handoff.outcome)
-        return answers.outcome_response(request, request_id, handoff.outcome)
-    assert handoff.response is not None
+            return answers.exec_response(request, request_id, answer.outcome)
+        return answers.outcome_response(request, request_id, answer.outcome)
     if wrapped:
-        outcome = await plane.read_handoff(inv, handoff.response)
+        outcome = await answers.whole(answer, plane.engine.result_max)
         return answers.exec_response(request, request_id, outcome)
-    return answers.WorkerStream(plane, inv, handoff.response)
-
-
-def _wrapped_problem(request: Request, request_id: uuid.UUID, err: DomainError) -> Response:
-    return answers.problem(request, err, request_id)
+    return answers.WorkerStream(answer)
 
 
 async def poll_status(request: Request, requestId: str, *, wrapped: bool) -> Response:

@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth.service import Principal
 from service.backends.protocol import InstanceSpec
-from service.backends.worker import WorkerPort, header_lines
+from service.backends.worker import WorkerPort
 from service.charts.pipeline import DEFAULT_INFERENCE_PORT
 from service.clusters.catalog import Catalog
 from service.core.errors import BadRequest, Forbidden, NotFound
@@ -79,11 +79,6 @@ class InstanceRoute:
             ("NVCF-REGION", self.region),
         )
 
-    @cached_property
-    def nvcf_lines(self) -> bytes:
-        """`nvcf_headers` as header lines."""
-        return header_lines(self.nvcf_headers)
-
 
 @dataclass(frozen=True)
 class Target:
@@ -119,11 +114,6 @@ class Target:
             ("NVCF-FUNCTION-ID", self.fid),
             ("NVCF-FUNCTION-VERSION-ID", self.vid),
         )
-
-    @cached_property
-    def nvcf_lines(self) -> bytes:
-        """`nvcf_headers` as header lines."""
-        return header_lines(self.nvcf_headers)
 
     def instance_spec(self, instance: InstanceRoute) -> InstanceSpec:
         return InstanceSpec(

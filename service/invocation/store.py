@@ -25,7 +25,8 @@ class Outcome:
     status the invocation plane answers: 502 worker failure, 503 no instance, 504 timeout)."""
 
     status: int
-    headers: tuple[tuple[str, str], ...] = ()
+    #: the worker's headers the caller gets (forward.py: `caller_headers`)
+    headers: tuple[tuple[bytes, bytes], ...] = ()
     body: bytes = b""
     error: str | None = None
 
@@ -164,7 +165,9 @@ class RequestStore:
                     RequestState.FULFILLED if outcome.status < 400 else RequestState.ERRORED
                 ).value,
                 result_status=outcome.status,
-                result_headers=[list(h) for h in outcome.headers],
+                result_headers=[
+                    [k.decode("latin-1"), v.decode("latin-1")] for k, v in outcome.headers
+                ],
                 result_body=outcome.body,
             )
         async with self.sessionmaker() as session, session.begin():
@@ -249,7 +252,7 @@ def _outcome(req: InvocationRequest) -> Outcome | None:
     if req.error is not None:
         return Outcome.failure(req.error_status or 502, req.error)
     headers = tuple(
-        (str(h[0]), str(h[1]))
+        (str(h[0]).encode("latin-1"), str(h[1]).encode("latin-1"))
         for h in (req.result_headers or [])
         if isinstance(h, list) and len(h) == 2
     )

@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 
 from service.invocation.forward import (
+    caller_headers,
     header_text,
-    request_headers,
     request_target_safe,
-    response_headers,
-    response_lines,
+    worker_request_headers,
 )
 
 CALLER = [
@@ -38,24 +37,28 @@ WORKER = [
 ]
 
 
-def _text(raw: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
-    return [(k.decode(), v.decode()) for k, v in raw]
-
-
-def test_response_lines_are_the_response_headers_as_lines_with_the_first_length() -> None:
-    lines, length = response_lines(WORKER)
-    kept = "".join(f"{k.lower()}: {v}\r\n" for k, v in response_headers(_text(WORKER)))
-    assert length == b"12"
-    assert lines.decode() == kept + "content-length: 12\r\n"
-    assert response_lines([(b"Content-Type", b"text/event-stream")]) == (
-        b"content-type: text/event-stream\r\n",
+def test_the_caller_gets_the_workers_headers_without_hop_by_hop_ones_and_the_first_length() -> None:
+    headers, length = caller_headers(WORKER)
+    assert length == 12
+    assert headers == [(b"content-type", b"application/json"), (b"x-upstream", b"yes")]
+    assert caller_headers([(b"Content-Type", b"text/event-stream")]) == (
+        [(b"content-type", b"text/event-stream")],
         None,
     )
 
 
+def test_the_worker_gets_the_callers_headers_without_credentials_or_nvcf_ones() -> None:
+    forwarded = worker_request_headers(CALLER)
+    assert forwarded == [
+        ("content-type", "application/json"),
+        ("x-trace", "kept"),
+        ("accept", "*/*"),
+    ]
+
+
 def test_connection_names_strip_only_optional_white_space() -> None:
     caller = [(b"connection", b" x-hop\t, x-other\xa0"), (b"x-hop", b"1"), (b"x-other", b"2")]
-    forwarded = dict(request_headers(caller, ()))
+    forwarded = dict(worker_request_headers(caller))
     assert "x-hop" not in forwarded  # named (tab and spaces stripped): dropped
     assert forwarded["x-other"] == "2"  # "x-other\xa0" names another header
 
@@ -67,7 +70,7 @@ def test_underscore_spellings_of_dropped_headers_are_dropped() -> None:
         (b"content_length", b"9"),
         (b"x_custom_thing", b"kept"),
     ]
-    forwarded = request_headers(caller, [("nvcf-ncaid", "A")])
+    forwarded = worker_request_headers(caller, [("nvcf-ncaid", "A")])
     assert forwarded == [("x_custom_thing", "kept"), ("nvcf-ncaid", "A")]
 
 

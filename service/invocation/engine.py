@@ -1,0 +1,506 @@
+"""The invocation engine: every entry (the HTTP routes, gRPC, the LLM gateway) runs its
+requests through `Engine.invoke`, and knows nothing of how they run.
+
+A request goes through five steps:
+
+1. **admit** — the version resolved (routing.py, shared functions included), the entry's own
+   check, the function's rate limit counted, a claim on an instance taken in the version's
+   queue (dispatch.py); any refusal is a `DomainError` and changes nothing;
+2. **acquire** — the claim waits for an instance slot (at most the queue timeout);
+3. **send** — the request goes to the instance's worker; a refused connection is retried
+   once on another instance (never the same one);
+4. the worker's head arrives: the caller streams it (`Streamed`), or, when nobody waits any
+   more (the poll time passed: `Detached`), the whole answer is read and kept for polls;
+   a failure on the way is a `Finished` with the platform's status (502/503/504);
+5. **finish** — `Run.finish`: the slot released, metrics written, the outcome kept (for a
+   detached request) — once, whatever happened.
+
+Steps 2–4 run in a task of their own, so that a request outlives its caller's poll time;
+the entry waits for that task up to `Call.poll_seconds`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from service.auth.service import Principal
+from service.backends.protocol import AdapterError
+from service.backends.worker import (
+    WorkerEndpoint,
+    WorkerFailed,
+    WorkerResponse,
+    WorkerUnreachable,
+)
+from service.clusters.adapters import AdapterRegistry
+from service.core.db import utcnow
+from service.core.errors import BadRequest, NotFound, ServiceUnavailable, TooManyRequests
+from service.invocation.dispatch import Dispatcher, QueueTimeout, Ticket
+from service.invocation.forward import (
+    caller_headers,
+    header_text,
+    request_target_safe,
+    worker_request_headers,
+)
+from service.invocation.metrics import InvocationMetrics
+from service.invocation.models import RequestState
+from service.invocation.ratelimit import FunctionRateLimiter
+from service.invocation.records import Run
+from service.invocation.routing import InstanceRoute, RouteTable, Target
+from service.invocation.store import Outcome, RequestStore
+
+if TYPE_CHECKING:
+    from service.core.settings import Settings
+
+log = logging.getLogger("nvcf.invocation")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Call:
+    """What an entry asks the engine to run."""
+
+    principal: Principal
+    function_id: uuid.UUID
+    version_id: uuid.UUID | None
+    method: str
+    #: None: the version's inferenceUrl; otherwise forwarded as it is (printable ASCII only)
+    path: str | None
+    #: the caller's headers as received; hop-by-hop ones, Host, Content-Length,
+    #: Authorization and the NVCF-* headers the engine sets are not forwarded
+    headers: Sequence[tuple[bytes, bytes]]
+    body: bytes
+    request_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    #: how long the entry waits for the worker's answer before `Detached`; None: never detach
+    poll_seconds: float | None = None
+    #: two ids of a Host may be in either order (transparent mode)
+    swap_ids: bool = False
+    #: headers the entry adds to the worker's request
+    worker_headers: Sequence[tuple[str, str]] = ()
+    #: the entry's own admission check of the resolved version (raises a DomainError)
+    check: Callable[[Target], None] | None = None
+
+
+class Streamed:
+    """The worker answered: its status and head now, the body as it arrives. `close` must
+    be called (or `async with`): it releases the instance's slot."""
+
+    def __init__(self, run: Run, response: WorkerResponse) -> None:
+        self.run = run
+        self.request_id = run.id
+        self.status = response.status
+        self.headers, self.length = caller_headers(response.raw_headers)
+        if response.status in (204, 304):
+            self.length = 0  # no body follows, whatever the worker declared
+        self._response = response
+
+    @property
+    def target(self) -> Target:
+        return self.run.target
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives (`WorkerFailed` when the worker breaks off or takes longer
+        than the request's deadline)."""
+        whole = self._response.complete_body()
+        if whole is not None:  # already here: no deadline to watch
+            if whole:
+                yield whole
+            return
+        try:
+            async with asyncio.timeout_at(self.run.deadline):
+                async for chunk in self._response.iter_bytes():
+                    yield chunk
+        except TimeoutError:
+            raise WorkerFailed("the worker did not finish its answer in time") from None
+
+    async def close(self, error: str | None = None) -> None:
+        """The caller has the answer (`error`: why it stopped short)."""
+        if self.run.finished:
+            return
+        await self._response.aclose()
+        status = self.status
+        outcome = Outcome(status) if error is None else Outcome(status, error=error)
+        await self.run.finish(outcome)
+
+    async def __aenter__(self) -> Streamed:
+        return self
+
+    async def __aexit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        why = None if exc is None else f"{type(exc).__name__} while streaming the answer"
+        await self.close(why)
+
+
+class Opened(Generic[T]):
+    """An exchange an entry opened with the worker (`Engine.open`); `close` must be called:
+    it releases the instance's slot."""
+
+    def __init__(self, run: Run, value: T) -> None:
+        self.run = run
+        self.request_id = run.id
+        self.value = value
+
+    @property
+    def target(self) -> Target:
+        return self.run.target
+
+    @property
+    def instance(self) -> InstanceRoute | None:
+        return self.run.instance
+
+    async def close(self, status: int, error: str | None = None) -> None:
+        """The exchange ended with `status` (the entry's own, e.g. HTTP-like 200/502)."""
+        await self.run.finish(Outcome(status) if error is None else Outcome(status, error=error))
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """No stream: the whole answer, or why there is none (`outcome.error`)."""
+
+    request_id: uuid.UUID
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Detached:
+    """Not answered within the poll time: it keeps running; the caller polls."""
+
+    request_id: uuid.UUID
+
+
+Answer = Streamed | Finished | Detached
+#: `Engine.open`'s way of opening an exchange with a worker
+Opener = Callable[[WorkerEndpoint, list[tuple[str, str]]], Awaitable[T]]
+
+
+class Engine:
+    """Runs invocations (see the module docstring); `active` holds the requests running in
+    this replica (polls read it)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        routes: RouteTable,
+        limiter: FunctionRateLimiter,
+        dispatcher: Dispatcher,
+        store: RequestStore,
+        adapters: AdapterRegistry,
+        metrics: InvocationMetrics,
+        owner: str,
+    ) -> None:
+        self.routes = routes
+        self.limiter = limiter
+        self.dispatcher = dispatcher
+        self.store = store
+        self.adapters = adapters
+        self.metrics = metrics
+        self.owner = owner
+        self.queue_timeout = settings.invoke_queue_timeout_seconds
+        self.worker_timeout = settings.invoke_worker_timeout_seconds
+        self.result_max = settings.invoke_result_max_bytes
+        self._max_size = ("NVCF-MAX-RESPONSE-SIZE-BYTES", str(self.result_max))
+        self.active: dict[uuid.UUID, Run] = {}
+        self.stopping = False
+
+    # ------------------------------------------------------------------ the entry's call
+
+    async def invoke(self, call: Call) -> Answer:
+        """Run one request: its answer when the worker answers within `call.poll_seconds`,
+        else `Detached`. Raises the `DomainError` that refuses it at admission."""
+        run = await self.admit(call)
+        task = asyncio.get_running_loop().create_task(self._run(run))
+        run.task = task
+        poll = call.poll_seconds
+        try:
+            if not task.done():
+                await _done_or_timeout(task, math.inf if poll is None else poll)
+        except asyncio.CancelledError:
+            run.abandoned = True  # nobody will take the answer: it is closed when it comes
+            task.add_done_callback(_close_abandoned)
+            raise
+        if task.done():
+            return task.result()
+        run.detached = True
+        await self._store_pending(run)
+        return Detached(run.id)
+
+    async def open(self, call: Call, opener: Opener[T]) -> Opened[T] | Finished:
+        """Admit, acquire and open the entry's own exchange with the worker (gRPC: a call on
+        a channel to the instance), for an entry that never detaches. `opener(endpoint,
+        headers)` gets the instance's endpoint and the NVCF-* headers and raises
+        `WorkerUnreachable` when nothing reached the worker (tried once more elsewhere).
+        Failures after admission are `Finished`; `Opened.close` releases the slot."""
+        run = await self.admit(call)
+
+        async def send(run: Run, instance: InstanceRoute) -> T:
+            endpoint = await self.endpoint_of(run.target, instance)
+            return await opener(endpoint, self.worker_headers(run, instance))
+
+        try:
+            try:
+                async with asyncio.timeout_at(run.deadline):
+                    value = await self._exchange(run, send)
+            except TimeoutError:
+                failure = Outcome.failure(
+                    504, f"the worker did not answer within {self.worker_timeout:g} s"
+                )
+            except WorkerFailed as exc:
+                failure = Outcome.failure(502, f"the worker failed: {exc.reason}")
+            except _Failed as exc:
+                failure = exc.outcome
+            else:
+                return Opened(run, value)
+        except BaseException:
+            await asyncio.shield(run.finish(Outcome.failure(499, "the caller went away")))
+            raise
+        await run.finish(failure)
+        return Finished(run.id, failure)
+
+    # ------------------------------------------------------------------ 1. admit
+
+    async def admit(self, call: Call) -> Run:
+        if self.stopping:
+            raise ServiceUnavailable(detail="this replica is shutting down; retry")
+        if call.path is not None and not request_target_safe(call.path):
+            raise BadRequest(
+                detail="the path cannot be forwarded to the function: it must be sent "
+                "percent-encoded, with no control characters, spaces or non-ASCII bytes"
+            )
+        target = await self._resolve(call)
+        if call.check is not None:
+            call.check(target)
+        principal = call.principal
+        if target.rate is not None:
+            try:
+                await self.limiter.check(
+                    target.rate,
+                    account=principal.account_id,
+                    subject=principal.subject,
+                    version_id=target.vid,
+                )
+            except TooManyRequests:
+                self.metrics.outcome(target.fid, target.vid, "rate_limited")
+                raise
+        now = asyncio.get_running_loop().time()
+        run = Run(
+            engine=self,
+            id=call.request_id,
+            target=target,
+            principal=principal,
+            method=call.method,
+            path=call.path if call.path is not None else target.inference_path,
+            headers=worker_request_headers(call.headers, call.worker_headers),
+            body=call.body,
+            created_at=utcnow(),
+            accepted=now,
+            deadline=now + self.worker_timeout,
+        )
+        try:
+            run.ticket = await self.dispatcher.enqueue(run.id, target)
+        except TooManyRequests:
+            self.metrics.outcome(target.fid, target.vid, "queue_full")
+            raise
+        self.active[run.id] = run
+        return run
+
+    async def _resolve(self, call: Call) -> Target:
+        fid, vid = call.function_id, call.version_id
+        try:
+            return await self.routes.resolve(call.principal, fid, vid)
+        except NotFound:
+            if not call.swap_ids or vid is None:
+                raise
+            return await self.routes.resolve(call.principal, vid, fid)
+
+    # ------------------------------------------------------------------ 2–4. the task
+
+    async def _run(self, run: Run) -> Streamed | Finished:
+        try:
+            try:
+                async with asyncio.timeout_at(run.deadline):
+                    response = await self._exchange(run, self._send)
+            except TimeoutError:
+                failure = Outcome.failure(
+                    504, f"the worker did not answer within {self.worker_timeout:g} s"
+                )
+            except WorkerFailed as exc:
+                failure = Outcome.failure(502, f"the worker failed: {exc.reason}")
+            except _Failed as exc:
+                failure = exc.outcome
+            else:
+                if not run.detached:
+                    return Streamed(run, response)
+                return Finished(run.id, await self._whole(run, response))
+        except asyncio.CancelledError:
+            await run.finish(
+                Outcome.failure(503, f"the replica {self.owner} running the request shut down")
+            )
+            raise
+        except Exception as exc:  # never leave a request without an outcome
+            log.exception("invocation %s failed", run.id)
+            failure = Outcome.failure(502, f"the request failed: {type(exc).__name__}")
+        await run.finish(failure)
+        return Finished(run.id, failure)
+
+    async def _exchange(self, run: Run, send: Callable[[Run, InstanceRoute], Awaitable[T]]) -> T:
+        """Acquire an instance and `send`; once more on another when the first refused
+        (`send` raised `WorkerUnreachable`)."""
+        target = run.target
+        ticket = run.ticket
+        assert ticket is not None
+        while True:
+            remaining = max(0.0, run.deadline - asyncio.get_running_loop().time())
+            try:
+                instance = await ticket.wait(min(self.queue_timeout, remaining))
+            except QueueTimeout:
+                raise _Failed(
+                    503,
+                    f"no instance of function version {target.version_id} took the request "
+                    f"within {self.queue_timeout:g} s",
+                ) from None
+            run.instance = instance
+            await run.set_state(RequestState.RUNNING)
+            try:
+                return await send(run, instance)
+            except WorkerUnreachable as exc:
+                run.reasons.append(f"instance {instance.id}: {exc.reason}")
+                run.tried.append(instance.id)
+                await run.release()
+            target, ticket = await self._retry(run, target)
+
+    async def _send(self, run: Run, instance: InstanceRoute) -> WorkerResponse:
+        endpoint = await self.endpoint_of(run.target, instance)
+        return await endpoint.send(
+            run.method, run.path, self.worker_headers(run, instance), run.body
+        )
+
+    def worker_headers(self, run: Run, instance: InstanceRoute) -> list[tuple[str, str]]:
+        """The worker request's headers: the caller's (filtered) and the NVCF-* ones."""
+        return [
+            *run.headers,
+            ("NVCF-REQID", run.rid),
+            ("NVCF-SUB", header_text(run.principal.subject)),
+            self._max_size,
+            *run.target.nvcf_headers,
+            *instance.nvcf_headers,
+        ]
+
+    async def endpoint_of(self, target: Target, instance: InstanceRoute) -> WorkerEndpoint:
+        """Where the instance's worker answers (`WorkerUnreachable` when nobody can say)."""
+        adapter = self.adapters.get(instance.cluster)
+        if adapter is None:
+            raise WorkerUnreachable(
+                self.adapters.unavailable_reason(instance.cluster) or "no adapter"
+            )
+        try:
+            return await adapter.endpoint(target.instance_spec(instance), target.port)
+        except AdapterError as exc:
+            raise WorkerUnreachable(exc.message) from exc
+
+    async def _retry(self, run: Run, target: Target) -> tuple[Target, Ticket]:
+        """After an instance refused the connection: the target and the claim to try again
+        with — at the head of the queue, never on an instance that refused — or `_Failed`
+        when there is nobody else to try."""
+        fresh = await self.routes.refresh(run.principal, target)
+        others = [i for i in (fresh or target).instances if i.id not in run.tried]
+        # scaled to zero meanwhile: wait in the queue for the next instance
+        cold = fresh is not None and not fresh.instances and len(run.tried) == 1
+        if not cold and (len(run.tried) > 1 or not others):
+            raise _Failed(502, "the worker could not be reached: " + "; ".join(run.reasons))
+        target = fresh or target
+        run.ticket = await self.dispatcher.enqueue(run.id, target, exclude=run.tried, front=True)
+        return target, run.ticket
+
+    async def _whole(self, run: Run, response: WorkerResponse) -> Outcome:
+        """The whole answer of a detached request, bounded by the result size; finished."""
+        try:
+            body = await response.read(self.result_max)
+            headers, _ = caller_headers(response.raw_headers)
+            outcome = Outcome(response.status, tuple(headers), body)
+        except WorkerFailed as exc:
+            outcome = Outcome.failure(502, f"the worker failed: {exc.reason}")
+        except TimeoutError:
+            outcome = Outcome.failure(
+                504, f"the worker did not answer within {self.worker_timeout:g} s"
+            )
+        finally:
+            await response.aclose()
+        await run.finish(outcome)
+        return outcome
+
+    # ------------------------------------------------------------------ detached requests
+
+    async def _store_pending(self, run: Run) -> None:
+        """Store a detached request as pending, for polling (`ServiceUnavailable` when the
+        database refuses: the request keeps running, nobody can poll it)."""
+        try:
+            await self.store.save_pending(
+                run.id,
+                account_id=run.principal.account_id,
+                function_id=run.target.function_id,
+                version_id=run.target.version_id,
+                state=run.state,
+                created_at=run.created_at,
+            )
+            run.store_ok = True
+        except Exception as exc:
+            log.exception("storing pending request %s failed", run.id)
+            raise ServiceUnavailable(
+                detail="the request is running but its state could not be stored for polling "
+                f"({type(exc).__name__}); retry"
+            ) from exc
+        finally:
+            run.stored.set()
+
+    async def stop(self) -> None:
+        """Requests still running here end errored (their callers may poll that)."""
+        self.stopping = True
+        running = [run.task for run in self.active.values() if run.task is not None]
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+        reason = f"the replica {self.owner} running the request shut down"
+        for run in list(self.active.values()):  # a task cancelled before it began
+            await run.finish(Outcome.failure(503, reason))
+
+
+class _Failed(Exception):
+    """The request ends without a worker's answer: `outcome` says why."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.outcome = Outcome.failure(status, reason)
+
+
+def _close_abandoned(task: asyncio.Task[Streamed | Finished]) -> None:
+    """The entry went away while waiting: an answer that came all the same is closed."""
+    if task.cancelled() or task.exception() is not None:
+        return
+    answer = task.result()
+    if isinstance(answer, Streamed):
+        asyncio.get_running_loop().create_task(answer.close("the caller went away"))
+
+
+async def _done_or_timeout(future: asyncio.Future[Streamed | Finished], seconds: float) -> None:
+    """Wait until `future` is done or `seconds` have passed (`asyncio.wait` of one future
+    without its sets: every request waits like this for its answer)."""
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    timer = loop.call_later(seconds, wake) if seconds != math.inf else None
+    future.add_done_callback(wake)
+    try:
+        await waiter
+    finally:
+        if timer is not None:
+            timer.cancel()
+        future.remove_done_callback(wake)

@@ -262,6 +262,7 @@ def create_app(
                 app.state.catalog,
                 invocation_metrics,
                 owner,
+                assets=assets,
             )
             await plane.start()
             app.state.invocation = plane
@@ -325,6 +326,7 @@ def create_app(
                 app.state.catalog,
                 invocation_metrics,
                 owner,
+                assets=assets,
             )
             await plane.start()
             app.state.invocation = plane

@@ -27,6 +27,7 @@ from service.core.problem import PROBLEM, problem_body
 from service.invocation.store import Outcome
 
 if TYPE_CHECKING:
+    from service.assets.files import Progress
     from service.invocation.engine import Streamed
 
 FULFILLED = "fulfilled"
@@ -84,6 +85,16 @@ def problem(request: Request, err: DomainError, request_id: uuid.UUID | str) -> 
     return response
 
 
+def large_result_url(outcome: Outcome | None) -> str | None:
+    """The signed URL of a large result (the engine's 302 outcome), else None."""
+    if outcome is None or outcome.status != 302 or outcome.error is not None:
+        return None
+    for name, value in outcome.headers:
+        if name == b"location":
+            return value.decode("latin-1")
+    return None
+
+
 def failure_error(outcome: Outcome) -> DomainError:
     """The problem of a request the invocation plane could not complete."""
     reason = outcome.error or "the request failed"
@@ -108,10 +119,19 @@ def outcome_response(request: Request, request_id: uuid.UUID, outcome: Outcome) 
     return response
 
 
-def pending_response(request_id: uuid.UUID, word: str) -> Response:
-    body = json.dumps({"reqId": str(request_id), "status": word}).encode()
+def pending_response(
+    request_id: uuid.UUID, word: str, progress: Progress | None = None
+) -> Response:
+    """A 202; with the worker's progress report, as NVCF's worker utilities answer it: its
+    partial output as the body and `NVCF-PERCENT-COMPLETE`."""
+    if progress is None:
+        body = json.dumps({"reqId": str(request_id), "status": word}).encode()
+    else:
+        body = progress.partial
     response = Response(body, status_code=202, media_type="application/json")
     response.raw_headers += nvcf_headers(request_id, word)
+    if progress is not None:
+        response.raw_headers.append((b"nvcf-percent-complete", str(progress.percent).encode()))
     return response
 
 
@@ -125,13 +145,25 @@ def _worker_json(body: bytes) -> Any:
 
 
 def exec_response(
-    request: Request, request_id: uuid.UUID, outcome: Outcome | None, word: str = PENDING
+    request: Request,
+    request_id: uuid.UUID,
+    outcome: Outcome | None,
+    word: str = PENDING,
+    progress: Progress | None = None,
 ) -> Response:
-    """The wrapped (`exec`) answer: `{reqId, status, percentComplete?, errorCode?, response?}`
-    with the worker's status as the HTTP status (202 while pending)."""
+    """The wrapped (`exec`) answer: `{reqId, status, percentComplete?, errorCode?, response?,
+    responseReference?}` with the worker's status as the HTTP status (202 while pending; 200
+    with `responseReference`, the signed URL, for a large result)."""
     content: dict[str, Any] = {"reqId": str(request_id)}
+    location = large_result_url(outcome)
     if outcome is None:
         status, content["status"] = 202, word
+        if progress is not None:
+            content["percentComplete"] = progress.percent
+            content["response"] = _worker_json(progress.partial)
+    elif location is not None:
+        status = 200
+        content.update(status=FULFILLED, percentComplete=100, responseReference=location)
     elif outcome.error is not None:
         err = failure_error(outcome)
         path = getattr(request.state, "original_path", None) or request.url.path

@@ -29,6 +29,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from service.assets.files import REFERENCES_HEADER, RequestFiles, TooManyOutputs
+from service.assets.results import ResultTooLarge, store_result
 from service.auth.service import Principal
 from service.backends.protocol import AdapterError
 from service.backends.worker import (
@@ -39,7 +41,13 @@ from service.backends.worker import (
 )
 from service.clusters.adapters import AdapterRegistry
 from service.core.db import utcnow
-from service.core.errors import BadRequest, NotFound, ServiceUnavailable, TooManyRequests
+from service.core.errors import (
+    BadRequest,
+    DomainError,
+    NotFound,
+    ServiceUnavailable,
+    TooManyRequests,
+)
 from service.invocation.dispatch import Dispatcher, QueueTimeout, Ticket
 from service.invocation.forward import (
     caller_headers,
@@ -55,6 +63,8 @@ from service.invocation.routing import InstanceRoute, RouteTable, Target
 from service.invocation.store import Outcome, RequestStore
 
 if TYPE_CHECKING:
+    from service.assets.models import Asset
+    from service.assets.service import Assets
     from service.core.settings import Settings
 
 log = logging.getLogger("nvcf.invocation")
@@ -84,6 +94,13 @@ class Call:
     worker_headers: Sequence[tuple[str, str]] = ()
     #: the entry's own admission check of the resolved version (raises a DomainError)
     check: Callable[[Target], None] | None = None
+    #: input assets (NVCF-INPUT-ASSET-REFERENCES): resolved at admission (400 naming every
+    #: bad one), fetched into the request's NVCF-ASSET-DIR before it reaches the worker
+    asset_ids: Sequence[uuid.UUID] = ()
+    #: what the refusal of a bad reference names (the header, or exec's field)
+    asset_field: str = REFERENCES_HEADER
+    #: the caller's base URL: where the local store's signed URL of a large result points
+    base_url: str = ""
 
 
 class Streamed:
@@ -191,8 +208,12 @@ class Engine:
         adapters: AdapterRegistry,
         metrics: InvocationMetrics,
         owner: str,
+        assets: Assets | None = None,
     ) -> None:
         self.routes = routes
+        #: assets, per-request directories and large results (service/assets/); None: none
+        self.assets = assets
+        self.files_root = settings.asset_files_root
         self.limiter = limiter
         self.dispatcher = dispatcher
         self.store = store
@@ -274,6 +295,7 @@ class Engine:
         if call.check is not None:
             call.check(target)
         principal = call.principal
+        assets = await self._input_assets(call) if call.asset_ids else []
         if target.rate is not None:
             try:
                 await self.limiter.check(
@@ -298,6 +320,8 @@ class Engine:
             created_at=utcnow(),
             accepted=now,
             deadline=now + self.worker_timeout,
+            assets=assets,
+            base_url=call.base_url,
         )
         try:
             run.ticket = await self.dispatcher.enqueue(run.id, target)
@@ -306,6 +330,16 @@ class Engine:
             raise
         self.active[run.id] = run
         return run
+
+    async def _input_assets(self, call: Call) -> list[Asset]:
+        """The referenced assets, each the caller's, unexpired and uploaded (400 naming every
+        one that is not)."""
+        if self.assets is None:
+            raise ServiceUnavailable(detail="assets are not served by this process")
+        async with self.store.sessionmaker() as session, session.begin():
+            return await self.assets.resolve(
+                session, call.principal.account_id, call.asset_ids, call.asset_field
+            )
 
     async def _resolve(self, call: Call) -> Target:
         fid, vid = call.function_id, call.version_id
@@ -323,6 +357,7 @@ class Engine:
             try:
                 async with asyncio.timeout_at(run.deadline):
                     response = await self._exchange(run, self._send)
+                    large = await self._large(run, response) if run.files is not None else None
             except TimeoutError:
                 failure = Outcome.failure(
                     504, f"the worker did not answer within {self.worker_timeout:g} s"
@@ -332,6 +367,9 @@ class Engine:
             except _Failed as exc:
                 failure = exc.outcome
             else:
+                if large is not None:
+                    await run.finish(large)
+                    return Finished(run.id, large)
                 if not run.detached:
                     return Streamed(run, response)
                 return Finished(run.id, await self._whole(run, response))
@@ -374,9 +412,81 @@ class Engine:
 
     async def _send(self, run: Run, instance: InstanceRoute) -> WorkerResponse:
         endpoint = await self.endpoint_of(run.target, instance)
+        if run.files is None:
+            await self._prepare_files(run, instance)
         return await endpoint.send(
             run.method, run.path, self.worker_headers(run, instance), run.body
         )
+
+    async def _prepare_files(self, run: Run, instance: InstanceRoute) -> None:
+        """The request's asset and output directories, for a worker on this machine (a
+        simulated cluster's); a worker elsewhere gets none (docs/assets.md)."""
+        adapter = self.adapters.get(instance.cluster)
+        local = adapter is not None and getattr(adapter, "files_on_this_machine", False)
+        if self.assets is None or not local:
+            if run.assets:
+                raise _Failed(
+                    503,
+                    f"input assets cannot be handed to workers of cluster {instance.cluster} "
+                    "yet (only to workers on the server's machine)",
+                )
+            return
+        try:
+            run.files = await RequestFiles.prepare(
+                self.assets.store, self.files_root, run.id, run.assets
+            )
+        except DomainError as exc:
+            raise _Failed(503, exc.detail or exc.title) from None
+
+    async def _large(self, run: Run, response: WorkerResponse) -> Outcome | None:
+        """A large result (NVCF's rule): an answer body over NVCF-MAX-RESPONSE-SIZE-BYTES,
+        or any file the worker wrote into NVCF-LARGE-OUTPUT-DIR, is kept in the object
+        store and answered with a 302 to its signed URL; None when the answer is not large
+        (errors never are). An answer of unknown length to a waiting caller is streamed as
+        it comes (event streams); to a detached one it is read up to the limit first."""
+        assets, files = self.assets, run.files
+        assert assets is not None and files is not None
+        if response.status >= 400:
+            return None
+        settings = assets.settings
+        try:
+            outputs = await files.outputs(
+                settings.asset_result_max_files, settings.asset_result_max_bytes
+            )
+        except TooManyOutputs as exc:
+            await response.aclose()
+            raise _Failed(502, f"the worker's large result was refused: {exc}") from None
+        headers, length = caller_headers(response.raw_headers)
+        chunks = response.iter_bytes()
+        prefix = b""
+        if not outputs and (length is None or length <= self.result_max):
+            if length is not None or not run.detached:
+                return None
+            parts: list[bytes] = []
+            size = 0
+            async for chunk in chunks:
+                parts.append(chunk)
+                size += len(chunk)
+                if size > self.result_max:
+                    break
+            prefix = b"".join(parts)
+            if size <= self.result_max:
+                await response.aclose()
+                return Outcome(response.status, tuple(headers), prefix)
+
+        async def body() -> AsyncIterator[bytes]:
+            if prefix:
+                yield prefix
+            async for chunk in chunks:
+                yield chunk
+
+        try:
+            url = await store_result(assets, run.id, body(), files, run.base_url)
+        except ResultTooLarge as exc:
+            raise _Failed(502, f"the worker's large result was refused: {exc}") from None
+        finally:
+            await response.aclose()
+        return Outcome(302, ((b"location", url.encode("latin-1")),))
 
     def worker_headers(self, run: Run, instance: InstanceRoute) -> list[tuple[str, str]]:
         """The worker request's headers: the caller's (filtered) and the NVCF-* ones."""
@@ -387,6 +497,7 @@ class Engine:
             self._max_size,
             *run.target.nvcf_headers,
             *instance.nvcf_headers,
+            *(run.files.worker_headers() if run.files is not None else ()),
         ]
 
     async def endpoint_of(self, target: Target, instance: InstanceRoute) -> WorkerEndpoint:

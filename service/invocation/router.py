@@ -15,6 +15,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
+from service.assets.files import REFERENCES_HEADER
+from service.assets.service import parse_references
 from service.auth import scopes
 from service.auth.deps import Session
 from service.auth.service import Principal
@@ -130,11 +132,17 @@ async def invoke(
         poll = poll_seconds(request.headers.get(POLL_HEADER))
         body = await request.body()
         headers: list[tuple[bytes, bytes]] = request.scope["headers"]
+        references = request.headers.getlist(REFERENCES_HEADER)
+        field = REFERENCES_HEADER
         if wrapped:
-            body, exec_poll = parse_exec(body)
+            body, exec_poll, exec_references = parse_exec(body)
             poll = exec_poll or poll
+            if exec_references:
+                references, field = exec_references, "requestHeader.inputAssetReferences"
             headers = [(k, v) for k, v in headers if k.lower() != b"content-type"]
             headers.append((b"content-type", b"application/json"))
+        limit = app_state(request).settings.asset_max_references
+        asset_ids = parse_references(references, field, limit) if references else []
         answer = await plane.engine.invoke(
             Call(
                 principal=principal,
@@ -147,6 +155,9 @@ async def invoke(
                 request_id=request_id,
                 poll_seconds=poll,
                 swap_ids=swap_ids,
+                asset_ids=asset_ids,
+                asset_field=field,
+                base_url=str(request.base_url),
             )
         )
     except DomainError as err:
@@ -178,9 +189,11 @@ async def poll_status(request: Request, requestId: str, *, wrapped: bool) -> Res
     except DomainError as err:
         return answers.problem(request, err, rid)
     if wrapped:
-        return answers.exec_response(request, rid, answer.outcome, answers.IN_PROGRESS)
+        return answers.exec_response(
+            request, rid, answer.outcome, answers.IN_PROGRESS, answer.progress
+        )
     if answer.outcome is None:
-        return answers.pending_response(rid, answers.IN_PROGRESS)
+        return answers.pending_response(rid, answers.IN_PROGRESS, answer.progress)
     return answers.outcome_response(request, rid, answer.outcome)
 
 

@@ -457,30 +457,30 @@ class Engine:
             await response.aclose()
             raise _Failed(502, f"the worker's large result was refused: {exc}") from None
         headers, length = caller_headers(response.raw_headers)
-        chunks = response.iter_bytes()
         prefix = b""
-        if not outputs and (length is None or length <= self.result_max):
-            if length is not None or not run.detached:
-                return None
-            parts: list[bytes] = []
-            size = 0
-            async for chunk in chunks:
-                parts.append(chunk)
-                size += len(chunk)
-                if size > self.result_max:
-                    break
-            prefix = b"".join(parts)
-            if size <= self.result_max:
-                await response.aclose()
-                return Outcome(response.status, tuple(headers), prefix)
-
-        async def body() -> AsyncIterator[bytes]:
-            if prefix:
-                yield prefix
-            async for chunk in chunks:
-                yield chunk
-
+        small = length is not None and length <= self.result_max
+        if not outputs and (small or (length is None and not run.detached)):
+            return None  # not large; a stream of unknown length flows to its waiting caller
         try:
+            chunks = response.iter_bytes()
+            if not outputs and length is None:
+                parts: list[bytes] = []
+                size = 0
+                async for chunk in chunks:
+                    parts.append(chunk)
+                    size += len(chunk)
+                    if size > self.result_max:
+                        break
+                prefix = b"".join(parts)
+                if size <= self.result_max:
+                    return Outcome(response.status, tuple(headers), prefix)
+
+            async def body() -> AsyncIterator[bytes]:
+                if prefix:
+                    yield prefix
+                async for chunk in chunks:
+                    yield chunk
+
             url = await store_result(assets, run.id, body(), files, run.base_url)
         except ResultTooLarge as exc:
             raise _Failed(502, f"the worker's large result was refused: {exc}") from None

@@ -219,7 +219,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._clock.disarm()
-        self._in_head, self._head_bytes = True, 0
+        # the read being fed ends a body: its bytes are not head bytes of the next request
+        self._in_head, self._head_bytes, self._began = True, 0, True
         super().on_message_complete()
         cycle = self.cycle
         if (

@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from service.client_cli import charts, config, deployments, functions, invoke, logs, revisions
+from service.client_cli import (
+    assets,
+    charts,
+    config,
+    deployments,
+    functions,
+    invoke,
+    logs,
+    revisions,
+)
 from service.client_cli.api import Api, ApiError, Unreachable
 from service.client_cli.common import OutputOpt, fail
 from service.client_cli.output import EXIT_CODES, Code, Output, Ui
@@ -24,6 +33,7 @@ app = typer.Typer(
 )
 app.add_typer(functions.app, name="function")
 app.add_typer(charts.app, name="chart")
+app.add_typer(assets.app, name="asset")
 deployments.register(app)
 revisions.register(app)
 invoke.register(app)

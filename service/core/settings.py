@@ -186,6 +186,12 @@ class Settings(BaseSettings):
         description="Largest asset, in bytes: `local` storage refuses a larger upload (413); "
         "with `s3` a larger object is refused and deleted when it is first referenced.",
     )
+    asset_upload_timeout_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="`local` storage: seconds an upload's body may take to arrive (instead of "
+        "`NVCF_HTTP_BODY_TIMEOUT`, which bounds every other request body).",
+    )
     asset_max_references: int = Field(
         default=32,
         ge=1,

@@ -263,3 +263,38 @@ async def test_a_worker_cannot_hand_out_files_outside_its_directory(
     # the link is not an output: a plain answer, nothing stored
     assert resp.status_code == 200
     assert resp.json() == {}
+
+
+async def test_a_worker_elsewhere_gets_no_directories_and_no_assets(
+    client_factory: ClientFactory, tmp_path: Path, worker: FileWorker
+) -> None:
+    """A cluster whose workers do not run on the server's machine (Kubernetes, until the
+    worker-utils sidecar exists): a request with assets ends 503 naming the cluster; one
+    without gets no directory headers."""
+    client, fn = await app(client_factory, tmp_path, worker)
+    adapter = client.app.state.adapters.get("inv-0")
+    adapter.files_on_this_machine = False  # as a Kubernetes cluster's adapter says
+    asset = await uploaded(client)
+    refused = await client.post(
+        pexec_url(fn), json={}, headers={"NVCF-INPUT-ASSET-REFERENCES": asset}
+    )
+    assert "inv-0" in str(assert_problem(refused, 503)["detail"])
+    plain = (await client.post(pexec_url(fn), json={})).json()
+    assert "nvcf-asset-dir" not in plain["headers"]
+    assert "nvcf-large-output-dir" not in plain["headers"]
+
+
+async def test_a_large_result_over_its_bound_ends_errored(
+    client_factory: ClientFactory, tmp_path: Path, worker: FileWorker
+) -> None:
+    client, fn = await app(client_factory, tmp_path, worker, asset_result_max_bytes=1000)
+    outputs = await client.post(pexec_url(fn), json={}, headers={"X-Worker-Mode": "output:5000"})
+    assert "NVCF_ASSET_RESULT_MAX_BYTES" in str(assert_problem(outputs, 502)["detail"])
+    assert outputs.headers["nvcf-status"] == "errored"
+    body = await client.post(
+        pexec_url(fn), json={}, headers={"X-Worker-Mode": f"body:{6 * 1024 * 1024}"}
+    )
+    assert "NVCF_ASSET_RESULT_MAX_BYTES" in str(assert_problem(body, 502)["detail"])
+    # nothing is left behind in the spool
+    spool = client.app.state.settings.asset_files_root / "results"
+    assert list(spool.iterdir()) == []

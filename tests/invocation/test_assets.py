@@ -298,3 +298,42 @@ async def test_a_large_result_over_its_bound_ends_errored(
     # nothing is left behind in the spool
     spool = client.app.state.settings.asset_files_root / "results"
     assert list(spool.iterdir()) == []
+
+
+async def test_the_built_in_simulated_worker_uses_its_directories(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """The embedded default with no worker of the test's: the simulated worker reports its
+    assets, writes a large output and reports progress."""
+    client = await invocation_app(client_factory, tmp_path)
+    fn = await deployed(client)
+    data = pattern(3 * MiB)
+    asset = await uploaded(client, data)
+    echo = (
+        await client.post(pexec_url(fn), json={}, headers={"NVCF-INPUT-ASSET-REFERENCES": asset})
+    ).json()
+    assert echo["assets"] == {
+        asset: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    }
+    large = await client.post(pexec_url(fn), json={}, headers={"X-Sim-Output-Bytes": "100000"})
+    assert large.status_code == 302
+    async with anonymous(client) as anon:
+        got = await anon.get(large.headers["location"])
+    assert len(zipfile.ZipFile(io.BytesIO(got.content)).read("output.bin")) == 100000
+    slow = await client.post(
+        pexec_url(fn),
+        json={},
+        headers={"X-Sim-Progress": "0,50,100", "X-Sim-Delay-Ms": "6000", "NVCF-POLL-SECONDS": "1"},
+    )
+    assert slow.status_code == 202
+    status = f"{V}/pexec/status/{slow.headers['nvcf-reqid']}"
+    seen: set[str] = set()
+
+    async def finished() -> bool:
+        poll = await client.get(status, headers={"NVCF-POLL-SECONDS": "1"})
+        if poll.status_code == 202 and "nvcf-percent-complete" in poll.headers:
+            seen.add(poll.headers["nvcf-percent-complete"])
+        return poll.status_code == 200
+
+    await eventually(finished)
+    assert seen and seen <= {"0", "50", "100"}

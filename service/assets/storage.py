@@ -229,7 +229,9 @@ class S3Store:
                 aws_secret_access_key=secret.get_secret_value() if secret else None,
                 config=Config(
                     signature_version="s3v4",
-                    s3={"addressing_style": "path"},
+                    # an S3-compatible store at an endpoint: bucket in the path (MinIO and the
+                    # like have no per-bucket host names); AWS itself: its own choice
+                    s3={"addressing_style": "path" if settings.asset_s3_endpoint_url else "auto"},
                     retries={"max_attempts": 3, "mode": "standard"},
                 ),
             )

@@ -7,7 +7,7 @@ the local store's signed URLs (`/storage/...`, no API key: the signature is the 
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.responses import FileResponse
@@ -24,16 +24,18 @@ from service.assets.service import Assets, describe, validate_create
 from service.assets.signing import STORAGE_PREFIX, Grant
 from service.assets.storage import KEY_RE, LocalStore
 from service.auth import scopes
-from service.auth.deps import Session, require
+from service.auth.deps import Session, idempotency, require
 from service.auth.service import Principal
 from service.core.errors import Forbidden, NotFound
 from service.core.http import inline_body_doc, parse_uuid, read_json
+from service.core.idempotency import Recorder
 from service.state import app_state
 
 router = APIRouter(tags=["assets"])
 storage_router = APIRouter(include_in_schema=False)
 
 Invoker = Annotated[Principal, Depends(require(scopes.INVOKE_FUNCTION))]
+Idem = Annotated[Recorder, Depends(idempotency, scope="function")]
 _ID = "assetId"
 
 
@@ -55,16 +57,18 @@ def _base(request: Request) -> str:
     summary="Create an asset: its id and a pre-signed URL to upload its file to",
 )
 async def create_asset(
-    request: Request, session: Session, principal: Invoker
-) -> CreateAssetResponse:
+    request: Request, session: Session, principal: Invoker, idem: Idem
+) -> dict[str, Any]:
     spec = validate_create(await read_json(request))
     made = await _assets(request).create(session, principal.account_id, spec, _base(request))
-    return CreateAssetResponse(
+    answer = CreateAssetResponse(
         asset_id=made.asset.id,
         upload_url=made.upload_url,
         content_type=made.asset.content_type,
         description=made.asset.description,
     )
+    # a retried create (same Idempotency-Key) gets the same asset and upload URL
+    return idem.record(answer.model_dump(mode="json", by_alias=True))
 
 
 @router.get("/assets", response_model=ListAssetsResponse, summary="List the account's assets")

@@ -234,3 +234,14 @@ async def test_sha_of_a_large_upload(client: AppClient) -> None:
     async with anonymous(client) as anon:
         got = (await anon.get(url)).content
     assert hashlib.sha256(got).digest() == hashlib.sha256(data).digest()
+
+
+async def test_a_retried_create_is_one_asset(client: AppClient) -> None:
+    key = {"Idempotency-Key": "create-asset-once"}
+    body = {"contentType": "image/png", "description": "once"}
+    first = await client.post(A, json=body, headers=key)
+    again = await client.post(A, json=body, headers=key)
+    assert first.status_code == again.status_code == 200
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert again.json() == first.json()
+    assert len((await client.get(A)).json()["assets"]) == 1

@@ -68,11 +68,12 @@ from service.functions.router import router as functions_router
 from service.functions.schemas import DOC_MODELS
 from service.functions.sharing_router import router as sharing_router
 from service.invocation import InvocationPlane
+from service.invocation import http as invocation_http
 from service.invocation.dispatch_redis import RedisActivity
+from service.invocation.http import InvocationEntry
 from service.invocation.metrics import InvocationMetrics
-from service.invocation.router import router as invocation_router
 from service.invocation.tokens import router as tokens_router
-from service.invocation.transparent import FrontDoor, TransparentInvocation, body_limit
+from service.invocation.transparent import body_limit
 from service.ngc.router import router as ngc_router
 from service.registry.router import router as registry_router
 from service.state import AppState
@@ -90,16 +91,20 @@ INVOCATION_OWNER_DIR = "invocation"
 
 
 class NvcfApp(FastAPI):
-    """The FastAPI application, with a front door: requests it claims (invocations, see
-    invocation/transparent.py: `FrontDoor`) skip the framework's middleware stack."""
+    """The FastAPI application, with the invocation entry ahead of its middleware stack:
+    requests the entry claims (every invocation route, invocation/http.py) are answered by
+    it, inside the same request-context middleware."""
 
-    front_door: FrontDoor | None = None
+    invocation_entry: InvocationEntry | None = None
+    #: the entry with the request-context middleware (and tracing) around it
+    invocation_app: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        door = self.front_door
-        if door is not None and scope["type"] == "http" and door.claims(scope):
+        entry = self.invocation_entry
+        if entry is not None and scope["type"] == "http" and entry.claim(scope):
             scope["app"] = self
-            await door(scope, receive, send)
+            assert self.invocation_app is not None
+            await self.invocation_app(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
 
@@ -119,8 +124,6 @@ def api_routers(settings: Settings | None = None) -> list[APIRouter]:
         tokens_router,
         assets_router,
     ]
-    if settings is None or settings.invoke_enabled:
-        routers.append(invocation_router)
     return routers
 
 
@@ -418,9 +421,7 @@ def create_app(
     # the local store's signed URLs (service/assets/router.py): large results are fetched
     # from the process that answered the invocation
     app.include_router(storage_router)
-    if invocation_only:
-        mount_flat(app, invocation_router, API_PREFIX)
-    else:
+    if not invocation_only:
         for router in api_routers(settings):
             mount_flat(app, router, API_PREFIX)
         app.include_router(v3_router)
@@ -435,8 +436,10 @@ def create_app(
         schema = get_openapi(
             title=app.title, version=app.version, description=app.description, routes=app.routes
         )
+        if settings.invoke_enabled or invocation_only:
+            schema.setdefault("paths", {}).update(invocation_http.openapi_paths())
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in DOC_MODELS:
+        for model in (*DOC_MODELS, *invocation_http.MODELS):
             doc = model.model_json_schema(
                 by_alias=True, ref_template="#/components/schemas/{model}"
             )
@@ -461,7 +464,6 @@ def create_app(
         app.add_middleware(read_cache.VersionReadFastPath)
     invocation_limit = None
     if settings.invoke_enabled or invocation_only:
-        app.add_middleware(TransparentInvocation, suffix=settings.invoke_host_suffix)
         invocation_limit = body_limit(settings.invoke_host_suffix, settings.invoke_max_body_bytes)
     limit_of = _storage_body_limit(settings, invocation_limit)
     if telemetry.tracing.enabled:
@@ -474,21 +476,25 @@ def create_app(
         json_logs=settings.log_format == "json",
         body_limit=limit_of,
     )
-    if invocation_limit is not None and settings.invoke_front_door:
-
-        def wrap(inner: ASGIApp) -> ASGIApp:
-            # the middleware the ordinary stack puts around invocations, in the same order
-            if telemetry.tracing.enabled:
-                inner = TracingMiddleware(inner, tracing=telemetry.tracing)
-            return RequestContextMiddleware(
-                inner,
-                metrics=telemetry.metrics,
-                max_body_bytes=settings.max_body_bytes,
-                json_logs=settings.log_format == "json",
-                body_limit=limit_of,
-            )
-
-        app.front_door = FrontDoor(suffix=settings.invoke_host_suffix, wrap=wrap)
+    if invocation_limit is not None:
+        entry = InvocationEntry(
+            suffix=settings.invoke_host_suffix,
+            plane=lambda: app.state.invocation,
+            authenticator=lambda: app.state.authenticator,
+            sessionmaker=lambda: app.state.sessionmaker,
+        )
+        inner: ASGIApp = entry
+        # the middleware the ordinary stack puts around its routes, in the same order
+        if telemetry.tracing.enabled:
+            inner = TracingMiddleware(inner, tracing=telemetry.tracing)
+        app.invocation_app = RequestContextMiddleware(
+            inner,
+            metrics=telemetry.metrics,
+            max_body_bytes=settings.max_body_bytes,
+            json_logs=settings.log_format == "json",
+            body_limit=limit_of,
+        )
+        app.invocation_entry = entry
     return app
 
 

@@ -493,12 +493,6 @@ class Settings(BaseSettings):
         description="Seconds a function version's invocable instances are reused between "
         "database reads (0: read for every request).",
     )
-    invoke_front_door: bool = Field(
-        default=True,
-        description="Answer invocations (pexec on its plain path, transparent mode) ahead of the "
-        "framework's middleware stack, through the request-context middleware alone; false: "
-        "through the whole stack like any request (the answers are the same).",
-    )
     invoke_worker_max_head_bytes: int = Field(
         default=64 * 1024,
         ge=1024,

@@ -2,13 +2,15 @@
 queues and per-instance concurrency, function rate limits, and the request state other
 replicas poll.
 
-Modules: `router` (routes), `transparent` (Host/header mode, the front door), `inline` (the
-common request answered in its handler's task; `wire`: its bytes on the connection),
-`service` (`InvocationPlane`: accept, run, hand over or store, poll), `records` (a request
-while it runs, polls, queues), `routing` (version and instances of a request), `access` (who
-may invoke what), `dispatch` (queues and concurrency), `ratelimit` (function rate limits),
-`forward` (headers both ways, poll time), `answers` (HTTP answers), `store` (SQL), `models`
-(tables), `metrics`, `schemas`.
+Modules: `engine` (every request runs through it: admit, acquire, send, stream / whole /
+detach / retry, finish), `http` (the HTTP entry: every invocation route as one plain ASGI
+application, and its OpenAPI declarations), `answers` (its HTTP answers), `transparent`
+(Host/header mode), `service` (`InvocationPlane`: the engine, polls, background work),
+`records` (a request while it runs, polls, queues), `lookup` (polls and queue questions),
+`routing` (version and instances of a request), `access` (who may invoke what), `dispatch`
+and `dispatch_redis` (queues and concurrency), `ratelimit` (function rate limits), `forward`
+(headers both ways, poll time), `tokens` (invocation tokens), `store` (SQL), `models`
+(tables), `metrics`, `load`, `schemas`.
 """
 
 from __future__ import annotations

@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from service.backends.worker import WorkerFailed
@@ -61,38 +59,38 @@ def encode_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[bytes, byte
 
 
 def problem_message(
-    err: DomainError, path: str, context_id: str, request_id: uuid.UUID | str
+    err: DomainError, path: str, context_id: str, request_id: uuid.UUID | str | None
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """(status, headers, body) of a problem+json answer with the invocation headers;
-    `context_id` is the request-context id the problem body quotes."""
+    """(status, headers, body) of a problem+json answer, with the invocation headers when it
+    answers a request (`request_id`); `context_id` is the request-context id the body quotes."""
     body = json.dumps(problem_body(err, path, context_id)).encode()
-    headers = [
-        (b"content-type", PROBLEM.encode()),
-        (b"content-length", str(len(body)).encode()),
-        *encode_headers(list(err.headers.items())),
-        *nvcf_headers(request_id, ERRORED),
-    ]
+    headers = [(b"content-type", PROBLEM.encode()), *encode_headers(list(err.headers.items()))]
+    if request_id is not None:
+        headers += nvcf_headers(request_id, ERRORED)
     return err.status, headers, body
 
 
-def problem(request: Request, err: DomainError, request_id: uuid.UUID | str) -> Response:
-    """A problem+json answer with the invocation headers."""
-    path = getattr(request.state, "original_path", None) or request.url.path
-    context_id = str(getattr(request.state, "request_id", ""))
-    status, headers, body = problem_message(err, path, context_id, request_id)
-    response = Response(body, status_code=status)
-    response.raw_headers = headers
-    return response
+def _where(scope: Scope) -> tuple[str, str]:
+    """(the path as the client sent it, the request-context id) of a request."""
+    state = scope.get("state") or {}
+    path = state.get("original_path") or scope.get("path", "")
+    return str(path), str(state.get("request_id", ""))
 
 
-def large_result_url(outcome: Outcome | None) -> str | None:
-    """The signed URL of a large result (the engine's 302 outcome), else None."""
-    if outcome is None or outcome.status != 302 or outcome.error is not None:
-        return None
-    for name, value in outcome.headers:
-        if name == b"location":
-            return value.decode("latin-1")
-    return None
+async def send_whole(
+    send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
+    """An answer of known length, in one head and one body message."""
+    headers.append((b"content-length", b"%d" % len(body)))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_problem(
+    send: Send, scope: Scope, err: DomainError, request_id: uuid.UUID | str | None
+) -> None:
+    status, headers, body = problem_message(err, *_where(scope), request_id)
+    await send_whole(send, status, headers, body)
 
 
 def failure_error(outcome: Outcome) -> DomainError:
@@ -105,34 +103,39 @@ def failure_error(outcome: Outcome) -> DomainError:
     return BadGateway(detail=reason)
 
 
-def outcome_response(request: Request, request_id: uuid.UUID, outcome: Outcome) -> Response:
+async def send_outcome(send: Send, scope: Scope, request_id: uuid.UUID, outcome: Outcome) -> None:
     """The pass-through answer of a finished request: the worker's status, headers and body,
     or the problem that says why there was none."""
     if outcome.error is not None:
-        return problem(request, failure_error(outcome), request_id)
-    response = Response(outcome.body, status_code=outcome.status)
-    response.raw_headers = [
-        *outcome.headers,
-        (b"content-length", str(len(outcome.body)).encode()),
-        *nvcf_headers(request_id, status_word(outcome.status)),
-    ]
-    return response
+        await send_problem(send, scope, failure_error(outcome), request_id)
+        return
+    headers = [*outcome.headers, *nvcf_headers(request_id, status_word(outcome.status))]
+    await send_whole(send, outcome.status, headers, outcome.body)
 
 
-def pending_response(
-    request_id: uuid.UUID, word: str, progress: Progress | None = None
-) -> Response:
+async def send_pending(
+    send: Send, request_id: uuid.UUID, word: str, progress: Progress | None = None
+) -> None:
     """A 202; with the worker's progress report, as NVCF's worker utilities answer it: its
     partial output as the body and `NVCF-PERCENT-COMPLETE`."""
+    headers = [(b"content-type", b"application/json"), *nvcf_headers(request_id, word)]
     if progress is None:
         body = json.dumps({"reqId": str(request_id), "status": word}).encode()
     else:
         body = progress.partial
-    response = Response(body, status_code=202, media_type="application/json")
-    response.raw_headers += nvcf_headers(request_id, word)
-    if progress is not None:
-        response.raw_headers.append((b"nvcf-percent-complete", str(progress.percent).encode()))
-    return response
+        headers.append((b"nvcf-percent-complete", b"%d" % progress.percent))
+    await send_whole(send, 202, headers, body)
+
+
+def large_result_url(outcome: Outcome | None) -> str | None:
+    """The URL of a 302 answer (the engine's large result, or the worker's own redirect),
+    which exec answers as `responseReference` (NVCF's mapping), else None."""
+    if outcome is None or outcome.status != 302 or outcome.error is not None:
+        return None
+    for name, value in outcome.headers:
+        if name == b"location":
+            return value.decode("latin-1")
+    return None
 
 
 def _worker_json(body: bytes) -> Any:
@@ -144,16 +147,18 @@ def _worker_json(body: bytes) -> Any:
         return body.decode("utf-8", errors="replace")
 
 
-def exec_response(
-    request: Request,
+async def send_exec(
+    send: Send,
+    scope: Scope,
     request_id: uuid.UUID,
     outcome: Outcome | None,
     word: str = PENDING,
     progress: Progress | None = None,
-) -> Response:
+) -> None:
     """The wrapped (`exec`) answer: `{reqId, status, percentComplete?, errorCode?, response?,
-    responseReference?}` with the worker's status as the HTTP status (202 while pending; 200
-    with `responseReference`, the signed URL, for a large result)."""
+    responseReference?}` with the worker's status as the HTTP status (202 while pending, with
+    the worker's progress when it reports one; 200 with `responseReference`, the signed URL,
+    for a large result)."""
     content: dict[str, Any] = {"reqId": str(request_id)}
     location = large_result_url(outcome)
     if outcome is None:
@@ -166,10 +171,10 @@ def exec_response(
         content.update(status=FULFILLED, percentComplete=100, responseReference=location)
     elif outcome.error is not None:
         err = failure_error(outcome)
-        path = getattr(request.state, "original_path", None) or request.url.path
-        rid = str(getattr(request.state, "request_id", ""))
         status = err.status
-        content.update(status=ERRORED, errorCode=err.status, response=problem_body(err, path, rid))
+        content.update(
+            status=ERRORED, errorCode=err.status, response=problem_body(err, *_where(scope))
+        )
     else:
         status = outcome.status
         content["status"] = status_word(outcome.status)
@@ -180,9 +185,9 @@ def exec_response(
         worker = _worker_json(outcome.body)
         if worker is not None:
             content["response"] = worker
-    response = JSONResponse(content, status_code=status)
-    response.raw_headers += nvcf_headers(request_id, content["status"])
-    return response
+    body = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    headers = [(b"content-type", b"application/json"), *nvcf_headers(request_id, content["status"])]
+    await send_whole(send, status, headers, body.encode())
 
 
 async def whole(answer: Streamed, limit: int) -> Outcome:
@@ -249,35 +254,22 @@ async def _stream(answer: Streamed, send: Send) -> str | None:
     return None
 
 
-class WorkerStream(Response):
-    """The worker's answer streamed through as it arrives; the answer is always closed
-    (the instance's slot is held until then)."""
-
-    def __init__(self, answer: Streamed) -> None:
-        self.status_code = answer.status
-        self.background = None
-        self._answer = answer
+async def stream(answer: Streamed, receive: Receive, send: Send) -> None:
+    """The worker's answer streamed through as it arrives; the answer is always closed (the
+    instance's slot is held until then)."""
+    error: str | None = None
+    try:
         headers = answer.headers
         if answer.length is not None and answer.status not in (204, 304):
-            headers = [*headers, (b"content-length", str(answer.length).encode())]
-        self.raw_headers = headers + nvcf_headers(answer.request_id, status_word(answer.status))
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        error: str | None = None
-        try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": self.status_code,
-                    "headers": self.raw_headers,
-                }
-            )
-            error = await relay(self._answer, receive, send)
-        except BaseException as exc:
-            error = f"{type(exc).__name__} while streaming the answer"
-            raise
-        finally:
-            await self._answer.close(error)
+            headers = [*headers, (b"content-length", b"%d" % answer.length)]
+        headers += nvcf_headers(answer.request_id, status_word(answer.status))
+        await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+        error = await relay(answer, receive, send)
+    except BaseException as exc:
+        error = f"{type(exc).__name__} while streaming the answer"
+        raise
+    finally:
+        await answer.close(error)
 
 
 async def _disconnected(receive: Receive) -> None:

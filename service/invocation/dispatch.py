@@ -169,8 +169,7 @@ class _LocalTicket:
 class LocalDispatcher:
     """Queues and in-flight counts of this process (one replica, or without Redis). Its
     tables are keyed by the ids as text (`Target.vid`, `InstanceRoute.key`): a string hashes
-    once, a UUID (a Python-level `__hash__`) at every lookup, and the inline path looks up
-    a dozen times per request."""
+    once, a UUID (a Python-level `__hash__`) at every lookup."""
 
     def __init__(self, queue_max: int, on_change: LoadListener | None = None) -> None:
         self.queue_max = queue_max

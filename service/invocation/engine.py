@@ -99,8 +99,9 @@ class Call:
     asset_ids: Sequence[uuid.UUID] = ()
     #: what the refusal of a bad reference names (the header, or exec's field)
     asset_field: str = REFERENCES_HEADER
-    #: the caller's base URL: where the local store's signed URL of a large result points
-    base_url: str = ""
+    #: the caller's base URL (asked only for a large result): where the local store's signed
+    #: URL of one points
+    base_url: Callable[[], str] | None = None
 
 
 class Streamed:
@@ -223,6 +224,7 @@ class Engine:
         self.queue_timeout = settings.invoke_queue_timeout_seconds
         self.worker_timeout = settings.invoke_worker_timeout_seconds
         self.result_max = settings.invoke_result_max_bytes
+        self.max_references = settings.asset_max_references
         self._max_size = ("NVCF-MAX-RESPONSE-SIZE-BYTES", str(self.result_max))
         self.active: dict[uuid.UUID, Run] = {}
         self.stopping = False
@@ -481,7 +483,8 @@ class Engine:
                 async for chunk in chunks:
                     yield chunk
 
-            url = await store_result(assets, run.id, body(), files, run.base_url)
+            base = run.base_url() if run.base_url is not None else ""
+            url = await store_result(assets, run.id, body(), files, base)
         except ResultTooLarge as exc:
             raise _Failed(502, f"the worker's large result was refused: {exc}") from None
         finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -63,7 +64,7 @@ class Run:
     #: the asset and output directories of a worker on this machine; removed by `finish`
     files: RequestFiles | None = None
     #: where the local store's signed URL of a large result points (the caller's base URL)
-    base_url: str = ""
+    base_url: Callable[[], str] | None = None
 
     @cached_property
     def rid(self) -> str:

@@ -1,6 +1,7 @@
 """Per-request directories of a worker that runs on this machine (the simulated clusters):
 `<root>/assets/<requestId>` holds one file per input asset, named by its id, before the
-request reaches the worker (`NVCF-ASSET-DIR`); `<root>/output/<requestId>` is where it may
+request reaches the worker (`NVCF-ASSET-DIR`; made only when there are assets, as NVCF's
+worker utilities do); `<root>/output/<requestId>` is where it may
 write large outputs and its `progress` file (`NVCF-LARGE-OUTPUT-DIR`). Both are removed after
 the request. Layout and headers as NVCF's worker utilities make them (docs/assets.md).
 
@@ -82,9 +83,14 @@ class RequestFiles:
         )
 
         def make() -> None:
-            for folder in (files.asset_dir, files.output_dir):
-                folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                folder.mkdir(mode=0o700)
+            # the asset directory only when there are assets (as NVCF's worker utilities):
+            # one directory less to make and remove for every other request
+            for folder in (files.asset_dir,) * bool(assets) + (files.output_dir,):
+                try:
+                    folder.mkdir(mode=0o700)
+                except FileNotFoundError:  # the first request: the parent too
+                    folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                    folder.mkdir(mode=0o700)
 
         missing: list[FieldError] = []
         failed: list[str] = []
@@ -135,7 +141,12 @@ class RequestFiles:
     async def remove(self) -> None:
         def rm() -> None:
             for folder in (self.asset_dir, self.output_dir):
-                shutil.rmtree(folder, ignore_errors=True)
+                try:
+                    folder.rmdir()  # empty, as it mostly is: one call
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    shutil.rmtree(folder, ignore_errors=True)
 
         await anyio.to_thread.run_sync(rm)
 

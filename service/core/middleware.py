@@ -212,7 +212,7 @@ class RequestContextMiddleware:
             else:
                 await self.app(scope, self._limited(receive, gone, limit), send_wrapper)
         except Exception as exc:
-            if gone[0] or isinstance(exc, ClientDisconnect):
+            if gone[0] or isinstance(exc, ClientDisconnect | ConnectionResetError):
                 # The client went away (e.g. mid-body): nothing to answer, nothing failed here.
                 if not started[0]:
                     status_holder[0] = CLIENT_CLOSED

@@ -159,6 +159,105 @@ class Deadline:
         self._on_passed()
 
 
+class CoalescingTransport(asyncio.Transport):
+    """A connection's transport whose writes made in one step of the event loop leave in one
+    send: uvicorn writes a response's head and its body separately, each a system call (and,
+    on loopback, the whole delivery to the peer) of its own. Pending bytes go out at the end
+    of the step, before the connection closes, or at once past `FLUSH_BYTES`. A write to a
+    closed connection raises `ConnectionResetError`."""
+
+    FLUSH_BYTES = 64 * 1024
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+        self._size = 0
+        self._scheduled = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._transport.is_closing():
+            # the peer is gone: say so to the writer (uvicorn does not always tell a response
+            # under way, e.g. one with a pipelined request behind it)
+            raise ConnectionResetError("the connection is closed")
+        if not data:
+            return
+        self._pending.append(bytes(data))
+        self._size += len(data)
+        if self._size >= self.FLUSH_BYTES:
+            self.flush()
+        elif not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def writelines(self, list_of_data: Any) -> None:
+        for data in list_of_data:
+            self.write(data)
+
+    def flush(self) -> None:
+        """Send what is pending now."""
+        self._scheduled = False
+        if not self._pending:
+            return
+        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+        self._pending.clear()
+        self._size = 0
+        if self._transport.is_closing():
+            return
+        try:
+            self._transport.write(data)
+        except Exception as exc:  # e.g. the peer reset the connection
+            log.debug("writing to a connection failed: %s", exc)
+            self._transport.abort()
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._pending.clear()
+        self._size = 0
+        self._transport.abort()
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def can_write_eof(self) -> bool:
+        return self._transport.can_write_eof()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+    def is_reading(self) -> bool:
+        return self._transport.is_reading()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._transport.set_write_buffer_limits(high, low)
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + self._size
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._transport.get_write_buffer_limits()
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._transport.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._transport.get_protocol()
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     limits: ClassVar[ConnectionLimits]
 
@@ -183,6 +282,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         full = len(self.connections) >= self.limits.max_connections
+        transport = CoalescingTransport(transport, self.loop)
         super().connection_made(transport)
         if full:
             self._refused = True

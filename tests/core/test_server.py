@@ -12,7 +12,7 @@ import pytest
 from starlette.types import Receive, Scope, Send
 
 from service.core.errors import RequestTimeout
-from service.core.server import ConnectionLimits, freeze_startup_objects
+from service.core.server import CoalescingTransport, ConnectionLimits, freeze_startup_objects
 from tests.support.server import in_loop_server
 
 
@@ -116,3 +116,42 @@ async def test_the_body_deadline_of_uploads_is_their_own() -> None:
     release.clear()
     with pytest.raises(RequestTimeout):
         await short({"type": "http", "path": "/v2/nvcf/functions"}, receive, send)  # type: ignore[arg-type]
+
+
+class _Recorder(asyncio.Transport):
+    """The writes a transport receives (what reaches the socket)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+async def test_writes_of_one_loop_step_leave_in_one_send_and_close_flushes_first() -> None:
+
+    raw = _Recorder()
+    transport = CoalescingTransport(raw, asyncio.get_running_loop())
+    transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+    transport.write(b"ok")
+    assert raw.writes == [] and transport.get_write_buffer_size() == 40
+    await asyncio.sleep(0)
+    assert raw.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"]
+    transport.write(b"x" * CoalescingTransport.FLUSH_BYTES)  # large: at once
+    assert len(raw.writes) == 2
+    transport.write(b"bye")
+    transport.close()
+    assert raw.writes[-1] == b"bye" and raw.closed
+    with pytest.raises(ConnectionResetError):  # the peer is gone: the writer hears it
+        transport.write(b"late")

@@ -19,7 +19,7 @@ import os
 import shutil
 import stat
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,36 +61,95 @@ class TooManyOutputs(Exception):
     """The worker wrote more files or bytes than a large result may hold."""
 
 
+def _is_empty(folder: Path) -> bool:
+    """Whether the directory has no entry (one read of a small local directory)."""
+    try:
+        with os.scandir(folder) as entries:
+            return next(entries, None) is None
+    except FileNotFoundError:
+        return False
+
+
+def _make(folder: Path) -> None:
+    try:
+        folder.mkdir(mode=0o700)
+    except FileNotFoundError:  # the first one under its parent
+        folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700)
+
+
+class OutputDirs:
+    """Output directories for the requests of one process, kept for reuse per instance:
+    making and removing a directory for every request costs more than the rest of an
+    invocation. A request takes a free empty directory of its instance's (or a new one); when
+    it ends the directory goes back if it is still empty, and is removed otherwise (the
+    worker wrote outputs or progress). Directories are never shared between instances, so
+    never between functions or accounts; the process's own random folder keeps another
+    process (or an earlier run) out of them."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root / uuid.uuid4().hex
+        self._free: dict[str, list[Path]] = {}
+        self._made = 0
+
+    async def take(self, instance: str) -> Path:
+        free = self._free.get(instance)
+        if free:
+            return free.pop()
+        self._made += 1
+        folder = self.root / instance / str(self._made)
+        await anyio.to_thread.run_sync(_make, folder)
+        return folder
+
+    async def give_back(self, instance: str, folder: Path) -> None:
+        # a small local directory's first entry, read here: a thread hop costs more
+        if _is_empty(folder):
+            self._free.setdefault(instance, []).append(folder)
+        else:
+            await anyio.to_thread.run_sync(shutil.rmtree, folder, True)
+
+    async def aclose(self) -> None:
+        self._free.clear()
+        await anyio.to_thread.run_sync(shutil.rmtree, self.root, True)
+
+
 @dataclass(frozen=True)
 class RequestFiles:
     request_id: uuid.UUID
     asset_dir: Path
     output_dir: Path
     asset_ids: tuple[uuid.UUID, ...]
+    #: gives the output directory back for reuse (OutputDirs); None: it is removed
+    release: Callable[[], Awaitable[None]] | None = None
 
     @classmethod
     async def prepare(
-        cls, store: ObjectStore, root: Path, request_id: uuid.UUID, assets: Sequence[Asset]
+        cls,
+        store: ObjectStore,
+        root: Path,
+        request_id: uuid.UUID,
+        assets: Sequence[Asset],
+        *,
+        output_dir: Path | None = None,
+        release: Callable[[], Awaitable[None]] | None = None,
     ) -> RequestFiles:
-        """Make both directories and fetch every asset into the asset directory; on any
-        failure nothing is left behind: an asset deleted since it was resolved is a 400
-        naming it, a store failure a 503."""
+        """Make the directories (`output_dir`: one already made, given back by `release`)
+        and fetch every asset into the asset directory; on any failure nothing is left
+        behind: an asset deleted since it was resolved is a 400 naming it, a store failure a
+        503."""
         files = cls(
             request_id,
             root / "assets" / str(request_id),
-            root / "output" / str(request_id),
+            output_dir or root / "output" / str(request_id),
             tuple(a.id for a in assets),
+            release,
         )
+        # the asset directory only when there are assets (as NVCF's worker utilities)
+        todo = (files.asset_dir,) * bool(assets) + (files.output_dir,) * (output_dir is None)
 
         def make() -> None:
-            # the asset directory only when there are assets (as NVCF's worker utilities):
-            # one directory less to make and remove for every other request
-            for folder in (files.asset_dir,) * bool(assets) + (files.output_dir,):
-                try:
-                    folder.mkdir(mode=0o700)
-                except FileNotFoundError:  # the first request: the parent too
-                    folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                    folder.mkdir(mode=0o700)
+            for folder in todo:
+                _make(folder)
 
         missing: list[FieldError] = []
         failed: list[str] = []
@@ -111,7 +170,8 @@ class RequestFiles:
                     failed.append(str(asset.id))
 
         try:
-            await anyio.to_thread.run_sync(make)
+            if todo:
+                await anyio.to_thread.run_sync(make)
             async with asyncio.TaskGroup() as group:
                 for asset in assets:
                     group.create_task(fetch(asset))
@@ -139,24 +199,30 @@ class RequestFiles:
         return headers
 
     async def remove(self) -> None:
-        def rm() -> None:
-            for folder in (self.asset_dir, self.output_dir):
-                try:
-                    folder.rmdir()  # empty, as it mostly is: one call
-                except FileNotFoundError:
-                    pass
-                except OSError:
-                    shutil.rmtree(folder, ignore_errors=True)
-
-        await anyio.to_thread.run_sync(rm)
+        """The request is over: its asset directory removed, its output directory given
+        back (or removed)."""
+        folders = (self.asset_dir,) * bool(self.asset_ids)
+        if self.release is None:
+            folders += (self.output_dir,)
+        if folders:
+            await anyio.to_thread.run_sync(_remove, folders)
+        if self.release is not None:
+            await self.release()
 
     async def outputs(self, max_files: int, max_bytes: int) -> list[Output]:
         """The regular files the worker wrote (all but `progress`), sorted by name; raises
         TooManyOutputs past either bound."""
+        if _is_empty(self.output_dir):  # as it mostly is: no thread hop for that
+            return []
         return await anyio.to_thread.run_sync(scan_outputs, self.output_dir, max_files, max_bytes)
 
     async def progress(self) -> Progress | None:
         return await anyio.to_thread.run_sync(read_progress, self.output_dir, self.request_id)
+
+
+def _remove(folders: Sequence[Path]) -> None:
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def scan_outputs(folder: Path, max_files: int, max_bytes: int) -> list[Output]:

@@ -22,6 +22,7 @@ the entry waits for that task up to `Call.poll_seconds`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import uuid
@@ -29,7 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from service.assets.files import REFERENCES_HEADER, RequestFiles, TooManyOutputs
+from service.assets.files import REFERENCES_HEADER, OutputDirs, RequestFiles, TooManyOutputs
 from service.assets.results import ResultTooLarge, store_result
 from service.auth.service import Principal
 from service.backends.protocol import AdapterError
@@ -215,6 +216,8 @@ class Engine:
         #: assets, per-request directories and large results (service/assets/); None: none
         self.assets = assets
         self.files_root = settings.asset_files_root
+        #: output directories of workers on this machine, reused per instance
+        self.output_dirs = OutputDirs(self.files_root / "output")
         self.limiter = limiter
         self.dispatcher = dispatcher
         self.store = store
@@ -434,8 +437,15 @@ class Engine:
                 )
             return
         try:
+            key = str(instance.id)
+            folder = await self.output_dirs.take(key)
             run.files = await RequestFiles.prepare(
-                self.assets.store, self.files_root, run.id, run.assets
+                self.assets.store,
+                self.files_root,
+                run.id,
+                run.assets,
+                output_dir=folder,
+                release=functools.partial(self.output_dirs.give_back, key, folder),
             )
         except DomainError as exc:
             raise _Failed(503, exc.detail or exc.title) from None
@@ -581,6 +591,7 @@ class Engine:
         reason = f"the replica {self.owner} running the request shut down"
         for run in list(self.active.values()):  # a task cancelled before it began
             await run.finish(Outcome.failure(503, reason))
+        await self.output_dirs.aclose()
 
 
 class _Failed(Exception):

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from service.assets.files import RequestFiles, TooManyOutputs, read_progress, scan_outputs
+from service.assets.files import (
+    OutputDirs,
+    RequestFiles,
+    TooManyOutputs,
+    read_progress,
+    scan_outputs,
+)
 from service.core.errors import ValidationFailed
 from tests.support.app import AppClient
 from tests.support.assets import anonymous
@@ -143,3 +149,21 @@ def test_a_progress_link_is_not_followed(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "progress").symlink_to(target)
     assert read_progress(folder, rid) is None
+
+
+async def test_output_directories_are_reused_per_instance_only_when_empty(
+    tmp_path: Path,
+) -> None:
+    dirs = OutputDirs(tmp_path)
+    first = await dirs.take("instance-a")
+    assert first.is_dir() and not any(first.iterdir())
+    await dirs.give_back("instance-a", first)
+    assert await dirs.take("instance-a") == first  # empty: reused
+    assert await dirs.take("instance-b") != first  # never another instance's
+    (first / "out.bin").write_bytes(b"x")
+    await dirs.give_back("instance-a", first)
+    assert not first.exists()  # written to: removed, not reused
+    again = await dirs.take("instance-a")
+    assert again != first and again.is_dir()
+    await dirs.aclose()
+    assert not dirs.root.exists()

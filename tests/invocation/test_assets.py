@@ -5,6 +5,7 @@ responseReference) and progress on their polls."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import json
@@ -76,12 +77,14 @@ async def test_input_assets_reach_the_worker_by_id_and_go_after(
     assert headers["nvcf-asset-dir"] != "/etc"
     assert report["outputDirExists"] is True
 
-    async def removed() -> bool:  # once the request is over
-        return not any(
-            map(os.path.exists, (headers["nvcf-asset-dir"], headers["nvcf-large-output-dir"]))
-        )
+    def gone_and_empty() -> bool:
+        output = headers["nvcf-large-output-dir"]
+        return not os.path.exists(headers["nvcf-asset-dir"]) and not os.listdir(output)
 
-    await eventually(removed)
+    async def cleared() -> bool:  # once the request is over: assets gone, outputs empty
+        return await asyncio.to_thread(gone_and_empty)
+
+    await eventually(cleared)
     assert int(headers["nvcf-max-response-size-bytes"]) > 0
 
 

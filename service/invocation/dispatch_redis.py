@@ -9,7 +9,8 @@ Keys (prefix `nvcf:inv:`):
 - `f:<instance>` — the requests in flight on an instance: a sorted set scored by lease expiry,
   renewed by the replica running them; an expired entry (its replica died) frees the slot.
 
-Every decision is one Lua script, so replicas never both take the last slot: `enqueue`
+Every decision is one Lua script, so replicas never both take the last slot (the calls of
+many requests share one round trip, redis_batch.py): `enqueue`
 (a free slot at once when nobody waits, else a place in the queue, or full), `take` (the head
 of the queue takes a free slot) and `release` (frees a slot and publishes on
 `nvcf:inv:free:<version>`). A replica subscribes to those messages and lets its first waiter of
@@ -33,6 +34,7 @@ from redis.exceptions import RedisError
 
 from service.core.errors import ServiceUnavailable
 from service.invocation.dispatch import LoadListener, QueueTimeout, Ticket, queue_full
+from service.invocation.redis_batch import Script, ScriptBatch
 from service.invocation.routing import InstanceRoute, Target
 
 log = logging.getLogger("nvcf.invocation")
@@ -134,6 +136,8 @@ redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 """
 
+_ENQUEUE, _TAKE, _RELEASE = Script(ENQUEUE), Script(TAKE), Script(RELEASE)
+
 
 def _instances(target: Target, exclude: Iterable[uuid.UUID]) -> list[str]:
     excluded = [str(i) for i in exclude]
@@ -216,9 +220,8 @@ class RedisDispatcher:
         self._pool = ConnectionPool.from_url(redis_url)
         self._redis = Redis(connection_pool=self._pool)
         self._lease_ms = max(1000, int(lease_seconds * 1000))
-        self._enqueue = self._redis.register_script(ENQUEUE)
-        self._take_script = self._redis.register_script(TAKE)
-        self._release = self._redis.register_script(RELEASE)
+        #: every script call of a request goes through one batch (redis_batch.py)
+        self._batch = ScriptBatch(self._redis, [_ENQUEUE, _TAKE, _RELEASE])
         #: this replica's waiters per version, in arrival order
         self._waiting: dict[uuid.UUID, deque[_Waiter]] = {}
         #: this replica's requests in flight: request -> (instance, target)
@@ -241,6 +244,7 @@ class RedisDispatcher:
                 await task
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+        await self._batch.drain()
         await self._redis.aclose()
         await self._pool.aclose()
 
@@ -256,9 +260,10 @@ class RedisDispatcher:
     ) -> Ticket:
         excluded = frozenset(exclude)
         try:
-            result = await self._enqueue(
-                keys=[f"{PREFIX}q:{target.version_id}"],
-                args=[
+            result = await self._batch.call(
+                _ENQUEUE,
+                [f"{PREFIX}q:{target.vid}"],
+                [
                     str(request_id),
                     str(target.version_id),
                     str(self._lease_ms),
@@ -295,13 +300,12 @@ class RedisDispatcher:
             self._by_version[version] = left
         else:
             self._by_version.pop(version, None)
-        try:
-            await self._release(
-                keys=[f"{PREFIX}f:{instance_id}"],
-                args=[str(request_id), f"{PREFIX}free:{version}", str(version)],
-            )
-        except Exception:
-            log.exception("releasing a slot of instance %s in Redis failed", instance_id)
+        self._batch.fire(
+            _RELEASE,
+            [f"{PREFIX}f:{instance_id}"],
+            [str(request_id), f"{PREFIX}free:{version}", str(version)],
+            f"releasing a slot of instance {instance_id}",
+        )
         self._changed(target)
         self._wake_first(version)
 
@@ -355,9 +359,10 @@ class RedisDispatcher:
         task.add_done_callback(self._background.discard)
 
     async def _take(self, waiter: _Waiter) -> InstanceRoute | None:
-        result = await self._take_script(
-            keys=[f"{PREFIX}q:{waiter.target.version_id}"],
-            args=[
+        result = await self._batch.call(
+            _TAKE,
+            [f"{PREFIX}q:{waiter.target.vid}"],
+            [
                 str(waiter.request_id),
                 str(self._lease_ms),
                 *_instances(waiter.target, waiter.exclude),

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from redis.asyncio import Redis
 
 from service.core.errors import ServiceUnavailable, TooManyRequests
 from service.invocation.dispatch import QueueTimeout
@@ -184,3 +185,31 @@ async def test_the_drain_sees_every_replicas_requests(
         assert await reader.requests_in_flight([]) == {}
     finally:
         await reader.aclose()
+
+
+async def test_requests_arriving_together_share_round_trips_and_survive_a_script_flush(
+    replicas: list[RedisDispatcher], redis_server: RedisServer
+) -> None:
+    one, two, _ = replicas
+    instances = [route(concurrency=4) for _ in range(2)]
+    t = target(*instances)
+    ids = [uuid.uuid4() for _ in range(8)]
+    # eight requests at once: every slot of the two instances, in one or two round trips
+    tickets = await asyncio.gather(*(one.enqueue(i, t) for i in ids))
+    granted = [await ticket.wait(1) for ticket in tickets]
+    assert sorted(str(g.id) for g in granted) == sorted([str(i.id) for i in instances] * 4)
+    assert one.in_flight(t.version_id) == 8
+    # Redis forgets the scripts (a restart, SCRIPT FLUSH): they are loaded again
+    client = Redis.from_url(redis_server.url)
+    await client.script_flush()
+    await client.aclose()
+    waiting = await two.enqueue(uuid.uuid4(), t)  # full: it waits
+    for request_id, instance in zip(ids, granted, strict=True):
+        await one.release(t, instance.id, request_id)  # not awaited by Redis: sent in order
+    taken = await waiting.wait(5)
+    assert taken.id in {i.id for i in instances}
+
+    async def only_the_waiter_holds_a_slot() -> bool:
+        return await one.requests_in_flight([i.id for i in instances]) == {taken.id: 1}
+
+    await eventually(only_the_waiter_holds_a_slot)

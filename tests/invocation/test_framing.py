@@ -262,3 +262,27 @@ def test_an_ambiguously_framed_request_is_a_400_and_closed(
     assert data.startswith(b"HTTP/1.1 400"), data[:200]
     assert data.count(b"HTTP/1.1 ") == 1  # nothing after it was read as a request
     assert not srv.worker.requests  # nothing reached the worker
+
+
+def test_a_pipelined_connection_mixing_invocations_and_api_requests_is_answered_in_order(
+    srv: Served,
+) -> None:
+    auth = {"Authorization": f"Bearer {srv.manager}"}  # `key` may only invoke
+    requests = [
+        _invoke(srv, "pexec", "echo"),
+        srv.request("GET", "/v2/nvcf/functions", headers=auth, auth=False),
+        _invoke(srv, "transparent", "echo"),
+        b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+        _invoke(srv, "alias", "echo"),
+        srv.request("GET", f"/v2/nvcf/functions/{srv.fid}/versions", headers=auth, auth=False),
+    ]
+    with contextlib.closing(srv.connect()) as sock:
+        sock.sendall(b"".join(requests))  # all at once, on one kept-alive connection
+        answers = [read_response(sock) for _ in requests]
+    statuses = [status for status, _, _ in answers]
+    assert statuses == [200] * 6
+    invocations = [answers[i][1] for i in (0, 2, 4)]
+    assert all(h["nvcf-status"] == "fulfilled" for h in invocations)
+    assert json.loads(answers[1][2])["functions"]  # the API's own answers, in their places
+    assert json.loads(answers[3][2])["status"]
+    assert all(v["id"] == srv.fid for v in json.loads(answers[5][2])["functions"])

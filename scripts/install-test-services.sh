@@ -2,7 +2,7 @@
 # Installs the real servers the test suite starts (operations.md §4): PostgreSQL, the CNCF
 # distribution registry with htpasswd support, and Redis. The suite starts and stops them.
 # Also Debian's headless browser and its WebDriver, which drive the web console's tests
-# (tests/console/; docs/console.md).
+# (tests/console/; docs/console.md). And curl, the asset tests' plain HTTP client.
 set -euo pipefail
 
 need=()
@@ -13,6 +13,8 @@ command -v runuser >/dev/null 2>&1 || need+=(util-linux)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+# the asset tests upload and download as a user would, with plain curl (tests/assets/)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

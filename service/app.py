@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +18,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.assets.router import router as assets_router
+from service.assets.router import storage_router
+from service.assets.service import Assets
+from service.assets.signing import STORAGE_PREFIX
 from service.auth import scopes, tokens
 from service.auth.nvcf_keys import router as nvcf_keys_router
 from service.auth.router import router as keys_router
@@ -44,6 +48,7 @@ from service.core.errors import ServiceUnavailable
 from service.core.idempotency import IdempotentReplay
 from service.core.middleware import RequestContextMiddleware
 from service.core.openapi import truthful
+from service.core.periodic import PeriodicJob
 from service.core.problem import install_problem_handlers
 from service.core.quotas import Quotas
 from service.core.ratelimit import RateLimiter
@@ -120,6 +125,7 @@ def api_routers(settings: Settings | None = None) -> list[APIRouter]:
         timeseries_router,
         clusters_router,
         tokens_router,
+        assets_router,
     ]
     return routers
 
@@ -192,6 +198,22 @@ def _write_private(path: Path, content: str) -> None:
         fh.write(content)
 
 
+def _storage_body_limit(
+    settings: Settings, invocation: Callable[[Scope], int | None] | None
+) -> Callable[[Scope], int | None]:
+    """The body limit of uploads to the local store's signed URLs (each URL also carries its
+    own), else the invocation routes' limit, else the default."""
+    storage = max(settings.asset_max_bytes, settings.asset_result_max_bytes)
+    prefix = STORAGE_PREFIX + "/"
+
+    def of(scope: Scope) -> int | None:
+        if str(scope.get("path", "")).startswith(prefix):
+            return storage
+        return invocation(scope) if invocation is not None else None
+
+    return of
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -222,6 +244,8 @@ def create_app(
         app.state.authenticator.invocation_tokens = InvocationTokens(
             app.state.secret_box.derive(tokens.PURPOSE), settings.invoke_token_seconds
         )
+        assets = await Assets.open(settings, app.state.secret_box, app.state.quotas)
+        app.state.assets = assets
         app.state.catalog = await asyncio.to_thread(load_catalog, settings.clusters_file)
         adapters = AdapterRegistry.from_catalog(
             app.state.catalog,
@@ -244,6 +268,7 @@ def create_app(
                 app.state.catalog,
                 invocation_metrics,
                 owner,
+                assets=assets,
             )
             await plane.start()
             app.state.invocation = plane
@@ -293,6 +318,14 @@ def create_app(
         )
         app.state.timeseries = timeseries
         timeseries.start()
+        asset_purge = PeriodicJob(
+            "asset-purge",
+            lambda: assets.purge(app.state.sessionmaker),
+            settings.asset_purge_period_seconds,
+            log=log,
+            failure="asset purge round failed",
+        )
+        asset_purge.start()
         if settings.invoke_enabled:
             plane = InvocationPlane(
                 settings,
@@ -301,6 +334,7 @@ def create_app(
                 app.state.catalog,
                 invocation_metrics,
                 owner,
+                assets=assets,
             )
             await plane.start()
             app.state.invocation = plane
@@ -329,6 +363,7 @@ def create_app(
                 await llm_gateway.aclose()
             await autoscaler.stop()
             await timeseries.stop()
+            await asset_purge.stop()
             if activity is not None:
                 await activity.aclose()
             await purger.stop()
@@ -398,6 +433,9 @@ def create_app(
 
     # The NGC org aliases (/v2/orgs/{org}[/teams/{team}]/nvcf/...) are rewritten onto this
     # prefix by the middleware, so each route is matched once, not three times.
+    # the local store's signed URLs (service/assets/router.py): large results are fetched
+    # from the process that answered the invocation
+    app.include_router(storage_router)
     if not invocation_only:
         for router in api_routers(settings):
             mount_flat(app, router, API_PREFIX)
@@ -439,11 +477,12 @@ def create_app(
     # Added first, so it runs inside the request-context middleware (ids, metrics, log line).
     if not invocation_only:
         app.add_middleware(read_cache.VersionReadFastPath)
-    limit_of = None
+    invocation_limit = None
     if settings.invoke_enabled or invocation_only:
-        limit_of = body_limit(settings.invoke_host_suffix, settings.invoke_max_body_bytes)
+        invocation_limit = body_limit(settings.invoke_host_suffix, settings.invoke_max_body_bytes)
         if llm_gateway is not None:
-            limit_of = llm_gateway.limit_with(limit_of)
+            invocation_limit = llm_gateway.limit_with(invocation_limit)
+    limit_of = _storage_body_limit(settings, invocation_limit)
     if telemetry.tracing.enabled:
         # Inside the request context (request id, org alias); absent when tracing is off.
         app.add_middleware(TracingMiddleware, tracing=telemetry.tracing)
@@ -454,7 +493,7 @@ def create_app(
         json_logs=settings.log_format == "json",
         body_limit=limit_of,
     )
-    if limit_of is not None:
+    if invocation_limit is not None:
         entry = InvocationEntry(
             suffix=settings.invoke_host_suffix,
             plane=lambda: app.state.invocation,

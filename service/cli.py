@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from service.assets.signing import STORAGE_PREFIX
 from service.core.durations import parse_timedelta
 from service.core.numbers import natural
 from service.core.settings import Settings, settings_error_line
@@ -170,6 +171,8 @@ def _limits(settings: Settings) -> ConnectionLimits:
         max_connections=connection_cap(settings.http_max_connections, soft_fd_limit()),
         max_head_bytes=settings.http_max_head_bytes,
         max_headers=settings.http_max_headers,
+        long_body_prefix=STORAGE_PREFIX + "/",
+        long_body_timeout=settings.asset_upload_timeout_seconds,
     )
 
 
@@ -194,7 +197,11 @@ def _process_app(*, invocation_only: bool) -> BodyDeadlineMiddleware:
     if invocation_only and settings.invoke_processes > 1:
         app = _ExitOnFailedStart(app)
     freeze_startup_objects(settings.gc_freeze)
-    return BodyDeadlineMiddleware(app, timeout=settings.http_body_timeout)
+    return BodyDeadlineMiddleware(
+        app,
+        timeout=settings.http_body_timeout,
+        long=(STORAGE_PREFIX + "/", settings.asset_upload_timeout_seconds),
+    )
 
 
 class _ExitOnFailedStart:

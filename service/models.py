@@ -1,5 +1,6 @@
 """Every table, imported in one place for Alembic and the app."""
 
+from service.assets.models import Asset
 from service.auth.models import Account, ApiKey
 from service.core.db import Base
 from service.core.idempotency import IdempotencyRecord
@@ -24,6 +25,7 @@ from service.registry.models import RegistryCredential, RegistryCredentialArtifa
 __all__ = [
     "Account",
     "ApiKey",
+    "Asset",
     "Base",
     "Deployment",
     "DeploymentEvent",

@@ -15,6 +15,7 @@ from starlette.requests import Request
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+    from service.assets.service import Assets
     from service.auth.service import Authenticator
     from service.charts.pipeline import ChartPipeline
     from service.clusters.adapters import AdapterRegistry
@@ -64,6 +65,8 @@ class AppState(State):
     log_follows: FollowLimiter | None
     #: per-version time series of this replica's counters (deployments/timeseries)
     timeseries: TimeSeries | None
+    #: assets, their store and large results (service/assets/)
+    assets: Assets | None
 
     def __init__(self) -> None:
         # Values live in State's dict (class attributes would shadow them).
@@ -78,6 +81,7 @@ class AppState(State):
                 "invocation": None,
                 "log_follows": None,
                 "timeseries": None,
+                "assets": None,
             }
         )
 

@@ -30,6 +30,7 @@ from tests.support.charts import PushCorpus, PushedChart, build_chart, push_arch
 from tests.support.postgres import PostgresServer, PostgresUnavailable, start_postgres
 from tests.support.redis import RedisServer, RedisUnavailable, start_redis
 from tests.support.registry import RegistryServer, RegistryUnavailable, start_registry
+from tests.support.s3 import S3Server, S3Unavailable, start_s3
 from tests.support.services import ServicesUnavailable, selected
 
 REQUIRE_SERVICES = os.environ.get("NVCF_TEST_REQUIRE_SERVICES") == "1"
@@ -71,6 +72,21 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         if REQUIRE_SERVICES:
             pytest.fail(f"Redis is required by `make test` but unavailable: {exc}")
         pytest.skip(f"Redis is not available on this machine: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """An S3-compatible store (moto's server, a process of its own) for the asset tests."""
+    try:
+        server = start_s3()
+    except S3Unavailable as exc:
+        if REQUIRE_SERVICES:
+            pytest.fail(f"the S3-compatible test store is required by `make test`: {exc}")
+        pytest.skip(f"no S3-compatible test store: {exc}")
     try:
         yield server
     finally:

@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -75,6 +76,7 @@ class Api:
         if profile.ca_cert:
             verify = ssl.create_default_context(cafile=profile.ca_cert)
         self.url = profile.url.rstrip("/")
+        self.verify = verify
         self._client = httpx.Client(
             base_url=self.url,
             headers={"Authorization": f"Bearer {profile.api_key}", "User-Agent": USER_AGENT},
@@ -157,6 +159,34 @@ def raw_request(
         return api._client.request(method, path, content=content, headers=headers)
     except httpx.HTTPError as exc:
         raise Unreachable(f"cannot reach {api.url}: {exc}") from None
+
+
+def signed_transfer(api: Api, method: str, url: str, path: Path) -> int:
+    """PUT the file `path` to a pre-signed URL, or GET one into `path` (streamed, never
+    held in memory); the bytes moved. The URL is its own credential: the API key is never
+    sent with it (it may point at an object store). `ApiError` for a refusal."""
+    verify = api.verify
+    try:
+        with httpx.Client(timeout=httpx.Timeout(60.0, read=None), verify=verify) as plain:
+            if method == "PUT":
+                size = path.stat().st_size
+                with path.open("rb") as fh:
+                    resp = plain.put(url, content=fh, headers={"Content-Length": str(size)})
+                if resp.status_code >= 400:
+                    raise ApiError.of(resp)
+                return size
+            moved = 0
+            with plain.stream("GET", url, follow_redirects=True) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise ApiError.of(resp)
+                with path.open("wb") as out:
+                    for chunk in resp.iter_bytes():
+                        out.write(chunk)
+                        moved += len(chunk)
+            return moved
+    except httpx.HTTPError as exc:
+        raise Unreachable(f"cannot reach the signed URL's server: {exc}") from None
 
 
 def _retry_after(resp: httpx.Response) -> float:

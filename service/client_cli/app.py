@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from service.client_cli import (
+    assets,
     charts,
     chat,
     config,
@@ -33,6 +34,7 @@ app = typer.Typer(
 )
 app.add_typer(functions.app, name="function")
 app.add_typer(charts.app, name="chart")
+app.add_typer(assets.app, name="asset")
 deployments.register(app)
 revisions.register(app)
 invoke.register(app)

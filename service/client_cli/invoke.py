@@ -11,10 +11,12 @@ from typing import Annotated, Any
 
 import typer
 
-from service.client_cli.api import ApiError, raw_request
+from service.client_cli.api import ApiError, raw_request, signed_transfer
+from service.client_cli.assets import upload_file
 from service.client_cli.common import (
     FunctionId,
     OutputOpt,
+    Run,
     connect,
     fail,
     poll_interval,
@@ -58,11 +60,31 @@ def invoke(
         float | None,
         typer.Option("--timeout", min=0.0, help="Seconds to follow 202s at most (then exit 4)."),
     ] = None,
+    asset: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--asset",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            help="A file to upload as an input asset and reference (repeat for several).",
+        ),
+    ] = None,
+    save: Annotated[
+        Path | None,
+        typer.Option(
+            "--output-file",
+            "--save",
+            help="Save a large result (the 302's zip) here; without it its URL is printed.",
+        ),
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Invoke a function (pexec) and print the worker's answer, following 202s until done.
+    """Invoke a function (pexec) and print the worker's answer, following 202s until done
+    (showing the worker's progress).
 
-    With -o json: {"requestId", "status", "body"} (the body parsed when it is JSON)."""
+    With -o json: {"requestId", "status", "body"} (the body parsed when it is JSON); a large
+    result: {"requestId", "status": 302, "location", "saved"?}."""
     with connect(output) as run:
         try:
             body = _body(data)
@@ -75,12 +97,21 @@ def invoke(
                 raise fail(run.ui, f"--header {line!r}: use 'Name: value'", Code.USAGE)
             headers[name.strip()] = value.strip()
         headers["NVCF-POLL-SECONDS"] = str(poll_seconds)
+        ids = []
+        for file in asset or []:
+            made = upload_file(run.api, file)
+            run.ui.note(f"uploaded {file} as asset {made['assetId']}")
+            ids.append(made["assetId"])
+        if ids:
+            headers["NVCF-INPUT-ASSET-REFERENCES"] = ",".join(ids)
         path = f"{V}/pexec/functions/{function_id}" + (f"/versions/{version}" if version else "")
         deadline = None if timeout is None else time.monotonic() + timeout
         resp = raw_request(run.api, "POST", path, content=body, headers=headers)
         request_id = resp.headers.get("nvcf-reqid")
         while resp.status_code == 202 and request_id:
-            run.ui.note(f"request {request_id}: {resp.headers.get('nvcf-status', 'pending')}")
+            percent = resp.headers.get("nvcf-percent-complete")
+            state = resp.headers.get("nvcf-status", "pending")
+            run.ui.note(f"request {request_id}: {state}" + (f", {percent}%" if percent else ""))
             if deadline is not None and time.monotonic() >= deadline:
                 raise fail(
                     run.ui,
@@ -92,6 +123,9 @@ def invoke(
             resp = raw_request(run.api, "GET", status_path, content=b"", headers=headers)
         if resp.headers.get("content-type", "").startswith("application/problem+json"):
             raise ApiError.of(resp)  # the server's refusal (404, 400, 429...), not the worker's
+        if resp.status_code == 302 and "location" in resp.headers:
+            _large_result(run, request_id, resp.headers["location"], save)
+            return
         parsed: Any
         try:
             parsed = resp.json()
@@ -107,6 +141,21 @@ def invoke(
             raise fail(
                 run.ui, f"the function answered {resp.status_code} ({request_id})", Code.FAILED
             )
+
+
+def _large_result(run: Run, request_id: str | None, location: str, save: Path | None) -> None:
+    """A large result: saved with --output-file (a zip: `<requestId>.response` and the
+    files the worker wrote), else its URL printed."""
+    report: dict[str, Any] = {"requestId": request_id, "status": 302, "location": location}
+    if save is not None:
+        size = signed_transfer(run.api, "GET", location, save)
+        report["saved"] = str(save)
+        run.ui.note(f"large result: saved {size} bytes to {save}")
+    if run.ui.json:
+        run.ui.emit(report)
+    elif save is None:
+        run.ui.note("large result (save it with --output-file FILE):")
+        run.ui.show(location)
 
 
 def register(app: typer.Typer) -> None:

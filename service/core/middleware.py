@@ -355,18 +355,24 @@ class BodyDeadlineMiddleware:
     late and is read by nobody.
     """
 
-    def __init__(self, app: ASGIApp, *, timeout: float) -> None:
+    def __init__(
+        self, app: ASGIApp, *, timeout: float, long: tuple[str, float] | None = None
+    ) -> None:
         self.app = app
         self.timeout = timeout
+        #: (path prefix, seconds): a longer deadline for those paths (uploads of assets)
+        self.long = long
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
-        complete = False
         timeout = self.timeout
+        if self.long is not None and str(scope.get("path", "")).startswith(self.long[0]):
+            timeout = max(timeout, self.long[1])
+        deadline = loop.time() + timeout
+        complete = False
 
         async def wrapped() -> Message:
             nonlocal complete

@@ -1,7 +1,7 @@
 """Per-account quotas (like NVCF's per-account limits): how many functions, versions per
-function, instances across deployments, registry credentials and API keys an account may
-have. Each domain counts its own rows and calls `enforce`; a refusal is a 400 problem+json
-naming the quota and the setting that raises it, and changes nothing."""
+function, instances across deployments, registry credentials, API keys and assets (and bytes
+of them) an account may have. Each domain counts its own rows and calls `enforce`; a refusal
+is a 400 problem+json naming the quota and the setting that raises it, and changes nothing."""
 
 from __future__ import annotations
 
@@ -74,6 +74,8 @@ class Quotas:
     instances: Quota
     registry_credentials: Quota
     api_keys: Quota
+    assets: Quota
+    asset_bytes: Quota
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Quotas:
@@ -93,4 +95,8 @@ class Quotas:
                 "registry credentials",
             ),
             api_keys=Quota("api_keys", settings.quota_api_keys, "API keys"),
+            assets=Quota("assets", settings.quota_assets, "assets"),
+            asset_bytes=Quota(
+                "asset_bytes", settings.quota_asset_bytes, "bytes of uploaded assets"
+            ),
         )

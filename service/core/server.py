@@ -9,7 +9,8 @@ file descriptor. `BoundedHttpToolsProtocol` (uvicorn's httptools protocol, insta
 - from the connection opening, and from a later request's first byte, the head must be
   complete within `header_timeout`;
 - from the head, the body must be complete within `body_timeout` (the ASGI side,
-  `service.core.middleware.BodyDeadlineMiddleware`, answers a route reading a late body 408);
+  `service.core.middleware.BodyDeadlineMiddleware`, answers a route reading a late body 408),
+  or `long_body_timeout` for paths under `long_body_prefix` (uploads of assets);
 - between requests, uvicorn's keep-alive timer, set to `keepalive_timeout`.
 
 When the deadline passes the connection is closed: at once if no response is under way, or
@@ -63,6 +64,15 @@ class ConnectionLimits:
     #: a request head's bytes and header lines (431 beyond)
     max_head_bytes: int = 64 * 1024
     max_headers: int = 100
+    #: requests whose path starts with `long_body_prefix` (uploads to the local store's signed
+    #: URLs) have `long_body_timeout` seconds for their body instead of `body_timeout`
+    long_body_prefix: str = ""
+    long_body_timeout: float = 0.0
+
+    def body_timeout_of(self, path: str) -> float:
+        if self.long_body_prefix and path.startswith(self.long_body_prefix):
+            return max(self.body_timeout, self.long_body_timeout)
+        return self.body_timeout
 
 
 def soft_fd_limit() -> int | None:
@@ -314,12 +324,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        self._clock.arm(self.limits.body_timeout)
+        self._clock.arm(self.limits.body_timeout_of(self.url.decode("latin-1")))
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         self._clock.disarm()
-        self._in_head, self._head_bytes = True, 0
+        # the read being fed ends a body: its bytes are not head bytes of the next request
+        self._in_head, self._head_bytes, self._began = True, 0, True
         super().on_message_complete()
         cycle = self.cycle
         if (

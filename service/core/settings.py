@@ -7,7 +7,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 CommaList = Annotated[frozenset[str], NoDecode]
@@ -121,6 +121,106 @@ class Settings(BaseSettings):
         default=50, ge=1, description="Registry credentials per account."
     )
     quota_api_keys: int = Field(default=100, ge=1, description="API keys per account.")
+    quota_assets: int = Field(
+        default=1000, ge=1, description="Assets per account (not yet expired, uploaded or not)."
+    )
+    quota_asset_bytes: int = Field(
+        default=100 * 1024 * 1024 * 1024,
+        ge=1,
+        description="Bytes of uploaded assets per account; an upload that would pass it is "
+        "refused.",
+    )
+    # -- assets and large results (service/assets/, docs/assets.md)
+    asset_storage: Literal["local", "s3"] = Field(
+        default="local",
+        description="Where assets and large results are kept: `local`, the `storage` folder "
+        "of the data directory, this server signing and serving the upload and download URLs "
+        "(one replica); `s3`, an S3-compatible object store (several replicas), which signs "
+        "them.",
+    )
+    asset_s3_bucket: str | None = Field(
+        default=None,
+        min_length=3,
+        max_length=63,
+        description="`s3` storage: the bucket (it must exist); objects are kept under "
+        "`assets/` and `results/`.",
+    )
+    asset_s3_endpoint_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://",
+        description="`s3` storage: the store's endpoint (e.g. `http://minio:9000`); unset: "
+        "AWS S3. Callers and workers use the signed URLs, so it must be reachable by them.",
+    )
+    asset_s3_region: str = Field(
+        default="us-east-1", min_length=1, description="`s3` storage: the region signed for."
+    )
+    asset_s3_access_key_id: SecretStr | None = Field(
+        default=None,
+        description="`s3` storage: the access key id; unset: the AWS client's own chain "
+        "(environment, shared files, instance role).",
+    )
+    asset_s3_secret_access_key: SecretStr | None = Field(
+        default=None, description="`s3` storage: the secret access key (with the key id)."
+    )
+    asset_public_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://",
+        description="`local` storage: the base URL the signed URLs start with (e.g. "
+        "`https://nvcf.example.com`); unset: the base URL of the request that asks for one.",
+    )
+    asset_ttl_seconds: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="Seconds an asset is kept after it was created; then it is deleted and "
+        "a reference to it is refused.",
+    )
+    asset_url_seconds: int = Field(
+        default=2100,
+        ge=1,
+        le=604_800,
+        description="Seconds a signed upload or download URL stays valid (NVCF: 35 minutes).",
+    )
+    asset_max_bytes: int = Field(
+        default=5 * 1024 * 1024 * 1024,
+        gt=0,
+        description="Largest asset, in bytes: `local` storage refuses a larger upload (413); "
+        "with `s3` a larger object is refused and deleted when it is first referenced.",
+    )
+    asset_upload_timeout_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="`local` storage: seconds an upload's body may take to arrive (instead of "
+        "`NVCF_HTTP_BODY_TIMEOUT`, which bounds every other request body).",
+    )
+    asset_max_references: int = Field(
+        default=32,
+        ge=1,
+        le=1000,
+        description="Assets one invocation may reference.",
+    )
+    asset_result_max_bytes: int = Field(
+        default=5 * 1024 * 1024 * 1024,
+        gt=0,
+        description="Largest large result (the answer body and the files a worker writes, "
+        "zipped), in bytes; a larger one ends the request errored.",
+    )
+    asset_result_max_files: int = Field(
+        default=1000,
+        ge=1,
+        description="Files a worker may write into its NVCF-LARGE-OUTPUT-DIR for one request.",
+    )
+    asset_files_dir: Path | None = Field(
+        default=None,
+        description="Where the per-request asset and output directories of workers on this "
+        "machine (the simulated clusters) are made; unset: `request-files` in the data "
+        "directory.",
+    )
+    asset_purge_period_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="Seconds between purges of expired assets, old large results and "
+        "abandoned uploads (0: never).",
+    )
     # -- per-account API rate limit (service/core/ratelimit.py)
     rate_limit_per_second: float = Field(
         default=100.0, ge=0, description="Requests per second per account on average (0: off)."
@@ -543,6 +643,26 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("asset_s3_bucket", "asset_s3_endpoint_url", "asset_public_url", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _s3_needs_bucket(self) -> Settings:
+        if self.asset_storage == "s3" and self.asset_s3_bucket is None:
+            raise ValueError("NVCF_ASSET_STORAGE=s3 needs NVCF_ASSET_S3_BUCKET")
+        if (self.asset_s3_access_key_id is None) != (self.asset_s3_secret_access_key is None):
+            raise ValueError(
+                "NVCF_ASSET_S3_ACCESS_KEY_ID and NVCF_ASSET_S3_SECRET_ACCESS_KEY go together"
+            )
+        return self
+
+    @property
+    def asset_files_root(self) -> Path:
+        """Where per-request asset and output directories are made."""
+        return self.asset_files_dir or self.data_dir / "request-files"
 
     @cached_property
     def effective_database_url(self) -> str:

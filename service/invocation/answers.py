@@ -25,6 +25,7 @@ from service.core.problem import PROBLEM, problem_body
 from service.invocation.store import Outcome
 
 if TYPE_CHECKING:
+    from service.assets.files import Progress
     from service.invocation.engine import Streamed
 
 FULFILLED = "fulfilled"
@@ -114,10 +115,29 @@ async def send_outcome(send: Send, scope: Scope, request_id: uuid.UUID, outcome:
     await send_whole(send, outcome.status, headers, outcome.body)
 
 
-async def send_pending(send: Send, request_id: uuid.UUID, word: str) -> None:
-    body = json.dumps({"reqId": str(request_id), "status": word}).encode()
+async def send_pending(
+    send: Send, request_id: uuid.UUID, word: str, progress: Progress | None = None
+) -> None:
+    """A 202; with the worker's progress report, as NVCF's worker utilities answer it: its
+    partial output as the body and `NVCF-PERCENT-COMPLETE`."""
     headers = [(b"content-type", b"application/json"), *nvcf_headers(request_id, word)]
+    if progress is None:
+        body = json.dumps({"reqId": str(request_id), "status": word}).encode()
+    else:
+        body = progress.partial
+        headers.append((b"nvcf-percent-complete", b"%d" % progress.percent))
     await send_whole(send, 202, headers, body)
+
+
+def large_result_url(outcome: Outcome | None) -> str | None:
+    """The URL of a 302 answer (the engine's large result, or the worker's own redirect),
+    which exec answers as `responseReference` (NVCF's mapping), else None."""
+    if outcome is None or outcome.status != 302 or outcome.error is not None:
+        return None
+    for name, value in outcome.headers:
+        if name == b"location":
+            return value.decode("latin-1")
+    return None
 
 
 def _worker_json(body: bytes) -> Any:
@@ -130,13 +150,27 @@ def _worker_json(body: bytes) -> Any:
 
 
 async def send_exec(
-    send: Send, scope: Scope, request_id: uuid.UUID, outcome: Outcome | None, word: str = PENDING
+    send: Send,
+    scope: Scope,
+    request_id: uuid.UUID,
+    outcome: Outcome | None,
+    word: str = PENDING,
+    progress: Progress | None = None,
 ) -> None:
-    """The wrapped (`exec`) answer: `{reqId, status, percentComplete?, errorCode?, response?}`
-    with the worker's status as the HTTP status (202 while pending)."""
+    """The wrapped (`exec`) answer: `{reqId, status, percentComplete?, errorCode?, response?,
+    responseReference?}` with the worker's status as the HTTP status (202 while pending, with
+    the worker's progress when it reports one; 200 with `responseReference`, the signed URL,
+    for a large result)."""
     content: dict[str, Any] = {"reqId": str(request_id)}
+    location = large_result_url(outcome)
     if outcome is None:
         status, content["status"] = 202, word
+        if progress is not None:
+            content["percentComplete"] = progress.percent
+            content["response"] = _worker_json(progress.partial)
+    elif location is not None:
+        status = 200
+        content.update(status=FULFILLED, percentComplete=100, responseReference=location)
     elif outcome.error is not None:
         err = failure_error(outcome)
         status = err.status

@@ -22,6 +22,7 @@ the entry waits for that task up to `Call.poll_seconds`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import uuid
@@ -29,6 +30,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from service.assets.files import REFERENCES_HEADER, OutputDirs, RequestFiles, TooManyOutputs
+from service.assets.results import ResultTooLarge, store_result
 from service.auth.service import Principal
 from service.backends.protocol import AdapterError
 from service.backends.worker import (
@@ -39,7 +42,13 @@ from service.backends.worker import (
 )
 from service.clusters.adapters import AdapterRegistry
 from service.core.db import utcnow
-from service.core.errors import BadRequest, NotFound, ServiceUnavailable, TooManyRequests
+from service.core.errors import (
+    BadRequest,
+    DomainError,
+    NotFound,
+    ServiceUnavailable,
+    TooManyRequests,
+)
 from service.invocation.dispatch import Dispatcher, QueueTimeout, Ticket
 from service.invocation.forward import (
     caller_headers,
@@ -55,6 +64,8 @@ from service.invocation.routing import InstanceRoute, RouteTable, Target
 from service.invocation.store import Outcome, RequestStore
 
 if TYPE_CHECKING:
+    from service.assets.models import Asset
+    from service.assets.service import Assets
     from service.core.settings import Settings
 
 log = logging.getLogger("nvcf.invocation")
@@ -87,6 +98,14 @@ class Call:
     #: instances the entry would have serve the request, best first (the first with a free
     #: slot takes it; none free: the least loaded) — the LLM gateway's sessions
     prefer: Sequence[uuid.UUID] = ()
+    #: input assets (NVCF-INPUT-ASSET-REFERENCES): resolved at admission (400 naming every
+    #: bad one), fetched into the request's NVCF-ASSET-DIR before it reaches the worker
+    asset_ids: Sequence[uuid.UUID] = ()
+    #: what the refusal of a bad reference names (the header, or exec's field)
+    asset_field: str = REFERENCES_HEADER
+    #: the caller's base URL (asked only for a large result): where the local store's signed
+    #: URL of one points
+    base_url: Callable[[], str] | None = None
 
 
 class Streamed:
@@ -194,8 +213,14 @@ class Engine:
         adapters: AdapterRegistry,
         metrics: InvocationMetrics,
         owner: str,
+        assets: Assets | None = None,
     ) -> None:
         self.routes = routes
+        #: assets, per-request directories and large results (service/assets/); None: none
+        self.assets = assets
+        self.files_root = settings.asset_files_root
+        #: output directories of workers on this machine, reused per instance
+        self.output_dirs = OutputDirs(self.files_root / "output")
         self.limiter = limiter
         self.dispatcher = dispatcher
         self.store = store
@@ -205,6 +230,7 @@ class Engine:
         self.queue_timeout = settings.invoke_queue_timeout_seconds
         self.worker_timeout = settings.invoke_worker_timeout_seconds
         self.result_max = settings.invoke_result_max_bytes
+        self.max_references = settings.asset_max_references
         self._max_size = ("NVCF-MAX-RESPONSE-SIZE-BYTES", str(self.result_max))
         self.active: dict[uuid.UUID, Run] = {}
         self.stopping = False
@@ -277,6 +303,7 @@ class Engine:
         if call.check is not None:
             call.check(target)
         principal = call.principal
+        assets = await self._input_assets(call) if call.asset_ids else []
         if target.rate is not None:
             try:
                 await self.limiter.check(
@@ -301,6 +328,8 @@ class Engine:
             created_at=utcnow(),
             accepted=now,
             deadline=now + self.worker_timeout,
+            assets=assets,
+            base_url=call.base_url,
         )
         try:
             run.ticket = await self.dispatcher.enqueue(run.id, target, prefer=call.prefer)
@@ -309,6 +338,16 @@ class Engine:
             raise
         self.active[run.id] = run
         return run
+
+    async def _input_assets(self, call: Call) -> list[Asset]:
+        """The referenced assets, each the caller's, unexpired and uploaded (400 naming every
+        one that is not)."""
+        if self.assets is None:
+            raise ServiceUnavailable(detail="assets are not served by this process")
+        async with self.store.sessionmaker() as session, session.begin():
+            return await self.assets.resolve(
+                session, call.principal.account_id, call.asset_ids, call.asset_field
+            )
 
     async def _resolve(self, call: Call) -> Target:
         fid, vid = call.function_id, call.version_id
@@ -326,6 +365,7 @@ class Engine:
             try:
                 async with asyncio.timeout_at(run.deadline):
                     response = await self._exchange(run, self._send)
+                    large = await self._large(run, response) if run.files is not None else None
             except TimeoutError:
                 failure = Outcome.failure(
                     504, f"the worker did not answer within {self.worker_timeout:g} s"
@@ -335,6 +375,9 @@ class Engine:
             except _Failed as exc:
                 failure = exc.outcome
             else:
+                if large is not None:
+                    await run.finish(large)
+                    return Finished(run.id, large)
                 if not run.detached:
                     return Streamed(run, response)
                 return Finished(run.id, await self._whole(run, response))
@@ -377,9 +420,89 @@ class Engine:
 
     async def _send(self, run: Run, instance: InstanceRoute) -> WorkerResponse:
         endpoint = await self.endpoint_of(run.target, instance)
+        if run.files is None:
+            await self._prepare_files(run, instance)
         return await endpoint.send(
             run.method, run.path, self.worker_headers(run, instance), run.body
         )
+
+    async def _prepare_files(self, run: Run, instance: InstanceRoute) -> None:
+        """The request's asset and output directories, for a worker on this machine (a
+        simulated cluster's); a worker elsewhere gets none (docs/assets.md)."""
+        adapter = self.adapters.get(instance.cluster)
+        local = adapter is not None and getattr(adapter, "files_on_this_machine", False)
+        if self.assets is None or not local:
+            if run.assets:
+                raise _Failed(
+                    503,
+                    f"input assets cannot be handed to workers of cluster {instance.cluster} "
+                    "yet (only to workers on the server's machine)",
+                )
+            return
+        try:
+            key = str(instance.id)
+            folder = await self.output_dirs.take(key)
+            run.files = await RequestFiles.prepare(
+                self.assets.store,
+                self.files_root,
+                run.id,
+                run.assets,
+                output_dir=folder,
+                release=functools.partial(self.output_dirs.give_back, key, folder),
+            )
+        except DomainError as exc:
+            raise _Failed(503, exc.detail or exc.title) from None
+
+    async def _large(self, run: Run, response: WorkerResponse) -> Outcome | None:
+        """A large result (NVCF's rule): an answer body over NVCF-MAX-RESPONSE-SIZE-BYTES,
+        or any file the worker wrote into NVCF-LARGE-OUTPUT-DIR, is kept in the object
+        store and answered with a 302 to its signed URL; None when the answer is not large
+        (errors never are). An answer of unknown length to a waiting caller is streamed as
+        it comes (event streams); to a detached one it is read up to the limit first."""
+        assets, files = self.assets, run.files
+        assert assets is not None and files is not None
+        if response.status >= 400:
+            return None
+        settings = assets.settings
+        try:
+            outputs = await files.outputs(
+                settings.asset_result_max_files, settings.asset_result_max_bytes
+            )
+        except TooManyOutputs as exc:
+            await response.aclose()
+            raise _Failed(502, f"the worker's large result was refused: {exc}") from None
+        headers, length = caller_headers(response.raw_headers)
+        prefix = b""
+        small = length is not None and length <= self.result_max
+        if not outputs and (small or (length is None and not run.detached)):
+            return None  # not large; a stream of unknown length flows to its waiting caller
+        try:
+            chunks = response.iter_bytes()
+            if not outputs and length is None:
+                parts: list[bytes] = []
+                size = 0
+                async for chunk in chunks:
+                    parts.append(chunk)
+                    size += len(chunk)
+                    if size > self.result_max:
+                        break
+                prefix = b"".join(parts)
+                if size <= self.result_max:
+                    return Outcome(response.status, tuple(headers), prefix)
+
+            async def body() -> AsyncIterator[bytes]:
+                if prefix:
+                    yield prefix
+                async for chunk in chunks:
+                    yield chunk
+
+            base = run.base_url() if run.base_url is not None else ""
+            url = await store_result(assets, run.id, body(), files, base)
+        except ResultTooLarge as exc:
+            raise _Failed(502, f"the worker's large result was refused: {exc}") from None
+        finally:
+            await response.aclose()
+        return Outcome(302, ((b"location", url.encode("latin-1")),))
 
     def worker_headers(self, run: Run, instance: InstanceRoute) -> list[tuple[str, str]]:
         """The worker request's headers: the caller's (filtered) and the NVCF-* ones."""
@@ -390,6 +513,7 @@ class Engine:
             self._max_size,
             *run.target.nvcf_headers,
             *instance.nvcf_headers,
+            *(run.files.worker_headers() if run.files is not None else ()),
         ]
 
     async def endpoint_of(self, target: Target, instance: InstanceRoute) -> WorkerEndpoint:
@@ -470,6 +594,7 @@ class Engine:
         reason = f"the replica {self.owner} running the request shut down"
         for run in list(self.active.values()):  # a task cancelled before it began
             await run.finish(Outcome.failure(503, reason))
+        await self.output_dirs.aclose()
 
 
 class _Failed(Exception):

@@ -42,6 +42,11 @@ NVCF_REQUEST_HEADERS = frozenset(
         "nvcf-instancetype",
         "nvcf-region",
         "nvcf-invocation-region",
+        # the worker's files (service/assets/): set by the engine, never by the caller
+        "nvcf-asset-dir",
+        "nvcf-large-output-dir",
+        "nvcf-function-asset-ids",
+        "nvcf-input-asset-references",
     }
 )
 

@@ -24,9 +24,11 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from starlette.requests import ClientDisconnect
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
+from service.assets.files import REFERENCES_HEADER
+from service.assets.service import parse_references
 from service.auth import scopes
 from service.auth.service import Authenticator, Principal
 from service.core.errors import (
@@ -56,6 +58,8 @@ API_PREFIX = "/v2/nvcf"
 TRANSPARENT = "<transparent invocation>"
 #: the metrics/log label of the LLM gateway's requests
 LLM = "<llm gateway>"
+#: the input-asset header as the ASGI scope spells it (every value is read)
+_REFERENCES = REFERENCES_HEADER.lower().encode()
 
 
 @dataclass(frozen=True)
@@ -301,11 +305,18 @@ async def _invoke(
         poll = poll_seconds(ex.header(POLL_HEADER.encode()))
         body = await ex.body()
         headers: list[tuple[bytes, bytes]] = scope["headers"]
+        references = [v.decode("latin-1") for k, v in headers if k == _REFERENCES]
+        field = REFERENCES_HEADER
         if wrapped:
-            body, exec_poll = parse_exec(body)
+            body, exec_poll, exec_references = parse_exec(body)
             poll = exec_poll or poll
+            if exec_references:
+                references, field = exec_references, "requestHeader.inputAssetReferences"
             headers = [(k, v) for k, v in headers if k.lower() != b"content-type"]
             headers.append((b"content-type", b"application/json"))
+        asset_ids = (
+            parse_references(references, field, plane.engine.max_references) if references else ()
+        )
         answer = await plane.engine.invoke(
             Call(
                 principal=principal,
@@ -318,6 +329,9 @@ async def _invoke(
                 request_id=request_id,
                 poll_seconds=poll,
                 swap_ids=swap,
+                asset_ids=asset_ids,
+                asset_field=field,
+                base_url=lambda: str(Request(scope).base_url),
             )
         )
     except DomainError as err:
@@ -357,9 +371,11 @@ async def _poll(ex: Exchange, *, wrapped: bool) -> None:
         await answers.send_problem(send, scope, err, rid)
         return
     if wrapped:
-        await answers.send_exec(send, scope, rid, answer.outcome, answers.IN_PROGRESS)
+        await answers.send_exec(
+            send, scope, rid, answer.outcome, answers.IN_PROGRESS, answer.progress
+        )
     elif answer.outcome is None:
-        await answers.send_pending(send, rid, answers.IN_PROGRESS)
+        await answers.send_pending(send, rid, answers.IN_PROGRESS, answer.progress)
     else:
         await answers.send_outcome(send, scope, rid, answer.outcome)
 

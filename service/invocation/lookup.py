@@ -60,12 +60,16 @@ class RequestLookup:
             if not inv.done.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(inv.done.wait(), poll_seconds)
+            files = inv.files
+            done = inv.done.is_set()
             return PollAnswer(
                 request_id,
                 inv.target.function_id,
                 inv.target.version_id,
                 inv.state.value,
-                inv.outcome if inv.done.is_set() else None,
+                inv.outcome if done else None,
+                # the worker's progress file, read while its directory is there
+                None if done or files is None else await files.progress(),
             )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + poll_seconds

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -17,6 +18,8 @@ from service.invocation.routing import InstanceRoute, Target
 from service.invocation.store import Outcome
 
 if TYPE_CHECKING:
+    from service.assets.files import Progress, RequestFiles
+    from service.assets.models import Asset
     from service.invocation.dispatch import Ticket
     from service.invocation.engine import Answer, Engine
 
@@ -56,6 +59,12 @@ class Run:
     #: instances that refused the connection, and why (a request is retried once)
     tried: list[uuid.UUID] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    #: the input assets, resolved at admission
+    assets: list[Asset] = field(default_factory=list)
+    #: the asset and output directories of a worker on this machine; removed by `finish`
+    files: RequestFiles | None = None
+    #: where the local store's signed URL of a large result points (the caller's base URL)
+    base_url: Callable[[], str] | None = None
 
     @cached_property
     def rid(self) -> str:
@@ -87,6 +96,9 @@ class Run:
                 ticket.cancel()  # still waiting in the queue: leave it
             await self.release()
         finally:
+            files, self.files = self.files, None
+            if files is not None:
+                await files.remove()
             self.outcome = outcome
             elapsed = asyncio.get_running_loop().time() - self.accepted
             engine.metrics.answered(self.target, outcome.fulfilled, elapsed)
@@ -112,6 +124,8 @@ class PollAnswer:
     version_id: uuid.UUID
     state: str
     outcome: Outcome | None
+    #: the worker's last progress report while pending (a worker on this machine)
+    progress: Progress | None = None
 
 
 @dataclass(frozen=True)

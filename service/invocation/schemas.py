@@ -37,6 +37,11 @@ class ExecResponse(CamelModel):
     percent_complete: int | None = None
     error_code: int | None = None
     response: Any = None
+    response_reference: str | None = Field(
+        default=None,
+        description="A large result: the signed URL of its zip (`<reqId>.response` and the "
+        "files the worker wrote), downloadable with no key until it expires.",
+    )
 
 
 class QueueOut(CamelModel):
@@ -57,9 +62,9 @@ class QueuePosition(CamelModel):
     position_in_queue: int
 
 
-def parse_exec(raw: bytes) -> tuple[bytes, int | None]:
-    """The worker body (the JSON of `requestBody`) and `pollDurationSeconds` of an exec body;
-    400 naming every problem."""
+def parse_exec(raw: bytes) -> tuple[bytes, int | None, list[str]]:
+    """The worker body (the JSON of `requestBody`), `pollDurationSeconds` and
+    `inputAssetReferences` of an exec body; 400 naming every problem."""
     try:
         data = json.loads(raw) if raw else None
     except ValueError as exc:
@@ -73,6 +78,7 @@ def parse_exec(raw: bytes) -> tuple[bytes, int | None]:
         errors.append(FieldError("requestBody", "is required"))
     header = data.get("requestHeader")
     poll: int | None = None
+    references: list[str] = []
     if header is not None and not isinstance(header, dict):
         errors.append(FieldError("requestHeader", "must be an object"))
     elif isinstance(header, dict):
@@ -90,7 +96,15 @@ def parse_exec(raw: bytes) -> tuple[bytes, int | None]:
                 )
             else:
                 poll = max(MIN_POLL_SECONDS, value)
+        refs = header.get("inputAssetReferences")
+        if refs is not None:
+            if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
+                errors.append(
+                    FieldError("requestHeader.inputAssetReferences", "must be a list of asset ids")
+                )
+            else:
+                references = refs
     if errors:
         raise ValidationFailed.of(errors)
     body = json.dumps(data["requestBody"], separators=(",", ":")).encode()
-    return body, poll
+    return body, poll, references

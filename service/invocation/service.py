@@ -16,6 +16,7 @@ import logging
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from service.assets.service import Assets
 from service.auth.service import Principal
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
@@ -45,6 +46,7 @@ class InvocationPlane:
         owner: OwnerId,
         *,
         dispatcher: Dispatcher | None = None,
+        assets: Assets | None = None,
     ) -> None:
         self.settings = settings
         self.sessionmaker = sessionmaker
@@ -85,6 +87,7 @@ class InvocationPlane:
             adapters,
             metrics,
             owner.value,
+            assets,
         )
         #: polls and queue questions (lookup.py)
         self.lookup = RequestLookup(

@@ -1,5 +1,5 @@
 """The serve commands' start-up: objects alive once the application is built are frozen out
-of the cyclic garbage collector's reach (`NVCF_GC_FREEZE`)."""
+of the cyclic garbage collector's reach (`NVCF_GC_FREEZE`); the server's bounded protocol."""
 
 from __future__ import annotations
 
@@ -7,9 +7,13 @@ import asyncio
 import gc
 from collections.abc import Iterator
 
+import httpx
 import pytest
+from starlette.types import Receive, Scope, Send
 
-from service.core.server import CoalescingTransport, freeze_startup_objects
+from service.core.errors import RequestTimeout
+from service.core.server import CoalescingTransport, ConnectionLimits, freeze_startup_objects
+from tests.support.server import in_loop_server
 
 
 @pytest.fixture
@@ -30,6 +34,88 @@ def test_start_up_objects_are_frozen_out_of_the_collector_when_asked() -> None:
     cycle.append(cycle)
     del cycle
     assert gc.collect() >= 1
+
+
+async def test_a_large_body_is_never_counted_as_a_request_head() -> None:
+    """The read that ends a body (here up to several hundred KiB at once) is body, not the
+    next request's head: a large upload is not refused 431 (the head bound is 64 KiB)."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        size, more = 0, True
+        while more:
+            message = await receive()
+            size += len(message.get("body", b""))
+            more = message.get("more_body", False)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": str(size).encode()})
+
+    limits = ConnectionLimits(
+        header_timeout=10, body_timeout=10, keepalive_timeout=5, max_connections=10
+    )
+    async with in_loop_server(app, limits) as server:
+        base = f"http://127.0.0.1:{server.config.port}"
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            for size in (1024 * 1024, 8 * 1024 * 1024):
+                resp = await client.put("/upload", content=b"x" * size)
+                assert resp.status_code == 200 and resp.text == str(size)
+
+
+def test_uploads_have_a_longer_body_time() -> None:
+    limits = ConnectionLimits(
+        header_timeout=10,
+        body_timeout=60,
+        keepalive_timeout=5,
+        max_connections=10,
+        long_body_prefix="/storage/",
+        long_body_timeout=3600,
+    )
+    assert limits.body_timeout_of("/storage/assets/x?sig=1") == 3600
+    assert limits.body_timeout_of("/v2/nvcf/assets") == 60
+    plain = ConnectionLimits(
+        header_timeout=1, body_timeout=60, keepalive_timeout=1, max_connections=1
+    )
+    assert plain.body_timeout_of("/storage/assets/x") == 60
+
+
+async def test_the_body_deadline_of_uploads_is_their_own() -> None:
+    """A body slower than the ordinary deadline but within the upload one arrives whole."""
+    from service.core.middleware import BodyDeadlineMiddleware
+
+    got: list[int] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        size, more = 0, True
+        while more:
+            message = await receive()
+            size += len(message.get("body", b""))
+            more = message.get("more_body", False)
+        got.append(size)
+
+    release = asyncio.Event()
+    messages = [{"type": "http.request", "body": b"a", "more_body": True}]
+
+    async def receive() -> dict[str, object]:
+        if messages:
+            return messages.pop()
+        await release.wait()  # the rest comes after the ordinary deadline
+        return {"type": "http.request", "body": b"b", "more_body": False}
+
+    async def send(message: dict[str, object]) -> None:
+        return None
+
+    wrapped = BodyDeadlineMiddleware(app, timeout=0.05, long=("/storage/", 3600))
+    task = asyncio.create_task(
+        wrapped({"type": "http", "path": "/storage/assets/x"}, receive, send)  # type: ignore[arg-type]
+    )
+    await asyncio.sleep(0.2)
+    release.set()
+    await task
+    assert got == [2]
+    short = BodyDeadlineMiddleware(app, timeout=0.05, long=("/storage/", 3600))
+    messages.append({"type": "http.request", "body": b"a", "more_body": True})
+    release.clear()
+    with pytest.raises(RequestTimeout):
+        await short({"type": "http", "path": "/v2/nvcf/functions"}, receive, send)  # type: ignore[arg-type]
 
 
 class _Recorder(asyncio.Transport):

@@ -71,6 +71,10 @@ from service.health.observed import ObjectRef, ObservedState
 class SimulatedAdapter:
     """A simulated cluster with `BackendAdapter`'s interface; safe for concurrent tasks."""
 
+    #: its workers (the built-in one, an `upstream` server) run on the server's machine: the
+    #: invocation engine hands them per-request asset and output directories (service/assets)
+    files_on_this_machine = True
+
     def __init__(
         self,
         name: str,

@@ -13,11 +13,19 @@ answered by a tiny deterministic model in OpenAI's shapes, streamed when the bod
 Delay-Ms: N` answers after N ms (and puts N ms between streamed events), `X-Sim-Status: NNN`
 answers with that status. `Accept: text/event-stream` answers with `X-Sim-Events` (default 3)
 server-sent events, each `data: {"index": i, ...the echo...}`, `X-Sim-Delay-Ms` apart. A GET of
-the function's health path answers `{"status": "ok"}`. Every other request is logged (the
-worker's log, backends/logs/simulated.py) as served; `X-Sim-Log: text` makes the worker print
-`text` first (as a careless worker might print a secret). An instance the cluster does not run
-(never applied, or deleted) refuses the connection, as a real address with nobody listening
-would; a delayed answer whose instance is torn down meanwhile fails (the connection is reset).
+the function's health path answers `{"status": "ok"}`.
+
+Like a container written for NVCF it uses the directories the invocation engine gives it
+(docs/assets.md): with `NVCF-ASSET-DIR` the echo has `"assets": {<id>: {"size", "sha256"}}` of
+the files there; `X-Sim-Output-Bytes: N` writes N bytes to `output.bin` in
+`NVCF-LARGE-OUTPUT-DIR` (a large result); `X-Sim-Progress: 0,50,100` writes those percentages
+to its `progress` file, `X-Sim-Delay-Ms` spread between them, before answering.
+
+Every other request is logged (the worker's log, backends/logs/simulated.py) as served;
+`X-Sim-Log: text` makes the worker print `text` first (as a careless worker might print a
+secret). An instance the cluster does not run (never
+applied, or deleted) refuses the connection, as a real address with nobody listening would; a
+delayed answer whose instance is torn down meanwhile fails (the connection is reset).
 """
 
 from __future__ import annotations
@@ -25,8 +33,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import hashlib
 import json
+import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from service.backends.simulated import llm
@@ -45,6 +56,11 @@ EVENTS_HEADER = "x-sim-events"
 LOG_HEADER = "x-sim-log"
 #: the instance that answered, on the tiny model's answers (which have no echo to say it)
 INSTANCE_HEADER = "x-sim-instance-id"
+OUTPUT_HEADER = "x-sim-output-bytes"
+PROGRESS_HEADER = "x-sim-progress"
+#: the most a request may ask the simulated worker to write
+MAX_OUTPUT_BYTES = 1024 * 1024 * 1024
+MAX_PROGRESS_STEPS = 100
 #: bounds of what a request may ask of the simulated worker
 MAX_DELAY_MS = 3_600_000
 MAX_EVENTS = 10_000
@@ -194,6 +210,47 @@ def _json(status: int, body: Any) -> _Answer:
     return _Answer(status, headers, data)
 
 
+def _asset_report(folder: Path) -> dict[str, dict[str, Any]]:
+    """Size and sha256 of every file of the asset directory."""
+    report: dict[str, dict[str, Any]] = {}
+    if not folder.is_dir():
+        return report
+    for path in sorted(folder.iterdir()):
+        digest = hashlib.sha256()
+        size = 0
+        with path.open("rb") as fh:
+            while chunk := fh.read(1024 * 1024):
+                digest.update(chunk)
+                size += len(chunk)
+        report[path.name] = {"size": size, "sha256": digest.hexdigest()}
+    return report
+
+
+def _progress_steps(raw: str | None) -> list[int]:
+    steps: list[int] = []
+    for part in (raw or "").split(",")[:MAX_PROGRESS_STEPS]:
+        if part.strip().isdigit() and int(part) <= 100:
+            steps.append(int(part))
+    return steps
+
+
+def _write_progress(folder: Path, request_id: str, percent: int) -> None:
+    """The progress file as NVCF's worker utilities read it, replaced whole."""
+    report = {"id": request_id, "progress": percent, "partialResponse": {"percent": percent}}
+    tmp = folder / ".progress.tmp"
+    tmp.write_text(json.dumps(report))
+    os.replace(tmp, folder / "progress")
+
+
+def _write_output(path: Path, size: int) -> None:
+    block = hashlib.sha256(str(size).encode()).digest() * 2048  # 64 KiB
+    with path.open("wb") as fh:
+        left = size
+        while left > 0:
+            fh.write(block[: min(left, len(block))])
+            left -= len(block)
+
+
 class SimulatedWorkers:
     """The workers of one simulated cluster: those of the namespaces `running` accepts."""
 
@@ -243,16 +300,25 @@ class SimulatedWorkers:
                 self._print(namespace, f'INFO     "{method} {path}" 200 (model) {request_id}')
                 model.headers.append((INSTANCE_HEADER, namespace.removeprefix("sr-")))
                 return model
+        asset_dir = lowered.get("nvcf-asset-dir")
+        if asset_dir:
+            echo["assets"] = await asyncio.to_thread(_asset_report, Path(asset_dir))
+        out = lowered.get("nvcf-large-output-dir")
         if "text/event-stream" in lowered.get("accept", ""):
             events = _int_header(lowered, EVENTS_HEADER, DEFAULT_EVENTS, 0, MAX_EVENTS)
             self._print(namespace, f'INFO     "{method} {path}" {status} (stream) {request_id}')
             return _Events(status, echo, events, delay)
-        if delay:
+        steps = _progress_steps(lowered.get(PROGRESS_HEADER)) if out else []
+        for percent in steps:
+            await asyncio.to_thread(_write_progress, Path(out or ""), request_id, percent)
+            await asyncio.sleep(delay / len(steps))
+        if delay and not steps:
             await asyncio.sleep(delay)
-            if not self._running(namespace):
-                raise WorkerFailed(
-                    "connection reset: the simulated instance was torn down mid-request"
-                )
+        if delay and not self._running(namespace):
+            raise WorkerFailed("connection reset: the simulated instance was torn down mid-request")
+        size = _int_header(lowered, OUTPUT_HEADER, 0, 0, MAX_OUTPUT_BYTES)
+        if size and out:
+            await asyncio.to_thread(_write_output, Path(out) / "output.bin", size)
         self._print(namespace, f'INFO     "{method} {path}" {status} {request_id}')
         return _json(status, echo)
 
@@ -291,6 +357,8 @@ __all__ = [
     "EVENTS_HEADER",
     "INSTANCE_HEADER",
     "LOG_HEADER",
+    "OUTPUT_HEADER",
+    "PROGRESS_HEADER",
     "STATUS_HEADER",
     "SimulatedEndpoint",
     "SimulatedWorkers",

@@ -1,0 +1,283 @@
+"""Per-request directories of a worker that runs on this machine (the simulated clusters):
+`<root>/assets/<requestId>` holds one file per input asset, named by its id, before the
+request reaches the worker (`NVCF-ASSET-DIR`; made only when there are assets, as NVCF's
+worker utilities do); `<root>/output/<requestId>` is where it may
+write large outputs and its `progress` file (`NVCF-LARGE-OUTPUT-DIR`). Both are removed after
+the request. Layout and headers as NVCF's worker utilities make them (docs/assets.md).
+
+Only regular files count: a symbolic link a worker leaves is never followed, so a worker
+cannot make the server read (and hand out) a file outside its directories.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import stat
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from service.assets.models import Asset
+from service.assets.storage import MissingObject, ObjectStore
+from service.core.errors import FieldError, ServiceUnavailable, ValidationFailed
+
+log = logging.getLogger("nvcf.assets")
+
+PROGRESS_FILE = "progress"
+#: bytes of a progress file read at most (NVCF's partial responses are small JSON objects)
+PROGRESS_MAX_BYTES = 64 * 1024
+#: the invocation header naming input assets (NVCF's; service.py says it too)
+REFERENCES_HEADER = "NVCF-INPUT-ASSET-REFERENCES"
+#: assets fetched at once for one request
+FETCH_CONCURRENCY = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A worker's progress report: `percent` (0-100) and its partial output (JSON text)."""
+
+    percent: int
+    partial: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """A regular file the worker wrote: its path and its name relative to the directory."""
+
+    path: Path
+    name: str
+    size: int
+
+
+class TooManyOutputs(Exception):
+    """The worker wrote more files or bytes than a large result may hold."""
+
+
+def _is_empty(folder: Path) -> bool:
+    """Whether the directory has no entry (one read of a small local directory)."""
+    try:
+        with os.scandir(folder) as entries:
+            return next(entries, None) is None
+    except FileNotFoundError:
+        return False
+
+
+def _make(folder: Path) -> None:
+    try:
+        folder.mkdir(mode=0o700)
+    except FileNotFoundError:  # the first one under its parent
+        folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700)
+
+
+class OutputDirs:
+    """Output directories for the requests of one process, kept for reuse per instance:
+    making and removing a directory for every request costs more than the rest of an
+    invocation. A request takes a free empty directory of its instance's (or a new one); when
+    it ends the directory goes back if it is still empty, and is removed otherwise (the
+    worker wrote outputs or progress). Directories are never shared between instances, so
+    never between functions or accounts; the process's own random folder keeps another
+    process (or an earlier run) out of them."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root / uuid.uuid4().hex
+        self._free: dict[str, list[Path]] = {}
+        self._made = 0
+
+    async def take(self, instance: str) -> Path:
+        free = self._free.get(instance)
+        if free:
+            return free.pop()
+        self._made += 1
+        folder = self.root / instance / str(self._made)
+        await anyio.to_thread.run_sync(_make, folder)
+        return folder
+
+    async def give_back(self, instance: str, folder: Path) -> None:
+        # a small local directory's first entry, read here: a thread hop costs more
+        if _is_empty(folder):
+            self._free.setdefault(instance, []).append(folder)
+        else:
+            await anyio.to_thread.run_sync(shutil.rmtree, folder, True)
+
+    async def aclose(self) -> None:
+        self._free.clear()
+        await anyio.to_thread.run_sync(shutil.rmtree, self.root, True)
+
+
+@dataclass(frozen=True)
+class RequestFiles:
+    request_id: uuid.UUID
+    asset_dir: Path
+    output_dir: Path
+    asset_ids: tuple[uuid.UUID, ...]
+    #: gives the output directory back for reuse (OutputDirs); None: it is removed
+    release: Callable[[], Awaitable[None]] | None = None
+
+    @classmethod
+    async def prepare(
+        cls,
+        store: ObjectStore,
+        root: Path,
+        request_id: uuid.UUID,
+        assets: Sequence[Asset],
+        *,
+        output_dir: Path | None = None,
+        release: Callable[[], Awaitable[None]] | None = None,
+    ) -> RequestFiles:
+        """Make the directories (`output_dir`: one already made, given back by `release`)
+        and fetch every asset into the asset directory; on any failure nothing is left
+        behind: an asset deleted since it was resolved is a 400 naming it, a store failure a
+        503."""
+        files = cls(
+            request_id,
+            root / "assets" / str(request_id),
+            output_dir or root / "output" / str(request_id),
+            tuple(a.id for a in assets),
+            release,
+        )
+        # the asset directory only when there are assets (as NVCF's worker utilities)
+        todo = (files.asset_dir,) * bool(assets) + (files.output_dir,) * (output_dir is None)
+
+        def make() -> None:
+            for folder in todo:
+                _make(folder)
+
+        missing: list[FieldError] = []
+        failed: list[str] = []
+        gate = asyncio.Semaphore(FETCH_CONCURRENCY)
+
+        async def fetch(asset: Asset) -> None:
+            async with gate:
+                try:
+                    await store.fetch(asset.key, files.asset_dir / str(asset.id))
+                except MissingObject:
+                    missing.append(
+                        FieldError(
+                            REFERENCES_HEADER, f"asset {asset.id} was deleted before the request"
+                        )
+                    )
+                except Exception as exc:
+                    log.warning("fetching asset %s failed: %r", asset.id, exc)
+                    failed.append(str(asset.id))
+
+        try:
+            if todo:
+                await anyio.to_thread.run_sync(make)
+            async with asyncio.TaskGroup() as group:
+                for asset in assets:
+                    group.create_task(fetch(asset))
+        except BaseException:
+            await files.remove()
+            raise
+        if missing or failed:
+            await files.remove()
+            if missing:
+                raise ValidationFailed.of(missing, what="asset references")
+            raise ServiceUnavailable(
+                detail=f"the object store failed to hand out asset(s) {', '.join(failed)}; "
+                "try again"
+            )
+        return files
+
+    def worker_headers(self) -> list[tuple[str, str]]:
+        """The headers that tell the worker where its files are (NVCF's names)."""
+        headers = [
+            ("NVCF-ASSET-DIR", str(self.asset_dir)),
+            ("NVCF-LARGE-OUTPUT-DIR", str(self.output_dir)),
+        ]
+        if self.asset_ids:
+            headers.append(("NVCF-FUNCTION-ASSET-IDS", ",".join(map(str, self.asset_ids))))
+        return headers
+
+    async def remove(self) -> None:
+        """The request is over: its asset directory removed, its output directory given
+        back (or removed)."""
+        folders = (self.asset_dir,) * bool(self.asset_ids)
+        if self.release is None:
+            folders += (self.output_dir,)
+        if folders:
+            await anyio.to_thread.run_sync(_remove, folders)
+        if self.release is not None:
+            await self.release()
+
+    async def outputs(self, max_files: int, max_bytes: int) -> list[Output]:
+        """The regular files the worker wrote (all but `progress`), sorted by name; raises
+        TooManyOutputs past either bound."""
+        if _is_empty(self.output_dir):  # as it mostly is: no thread hop for that
+            return []
+        return await anyio.to_thread.run_sync(scan_outputs, self.output_dir, max_files, max_bytes)
+
+    async def progress(self) -> Progress | None:
+        return await anyio.to_thread.run_sync(read_progress, self.output_dir, self.request_id)
+
+
+def _remove(folders: Sequence[Path]) -> None:
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def scan_outputs(folder: Path, max_files: int, max_bytes: int) -> list[Output]:
+    found: list[Output] = []
+    total = 0
+    for top, _dirs, names in os.walk(folder, followlinks=False):
+        for name in names:
+            if name == PROGRESS_FILE:
+                continue
+            path = Path(top) / name
+            try:
+                info = path.lstat()
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            total += info.st_size
+            found.append(Output(path, path.relative_to(folder).as_posix(), info.st_size))
+            if len(found) > max_files:
+                raise TooManyOutputs(
+                    f"the worker wrote more than {max_files} files into NVCF-LARGE-OUTPUT-DIR "
+                    "(NVCF_ASSET_RESULT_MAX_FILES)"
+                )
+            if total > max_bytes:
+                raise TooManyOutputs(
+                    f"the worker's outputs pass {max_bytes} bytes (NVCF_ASSET_RESULT_MAX_BYTES)"
+                )
+    found.sort(key=lambda o: o.name)
+    return found
+
+
+def read_progress(folder: Path, request_id: uuid.UUID) -> Progress | None:
+    """The worker's `progress` file as NVCF's worker utilities read it: JSON
+    `{"id": requestId, "progress": percent, "partialResponse": {...}}`. None when there is
+    none, or it is unreadable, too large, of another request or malformed (a worker may be
+    half-way through writing it: the next poll reads it again)."""
+    path = folder / PROGRESS_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with contextlib.closing(os.fdopen(fd, "rb")) as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        raw = fh.read(PROGRESS_MAX_BYTES + 1)
+    if len(raw) > PROGRESS_MAX_BYTES:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or str(data.get("id", "")).lower() != str(request_id):
+        return None
+    percent = data.get("progress")
+    if not isinstance(percent, int) or isinstance(percent, bool) or not 0 <= percent <= 100:
+        return None
+    partial = data.get("partialResponse")
+    return Progress(percent, json.dumps(partial, separators=(",", ":")).encode())

@@ -1,0 +1,269 @@
+"""The asset service: create, read, list, delete and download assets of an account, confirm
+uploads, resolve the references of an invocation, and purge what expired.
+
+Rules (NVCF's, and where it is silent, decided here; docs/assets.md):
+- Assets belong to the account that created them; any other account gets 404, and an
+  invocation referencing one is told it does not exist (the same words as for an unknown id).
+- An asset expires `NVCF_ASSET_TTL_SECONDS` after it was created: it is no longer listed,
+  read or usable, and the purge deletes its row and object.
+- An upload is confirmed by asking the store (HEAD) the first time the asset is referenced
+  or downloaded; until then it is "not uploaded". A larger object than `NVCF_ASSET_MAX_BYTES`
+  (possible on S3, which cannot bound a PUT) or one that would pass the account's
+  `asset_bytes` quota is deleted from the store and refused; the asset can be uploaded again
+  through a valid upload URL.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.assets import repository
+from service.assets.files import REFERENCES_HEADER
+from service.assets.models import Asset, result_key
+from service.assets.schemas import AssetOut, CreateAssetRequest
+from service.assets.signing import PURPOSE, Signer
+from service.assets.storage import ObjectStore, open_store
+from service.auth.service import lock_account
+from service.core.crypto import SecretBox
+from service.core.db import utcnow
+from service.core.errors import FieldError, NotFound, ValidationFailed
+from service.core.http import require_json_object
+from service.core.quotas import QuotaExceeded, Quotas
+from service.core.settings import Settings
+from service.core.validation import parse
+
+log = logging.getLogger("nvcf.assets")
+
+#: rows and objects the purge removes per round (the next round takes the rest)
+PURGE_BATCH = 500
+
+
+@dataclass(frozen=True)
+class NewAsset:
+    asset: Asset
+    upload_url: str
+
+
+def validate_create(raw: Any) -> CreateAssetRequest:
+    model, errors = parse(CreateAssetRequest, require_json_object(raw))
+    if errors or model is None:
+        raise ValidationFailed.of(errors, what="asset")
+    return model
+
+
+def describe(asset: Asset) -> AssetOut:
+    return AssetOut(
+        asset_id=asset.id,
+        description=asset.description,
+        content_type=asset.content_type,
+        created_at=asset.created_at,
+    )
+
+
+def parse_references(values: Sequence[str], field: str, limit: int) -> list[uuid.UUID]:
+    """Asset ids as NVCF reads them: every value split at commas, blanks skipped, each a
+    UUID; duplicates kept once. Every malformed id is named, and more than `limit` refused."""
+    ids: dict[uuid.UUID, None] = {}
+    errors: list[FieldError] = []
+    for value in values:
+        for part in value.split(","):
+            item = part.strip()
+            if not item:
+                continue
+            try:
+                ids[uuid.UUID(item)] = None
+            except ValueError:
+                errors.append(FieldError(field, f"'{item[:64]}' is not an asset id (a UUID)"))
+    if len(ids) > limit:
+        errors.append(
+            FieldError(
+                field,
+                f"{len(ids)} assets referenced; an invocation may use at most "
+                f"{limit} (NVCF_ASSET_MAX_REFERENCES)",
+            )
+        )
+    if errors:
+        raise ValidationFailed.of(errors, what="asset references")
+    return list(ids)
+
+
+class Assets:
+    """The asset plane of one process: its store and rules (app.state.assets)."""
+
+    def __init__(
+        self, settings: Settings, store: ObjectStore, signer: Signer, quotas: Quotas
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.signer = signer
+        self.quotas = quotas
+
+    @classmethod
+    async def open(cls, settings: Settings, box: SecretBox, quotas: Quotas) -> Assets:
+        signer = Signer(box.derive(PURPOSE))
+        return cls(settings, await open_store(settings, signer), signer, quotas)
+
+    def base_url(self, request_base: str) -> str:
+        return (self.settings.asset_public_url or request_base).rstrip("/")
+
+    # ------------------------------------------------------------------ the routes
+
+    async def create(
+        self, session: AsyncSession, account_id: str, spec: CreateAssetRequest, base_url: str
+    ) -> NewAsset:
+        now = utcnow()
+        await self.quotas.assets.check(
+            lambda: repository.count_live(session, account_id, now),
+            lambda: lock_account(session, account_id),
+        )
+        used = await repository.bytes_used(session, account_id, now)
+        if used >= self.settings.quota_asset_bytes:
+            self.quotas.asset_bytes.enforce(used, 1)
+        room = self.settings.quota_asset_bytes - used
+        asset = Asset(
+            id=uuid.uuid4(),
+            account_id=account_id,
+            content_type=spec.content_type,
+            description=spec.description,
+            created_at=now,
+            expires_at=now + timedelta(seconds=self.settings.asset_ttl_seconds),
+        )
+        session.add(asset)
+        await session.flush()
+        # The local store refuses an upload past this at once; S3 checks it on first use.
+        limit = min(self.settings.asset_max_bytes, room)
+        url = await self.store.upload_url(
+            asset.key, base_url=self.base_url(base_url), max_bytes=limit
+        )
+        log.info("asset %s created (account %s)", asset.id, account_id)
+        return NewAsset(asset, url)
+
+    async def get(self, session: AsyncSession, account_id: str, asset_id: uuid.UUID) -> Asset:
+        asset = await repository.get(session, asset_id)
+        if asset is None or asset.account_id != account_id or asset.expires_at <= utcnow():
+            raise NotFound(detail=f"asset {asset_id} not found")
+        return asset
+
+    async def list_live(self, session: AsyncSession, account_id: str) -> Sequence[Asset]:
+        return await repository.list_live(session, account_id, utcnow())
+
+    async def download_url(
+        self, session: AsyncSession, account_id: str, asset_id: uuid.UUID, base_url: str
+    ) -> str:
+        asset = await self.get(session, account_id, asset_id)
+        problem = await self.confirm(session, asset)
+        if problem is not None:
+            raise NotFound(detail=f"asset {asset_id} {problem}")
+        return await self.store.download_url(
+            asset.key, base_url=self.base_url(base_url), content_type=asset.content_type
+        )
+
+    async def delete(self, session: AsyncSession, account_id: str, asset_id: uuid.UUID) -> None:
+        asset = await self.get(session, account_id, asset_id)
+        await session.delete(asset)
+        await session.flush()
+        await self.store.delete(asset.key)
+        log.info("asset %s deleted (account %s)", asset_id, account_id)
+
+    # ------------------------------------------------------------------ uploads
+
+    async def confirm(self, session: AsyncSession, asset: Asset) -> str | None:
+        """Make sure the asset's upload is complete and within its bounds: None when it is
+        (its size recorded), else why not, in words that follow "asset <id> "."""
+        if asset.size_bytes is not None:
+            return None
+        size = await self.store.size(asset.key)
+        if size is None:
+            return "has not been uploaded yet: PUT its file to the uploadUrl first"
+        limit = self.settings.asset_max_bytes
+        if size > limit:
+            await self.store.delete(asset.key)
+            return (
+                f"was refused: its {size} bytes pass the limit of {limit} bytes "
+                "(NVCF_ASSET_MAX_BYTES); the upload was deleted"
+            )
+        try:
+            await self.quotas.asset_bytes.check(
+                lambda: repository.bytes_used(
+                    session, asset.account_id, utcnow(), besides=asset.id
+                ),
+                lambda: lock_account(session, asset.account_id),
+                adding=size,
+            )
+        except QuotaExceeded as exc:
+            await self.store.delete(asset.key)
+            return f"was refused and its upload deleted: {exc.detail}"
+        asset.size_bytes = size
+        asset.uploaded_at = utcnow()
+        await session.flush()
+        return None
+
+    # ------------------------------------------------------------------ invocations
+
+    async def resolve(
+        self,
+        session: AsyncSession,
+        account_id: str,
+        ids: Sequence[uuid.UUID],
+        field: str = REFERENCES_HEADER,
+    ) -> list[Asset]:
+        """The assets an invocation references, in order, each confirmed uploaded; else one
+        400 naming every asset that is unknown (or another account's), expired, not uploaded
+        or refused."""
+        if not ids:
+            return []
+        rows = await repository.many(session, ids)
+        now = utcnow()
+        errors: list[FieldError] = []
+        found: list[Asset] = []
+        for asset_id in ids:
+            asset = rows.get(asset_id)
+            if asset is None or asset.account_id != account_id:
+                errors.append(FieldError(field, f"asset {asset_id} does not exist"))
+            elif asset.expires_at <= now:
+                errors.append(
+                    FieldError(
+                        field, f"asset {asset_id} expired at {asset.expires_at:%Y-%m-%dT%H:%M:%SZ}"
+                    )
+                )
+            else:
+                found.append(asset)
+        for asset in found:
+            problem = await self.confirm(session, asset)
+            if problem is not None:
+                errors.append(FieldError(field, f"asset {asset.id} {problem}"))
+        if errors:
+            raise ValidationFailed.of(errors, what="asset references")
+        return found
+
+    async def result_url(self, request_id: uuid.UUID, base_url: str) -> str:
+        """The signed download URL of a request's large result (results.py stores it)."""
+        return await self.store.download_url(
+            result_key(request_id), base_url=self.base_url(base_url), content_type="application/zip"
+        )
+
+    # ------------------------------------------------------------------ purge
+
+    async def purge(self, maker: async_sessionmaker[AsyncSession]) -> int:
+        """Delete expired assets (rows, then objects), large results older than the polling
+        result TTL, and abandoned partial uploads; how many objects went."""
+        now = utcnow()
+        async with maker() as session, session.begin():
+            ids = await repository.expired(session, now, PURGE_BATCH)
+            await repository.delete_ids(session, ids)
+        cutoff = now - timedelta(seconds=self.settings.invoke_result_ttl_seconds)
+        results = await self.store.older_than("results/", cutoff, PURGE_BATCH)
+        keys = [f"assets/{i}" for i in ids] + results
+        for key in keys:
+            await self.store.delete(key)
+        await self.store.sweep()
+        if keys:
+            log.info("purged %d expired assets and %d old large results", len(ids), len(results))
+        return len(keys)

@@ -1,0 +1,247 @@
+"""The asset routes over HTTP in NVCF's shape, on the local store (this server signs and
+serves the upload and download URLs), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from service.assets.signing import Grant
+from service.core.server import ConnectionLimits
+from tests.support.api import assert_problem, bearer, new_key
+from tests.support.app import AppClient, ClientFactory
+from tests.support.assets import anonymous, as_account
+from tests.support.e2e import eventually
+from tests.support.server import in_loop_server
+
+A = "/v2/nvcf/assets"
+
+
+async def create(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
+    resp = await client.post(A, json={"contentType": "image/png", "description": "a cat", **body})
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json())
+
+
+async def upload(client: AppClient, url: str, data: bytes | AsyncIterator[bytes]) -> httpx.Response:
+    async with anonymous(client) as anon:
+        return await anon.put(url, content=data)
+
+
+async def test_create_upload_get_download_delete(client: AppClient) -> None:
+    made = await create(client)
+    assert set(made) == {"assetId", "uploadUrl", "contentType", "description"}
+    assert made["contentType"] == "image/png" and made["description"] == "a cat"
+    asset_id = made["assetId"]
+    data = os.urandom(300_000)
+    put = await upload(client, made["uploadUrl"], data)
+    assert put.status_code == 200, put.text
+
+    got = (await client.get(f"{A}/{asset_id}")).json()
+    assert set(got["asset"]) == {"assetId", "description", "contentType", "createdAt"}
+    assert got["asset"]["assetId"] == asset_id
+    listed = (await client.get(A)).json()["assets"]
+    assert [a["assetId"] for a in listed] == [asset_id]
+
+    redirect = await client.get(f"{A}/{asset_id}/content-redirect")
+    assert redirect.status_code == 200, redirect.text
+    url = redirect.json()["presignedUrl"]
+    async with anonymous(client) as anon:
+        down = await anon.get(url)
+        head = await anon.head(url)
+    assert down.status_code == 200
+    assert down.content == data
+    assert down.headers["content-type"] == "image/png"
+    assert head.status_code == 200 and head.headers["content-length"] == str(len(data))
+
+    deleted = await client.delete(f"{A}/{asset_id}")
+    assert deleted.status_code == 204 and deleted.content == b""
+    assert_problem(await client.get(f"{A}/{asset_id}"), 404)
+    assert (await client.get(A)).json()["assets"] == []
+    async with anonymous(client) as anon:
+        assert (await anon.get(url)).status_code == 404
+
+
+async def test_another_account_sees_nothing(client: AppClient) -> None:
+    made = await create(client)
+    other = bearer(await new_key(client, ["invoke_function"], account="other-account"))
+    asset = f"{A}/{made['assetId']}"
+    for resp in (
+        await client.get(asset, headers=other),
+        await client.get(f"{asset}/content-redirect", headers=other),
+        await client.delete(asset, headers=other),
+    ):
+        body = assert_problem(resp, 404)
+        assert made["assetId"] in str(body["detail"])
+    assert (await client.get(A, headers=other)).json()["assets"] == []
+    assert (await client.get(asset)).status_code == 200  # still there for its owner
+
+
+async def test_routes_need_the_invoke_scope(client: AppClient) -> None:
+    key = bearer(await new_key(client, ["list_functions"]))
+    assert_problem(await client.get(A, headers=key), 403)
+    assert_problem(
+        await client.post(A, json={"contentType": "a/b", "description": ""}, headers=key), 403
+    )
+    async with anonymous(client) as anon:
+        assert_problem(await anon.get(A), 401)
+
+
+async def test_bad_create_bodies_name_every_violation(client: AppClient) -> None:
+    body = assert_problem(await client.post(A, json={"contentType": "png"}), 400)
+    fields = {e["field"] for e in body["errors"]}  # type: ignore[union-attr]
+    assert fields == {"contentType", "description"}
+    body = assert_problem(
+        await client.post(A, json={"contentType": "image/png; q=1", "description": "x" * 2000}), 400
+    )
+    assert len(body["errors"]) == 2  # type: ignore[arg-type]
+    assert_problem(await client.post(A, json=["not", "an", "object"]), 400)
+    assert_problem(await client.get(f"{A}/not-a-uuid"), 400)
+    assert (await client.get(A)).json()["assets"] == []
+
+
+async def test_a_half_finished_upload_is_never_served(client: AppClient) -> None:
+    made = await create(client)
+    url = httpx.URL(made["uploadUrl"])
+    limits = ConnectionLimits(
+        header_timeout=10, body_timeout=10, keepalive_timeout=5, max_connections=100
+    )
+    async with in_loop_server(client.app, limits) as server:
+        # the client promises 200 kB, sends half and goes away
+        _reader, writer = await asyncio.open_connection("127.0.0.1", server.config.port)
+        target = url.raw_path.decode()
+        writer.write(
+            f"PUT {target} HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n".encode()
+            + b"x" * 100_000
+        )
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+        body = assert_problem(await client.get(f"{A}/{made['assetId']}/content-redirect"), 404)
+        assert "not been uploaded" in str(body["detail"])
+        partial = client.app.state.assets.store.partial
+
+        async def nothing_partial() -> bool:
+            return not any(partial.iterdir())
+
+        await eventually(nothing_partial)
+    # the URL still works for a whole upload
+    assert (await upload(client, made["uploadUrl"], b"whole")).status_code == 200
+    assert (await client.get(f"{A}/{made['assetId']}/content-redirect")).status_code == 200
+
+
+async def test_signed_urls_are_bound_to_their_object_method_and_time(client: AppClient) -> None:
+    made = await create(client)
+    url = httpx.URL(made["uploadUrl"])
+    tampered = url.copy_set_param("maxBytes", "999999999999")
+    put = await upload(client, str(tampered), b"data")
+    assert "signature" in str(assert_problem(put, 403)["detail"])
+    other_id = str(uuid.uuid4())
+    moved = str(url).replace(made["assetId"], other_id)
+    assert_problem(await upload(client, moved, b"data"), 403)
+    async with anonymous(client) as anon:
+        # an upload URL does not download
+        assert_problem(await anon.get(str(url)), 400)
+
+
+async def test_an_expired_signed_url_is_refused(client: AppClient) -> None:
+    made = await create(client)
+    signer = client.app.state.assets.signer
+    key = f"assets/{made['assetId']}"
+    past = int(time.time()) - 1
+    url = signer.url(str(client.base_url), Grant("PUT", key, past, max_bytes=1000))
+    body = assert_problem(await upload(client, url, b"data"), 403)
+    assert "expired" in str(body["detail"])
+    assert (await upload(client, made["uploadUrl"], b"data")).status_code == 200
+    download = signer.url(str(client.base_url), Grant("GET", key, past, content_type="image/png"))
+    async with anonymous(client) as anon:
+        assert "expired" in str(assert_problem(await anon.get(download), 403)["detail"])
+
+
+async def test_an_upload_over_the_limit_is_refused(client_factory: ClientFactory) -> None:
+    client = await client_factory(asset_max_bytes=1000)
+    made = await create(client)
+    body = assert_problem(await upload(client, made["uploadUrl"], b"x" * 1001), 413)
+    assert "1000" in str(body["detail"])
+
+    async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: bounded as it arrives
+        for _ in range(3):
+            yield b"y" * 600
+
+    assert_problem(await upload(client, made["uploadUrl"], chunked()), 413)
+    assert_problem(await client.get(f"{A}/{made['assetId']}/content-redirect"), 404)
+    assert (await upload(client, made["uploadUrl"], b"x" * 1000)).status_code == 200
+
+
+async def test_an_asset_is_uploaded_once(client: AppClient) -> None:
+    made = await create(client)
+    assert (await upload(client, made["uploadUrl"], b"first")).status_code == 200
+    assert_problem(await upload(client, made["uploadUrl"], b"second"), 409)
+    url = (await client.get(f"{A}/{made['assetId']}/content-redirect")).json()["presignedUrl"]
+    async with anonymous(client) as anon:
+        assert (await anon.get(url)).content == b"first"
+
+
+async def test_count_quota(client_factory: ClientFactory) -> None:
+    client = await client_factory(quota_assets=2)
+    await create(client)
+    await create(client)
+    body = assert_problem(await client.post(A, json={"contentType": "a/b", "description": ""}), 400)
+    assert "NVCF_QUOTA_ASSETS" in str(body["detail"])
+    other = await new_key(client, ["invoke_function"], account="other-account")
+    async with as_account(client, other) as api:
+        await create(api)  # another account's quota
+
+
+async def test_bytes_quota(client_factory: ClientFactory) -> None:
+    client = await client_factory(quota_asset_bytes=1500)
+    first = await create(client)
+    # the upload URL carries the room left: the local store refuses more at once
+    assert_problem(await upload(client, first["uploadUrl"], b"x" * 1501), 413)
+    assert (await upload(client, first["uploadUrl"], b"x" * 1000)).status_code == 200
+    assert (await client.get(f"{A}/{first['assetId']}/content-redirect")).status_code == 200
+    second = await create(client)
+    assert_problem(await upload(client, second["uploadUrl"], b"x" * 501), 413)
+    assert (await upload(client, second["uploadUrl"], b"x" * 500)).status_code == 200
+    assert (await client.get(f"{A}/{second['assetId']}/content-redirect")).status_code == 200
+    body = assert_problem(await client.post(A, json={"contentType": "a/b", "description": ""}), 400)
+    assert "NVCF_QUOTA_ASSET_BYTES" in str(body["detail"])
+    await client.delete(f"{A}/{first['assetId']}")
+    await create(client)
+
+
+async def test_an_expired_asset_is_gone(client_factory: ClientFactory) -> None:
+    client = await client_factory(asset_ttl_seconds=0.001)
+    made = await create(client)
+    assert_problem(await client.get(f"{A}/{made['assetId']}"), 404)
+    assert (await client.get(A)).json()["assets"] == []
+    purged = await client.app.state.assets.purge(client.app.state.sessionmaker)
+    assert purged >= 1
+
+
+async def test_sha_of_a_large_upload(client: AppClient) -> None:
+    data = os.urandom(3 * 1024 * 1024)
+    made = await create(client)
+    assert (await upload(client, made["uploadUrl"], data)).status_code == 200
+    url = (await client.get(f"{A}/{made['assetId']}/content-redirect")).json()["presignedUrl"]
+    async with anonymous(client) as anon:
+        got = (await anon.get(url)).content
+    assert hashlib.sha256(got).digest() == hashlib.sha256(data).digest()
+
+
+async def test_a_retried_create_is_one_asset(client: AppClient) -> None:
+    key = {"Idempotency-Key": "create-asset-once"}
+    body = {"contentType": "image/png", "description": "once"}
+    first = await client.post(A, json=body, headers=key)
+    again = await client.post(A, json=body, headers=key)
+    assert first.status_code == again.status_code == 200
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert again.json() == first.json()
+    assert len((await client.get(A)).json()["assets"]) == 1

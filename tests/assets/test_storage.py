@@ -1,0 +1,163 @@
+"""The object stores behind assets and large results. The S3 one against moto's server (the
+S3 wire protocol, a process of its own): uploads with a plain HTTP PUT to the signed URL and
+no key, no content type; a larger object than allowed refused at first use; downloads,
+fetches into a request's directory, large results and the purge. The local store's own rules
+are in test_router.py."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import uuid
+import zipfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service.assets.files import RequestFiles
+from service.assets.results import store_result
+from service.assets.storage import S3Store
+from service.core.errors import ValidationFailed
+from tests.support.app import AppClient, ClientFactory
+from tests.support.s3 import S3Server
+
+A = "/v2/nvcf/assets"
+
+
+@pytest.fixture
+async def s3_client(client_factory: ClientFactory, s3_server: S3Server) -> AppClient:
+    return await client_factory(**s3_server.settings(s3_server.new_bucket()))
+
+
+async def create(client: httpx.AsyncClient) -> dict[str, Any]:
+    resp = await client.post(A, json={"contentType": "video/mp4", "description": "clip"})
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json())
+
+
+async def resolve(client: AppClient, *ids: str) -> list[Any]:
+    assets = client.app.state.assets
+    async with client.app.state.sessionmaker() as session, session.begin():
+        return await assets.resolve(session, "nvcf-default", [uuid.UUID(i) for i in ids])
+
+
+async def test_upload_with_a_plain_put_then_download(
+    s3_client: AppClient, s3_server: S3Server
+) -> None:
+    assert isinstance(s3_client.app.state.assets.store, S3Store)
+    made = await create(s3_client)
+    assert made["uploadUrl"].startswith(s3_server.endpoint)
+    data = os.urandom(1024 * 1024)
+    async with httpx.AsyncClient() as plain:  # no key, no content type
+        put = await plain.put(made["uploadUrl"], content=data)
+        assert put.status_code == 200, put.text
+        # not uploaded until the store has it all: resolved only now
+        found = await resolve(s3_client, made["assetId"])
+        assert found[0].size_bytes == len(data)
+        redirect = await s3_client.get(f"{A}/{made['assetId']}/content-redirect")
+        down = await plain.get(redirect.json()["presignedUrl"])
+    assert down.status_code == 200
+    assert down.headers["content-type"] == "video/mp4"
+    assert hashlib.sha256(down.content).digest() == hashlib.sha256(data).digest()
+
+
+async def test_not_uploaded_unknown_and_deleted(s3_client: AppClient, s3_server: S3Server) -> None:
+    made = await create(s3_client)
+    with pytest.raises(ValidationFailed) as caught:
+        await resolve(s3_client, made["assetId"])
+    assert "not been uploaded" in caught.value.errors[0].message
+    assert (await s3_client.get(f"{A}/{made['assetId']}/content-redirect")).status_code == 404
+    async with httpx.AsyncClient() as plain:
+        await plain.put(made["uploadUrl"], content=b"x")
+    assert (await s3_client.delete(f"{A}/{made['assetId']}")).status_code == 204
+    with pytest.raises(ValidationFailed):
+        await resolve(s3_client, made["assetId"])
+    assert (
+        s3_server.client()
+        .list_objects_v2(Bucket=s3_client.app.state.settings.asset_s3_bucket)
+        .get("KeyCount")
+        == 0
+    )
+
+
+async def test_an_object_over_the_limit_is_refused_at_first_use(
+    client_factory: ClientFactory, s3_server: S3Server
+) -> None:
+    client = await client_factory(**s3_server.settings(s3_server.new_bucket()), asset_max_bytes=100)
+    made = await create(client)
+    async with httpx.AsyncClient() as plain:
+        # S3 cannot bound a PUT: the store takes it ...
+        assert (await plain.put(made["uploadUrl"], content=b"x" * 101)).status_code == 200
+    # ... and the first use refuses and deletes it
+    with pytest.raises(ValidationFailed) as caught:
+        await resolve(client, made["assetId"])
+    assert "NVCF_ASSET_MAX_BYTES" in caught.value.errors[0].message
+    assert await client.app.state.assets.store.size(f"assets/{made['assetId']}") is None
+
+
+async def test_signed_urls_expire_after_the_setting(
+    client_factory: ClientFactory, s3_server: S3Server
+) -> None:
+    """The store refuses a URL past its expiry; moto's server does not check signatures, so
+    this checks what is signed (the refusal itself: test_router.py, on the local store)."""
+    client = await client_factory(
+        **s3_server.settings(s3_server.new_bucket()), asset_url_seconds=120
+    )
+    made = await create(client)
+    assert httpx.URL(made["uploadUrl"]).params["X-Amz-Expires"] == "120"
+    async with httpx.AsyncClient() as plain:
+        await plain.put(made["uploadUrl"], content=b"x")
+    redirect = await client.get(f"{A}/{made['assetId']}/content-redirect")
+    assert httpx.URL(redirect.json()["presignedUrl"]).params["X-Amz-Expires"] == "120"
+
+
+async def test_fetch_into_a_request_directory_and_large_results(
+    s3_client: AppClient, tmp_path: Path
+) -> None:
+    made = await create(s3_client)
+    data = os.urandom(300_000)
+    async with httpx.AsyncClient() as plain:
+        await plain.put(made["uploadUrl"], content=data)
+    assets = s3_client.app.state.assets
+    resolved = await resolve(s3_client, made["assetId"])
+    rid = uuid.uuid4()
+    files = await RequestFiles.prepare(assets.store, tmp_path, rid, resolved)
+    assert (files.asset_dir / made["assetId"]).read_bytes() == data
+    (files.output_dir / "out.bin").write_bytes(data[::-1])
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"answer"
+
+    url = await store_result(assets, rid, body(), files, "http://unused/")
+    await files.remove()
+    async with httpx.AsyncClient() as plain:
+        got = await plain.get(url)
+    assert got.status_code == 200
+    archive = zipfile.ZipFile(io.BytesIO(got.content))
+    assert archive.read(f"{rid}.response") == b"answer"
+    assert archive.read("out.bin") == data[::-1]
+
+
+async def test_purge_on_s3(client_factory: ClientFactory, s3_server: S3Server) -> None:
+    client = await client_factory(
+        **s3_server.settings(s3_server.new_bucket()),
+        asset_ttl_seconds=0.001,
+        invoke_result_ttl_seconds=0.001,
+    )
+    made = await create(client)
+    async with httpx.AsyncClient() as plain:
+        await plain.put(made["uploadUrl"], content=b"x")
+    assets = client.app.state.assets
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"answer"
+
+    rid = uuid.uuid4()
+    await store_result(assets, rid, body(), None, "http://unused/")
+    assert await assets.purge(client.app.state.sessionmaker) == 2
+    assert await assets.store.size(f"assets/{made['assetId']}") is None
+    assert await assets.store.size(f"results/{rid}") is None

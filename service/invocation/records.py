@@ -56,6 +56,8 @@ class Run:
     #: instances that refused the connection, and why (a request is retried once)
     tried: list[uuid.UUID] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    #: the session this request resumes (`Engine.open`): its instance only, never retried
+    session: uuid.UUID | None = None
 
     @cached_property
     def rid(self) -> str:

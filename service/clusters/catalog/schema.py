@@ -103,16 +103,22 @@ class NodeShape(_Model):
     memory: Quantity | None = None
 
 
+#: an upstream's schemes: `grpc`/`grpcs` name a gRPC server (reached over h2c/TLS), which
+#: is `http`/`https` to every endpoint
+UPSTREAM_SCHEMES = ("http", "https", "grpc", "grpcs")
+
+
 def _check_upstream(value: str) -> str:
     parts = urlsplit(value)
     try:
         port_ok = parts.port is None or parts.port > 0
     except ValueError:
         port_ok = False
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+    if parts.scheme not in UPSTREAM_SCHEMES or not parts.hostname or not port_ok:
         raise PydanticCustomError(
             "upstream",
-            "{value} is not an upstream server address such as http://127.0.0.1:9000",
+            "{value} is not an upstream server address such as http://127.0.0.1:9000 (or "
+            "grpc://127.0.0.1:9000 for a gRPC server)",
             {"value": repr(value)},
         )
     if parts.query or parts.fragment:

@@ -392,6 +392,7 @@ class SimulatedAdapter:
         return list(names)
 
     async def aclose(self) -> None:
+        await self._workers.grpc_echo.aclose()
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.aclose()

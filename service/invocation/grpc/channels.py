@@ -3,8 +3,9 @@ per worker address, shared by every call to it, at most `NVCF_GRPC_WORKER_CHANNE
 closed once idle for `NVCF_GRPC_CHANNEL_IDLE_SECONDS` (an instance that went away leaves an
 idle channel behind: it is closed like any other).
 
-A worker's address is its endpoint's `base_url` (the adapter's, backends/worker.py):
-`http://host:port` is reached over h2c, `https://host:port` over TLS.
+A worker's address is its endpoint's `h2_url` (the adapter's, backends/worker.py; its
+`base_url` but for the simulated worker): `http://host:port` is reached over h2c,
+`https://host:port` over TLS.
 """
 
 from __future__ import annotations
@@ -29,16 +30,16 @@ class _Channel:
     used: float = field(default_factory=time.monotonic)
 
 
-def worker_address(endpoint: WorkerEndpoint) -> tuple[str, bool]:
-    """(host:port, TLS) of the endpoint's worker (`WorkerUnreachable` for one that is not
-    an http(s) address, which no gRPC channel can reach)."""
-    parts = urlsplit(endpoint.base_url)
+def worker_address(url: str) -> tuple[str, bool]:
+    """(host:port, TLS) of a worker's HTTP/2 address (`WorkerUnreachable` for one that is
+    not http(s), which no gRPC channel can reach)."""
+    parts = urlsplit(url)
     try:
         port = parts.port
     except ValueError:
         port = None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise WorkerUnreachable(f"the worker's address {endpoint.base_url} cannot carry gRPC")
+        raise WorkerUnreachable(f"the worker's address {url} cannot carry gRPC")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     tls = parts.scheme == "https"
     return f"{host}:{port or (443 if tls else 80)}", tls
@@ -81,7 +82,7 @@ class Channels:
     async def acquire(self, endpoint: WorkerEndpoint) -> Lease:
         """A connected channel to the endpoint's worker, held until `Lease.release`
         (`WorkerUnreachable` when the connection cannot be made: nothing was sent)."""
-        key = worker_address(endpoint)
+        key = worker_address(await endpoint.h2_url())
         entry = self._open.get(key)
         if entry is None:
             entry = self._new(key)

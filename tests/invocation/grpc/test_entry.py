@@ -5,6 +5,7 @@ and every refusal as its gRPC status."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,10 +17,12 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from service.auth import scopes
+from service.core.tls import ensure_self_signed
 from tests.support.api import new_key
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
+from tests.support.e2e import deployment
 from tests.support.grpc_worker import GrpcWorker
-from tests.support.invocation import deployed, invocation_app, pexec_url, sample
+from tests.support.invocation import deployed, invocation_app, pexec_url, sample, spec
 
 GRPC_FN = {"name": "grpc-echo", "inferenceUrl": "/gRPC", "inferencePort": 8001}
 
@@ -242,3 +245,236 @@ async def test_a_version_not_invocable_is_failed_precondition(
 
 
 GRPC_FN_BODY = {**GRPC_FN, "containerImage": "nvcr.io/acme/grpc-echo:1.0"}
+
+
+async def test_a_message_larger_than_the_bound_is_resource_exhausted(
+    client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker
+) -> None:
+    client = await grpc_app(client_factory, tmp_path, worker.url, grpc_max_message_bytes=1024)
+    fn = await deployed(client, **GRPC_FN)
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
+        assert await unary(ch, "Unary")(b"x" * 1000, metadata=md(fn)) == b"x" * 1000
+        code, _ = await status_of(unary(ch, "Unary")(b"x" * 2000, metadata=md(fn)))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_the_functions_rate_limit_is_resource_exhausted(
+    client: AppClient, channel: aio.Channel
+) -> None:
+    fn = await deployed(client, **GRPC_FN, rateLimit={"rateLimit": "1-M"})
+    assert await unary(channel, "Unary")(b"x", metadata=md(fn)) == b"x"
+    code, _ = await status_of(unary(channel, "Unary")(b"x", metadata=md(fn)))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_a_full_queue_is_resource_exhausted(
+    client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker
+) -> None:
+    client = await grpc_app(client_factory, tmp_path, worker.url, invoke_queue_max=0)
+    fn = await deployed(client, **GRPC_FN)
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
+        held = unary(ch, "Hold")(b"x", metadata=md(fn))
+        await worker.until_held(1)
+        code, details = await status_of(unary(ch, "Unary")(b"y", metadata=md(fn)))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "queue" in details
+        worker.release()
+        assert await held == b"x"
+
+
+async def test_a_queue_timeout_is_unavailable(
+    client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker
+) -> None:
+    client = await grpc_app(
+        client_factory,
+        tmp_path,
+        worker.url,
+        invoke_queue_timeout_seconds=0.2,
+        autoscale_enabled=False,
+    )
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
+        # minInstances 0 and nobody to start an instance: no instance takes it in time
+        idle = await deployed(client, **{**GRPC_FN, "name": "idle"}, specs=[spec(minInstances=0)])
+        code, details = await status_of(unary(ch, "Unary")(b"z", metadata=md(idle)))
+        assert code == grpc.StatusCode.UNAVAILABLE
+        assert "no instance" in details
+
+
+async def test_an_unreachable_worker_is_unavailable(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    gone = await GrpcWorker().start()
+    await gone.stop()  # its port now refuses connections
+    client = await grpc_app(client_factory, tmp_path, gone.url)
+    fn = await deployed(client, **GRPC_FN)
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
+        code, details = await status_of(unary(ch, "Unary")(b"x", metadata=md(fn)))
+    assert code == grpc.StatusCode.UNAVAILABLE
+    assert "could not be reached" in details
+    metrics = (await client.get("/metrics")).text
+    assert sample(metrics, "nvcf_invocation_requests_total", outcome="errored") >= 1
+
+
+async def test_a_worker_going_away_mid_stream_is_unavailable_and_frees_the_slot(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    worker = await GrpcWorker().start()
+    port = worker.port
+    client = await grpc_app(client_factory, tmp_path, worker.url)
+    fn = await deployed(client, **GRPC_FN)
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
+        bidi = ch.stream_stream("/test.Echo/Bidi")(metadata=md(fn))
+        await bidi.write(b"a")
+        assert await bidi.read() == b"a"
+        await worker.stop(grace=0)  # the connection is torn down mid-stream
+        with pytest.raises(aio.AioRpcError) as info:
+            await bidi.read()
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        again = await GrpcWorker(name="again").start(port)
+        try:
+            await _slot_is_free(client, ch, fn)
+        finally:
+            await again.stop()
+
+
+async def test_one_slot_two_streams_the_second_waits_until_the_first_ends(
+    client: AppClient, channel: aio.Channel, worker: GrpcWorker
+) -> None:
+    fn = await deployed(client, **GRPC_FN)  # maxRequestConcurrency 1
+    first = channel.stream_stream("/test.Echo/Bidi")(metadata=md(fn))
+    await first.write(b"first")
+    assert await first.read() == b"first"
+    second = channel.stream_stream("/test.Echo/Bidi")(metadata=md(fn))
+    await second.write(b"second")
+    dispatcher = client.app.state.invocation.dispatcher
+    version = uuid.UUID(fn["versionId"])
+    while dispatcher.depth_now(version) < 1:  # noqa: ASYNC110 (the queue has no event)
+        await asyncio.sleep(0.01)
+    assert len(worker.calls) == 1  # the second waits in the queue, not at the worker
+    await first.done_writing()
+    assert await first.read() == aio.EOF
+    assert await second.read() == b"second"
+    assert len(worker.calls) == 2
+    await second.done_writing()
+    assert await second.code() == grpc.StatusCode.OK
+
+
+async def test_a_session_resumes_on_its_instance_until_it_ends(
+    client: AppClient, channel: aio.Channel, worker: GrpcWorker
+) -> None:
+    fn = await deployed(
+        client, **GRPC_FN, specs=[spec(minInstances=2, maxInstances=2, maxRequestConcurrency=4)]
+    )
+    session = channel.stream_stream("/test.Echo/Bidi")(metadata=md(fn))
+    await session.write(b"open")
+    assert await session.read() == b"open"
+    request_id = dict(await session.initial_metadata())["nvcf-reqid"]
+    instance = worker.calls[-1].metadata["nvcf-instance-id"]
+    # a new call goes to the other instance (fewest in flight) ...
+    assert await unary(channel, "Unary")(b"new", metadata=md(fn)) == b"new"
+    assert worker.calls[-1].metadata["nvcf-instance-id"] != instance
+    # ... a resumed one to the session's, as the same request
+    for _ in range(3):
+        call = unary(channel, "Unary")(b"again", metadata=md(fn, nvcf_reqid=request_id))
+        assert await call == b"again"
+        assert dict(await call.initial_metadata())["nvcf-reqid"] == request_id
+        assert worker.calls[-1].metadata["nvcf-instance-id"] == instance
+        assert worker.calls[-1].metadata["nvcf-reqid"] == request_id
+    code, details = await status_of(
+        unary(channel, "Unary")(b"x", metadata=md(fn, nvcf_reqid=str(uuid.uuid4())))
+    )
+    assert (code, details.startswith("no existing session found")) == (
+        grpc.StatusCode.NOT_FOUND,
+        True,
+    )
+    await session.done_writing()
+    assert await session.read() == aio.EOF
+    code, _ = await status_of(unary(channel, "Unary")(b"x", metadata=md(fn, nvcf_reqid=request_id)))
+    assert code == grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_shared_function_is_served_and_an_invocation_token_works(
+    client: AppClient, channel: aio.Channel
+) -> None:
+    fn = await deployed(client, **GRPC_FN)
+    resp = await client.post(
+        f"/v2/nvcf/authorizations/functions/{fn['id']}",
+        json={"authorizedParties": [{"ncaId": "acct-b"}]},
+    )
+    assert resp.status_code == 200, resp.text
+    shared = await new_key(client, [scopes.INVOKE_FUNCTION], account="acct-b")
+    assert await unary(channel, "Unary")(b"b", metadata=md(fn, key=shared)) == b"b"
+    stranger = await new_key(client, [scopes.INVOKE_FUNCTION], account="acct-c")
+    code, _ = await status_of(unary(channel, "Unary")(b"c", metadata=md(fn, key=stranger)))
+    assert code == grpc.StatusCode.NOT_FOUND
+    resp = await client.post(f"/v2/nvcf/tokens/functions/{fn['id']}", json={"clientId": "t"})
+    assert resp.status_code == 200, resp.text
+    token = resp.json()["access_token"]
+    assert await unary(channel, "Unary")(b"t", metadata=md(fn, key=token)) == b"t"
+    other = await deployed(client, **{**GRPC_FN, "name": "other"})
+    code, _ = await status_of(unary(channel, "Unary")(b"t", metadata=md(other, key=token)))
+    assert code == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_a_grpc_call_to_a_version_scaled_to_zero_is_served_after_the_cold_start(
+    client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker
+) -> None:
+    client = await grpc_app(
+        client_factory,
+        tmp_path,
+        worker.url,
+        autoscale_interval=0.1,
+        autoscale_load_report_seconds=0.05,
+    )
+    fn = await deployed(client, **GRPC_FN, specs=[spec(minInstances=0, maxInstances=1)])
+    assert fn["deployment"]["instances"] == []
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
+        assert await unary(ch, "Unary")(b"cold", metadata=md(fn), timeout=60) == b"cold"
+    dep = await deployment(client, fn)
+    assert any(i["phase"] == "Running" for i in dep["instances"])
+
+
+async def test_the_simulated_worker_echoes_every_kind_of_call(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """The embedded default, with no upstream: any method is echoed."""
+    client = await grpc_app(client_factory, tmp_path, None)
+    fn = await deployed(client, **GRPC_FN)
+    instance = fn["deployment"]["instances"][0]["instanceId"]
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
+        call = ch.unary_unary("/any.Service/AnyMethod")(b"\x01raw", metadata=md(fn))
+        assert await call == b"\x01raw"
+        initial = dict(await call.initial_metadata())
+        assert initial["sim-instance-id"] == instance
+        assert "nvcf-reqid" in initial
+        assert dict(await call.trailing_metadata())["sim-messages"] == "1"
+        stream = ch.unary_stream("/any.Service/Stream")(b"s", metadata=md(fn))
+        assert [m async for m in stream] == [b"s"]
+
+        async def one() -> AsyncIterator[bytes]:
+            yield b"c"
+
+        assert await ch.stream_unary("/x.Y/Z")(one(), metadata=md(fn)) == b"c"
+        bidi = ch.stream_stream("/x.Y/Bidi")(metadata=md(fn))
+        for p in (b"1", b"2"):
+            await bidi.write(p)
+            assert await bidi.read() == p
+        await bidi.done_writing()
+        assert await bidi.read() == aio.EOF
+
+
+async def test_the_listener_serves_tls_with_the_servers_certificate(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    made = ensure_self_signed(tmp_path / "tls", ["localhost", "127.0.0.1"])
+    client = await grpc_app(
+        client_factory, tmp_path, None, grpc_tls_cert=made.cert, grpc_tls_key=made.key
+    )
+    fn = await deployed(client, **GRPC_FN)
+    trust = grpc.ssl_channel_credentials(root_certificates=made.cert.read_bytes())
+    address = f"localhost:{client.app.state.grpc.port}"
+    async with aio.secure_channel(address, trust) as ch:
+        assert await unary(ch, "Unary")(b"tls", metadata=md(fn)) == b"tls"
+    async with aio.insecure_channel(address) as plain:
+        code, _ = await status_of(unary(plain, "Unary")(b"x", metadata=md(fn), timeout=5))
+        assert code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from service.client_cli import config, grpc_call
 from service.client_cli.api import ApiError, raw_request
 from service.client_cli.common import (
     FunctionId,
@@ -59,10 +60,32 @@ def invoke(
         typer.Option("--timeout", min=0.0, help="Seconds to follow 202s at most (then exit 4)."),
     ] = None,
     output: OutputOpt = Output.table,
+    grpc: Annotated[
+        bool,
+        typer.Option(
+            "--grpc",
+            help="A gRPC function: call its health service (or --method) on the gRPC listener.",
+        ),
+    ] = False,
+    grpc_address: Annotated[
+        str | None,
+        typer.Option(help="--grpc: the listener's HOST:PORT (default: the API's host, 10081)."),
+    ] = None,
+    method: Annotated[
+        str | None,
+        typer.Option(
+            help="--grpc: a raw method '/package.Service/Method' called with --data as bytes "
+            "(default: grpc.health.v1.Health/Check)."
+        ),
+    ] = None,
 ) -> None:
     """Invoke a function (pexec) and print the worker's answer, following 202s until done.
 
-    With -o json: {"requestId", "status", "body"} (the body parsed when it is JSON)."""
+    With -o json: {"requestId", "status", "body"} (the body parsed when it is JSON). With
+    --grpc: the gRPC function's health status, or the raw method's answer."""
+    if grpc:
+        _grpc(function_id, version, data, grpc_address, method, timeout, output)
+        return
     with connect(output) as run:
         try:
             body = _body(data)
@@ -107,6 +130,32 @@ def invoke(
             raise fail(
                 run.ui, f"the function answered {resp.status_code} ({request_id})", Code.FAILED
             )
+
+
+def _grpc(
+    function_id: str,
+    version: str | None,
+    data: str,
+    address: str | None,
+    method: str | None,
+    timeout: float | None,
+    output: Output,
+) -> None:
+    with connect(output) as run:
+        try:
+            body = _body(data) if method is not None else b""
+        except OSError as exc:
+            raise fail(run.ui, f"--data: {exc}", Code.USAGE) from None
+        grpc_call.call(
+            run.ui,
+            config.resolve(),
+            function_id=str(function_id),
+            version=version,
+            address=address,
+            method=method,
+            body=body,
+            timeout=timeout,
+        )
 
 
 def register(app: typer.Typer) -> None:

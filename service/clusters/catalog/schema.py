@@ -234,6 +234,19 @@ class Cluster(_Model):
     def id(self) -> uuid.UUID:
         return uuid.uuid5(_CLUSTER_NAMESPACE, self.name.lower())
 
+    @property
+    def carries_grpc(self) -> bool:
+        """Its workers can take gRPC calls: simulated ones, and Kubernetes ones reached by
+        cluster DNS — not through the API server's service proxy (no HTTP/2 trailers), the
+        default outside the cluster (as backends/kubernetes.py decides)."""
+        settings = self.kubernetes
+        if self.adapter != "kubernetes" or settings is None:
+            return True
+        access = settings.worker_access or (
+            "serviceDns" if settings.in_cluster else "apiServerProxy"
+        )
+        return access == "serviceDns"
+
     def offered_instance_types(self) -> list[InstanceType]:
         """Every type the cluster's node shapes offer, in node-shape order, without repeats."""
         seen: dict[str, InstanceType] = {}

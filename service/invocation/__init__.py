@@ -8,7 +8,7 @@ common request answered in its handler's task; `wire`: its bytes on the connecti
 while it runs, polls, queues), `routing` (version and instances of a request), `access` (who
 may invoke what), `dispatch` (queues and concurrency), `ratelimit` (function rate limits),
 `forward` (headers both ways, poll time), `answers` (HTTP answers), `store` (SQL), `models`
-(tables), `metrics`, `schemas`.
+(tables), `metrics`, `schemas`; `grpc/` the gRPC listener over the same engine.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ class _Channel:
     used: float = field(default_factory=time.monotonic)
 
 
+@functools.lru_cache(maxsize=4096)
 def worker_address(url: str) -> tuple[str, bool]:
     """(host:port, TLS) of a worker's HTTP/2 address (`WorkerUnreachable` for one that is
     not http(s), which no gRPC channel can reach)."""

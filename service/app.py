@@ -70,6 +70,7 @@ from service.functions.sharing_router import router as sharing_router
 from service.invocation import InvocationPlane
 from service.invocation import http as invocation_http
 from service.invocation.dispatch_redis import RedisActivity
+from service.invocation.grpc.entry import GrpcEntry
 from service.invocation.http import InvocationEntry
 from service.invocation.metrics import InvocationMetrics
 from service.invocation.tokens import router as tokens_router
@@ -182,6 +183,16 @@ async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
     _say(settings, f"(also saved to {path}, readable only by this user)")
 
 
+async def _start_grpc(app: FastAPI, settings: Settings, plane: InvocationPlane) -> GrpcEntry | None:
+    """The gRPC listener over the plane's engine (None: `NVCF_GRPC_ENABLED` is off)."""
+    if not settings.grpc_enabled:
+        return None
+    entry = GrpcEntry(settings, plane.engine, app.state.authenticator, app.state.sessionmaker)
+    await entry.start()
+    app.state.grpc = entry
+    return entry
+
+
 def _say(settings: Settings, line: str) -> None:
     """A line for the operator: a log record when every line must be JSON, else printed to
     stdout, flushed (a container's log shows it at once, not when a buffer fills)."""
@@ -272,9 +283,12 @@ def create_app(
             )
             await plane.start()
             app.state.invocation = plane
+            grpc_entry = await _start_grpc(app, settings, plane)
             try:
                 yield
             finally:
+                if grpc_entry is not None:
+                    await grpc_entry.stop()
                 await plane.stop()
                 if llm_gateway is not None:
                     await llm_gateway.aclose()
@@ -302,6 +316,7 @@ def create_app(
         app.state.reconciler = reconciler
         app.state.namespace_collector = collector
         activity: RedisActivity | None = None
+        grpc_entry = None
         purger = HistoryPurger(app.state.sessionmaker, HistoryConfig.from_settings(settings))
         app.state.history_purger = purger
         autoscaler = Autoscaler(
@@ -345,6 +360,7 @@ def create_app(
             reconciler.on_running = plane.instances_changed
             reconciler.on_draining = plane.routes.forget
             reconciler.activity = plane.dispatcher  # what a drain waits for
+            grpc_entry = await _start_grpc(app, settings, plane)
         elif settings.redis_url:
             activity = RedisActivity(settings.redis_url)
             reconciler.activity = activity
@@ -357,6 +373,8 @@ def create_app(
         try:
             yield
         finally:
+            if grpc_entry is not None:
+                await grpc_entry.stop()
             if plane is not None:
                 await plane.stop()
             if llm_gateway is not None:

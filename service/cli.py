@@ -142,6 +142,11 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
     what = "the invocation plane" if invocation_only else "serving"
     each = f" ({processes} processes)" if processes > 1 else ""
     _say(settings, f"{what} on {scheme}://{_url_host(args.host)}:{args.port}{each}")
+    if settings.grpc_enabled and (invocation_only or settings.invoke_enabled):
+        _grpc_like_http(settings, args.host, tls)
+        how = "TLS" if tls or settings.grpc_tls_cert else "plaintext"
+        grpc_host = _url_host(settings.grpc_host or args.host)
+        _say(settings, f"gRPC invocation on {grpc_host}:{settings.grpc_port} ({how})")
     sys.stdout.flush()
     uvicorn.run(
         "service.cli:invoke_app" if invocation_only else "service.cli:serve_app",
@@ -159,6 +164,16 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
         ssl_keyfile=str(tls[1]) if tls else None,
     )
     return 0
+
+
+def _grpc_like_http(settings: Settings, host: str, tls: tuple[Path, Path] | None) -> None:
+    """The gRPC listener binds the HTTP server's host and serves its certificate unless its
+    own settings say otherwise (through the environment: each serving process reads it)."""
+    if settings.grpc_host is None:
+        os.environ["NVCF_GRPC_HOST"] = host
+    if settings.grpc_tls_cert is None and tls is not None:
+        os.environ["NVCF_GRPC_TLS_CERT"] = str(tls[0])
+        os.environ["NVCF_GRPC_TLS_KEY"] = str(tls[1])
 
 
 def _limits(settings: Settings) -> ConnectionLimits:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from service.deployments.timeseries.store import TimeSeries
     from service.functions.read_cache import VersionCache
     from service.invocation import InvocationPlane
+    from service.invocation.grpc.entry import GrpcEntry
     from service.telemetry import Telemetry
 
 
@@ -61,6 +62,8 @@ class AppState(State):
     rate_limiter: RateLimiter | None
     #: None when this process does not serve invocations
     invocation: InvocationPlane | None
+    #: the gRPC listener (None: not served by this process)
+    grpc: GrpcEntry | None
     #: open log follows per account (deployments/logs; made at the first follow)
     log_follows: FollowLimiter | None
     #: per-version time series of this replica's counters (deployments/timeseries)
@@ -79,6 +82,7 @@ class AppState(State):
                 "version_cache": None,
                 "rate_limiter": None,
                 "invocation": None,
+                "grpc": None,
                 "log_follows": None,
                 "timeseries": None,
                 "assets": None,

@@ -34,6 +34,9 @@ from tests.support.s3 import S3Server, S3Unavailable, start_s3
 from tests.support.services import ServicesUnavailable, selected
 
 REQUIRE_SERVICES = os.environ.get("NVCF_TEST_REQUIRE_SERVICES") == "1"
+# Apps and server processes of tests listen for gRPC only when a test asks (on a free
+# port): many of them at once would all claim 10081.
+os.environ.setdefault("NVCF_GRPC_ENABLED", "false")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -163,6 +163,11 @@ class WorkerEndpoint:
         """The status of a GET of the health endpoint."""
         raise NotImplementedError
 
+    async def h2_url(self) -> str:
+        """Where the worker takes HTTP/2 (gRPC) calls: `http://host:port` (h2c) or
+        `https://host:port` (TLS); `WorkerUnreachable` when nowhere."""
+        return self.base_url
+
 
 class _HttpxResponse(WorkerResponse):
     def __init__(
@@ -233,6 +238,14 @@ class HttpxEndpoint(WorkerEndpoint):
                 response.status_code, raw, _Replay(response.content), self._failed
             )
         return _HttpxResponse(response.status_code, raw, response, self._failed)
+
+    async def h2_url(self) -> str:
+        if self._proxied:
+            raise WorkerUnreachable(
+                "the Kubernetes API server's service proxy cannot carry gRPC (HTTP/2 with "
+                "trailers): the cluster's workers must be reachable by cluster DNS"
+            )
+        return self.base_url
 
     async def health(self) -> int:
         if self.health_url is None:

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from service.client_cli import config, grpc_call
 from service.client_cli.api import ApiError, raw_request, signed_transfer
 from service.client_cli.assets import upload_file
 from service.client_cli.common import (
@@ -79,12 +80,34 @@ def invoke(
         ),
     ] = None,
     output: OutputOpt = Output.table,
+    grpc: Annotated[
+        bool,
+        typer.Option(
+            "--grpc",
+            help="A gRPC function: call its health service (or --method) on the gRPC listener.",
+        ),
+    ] = False,
+    grpc_address: Annotated[
+        str | None,
+        typer.Option(help="--grpc: the listener's HOST:PORT (default: the API's host, 10081)."),
+    ] = None,
+    method: Annotated[
+        str | None,
+        typer.Option(
+            help="--grpc: a raw method '/package.Service/Method' called with --data as bytes "
+            "(default: grpc.health.v1.Health/Check)."
+        ),
+    ] = None,
 ) -> None:
     """Invoke a function (pexec) and print the worker's answer, following 202s until done
     (showing the worker's progress).
 
     With -o json: {"requestId", "status", "body"} (the body parsed when it is JSON); a large
-    result: {"requestId", "status": 302, "location", "saved"?}."""
+    result: {"requestId", "status": 302, "location", "saved"?}. With --grpc: the gRPC
+    function's health status, or the raw method's answer."""
+    if grpc:
+        _grpc(function_id, version, data, grpc_address, method, timeout, output)
+        return
     with connect(output) as run:
         try:
             body = _body(data)
@@ -156,6 +179,32 @@ def _large_result(run: Run, request_id: str | None, location: str, save: Path | 
     elif save is None:
         run.ui.note("large result (save it with --output-file FILE):")
         run.ui.show(location)
+
+
+def _grpc(
+    function_id: str,
+    version: str | None,
+    data: str,
+    address: str | None,
+    method: str | None,
+    timeout: float | None,
+    output: Output,
+) -> None:
+    with connect(output) as run:
+        try:
+            body = _body(data) if method is not None else b""
+        except OSError as exc:
+            raise fail(run.ui, f"--data: {exc}", Code.USAGE) from None
+        grpc_call.call(
+            run.ui,
+            config.resolve(),
+            function_id=str(function_id),
+            version=version,
+            address=address,
+            method=method,
+            body=body,
+            timeout=timeout,
+        )
 
 
 def register(app: typer.Typer) -> None:

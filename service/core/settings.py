@@ -526,6 +526,51 @@ class Settings(BaseSettings):
         "functions...` issues (NVCF: 600), or less: never past the expiry of the API key that "
         "asks for one; an expired token is refused 401. Tokens are not revoked one by one.",
     )
+    # -- gRPC invocation (service/invocation/grpc/)
+    grpc_enabled: bool = Field(
+        default=True,
+        description="Serve gRPC functions (inferenceUrl `/gRPC`) on their own port wherever the "
+        "invocation routes are served (`NVCF_INVOKE_ENABLED`, `nvcf-server invoke`).",
+    )
+    grpc_host: str | None = Field(
+        default=None,
+        max_length=253,
+        description="Address the gRPC listener binds; unset: the HTTP server's `--host` "
+        "(127.0.0.1 for an application started otherwise).",
+    )
+    grpc_port: int = Field(
+        default=10081,
+        ge=0,
+        le=65535,
+        description="Port of the gRPC listener (NVCF's local gateway port); 0: any free port.",
+    )
+    grpc_tls_cert: Path | None = Field(
+        default=None,
+        description="PEM certificate of the gRPC listener; unset: the HTTP server's (`--tls-cert` "
+        "or `--tls-self-signed`), and plaintext (h2c) when that serves plain HTTP.",
+    )
+    grpc_tls_key: Path | None = Field(
+        default=None, description="The private key of `NVCF_GRPC_TLS_CERT` (PEM)."
+    )
+    grpc_max_message_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1024,
+        le=2**31 - 1,
+        description="Largest gRPC message, in bytes, either way (caller to worker, worker to "
+        "caller); a larger one ends the call RESOURCE_EXHAUSTED.",
+    )
+    grpc_worker_channels: int = Field(
+        default=256,
+        ge=1,
+        le=100_000,
+        description="Worker addresses the gRPC listener keeps an open channel (HTTP/2 "
+        "connection) to; the least recently used idle one is closed for another.",
+    )
+    grpc_channel_idle_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="A channel to a worker that carried no call for this long is closed.",
+    )
     # -- HTTP (service/core/server.py)
     gc_freeze: bool = Field(
         default=True,

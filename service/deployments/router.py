@@ -169,7 +169,10 @@ async def create_deployment(
     version = await functions_service.get_version(session, principal.account_id, fid, vid)
     _check_deployable(version, await service.live_deployment(session, vid))
     specs = validate_create(
-        body, catalog=request.app.state.catalog, is_helm=version.helm_chart is not None
+        body,
+        catalog=request.app.state.catalog,
+        is_helm=version.helm_chart is not None,
+        is_grpc=version.inference_url.strip("/").lower() == "grpc",
     )
     objects, flags = await _objects(request, session, principal, version, specs)
     async with _version_lock(vid):

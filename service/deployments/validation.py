@@ -205,9 +205,12 @@ def _helm_only(
     return errors
 
 
-def validate_create(body: Any, *, catalog: Catalog, is_helm: bool) -> list[ValidatedSpec]:
+def validate_create(
+    body: Any, *, catalog: Catalog, is_helm: bool, is_grpc: bool = False
+) -> list[ValidatedSpec]:
     """Every specification of a POST body, resolved; raises ValidationFailed listing all
-    violations of all specifications."""
+    violations of all specifications (`is_grpc`: a gRPC function, which no cluster reached
+    through the API server's service proxy can serve)."""
     if not isinstance(body, Mapping):
         raise ValidationFailed.of([FieldError("body", f"must be a JSON object with '{SPECS}'")])
     model, errors = parse(DeploymentCreate, body)
@@ -231,6 +234,8 @@ def validate_create(body: Any, *, catalog: Catalog, is_helm: bool) -> list[Valid
                 resolved, refused = permitted_target(catalog, resolved, spec, path)
                 errors.extend(refused)
             targets.append(resolved)
+            if is_grpc:
+                errors += _grpc_reachable(path, resolved.clusters)
             if _scaling_ok(path, bad):
                 errors += capacity_errors(
                     path,
@@ -246,6 +251,22 @@ def validate_create(body: Any, *, catalog: Catalog, is_helm: bool) -> list[Valid
         _validated(i, spec, target)
         for i, (spec, target) in enumerate(
             zip(model.deployment_specifications, targets, strict=True)
+        )
+    ]
+
+
+def _grpc_reachable(path: str, clusters: Sequence[Cluster]) -> list[FieldError]:
+    proxied = [c.name for c in clusters if not c.carries_grpc]
+    if not proxied:
+        return []
+    return [
+        FieldError(
+            path,
+            "a gRPC function (inferenceUrl /gRPC) cannot run on "
+            + ", ".join(proxied)
+            + ": its workers are reached through the Kubernetes API server's service proxy "
+            "(workerAccess apiServerProxy), which cannot carry gRPC; choose clusters whose "
+            "workers are reached by cluster DNS (workerAccess serviceDns)",
         )
     ]
 

@@ -10,7 +10,7 @@ application, and its OpenAPI declarations), `answers` (its HTTP answers), `trans
 `routing` (version and instances of a request), `access` (who may invoke what), `dispatch`
 and `dispatch_redis` (queues and concurrency), `ratelimit` (function rate limits), `forward`
 (headers both ways, poll time), `tokens` (invocation tokens), `store` (SQL), `models`
-(tables), `metrics`, `load`, `schemas`.
+(tables), `metrics`, `load`, `schemas`; `grpc/` the gRPC listener over the same engine.
 """
 
 from __future__ import annotations

@@ -70,6 +70,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nvcf.invocation")
 T = TypeVar("T")
+#: the inferenceUrl of a gRPC function (NVCF): it is invoked on the gRPC entry only
+GRPC_PATH = "/gRPC"
+
+
+def is_grpc(target: Target) -> bool:
+    """A gRPC function: its inferenceUrl is /gRPC (as functions/validation.py reads it)."""
+    return target.inference_path.strip("/").lower() == "grpc"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,6 +113,9 @@ class Call:
     #: the caller's base URL (asked only for a large result): where the local store's signed
     #: URL of one points
     base_url: Callable[[], str] | None = None
+    #: `open` only: resume the live session with this request id — its instance takes the
+    #: request (NotFound when no call of it is open here any more)
+    session: uuid.UUID | None = None
 
 
 class Streamed:
@@ -163,7 +173,8 @@ class Opened(Generic[T]):
 
     def __init__(self, run: Run, value: T) -> None:
         self.run = run
-        self.request_id = run.id
+        #: the session's id (the first call's), which a later call may resume
+        self.request_id = run.session or run.id
         self.value = value
 
     @property
@@ -176,6 +187,8 @@ class Opened(Generic[T]):
 
     async def close(self, status: int, error: str | None = None) -> None:
         """The exchange ended with `status` (the entry's own, e.g. HTTP-like 200/502)."""
+        if not self.run.finished:
+            self.run.engine.sessions.leave(self.request_id)
         await self.run.finish(Outcome(status) if error is None else Outcome(status, error=error))
 
 
@@ -233,6 +246,7 @@ class Engine:
         self.max_references = settings.asset_max_references
         self._max_size = ("NVCF-MAX-RESPONSE-SIZE-BYTES", str(self.result_max))
         self.active: dict[uuid.UUID, Run] = {}
+        self.sessions = Sessions()
         self.stopping = False
 
     # ------------------------------------------------------------------ the entry's call
@@ -262,8 +276,10 @@ class Engine:
         a channel to the instance), for an entry that never detaches. `opener(endpoint,
         headers)` gets the instance's endpoint and the NVCF-* headers and raises
         `WorkerUnreachable` when nothing reached the worker (tried once more elsewhere).
-        Failures after admission are `Finished`; `Opened.close` releases the slot."""
-        run = await self.admit(call)
+        Failures after admission are `Finished`; `Opened.close` releases the slot. While
+        one of its calls is open, a session (the first call's request id) may be resumed:
+        `Call.session` sends the request to the same instance."""
+        run = await self.admit(call, http=False, session=call.session)
 
         async def send(run: Run, instance: InstanceRoute) -> T:
             endpoint = await self.endpoint_of(run.target, instance)
@@ -282,6 +298,8 @@ class Engine:
             except _Failed as exc:
                 failure = exc.outcome
             else:
+                assert run.instance is not None
+                self.sessions.join(run.session or run.id, run.instance)
                 return Opened(run, value)
         except BaseException:
             await asyncio.shield(run.finish(Outcome.failure(499, "the caller went away")))
@@ -291,7 +309,10 @@ class Engine:
 
     # ------------------------------------------------------------------ 1. admit
 
-    async def admit(self, call: Call) -> Run:
+    async def admit(
+        self, call: Call, *, http: bool = True, session: uuid.UUID | None = None
+    ) -> Run:
+        """Step 1 (`http`: the request is sent as HTTP, which a gRPC function cannot take)."""
         if self.stopping:
             raise ServiceUnavailable(detail="this replica is shutting down; retry")
         if call.path is not None and not request_target_safe(call.path):
@@ -302,6 +323,14 @@ class Engine:
         target = await self._resolve(call)
         if call.check is not None:
             call.check(target)
+        if http and is_grpc(target):
+            raise BadRequest(
+                detail=f"function {target.function_id} is a gRPC function (inferenceUrl "
+                f"{GRPC_PATH}): invoke it on the gRPC endpoint, not over HTTP"
+            )
+        exclude: list[uuid.UUID] = []
+        if session is not None:
+            exclude = self.sessions.others(session, target)
         principal = call.principal
         assets = await self._input_assets(call) if call.asset_ids else []
         if target.rate is not None:
@@ -330,9 +359,12 @@ class Engine:
             deadline=now + self.worker_timeout,
             assets=assets,
             base_url=call.base_url,
+            session=session,
         )
         try:
-            run.ticket = await self.dispatcher.enqueue(run.id, target, prefer=call.prefer)
+            run.ticket = await self.dispatcher.enqueue(
+                run.id, target, exclude=exclude, prefer=call.prefer
+            )
         except TooManyRequests:
             self.metrics.outcome(target.fid, target.vid, "queue_full")
             raise
@@ -508,7 +540,7 @@ class Engine:
         """The worker request's headers: the caller's (filtered) and the NVCF-* ones."""
         return [
             *run.headers,
-            ("NVCF-REQID", run.rid),
+            ("NVCF-REQID", str(run.session) if run.session is not None else run.rid),
             ("NVCF-SUB", header_text(run.principal.subject)),
             self._max_size,
             *run.target.nvcf_headers,
@@ -532,6 +564,8 @@ class Engine:
         """After an instance refused the connection: the target and the claim to try again
         with — at the head of the queue, never on an instance that refused — or `_Failed`
         when there is nobody else to try."""
+        if run.session is not None:
+            raise _Failed(502, "the session's worker could not be reached: " + run.reasons[-1])
         fresh = await self.routes.refresh(run.principal, target)
         others = [i for i in (fresh or target).instances if i.id not in run.tried]
         # scaled to zero meanwhile: wait in the queue for the next instance
@@ -595,6 +629,35 @@ class Engine:
         for run in list(self.active.values()):  # a task cancelled before it began
             await run.finish(Outcome.failure(503, reason))
         await self.output_dirs.aclose()
+
+
+class Sessions:
+    """The live sessions of `Engine.open` in this replica: request id → the instance and the
+    number of its calls open (a session ends with its last call)."""
+
+    def __init__(self) -> None:
+        self._live: dict[uuid.UUID, tuple[InstanceRoute, int]] = {}
+
+    def others(self, session: uuid.UUID, target: Target) -> list[uuid.UUID]:
+        """The target's instances a call resuming `session` must not go to (all but the
+        session's); NotFound when the session is not live or its instance is gone."""
+        live = self._live.get(session)
+        if live is None or not any(i.id == live[0].id for i in target.instances):
+            raise NotFound(detail=f"no existing session found for request {session}")
+        return [i.id for i in target.instances if i.id != live[0].id]
+
+    def join(self, session: uuid.UUID, instance: InstanceRoute) -> None:
+        live = self._live.get(session)
+        self._live[session] = (instance, 1 if live is None else live[1] + 1)
+
+    def leave(self, session: uuid.UUID) -> None:
+        live = self._live.get(session)
+        if live is None:
+            return
+        if live[1] <= 1:
+            del self._live[session]
+        else:
+            self._live[session] = (live[0], live[1] - 1)
 
 
 class _Failed(Exception):

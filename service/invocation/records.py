@@ -65,6 +65,8 @@ class Run:
     files: RequestFiles | None = None
     #: where the local store's signed URL of a large result points (the caller's base URL)
     base_url: Callable[[], str] | None = None
+    #: the session this request resumes (`Engine.open`): its instance only, never retried
+    session: uuid.UUID | None = None
 
     @cached_property
     def rid(self) -> str:

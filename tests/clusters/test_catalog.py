@@ -385,7 +385,8 @@ def test_attributes_are_normalised_at_load_time(tmp_path: Path) -> None:
             "        simulation: {upstream: 'ftp://x'}\n",
             [
                 ":9: clusterGroups[0].clusters[0].simulation.upstream: 'ftp://x' is not an "
-                "upstream server address such as http://127.0.0.1:9000"
+                "upstream server address such as http://127.0.0.1:9000 (or "
+                "grpc://127.0.0.1:9000 for a gRPC server)"
             ],
         ),
         (

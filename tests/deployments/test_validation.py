@@ -235,3 +235,30 @@ def test_workload_helpers() -> None:
     # 192 CPUs and 2000Gi over 8 GPUs, 2 of them, 90 % of the node's share
     assert limits["cpu"] == "43200m"
     assert limits["memory"] == f"{int(2000 * 1024 * 2 / 8 * 0.9)}Mi"
+
+
+def _kube_catalog(**kubernetes: Any) -> Catalog:
+    cluster = {
+        "name": "kube-a",
+        "adapter": "kubernetes",
+        "provider": "NCP",
+        "region": "r",
+        "nodes": [{"gpu": "H100", "gpusPerNode": 8, "count": 1}],
+        "kubernetes": {"kubeconfig": "/nonexistent/kubeconfig", **kubernetes},
+    }
+    return Catalog.from_data({"clusterGroups": [{"name": "k", "clusters": [cluster]}]})
+
+
+def test_a_grpc_function_is_refused_on_clusters_reached_through_the_api_servers_proxy() -> None:
+    body = specs({"gpu": "H100", "backend": "k", "minInstances": 1, "maxInstances": 1})
+    proxied = _kube_catalog()  # outside the cluster: apiServerProxy by default
+    with pytest.raises(ValidationFailed) as caught:
+        validate_create(body, catalog=proxied, is_helm=False, is_grpc=True)
+    (error,) = caught.value.errors
+    assert error.field == "deploymentSpecifications[0]"
+    assert "kube-a" in error.message and "cannot carry gRPC" in error.message
+    # an HTTP function there is fine, and so is a gRPC one reached by cluster DNS
+    assert validate_create(body, catalog=proxied, is_helm=False)
+    by_dns = _kube_catalog(workerAccess="serviceDns")
+    assert validate_create(body, catalog=by_dns, is_helm=False, is_grpc=True)
+    assert validate_create(specs(OK), catalog=CATALOG, is_helm=False, is_grpc=True)

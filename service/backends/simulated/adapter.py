@@ -68,6 +68,15 @@ from service.core.numbers import natural
 from service.health.observed import ObjectRef, ObservedState
 
 
+def _http_address(upstream: str) -> str:
+    """An upstream's address as its endpoints take it: a gRPC server (`grpc://`, `grpcs://`)
+    is reached over HTTP/2 at the same host and port (`http://`: h2c, `https://`: TLS)."""
+    for scheme, http in (("grpc://", "http://"), ("grpcs://", "https://")):
+        if upstream.startswith(scheme):
+            return http + upstream.removeprefix(scheme)
+    return upstream
+
+
 class SimulatedAdapter:
     """A simulated cluster with `BackendAdapter`'s interface; safe for concurrent tasks."""
 
@@ -90,7 +99,7 @@ class SimulatedAdapter:
         self.name = name
         self._worker_bounds = worker_bounds
         #: a real server answering for every instance of the cluster (None: the built-in one)
-        self.upstream = upstream.rstrip("/") if upstream else None
+        self.upstream = _http_address(upstream.rstrip("/")) if upstream else None
         self._logbook = SimulatedLogBook()
         self._workers = SimulatedWorkers(self._runs, self._secret_names, self._printed)
         #: the secret names each namespace's pods read, computed once per change of it
@@ -387,6 +396,7 @@ class SimulatedAdapter:
         return list(names)
 
     async def aclose(self) -> None:
+        await self._workers.grpc_echo.aclose()
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.aclose()

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from service.backends.simulated import llm
+from service.backends.simulated.grpc_echo import GrpcEcho
 from service.backends.worker import (
     WorkerEndpoint,
     WorkerFailed,
@@ -265,6 +266,15 @@ class SimulatedWorkers:
         #: (namespace, text): what the worker prints to its log
         self._print = printer or (lambda _namespace, _text: None)
         self.health_paths: dict[str, str] = {}
+        #: the gRPC functions' worker, shared by every instance
+        self.grpc_echo = GrpcEcho()
+
+    def check_running(self, namespace: str) -> None:
+        """`WorkerUnreachable` unless the cluster runs a worker in `namespace`."""
+        if not self._running(namespace):
+            raise WorkerUnreachable(
+                f"connection refused: no simulated worker runs in namespace {namespace}"
+            )
 
     async def answer(
         self,
@@ -274,10 +284,7 @@ class SimulatedWorkers:
         headers: Sequence[tuple[str, str]],
         body: bytes,
     ) -> WorkerResponse:
-        if not self._running(namespace):
-            raise WorkerUnreachable(
-                f"connection refused: no simulated worker runs in namespace {namespace}"
-            )
+        self.check_running(namespace)
         lowered = {k.lower(): v for k, v in headers}
         health = self.health_paths.get(namespace)
         if method == "GET" and health is not None and path.split("?", 1)[0] == health:
@@ -350,6 +357,11 @@ class SimulatedEndpoint(WorkerEndpoint):
             self._namespace, "GET", self._health_path or "/", [], b""
         )
         return response.status
+
+    async def h2_url(self) -> str:
+        """The cluster's gRPC echo (simulated/grpc_echo.py), for an instance it runs."""
+        self._workers.check_running(self._namespace)
+        return await self._workers.grpc_echo.url()
 
 
 __all__ = [

@@ -103,16 +103,22 @@ class NodeShape(_Model):
     memory: Quantity | None = None
 
 
+#: an upstream's schemes: `grpc`/`grpcs` name a gRPC server (reached over h2c/TLS), which
+#: is `http`/`https` to every endpoint
+UPSTREAM_SCHEMES = ("http", "https", "grpc", "grpcs")
+
+
 def _check_upstream(value: str) -> str:
     parts = urlsplit(value)
     try:
         port_ok = parts.port is None or parts.port > 0
     except ValueError:
         port_ok = False
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+    if parts.scheme not in UPSTREAM_SCHEMES or not parts.hostname or not port_ok:
         raise PydanticCustomError(
             "upstream",
-            "{value} is not an upstream server address such as http://127.0.0.1:9000",
+            "{value} is not an upstream server address such as http://127.0.0.1:9000 (or "
+            "grpc://127.0.0.1:9000 for a gRPC server)",
             {"value": repr(value)},
         )
     if parts.query or parts.fragment:
@@ -227,6 +233,19 @@ class Cluster(_Model):
     @property
     def id(self) -> uuid.UUID:
         return uuid.uuid5(_CLUSTER_NAMESPACE, self.name.lower())
+
+    @property
+    def carries_grpc(self) -> bool:
+        """Its workers can take gRPC calls: simulated ones, and Kubernetes ones reached by
+        cluster DNS — not through the API server's service proxy (no HTTP/2 trailers), the
+        default outside the cluster (as backends/kubernetes.py decides)."""
+        settings = self.kubernetes
+        if self.adapter != "kubernetes" or settings is None:
+            return True
+        access = settings.worker_access or (
+            "serviceDns" if settings.in_cluster else "apiServerProxy"
+        )
+        return access == "serviceDns"
 
     def offered_instance_types(self) -> list[InstanceType]:
         """Every type the cluster's node shapes offer, in node-shape order, without repeats."""

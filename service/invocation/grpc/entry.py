@@ -1,0 +1,310 @@
+"""The gRPC listener: every call to any service and method, whatever its kind (unary,
+server-, client- or bidirectional streaming), is a stream of messages passed through as bytes
+to a worker of the function its metadata names, through the engine (`Engine.open`).
+
+Metadata as NVCF reads it: `authorization: Bearer <key or invocation token>`, `function-id`
+(required), `function-version-id`, `nvcf-reqid` (resume a live session: its instance takes
+the call). The caller's other metadata reaches the worker with the NVCF request headers of
+the HTTP entry (lower-cased: `nvcf-reqid`, `nvcf-function-id`, ...); the answer's initial
+metadata carries `nvcf-reqid`. Refusals and failures of the engine are gRPC statuses
+(statuses.py); the worker's own status, message and trailing metadata pass unchanged. The
+caller's deadline (bounded by the worker timeout) reaches the worker; a caller cancelling
+cancels the worker's call; the instance's slot is held until the call ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from grpc import aio
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.auth import scopes
+from service.auth.service import Authenticator, Principal
+from service.backends.worker import WorkerEndpoint
+from service.core.errors import BadRequest, DomainError, Forbidden
+from service.invocation.engine import GRPC_PATH, Call, Engine, Finished, Opened, is_grpc
+from service.invocation.grpc.channels import Channels, Lease
+from service.invocation.grpc.statuses import status_code
+from service.invocation.routing import Target
+
+if TYPE_CHECKING:
+    from service.core.settings import Settings
+
+log = logging.getLogger("nvcf.invocation.grpc")
+
+#: the caller's metadata the entry reads and never forwards; `grpc-*` keys (the protocol's
+#: own) and `user-agent` (the channel's own) are not forwarded either
+READ_KEYS = frozenset({"authorization", "function-id", "function-version-id", "nvcf-reqid"})
+_NOT_FORWARDED = READ_KEYS | {"user-agent", "te", "content-type"}
+#: the worker's metadata the caller never gets (the entry sets `nvcf-reqid` itself)
+_NOT_RETURNED = frozenset({"nvcf-reqid", "nvcf-status", "content-type", "user-agent"})
+
+Metadata = Iterable[tuple[str, str | bytes]]
+
+
+class GrpcListenError(Exception):
+    """The listener cannot serve (its address cannot be bound, its certificate read)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _WorkerCall:
+    lease: Lease
+    call: aio.StreamStreamCall[bytes, bytes]
+
+
+def caller_metadata(metadata: Metadata) -> list[tuple[bytes, bytes]]:
+    """The caller's metadata the worker receives, as the engine takes headers (bytes; a
+    `-bin` value as its raw bytes)."""
+    out: list[tuple[bytes, bytes]] = []
+    for key, value in metadata:
+        name = key.lower()
+        if name in _NOT_FORWARDED or name.startswith(("grpc-", ":")):
+            continue
+        raw = value if isinstance(value, bytes) else value.encode("latin-1")
+        out.append((name.encode("latin-1"), raw))
+    return out
+
+
+def worker_metadata(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str | bytes]]:
+    """The engine's worker headers as gRPC metadata (keys lower-cased, `-bin` values bytes)."""
+    out: list[tuple[str, str | bytes]] = []
+    for key, value in headers:
+        name = key.lower()
+        out.append((name, value.encode("latin-1") if name.endswith("-bin") else value))
+    return out
+
+
+def returned_metadata(metadata: Metadata | None) -> list[tuple[str, str | bytes]]:
+    """The worker's (initial or trailing) metadata the caller gets."""
+    return [
+        (k, v)
+        for k, v in metadata or ()
+        if k.lower() not in _NOT_RETURNED and not k.lower().startswith(("grpc-", ":"))
+    ]
+
+
+def grpc_only(target: Target) -> None:
+    """The entry's admission check: only a gRPC function is called over gRPC."""
+    if not is_grpc(target):
+        raise BadRequest(
+            detail=f"function {target.function_id} version {target.version_id} is an HTTP "
+            f"function (inferenceUrl {target.inference_path}), not a gRPC one (inferenceUrl "
+            f"{GRPC_PATH}): invoke it over HTTP"
+        )
+
+
+class _Refused(Exception):
+    """A call the entry refuses before the engine sees it (bad metadata)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+def _uuid(metadata: dict[str, str], key: str, *, required: bool = False) -> uuid.UUID | None:
+    raw = metadata.get(key)
+    if raw is None or not raw.strip():
+        if required:
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"the metadata '{key}' is required")
+        return None
+    try:
+        return uuid.UUID(raw.strip())
+    except ValueError:
+        raise _Refused(
+            grpc.StatusCode.INVALID_ARGUMENT, f"the metadata '{key}' is not a UUID: {raw[:64]!r}"
+        ) from None
+
+
+class GrpcEntry:
+    """The gRPC listener over the engine (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        engine: Engine,
+        authenticator: Authenticator,
+        sessionmaker: async_sessionmaker[AsyncSession],
+    ) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.authenticator = authenticator
+        self.sessionmaker = sessionmaker
+        self.worker_timeout = settings.invoke_worker_timeout_seconds
+        self.channels = Channels(
+            limit=settings.grpc_worker_channels,
+            idle_seconds=settings.grpc_channel_idle_seconds,
+            max_message_bytes=settings.grpc_max_message_bytes,
+        )
+        self.server: aio.Server | None = None
+        #: the port bound (`NVCF_GRPC_PORT` 0: the one the system chose)
+        self.port = 0
+
+    async def start(self) -> None:
+        settings = self.settings
+        size = settings.grpc_max_message_bytes
+        options: list[tuple[str, Any]] = [
+            ("grpc.max_receive_message_length", size),
+            ("grpc.max_send_message_length", size),
+            # several `nvcf-server invoke` processes share the port; anything else binding
+            # it (another server on this host) is an error, not a silent share
+            ("grpc.so_reuseport", 1 if settings.invoke_processes > 1 else 0),
+        ]
+        server = aio.server(options=options)
+        server.add_generic_rpc_handlers((_Proxy(self),))
+        address = f"{_host(settings.grpc_host or '127.0.0.1')}:{settings.grpc_port}"
+        try:
+            if settings.grpc_tls_cert is not None:
+                credentials = await asyncio.to_thread(
+                    _credentials, settings.grpc_tls_cert, settings.grpc_tls_key
+                )
+                port = server.add_secure_port(address, credentials)
+            else:
+                port = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise GrpcListenError(f"the gRPC listener cannot bind {address}: {exc}") from exc
+        if port == 0:
+            raise GrpcListenError(f"the gRPC listener cannot bind {address}")
+        self.port = port
+        await server.start()
+        self.server = server
+        self.channels.start()
+        log.info("gRPC invocation on %s (port %d)", address, port)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop listening; calls still running get `grace` seconds, then are cancelled."""
+        server, self.server = self.server, None
+        if server is not None:
+            await server.stop(grace)
+        await self.channels.aclose()
+
+    # ------------------------------------------------------------------ one call
+
+    async def proxy(
+        self, method: str, requests: AsyncIterator[bytes], context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
+        """One call, from its metadata to the worker's status."""
+        try:
+            call = await self._call(method, context)
+            opened = await self.engine.open(
+                call, functools.partial(self._open_worker, method, requests, context)
+            )
+        except _Refused as exc:
+            await context.abort(exc.code, exc.details)
+        except DomainError as exc:
+            await context.abort(status_code(exc.status), exc.detail)
+        if isinstance(opened, Finished):
+            outcome = opened.outcome
+            await context.abort(status_code(outcome.status), outcome.error or "")
+        async for message in self._relay(opened, context):
+            yield message
+
+    async def _call(self, method: str, context: aio.ServicerContext[Any, Any]) -> Call:
+        """The engine's call of the caller's metadata (`_Refused`, or the `DomainError` of
+        authentication)."""
+        raw = context.invocation_metadata() or ()
+        metadata = {k.lower(): v for k, v in raw if isinstance(v, str)}
+        principal = await self._principal(metadata.get("authorization"))
+        function_id = _uuid(metadata, "function-id", required=True)
+        assert function_id is not None
+        return Call(
+            principal=principal,
+            function_id=function_id,
+            version_id=_uuid(metadata, "function-version-id"),
+            method="POST",
+            path=method,
+            headers=caller_metadata(raw),
+            body=b"",
+            check=grpc_only,
+            session=_uuid(metadata, "nvcf-reqid"),
+        )
+
+    async def _principal(self, authorization: str | None) -> Principal:
+        auth = self.authenticator
+        principal = auth.cached_principal(authorization) or await auth.authenticate(
+            self.sessionmaker, authorization, invocation=True
+        )
+        if scopes.INVOKE_FUNCTION not in principal.scopes:
+            raise Forbidden(
+                detail=f"invoking a function requires the scope '{scopes.INVOKE_FUNCTION}'"
+            )
+        return principal
+
+    async def _open_worker(
+        self,
+        method: str,
+        requests: AsyncIterator[bytes],
+        context: aio.ServicerContext[Any, Any],
+        endpoint: WorkerEndpoint,
+        headers: list[tuple[str, str]],
+    ) -> _WorkerCall:
+        """The worker's call (the engine's opener): a connected channel, or
+        `WorkerUnreachable` before anything of the caller's was read."""
+        lease = await self.channels.acquire(endpoint)
+        remaining = context.time_remaining()
+        timeout = self.worker_timeout if remaining is None else min(remaining, self.worker_timeout)
+        stream: aio.StreamStreamMultiCallable[bytes, bytes] = lease.channel.stream_stream(method)
+        call: aio.StreamStreamCall[bytes, bytes] = stream(
+            requests, metadata=aio.Metadata(*worker_metadata(headers)), timeout=timeout
+        )
+        return _WorkerCall(lease, call)
+
+    async def _relay(
+        self, opened: Opened[_WorkerCall], context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
+        """The worker's answer to the caller; the slot is released when it ends."""
+        call = opened.value.call
+        status, error = 200, None
+        try:
+            initial = returned_metadata(await call.initial_metadata())
+            initial.append(("nvcf-reqid", str(opened.request_id)))
+            await context.send_initial_metadata(initial)
+            try:
+                async for message in call:
+                    yield message
+            except aio.AioRpcError as exc:
+                status = 499 if exc.code() == grpc.StatusCode.CANCELLED else 500
+                context.set_trailing_metadata(returned_metadata(exc.trailing_metadata()))
+                await context.abort(exc.code(), exc.details() or "")
+            context.set_trailing_metadata(returned_metadata(await call.trailing_metadata()))
+        except asyncio.CancelledError:
+            status, error = 499, "the caller went away"
+            raise
+        finally:
+            call.cancel()  # no-op once it ended
+            opened.value.lease.release()
+            await asyncio.shield(opened.close(status, error))
+
+
+class _Proxy(grpc.GenericRpcHandler):
+    """Every method of every service: a bytes stream both ways to the entry's `proxy`."""
+
+    def __init__(self, entry: GrpcEntry) -> None:
+        self.entry = entry
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any]:
+        behaviour = functools.partial(self.entry.proxy, details.method)
+        return grpc.stream_stream_rpc_method_handler(behaviour)
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def _credentials(cert: Path, key: Path | None) -> grpc.ServerCredentials:
+    if key is None:
+        raise GrpcListenError("NVCF_GRPC_TLS_CERT needs NVCF_GRPC_TLS_KEY")
+    try:
+        pair = (key.read_bytes(), cert.read_bytes())
+    except OSError as exc:
+        raise GrpcListenError(f"the gRPC listener's certificate cannot be read: {exc}") from exc
+    return grpc.ssl_server_credentials([pair])

@@ -1,0 +1,32 @@
+"""The gRPC status of every refusal and failure the engine reports (a `DomainError` at
+admission, a `Finished` outcome after it), by the HTTP-like status both carry: the one table
+the gRPC entry answers from. A worker's own statuses pass through unchanged and never meet it.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+#: engine status -> gRPC status code
+STATUS_CODES: dict[int, grpc.StatusCode] = {
+    # a version that cannot be invoked (not ACTIVE, an HTTP function, ...): the caller must
+    # change something else first
+    400: grpc.StatusCode.FAILED_PRECONDITION,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.NOT_FOUND,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    # the function's rate limit, a full queue
+    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    499: grpc.StatusCode.CANCELLED,
+    # the worker could not be reached (twice) or failed before the call was open
+    502: grpc.StatusCode.UNAVAILABLE,
+    # no instance took the call within the queue timeout; the replica is stopping
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+
+
+def status_code(status: int) -> grpc.StatusCode:
+    """The gRPC code of an engine status (INTERNAL for one the table does not know)."""
+    return STATUS_CODES.get(status, grpc.StatusCode.INTERNAL)

@@ -1,0 +1,58 @@
+"""The gRPC listener's channels to workers: one per address, shared, bounded, and a worker
+that refuses the connection is `WorkerUnreachable` (nothing sent) with its channel dropped."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.backends.worker import WorkerEndpoint, WorkerUnreachable
+from service.invocation.grpc.channels import Channels, worker_address
+from tests.support.grpc_worker import GrpcWorker
+
+
+class Endpoint(WorkerEndpoint):
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.health_url = None
+
+
+def test_worker_addresses() -> None:
+    assert worker_address("http://10.0.0.1:8001") == ("10.0.0.1:8001", False)
+    assert worker_address("https://w.example:443") == ("w.example:443", True)
+    assert worker_address("http://svc.ns") == ("svc.ns:80", False)
+    assert worker_address("http://[::1]:9") == ("[::1]:9", False)
+    for bad in ("ftp://x:1", "http://", "not a url"):
+        with pytest.raises(WorkerUnreachable):
+            worker_address(bad)
+
+
+async def test_one_channel_per_address_bounded_and_a_refusal_drops_it() -> None:
+    one, two = await GrpcWorker().start(), await GrpcWorker().start()
+    channels = Channels(limit=1, idle_seconds=60, max_message_bytes=1024)
+    try:
+        first = await channels.acquire(Endpoint(f"http://127.0.0.1:{one.port}"))
+        again = await channels.acquire(Endpoint(f"http://127.0.0.1:{one.port}"))
+        assert again.channel is first.channel and len(channels) == 1
+        first.release()
+        # still in use: over the bound rather than closing a channel a call holds
+        other = await channels.acquire(Endpoint(f"http://127.0.0.1:{two.port}"))
+        assert len(channels) == 2
+        again.release()
+        other.release()
+        # a refused connection: nothing sent, the channel is not kept
+        await one.stop()
+        with pytest.raises(WorkerUnreachable):
+            await channels.acquire(Endpoint(f"http://127.0.0.1:{one.port}"))
+        assert len(channels) <= 2
+        # the idle ones make room for a new address: at most the bound stays open
+        three = await GrpcWorker().start()
+        try:
+            lease = await channels.acquire(Endpoint(f"http://127.0.0.1:{three.port}"))
+            lease.release()
+            assert len(channels) == 1
+        finally:
+            await three.stop()
+    finally:
+        await channels.aclose()
+        await one.stop()
+        await two.stop()

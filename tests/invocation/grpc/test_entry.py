@@ -1,0 +1,480 @@
+"""gRPC invocation through the platform: real `grpcio` clients over a real socket to the
+listener, a real gRPC server as the worker (a simulated cluster's `upstream`), calls of all
+four kinds, metadata both ways, the worker's statuses unchanged, deadlines and cancellation,
+and every refusal as its gRPC status."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc import aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from service.auth import scopes
+from service.core.tls import ensure_self_signed
+from tests.support.api import new_key
+from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
+from tests.support.e2e import deployment
+from tests.support.grpc_worker import GrpcWorker
+from tests.support.invocation import deployed, invocation_app, pexec_url, sample, spec
+
+GRPC_FN = {"name": "grpc-echo", "inferenceUrl": "/gRPC", "inferencePort": 8001}
+
+
+@pytest.fixture
+async def worker() -> AsyncIterator[GrpcWorker]:
+    w = await GrpcWorker().start()
+    try:
+        yield w
+    finally:
+        w.release()
+        await w.stop()
+
+
+async def grpc_app(
+    client_factory: ClientFactory, tmp_path: Path, upstream: str | None, **overrides: Any
+) -> AppClient:
+    return await invocation_app(
+        client_factory,
+        tmp_path,
+        upstream=upstream,
+        grpc_enabled=True,
+        grpc_port=0,
+        **overrides,
+    )
+
+
+@pytest.fixture
+async def client(client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker) -> AppClient:
+    return await grpc_app(client_factory, tmp_path, worker.url)
+
+
+@pytest.fixture
+async def channel(client: AppClient) -> AsyncIterator[aio.Channel]:
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
+        yield ch
+
+
+def md(fn: dict[str, Any], key: str = ADMIN_KEY, **more: str) -> tuple[tuple[str, str], ...]:
+    return (
+        ("authorization", f"Bearer {key}"),
+        ("function-id", fn["id"]),
+        *((k.replace("_", "-"), v) for k, v in more.items()),
+    )
+
+
+def unary(channel: aio.Channel, method: str) -> aio.UnaryUnaryMultiCallable[bytes, bytes]:
+    return channel.unary_unary(f"/test.Echo/{method}")
+
+
+async def status_of(call: Any) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(aio.AioRpcError) as info:
+        await call
+    return info.value.code(), info.value.details() or ""
+
+
+# ---------------------------------------------------------------------- the four kinds
+
+
+async def test_unary_call_reaches_the_worker_with_metadata_both_ways(
+    client: AppClient, channel: aio.Channel, worker: GrpcWorker
+) -> None:
+    fn = await deployed(client, **GRPC_FN)
+    call = unary(channel, "Unary")(
+        b"\x00hello\xff", metadata=md(fn, x_custom="kept", function_version_id=fn["versionId"])
+    )
+    assert await call == b"\x00hello\xff"
+    initial = dict(await call.initial_metadata())
+    assert initial["x-worker"] == "worker"
+    request_id = initial["nvcf-reqid"]
+    uuid.UUID(request_id)
+    assert dict(await call.trailing_metadata())["x-done"] == "yes"
+    assert await call.code() == grpc.StatusCode.OK
+    seen = worker.calls[-1].metadata
+    assert seen["x-custom"] == "kept"
+    assert "authorization" not in seen
+    assert seen["nvcf-reqid"] == request_id
+    assert seen["nvcf-function-id"] == fn["id"]
+    assert seen["nvcf-function-version-id"] == fn["versionId"]
+    assert seen["nvcf-ncaid"]
+    assert "nvcf-instance-id" in seen
+    metrics = (await client.get("/metrics")).text
+    assert sample(metrics, "nvcf_invocation_requests_total", function_id=fn["id"]) >= 1
+
+
+async def test_server_client_and_bidi_streams_pass_every_message(
+    client: AppClient, channel: aio.Channel
+) -> None:
+    fn = await deployed(client, **GRPC_FN)
+    server_stream = channel.unary_stream("/test.Echo/ServerStream")(b"4", metadata=md(fn))
+    assert [m async for m in server_stream] == [b"0", b"1", b"2", b"3"]
+
+    async def parts() -> AsyncIterator[bytes]:
+        for p in (b"a", b"b", b"c"):
+            yield p
+
+    client_stream = channel.stream_unary("/test.Echo/ClientStream")(parts(), metadata=md(fn))
+    assert await client_stream == b"a|b|c"
+
+    bidi = channel.stream_stream("/test.Echo/Bidi")(metadata=md(fn))
+    for p in (b"one", b"two", b"three"):
+        await bidi.write(p)
+        assert await bidi.read() == p  # each answered before the next is sent
+    await bidi.done_writing()
+    assert await bidi.read() == aio.EOF
+    assert await bidi.code() == grpc.StatusCode.OK
+
+
+async def test_a_real_protobuf_service_is_served(client: AppClient, channel: aio.Channel) -> None:
+    """The standard health service of the worker, through its generated stub."""
+    fn = await deployed(client, **GRPC_FN)
+    stub = health_pb2_grpc.HealthStub(channel)
+    answer = await stub.Check(health_pb2.HealthCheckRequest(service=""), metadata=md(fn))
+    assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    watch = stub.Watch(health_pb2.HealthCheckRequest(service=""), metadata=md(fn))
+    first = await watch.read()
+    assert first.status == health_pb2.HealthCheckResponse.SERVING
+    watch.cancel()
+
+
+async def test_the_workers_error_status_and_trailers_reach_the_caller_unchanged(
+    client: AppClient, channel: aio.Channel
+) -> None:
+    fn = await deployed(client, **GRPC_FN)
+    call = unary(channel, "Fail")(b"x", metadata=md(fn))
+    code, details = await status_of(call)
+    assert (code, details) == (grpc.StatusCode.INVALID_ARGUMENT, "bad input: x")
+    assert dict(await call.trailing_metadata())["x-why"] == "because"
+    assert "nvcf-reqid" in dict(await call.initial_metadata())
+
+
+async def test_the_callers_deadline_reaches_the_worker(
+    client: AppClient, channel: aio.Channel, worker: GrpcWorker
+) -> None:
+    fn = await deployed(client, **GRPC_FN)
+    assert await unary(channel, "Unary")(b"x", metadata=md(fn), timeout=30) == b"x"
+    remaining = worker.calls[-1].time_remaining
+    assert remaining is not None and 0 < remaining <= 30
+    call = unary(channel, "Hold")(b"x", metadata=md(fn), timeout=0.5)
+    code, _ = await status_of(call)
+    assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+    await _slot_is_free(client, channel, fn)
+
+
+async def test_a_caller_cancelling_cancels_the_workers_call_and_frees_the_slot(
+    client: AppClient, channel: aio.Channel, worker: GrpcWorker
+) -> None:
+    fn = await deployed(client, **GRPC_FN)
+    bidi = channel.stream_stream("/test.Echo/Hold")(metadata=md(fn))
+    await bidi.write(b"x")
+    await bidi.done_writing()
+    await worker.until_held(1)
+    bidi.cancel()
+    await worker.until_cancelled(1)
+    await _slot_is_free(client, channel, fn)
+
+
+async def _slot_is_free(client: AppClient, channel: aio.Channel, fn: dict[str, Any]) -> None:
+    """With maxRequestConcurrency 1 (the default), another call is served (it waits in the
+    queue until the slot is free, and would end DEADLINE_EXCEEDED if it never were)."""
+    assert await unary(channel, "Unary")(b"next", metadata=md(fn), timeout=30) == b"next"
+
+
+# ---------------------------------------------------------------------- refusals
+
+
+async def test_every_refusal_is_its_grpc_status(
+    client: AppClient, channel: aio.Channel, client_factory: ClientFactory
+) -> None:
+    fn = await deployed(client, **GRPC_FN)
+    call = unary(channel, "Unary")
+    no_credential = (("function-id", fn["id"]),)
+    assert (await status_of(call(b"x", metadata=no_credential)))[0] == (
+        grpc.StatusCode.UNAUTHENTICATED
+    )
+    wrong = md(fn, key="nvapi-" + "x" * 60)
+    assert (await status_of(call(b"x", metadata=wrong)))[0] == grpc.StatusCode.UNAUTHENTICATED
+    no_scope = await new_key(client, [scopes.LIST_FUNCTIONS])
+    code, details = await status_of(call(b"x", metadata=md(fn, key=no_scope)))
+    assert code == grpc.StatusCode.PERMISSION_DENIED
+    assert scopes.INVOKE_FUNCTION in details
+    unknown = {"id": str(uuid.uuid4())}
+    assert (await status_of(call(b"x", metadata=md(unknown))))[0] == grpc.StatusCode.NOT_FOUND
+    other = await new_key(client, [scopes.INVOKE_FUNCTION], account="other-account")
+    code, _ = await status_of(call(b"x", metadata=md(fn, key=other)))
+    assert code == grpc.StatusCode.NOT_FOUND
+    missing = (("authorization", f"Bearer {ADMIN_KEY}"),)
+    code, details = await status_of(call(b"x", metadata=missing))
+    assert (code, details) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "the metadata 'function-id' is required",
+    )
+    code, _ = await status_of(call(b"x", metadata=md(fn, function_version_id="nope")))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_an_http_function_is_failed_precondition_and_http_pexec_of_grpc_is_400(
+    client: AppClient, channel: aio.Channel
+) -> None:
+    http_fn = await deployed(client)
+    code, details = await status_of(unary(channel, "Unary")(b"x", metadata=md(http_fn)))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "HTTP function" in details
+    grpc_fn = await deployed(client, **GRPC_FN)
+    resp = await client.post(pexec_url(grpc_fn), json={})
+    assert resp.status_code == 400, resp.text
+    assert "gRPC endpoint" in resp.json()["detail"]
+
+
+async def test_a_version_not_invocable_is_failed_precondition(
+    client: AppClient, channel: aio.Channel
+) -> None:
+    created = await client.post("/v2/nvcf/functions", json={**GRPC_FN_BODY})
+    fn = created.json()["function"]
+    code, details = await status_of(
+        unary(channel, "Unary")(b"x", metadata=md(fn, function_version_id=fn["versionId"]))
+    )
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "INACTIVE" in details
+
+
+GRPC_FN_BODY = {**GRPC_FN, "containerImage": "nvcr.io/acme/grpc-echo:1.0"}
+
+
+async def test_a_message_larger_than_the_bound_is_resource_exhausted(
+    client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker
+) -> None:
+    client = await grpc_app(client_factory, tmp_path, worker.url, grpc_max_message_bytes=1024)
+    fn = await deployed(client, **GRPC_FN)
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
+        assert await unary(ch, "Unary")(b"x" * 1000, metadata=md(fn)) == b"x" * 1000
+        code, _ = await status_of(unary(ch, "Unary")(b"x" * 2000, metadata=md(fn)))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_the_functions_rate_limit_is_resource_exhausted(
+    client: AppClient, channel: aio.Channel
+) -> None:
+    fn = await deployed(client, **GRPC_FN, rateLimit={"rateLimit": "1-M"})
+    assert await unary(channel, "Unary")(b"x", metadata=md(fn)) == b"x"
+    code, _ = await status_of(unary(channel, "Unary")(b"x", metadata=md(fn)))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_a_full_queue_is_resource_exhausted(
+    client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker
+) -> None:
+    client = await grpc_app(client_factory, tmp_path, worker.url, invoke_queue_max=0)
+    fn = await deployed(client, **GRPC_FN)
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
+        held = unary(ch, "Hold")(b"x", metadata=md(fn))
+        await worker.until_held(1)
+        code, details = await status_of(unary(ch, "Unary")(b"y", metadata=md(fn)))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "queue" in details
+        worker.release()
+        assert await held == b"x"
+
+
+async def test_a_queue_timeout_is_unavailable(
+    client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker
+) -> None:
+    client = await grpc_app(
+        client_factory,
+        tmp_path,
+        worker.url,
+        invoke_queue_timeout_seconds=0.2,
+        autoscale_enabled=False,
+    )
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
+        # minInstances 0 and nobody to start an instance: no instance takes it in time
+        idle = await deployed(client, **{**GRPC_FN, "name": "idle"}, specs=[spec(minInstances=0)])
+        code, details = await status_of(unary(ch, "Unary")(b"z", metadata=md(idle)))
+        assert code == grpc.StatusCode.UNAVAILABLE
+        assert "no instance" in details
+
+
+async def test_an_unreachable_worker_is_unavailable(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    gone = await GrpcWorker().start()
+    await gone.stop()  # its port now refuses connections
+    client = await grpc_app(client_factory, tmp_path, gone.url)
+    fn = await deployed(client, **GRPC_FN)
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
+        code, details = await status_of(unary(ch, "Unary")(b"x", metadata=md(fn)))
+    assert code == grpc.StatusCode.UNAVAILABLE
+    assert "could not be reached" in details
+    metrics = (await client.get("/metrics")).text
+    assert sample(metrics, "nvcf_invocation_requests_total", outcome="errored") >= 1
+
+
+async def test_a_worker_going_away_mid_stream_is_unavailable_and_frees_the_slot(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    worker = await GrpcWorker().start()
+    port = worker.port
+    client = await grpc_app(client_factory, tmp_path, worker.url)
+    fn = await deployed(client, **GRPC_FN)
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
+        bidi = ch.stream_stream("/test.Echo/Bidi")(metadata=md(fn))
+        await bidi.write(b"a")
+        assert await bidi.read() == b"a"
+        await worker.stop(grace=0)  # the connection is torn down mid-stream
+        with pytest.raises(aio.AioRpcError) as info:
+            await bidi.read()
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        again = await GrpcWorker(name="again").start(port)
+        try:
+            await _slot_is_free(client, ch, fn)
+        finally:
+            await again.stop()
+
+
+async def test_one_slot_two_streams_the_second_waits_until_the_first_ends(
+    client: AppClient, channel: aio.Channel, worker: GrpcWorker
+) -> None:
+    fn = await deployed(client, **GRPC_FN)  # maxRequestConcurrency 1
+    first = channel.stream_stream("/test.Echo/Bidi")(metadata=md(fn))
+    await first.write(b"first")
+    assert await first.read() == b"first"
+    second = channel.stream_stream("/test.Echo/Bidi")(metadata=md(fn))
+    await second.write(b"second")
+    dispatcher = client.app.state.invocation.dispatcher
+    version = uuid.UUID(fn["versionId"])
+    while dispatcher.depth_now(version) < 1:  # noqa: ASYNC110 (the queue has no event)
+        await asyncio.sleep(0.01)
+    assert len(worker.calls) == 1  # the second waits in the queue, not at the worker
+    await first.done_writing()
+    assert await first.read() == aio.EOF
+    assert await second.read() == b"second"
+    assert len(worker.calls) == 2
+    await second.done_writing()
+    assert await second.code() == grpc.StatusCode.OK
+
+
+async def test_a_session_resumes_on_its_instance_until_it_ends(
+    client: AppClient, channel: aio.Channel, worker: GrpcWorker
+) -> None:
+    fn = await deployed(
+        client, **GRPC_FN, specs=[spec(minInstances=2, maxInstances=2, maxRequestConcurrency=4)]
+    )
+    session = channel.stream_stream("/test.Echo/Bidi")(metadata=md(fn))
+    await session.write(b"open")
+    assert await session.read() == b"open"
+    request_id = dict(await session.initial_metadata())["nvcf-reqid"]
+    instance = worker.calls[-1].metadata["nvcf-instance-id"]
+    # a new call goes to the other instance (fewest in flight) ...
+    assert await unary(channel, "Unary")(b"new", metadata=md(fn)) == b"new"
+    assert worker.calls[-1].metadata["nvcf-instance-id"] != instance
+    # ... a resumed one to the session's, as the same request
+    for _ in range(3):
+        call = unary(channel, "Unary")(b"again", metadata=md(fn, nvcf_reqid=request_id))
+        assert await call == b"again"
+        assert dict(await call.initial_metadata())["nvcf-reqid"] == request_id
+        assert worker.calls[-1].metadata["nvcf-instance-id"] == instance
+        assert worker.calls[-1].metadata["nvcf-reqid"] == request_id
+    code, details = await status_of(
+        unary(channel, "Unary")(b"x", metadata=md(fn, nvcf_reqid=str(uuid.uuid4())))
+    )
+    assert (code, details.startswith("no existing session found")) == (
+        grpc.StatusCode.NOT_FOUND,
+        True,
+    )
+    await session.done_writing()
+    assert await session.read() == aio.EOF
+    code, _ = await status_of(unary(channel, "Unary")(b"x", metadata=md(fn, nvcf_reqid=request_id)))
+    assert code == grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_shared_function_is_served_and_an_invocation_token_works(
+    client: AppClient, channel: aio.Channel
+) -> None:
+    fn = await deployed(client, **GRPC_FN)
+    resp = await client.post(
+        f"/v2/nvcf/authorizations/functions/{fn['id']}",
+        json={"authorizedParties": [{"ncaId": "acct-b"}]},
+    )
+    assert resp.status_code == 200, resp.text
+    shared = await new_key(client, [scopes.INVOKE_FUNCTION], account="acct-b")
+    assert await unary(channel, "Unary")(b"b", metadata=md(fn, key=shared)) == b"b"
+    stranger = await new_key(client, [scopes.INVOKE_FUNCTION], account="acct-c")
+    code, _ = await status_of(unary(channel, "Unary")(b"c", metadata=md(fn, key=stranger)))
+    assert code == grpc.StatusCode.NOT_FOUND
+    resp = await client.post(f"/v2/nvcf/tokens/functions/{fn['id']}", json={"clientId": "t"})
+    assert resp.status_code == 200, resp.text
+    token = resp.json()["access_token"]
+    assert await unary(channel, "Unary")(b"t", metadata=md(fn, key=token)) == b"t"
+    other = await deployed(client, **{**GRPC_FN, "name": "other"})
+    code, _ = await status_of(unary(channel, "Unary")(b"t", metadata=md(other, key=token)))
+    assert code == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_a_grpc_call_to_a_version_scaled_to_zero_is_served_after_the_cold_start(
+    client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker
+) -> None:
+    client = await grpc_app(
+        client_factory,
+        tmp_path,
+        worker.url,
+        autoscale_interval=0.1,
+        autoscale_load_report_seconds=0.05,
+    )
+    fn = await deployed(client, **GRPC_FN, specs=[spec(minInstances=0, maxInstances=1)])
+    assert fn["deployment"]["instances"] == []
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
+        assert await unary(ch, "Unary")(b"cold", metadata=md(fn), timeout=60) == b"cold"
+    dep = await deployment(client, fn)
+    assert any(i["phase"] == "Running" for i in dep["instances"])
+
+
+async def test_the_simulated_worker_echoes_every_kind_of_call(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """The embedded default, with no upstream: any method is echoed."""
+    client = await grpc_app(client_factory, tmp_path, None)
+    fn = await deployed(client, **GRPC_FN)
+    instance = fn["deployment"]["instances"][0]["instanceId"]
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
+        call = ch.unary_unary("/any.Service/AnyMethod")(b"\x01raw", metadata=md(fn))
+        assert await call == b"\x01raw"
+        initial = dict(await call.initial_metadata())
+        assert initial["sim-instance-id"] == instance
+        assert "nvcf-reqid" in initial
+        assert dict(await call.trailing_metadata())["sim-messages"] == "1"
+        stream = ch.unary_stream("/any.Service/Stream")(b"s", metadata=md(fn))
+        assert [m async for m in stream] == [b"s"]
+
+        async def one() -> AsyncIterator[bytes]:
+            yield b"c"
+
+        assert await ch.stream_unary("/x.Y/Z")(one(), metadata=md(fn)) == b"c"
+        bidi = ch.stream_stream("/x.Y/Bidi")(metadata=md(fn))
+        for p in (b"1", b"2"):
+            await bidi.write(p)
+            assert await bidi.read() == p
+        await bidi.done_writing()
+        assert await bidi.read() == aio.EOF
+
+
+async def test_the_listener_serves_tls_with_the_servers_certificate(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    made = ensure_self_signed(tmp_path / "tls", ["localhost", "127.0.0.1"])
+    client = await grpc_app(
+        client_factory, tmp_path, None, grpc_tls_cert=made.cert, grpc_tls_key=made.key
+    )
+    fn = await deployed(client, **GRPC_FN)
+    trust = grpc.ssl_channel_credentials(root_certificates=made.cert.read_bytes())
+    address = f"localhost:{client.app.state.grpc.port}"
+    async with aio.secure_channel(address, trust) as ch:
+        assert await unary(ch, "Unary")(b"tls", metadata=md(fn)) == b"tls"
+    async with aio.insecure_channel(address) as plain:
+        code, _ = await status_of(unary(plain, "Unary")(b"x", metadata=md(fn), timeout=5))
+        assert code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)

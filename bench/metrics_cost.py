@@ -1,15 +1,16 @@
-"""Metrics recording cost: the hand tally (cells of plain numbers, made into samples at scrape)
-against prometheus_client's own `Counter`/`Histogram` with their label children cached, in the
-same run.
+"""Metrics recording cost: a hand tally (cells of plain numbers, made into samples at scrape:
+the service's core/tally.py until this measurement) against prometheus_client's own
+`Counter`/`Histogram` with their label children cached, in the same run.
 
 Printed, in CPU ns (this process's `time.process_time_ns`, medians of alternating rounds, the
 rounds' spread in brackets) and as a ratio to the tally:
 
 - one counter increment and one histogram observation;
-- one request's recording as the service makes it: the HTTP families (`Metrics.record` of
-  core/middleware.py: counter by method, route, status + latency histogram) and the invocation
-  families (`InvocationMetrics.answered` of invocation/metrics.py: counter by function, version,
-  outcome + duration histogram), through the classes in the tree under test;
+- one request's recording: the HTTP families (`Metrics.record` of core/middleware.py: counter
+  by method, route, status + latency histogram) and the invocation families
+  (`InvocationMetrics.answered` of invocation/metrics.py: counter by function, version, outcome
+  + duration histogram) — with the hand tally's cells (kept here, the baseline), with
+  prometheus_client's children, and (`service`) through the classes of the tree under test;
 
 and that request's recording as a share of one pexec request's CPU (`--request-us`, 350 µs by
 default: what bench/invoke.py prints as the `local` server's CPU per request on this machine).
@@ -23,6 +24,7 @@ import argparse
 import statistics
 import sys
 import time
+from bisect import bisect_left
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,14 +39,32 @@ FID, VID = "4a7f7e3a-0b56-4a34-8d5e-1f3f1c1a9e11", "0f6c3b8e-9d0b-4d3a-bb0e-6f0a
 ROUTE = "/v2/nvcf/pexec/functions/{functionId}"
 
 
+class CounterCell:
+    """The hand tally's counter cell (core/tally.py before this measurement removed it)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+
+class HistogramCell:
+    """The hand tally's histogram cell: a count per bucket and their sum."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = (*bounds, float("inf"))
+        self.counts = [0] * len(self.bounds)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+
 def tally_ops() -> dict[str, Callable[[], None]]:
-    try:
-        from service.core.tally import CounterTable, HistogramTable
-    except ImportError:
-        return {}
-    registry = CollectorRegistry()
-    counter = CounterTable("c_total", "C.", ["a", "b", "c"], registry).cell("x", "y", "z")
-    histogram = HistogramTable("h", "H.", ["a", "b"], registry, buckets=BUCKETS).cell("x", "y")
+    counter, histogram = CounterCell(), HistogramCell(BUCKETS)
 
     def inc() -> None:
         counter.value += 1
@@ -53,6 +73,28 @@ def tally_ops() -> dict[str, Callable[[], None]]:
         histogram.observe(0.0004)
 
     return {"counter": inc, "histogram": observe}
+
+
+def tally_request() -> Callable[[], None]:
+    """One request's recording with the hand tally, cells cached by label values as it did."""
+    http_cells: dict[tuple[str, str, int], tuple[CounterCell, HistogramCell]] = {}
+    inv_cells: dict[tuple[str, bool], tuple[CounterCell, HistogramCell]] = {}
+
+    def request() -> None:
+        key = ("POST", ROUTE, 200)
+        cells = http_cells.get(key)
+        if cells is None:
+            cells = http_cells[key] = (CounterCell(), HistogramCell(BUCKETS))
+        cells[0].value += 1
+        cells[1].observe(0.0004)
+        ikey = (VID, True)
+        icells = inv_cells.get(ikey)
+        if icells is None:
+            icells = inv_cells[ikey] = (CounterCell(), HistogramCell(BUCKETS))
+        icells[0].value += 1
+        icells[1].observe(0.0004)
+
+    return request
 
 
 def prometheus_ops() -> dict[str, Callable[[], None]]:
@@ -142,12 +184,14 @@ def main() -> None:
     args = ap.parse_args()
     tally, prom = tally_ops(), prometheus_ops()
     cases: dict[str, dict[str, Callable[[], None]]] = {
-        "request": {"service": service_request(), "prometheus": prometheus_request()}
+        "request": {
+            "tally": tally_request(),
+            "prometheus": prometheus_request(),
+            "service": service_request(),
+        }
     }
     for what in ("counter", "histogram"):
-        cases[what] = {"prometheus": prom[what]}
-        if what in tally:
-            cases[what]["tally"] = tally[what]
+        cases[what] = {"tally": tally[what], "prometheus": prom[what]}
     results: dict[tuple[str, str], list[float]] = {}
     for r in range(args.rounds):
         for what, ops in cases.items():
@@ -159,7 +203,7 @@ def main() -> None:
         "[spread of the rounds]"
     )
     for what, ops in cases.items():
-        base = "tally" if "tally" in ops else "service"
+        base = "tally"
         for name in ops:
             ns = results[(what, name)]
             ratios = [a / b for a, b in zip(ns, results[(what, base)], strict=True)]

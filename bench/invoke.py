@@ -411,6 +411,24 @@ def report(targets: list[Target], clients: int) -> None:
             print(f"  {t.name}: CPU split between its busy processes per round: {rounds}")
 
 
+def report_variants(targets: list[Target], names: list[str]) -> None:
+    """Each `--variant` line against the default `local` line of the same rounds: requests/s
+    and CPU per request as ratios (median of the rounds', their spread)."""
+    local = next((t for t in targets if t.name == "pexec, local dispatch"), None)
+    if local is None:
+        return
+    for t in targets:
+        if t.name not in names:
+            continue
+        rps = [a.rps / b.rps for a, b in zip(t.results, local.results, strict=True)]
+        cpu = [a / b for a, b in zip(t.cpu_ms, local.cpu_ms, strict=False)]
+        line = f"  {t.name} / local: req/s {statistics.median(rps):.2f} "
+        line += f"[{min(rps):.2f}–{max(rps):.2f}]"
+        if cpu:
+            line += f", CPU/req {statistics.median(cpu):.2f} [{min(cpu):.2f}–{max(cpu):.2f}]"
+        print(line)
+
+
 def memory_check(
     pool: ProcessPoolExecutor, port: int, pid: int, fid: str, vid: str, count: int
 ) -> None:
@@ -577,6 +595,7 @@ def main() -> None:
                                 inv.pid,
                             )
                         )
+        variants: list[str] = []
         for i, variant in enumerate(args.variant):
             label, _, assignments = variant.partition(":")
             extra = dict(a.split("=", 1) for a in assignments.split(",") if a.strip())
@@ -586,6 +605,7 @@ def main() -> None:
             targets.append(
                 Target(f"pexec, local, {label}", port, pexec_request(fid, vid), proc.pid)
             )
+            variants.append(targets[-1].name)
         with ProcessPoolExecutor(max_workers=1) as pool:
             for t in targets:  # warm every path (connections, caches) before counting
                 pool.submit(run_load, HOST, t.port, t.request, 0.5, args.concurrency).result()
@@ -596,6 +616,7 @@ def main() -> None:
             for clients in (args.concurrency, 1):
                 measure(pool, targets, args, clients)
                 report(targets, clients)
+                report_variants(targets, variants)
             print(
                 "targets: pexec/direct ≥ 0.30 local, ≥ 0.15 Redis (at "
                 f"{args.concurrency}); pexec +p50 ≤ 0.5 ms at one client"

@@ -15,7 +15,9 @@ connections), directly and through each chosen mode (`--modes`, all by default):
 plus, with `--processes 1,2`, pexec through `nvcf-server invoke --processes N` (Redis
 dispatch, sharing the `redis` server's database and Redis), and with `--baseline-tree REV`,
 the `local` and `redis` lines for an earlier commit (checked out with `git worktree add` into a
-temporary directory and started from there). Every server gets a catalog whose simulated
+temporary directory and started from there), and with `--variant 'NAME:VAR=VALUE'` a local
+dispatch line whose server runs with those settings (a speed-up switched off, measured beside
+the default in the same rounds). Every server gets a catalog whose simulated
 cluster forwards to the echo server (`simulation.upstream`) and deploys its own function.
 
 Printed for each line: requests per second at `--concurrency` and its ratio to direct (median
@@ -28,6 +30,7 @@ root; otherwise the line says what to install and is skipped.
 
     .venv/bin/python bench/invoke.py [--seconds 3] [--rounds 5] [--concurrency 16]
         [--modes direct,nginx,local,redis] [--processes 1,2] [--baseline-tree REV]
+        [--variant 'gc freeze off:NVCF_GC_FREEZE=false']
 """
 
 from __future__ import annotations
@@ -408,6 +411,24 @@ def report(targets: list[Target], clients: int) -> None:
             print(f"  {t.name}: CPU split between its busy processes per round: {rounds}")
 
 
+def report_variants(targets: list[Target], names: list[str]) -> None:
+    """Each `--variant` line against the default `local` line of the same rounds: requests/s
+    and CPU per request as ratios (median of the rounds', their spread)."""
+    local = next((t for t in targets if t.name == "pexec, local dispatch"), None)
+    if local is None:
+        return
+    for t in targets:
+        if t.name not in names:
+            continue
+        rps = [a.rps / b.rps for a, b in zip(t.results, local.results, strict=True)]
+        cpu = [a / b for a, b in zip(t.cpu_ms, local.cpu_ms, strict=False)]
+        line = f"  {t.name} / local: req/s {statistics.median(rps):.2f} "
+        line += f"[{min(rps):.2f}–{max(rps):.2f}]"
+        if cpu:
+            line += f", CPU/req {statistics.median(cpu):.2f} [{min(cpu):.2f}–{max(cpu):.2f}]"
+        print(line)
+
+
 def memory_check(
     pool: ProcessPoolExecutor, port: int, pid: int, fid: str, vid: str, count: int
 ) -> None:
@@ -457,6 +478,14 @@ def main() -> None:
         help="e.g. 1,2: also pexec through `nvcf-server invoke --processes N` (Redis)",
     )
     ap.add_argument("--baseline-tree", metavar="REV", help="also the pexec lines of REV")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:VAR=VALUE[,VAR=VALUE]",
+        help="also a local-dispatch pexec line whose server has these settings (e.g. "
+        "'gc freeze off:NVCF_GC_FREEZE=false'): a speed-up switched off, in the same run",
+    )
     args = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
     tmp = Path(tempfile.mkdtemp(prefix="nvcf-bench-invoke-"))
@@ -509,10 +538,11 @@ def main() -> None:
                 redis_url = redis[1]
 
         def serve(
-            tree: Path, name: str, dispatch: str, db: int = 0
+            tree: Path, name: str, dispatch: str, db: int = 0, extra: dict[str, str] | None = None
         ) -> tuple[subprocess.Popen[bytes], int, dict[str, str]]:
             port = free_port()
             env = {**server_env(tmp / name, echo_port), **limits, "PYTHONPATH": str(tree)}
+            env.update(extra or {})
             if dispatch == "redis":
                 assert redis_url is not None
                 env["NVCF_REDIS_URL"] = f"{redis_url}/{db}"
@@ -565,6 +595,17 @@ def main() -> None:
                                 inv.pid,
                             )
                         )
+        variants: list[str] = []
+        for i, variant in enumerate(args.variant):
+            label, _, assignments = variant.partition(":")
+            extra = dict(a.split("=", 1) for a in assignments.split(",") if a.strip())
+            proc, port, _ = serve(root, f"variant-{i}", "local", extra=extra)
+            fid, vid = deploy(port, concurrency)
+            check_pexec(port, fid, vid)
+            targets.append(
+                Target(f"pexec, local, {label}", port, pexec_request(fid, vid), proc.pid)
+            )
+            variants.append(targets[-1].name)
         with ProcessPoolExecutor(max_workers=1) as pool:
             for t in targets:  # warm every path (connections, caches) before counting
                 pool.submit(run_load, HOST, t.port, t.request, 0.5, args.concurrency).result()
@@ -575,6 +616,7 @@ def main() -> None:
             for clients in (args.concurrency, 1):
                 measure(pool, targets, args, clients)
                 report(targets, clients)
+                report_variants(targets, variants)
             print(
                 "targets: pexec/direct ≥ 0.30 local, ≥ 0.15 Redis (at "
                 f"{args.concurrency}); pexec +p50 ≤ 0.5 ms at one client"

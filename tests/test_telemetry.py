@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import prometheus_client
+
 from tests.support.api import assert_problem, bearer, new_key
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
 from tests.support.invocation import deployed, invocation_app, pexec_url, sample
@@ -79,6 +81,20 @@ async def test_apps_in_one_process_keep_their_own_metrics(client_factory: Client
     assert first.app.state.telemetry.metrics.registry is not (
         second.app.state.telemetry.metrics.registry
     )
+
+
+async def test_prometheus_clients_switch_drops_the_created_series(client: Any) -> None:
+    """The request families are prometheus-client's own: its switch (what
+    PROMETHEUS_DISABLE_CREATED_SERIES=true sets at start) drops their `_created` samples."""
+    assert (await client.get("/health")).status_code == 200
+    assert "nvcf_http_requests_created{" in (await client.get("/metrics")).text
+    prometheus_client.disable_created_metrics()
+    try:
+        text = (await client.get("/metrics")).text
+    finally:
+        prometheus_client.enable_created_metrics()
+    assert 'nvcf_http_requests_total{method="GET",route="/health",status="200"}' in text
+    assert "_created" not in text
 
 
 TOKEN = "metrics-" + "t" * 40

@@ -10,15 +10,13 @@ plus any `extra` fields of the call (the access line's method, path, status, dur
 account) and `exc_info` (the traceback as one string) for exceptions. Nothing here redacts:
 callers never log keys, passwords or request bodies (see docs/telemetry.md).
 
-Lines logged by the event loop's thread are written together at the end of the loop's
-iteration (`LoopBatchedHandler`): one write for every line of an iteration instead of one per
-line (every request writes an access line); lines of other threads, and of a thread with no
-running loop, are written at once.
+Every line is written at once by the logging module's own `StreamHandler`: writing the lines of
+one event-loop iteration together saved under 1% of a request's CPU (`bench/access_log.py`,
+docs/architecture.md), so it is not done.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 import time
@@ -120,81 +118,6 @@ def json_formatter() -> logging.Formatter:
     )
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
-class LoopBatchedHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """A stream handler writing the lines of one event-loop iteration in one write, at its
-    end (see the module docstring)."""
-
-    def __init__(self, stream: TextIO) -> None:
-        super().__init__(stream)
-        self._pending: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        loop = _running_loop()
-        if loop is None:
-            if self._pending:  # lines of a loop that stopped before writing them: first
-                self._write_pending_unlocked()
-            super().emit(record)
-            return
-        try:
-            line = self.format(record) + self.terminator
-        except Exception:
-            self.handleError(record)
-            return
-        if not self._queue(line, loop):
-            super().emit(record)
-
-    def _queue(self, line: str, loop: asyncio.AbstractEventLoop | None = None) -> bool:
-        """`line` pending for the end of the loop iteration: False when there is no running
-        loop (`loop`, when the caller has looked it up) to write it."""
-        pending = self._pending
-        if not pending:
-            loop = loop or _running_loop()
-            if loop is None:
-                return False
-            try:
-                loop.call_soon(self._write_pending)
-            except RuntimeError:  # the loop is closing: no later iteration
-                return False
-        pending.append(line)
-        return True
-
-    def _write_pending(self) -> None:
-        self.acquire()
-        try:
-            if self._pending:
-                self._write_pending_unlocked()
-                self.flush()
-        except Exception:
-            self.handleError(logging.makeLogRecord({"msg": "writing log lines failed"}))
-        finally:
-            self.release()
-
-    def flush(self) -> None:
-        if self._pending and _running_loop() is None:
-            self._write_pending_unlocked()
-        super().flush()
-
-    def _write_pending_unlocked(self) -> None:
-        pending, self._pending = self._pending, []
-        self.stream.write("".join(pending))
-
-    def close(self) -> None:
-        self.acquire()
-        try:
-            if self._pending:
-                self._write_pending_unlocked()
-        finally:
-            self.release()
-        super().close()
-
-
 def configure_logging(
     log_format: Literal["text", "json"],
     *,
@@ -203,7 +126,7 @@ def configure_logging(
 ) -> None:
     """One handler on the root logger for the whole process, the HTTP server's loggers and
     Python warnings included (they propagate to it), so no line escapes the format."""
-    handler = LoopBatchedHandler(stream or sys.stderr)
+    handler = logging.StreamHandler(stream or sys.stderr)
     handler.addFilter(RequestIdFilter())
     handler.setFormatter(json_formatter() if log_format == "json" else _TextLine())
     root = logging.getLogger()

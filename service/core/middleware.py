@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, unquote
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -24,7 +24,6 @@ from service.core.http import query_errors
 from service.core.logs import request_id_var
 from service.core.numbers import natural
 from service.core.problem import problem_body
-from service.core.tally import CounterCell, CounterTable, HistogramCell, HistogramTable
 
 log = logging.getLogger("nvcf.access")
 log_errors = logging.getLogger("nvcf.errors")
@@ -38,36 +37,37 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 
 class Metrics:
     """The HTTP request families, on the application's registry (service/telemetry.py).
-    Updated on every request: plain numbers (core/tally.py), not prometheus_client's
-    locked values."""
+    The label children of each (method, route, status) are looked up once and kept: an update
+    is then prometheus_client's own `inc`/`observe` (bench/metrics_cost.py: about 1% of a
+    pexec request's CPU, docs/architecture.md)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = CounterTable(
+        self.requests = Counter(
             "nvcf_http_requests_total",
             "HTTP requests by method, route template and status.",
             ["method", "route", "status"],
-            self.registry,
+            registry=self.registry,
         )
-        self.latency = HistogramTable(
+        self.latency = Histogram(
             "nvcf_http_request_duration_seconds",
             "HTTP request latency by method and route template.",
             ["method", "route"],
-            self.registry,
+            registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )
-        self._cells: dict[tuple[str, str, int], tuple[CounterCell, HistogramCell]] = {}
+        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def record(self, method: str, route: str, status: int, seconds: float) -> None:
         if method not in _METHODS:
             method = "OTHER"  # clients choose the method: keep label values bounded
         key = (method, route, status)
-        cells = self._cells.get(key)
-        if cells is None:
-            counter = self.requests.cell(method, route, str(status))
-            cells = self._cells[key] = (counter, self.latency.cell(method, route))
-        cells[0].value += 1
-        cells[1].observe(seconds)
+        children = self._children.get(key)
+        if children is None:
+            counter = self.requests.labels(method, route, str(status))
+            children = self._children[key] = (counter, self.latency.labels(method, route))
+        children[0].inc()
+        children[1].observe(seconds)
 
 
 #: scope key a handler outside the router sets to name its requests in metrics and logs

@@ -10,9 +10,8 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from service.core.tally import CounterCell, CounterTable, HistogramCell, HistogramTable
 from service.invocation.load import VersionLoad
 from service.invocation.routing import Target
 
@@ -22,17 +21,17 @@ BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 1
 class InvocationMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         labels = ["function_id", "version_id"]
-        self.requests = CounterTable(
+        self.requests = Counter(
             "nvcf_invocation_requests_total",
             "Invocations by function version and outcome.",
             [*labels, "outcome"],
-            registry,
+            registry=registry,
         )
-        self.latency = HistogramTable(
+        self.latency = Histogram(
             "nvcf_invocation_duration_seconds",
             "Invocation time from acceptance to the end of the worker's answer.",
             labels,
-            registry,
+            registry=registry,
             buckets=BUCKETS,
         )
         self.in_flight = Gauge(
@@ -47,23 +46,23 @@ class InvocationMetrics:
             labels,
             registry=registry,
         )
-        #: by (version id as text, fulfilled)
-        self._cells: dict[tuple[str, bool], tuple[CounterCell, HistogramCell]] = {}
+        #: the label children of an answered request, by (version id as text, fulfilled)
+        self._children: dict[tuple[str, bool], tuple[Counter, Histogram]] = {}
 
     def outcome(self, function_id: str, version_id: str, outcome: str) -> None:
-        self.requests.cell(function_id, version_id, outcome).value += 1
+        self.requests.labels(function_id, version_id, outcome).inc()
 
     def answered(self, target: Target, fulfilled: bool, seconds: float) -> None:
         """A request the worker answered: its outcome and its time."""
         key = (target.vid, fulfilled)
-        cells = self._cells.get(key)
-        if cells is None:
+        children = self._children.get(key)
+        if children is None:
             fid, vid = target.fid, target.vid
             outcome = "fulfilled" if fulfilled else "errored"
-            cells = (self.requests.cell(fid, vid, outcome), self.latency.cell(fid, vid))
-            self._cells[key] = cells
-        cells[0].value += 1
-        cells[1].observe(seconds)
+            children = (self.requests.labels(fid, vid, outcome), self.latency.labels(fid, vid))
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def watch_load(self, target: Target, load: VersionLoad) -> None:
         """The load tracker's `on_version` (load.py): the two gauges read the version's

@@ -1,10 +1,8 @@
 """The text log format: its date and time, worked out once a second, read exactly as the
-logging module's own formatter writes them; and the handler that writes the lines of one
-event-loop iteration in one write."""
+logging module's own formatter writes them; the access line; escaping what a client sends."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import logging
 import sys
@@ -16,7 +14,6 @@ import pytest
 
 from service.core.logs import (
     TEXT_FORMAT,
-    LoopBatchedHandler,
     RequestIdFilter,
     _TextLine,
     printable,
@@ -34,59 +31,9 @@ def test_text_lines_are_the_logging_modules_own() -> None:
         assert ours.format(record) == reference.format(record)
 
 
-class _Writes(io.StringIO):
-    """A stream that remembers each write."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[str] = []
-
-    def write(self, text: str) -> int:
-        self.writes.append(text)
-        return super().write(text)
-
-
-def _handler(stream: _Writes) -> tuple[logging.Logger, LoopBatchedHandler]:
-    handler = LoopBatchedHandler(stream)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger = logging.getLogger("nvcf.test-batched")
-    logger.handlers[:] = [handler]
-    logger.propagate = False
-    logger.setLevel(logging.INFO)
-    return logger, handler
-
-
-async def test_lines_of_one_loop_iteration_are_written_in_one_write_at_its_end() -> None:
-    stream = _Writes()
-    logger, handler = _handler(stream)
-    for n in range(3):
-        logger.info("line %d", n)
-    assert stream.writes == []  # not yet: the iteration is not over
-    await asyncio.sleep(0)
-    assert stream.writes == ["line 0\nline 1\nline 2\n"]
-    logger.info("line 3")
-    await asyncio.sleep(0)
-    assert stream.writes[1:] == ["line 3\n"]
-    # a thread with no running loop writes at once
-    await asyncio.to_thread(logger.info, "from a thread")
-    assert stream.writes[2:] == ["from a thread\n"]
-    # lines still waiting when the handler is closed are written then
-    logger.info("last")
-    handler.close()
-    assert stream.getvalue().endswith("last\n")
-
-
-def test_without_a_running_loop_every_line_is_written_at_once() -> None:
-    stream = _Writes()
-    logger, _ = _handler(stream)
-    logger.info("a")
-    logger.info("b")
-    assert stream.writes == ["a\n", "b\n"]
-
-
-async def test_the_access_line_in_the_text_format(monkeypatch: pytest.MonkeyPatch) -> None:
-    stream = _Writes()
-    handler = LoopBatchedHandler(stream)
+def test_the_access_line_in_the_text_format(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(_TextLine())
     handler.addFilter(RequestIdFilter())
     root = logging.getLogger()
@@ -98,7 +45,6 @@ async def test_the_access_line_in_the_text_format(monkeypatch: pytest.MonkeyPatc
         access_line(
             "POST", "/v2/nvcf/pexec/functions/f", 200, 0.0012345, "rid", None, json_logs=False
         )
-        await asyncio.sleep(0)
     finally:
         root.setLevel(previous)
     assert stream.getvalue().splitlines() == [
@@ -106,25 +52,6 @@ async def test_the_access_line_in_the_text_format(monkeypatch: pytest.MonkeyPatc
         + ",041 INFO nvcf.access POST /v2/nvcf/pexec/functions/f 200 1.23ms"
         " account=None requestId=rid"
     ]
-
-
-def test_lines_a_stopped_loop_left_are_written_before_later_ones() -> None:
-    stream = _Writes()
-    logger, _ = _handler(stream)
-
-    loop = asyncio.new_event_loop()
-
-    def log_and_stop() -> None:
-        logger.info("in the loop")
-        loop.stop()  # before the iteration that would write the line
-
-    try:
-        loop.call_soon(log_and_stop)
-        loop.run_forever()
-    finally:
-        loop.close()
-    logger.info("after it")
-    assert stream.getvalue() == "in the loop\nafter it\n"
 
 
 #: a path whose decoded form would end the access line and write one of the attacker's

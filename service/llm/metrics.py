@@ -14,9 +14,8 @@ Requests refused before a model is known (no key, a malformed body) count under
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from service.core.tally import CounterTable, HistogramTable
 from service.invocation.metrics import BUCKETS
 from service.llm.sse import Usage
 
@@ -26,55 +25,55 @@ NONE = "none"
 class LlmMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         labels = ["function_id", "model", "endpoint"]
-        self.requests = CounterTable(
+        self.requests = Counter(
             "nvcf_llm_requests_total",
             "LLM gateway requests by function, model, endpoint and status.",
             [*labels, "status"],
-            registry,
+            registry=registry,
         )
-        self.duration = HistogramTable(
+        self.duration = Histogram(
             "nvcf_llm_request_duration_seconds",
             "LLM gateway request time, to the end of the answer.",
             labels,
-            registry,
+            registry=registry,
             buckets=BUCKETS,
         )
-        self.first_token = HistogramTable(
+        self.first_token = Histogram(
             "nvcf_llm_time_to_first_token_seconds",
             "Time from the request to the first streamed token.",
             labels,
-            registry,
+            registry=registry,
             buckets=BUCKETS,
         )
-        self.stream = HistogramTable(
+        self.stream = Histogram(
             "nvcf_llm_stream_duration_seconds",
             "Duration of streamed answers.",
             labels,
-            registry,
+            registry=registry,
             buckets=BUCKETS,
         )
-        self.tokens = CounterTable(
+        self.tokens = Counter(
             "nvcf_llm_tokens_total",
             "Tokens the workers reported, by type (input, output).",
             [*labels, "token_type"],
-            registry,
+            registry=registry,
         )
 
     def request(
         self, function_id: str, model: str, endpoint: str, status: int, seconds: float
     ) -> None:
-        self.requests.cell(function_id, model, endpoint, str(status)).value += 1
-        self.duration.cell(function_id, model, endpoint).observe(seconds)
+        self.requests.labels(function_id, model, endpoint, str(status)).inc()
+        self.duration.labels(function_id, model, endpoint).observe(seconds)
 
     def streamed(
         self, function_id: str, model: str, endpoint: str, first: float | None, seconds: float
     ) -> None:
         if first is not None:
-            self.first_token.cell(function_id, model, endpoint).observe(first)
-        self.stream.cell(function_id, model, endpoint).observe(seconds)
+            self.first_token.labels(function_id, model, endpoint).observe(first)
+        self.stream.labels(function_id, model, endpoint).observe(seconds)
 
     def used(self, function_id: str, model: str, endpoint: str, usage: Usage | None) -> None:
         if usage is None:
             return
-        self.tokens.cell(function_id, model, endpoint, "input").value += usage.input_tokens
-        self.tokens.cell(function_id, model, endpoint, "output").value += usage.output_tokens
+        self.tokens.labels(function_id, model, endpoint, "input").inc(usage.input_tokens)
+        self.tokens.labels(function_id, model, endpoint, "output").inc(usage.output_tokens)

@@ -125,6 +125,11 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def progress(line: str) -> None:
+    """A phase's figures as soon as they are measured (a long run cut short keeps them)."""
+    print(f"  ... {line}", file=sys.stderr, flush=True)
+
+
 def idle_cpu(pids: list[int], seconds: float) -> float:
     """Share of one core the processes used over `seconds` with no request."""
     before, start_at = cpu_seconds(*pids), time.monotonic()
@@ -234,6 +239,10 @@ def run(args: argparse.Namespace, pg: Any, tree: str, dbname: str) -> dict[str, 
         time.sleep(2)
         idle_small = idle_cpu(pids, args.idle)
         dep_small, get_small = settled_latencies(fleet, small, args.samples)
+        progress(
+            f"settled at {small:,}: idle CPU {idle_small * 100:.1f}%, deploy median "
+            f"{statistics.median(dep_small) * 1000:.0f} ms"
+        )
         fleet.wait_active(small + args.samples)
 
         # the other 9/10 by the clients while a prober, one request at a time, deploys and
@@ -261,6 +270,11 @@ def run(args: argparse.Namespace, pg: Any, tree: str, dbname: str) -> dict[str, 
         thread.join()
         fleet.wait_active(args.count + args.samples + len(probe_deploys))
         converged = time.monotonic() - start_at
+        progress(
+            f"{rest:,} submitted in {submitted:.1f}s, all ACTIVE after {converged:.1f}s; prober "
+            f"deploy p99 {pct(probe_deploys, 0.99) * 1000:.0f} ms, GET p99 "
+            f"{pct(probe_gets, 0.99) * 1000:.0f} ms"
+        )
         total += len(probe_deploys)
 
         time.sleep(2)

@@ -18,9 +18,10 @@ SQLite; `--split` (with `--postgres`) runs the API with `NVCF_RECONCILER_ENABLED
 reconciler in a second server process that takes no request (docs/operations.md §4): the CPU
 figures are then both processes'.
 
-`--tree PATH` runs the server of another checkout (e.g. `git archive HEAD | tar -x -C
-/tmp/base`) for a before/after comparison. The change-to-condition figure (one fault flipping
-in the fleet) needs the simulated cluster in process: `bench/reconcile.py` prints it.
+`--tree PATH` runs the server of another checkout; `--baseline-tree REV` first runs the same
+scenario on the server of git revision REV (exported to a temporary directory) and then prints
+each figure of this tree against it (after/before). The change-to-condition figure (one fault
+flipping in the fleet) needs the simulated cluster in process: `bench/reconcile.py` prints it.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -122,6 +125,11 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def progress(line: str) -> None:
+    """A phase's figures as soon as they are measured (a long run cut short keeps them)."""
+    print(f"  ... {line}", file=sys.stderr, flush=True)
+
+
 def idle_cpu(pids: list[int], seconds: float) -> float:
     """Share of one core the processes used over `seconds` with no request."""
     before, start_at = cpu_seconds(*pids), time.monotonic()
@@ -137,6 +145,17 @@ def settled_latencies(fleet: Fleet, first: int, samples: int) -> tuple[list[floa
     return deploys, gets
 
 
+def export_tree(rev: str) -> Path:
+    """`rev` of this repository exported into a temporary directory (removed by the caller)."""
+    where = Path(tempfile.mkdtemp(prefix="nvcf-bench-fleet-tree-"))
+    root = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", rev], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(where)], input=archive, check=True)
+    return where
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=10_000)
@@ -144,6 +163,7 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=30.0, help="seconds of each idle window")
     ap.add_argument("--samples", type=int, default=30, help="settled deploys/GETs measured")
     ap.add_argument("--tree", default=str(Path(__file__).resolve().parents[1]))
+    ap.add_argument("--baseline-tree", metavar="REV", help="first the same on git revision REV")
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the server")
     ap.add_argument("--postgres", action="store_true", help="a throw-away PostgreSQL server")
     ap.add_argument("--split", action="store_true", help="the reconciler in its own process")
@@ -156,16 +176,28 @@ def main() -> None:
         from tests.support.postgres import start_postgres
 
         pg = start_postgres()
-        with psycopg.connect(pg.admin_dsn, autocommit=True) as admin:
-            admin.execute("CREATE DATABASE fleet")
+    base = export_tree(args.baseline_tree) if args.baseline_tree else None
     try:
-        run(args, pg)
+        before = run(args, pg, str(base), "fleet_before") if base is not None else None
+        after = run(args, pg, args.tree, "fleet")
+        if before is not None:
+            print(f"after/before ({args.tree} against {args.baseline_tree}):")
+            for name, value in after.items():
+                print(
+                    f"  {name}: {value:.3g} against {before[name]:.3g}: {value / before[name]:.2f}x"
+                )
     finally:
         if pg is not None:
             pg.stop()
+        if base is not None:
+            shutil.rmtree(base, ignore_errors=True)
 
 
-def run(args: argparse.Namespace, pg: Any) -> None:
+def run(args: argparse.Namespace, pg: Any, tree: str, dbname: str) -> dict[str, float]:
+    """One scenario on the server of `tree`; prints its figures and returns them."""
+    if pg is not None:
+        with psycopg.connect(pg.admin_dsn, autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE {dbname}")
     tmp = Path(tempfile.mkdtemp(prefix="nvcf-bench-fleet-"))
     total = args.count + 2 * args.samples
     catalog = simulated_catalog(
@@ -180,35 +212,37 @@ def run(args: argparse.Namespace, pg: Any) -> None:
         "NVCF_QUOTA_FUNCTIONS": str(total * 4),
         "NVCF_QUOTA_INSTANCES": str(total * 4),
         "NVCF_CLUSTERS_FILE": str(tmp / "clusters.yaml"),
-        "PYTHONPATH": args.tree,
+        "PYTHONPATH": tree,
         **dict(e.split("=", 1) for e in args.env),
     }
     db: Path | str = tmp / "data" / "nvcf.db"
     if pg is not None:
-        env["NVCF_DATABASE_URL"] = pg.url("fleet")
+        env["NVCF_DATABASE_URL"] = pg.url(dbname)
         env["NVCF_SECRETS_KEY"] = Fernet.generate_key().decode()
-        db = pg.admin_dsn.replace("dbname=postgres", "dbname=fleet")
+        db = pg.admin_dsn.replace("dbname=postgres", f"dbname={dbname}")
     cmd = [sys.executable, "-m", "service.cli", "serve", "--port"]
     reconciler = None
     if args.split:
         rport = free_port()
         reconciler = start([*cmd, str(rport)], {**env, "NVCF_DATA_DIR": str(tmp / "r")}, rport)
         env["NVCF_RECONCILER_ENABLED"] = "false"
-    server = start([*cmd, str(port)], env, port, args.tree)
+    server = start([*cmd, str(port)], env, port, tree)
     pids = [server.pid] + ([reconciler.pid] if reconciler is not None else [])
     try:
         fleet = Fleet(port, db)
         small = args.count // 10
         where = "PostgreSQL" if pg is not None else "SQLite"
         split = ", the reconciler in its own process" if reconciler is not None else ""
-        print(
-            f"tree {args.tree}; {args.count:,} deployments, {args.clients} clients, {where}{split}"
-        )
+        print(f"tree {tree}; {args.count:,} deployments, {args.clients} clients, {where}{split}")
         fleet.submit(0, small, args.clients)
         fleet.wait_active(small)
         time.sleep(2)
         idle_small = idle_cpu(pids, args.idle)
         dep_small, get_small = settled_latencies(fleet, small, args.samples)
+        progress(
+            f"settled at {small:,}: idle CPU {idle_small * 100:.1f}%, deploy median "
+            f"{statistics.median(dep_small) * 1000:.0f} ms"
+        )
         fleet.wait_active(small + args.samples)
 
         # the other 9/10 by the clients while a prober, one request at a time, deploys and
@@ -236,6 +270,11 @@ def run(args: argparse.Namespace, pg: Any) -> None:
         thread.join()
         fleet.wait_active(args.count + args.samples + len(probe_deploys))
         converged = time.monotonic() - start_at
+        progress(
+            f"{rest:,} submitted in {submitted:.1f}s, all ACTIVE after {converged:.1f}s; prober "
+            f"deploy p99 {pct(probe_deploys, 0.99) * 1000:.0f} ms, GET p99 "
+            f"{pct(probe_gets, 0.99) * 1000:.0f} ms"
+        )
         total += len(probe_deploys)
 
         time.sleep(2)
@@ -273,11 +312,22 @@ def run(args: argparse.Namespace, pg: Any) -> None:
             f"ms/deployment), all ACTIVE after {converged:.1f}s: ratio "
             f"{converged / submitted:.2f} (target <= 1.2)"
         )
+        return {
+            "idle CPU ratio": idle_all / idle_small,
+            "settled deploy median ratio": med_a / med_s,
+            "converging deploy p99 (s)": pct(probe_deploys, 0.99),
+            "converging deploy p99 / idle": pct(probe_deploys, 0.99) / idle_dep_p99,
+            "converging GET p99 (s)": pct(probe_gets, 0.99),
+            "converging GET p99 / idle": pct(probe_gets, 0.99) / idle_get_p99,
+            "clients' deploy p99 (s)": pct(busy, 0.99),
+            "ACTIVE / submitted": converged / submitted,
+        }
     finally:
         for proc in (server, reconciler):
             if proc is not None:
                 proc.terminate()
                 proc.wait(timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

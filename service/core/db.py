@@ -1,11 +1,20 @@
 """Database engine, declarative base and the per-request transaction.
 
 The schema comes only from Alembic migrations (`migrations/`); models here describe it.
+
+On SQLite, the process's write transactions take turns through a FIFO gate (`WriteGate`)
+before they ask SQLite for its single write lock, so a request never polls for that lock
+against the reconciler (SQLite's busy handler sleeps with a growing back-off and serves no one
+in order: a deploy could wait seconds while later writers went first).
 """
 
 from __future__ import annotations
 
+import asyncio
+import re
+import sqlite3
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -72,10 +81,72 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def make_engine(url: str) -> AsyncEngine:
+#: SQLite's wait for its write lock, and the gate's (seconds)
+SQLITE_LOCK_TIMEOUT = 30.0
+#: the statements before which the sqlite3 module opens a transaction (its `is_dml`)
+_DML = re.compile(r"\s*(INSERT|UPDATE|DELETE|REPLACE)\b", re.IGNORECASE)
+_GATE_HELD = "nvcf_write_gate"
+
+
+class WriteGate:
+    """One SQLite write transaction at a time per process, granted in arrival order.
+
+    A connection takes the gate just before the statement that makes the sqlite3 module open
+    its transaction (the first INSERT/UPDATE/DELETE/REPLACE; reads before it take nothing, as
+    in WAL they never wait for the writer) and gives it back when it returns to the pool, after
+    its COMMIT or ROLLBACK. Waiting past the SQLite lock timeout fails like SQLite would.
+    """
+
+    def __init__(self, timeout: float = SQLITE_LOCK_TIMEOUT) -> None:
+        self.timeout = timeout
+        #: write transactions waiting for their turn
+        self.waiting = 0
+        #: one lock per event loop (an engine may outlive the loop of a test or a CLI step)
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def acquire(self) -> asyncio.Lock:
+        """Wait for the gate; the lock to release it with."""
+        lock = self._locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+        self.waiting += 1
+        try:
+            # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation that
+            # arrives as the lock is granted (a stopping reconciler would then run on)
+            async with asyncio.timeout(self.timeout):
+                await lock.acquire()
+        except TimeoutError:
+            raise sqlite3.OperationalError("database is locked") from None
+        finally:
+            self.waiting -= 1
+        return lock
+
+    def install(self, engine: AsyncEngine) -> None:
+        """Gate every write transaction of `engine`'s connections."""
+
+        @event.listens_for(engine.sync_engine, "before_cursor_execute")
+        def _take(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            pooled = conn.connection
+            if _GATE_HELD in pooled.info or not _DML.match(statement):
+                return
+            pooled.info[_GATE_HELD] = pooled.dbapi_connection.run_async(
+                lambda _driver: self.acquire()
+            )
+
+        @event.listens_for(engine.sync_engine, "checkin")
+        @event.listens_for(engine.sync_engine, "invalidate")
+        def _give_back(_dbapi_conn: Any, record: Any, *_: Any) -> None:
+            lock = record.info.pop(_GATE_HELD, None)
+            if lock is not None:
+                lock.release()
+
+
+def make_engine(url: str, *, write_gate: WriteGate | None = None) -> AsyncEngine:
+    """The engine of `url`; on SQLite, its write transactions take turns at `write_gate` (a
+    gate of its own by default)."""
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
-        kwargs["connect_args"] = {"timeout": 30}
+        kwargs["connect_args"] = {"timeout": SQLITE_LOCK_TIMEOUT}
         # Sessions always end in an explicit COMMIT or ROLLBACK, and read-only SQLite work
         # opens no transaction, so the pool's reset (one more thread hop per request) is waste.
         kwargs["pool_reset_on_return"] = None
@@ -92,6 +163,7 @@ def make_engine(url: str) -> AsyncEngine:
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
 
+        (write_gate or WriteGate()).install(engine)
     return engine
 
 

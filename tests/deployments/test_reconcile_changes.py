@@ -1,15 +1,17 @@
 """Observation by change (issue 32), on the simulated cluster with a fake clock: a settled fleet
 is not observed until its cluster reports a change (a fault annotation, a step of a pod's
-timeline) or the safety-net period passes; a change makes exactly that instance due; a new
-reconciler re-observes everything once; resync slots are spread over the period."""
+timeline) or the safety-net period passes; a change makes exactly that instance due; a feed that
+may have missed changes (a re-established watch) and a new reconciler re-observe everything
+once; resync slots are spread over the period."""
 
 from __future__ import annotations
 
 import random
 import uuid
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from service.backends.changes import Changes
 from service.backends.protocol import AdapterError, InstanceSpec
 from service.deployments.models import Deployment
 from service.deployments.reconcile import Reconciler
@@ -111,6 +113,38 @@ async def test_a_timeline_step_is_observed_without_a_periodic_pass(harness: Harn
     assert calls == [target]
     inst = next(i for i in await harness.instances(dep) if str(i.id) == target)
     assert inst.condition is not None and inst.condition["reason"] != "Running"
+
+
+async def test_a_re_established_watch_re_observes_its_cluster_once(harness: Harness) -> None:
+    """A feed that may have missed changes (a Kubernetes watch lost and re-established; the
+    simulated cluster reports it here once) makes every instance of its cluster due once."""
+    rec = harness.new_reconciler(resync_seconds=PERIOD)
+    calls = count_observations(harness)
+    deps = await settled_fleet(harness, rec, 3)
+    ids = {await instance_id(harness, dep) for dep in deps}
+    sim = harness.sim()
+    original = sim.take_changes
+    lost = [True]
+
+    def take_changes(now: datetime) -> Changes:
+        changes = original(now)
+        if lost:
+            lost.clear()
+            changes.resync = True
+        return changes
+
+    sim.take_changes = take_changes  # type: ignore[method-assign]
+    calls.clear()
+    harness.clock.advance(60)
+    await rec.run_once()
+    assert sorted(calls) == sorted(ids)
+    calls.clear()
+    for _ in range(5):
+        harness.clock.advance(60)
+        await rec.run_once()
+    assert calls == []
+    for dep in deps:
+        assert await harness.status(dep) == "ACTIVE"
 
 
 async def test_a_new_reconciler_observes_every_instance_once(harness: Harness) -> None:

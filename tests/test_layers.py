@@ -56,7 +56,6 @@ KNOWN: set[str] = {
     "service/auth/nvcf_keys.py -> state",
     "service/auth/restrict.py -> deployments",
     "service/auth/router.py -> state",
-    "service/charts/pipeline.py -> functions",
     "service/charts/router.py -> state",
     "service/deployments/autoscale/store.py -> invocation",
     "service/deployments/logs/router.py -> state",
@@ -73,7 +72,6 @@ KNOWN: set[str] = {
     "service/invocation/router.py -> state",
     "service/ngc/router.py -> state",
     "service/registry/router.py -> state",
-    "service/registry/schemas.py -> functions",
 }
 #: module circles still to be broken
 KNOWN_CIRCLES: list[list[str]] = [
@@ -84,8 +82,6 @@ KNOWN_CIRCLES: list[list[str]] = [
         "service.functions.read_cache",
         "service.state",
     ],
-    ["service.charts.helm_engine", "service.charts.render"],
-    ["service.charts.policy", "service.charts.schemas"],
 ]
 
 

@@ -53,6 +53,7 @@ from service.core.tracing import TracingMiddleware
 from service.deployments.autoscale import Autoscaler, AutoscalerConfig
 from service.deployments.history import HistoryConfig, HistoryPurger
 from service.deployments.logs.router import router as logs_router
+from service.deployments.reach import FunctionReach
 from service.deployments.reconcile import build_reconciler, claim_owner
 from service.deployments.revisions_router import router as revisions_router
 from service.deployments.router import router as deployments_router
@@ -348,6 +349,7 @@ def create_app(
             settings.rate_limit_per_second, settings.rate_limit_burst, settings.redis_url
         )
     app.state.authenticator = Authenticator(settings)
+    app.state.function_reach = FunctionReach()
     app.state.telemetry = telemetry
     app.state.metrics = telemetry.metrics
     invocation_metrics = InvocationMetrics(telemetry.metrics.registry)

@@ -15,6 +15,7 @@ from starlette.requests import Request
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+    from service.auth.restrict import FunctionReach
     from service.auth.service import Authenticator
     from service.charts.pipeline import ChartPipeline
     from service.clusters.adapters import AdapterRegistry
@@ -38,6 +39,8 @@ class AppState(State):
     settings: Settings
     quotas: Quotas
     authenticator: Authenticator
+    #: what a key limited to named functions reaches (deployments/reach.py)
+    function_reach: FunctionReach
     #: the app's metric families and tracing (service/telemetry.py)
     telemetry: Telemetry
     #: `telemetry.metrics`: the registry `/metrics` exports, with the HTTP families

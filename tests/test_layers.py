@@ -51,11 +51,6 @@ APART: dict[str, set[str]] = {
 MOUNTS: dict[str, set[str]] = {"app": {"console"}}
 #: imports against the order still to be removed: "file -> package"
 KNOWN: set[str] = {
-    "service/auth/deps.py -> state",
-    "service/auth/nvcf_keys.py -> functions",
-    "service/auth/nvcf_keys.py -> state",
-    "service/auth/restrict.py -> deployments",
-    "service/auth/router.py -> state",
     "service/charts/router.py -> state",
     "service/deployments/autoscale/store.py -> invocation",
     "service/deployments/logs/router.py -> state",
@@ -76,7 +71,6 @@ KNOWN: set[str] = {
 #: module circles still to be broken
 KNOWN_CIRCLES: list[list[str]] = [
     [
-        "service.auth.deps",
         "service.deployments.logs.service",
         "service.deployments.service",
         "service.functions.read_cache",

@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from service.auth.deps import Session
 from service.auth.service import Principal, lock_account
 from service.core.db import after_commit, utcnow
+from service.core.deps import EventsDep
 from service.core.errors import (
     BadRequest,
     Conflict,
@@ -31,6 +32,8 @@ from service.core.errors import (
 from service.core.http import inline_body_doc, parse_uuid, parse_uuids, read_json
 from service.core.pagination import Limit, make_page
 from service.deployments import rendering, revisions, service, usage
+from service.deployments.announcements import DeploymentDeleted
+from service.deployments.deps import Deploying, DeployingDep, WakeDep
 from service.deployments.models import Deployment
 from service.deployments.router_common import SPEC_PATH, Deployer
 from service.deployments.schemas import (
@@ -59,7 +62,6 @@ from service.functions import service as functions_service
 from service.functions.models import FunctionVersion
 from service.functions.schemas import FunctionEnvelope, FunctionOut
 from service.health.status import VersionStatus
-from service.state import app_state
 
 router = APIRouter(tags=["deployments"])
 
@@ -102,7 +104,7 @@ def _check_deployable(version: FunctionVersion, live: Deployment | None) -> None
 
 
 async def _helm_objects(
-    request: Request,
+    deps: Deploying,
     session: Session,
     principal: Principal,
     version: FunctionVersion,
@@ -114,7 +116,7 @@ async def _helm_objects(
     flags: dict[str, bool] = {}
     for spec in specs:
         result, found = await rendering.render(
-            request,
+            deps.pipeline,
             session,
             principal,
             version,
@@ -134,14 +136,14 @@ async def _helm_objects(
 
 
 async def _objects(
-    request: Request,
+    deps: Deploying,
     session: Session,
     principal: Principal,
     version: FunctionVersion,
     specs: list[ValidatedSpec],
 ) -> tuple[list[service.SpecObjects], dict[str, bool]]:
     if version.helm_chart is not None:
-        return await _helm_objects(request, session, principal, version, specs)
+        return await _helm_objects(deps, session, principal, version, specs)
     return [
         service.SpecObjects(
             spec, container_objects(version, spec.target.instance_type, spec.target.clusters[0])
@@ -163,19 +165,18 @@ async def create_deployment(
     request: Request,
     session: Session,
     principal: Deployer,
+    deps: DeployingDep,
 ) -> DeploymentEnvelope:
     fid, vid = _ids(functionId, functionVersionId)
     body = await read_json(request)
     version = await functions_service.get_version(session, principal.account_id, fid, vid)
     _check_deployable(version, await service.live_deployment(session, vid))
-    specs = validate_create(
-        body, catalog=request.app.state.catalog, is_helm=version.helm_chart is not None
-    )
-    objects, flags = await _objects(request, session, principal, version, specs)
+    specs = validate_create(body, catalog=deps.catalog, is_helm=version.helm_chart is not None)
+    objects, flags = await _objects(deps, session, principal, version, specs)
     async with _version_lock(vid):
         version = await service.lock_version(session, principal.account_id, fid, vid)
         _check_deployable(version, await service.live_deployment(session, vid))
-        await _instances_quota(request, session, principal, [], [s.max_instances for s in specs])
+        await _instances_quota(deps, session, principal, [], [s.max_instances for s in specs])
         try:
             deployment = await service.create_deployment(
                 session,
@@ -188,14 +189,14 @@ async def create_deployment(
             raise Conflict(
                 detail=f"a deployment for version {vid} already exists (created concurrently)"
             ) from None
-        service.wake_reconciler(session, request.app)
+        after_commit(session, deps.wake)
         # Commit inside the lock so the next deploy of this version sees this one.
         await session.commit()
     return DeploymentEnvelope(deployment=await service.deployment_view(session, deployment))
 
 
 async def _instances_quota(
-    request: Request,
+    deps: Deploying,
     session: Session,
     principal: Principal,
     replaced: Sequence[StoredSpec],
@@ -205,7 +206,7 @@ async def _instances_quota(
     adds instances; `replaced` specifications are counted with their new values."""
     if sum(new_max) <= sum(s.max_instances for s in replaced):
         return
-    await app_state(request).quotas.instances.check(
+    await deps.quotas.instances.check(
         lambda: usage.deployed_instances(
             session, principal.account_id, excluding=[s.id for s in replaced]
         ),
@@ -215,7 +216,7 @@ async def _instances_quota(
 
 
 async def _check_scaling(
-    request: Request,
+    deps: Deploying,
     session: Session,
     principal: Principal,
     stored: Sequence[StoredSpec],
@@ -223,7 +224,7 @@ async def _check_scaling(
     body_list: str | None,
 ) -> None:
     """New scaling values within what the clusters could hold, and within the quota."""
-    catalog = app_state(request).catalog
+    catalog = deps.catalog
     by_id = {s.id: s for s in stored}
     errors: list[FieldError] = []
     for i, change in enumerate(changes):
@@ -237,7 +238,7 @@ async def _check_scaling(
         c.max_instances if c.max_instances is not None else by_id[c.spec_id].max_instances
         for c in changes
     ]
-    await _instances_quota(request, session, principal, replaced, new_max)
+    await _instances_quota(deps, session, principal, replaced, new_max)
 
 
 @router.get(
@@ -268,16 +269,17 @@ async def update_deployment(
     request: Request,
     session: Session,
     principal: Deployer,
+    deps: DeployingDep,
 ) -> DeploymentEnvelope:
     fid, vid = _ids(functionId, functionVersionId)
     body = await read_json(request)
     deployment = await service.get_version_deployment(session, principal.account_id, fid, vid)
     stored = [service.stored_spec(s) for s in deployment.specs]
     changes = validate_update(body, stored)
-    await _check_scaling(request, session, principal, stored, changes, SPECS)
+    await _check_scaling(deps, session, principal, stored, changes, SPECS)
     version = await service.lock_version(session, principal.account_id, fid, vid)
     if await service.apply_scaling(session, deployment, changes, version):
-        service.wake_reconciler(session, request.app)
+        after_commit(session, deps.wake)
     return DeploymentEnvelope(deployment=await service.deployment_view(session, deployment))
 
 
@@ -290,9 +292,10 @@ async def update_deployment(
 async def delete_deployment(
     functionId: str,
     functionVersionId: str,
-    request: Request,
     session: Session,
     principal: Deployer,
+    wake: WakeDep,
+    events: EventsDep,
     graceful: Annotated[
         bool,
         Query(
@@ -313,10 +316,9 @@ async def delete_deployment(
     else:
         message = "deployment deleted (immediate); instances will be torn down"
     await service.undeploy(session, deployment, version, message=message, drain=graceful)
-    service.wake_reconciler(session, request.app)
-    plane = app_state(request).invocation
-    if plane is not None:  # this process refuses new requests at once (others: route cache)
-        after_commit(session, lambda: plane.routes.forget(vid))
+    after_commit(session, wake)
+    # the invocation plane of this process refuses new requests at once (others: route cache)
+    await events.publish(session, DeploymentDeleted(vid))
     return FunctionEnvelope(function=FunctionOut.of(version))
 
 
@@ -417,6 +419,7 @@ async def patch_gpu_specification(
     request: Request,
     session: Session,
     principal: Deployer,
+    deps: DeployingDep,
 ) -> GpuSpecificationEnvelope:
     body = await read_json(request)
     deployment, spec = await service.live_spec(session, principal, deploymentId, gpuSpecificationId)
@@ -430,11 +433,11 @@ async def patch_gpu_specification(
     rendered: tuple[dict[str, Any] | None, dict[str, Any] | None, list[Any]] | None = None
     if revision is not None:
         configuration, policy, objects, errors = await rendering.revision_objects(
-            request, session, principal, version, spec, revision
+            deps.pipeline, deps.catalog, session, principal, version, spec, revision
         )
         rendered = (configuration, policy, objects)
     try:
-        await _check_scaling(request, session, principal, [stored], [change], None)
+        await _check_scaling(deps, session, principal, [stored], [change], None)
     except ValidationFailed as exc:
         errors = list(exc.errors or []) + errors
     if errors:
@@ -453,7 +456,7 @@ async def patch_gpu_specification(
         )
         changed = changed or added is not None
     if changed:
-        service.wake_reconciler(session, request.app)
+        after_commit(session, deps.wake)
     return GpuSpecificationEnvelope(
         gpu_specification=await service.spec_view(session, deployment, spec)
     )

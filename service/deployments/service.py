@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.service import Principal
-from service.core.db import after_commit, utcnow
+from service.core.db import utcnow
 from service.core.errors import BadRequest, NotFound
 from service.core.http import parse_uuids
 from service.core.pagination import Page, keyset_page
@@ -45,26 +45,6 @@ from service.deployments.validation import ScalingChange, StoredSpec, ValidatedS
 from service.functions.models import FunctionVersion
 from service.health.machine import Phase
 from service.health.status import SpecProgress, VersionStatus, next_status
-from service.state import AppState
-
-# --- reconciler wake-ups -----------------------------------------------------------------------
-
-
-def reconciler_waker(app: Any) -> Callable[[], None]:
-    """A callback waking the app's reconciler, if one runs in this process."""
-
-    def wake() -> None:
-        reconciler = cast(AppState, app.state).reconciler
-        if reconciler is not None:
-            reconciler.wake()
-
-    return wake
-
-
-def wake_reconciler(session: AsyncSession, app: Any) -> None:
-    """Wake the reconciler once the request's transaction has committed."""
-    after_commit(session, reconciler_waker(app))
-
 
 # --- lookups -----------------------------------------------------------------------------------
 

@@ -59,9 +59,9 @@ from service.deployments.logs.router import router as logs_router
 from service.deployments.models import Deployment, Instance
 from service.deployments.reach import FunctionReach
 from service.deployments.reconcile import build_reconciler, claim_owner
+from service.deployments.repository import active_instances
 from service.deployments.revisions_router import router as revisions_router
 from service.deployments.router import router as deployments_router
-from service.deployments.service import active_instances
 from service.deployments.timeseries.router import router as timeseries_router
 from service.deployments.timeseries.store import TimeSeries
 from service.functions import read_cache

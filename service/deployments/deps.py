@@ -5,18 +5,14 @@ request or the app."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 
 from service.charts.deps import ChartPipelineDep
-from service.charts.pipeline import ChartPipeline
-from service.clusters.catalog import Catalog
 from service.clusters.deps import CatalogDep
 from service.core.deps import EventsDep, QuotasDep
-from service.core.events import Events
-from service.core.quotas import Quotas
+from service.deployments.service import Deploying
 
 
 async def reconciler_wake(request: Request) -> Callable[[], None]:
@@ -26,18 +22,6 @@ async def reconciler_wake(request: Request) -> Callable[[], None]:
 
 
 WakeDep = Annotated[Callable[[], None], Depends(reconciler_wake)]
-
-
-@dataclass(frozen=True)
-class Deploying:
-    """What changing a deployment uses besides the request's session."""
-
-    catalog: Catalog
-    pipeline: ChartPipeline
-    quotas: Quotas
-    events: Events
-    #: wakes the reconciler: run after the commit (core.db.after_commit)
-    wake: Callable[[], None]
 
 
 async def deploying(

@@ -13,7 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.core.db import after_commit
 from service.core.events import Events
 from service.deployments import transitions
-from service.deployments.service import live_deployment, undeploy_version
+from service.deployments.repository import live_deployment
+from service.deployments.service import undeploy_version
 from service.functions.events import SecretsChanged, VersionDeleted
 
 

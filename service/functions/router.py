@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -25,15 +24,13 @@ from service.core.http import inline_body_doc, json_body_doc, parse_uuid, parse_
 from service.core.idempotency import Recorder
 from service.core.pagination import Limit, make_page
 from service.core.quotas import Quotas
-from service.functions import secrets, service, sharing
+from service.functions import secrets, service, sharing, views
 from service.functions.deps import (
-    ActiveInstances,
     ActiveInstancesDep,
     VersionCacheDep,
     active_instances,
     version_cache,
 )
-from service.functions.models import FunctionVersion
 from service.functions.read_cache import cached_list_read, cached_version_read
 from service.functions.schemas import FunctionEnvelope, FunctionIds, FunctionList, FunctionOut
 from service.functions.validation import (
@@ -81,42 +78,6 @@ Creating = Annotated[_Creating, Depends(_creating)]
 
 _CREATE_DOC = json_body_doc("FunctionCreate")
 _UPDATE_DOC = json_body_doc("FunctionMetadataUpdate")
-
-
-async def _function_outs(
-    session: Session,
-    instances_of: ActiveInstances,
-    principal: Principal,
-    versions: Sequence[FunctionVersion],
-    *,
-    include_secrets: bool = True,
-) -> list[FunctionOut]:
-    """Function objects as the caller sees them (another account's, shared with it, without
-    what runs them); with `list_functions_details` the caller's own carry `activeInstances`
-    (the instances of the version's live deployment, loaded in one query for all versions)."""
-    account = principal.account_id
-    details = scopes.LIST_FUNCTIONS_DETAILS in principal.scopes
-    instances = (
-        await instances_of(session, [v.id for v in versions if v.account_id == account])
-        if details
-        else {}
-    )
-    return [
-        FunctionOut.of(
-            v,
-            viewer=account,
-            details=details,
-            active_instances=instances.get(v.id, []),
-            include_secrets=include_secrets,
-        )
-        for v in versions
-    ]
-
-
-def _list_body(outs: list[FunctionOut], next_cursor: str | None) -> str:
-    return FunctionList(functions=outs, next_cursor=next_cursor).model_dump_json(
-        by_alias=True, exclude_none=True
-    )
 
 
 def _dump(model: FunctionEnvelope) -> dict[str, Any]:
@@ -251,8 +212,8 @@ async def list_functions(
         rows, next_cursor = await service.list_versions(
             session, principal.account_id, filters=filters, page=page, only=principal.functions
         )
-        outs = await _function_outs(session, instances_of, principal, rows)
-        return _list_body(outs, next_cursor)
+        outs = await views.function_outs(session, instances_of, principal, rows)
+        return views.list_body(outs, next_cursor)
 
     key = ("functions", limit, cursor, name, filters.status, tag, *sorted(filters.visibility))
     return await cached_list_read(cache, principal, key, build)
@@ -301,7 +262,9 @@ async def list_function_versions(
             page=page,
             function_id=fid,
         )
-        return _list_body(await _function_outs(session, instances_of, principal, rows), next_cursor)
+        return views.list_body(
+            await views.function_outs(session, instances_of, principal, rows), next_cursor
+        )
 
     return await cached_list_read(cache, principal, ("versions", fid, limit, cursor), build)
 
@@ -331,13 +294,9 @@ async def get_function_version(
     sessions = await sessionmaker(request)
 
     async def build() -> str:
-        async with sessions() as session:
-            version = await sharing.readable_version(session, principal.account_id, fid, vid)
-            (out,) = await _function_outs(
-                session, instances_of, principal, [version], include_secrets=includeSecrets
-            )
-            await session.rollback()
-        return FunctionEnvelope(function=out).model_dump_json(by_alias=True, exclude_none=True)
+        return await views.version_body(
+            sessions, instances_of, principal, fid, vid, include_secrets=includeSecrets
+        )
 
     return await cached_version_read(
         version_cache(request), principal, fid, vid, build, secrets=includeSecrets

@@ -45,6 +45,7 @@ from service.core.crypto import load_secret_box
 from service.core.db import make_engine, make_sessionmaker
 from service.core.docs_ui import install_docs
 from service.core.errors import ServiceUnavailable
+from service.core.events import Events
 from service.core.idempotency import IdempotentReplay
 from service.core.middleware import RequestContextMiddleware
 from service.core.openapi import truthful
@@ -55,15 +56,21 @@ from service.core.ratelimit import RateLimiter
 from service.core.routing import mount_flat
 from service.core.settings import Settings
 from service.core.tracing import TracingMiddleware
+from service.deployments import subscribers
+from service.deployments.announcements import DeploymentDeleted
 from service.deployments.autoscale import Autoscaler, AutoscalerConfig
 from service.deployments.history import HistoryConfig, HistoryPurger
 from service.deployments.logs.router import router as logs_router
+from service.deployments.models import Deployment, Instance
+from service.deployments.reach import FunctionReach
 from service.deployments.reconcile import build_reconciler, claim_owner
+from service.deployments.repository import active_instances
 from service.deployments.revisions_router import router as revisions_router
 from service.deployments.router import router as deployments_router
 from service.deployments.timeseries.router import router as timeseries_router
 from service.deployments.timeseries.store import TimeSeries
 from service.functions import read_cache
+from service.functions.events import AccessChanged
 from service.functions.router import router as functions_router
 from service.functions.schemas import DOC_MODELS
 from service.functions.sharing_router import router as sharing_router
@@ -78,6 +85,7 @@ from service.invocation.transparent import body_limit
 from service.llm.gateway import Gateway
 from service.llm.metrics import LlmMetrics
 from service.llm.tokens import TokenLimiter
+from service.load_signal import reported_load
 from service.ngc.router import router as ngc_router
 from service.registry.router import router as registry_router
 from service.state import AppState
@@ -237,6 +245,12 @@ def create_app(
     settings = settings or Settings()
     telemetry = Telemetry.build(settings, span_exporter=span_exporter)
 
+    def wake_reconciler() -> None:
+        """Wake the app's reconciler, if one runs in this process (read at each call)."""
+        reconciler = app.state.reconciler
+        if reconciler is not None:
+            reconciler.wake()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(
@@ -248,9 +262,13 @@ def create_app(
         engine = make_engine(url)
         app.state.engine = engine
         app.state.sessionmaker = make_sessionmaker(engine)
+        app.state.events = events = Events()
         if read_cache.enabled(settings):
             app.state.version_cache = read_cache.VersionCache()
-            read_cache.attach(app.state.version_cache)
+            # a version's details embed its activeInstances, read from deployments' tables
+            read_cache.attach(
+                app.state.version_cache, details={"deployment": Deployment, "instance": Instance}
+            )
         app.state.secret_box = await asyncio.to_thread(load_secret_box, settings)
         app.state.authenticator.invocation_tokens = InvocationTokens(
             app.state.secret_box.derive(tokens.PURPOSE), settings.invoke_token_seconds
@@ -315,6 +333,9 @@ def create_app(
         )
         app.state.reconciler = reconciler
         app.state.namespace_collector = collector
+        app.state.wake_reconciler = wake_reconciler
+        app.state.active_instances = active_instances
+        subscribers.subscribe(events, wake=wake_reconciler)
         activity: RedisActivity | None = None
         grpc_entry = None
         purger = HistoryPurger(app.state.sessionmaker, HistoryConfig.from_settings(settings))
@@ -322,6 +343,7 @@ def create_app(
         autoscaler = Autoscaler(
             app.state.sessionmaker,
             AutoscalerConfig.from_settings(settings),
+            load=reported_load,
             metrics=telemetry.autoscale,
             on_change=reconciler.wake,
         )
@@ -357,6 +379,9 @@ def create_app(
                 # A request waiting for a version with no instance wakes the autoscaler
                 # here at once; an instance turning Running wakes the waiting requests.
                 plane.load.on_cold = autoscaler.wake
+            routes = plane.routes
+            events.after_commit(AccessChanged, lambda e: routes.forget_function(e.function_id))
+            events.after_commit(DeploymentDeleted, lambda e: routes.forget(e.version_id))
             reconciler.on_running = plane.instances_changed
             reconciler.on_draining = plane.routes.forget
             reconciler.activity = plane.dispatcher  # what a drain waits for
@@ -411,6 +436,7 @@ def create_app(
             settings.rate_limit_per_second, settings.rate_limit_burst, settings.redis_url
         )
     app.state.authenticator = Authenticator(settings)
+    app.state.function_reach = FunctionReach()
     app.state.telemetry = telemetry
     app.state.metrics = telemetry.metrics
     invocation_metrics = InvocationMetrics(telemetry.metrics.registry)

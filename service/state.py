@@ -13,14 +13,18 @@ from starlette.datastructures import State
 from starlette.requests import Request
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
     from service.assets.service import Assets
+    from service.auth.restrict import FunctionReach
     from service.auth.service import Authenticator
     from service.charts.pipeline import ChartPipeline
     from service.clusters.adapters import AdapterRegistry
     from service.clusters.catalog import Catalog
     from service.core.crypto import SecretBox
+    from service.core.events import Events
     from service.core.middleware import Metrics
     from service.core.quotas import Quotas
     from service.core.ratelimit import RateLimiter
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
     from service.deployments.logs.service import FollowLimiter
     from service.deployments.reconcile import NamespaceCollector, Reconciler
     from service.deployments.timeseries.store import TimeSeries
+    from service.functions.deps import ActiveInstances
     from service.functions.read_cache import VersionCache
     from service.invocation import InvocationPlane
     from service.invocation.grpc.entry import GrpcEntry
@@ -40,6 +45,8 @@ class AppState(State):
     settings: Settings
     quotas: Quotas
     authenticator: Authenticator
+    #: what a key limited to named functions reaches (deployments/reach.py)
+    function_reach: FunctionReach
     #: the app's metric families and tracing (service/telemetry.py)
     telemetry: Telemetry
     #: `telemetry.metrics`: the registry `/metrics` exports, with the HTTP families
@@ -51,6 +58,12 @@ class AppState(State):
     chart_pipeline: ChartPipeline
     adapters: AdapterRegistry
     reconciler: Reconciler | None
+    #: wakes the reconciler (deployments/deps.py: WakeDep)
+    wake_reconciler: Callable[[], None]
+    #: the domain events' subscriptions (core/events.py)
+    events: Events
+    #: a version's activeInstances, read from deployments (functions/deps.py)
+    active_instances: ActiveInstances
     namespace_collector: NamespaceCollector | None
     #: purges expired history of removed deployments (runs where the reconciler runs)
     history_purger: HistoryPurger | None

@@ -1,56 +1,191 @@
-"""The dependency direction of the packages (docs/architecture.md): lower layers never import
-higher ones. `core` knows no domain; `health` is pure over `core`; `backends` speak to clusters
-knowing only `core` and `health`. The domain packages (auth, functions, charts, clusters,
-registry, deployments) sit above them. The `nvcf` client (`client_cli`) stands apart: it
-imports nothing of the server, and nothing of the server imports it."""
+"""The declared order of the packages (docs/architecture.md, "The domain order"): a package
+imports only packages before it in `ORDER`, so no two packages import each other, and no module
+takes part in an import circle. `core` knows no domain; `health` is pure over `core`; `backends`
+speak to clusters knowing only `core` and `health`; the domains follow, each above those it
+uses; the composition (`app.py` and what only it reads) comes last. Where a lower domain must
+cause work in a higher one it publishes an event (core/events.py) that the composition
+subscribes to.
+
+The `nvcf` client (`client_cli`) stands apart: it imports nothing of the server, and nothing
+of the server imports it. The web console reads everything through the public API."""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "service"
-#: package -> the service packages it may import (besides itself)
-ALLOWED: dict[str, set[str]] = {
-    "core": set(),
-    "health": {"core"},
-    "backends": {"core", "health"},
+
+#: lowest first: each may import only those before it (TYPE_CHECKING imports included)
+ORDER = [
+    "core",
+    "health",
+    "backends",
+    "auth",
+    "ngc",
+    "registry",
+    "clusters",
+    "charts",
+    "functions",
+    "deployments",
+    "assets",
+    "invocation",
+    "llm",
+    # what the autoscaler reads of the invocation plane's tables, handed over by the
+    # composition: it goes when invocation reports its load through deployments (issue 26)
+    "load_signal",
+    # the composition: the app's metric families, its typed state, the table list for
+    # migrations, the application factory and the command line
+    "telemetry",
+    "state",
+    "models",
+    "app",
+    "cli",
+]
+#: outside the order: package -> the packages it may import
+APART: dict[str, set[str]] = {
     # the `nvcf` client speaks the REST API only: it imports nothing of the server
     "client_cli": set(),
     # the web console reads everything through the public API, like any other client
     "console": {"core"},
 }
+#: what the composition mounts besides the order: the console's pages
+MOUNTS: dict[str, set[str]] = {"app": {"console"}}
+#: imports against the order still to be removed: "file -> package"
+KNOWN: set[str] = set()
+#: module circles still to be broken
+KNOWN_CIRCLES: list[list[str]] = []
+
+
+def allowed(package: str) -> set[str]:
+    if package in APART:
+        return APART[package] | {package}
+    return set(ORDER[: ORDER.index(package) + 1]) | MOUNTS.get(package, set())
 
 
 def imported_packages(path: Path) -> set[tuple[str, int]]:
     """(service sub-package, line) of every `service.*` import in the file, TYPE_CHECKING ones
     included: a type-only import still couples the modules."""
+    return {(name.split(".")[1], line) for name, line in imported_modules(path)}
+
+
+def imported_modules(path: Path) -> set[tuple[str, int]]:
+    """(dotted name, line) of every `service.*` import in the file: `from service.a import b`
+    gives `service.a.b` (whether b is a module or a name in service.a: see `module_of`)."""
     found: set[tuple[str, int]] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        names: list[str] = []
         if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
+            found |= {(a.name, node.lineno) for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module]
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "service" and len(parts) > 1:
-                found.add((parts[1], node.lineno))
+            found |= {(f"{node.module}.{a.name}", node.lineno) for a in node.names}
+    return {(n, line) for n, line in found if n.startswith("service.") and n.count(".") >= 1}
+
+
+def package_of(path: Path, root: Path) -> str:
+    return path.relative_to(root).parts[0].removesuffix(".py")
+
+
+def violations(root: Path) -> list[str]:
+    """Every import against the order under `root` (a `service` tree), as "file:line -> pkg"."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        package = package_of(path, root)
+        for target, line in imported_packages(path):
+            if target not in allowed(package):
+                found.append(f"{path.relative_to(root.parent)}:{line} -> {target}")
     return found
 
 
-@pytest.mark.parametrize("package", sorted(ALLOWED))
-def test_lower_layers_import_no_higher_package(package: str) -> None:
-    allowed = ALLOWED[package] | {package}
-    offending = sorted(
-        f"{path.relative_to(ROOT.parent)}:{line} imports service.{target}"
-        for path in (ROOT / package).rglob("*.py")
-        for target, line in imported_packages(path)
-        if target not in allowed
-    )
-    assert offending == []
+def modules(root: Path) -> dict[str, Path]:
+    found = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def module_of(name: str, known: Iterable[str]) -> str | None:
+    """The module `name` (from `imported_modules`) denotes: itself, or the module it is a name
+    of."""
+    names = set(known)
+    if name in names:
+        return name
+    parent = name.rpartition(".")[0]
+    return parent if parent in names else None
+
+
+def circles(root: Path) -> list[list[str]]:
+    """The import circles between modules under `root` (strongly connected components of more
+    than one module; TYPE_CHECKING imports included)."""
+    mods = modules(root)
+    graph = {
+        m: {
+            t
+            for name, _ in imported_modules(p)
+            if (t := module_of(name, mods)) is not None and t != m
+        }
+        for m, p in mods.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_every_package_has_its_place() -> None:
+    placed = set(ORDER) | set(APART)
+    everything = {package_of(p, ROOT) for p in ROOT.rglob("*.py") if p != ROOT / "__init__.py"}
+    unplaced = sorted(everything - placed)
+    assert unplaced == []
+
+
+def _known_as(violation: str) -> str:
+    """ "service/a/b.py:12 -> pkg" as KNOWN spells it: "service/a/b.py -> pkg"."""
+    where, _, target = violation.partition(" -> ")
+    return f"{where.rpartition(':')[0]} -> {target}"
+
+
+def test_imports_follow_the_order() -> None:
+    found = violations(ROOT)
+    assert [v for v in found if _known_as(v) not in KNOWN] == []
+    # an exception removed from the code is removed from KNOWN too
+    assert KNOWN - {_known_as(v) for v in found} == set()
+
+
+def test_no_module_circle() -> None:
+    assert circles(ROOT) == KNOWN_CIRCLES
 
 
 def test_no_server_package_imports_the_client() -> None:
@@ -72,3 +207,45 @@ def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
         "    from service.auth.deps import Session\nimport service.functions.models\n"
     )
     assert imported_packages(sample) == {("auth", 3), ("functions", 4)}
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    service = root / "service"
+    for name, text in files.items():
+        path = service / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return service
+
+
+def test_a_deliberate_violation_fails(tmp_path: Path) -> None:
+    """A lower domain importing a higher one is reported, with the file and line."""
+    service = _tree(
+        tmp_path,
+        {
+            "functions/__init__.py": "",
+            "functions/secrets.py": "import uuid\nfrom service.deployments.service import x\n",
+            "deployments/__init__.py": "",
+            "deployments/service.py": "from service.functions.secrets import y\n",
+        },
+    )
+    assert violations(service) == ["service/functions/secrets.py:2 -> deployments"]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "circle"),
+    [
+        (
+            "from service.charts.render import r\n",
+            "from service.charts import helm_engine\n",
+            [["service.charts.helm_engine", "service.charts.render"]],
+        ),
+        ("from service.charts.render import r\n", "import json\n", []),
+    ],
+)
+def test_a_module_circle_is_seen(tmp_path: Path, a: str, b: str, circle: list[list[str]]) -> None:
+    service = _tree(
+        tmp_path,
+        {"charts/__init__.py": "", "charts/helm_engine.py": a, "charts/render.py": b},
+    )
+    assert circles(service) == circle

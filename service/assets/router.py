@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.responses import FileResponse
 
+from service.assets.deps import assets_of
 from service.assets.models import Asset
 from service.assets.schemas import (
     AssetRedirectResponse,
@@ -29,7 +30,6 @@ from service.auth.service import Principal
 from service.core.errors import Forbidden, NotFound
 from service.core.http import inline_body_doc, parse_uuid, read_json
 from service.core.idempotency import Recorder
-from service.state import app_state
 
 router = APIRouter(tags=["assets"])
 storage_router = APIRouter(include_in_schema=False)
@@ -40,7 +40,7 @@ _ID = "assetId"
 
 
 def _assets(request: Request) -> Assets:
-    assets = app_state(request).assets
+    assets = assets_of(request)
     if assets is None:  # only `nvcf-server invoke` runs without them, and not these routes
         raise NotFound(detail="assets are not served by this process")
     return assets
@@ -118,7 +118,7 @@ async def delete_asset(
 
 
 def _local(request: Request, kind: str, object_id: str) -> tuple[LocalStore, str]:
-    assets = app_state(request).assets
+    assets = assets_of(request)
     key = f"{kind}/{object_id}"
     if assets is None or not isinstance(assets.store, LocalStore) or not KEY_RE.match(key):
         raise NotFound(detail=f"no object {request.url.path}")

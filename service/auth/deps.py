@@ -12,18 +12,32 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.auth.restrict import check_functions
+from service.auth.restrict import FunctionReach, check_functions
 from service.auth.service import Authenticator, Principal
 from service.core.db import request_session
 from service.core.errors import Forbidden
 from service.core.idempotency import Recorder, idempotent
-from service.state import app_state
+from service.core.ratelimit import RateLimiter
 
 #: request state key: True/False when the read fast path already counted the request against
 #: the account's rate limit (False: it was over the limit)
 RATE_COUNTED = "rate_counted"
 
 Session = Annotated[AsyncSession, Depends(request_session, scope="function")]
+
+
+async def authenticator(request: Request) -> Authenticator:
+    value: Authenticator = request.app.state.authenticator
+    return value
+
+
+async def function_reach(request: Request) -> FunctionReach:
+    value: FunctionReach = request.app.state.function_reach
+    return value
+
+
+AuthenticatorDep = Annotated[Authenticator, Depends(authenticator)]
+FunctionReachDep = Annotated[FunctionReach, Depends(function_reach)]
 
 
 async def authenticate_request(request: Request) -> Principal:
@@ -38,14 +52,15 @@ async def authenticate_request(request: Request) -> Principal:
     org = request.path_params.get("org") or getattr(request.state, "org", None)
     if org is not None and org != principal.account_id:
         raise Forbidden(detail=f"organization '{org}' in the path is not the caller's account")
-    limiter = app_state(request).rate_limiter
+    limiter: RateLimiter | None = request.app.state.rate_limiter
     if limiter is not None:
         counted = getattr(request.state, RATE_COUNTED, None)  # by the read fast path
         if counted is None:
             await limiter.check(principal.account_id)
         elif counted is False:
             raise await limiter.refusal(principal.account_id)
-    await check_functions(request, principal, request.app.state.sessionmaker)
+    reach: FunctionReach = request.app.state.function_reach
+    await check_functions(request, principal, request.app.state.sessionmaker, reach)
     request.state.principal = principal
     request.state.account_id = principal.account_id
     return principal

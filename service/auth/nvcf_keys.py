@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ipaddress
 import uuid
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -37,8 +38,15 @@ from fastapi import APIRouter, Depends, Request, Response
 from sqlalchemy import select
 
 from service.auth import scopes
-from service.auth.deps import Session, authenticate_request, require
+from service.auth.deps import (
+    AuthenticatorDep,
+    FunctionReachDep,
+    Session,
+    authenticate_request,
+    require,
+)
 from service.auth.models import ApiKey
+from service.auth.restrict import FunctionReach
 from service.auth.router import MAX_KEY_LIFETIME
 from service.auth.service import (
     Principal,
@@ -50,11 +58,9 @@ from service.auth.service import (
     within_reach,
 )
 from service.core.db import utcnow
+from service.core.deps import QuotasDep, SettingsDep
 from service.core.errors import FieldError, Forbidden, NotFound, Unauthorized, ValidationFailed
 from service.core.http import read_json
-from service.functions import sharing
-from service.functions.models import Function
-from service.state import app_state
 
 router = APIRouter(tags=["api-keys"])
 Admin = Annotated[Principal, Depends(require(scopes.ADMIN))]
@@ -283,21 +289,17 @@ def _policies(
 
 
 async def _check_functions(
-    session: Session, account_id: str, named: dict[str, list[str]], errors: list[FieldError]
+    session: Session,
+    reach: FunctionReach,
+    account_id: str,
+    named: dict[str, list[str]],
+    errors: list[FieldError],
 ) -> None:
     """Each named function must be the account's own (account-functions) or shared with it
     (authorized-functions)."""
     own_ids = [uuid.UUID(f) for f in named.get(ACCOUNT_FUNCTIONS, [])]
     if own_ids:
-        own = set(
-            (
-                await session.execute(
-                    select(Function.id).where(
-                        Function.id.in_(own_ids), Function.account_id == account_id
-                    )
-                )
-            ).scalars()
-        )
+        own = await reach.own_functions(session, account_id, own_ids)
         for fid in own_ids:
             if fid not in own:
                 errors.append(
@@ -308,9 +310,9 @@ async def _check_functions(
                 )
     shared_ids = [uuid.UUID(f) for f in named.get(AUTHORIZED_FUNCTIONS, [])]
     if shared_ids:
-        grants = await sharing.grants_of(session, account_id)
+        shared = await reach.shared_functions(session, account_id, shared_ids)
         for fid in shared_ids:
-            if not grants.any_of(fid):
+            if fid not in shared:
                 errors.append(
                     FieldError(
                         "authorizations.policies.resources",
@@ -344,8 +346,7 @@ PROXY_HEADERS = (
 )
 
 
-def _trusted(request: Request) -> bool:
-    networks = app_state(request).settings.admin_token_networks
+def _trusted(request: Request, networks: Collection[str]) -> bool:
     client = request.client.host if request.client is not None else ""
     try:
         address = ipaddress.ip_address(client)
@@ -354,13 +355,13 @@ def _trusted(request: Request) -> bool:
     return any(address in ipaddress.ip_network(n, strict=False) for n in networks)
 
 
-def _credential_less(request: Request, what: str) -> bool:
+def _credential_less(request: Request, what: str, networks: Collection[str]) -> bool:
     """Whether a request without a credential may `what` as the default account's admin: only
     from an address in NVCF_ADMIN_TOKEN_NETWORKS, and never through a reverse proxy (behind
     one, every caller has the proxy's internal address). A request with a credential: False."""
     if request.headers.get("authorization"):
         return False
-    if not _trusted(request):
+    if not _trusted(request, networks):
         return False
     proxied = [h for h in PROXY_HEADERS if h in request.headers]
     if proxied:
@@ -381,10 +382,12 @@ def _credential_less(request: Request, what: str) -> bool:
     "(then for the default account). A limited key's token is as limited, without "
     "manage_registry_credentials; a key's token expires no later than the key.",
 )
-async def admin_token(request: Request, session: Session) -> dict[str, Any]:
+async def admin_token(
+    request: Request, session: Session, settings: SettingsDep, quotas: QuotasDep
+) -> dict[str, Any]:
     limited: frozenset[uuid.UUID] | None = None
     not_after: datetime | None = None
-    if not _credential_less(request, "a management token"):
+    if not _credential_less(request, "a management token", settings.admin_token_networks):
         principal = await authenticate_request(request)
         if scopes.ADMIN not in principal.scopes:
             raise Forbidden(detail="a management token needs a credential with scope 'admin'")
@@ -395,13 +398,13 @@ async def admin_token(request: Request, session: Session) -> dict[str, Any]:
     if limited is not None:
         granted = tuple(s for s in granted if s != scopes.MANAGE_REGISTRY_CREDENTIALS)
     else:
-        account = app_state(request).settings.default_account
+        account = settings.default_account
     body = await read_json(request) if await request.body() else {}
     errors: list[FieldError] = []
     description = _text(body if isinstance(body, dict) else {}, "description", errors)
     if errors:
         raise ValidationFailed.of(errors)
-    await app_state(request).quotas.api_keys.check(
+    await quotas.api_keys.check(
         lambda: count_api_keys(session, account), lambda: lock_account(session, account)
     )
     value, row = await create_api_key(
@@ -430,7 +433,13 @@ async def admin_token(request: Request, session: Session) -> dict[str, Any]:
     "`description`; a policy naming function ids (`{id, type: account-functions}`) limits "
     "the key to them on every route. The operator scope cannot be granted.",
 )
-async def create_key(request: Request, session: Session, principal: Admin) -> dict[str, Any]:
+async def create_key(
+    request: Request,
+    session: Session,
+    principal: Admin,
+    quotas: QuotasDep,
+    reach: FunctionReachDep,
+) -> dict[str, Any]:
     body = await read_json(request)
     if not isinstance(body, dict):
         raise ValidationFailed.of([FieldError("body", "must be a JSON object")])
@@ -451,11 +460,11 @@ async def create_key(request: Request, session: Session, principal: Admin) -> di
             )
     errors += limited_scope_errors(key_scopes, functions, "authorizations.policies.scopes")
     if not errors:
-        await _check_functions(session, principal.account_id, named, errors)
+        await _check_functions(session, reach, principal.account_id, named, errors)
     if errors:
         raise ValidationFailed.of(errors)
     account = principal.account_id
-    await app_state(request).quotas.api_keys.check(
+    await quotas.api_keys.check(
         lambda: count_api_keys(session, account), lambda: lock_account(session, account)
     )
     value, row = await create_api_key(
@@ -493,11 +502,17 @@ async def list_keys(session: Session, principal: Admin) -> dict[str, Any]:
     "for a key of the default account, never an operator key). A key limited to functions "
     "revokes only keys limited to some of them.",
 )
-async def delete_key(keyId: str, request: Request, session: Session) -> Response:
+async def delete_key(
+    keyId: str,
+    request: Request,
+    session: Session,
+    settings: SettingsDep,
+    authenticator: AuthenticatorDep,
+) -> Response:
     uncredentialed = not request.headers.get("authorization")
     principal: Principal | None = None
-    if _credential_less(request, "revoking a key"):
-        account = app_state(request).settings.default_account
+    if _credential_less(request, "revoking a key", settings.admin_token_networks):
+        account = settings.default_account
     else:
         if uncredentialed:
             raise Unauthorized(
@@ -523,5 +538,5 @@ async def delete_key(keyId: str, request: Request, session: Session) -> Response
     if uncredentialed and any(s in scopes.OPERATOR_SCOPES for s in row.scopes):
         raise Forbidden(detail="an operator key is revoked only with a credential")
     await session.delete(row)
-    app_state(request).authenticator.forget(row.key_hash)
+    authenticator.forget(row.key_hash)
     return Response(status_code=204)

@@ -6,26 +6,53 @@ path must be one of the key's; a `deploymentId` must be a deployment (or the his
 one of them; creating a new function is refused (the key could not reach it). Lists filter by
 the key's functions where they list functions or deployments. Another function is answered
 404, as another account's is.
+
+What a key's functions reach is asked of the domains above (`FunctionReach`, which the
+composition supplies: deployments/reach.py); auth imports none of them.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
+from typing import Protocol
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from starlette.requests import Request
 
 from service.auth.service import Principal
 from service.core.errors import Forbidden, NotFound
-from service.deployments.models import Deployment, DeploymentHistory
+
+
+class FunctionReach(Protocol):
+    """What checking a key limited to named functions asks of the functions and deployments
+    domains."""
+
+    async def function_of_deployment(
+        self, session: AsyncSession, deployment_id: uuid.UUID
+    ) -> uuid.UUID | None:
+        """The function of the deployment (or of the history of a removed one), if any."""
+
+    async def own_functions(
+        self, session: AsyncSession, account_id: str, ids: Collection[uuid.UUID]
+    ) -> set[uuid.UUID]:
+        """Those of `ids` that are the account's own functions."""
+
+    async def shared_functions(
+        self, session: AsyncSession, account_id: str, ids: Collection[uuid.UUID]
+    ) -> set[uuid.UUID]:
+        """Those of `ids` of which something is shared with the account."""
+
 
 #: routes that create a new function (its id cannot be among the key's)
 _CREATES_FUNCTION = frozenset({("POST", "/v2/nvcf/functions")})
 
 
 async def check_functions(
-    request: Request, principal: Principal, sessions: async_sessionmaker[AsyncSession]
+    request: Request,
+    principal: Principal,
+    sessions: async_sessionmaker[AsyncSession],
+    reach: FunctionReach,
 ) -> None:
     """Raise 404 (403 for a create) when a limited key asks for another function."""
     allowed = principal.functions
@@ -53,14 +80,6 @@ async def check_functions(
         except ValueError:
             return
         async with sessions() as session:
-            function_id = (
-                await session.execute(select(Deployment.function_id).where(Deployment.id == did))
-            ).scalar_one_or_none()
-            if function_id is None:
-                function_id = (
-                    await session.execute(
-                        select(DeploymentHistory.function_id).where(DeploymentHistory.id == did)
-                    )
-                ).scalar_one_or_none()
+            function_id = await reach.function_of_deployment(session, did)
         if function_id is not None and function_id not in allowed:
             raise NotFound(detail=f"deployment {did} not found")

@@ -12,7 +12,7 @@ from pydantic import Field
 from sqlalchemy import select
 
 from service.auth import scopes
-from service.auth.deps import Session, require
+from service.auth.deps import AuthenticatorDep, Session, require
 from service.auth.models import ApiKey
 from service.auth.service import (
     Principal,
@@ -21,12 +21,12 @@ from service.auth.service import (
     lock_account,
     within_reach,
 )
+from service.core.deps import QuotasDep
 from service.core.durations import DurationError, parse_timedelta
 from service.core.errors import FieldError, Forbidden, NotFound, ValidationFailed
 from service.core.http import inline_body_doc, parse_uuid, read_json
 from service.core.schemas import CamelModel, Timestamp
 from service.core.validation import Check, RequestModel, never_null, parse
-from service.state import app_state
 
 router = APIRouter(tags=["api-keys"])
 Admin = Annotated[Principal, Depends(require(scopes.ADMIN))]
@@ -131,7 +131,9 @@ class KeyOut(CamelModel):
     openapi_extra=inline_body_doc(ApiKeyCreate),
     summary="Create an API key (shown once)",
 )
-async def create_key(request: Request, session: Session, principal: Admin) -> dict[str, Any]:
+async def create_key(
+    request: Request, session: Session, principal: Admin, quotas: QuotasDep
+) -> dict[str, Any]:
     body = await read_json(request)
     if not isinstance(body, dict):
         raise ValidationFailed.of([FieldError("body", "must be a JSON object")])
@@ -145,7 +147,7 @@ async def create_key(request: Request, session: Session, principal: Admin) -> di
             detail=f"creating a key for another account requires the operator scope "
             f"'{scopes.ADMIN_ACCOUNTS}'"
         )
-    await app_state(request).quotas.api_keys.check(
+    await quotas.api_keys.check(
         lambda: count_api_keys(session, account), lambda: lock_account(session, account)
     )
     key, row = await create_api_key(
@@ -185,7 +187,9 @@ async def list_keys(session: Session, principal: Admin) -> dict[str, Any]:
 @router.delete(
     "/api-keys/{keyId}", status_code=204, response_class=Response, summary="Revoke an API key"
 )
-async def delete_key(keyId: str, request: Request, session: Session, principal: Admin) -> Response:
+async def delete_key(
+    keyId: str, session: Session, principal: Admin, authenticator: AuthenticatorDep
+) -> Response:
     kid = parse_uuid(keyId, "keyId")
     row = await session.get(ApiKey, kid)
     if (
@@ -195,5 +199,5 @@ async def delete_key(keyId: str, request: Request, session: Session, principal: 
     ):
         raise NotFound(detail=f"API key {kid} not found")
     await session.delete(row)
-    request.app.state.authenticator.forget(row.key_hash)
+    authenticator.forget(row.key_hash)
     return Response(status_code=204)

@@ -49,10 +49,10 @@ When it falls back to the install action
   * the engine call fails (the install action then reports the error in Helm's words);
   * the decoder cannot vouch for Helm's reading of a document (a non-plain head, several YAML
     documents in one, a document that does not decode): it raises
-    `decode.HelmOrderUncertain` and `render_checked` renders again with the install action.
+    `decode.HelmOrderUncertain` and `render.render_checked` renders again with the install action.
 
 Which path answered
-  `RenderOutput.helm_path` is `"engine"` or `"install"`, and `render_checked` (every chart
+  `RenderOutput.helm_path` is `"engine"` or `"install"`, and `render.render_checked` (every chart
   validation: function creation, dry-run, deployments) logs one INFO record per answer on
   the logger `service.charts.helm_engine`, "chart render answered by helm_path=engine" (or
   `install`, with "after fallback" when the engine's output was refused), carrying the
@@ -71,15 +71,13 @@ import re
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 if TYPE_CHECKING:
     from service.charts.decode import Decoded
-    from service.charts.render import RenderOutput
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 
 #: The release name every render uses (Helm's `.Release.Name`).
 RELEASE_NAME = "mini-service"
@@ -329,34 +327,3 @@ async def split_decode(
     except (KeyError, TypeError, ValueError):
         return False, None
     return keep, decoded
-
-
-# --- the answer and its fallback (in the server process) ----------------------------------
-
-
-async def render_checked(
-    render: Callable[[bool], Awaitable[RenderOutput]], check: Callable[[RenderOutput], T]
-) -> T:
-    """`check(await render(engine=True))` in a thread (decoding is CPU work), falling back to
-    Helm's install action when the engine's template-order output cannot be sorted like
-    Helm with certainty; logs which path answered (`helm_path`). Raises `ChartRenderError`
-    from either render."""
-    import asyncio
-
-    from service.charts.decode import HelmOrderUncertain
-
-    output = await render(True)
-    fallback = False
-    try:
-        result = await asyncio.to_thread(check, output)
-    except HelmOrderUncertain:
-        fallback = True
-        output = await render(False)
-        result = await asyncio.to_thread(check, output)
-    log.info(
-        "chart render answered by helm_path=%s%s",
-        output.helm_path,
-        " after fallback" if fallback else "",
-        extra={"helm_path": output.helm_path, "helm_fallback": fallback},
-    )
-    return result

@@ -6,6 +6,10 @@ name that answers a public address to the check and 127.0.0.1 to the client reac
 Here `resolve` is the only name lookup of a chart pull; its answers are checked and pinned,
 and `PinnedAdapter` (requests/urllib3, as used by oras-py) opens its sockets to the pinned
 addresses while keeping the host name for the Host header, TLS SNI and certificate checks.
+
+`HostPolicy` is one chart pull's policy: which hosts and schemes it may contact (the
+registry allowlist, the insecure registries), each checked once and pinned; `guard` mounts it
+on a requests session (every request, token realm and redirect hop passes it).
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ from __future__ import annotations
 import ipaddress
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 from socket import timeout as SocketTimeout
 from typing import Any, Protocol
+from urllib.parse import urljoin, urlsplit
 
 import requests
 import requests.adapters
@@ -24,6 +30,8 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 from urllib3.util import connection
+
+from service.core.errors import BadGateway
 
 _CGNAT = ipaddress.IPv4Network("100.64.0.0/10")
 _IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # deprecated ::a.b.c.d (RFC 4291 §2.5.5.1)
@@ -214,3 +222,135 @@ class PinnedAdapter(requests.adapters.HTTPAdapter):
 
 
 __all__ = ["AddressBook", "PinnedAdapter", "forbidden_reason", "host_key", "resolve"]
+
+
+# --- the host policy of one chart pull -------------------------------------------------------
+
+
+class GuardedAdapter(PinnedAdapter):
+    """Applies the timeout and the SSRF/plain-HTTP policy to every request, including token
+    realms on other hosts and each redirect hop, and connects only to the addresses the policy
+    checked and pinned."""
+
+    def __init__(self, policy: HostPolicy, timeout: float) -> None:
+        super().__init__(policy, max_retries=0)
+        self._policy = policy
+        self._timeout = timeout
+
+    def send(  # type: ignore[override]
+        self, request: requests.PreparedRequest, **kwargs: Any
+    ) -> requests.Response:
+        self._policy.check_url(str(request.url))
+        if kwargs.get("timeout") is None:
+            kwargs["timeout"] = self._timeout
+        return super().send(request, **kwargs)
+
+
+def default_port(scheme: str) -> int:
+    return 80 if scheme == "http" else 443
+
+
+@dataclass
+class HostPolicy:
+    """Which hosts and schemes a pull may contact, and the checked addresses of each host.
+
+    Each host is resolved once per pull (the chart's own host by `check_host` already); its
+    addresses are checked and pinned, and connections go only to pinned addresses.
+    """
+
+    registry_host: str
+    allowlist: Collection[str]
+    insecure: Collection[str]
+    source: str
+    _pins: dict[tuple[str, int], list[str]] = field(default_factory=dict)
+
+    def _listed(self, host: str, hosts: Collection[str]) -> bool:
+        hostname = urlsplit(f"//{host}").hostname or host
+        listed = {h.strip().lower() for h in hosts}
+        return host in listed or hostname in listed
+
+    def scheme_for(self, host: str) -> str:
+        return "http" if self._listed(host, self.insecure) else "https"
+
+    def pin(self, host: str, hostname: str, port: int | None, addresses: Sequence[str]) -> None:
+        """Pin the chart host's addresses that `check_host` resolved and checked (`host` as
+        the chart URL names it, with its port if any)."""
+        if addresses:
+            port = port or default_port(self.scheme_for(host))
+            self._pins[host_key(hostname, port)] = list(addresses)
+
+    def pinned(self, hostname: str, port: int) -> Sequence[str]:
+        """The checked addresses of a host (netguard.AddressBook); every request passes
+        `check_url` first, so an unpinned host here is refused rather than looked up."""
+        addresses = self._pins.get(host_key(hostname, port))
+        if not addresses:
+            raise BadGateway(
+                detail=f"Refused to contact {hostname}:{port} while pulling chart "
+                f"{self.source}: its address was not checked."
+            )
+        return addresses
+
+    def _refusal(self, host: str) -> BadGateway:
+        # The same text whatever the address and whatever listens there: no connection is
+        # attempted, and neither the address nor the port state shows (no scan oracle).
+        return BadGateway(
+            detail=f"Refused to contact {host} (named by registry {self.registry_host}) while "
+            f"pulling chart {self.source}: it resolves to a non-public address; allow it "
+            "with NVCF_REGISTRY_ALLOWLIST."
+        )
+
+    def check_url(self, url: str) -> None:
+        parts = urlsplit(url)
+        host = parts.netloc.lower()
+        if parts.scheme != "https" and not (
+            parts.scheme == "http" and self._listed(host, self.insecure)
+        ):
+            raise BadGateway(
+                detail=f"Refused to contact {parts.scheme}://{host} while pulling chart "
+                f"{self.source}: plain HTTP is only used for registries listed in "
+                "NVCF_INSECURE_REGISTRIES."
+            )
+        hostname = parts.hostname or host
+        port = parts.port or default_port(parts.scheme)
+        key = host_key(hostname, port)
+        if key in self._pins:
+            return
+        try:
+            addresses = resolve(hostname, port)
+        except socket.gaierror as exc:
+            raise BadGateway(
+                detail=f"Could not resolve {host} (named by registry {self.registry_host}) "
+                f"while pulling chart {self.source}: {exc.strerror or exc}."
+            ) from None
+        if not addresses:
+            raise BadGateway(
+                detail=f"Could not resolve {host} (named by registry {self.registry_host}) "
+                f"while pulling chart {self.source}: no address."
+            )
+        if not self._listed(host, self.allowlist) and any(
+            forbidden_reason(address) is not None for address in addresses
+        ):
+            raise self._refusal(host)
+        self._pins[key] = addresses
+
+    def redirect_hook(self, response: requests.Response, *args: Any, **kwargs: Any) -> None:
+        if not response.is_redirect:
+            return
+        target = urljoin(response.url, response.headers.get("location", ""))
+        parts = urlsplit(target)
+        origin = urlsplit(response.url)
+        if parts.netloc.lower() != origin.netloc.lower() or (
+            parts.scheme == "http" and origin.scheme == "https"
+        ):
+            raise BadGateway(
+                detail=f"Registry {origin.netloc} redirected to {parts.scheme}://{parts.netloc} "
+                f"while pulling chart {self.source}; redirects to other hosts or to plain HTTP "
+                "are refused."
+            )
+
+
+def guard(session: requests.Session, policy: HostPolicy, timeout: float) -> None:
+    adapter = GuardedAdapter(policy, timeout)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    session.hooks["response"].append(policy.redirect_hook)

@@ -21,14 +21,13 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from cachetools import LRUCache
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.charts.fetch import ChartFetcher, FetchedChart, RegistryCredential
 from service.charts.findings import Finding, KubeObject, PipelineResult
-from service.charts.helm_engine import render_checked
 from service.charts.metrics import ChartMetrics
 from service.charts.mutate import mutate_for_install
 from service.charts.policy import ValidationPolicy
@@ -39,6 +38,7 @@ from service.charts.render import (
     ChartRenderError,
     RenderOutput,
     check_rendered,
+    render_checked,
 )
 from service.charts.target import ChartTarget, nvlink_annotation_findings
 from service.charts.url import ChartRef, ChartUrlError, parse_chart_url, redact_url
@@ -54,9 +54,22 @@ if TYPE_CHECKING:
     from service.clusters.catalog import Cluster
     from service.core.crypto import SecretBox
     from service.core.settings import Settings
-    from service.functions.validation import FunctionSpec
 
 log = logging.getLogger(__name__)
+
+
+class HelmFunctionSpec(Protocol):
+    """What creating a helm function asks of its chart (functions.validation.FunctionSpec)."""
+
+    @property
+    def helm_chart(self) -> str | None: ...
+    @property
+    def helm_chart_service_name(self) -> str | None: ...
+    @property
+    def inference_port(self) -> int | None: ...
+    @property
+    def helm_validation_policy(self) -> ValidationPolicy: ...
+
 
 #: Instance id used for the dry-run's install preview (no instance exists).
 PLACEHOLDER_INSTANCE_ID = "00000000-0000-0000-0000-000000000000"
@@ -496,7 +509,7 @@ class ChartPipeline:
         return _merged(results)
 
     async def validate_for_create(
-        self, session: AsyncSession, principal: Principal, spec: FunctionSpec
+        self, session: AsyncSession, principal: Principal, spec: HelmFunctionSpec
     ) -> tuple[str, list[dict[str, Any]]]:
         """Validate a new helm function's chart with its default values and the request's
         helmValidationPolicy (the caller checked that some catalog cluster permits it).

@@ -29,7 +29,6 @@ always apply.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -128,27 +127,6 @@ class ValidationPolicy:
         """Extra types may be operator-managed workloads (LeaderWorkerSet, Grove, Dynamo…)
         that create the inference Service and its pods themselves (as in NVCF)."""
         return bool(self.extra_kubernetes_types)
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any] | None) -> ValidationPolicy:
-        """Build from the API shape `{name, extraKubernetesTypes: [{group, version, kind}]}`,
-        parsed by the API's own model (`None` is the default policy).
-
-        Raises:
-            ValueError: listing every violation (the API answers them as a 400).
-        """
-        if raw is None:
-            return cls()
-        from pydantic import ValidationError
-
-        from service.charts.schemas import HelmValidationPolicyIn
-        from service.core.validation import field_errors
-
-        try:
-            return HelmValidationPolicyIn.model_validate(raw).policy()
-        except ValidationError as exc:
-            problems = field_errors(exc, "helmValidationPolicy")
-            raise ValueError("; ".join(f"{e.field}: {e.message}" for e in problems)) from None
 
 
 def _items(value: Any) -> list[Any]:

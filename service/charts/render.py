@@ -19,12 +19,18 @@ import json
 import os
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from service.charts.decode import Decoded, crd_names, hook_findings, skipped_hooks
+from service.charts.decode import (
+    Decoded,
+    HelmOrderUncertain,
+    crd_names,
+    hook_findings,
+    skipped_hooks,
+)
 from service.charts.findings import Finding, PipelineResult
 from service.charts.helm_engine import (
     DEFAULT_SPLIT_DECODE_MIN_BYTES,
@@ -33,12 +39,17 @@ from service.charts.helm_engine import (
     HelmPath,
     split_decode,
 )
+from service.charts.helm_engine import (
+    log as engine_log,  # the helm_path line keeps the engine's logger, as operators filter it
+)
 from service.charts.kube_schema import validate_objects
 from service.charts.modify import apply_modifications
 from service.charts.policy import ValidationPolicy, restrict
 from service.charts.workload import extract_workload_config
 from service.core.errors import BadRequest, FieldError
 from service.core.settings import Settings
+
+T = TypeVar("T")
 
 _DEFAULTS = Settings.model_construct()  # each default is written once, in Settings
 DEFAULT_TIMEOUT = _DEFAULTS.render_timeout
@@ -403,4 +414,31 @@ def check_rendered(
                 declared_api_versions=declared_api_versions,
             )
         )
+    return result
+
+
+# --- the answer and its fallback (in the server process) ----------------------------------
+
+
+async def render_checked(
+    render: Callable[[bool], Awaitable[RenderOutput]], check: Callable[[RenderOutput], T]
+) -> T:
+    """`check(await render(engine=True))` in a thread (decoding is CPU work), falling back to
+    Helm's install action when the engine's template-order output cannot be sorted like
+    Helm with certainty; logs which path answered (`helm_path`). Raises `ChartRenderError`
+    from either render."""
+    output = await render(True)
+    fallback = False
+    try:
+        result = await asyncio.to_thread(check, output)
+    except HelmOrderUncertain:
+        fallback = True
+        output = await render(False)
+        result = await asyncio.to_thread(check, output)
+    engine_log.info(
+        "chart render answered by helm_path=%s%s",
+        output.helm_path,
+        " after fallback" if fallback else "",
+        extra={"helm_path": output.helm_path, "helm_fallback": fallback},
+    )
     return result

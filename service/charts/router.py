@@ -26,6 +26,7 @@ from fastapi import APIRouter, Depends, Request
 from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.service import Principal
+from service.charts.deps import ChartPipelineDep
 from service.charts.pipeline import PLACEHOLDER_INSTANCE_ID
 from service.charts.policy import ValidationPolicy
 from service.charts.schemas import (
@@ -35,12 +36,12 @@ from service.charts.schemas import (
 )
 from service.charts.target import not_permitted_message, permitted_clusters
 from service.clusters.catalog import Catalog, Cluster, TargetRequest, resolve
+from service.clusters.deps import CatalogDep
 from service.clusters.instance_types import InstanceType
 from service.core.errors import FieldError, ValidationFailed
 from service.core.http import inline_body_doc, read_json
 from service.core.kube import instance_namespace
 from service.core.validation import failed, parse
-from service.state import app_state
 
 router = APIRouter(tags=["helm"])
 
@@ -219,13 +220,12 @@ def _not_applied(dry: DryRun, default_kube_version: str) -> list[dict[str, str]]
     return out
 
 
-async def parse_dry_run(request: Request, body: Any) -> DryRun:
+async def parse_dry_run(body: Any, catalog: Catalog, default_kube_version: str) -> DryRun:
     """Check every field (the request model), then the target and policy against the catalog;
     raise one 400 listing all violations."""
     if not isinstance(body, dict):
         raise ValidationFailed.of([FieldError("body", "must be a JSON object")])
     model, errors = parse(HelmValidateRequest, body)
-    catalog = app_state(request).catalog
     target = _target(catalog, body, failed(errors))
     errors += target.errors
     policy = _policy(body)
@@ -249,7 +249,7 @@ async def parse_dry_run(request: Request, body: Any) -> DryRun:
         instance_type=target.instance_type,
         clusters=target.clusters,
     )
-    dry.not_applied = _not_applied(dry, app_state(request).chart_pipeline.default_kube_version)
+    dry.not_applied = _not_applied(dry, default_kube_version)
     return dry
 
 
@@ -261,11 +261,13 @@ async def parse_dry_run(request: Request, body: Any) -> DryRun:
     summary="Dry-run the helm chart pipeline (fetch, render, restrict) without storing anything",
 )
 async def validate_helm_chart(
-    request: Request, session: Session, principal: Registrar
+    request: Request,
+    session: Session,
+    principal: Registrar,
+    pipeline: ChartPipelineDep,
+    catalog: CatalogDep,
 ) -> dict[str, Any]:
-    dry = await parse_dry_run(request, await read_json(request))
-    state = app_state(request)
-    pipeline = state.chart_pipeline
+    dry = await parse_dry_run(await read_json(request), catalog, pipeline.default_kube_version)
     namespace = instance_namespace(PLACEHOLDER_INSTANCE_ID) if dry.clusters else None
     result = await pipeline.validate_for_clusters(
         session,
@@ -284,7 +286,7 @@ async def validate_helm_chart(
         result.objects = pipeline.install_preview(
             result.objects,
             cluster=first,
-            backend=state.catalog.group_of(first).name,
+            backend=catalog.group_of(first).name,
             instance_type=dry.instance_type,
             account_id=principal.account_id,
         )

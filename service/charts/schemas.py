@@ -6,9 +6,10 @@ OpenAPI document shows them. `HelmValidationPolicyIn` is also the deployments' (
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, SkipValidation
+from pydantic import Field, SkipValidation, ValidationError
 
 from service.charts.policy import KubernetesType, ValidationPolicy
 from service.charts.url import ChartUrlError, parse_chart_url
@@ -20,6 +21,7 @@ from service.core.validation import (
     Expect,
     RequestModel,
     Rules,
+    field_errors,
     matches,
 )
 
@@ -219,3 +221,19 @@ class HelmValidateResponse(CamelModel):
     kube_versions: list[str] = Field(default_factory=list)
     #: the checks a deploy would apply that this dry-run could not, and why
     checks_not_applied: list[CheckNotApplied] = Field(default_factory=list)
+
+
+def parse_policy(raw: Mapping[str, Any] | None) -> ValidationPolicy:
+    """A policy from the API shape `{name, extraKubernetesTypes: [{group, version, kind}]}`,
+    parsed by the API's own model (`None` is the default policy).
+
+    Raises:
+        ValueError: listing every violation (the API answers them as a 400).
+    """
+    if raw is None:
+        return ValidationPolicy()
+    try:
+        return HelmValidationPolicyIn.model_validate(raw).policy()
+    except ValidationError as exc:
+        problems = field_errors(exc, "helmValidationPolicy")
+        raise ValueError("; ".join(f"{e.field}: {e.message}" for e in problems)) from None

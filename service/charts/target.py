@@ -30,6 +30,7 @@ from service.charts.findings import (
 from service.charts.kube_schema import standard_api_versions
 from service.charts.mutate import NVLINK_INDEX_ANNOTATION
 from service.charts.policy import ValidationPolicy
+from service.charts.schemas import parse_policy
 from service.clusters.catalog.lookups import type_label
 from service.core.kube import is_nvlink
 
@@ -82,7 +83,7 @@ def policy_keys(policy: ValidationPolicy) -> list[tuple[str, str, str]]:
 def stored_policy(raw: Mapping[str, Any] | None) -> ValidationPolicy:
     """A stored `helmValidationPolicy` (as deployments keep it) as the pipeline's policy."""
     try:
-        return ValidationPolicy.from_dict(raw)
+        return parse_policy(raw)
     except ValueError:
         return ValidationPolicy()
 

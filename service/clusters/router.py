@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
 from service.auth import scopes
 from service.auth.deps import require
 from service.auth.service import Principal
-from service.clusters.catalog import Catalog
+from service.clusters.deps import CatalogDep
 from service.clusters.groups import SupportedGpu, cluster_groups_view, supported_gpus
 
 router = APIRouter(tags=["clusters"])
@@ -23,14 +23,9 @@ Viewer = Annotated[Principal, Depends(require(scopes.LIST_CLUSTER_GROUPS, scopes
 Registrar = Annotated[Principal, Depends(require(scopes.REGISTER_FUNCTION))]
 
 
-def _view(request: Request, principal: Principal) -> dict[str, Any]:
-    catalog: Catalog = request.app.state.catalog
-    return cluster_groups_view(catalog, principal.account_id)
-
-
 @router.get("/clusterGroups", summary="Cluster groups, their GPUs, instance types and clusters")
-async def list_cluster_groups(request: Request, principal: Viewer) -> dict[str, Any]:
-    return _view(request, principal)
+async def list_cluster_groups(principal: Viewer, catalog: CatalogDep) -> dict[str, Any]:
+    return cluster_groups_view(catalog, principal.account_id)
 
 
 @router.get(
@@ -38,9 +33,8 @@ async def list_cluster_groups(request: Request, principal: Viewer) -> dict[str, 
     deprecated=True,
     summary="GPUs and the backends (cluster groups) offering them; use clusterGroups",
 )
-async def list_supported_gpus(request: Request, principal: Registrar) -> list[SupportedGpu]:
+async def list_supported_gpus(principal: Registrar, catalog: CatalogDep) -> list[SupportedGpu]:
     # NVCF's shape: a bare list of {gpu, backend}; its scope is register_function.
-    catalog: Catalog = request.app.state.catalog
     return supported_gpus(catalog)
 
 
@@ -49,7 +43,7 @@ async def list_supported_gpus(request: Request, principal: Registrar) -> list[Su
     summary="Cluster groups and instance types (ngcsdk alias of GET /v2/nvcf/clusterGroups)",
 )
 async def list_available_instance_types(
-    org: str, request: Request, principal: Viewer
+    org: str, principal: Viewer, catalog: CatalogDep
 ) -> dict[str, Any]:
     # The dependency already refused an `org` other than the caller's account (403).
-    return _view(request, principal)
+    return cluster_groups_view(catalog, principal.account_id)

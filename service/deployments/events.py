@@ -1,6 +1,6 @@
 """Append entries to a deployment's timeline (`GET /deployments/{id}/events`).
 
-Used by `transitions.py`, the one writer of deployment state. Entries are buffered on the
+Used by `transitions/`, the one writer of deployment state. Entries are buffered on the
 session and written in one multi-row INSERT when its transaction commits: the ORM would insert
 rows with a generated key one statement at a time, and a reconciler batch records thousands of
 them. A rollback discards the buffer with the rest.

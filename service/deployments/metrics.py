@@ -55,7 +55,7 @@ class FleetGauges:
     """`nvcf_function_versions{status}` and `nvcf_instances{phase,cluster}`, counted in the
     database when `/metrics` is scraped, at most once every `max_age` seconds.
 
-    Why counted and not kept up to date by the one writer of state (transitions.py): versions
+    Why counted and not kept up to date by the one writer of state (transitions/): versions
     are also created and deleted by the functions service; a writer's transaction may roll back
     after the change; each replica sees only its own writes, while these gauges must say the
     same on every replica; and a restart would have to count anyway. Two GROUP BY statements

@@ -30,7 +30,7 @@ Tables:
 `due_at` (indexed, on deployments and instances) is when the reconciler must look next: a
 deployment is due from a change of desired state until it has settled (NULL once settled); an
 instance is due for its next health check or resync. A pass reads only what is due, so the
-cost of doing nothing does not grow with the fleet. Only `transitions.py` and the reconciler's
+cost of doing nothing does not grow with the fleet. Only `transitions/` and the reconciler's
 store write these columns.
 """
 
@@ -137,7 +137,7 @@ class DeploymentSpec(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # The autoscaler's desired instance count (None: minInstances); the reconciler converges
-    # to it clamped to [min_instances, max_instances]. Written only by transitions.py.
+    # to it clamped to [min_instances, max_instances]. Written only by transitions/
     target_instances: Mapped[int | None] = mapped_column(Integer)
     # NVCF's autoscalingConfigurationPolicy (None: PLATFORM_CONFIGURATION) and the custom
     # autoscalingConfiguration as given (API names), deployments/autoscale/policy.py.

@@ -7,24 +7,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.service import Principal
-from service.charts.pipeline import DEFAULT_INFERENCE_PORT, ChartFieldError, ChartValidation
+from service.charts.pipeline import (
+    DEFAULT_INFERENCE_PORT,
+    ChartFieldError,
+    ChartPipeline,
+    ChartValidation,
+)
 from service.charts.policy import ValidationPolicy
 from service.charts.target import not_permitted_message, permitted_clusters, stored_policy
-from service.clusters.catalog import Cluster
+from service.clusters.catalog import Catalog, Cluster
 from service.clusters.instance_types import InstanceType
 from service.core.errors import FieldError, ServiceUnavailable
 from service.deployments.models import DeploymentSpec
 from service.deployments.validation import RevisionChange
 from service.functions.models import FunctionVersion
-from service.state import app_state
 
 
 async def render(
-    request: Request,
+    pipeline: ChartPipeline,
     session: AsyncSession,
     principal: Principal,
     version: FunctionVersion,
@@ -38,7 +41,6 @@ async def render(
     """Render the version's pinned chart (by digest: no pull when cached) with a
     specification's configuration and check it for its clusters — the one path of a deploy
     and of a configuration PATCH; the findings as errors under `path`."""
-    pipeline = app_state(request).chart_pipeline
     if version.helm_chart is None:
         raise ServiceUnavailable(detail="the chart pipeline is not available")
     result = await pipeline.validate_for_clusters(
@@ -69,7 +71,8 @@ async def render(
 
 
 async def revision_objects(
-    request: Request,
+    pipeline: ChartPipeline,
+    catalog: Catalog,
     session: AsyncSession,
     principal: Principal,
     version: FunctionVersion,
@@ -85,14 +88,13 @@ async def revision_objects(
         else spec.helm_validation_policy
     )
     policy = change.policy if change.policy is not None else stored_policy(stored)
-    catalog = app_state(request).catalog
     candidates = [c for name in spec.candidate_clusters or [] if (c := catalog.cluster(str(name)))]
     clusters = permitted_clusters(catalog, candidates, policy)
     if candidates and not clusters:
         message = not_permitted_message(catalog, candidates, policy)
         return None, None, [], [FieldError("helmValidationPolicy", message)]
     result, errors = await render(
-        request,
+        pipeline,
         session,
         principal,
         version,

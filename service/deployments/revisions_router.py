@@ -3,13 +3,15 @@ rolled out like any new revision. Every route needs the `deploy_function` scope.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 
 from service.auth.deps import Session
+from service.core.db import after_commit
 from service.core.errors import FieldError, NotFound, ValidationFailed
 from service.core.http import parse_uuids
 from service.core.numbers import natural_in
-from service.deployments import revisions, service
+from service.deployments import repository, revisions, views
+from service.deployments.deps import WakeDep
 from service.deployments.router_common import SPEC_PATH, Deployer
 from service.deployments.schemas import GpuSpecificationEnvelope, RevisionList, RevisionOut
 
@@ -28,7 +30,7 @@ async def list_revisions(
     did, sid = parse_uuids(
         (deploymentId, "deploymentId"), (gpuSpecificationId, "gpuSpecificationId")
     )
-    deployment = await service.get_deployment(session, principal.account_id, did)
+    deployment = await repository.get_deployment(session, principal.account_id, did)
     spec = next((s for s in deployment.specs if s.id == sid), None)
     if spec is None:
         raise NotFound(detail=f"GPU specification {sid} not found in deployment {did}")
@@ -53,21 +55,23 @@ async def rollback_revision(
     deploymentId: str,
     gpuSpecificationId: str,
     revision: str,
-    request: Request,
     session: Session,
     principal: Deployer,
+    wake: WakeDep,
 ) -> GpuSpecificationEnvelope:
     number = parse_revision(revision)
-    deployment, spec = await service.live_spec(session, principal, deploymentId, gpuSpecificationId)
-    await service.lock_version(
+    deployment, spec = await repository.live_spec(
+        session, principal, deploymentId, gpuSpecificationId
+    )
+    await repository.lock_version(
         session, principal.account_id, deployment.function_id, deployment.version_id
     )
     if await revisions.rollback(
         session, deployment, spec, number, revisions.principal_name(principal)
     ):
-        service.wake_reconciler(session, request.app)
+        after_commit(session, wake)
     return GpuSpecificationEnvelope(
-        gpu_specification=await service.spec_view(session, deployment, spec)
+        gpu_specification=await views.spec_view(session, deployment, spec)
     )
 
 

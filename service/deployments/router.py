@@ -1,40 +1,25 @@
 """HTTP routes of deployments (api.md §3); every route needs the `deploy_function` scope.
 
-A deploy validates every specification (catalog resolution; for helm functions a re-render of
-the pinned chart with each specification's configuration), then records the desired state and
-wakes the reconciler after the commit. Concurrent deploys of one version serialise on an
-in-process lock and on the version row (`FOR UPDATE` on PostgreSQL); the partial unique index
-`uq_deployments_live_version` is the last line (409).
+Each route parses the path and body, calls one use case of `service.py` (deploy, rescale,
+patch a specification, delete) or one read (`repository.py`, `views.py`) and renders the
+answer; the request's transaction is the `Session` dependency's.
 """
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-import weakref
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from sqlalchemy.exc import IntegrityError
 
 from service.auth.deps import Session
-from service.auth.service import Principal, lock_account
-from service.core.db import after_commit, utcnow
-from service.core.errors import (
-    BadRequest,
-    Conflict,
-    FieldError,
-    ValidationFailed,
-)
+from service.core.db import utcnow
 from service.core.http import inline_body_doc, parse_uuid, parse_uuids, read_json
 from service.core.pagination import Limit, make_page
-from service.deployments import rendering, revisions, service, usage
-from service.deployments.models import Deployment
+from service.deployments import repository, service, views
+from service.deployments.deps import DeployingDep
 from service.deployments.router_common import SPEC_PATH, Deployer
 from service.deployments.schemas import (
-    SPECS,
     DeploymentCreate,
     DeploymentEnvelope,
     DeploymentList,
@@ -43,23 +28,7 @@ from service.deployments.schemas import (
     GpuSpecificationEnvelope,
     GpuSpecificationPatch,
 )
-from service.deployments.validation import (
-    ScalingChange,
-    StoredSpec,
-    ValidatedSpec,
-    revision_change,
-    stored_capacity_errors,
-    stored_policy_errors,
-    validate_create,
-    validate_patch,
-    validate_update,
-)
-from service.deployments.workload import container_objects
-from service.functions import service as functions_service
-from service.functions.models import FunctionVersion
 from service.functions.schemas import FunctionEnvelope, FunctionOut
-from service.health.status import VersionStatus
-from service.state import app_state
 
 router = APIRouter(tags=["deployments"])
 
@@ -68,86 +37,10 @@ _BY_VERSION = "/deployments/functions/{functionId}/versions/{functionVersionId}"
 _CREATE_DOC = inline_body_doc(DeploymentCreate)
 _PATCH_DOC = inline_body_doc(GpuSpecificationPatch)
 
-_locks: weakref.WeakValueDictionary[uuid.UUID, asyncio.Lock] = weakref.WeakValueDictionary()
-
-
-@asynccontextmanager
-async def _version_lock(version_id: uuid.UUID) -> AsyncIterator[None]:
-    """Serialise deploys of one version within this process (SQLite has no row locks)."""
-    lock = _locks.get(version_id)
-    if lock is None:
-        lock = asyncio.Lock()
-        _locks[version_id] = lock
-    async with lock:
-        yield
-
 
 def _ids(function_id: str, version_id: str) -> tuple[uuid.UUID, uuid.UUID]:
     fid, vid = parse_uuids((function_id, "functionId"), (version_id, "functionVersionId"))
     return fid, vid
-
-
-def _check_deployable(version: FunctionVersion, live: Deployment | None) -> None:
-    if live is not None:
-        raise BadRequest(
-            detail=f"version {version.id} is {version.status} and already has deployment "
-            f"{live.id}; delete that deployment first (DELETE {_BY_VERSION}), or change its "
-            "scaling with PUT or PATCH"
-        )
-    if version.status != VersionStatus.INACTIVE:
-        raise BadRequest(
-            detail=f"version {version.id} is {version.status}; only an INACTIVE version can be "
-            "deployed — delete its deployment first"
-        )
-
-
-async def _helm_objects(
-    request: Request,
-    session: Session,
-    principal: Principal,
-    version: FunctionVersion,
-    specs: list[ValidatedSpec],
-) -> tuple[list[service.SpecObjects], dict[str, bool]]:
-    """Re-render the pinned chart for every specification; all errors of all specs → 400."""
-    errors: list[FieldError] = []
-    out: list[service.SpecObjects] = []
-    flags: dict[str, bool] = {}
-    for spec in specs:
-        result, found = await rendering.render(
-            request,
-            session,
-            principal,
-            version,
-            clusters=spec.target.clusters,
-            instance_type=spec.target.instance_type,
-            configuration=spec.configuration,
-            policy=spec.policy,
-            path=f"{spec.path}.",
-        )
-        errors += found
-        if not found:
-            out.append(service.SpecObjects(spec, result.objects))
-            flags.update(result.workload_config)
-    if errors:
-        raise ValidationFailed.of(errors, what="deployment")
-    return out, flags
-
-
-async def _objects(
-    request: Request,
-    session: Session,
-    principal: Principal,
-    version: FunctionVersion,
-    specs: list[ValidatedSpec],
-) -> tuple[list[service.SpecObjects], dict[str, bool]]:
-    if version.helm_chart is not None:
-        return await _helm_objects(request, session, principal, version, specs)
-    return [
-        service.SpecObjects(
-            spec, container_objects(version, spec.target.instance_type, spec.target.clusters[0])
-        )
-        for spec in specs
-    ], {}
 
 
 @router.post(
@@ -163,84 +56,12 @@ async def create_deployment(
     request: Request,
     session: Session,
     principal: Deployer,
+    deps: DeployingDep,
 ) -> DeploymentEnvelope:
     fid, vid = _ids(functionId, functionVersionId)
     body = await read_json(request)
-    version = await functions_service.get_version(session, principal.account_id, fid, vid)
-    _check_deployable(version, await service.live_deployment(session, vid))
-    specs = validate_create(
-        body,
-        catalog=request.app.state.catalog,
-        is_helm=version.helm_chart is not None,
-        is_grpc=version.inference_url.strip("/").lower() == "grpc",
-    )
-    objects, flags = await _objects(request, session, principal, version, specs)
-    async with _version_lock(vid):
-        version = await service.lock_version(session, principal.account_id, fid, vid)
-        _check_deployable(version, await service.live_deployment(session, vid))
-        await _instances_quota(request, session, principal, [], [s.max_instances for s in specs])
-        try:
-            deployment = await service.create_deployment(
-                session,
-                version=version,
-                specs=objects,
-                feature_flags=flags,
-                by=revisions.principal_name(principal),
-            )
-        except IntegrityError:
-            raise Conflict(
-                detail=f"a deployment for version {vid} already exists (created concurrently)"
-            ) from None
-        service.wake_reconciler(session, request.app)
-        # Commit inside the lock so the next deploy of this version sees this one.
-        await session.commit()
-    return DeploymentEnvelope(deployment=await service.deployment_view(session, deployment))
-
-
-async def _instances_quota(
-    request: Request,
-    session: Session,
-    principal: Principal,
-    replaced: Sequence[StoredSpec],
-    new_max: Sequence[int],
-) -> None:
-    """The account's instances quota (maxInstances of its live deployments), when a change
-    adds instances; `replaced` specifications are counted with their new values."""
-    if sum(new_max) <= sum(s.max_instances for s in replaced):
-        return
-    await app_state(request).quotas.instances.check(
-        lambda: usage.deployed_instances(
-            session, principal.account_id, excluding=[s.id for s in replaced]
-        ),
-        lambda: lock_account(session, principal.account_id),
-        sum(new_max),
-    )
-
-
-async def _check_scaling(
-    request: Request,
-    session: Session,
-    principal: Principal,
-    stored: Sequence[StoredSpec],
-    changes: Sequence[ScalingChange],
-    body_list: str | None,
-) -> None:
-    """New scaling values within what the clusters could hold, and within the quota."""
-    catalog = app_state(request).catalog
-    by_id = {s.id: s for s in stored}
-    errors: list[FieldError] = []
-    for i, change in enumerate(changes):
-        path = f"{body_list}[{i}]" if body_list else ""
-        errors += stored_capacity_errors(catalog, by_id[change.spec_id], change, path)
-        errors += stored_policy_errors(catalog, by_id[change.spec_id], change, path)
-    if errors:
-        raise ValidationFailed.of(errors)
-    replaced = [by_id[c.spec_id] for c in changes]
-    new_max = [
-        c.max_instances if c.max_instances is not None else by_id[c.spec_id].max_instances
-        for c in changes
-    ]
-    await _instances_quota(request, session, principal, replaced, new_max)
+    deployment = await service.deploy(session, deps, principal, fid, vid, body)
+    return DeploymentEnvelope(deployment=await views.deployment_view(session, deployment))
 
 
 @router.get(
@@ -253,8 +74,8 @@ async def get_version_deployment(
     functionId: str, functionVersionId: str, session: Session, principal: Deployer
 ) -> DeploymentEnvelope:
     fid, vid = _ids(functionId, functionVersionId)
-    deployment = await service.get_version_deployment(session, principal.account_id, fid, vid)
-    return DeploymentEnvelope(deployment=await service.deployment_view(session, deployment))
+    deployment = await repository.get_version_deployment(session, principal.account_id, fid, vid)
+    return DeploymentEnvelope(deployment=await views.deployment_view(session, deployment))
 
 
 @router.put(
@@ -271,17 +92,12 @@ async def update_deployment(
     request: Request,
     session: Session,
     principal: Deployer,
+    deps: DeployingDep,
 ) -> DeploymentEnvelope:
     fid, vid = _ids(functionId, functionVersionId)
     body = await read_json(request)
-    deployment = await service.get_version_deployment(session, principal.account_id, fid, vid)
-    stored = [service.stored_spec(s) for s in deployment.specs]
-    changes = validate_update(body, stored)
-    await _check_scaling(request, session, principal, stored, changes, SPECS)
-    version = await service.lock_version(session, principal.account_id, fid, vid)
-    if await service.apply_scaling(session, deployment, changes, version):
-        service.wake_reconciler(session, request.app)
-    return DeploymentEnvelope(deployment=await service.deployment_view(session, deployment))
+    deployment = await service.rescale(session, deps, principal, fid, vid, body)
+    return DeploymentEnvelope(deployment=await views.deployment_view(session, deployment))
 
 
 @router.delete(
@@ -293,9 +109,9 @@ async def update_deployment(
 async def delete_deployment(
     functionId: str,
     functionVersionId: str,
-    request: Request,
     session: Session,
     principal: Deployer,
+    deps: DeployingDep,
     graceful: Annotated[
         bool,
         Query(
@@ -306,20 +122,7 @@ async def delete_deployment(
     ] = False,
 ) -> FunctionEnvelope:
     fid, vid = _ids(functionId, functionVersionId)
-    version = await service.lock_version(session, principal.account_id, fid, vid)
-    deployment = await service.get_version_deployment(session, principal.account_id, fid, vid)
-    if graceful:
-        message = (
-            "deployment deleted (graceful): the version takes no new requests; instances "
-            "finish the requests in flight and queued, then are torn down"
-        )
-    else:
-        message = "deployment deleted (immediate); instances will be torn down"
-    await service.undeploy(session, deployment, version, message=message, drain=graceful)
-    service.wake_reconciler(session, request.app)
-    plane = app_state(request).invocation
-    if plane is not None:  # this process refuses new requests at once (others: route cache)
-        after_commit(session, lambda: plane.routes.forget(vid))
+    version = await service.delete(session, deps, principal, fid, vid, graceful=graceful)
     return FunctionEnvelope(function=FunctionOut.of(version))
 
 
@@ -336,11 +139,11 @@ async def list_deployments(
     cursor: str | None = None,
 ) -> DeploymentList:
     page = make_page(limit, cursor)
-    rows, next_cursor = await service.list_deployments(
+    rows, next_cursor = await repository.list_deployments(
         session, principal.account_id, page, only=principal.functions
     )
     return DeploymentList(
-        deployments=await service.deployment_views(session, rows), next_cursor=next_cursor
+        deployments=await views.deployment_views(session, rows), next_cursor=next_cursor
     )
 
 
@@ -365,10 +168,10 @@ async def list_version_history(
 ) -> DeploymentList:
     fid, vid = _ids(functionId, functionVersionId)
     page = make_page(limit, cursor)
-    views, next_cursor = await service.version_history(
+    removed, next_cursor = await views.version_history(
         session, principal.account_id, fid, vid, page, utcnow()
     )
-    return DeploymentList(deployments=views, next_cursor=next_cursor)
+    return DeploymentList(deployments=removed, next_cursor=next_cursor)
 
 
 @router.get(
@@ -381,8 +184,8 @@ async def get_deployment(
     deploymentId: str, session: Session, principal: Deployer
 ) -> DeploymentEnvelope:
     did = parse_uuid(deploymentId, "deploymentId")
-    found = await service.find_deployment(session, principal.account_id, did, utcnow())
-    return DeploymentEnvelope(deployment=await service.view_of(session, found))
+    found = await repository.find_deployment(session, principal.account_id, did, utcnow())
+    return DeploymentEnvelope(deployment=await views.view_of(session, found))
 
 
 @router.get(
@@ -401,8 +204,8 @@ async def list_deployment_events(
 ) -> EventList:
     did = parse_uuid(deploymentId, "deploymentId")
     page = make_page(limit, cursor)
-    await service.find_deployment(session, principal.account_id, did, utcnow())
-    rows, next_cursor = await service.list_events(session, did, page)
+    await repository.find_deployment(session, principal.account_id, did, utcnow())
+    rows, next_cursor = await repository.list_events(session, did, page)
     return EventList(events=[EventOut.of(e) for e in rows], next_cursor=next_cursor)
 
 
@@ -420,43 +223,12 @@ async def patch_gpu_specification(
     request: Request,
     session: Session,
     principal: Deployer,
+    deps: DeployingDep,
 ) -> GpuSpecificationEnvelope:
     body = await read_json(request)
-    deployment, spec = await service.live_spec(session, principal, deploymentId, gpuSpecificationId)
-    version = await service.lock_version(
-        session, principal.account_id, deployment.function_id, deployment.version_id
+    deployment, spec = await service.patch_spec(
+        session, deps, principal, deploymentId, gpuSpecificationId, body
     )
-    stored = service.stored_spec(spec)
-    change = validate_patch(body, stored, is_helm=version.helm_chart is not None)
-    revision = revision_change(body)
-    errors: list[FieldError] = []
-    rendered: tuple[dict[str, Any] | None, dict[str, Any] | None, list[Any]] | None = None
-    if revision is not None:
-        configuration, policy, objects, errors = await rendering.revision_objects(
-            request, session, principal, version, spec, revision
-        )
-        rendered = (configuration, policy, objects)
-    try:
-        await _check_scaling(request, session, principal, [stored], [change], None)
-    except ValidationFailed as exc:
-        errors = list(exc.errors or []) + errors
-    if errors:
-        raise ValidationFailed.of(errors, what="GPU specification update")
-    changed = await service.apply_scaling(session, deployment, [change], version)
-    if rendered is not None:
-        configuration, policy, objects = rendered
-        added = await revisions.new_revision(
-            session,
-            deployment,
-            spec,
-            configuration=configuration,
-            helm_validation_policy=policy,
-            objects=objects,
-            by=revisions.principal_name(principal),
-        )
-        changed = changed or added is not None
-    if changed:
-        service.wake_reconciler(session, request.app)
     return GpuSpecificationEnvelope(
-        gpu_specification=await service.spec_view(session, deployment, spec)
+        gpu_specification=await views.spec_view(session, deployment, spec)
     )

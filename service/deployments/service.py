@@ -1,424 +1,60 @@
-"""Deployment operations: record desired state, read it back, scale it, tear it down.
+"""Deployment commands: record desired state, scale it, tear it down; the use cases the routes
+call (`deploy`, `rescale`, `patch_spec`, `delete`).
+
+A deploy validates every specification (catalog resolution; for helm functions a re-render of
+the pinned chart with each specification's configuration), then records the desired state and
+wakes the reconciler after the commit. Concurrent deploys of one version serialise on an
+in-process lock and on the version row (`FOR UPDATE` on PostgreSQL); the partial unique index
+`uq_deployments_live_version` is the last line (409).
 
 Services flush; the request's transaction commits. Nothing here calls a backend: the reconciler
-converges instances to what is stored and is woken after the commit (`wake_reconciler`).
-Reads load a page of deployments in a constant number of queries (deployments, their specs,
-their instances, their versions).
+converges instances to what is stored and is woken after the commit. Lookups are in
+`repository.py`, the API objects in `views.py`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.auth.service import Principal
+from service.auth.service import Principal, lock_account
+from service.charts.pipeline import ChartPipeline
+from service.clusters.catalog import Catalog
 from service.core.db import after_commit, utcnow
-from service.core.errors import BadRequest, NotFound
-from service.core.http import parse_uuids
-from service.core.pagination import Page, keyset_page
-from service.deployments import history, transitions
+from service.core.errors import BadRequest, Conflict, FieldError, ValidationFailed
+from service.core.events import Events
+from service.core.quotas import Quotas
+from service.deployments import rendering, repository, revisions, transitions, usage
+from service.deployments.announcements import DeploymentDeleted
 from service.deployments.autoscale.policy import PLATFORM, custom_policy, platform_policy
-from service.deployments.logs.keep import kept_lines
 from service.deployments.models import (
     Deployment,
-    DeploymentDesired,
-    DeploymentEvent,
-    DeploymentHistory,
     DeploymentSpec,
-    Instance,
-    InstanceDesired,
 )
-from service.deployments.schemas import (
-    DeploymentOut,
-    GpuSpecificationOut,
-    HealthInfo,
-    InstanceOut,
+from service.deployments.schemas import SPECS
+from service.deployments.validation import (
+    ScalingChange,
+    StoredSpec,
+    ValidatedSpec,
+    revision_change,
+    stored_capacity_errors,
+    stored_policy_errors,
+    validate_create,
+    validate_patch,
+    validate_update,
 )
-from service.deployments.validation import ScalingChange, StoredSpec, ValidatedSpec
+from service.deployments.workload import container_objects
+from service.functions import service as functions_service
 from service.functions.models import FunctionVersion
-from service.health.machine import Phase
 from service.health.status import SpecProgress, VersionStatus, next_status
-from service.state import AppState
-
-# --- reconciler wake-ups -----------------------------------------------------------------------
-
-
-def reconciler_waker(app: Any) -> Callable[[], None]:
-    """A callback waking the app's reconciler, if one runs in this process."""
-
-    def wake() -> None:
-        reconciler = cast(AppState, app.state).reconciler
-        if reconciler is not None:
-            reconciler.wake()
-
-    return wake
-
-
-def wake_reconciler(session: AsyncSession, app: Any) -> None:
-    """Wake the reconciler once the request's transaction has committed."""
-    after_commit(session, reconciler_waker(app))
-
-
-# --- lookups -----------------------------------------------------------------------------------
-
-
-async def lock_version(
-    session: AsyncSession, account_id: str, function_id: uuid.UUID, version_id: uuid.UUID
-) -> FunctionVersion:
-    """The caller's version, re-read and row-locked (`FOR UPDATE` on PostgreSQL) so concurrent
-    deploys of one version serialise; 404 if it is not the caller's."""
-    stmt = (
-        select(FunctionVersion)
-        .where(FunctionVersion.id == version_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    )
-    version = (await session.execute(stmt)).scalar_one_or_none()
-    if version is None or version.account_id != account_id or version.function_id != function_id:
-        raise NotFound(detail=f"version {version_id} of function {function_id} not found")
-    return version
-
-
-async def live_deployment(session: AsyncSession, version_id: uuid.UUID) -> Deployment | None:
-    """The version's live (`desired = deployed`) deployment, if any."""
-    stmt = select(Deployment).where(
-        Deployment.version_id == version_id, Deployment.desired == DeploymentDesired.DEPLOYED
-    )
-    return (await session.execute(stmt)).scalar_one_or_none()
-
-
-async def get_deployment(
-    session: AsyncSession, account_id: str, deployment_id: uuid.UUID
-) -> Deployment:
-    deployment = await session.get(Deployment, deployment_id)
-    if deployment is None or deployment.account_id != account_id:
-        raise NotFound(detail=f"deployment {deployment_id} not found")
-    return deployment
-
-
-async def lock_deployment(
-    session: AsyncSession, account_id: str, deployment_id: uuid.UUID
-) -> Deployment:
-    """The caller's deployment re-read and row-locked (`FOR UPDATE` on PostgreSQL), as the
-    reconciler locks it, so a change of its specs never interleaves with a unit of work."""
-    stmt = (
-        select(Deployment)
-        .where(Deployment.id == deployment_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    )
-    deployment = (await session.execute(stmt)).scalar_one_or_none()
-    if deployment is None or deployment.account_id != account_id:
-        raise NotFound(detail=f"deployment {deployment_id} not found")
-    return deployment
-
-
-async def live_spec(
-    session: AsyncSession, principal: Principal, deployment_id: str, spec_id: str
-) -> tuple[Deployment, DeploymentSpec]:
-    """The caller's live deployment, locked, and one of its specifications (404; 400 when the
-    deployment is being deleted)."""
-    did, sid = parse_uuids((deployment_id, "deploymentId"), (spec_id, "gpuSpecificationId"))
-    deployment = await lock_deployment(session, principal.account_id, did)
-    spec = next((s for s in deployment.specs if s.id == sid), None)
-    if spec is None:
-        raise NotFound(detail=f"GPU specification {sid} not found in deployment {did}")
-    if deployment.desired != DeploymentDesired.DEPLOYED:
-        raise BadRequest(
-            detail=f"deployment {did} is being deleted; its GPU specifications cannot change"
-        )
-    return deployment, spec
-
-
-async def find_deployment(
-    session: AsyncSession, account_id: str, deployment_id: uuid.UUID, now: datetime
-) -> Deployment | DeploymentHistory:
-    """The caller's deployment, or its history once removed (until that expires); 404
-    otherwise."""
-    deployment = await session.get(Deployment, deployment_id)
-    if deployment is not None and deployment.account_id == account_id:
-        return deployment
-    removed = await history.find(session, account_id, deployment_id, now)
-    if removed is None:
-        raise NotFound(detail=f"deployment {deployment_id} not found")
-    return removed
-
-
-async def get_version_deployment(
-    session: AsyncSession, account_id: str, function_id: uuid.UUID, version_id: uuid.UUID
-) -> Deployment:
-    """The live deployment of the caller's version; 404 when the version or deployment is
-    unknown."""
-    deployment = await live_deployment(session, version_id)
-    if (
-        deployment is None
-        or deployment.account_id != account_id
-        or deployment.function_id != function_id
-    ):
-        raise NotFound(detail=f"no deployment of version {version_id} of function {function_id}")
-    return deployment
-
-
-async def list_deployments(
-    session: AsyncSession, account_id: str, page: Page, only: frozenset[uuid.UUID] | None = None
-) -> tuple[list[Deployment], str | None]:
-    """The caller's live deployments, oldest first, keyset-paginated like the functions list
-    (`only`: of these functions, for a key limited to them)."""
-    stmt = select(Deployment).where(
-        Deployment.account_id == account_id, Deployment.desired == DeploymentDesired.DEPLOYED
-    )
-    if only is not None:
-        stmt = stmt.where(Deployment.function_id.in_(list(only)))
-    return await keyset_page(
-        session,
-        stmt,
-        page,
-        created=Deployment.created_at,
-        ident=Deployment.id,
-        cursor_of=lambda d: (d.created_at, d.id),
-    )
-
-
-# --- views -------------------------------------------------------------------------------------
-
-
-async def _instances_of(
-    session: AsyncSession, deployment_ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, list[Instance]]:
-    out: dict[uuid.UUID, list[Instance]] = defaultdict(list)
-    if not deployment_ids:
-        return out
-    stmt = (
-        select(Instance)
-        .where(Instance.deployment_id.in_(deployment_ids))
-        .order_by(Instance.created_at, Instance.id)
-    )
-    for inst in (await session.execute(stmt)).scalars():
-        out[inst.deployment_id].append(inst)
-    return out
-
-
-async def _statuses_of(
-    session: AsyncSession, version_ids: Iterable[uuid.UUID]
-) -> dict[uuid.UUID, str]:
-    ids = list(set(version_ids))
-    if not ids:
-        return {}
-    stmt = select(FunctionVersion.id, FunctionVersion.status).where(FunctionVersion.id.in_(ids))
-    return {vid: status for vid, status in (await session.execute(stmt)).all()}
-
-
-async def _error_reasons(
-    session: AsyncSession, deployment_ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, DeploymentEvent]:
-    """The latest event carrying a reason, per deployment (healthInfo of ERROR versions whose
-    failed instance rows are gone)."""
-    if not deployment_ids:
-        return {}
-    stmt = (
-        select(DeploymentEvent)
-        .where(
-            DeploymentEvent.deployment_id.in_(deployment_ids),
-            DeploymentEvent.reason.is_not(None),
-        )
-        .order_by(DeploymentEvent.at, DeploymentEvent.id)
-    )
-    return {e.deployment_id: e for e in (await session.execute(stmt)).scalars()}
-
-
-def _error_text(reason: str | None, message: str | None) -> str:
-    if reason and message:
-        return f"{reason}: {message}"
-    return reason or message or "instance failed"
-
-
-async def deployment_views(
-    session: AsyncSession, deployments: Sequence[Deployment]
-) -> list[DeploymentOut]:
-    """API objects of `deployments` (specs are loaded with them), in three more queries."""
-    ids = [d.id for d in deployments]
-    instances = await _instances_of(session, ids)
-    statuses = await _statuses_of(session, (d.version_id for d in deployments))
-    errored = [
-        d.id
-        for d in deployments
-        if d.desired == DeploymentDesired.DEPLOYED
-        and statuses.get(d.version_id) == VersionStatus.ERROR
-        and not any(i.phase == Phase.FAILED for i in instances.get(d.id, []))
-    ]
-    reasons = await _error_reasons(session, errored)
-    kept = await kept_lines(session, (i.id for d in deployments for i in instances.get(d.id, [])))
-    out: list[DeploymentOut] = []
-    for d in deployments:
-        specs = {s.id: s for s in d.specs}
-        live = d.desired == DeploymentDesired.DEPLOYED
-        status = (
-            statuses.get(d.version_id, VersionStatus.INACTIVE) if live else VersionStatus.INACTIVE
-        )
-        health: list[HealthInfo] = []
-        for inst in instances.get(d.id, []):
-            spec = specs.get(inst.spec_id)
-            if inst.phase == Phase.FAILED and spec is not None:
-                health.append(
-                    HealthInfo(
-                        gpu=spec.gpu,
-                        instance_type=spec.instance_type,
-                        backend=spec.backend,
-                        error=_error_text(inst.reason, inst.message),
-                        last_logs=kept.get(inst.id),
-                    )
-                )
-        event = reasons.get(d.id)
-        if event is not None and not health and d.specs:
-            spec = d.specs[0]
-            health.append(
-                HealthInfo(
-                    gpu=spec.gpu,
-                    instance_type=spec.instance_type,
-                    backend=spec.backend,
-                    error=_error_text(event.reason, event.message),
-                )
-            )
-        out.append(
-            DeploymentOut.of(
-                d,
-                function_status=str(status),
-                instances=[
-                    InstanceOut(
-                        instance_id=i.id,
-                        gpu_specification_id=i.spec_id,
-                        revision=i.revision,
-                        cluster=i.cluster,
-                        phase=i.phase,
-                        reason=i.reason,
-                        message=i.message,
-                        since=i.since,
-                        last_logs=kept.get(i.id),
-                    )
-                    for i in instances.get(d.id, [])
-                    if i.desired == InstanceDesired.PRESENT
-                ],
-                health_info=health,
-                updated=_updated(d, instances.get(d.id, [])),
-            )
-        )
-    return out
-
-
-def _updated(
-    deployment: Deployment, instances: Sequence[Instance]
-) -> dict[uuid.UUID, tuple[int, int]]:
-    """Per spec: (wanted Running instances on its target revision, instances it runs)."""
-    out: dict[uuid.UUID, tuple[int, int]] = {}
-    for spec in deployment.specs:
-        done = sum(
-            1
-            for i in instances
-            if i.spec_id == spec.id
-            and i.desired == InstanceDesired.PRESENT
-            and i.phase == Phase.RUNNING
-            and i.revision == spec.target_revision
-        )
-        out[spec.id] = (done, spec.min_instances)
-    return out
-
-
-async def deployment_view(session: AsyncSession, deployment: Deployment) -> DeploymentOut:
-    return (await deployment_views(session, [deployment]))[0]
-
-
-async def spec_view(
-    session: AsyncSession, deployment: Deployment, spec: DeploymentSpec
-) -> GpuSpecificationOut:
-    """The spec as the deployment object shows it (with its rollout progress)."""
-    view = await deployment_view(session, deployment)
-    return next(s for s in view.deployment_specifications if s.gpu_specification_id == spec.id)
-
-
-def history_view(
-    row: DeploymentHistory, kept: Mapping[uuid.UUID, list[str]] | None = None
-) -> DeploymentOut:
-    """A removed deployment as the API shows it: INACTIVE, no instances, the failed ones in
-    `failedInstances` (and `healthInfo`), `removedAt` and `historyExpiresAt`."""
-    specs = [GpuSpecificationOut.model_validate(s) for s in row.specifications]
-    by_id = {s.gpu_specification_id: s for s in specs}
-    failed = [InstanceOut.model_validate(i) for i in row.failed_instances]
-    health = [
-        HealthInfo(
-            gpu=spec.gpu,
-            instance_type=spec.instance_type,
-            backend=spec.backend,
-            error=_error_text(i.reason, i.message),
-            last_logs=(kept or {}).get(i.instance_id),
-        )
-        for i in failed
-        if (spec := by_id.get(i.gpu_specification_id)) is not None
-    ]
-    return DeploymentOut(
-        deployment_id=row.id,
-        function_id=row.function_id,
-        function_version_id=row.version_id,
-        function_name=row.function_name,
-        nca_id=row.account_id,
-        function_status=str(VersionStatus.INACTIVE),
-        deployment_specifications=specs,
-        instances=[],
-        health_info=health or None,
-        created_at=row.created_at,
-        last_updated_at=row.removed_at,
-        failed_instances=failed or None,
-        removed_at=row.removed_at,
-        history_expires_at=row.expires_at,
-    )
-
-
-async def view_of(session: AsyncSession, found: Deployment | DeploymentHistory) -> DeploymentOut:
-    """`deployment_view` of a deployment, `history_view` of a removed one."""
-    if isinstance(found, DeploymentHistory):
-        failed = [InstanceOut.model_validate(i).instance_id for i in found.failed_instances]
-        return history_view(found, await kept_lines(session, failed))
-    return await deployment_view(session, found)
-
-
-async def version_history(
-    session: AsyncSession,
-    account_id: str,
-    function_id: uuid.UUID,
-    version_id: uuid.UUID,
-    page: Page,
-    now: datetime,
-) -> tuple[list[DeploymentOut], str | None]:
-    """The caller's removed deployments of a version, oldest first, until they expire. 404
-    when the caller neither owns the version nor has history of it (another account, or a
-    version deleted whose history has expired)."""
-    rows, next_cursor = await history.of_version(
-        session, account_id, function_id, version_id, page, now
-    )
-    if not rows and page.after is None:
-        owned = (
-            await session.execute(
-                select(FunctionVersion.id).where(
-                    FunctionVersion.id == version_id,
-                    FunctionVersion.function_id == function_id,
-                    FunctionVersion.account_id == account_id,
-                )
-            )
-        ).first()
-        if owned is None:
-            raise NotFound(detail=f"version {version_id} of function {function_id} not found")
-    failed = [InstanceOut.model_validate(i).instance_id for r in rows for i in r.failed_instances]
-    kept = await kept_lines(session, failed)
-    return [history_view(r, kept) for r in rows], next_cursor
-
-
-# --- create ------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -500,9 +136,6 @@ async def create_deployment(
     return deployment
 
 
-# --- scaling -----------------------------------------------------------------------------------
-
-
 def stored_spec(spec: DeploymentSpec) -> StoredSpec:
     """The stored specification as PUT/PATCH validation compares it (API field names)."""
     return StoredSpec(
@@ -526,20 +159,6 @@ def stored_spec(spec: DeploymentSpec) -> StoredSpec:
         autoscaling_policy=spec.autoscaling_policy,
         autoscaling_configuration=spec.autoscaling_configuration,
     )
-
-
-async def running_counts(session: AsyncSession, deployment_id: uuid.UUID) -> dict[uuid.UUID, int]:
-    """Running, wanted instances per specification of the deployment."""
-    stmt = (
-        select(Instance.spec_id, func.count())
-        .where(
-            Instance.deployment_id == deployment_id,
-            Instance.desired == InstanceDesired.PRESENT,
-            Instance.phase == Phase.RUNNING,
-        )
-        .group_by(Instance.spec_id)
-    )
-    return {sid: int(n) for sid, n in (await session.execute(stmt)).all()}
 
 
 def _set_autoscaling(
@@ -590,7 +209,7 @@ async def apply_scaling(
     added = sum(s.max_instances for s in deployment.specs) - max_before
     await transitions.rescale(deployment, session, "; ".join(described), now, added_max=added)
     if version is not None:
-        running = await running_counts(session, deployment.id)
+        running = await repository.running_counts(session, deployment.id)
         progress = [
             SpecProgress(min_instances=s.min_instances, running=running.get(s.id, 0))
             for s in deployment.specs
@@ -601,9 +220,6 @@ async def apply_scaling(
         )
     await session.flush()
     return True
-
-
-# --- teardown ----------------------------------------------------------------------------------
 
 
 async def undeploy(
@@ -626,78 +242,289 @@ async def undeploy_version(
 ) -> Deployment | None:
     """Mark the version's live deployment (if any) `deleting`; for a version being deleted.
     The deployment row outlives the version row (no foreign key)."""
-    deployment = await live_deployment(session, version_id)
+    deployment = await repository.live_deployment(session, version_id)
     if deployment is not None:
         await undeploy(session, deployment, None, message=message)
     return deployment
 
 
-# --- events ------------------------------------------------------------------------------------
+#: a version's deployment (the routes' path), named in errors
+_BY_VERSION = "/deployments/functions/{functionId}/versions/{functionVersionId}"
 
-
-async def list_events(
-    session: AsyncSession, deployment_id: uuid.UUID, page: Page
-) -> tuple[list[DeploymentEvent], str | None]:
-    """The deployment's timeline, oldest first (ties in insertion order)."""
-    stmt = select(DeploymentEvent).where(DeploymentEvent.deployment_id == deployment_id)
-    return await keyset_page(
-        session,
-        stmt,
-        page,
-        created=DeploymentEvent.at,
-        ident=DeploymentEvent.id,
-        cursor_of=lambda e: (e.at, uuid.UUID(int=e.id)),
-        ident_from_cursor=lambda u: u.int,
-    )
-
-
-# --- activeInstances of function versions ------------------------------------------------------
+# --- the deploy use case -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class ActiveInstanceRow:
-    instance_id: uuid.UUID
-    phase: str
-    instance_type: str
-    gpu: str
-    backend: str
-    cluster: str | None
-    created_at: Any
-    updated_at: Any
+class Deploying:
+    """What changing a deployment uses besides the request's session (deps.py: DeployingDep)."""
+
+    catalog: Catalog
+    pipeline: ChartPipeline
+    quotas: Quotas
+    events: Events
+    #: wakes the reconciler: run after the commit (core.db.after_commit)
+    wake: Callable[[], None]
 
 
-async def active_instances(
-    session: AsyncSession, version_ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, list[ActiveInstanceRow]]:
-    """Wanted instances of each version's live deployment, in one query."""
-    out: dict[uuid.UUID, list[ActiveInstanceRow]] = defaultdict(list)
-    if not version_ids:
-        return out
-    stmt = (
-        select(
-            Deployment.version_id,
-            Instance.id,
-            Instance.phase,
-            DeploymentSpec.instance_type,
-            DeploymentSpec.gpu,
-            DeploymentSpec.backend,
-            Instance.cluster,
-            Instance.created_at,
-            Instance.updated_at,
+_locks: weakref.WeakValueDictionary[uuid.UUID, asyncio.Lock] = weakref.WeakValueDictionary()
+
+
+@asynccontextmanager
+async def _version_lock(version_id: uuid.UUID) -> AsyncIterator[None]:
+    """Serialise deploys of one version within this process (SQLite has no row locks)."""
+    lock = _locks.get(version_id)
+    if lock is None:
+        lock = asyncio.Lock()
+        _locks[version_id] = lock
+    async with lock:
+        yield
+
+
+def _check_deployable(version: FunctionVersion, live: Deployment | None) -> None:
+    if live is not None:
+        raise BadRequest(
+            detail=f"version {version.id} is {version.status} and already has deployment "
+            f"{live.id}; delete that deployment first (DELETE {_BY_VERSION}), or change its "
+            "scaling with PUT or PATCH"
         )
-        .join(Deployment, Deployment.id == Instance.deployment_id)
-        .join(DeploymentSpec, DeploymentSpec.id == Instance.spec_id)
-        .where(
-            Deployment.version_id.in_(list(version_ids)),
-            Deployment.desired == DeploymentDesired.DEPLOYED,
-            Instance.desired == InstanceDesired.PRESENT,
+    if version.status != VersionStatus.INACTIVE:
+        raise BadRequest(
+            detail=f"version {version.id} is {version.status}; only an INACTIVE version can be "
+            "deployed — delete its deployment first"
         )
-        .order_by(Instance.created_at, Instance.id)
+
+
+async def _helm_objects(
+    deps: Deploying,
+    session: AsyncSession,
+    principal: Principal,
+    version: FunctionVersion,
+    specs: list[ValidatedSpec],
+) -> tuple[list[SpecObjects], dict[str, bool]]:
+    """Re-render the pinned chart for every specification; all errors of all specs → 400."""
+    errors: list[FieldError] = []
+    out: list[SpecObjects] = []
+    flags: dict[str, bool] = {}
+    for spec in specs:
+        result, found = await rendering.render(
+            deps.pipeline,
+            session,
+            principal,
+            version,
+            clusters=spec.target.clusters,
+            instance_type=spec.target.instance_type,
+            configuration=spec.configuration,
+            policy=spec.policy,
+            path=f"{spec.path}.",
+        )
+        errors += found
+        if not found:
+            out.append(SpecObjects(spec, result.objects))
+            flags.update(result.workload_config)
+    if errors:
+        raise ValidationFailed.of(errors, what="deployment")
+    return out, flags
+
+
+async def _objects(
+    deps: Deploying,
+    session: AsyncSession,
+    principal: Principal,
+    version: FunctionVersion,
+    specs: list[ValidatedSpec],
+) -> tuple[list[SpecObjects], dict[str, bool]]:
+    if version.helm_chart is not None:
+        return await _helm_objects(deps, session, principal, version, specs)
+    return [
+        SpecObjects(
+            spec, container_objects(version, spec.target.instance_type, spec.target.clusters[0])
+        )
+        for spec in specs
+    ], {}
+
+
+async def instances_quota(
+    deps: Deploying,
+    session: AsyncSession,
+    principal: Principal,
+    replaced: Sequence[StoredSpec],
+    new_max: Sequence[int],
+) -> None:
+    """The account's instances quota (maxInstances of its live deployments), when a change
+    adds instances; `replaced` specifications are counted with their new values."""
+    if sum(new_max) <= sum(s.max_instances for s in replaced):
+        return
+    await deps.quotas.instances.check(
+        lambda: usage.deployed_instances(
+            session, principal.account_id, excluding=[s.id for s in replaced]
+        ),
+        lambda: lock_account(session, principal.account_id),
+        sum(new_max),
     )
-    for vid, iid, phase, itype, gpu, backend, cluster, created, updated in (
-        await session.execute(stmt)
-    ).all():
-        out[vid].append(
-            ActiveInstanceRow(iid, phase, itype, gpu, backend, cluster, created, updated)
+
+
+async def check_scaling(
+    deps: Deploying,
+    session: AsyncSession,
+    principal: Principal,
+    stored: Sequence[StoredSpec],
+    changes: Sequence[ScalingChange],
+    body_list: str | None,
+) -> None:
+    """New scaling values within what the clusters could hold, and within the quota."""
+    catalog = deps.catalog
+    by_id = {s.id: s for s in stored}
+    errors: list[FieldError] = []
+    for i, change in enumerate(changes):
+        path = f"{body_list}[{i}]" if body_list else ""
+        errors += stored_capacity_errors(catalog, by_id[change.spec_id], change, path)
+        errors += stored_policy_errors(catalog, by_id[change.spec_id], change, path)
+    if errors:
+        raise ValidationFailed.of(errors)
+    replaced = [by_id[c.spec_id] for c in changes]
+    new_max = [
+        c.max_instances if c.max_instances is not None else by_id[c.spec_id].max_instances
+        for c in changes
+    ]
+    await instances_quota(deps, session, principal, replaced, new_max)
+
+
+async def deploy(
+    session: AsyncSession,
+    deps: Deploying,
+    principal: Principal,
+    function_id: uuid.UUID,
+    version_id: uuid.UUID,
+    body: Any,
+) -> Deployment:
+    """Deploy a version: validate every specification of `body` (catalog resolution; for a
+    helm function a re-render of the pinned chart per specification), check the instances
+    quota, record the desired state and commit (inside the version's lock, so the next deploy
+    of it sees this one); the reconciler is woken after the commit."""
+    fid, vid = function_id, version_id
+    version = await functions_service.get_version(session, principal.account_id, fid, vid)
+    _check_deployable(version, await repository.live_deployment(session, vid))
+    specs = validate_create(
+        body,
+        catalog=deps.catalog,
+        is_helm=version.helm_chart is not None,
+        is_grpc=version.inference_url.strip("/").lower() == "grpc",
+    )
+    objects, flags = await _objects(deps, session, principal, version, specs)
+    async with _version_lock(vid):
+        version = await repository.lock_version(session, principal.account_id, fid, vid)
+        _check_deployable(version, await repository.live_deployment(session, vid))
+        await instances_quota(deps, session, principal, [], [s.max_instances for s in specs])
+        try:
+            deployment = await create_deployment(
+                session,
+                version=version,
+                specs=objects,
+                feature_flags=flags,
+                by=revisions.principal_name(principal),
+            )
+        except IntegrityError:
+            raise Conflict(
+                detail=f"a deployment for version {vid} already exists (created concurrently)"
+            ) from None
+        after_commit(session, deps.wake)
+        # Commit inside the lock so the next deploy of this version sees this one.
+        await session.commit()
+    return deployment
+
+
+async def rescale(
+    session: AsyncSession,
+    deps: Deploying,
+    principal: Principal,
+    function_id: uuid.UUID,
+    version_id: uuid.UUID,
+    body: Any,
+) -> Deployment:
+    """Change the scaling of the version's deployment's specifications (`PUT`); the reconciler
+    is woken after the commit when anything changed."""
+    account = principal.account_id
+    deployment = await repository.get_version_deployment(session, account, function_id, version_id)
+    stored = [stored_spec(s) for s in deployment.specs]
+    changes = validate_update(body, stored)
+    await check_scaling(deps, session, principal, stored, changes, SPECS)
+    version = await repository.lock_version(session, account, function_id, version_id)
+    if await apply_scaling(session, deployment, changes, version):
+        after_commit(session, deps.wake)
+    return deployment
+
+
+async def patch_spec(
+    session: AsyncSession,
+    deps: Deploying,
+    principal: Principal,
+    deployment_id: str,
+    spec_id: str,
+    body: Any,
+) -> tuple[Deployment, DeploymentSpec]:
+    """Change one specification's scaling, autoscaling policy or configuration (a new
+    revision, rendered and checked as at deploy); every violation in one 400."""
+    deployment, spec = await repository.live_spec(session, principal, deployment_id, spec_id)
+    version = await repository.lock_version(
+        session, principal.account_id, deployment.function_id, deployment.version_id
+    )
+    stored = stored_spec(spec)
+    change = validate_patch(body, stored, is_helm=version.helm_chart is not None)
+    revision = revision_change(body)
+    errors: list[FieldError] = []
+    rendered: tuple[dict[str, Any] | None, dict[str, Any] | None, list[Any]] | None = None
+    if revision is not None:
+        configuration, policy, objects, errors = await rendering.revision_objects(
+            deps.pipeline, deps.catalog, session, principal, version, spec, revision
         )
-    return out
+        rendered = (configuration, policy, objects)
+    try:
+        await check_scaling(deps, session, principal, [stored], [change], None)
+    except ValidationFailed as exc:
+        errors = list(exc.errors or []) + errors
+    if errors:
+        raise ValidationFailed.of(errors, what="GPU specification update")
+    changed = await apply_scaling(session, deployment, [change], version)
+    if rendered is not None:
+        configuration, policy, objects = rendered
+        added = await revisions.new_revision(
+            session,
+            deployment,
+            spec,
+            configuration=configuration,
+            helm_validation_policy=policy,
+            objects=objects,
+            by=revisions.principal_name(principal),
+        )
+        changed = changed or added is not None
+    if changed:
+        after_commit(session, deps.wake)
+    return deployment, spec
+
+
+async def delete(
+    session: AsyncSession,
+    deps: Deploying,
+    principal: Principal,
+    function_id: uuid.UUID,
+    version_id: uuid.UUID,
+    *,
+    graceful: bool,
+) -> FunctionVersion:
+    """Undeploy the version (`graceful`: no new requests, those in flight and queued finish
+    first); the reconciler is woken after the commit and `DeploymentDeleted` announced."""
+    account = principal.account_id
+    version = await repository.lock_version(session, account, function_id, version_id)
+    deployment = await repository.get_version_deployment(session, account, function_id, version_id)
+    if graceful:
+        message = (
+            "deployment deleted (graceful): the version takes no new requests; instances "
+            "finish the requests in flight and queued, then are torn down"
+        )
+    else:
+        message = "deployment deleted (immediate); instances will be torn down"
+    await undeploy(session, deployment, version, message=message, drain=graceful)
+    after_commit(session, deps.wake)
+    # the invocation plane of this process refuses new requests at once (others: route cache)
+    await deps.events.publish(session, DeploymentDeleted(version_id))
+    return version

@@ -1,6 +1,6 @@
 """The instances quota's count as a maintained aggregate: `account_instances.deployed` is the
 maxInstances summed over an account's live deployments, adjusted in the transaction that
-deploys, rescales or undeploys (transitions.py), so a deploy reads one row instead of summing
+deploys, rescales or undeploys (transitions/), so a deploy reads one row instead of summing
 every live deployment of the account."""
 
 from __future__ import annotations

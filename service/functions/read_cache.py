@@ -29,24 +29,22 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 from cachetools import TTLCache
-from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import scopes
 from service.auth.deps import RATE_COUNTED
 from service.auth.scopes import LIST_FUNCTIONS_DETAILS
-from service.auth.service import Principal
+from service.auth.service import Authenticator, Principal
 from service.core import changes as change_feed
+from service.core.ratelimit import RateLimiter
 from service.core.settings import Settings
-from service.deployments.models import Deployment, Instance
 from service.functions.models import FunctionAuthorization, FunctionVersion
-from service.state import AppState, app_state
 
 HEADER = "NVCF-Read-Path"
 _JSON = "application/json"
@@ -82,6 +80,8 @@ class VersionCache:
         # list key -> body; a list is dropped when any version changes
         self._lists: TTLCache[ListKey, bytes] = TTLCache(max_entries, ttl, timer=time.monotonic)
         self._generation = 0
+        #: change-feed names of the tables the details entries (activeInstances) are read from
+        self.details_sources: frozenset[str] = frozenset()
 
     @property
     def generation(self) -> int:
@@ -122,7 +122,7 @@ class VersionCache:
         if versions is None:  # a bulk statement: rows unknown
             self._data.clear()
             return
-        if "instance" in changes or "deployment" in changes:
+        if not self.details_sources.isdisjoint(changes):
             for entries in self._data.values():
                 for key in [k for k in entries if k[3]]:
                     del entries[key]
@@ -132,16 +132,19 @@ class VersionCache:
             self._data.pop(version_id, None)
 
 
-def attach(cache: VersionCache) -> None:
-    """Invalidate `cache` on every commit that touches the rows its entries are built from.
+def attach(cache: VersionCache, details: Mapping[str, type[Any]]) -> None:
+    """Invalidate `cache` on every commit that touches the rows its entries are built from:
+    the registry's and `details` (change-feed name -> model: the tables activeInstances are
+    read from, which the registry does not own; the composition names them).
 
     Called explicitly at application start: registering the watches as a side effect of
     importing a module left them out whenever that module was not imported (e.g. when no
     migration ran at start), and edits then stayed invisible for the TTL.
     """
     change_feed.watch(FunctionVersion, "function_version")
-    change_feed.watch(Deployment, "deployment")
-    change_feed.watch(Instance, "instance")
+    for name, model in details.items():
+        change_feed.watch(model, name)
+    cache.details_sources = frozenset(details)
     change_feed.watch(FunctionAuthorization, "function_authorization")
     change_feed.subscribe(cache)
 
@@ -185,8 +188,9 @@ class VersionReadFastPath:
             return None
         if "app" not in scope:
             return None
-        state = cast(AppState, scope["app"].state)
-        cache, auth = state.version_cache, state.authenticator
+        state = scope["app"].state
+        cache: VersionCache | None = state.version_cache
+        auth: Authenticator = state.authenticator
         if cache is None:
             return None
         authorization = None
@@ -210,8 +214,9 @@ class VersionReadFastPath:
         if body is None:
             return None
         request_state = scope.setdefault("state", {})
-        if state.rate_limiter is not None:
-            allowed = await state.rate_limiter.allow(principal.account_id)
+        limiter: RateLimiter | None = state.rate_limiter
+        if limiter is not None:
+            allowed = await limiter.allow(principal.account_id)
             request_state[RATE_COUNTED] = allowed  # the route answers a refusal, uncounted
             if not allowed:
                 return None
@@ -225,7 +230,7 @@ def enabled(settings: Settings) -> bool:
 
 
 async def cached_version_read(
-    request: Request,
+    cache: VersionCache | None,
     principal: Principal,
     function_id: uuid.UUID,
     version_id: uuid.UUID,
@@ -235,7 +240,6 @@ async def cached_version_read(
 ) -> Response:
     """The route's read of one version: from the cache, or `build()` (which reads the database)
     then kept for the next reader unless something changed meanwhile."""
-    cache = app_state(request).version_cache
     key = cache_key(principal.account_id, principal.scopes, function_id, version_id, secrets)
     if cache is not None and (cached := cache.get(key)) is not None:
         return Response(cached, media_type=_JSON, headers={HEADER: "cache"})
@@ -247,14 +251,13 @@ async def cached_version_read(
 
 
 async def cached_list_read(
-    request: Request,
+    cache: VersionCache | None,
     principal: Principal,
     route_key: tuple[Any, ...],
     build: Callable[[], Awaitable[str]],
 ) -> Response:
     """A list of versions (`route_key`: the route and its parameters) from the cache, or
     `build()` then kept; the caller's details scope is part of the key."""
-    cache = app_state(request).version_cache
     only = tuple(sorted(map(str, principal.functions))) if principal.functions is not None else None
     key = (principal.account_id, LIST_FUNCTIONS_DETAILS in principal.scopes, only, *route_key)
     if cache is not None and (cached := cache.get_list(key)) is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -12,16 +12,25 @@ from pydantic import BaseModel
 from service.auth import scopes
 from service.auth.deps import Session, idempotency, require
 from service.auth.service import Principal, lock_account
+from service.charts.deps import ChartPipelineDep
+from service.charts.pipeline import ChartPipeline
 from service.charts.target import not_permitted_message, permitted_clusters
 from service.clusters.catalog import Catalog
+from service.clusters.deps import CatalogDep
 from service.core.crypto import SecretBox
+from service.core.deps import EventsDep, QuotasDep, SecretBoxDep, sessionmaker
 from service.core.errors import FieldError, ValidationFailed
 from service.core.http import inline_body_doc, json_body_doc, parse_uuid, parse_uuids, read_json
 from service.core.idempotency import Recorder
 from service.core.pagination import Limit, make_page
-from service.deployments.service import active_instances, reconciler_waker
-from service.functions import secrets, service, sharing
-from service.functions.models import FunctionVersion
+from service.core.quotas import Quotas
+from service.functions import secrets, service, sharing, views
+from service.functions.deps import (
+    ActiveInstancesDep,
+    VersionCacheDep,
+    active_instances,
+    version_cache,
+)
 from service.functions.read_cache import cached_list_read, cached_version_read
 from service.functions.schemas import FunctionEnvelope, FunctionIds, FunctionList, FunctionOut
 from service.functions.validation import (
@@ -29,7 +38,6 @@ from service.functions.validation import (
     validate_create,
     validate_metadata_update,
 )
-from service.state import app_state
 
 router = APIRouter(tags=["functions"])
 JSON = "application/json"
@@ -49,43 +57,27 @@ Visibility = Annotated[
     ),
 ]
 
+
+@dataclass(frozen=True)
+class _Creating:
+    """What creating a function or version uses besides the request's session."""
+
+    catalog: Catalog
+    pipeline: ChartPipeline
+    quotas: Quotas
+    box: SecretBox
+
+
+async def _creating(
+    catalog: CatalogDep, pipeline: ChartPipelineDep, quotas: QuotasDep, box: SecretBoxDep
+) -> _Creating:
+    return _Creating(catalog, pipeline, quotas, box)
+
+
+Creating = Annotated[_Creating, Depends(_creating)]
+
 _CREATE_DOC = json_body_doc("FunctionCreate")
 _UPDATE_DOC = json_body_doc("FunctionMetadataUpdate")
-
-
-async def _function_outs(
-    session: Session,
-    principal: Principal,
-    versions: Sequence[FunctionVersion],
-    *,
-    include_secrets: bool = True,
-) -> list[FunctionOut]:
-    """Function objects as the caller sees them (another account's, shared with it, without
-    what runs them); with `list_functions_details` the caller's own carry `activeInstances`
-    (the instances of the version's live deployment, loaded in one query for all versions)."""
-    account = principal.account_id
-    details = scopes.LIST_FUNCTIONS_DETAILS in principal.scopes
-    instances = (
-        await active_instances(session, [v.id for v in versions if v.account_id == account])
-        if details
-        else {}
-    )
-    return [
-        FunctionOut.of(
-            v,
-            viewer=account,
-            details=details,
-            active_instances=instances.get(v.id, []),
-            include_secrets=include_secrets,
-        )
-        for v in versions
-    ]
-
-
-def _list_body(outs: list[FunctionOut], next_cursor: str | None) -> str:
-    return FunctionList(functions=outs, next_cursor=next_cursor).model_dump_json(
-        by_alias=True, exclude_none=True
-    )
 
 
 def _dump(model: FunctionEnvelope) -> dict[str, Any]:
@@ -109,18 +101,23 @@ def _check_policy_permitted(catalog: Catalog, spec: FunctionSpec) -> None:
 
 
 async def _create(
-    request: Request, session: Session, principal: Principal, idem: Recorder, fid: str | None
+    request: Request,
+    session: Session,
+    principal: Principal,
+    idem: Recorder,
+    fid: str | None,
+    components: _Creating,
 ) -> Response:
     function_id = parse_uuid(fid, "functionId") if fid is not None else None
     spec = validate_create(await read_json(request))
-    box: SecretBox = request.app.state.secret_box
     chart_digest: str | None = None
     findings: list[dict[str, Any]] | None = None
     if spec.helm_chart is not None:
-        _check_policy_permitted(app_state(request).catalog, spec)
-        pipeline = app_state(request).chart_pipeline
-        chart_digest, findings = await pipeline.validate_for_create(session, principal, spec)
-    quotas = app_state(request).quotas
+        _check_policy_permitted(components.catalog, spec)
+        chart_digest, findings = await components.pipeline.validate_for_create(
+            session, principal, spec
+        )
+    quotas = components.quotas
     account = principal.account_id
     new_function = function_id is None
 
@@ -145,7 +142,7 @@ async def _create(
         session,
         account_id=principal.account_id,
         spec=spec,
-        box=box,
+        box=components.box,
         function_id=function_id,
         new_function=new_function,
         chart_digest=chart_digest,
@@ -162,9 +159,9 @@ async def _create(
     summary="Create a function (its first version)",
 )
 async def create_function(
-    request: Request, session: Session, principal: Registrar, idem: Idem
+    request: Request, session: Session, principal: Registrar, idem: Idem, components: Creating
 ) -> Response:
-    return await _create(request, session, principal, idem, None)
+    return await _create(request, session, principal, idem, None, components)
 
 
 @router.post(
@@ -180,8 +177,9 @@ async def create_version(
     session: Session,
     principal: Registrar,
     idem: Idem,
+    components: Creating,
 ) -> Response:
-    return await _create(request, session, principal, idem, functionId)
+    return await _create(request, session, principal, idem, functionId, components)
 
 
 @router.get(
@@ -191,9 +189,10 @@ async def create_version(
     summary="List function versions",
 )
 async def list_functions(
-    request: Request,
     session: Session,
     principal: Lister,
+    cache: VersionCacheDep,
+    instances_of: ActiveInstancesDep,
     limit: Limit = None,
     cursor: str | None = None,
     name: str | None = None,
@@ -213,11 +212,11 @@ async def list_functions(
         rows, next_cursor = await service.list_versions(
             session, principal.account_id, filters=filters, page=page, only=principal.functions
         )
-        outs = await _function_outs(session, principal, rows)
-        return _list_body(outs, next_cursor)
+        outs = await views.function_outs(session, instances_of, principal, rows)
+        return views.list_body(outs, next_cursor)
 
     key = ("functions", limit, cursor, name, filters.status, tag, *sorted(filters.visibility))
-    return await cached_list_read(request, principal, key, build)
+    return await cached_list_read(cache, principal, key, build)
 
 
 @router.get(
@@ -244,9 +243,10 @@ async def list_function_ids(
 )
 async def list_function_versions(
     functionId: str,
-    request: Request,
     session: Session,
     principal: Lister,
+    cache: VersionCacheDep,
+    instances_of: ActiveInstancesDep,
     limit: Limit = None,
     cursor: str | None = None,
 ) -> Response:
@@ -262,9 +262,11 @@ async def list_function_versions(
             page=page,
             function_id=fid,
         )
-        return _list_body(await _function_outs(session, principal, rows), next_cursor)
+        return views.list_body(
+            await views.function_outs(session, instances_of, principal, rows), next_cursor
+        )
 
-    return await cached_list_read(request, principal, ("versions", fid, limit, cursor), build)
+    return await cached_list_read(cache, principal, ("versions", fid, limit, cursor), build)
 
 
 @router.get(
@@ -288,16 +290,17 @@ async def get_function_version(
     principal = await LIST_CHECK(request)
     fid, vid = parse_uuids((functionId, "functionId"), (functionVersionId, "functionVersionId"))
 
-    async def build() -> str:
-        async with app_state(request).sessionmaker() as session:
-            version = await sharing.readable_version(session, principal.account_id, fid, vid)
-            (out,) = await _function_outs(
-                session, principal, [version], include_secrets=includeSecrets
-            )
-            await session.rollback()
-        return FunctionEnvelope(function=out).model_dump_json(by_alias=True, exclude_none=True)
+    instances_of = active_instances(request)
+    sessions = await sessionmaker(request)
 
-    return await cached_version_read(request, principal, fid, vid, build, secrets=includeSecrets)
+    async def build() -> str:
+        return await views.version_body(
+            sessions, instances_of, principal, fid, vid, include_secrets=includeSecrets
+        )
+
+    return await cached_version_read(
+        version_cache(request), principal, fid, vid, build, secrets=includeSecrets
+    )
 
 
 async def _update(
@@ -353,14 +356,12 @@ async def update_function_metadata(
 async def delete_function_version(
     functionId: str,
     functionVersionId: str,
-    request: Request,
     session: Session,
     principal: Deleter,
+    events: EventsDep,
 ) -> Response:
     fid, vid = parse_uuids((functionId, "functionId"), (functionVersionId, "functionVersionId"))
-    await service.delete_version(
-        session, principal.account_id, fid, vid, wake=reconciler_waker(request.app)
-    )
+    await service.delete_version(session, principal.account_id, fid, vid, events=events)
     return Response(status_code=204)
 
 
@@ -378,10 +379,11 @@ async def update_function_secrets(
     request: Request,
     session: Session,
     principal: SecretsUpdater,
+    box: SecretBoxDep,
+    events: EventsDep,
 ) -> Response:
     fid, vid = parse_uuids((functionId, "functionId"), (functionVersionId, "functionVersionId"))
     update = secrets.validate_update(await read_json(request))
     version = await service.get_version(session, principal.account_id, fid, vid)
-    box: SecretBox = request.app.state.secret_box
-    await secrets.update_secrets(session, version, update, box=box, request=request)
+    await secrets.update_secrets(session, version, update, box=box, events=events)
     return Response(status_code=204)

@@ -14,7 +14,13 @@ from service.auth.service import MAX_ACCOUNT_ID
 from service.charts.schemas import HelmValidationPolicyIn
 from service.core.durations import DurationError, parse_duration
 from service.core.http import json_kind
-from service.core.schemas import CamelModel, Timestamp
+from service.core.schemas import (
+    MAX_SECRET_VALUE,
+    SECRET_NAME_RE,
+    CamelModel,
+    Tags,
+    Timestamp,
+)
 from service.core.validation import (
     DNS_1035_LABEL,
     Check,
@@ -40,8 +46,6 @@ from service.functions.sharing import MAX_AUTHORIZED_PARTIES
 from service.health.machine import Phase
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9\-_]*$")
-TAG_RE = re.compile(r"^[a-zA-Z0-9\-_:=]+$")
-SECRET_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
 #: a count has at most 9 digits (ratelimit.MAX_RATE_DIGITS), ASCII ones
 RATE_RE = re.compile(r"^[1-9][0-9]{0,8}-[SMHD](,\s*[1-9][0-9]{0,8}-[SMHD])*$")
 URI_PATH_RE = re.compile(r"^[A-Za-z0-9\-._~!$&'()*+,;=:@/%]+$")
@@ -49,12 +53,10 @@ MAX_URI_PATH = 2048
 API_BODY_FORMATS = ("CUSTOM", "PREDICT_V2")
 FUNCTION_TYPES = ("DEFAULT", "STREAMING", "LLM")
 HEALTH_PROTOCOLS = ("HTTP", "gRPC")
-MAX_TAGS = 64
 #: entries of containerEnvironment, secrets, models and resources per version
 MAX_ENVIRONMENT = 256
 MAX_SECRETS = 128
 MAX_ARTIFACTS = 64
-MAX_SECRET_VALUE = 32768
 #: exemptedNcaIds and perNcaIdRate entries (NVCF's bound)
 MAX_RATE_ACCOUNTS = 32
 
@@ -608,18 +610,12 @@ class RateLimit(RequestModel):
         return self
 
 
-Tag = Annotated[
-    str,
-    Field(min_length=1, max_length=128),
-    matches(TAG_RE.pattern, "'{value}' may contain only letters, digits and '-', '_', ':', '='"),
-]
 #: `models` and `resources`
 Artifacts = Annotated[
     list[ArtifactIn],
     MaxItems(MAX_ARTIFACTS),
     Expect((list,), "must be a list of {name, version, uri}"),
 ]
-Tags = Annotated[list[Tag], MaxItems(MAX_TAGS), Expect((list,), "must be a list of strings")]
 Description = Annotated[str, Field(max_length=256)]
 
 

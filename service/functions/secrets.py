@@ -16,17 +16,16 @@ import logging
 from datetime import datetime
 from typing import Annotated, Any, ClassVar
 
-from fastapi import Request
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.crypto import SecretBox
-from service.core.db import after_commit, utcnow
+from service.core.db import utcnow
 from service.core.errors import FieldError, ValidationFailed
+from service.core.events import Events
 from service.core.http import require_json_object
 from service.core.validation import Check, MaxItems, RequestModel, Rules, parse
-from service.deployments import transitions
-from service.deployments.service import live_deployment, reconciler_waker
+from service.functions.events import SecretsChanged
 from service.functions.models import FunctionSecret, FunctionVersion
 from service.functions.schemas import MAX_SECRETS, SecretIn, secret_text
 
@@ -78,11 +77,11 @@ async def update_secrets(
     secrets: list[tuple[str, str]],
     *,
     box: SecretBox,
-    request: Request | None = None,
+    events: Events,
     now: datetime | None = None,
 ) -> None:
-    """Merge `secrets` into the version's (new values win), bump its secrets generation and,
-    when it is deployed, have the reconciler deliver them (woken after the commit)."""
+    """Merge `secrets` into the version's (new values win), bump its secrets generation and
+    announce it (`SecretsChanged`: deployments delivers them to a deployed version)."""
     stored = {
         row.name: row
         for row in (
@@ -114,13 +113,10 @@ async def update_secrets(
     version.secret_names = names
     version.secrets_generation = (version.secrets_generation or 0) + 1
     version.updated_at = now
-    deployment = await live_deployment(session, version.id)
-    if deployment is not None:
-        transitions.secrets_changed(
-            session, deployment, [n for n, _ in secrets], version.secrets_generation, now
-        )
-        if request is not None:
-            after_commit(session, reconciler_waker(request.app))
+    await events.publish(
+        session,
+        SecretsChanged(version.id, tuple(n for n, _ in secrets), version.secrets_generation, now),
+    )
     await session.flush()
     log.info(
         "function version %s: %d secret(s) updated, generation %d",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,11 +11,12 @@ from sqlalchemy import delete, func, insert, literal, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.crypto import SecretBox
-from service.core.db import UTCDateTime, UUIDStr, after_commit, mark_written, utcnow
+from service.core.db import UTCDateTime, UUIDStr, mark_written, utcnow
 from service.core.errors import FieldError, NotFound, ValidationFailed
+from service.core.events import Events
 from service.core.pagination import Page, keyset_page
-from service.deployments.service import undeploy_version
 from service.functions import sharing
+from service.functions.events import VersionDeleted
 from service.functions.models import Function, FunctionSecret, FunctionVersion, VersionTag
 from service.functions.validation import FunctionSpec, MetadataUpdate, ModelUpdate
 
@@ -401,19 +402,15 @@ async def delete_version(
     function_id: uuid.UUID,
     version_id: uuid.UUID,
     *,
-    wake: Callable[[], None] | None = None,
+    events: Events,
 ) -> None:
     """Delete a version and its secrets; the function goes with its last version.
 
-    The version's live deployment is marked `deleting` (it outlives the version row; the
-    reconciler tears its instances down) and `wake` runs after the commit.
+    `VersionDeleted` is announced first (deployments marks the version's live deployment
+    `deleting`: it outlives the version row, and the reconciler tears its instances down).
     """
     version = await get_version(session, account_id, function_id, version_id)
-    deployment = await undeploy_version(
-        session, version_id, message=f"function version {version_id} deleted; tearing down"
-    )
-    if deployment is not None and wake is not None:
-        after_commit(session, wake)
+    await events.publish(session, VersionDeleted(version_id))
     await session.delete(version)
     await session.flush()
     remaining = await session.scalar(

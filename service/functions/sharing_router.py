@@ -22,7 +22,7 @@ from fastapi import APIRouter, Depends, Request
 from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.service import Principal
-from service.core.db import after_commit
+from service.core.deps import events
 from service.core.errors import FieldError, ValidationFailed
 from service.core.http import (
     json_body_doc,
@@ -33,6 +33,7 @@ from service.core.http import (
 )
 from service.core.validation import parse
 from service.functions import service, sharing
+from service.functions.events import AccessChanged
 from service.functions.schemas import (
     AuthorizedParties,
     AuthorizedPartiesEnvelope,
@@ -40,7 +41,6 @@ from service.functions.schemas import (
     AuthorizedPartiesRequest,
     AuthorizedPartyPatch,
 )
-from service.state import app_state
 
 router = APIRouter(tags=["function sharing"])
 
@@ -92,12 +92,10 @@ async def _owned(
     return fid, vid
 
 
-def _forget_targets(request: Request, session: Session, function_id: uuid.UUID) -> None:
-    """Who may invoke the function may have changed: this replica re-reads it at once."""
-    plane = app_state(request).invocation
-    if plane is not None:
-        routes = plane.routes
-        after_commit(session, lambda: routes.forget_function(function_id))
+async def _forget_targets(request: Request, session: Session, function_id: uuid.UUID) -> None:
+    """Who may invoke the function may have changed: announced, so that this replica's
+    invocation plane re-reads it at once."""
+    await (await events(request)).publish(session, AccessChanged(function_id))
 
 
 def _envelope(
@@ -114,7 +112,7 @@ async def _set(
 ) -> dict[str, Any]:
     fid, version = await _owned(session, principal, function_id, vid)
     accounts = await _parties_body(request, principal.account_id)
-    _forget_targets(request, session, fid)
+    await _forget_targets(request, session, fid)
     return _envelope(
         principal, fid, version, await sharing.replace(session, fid, version, accounts)
     )
@@ -133,7 +131,7 @@ async def _remove(
 ) -> dict[str, Any]:
     fid, version = await _owned(session, principal, function_id, vid)
     account = await _party_body(request, principal.account_id)
-    _forget_targets(request, session, fid)
+    await _forget_targets(request, session, fid)
     return _envelope(principal, fid, version, await sharing.remove(session, fid, version, account))
 
 
@@ -142,7 +140,7 @@ async def _clear(
 ) -> dict[str, Any]:
     fid, version = await _owned(session, principal, function_id, vid)
     await sharing.clear(session, fid, version)
-    _forget_targets(request, session, fid)
+    await _forget_targets(request, session, fid)
     return _envelope(principal, fid, version, None)
 
 

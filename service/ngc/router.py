@@ -30,8 +30,9 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
-from service.auth.deps import authenticate_request
-from service.auth.service import Authenticator, Principal
+from service.auth.deps import authenticate_request, authenticator
+from service.auth.service import Principal
+from service.core.deps import rate_limiter, sessionmaker
 from service.core.errors import (
     DomainError,
     FieldError,
@@ -54,7 +55,6 @@ from service.ngc.schemas import (
     PaginationInfo,
     RequestStatus,
 )
-from service.state import app_state
 
 router = APIRouter(tags=["ngc"])
 
@@ -165,13 +165,13 @@ async def _caller_info(request: Request) -> CallerInfo:
             "(or in an 'Authorization: Bearer' header)",
             headers=_BEARER,
         )
-    state = app_state(request)
-    auth: Authenticator = state.authenticator
-    principal: Principal = await auth.authenticate(state.sessionmaker, authorization)
+    auth = await authenticator(request)
+    principal: Principal = await auth.authenticate(await sessionmaker(request), authorization)
     request.state.principal = principal
     request.state.account_id = principal.account_id
-    if state.rate_limiter is not None:
-        await state.rate_limiter.check(principal.account_id)
+    limiter = await rate_limiter(request)
+    if limiter is not None:
+        await limiter.check(principal.account_id)
     return CallerInfo(
         type=SERVICE_KEY,
         orgName=principal.account_id,

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from service.auth import scopes
 from service.auth.deps import Session, idempotency, require
 from service.auth.service import REGISTRY_IS_ACCOUNT_WIDE, Principal, lock_account
-from service.core.crypto import SecretBox
+from service.core.deps import QuotasDep, SecretBoxDep
 from service.core.errors import Forbidden
 from service.core.http import inline_body_doc, parse_uuid, read_json
 from service.core.idempotency import Recorder
@@ -27,7 +27,6 @@ from service.registry.schemas import (
     RegistryCredentialList,
     RegistryCredentialUpdate,
 )
-from service.state import app_state
 
 router = APIRouter(tags=["registry credentials"])
 
@@ -46,11 +45,6 @@ Idem = Annotated[Recorder, Depends(idempotency, scope="function")]
 _ID = "registryCredentialId"
 
 
-def _box(request: Request) -> SecretBox:
-    box: SecretBox = request.app.state.secret_box
-    return box
-
-
 @router.post(
     "/registry-credentials",
     response_model=RegistryCredentialEnvelope,
@@ -59,14 +53,18 @@ def _box(request: Request) -> SecretBox:
     summary="Add a registry credential (the secret is write-only)",
 )
 async def create_registry_credential(
-    request: Request, session: Session, principal: Manager, idem: Idem
+    request: Request,
+    session: Session,
+    principal: Manager,
+    idem: Idem,
+    quotas: QuotasDep,
+    box: SecretBoxDep,
 ) -> dict[str, Any]:
     spec = service.validate_create(await read_json(request))
-    await app_state(request).quotas.registry_credentials.check(
+    await quotas.registry_credentials.check(
         lambda: service.count_credentials(session, principal.account_id),
         lambda: lock_account(session, principal.account_id),
     )
-    box = _box(request)
     cred = await service.create_credential(
         session, account_id=principal.account_id, spec=spec, box=box
     )
@@ -81,9 +79,9 @@ async def create_registry_credential(
     summary="List the caller's registry credentials",
 )
 async def list_registry_credentials(
-    request: Request,
     session: Session,
     principal: Manager,
+    box: SecretBoxDep,
     artifact_type: Annotated[
         list[str] | None,
         Query(
@@ -104,7 +102,6 @@ async def list_registry_credentials(
     rows, next_cursor = await service.list_credentials(
         session, principal.account_id, page=page, filters=filters
     )
-    box = _box(request)
     return RegistryCredentialList(
         registry_credentials=[service.describe(c, box) for c in rows], next_cursor=next_cursor
     )
@@ -118,13 +115,13 @@ async def list_registry_credentials(
 )
 async def get_registry_credential(
     registryCredentialId: str,
-    request: Request,
     session: Session,
     principal: Manager,
+    box: SecretBoxDep,
 ) -> RegistryCredentialEnvelope:
     cid = parse_uuid(registryCredentialId, _ID)
     cred = await service.get_credential(session, principal.account_id, cid)
-    return RegistryCredentialEnvelope(registry_credential=service.describe(cred, _box(request)))
+    return RegistryCredentialEnvelope(registry_credential=service.describe(cred, box))
 
 
 @router.patch(
@@ -139,10 +136,10 @@ async def update_registry_credential(
     request: Request,
     session: Session,
     principal: Manager,
+    box: SecretBoxDep,
 ) -> RegistryCredentialEnvelope:
     cid = parse_uuid(registryCredentialId, _ID)
     update = service.validate_update(await read_json(request))
-    box = _box(request)
     cred = await service.update_credential(session, principal.account_id, cid, update, box)
     return RegistryCredentialEnvelope(registry_credential=service.describe(cred, box))
 

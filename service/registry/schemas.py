@@ -15,9 +15,8 @@ from typing import Annotated, ClassVar, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.core.schemas import CamelModel, Timestamp
+from service.core.schemas import MAX_SECRET_VALUE, SECRET_NAME_RE, CamelModel, Tags, Timestamp
 from service.core.validation import Expect, OneOf, RequestModel, Rules, matches
-from service.functions.schemas import MAX_SECRET_VALUE, SECRET_NAME_RE, Tags
 from service.registry.hostnames import normalize_hostname
 from service.registry.models import HOSTNAME_MAX, NAME_MAX, ArtifactType, ProvisionedBy
 

@@ -11,6 +11,7 @@ from service.charts.findings import Finding
 from service.charts.policy import POD_INDEX_LABEL as POD_INDEX
 from service.charts.policy import ValidationPolicy, restrict
 from service.charts.render import ChartRenderer
+from service.charts.schemas import parse_policy
 from tests.support.charts import BASE, FAILING, ArchiveFactory, Row, validate
 
 
@@ -79,7 +80,7 @@ async def test_extra_kubernetes_types_allow_kinds_of_named_groups_only(
     ingress = {"group": "networking.k8s.io", "version": "v1", "kind": "Ingress"}
     # `core` is not an alias of the empty core group (NVCF matches the group exactly), so
     # v1 Namespace stays refused, and the message says it cannot be allowed
-    policy = ValidationPolicy.from_dict(
+    policy = parse_policy(
         {
             "name": "Default",
             "extraKubernetesTypes": [
@@ -93,9 +94,7 @@ async def test_extra_kubernetes_types_allow_kinds_of_named_groups_only(
     message = result.errors[0].message
     assert message.startswith("kinds not allowed: v1.Namespace (")
     assert "core-group (v1) kinds outside the allowed list cannot be allowed" in message
-    only_ingress = ValidationPolicy.from_dict(
-        {"name": "Default", "extraKubernetesTypes": [ingress]}
-    )
+    only_ingress = parse_policy({"name": "Default", "extraKubernetesTypes": [ingress]})
     result = await validate(renderer, corpus_archive("kind-not-allowed"), policy=only_ingress)
     assert [f.message.split(" (")[0] for f in result.errors] == ["kinds not allowed: v1.Namespace"]
     extra_objects = {
@@ -370,7 +369,7 @@ def test_crds_from_templates_are_dropped() -> None:
 )
 def test_policy_from_dict_rejects_malformed(raw: dict[str, Any], fields: list[str]) -> None:
     with pytest.raises(ValueError) as info:
-        ValidationPolicy.from_dict(raw)
+        parse_policy(raw)
     named = [part.split(": ")[0] for part in str(info.value).split("; ")]
     prefix = "helmValidationPolicy."
     assert named == [
@@ -379,7 +378,7 @@ def test_policy_from_dict_rejects_malformed(raw: dict[str, Any], fields: list[st
 
 
 def test_core_group_kinds_cannot_be_allowed() -> None:
-    policy = ValidationPolicy.from_dict(
+    policy = parse_policy(
         {
             "name": "Default",
             "extraKubernetesTypes": [
@@ -467,7 +466,7 @@ async def test_multi_node_statefulset_chart_passes(
 
 
 LWS = {"group": "leaderworkerset.x-k8s.io", "version": "v1", "kind": "LeaderWorkerSet"}
-OPERATOR_MANAGED = ValidationPolicy.from_dict({"name": "Default", "extraKubernetesTypes": [LWS]})
+OPERATOR_MANAGED = parse_policy({"name": "Default", "extraKubernetesTypes": [LWS]})
 
 
 def test_operator_managed_workloads_make_the_inference_service_checks_warnings() -> None:

@@ -18,6 +18,7 @@ from service.deployments import transitions
 from service.deployments.autoscale import Autoscaler, AutoscalerConfig
 from service.deployments.models import Deployment
 from service.invocation.models import InvocationLoad, InvocationReplica
+from service.load_signal import reported_load
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, deployment, eventually, status
 from tests.support.invocation import deployed, invocation_app, pexec_url, sample, spec
@@ -229,7 +230,8 @@ async def test_two_replicas_reading_at_once_take_one_decision(
             )
         )
     settings = client.app.state.settings
-    replicas = [Autoscaler(maker, AutoscalerConfig.from_settings(settings)) for _ in range(2)]
+    config = AutoscalerConfig.from_settings(settings)
+    replicas = [Autoscaler(maker, config, load=reported_load) for _ in range(2)]
     reports = await asyncio.gather(*(a.run_once() for a in replicas))
     assert sum(len(r.decisions) for r in reports) == 1
     reasons = [e.get("reason") for e in await events(client, fn)]

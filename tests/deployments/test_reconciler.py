@@ -475,7 +475,7 @@ async def test_a_running_instances_restart_keeps_the_run_that_ended(harness: Har
     """A container of a Running instance restarts (its pod stays ready): the run that ended
     is kept with the instance and shown by the deployment; the backend's logs are read only
     when a restart count went up, never on the passes in between."""
-    from service.deployments.service import deployment_view
+    from service.deployments.views import deployment_view
 
     sim = harness.sim()
     restarts = {"count": 0}

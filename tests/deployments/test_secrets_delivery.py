@@ -13,6 +13,8 @@ from sqlalchemy import select
 
 from service.backends.protocol import AdapterError, InstanceSpec
 from service.core.crypto import SecretBox
+from service.core.events import Events
+from service.deployments import subscribers
 from service.deployments.models import Deployment, Instance
 from service.functions.models import FunctionSecret, FunctionVersion
 from service.functions.secrets import update_secrets
@@ -31,7 +33,11 @@ async def put(harness: Harness, dep: Deployment, box: SecretBox, **values: str) 
     async with harness.maker() as session, session.begin():
         version = await session.get(FunctionVersion, dep.version_id)
         assert version is not None
-        await update_secrets(session, version, list(values.items()), box=box, now=harness.clock())
+        events = Events()
+        subscribers.subscribe(events, wake=lambda: None)
+        await update_secrets(
+            session, version, list(values.items()), box=box, events=events, now=harness.clock()
+        )
 
 
 async def test_update_reaches_each_instance_once_in_place(harness: Harness) -> None:

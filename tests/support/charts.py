@@ -15,7 +15,6 @@ from typing import Any
 import yaml
 
 from service.charts.findings import Finding, PipelineResult
-from service.charts.helm_engine import render_checked
 from service.charts.policy import ValidationPolicy
 from service.charts.render import (
     DEFAULT_KUBE_VERSION,
@@ -24,6 +23,7 @@ from service.charts.render import (
     ChartRenderError,
     RenderOutput,
     check_rendered,
+    render_checked,
 )
 from tests.support.registry import RegistryServer
 

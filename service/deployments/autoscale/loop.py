@@ -29,7 +29,7 @@ from service.core.settings import Settings
 from service.deployments import transitions
 from service.deployments.autoscale.decide import Decision, Load, Memory, SpecView, decide
 from service.deployments.autoscale.policy import Policy, platform_from_settings, version_policy
-from service.deployments.autoscale.store import AutoscaleStore
+from service.deployments.autoscale.store import AutoscaleStore, LoadSignal
 from service.deployments.metrics import AutoscaleMetrics
 from service.deployments.models import Deployment
 
@@ -80,11 +80,12 @@ class Autoscaler:
         sessionmaker: async_sessionmaker[AsyncSession],
         config: AutoscalerConfig,
         *,
+        load: LoadSignal,
         metrics: AutoscaleMetrics | None = None,
         clock: Clock = utcnow,
         on_change: Callable[[], None] | None = None,
     ) -> None:
-        self.store = AutoscaleStore(sessionmaker)
+        self.store = AutoscaleStore(sessionmaker, load)
         self.config = config
         self.metrics = metrics if metrics is not None else AutoscaleMetrics()
         self.clock = clock

@@ -1,5 +1,6 @@
-"""Every SQL statement of the autoscaler: the load of live replicas, the deployments worth a
-reading, their row locks, Running counts and the autoscaler's memory (compare-and-set).
+"""Every SQL statement of the autoscaler: the deployments worth a reading, their row locks,
+Running counts and the autoscaler's memory (compare-and-set); the load of live replicas is read
+through `LoadSignal`.
 
 Which deployments are read: those of versions with load (or a request within the idle period)
 reported by a live replica, and those whose target is above a minimum (they may scale down);
@@ -11,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Sequence
 from datetime import datetime
+from typing import Protocol
 
 from sqlalchemy import ColumnElement, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -28,12 +30,22 @@ from service.deployments.models import (
     InstanceDesired,
 )
 from service.health.machine import Phase
-from service.invocation.models import InvocationLoad, InvocationReplica
+
+
+class LoadSignal(Protocol):
+    """Where the load the invocation replicas report is read (`AutoscaleStore.loads`); the
+    composition supplies it (service/load_signal.py) until the invocation plane reports its
+    load through deployments."""
+
+    async def __call__(
+        self, session: AsyncSession, fresh_since: datetime, requests_since: datetime
+    ) -> dict[uuid.UUID, Load] | None: ...
 
 
 class AutoscaleStore:
-    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], load: LoadSignal) -> None:
         self.sessionmaker = sessionmaker
+        self.load = load
 
     async def loads(
         self, fresh_since: datetime, requests_since: datetime
@@ -43,32 +55,7 @@ class AutoscaleStore:
         waiting, or a request since `requests_since`, are answered: any other has no load on
         any of them (and nothing to decide unless it is above its minimum)."""
         async with self.sessionmaker() as session:
-            live = select(InvocationReplica.owner).where(
-                InvocationReplica.load_reported_at >= fresh_since
-            )
-            if (await session.execute(live.limit(1))).first() is None:
-                return None
-            rows = await session.execute(
-                select(
-                    InvocationLoad.version_id,
-                    func.sum(InvocationLoad.in_flight),
-                    func.sum(InvocationLoad.waiting),
-                    func.max(InvocationLoad.last_request_at),
-                )
-                .where(
-                    InvocationLoad.owner.in_(live),
-                    or_(
-                        InvocationLoad.in_flight > 0,
-                        InvocationLoad.waiting > 0,
-                        InvocationLoad.last_request_at >= requests_since,
-                    ),
-                )
-                .group_by(InvocationLoad.version_id)
-            )
-            return {
-                vid: Load(float(in_flight or 0), int(waiting or 0), last)
-                for vid, in_flight, waiting, last in rows.all()
-            }
+            return await self.load(session, fresh_since, requests_since)
 
     async def candidates(
         self, versions: Collection[uuid.UUID], *, only: bool = False

@@ -10,11 +10,13 @@ from fastapi.responses import StreamingResponse
 
 from service.auth.deps import Session
 from service.backends.logs import LogRequest
+from service.clusters.deps import AdaptersDep
 from service.core.db import utcnow
+from service.core.deps import SecretBoxDep, SettingsDep
 from service.core.http import parse_uuid, parse_uuids
+from service.core.settings import Settings
 from service.deployments.logs import service
 from service.deployments.router_common import Deployer
-from service.state import app_state
 
 router = APIRouter(tags=["deployments"])
 
@@ -59,7 +61,7 @@ Follow = Annotated[
 
 
 def _query(
-    request: Request,
+    settings: SettingsDep,
     container: Container = None,
     tail_lines: TailLines = None,
     since_seconds: SinceSeconds = None,
@@ -67,24 +69,31 @@ def _query(
     follow: Follow = False,
 ) -> LogRequest:
     """The query parameters both log routes take, checked against the settings' bounds."""
-    settings = app_state(request).settings
     return service.log_request(settings, container, tail_lines, since_seconds, timestamps, follow)
 
 
 LogQuery = Annotated[LogRequest, Depends(_query)]
 
 
-async def _answer(request: Request, reading: service.Reading, account_id: str) -> StreamingResponse:
-    state = app_state(request)
+def _follows(request: Request, settings: Settings) -> service.FollowLimiter:
+    """The process's open follows per account, made at the first follow (again when the
+    setting changed)."""
+    state = request.app.state
+    limiter: service.FollowLimiter | None = state.log_follows
+    if limiter is None or limiter.limit != settings.logs_max_follows_per_account:
+        limiter = service.FollowLimiter(settings.logs_max_follows_per_account)
+        state.log_follows = limiter
+    return limiter
+
+
+async def _answer(
+    request: Request, settings: Settings, reading: service.Reading, account_id: str
+) -> StreamingResponse:
     held = None
     if reading.request.follow and reading.sources:
-        limiter = state.log_follows
-        if limiter is None or limiter.limit != state.settings.logs_max_follows_per_account:
-            limiter = service.FollowLimiter(state.settings.logs_max_follows_per_account)
-            state.log_follows = limiter
-        held = limiter.acquire(account_id)
+        held = _follows(request, settings).acquire(account_id)
     try:
-        body = await service.open_stream(reading, state.settings, held)
+        body = await service.open_stream(reading, settings, held)
     except BaseException:
         if held is not None:
             held.release()
@@ -112,13 +121,15 @@ async def instance_logs(
     session: Session,
     principal: Deployer,
     query: LogQuery,
+    settings: SettingsDep,
+    adapters: AdaptersDep,
+    box: SecretBoxDep,
 ) -> StreamingResponse:
     did, iid = parse_uuids((deploymentId, "deploymentId"), (instanceId, "instanceId"))
-    state = app_state(request)
     reading = await service.instance_reading(
-        session, state.adapters, state.secret_box, principal.account_id, did, iid, query, utcnow()
+        session, adapters, box, principal.account_id, did, iid, query, utcnow()
     )
-    return await _answer(request, reading, principal.account_id)
+    return await _answer(request, settings, reading, principal.account_id)
 
 
 @router.get(
@@ -136,10 +147,12 @@ async def deployment_logs(
     session: Session,
     principal: Deployer,
     query: LogQuery,
+    settings: SettingsDep,
+    adapters: AdaptersDep,
+    box: SecretBoxDep,
 ) -> StreamingResponse:
     did = parse_uuid(deploymentId, "deploymentId")
-    state = app_state(request)
     reading = await service.deployment_reading(
-        session, state.adapters, state.secret_box, principal.account_id, did, query, utcnow()
+        session, adapters, box, principal.account_id, did, query, utcnow()
     )
-    return await _answer(request, reading, principal.account_id)
+    return await _answer(request, settings, reading, principal.account_id)

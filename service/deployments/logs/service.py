@@ -33,7 +33,7 @@ from service.core.errors import (
     ValidationFailed,
 )
 from service.core.settings import Settings
-from service.deployments import service as deployments
+from service.deployments import repository as deployments
 from service.deployments.logs.keep import shown
 from service.deployments.logs.mask import NO_SECRETS, Masker
 from service.deployments.logs.models import KeptLog

@@ -21,8 +21,7 @@ adapter's own credentials), as the catalog's `workerAccess` says.
 API paths are computed from a static table of the kinds the chart pipeline allows (helm.md §3)
 plus the NVLink `ComputeDomain`; other kinds (a policy's `extraKubernetesTypes`) get their plural
 the way apimachinery guesses it and are assumed namespaced. Every API-server or network failure
-becomes an `AdapterError` whose message is the server's own (the `Status` object's `message`).
-"""
+becomes an `AdapterError` whose message is the server's own (the `Status` object's `message`)."""
 
 from __future__ import annotations
 
@@ -38,27 +37,42 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import httpx2
-from lightkube import ALL_NS, ApiError, AsyncClient, ConfigError, KubeConfig, SingleConfig
+from lightkube import ALL_NS, AsyncClient, ConfigError, KubeConfig, SingleConfig
 from lightkube import operators as ops
 from lightkube.config.client_adapter import AsyncClient as lightkube_http_client
 from lightkube.config.client_adapter import ConnectionParams
-from lightkube.generic_resource import (
-    GenericGlobalResource,
-    GenericNamespacedResource,
-    create_api_info,
-)
 from lightkube.types import CascadeType, PatchType
 
 from service.backends.changes import ChangeLog, Changes
 from service.backends.http1 import AnswerBounds, Http1Endpoint, Http1Pool
 from service.backends.kube_watch import ClusterWatch, Watched
+from service.backends.kubernetes.capacity import (
+    Node,
+    as_map,
+    gpu_model,
+    labels_of,
+    node_usable,
+    unschedulable,
+)
+from service.backends.kubernetes.errors import CAUGHT, translate
+from service.backends.kubernetes.kinds import (
+    EVENT,
+    NAMESPACE,
+    NODE,
+    OBSERVED_KINDS,
+    POD,
+    SERVICE,
+    KindInfo,
+    apply_rank,
+    global_resource,
+    kind_info,
+    namespaced_resource,
+)
 from service.backends.logs import LogLine, LogRequest
 from service.backends.logs.kubernetes import KubeLogReader
 from service.backends.protocol import (
@@ -78,7 +92,6 @@ from service.backends.worker import (
     WorkerPort,
 )
 from service.core.kube import (
-    GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
     INSTANCE_TYPE_LABEL,
     LABEL_FUNCTION_ID,
@@ -94,259 +107,17 @@ from service.health.observed import ObjectRef, ObservedState, parse_time
 
 T = TypeVar("T")
 
+
 WorkerAccess = Literal["serviceDns", "apiServerProxy"]
 
+
 FIELD_MANAGER = "nvcf-control-plane"
+
+
 APPLIED_ANNOTATION = "nvcf.nvidia.com/applied-objects"
+
+
 DEFAULT_TIMEOUT = 10.0
-
-
-# ------------------------------------------------------------------------------------ kinds
-
-
-@dataclass(frozen=True)
-class KindInfo:
-    """Where the API server serves one kind: group, version, plural and scope."""
-
-    group: str
-    version: str
-    kind: str
-    plural: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def path(self, namespace: str | None = None, name: str | None = None) -> str:
-        """The REST path, e.g. `/apis/apps/v1/namespaces/sr-1/deployments/web`."""
-        parts = ["/api", self.version] if not self.group else ["/apis", self.group, self.version]
-        if self.namespaced and namespace is not None:
-            parts += ["namespaces", namespace]
-        parts.append(self.plural)
-        if name is not None:
-            parts.append(name)
-        return "/".join(parts)
-
-
-NAMESPACE = KindInfo("", "v1", "Namespace", "namespaces", namespaced=False)
-NODE = KindInfo("", "v1", "Node", "nodes", namespaced=False)
-EVENT = KindInfo("", "v1", "Event", "events")
-POD = KindInfo("", "v1", "Pod", "pods")
-SERVICE = KindInfo("", "v1", "Service", "services")
-DEPLOYMENT = KindInfo("apps", "v1", "Deployment", "deployments")
-REPLICA_SET = KindInfo("apps", "v1", "ReplicaSet", "replicasets")
-STATEFUL_SET = KindInfo("apps", "v1", "StatefulSet", "statefulsets")
-JOB = KindInfo("batch", "v1", "Job", "jobs")
-COMPUTE_DOMAIN = KindInfo("resource.nvidia.com", "v1beta1", "ComputeDomain", "computedomains")
-
-KNOWN_KINDS: tuple[KindInfo, ...] = (
-    NAMESPACE,
-    NODE,
-    EVENT,
-    POD,
-    SERVICE,
-    KindInfo("", "v1", "ConfigMap", "configmaps"),
-    KindInfo("", "v1", "Secret", "secrets"),
-    KindInfo("", "v1", "ServiceAccount", "serviceaccounts"),
-    KindInfo("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
-    DEPLOYMENT,
-    REPLICA_SET,
-    STATEFUL_SET,
-    JOB,
-    KindInfo("batch", "v1", "CronJob", "cronjobs"),
-    KindInfo("rbac.authorization.k8s.io", "v1", "Role", "roles"),
-    KindInfo("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings"),
-    COMPUTE_DOMAIN,
-)
-_BY_TYPE = {(k.api_version, k.kind): k for k in KNOWN_KINDS}
-
-# What `observe` always lists: pods and the controllers the health machine reads.
-OBSERVED_KINDS: tuple[KindInfo, ...] = (POD, DEPLOYMENT, REPLICA_SET, STATEFUL_SET, JOB)
-
-# Apply order: what others refer to first (helm's install order, simplified).
-_APPLY_ORDER: dict[tuple[str, str], int] = {
-    ("v1", "Namespace"): 0,
-    ("v1", "Secret"): 1,
-    ("v1", "ConfigMap"): 2,
-    ("v1", "ServiceAccount"): 3,
-    ("rbac.authorization.k8s.io/v1", "Role"): 4,
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): 5,
-    ("v1", "PersistentVolumeClaim"): 6,
-    ("v1", "Service"): 7,
-    ("v1", "Pod"): 8,
-    ("apps/v1", "Deployment"): 8,
-    ("apps/v1", "ReplicaSet"): 8,
-    ("apps/v1", "StatefulSet"): 8,
-    ("batch/v1", "Job"): 8,
-    ("batch/v1", "CronJob"): 8,
-}
-_LAST = 9
-
-
-def guess_plural(kind: str) -> str:
-    """apimachinery's `UnsafeGuessKindToResource`: `Widget` -> `widgets`, `Policy` -> `policies`."""
-    lower = kind.lower()
-    if lower.endswith("s"):
-        return lower + "es"
-    if lower.endswith("y"):
-        return lower[:-1] + "ies"
-    return lower + "s"
-
-
-def kind_info(api_version: str, kind: str) -> KindInfo:
-    """The table entry for a kind, or a namespaced guess for kinds outside the table."""
-    known = _BY_TYPE.get((api_version, kind))
-    if known is not None:
-        return known
-    group, _, version = api_version.rpartition("/")
-    return KindInfo(group, version, kind, guess_plural(kind))
-
-
-def apply_rank(api_version: str, kind: str) -> int:
-    """Position of a kind in the apply order (lower first)."""
-    return _APPLY_ORDER.get((api_version, kind), _LAST)
-
-
-@cache
-def _namespaced(info: KindInfo) -> type[GenericNamespacedResource]:
-    # Built directly rather than through `create_namespaced_resource`, which would register
-    # these generic classes in lightkube's process-wide registry in place of its typed models.
-    api = create_api_info(info.group, info.version, info.kind, info.plural)
-    return type(info.kind, (GenericNamespacedResource,), {"_api_info": api})
-
-
-@cache
-def _global(info: KindInfo) -> type[GenericGlobalResource]:
-    api = create_api_info(info.group, info.version, info.kind, info.plural)
-    return type(info.kind, (GenericGlobalResource,), {"_api_info": api})
-
-
-# ------------------------------------------------------------------------------------ errors
-
-
-class KubernetesError(AdapterError):
-    """An API-server or connection failure; `reason` is the Status reason (`Forbidden`…)."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        retryable: bool,
-        status: int | None = None,
-        reason: str = "",
-        operation: str = "",
-    ) -> None:
-        super().__init__(message, retryable=retryable, status=status)
-        self.reason = reason
-        self.operation = operation
-
-
-def is_retryable(code: int, reason: str, message: str) -> bool:
-    """Whether repeating a request that failed with this Status can succeed later."""
-    lowered = message.lower()
-    if code == 403:
-        # Quotas free up and terminating namespaces go away; RBAC denials need an admin.
-        return "exceeded quota" in lowered or "being terminated" in lowered
-    return code not in (400, 401, 404, 405, 406, 415, 422)
-
-
-def _translate(exc: Exception, operation: str, cluster: str, server: str) -> KubernetesError:
-    if isinstance(exc, ApiError):
-        status = exc.status
-        code = int(status.code or exc.response.status_code)
-        message = status.message or f"{code} {exc.response.reason_phrase}"
-        reason = status.reason or ""
-        return KubernetesError(
-            message,
-            retryable=is_retryable(code, reason, message),
-            status=code,
-            reason=reason,
-            operation=operation,
-        )
-    if isinstance(exc, httpx2.HTTPStatusError):
-        code = exc.response.status_code
-        text = exc.response.text.strip()[:500] or exc.response.reason_phrase
-        return KubernetesError(
-            f"{code} {text}",
-            retryable=code >= 500 or code in (408, 409, 429),
-            status=code,
-            operation=operation,
-        )
-    if isinstance(exc, httpx2.TimeoutException):
-        return KubernetesError(
-            f"timed out waiting for the Kubernetes API server of cluster {cluster} ({server}) "
-            f"while {operation}",
-            retryable=True,
-            reason="Timeout",
-            operation=operation,
-        )
-    if isinstance(exc, httpx2.TransportError):
-        detail = str(exc) or type(exc).__name__
-        return KubernetesError(
-            f"cannot reach the Kubernetes API server of cluster {cluster} ({server}) while "
-            f"{operation}: {detail}",
-            retryable=True,
-            reason="Unreachable",
-            operation=operation,
-        )
-    return KubernetesError(
-        f"unexpected response from the Kubernetes API server of cluster {cluster} while "
-        f"{operation}: {exc}",
-        retryable=True,
-        operation=operation,
-    )
-
-
-_CAUGHT = (httpx2.HTTPError, ValueError, KeyError, TypeError)
-
-
-# ------------------------------------------------------------------------------------ helpers
-
-
-def _map(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
-    return {str(k): str(v) for k, v in _map(_map(obj.get("metadata")).get("labels")).items()}
-
-
-def _gpu_model(labels: Mapping[str, str]) -> str:
-    """`NCP.GPU.H100` -> `H100`; else the GPU feature discovery product label."""
-    instance_type = labels.get(INSTANCE_TYPE_LABEL, "")
-    if ".GPU." in instance_type.upper():
-        return instance_type.upper().split(".GPU.", 1)[1]
-    return labels.get(GPU_PRODUCT_LABEL, "").upper()
-
-
-def _node_usable(node: Mapping[str, Any]) -> bool:
-    if _map(node.get("spec")).get("unschedulable"):
-        return False
-    for cond in _map(node.get("status")).get("conditions") or []:
-        if _map(cond).get("type") == "Ready":
-            return _map(cond).get("status") == "True"
-    return True
-
-
-def _unschedulable(pod: Mapping[str, Any]) -> bool:
-    for cond in _map(pod.get("status")).get("conditions") or []:
-        cond = _map(cond)
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return cond.get("reason") == "Unschedulable"
-    return False
-
-
-@dataclass
-class _Node:
-    name: str
-    gpu: str
-    gpus: int
-    labels: dict[str, str]
-    used: int = 0
-
-
-# ------------------------------------------------------------------------------------ adapter
 
 
 class KubernetesAdapter:
@@ -393,8 +164,8 @@ class KubernetesAdapter:
         self._dns_pool: Http1Pool | None = None
         self._worker_bounds = worker_bounds
         self._changes = ChangeLog()
-        watched = [Watched(_namespaced(info)) for info in OBSERVED_KINDS]
-        watched.append(Watched(_namespaced(EVENT), (("type", "Warning"),)))
+        watched = [Watched(namespaced_resource(info)) for info in OBSERVED_KINDS]
+        watched.append(Watched(namespaced_resource(EVENT), (("type", "Warning"),)))
         self._watch = ClusterWatch(name, self._api, watched, self._changes)
 
     # ------------------------------------------------------------------ public interface
@@ -440,11 +211,11 @@ class KubernetesAdapter:
                     o
                     for o in objects
                     if o.get("kind") == "Service"
-                    and _map(o.get("metadata")).get("name") == instance.worker_service
+                    and as_map(o.get("metadata")).get("name") == instance.worker_service
                 ),
                 {},
             )
-            spec_selector = _map(_map(service.get("spec")).get("selector"))
+            spec_selector = as_map(as_map(service.get("spec")).get("selector"))
             selector = {str(k): str(v) for k, v in spec_selector.items()}
         return ObservedState.from_k8s(
             objects,
@@ -475,9 +246,9 @@ class KubernetesAdapter:
         )
         deleted: list[str] = []
         for ns in namespaces:
-            metadata = _map(ns.get("metadata"))
+            metadata = as_map(ns.get("metadata"))
             name = str(metadata.get("name", ""))
-            instance_id = _labels(ns).get(LABEL_INSTANCE_ID, "")
+            instance_id = labels_of(ns).get(LABEL_INSTANCE_ID, "")
             if (
                 not name.startswith(NAMESPACE_PREFIX)
                 or name != instance_namespace(instance_id)
@@ -498,17 +269,17 @@ class KubernetesAdapter:
             if exc.status == 403:
                 return self.static_capacity()
             raise
-        usable: list[_Node] = []
-        for node in sorted(nodes, key=lambda n: str(_map(n.get("metadata")).get("name", ""))):
-            labels = _labels(node)
+        usable: list[Node] = []
+        for node in sorted(nodes, key=lambda n: str(as_map(n.get("metadata")).get("name", ""))):
+            labels = labels_of(node)
             gpus = whole_quantity(
-                _map(_map(node.get("status")).get("allocatable")).get(GPU_RESOURCE)
+                as_map(as_map(node.get("status")).get("allocatable")).get(GPU_RESOURCE)
             )
-            gpu = _gpu_model(labels)
-            if gpus <= 0 or not gpu or not _node_usable(node):
+            gpu = gpu_model(labels)
+            if gpus <= 0 or not gpu or not node_usable(node):
                 continue
-            name = str(_map(node.get("metadata")).get("name", ""))
-            usable.append(_Node(name, gpu, gpus, labels))
+            name = str(as_map(node.get("metadata")).get("name", ""))
+            usable.append(Node(name, gpu, gpus, labels))
         if usable:
             await self._subtract_pods(usable)
         shapes: dict[tuple[str, int], list[int]] = {}
@@ -566,10 +337,10 @@ class KubernetesAdapter:
         async def pods() -> list[dict[str, Any]]:
             return await self._list(POD, instance.namespace)
 
-        def translate(exc: Exception, operation: str) -> AdapterError:
-            return _translate(exc, operation, self.name, self._server)
+        def failure(exc: Exception, operation: str) -> AdapterError:
+            return translate(exc, operation, self.name, self._server)
 
-        reader = KubeLogReader(self._worker_client, pods, translate, timeout=self.timeout)
+        reader = KubeLogReader(self._worker_client, pods, failure, timeout=self.timeout)
         return reader.read(instance.namespace, request)
 
     def _proxy_client(self) -> httpx2.AsyncClient:
@@ -669,7 +440,7 @@ class KubernetesAdapter:
             await self._call(
                 what,
                 client.patch(
-                    _namespaced(info),
+                    namespaced_resource(info),
                     name,
                     body,
                     namespace=namespace,
@@ -682,7 +453,7 @@ class KubernetesAdapter:
             await self._call(
                 what,
                 client.patch(
-                    _global(info),
+                    global_resource(info),
                     name,
                     body,
                     patch_type=PatchType.APPLY,
@@ -700,10 +471,10 @@ class KubernetesAdapter:
         try:
             if info.namespaced:
                 found: dict[str, Any] = await self._call(
-                    what, client.get(_namespaced(info), name, namespace=namespace)
+                    what, client.get(namespaced_resource(info), name, namespace=namespace)
                 )
             else:
-                found = await self._call(what, client.get(_global(info), name))
+                found = await self._call(what, client.get(global_resource(info), name))
         except AdapterError as exc:
             if exc.status == 404:
                 return None
@@ -738,10 +509,10 @@ class KubernetesAdapter:
         listing: AsyncIterable[Mapping[str, Any]]
         if info.namespaced:
             listing = client.list(
-                _namespaced(info), namespace=namespace, labels=labels, fields=fields
+                namespaced_resource(info), namespace=namespace, labels=labels, fields=fields
             )
         else:
-            listing = client.list(_global(info), labels=labels, fields=fields)
+            listing = client.list(global_resource(info), labels=labels, fields=fields)
         out: list[dict[str, Any]] = []
         async for item in listing:
             obj = dict(item)
@@ -760,7 +531,9 @@ class KubernetesAdapter:
         try:
             await self._call(
                 f"deleting namespace {name}",
-                self._api().delete(_global(NAMESPACE), name, cascade=CascadeType.FOREGROUND),
+                self._api().delete(
+                    global_resource(NAMESPACE), name, cascade=CascadeType.FOREGROUND
+                ),
             )
         except AdapterError as exc:
             if exc.status == 404:
@@ -770,7 +543,7 @@ class KubernetesAdapter:
             raise
         return False
 
-    async def _subtract_pods(self, nodes: list[_Node]) -> None:
+    async def _subtract_pods(self, nodes: list[Node]) -> None:
         """Count GPUs of bound pods, then of our not-yet-bound pods, against the nodes."""
         try:
             pods = await self._list(
@@ -783,7 +556,7 @@ class KubernetesAdapter:
         by_name = {n.name: n for n in nodes}
         waiting: list[dict[str, Any]] = []
         for pod in pods:
-            spec = _map(pod.get("spec"))
+            spec = as_map(pod.get("spec"))
             gpus = gpu_request(spec)
             if gpus <= 0:
                 continue
@@ -792,13 +565,15 @@ class KubernetesAdapter:
                 node.used += gpus
             elif (
                 not spec.get("nodeName")
-                and str(_map(pod.get("metadata")).get("namespace", "")).startswith(NAMESPACE_PREFIX)
-                and not _unschedulable(pod)
+                and str(as_map(pod.get("metadata")).get("namespace", "")).startswith(
+                    NAMESPACE_PREFIX
+                )
+                and not unschedulable(pod)
             ):
                 waiting.append(pod)
-        waiting.sort(key=lambda p: str(_map(p.get("metadata")).get("creationTimestamp", "")))
+        waiting.sort(key=lambda p: str(as_map(p.get("metadata")).get("creationTimestamp", "")))
         for pod in waiting:
-            spec = _map(pod.get("spec"))
+            spec = as_map(pod.get("spec"))
             gpus = gpu_request(spec)
             fitting = [
                 n
@@ -849,8 +624,8 @@ class KubernetesAdapter:
             return await awaitable
         except AdapterError:
             raise
-        except _CAUGHT as exc:
-            raise _translate(exc, operation, self.name, self._server) from exc
+        except CAUGHT as exc:
+            raise translate(exc, operation, self.name, self._server) from exc
 
     async def _gather(self, calls: Sequence[Awaitable[T]]) -> list[T]:
         results = await asyncio.gather(*calls, return_exceptions=True)
@@ -863,14 +638,14 @@ class KubernetesAdapter:
 
 
 def _terminating(namespace: Mapping[str, Any]) -> bool:
-    metadata = _map(namespace.get("metadata"))
-    phase = _map(namespace.get("status")).get("phase")
+    metadata = as_map(namespace.get("metadata"))
+    phase = as_map(namespace.get("status")).get("phase")
     return metadata.get("deletionTimestamp") is not None or phase == "Terminating"
 
 
 def _applied(namespace: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """The `(apiVersion, kind, name)` triples recorded on the namespace by `apply`."""
-    annotations = _map(_map(namespace.get("metadata")).get("annotations"))
+    annotations = as_map(as_map(namespace.get("metadata")).get("annotations"))
     try:
         entries = json.loads(str(annotations.get(APPLIED_ANNOTATION) or "[]"))
     except ValueError:

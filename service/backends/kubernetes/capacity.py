@@ -1,0 +1,57 @@
+"""Reading a cluster's capacity from its objects: GPU nodes (labelled with an instance type, their
+allocatable `nvidia.com/gpu`) and what their running pods request."""
+
+from __future__ import annotations
+
+from collections.abc import (
+    Mapping,
+)
+from dataclasses import dataclass
+from typing import Any
+
+from service.core.kube import (
+    GPU_PRODUCT_LABEL,
+    INSTANCE_TYPE_LABEL,
+)
+
+
+def as_map(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in as_map(as_map(obj.get("metadata")).get("labels")).items()}
+
+
+def gpu_model(labels: Mapping[str, str]) -> str:
+    """`NCP.GPU.H100` -> `H100`; else the GPU feature discovery product label."""
+    instance_type = labels.get(INSTANCE_TYPE_LABEL, "")
+    if ".GPU." in instance_type.upper():
+        return instance_type.upper().split(".GPU.", 1)[1]
+    return labels.get(GPU_PRODUCT_LABEL, "").upper()
+
+
+def node_usable(node: Mapping[str, Any]) -> bool:
+    if as_map(node.get("spec")).get("unschedulable"):
+        return False
+    for cond in as_map(node.get("status")).get("conditions") or []:
+        if as_map(cond).get("type") == "Ready":
+            return as_map(cond).get("status") == "True"
+    return True
+
+
+def unschedulable(pod: Mapping[str, Any]) -> bool:
+    for cond in as_map(pod.get("status")).get("conditions") or []:
+        cond = as_map(cond)
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return cond.get("reason") == "Unschedulable"
+    return False
+
+
+@dataclass
+class Node:
+    name: str
+    gpu: str
+    gpus: int
+    labels: dict[str, str]
+    used: int = 0

@@ -1,0 +1,54 @@
+"""What a key limited to named functions reaches (auth/restrict.py's `FunctionReach`), answered
+here, where both the functions' and the deployments' tables are visible; the composition hands
+it to auth."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.deployments.models import Deployment, DeploymentHistory
+from service.functions import sharing
+from service.functions.models import Function
+
+
+class FunctionReach:
+    async def function_of_deployment(
+        self, session: AsyncSession, deployment_id: uuid.UUID
+    ) -> uuid.UUID | None:
+        function_id = (
+            await session.execute(
+                select(Deployment.function_id).where(Deployment.id == deployment_id)
+            )
+        ).scalar_one_or_none()
+        if function_id is None:
+            function_id = (
+                await session.execute(
+                    select(DeploymentHistory.function_id).where(
+                        DeploymentHistory.id == deployment_id
+                    )
+                )
+            ).scalar_one_or_none()
+        return function_id
+
+    async def own_functions(
+        self, session: AsyncSession, account_id: str, ids: Collection[uuid.UUID]
+    ) -> set[uuid.UUID]:
+        return set(
+            (
+                await session.execute(
+                    select(Function.id).where(
+                        Function.id.in_(list(ids)), Function.account_id == account_id
+                    )
+                )
+            ).scalars()
+        )
+
+    async def shared_functions(
+        self, session: AsyncSession, account_id: str, ids: Collection[uuid.UUID]
+    ) -> set[uuid.UUID]:
+        grants = await sharing.grants_of(session, account_id)
+        return {fid for fid in ids if grants.any_of(fid)}

@@ -1,0 +1,288 @@
+"""Every SQL statement of the deployments API: lookups (row-locked where a change follows),
+pages, and the batched reads the views are built from (a page of deployments in a constant
+number of queries: deployments, their specs, their instances, their versions)."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.auth.service import Principal
+from service.core.errors import BadRequest, NotFound
+from service.core.http import parse_uuids
+from service.core.pagination import Page, keyset_page
+from service.deployments import history
+from service.deployments.models import (
+    Deployment,
+    DeploymentDesired,
+    DeploymentEvent,
+    DeploymentHistory,
+    DeploymentSpec,
+    Instance,
+    InstanceDesired,
+)
+from service.functions.models import FunctionVersion
+from service.health.machine import Phase
+
+
+async def lock_version(
+    session: AsyncSession, account_id: str, function_id: uuid.UUID, version_id: uuid.UUID
+) -> FunctionVersion:
+    """The caller's version, re-read and row-locked (`FOR UPDATE` on PostgreSQL) so concurrent
+    deploys of one version serialise; 404 if it is not the caller's."""
+    stmt = (
+        select(FunctionVersion)
+        .where(FunctionVersion.id == version_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    version = (await session.execute(stmt)).scalar_one_or_none()
+    if version is None or version.account_id != account_id or version.function_id != function_id:
+        raise NotFound(detail=f"version {version_id} of function {function_id} not found")
+    return version
+
+
+async def live_deployment(session: AsyncSession, version_id: uuid.UUID) -> Deployment | None:
+    """The version's live (`desired = deployed`) deployment, if any."""
+    stmt = select(Deployment).where(
+        Deployment.version_id == version_id, Deployment.desired == DeploymentDesired.DEPLOYED
+    )
+    return (await session.execute(stmt)).scalar_one_or_none()
+
+
+async def get_deployment(
+    session: AsyncSession, account_id: str, deployment_id: uuid.UUID
+) -> Deployment:
+    deployment = await session.get(Deployment, deployment_id)
+    if deployment is None or deployment.account_id != account_id:
+        raise NotFound(detail=f"deployment {deployment_id} not found")
+    return deployment
+
+
+async def lock_deployment(
+    session: AsyncSession, account_id: str, deployment_id: uuid.UUID
+) -> Deployment:
+    """The caller's deployment re-read and row-locked (`FOR UPDATE` on PostgreSQL), as the
+    reconciler locks it, so a change of its specs never interleaves with a unit of work."""
+    stmt = (
+        select(Deployment)
+        .where(Deployment.id == deployment_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    deployment = (await session.execute(stmt)).scalar_one_or_none()
+    if deployment is None or deployment.account_id != account_id:
+        raise NotFound(detail=f"deployment {deployment_id} not found")
+    return deployment
+
+
+async def live_spec(
+    session: AsyncSession, principal: Principal, deployment_id: str, spec_id: str
+) -> tuple[Deployment, DeploymentSpec]:
+    """The caller's live deployment, locked, and one of its specifications (404; 400 when the
+    deployment is being deleted)."""
+    did, sid = parse_uuids((deployment_id, "deploymentId"), (spec_id, "gpuSpecificationId"))
+    deployment = await lock_deployment(session, principal.account_id, did)
+    spec = next((s for s in deployment.specs if s.id == sid), None)
+    if spec is None:
+        raise NotFound(detail=f"GPU specification {sid} not found in deployment {did}")
+    if deployment.desired != DeploymentDesired.DEPLOYED:
+        raise BadRequest(
+            detail=f"deployment {did} is being deleted; its GPU specifications cannot change"
+        )
+    return deployment, spec
+
+
+async def find_deployment(
+    session: AsyncSession, account_id: str, deployment_id: uuid.UUID, now: datetime
+) -> Deployment | DeploymentHistory:
+    """The caller's deployment, or its history once removed (until that expires); 404
+    otherwise."""
+    deployment = await session.get(Deployment, deployment_id)
+    if deployment is not None and deployment.account_id == account_id:
+        return deployment
+    removed = await history.find(session, account_id, deployment_id, now)
+    if removed is None:
+        raise NotFound(detail=f"deployment {deployment_id} not found")
+    return removed
+
+
+async def get_version_deployment(
+    session: AsyncSession, account_id: str, function_id: uuid.UUID, version_id: uuid.UUID
+) -> Deployment:
+    """The live deployment of the caller's version; 404 when the version or deployment is
+    unknown."""
+    deployment = await live_deployment(session, version_id)
+    if (
+        deployment is None
+        or deployment.account_id != account_id
+        or deployment.function_id != function_id
+    ):
+        raise NotFound(detail=f"no deployment of version {version_id} of function {function_id}")
+    return deployment
+
+
+async def list_deployments(
+    session: AsyncSession, account_id: str, page: Page, only: frozenset[uuid.UUID] | None = None
+) -> tuple[list[Deployment], str | None]:
+    """The caller's live deployments, oldest first, keyset-paginated like the functions list
+    (`only`: of these functions, for a key limited to them)."""
+    stmt = select(Deployment).where(
+        Deployment.account_id == account_id, Deployment.desired == DeploymentDesired.DEPLOYED
+    )
+    if only is not None:
+        stmt = stmt.where(Deployment.function_id.in_(list(only)))
+    return await keyset_page(
+        session,
+        stmt,
+        page,
+        created=Deployment.created_at,
+        ident=Deployment.id,
+        cursor_of=lambda d: (d.created_at, d.id),
+    )
+
+
+async def instances_of(
+    session: AsyncSession, deployment_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[Instance]]:
+    out: dict[uuid.UUID, list[Instance]] = defaultdict(list)
+    if not deployment_ids:
+        return out
+    stmt = (
+        select(Instance)
+        .where(Instance.deployment_id.in_(deployment_ids))
+        .order_by(Instance.created_at, Instance.id)
+    )
+    for inst in (await session.execute(stmt)).scalars():
+        out[inst.deployment_id].append(inst)
+    return out
+
+
+async def statuses_of(
+    session: AsyncSession, version_ids: Iterable[uuid.UUID]
+) -> dict[uuid.UUID, str]:
+    ids = list(set(version_ids))
+    if not ids:
+        return {}
+    stmt = select(FunctionVersion.id, FunctionVersion.status).where(FunctionVersion.id.in_(ids))
+    return {vid: status for vid, status in (await session.execute(stmt)).all()}
+
+
+async def error_reasons(
+    session: AsyncSession, deployment_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, DeploymentEvent]:
+    """The latest event carrying a reason, per deployment (healthInfo of ERROR versions whose
+    failed instance rows are gone)."""
+    if not deployment_ids:
+        return {}
+    stmt = (
+        select(DeploymentEvent)
+        .where(
+            DeploymentEvent.deployment_id.in_(deployment_ids),
+            DeploymentEvent.reason.is_not(None),
+        )
+        .order_by(DeploymentEvent.at, DeploymentEvent.id)
+    )
+    return {e.deployment_id: e for e in (await session.execute(stmt)).scalars()}
+
+
+async def running_counts(session: AsyncSession, deployment_id: uuid.UUID) -> dict[uuid.UUID, int]:
+    """Running, wanted instances per specification of the deployment."""
+    stmt = (
+        select(Instance.spec_id, func.count())
+        .where(
+            Instance.deployment_id == deployment_id,
+            Instance.desired == InstanceDesired.PRESENT,
+            Instance.phase == Phase.RUNNING,
+        )
+        .group_by(Instance.spec_id)
+    )
+    return {sid: int(n) for sid, n in (await session.execute(stmt)).all()}
+
+
+async def list_events(
+    session: AsyncSession, deployment_id: uuid.UUID, page: Page
+) -> tuple[list[DeploymentEvent], str | None]:
+    """The deployment's timeline, oldest first (ties in insertion order)."""
+    stmt = select(DeploymentEvent).where(DeploymentEvent.deployment_id == deployment_id)
+    return await keyset_page(
+        session,
+        stmt,
+        page,
+        created=DeploymentEvent.at,
+        ident=DeploymentEvent.id,
+        cursor_of=lambda e: (e.at, uuid.UUID(int=e.id)),
+        ident_from_cursor=lambda u: u.int,
+    )
+
+
+@dataclass(frozen=True)
+class ActiveInstanceRow:
+    instance_id: uuid.UUID
+    phase: str
+    instance_type: str
+    gpu: str
+    backend: str
+    cluster: str | None
+    created_at: Any
+    updated_at: Any
+
+
+async def active_instances(
+    session: AsyncSession, version_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[ActiveInstanceRow]]:
+    """Wanted instances of each version's live deployment, in one query."""
+    out: dict[uuid.UUID, list[ActiveInstanceRow]] = defaultdict(list)
+    if not version_ids:
+        return out
+    stmt = (
+        select(
+            Deployment.version_id,
+            Instance.id,
+            Instance.phase,
+            DeploymentSpec.instance_type,
+            DeploymentSpec.gpu,
+            DeploymentSpec.backend,
+            Instance.cluster,
+            Instance.created_at,
+            Instance.updated_at,
+        )
+        .join(Deployment, Deployment.id == Instance.deployment_id)
+        .join(DeploymentSpec, DeploymentSpec.id == Instance.spec_id)
+        .where(
+            Deployment.version_id.in_(list(version_ids)),
+            Deployment.desired == DeploymentDesired.DEPLOYED,
+            Instance.desired == InstanceDesired.PRESENT,
+        )
+        .order_by(Instance.created_at, Instance.id)
+    )
+    for vid, iid, phase, itype, gpu, backend, cluster, created, updated in (
+        await session.execute(stmt)
+    ).all():
+        out[vid].append(
+            ActiveInstanceRow(iid, phase, itype, gpu, backend, cluster, created, updated)
+        )
+    return out
+
+
+async def owns_version(
+    session: AsyncSession, account_id: str, function_id: uuid.UUID, version_id: uuid.UUID
+) -> bool:
+    """Whether the account owns the version of the function."""
+    found = (
+        await session.execute(
+            select(FunctionVersion.id).where(
+                FunctionVersion.id == version_id,
+                FunctionVersion.function_id == function_id,
+                FunctionVersion.account_id == account_id,
+            )
+        )
+    ).first()
+    return found is not None

@@ -1,0 +1,33 @@
+"""What the function registry announces (core/events.py): the domains above subscribe at
+composition (service/app.py) — deployments tear down a deleted version's deployment and deliver
+changed secrets; the invocation plane forgets whom it let invoke a function."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class VersionDeleted:
+    """A version is being deleted (its row goes in the same transaction)."""
+
+    version_id: uuid.UUID
+
+
+@dataclass(frozen=True)
+class SecretsChanged:
+    """Secrets of a version were added or replaced; `generation` is its new secrets generation."""
+
+    version_id: uuid.UUID
+    names: tuple[str, ...]
+    generation: int
+    at: datetime
+
+
+@dataclass(frozen=True)
+class AccessChanged:
+    """Who may invoke the function (what is shared with whom) changed."""
+
+    function_id: uuid.UUID

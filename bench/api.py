@@ -88,7 +88,9 @@ def start(
 ) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         cmd,
-        env={**os.environ, **env},
+        # the servers a bench starts side by side would all claim the gRPC port (10081);
+        # a bench of gRPC turns it on in `env`
+        env={**os.environ, "NVCF_GRPC_ENABLED": "false", **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=cwd,

@@ -194,24 +194,10 @@ async def send_exec(
 
 async def whole(answer: Streamed, limit: int) -> Outcome:
     """The whole of a streamed answer (the wrapped form), bounded by `limit` bytes."""
-    parts: list[bytes] = []
-    size = 0
-    error: str | None = None
-    try:
-        async for chunk in answer.chunks():
-            size += len(chunk)
-            if size > limit:
-                error = f"the worker's response exceeds {limit} bytes"
-                break
-            parts.append(chunk)
-    except WorkerFailed as exc:
-        error = exc.reason
-    finally:
-        await answer.close(error)
+    body, error = await answer.read(limit)
     if error is not None:
         return Outcome.failure(502, f"the worker failed: {error}")
-    headers = list(answer.headers)
-    return Outcome(answer.status, tuple(headers), b"".join(parts))
+    return Outcome(answer.status, tuple(answer.headers), body)
 
 
 class Body(Protocol):

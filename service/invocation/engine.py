@@ -151,6 +151,25 @@ class Streamed:
         except TimeoutError:
             raise WorkerFailed("the worker did not finish its answer in time") from None
 
+    async def read(self, limit: int) -> tuple[bytes, str | None]:
+        """The whole body, at most `limit` bytes, and why it stopped short (None: it did not);
+        the answer is closed."""
+        parts: list[bytes] = []
+        size = 0
+        error: str | None = None
+        try:
+            async for chunk in self.chunks():
+                size += len(chunk)
+                if size > limit:
+                    error = f"the worker's response exceeds {limit} bytes"
+                    break
+                parts.append(chunk)
+        except WorkerFailed as exc:
+            error = exc.reason
+        finally:
+            await self.close(error)
+        return b"".join(parts), error
+
     async def close(self, error: str | None = None) -> None:
         """The caller has the answer (`error`: why it stopped short)."""
         if self.run.finished:

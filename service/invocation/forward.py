@@ -137,10 +137,3 @@ def caller_headers(
 def _dropped(always: frozenset[bytes], connection: bytes) -> frozenset[bytes]:
     """`always` and the header names a `Connection` header value lists (lower-cased)."""
     return always | connection_header_names([(b"connection", connection)])
-
-
-def header_value(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
-    for k, v in headers:
-        if k.lower() == name:
-            return v
-    return None

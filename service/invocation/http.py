@@ -408,7 +408,7 @@ async def _queues(ex: Exchange) -> None:
         else:
             fid, vid = parse_uuids((function_id, "functionId"), (version_id, "functionVersionId"))
         plane = ex.entry.plane()
-        async with ex.entry._sessionmaker()() as session:
+        async with ex.entry.sessions()() as session:
             infos = await plane.lookup.queues(session, principal, fid, vid)
         return QueueList(
             function_id=fid,

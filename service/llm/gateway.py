@@ -329,22 +329,7 @@ class _Exchange:
 
     async def _read(self, answer: Streamed) -> tuple[bytes, str | None]:
         """The worker's whole answer (bounded), closed; and why it stopped short."""
-        limit = self.entry.entry.plane().engine.result_max
-        parts: list[bytes] = []
-        size = 0
-        error: str | None = None
-        try:
-            async for chunk in answer.chunks():
-                size += len(chunk)
-                if size > limit:
-                    error = f"its answer exceeds {limit} bytes"
-                    break
-                parts.append(chunk)
-        except WorkerFailed as exc:
-            error = exc.reason
-        finally:
-            await answer.close(error)
-        return b"".join(parts), error
+        return await answer.read(self.entry.entry.plane().engine.result_max)
 
     async def settle(self, charge: Charge | None, watch: StreamWatch) -> None:
         usage = watch.usage

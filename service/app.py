@@ -85,7 +85,6 @@ from service.invocation.transparent import body_limit
 from service.llm.gateway import Gateway
 from service.llm.metrics import LlmMetrics
 from service.llm.tokens import TokenLimiter
-from service.load_signal import reported_load
 from service.ngc.router import router as ngc_router
 from service.registry.router import router as registry_router
 from service.state import AppState
@@ -343,7 +342,6 @@ def create_app(
         autoscaler = Autoscaler(
             app.state.sessionmaker,
             AutoscalerConfig.from_settings(settings),
-            load=reported_load,
             metrics=telemetry.autoscale,
             on_change=reconciler.wake,
         )

@@ -1,7 +1,7 @@
 """The autoscaler, a loop service of its own (docs/autoscaling.md).
 
 Every `NVCF_AUTOSCALE_INTERVAL` seconds it reads the load the invocation replicas reported
-(store.py), picks the deployments worth a reading and, in one transaction per batch, locks
+(load_signal.py), picks the deployments worth a reading and, in one transaction per batch, locks
 their rows (`FOR UPDATE`, skipping rows another replica holds; SQLite has one writer), reads
 their Running instances and its memory, decides (decide.py, a pure function) and writes the
 new memory (compare-and-set on its revision) and, when the count changes, the specs' targets
@@ -29,7 +29,7 @@ from service.core.settings import Settings
 from service.deployments import transitions
 from service.deployments.autoscale.decide import Decision, Load, Memory, SpecView, decide
 from service.deployments.autoscale.policy import Policy, platform_from_settings, version_policy
-from service.deployments.autoscale.store import AutoscaleStore, LoadSignal
+from service.deployments.autoscale.store import AutoscaleStore
 from service.deployments.metrics import AutoscaleMetrics
 from service.deployments.models import Deployment
 
@@ -80,12 +80,11 @@ class Autoscaler:
         sessionmaker: async_sessionmaker[AsyncSession],
         config: AutoscalerConfig,
         *,
-        load: LoadSignal,
         metrics: AutoscaleMetrics | None = None,
         clock: Clock = utcnow,
         on_change: Callable[[], None] | None = None,
     ) -> None:
-        self.store = AutoscaleStore(sessionmaker, load)
+        self.store = AutoscaleStore(sessionmaker)
         self.config = config
         self.metrics = metrics if metrics is not None else AutoscaleMetrics()
         self.clock = clock

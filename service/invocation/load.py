@@ -27,7 +27,7 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.core.db import utcnow
-from service.core.periodic import PeriodicJob
+from service.core.loops import LoopService
 from service.deployments.load_signal import LoadSample, report_load
 from service.invocation.routing import Target
 
@@ -135,7 +135,7 @@ class LoadPublisher:
         self.tracker = tracker
         self.period = period
         self.reports = 0
-        self._job = PeriodicJob(
+        self._job: LoopService[str] = LoopService(
             "nvcf-load-publisher",
             self.publish,
             period,

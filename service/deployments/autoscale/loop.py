@@ -15,7 +15,6 @@ its replica's report reaches the database: the cold start begins within millisec
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.core.db import utcnow
+from service.core.loops import LoopService
 from service.core.settings import Settings
 from service.deployments import transitions
 from service.deployments.autoscale.decide import Decision, Load, Memory, SpecView, decide
@@ -74,7 +74,7 @@ class AutoscaleReport:
     signal: bool = True
 
 
-class Autoscaler:
+class Autoscaler(LoopService[uuid.UUID]):
     def __init__(
         self,
         sessionmaker: async_sessionmaker[AsyncSession],
@@ -91,49 +91,16 @@ class Autoscaler:
         #: called after a committed change of targets (the reconciler's wake)
         self.on_change = on_change
         self.readings = 0
-        self._urgent: set[uuid.UUID] = set()
-        self._event = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._signal = True
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def wake(self, version_id: uuid.UUID) -> None:
-        """A request waits for `version_id`, which has no Running instance: read it now."""
-        self._urgent.add(version_id)
-        self._event.set()
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="nvcf-autoscaler")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_reading = loop.time()
-        while True:
-            timeout = max(0.0, next_reading - loop.time())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._event.wait(), timeout)
-            self._event.clear()
-            urgent, self._urgent = self._urgent, set()
-            try:
-                if urgent:
-                    await self.run_once(urgent)
-                if loop.time() >= next_reading:
-                    next_reading = loop.time() + self.config.interval
-                    await self.run_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("autoscaler reading failed")
+        super().__init__(
+            "nvcf-autoscaler",
+            self.run_once,
+            config.interval,
+            log=log,
+            failure="autoscaler reading failed",
+            urgent=self.run_once,
+        )
 
     # ------------------------------------------------------------------ one reading
 

@@ -25,10 +25,10 @@ from service.assets.service import Assets
 from service.assets.signing import STORAGE_PREFIX
 from service.auth import scopes, tokens
 from service.auth.nvcf_keys import router as nvcf_keys_router
+from service.auth.repository import any_key
 from service.auth.router import router as keys_router
 from service.auth.service import (
     Authenticator,
-    any_key_exists,
     create_api_key,
     grant_scopes,
 )
@@ -159,7 +159,7 @@ async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
                 )
             _say(settings, "admin API key: the value of NVCF_BOOTSTRAP_API_KEY")
             return
-        if await any_key_exists(session):
+        if await any_key(session):
             if await asyncio.to_thread(path.exists):
                 _say(settings, f"admin API key: kept in {path} (printed at the first start only)")
             else:

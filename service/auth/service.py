@@ -18,12 +18,10 @@ from typing import Any
 import httpx
 import jwt
 from jwt.types import Options
-from sqlalchemy import func, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from service.auth.models import Account, ApiKey
+from service.auth import repository
+from service.auth.models import ApiKey
 from service.auth.scopes import (
     ALL_SCOPES,
     INVOKE_FUNCTION,
@@ -112,30 +110,6 @@ def within_reach(principal: Principal, key_functions: Iterable[str] | None) -> b
     return {uuid.UUID(str(f)) for f in key_functions} <= principal.functions
 
 
-async def ensure_account(session: AsyncSession, account_id: str) -> None:
-    if await session.get(Account, account_id) is None:
-        session.add(Account(id=account_id))
-        await session.flush()
-
-
-async def lock_account(session: AsyncSession, account_id: str) -> None:
-    """Serialise the quota checks of one account until the transaction ends, in one
-    statement: an upsert of its row (created if missing) takes the row lock on PostgreSQL and
-    the write lock on SQLite."""
-    dialect = session.get_bind().dialect.name
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    await session.execute(
-        insert(Account)
-        .values(id=account_id)
-        .on_conflict_do_update(index_elements=[Account.id], set_={"id": account_id})
-    )
-
-
-async def count_api_keys(session: AsyncSession, account_id: str) -> int:
-    stmt = select(func.count()).select_from(ApiKey).where(ApiKey.account_id == account_id)
-    return int((await session.execute(stmt)).scalar_one())
-
-
 async def create_api_key(
     session: AsyncSession,
     *,
@@ -167,7 +141,7 @@ async def create_api_key(
         key = generate_key()
     elif not key.startswith(API_KEY_PREFIX):
         raise BadRequest(detail="API keys must start with 'nvapi-'")
-    await ensure_account(session, account_id)
+    await repository.ensure_account(session, account_id)
     row = ApiKey(
         id=uuid.uuid4(),
         account_id=account_id,
@@ -197,9 +171,7 @@ async def grant_scopes(session: AsyncSession, key: str, wanted: Iterable[str]) -
 
     For the operator's own key only: it bypasses the checks of `create_api_key`.
     """
-    row = (
-        await session.execute(select(ApiKey).where(ApiKey.key_hash == hash_key(key)))
-    ).scalar_one_or_none()
+    row = await repository.key_by_hash(session, hash_key(key))
     if row is None:
         return False
     missing = set(wanted) - set(row.scopes)
@@ -207,10 +179,6 @@ async def grant_scopes(session: AsyncSession, key: str, wanted: Iterable[str]) -
         row.scopes = sorted(set(row.scopes) | missing)
         await session.flush()
     return True
-
-
-async def any_key_exists(session: AsyncSession) -> bool:
-    return (await session.execute(select(ApiKey.id).limit(1))).first() is not None
 
 
 INVOCATION_TOKEN = "invocation-token"  # noqa: S105 (a principal kind, not a secret)
@@ -315,9 +283,7 @@ class Authenticator:
     ) -> Principal:
         key_hash = hash_key(key)
         async with sessions() as session:
-            row = (
-                await session.execute(select(ApiKey).where(ApiKey.key_hash == key_hash))
-            ).scalar_one_or_none()
+            row = await repository.key_by_hash(session, key_hash)
         if row is None:
             raise Unauthorized(detail="unknown API key", headers=_BEARER)
         principal = Principal(

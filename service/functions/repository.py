@@ -128,6 +128,30 @@ async def page_versions(
     )
 
 
+async def llm_versions(
+    session: AsyncSession,
+    visible: ColumnElement[bool],
+    *,
+    only: Collection[uuid.UUID] | None = None,
+) -> Sequence[Any]:
+    """(id, function id, account, models, created) of the `visible` LLM versions (of the
+    functions `only`, when given), oldest first: the LLM gateway's model list."""
+    stmt = (
+        select(
+            FunctionVersion.id,
+            FunctionVersion.function_id,
+            FunctionVersion.account_id,
+            FunctionVersion.models,
+            FunctionVersion.created_at,
+        )
+        .where(FunctionVersion.function_type == "LLM", visible)
+        .order_by(FunctionVersion.created_at, FunctionVersion.id)
+    )
+    if only is not None:
+        stmt = stmt.where(FunctionVersion.function_id.in_(list(only)))
+    return (await session.execute(stmt)).all()
+
+
 async def replace_tags(session: AsyncSession, version_id: uuid.UUID, tags: Sequence[str]) -> None:
     await session.execute(delete(VersionTag).where(VersionTag.version_id == version_id))
     session.add_all(VersionTag(version_id=version_id, tag=t) for t in tags)

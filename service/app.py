@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
@@ -24,10 +25,10 @@ from service.assets.service import Assets
 from service.assets.signing import STORAGE_PREFIX
 from service.auth import scopes, tokens
 from service.auth.nvcf_keys import router as nvcf_keys_router
+from service.auth.repository import any_key
 from service.auth.router import router as keys_router
 from service.auth.service import (
     Authenticator,
-    any_key_exists,
     create_api_key,
     grant_scopes,
 )
@@ -47,9 +48,9 @@ from service.core.docs_ui import install_docs
 from service.core.errors import ServiceUnavailable
 from service.core.events import Events
 from service.core.idempotency import IdempotentReplay
+from service.core.loops import LoopService, Startable
 from service.core.middleware import RequestContextMiddleware
 from service.core.openapi import truthful
-from service.core.periodic import PeriodicJob
 from service.core.problem import install_problem_handlers
 from service.core.quotas import Quotas
 from service.core.ratelimit import RateLimiter
@@ -63,7 +64,7 @@ from service.deployments.history import HistoryConfig, HistoryPurger
 from service.deployments.logs.router import router as logs_router
 from service.deployments.models import Deployment, Instance
 from service.deployments.reach import FunctionReach
-from service.deployments.reconcile import build_reconciler, claim_owner
+from service.deployments.reconcile import Reconciler, build_reconciler, claim_owner
 from service.deployments.repository import active_instances
 from service.deployments.revisions_router import router as revisions_router
 from service.deployments.router import router as deployments_router
@@ -85,7 +86,6 @@ from service.invocation.transparent import body_limit
 from service.llm.gateway import Gateway
 from service.llm.metrics import LlmMetrics
 from service.llm.tokens import TokenLimiter
-from service.load_signal import reported_load
 from service.ngc.router import router as ngc_router
 from service.registry.router import router as registry_router
 from service.state import AppState
@@ -159,7 +159,7 @@ async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
                 )
             _say(settings, "admin API key: the value of NVCF_BOOTSTRAP_API_KEY")
             return
-        if await any_key_exists(session):
+        if await any_key(session):
             if await asyncio.to_thread(path.exists):
                 _say(settings, f"admin API key: kept in {path} (printed at the first start only)")
             else:
@@ -189,16 +189,6 @@ async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:
     # Printed once, on purpose: this is how an operator learns the first key.
     _say(settings, f"generated admin API key for account '{settings.default_account}': {key}")
     _say(settings, f"(also saved to {path}, readable only by this user)")
-
-
-async def _start_grpc(app: FastAPI, settings: Settings, plane: InvocationPlane) -> GrpcEntry | None:
-    """The gRPC listener over the plane's engine (None: `NVCF_GRPC_ENABLED` is off)."""
-    if not settings.grpc_enabled:
-        return None
-    entry = GrpcEntry(settings, plane.engine, app.state.authenticator, app.state.sessionmaker)
-    await entry.start()
-    app.state.grpc = entry
-    return entry
 
 
 def _say(settings: Settings, line: str) -> None:
@@ -253,6 +243,14 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Each component's close is pushed as it is opened: teardown runs in reverse, once.
+        async with contextlib.AsyncExitStack() as opened:
+            await _open(app, opened)
+            yield
+
+    async def _open(app: FastAPI, opened: contextlib.AsyncExitStack) -> None:
+        """Open the process's components, wire them, start its loops (one list)."""
+        opened.push_async_callback(asyncio.to_thread, telemetry.tracing.shutdown)
         await asyncio.to_thread(
             Path(settings.data_dir).mkdir, mode=0o700, parents=True, exist_ok=True
         )
@@ -260,8 +258,11 @@ def create_app(
         if settings.auto_migrate:
             await asyncio.to_thread(migrate.upgrade, url)
         engine = make_engine(url)
+        opened.push_async_callback(engine.dispose)
         app.state.engine = engine
-        app.state.sessionmaker = make_sessionmaker(engine)
+        app.state.sessionmaker = maker = make_sessionmaker(engine)
+        if app.state.rate_limiter is not None:
+            opened.push_async_callback(app.state.rate_limiter.aclose)
         app.state.events = events = Events()
         if read_cache.enabled(settings):
             app.state.version_cache = read_cache.VersionCache()
@@ -283,16 +284,78 @@ def create_app(
                 max_headers=settings.invoke_worker_max_headers,
             ),
         )
+        opened.push_async_callback(adapters.aclose)
         app.state.adapters = adapters
-        plane: InvocationPlane | None = None
+        if llm_gateway is not None:
+            opened.push_async_callback(llm_gateway.aclose)
+        #: every background loop of the process, in start order (stopped in reverse)
+        loops: list[Startable] = []
+        # One replica id for the reconciler's leases and the invocation plane's requests;
+        # `nvcf-server invoke` has its own (a server process may share the data dir).
+        owner_dir = Path(settings.data_dir)
         if invocation_only:
-            # Its own persistent id: a server process may share the data dir.
-            owner = await asyncio.to_thread(
-                claim_owner, Path(settings.data_dir) / INVOCATION_OWNER_DIR
+            owner_dir = owner_dir / INVOCATION_OWNER_DIR
+        owner = await asyncio.to_thread(claim_owner, owner_dir)
+        opened.callback(owner.close)
+        reconciler: Reconciler | None = None
+        autoscaler: Autoscaler | None = None
+        plane: InvocationPlane | None = None
+        if not invocation_only:
+            await bootstrap_admin_key(app, settings)
+            chart_pipeline = ChartPipeline.from_settings(
+                settings, app.state.secret_box, metrics=telemetry.charts, tracing=telemetry.tracing
             )
+            opened.push_async_callback(chart_pipeline.aclose)
+            app.state.chart_pipeline = chart_pipeline
+            reconciler, collector = build_reconciler(
+                settings,
+                maker,
+                adapters,
+                app.state.catalog,
+                secret_box=app.state.secret_box,
+                metrics=telemetry.reconcile,
+                tracing=telemetry.tracing,
+                owner=owner,
+            )
+            app.state.reconciler = reconciler
+            app.state.namespace_collector = collector
+            app.state.wake_reconciler = wake_reconciler
+            app.state.active_instances = active_instances
+            subscribers.subscribe(events, wake=wake_reconciler)
+            purger = HistoryPurger(maker, HistoryConfig.from_settings(settings))
+            app.state.history_purger = purger
+            autoscaler = Autoscaler(
+                maker,
+                AutoscalerConfig.from_settings(settings),
+                metrics=telemetry.autoscale,
+                on_change=reconciler.wake,
+            )
+            app.state.autoscaler = autoscaler
+            timeseries = TimeSeries(
+                telemetry.metrics.registry, maker, period=settings.timeseries_period_seconds
+            )
+            app.state.timeseries = timeseries
+            asset_purge: LoopService[str] = LoopService(
+                "asset-purge",
+                lambda: assets.purge(maker),
+                settings.asset_purge_period_seconds,
+                log=log,
+                failure="asset purge round failed",
+            )
+            loops += [timeseries, asset_purge]
+            if settings.reconciler_enabled:
+                loops += [reconciler, collector, purger]
+                if settings.autoscale_enabled:
+                    loops.append(autoscaler)
+            # stopped whether started or not: the reconciler gives up its leases
+            idle: list[Startable] = [reconciler, collector, purger, autoscaler]
+            for service in idle:
+                if service not in loops:
+                    opened.push_async_callback(service.stop)
+        if invocation_only or settings.invoke_enabled:
             plane = InvocationPlane(
                 settings,
-                app.state.sessionmaker,
+                maker,
                 adapters,
                 app.state.catalog,
                 invocation_metrics,
@@ -301,123 +364,32 @@ def create_app(
             )
             await plane.start()
             app.state.invocation = plane
-            grpc_entry = await _start_grpc(app, settings, plane)
-            try:
-                yield
-            finally:
-                if grpc_entry is not None:
-                    await grpc_entry.stop()
-                await plane.stop()
-                if llm_gateway is not None:
-                    await llm_gateway.aclose()
-                owner.close()
-                await adapters.aclose()
-                await engine.dispose()
-            return
-        await bootstrap_admin_key(app, settings)
-        chart_pipeline = ChartPipeline.from_settings(
-            settings, app.state.secret_box, metrics=telemetry.charts, tracing=telemetry.tracing
-        )
-        app.state.chart_pipeline = chart_pipeline
-        # One replica id for the reconciler's leases and the invocation plane's requests.
-        owner = await asyncio.to_thread(claim_owner, Path(settings.data_dir))
-        reconciler, collector = build_reconciler(
-            settings,
-            app.state.sessionmaker,
-            adapters,
-            app.state.catalog,
-            secret_box=app.state.secret_box,
-            metrics=telemetry.reconcile,
-            tracing=telemetry.tracing,
-            owner=owner,
-        )
-        app.state.reconciler = reconciler
-        app.state.namespace_collector = collector
-        app.state.wake_reconciler = wake_reconciler
-        app.state.active_instances = active_instances
-        subscribers.subscribe(events, wake=wake_reconciler)
-        activity: RedisActivity | None = None
-        grpc_entry = None
-        purger = HistoryPurger(app.state.sessionmaker, HistoryConfig.from_settings(settings))
-        app.state.history_purger = purger
-        autoscaler = Autoscaler(
-            app.state.sessionmaker,
-            AutoscalerConfig.from_settings(settings),
-            load=reported_load,
-            metrics=telemetry.autoscale,
-            on_change=reconciler.wake,
-        )
-        app.state.autoscaler = autoscaler
-        timeseries = TimeSeries(
-            telemetry.metrics.registry,
-            app.state.sessionmaker,
-            period=settings.timeseries_period_seconds,
-        )
-        app.state.timeseries = timeseries
-        timeseries.start()
-        asset_purge = PeriodicJob(
-            "asset-purge",
-            lambda: assets.purge(app.state.sessionmaker),
-            settings.asset_purge_period_seconds,
-            log=log,
-            failure="asset purge round failed",
-        )
-        asset_purge.start()
-        if settings.invoke_enabled:
-            plane = InvocationPlane(
-                settings,
-                app.state.sessionmaker,
-                adapters,
-                app.state.catalog,
-                invocation_metrics,
-                owner,
-                assets=assets,
-            )
-            await plane.start()
-            app.state.invocation = plane
-            if settings.reconciler_enabled and settings.autoscale_enabled:
+            if autoscaler is not None and autoscaler in loops:
                 # A request waiting for a version with no instance wakes the autoscaler
                 # here at once; an instance turning Running wakes the waiting requests.
                 plane.load.on_cold = autoscaler.wake
-            routes = plane.routes
-            events.after_commit(AccessChanged, lambda e: routes.forget_function(e.function_id))
-            events.after_commit(DeploymentDeleted, lambda e: routes.forget(e.version_id))
-            reconciler.on_running = plane.instances_changed
-            reconciler.on_draining = plane.routes.forget
-            reconciler.activity = plane.dispatcher  # what a drain waits for
-            grpc_entry = await _start_grpc(app, settings, plane)
-        elif settings.redis_url:
+            if reconciler is not None:
+                routes = plane.routes
+                events.after_commit(AccessChanged, lambda e: routes.forget_function(e.function_id))
+                events.after_commit(DeploymentDeleted, lambda e: routes.forget(e.version_id))
+                reconciler.on_running = plane.instances_changed
+                reconciler.on_draining = plane.routes.forget
+                reconciler.activity = plane.dispatcher  # what a drain waits for
+        elif settings.redis_url and reconciler is not None:
             activity = RedisActivity(settings.redis_url)
+            opened.push_async_callback(activity.aclose)
             reconciler.activity = activity
-        if settings.reconciler_enabled:
-            reconciler.start()
-            collector.start()
-            purger.start()
-            if settings.autoscale_enabled:
-                autoscaler.start()
-        try:
-            yield
-        finally:
-            if grpc_entry is not None:
-                await grpc_entry.stop()
-            if plane is not None:
-                await plane.stop()
-            if llm_gateway is not None:
-                await llm_gateway.aclose()
-            await autoscaler.stop()
-            await timeseries.stop()
-            await asset_purge.stop()
-            if activity is not None:
-                await activity.aclose()
-            await purger.stop()
-            await collector.stop()
-            await reconciler.stop()
-            if app.state.rate_limiter is not None:
-                await app.state.rate_limiter.aclose()
-            await adapters.aclose()
-            await chart_pipeline.aclose()
-            await engine.dispose()
-            await asyncio.to_thread(telemetry.tracing.shutdown)
+        # the gRPC listener and the plane, pushed after the loops, stop before them
+        for loop in loops:
+            loop.start()
+            opened.push_async_callback(loop.stop)
+        if plane is not None:
+            opened.push_async_callback(plane.stop)
+            if settings.grpc_enabled:
+                grpc_entry = GrpcEntry(settings, plane.engine, app.state.authenticator, maker)
+                await grpc_entry.start()
+                opened.push_async_callback(grpc_entry.stop)
+                app.state.grpc = grpc_entry
 
     app = NvcfApp(
         title="NVCF-compatible control plane",

@@ -11,6 +11,8 @@ from service.deployments.models import (
     DeploymentHistory,
     DeploymentSpec,
     Instance,
+    LoadReporter,
+    ReportedLoad,
 )
 from service.functions.models import (
     Function,
@@ -40,7 +42,9 @@ __all__ = [
     "InvocationReplica",
     "InvocationRequest",
     "KeptLog",
+    "LoadReporter",
     "RegistryCredential",
     "RegistryCredentialArtifactType",
+    "ReportedLoad",
     "VersionTag",
 ]

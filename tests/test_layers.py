@@ -34,9 +34,6 @@ ORDER = [
     "assets",
     "invocation",
     "llm",
-    # what the autoscaler reads of the invocation plane's tables, handed over by the
-    # composition: it goes when invocation reports its load through deployments (issue 26)
-    "load_signal",
     # the composition: the app's metric families, its typed state, the table list for
     # migrations, the application factory and the command line
     "telemetry",

@@ -30,7 +30,7 @@ from service.assets.models import Asset, result_key
 from service.assets.schemas import AssetOut, CreateAssetRequest
 from service.assets.signing import PURPOSE, Signer
 from service.assets.storage import ObjectStore, open_store
-from service.auth.service import lock_account
+from service.auth.repository import lock_account
 from service.core.crypto import SecretBox
 from service.core.db import utcnow
 from service.core.errors import FieldError, NotFound, ValidationFailed

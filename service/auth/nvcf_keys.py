@@ -35,9 +35,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
-from sqlalchemy import select
 
-from service.auth import scopes
+from service.auth import repository, scopes
 from service.auth.deps import (
     AuthenticatorDep,
     FunctionReachDep,
@@ -50,10 +49,8 @@ from service.auth.restrict import FunctionReach
 from service.auth.router import MAX_KEY_LIFETIME
 from service.auth.service import (
     Principal,
-    count_api_keys,
     create_api_key,
     limited_scope_errors,
-    lock_account,
     scope_errors,
     within_reach,
 )
@@ -405,7 +402,8 @@ async def admin_token(
     if errors:
         raise ValidationFailed.of(errors)
     await quotas.api_keys.check(
-        lambda: count_api_keys(session, account), lambda: lock_account(session, account)
+        lambda: repository.count_keys(session, account),
+        lambda: repository.lock_account(session, account),
     )
     value, row = await create_api_key(
         session,
@@ -465,7 +463,8 @@ async def create_key(
         raise ValidationFailed.of(errors)
     account = principal.account_id
     await quotas.api_keys.check(
-        lambda: count_api_keys(session, account), lambda: lock_account(session, account)
+        lambda: repository.count_keys(session, account),
+        lambda: repository.lock_account(session, account),
     )
     value, row = await create_api_key(
         session,
@@ -482,13 +481,7 @@ async def create_key(
 
 @router.get("/v1/keys", summary="The account's API keys in NVCF's shape (never their values)")
 async def list_keys(session: Session, principal: Admin) -> dict[str, Any]:
-    rows = (
-        await session.execute(
-            select(ApiKey)
-            .where(ApiKey.account_id == principal.account_id)
-            .order_by(ApiKey.created_at, ApiKey.id)
-        )
-    ).scalars()
+    rows = await repository.keys_of(session, principal.account_id)
     return {"keys": [key_view(r) for r in rows if within_reach(principal, r.functions)]}
 
 
@@ -528,7 +521,7 @@ async def delete_key(
         kid = uuid.UUID(keyId)
     except ValueError:
         raise NotFound(detail=f"API key {keyId} not found") from None
-    row = await session.get(ApiKey, kid)
+    row = await repository.key_by_id(session, kid)
     if (
         row is None
         or row.account_id != account
@@ -537,6 +530,6 @@ async def delete_key(
         raise NotFound(detail=f"API key {kid} not found")
     if uncredentialed and any(s in scopes.OPERATOR_SCOPES for s in row.scopes):
         raise Forbidden(detail="an operator key is revoked only with a credential")
-    await session.delete(row)
+    await repository.delete_key(session, row)
     authenticator.forget(row.key_hash)
     return Response(status_code=204)

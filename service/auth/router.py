@@ -9,16 +9,13 @@ from typing import Annotated, Any, ClassVar
 
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import Field
-from sqlalchemy import select
 
-from service.auth import scopes
+from service.auth import repository, scopes
 from service.auth.deps import AuthenticatorDep, Session, require
 from service.auth.models import ApiKey
 from service.auth.service import (
     Principal,
-    count_api_keys,
     create_api_key,
-    lock_account,
     within_reach,
 )
 from service.core.deps import QuotasDep
@@ -148,7 +145,8 @@ async def create_key(
             f"'{scopes.ADMIN_ACCOUNTS}'"
         )
     await quotas.api_keys.check(
-        lambda: count_api_keys(session, account), lambda: lock_account(session, account)
+        lambda: repository.count_keys(session, account),
+        lambda: repository.lock_account(session, account),
     )
     key, row = await create_api_key(
         session,
@@ -164,17 +162,7 @@ async def create_key(
 
 @router.get("/api-keys", summary="List the account's API keys (never the keys themselves)")
 async def list_keys(session: Session, principal: Admin) -> dict[str, Any]:
-    rows = (
-        (
-            await session.execute(
-                select(ApiKey)
-                .where(ApiKey.account_id == principal.account_id)
-                .order_by(ApiKey.created_at)
-            )
-        )
-        .scalars()
-        .all()
-    )
+    rows = await repository.keys_of(session, principal.account_id)
     return {
         "apiKeys": [
             KeyOut.of(r).model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -191,13 +179,13 @@ async def delete_key(
     keyId: str, session: Session, principal: Admin, authenticator: AuthenticatorDep
 ) -> Response:
     kid = parse_uuid(keyId, "keyId")
-    row = await session.get(ApiKey, kid)
+    row = await repository.key_by_id(session, kid)
     if (
         row is None
         or row.account_id != principal.account_id
         or not within_reach(principal, row.functions)
     ):
         raise NotFound(detail=f"API key {kid} not found")
-    await session.delete(row)
+    await repository.delete_key(session, row)
     authenticator.forget(row.key_hash)
     return Response(status_code=204)

@@ -17,14 +17,11 @@ from typing import Any
 
 import httpx
 import jwt
-from cachetools import TTLCache
 from jwt.types import Options
-from sqlalchemy import func, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from service.auth.models import Account, ApiKey
+from service.auth import repository
+from service.auth.models import ApiKey
 from service.auth.scopes import (
     ALL_SCOPES,
     INVOKE_FUNCTION,
@@ -113,30 +110,6 @@ def within_reach(principal: Principal, key_functions: Iterable[str] | None) -> b
     return {uuid.UUID(str(f)) for f in key_functions} <= principal.functions
 
 
-async def ensure_account(session: AsyncSession, account_id: str) -> None:
-    if await session.get(Account, account_id) is None:
-        session.add(Account(id=account_id))
-        await session.flush()
-
-
-async def lock_account(session: AsyncSession, account_id: str) -> None:
-    """Serialise the quota checks of one account until the transaction ends, in one
-    statement: an upsert of its row (created if missing) takes the row lock on PostgreSQL and
-    the write lock on SQLite."""
-    dialect = session.get_bind().dialect.name
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    await session.execute(
-        insert(Account)
-        .values(id=account_id)
-        .on_conflict_do_update(index_elements=[Account.id], set_={"id": account_id})
-    )
-
-
-async def count_api_keys(session: AsyncSession, account_id: str) -> int:
-    stmt = select(func.count()).select_from(ApiKey).where(ApiKey.account_id == account_id)
-    return int((await session.execute(stmt)).scalar_one())
-
-
 async def create_api_key(
     session: AsyncSession,
     *,
@@ -168,7 +141,7 @@ async def create_api_key(
         key = generate_key()
     elif not key.startswith(API_KEY_PREFIX):
         raise BadRequest(detail="API keys must start with 'nvapi-'")
-    await ensure_account(session, account_id)
+    await repository.ensure_account(session, account_id)
     row = ApiKey(
         id=uuid.uuid4(),
         account_id=account_id,
@@ -198,9 +171,7 @@ async def grant_scopes(session: AsyncSession, key: str, wanted: Iterable[str]) -
 
     For the operator's own key only: it bypasses the checks of `create_api_key`.
     """
-    row = (
-        await session.execute(select(ApiKey).where(ApiKey.key_hash == hash_key(key)))
-    ).scalar_one_or_none()
+    row = await repository.key_by_hash(session, hash_key(key))
     if row is None:
         return False
     missing = set(wanted) - set(row.scopes)
@@ -210,10 +181,6 @@ async def grant_scopes(session: AsyncSession, key: str, wanted: Iterable[str]) -
     return True
 
 
-async def any_key_exists(session: AsyncSession) -> bool:
-    return (await session.execute(select(ApiKey.id).limit(1))).first() is not None
-
-
 INVOCATION_TOKEN = "invocation-token"  # noqa: S105 (a principal kind, not a secret)
 #: the refusal of an invocation token anywhere but an invocation entry
 NOT_AN_INVOCATION_ROUTE = (
@@ -221,22 +188,25 @@ NOT_AN_INVOCATION_ROUTE = (
     "polls, transparent mode); this route needs an API key or a JWT"
 )
 
-#: how long `cached_principal` answers a header from memory without looking again
-RECENT_SECONDS = 1.0
+#: how long a verified API key is answered from memory (by its header) before it is read again
+KNOWN_SECONDS = 5.0
+#: a key is never answered from memory within this long of its expiry
+EXPIRY_MARGIN_SECONDS = 1.0
+#: headers remembered at most (all forgotten at once when full)
+KNOWN_MAX = 1024
 
 
 class Authenticator:
-    """Turns an `Authorization` header into a Principal, or raises 401."""
+    """Turns an `Authorization` header into a Principal, or raises 401: `authenticate` is the
+    one entry (REST dependencies, the invocation entries, gRPC, the LLM gateway, /metrics);
+    `cached_principal` is its first step, callable alone by a fast path that must not wait."""
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        # verified API keys, so hot paths skip the key lookup query: (principal, expires_at)
-        self._cache: TTLCache[str, tuple[Principal, datetime | None]] = TTLCache(
-            maxsize=1024, ttl=5.0, timer=time.monotonic
-        )
-        # principals of Authorization headers verified moments ago, by the header's text (the
-        # inline invocation path asks for every request): no hashing, no cache bookkeeping
-        self._recent: dict[str, tuple[Principal, float]] = {}
+        # The one cache: principals of API keys verified moments ago, by the Authorization
+        # header's text (no parsing or hashing on a hit): header -> (principal, key hash,
+        # answered until, on the monotonic clock).
+        self._known: dict[str, tuple[Principal, str, float]] = {}
         self._jwks: jwt.PyJWKSet | None = None
         self._jwks_loaded_at = 0.0
         self._jwks_lock = asyncio.Lock()
@@ -244,9 +214,9 @@ class Authenticator:
         self.invocation_tokens: InvocationTokens | None = None
 
     def forget(self, key_hash: str) -> None:
-        """Forget a revoked key at once instead of waiting for the cache to expire."""
-        self._cache.pop(key_hash, None)
-        self._recent.clear()
+        """Forget a revoked key at once instead of waiting for its memory to expire."""
+        for header in [h for h, (_, kh, _) in self._known.items() if kh == key_hash]:
+            del self._known[header]
 
     async def authenticate(
         self,
@@ -260,6 +230,9 @@ class Authenticator:
         refuses tokens unless it says otherwise."""
         if not authorization:
             raise Unauthorized(detail="missing Authorization header", headers=_BEARER)
+        known = self._known.get(authorization)
+        if known is not None and known[2] > time.monotonic():
+            return known[0]
         scheme, _, credential = authorization.partition(" ")
         credential = credential.strip()
         if scheme.lower() != "bearer" or not credential:
@@ -267,7 +240,7 @@ class Authenticator:
                 detail="Authorization header must be 'Bearer <credential>'", headers=_BEARER
             )
         if credential.startswith(API_KEY_PREFIX):
-            return await self._api_key(sessions, credential)
+            return await self._api_key(sessions, authorization, credential)
         if is_invocation_token(credential):
             principal = self._invocation_token(credential)
             if not invocation:
@@ -290,67 +263,51 @@ class Authenticator:
         )
 
     def cached_principal(self, authorization: str | None) -> Principal | None:
-        """The principal of an API key verified moments ago and still valid, else None.
+        """The principal of an API key `authenticate` verified moments ago (by the same
+        header) and still valid, else None: the first step of `authenticate`, alone.
 
         Never raises and never touches the database: callers on a fast path fall back to
-        `authenticate` (which gives the proper 401) whenever this returns None. A header
-        seen here is answered from memory for `RECENT_SECONDS` more (never past its key's
-        expiry; a revocation in this process forgets it at once).
+        `authenticate` (which gives the proper 401) whenever this returns None. A header is
+        answered from memory for `KNOWN_SECONDS` (never within `EXPIRY_MARGIN_SECONDS` of its
+        key's expiry; a revocation in this process forgets it at once).
         """
         if not authorization:
             return None
-        now = time.monotonic()
-        recent = self._recent.get(authorization)
-        if recent is not None and recent[1] > now:
-            return recent[0]
-        principal = self._verified(authorization)
-        if principal is not None:
-            if len(self._recent) >= self._cache.maxsize:
-                self._recent.clear()
-            self._recent[authorization] = (principal, now + RECENT_SECONDS)
-        return principal
+        known = self._known.get(authorization)
+        if known is not None and known[2] > time.monotonic():
+            return known[0]
+        return None
 
-    def _verified(self, authorization: str) -> Principal | None:
-        if not authorization.startswith(("Bearer ", "bearer ")):
-            return None
-        key = authorization[7:].strip()
-        if not key.startswith(API_KEY_PREFIX):
-            return None
-        cached = self._cache.get(hash_key(key))
-        if cached is None:
-            return None
-        principal, expires_at = cached
-        if expires_at is not None and expires_at <= utcnow() + timedelta(seconds=RECENT_SECONDS):
-            return None
-        return principal
-
-    async def _api_key(self, sessions: async_sessionmaker[AsyncSession], key: str) -> Principal:
+    async def _api_key(
+        self, sessions: async_sessionmaker[AsyncSession], authorization: str, key: str
+    ) -> Principal:
         key_hash = hash_key(key)
-        cached = self._cache.get(key_hash)
-        if cached is None:
-            async with sessions() as session:
-                row = (
-                    await session.execute(select(ApiKey).where(ApiKey.key_hash == key_hash))
-                ).scalar_one_or_none()
-            if row is None:
-                raise Unauthorized(detail="unknown API key", headers=_BEARER)
-            principal = Principal(
-                account_id=row.account_id,
-                scopes=frozenset(str(s) for s in row.scopes),
-                kind="api-key",
-                subject=str(row.id),
-                functions=(
-                    frozenset(uuid.UUID(str(f)) for f in row.functions)
-                    if row.functions is not None
-                    else None
-                ),
-                expires_at=row.expires_at,
-            )
-            cached = (principal, row.expires_at)
-            self._cache[key_hash] = cached
-        principal, expires_at = cached
-        if expires_at is not None and expires_at <= utcnow():
-            raise Unauthorized(detail="API key has expired", headers=_BEARER)
+        async with sessions() as session:
+            row = await repository.key_by_hash(session, key_hash)
+        if row is None:
+            raise Unauthorized(detail="unknown API key", headers=_BEARER)
+        principal = Principal(
+            account_id=row.account_id,
+            scopes=frozenset(str(s) for s in row.scopes),
+            kind="api-key",
+            subject=str(row.id),
+            functions=(
+                frozenset(uuid.UUID(str(f)) for f in row.functions)
+                if row.functions is not None
+                else None
+            ),
+            expires_at=row.expires_at,
+        )
+        remember = KNOWN_SECONDS
+        if row.expires_at is not None:
+            left = (row.expires_at - utcnow()).total_seconds()
+            if left <= 0:
+                raise Unauthorized(detail="API key has expired", headers=_BEARER)
+            remember = min(remember, left - EXPIRY_MARGIN_SECONDS)
+        if remember > 0:
+            if len(self._known) >= KNOWN_MAX:
+                self._known.clear()
+            self._known[authorization] = (principal, key_hash, time.monotonic() + remember)
         return principal
 
     async def _jwt(self, token: str) -> Principal:

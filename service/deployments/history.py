@@ -29,8 +29,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.core.db import utcnow
+from service.core.loops import LoopService
 from service.core.pagination import Page, keyset_page
-from service.core.periodic import PeriodicJob
 from service.core.settings import Settings
 from service.deployments.logs.models import KeptLog
 from service.deployments.models import Deployment, DeploymentEvent, DeploymentHistory, Instance
@@ -155,7 +155,7 @@ def _rowcount(result: object) -> int:
     return int(getattr(result, "rowcount", 0) or 0)
 
 
-class HistoryPurger:
+class HistoryPurger(LoopService[str]):
     """Runs `purge()` every `config.period` seconds (0 disables the loop); `clock` is the now
     that expiry is compared with (injected by tests)."""
 
@@ -170,19 +170,13 @@ class HistoryPurger:
         self.config = config or HistoryConfig()
         self.clock = clock or utcnow
         self.last_report: PurgeReport | None = None
-        self._job = PeriodicJob(
+        super().__init__(
             "nvcf-history-purge",
             self.purge,
             self.config.period,
             log=log,
             failure="purging expired deployment history failed",
         )
-
-    def start(self) -> None:
-        self._job.start()
-
-    async def stop(self) -> None:
-        await self._job.stop()
 
     async def purge(self) -> PurgeReport:
         """Delete every entry expired at `clock()` with its timeline, batch by batch."""

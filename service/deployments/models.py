@@ -15,6 +15,9 @@ Tables:
   undeploy so a deploy reads one row whatever the fleet.
 - `autoscale_state`: the autoscaler's memory per deployment (samples, last request seen),
   compare-and-set by `revision`.
+- `invocation_load` and `load_reporters`: the load signal the autoscaler reads, as the
+  invocation replicas report it (load_signal.py): one row per (replica, version), current as
+  of the replica's `reported_at`.
 - `deployment_spec_revisions`: every accepted `configuration` (+ `helmValidationPolicy`) of a
   spec as a numbered revision with its validated objects, who accepted it and when. The spec's
   `revision` is the one its instances run once settled, `target_revision` the one they roll
@@ -41,7 +44,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.core.db import Base, UTCDateTime, UUIDStr, utcnow
@@ -286,3 +289,29 @@ class AccountInstances(Base):
 
     account_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     deployed: Mapped[int] = mapped_column(Integer, default=0, nullable=False)
+
+
+class LoadReporter(Base):
+    """An invocation replica that reports its load (load_signal.py): its `invocation_load`
+    rows are current as of `reported_at`."""
+
+    __tablename__ = "load_reporters"
+
+    owner: Mapped[str] = mapped_column(String(64), primary_key=True)
+    reported_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ReportedLoad(Base):
+    """One replica's load of one function version, as of its reporter's `reported_at`:
+    requests in flight (averaged since its previous report), waiting now, and its last
+    accepted request."""
+
+    __tablename__ = "invocation_load"
+    __table_args__ = (Index("ix_invocation_load_version_id", "version_id"),)
+
+    owner: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version_id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True)
+    in_flight: Mapped[float] = mapped_column(Float, default=0.0)
+    waiting: Mapped[int] = mapped_column(Integer, default=0)
+    last_request_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    sampled_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

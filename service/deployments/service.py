@@ -25,7 +25,8 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.auth.service import Principal, lock_account
+from service.auth.repository import lock_account
+from service.auth.service import Principal
 from service.charts.pipeline import ChartPipeline
 from service.clusters.catalog import Catalog
 from service.core.db import after_commit, utcnow

@@ -11,7 +11,8 @@ from pydantic import BaseModel
 
 from service.auth import scopes
 from service.auth.deps import Session, idempotency, require
-from service.auth.service import Principal, lock_account
+from service.auth.repository import lock_account
+from service.auth.service import Principal
 from service.charts.deps import ChartPipelineDep
 from service.charts.pipeline import ChartPipeline
 from service.charts.target import not_permitted_message, permitted_clusters

@@ -7,11 +7,10 @@ import logging
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.crypto import SecretBox
-from service.functions.models import FunctionSecret, FunctionVersion
+from service.functions import repository
 
 log = logging.getLogger("nvcf.functions")
 
@@ -29,23 +28,11 @@ async def versions_secrets(
     ids = list(dict.fromkeys(version_ids))
     if not ids:
         return {}
-    generations = (
-        await session.execute(
-            select(FunctionVersion.id, FunctionVersion.secrets_generation).where(
-                FunctionVersion.id.in_(ids)
-            )
-        )
-    ).all()
+    generations = await repository.secrets_generations(session, ids)
     out: dict[uuid.UUID, tuple[int, dict[str, str]]] = {
         vid: (int(generation or 0), {}) for vid, generation in generations
     }
-    rows = (
-        await session.execute(
-            select(FunctionSecret.version_id, FunctionSecret.name, FunctionSecret.ciphertext).where(
-                FunctionSecret.version_id.in_(list(out))
-            )
-        )
-    ).all()
+    rows = await repository.secret_ciphertexts(session, list(out))
     for version_id, name, ciphertext in rows:
         try:
             out[version_id][1][name] = box.decrypt(ciphertext)

@@ -16,7 +16,6 @@ import logging
 from datetime import datetime
 from typing import Annotated, Any, ClassVar
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.crypto import SecretBox
@@ -25,6 +24,7 @@ from service.core.errors import FieldError, ValidationFailed
 from service.core.events import Events
 from service.core.http import require_json_object
 from service.core.validation import Check, MaxItems, RequestModel, Rules, parse
+from service.functions import repository
 from service.functions.events import SecretsChanged
 from service.functions.models import FunctionSecret, FunctionVersion
 from service.functions.schemas import MAX_SECRETS, SecretIn, secret_text
@@ -82,14 +82,7 @@ async def update_secrets(
 ) -> None:
     """Merge `secrets` into the version's (new values win), bump its secrets generation and
     announce it (`SecretsChanged`: deployments delivers them to a deployed version)."""
-    stored = {
-        row.name: row
-        for row in (
-            await session.execute(
-                select(FunctionSecret).where(FunctionSecret.version_id == version.id)
-            )
-        ).scalars()
-    }
+    stored = {row.name: row for row in await repository.secrets_of(session, version.id)}
     names = sorted(set(stored) | {n for n, _ in secrets})
     if len(names) > MAX_SECRETS:
         raise ValidationFailed.of(

@@ -7,15 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, insert, literal, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.crypto import SecretBox
-from service.core.db import UTCDateTime, UUIDStr, mark_written, utcnow
+from service.core.db import utcnow
 from service.core.errors import FieldError, NotFound, ValidationFailed
 from service.core.events import Events
-from service.core.pagination import Page, keyset_page
-from service.functions import sharing
+from service.core.pagination import Page
+from service.functions import repository, sharing
 from service.functions.events import VersionDeleted
 from service.functions.models import Function, FunctionSecret, FunctionVersion, VersionTag
 from service.functions.validation import FunctionSpec, MetadataUpdate, ModelUpdate
@@ -60,7 +59,7 @@ async def create_version(
     llm_invocation_config = spec.llm_invocation_config
     if not new_function:
         await get_function(session, account_id, function_id)
-        siblings = await _versions_of(session, function_id)
+        siblings = await repository.versions_of(session, function_id)
         llm_invocation_config = _reconcile_new_version(spec, siblings)
     version = FunctionVersion(
         id=uuid.uuid4(),
@@ -100,16 +99,6 @@ async def create_version(
     session.add_all(VersionTag(version_id=version.id, tag=t) for t in spec.tags)
     await session.flush()
     return version
-
-
-async def _versions_of(session: AsyncSession, function_id: uuid.UUID) -> list[FunctionVersion]:
-    """Every version of a function, oldest first (one query)."""
-    stmt = (
-        select(FunctionVersion)
-        .where(FunctionVersion.function_id == function_id)
-        .order_by(FunctionVersion.created_at, FunctionVersion.id)
-    )
-    return list((await session.execute(stmt)).scalars().all())
 
 
 def _llm_configs(models: list[Any] | None) -> dict[str, dict[str, Any]]:
@@ -251,35 +240,20 @@ async def add_function(
     """Insert a new function of the account and return its id. With `below`, only while the
     account has fewer functions than that, counted by the insert itself: the usual quota case
     costs no round trip of its own (None: nothing inserted, the caller counts under a lock)."""
-    function_id, now = uuid.uuid4(), utcnow()
-    row = select(literal(function_id, UUIDStr()), literal(account_id), literal(now, UTCDateTime()))
-    if below is not None:
-        owned = select(func.count()).select_from(Function).where(Function.account_id == account_id)
-        row = row.where(owned.scalar_subquery() < below)
-    inserted = await session.execute(
-        insert(Function).from_select(["id", "account_id", "created_at"], row).returning(Function.id)
-    )
-    mark_written(session.sync_session)
-    return function_id if inserted.first() is not None else None
+    return await repository.add_function(session, account_id, below)
 
 
 async def count_functions(session: AsyncSession, account_id: str) -> int:
-    stmt = select(func.count()).select_from(Function).where(Function.account_id == account_id)
-    return int((await session.execute(stmt)).scalar_one())
+    return await repository.count_functions(session, account_id)
 
 
 async def count_versions(session: AsyncSession, function_id: uuid.UUID) -> int:
-    stmt = (
-        select(func.count())
-        .select_from(FunctionVersion)
-        .where(FunctionVersion.function_id == function_id)
-    )
-    return int((await session.execute(stmt)).scalar_one())
+    return await repository.count_versions(session, function_id)
 
 
 async def get_function(session: AsyncSession, account_id: str, function_id: uuid.UUID) -> Function:
     """The caller's own function, else 404 (also when it is only shared with the caller)."""
-    fn = await session.get(Function, function_id)
+    fn = await repository.function_by_id(session, function_id)
     if fn is None or fn.account_id != account_id:
         raise NotFound(detail=f"function {function_id} not found")
     return fn
@@ -289,7 +263,7 @@ async def get_version(
     session: AsyncSession, account_id: str, function_id: uuid.UUID, version_id: uuid.UUID
 ) -> FunctionVersion:
     """The caller's own version, else 404: for changes (reads: `sharing.readable_version`)."""
-    version = await session.get(FunctionVersion, version_id)
+    version = await repository.version_by_id(session, version_id)
     if version is None or version.account_id != account_id or version.function_id != function_id:
         raise NotFound(detail=f"version {version_id} of function {function_id} not found")
     return version
@@ -297,7 +271,7 @@ async def get_version(
 
 async def check_listable(session: AsyncSession, account_id: str, function_id: uuid.UUID) -> None:
     """404 unless the caller owns the function or some of it is shared with it."""
-    fn = await session.get(Function, function_id)
+    fn = await repository.function_by_id(session, function_id)
     if fn is not None and fn.account_id == account_id:
         return
     if fn is None or not (await sharing.grants_of(session, account_id)).any_of(function_id):
@@ -320,30 +294,15 @@ async def list_versions(
         if sharing.AUTHORIZED in filters.visibility
         else sharing.Grants()
     )
-    stmt = select(FunctionVersion).where(
-        sharing.visible_versions(account_id, grants, filters.visibility)
-    )
-    if function_id is not None:
-        stmt = stmt.where(FunctionVersion.function_id == function_id)
-    if only is not None:
-        stmt = stmt.where(FunctionVersion.function_id.in_(list(only)))
-    if filters.name is not None:
-        stmt = stmt.where(FunctionVersion.name == filters.name)
-    if filters.status is not None:
-        stmt = stmt.where(FunctionVersion.status == filters.status)
-    if filters.tag is not None:
-        stmt = stmt.where(
-            FunctionVersion.id.in_(
-                select(VersionTag.version_id).where(VersionTag.tag == filters.tag)
-            )
-        )
-    return await keyset_page(
+    return await repository.page_versions(
         session,
-        stmt,
+        sharing.visible_versions(account_id, grants, filters.visibility),
         page,
-        created=FunctionVersion.created_at,
-        ident=FunctionVersion.id,
-        cursor_of=lambda v: (v.created_at, v.id),
+        function_id=function_id,
+        only=only,
+        name=filters.name,
+        status=filters.status,
+        tag=filters.tag,
     )
 
 
@@ -355,22 +314,14 @@ async def list_function_ids(
         if sharing.AUTHORIZED in visibility
         else sharing.Grants()
     )
-    stmt = (
-        select(Function.id)
-        .where(sharing.visible_functions(account_id, grants, visibility))
-        .order_by(Function.created_at, Function.id)
+    return await repository.function_ids(
+        session, sharing.visible_functions(account_id, grants, visibility)
     )
-    return list((await session.execute(stmt)).scalars().all())
 
 
 async def version_ids(session: AsyncSession, function_id: uuid.UUID) -> list[uuid.UUID]:
     """Every version of a function, oldest first."""
-    stmt = (
-        select(FunctionVersion.id)
-        .where(FunctionVersion.function_id == function_id)
-        .order_by(FunctionVersion.created_at, FunctionVersion.id)
-    )
-    return list((await session.execute(stmt)).scalars().all())
+    return await repository.version_ids(session, function_id)
 
 
 async def update_metadata(
@@ -382,11 +333,10 @@ async def update_metadata(
 ) -> FunctionVersion:
     version = await get_version(session, account_id, function_id, version_id)
     if update.model_updates or update.llm_invocation_config is not None:
-        _apply_llm_update(version, await _versions_of(session, function_id), update)
+        _apply_llm_update(version, await repository.versions_of(session, function_id), update)
     if update.tags is not None:
         version.tags = update.tags
-        await session.execute(delete(VersionTag).where(VersionTag.version_id == version.id))
-        session.add_all(VersionTag(version_id=version.id, tag=t) for t in update.tags)
+        await repository.replace_tags(session, version.id, update.tags)
     if update.description is not None:
         version.description = update.description
     if update.rate_limit is not None:
@@ -411,10 +361,4 @@ async def delete_version(
     """
     version = await get_version(session, account_id, function_id, version_id)
     await events.publish(session, VersionDeleted(version_id))
-    await session.delete(version)
-    await session.flush()
-    remaining = await session.scalar(
-        select(FunctionVersion.id).where(FunctionVersion.function_id == function_id).limit(1)
-    )
-    if remaining is None:
-        await session.execute(delete(Function).where(Function.id == function_id))
+    await repository.delete_version(session, version)

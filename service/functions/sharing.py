@@ -16,12 +16,13 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, and_, delete, false, or_, select
+from sqlalchemy import ColumnElement, false, or_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.db import utcnow
 from service.core.errors import Conflict, FieldError, NotFound, ValidationFailed
+from service.functions import repository
 from service.functions.models import Function, FunctionAuthorization, FunctionVersion
 
 PRIVATE, AUTHORIZED, PUBLIC = "private", "authorized", "public"
@@ -69,13 +70,7 @@ class Grants:
 
 
 async def grants_of(session: AsyncSession, account_id: str) -> Grants:
-    rows = (
-        await session.execute(
-            select(FunctionAuthorization.function_id, FunctionAuthorization.version_id).where(
-                FunctionAuthorization.account_id == account_id
-            )
-        )
-    ).all()
+    rows = await repository.grants_of(session, account_id)
     return Grants(
         functions=frozenset(f for f, v in rows if v is None),
         versions=frozenset(v for _, v in rows if v is not None),
@@ -116,28 +111,14 @@ async def can_read(session: AsyncSession, account_id: str, version: FunctionVers
     this version is shared with it."""
     if version.account_id == account_id:
         return True
-    shared = await session.scalar(
-        select(FunctionAuthorization.id)
-        .where(
-            FunctionAuthorization.account_id == account_id,
-            or_(
-                and_(
-                    FunctionAuthorization.function_id == version.function_id,
-                    FunctionAuthorization.version_id.is_(None),
-                ),
-                FunctionAuthorization.version_id == version.id,
-            ),
-        )
-        .limit(1)
-    )
-    return shared is not None
+    return await repository.is_shared(session, account_id, version)
 
 
 async def readable_version(
     session: AsyncSession, account_id: str, function_id: uuid.UUID, version_id: uuid.UUID
 ) -> FunctionVersion:
     """The version if `account_id` may read it, else 404 (existence is never revealed)."""
-    version = await session.get(FunctionVersion, version_id)
+    version = await repository.version_by_id(session, version_id)
     if (
         version is None
         or version.function_id != function_id
@@ -148,16 +129,6 @@ async def readable_version(
 
 
 # --- the owner's side: who a function or a version is shared with --------------------------
-
-
-def _level(function_id: uuid.UUID, version_id: uuid.UUID | None) -> ColumnElement[bool]:
-    """The grants of the whole function (`version_id` None) or of one version."""
-    if version_id is None:
-        return and_(
-            FunctionAuthorization.function_id == function_id,
-            FunctionAuthorization.version_id.is_(None),
-        )
-    return FunctionAuthorization.version_id == version_id
 
 
 def _where(function_id: uuid.UUID, version_id: uuid.UUID | None) -> str:
@@ -173,25 +144,15 @@ async def parties(
 ) -> list[str]:
     """The accounts the whole function (`version_id` None), or this version itself, is shared
     with, sorted."""
-    stmt = (
-        select(FunctionAuthorization.account_id)
-        .where(_level(function_id, version_id))
-        .order_by(FunctionAuthorization.account_id)
-    )
-    return list((await session.execute(stmt)).scalars().all())
+    return await repository.parties(session, function_id, version_id)
 
 
 async def parties_by_version(
     session: AsyncSession, function_id: uuid.UUID
 ) -> dict[uuid.UUID | None, list[str]]:
     """Every grant of a function in one query: by version id, None for the whole function."""
-    stmt = (
-        select(FunctionAuthorization.version_id, FunctionAuthorization.account_id)
-        .where(FunctionAuthorization.function_id == function_id)
-        .order_by(FunctionAuthorization.account_id)
-    )
     out: dict[uuid.UUID | None, list[str]] = {}
-    for version_id, account in (await session.execute(stmt)).all():
+    for version_id, account in await repository.grants_of_function(session, function_id):
         out.setdefault(version_id, []).append(account)
     return out
 
@@ -231,7 +192,7 @@ async def replace(
 ) -> list[str]:
     """Share the whole function (or one version) with exactly `accounts` (NVCF: the request
     overwrites the level's authorized accounts)."""
-    await session.execute(delete(FunctionAuthorization).where(_level(function_id, version_id)))
+    await repository.delete_parties(session, function_id, version_id)
     await _insert(session, function_id, version_id, accounts)
     return sorted(accounts)
 
@@ -272,11 +233,7 @@ async def remove(
         raise NotFound(detail=f"{where} is not shared with any account")
     if account not in current:
         raise NotFound(detail=f"{where} is not shared with account '{account}'")
-    await session.execute(
-        delete(FunctionAuthorization).where(
-            _level(function_id, version_id), FunctionAuthorization.account_id == account
-        )
-    )
+    await repository.delete_parties(session, function_id, version_id, account)
     return [a for a in current if a != account]
 
 
@@ -284,4 +241,4 @@ async def clear(
     session: AsyncSession, function_id: uuid.UUID, version_id: uuid.UUID | None
 ) -> None:
     """Unshare a level; a version's own grants stay when the whole function's are cleared."""
-    await session.execute(delete(FunctionAuthorization).where(_level(function_id, version_id)))
+    await repository.delete_parties(session, function_id, version_id)

@@ -7,11 +7,11 @@ reports count), the requests waiting now, and the last time a request arrived (t
 flight and waiting grew). When a request waits for a version with no Running instance, it
 calls `on_cold` at once (the autoscaler wakes in this process) and asks for a report now.
 
-`LoadPublisher` writes, every `NVCF_AUTOSCALE_LOAD_REPORT_SECONDS` (or at once when asked),
-one row per version whose load changed or is not zero (`invocation_load`, upserted by
-(replica, version)) and the replica's `load_reported_at`, in one transaction: a replica's rows
-are current as of that time. A version idle on this replica costs nothing per report. Rows of
-replicas forgotten by the heartbeat sweep are deleted with them.
+`LoadPublisher` reports, every `NVCF_AUTOSCALE_LOAD_REPORT_SECONDS` (or at once when asked),
+each version whose load changed or is not zero, through deployments' load signal
+(deployments/load_signal.py, which owns the tables). A version idle on this replica costs
+nothing per report. Every sixtieth report also forgets the replicas silent for longer than a
+request lives (`NVCF_INVOKE_RESULT_TTL_SECONDS`), as the heartbeat sweep forgets them.
 """
 
 from __future__ import annotations
@@ -22,17 +22,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
-from sqlalchemy import delete, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.core.db import utcnow
-from service.core.periodic import PeriodicJob
-from service.invocation.models import InvocationLoad, InvocationReplica
+from service.core.loops import LoopService
+from service.deployments.load_signal import LoadSample, report_load
 from service.invocation.routing import Target
 
 log = logging.getLogger("nvcf.invocation.load")
@@ -56,14 +52,6 @@ class VersionLoad:
     dirty: bool = True
     #: the last report said no load at all (no need to say it again)
     quiet: bool = False
-
-
-@dataclass(frozen=True)
-class LoadSample:
-    version_id: uuid.UUID
-    in_flight: float
-    waiting: int
-    last_request_at: datetime | None
 
 
 class LoadTracker:
@@ -139,13 +127,15 @@ class LoadPublisher:
         tracker: LoadTracker,
         *,
         period: float,
+        forget_after: timedelta = timedelta(days=1),
     ) -> None:
         self.sessionmaker = sessionmaker
+        self.forget_after = forget_after
         self.owner = owner
         self.tracker = tracker
         self.period = period
         self.reports = 0
-        self._job = PeriodicJob(
+        self._job: LoopService[str] = LoopService(
             "nvcf-load-publisher",
             self.publish,
             period,
@@ -163,54 +153,11 @@ class LoadPublisher:
     async def publish(self) -> int:
         """One report; the number of version rows written."""
         samples = self.tracker.snapshot()
-        now = utcnow()
+        prune = self.forget_after if self.reports % 60 == 0 else None
         async with self.sessionmaker() as session, session.begin():
-            if samples:
-                await session.execute(_upsert(session), [self._row(s, now) for s in samples])
-            result: Any = await session.execute(
-                update(InvocationReplica)
-                .where(InvocationReplica.owner == self.owner)
-                .values(load_reported_at=now)
-            )
-            if result.rowcount == 0:
-                session.add(
-                    InvocationReplica(
-                        owner=self.owner, heartbeat_at=now, started_at=now, load_reported_at=now
-                    )
-                )
-            if self.reports % 60 == 0:
-                await session.execute(
-                    delete(InvocationLoad).where(
-                        InvocationLoad.owner.not_in(select(InvocationReplica.owner))
-                    )
-                )
+            await report_load(session, self.owner, samples, utcnow(), prune=prune)
         self.reports += 1
         return len(samples)
-
-    def _row(self, s: LoadSample, now: datetime) -> dict[str, Any]:
-        return {
-            "owner": self.owner,
-            "version_id": s.version_id,
-            "in_flight": s.in_flight,
-            "waiting": s.waiting,
-            "last_request_at": s.last_request_at,
-            "sampled_at": now,
-        }
-
-
-def _upsert(session: AsyncSession) -> Any:
-    """INSERT … ON CONFLICT (owner, version_id) DO UPDATE, in the session's dialect."""
-    dialect = session.get_bind().dialect.name
-    stmt = (pg_insert if dialect == "postgresql" else sqlite_insert)(InvocationLoad)
-    return stmt.on_conflict_do_update(
-        index_elements=[InvocationLoad.owner, InvocationLoad.version_id],
-        set_={
-            "in_flight": stmt.excluded.in_flight,
-            "waiting": stmt.excluded.waiting,
-            "last_request_at": stmt.excluded.last_request_at,
-            "sampled_at": stmt.excluded.sampled_at,
-        },
-    )
 
 
 __all__ = ["LoadPublisher", "LoadSample", "LoadTracker", "VersionLoad"]

@@ -19,7 +19,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, Float, Index, Integer, LargeBinary, String, Text
+from sqlalchemy import JSON, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.core.db import Base, UTCDateTime, UUIDStr, utcnow
@@ -69,21 +69,3 @@ class InvocationReplica(Base):
     owner: Mapped[str] = mapped_column(String(64), primary_key=True)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
-    #: when the replica last published its per-version load (invocation/load.py): its
-    #: `invocation_load` rows are current as of then
-    load_reported_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-
-
-class InvocationLoad(Base):
-    """One replica's load of one function version, as of its `load_reported_at`: requests in
-    flight (averaged since its previous report), waiting now, and its last accepted request."""
-
-    __tablename__ = "invocation_load"
-    __table_args__ = (Index("ix_invocation_load_version_id", "version_id"),)
-
-    owner: Mapped[str] = mapped_column(String(64), primary_key=True)
-    version_id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True)
-    in_flight: Mapped[float] = mapped_column(Float, default=0.0)
-    waiting: Mapped[int] = mapped_column(Integer, default=0)
-    last_request_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    sampled_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

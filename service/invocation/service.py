@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -58,7 +59,11 @@ class InvocationPlane:
         #: this replica's load per version, published for the autoscaler (load.py)
         self.load = LoadTracker(on_version=metrics.watch_load)
         self.load_publisher = LoadPublisher(
-            sessionmaker, owner.value, self.load, period=settings.autoscale_load_report_seconds
+            sessionmaker,
+            owner.value,
+            self.load,
+            period=settings.autoscale_load_report_seconds,
+            forget_after=timedelta(seconds=settings.invoke_result_ttl_seconds),
         )
         self.dispatcher: Dispatcher
         if dispatcher is not None:

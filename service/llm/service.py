@@ -12,12 +12,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.service import Principal
-from service.functions import sharing
-from service.functions.models import FunctionVersion
+from service.functions import repository, sharing
 
 #: the most models one list holds (a function has at most 64 models; the rest are cut)
 MAX_LISTED = 10_000
@@ -57,21 +55,9 @@ def model_list(principal: Principal, rows: Sequence[Any]) -> dict[str, Any]:
 
 async def list_models(session: AsyncSession, principal: Principal) -> dict[str, Any]:
     grants = await sharing.grants_of(session, principal.account_id)
-    stmt = (
-        select(
-            FunctionVersion.id,
-            FunctionVersion.function_id,
-            FunctionVersion.account_id,
-            FunctionVersion.models,
-            FunctionVersion.created_at,
-        )
-        .where(
-            FunctionVersion.function_type == "LLM",
-            sharing.visible_versions(principal.account_id, grants, sharing.ALL_VISIBILITIES),
-        )
-        .order_by(FunctionVersion.created_at, FunctionVersion.id)
+    rows = await repository.llm_versions(
+        session,
+        sharing.visible_versions(principal.account_id, grants, sharing.ALL_VISIBILITIES),
+        only=principal.functions,
     )
-    if principal.functions is not None:
-        stmt = stmt.where(FunctionVersion.function_id.in_(list(principal.functions)))
-    rows = (await session.execute(stmt)).all()
     return model_list(principal, rows)

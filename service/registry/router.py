@@ -11,7 +11,8 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from service.auth import scopes
 from service.auth.deps import Session, idempotency, require
-from service.auth.service import REGISTRY_IS_ACCOUNT_WIDE, Principal, lock_account
+from service.auth.repository import lock_account
+from service.auth.service import REGISTRY_IS_ACCOUNT_WIDE, Principal
 from service.core.deps import QuotasDep, SecretBoxDep
 from service.core.errors import Forbidden
 from service.core.http import inline_body_doc, parse_uuid, read_json

@@ -32,7 +32,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, exists, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -40,14 +39,14 @@ from service.core.crypto import SecretBox
 from service.core.db import utcnow
 from service.core.errors import BadRequest, Conflict, FieldError, NotFound, ValidationFailed
 from service.core.http import require_json_object
-from service.core.pagination import Page, keyset_page
+from service.core.pagination import Page
 from service.core.validation import parse
+from service.registry import repository
 from service.registry.hostnames import normalize_hostname, split_host_port
 from service.registry.models import (
     ArtifactType,
     ProvisionedBy,
     RegistryCredential,
-    RegistryCredentialArtifactType,
 )
 from service.registry.recognized import is_ngc, registry_name
 from service.registry.schemas import (
@@ -239,17 +238,6 @@ def _conflict(host: str, name: str, existing: uuid.UUID | None) -> Conflict:
     )
 
 
-async def _find(
-    session: AsyncSession, account_id: str, host: str, name: str
-) -> RegistryCredential | None:
-    stmt = select(RegistryCredential).where(
-        RegistryCredential.account_id == account_id,
-        RegistryCredential.registry_hostname == host,
-        RegistryCredential.name == name,
-    )
-    return (await session.execute(stmt)).scalar_one_or_none()
-
-
 async def _flush_unique(session: AsyncSession, host: str, name: str) -> None:
     try:
         await session.flush()
@@ -260,12 +248,7 @@ async def _flush_unique(session: AsyncSession, host: str, name: str) -> None:
 
 
 async def count_credentials(session: AsyncSession, account_id: str) -> int:
-    stmt = (
-        select(func.count())
-        .select_from(RegistryCredential)
-        .where(RegistryCredential.account_id == account_id)
-    )
-    return int((await session.execute(stmt)).scalar_one())
+    return await repository.count(session, account_id)
 
 
 async def create_credential(
@@ -276,7 +259,7 @@ async def create_credential(
     box: SecretBox,
     provisioned_by: ProvisionedBy = ProvisionedBy.USER,
 ) -> RegistryCredential:
-    existing = await _find(session, account_id, spec.registry_hostname, spec.name)
+    existing = await repository.find(session, account_id, spec.registry_hostname, spec.name)
     if existing is not None:
         raise _conflict(spec.registry_hostname, spec.name, existing.id)
     now = utcnow()
@@ -310,17 +293,10 @@ async def create_credential(
 async def get_credential(
     session: AsyncSession, account_id: str, credential_id: uuid.UUID
 ) -> RegistryCredential:
-    cred = await session.get(RegistryCredential, credential_id)
+    cred = await repository.by_id(session, credential_id)
     if cred is None or cred.account_id != account_id:
         raise NotFound(detail=f"registry credential {credential_id} not found")
     return cred
-
-
-def _has_type(types: Iterable[ArtifactType]) -> ColumnElement[bool]:
-    return exists().where(
-        RegistryCredentialArtifactType.credential_id == RegistryCredential.id,
-        RegistryCredentialArtifactType.artifact_type.in_([t.value for t in types]),
-    )
 
 
 async def list_credentials(
@@ -332,20 +308,13 @@ async def list_credentials(
 ) -> tuple[Sequence[RegistryCredential], str | None]:
     """The account's credentials, oldest first; a credential passes the artifact type filter
     when it has any of the types asked for (as in NVCF)."""
-    stmt = select(RegistryCredential).where(RegistryCredential.account_id == account_id)
-    if filters is not None and filters.artifact_types is not None:
-        stmt = stmt.where(_has_type(filters.artifact_types))
-    if filters is not None and filters.provisioned_by is not None:
-        stmt = stmt.where(
-            RegistryCredential.provisioned_by.in_([p.value for p in filters.provisioned_by])
-        )
-    return await keyset_page(
+    filters = filters or ListFilters()
+    return await repository.page(
         session,
-        stmt,
+        account_id,
         page,
-        created=RegistryCredential.created_at,
-        ident=RegistryCredential.id,
-        cursor_of=lambda c: (c.created_at, c.id),
+        artifact_types=filters.artifact_types,
+        provisioned_by=filters.provisioned_by,
     )
 
 
@@ -362,7 +331,7 @@ async def update_credential(
         if problem is not None:
             raise ValidationFailed.of([problem], what="registry credential")
     if update.name is not None and update.name != cred.name:
-        existing = await _find(session, account_id, cred.registry_hostname, update.name)
+        existing = await repository.find(session, account_id, cred.registry_hostname, update.name)
         if existing is not None:
             raise _conflict(cred.registry_hostname, update.name, existing.id)
         cred.name = update.name
@@ -385,7 +354,7 @@ async def delete_credential(
             detail=f"registry credential {credential_id} is provisioned by the system "
             "(provisionedBy SYSTEM) and cannot be deleted"
         )
-    await session.delete(cred)
+    await repository.delete(session, cred)
     await session.flush()
     log.info("registry credential %s deleted (account %s)", credential_id, account_id)
 
@@ -430,17 +399,11 @@ async def credentials_for_host(
     and equals the host part. Ordered by creation (oldest first). Credentials that the
     configured key cannot decrypt are skipped with a warning (never with their password).
     """
-    stmt = (
-        select(RegistryCredential)
-        .where(
-            RegistryCredential.account_id == account_id,
-            RegistryCredential.registry_hostname.in_(_host_candidates(host)),
-            _has_type([artifact_type]),
-        )
-        .order_by(RegistryCredential.created_at, RegistryCredential.id)
-    )
     out: list[tuple[str, str]] = []
-    for cred in (await session.execute(stmt)).scalars():
+    creds = await repository.of_type(
+        session, account_id, artifact_type, hosts=_host_candidates(host)
+    )
+    for cred in creds:
         password = _decrypt(box, cred)
         if password is not None:
             out.append((cred.username, password))
@@ -453,13 +416,8 @@ async def all_credentials(
     """Every `artifact_type` credential of the account as decrypted (registryHostname,
     username, password), ordered by creation: with CONTAINER, the image pull secrets of a
     deployment (helm.md §5)."""
-    stmt = (
-        select(RegistryCredential)
-        .where(RegistryCredential.account_id == account_id, _has_type([artifact_type]))
-        .order_by(RegistryCredential.created_at, RegistryCredential.id)
-    )
     out: list[tuple[str, str, str]] = []
-    for cred in (await session.execute(stmt)).scalars():
+    for cred in await repository.of_type(session, account_id, artifact_type):
         password = _decrypt(box, cred)
         if password is not None:
             out.append((cred.registry_hostname, cred.username, password))

@@ -16,9 +16,7 @@ from typing import Any
 from service.core.db import utcnow
 from service.deployments import transitions
 from service.deployments.autoscale import Autoscaler, AutoscalerConfig
-from service.deployments.models import Deployment
-from service.invocation.models import InvocationLoad, InvocationReplica
-from service.load_signal import reported_load
+from service.deployments.models import Deployment, LoadReporter, ReportedLoad
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, deployment, eventually, status
 from tests.support.invocation import deployed, invocation_app, pexec_url, sample, spec
@@ -218,9 +216,9 @@ async def test_two_replicas_reading_at_once_take_one_decision(
     maker = client.app.state.sessionmaker
     now = utcnow()
     async with maker() as session, session.begin():
-        session.add(InvocationReplica(owner="other", heartbeat_at=now, load_reported_at=now))
+        session.add(LoadReporter(owner="other", reported_at=now))
         session.add(
-            InvocationLoad(
+            ReportedLoad(
                 owner="other",
                 version_id=uuid.UUID(fn["versionId"]),
                 in_flight=0.0,
@@ -231,7 +229,7 @@ async def test_two_replicas_reading_at_once_take_one_decision(
         )
     settings = client.app.state.settings
     config = AutoscalerConfig.from_settings(settings)
-    replicas = [Autoscaler(maker, config, load=reported_load) for _ in range(2)]
+    replicas = [Autoscaler(maker, config) for _ in range(2)]
     reports = await asyncio.gather(*(a.run_once() for a in replicas))
     assert sum(len(r.decisions) for r in reports) == 1
     reasons = [e.get("reason") for e in await events(client, fn)]

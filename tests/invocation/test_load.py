@@ -10,9 +10,9 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from sqlalchemy import select
 
+from service.deployments.models import LoadReporter, ReportedLoad
 from service.invocation.load import LoadTracker
 from service.invocation.metrics import InvocationMetrics
-from service.invocation.models import InvocationLoad, InvocationReplica
 from service.invocation.routing import Target
 from tests.support.app import ClientFactory
 from tests.support.e2e import eventually
@@ -108,20 +108,18 @@ async def test_a_replica_reports_its_load_for_any_autoscaler(
     maker = client.app.state.sessionmaker
     version = uuid.UUID(fn["versionId"])
 
-    async def reported() -> InvocationLoad | None:
+    async def reported() -> ReportedLoad | None:
         async with maker() as session:
             return (
                 await session.execute(
-                    select(InvocationLoad).where(InvocationLoad.version_id == version)
+                    select(ReportedLoad).where(ReportedLoad.version_id == version)
                 )
             ).scalar_one_or_none()
 
     row = await eventually(reported)
     assert row.last_request_at is not None and row.waiting == 0
     async with maker() as session:
-        replica = (
-            await session.execute(
-                select(InvocationReplica).where(InvocationReplica.owner == row.owner)
-            )
+        reporter = (
+            await session.execute(select(LoadReporter).where(LoadReporter.owner == row.owner))
         ).scalar_one()
-    assert replica.load_reported_at is not None
+    assert reporter.reported_at is not None

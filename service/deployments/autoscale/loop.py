@@ -1,7 +1,7 @@
 """The autoscaler, a loop service of its own (docs/autoscaling.md).
 
 Every `NVCF_AUTOSCALE_INTERVAL` seconds it reads the load the invocation replicas reported
-(store.py), picks the deployments worth a reading and, in one transaction per batch, locks
+(load_signal.py), picks the deployments worth a reading and, in one transaction per batch, locks
 their rows (`FOR UPDATE`, skipping rows another replica holds; SQLite has one writer), reads
 their Running instances and its memory, decides (decide.py, a pure function) and writes the
 new memory (compare-and-set on its revision) and, when the count changes, the specs' targets
@@ -15,7 +15,6 @@ its replica's report reaches the database: the cold start begins within millisec
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -25,11 +24,12 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.core.db import utcnow
+from service.core.loops import LoopService
 from service.core.settings import Settings
 from service.deployments import transitions
 from service.deployments.autoscale.decide import Decision, Load, Memory, SpecView, decide
 from service.deployments.autoscale.policy import Policy, platform_from_settings, version_policy
-from service.deployments.autoscale.store import AutoscaleStore, LoadSignal
+from service.deployments.autoscale.store import AutoscaleStore
 from service.deployments.metrics import AutoscaleMetrics
 from service.deployments.models import Deployment
 
@@ -74,67 +74,33 @@ class AutoscaleReport:
     signal: bool = True
 
 
-class Autoscaler:
+class Autoscaler(LoopService[uuid.UUID]):
     def __init__(
         self,
         sessionmaker: async_sessionmaker[AsyncSession],
         config: AutoscalerConfig,
         *,
-        load: LoadSignal,
         metrics: AutoscaleMetrics | None = None,
         clock: Clock = utcnow,
         on_change: Callable[[], None] | None = None,
     ) -> None:
-        self.store = AutoscaleStore(sessionmaker, load)
+        self.store = AutoscaleStore(sessionmaker)
         self.config = config
         self.metrics = metrics if metrics is not None else AutoscaleMetrics()
         self.clock = clock
         #: called after a committed change of targets (the reconciler's wake)
         self.on_change = on_change
         self.readings = 0
-        self._urgent: set[uuid.UUID] = set()
-        self._event = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._signal = True
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def wake(self, version_id: uuid.UUID) -> None:
-        """A request waits for `version_id`, which has no Running instance: read it now."""
-        self._urgent.add(version_id)
-        self._event.set()
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="nvcf-autoscaler")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_reading = loop.time()
-        while True:
-            timeout = max(0.0, next_reading - loop.time())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._event.wait(), timeout)
-            self._event.clear()
-            urgent, self._urgent = self._urgent, set()
-            try:
-                if urgent:
-                    await self.run_once(urgent)
-                if loop.time() >= next_reading:
-                    next_reading = loop.time() + self.config.interval
-                    await self.run_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("autoscaler reading failed")
+        super().__init__(
+            "nvcf-autoscaler",
+            self.run_once,
+            config.interval,
+            log=log,
+            failure="autoscaler reading failed",
+            urgent=self.run_once,
+        )
 
     # ------------------------------------------------------------------ one reading
 

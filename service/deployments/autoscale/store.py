@@ -1,6 +1,6 @@
 """Every SQL statement of the autoscaler: the deployments worth a reading, their row locks,
 Running counts and the autoscaler's memory (compare-and-set); the load of live replicas is read
-through `LoadSignal`.
+through deployments' load signal (load_signal.py).
 
 Which deployments are read: those of versions with load (or a request within the idle period)
 reported by a live replica, and those whose target is above a minimum (they may scale down);
@@ -12,7 +12,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import Protocol
 
 from sqlalchemy import ColumnElement, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -21,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
 
 from service.deployments.autoscale.decide import Load
+from service.deployments.load_signal import reported_load
 from service.deployments.models import (
     AutoscaleState,
     Deployment,
@@ -32,20 +32,9 @@ from service.deployments.models import (
 from service.health.machine import Phase
 
 
-class LoadSignal(Protocol):
-    """Where the load the invocation replicas report is read (`AutoscaleStore.loads`); the
-    composition supplies it (service/load_signal.py) until the invocation plane reports its
-    load through deployments."""
-
-    async def __call__(
-        self, session: AsyncSession, fresh_since: datetime, requests_since: datetime
-    ) -> dict[uuid.UUID, Load] | None: ...
-
-
 class AutoscaleStore:
-    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], load: LoadSignal) -> None:
+    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
         self.sessionmaker = sessionmaker
-        self.load = load
 
     async def loads(
         self, fresh_since: datetime, requests_since: datetime
@@ -55,7 +44,7 @@ class AutoscaleStore:
         waiting, or a request since `requests_since`, are answered: any other has no load on
         any of them (and nothing to decide unless it is above its minimum)."""
         async with self.sessionmaker() as session:
-            return await self.load(session, fresh_since, requests_since)
+            return await reported_load(session, fresh_since, requests_since)
 
     async def candidates(
         self, versions: Collection[uuid.UUID], *, only: bool = False

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from service.backends.protocol import AdapterError, GarbageCollecting
 from service.clusters.adapters import AdapterRegistry
 from service.core.kube import namespace_instance_id
-from service.core.periodic import PeriodicJob
+from service.core.loops import LoopService
 from service.deployments.reconcile.config import CollectorConfig
 from service.deployments.reconcile.store import ReconcileStore
 
@@ -45,7 +45,7 @@ class GarbageReport:
     errors: dict[str, str] = field(default_factory=dict)
 
 
-class NamespaceCollector:
+class NamespaceCollector(LoopService[str]):
     """Runs `collect()` every `config.period` seconds (0 disables the loop)."""
 
     def __init__(
@@ -63,19 +63,13 @@ class NamespaceCollector:
         self.last_report: GarbageReport | None = None
         #: (cluster, namespace) collected since start, newest last
         self.collected: list[tuple[str, str]] = []
-        self._job = PeriodicJob(
+        super().__init__(
             "nvcf-namespace-gc",
             self.collect,
             self.config.period,
             log=log,
             failure="garbage collection failed",
         )
-
-    def start(self) -> None:
-        self._job.start()
-
-    async def stop(self) -> None:
-        await self._job.stop()
 
     async def collect(self) -> GarbageReport:
         """One round over every adapter that supports it, between reconciliation passes."""

@@ -1,7 +1,7 @@
 """The reconciler's loop (runtime.md §3): what is due, as units of work, until stopped.
 
-An asyncio task of the server, driven only by the database. It wakes on `wake()` (the API
-calls it after committing a change) and otherwise every `interval` seconds or at the next
+A loop service of the server (core/loops.py), driven only by the database. It wakes on `wake()`
+(the API calls it after committing a change) and otherwise every `interval` seconds or at the next
 health timer of an instance it drives, or when an adapter's change feed has news (a watch
 event, a step of the simulated timeline: backends/changes.py). A pass first makes the
 instances the feeds report changed due, then reads what is due — deployments whose desired
@@ -42,6 +42,7 @@ from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.core.crypto import SecretBox
 from service.core.db import utcnow
+from service.core.loops import LoopService
 from service.core.tracing import NO_TRACING, Tracing
 from service.deployments.logs.keep import restart_counts, restarted
 from service.deployments.metrics import ReconcileMetrics
@@ -72,7 +73,7 @@ class PassReport:
     errors: int = 0
 
 
-class Reconciler:
+class Reconciler(LoopService[str]):
     """Converges deployments; `start()`/`stop()` run it as a task, `run_once()` is one pass."""
 
     def __init__(
@@ -101,9 +102,13 @@ class Reconciler:
         self.catalog = catalog
         self.secret_box = secret_box
         self._clock = clock or utcnow
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
+        super().__init__(
+            "nvcf-reconciler",
+            self.run_once,
+            self._sleep_seconds,
+            log=log,
+            failure="reconciliation pass failed",
+        )
         #: held during a pass; the namespace collector runs between passes
         self.pass_lock = asyncio.Lock()
         self.passes = 0
@@ -136,43 +141,21 @@ class Reconciler:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def wake(self) -> None:
-        """Ask for a pass now (called by the API after it committed a change)."""
-        self._wake.set()
-
     def start(self) -> None:
-        if self._task is None:
-            self._stopping = False
+        if not self.running:
             for _, adapter in self.registry.items():
                 if isinstance(adapter, ChangeFeed):
                     adapter.watch_changes(self.wake)
-            self._task = asyncio.create_task(self._loop(), name="nvcf-reconciler")
+        super().start()
 
     async def stop(self) -> None:
         """Stop the loop (an interrupted unit is resumed from the database later)."""
-        self._stopping = True
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await super().stop()
         try:
             await self.store.release_leases()
         except Exception:
             log.exception("releasing the reconciler's leases failed")
         self._owner.close()
-
-    async def _loop(self) -> None:
-        while not self._stopping:
-            self._wake.clear()
-            try:
-                await self.run_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("reconciliation pass failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._sleep_seconds())
 
     def _sleep_seconds(self) -> float:
         wait = self.config.interval

@@ -24,7 +24,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.core.db import utcnow
-from service.core.periodic import PeriodicJob
+from service.core.loops import LoopService
 from service.core.schemas import iso_z
 from service.deployments.models import Deployment, Instance, InstanceDesired
 from service.health.machine import Phase
@@ -113,7 +113,7 @@ async def running_instances(session: AsyncSession) -> dict[str, int]:
     return {str(vid): int(n) for vid, n in rows.all()}
 
 
-class TimeSeries:
+class TimeSeries(LoopService[str]):
     """The points of every version seen, and the sampler that adds them."""
 
     def __init__(
@@ -128,19 +128,13 @@ class TimeSeries:
         self.period = period
         self._points: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
         self._last: dict[str, _Counters] = {}
-        self._job = PeriodicJob(
+        super().__init__(
             "nvcf-timeseries",
             self.sample,
             period,
             log=log,
             failure="sampling the per-version time series failed",
         )
-
-    def start(self) -> None:
-        self._job.start()
-
-    async def stop(self) -> None:
-        await self._job.stop()
 
     def points(self, version_id: str) -> list[dict[str, Any]]:
         return list(self._points.get(version_id, ()))

@@ -571,6 +571,15 @@ class Settings(BaseSettings):
         gt=0,
         description="A channel to a worker that carried no call for this long is closed.",
     )
+    grpc_session_idle_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="A gRPC session (its first call's `nvcf-reqid`) can be resumed on its "
+        "instance while one of its calls is open and for this many seconds after the last one "
+        "ended (a client reconnecting; NVCF keeps idle gRPC connections 30 s); 0: it ends with "
+        "its last call. Shared by every replica through `NVCF_REDIS_URL`.",
+    )
     # -- HTTP (service/core/server.py)
     gc_freeze: bool = Field(
         default=True,

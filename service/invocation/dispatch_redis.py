@@ -446,7 +446,7 @@ class RedisDispatcher:
                 await asyncio.sleep(1)
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await pubsub.aclose()
 
     async def _renew(self) -> None:
         """Keep this replica's slots and places alive (a dead replica's expire)."""

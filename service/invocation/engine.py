@@ -192,11 +192,13 @@ class Opened(Generic[T]):
     """An exchange an entry opened with the worker (`Engine.open`); `close` must be called:
     it releases the instance's slot."""
 
-    def __init__(self, run: Run, value: T) -> None:
+    def __init__(self, run: Run, value: T, joined: asyncio.Future[None]) -> None:
         self.run = run
         #: the session's id (the first call's), which a later call may resume
         self.request_id = run.session or run.id
         self.value = value
+        #: done once every replica can resume the session (before the caller learns its id)
+        self.joined = joined
 
     @property
     def target(self) -> Target:
@@ -322,8 +324,8 @@ class Engine:
                 failure = exc.outcome
             else:
                 assert run.instance is not None
-                await self.sessions.join(run.session or run.id, run.instance.id, run.id)
-                return Opened(run, value)
+                joined = self.sessions.join(run.session or run.id, run.instance.id, run.id)
+                return Opened(run, value, joined)
         except BaseException:
             await asyncio.shield(run.finish(Outcome.failure(499, "the caller went away")))
             raise

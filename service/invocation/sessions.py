@@ -21,7 +21,7 @@ import contextlib
 import logging
 import uuid
 from collections import OrderedDict
-from typing import Protocol
+from typing import Any, Protocol
 
 from redis.asyncio import ConnectionPool, Redis
 from redis.exceptions import RedisError
@@ -53,8 +53,12 @@ class Sessions(Protocol):
         session's); NotFound when the session is not live or its instance is gone."""
         ...
 
-    async def join(self, session: uuid.UUID, instance_id: uuid.UUID, call: uuid.UUID) -> None:
-        """`call` of `session` is open on the instance."""
+    def join(
+        self, session: uuid.UUID, instance_id: uuid.UUID, call: uuid.UUID
+    ) -> asyncio.Future[None]:
+        """`call` of `session` is open on the instance; the future is done once every
+        replica can see it (the entry waits for it before the caller learns the session's
+        id; it never fails)."""
         ...
 
     def leave(self, session: uuid.UUID, call: uuid.UUID) -> None:
@@ -84,10 +88,15 @@ class LocalSessions:
         idle = self._idle.get(session)
         return _others(session, None if idle is None else idle[0], target)
 
-    async def join(self, session: uuid.UUID, instance_id: uuid.UUID, call: uuid.UUID) -> None:
+    def join(
+        self, session: uuid.UUID, instance_id: uuid.UUID, call: uuid.UUID
+    ) -> asyncio.Future[None]:
         self._idle.pop(session, None)
         live = self._open.get(session)
         self._open[session] = (instance_id, 1 if live is None else live[1] + 1)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
 
     def leave(self, session: uuid.UUID, call: uuid.UUID) -> None:
         live = self._open.get(session)
@@ -187,6 +196,7 @@ class RedisSessions:
         #: this replica's open calls: (session, call)
         self._held: set[tuple[uuid.UUID, uuid.UUID]] = set()
         self._renewer: asyncio.Task[None] | None = None
+        self._joining: set[asyncio.Task[None]] = set()
 
     async def others(self, session: uuid.UUID, target: Target) -> list[uuid.UUID]:
         try:
@@ -201,15 +211,25 @@ class RedisSessions:
                 instance = uuid.UUID(raw.decode() if isinstance(raw, bytes) else str(raw))
         return _others(session, instance, target)
 
-    async def join(self, session: uuid.UUID, instance_id: uuid.UUID, call: uuid.UUID) -> None:
+    def join(
+        self, session: uuid.UUID, instance_id: uuid.UUID, call: uuid.UUID
+    ) -> asyncio.Future[None]:
         self._held.add((session, call))
+        # queued now, so that it reaches Redis before the call's own `leave`
+        sent = self._batch.submit(
+            _JOIN,
+            [f"{PREFIX}{session}"],
+            [str(instance_id), str(call), str(self._lease_ms), str(self._idle_ms)],
+        )
+        task = asyncio.get_running_loop().create_task(self._joined(session, sent))
+        self._joining.add(task)
+        task.add_done_callback(self._joining.discard)
+        return task
+
+    async def _joined(self, session: uuid.UUID, sent: asyncio.Future[Any]) -> None:
         try:
-            await self._batch.call(
-                _JOIN,
-                [f"{PREFIX}{session}"],
-                [str(instance_id), str(call), str(self._lease_ms), str(self._idle_ms)],
-            )
-        except RedisError as exc:
+            await sent
+        except Exception as exc:  # RedisError, or Redis unreachable
             # the call itself goes on; only resuming its session elsewhere is not possible
             log.warning("recording gRPC session %s in Redis failed: %s", session, exc)
 
@@ -232,6 +252,8 @@ class RedisSessions:
             self._renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._renewer
+        if self._joining:
+            await asyncio.gather(*self._joining, return_exceptions=True)
         await self._batch.drain()
         await self._redis.aclose()
         await self._pool.aclose()

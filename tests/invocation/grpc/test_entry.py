@@ -108,6 +108,17 @@ async def test_unary_call_reaches_the_worker_with_metadata_both_ways(
     assert sample(metrics, "nvcf_invocation_requests_total", function_id=fn["id"]) >= 1
 
 
+async def test_binary_metadata_passes_both_ways_unchanged(
+    client: AppClient, channel: aio.Channel, worker: GrpcWorker
+) -> None:
+    fn = await deployed(client, **GRPC_FN)
+    raw = bytes(range(256))
+    call = unary(channel, "Unary")(b"x", metadata=(*md(fn), ("x-echo-bin", raw)))
+    assert await call == b"x"
+    assert worker.calls[-1].binary["x-echo-bin"] == raw
+    assert dict(await call.trailing_metadata())["x-echo-bin"] == raw
+
+
 async def test_server_client_and_bidi_streams_pass_every_message(
     client: AppClient, channel: aio.Channel
 ) -> None:

@@ -231,8 +231,9 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(
         default=None,
         pattern=r"^rediss?://",
-        description="Redis shared by replicas: the API and function rate-limit counters, and "
-        "the invocation queues and per-instance requests in flight; unset: all in memory.",
+        description="Redis shared by replicas: the API and function rate-limit counters, the "
+        "LLM token counters, the invocation queues and per-instance requests in flight, and "
+        "the gRPC sessions; unset: all in memory.",
     )
     # -- speed-ups (service/functions/read_cache.py)
     version_read_cache: bool = Field(

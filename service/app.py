@@ -83,8 +83,10 @@ from service.invocation.http import InvocationEntry
 from service.invocation.metrics import InvocationMetrics
 from service.invocation.tokens import router as tokens_router
 from service.invocation.transparent import body_limit
+from service.llm import openapi as llm_openapi
 from service.llm.gateway import Gateway
 from service.llm.metrics import LlmMetrics
+from service.llm.routing import PREFIX as LLM_PREFIX
 from service.llm.tokens import TokenLimiter
 from service.ngc.router import router as ngc_router
 from service.registry.router import router as registry_router
@@ -467,10 +469,15 @@ def create_app(
         schema = get_openapi(
             title=app.title, version=app.version, description=app.description, routes=app.routes
         )
-        if settings.invoke_enabled or invocation_only:
+        invocation = settings.invoke_enabled or invocation_only
+        if invocation:
             schema.setdefault("paths", {}).update(invocation_http.openapi_paths())
+            schema["paths"].update(llm_openapi.openapi_paths())
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (*DOC_MODELS, *invocation_http.MODELS):
+        llm_models = llm_openapi.MODELS_DOCUMENTED if invocation else ()
+        if invocation:
+            components.update(llm_openapi.SCHEMAS)
+        for model in (*DOC_MODELS, *invocation_http.MODELS, *llm_models):
             doc = model.model_json_schema(
                 by_alias=True, ref_template="#/components/schemas/{model}"
             )
@@ -486,7 +493,11 @@ def create_app(
             }
         }
         schema["security"] = [{"bearer": []}]
-        app.openapi_schema = truthful(schema, api_prefixes=(API_PREFIX, "/v3/", "/v2/org"))
+        app.openapi_schema = truthful(
+            schema,
+            api_prefixes=(API_PREFIX, "/v3/", "/v2/org"),
+            own_errors=(LLM_PREFIX + "/",),
+        )
         return schema
 
     app.openapi = custom_openapi  # type: ignore[method-assign]

@@ -13,6 +13,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 from sqlalchemy import bindparam, create_engine, inspect, text
@@ -397,8 +398,16 @@ def test_invoke_serves_one_port_from_two_replicas_sharing_redis(
     invoke = None
     engine = create_engine(_sync(database_url))
     try:
+        grpc_port = free_port()
         invoke = start_server(
-            tmp_path / "d", database_url, invoke_port, "invoke", args=["--processes", "2"], **common
+            tmp_path / "d",
+            database_url,
+            invoke_port,
+            "invoke",
+            args=["--processes", "2"],
+            NVCF_GRPC_ENABLED="true",
+            NVCF_GRPC_PORT=str(grpc_port),
+            **common,
         )
         children = [pid for pid in _children(invoke.pid) if _alive(pid)]
         auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -416,6 +425,13 @@ def test_invoke_serves_one_port_from_two_replicas_sharing_redis(
         with httpx.Client(base_url=base, headers=auth, timeout=30) as c:
             resp = c.post(f"/pexec/functions/{fn['id']}", json={"via": "invoke"})
             assert resp.status_code == 200 and resp.json()["echo"] == {"via": "invoke"}
+        # the processes share the gRPC port too (each bound it; one answers): an HTTP function
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            call = channel.unary_unary("/any.Service/Method")
+            metadata = (("authorization", f"Bearer {ADMIN_KEY}"), ("function-id", fn["id"]))
+            with pytest.raises(grpc.RpcError) as refused:
+                call(b"x", metadata=metadata, timeout=30)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # type: ignore[attr-defined]
         # Which process accepts a connection is the kernel's choice: new connections until
         # both have run requests (each batch opened while both processes are idle).
         upstream.hold()

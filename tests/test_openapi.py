@@ -5,10 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from service.functions.llm_config import EMBEDDINGS
+from service.llm.routing import MODELS, PREFIX, ROUTES
+from service.llm.schemas import REQUESTS
 from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "openapi" / "openapi.json"
+LLM = "/v2/nvcf/llm/"
+OPENAI_ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAIError"}}}
 
 
 def test_committed_openapi_is_current() -> None:
@@ -34,7 +39,7 @@ def test_the_document_declares_the_errors_the_server_sends() -> None:
         for method, op in operations.items():
             responses = op["responses"]
             assert "422" not in responses, (method, path)
-            if not path.startswith("/v2/nvcf"):
+            if not path.startswith("/v2/nvcf") or path.startswith(LLM):
                 continue
             for status in ("400", "401", "403", "429"):
                 content = responses[status]["content"]
@@ -52,3 +57,38 @@ def test_the_document_declares_the_errors_the_server_sends() -> None:
     assert schemas["FunctionMetadataUpdate"]["minProperties"] == 1
     key_body = doc["paths"]["/v2/nvcf/api-keys"]["post"]["requestBody"]
     assert key_body["content"]["application/json"]["schema"]["required"] == ["scopes"]
+
+
+def test_the_llm_gateways_routes_are_documented_with_openai_errors() -> None:
+    """Every route of the gateway, under its prefix, with the body it checks; its errors in
+    OpenAI's shape (those answered before the gateway, also problem+json)."""
+    doc = json.loads(COMMITTED.read_text())
+    documented = {
+        (method.upper(), path.removeprefix(PREFIX))
+        for path, ops in doc["paths"].items()
+        if path.startswith(LLM)
+        for method in ops
+    }
+    assert documented == {(method, path) for path, method in ROUTES.items()}
+    schemas = doc["components"]["schemas"]
+    assert schemas["OpenAIError"]["required"] == ["error"]
+    for path, kind in REQUESTS.items():
+        op = doc["paths"][PREFIX + path]["post"]
+        ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        assert ref == f"#/components/schemas/{kind.__name__}"
+        assert {"model"} <= set(schemas[kind.__name__]["required"])
+        responses = op["responses"]
+        for status in ("400", "401", "403", "404", "413", "429", "502", "504"):
+            assert responses[status]["content"] == OPENAI_ERROR, (path, status)
+        for status in ("500", "503"):
+            assert set(responses[status]["content"]) == {
+                "application/json",
+                "application/problem+json",
+            }
+        assert "415" not in responses and "409" not in responses  # never answered
+        streams = "text/event-stream" in responses["200"]["content"]
+        assert streams == (path != EMBEDDINGS), path
+    models = doc["paths"][PREFIX + MODELS]["get"]["responses"]
+    ref = models["200"]["content"]["application/json"]["schema"]["$ref"]
+    assert ref == "#/components/schemas/ModelList"
+    assert models["401"]["content"] == OPENAI_ERROR

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlencode
 
+import grpc
 import httpx
 import pytest
 from cryptography import x509
@@ -176,6 +177,45 @@ def test_bad_tls_options_stop_start_up_naming_the_problem(
         assert message in lines[0], (args, err)
         assert "serving on" not in out and "PRIVATE KEY" not in err
     assert not (tmp_path / "data" / "tls").exists()
+
+
+def _grpc_status(channel: grpc.Channel, *, timeout: float) -> tuple[grpc.StatusCode, str]:
+    """The status of a call without `function-id` (never OK)."""
+    metadata = (("authorization", f"Bearer {ADMIN_KEY}"),)
+    try:
+        channel.unary_unary("/any.Service/Method")(b"x", metadata=metadata, timeout=timeout)
+    except grpc.RpcError as exc:
+        return exc.code(), exc.details() or ""  # type: ignore[attr-defined]
+    raise AssertionError("the call succeeded")
+
+
+def test_the_grpc_listener_serves_the_http_servers_certificate(tmp_path: Path) -> None:
+    """`serve --tls-self-signed` with the gRPC listener on: it answers over TLS with the same
+    certificate (its own refusal of a call without `function-id`), and refuses plaintext."""
+    grpc_port = free_port()
+    port = free_port()
+    proc = start_server(
+        tmp_path,
+        f"sqlite+aiosqlite:///{tmp_path / 'nvcf.db'}",
+        port,
+        args=("--tls-self-signed",),
+        ca=tmp_path / "tls" / tls.CERT_FILE,
+        NVCF_RECONCILER_ENABLED="false",
+        NVCF_GRPC_ENABLED="true",
+        NVCF_GRPC_PORT=str(grpc_port),
+    )
+    try:
+        cert = (tmp_path / "tls" / tls.CERT_FILE).read_bytes()
+        trust = grpc.ssl_channel_credentials(root_certificates=cert)
+        with grpc.secure_channel(f"localhost:{grpc_port}", trust) as channel:
+            code, details = _grpc_status(channel, timeout=30)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "function-id" in details
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as plain:
+            code, _ = _grpc_status(plain, timeout=5)
+        assert code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    finally:
+        stop_server(proc)
 
 
 def test_the_self_signed_certificate_covers_the_bound_address() -> None:

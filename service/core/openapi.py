@@ -72,8 +72,11 @@ def _problem(status: str) -> dict[str, Any]:
     }
 
 
-def truthful(schema: dict[str, Any], *, api_prefixes: tuple[str, ...]) -> dict[str, Any]:
-    """Rewrite the error responses of `schema` in place (see the module docstring)."""
+def truthful(
+    schema: dict[str, Any], *, api_prefixes: tuple[str, ...], own_errors: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Rewrite the error responses of `schema` in place (see the module docstring); the
+    operations under `own_errors` (the LLM gateway's, in OpenAI's shape) declare theirs."""
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components["Problem"] = PROBLEM_SCHEMA
     components.pop("HTTPValidationError", None)
@@ -82,6 +85,8 @@ def truthful(schema: dict[str, Any], *, api_prefixes: tuple[str, ...]) -> dict[s
         for method, operation in operations.items():
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
+            if own_errors and path.startswith(own_errors):
+                continue
             if path == "/health/ready":
                 responses.setdefault("503", _problem("503"))
             if not path.startswith(api_prefixes):

@@ -231,8 +231,9 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(
         default=None,
         pattern=r"^rediss?://",
-        description="Redis shared by replicas: the API and function rate-limit counters, and "
-        "the invocation queues and per-instance requests in flight; unset: all in memory.",
+        description="Redis shared by replicas: the API and function rate-limit counters, the "
+        "LLM token counters, the invocation queues and per-instance requests in flight, and "
+        "the gRPC sessions; unset: all in memory.",
     )
     # -- speed-ups (service/functions/read_cache.py)
     version_read_cache: bool = Field(
@@ -570,6 +571,15 @@ class Settings(BaseSettings):
         default=300.0,
         gt=0,
         description="A channel to a worker that carried no call for this long is closed.",
+    )
+    grpc_session_idle_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="A gRPC session (its first call's `nvcf-reqid`) can be resumed on its "
+        "instance while one of its calls is open and for this many seconds after the last one "
+        "ended (a client reconnecting; NVCF keeps idle gRPC connections 30 s); 0: it ends with "
+        "its last call. Shared by every replica through `NVCF_REDIS_URL`.",
     )
     # -- HTTP (service/core/server.py)
     gc_freeze: bool = Field(

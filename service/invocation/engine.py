@@ -62,6 +62,7 @@ from service.invocation.metrics import InvocationMetrics
 from service.invocation.models import RequestState
 from service.invocation.ratelimit import FunctionRateLimiter
 from service.invocation.routing import InstanceRoute, RouteTable, Target
+from service.invocation.sessions import LocalSessions, Sessions
 from service.invocation.store import Outcome, RequestStore
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ class Call:
     #: URL of one points
     base_url: Callable[[], str] | None = None
     #: `open` only: resume the live session with this request id — its instance takes the
-    #: request (NotFound when no call of it is open here any more)
+    #: request (NotFound when the session is not live: sessions.py)
     session: uuid.UUID | None = None
 
 
@@ -191,11 +192,13 @@ class Opened(Generic[T]):
     """An exchange an entry opened with the worker (`Engine.open`); `close` must be called:
     it releases the instance's slot."""
 
-    def __init__(self, run: Run, value: T) -> None:
+    def __init__(self, run: Run, value: T, joined: asyncio.Future[None]) -> None:
         self.run = run
         #: the session's id (the first call's), which a later call may resume
         self.request_id = run.session or run.id
         self.value = value
+        #: done once every replica can resume the session (before the caller learns its id)
+        self.joined = joined
 
     @property
     def target(self) -> Target:
@@ -208,7 +211,7 @@ class Opened(Generic[T]):
     async def close(self, status: int, error: str | None = None) -> None:
         """The exchange ended with `status` (the entry's own, e.g. HTTP-like 200/502)."""
         if not self.run.finished:
-            self.run.engine.sessions.leave(self.request_id)
+            self.run.engine.sessions.leave(self.request_id, self.run.id)
         await self.run.finish(Outcome(status) if error is None else Outcome(status, error=error))
 
 
@@ -247,6 +250,7 @@ class Engine:
         metrics: InvocationMetrics,
         owner: str,
         assets: Assets | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         self.routes = routes
         #: assets, per-request directories and large results (service/assets/); None: none
@@ -266,7 +270,8 @@ class Engine:
         self.max_references = settings.asset_max_references
         self._max_size = ("NVCF-MAX-RESPONSE-SIZE-BYTES", str(self.result_max))
         self.active: dict[uuid.UUID, Run] = {}
-        self.sessions = Sessions()
+        #: the gRPC entry's sessions (sessions.py)
+        self.sessions = sessions or LocalSessions(settings.grpc_session_idle_seconds)
         self.stopping = False
 
     # ------------------------------------------------------------------ the entry's call
@@ -296,9 +301,9 @@ class Engine:
         a channel to the instance), for an entry that never detaches. `opener(endpoint,
         headers)` gets the instance's endpoint and the NVCF-* headers and raises
         `WorkerUnreachable` when nothing reached the worker (tried once more elsewhere).
-        Failures after admission are `Finished`; `Opened.close` releases the slot. While
-        one of its calls is open, a session (the first call's request id) may be resumed:
-        `Call.session` sends the request to the same instance."""
+        Failures after admission are `Finished`; `Opened.close` releases the slot. A live
+        session (the first call's request id, sessions.py) may be resumed: `Call.session`
+        sends the request to the same instance."""
         run = await self.admit(call, http=False, session=call.session)
 
         async def send(run: Run, instance: InstanceRoute) -> T:
@@ -319,8 +324,8 @@ class Engine:
                 failure = exc.outcome
             else:
                 assert run.instance is not None
-                self.sessions.join(run.session or run.id, run.instance)
-                return Opened(run, value)
+                joined = self.sessions.join(run.session or run.id, run.instance.id, run.id)
+                return Opened(run, value, joined)
         except BaseException:
             await asyncio.shield(run.finish(Outcome.failure(499, "the caller went away")))
             raise
@@ -350,7 +355,7 @@ class Engine:
             )
         exclude: list[uuid.UUID] = []
         if session is not None:
-            exclude = self.sessions.others(session, target)
+            exclude = await self.sessions.others(session, target)
         principal = call.principal
         assets = await self._input_assets(call) if call.asset_ids else []
         if target.rate is not None:
@@ -649,35 +654,6 @@ class Engine:
         for run in list(self.active.values()):  # a task cancelled before it began
             await run.finish(Outcome.failure(503, reason))
         await self.output_dirs.aclose()
-
-
-class Sessions:
-    """The live sessions of `Engine.open` in this replica: request id → the instance and the
-    number of its calls open (a session ends with its last call)."""
-
-    def __init__(self) -> None:
-        self._live: dict[uuid.UUID, tuple[InstanceRoute, int]] = {}
-
-    def others(self, session: uuid.UUID, target: Target) -> list[uuid.UUID]:
-        """The target's instances a call resuming `session` must not go to (all but the
-        session's); NotFound when the session is not live or its instance is gone."""
-        live = self._live.get(session)
-        if live is None or not any(i.id == live[0].id for i in target.instances):
-            raise NotFound(detail=f"no existing session found for request {session}")
-        return [i.id for i in target.instances if i.id != live[0].id]
-
-    def join(self, session: uuid.UUID, instance: InstanceRoute) -> None:
-        live = self._live.get(session)
-        self._live[session] = (instance, 1 if live is None else live[1] + 1)
-
-    def leave(self, session: uuid.UUID) -> None:
-        live = self._live.get(session)
-        if live is None:
-            return
-        if live[1] <= 1:
-            del self._live[session]
-        else:
-            self._live[session] = (live[0], live[1] - 1)
 
 
 class _Failed(Exception):

@@ -53,9 +53,14 @@ class ScriptBatch:
 
     async def call(self, script: Script, keys: list[str], args: list[str]) -> Any:
         """The script's answer (`RedisError` when Redis cannot be reached or refuses)."""
+        return await self.submit(script, keys, args)
+
+    def submit(self, script: Script, keys: list[str], args: list[str]) -> asyncio.Future[Any]:
+        """`call`, queued at once (before any call made after it returns): the future of
+        its answer."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._add(_Call(script, keys, args, future, ""))
-        return await future
+        return future
 
     def fire(self, script: Script, keys: list[str], args: list[str], what: str) -> None:
         """Send the call with the next batch; nobody waits for it (`what` names it in the

@@ -31,6 +31,7 @@ from service.invocation.lookup import RequestLookup
 from service.invocation.metrics import InvocationMetrics
 from service.invocation.ratelimit import FunctionRateLimiter
 from service.invocation.routing import RouteTable
+from service.invocation.sessions import LocalSessions, RedisSessions, Sessions
 from service.invocation.store import RequestStore
 
 log = logging.getLogger("nvcf.invocation")
@@ -83,6 +84,15 @@ class InvocationPlane:
             lease_seconds=settings.invoke_replica_lease_seconds,
             ttl_seconds=settings.invoke_result_ttl_seconds,
         )
+        self.sessions: Sessions
+        if settings.redis_url and isinstance(self.dispatcher, RedisDispatcher):
+            self.sessions = RedisSessions(
+                settings.redis_url,
+                lease_seconds=settings.invoke_replica_lease_seconds,
+                idle_seconds=settings.grpc_session_idle_seconds,
+            )
+        else:
+            self.sessions = LocalSessions(settings.grpc_session_idle_seconds)
         self.engine = Engine(
             settings,
             self.routes,
@@ -93,6 +103,7 @@ class InvocationPlane:
             metrics,
             owner.value,
             assets,
+            self.sessions,
         )
         #: polls and queue questions (lookup.py)
         self.lookup = RequestLookup(
@@ -117,6 +128,7 @@ class InvocationPlane:
         await self._sweep()
         if isinstance(self.dispatcher, RedisDispatcher):
             await self.dispatcher.start()
+        await self.sessions.start()
         self._loop_task = asyncio.create_task(self._background(), name="nvcf-invocation")
         self.load_publisher.start()
 
@@ -141,6 +153,7 @@ class InvocationPlane:
                 await task
         await self.engine.stop()
         await self.dispatcher.aclose()
+        await self.sessions.aclose()
         await self.limiter.aclose()
 
     async def _background(self) -> None:

@@ -197,6 +197,46 @@ async def test_errors_are_openais_and_the_client_raises_its_own_types(app: AppCl
     assert huge.status_code == 413 and "error" in huge.json()
 
 
+async def test_every_answer_is_one_the_openapi_document_declares(app: AppClient) -> None:
+    """Each route's successes and refusals: a status its operation declares, in a content type
+    declared for that status (OpenAI's error object, not problem+json)."""
+    doc = app.app.openapi()
+    fn = await deployed(app, **LLM_FN, specs=[spec()])
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    sent: list[tuple[str, str, Any, dict[str, str]]] = [
+        ("GET", "/v1/models", None, {}),
+        ("GET", "/v1/models", None, {"Authorization": ""}),
+        ("POST", "/v1/chat/completions", {"model": f"{fn['id']}/tiny/chat", **chat}, {}),
+        (
+            "POST",
+            "/v1/chat/completions",
+            {**chat, "stream": True, "model": f"{fn['id']}/tiny/chat"},
+            {},
+        ),
+        ("POST", "/v1/chat/completions", {"model": f"{fn['id']}/ghost", **chat}, {}),
+        ("POST", "/v1/chat/completions", {"model": f"{fn['id']}/tiny/chat"}, {}),
+        (
+            "POST",
+            "/v1/chat/completions",
+            {"model": f"{fn['id']}/tiny/chat", **chat},
+            {"x-multi-turn-session-id": "\x01"},
+        ),
+        ("POST", "/v1/embeddings", {"model": f"{fn['id']}/embed-only", "input": "x"}, {}),
+        ("POST", "/v1/embeddings", {"model": f"{fn['id']}/embed-only", "input": []}, {}),
+        ("POST", "/v1/responses", {"model": f"{fn['id']}/tiny/chat", "input": "hi"}, {}),
+        ("POST", "/v1/responses", {"model": f"{fn['id']}/embed-only", "input": "hi"}, {}),
+    ]
+    seen: set[int] = set()
+    for method, path, body, headers in sent:
+        resp = await app.request(method, "/v2/nvcf/llm" + path, json=body, headers=headers)
+        responses = doc["paths"]["/v2/nvcf/llm" + path][method.lower()]["responses"]
+        assert str(resp.status_code) in responses, (path, resp.status_code, resp.text)
+        kind = resp.headers["content-type"].split(";")[0]
+        assert kind in responses[str(resp.status_code)]["content"], (path, kind)
+        seen.add(resp.status_code)
+    assert seen == {200, 400, 401, 404}
+
+
 async def test_a_token_rate_limit_refuses_the_request_that_would_exceed_it(
     app: AppClient,
 ) -> None:

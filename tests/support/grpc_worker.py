@@ -12,7 +12,8 @@ Methods of `/test.Echo/` (messages are bytes, no protobufs), plus the standard h
   back; a cancellation is counted in `cancelled`.
 
 Every call's metadata and deadline (`time_remaining`) are kept in `calls`; every answer
-carries initial metadata `x-worker: <name>` and trailing `x-done: yes`.
+carries initial metadata `x-worker: <name>` and trailing `x-done: yes` (and `x-echo-bin`, the
+caller's, when it sent one).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class Seen:
     method: str
     metadata: dict[str, str]
     time_remaining: float | None
+    #: the binary (`-bin`) metadata
+    binary: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -81,10 +84,15 @@ class GrpcWorker:
     async def call(
         self, kind: str, requests: AsyncIterator[bytes], context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[bytes]:
-        metadata = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
-        self.calls.append(Seen(kind, metadata, context.time_remaining()))
+        received_md = context.invocation_metadata() or ()
+        metadata = {k: v for k, v in received_md if isinstance(v, str)}
+        binary = {k: v for k, v in received_md if isinstance(v, bytes)}
+        self.calls.append(Seen(kind, metadata, context.time_remaining(), binary))
         await context.send_initial_metadata((("x-worker", self.name),))
-        context.set_trailing_metadata((("x-done", "yes"),))
+        trailing: list[tuple[str, str | bytes]] = [("x-done", "yes")]
+        if "x-echo-bin" in binary:
+            trailing.append(("x-echo-bin", binary["x-echo-bin"]))
+        context.set_trailing_metadata(tuple(trailing))
         if kind == "Bidi":
             async for message in requests:
                 yield message

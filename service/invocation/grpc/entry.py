@@ -266,6 +266,7 @@ class GrpcEntry:
         status, error = 200, None
         try:
             initial = returned_metadata(await call.initial_metadata())
+            await opened.joined
             initial.append(("nvcf-reqid", str(opened.request_id)))
             await context.send_initial_metadata(initial)
             try:

@@ -108,6 +108,17 @@ async def test_unary_call_reaches_the_worker_with_metadata_both_ways(
     assert sample(metrics, "nvcf_invocation_requests_total", function_id=fn["id"]) >= 1
 
 
+async def test_binary_metadata_passes_both_ways_unchanged(
+    client: AppClient, channel: aio.Channel, worker: GrpcWorker
+) -> None:
+    fn = await deployed(client, **GRPC_FN)
+    raw = bytes(range(256))
+    call = unary(channel, "Unary")(b"x", metadata=(*md(fn), ("x-echo-bin", raw)))
+    assert await call == b"x"
+    assert worker.calls[-1].binary["x-echo-bin"] == raw
+    assert dict(await call.trailing_metadata())["x-echo-bin"] == raw
+
+
 async def test_server_client_and_bidi_streams_pass_every_message(
     client: AppClient, channel: aio.Channel
 ) -> None:
@@ -160,7 +171,8 @@ async def test_the_callers_deadline_reaches_the_worker(
     fn = await deployed(client, **GRPC_FN)
     assert await unary(channel, "Unary")(b"x", metadata=md(fn), timeout=30) == b"x"
     remaining = worker.calls[-1].time_remaining
-    assert remaining is not None and 0 < remaining <= 30
+    # gRPC rounds the deadline it sends (grpc-timeout) up, by up to a tenth of a second
+    assert remaining is not None and 0 < remaining <= 30.5
     call = unary(channel, "Hold")(b"x", metadata=md(fn), timeout=0.5)
     code, _ = await status_of(call)
     assert code == grpc.StatusCode.DEADLINE_EXCEEDED
@@ -360,6 +372,15 @@ async def test_one_slot_two_streams_the_second_waits_until_the_first_ends(
 
 
 async def test_a_session_resumes_on_its_instance_until_it_ends(
+    client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker
+) -> None:
+    """With NVCF_GRPC_SESSION_IDLE_SECONDS 0 a session ends with its last call."""
+    client = await grpc_app(client_factory, tmp_path, worker.url, grpc_session_idle_seconds=0)
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as channel:
+        await _session_resumes_until_it_ends(client, channel, worker)
+
+
+async def _session_resumes_until_it_ends(
     client: AppClient, channel: aio.Channel, worker: GrpcWorker
 ) -> None:
     fn = await deployed(
@@ -391,6 +412,30 @@ async def test_a_session_resumes_on_its_instance_until_it_ends(
     assert await session.read() == aio.EOF
     code, _ = await status_of(unary(channel, "Unary")(b"x", metadata=md(fn, nvcf_reqid=request_id)))
     assert code == grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_session_outlives_its_last_call_for_the_idle_time(
+    client: AppClient, channel: aio.Channel, worker: GrpcWorker
+) -> None:
+    """A client reconnecting after its stream ended resumes the session on its instance
+    (the default idle time, 30 s), on a new connection too."""
+    fn = await deployed(
+        client, **GRPC_FN, specs=[spec(minInstances=2, maxInstances=2, maxRequestConcurrency=4)]
+    )
+    first = unary(channel, "Unary")(b"first", metadata=md(fn))
+    assert await first == b"first"
+    request_id = dict(await first.initial_metadata())["nvcf-reqid"]
+    instance = worker.calls[-1].metadata["nvcf-instance-id"]
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as again:
+        for _ in range(4):  # new calls alternate between the instances; resumed ones do not
+            call = unary(again, "Unary")(b"back", metadata=md(fn, nvcf_reqid=request_id))
+            assert await call == b"back"
+            assert worker.calls[-1].metadata["nvcf-instance-id"] == instance
+    other = await deployed(client, **{**GRPC_FN, "name": "other"})
+    code, _ = await status_of(
+        unary(channel, "Unary")(b"x", metadata=md(other, nvcf_reqid=request_id))
+    )
+    assert code == grpc.StatusCode.NOT_FOUND  # a session is its function's instance's only
 
 
 async def test_a_shared_function_is_served_and_an_invocation_token_works(

@@ -8,6 +8,11 @@ errors of the interval (counter deltas), p50/p99 of the interval's latencies (fr
 histogram's bucket deltas, the upper bound of the bucket the quantile falls in), and the
 gauges. An hour of points is kept per version, for at most `MAX_VERSIONS` versions (the least
 recently active are dropped). Counts are this process's: each replica has its own series.
+
+A point is stored only when it differs from its version's previous one carried forward (no
+requests, the same gauges): a settled fleet stores nothing per period, and a read fills the
+periods in between. The grouped count hands back version ids as stored (no UUID parsing), so a
+sample of a settled fleet costs a comparison per version, not a point.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from sqlalchemy import func, select
+from sqlalchemy import String, func, select, type_coerce
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.core.db import utcnow
@@ -104,13 +109,33 @@ def read_registry(registry: CollectorRegistry) -> dict[str, _Reading]:
 
 async def running_instances(session: AsyncSession) -> dict[str, int]:
     """Running instances per version id (one grouped query)."""
+    version_id = type_coerce(Deployment.version_id, String())  # the stored text, as is
     rows = await session.execute(
-        select(Deployment.version_id, func.count(Instance.id))
+        select(version_id, func.count(Instance.id))
         .join(Instance, Instance.deployment_id == Deployment.id)
         .where(Instance.desired == InstanceDesired.PRESENT, Instance.phase == Phase.RUNNING.value)
         .group_by(Deployment.version_id)
     )
-    return {str(vid): int(n) for vid, n in rows.all()}
+    return {vid: n for vid, n in rows.all()}
+
+
+#: what a point carries besides its time, in order
+_FIELDS = (
+    "requests",
+    "errors",
+    "latencyP50",
+    "latencyP99",
+    "queueDepth",
+    "inFlight",
+    "running",
+    "target",
+)
+_Values = tuple[Any, ...]
+
+
+def _idle_after(values: _Values) -> _Values:
+    """The point that follows `values` when nothing happened: no requests, the same gauges."""
+    return (0, 0, None, None, *values[4:])
 
 
 class TimeSeries:
@@ -126,7 +151,12 @@ class TimeSeries:
         self.registry = registry
         self.sessionmaker = sessionmaker
         self.period = period
-        self._points: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
+        keep = max(1, int(KEEP_SECONDS / max(period, 0.001)))
+        #: the times of the samples of the last hour; the next sample's number
+        self._ticks: deque[str] = deque(maxlen=keep)
+        self._tick = 0
+        #: per version, its changes: (sample number, values), oldest first
+        self._points: OrderedDict[str, deque[tuple[int, _Values]]] = OrderedDict()
         self._last: dict[str, _Counters] = {}
         self._job = PeriodicJob(
             "nvcf-timeseries",
@@ -142,8 +172,30 @@ class TimeSeries:
     async def stop(self) -> None:
         await self._job.stop()
 
+    @property
+    def stored(self) -> int:
+        """Points stored, over every version (one per change, not per period)."""
+        return sum(len(changes) for changes in self._points.values())
+
     def points(self, version_id: str) -> list[dict[str, Any]]:
-        return list(self._points.get(version_id, ()))
+        """One point per sample of the last hour since the version was first seen."""
+        changes = self._points.get(version_id, ())
+        first_kept = self._tick - len(self._ticks)
+        out: list[dict[str, Any]] = []
+        pending = iter(changes)
+        upcoming = next(pending, None)
+        current: tuple[int, _Values] | None = None
+        for tick in range(first_kept, self._tick):
+            while upcoming is not None and upcoming[0] <= tick:
+                current, upcoming = upcoming, next(pending, None)
+            if current is None:
+                continue  # not seen yet
+            number, values = current
+            values = values if number == tick else _idle_after(values)
+            out.append(
+                {"at": self._ticks[tick - first_kept], **dict(zip(_FIELDS, values, strict=True))}
+            )
+        return out
 
     async def sample(self, now: datetime | None = None) -> None:
         readings = read_registry(self.registry)
@@ -156,31 +208,40 @@ class TimeSeries:
     def add(
         self, readings: Mapping[str, _Reading], running: Mapping[str, int], at: datetime
     ) -> None:
+        tick = self._tick
+        self._tick += 1
+        self._ticks.append(iso_z(at))
+        first_kept = self._tick - len(self._ticks)
         for vid in set(readings) | set(running):
             reading = readings.get(vid, _Reading())
+            changes = self._points.get(vid)
             last = self._last.get(vid, _Counters())
-            deltas = {b: max(0.0, c - last.buckets.get(b, 0.0)) for b, c in reading.buckets.items()}
             requests = max(0.0, reading.requests - last.requests)
-            point = {
-                "at": iso_z(at),
-                "requests": int(requests),
-                "errors": int(max(0.0, reading.errors - last.errors)),
-                "latencyP50": quantile(deltas, 0.5) if requests else None,
-                "latencyP99": quantile(deltas, 0.99) if requests else None,
-                "queueDepth": int(reading.queue),
-                "inFlight": int(reading.in_flight),
-                "running": running.get(vid, 0),
-                "target": int(reading.target) if reading.target is not None else None,
-            }
-            for name in ("latencyP50", "latencyP99"):
-                if point[name] == float("inf"):
-                    point[name] = None  # beyond the last bucket: unknown
-            self._last[vid] = _Counters(reading.requests, reading.errors, dict(reading.buckets))
-            series = self._points.get(vid)
-            if series is None:
-                series = deque(maxlen=max(1, int(KEEP_SECONDS / max(self.period, 0.001))))
-                self._points[vid] = series
-            series.append(point)
+            if requests or reading.errors != last.errors:
+                deltas = {
+                    b: max(0.0, c - last.buckets.get(b, 0.0)) for b, c in reading.buckets.items()
+                }
+                latency = [quantile(deltas, q) if requests else None for q in (0.5, 0.99)]
+                self._last[vid] = _Counters(reading.requests, reading.errors, dict(reading.buckets))
+            else:
+                latency = [None, None]
+            values: _Values = (
+                int(requests),
+                int(max(0.0, reading.errors - last.errors)),
+                *(None if v == float("inf") else v for v in latency),  # inf: unknown
+                int(reading.queue),
+                int(reading.in_flight),
+                running.get(vid, 0),
+                int(reading.target) if reading.target is not None else None,
+            )
+            if changes is not None and _idle_after(changes[-1][1]) == values:
+                continue  # what a read carries forward anyway
+            if changes is None:
+                changes = self._points[vid] = deque()
+            changes.append((tick, values))
+            # the newest change before the hour's first sample still gives the hour its values
+            while len(changes) > 1 and changes[1][0] <= first_kept:
+                changes.popleft()
             self._points.move_to_end(vid)
         while len(self._points) > MAX_VERSIONS:
             vid, _ = self._points.popitem(last=False)

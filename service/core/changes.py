@@ -1,27 +1,39 @@
 """Change tracking for in-process read caches: which rows a committed transaction touched.
 
-Listeners on every ORM Session collect the primary keys of changed rows of the watched models
-(and note bulk UPDATE/DELETE statements, which name no rows) and hand them to subscribers only
-after COMMIT; a rollback discards them. Raw SQL bypasses this, so caches keep a short TTL as a
-backstop.
+Listeners on every ORM Session collect the keys of changed rows of the watched models (their
+primary key, or what the watch asks for, e.g. the version a deployment belongs to) and note
+bulk UPDATE/DELETE statements, which name no rows, unless a statement says it writes only
+bookkeeping no cache reads (`BOOKKEEPING`: leases, due times); they hand them to subscribers
+only after COMMIT; a rollback discards them. Raw SQL bypasses this, so caches keep a short TTL
+as a backstop.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.orm import ORMExecuteState, Session
 
 _KEY = "nvcf_changes"
+_BOOKKEEPING = "nvcf_bookkeeping"
 _subscribers: weakref.WeakSet[Any] = weakref.WeakSet()
-_watched: dict[type[Any], str] = {}
+_watched: dict[type[Any], tuple[str, Callable[[Any], Any]]] = {}
+#: execution options of a bulk statement that writes only columns no cache reads (leases, due
+#: times): `.execution_options(**BOOKKEEPING)`; its commit reports nothing
+BOOKKEEPING: Mapping[str, bool] = MappingProxyType({_BOOKKEEPING: True})
 
 
-def watch(model: type[Any], name: str) -> None:
-    """Report changes to rows of `model` under `name`."""
-    _watched[model] = name
+def _primary_key(row: Any) -> Any:
+    return getattr(row, "id", None)
+
+
+def watch(model: type[Any], name: str, key: Callable[[Any], Any] | None = None) -> None:
+    """Report changes to rows of `model` under `name`, each as `key(row)` (default: its id)."""
+    _watched[model] = (name, key or _primary_key)
 
 
 def subscribe(subscriber: Any) -> None:
@@ -41,22 +53,23 @@ def _pending(session: Session) -> dict[str, set[Any] | None]:
 def _after_flush(session: Session, _ctx: Any) -> None:
     pending = _pending(session)
     for obj in (*session.new, *session.dirty, *session.deleted):
-        name = _watched.get(type(obj))
-        if name is None:
+        watched = _watched.get(type(obj))
+        if watched is None:
             continue
+        name, key = watched
         bucket = pending.setdefault(name, set())
         if bucket is not None:
-            bucket.add(getattr(obj, "id", None))
+            bucket.add(key(obj))
 
 
 @event.listens_for(Session, "do_orm_execute")
 def _bulk(state: ORMExecuteState) -> None:
-    if not (state.is_update or state.is_delete):
+    if not (state.is_update or state.is_delete) or state.execution_options.get(_BOOKKEEPING):
         return
     mapper = state.bind_mapper
-    name = _watched.get(mapper.class_) if mapper is not None else None
-    if name is not None:
-        _pending(state.session)[name] = None
+    watched = _watched.get(mapper.class_) if mapper is not None else None
+    if watched is not None:
+        _pending(state.session)[watched[0]] = None
 
 
 @event.listens_for(Session, "after_commit")

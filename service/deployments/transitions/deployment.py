@@ -11,6 +11,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
+from service.core.changes import BOOKKEEPING
 from service.core.schemas import iso_z
 from service.deployments import history, usage
 from service.deployments.events import record_event
@@ -210,7 +211,7 @@ async def settle(session: AsyncSession, deployment: Deployment) -> None:
         update(Deployment)
         .where(Deployment.id == deployment.id, Deployment.generation == deployment.generation)
         .values(due_at=None)
-        .execution_options(synchronize_session=False)
+        .execution_options(synchronize_session=False, **BOOKKEEPING)
     )
     set_committed_value(deployment, "due_at", None)
 

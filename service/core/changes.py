@@ -2,16 +2,16 @@
 
 Listeners on every ORM Session collect the keys of changed rows of the watched models (their
 primary key, or what the watch asks for, e.g. the version a deployment belongs to) and note
-bulk UPDATE/DELETE statements, which name no rows, unless a statement says it writes only
-bookkeeping no cache reads (`BOOKKEEPING`: leases, due times); they hand them to subscribers
-only after COMMIT; a rollback discards them. Raw SQL bypasses this, so caches keep a short TTL
-as a backstop.
+bulk UPDATE/DELETE statements as "unknown rows", unless the statement names the keys of the
+rows it touches (`touching`) or says it writes only bookkeeping no cache reads (`BOOKKEEPING`:
+leases, due times); they hand them to subscribers only after COMMIT; a rollback discards them.
+Raw SQL bypasses this, so caches keep a short TTL as a backstop.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -19,12 +19,20 @@ from sqlalchemy import event
 from sqlalchemy.orm import ORMExecuteState, Session
 
 _KEY = "nvcf_changes"
-_BOOKKEEPING = "nvcf_bookkeeping"
+_TOUCHING = "nvcf_touching"
 _subscribers: weakref.WeakSet[Any] = weakref.WeakSet()
 _watched: dict[type[Any], tuple[str, Callable[[Any], Any]]] = {}
+
+
+def touching(keys: Iterable[Any]) -> Mapping[str, frozenset[Any]]:
+    """Execution options of a bulk statement naming the keys (as its model's watch reports
+    them) of the rows it changes: `.execution_options(**touching(keys))`."""
+    return MappingProxyType({_TOUCHING: frozenset(keys)})
+
+
 #: execution options of a bulk statement that writes only columns no cache reads (leases, due
-#: times): `.execution_options(**BOOKKEEPING)`; its commit reports nothing
-BOOKKEEPING: Mapping[str, bool] = MappingProxyType({_BOOKKEEPING: True})
+#: times): its commit reports nothing
+BOOKKEEPING = touching(())
 
 
 def _primary_key(row: Any) -> Any:
@@ -64,12 +72,20 @@ def _after_flush(session: Session, _ctx: Any) -> None:
 
 @event.listens_for(Session, "do_orm_execute")
 def _bulk(state: ORMExecuteState) -> None:
-    if not (state.is_update or state.is_delete) or state.execution_options.get(_BOOKKEEPING):
+    if not (state.is_update or state.is_delete):
         return
     mapper = state.bind_mapper
     watched = _watched.get(mapper.class_) if mapper is not None else None
-    if watched is not None:
-        _pending(state.session)[watched[0]] = None
+    if watched is None:
+        return
+    pending = _pending(state.session)
+    keys = state.execution_options.get(_TOUCHING)
+    if keys is None:
+        pending[watched[0]] = None
+    elif keys:
+        bucket = pending.setdefault(watched[0], set())
+        if bucket is not None:
+            bucket.update(keys)
 
 
 @event.listens_for(Session, "after_commit")

@@ -12,7 +12,11 @@ import jwt
 import pytest
 from sqlalchemy import select, update
 
+from service.core.db import utcnow
 from service.deployments.models import Deployment, Instance
+from service.deployments.transitions.status import StatusChange, set_version_statuses
+from service.functions.models import FunctionVersion
+from service.health.status import VersionStatus
 from tests.support.api import bearer, create_fn, new_key
 from tests.support.app import JWT_SECRET, AppClient, ClientFactory
 from tests.support.e2e import dep_url, until_status, write_catalog
@@ -198,6 +202,17 @@ async def test_a_version_stays_cached_while_other_deployments_change(
     # bookkeeping): the version stays cached
     await touch(b)
     assert await client.app.state.reconciler.request_resync() == 2
+    assert [await read_path(a), await read_path(b)] == ["fast-path", "database"]
+    # the other version's status moves, as when it converges (one bulk statement)
+    async with maker() as session, session.begin():
+        version = await session.get(FunctionVersion, uuid.UUID(b["versionId"]))
+        assert version is not None
+        dep_id = await session.scalar(
+            select(Deployment.id).where(Deployment.version_id == version.id)
+        )
+        assert dep_id is not None
+        change = StatusChange(dep_id, version, VersionStatus.DEGRADING)
+        assert await set_version_statuses(session, [change], utcnow()) == [change]
     assert [await read_path(a), await read_path(b)] == ["fast-path", "database"]
     # its own instance changes: read again from the database
     await touch(a)

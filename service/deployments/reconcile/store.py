@@ -18,7 +18,7 @@ from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
 
-from service.core.changes import BOOKKEEPING
+from service.core.changes import BOOKKEEPING, touching
 from service.deployments.logs.models import KeptLog
 from service.deployments.models import Deployment, DeploymentSpec, Instance, InstanceDesired
 from service.functions.models import FunctionVersion
@@ -257,7 +257,9 @@ class ReconcileStore:
             await session.execute(
                 delete(Instance)
                 .where(Instance.id.in_(chunk))
-                .execution_options(synchronize_session=False)
+                .execution_options(
+                    synchronize_session=False, **touching({r.deployment_id for r in gone})
+                )
             )
             await session.execute(delete(KeptLog).where(KeptLog.instance_id.in_(chunk)))
         return stale

@@ -79,6 +79,8 @@ class Fleet:
         self.db = db
         self.local = threading.local()
         self.probe: tuple[str, str] | None = None
+        #: which layer answered each GET (NVCF-Read-Path: fast-path, cache, database)
+        self.read_paths: list[str] = []
 
     def client(self) -> httpx.Client:
         c = getattr(self.local, "c", None)
@@ -106,8 +108,11 @@ class Fleet:
         assert self.probe is not None
         fid, vid = self.probe
         start_at = time.perf_counter()
-        self.client().get(f"/functions/{fid}/versions/{vid}").raise_for_status()
-        return time.perf_counter() - start_at
+        resp = self.client().get(f"/functions/{fid}/versions/{vid}")
+        resp.raise_for_status()
+        took = time.perf_counter() - start_at
+        self.read_paths.append(resp.headers.get("NVCF-Read-Path", "database"))
+        return took
 
     def active(self) -> int:
         query = "select count(*) from function_versions where status='ACTIVE'"
@@ -339,6 +344,7 @@ def run(args: argparse.Namespace, pg: Any, tree: str, dbname: str) -> dict[str, 
                 time.sleep(0.05)
 
         thread = threading.Thread(target=prober)
+        fleet.read_paths.clear()
         thread.start()
         start_at = time.monotonic()
         rest = args.count - small
@@ -346,6 +352,7 @@ def run(args: argparse.Namespace, pg: Any, tree: str, dbname: str) -> dict[str, 
         submitted = time.monotonic() - start_at
         stop.set()
         thread.join()
+        from_db = fleet.read_paths.count("database")
         fleet.wait_active(args.count + args.samples + len(probe_deploys))
         converged = time.monotonic() - start_at
         progress(
@@ -386,8 +393,9 @@ def run(args: argparse.Namespace, pg: Any, tree: str, dbname: str) -> dict[str, 
             f"{pct(probe_deploys, 0.99) / idle_dep_p99:.1f}x); GET p50 "
             f"{ms(pct(probe_gets, 0.5))} p99 {ms(pct(probe_gets, 0.99))} (idle p50 "
             f"{ms(pct(get_small, 0.5))} p99 {ms(idle_get_p99)}: p99 ratio "
-            f"{pct(probe_gets, 0.99) / idle_get_p99:.1f}x) (target p99 <= 5x idle); the "
-            f"clients' deploy POSTs p50 {ms(pct(busy, 0.5))} p99 {ms(pct(busy, 0.99))}"
+            f"{pct(probe_gets, 0.99) / idle_get_p99:.1f}x) (target p99 <= 5x idle; "
+            f"{from_db} of {len(probe_gets)} GETs read the database); the clients' deploy POSTs "
+            f"p50 {ms(pct(busy, 0.5))} p99 {ms(pct(busy, 0.99))}"
         )
         print(
             f"4. {rest:,} submitted in {submitted:.1f}s ({submitted / rest * 1000:.1f} "

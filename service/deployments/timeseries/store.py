@@ -11,8 +11,9 @@ recently active are dropped). Counts are this process's: each replica has its ow
 
 A point is stored only when it differs from its version's previous one carried forward (no
 requests, the same gauges): a settled fleet stores nothing per period, and a read fills the
-periods in between. The grouped count hands back version ids as stored (no UUID parsing), so a
-sample of a settled fleet costs a comparison per version, not a point.
+periods in between. After the first sample, Running instances are counted again only for the
+versions with an instance written since the previous sample: a sample of a settled fleet reads
+no instance row and visits only the versions this process served.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import logging
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -31,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from service.core.db import utcnow
 from service.core.periodic import PeriodicJob
 from service.core.schemas import iso_z
-from service.deployments.models import Deployment, Instance, InstanceDesired
+from service.deployments.models import Deployment, DeploymentHistory, Instance, InstanceDesired
 from service.health.machine import Phase
 
 log = logging.getLogger("nvcf.timeseries")
@@ -107,16 +108,39 @@ def read_registry(registry: CollectorRegistry) -> dict[str, _Reading]:
     return out
 
 
-async def running_instances(session: AsyncSession) -> dict[str, int]:
-    """Running instances per version id (one grouped query)."""
+async def running_instances(
+    session: AsyncSession, changed_since: datetime | None = None
+) -> dict[str, int]:
+    """Running instances per version id (one grouped query); with `changed_since`, only of
+    the versions with an instance written since then (the single writer stamps `updated_at`
+    on every change of phase or wanted state) or a deployment removed since then, 0 for those
+    with none Running any more."""
     version_id = type_coerce(Deployment.version_id, String())  # the stored text, as is
-    rows = await session.execute(
-        select(version_id, func.count(Instance.id))
-        .join(Instance, Instance.deployment_id == Deployment.id)
+    joined = select(version_id).join(Instance, Instance.deployment_id == Deployment.id)
+    out: dict[str, int] = {}
+    versions: list[str] | None = None
+    if changed_since is not None:
+        changed = joined.where(Instance.updated_at >= changed_since).distinct()
+        removed = select(type_coerce(DeploymentHistory.version_id, String())).where(
+            DeploymentHistory.removed_at >= changed_since
+        )  # a removed deployment's instance rows are gone with it
+        versions = list((await session.execute(changed.union(removed))).scalars())
+        if not versions:
+            return out
+        out = dict.fromkeys(versions, 0)
+    count = (
+        joined.add_columns(func.count(Instance.id))
         .where(Instance.desired == InstanceDesired.PRESENT, Instance.phase == Phase.RUNNING.value)
         .group_by(Deployment.version_id)
     )
-    return {vid: n for vid, n in rows.all()}
+    for chunk in [None] if versions is None else _chunks(versions):
+        stmt = count if chunk is None else count.where(version_id.in_(chunk))
+        out.update({vid: n for vid, n in (await session.execute(stmt)).all()})
+    return out
+
+
+def _chunks(items: list[str], size: int = 500) -> list[list[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 #: what a point carries besides its time, in order
@@ -158,6 +182,10 @@ class TimeSeries:
         #: per version, its changes: (sample number, values), oldest first
         self._points: OrderedDict[str, deque[tuple[int, _Values]]] = OrderedDict()
         self._last: dict[str, _Counters] = {}
+        #: Running instances per version (those with any), as last counted
+        self._running: dict[str, int] = {}
+        self._sampled: datetime | None = None
+        self._margin = timedelta(seconds=max(period, 1.0))
         self._job = PeriodicJob(
             "nvcf-timeseries",
             self.sample,
@@ -198,20 +226,33 @@ class TimeSeries:
         return out
 
     async def sample(self, now: datetime | None = None) -> None:
+        at = now or utcnow()
         readings = read_registry(self.registry)
         running: dict[str, int] = {}
         if self.sessionmaker is not None:
+            # after the first sample, only versions whose instances were written since the
+            # previous one (a period earlier still: a write stamped before it may have
+            # committed after it, and replicas' clocks differ)
+            since = None if self._sampled is None else self._sampled - self._margin
             async with self.sessionmaker() as session:
-                running = await running_instances(session)
-        self.add(readings, running, now or utcnow())
+                running = await running_instances(session, since)
+        self._sampled = at
+        self.add(readings, running, at)
 
     def add(
         self, readings: Mapping[str, _Reading], running: Mapping[str, int], at: datetime
     ) -> None:
+        """One sample: this process's counters and gauges, and the Running instances of the
+        versions that may have changed since the previous sample (the others keep theirs)."""
         tick = self._tick
         self._tick += 1
         self._ticks.append(iso_z(at))
         first_kept = self._tick - len(self._ticks)
+        for vid, n in running.items():
+            if n:
+                self._running[vid] = n
+            else:
+                self._running.pop(vid, None)
         for vid in set(readings) | set(running):
             reading = readings.get(vid, _Reading())
             changes = self._points.get(vid)
@@ -231,7 +272,7 @@ class TimeSeries:
                 *(None if v == float("inf") else v for v in latency),  # inf: unknown
                 int(reading.queue),
                 int(reading.in_flight),
-                running.get(vid, 0),
+                self._running.get(vid, 0),
                 int(reading.target) if reading.target is not None else None,
             )
             if changes is not None and _idle_after(changes[-1][1]) == values:

@@ -64,6 +64,15 @@ async def test_requests_latency_and_instances_of_a_version(
     idle = (await client.get(url)).json()["points"][-1]
     assert (idle["requests"], idle["latencyP50"], idle["running"]) == (0, None, 1)
 
+    # undeployed: its instances change, so the samples count them again, down to none
+    assert (await client.delete(dep_url(fn))).is_success
+
+    async def none_running() -> bool:
+        await series.sample()
+        return bool((await client.get(url)).json()["points"][-1]["running"] == 0)
+
+    assert await eventually(none_running)
+
     other = await new_key(client, ["list_functions"], account="other-account")
     assert_problem(await client.get(url, headers=bearer(other)), 404)
     assert_problem(await client.get(f"{V}/functions/{fn['id']}/versions/x/metrics"), 400)

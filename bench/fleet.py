@@ -11,7 +11,13 @@ limit) on a simulated cluster with zero delays, and prints, in the same run:
    (target ratio ≤ 1.3);
 3. the p50/p99 latency of a deploy POST and of a GET while the other 9/10 converge, against
    the same on the idle server (target p99 ≤ 5× idle);
-4. the time for all of them to be ACTIVE against the time to submit them (target ≤ 1.2).
+4. the time for all of them to be ACTIVE against the time to submit them (target ≤ 1.2);
+5. with all `count` settled, a change in one instance: a helm function (the `sim-workload`
+   chart of tests/charts/corpus, pushed to a local registry) deployed with the simulated
+   fault `FailAfterReady`, whose pod turns not Ready `--fail-after` seconds after it became
+   Ready; the time from that moment (the pod's Ready condition's lastTransitionTime, which
+   the instance's condition keeps as its `notReady` timer) until the bench sees the changed
+   condition in the database, against the reconcile interval (target: within one).
 
 `--postgres` runs it on a throw-away PostgreSQL server (tests/support/postgres.py) instead of
 SQLite; `--split` (with `--postgres`) runs the API with `NVCF_RECONCILER_ENABLED=false` and the
@@ -20,8 +26,8 @@ figures are then both processes'.
 
 `--tree PATH` runs the server of another checkout; `--baseline-tree REV` first runs the same
 scenario on the server of git revision REV (exported to a temporary directory) and then prints
-each figure of this tree against it (after/before). The change-to-condition figure (one fault
-flipping in the fleet) needs the simulated cluster in process: `bench/reconcile.py` prints it.
+each figure of this tree against it (after/before). `bench/reconcile.py` measures the same
+change in process, flipping the annotation on a running pod.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +54,9 @@ from cryptography.fernet import Fernet
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.api import free_port, simulated_catalog, start
+from service.core.settings import Settings
+from tests.support.charts import build_chart, push_archive
+from tests.support.registry import RegistryServer, start_registry
 
 KEY = "nvapi-bench-" + "k" * 40
 FUNCTION = {"inferenceUrl": "/echo", "inferencePort": 8000, "containerImage": "nvcr.io/a/e:1"}
@@ -69,6 +79,8 @@ class Fleet:
         self.db = db
         self.local = threading.local()
         self.probe: tuple[str, str] | None = None
+        #: which layer answered each GET (NVCF-Read-Path: fast-path, cache, database)
+        self.read_paths: list[str] = []
 
     def client(self) -> httpx.Client:
         c = getattr(self.local, "c", None)
@@ -96,8 +108,11 @@ class Fleet:
         assert self.probe is not None
         fid, vid = self.probe
         start_at = time.perf_counter()
-        self.client().get(f"/functions/{fid}/versions/{vid}").raise_for_status()
-        return time.perf_counter() - start_at
+        resp = self.client().get(f"/functions/{fid}/versions/{vid}")
+        resp.raise_for_status()
+        took = time.perf_counter() - start_at
+        self.read_paths.append(resp.headers.get("NVCF-Read-Path", "database"))
+        return took
 
     def active(self) -> int:
         query = "select count(*) from function_versions where status='ACTIVE'"
@@ -107,6 +122,26 @@ class Fleet:
                 return int(found[0]) if found else 0
         with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=30) as conn:
             return int(conn.execute(query).fetchone()[0])
+
+    def not_ready_since(self, version_id: str) -> float | None:
+        """When the version's instance's pod turned not Ready (epoch seconds), once its stored
+        condition shows it (the health machine's `notReady:<pod>` timer)."""
+        query = (
+            "select i.condition from instances i join deployments d on d.id = i.deployment_id "
+            "where d.version_id = ?"
+        )
+        if isinstance(self.db, str):
+            with psycopg.connect(self.db) as pg:
+                rows = pg.execute(query.replace("?", "%s"), (version_id,)).fetchall()
+        else:
+            with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=30) as conn:
+                rows = conn.execute(query, (version_id,)).fetchall()
+        for (condition,) in rows:
+            cond = json.loads(condition) if isinstance(condition, str) else condition
+            for key, start_at in ((cond or {}).get("timers") or {}).items():
+                if key.startswith("notReady:"):
+                    return datetime.fromisoformat(start_at).timestamp()
+        return None
 
     def submit(self, first: int, count: int, clients: int) -> list[float]:
         with ThreadPoolExecutor(clients) as pool:
@@ -118,6 +153,40 @@ class Fleet:
             if time.monotonic() > deadline:
                 raise SystemExit(f"only {self.active()} of {total} ACTIVE after {limit}s")
             time.sleep(0.2)
+
+
+def fault_flip(
+    fleet: Fleet, chart_url: str, fail_after: float, limit: float = 600
+) -> tuple[float, float]:
+    """Deploy a helm function whose pod turns not Ready `fail_after` seconds after it became
+    Ready; (seconds from its turning not Ready until its instance's stored condition shows it,
+    seconds from the deploy POST until then)."""
+    c = fleet.client()
+    resp = c.post(
+        "/functions",
+        json={
+            "name": "fault-probe",
+            "inferenceUrl": "/v2/models/m/infer",
+            "inferencePort": 8000,
+            "helmChart": chart_url,
+            "helmChartServiceName": "entrypoint",
+        },
+    )
+    resp.raise_for_status()
+    fn = resp.json()["function"]
+    fault = {"sim.nvcf.io/fault": "FailAfterReady", "sim.nvcf.io/fail-after": f"{fail_after}s"}
+    spec = {**SPEC, "instanceType": "NCP.GPU.H100_1x", "configuration": {"podAnnotations": fault}}
+    url = f"/deployments/functions/{fn['id']}/versions/{fn['versionId']}"
+    posted = time.time()
+    c.post(url, json={"deploymentSpecifications": [spec]}).raise_for_status()
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        since = fleet.not_ready_since(fn["versionId"])
+        if since is not None:
+            seen = time.time()
+            return seen - since, seen - posted
+        time.sleep(0.01)
+    raise SystemExit(f"the fault-probe's condition did not change within {limit}s")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -167,6 +236,9 @@ def main() -> None:
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the server")
     ap.add_argument("--postgres", action="store_true", help="a throw-away PostgreSQL server")
     ap.add_argument("--split", action="store_true", help="the reconciler in its own process")
+    ap.add_argument(
+        "--fail-after", type=float, default=15.0, help="seconds the fault-probe pod stays Ready"
+    )
     args = ap.parse_args()
     if args.split and not args.postgres:
         raise SystemExit("--split needs --postgres (SQLite serves one process only)")
@@ -177,7 +249,13 @@ def main() -> None:
 
         pg = start_postgres()
     base = export_tree(args.baseline_tree) if args.baseline_tree else None
+    charts = Path(tempfile.mkdtemp(prefix="nvcf-bench-fleet-charts-"))
+    registry: RegistryServer | None = None
     try:
+        registry = start_registry(charts / "registry")
+        archive = build_chart("sim-workload", charts / "chart")
+        chart = push_archive(registry, archive, "bench", workdir=charts / "push")
+        args.chart = (registry.host, chart.file_url)
         before = run(args, pg, str(base), "fleet_before") if base is not None else None
         after = run(args, pg, args.tree, "fleet")
         if before is not None:
@@ -187,6 +265,9 @@ def main() -> None:
                     f"  {name}: {value:.3g} against {before[name]:.3g}: {value / before[name]:.2f}x"
                 )
     finally:
+        if registry is not None:
+            registry.stop()
+        shutil.rmtree(charts, ignore_errors=True)
         if pg is not None:
             pg.stop()
         if base is not None:
@@ -212,6 +293,8 @@ def run(args: argparse.Namespace, pg: Any, tree: str, dbname: str) -> dict[str, 
         "NVCF_QUOTA_FUNCTIONS": str(total * 4),
         "NVCF_QUOTA_INSTANCES": str(total * 4),
         "NVCF_CLUSTERS_FILE": str(tmp / "clusters.yaml"),
+        "NVCF_REGISTRY_ALLOWLIST": args.chart[0],
+        "NVCF_INSECURE_REGISTRIES": args.chart[0],
         "PYTHONPATH": tree,
         **dict(e.split("=", 1) for e in args.env),
     }
@@ -261,6 +344,7 @@ def run(args: argparse.Namespace, pg: Any, tree: str, dbname: str) -> dict[str, 
                 time.sleep(0.05)
 
         thread = threading.Thread(target=prober)
+        fleet.read_paths.clear()
         thread.start()
         start_at = time.monotonic()
         rest = args.count - small
@@ -268,6 +352,7 @@ def run(args: argparse.Namespace, pg: Any, tree: str, dbname: str) -> dict[str, 
         submitted = time.monotonic() - start_at
         stop.set()
         thread.join()
+        from_db = fleet.read_paths.count("database")
         fleet.wait_active(args.count + args.samples + len(probe_deploys))
         converged = time.monotonic() - start_at
         progress(
@@ -281,6 +366,10 @@ def run(args: argparse.Namespace, pg: Any, tree: str, dbname: str) -> dict[str, 
         idle_all = idle_cpu(pids, args.idle)
         dep_all, get_all = settled_latencies(fleet, total - args.samples, args.samples)
         fleet.wait_active(total)
+        seen_after, deployed_for = fault_flip(fleet, args.chart[1], args.fail_after)
+        progress(
+            f"a fault in 1 instance of {total:,}: its condition changed {seen_after:.3f}s later"
+        )
 
         def ms(v: float) -> str:
             return f"{v * 1000:.0f} ms"
@@ -304,15 +393,27 @@ def run(args: argparse.Namespace, pg: Any, tree: str, dbname: str) -> dict[str, 
             f"{pct(probe_deploys, 0.99) / idle_dep_p99:.1f}x); GET p50 "
             f"{ms(pct(probe_gets, 0.5))} p99 {ms(pct(probe_gets, 0.99))} (idle p50 "
             f"{ms(pct(get_small, 0.5))} p99 {ms(idle_get_p99)}: p99 ratio "
-            f"{pct(probe_gets, 0.99) / idle_get_p99:.1f}x) (target p99 <= 5x idle); the "
-            f"clients' deploy POSTs p50 {ms(pct(busy, 0.5))} p99 {ms(pct(busy, 0.99))}"
+            f"{pct(probe_gets, 0.99) / idle_get_p99:.1f}x) (target p99 <= 5x idle; "
+            f"{from_db} of {len(probe_gets)} GETs read the database); the clients' deploy POSTs "
+            f"p50 {ms(pct(busy, 0.5))} p99 {ms(pct(busy, 0.99))}"
         )
         print(
             f"4. {rest:,} submitted in {submitted:.1f}s ({submitted / rest * 1000:.1f} "
             f"ms/deployment), all ACTIVE after {converged:.1f}s: ratio "
             f"{converged / submitted:.2f} (target <= 1.2)"
         )
+        interval = float(
+            dict(e.split("=", 1) for e in args.env).get("NVCF_RECONCILE_INTERVAL")
+            or Settings.model_fields["reconcile_interval"].default
+        )
+        print(
+            f"5. with {total:,} settled, one instance's pod turning not Ready (the simulated "
+            f"fault FailAfterReady, {args.fail_after:g}s after Ready): its condition changed "
+            f"{ms(seen_after)} later, {seen_after / interval:.2f} of the reconcile interval "
+            f"({interval:g}s) (target <= 1); {deployed_for:.1f}s after its deploy POST"
+        )
         return {
+            "change seen after (s)": seen_after,
             "idle CPU ratio": idle_all / idle_small,
             "settled deploy median ratio": med_a / med_s,
             "converging deploy p99 (s)": pct(probe_deploys, 0.99),

@@ -269,9 +269,7 @@ def create_app(
         if read_cache.enabled(settings):
             app.state.version_cache = read_cache.VersionCache()
             # a version's details embed its activeInstances, read from deployments' tables
-            read_cache.attach(
-                app.state.version_cache, details={"deployment": Deployment, "instance": Instance}
-            )
+            read_cache.attach(app.state.version_cache, deployment=Deployment, instance=Instance)
         app.state.secret_box = await asyncio.to_thread(load_secret_box, settings)
         app.state.authenticator.invocation_tokens = InvocationTokens(
             app.state.secret_box.derive(tokens.PURPOSE), settings.invoke_token_seconds

@@ -161,3 +161,20 @@ def offered_instance_types(
     single = [InstanceType.of(csp, gpu, n) for n in sizes]
     multi = [InstanceType.of(csp, gpu, gpus_per_node, k) for k in range(2, count + 1)]
     return single + multi
+
+
+def shape_offers(
+    csp: str, gpu: str, gpus_per_node: int, count: int, instance_type: InstanceType
+) -> bool:
+    """Whether `instance_type` is among `offered_instance_types(csp, gpu, gpus_per_node,
+    count)`, in constant time: a deploy asks this of every candidate cluster, and a shape of
+    `count` nodes offers `count - 1` multi-node types."""
+    it = instance_type
+    if gpus_per_node < 1 or count < 1:
+        return False
+    if it.csp != normalize_csp(csp) or it.gpu != normalize_gpu(gpu):
+        return False
+    if it.is_multi_node:
+        return it.gpus_per_node == gpus_per_node and it.nodes <= count
+    size = it.gpus_per_node
+    return size == gpus_per_node or (size < gpus_per_node and size & (size - 1) == 0)

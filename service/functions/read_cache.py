@@ -17,8 +17,12 @@ every list.
 Every such response says which layer answered in the `NVCF-Read-Path` header (`fast-path`,
 `cache` or `database`). The cache holds serialised responses per (reading account, version,
 details scope, secret names or not); entries are dropped when a committed transaction changes
-the version (service.core.changes), every details entry when any deployment or instance
-changes (they embed activeInstances), and everything when what is shared with whom changes.
+the version (service.core.changes), its details entries when one of its deployments or their
+instances changes (they embed activeInstances; the cache learns which version a deployment
+belongs to from the deployment rows the feed reports, and drops every details entry for an
+instance of a deployment it has not seen or a bulk statement naming no rows), and everything
+when what is shared with whom changes. Writes of the reconciler's bookkeeping (leases, due
+times) drop nothing, so a version stays cached while the rest of the fleet converges.
 A read with a query string (`includeSecrets`) skips the fast path. It is on only with SQLite,
 the single-process embedded mode: several replicas on PostgreSQL would not see each other's
 commits. A short TTL bounds staleness from writes the listeners cannot see (raw SQL).
@@ -29,11 +33,12 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection
 from types import SimpleNamespace
 from typing import Any
 
-from cachetools import TTLCache
+from cachetools import LRUCache, TTLCache
+from sqlalchemy import inspect
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -51,6 +56,8 @@ _JSON = "application/json"
 
 #: account, function, version, details scope, secret names included
 CacheKey = tuple[str, uuid.UUID, uuid.UUID, bool, bool]
+#: deployments whose version the cache remembers; versions whose last drop it remembers
+MAX_TRACKED = 100_000
 
 
 def cache_key(
@@ -80,8 +87,13 @@ class VersionCache:
         # list key -> body; a list is dropped when any version changes
         self._lists: TTLCache[ListKey, bytes] = TTLCache(max_entries, ttl, timer=time.monotonic)
         self._generation = 0
-        #: change-feed names of the tables the details entries (activeInstances) are read from
-        self.details_sources: frozenset[str] = frozenset()
+        #: the generation at which entries were last dropped: all, every details entry, a
+        #: version's (a reader keeps what it built only if none of its entry's dropped since)
+        self._all_dropped = 0
+        self._details_dropped = 0
+        self._version_dropped: dict[uuid.UUID, int] = {}
+        #: deployment id -> version id, learned from the deployment rows the feed reports
+        self._deployments: LRUCache[Any, Any] = LRUCache(MAX_TRACKED)
 
     @property
     def generation(self) -> int:
@@ -93,11 +105,17 @@ class VersionCache:
         return entries.get(key) if entries else None
 
     def put(self, key: CacheKey, body: bytes, generation: int) -> None:
-        if generation != self._generation:
-            return  # something changed while this response was being built
-        entries = self._data.get(key[2])
+        version_id, details = key[2], key[3]
+        dropped = max(
+            self._all_dropped,
+            self._details_dropped if details else 0,
+            self._version_dropped.get(version_id, 0),
+        )
+        if dropped > generation:
+            return  # its entry changed while this response was being built
+        entries = self._data.get(version_id)
         if entries is None:
-            self._data[key[2]] = entries = {}
+            self._data[version_id] = entries = {}
         entries[key] = body
 
     def get_list(self, key: ListKey) -> bytes | None:
@@ -112,39 +130,86 @@ class VersionCache:
         self._generation += 1
         if "function_authorization" in changes:
             # who may read what changed: which entries that touches is not tracked
-            self._lists.clear()
-            self._data.clear()
+            self._drop_all()
             return
         if "function_version" in changes:
             # which lists hold a version is not tracked: any version change drops them all
             self._lists.clear()
         versions = changes.get("function_version", set())
         if versions is None:  # a bulk statement: rows unknown
-            self._data.clear()
+            self._drop_all()
             return
-        if not self.details_sources.isdisjoint(changes):
+        details = self._details_of(changes)
+        if details is None or details:
+            for list_key in [k for k in self._lists if k[1]]:
+                del self._lists[list_key]
+        if details is None:
+            self._details_dropped = self._generation
             for entries in self._data.values():
                 for key in [k for k in entries if k[3]]:
                     del entries[key]
-            for list_key in [k for k in self._lists if k[1]]:
-                del self._lists[list_key]
+        else:
+            for version_id in details:
+                kept = self._data.get(version_id) or {}
+                for key in [k for k in kept if k[3]]:
+                    del kept[key]
+                self._dropped(version_id)
         for version_id in versions:
             self._data.pop(version_id, None)
+            self._dropped(version_id)
+
+    def _details_of(self, changes: dict[str, set[Any] | None]) -> set[Any] | None:
+        """The versions whose activeInstances the changes touch; None when unknown."""
+        deployments = changes.get("deployment", set())
+        instances = changes.get("instance", set())
+        if deployments is None or instances is None:
+            return None
+        out: set[Any] = set()
+        for deployment_id, version_id in deployments:
+            if version_id is None:
+                return None
+            self._deployments[deployment_id] = version_id
+            out.add(version_id)
+        for deployment_id in instances:
+            version_id = self._deployments.get(deployment_id)
+            if version_id is None:
+                return None
+            out.add(version_id)
+        return out
+
+    def _dropped(self, version_id: uuid.UUID) -> None:
+        if len(self._version_dropped) >= MAX_TRACKED:
+            self._version_dropped.clear()
+            self._all_dropped = self._generation
+        self._version_dropped[version_id] = self._generation
+
+    def _drop_all(self) -> None:
+        self._lists.clear()
+        self._data.clear()
+        self._version_dropped.clear()
+        self._all_dropped = self._generation
 
 
-def attach(cache: VersionCache, details: Mapping[str, type[Any]]) -> None:
+def _loaded(row: Any, name: str) -> Any:
+    """A column of a changed row as loaded, never loading it (None when it is not)."""
+    return inspect(row).dict.get(name)
+
+
+def attach(cache: VersionCache, *, deployment: type[Any], instance: type[Any]) -> None:
     """Invalidate `cache` on every commit that touches the rows its entries are built from:
-    the registry's and `details` (change-feed name -> model: the tables activeInstances are
-    read from, which the registry does not own; the composition names them).
+    the registry's, and the tables activeInstances are read from, which the registry does not
+    own (the composition names them): `deployment` rows (`id`, `version_id`) and `instance`
+    rows (`deployment_id`).
 
     Called explicitly at application start: registering the watches as a side effect of
     importing a module left them out whenever that module was not imported (e.g. when no
     migration ran at start), and edits then stayed invisible for the TTL.
     """
     change_feed.watch(FunctionVersion, "function_version")
-    for name, model in details.items():
-        change_feed.watch(model, name)
-    cache.details_sources = frozenset(details)
+    change_feed.watch(
+        deployment, "deployment", key=lambda row: (row.id, _loaded(row, "version_id"))
+    )
+    change_feed.watch(instance, "instance", key=lambda row: _loaded(row, "deployment_id"))
     change_feed.watch(FunctionAuthorization, "function_authorization")
     change_feed.subscribe(cache)
 

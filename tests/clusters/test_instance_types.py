@@ -12,6 +12,7 @@ from service.clusters.instance_types import (
     InstanceTypeError,
     offered_instance_types,
     parse_instance_type,
+    shape_offers,
 )
 from service.core.kube import instance_type_label
 
@@ -163,6 +164,21 @@ def _names(types: list[InstanceType]) -> list[str]:
 def test_offered_types_per_node_shape(gpus: int, count: int, suffixes: list[str]) -> None:
     offered = offered_instance_types("NCP", "H100", gpus, count)
     assert _names(offered) == [f"NCP.GPU.H100{s}" for s in suffixes]
+
+
+@pytest.mark.parametrize(("gpus", "count"), [(1, 1), (1, 4), (3, 2), (6, 1), (8, 1), (8, 5)])
+def test_a_shape_offers_exactly_the_types_it_lists(gpus: int, count: int) -> None:
+    # the constant-time check a deploy uses agrees with the list, for every type nearby
+    offered = set(_names(offered_instance_types("ncp", "h100", gpus, count)))
+    candidates = [
+        InstanceType.of(csp, gpu, per_node, nodes)
+        for csp in ("NCP", "AWS")
+        for gpu in ("H100", "L40S")
+        for per_node in range(1, 10)
+        for nodes in range(1, count + 3)
+    ]
+    for it in candidates:
+        assert shape_offers("ncp", "h100", gpus, count, it) == (it.name in offered), it.name
 
 
 def test_offered_types_refuse_empty_shapes() -> None:

@@ -4,12 +4,22 @@ route, behave exactly like the database read, and say which path answered."""
 from __future__ import annotations
 
 import time
+import uuid
+from pathlib import Path
+from typing import Any
 
 import jwt
 import pytest
+from sqlalchemy import select, update
 
+from service.core.db import utcnow
+from service.deployments.models import Deployment, Instance
+from service.deployments.transitions.status import StatusChange, set_version_statuses
+from service.functions.models import FunctionVersion
+from service.health.status import VersionStatus
 from tests.support.api import bearer, create_fn, new_key
 from tests.support.app import JWT_SECRET, AppClient, ClientFactory
+from tests.support.e2e import dep_url, until_status, write_catalog
 
 V = "/v2/nvcf"
 
@@ -143,3 +153,72 @@ async def test_lists_are_cached_until_any_version_changes(
         after = await client.get(path)
         assert after.headers["nvcf-read-path"] == "database"
         assert len(after.json()["functions"]) == 2
+
+
+async def test_a_version_stays_cached_while_other_deployments_change(
+    client_factory: ClientFactory, tmp_path: Path, database_url: str
+) -> None:
+    if not database_url.startswith("sqlite"):
+        pytest.skip("the version read cache is on with SQLite only")
+    client = await client_factory(clusters_file=write_catalog(tmp_path, h100_nodes=2))
+    spec = {"gpu": "H100", "backend": "e2e", "minInstances": 1, "maxInstances": 1}
+    a, b = await create_fn(client), await create_fn(client)
+    for fn in (a, b):
+        resp = await client.post(dep_url(fn), json={"deploymentSpecifications": [spec]})
+        assert resp.status_code == 200, resp.text
+        await until_status(client, fn, "ACTIVE")
+    maker = client.app.state.sessionmaker
+
+    async def instance_of(fn: dict[str, Any]) -> uuid.UUID:
+        async with maker() as session:
+            found = await session.scalar(
+                select(Instance.id)
+                .join(Deployment, Deployment.id == Instance.deployment_id)
+                .where(Deployment.version_id == uuid.UUID(fn["versionId"]))
+            )
+        assert found is not None
+        return found
+
+    async def touch(fn: dict[str, Any]) -> None:
+        """A change of the version's instance, as the reconciler writes one."""
+        async with maker() as session, session.begin():
+            row = await session.get(Instance, await instance_of(fn))
+            assert row is not None
+            row.message = "observed again"
+
+    def path(fn: dict[str, Any]) -> str:
+        return f"{V}/functions/{fn['id']}/versions/{fn['versionId']}"
+
+    async def read_path(fn: dict[str, Any]) -> str:
+        resp = await client.get(path(fn))
+        assert resp.status_code == 200, resp.text
+        assert len(resp.json()["function"]["activeInstances"]) == 1
+        return resp.headers["nvcf-read-path"]
+
+    for fn in (a, b):
+        await read_path(fn)
+        assert await read_path(fn) == "fast-path"
+    # the other version's instance changes, the reconciler re-marks the whole fleet due (its
+    # bookkeeping): the version stays cached
+    await touch(b)
+    assert await client.app.state.reconciler.request_resync() == 2
+    assert [await read_path(a), await read_path(b)] == ["fast-path", "database"]
+    # the other version's status moves, as when it converges (one bulk statement)
+    async with maker() as session, session.begin():
+        version = await session.get(FunctionVersion, uuid.UUID(b["versionId"]))
+        assert version is not None
+        dep_id = await session.scalar(
+            select(Deployment.id).where(Deployment.version_id == version.id)
+        )
+        assert dep_id is not None
+        change = StatusChange(dep_id, version, VersionStatus.DEGRADING)
+        assert await set_version_statuses(session, [change], utcnow()) == [change]
+    assert [await read_path(a), await read_path(b)] == ["fast-path", "database"]
+    # its own instance changes: read again from the database
+    await touch(a)
+    assert await read_path(a) == "database"
+    assert await read_path(a) == "fast-path"
+    # a bulk statement naming no rows drops every version's details
+    async with maker() as session, session.begin():
+        await session.execute(update(Instance).values(message="bulk"))
+    assert [await read_path(a), await read_path(b)] == ["database", "database"]

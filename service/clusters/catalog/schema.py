@@ -18,6 +18,7 @@ from service.clusters.instance_types import (
     normalize_csp,
     normalize_gpu,
     offered_instance_types,
+    shape_offers,
 )
 from service.core.kube import normalize_attributes
 from service.core.quantities import quantity
@@ -258,7 +259,10 @@ class Cluster(_Model):
         return list(seen.values())
 
     def offers(self, instance_type: InstanceType) -> bool:
-        return any(it.name == instance_type.name for it in self.offered_instance_types())
+        return any(
+            shape_offers(self.provider, s.gpu, s.gpus_per_node, s.count, instance_type)
+            for s in self.nodes
+        )
 
     def capacity(self, instance_type: InstanceType) -> int:
         """How many instances of the type fit on the empty cluster (0 if not offered).

@@ -18,6 +18,7 @@ from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
 
+from service.core.changes import BOOKKEEPING, touching
 from service.deployments.logs.models import KeptLog
 from service.deployments.models import Deployment, DeploymentSpec, Instance, InstanceDesired
 from service.functions.models import FunctionVersion
@@ -92,7 +93,7 @@ class ReconcileStore:
                 update(Instance)
                 .where(Instance.desired == InstanceDesired.PRESENT)
                 .values(due_at=now)
-                .execution_options(synchronize_session=False)
+                .execution_options(synchronize_session=False, **BOOKKEEPING)
             )
             return int(getattr(result, "rowcount", 0) or 0)
 
@@ -108,7 +109,7 @@ class ReconcileStore:
                         Instance.due_at > now,
                     )
                     .values(due_at=now)
-                    .execution_options(synchronize_session=False)
+                    .execution_options(synchronize_session=False, **BOOKKEEPING)
                 )
 
     async def resync_due(self, now: datetime, clusters: Sequence[str] | None = None) -> int:
@@ -127,7 +128,7 @@ class ReconcileStore:
             stmt = stmt.where(Instance.cluster.in_(list(clusters)))
         async with self.sessionmaker() as session, session.begin():
             result = await session.execute(
-                stmt.values(due_at=now).execution_options(synchronize_session=False)
+                stmt.values(due_at=now).execution_options(synchronize_session=False, **BOOKKEEPING)
             )
             return int(getattr(result, "rowcount", 0) or 0)
 
@@ -155,6 +156,7 @@ class ReconcileStore:
                 update(Instance)
                 .where(Instance.lease_owner == self.owner)
                 .values(lease_owner=None, lease_expires_at=None)
+                .execution_options(**BOOKKEEPING)
             )
 
     async def renew(self, due: Mapping[uuid.UUID, datetime], now: datetime) -> None:
@@ -171,7 +173,7 @@ class ReconcileStore:
                         update(Instance)
                         .where(Instance.id.in_(chunk), Instance.lease_owner == self.owner)
                         .values(lease_expires_at=expires, due_at=when)
-                        .execution_options(synchronize_session=False)
+                        .execution_options(synchronize_session=False, **BOOKKEEPING)
                     )
 
     # ---------------------------------------------------------------- unit-level (in a session)
@@ -222,7 +224,7 @@ class ReconcileStore:
                 ),
             )
             .values(lease_owner=self.owner, lease_expires_at=now + self.lease)
-            .execution_options(synchronize_session=False)
+            .execution_options(synchronize_session=False, **BOOKKEEPING)
         )
 
     async def instances(
@@ -255,7 +257,9 @@ class ReconcileStore:
             await session.execute(
                 delete(Instance)
                 .where(Instance.id.in_(chunk))
-                .execution_options(synchronize_session=False)
+                .execution_options(
+                    synchronize_session=False, **touching({r.deployment_id for r in gone})
+                )
             )
             await session.execute(delete(KeptLog).where(KeptLog.instance_id.in_(chunk)))
         return stale

@@ -8,6 +8,12 @@ errors of the interval (counter deltas), p50/p99 of the interval's latencies (fr
 histogram's bucket deltas, the upper bound of the bucket the quantile falls in), and the
 gauges. An hour of points is kept per version, for at most `MAX_VERSIONS` versions (the least
 recently active are dropped). Counts are this process's: each replica has its own series.
+
+A point is stored only when it differs from its version's previous one carried forward (no
+requests, the same gauges): a settled fleet stores nothing per period, and a read fills the
+periods in between. After the first sample, Running instances are counted again only for the
+versions with an instance written since the previous sample: a sample of a settled fleet reads
+no instance row and visits only the versions this process served.
 """
 
 from __future__ import annotations
@@ -16,17 +22,17 @@ import logging
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from sqlalchemy import func, select
+from sqlalchemy import String, func, select, type_coerce
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.core.db import utcnow
 from service.core.loops import LoopService
 from service.core.schemas import iso_z
-from service.deployments.models import Deployment, Instance, InstanceDesired
+from service.deployments.models import Deployment, DeploymentHistory, Instance, InstanceDesired
 from service.health.machine import Phase
 
 log = logging.getLogger("nvcf.timeseries")
@@ -102,15 +108,58 @@ def read_registry(registry: CollectorRegistry) -> dict[str, _Reading]:
     return out
 
 
-async def running_instances(session: AsyncSession) -> dict[str, int]:
-    """Running instances per version id (one grouped query)."""
-    rows = await session.execute(
-        select(Deployment.version_id, func.count(Instance.id))
-        .join(Instance, Instance.deployment_id == Deployment.id)
+async def running_instances(
+    session: AsyncSession, changed_since: datetime | None = None
+) -> dict[str, int]:
+    """Running instances per version id (one grouped query); with `changed_since`, only of
+    the versions with an instance written since then (the single writer stamps `updated_at`
+    on every change of phase or wanted state) or a deployment removed since then, 0 for those
+    with none Running any more."""
+    version_id = type_coerce(Deployment.version_id, String())  # the stored text, as is
+    joined = select(version_id).join(Instance, Instance.deployment_id == Deployment.id)
+    out: dict[str, int] = {}
+    versions: list[str] | None = None
+    if changed_since is not None:
+        changed = joined.where(Instance.updated_at >= changed_since).distinct()
+        removed = select(type_coerce(DeploymentHistory.version_id, String())).where(
+            DeploymentHistory.removed_at >= changed_since
+        )  # a removed deployment's instance rows are gone with it
+        versions = list((await session.execute(changed.union(removed))).scalars())
+        if not versions:
+            return out
+        out = dict.fromkeys(versions, 0)
+    count = (
+        joined.add_columns(func.count(Instance.id))
         .where(Instance.desired == InstanceDesired.PRESENT, Instance.phase == Phase.RUNNING.value)
         .group_by(Deployment.version_id)
     )
-    return {str(vid): int(n) for vid, n in rows.all()}
+    for chunk in [None] if versions is None else _chunks(versions):
+        stmt = count if chunk is None else count.where(version_id.in_(chunk))
+        out.update({vid: n for vid, n in (await session.execute(stmt)).all()})
+    return out
+
+
+def _chunks(items: list[str], size: int = 500) -> list[list[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+#: what a point carries besides its time, in order
+_FIELDS = (
+    "requests",
+    "errors",
+    "latencyP50",
+    "latencyP99",
+    "queueDepth",
+    "inFlight",
+    "running",
+    "target",
+)
+_Values = tuple[Any, ...]
+
+
+def _idle_after(values: _Values) -> _Values:
+    """The point that follows `values` when nothing happened: no requests, the same gauges."""
+    return (0, 0, None, None, *values[4:])
 
 
 class TimeSeries(LoopService[str]):
@@ -126,8 +175,17 @@ class TimeSeries(LoopService[str]):
         self.registry = registry
         self.sessionmaker = sessionmaker
         self.period = period
-        self._points: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
+        keep = max(1, int(KEEP_SECONDS / max(period, 0.001)))
+        #: the times of the samples of the last hour; the next sample's number
+        self._ticks: deque[str] = deque(maxlen=keep)
+        self._tick = 0
+        #: per version, its changes: (sample number, values), oldest first
+        self._points: OrderedDict[str, deque[tuple[int, _Values]]] = OrderedDict()
         self._last: dict[str, _Counters] = {}
+        #: Running instances per version (those with any), as last counted
+        self._running: dict[str, int] = {}
+        self._sampled: datetime | None = None
+        self._margin = timedelta(seconds=max(period, 1.0))
         super().__init__(
             "nvcf-timeseries",
             self.sample,
@@ -136,45 +194,89 @@ class TimeSeries(LoopService[str]):
             failure="sampling the per-version time series failed",
         )
 
+    @property
+    def stored(self) -> int:
+        """Points stored, over every version (one per change, not per period)."""
+        return sum(len(changes) for changes in self._points.values())
+
     def points(self, version_id: str) -> list[dict[str, Any]]:
-        return list(self._points.get(version_id, ()))
+        """One point per sample of the last hour since the version was first seen."""
+        changes = self._points.get(version_id, ())
+        first_kept = self._tick - len(self._ticks)
+        out: list[dict[str, Any]] = []
+        pending = iter(changes)
+        upcoming = next(pending, None)
+        current: tuple[int, _Values] | None = None
+        for tick in range(first_kept, self._tick):
+            while upcoming is not None and upcoming[0] <= tick:
+                current, upcoming = upcoming, next(pending, None)
+            if current is None:
+                continue  # not seen yet
+            number, values = current
+            values = values if number == tick else _idle_after(values)
+            out.append(
+                {"at": self._ticks[tick - first_kept], **dict(zip(_FIELDS, values, strict=True))}
+            )
+        return out
 
     async def sample(self, now: datetime | None = None) -> None:
+        at = now or utcnow()
         readings = read_registry(self.registry)
         running: dict[str, int] = {}
         if self.sessionmaker is not None:
+            # after the first sample, only versions whose instances were written since the
+            # previous one (a period earlier still: a write stamped before it may have
+            # committed after it, and replicas' clocks differ)
+            since = None if self._sampled is None else self._sampled - self._margin
             async with self.sessionmaker() as session:
-                running = await running_instances(session)
-        self.add(readings, running, now or utcnow())
+                running = await running_instances(session, since)
+        self._sampled = at
+        self.add(readings, running, at)
 
     def add(
         self, readings: Mapping[str, _Reading], running: Mapping[str, int], at: datetime
     ) -> None:
+        """One sample: this process's counters and gauges, and the Running instances of the
+        versions that may have changed since the previous sample (the others keep theirs)."""
+        tick = self._tick
+        self._tick += 1
+        self._ticks.append(iso_z(at))
+        first_kept = self._tick - len(self._ticks)
+        for vid, n in running.items():
+            if n:
+                self._running[vid] = n
+            else:
+                self._running.pop(vid, None)
         for vid in set(readings) | set(running):
             reading = readings.get(vid, _Reading())
+            changes = self._points.get(vid)
             last = self._last.get(vid, _Counters())
-            deltas = {b: max(0.0, c - last.buckets.get(b, 0.0)) for b, c in reading.buckets.items()}
             requests = max(0.0, reading.requests - last.requests)
-            point = {
-                "at": iso_z(at),
-                "requests": int(requests),
-                "errors": int(max(0.0, reading.errors - last.errors)),
-                "latencyP50": quantile(deltas, 0.5) if requests else None,
-                "latencyP99": quantile(deltas, 0.99) if requests else None,
-                "queueDepth": int(reading.queue),
-                "inFlight": int(reading.in_flight),
-                "running": running.get(vid, 0),
-                "target": int(reading.target) if reading.target is not None else None,
-            }
-            for name in ("latencyP50", "latencyP99"):
-                if point[name] == float("inf"):
-                    point[name] = None  # beyond the last bucket: unknown
-            self._last[vid] = _Counters(reading.requests, reading.errors, dict(reading.buckets))
-            series = self._points.get(vid)
-            if series is None:
-                series = deque(maxlen=max(1, int(KEEP_SECONDS / max(self.period, 0.001))))
-                self._points[vid] = series
-            series.append(point)
+            if requests or reading.errors != last.errors:
+                deltas = {
+                    b: max(0.0, c - last.buckets.get(b, 0.0)) for b, c in reading.buckets.items()
+                }
+                latency = [quantile(deltas, q) if requests else None for q in (0.5, 0.99)]
+                self._last[vid] = _Counters(reading.requests, reading.errors, dict(reading.buckets))
+            else:
+                latency = [None, None]
+            values: _Values = (
+                int(requests),
+                int(max(0.0, reading.errors - last.errors)),
+                *(None if v == float("inf") else v for v in latency),  # inf: unknown
+                int(reading.queue),
+                int(reading.in_flight),
+                self._running.get(vid, 0),
+                int(reading.target) if reading.target is not None else None,
+            )
+            if changes is not None and _idle_after(changes[-1][1]) == values:
+                continue  # what a read carries forward anyway
+            if changes is None:
+                changes = self._points[vid] = deque()
+            changes.append((tick, values))
+            # the newest change before the hour's first sample still gives the hour its values
+            while len(changes) > 1 and changes[1][0] <= first_kept:
+                changes.popleft()
             self._points.move_to_end(vid)
         while len(self._points) > MAX_VERSIONS:
             vid, _ = self._points.popitem(last=False)

@@ -11,6 +11,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
+from service.core.changes import BOOKKEEPING, touching
 from service.core.schemas import iso_z
 from service.deployments import history, usage
 from service.deployments.events import record_event
@@ -210,7 +211,7 @@ async def settle(session: AsyncSession, deployment: Deployment) -> None:
         update(Deployment)
         .where(Deployment.id == deployment.id, Deployment.generation == deployment.generation)
         .values(due_at=None)
-        .execution_options(synchronize_session=False)
+        .execution_options(synchronize_session=False, **BOOKKEEPING)
     )
     set_committed_value(deployment, "due_at", None)
 
@@ -249,11 +250,19 @@ async def remove_deployment(
         reason="Removed",
     )
     await session.execute(delete(AutoscaleState).where(AutoscaleState.deployment_id == dep_id))
-    await session.execute(delete(Instance).where(Instance.deployment_id == dep_id))
+    await session.execute(
+        delete(Instance)
+        .where(Instance.deployment_id == dep_id)
+        .execution_options(**touching({dep_id}))
+    )
     specs = select(DeploymentSpec.id).where(DeploymentSpec.deployment_id == dep_id)
     await session.execute(delete(SpecRevision).where(SpecRevision.spec_id.in_(specs)))
     await session.execute(delete(DeploymentSpec).where(DeploymentSpec.deployment_id == dep_id))
-    await session.execute(delete(Deployment).where(Deployment.id == dep_id))
+    await session.execute(
+        delete(Deployment)
+        .where(Deployment.id == dep_id)
+        .execution_options(**touching({(dep_id, deployment.version_id)}))
+    )
     if version is None or version.status == VersionStatus.INACTIVE:
         return
     live = (
@@ -269,5 +278,5 @@ async def remove_deployment(
             update(FunctionVersion)
             .where(FunctionVersion.id == version.id)
             .values(status=VersionStatus.INACTIVE.value, updated_at=now)
-            .execution_options(synchronize_session=False)
+            .execution_options(synchronize_session=False, **touching({version.id}))
         )

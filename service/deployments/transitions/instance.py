@@ -11,6 +11,7 @@ from datetime import datetime
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.core.changes import touching
 from service.deployments.events import record_event
 from service.deployments.models import (
     Deployment,
@@ -85,7 +86,9 @@ async def place_instances(
                     .where(Instance.id.in_([r.id for r in rows]), Instance.lease_owner == owner)
                     .values(cluster=cluster, applied=True, updated_at=now)
                     .returning(Instance.id)
-                    .execution_options(synchronize_session=False)
+                    .execution_options(
+                        synchronize_session=False, **touching({r.deployment_id for r in rows})
+                    )
                 )
             ).scalars()
         )

@@ -13,6 +13,7 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
+from service.core.changes import touching
 from service.deployments.events import record_event
 from service.functions.models import FunctionVersion
 from service.health.status import VersionStatus
@@ -72,7 +73,9 @@ async def set_version_statuses(
                     )
                     .values(status=to.value, updated_at=now)
                     .returning(FunctionVersion.id)
-                    .execution_options(synchronize_session=False)
+                    .execution_options(
+                        synchronize_session=False, **touching(c.version.id for c in group)
+                    )
                 )
             ).scalars()
         )

@@ -4,10 +4,13 @@ hour to the version's account only."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from service.deployments.timeseries.store import quantile
+from prometheus_client import CollectorRegistry
+
+from service.deployments.timeseries.store import KEEP_SECONDS, TimeSeries, quantile
 from tests.support.api import assert_problem, bearer, create_fn, new_key
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, dep_url, eventually, until_status, write_catalog
@@ -61,6 +64,41 @@ async def test_requests_latency_and_instances_of_a_version(
     idle = (await client.get(url)).json()["points"][-1]
     assert (idle["requests"], idle["latencyP50"], idle["running"]) == (0, None, 1)
 
+    # undeployed: its instances change, so the samples count them again, down to none
+    assert (await client.delete(dep_url(fn))).is_success
+
+    async def none_running() -> bool:
+        await series.sample()
+        return bool((await client.get(url)).json()["points"][-1]["running"] == 0)
+
+    assert await eventually(none_running)
+
     other = await new_key(client, ["list_functions"], account="other-account")
     assert_problem(await client.get(url, headers=bearer(other)), 404)
     assert_problem(await client.get(f"{V}/functions/{fn['id']}/versions/x/metrics"), 400)
+
+
+def test_a_settled_fleet_stores_no_point_per_period_and_reads_one() -> None:
+    series = TimeSeries(CollectorRegistry(), None, period=10)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    fleet = {f"v{i}": 1 for i in range(1000)}
+    for n in range(5):
+        series.add({}, fleet, start + timedelta(seconds=10 * n))
+    assert series.stored == 1000  # the first sample of each version, nothing since
+
+    series.add({}, {**fleet, "v7": 2}, start + timedelta(seconds=50))
+    series.add({}, fleet, start + timedelta(seconds=60))
+    assert series.stored == 1002  # v7 changed twice
+    points = series.points("v7")
+    assert [p["running"] for p in points] == [1, 1, 1, 1, 1, 2, 1]
+    assert points[-1]["at"] == "2026-01-01T00:01:00.000Z"
+    assert all(p["requests"] == 0 and p["latencyP99"] is None for p in points)
+    assert len(series.points("v8")) == 7
+    assert series.points("unknown") == []
+
+    # an hour later the oldest samples are gone, the values they set are not
+    hour = int(KEEP_SECONDS / 10)
+    for n in range(7, 7 + hour):
+        series.add({}, fleet, start + timedelta(seconds=10 * n))
+    points = series.points("v7")
+    assert len(points) == hour and {p["running"] for p in points} == {1}

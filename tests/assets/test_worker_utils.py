@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from service.assets.worker_utils import CONTROL_HEADER, Instructions
-from tests.assets.test_server import AUTH, FAST, curl, deploy
+from tests.support.asset_servers import AUTH, FAST, curl, deploy
 from tests.support.file_worker import FileWorker, pattern
 from tests.support.server import free_port, start_server, stop_server
 

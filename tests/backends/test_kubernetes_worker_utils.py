@@ -7,7 +7,7 @@ is."""
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,8 @@ from service.backends.worker_utils_pod import (
 from service.charts.policy import restrict
 from service.clusters.adapters import worker_utils_pod
 from service.core.settings import Settings
-from tests.backends.test_kubernetes import chart_objects, install, instance, kubeconfig, server
-
-__all__ = ["kubeconfig", "server"]  # the fixtures, shared
+from tests.support.fake_k8s import FakeKubernetes
+from tests.support.kube_objects import chart_objects, install, instance
 
 POD = WorkerUtilsPod(
     image="registry.example.com/nvcf-server:1.2",
@@ -37,6 +36,17 @@ POD = WorkerUtilsPod(
     max_result_files=7,
     timeout_seconds=60,
 )
+
+
+@pytest.fixture
+def server() -> Iterator[FakeKubernetes]:
+    with FakeKubernetes() as fake:
+        yield fake
+
+
+@pytest.fixture
+def kubeconfig(server: FakeKubernetes, tmp_path: Path) -> Path:
+    return server.write_kubeconfig(tmp_path / "kubeconfig")
 
 
 @pytest.fixture
@@ -72,7 +82,7 @@ def restricted(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def test_the_pod_template_carries_the_sidecar_and_the_shared_volume(
-    server: Any, adapter: KubernetesAdapter
+    server: FakeKubernetes, adapter: KubernetesAdapter
 ) -> None:
     inst = http_instance()
     objects = install(inst)
@@ -160,7 +170,7 @@ def test_a_pod_that_cannot_be_identified_is_left_as_it_is() -> None:
 
 
 async def test_grpc_functions_and_an_adapter_without_sidecar_apply_the_objects_as_they_are(
-    server: Any, adapter: KubernetesAdapter, kubeconfig: Path
+    server: FakeKubernetes, adapter: KubernetesAdapter, kubeconfig: Path
 ) -> None:
     grpc = instance()  # worker_port None: a gRPC function
     await adapter.apply(grpc, install(grpc))
@@ -175,9 +185,7 @@ async def test_grpc_functions_and_an_adapter_without_sidecar_apply_the_objects_a
         assert not plain.files_in_sidecar
         inst = replace(http_instance(), instance_id="inst-2")
         await plain.apply(inst, install(inst))
-        stored = {
-            f"{o['kind']}/{o['metadata']['name']}": o for o in server.objects(inst.namespace)
-        }
+        stored = {f"{o['kind']}/{o['metadata']['name']}": o for o in server.objects(inst.namespace)}
         assert len(stored["Deployment/web"]["spec"]["template"]["spec"]["containers"]) == 1
     finally:
         await plain.aclose()

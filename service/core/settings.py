@@ -479,6 +479,13 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds a polled request's state and result are kept after it started.",
     )
+    invoke_progress_period_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        description="Seconds between reads of a detached request's progress report (docs/"
+        "assets.md) by the replica running it, which stores it when it changed so that polls "
+        "reaching another replica show it (0: never; polls on that replica still do).",
+    )
     invoke_queue_max: int = Field(
         default=1000,
         ge=0,

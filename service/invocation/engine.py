@@ -58,6 +58,7 @@ from service.core.errors import (
     ServiceUnavailable,
     TooManyRequests,
 )
+from service.invocation import progress
 from service.invocation.dispatch import Dispatcher, QueueTimeout, Ticket
 from service.invocation.forward import (
     caller_headers,
@@ -273,6 +274,9 @@ class Engine:
         self.max_references = settings.asset_max_references
         self._max_size = ("NVCF-MAX-RESPONSE-SIZE-BYTES", str(self.result_max))
         self.active: dict[uuid.UUID, Run] = {}
+        #: progress reports of detached requests, stored for polls on other replicas
+        self.progress_period = settings.invoke_progress_period_seconds
+        self._publishers: set[asyncio.Task[None]] = set()
         self.sessions = Sessions()
         self.stopping = False
 
@@ -296,6 +300,14 @@ class Engine:
             return task.result()
         run.detached = True
         await self._store_pending(run)
+        if self.assets is not None and self.progress_period > 0:
+            publisher = asyncio.get_running_loop().create_task(
+                progress.publish(
+                    run.id, run.done, lambda: run.files, self.store, self.progress_period
+                )
+            )
+            self._publishers.add(publisher)
+            publisher.add_done_callback(self._publishers.discard)
         return Detached(run.id)
 
     async def open(self, call: Call, opener: Opener[T]) -> Opened[T] | Finished:

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import shutil
 import stat
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -96,6 +98,8 @@ class OutputDirs:
         self.root = root / uuid.uuid4().hex
         self._free: dict[str, list[Path]] = {}
         self._made = 0
+        #: the process's lock on its folder, held while it lives (`sweep` reads it)
+        self._lock: int | None = None
 
     async def take(self, instance: str) -> Path:
         free = self._free.get(instance)
@@ -103,6 +107,8 @@ class OutputDirs:
             return free.pop()
         self._made += 1
         folder = self.root / instance / str(self._made)
+        if self._lock is None:
+            self._lock = await anyio.to_thread.run_sync(_claim, self.root)
         await anyio.to_thread.run_sync(_make, folder)
         return folder
 
@@ -116,6 +122,68 @@ class OutputDirs:
     async def aclose(self) -> None:
         self._free.clear()
         await anyio.to_thread.run_sync(shutil.rmtree, self.root, True)
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+
+LOCK_FILE = ".lock"
+
+
+def _claim(folder: Path) -> int:
+    """Make the process's folder and hold an exclusive lock on its lock file (released by
+    the system when the process ends, however it ends)."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def _abandoned(folder: Path, cutoff: float) -> bool:
+    """Whether a process folder's process is gone: nobody holds its lock (or it has none and
+    is older than `cutoff`, a wall-clock time)."""
+    try:
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return folder.lstat().st_mtime < cutoff
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def sweep(root: Path, max_age: float) -> int:
+    """Remove what crashed processes left under the files root: output folders of processes
+    that no longer hold their lock, and asset directories and result spools older than
+    `max_age` seconds (no request lives that long). How many entries went."""
+    cutoff = time.time() - max_age
+    removed = 0
+    for sub in ("assets", "output", "results"):
+        try:
+            entries = list(os.scandir(root / sub))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            path = Path(entry.path)
+            try:
+                if sub == "output" and entry.is_dir(follow_symlinks=False):
+                    gone = _abandoned(path, cutoff)
+                else:
+                    gone = entry.stat(follow_symlinks=False).st_mtime < cutoff
+            except FileNotFoundError:
+                continue
+            if not gone:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            removed += 1
+    return removed
 
 
 class WorkerFiles(Protocol):

@@ -129,7 +129,8 @@ class SidecarFiles:
                 detail = str(json.loads(body)["detail"])
             except Exception:
                 detail = "the worker-utils sidecar refused the request"
-            raise SidecarRefused(response.status if response.status >= 400 else 502, detail)
+            # as for a worker on this machine: what failed before the worker ran is a 503
+            raise SidecarRefused(response.status if response.status >= 500 else 503, detail)
         if self.asset_ids:
             raise SidecarRefused(
                 503,

@@ -10,9 +10,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import socket
-import subprocess
-import sys
 import time
 import uuid
 import zipfile
@@ -26,6 +23,7 @@ from service.assets.worker_utils import CONTROL_HEADER, Instructions
 from tests.support.asset_servers import AUTH, FAST, curl, deploy
 from tests.support.file_worker import FileWorker, pattern
 from tests.support.server import free_port, start_server, stop_server
+from tests.support.sidecar import Sidecar
 
 MiB = 1024 * 1024
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,39 +36,6 @@ def worker() -> Iterator[FileWorker]:
         yield process
     finally:
         process.stop()
-
-
-class Sidecar:
-    """`nvcf-server worker-utils` as its own process."""
-
-    def __init__(self, worker_url: str, mount: Path, *extra: str) -> None:
-        self.port = free_port()
-        self.mount = mount
-        worker_port = worker_url.rsplit(":", 1)[1]
-        command = [sys.executable, "-m", "service.cli", "worker-utils", "--host", "127.0.0.1"]
-        command += ["--port", str(self.port), "--worker-port", worker_port, "--mount", str(mount)]
-        self.process = subprocess.Popen(
-            [*command, *extra],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(600):
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                assert self.process.poll() is None, "the sidecar exited"
-                time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 def catalog(tmp_path: Path, upstream: str) -> Path:
@@ -148,6 +113,15 @@ def test_sidecar_in_front_of_a_real_worker(tmp_path: Path, worker: FileWorker) -
             # the platform's instructions never reach the worker
             assert CONTROL_HEADER.lower() not in report["headers"]
             assert report["outputDirExists"] is True
+            assert left_behind(mount) == []
+
+            # the stored object went after the asset was confirmed: its URL answers 404
+            (tmp_path / "data" / "storage" / "assets" / made["assetId"]).unlink()
+            gone = api.post(
+                pexec, json={}, headers={"NVCF-INPUT-ASSET-REFERENCES": made["assetId"]}
+            )
+            assert gone.status_code == 503
+            assert f"asset {made['assetId']} was deleted before the request" in gone.text
             assert left_behind(mount) == []
 
             # a 30 MiB output: zipped and uploaded by the sidecar, the caller gets the 302

@@ -370,6 +370,7 @@ def cmd_worker_utils(args: argparse.Namespace) -> int:
             max_result_bytes=args.max_result_bytes,
             max_result_files=args.max_result_files,
             timeout=args.timeout,
+            worker_timeout=args.worker_timeout,
         ),
     )
     return 0
@@ -430,6 +431,12 @@ def build_parser() -> argparse.ArgumentParser:
     utils.add_argument("--max-result-files", type=positive_int, default=1000)
     utils.add_argument(
         "--timeout", type=float, default=3600.0, help="seconds per asset fetch or result upload"
+    )
+    utils.add_argument(
+        "--worker-timeout",
+        type=float,
+        default=3600.0,
+        help="seconds the worker may take to start its answer",
     )
     utils.set_defaults(func=cmd_worker_utils)
     parser.set_defaults(func=cmd_serve)

@@ -144,6 +144,8 @@ class Limits:
     max_result_files: int
     #: seconds one asset fetch or one result upload may take
     timeout: float
+    #: seconds the worker may take to start its answer
+    worker_timeout: float = 3600.0
     max_assets: int = 1000
     max_body_bytes: int = 1024 * 1024 * 1024
 
@@ -278,7 +280,15 @@ class WorkerUtils:
         request: tuple[Instructions, RequestFiles] | None,
     ) -> None:
         try:
-            response = await self.worker.send(method, target, headers, body)
+            with anyio.fail_after(self.limits.worker_timeout):
+                response = await self.worker.send(method, target, headers, body)
+        except TimeoutError:
+            detail = f"the worker did not answer within {self.limits.worker_timeout:g} s"
+            if request is None:
+                await _answer(send, 504, [], detail.encode())
+            else:
+                await _refuse(send, 504, detail)
+            return
         except (WorkerUnreachable, WorkerFailed) as exc:
             if request is None:
                 await _answer(send, 502, [], f"the worker failed: {exc.reason}".encode())

@@ -46,6 +46,7 @@ class WorkerUtilsPod:
     max_result_bytes: int
     max_result_files: int
     timeout_seconds: float
+    worker_timeout_seconds: float = 3600.0
     resources: Mapping[str, Mapping[str, str]] = field(
         default_factory=lambda: {
             "requests": {"cpu": "100m", "memory": "128Mi"},
@@ -74,6 +75,8 @@ class WorkerUtilsPod:
                 str(self.max_result_files),
                 "--timeout",
                 f"{self.timeout_seconds:g}",
+                "--worker-timeout",
+                f"{self.worker_timeout_seconds:g}",
             ],
             "ports": [{"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}],
             "volumeMounts": [{"name": VOLUME_NAME, "mountPath": FILES_MOUNT}],

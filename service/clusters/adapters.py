@@ -102,6 +102,7 @@ def worker_utils_pod(settings: Settings) -> WorkerUtilsPod | None:
         max_result_bytes=settings.asset_result_max_bytes,
         max_result_files=settings.asset_result_max_files,
         timeout_seconds=settings.asset_upload_timeout_seconds,
+        worker_timeout_seconds=settings.invoke_worker_timeout_seconds,
     )
 
 

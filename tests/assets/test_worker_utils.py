@@ -189,7 +189,11 @@ def test_sidecar_bounds_and_refusals(tmp_path: Path, worker: FileWorker) -> None
     marked `refused` with the reason, and nothing is left in the shared directory."""
     mount = tmp_path / "pod-files"
     mount.mkdir()
-    sidecar = Sidecar(worker.url, mount, "--max-result-bytes", "1000", "--max-asset-bytes", "10")
+    sidecar = Sidecar(
+        worker.url,
+        mount,
+        *("--max-result-bytes", "1000", "--max-asset-bytes", "10", "--worker-timeout", "1"),
+    )
     try:
         with httpx.Client(base_url=sidecar.url, timeout=60) as client:
             bad = client.post("/", headers={CONTROL_HEADER: "not json"}, content=b"{}")
@@ -221,6 +225,25 @@ def test_sidecar_bounds_and_refusals(tmp_path: Path, worker: FileWorker) -> None
             assert large.status_code == 502
             assert large.headers["nvcf-worker-utils-result"] == "refused"
             assert "NVCF_ASSET_RESULT_MAX_BYTES" in large.json()["detail"]
+
+            # a worker that does not answer in --worker-timeout: 504, named
+            control_dir = tmp_path / "control"
+            control_dir.mkdir()
+            slow = client.post(
+                "/",
+                headers={
+                    CONTROL_HEADER: control({}),
+                    "X-Worker-Mode": "progress",
+                    "X-Control-Dir": str(control_dir),
+                    "NVCF-REQID": rid,
+                },
+                content=b"{}",
+            )
+            assert slow.status_code == 504
+            assert slow.json()["detail"] == "the worker did not answer within 1 s"
+            assert left_behind(mount) == []
+            for step in ("50", "100", "done"):  # the worker may go on: its directory is gone
+                (control_dir / step).touch()
 
             # a plain request (a health check) passes as it is, unmarked
             plain = client.post("/", content=b"{}")

@@ -111,6 +111,7 @@ async def test_the_pod_template_carries_the_sidecar_and_the_shared_volume(
         "--max-result-bytes": "2000",
         "--max-result-files": "7",
         "--timeout": "60",
+        "--worker-timeout": "3600",
     }
     assert sidecar["ports"] == [{"name": PORT_NAME, "containerPort": 8479, "protocol": "TCP"}]
     assert sidecar["volumeMounts"] == [{"name": "nvcf-files", "mountPath": FILES_MOUNT}]

@@ -100,6 +100,7 @@ class OutputDirs:
         self._made = 0
         #: the process's lock on its folder, held while it lives (`sweep` reads it)
         self._lock: int | None = None
+        self._claiming = asyncio.Lock()
 
     async def take(self, instance: str) -> Path:
         free = self._free.get(instance)
@@ -108,7 +109,9 @@ class OutputDirs:
         self._made += 1
         folder = self.root / instance / str(self._made)
         if self._lock is None:
-            self._lock = await anyio.to_thread.run_sync(_claim, self.root)
+            async with self._claiming:  # requests arriving together: one claim
+                if self._lock is None:
+                    self._lock = await anyio.to_thread.run_sync(_claim, self.root)
         await anyio.to_thread.run_sync(_make, folder)
         return folder
 

@@ -223,3 +223,12 @@ def test_the_sweep_removes_what_crashed_processes_left(tmp_path: Path) -> None:
             holder.stdin.close()
         asyncio.run(live.aclose())
     assert not live.root.exists()
+
+
+async def test_requests_arriving_together_claim_the_folder_once(tmp_path: Path) -> None:
+    dirs = OutputDirs(tmp_path / "output")
+    try:
+        folders = await asyncio.gather(*(dirs.take(f"instance-{n % 2}") for n in range(8)))
+        assert len(set(folders)) == 8 and all(f.is_dir() for f in folders)
+    finally:
+        await dirs.aclose()

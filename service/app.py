@@ -36,7 +36,7 @@ from service.auth.tokens import InvocationTokens
 from service.backends.http1 import AnswerBounds
 from service.charts.pipeline import ChartPipeline
 from service.charts.router import router as helm_router
-from service.clusters.adapters import AdapterRegistry
+from service.clusters.adapters import AdapterRegistry, worker_utils_pod
 from service.clusters.catalog import load_catalog
 from service.clusters.router import router as clusters_router
 from service.clusters.router import v3_router
@@ -283,6 +283,7 @@ def create_app(
                 max_head_bytes=settings.invoke_worker_max_head_bytes,
                 max_headers=settings.invoke_worker_max_headers,
             ),
+            worker_utils=worker_utils_pod(settings),
         )
         opened.push_async_callback(adapters.aclose)
         app.state.adapters = adapters

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from service.assets.signing import STORAGE_PREFIX
+from service.backends.worker_utils_pod import DEFAULT_PORT as DEFAULT_WORKER_UTILS_PORT
 from service.core.durations import parse_timedelta
 from service.core.numbers import natural
 from service.core.settings import Settings, settings_error_line
@@ -51,6 +52,13 @@ def parse_processes(value: str) -> int:
         raise argparse.ArgumentTypeError(
             f"'{value}' is not a number of processes from 1 to {MAX_PROCESSES}"
         )
+    return number
+
+
+def positive_int(value: str) -> int:
+    number = natural(value.strip(), max_digits=18)
+    if number is None or number < 1:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a positive whole number")
     return number
 
 
@@ -349,6 +357,25 @@ def cmd_check_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_worker_utils(args: argparse.Namespace) -> int:
+    from service.assets.worker_utils import Limits, run
+
+    run(
+        host=args.host,
+        port=args.port,
+        worker_port=args.worker_port,
+        mount=Path(args.mount),
+        limits=Limits(
+            max_asset_bytes=args.max_asset_bytes,
+            max_result_bytes=args.max_result_bytes,
+            max_result_files=args.max_result_files,
+            timeout=args.timeout,
+            worker_timeout=args.worker_timeout,
+        ),
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nvcf-server", description=__doc__)
     sub = parser.add_subparsers(dest="command")
@@ -389,6 +416,29 @@ def build_parser() -> argparse.ArgumentParser:
     cat = sub.add_parser("check-catalog", help="validate a cluster catalog file")
     cat.add_argument("file")
     cat.set_defaults(func=cmd_check_catalog)
+    utils = sub.add_parser(
+        "worker-utils",
+        help="the sidecar beside a function's worker in its pod: fetches input assets, "
+        "uploads large results, reports progress (docs/kubernetes.md)",
+    )
+    # the pod's Service reaches it on the pod's address
+    utils.add_argument("--host", default="0.0.0.0")  # noqa: S104
+    utils.add_argument("--port", type=int, default=DEFAULT_WORKER_UTILS_PORT)
+    utils.add_argument("--worker-port", type=int, required=True, help="the worker's own port")
+    utils.add_argument("--mount", default="/var/run/nvcf/files", help="the shared volume")
+    utils.add_argument("--max-asset-bytes", type=positive_int, default=5 * 1024**3)
+    utils.add_argument("--max-result-bytes", type=positive_int, default=5 * 1024**3)
+    utils.add_argument("--max-result-files", type=positive_int, default=1000)
+    utils.add_argument(
+        "--timeout", type=float, default=3600.0, help="seconds per asset fetch or result upload"
+    )
+    utils.add_argument(
+        "--worker-timeout",
+        type=float,
+        default=3600.0,
+        help="seconds the worker may take to start its answer",
+    )
+    utils.set_defaults(func=cmd_worker_utils)
     parser.set_defaults(func=cmd_serve)
     return parser
 

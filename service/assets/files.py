@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import shutil
 import stat
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 
@@ -57,6 +60,10 @@ class Output:
     size: int
 
 
+#: writes one asset's bytes into a new file (`RequestFiles.fetched`)
+Fetch = Callable[[uuid.UUID, Path], Awaitable[None]]
+
+
 class TooManyOutputs(Exception):
     """The worker wrote more files or bytes than a large result may hold."""
 
@@ -70,12 +77,12 @@ def _is_empty(folder: Path) -> bool:
         return False
 
 
-def _make(folder: Path) -> None:
+def _make(folder: Path, mode: int = 0o700) -> None:
     try:
-        folder.mkdir(mode=0o700)
+        folder.mkdir(mode=mode)
     except FileNotFoundError:  # the first one under its parent
-        folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        folder.mkdir(mode=0o700)
+        folder.parent.mkdir(mode=mode, parents=True, exist_ok=True)
+        folder.mkdir(mode=mode)
 
 
 class OutputDirs:
@@ -91,6 +98,9 @@ class OutputDirs:
         self.root = root / uuid.uuid4().hex
         self._free: dict[str, list[Path]] = {}
         self._made = 0
+        #: the process's lock on its folder, held while it lives (`sweep` reads it)
+        self._lock: int | None = None
+        self._claiming = asyncio.Lock()
 
     async def take(self, instance: str) -> Path:
         free = self._free.get(instance)
@@ -98,6 +108,10 @@ class OutputDirs:
             return free.pop()
         self._made += 1
         folder = self.root / instance / str(self._made)
+        if self._lock is None:
+            async with self._claiming:  # requests arriving together: one claim
+                if self._lock is None:
+                    self._lock = await anyio.to_thread.run_sync(_claim, self.root)
         await anyio.to_thread.run_sync(_make, folder)
         return folder
 
@@ -111,6 +125,87 @@ class OutputDirs:
     async def aclose(self) -> None:
         self._free.clear()
         await anyio.to_thread.run_sync(shutil.rmtree, self.root, True)
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+
+LOCK_FILE = ".lock"
+
+
+def _claim(folder: Path) -> int:
+    """Make the process's folder and hold an exclusive lock on its lock file (released by
+    the system when the process ends, however it ends)."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def _abandoned(folder: Path, cutoff: float) -> bool:
+    """Whether a process folder's process is gone: nobody holds its lock (or it has none and
+    is older than `cutoff`, a wall-clock time)."""
+    try:
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return folder.lstat().st_mtime < cutoff
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def sweep(root: Path, max_age: float) -> int:
+    """Remove what crashed processes left under the files root: output folders of processes
+    that no longer hold their lock, and asset directories and result spools older than
+    `max_age` seconds (no request lives that long). How many entries went."""
+    cutoff = time.time() - max_age
+    removed = 0
+    for sub in ("assets", "output", "results"):
+        try:
+            entries = list(os.scandir(root / sub))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            path = Path(entry.path)
+            try:
+                if sub == "output" and entry.is_dir(follow_symlinks=False):
+                    gone = _abandoned(path, cutoff)
+                else:
+                    gone = entry.stat(follow_symlinks=False).st_mtime < cutoff
+            except FileNotFoundError:
+                continue
+            if not gone:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            removed += 1
+    return removed
+
+
+class WorkerFiles(Protocol):
+    """A request's files as the engine sees them: made here (`RequestFiles`, a worker on this
+    machine) or by the worker-utils sidecar in the worker's pod (sidecar.py)."""
+
+    @property
+    def request_id(self) -> uuid.UUID: ...
+
+    @property
+    def asset_ids(self) -> tuple[uuid.UUID, ...]: ...
+
+    def worker_headers(self) -> list[tuple[str, str]]: ...
+
+    async def remove(self) -> None: ...
+
+    async def outputs(self, max_files: int, max_bytes: int) -> list[Output]: ...
+
+    async def progress(self) -> Progress | None: ...
 
 
 @dataclass(frozen=True)
@@ -134,47 +229,71 @@ class RequestFiles:
         release: Callable[[], Awaitable[None]] | None = None,
     ) -> RequestFiles:
         """Make the directories (`output_dir`: one already made, given back by `release`)
-        and fetch every asset into the asset directory; on any failure nothing is left
-        behind: an asset deleted since it was resolved is a 400 naming it, a store failure a
-        503."""
+        and copy every asset out of the store into the asset directory; on any failure
+        nothing is left behind: an asset deleted since it was resolved is a 400 naming it, a
+        store failure a 503."""
+        keys = {a.id: a.key for a in assets}
+
+        async def fetch(asset_id: uuid.UUID, dest: Path) -> None:
+            await store.fetch(keys[asset_id], dest)
+
+        return await cls.fetched(
+            fetch, root, request_id, list(keys), output_dir=output_dir, release=release
+        )
+
+    @classmethod
+    async def fetched(
+        cls,
+        fetch: Fetch,
+        root: Path,
+        request_id: uuid.UUID,
+        asset_ids: Sequence[uuid.UUID],
+        *,
+        output_dir: Path | None = None,
+        release: Callable[[], Awaitable[None]] | None = None,
+        mode: int = 0o700,
+    ) -> RequestFiles:
+        """`prepare` with any way of getting an asset's bytes: `fetch(assetId, dest)` writes
+        the file `dest` (a new one) or raises `MissingObject` (the store here, a signed URL
+        in the worker-utils sidecar: worker_utils.py). `mode`: of the directories made."""
         files = cls(
             request_id,
             root / "assets" / str(request_id),
             output_dir or root / "output" / str(request_id),
-            tuple(a.id for a in assets),
+            tuple(asset_ids),
             release,
         )
         # the asset directory only when there are assets (as NVCF's worker utilities)
-        todo = (files.asset_dir,) * bool(assets) + (files.output_dir,) * (output_dir is None)
+        todo = (files.asset_dir,) * bool(asset_ids) + (files.output_dir,) * (output_dir is None)
 
         def make() -> None:
             for folder in todo:
-                _make(folder)
+                _make(folder, mode)
 
         missing: list[FieldError] = []
         failed: list[str] = []
         gate = asyncio.Semaphore(FETCH_CONCURRENCY)
 
-        async def fetch(asset: Asset) -> None:
+        async def one(asset_id: uuid.UUID) -> None:
             async with gate:
                 try:
-                    await store.fetch(asset.key, files.asset_dir / str(asset.id))
+                    await fetch(asset_id, files.asset_dir / str(asset_id))
                 except MissingObject:
                     missing.append(
                         FieldError(
-                            REFERENCES_HEADER, f"asset {asset.id} was deleted before the request"
+                            REFERENCES_HEADER, f"asset {asset_id} was deleted before the request"
                         )
                     )
                 except Exception as exc:
-                    log.warning("fetching asset %s failed: %r", asset.id, exc)
-                    failed.append(str(asset.id))
+                    log.warning("fetching asset %s failed: %r", asset_id, exc)
+                    failed.append(str(asset_id))
 
         try:
             if todo:
                 await anyio.to_thread.run_sync(make)
             async with asyncio.TaskGroup() as group:
-                for asset in assets:
-                    group.create_task(fetch(asset))
+                for asset_id in asset_ids:
+                    group.create_task(one(asset_id))
         except BaseException:
             await files.remove()
             raise
@@ -259,15 +378,26 @@ def read_progress(folder: Path, request_id: uuid.UUID) -> Progress | None:
     `{"id": requestId, "progress": percent, "partialResponse": {...}}`. None when there is
     none, or it is unreadable, too large, of another request or malformed (a worker may be
     half-way through writing it: the next poll reads it again)."""
-    path = folder / PROGRESS_FILE
+    raw = progress_bytes(folder)
+    return None if raw is None else parse_progress(raw, request_id)
+
+
+def progress_bytes(folder: Path) -> bytes | None:
+    """The `progress` file's bytes (at most one past PROGRESS_MAX_BYTES), never through a
+    link; None when there is no regular file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(folder / PROGRESS_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     with contextlib.closing(os.fdopen(fd, "rb")) as fh:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        raw = fh.read(PROGRESS_MAX_BYTES + 1)
+        return fh.read(PROGRESS_MAX_BYTES + 1)
+
+
+def parse_progress(raw: bytes, request_id: uuid.UUID) -> Progress | None:
+    """A progress report in NVCF's format (the file's bytes, or the worker-utils sidecar's
+    answer, which passes the file on as it is); None when it is not one of this request."""
     if len(raw) > PROGRESS_MAX_BYTES:
         return None
     try:

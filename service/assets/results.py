@@ -13,13 +13,13 @@ import os
 import stat
 import uuid
 import zipfile
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, AsyncIterator
 from pathlib import Path
 from typing import BinaryIO
 
 import anyio
 
-from service.assets.files import Output, RequestFiles, TooManyOutputs
+from service.assets.files import Output, TooManyOutputs, WorkerFiles
 from service.assets.models import result_key
 from service.assets.service import Assets
 
@@ -40,14 +40,37 @@ async def store_result(
     assets: Assets,
     request_id: uuid.UUID,
     body: AsyncIterable[bytes],
-    files: RequestFiles | None,
+    files: WorkerFiles | None,
     base_url: str,
 ) -> str:
     """Keep the answer `body` (streamed to a spool file, bounded) and the worker's output
     files as the request's large result; its signed download URL."""
     settings = assets.settings
-    limit = settings.asset_result_max_bytes
-    spool_dir = settings.asset_files_root / "results"
+    async with zipped_result(
+        settings.asset_files_root / "results",
+        request_id,
+        body,
+        files,
+        max_bytes=settings.asset_result_max_bytes,
+        max_files=settings.asset_result_max_files,
+    ) as archive:
+        await assets.store.put_file(result_key(request_id), archive, ZIP_TYPE)
+    return await assets.result_url(request_id, base_url)
+
+
+@contextlib.asynccontextmanager
+async def zipped_result(
+    spool_dir: Path,
+    request_id: uuid.UUID,
+    body: AsyncIterable[bytes],
+    files: WorkerFiles | None,
+    *,
+    max_bytes: int,
+    max_files: int,
+) -> AsyncIterator[Path]:
+    """The large result's zip, built in `spool_dir` (the body spooled first, bounded) and
+    removed on leaving; the server stores it (`store_result`), the worker-utils sidecar
+    uploads it to its signed URL (worker_utils.py). `ResultTooLarge` past a bound."""
     await anyio.Path(spool_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
     spool = spool_dir / f"{request_id}.body"
     archive = spool_dir / f"{request_id}.zip"
@@ -56,24 +79,23 @@ async def store_result(
         async with await anyio.open_file(spool, "wb") as fh:
             async for chunk in body:
                 size += len(chunk)
-                if size > limit:
+                if size > max_bytes:
                     raise ResultTooLarge(
-                        f"the answer passes {limit} bytes (NVCF_ASSET_RESULT_MAX_BYTES)"
+                        f"the answer passes {max_bytes} bytes (NVCF_ASSET_RESULT_MAX_BYTES)"
                     )
                 await fh.write(chunk)
         outputs: list[Output] = []
         if files is not None:
             try:
-                outputs = await files.outputs(settings.asset_result_max_files, limit - size)
+                outputs = await files.outputs(max_files, max_bytes - size)
             except TooManyOutputs as exc:
                 raise ResultTooLarge(str(exc)) from None
-        await anyio.to_thread.run_sync(_zip, archive, request_id, spool, outputs, limit - size)
-        await assets.store.put_file(result_key(request_id), archive, ZIP_TYPE)
+        await anyio.to_thread.run_sync(_zip, archive, request_id, spool, outputs, max_bytes - size)
+        yield archive
     finally:
         for path in (spool, archive):
             with contextlib.suppress(FileNotFoundError):
                 await anyio.Path(path).unlink()
-    return await assets.result_url(request_id, base_url)
 
 
 def _zip(

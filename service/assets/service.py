@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import anyio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.assets import repository
-from service.assets.files import REFERENCES_HEADER
+from service.assets.files import REFERENCES_HEADER, sweep
 from service.assets.models import Asset, result_key
 from service.assets.schemas import AssetOut, CreateAssetRequest
 from service.assets.signing import PURPOSE, Signer
@@ -43,6 +44,8 @@ log = logging.getLogger("nvcf.assets")
 
 #: rows and objects the purge removes per round (the next round takes the rest)
 PURGE_BATCH = 500
+#: seconds past the worker timeout after which a request's directory is surely abandoned
+STALE_MARGIN = 300.0
 
 
 @dataclass(frozen=True)
@@ -264,6 +267,11 @@ class Assets:
         for key in keys:
             await self.store.delete(key)
         await self.store.sweep()
+        # what crashed processes left of their requests' directories (files.py)
+        age = self.settings.invoke_worker_timeout_seconds + STALE_MARGIN
+        left = await anyio.to_thread.run_sync(sweep, self.settings.asset_files_root, age)
+        if left:
+            log.info("removed %d request directories crashed processes left", left)
         if keys:
             log.info("purged %d expired assets and %d old large results", len(ids), len(results))
         return len(keys)

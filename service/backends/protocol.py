@@ -52,6 +52,9 @@ class InstanceSpec:
     deployment_id: str = ""
     nca_id: str = ""
     worker_service: str | None = None
+    #: the inference port of an HTTP function (None: a gRPC one): the pod serving it gets
+    #: the worker-utils sidecar where the adapter adds one (worker_utils_pod.py)
+    worker_port: int | None = None
 
     @property
     def namespace(self) -> str:

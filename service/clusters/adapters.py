@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 from service.backends.http1 import AnswerBounds
 from service.backends.protocol import BackendAdapter, NodeShape
 from service.backends.simulated import SimulatedAdapter, SimulationDelays
+from service.backends.worker_utils_pod import WorkerUtilsPod
 from service.clusters.catalog import Catalog, Cluster
+from service.core.settings import Settings
 
 if TYPE_CHECKING:
     from service.backends.kubernetes import KubernetesAdapter
@@ -46,15 +48,17 @@ class AdapterRegistry:
         *,
         clock: Clock | None = None,
         worker_bounds: AnswerBounds | None = None,
+        worker_utils: WorkerUtilsPod | None = None,
     ) -> AdapterRegistry:
         """Build every cluster's adapter; `clock` drives simulated clusters (tests use a fake),
-        `worker_bounds` bound the worker answers their HTTP/1.1 clients read."""
+        `worker_bounds` bound the worker answers their HTTP/1.1 clients read, `worker_utils`
+        is the sidecar Kubernetes clusters add to function pods (None: none)."""
         adapters: dict[str, BackendAdapter] = {}
         unavailable: dict[str, str] = {}
         for cluster in catalog.clusters:
             try:
                 adapters[cluster.name] = build_adapter(
-                    cluster, clock=clock, worker_bounds=worker_bounds
+                    cluster, clock=clock, worker_bounds=worker_bounds, worker_utils=worker_utils
                 )
             except Exception as exc:  # any failure leaves the other clusters usable
                 reason = f"cluster {cluster.name} is unavailable: {_describe(exc)}"
@@ -87,8 +91,27 @@ class AdapterRegistry:
                 log.exception("closing the adapter of cluster %s failed", name)
 
 
+def worker_utils_pod(settings: Settings) -> WorkerUtilsPod | None:
+    """The worker-utils sidecar Kubernetes clusters add to function pods, with the bounds of
+    the settings (`NVCF_WORKER_UTILS_IMAGE` empty: none)."""
+    if not settings.worker_utils_image:
+        return None
+    return WorkerUtilsPod(
+        image=settings.worker_utils_image,
+        max_asset_bytes=settings.asset_max_bytes,
+        max_result_bytes=settings.asset_result_max_bytes,
+        max_result_files=settings.asset_result_max_files,
+        timeout_seconds=settings.asset_upload_timeout_seconds,
+        worker_timeout_seconds=settings.invoke_worker_timeout_seconds,
+    )
+
+
 def build_adapter(
-    cluster: Cluster, *, clock: Clock | None = None, worker_bounds: AnswerBounds | None = None
+    cluster: Cluster,
+    *,
+    clock: Clock | None = None,
+    worker_bounds: AnswerBounds | None = None,
+    worker_utils: WorkerUtilsPod | None = None,
 ) -> BackendAdapter:
     """The adapter of one catalog cluster; raises when it cannot be built."""
     if cluster.adapter == "simulated":
@@ -106,8 +129,9 @@ def build_adapter(
             attributes=cluster.attributes,
             upstream=sim.upstream,
             worker_bounds=worker_bounds,
+            worker_utils=sim.worker_utils,
         )
-    return adapter_for_cluster(cluster, worker_bounds=worker_bounds)
+    return adapter_for_cluster(cluster, worker_bounds=worker_bounds, worker_utils=worker_utils)
 
 
 def adapter_for_cluster(cluster: Cluster, **options: Any) -> KubernetesAdapter:

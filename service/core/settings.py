@@ -215,6 +215,15 @@ class Settings(BaseSettings):
         "machine (the simulated clusters) are made; unset: `request-files` in the data "
         "directory.",
     )
+    worker_utils_image: str = Field(
+        default="nvcf-server:latest",
+        max_length=512,
+        description="The image of the worker-utils sidecar (`nvcf-server worker-utils`: this "
+        "project's own image, the one the servers run) that Kubernetes clusters add to the "
+        "pod serving a function, for input assets, large results and progress (docs/"
+        "kubernetes.md); empty: no sidecar, and a request with input assets for a function on "
+        "Kubernetes is refused (503).",
+    )
     asset_purge_period_seconds: float = Field(
         default=300.0,
         ge=0,
@@ -470,6 +479,13 @@ class Settings(BaseSettings):
         default=3600.0,
         gt=0,
         description="Seconds a polled request's state and result are kept after it started.",
+    )
+    invoke_progress_period_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        description="Seconds between reads of a detached request's progress report (docs/"
+        "assets.md) by the replica running it, which stores it when it changed so that polls "
+        "reaching another replica show it (0: never; polls on that replica still do).",
     )
     invoke_queue_max: int = Field(
         default=1000,

@@ -12,6 +12,7 @@ import shlex
 from decimal import Decimal
 from typing import Any
 
+from service.backends.worker_utils_pod import ENTRYPOINT_SERVICE
 from service.clusters.catalog import Cluster
 from service.clusters.instance_types import InstanceType
 from service.core.durations import DurationError, parse_timedelta
@@ -19,7 +20,7 @@ from service.core.kube import GPU_RESOURCE
 from service.core.quantities import quantity
 from service.functions.models import FunctionVersion
 
-SERVICE_NAME = "entrypoint"
+SERVICE_NAME = ENTRYPOINT_SERVICE
 WORKLOAD_NAME = "inference"
 CONTAINER_NAME = "inference"
 DEFAULT_PORT = 8000

@@ -32,8 +32,15 @@ from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from service.assets.files import REFERENCES_HEADER, OutputDirs, RequestFiles, TooManyOutputs
+from service.assets.files import (
+    REFERENCES_HEADER,
+    OutputDirs,
+    RequestFiles,
+    TooManyOutputs,
+    WorkerFiles,
+)
 from service.assets.results import ResultTooLarge, store_result
+from service.assets.sidecar import SidecarFiles, SidecarRefused
 from service.auth.service import Principal
 from service.backends.protocol import AdapterError
 from service.backends.worker import (
@@ -51,6 +58,7 @@ from service.core.errors import (
     ServiceUnavailable,
     TooManyRequests,
 )
+from service.invocation import progress
 from service.invocation.dispatch import Dispatcher, QueueTimeout, Ticket
 from service.invocation.forward import (
     caller_headers,
@@ -272,6 +280,9 @@ class Engine:
         self.active: dict[uuid.UUID, Run] = {}
         #: the gRPC entry's sessions (sessions.py)
         self.sessions = sessions or LocalSessions(settings.grpc_session_idle_seconds)
+        #: progress reports of detached requests, stored for polls on other replicas
+        self.progress_period = settings.invoke_progress_period_seconds
+        self._publishers: set[asyncio.Task[None]] = set()
         self.stopping = False
 
     # ------------------------------------------------------------------ the entry's call
@@ -294,6 +305,14 @@ class Engine:
             return task.result()
         run.detached = True
         await self._store_pending(run)
+        if self.assets is not None and self.progress_period > 0:
+            publisher = asyncio.get_running_loop().create_task(
+                progress.publish(
+                    run.id, run.done, lambda: run.files, self.store, self.progress_period
+                )
+            )
+            self._publishers.add(publisher)
+            publisher.add_done_callback(self._publishers.discard)
         return Detached(run.id)
 
     async def open(self, call: Call, opener: Opener[T]) -> Opened[T] | Finished:
@@ -478,16 +497,25 @@ class Engine:
     async def _send(self, run: Run, instance: InstanceRoute) -> WorkerResponse:
         endpoint = await self.endpoint_of(run.target, instance)
         if run.files is None:
-            await self._prepare_files(run, instance)
+            await self._prepare_files(run, instance, endpoint)
         return await endpoint.send(
             run.method, run.path, self.worker_headers(run, instance), run.body
         )
 
-    async def _prepare_files(self, run: Run, instance: InstanceRoute) -> None:
-        """The request's asset and output directories, for a worker on this machine (a
-        simulated cluster's); a worker elsewhere gets none (docs/assets.md)."""
+    async def _prepare_files(
+        self, run: Run, instance: InstanceRoute, endpoint: WorkerEndpoint
+    ) -> None:
+        """The request's asset and output directories: made here for a worker on this
+        machine (a simulated cluster's), by the worker-utils sidecar in a Kubernetes pod
+        (the signed URLs it needs sent along); none elsewhere (docs/assets.md)."""
         adapter = self.adapters.get(instance.cluster)
         local = adapter is not None and getattr(adapter, "files_on_this_machine", False)
+        if self.assets is not None and getattr(adapter, "files_in_sidecar", False):
+            base = run.base_url() if run.base_url is not None else ""
+            run.files = await SidecarFiles.prepare(
+                self.assets, run.id, run.assets, endpoint, base, instance.cluster
+            )
+            return
         if self.assets is None or not local:
             if run.assets:
                 raise _Failed(
@@ -518,6 +546,17 @@ class Engine:
         it comes (event streams); to a detached one it is read up to the limit first."""
         assets, files = self.assets, run.files
         assert assets is not None and files is not None
+        if isinstance(files, SidecarFiles):  # the sidecar in the pod decided already
+            try:
+                stored = await files.result(
+                    assets, response, run.base_url() if run.base_url is not None else ""
+                )
+            except SidecarRefused as exc:
+                await response.aclose()
+                raise _Failed(exc.status, exc.detail) from None
+            if stored is not None:
+                await response.aclose()
+                return Outcome(302, ((b"location", stored.encode("latin-1")),))
         if response.status >= 400:
             return None
         settings = assets.settings
@@ -728,8 +767,8 @@ class Run:
     reasons: list[str] = field(default_factory=list)
     #: the input assets, resolved at admission
     assets: list[Asset] = field(default_factory=list)
-    #: the asset and output directories of a worker on this machine; removed by `finish`
-    files: RequestFiles | None = None
+    #: the asset and output directories (made here, or by the sidecar); removed by `finish`
+    files: WorkerFiles | None = None
     #: where the local store's signed URL of a large result points (the caller's base URL)
     base_url: Callable[[], str] | None = None
     #: the session this request resumes (`Engine.open`): its instance only, never retried

@@ -26,7 +26,9 @@ MIN_POLL_SECONDS = 1
 #: request headers never forwarded (besides hop-by-hop ones)
 _DROP_REQUEST = frozenset({"host", "content-length", "expect", "authorization"})
 #: response headers the invocation plane writes itself
-_DROP_RESPONSE = frozenset({"date", "server", "nvcf-reqid", "nvcf-status", "content-length"})
+_DROP_RESPONSE = frozenset(
+    {"date", "server", "nvcf-reqid", "nvcf-status", "content-length", "nvcf-worker-utils-result"}
+)
 #: the NVCF-* headers the invocation plane sets on the worker request
 NVCF_REQUEST_HEADERS = frozenset(
     {
@@ -47,6 +49,10 @@ NVCF_REQUEST_HEADERS = frozenset(
         "nvcf-large-output-dir",
         "nvcf-function-asset-ids",
         "nvcf-input-asset-references",
+        # the worker-utils sidecar's (service/assets/worker_utils.py)
+        "nvcf-worker-utils",
+        "nvcf-worker-utils-progress",
+        "nvcf-worker-utils-result",
     }
 )
 

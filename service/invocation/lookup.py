@@ -155,4 +155,8 @@ def _may_poll_stored(principal: Principal, stored: StoredRequest) -> bool:
 
 
 def _answer(stored: StoredRequest, outcome: Outcome | None) -> PollAnswer:
-    return PollAnswer(stored.id, stored.function_id, stored.version_id, stored.state, outcome)
+    # the progress the replica running the request published, while it is pending
+    progress = stored.progress if outcome is None else None
+    return PollAnswer(
+        stored.id, stored.function_id, stored.version_id, stored.state, outcome, progress
+    )

@@ -56,6 +56,10 @@ class InvocationRequest(Base):
     error: Mapped[str | None] = mapped_column(Text)
     #: HTTP status of an errored request (502 worker, 503 no instance, 504 timeout)
     error_status: Mapped[int | None] = mapped_column(Integer)
+    #: the worker's last progress report while pending (percent, partial output as JSON),
+    #: published by the replica running the request for polls reaching another
+    progress_percent: Mapped[int | None] = mapped_column(Integer)
+    progress_partial: Mapped[bytes | None] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from service.assets.files import Progress
 from service.core.db import utcnow
 from service.invocation.models import (
     PENDING_STATES,
@@ -52,6 +53,8 @@ class StoredRequest:
     outcome: Outcome | None
     expires_at: datetime
     owner_alive: bool
+    #: the worker's last progress report, as the replica running the request published it
+    progress: Progress | None = None
 
     @property
     def pending(self) -> bool:
@@ -154,6 +157,17 @@ class RequestStore:
                 .values(state=state.value, updated_at=utcnow())
             )
 
+    async def save_progress(self, request_id: uuid.UUID, progress: Progress) -> None:
+        """The worker's progress report of a pending request, for polls on other replicas."""
+        async with self.sessionmaker() as session, session.begin():
+            await session.execute(
+                update(InvocationRequest)
+                .where(
+                    InvocationRequest.id == request_id, InvocationRequest.state.in_(PENDING_STATES)
+                )
+                .values(progress_percent=progress.percent, progress_partial=progress.partial)
+            )
+
     async def save_outcome(self, request_id: uuid.UUID, outcome: Outcome) -> None:
         values: dict[str, Any] = {"updated_at": utcnow()}
         if outcome.error is not None:
@@ -207,6 +221,11 @@ class RequestStore:
             outcome=_outcome(req),
             expires_at=req.expires_at,
             owner_alive=seen is not None and seen >= now - self.lease,
+            progress=(
+                Progress(req.progress_percent, req.progress_partial or b"null")
+                if req.progress_percent is not None
+                else None
+            ),
         )
 
     async def end_one(self, request_id: uuid.UUID, owner: str, reason: str) -> None:

@@ -4,9 +4,13 @@ worker utilities write them, everything removed after."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -18,6 +22,7 @@ from service.assets.files import (
     TooManyOutputs,
     read_progress,
     scan_outputs,
+    sweep,
 )
 from service.core.errors import ValidationFailed
 from tests.support.app import AppClient
@@ -167,3 +172,63 @@ async def test_output_directories_are_reused_per_instance_only_when_empty(
     assert again != first and again.is_dir()
     await dirs.aclose()
     assert not dirs.root.exists()
+
+
+def test_the_sweep_removes_what_crashed_processes_left(tmp_path: Path) -> None:
+    root = tmp_path / "request-files"
+    live = OutputDirs(root / "output")
+    folder = asyncio.run(live.take("instance-1"))
+    # another process that holds its folder's lock, then crashes (killed)
+    other = root / "output" / "other-process"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from service.assets.files import _claim; "
+            f"_claim(Path({str(other)!r})); print('held', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        (other / "inst" / "1").mkdir(parents=True)
+        old, fresh = root / "assets" / str(uuid.uuid4()), root / "assets" / str(uuid.uuid4())
+        for path in (old, fresh):
+            path.mkdir(parents=True)
+        (root / "results").mkdir()
+        spool = root / "results" / f"{uuid.uuid4()}.zip"
+        spool.write_bytes(b"zip")
+        long_ago = time.time() - 4000
+        for path in (old, spool):
+            os.utime(path, (long_ago, long_ago))
+
+        assert sweep(root, 3600) == 2  # the old asset directory and spool file
+        assert not old.exists() and not spool.exists() and fresh.is_dir()
+        assert other.is_dir() and folder.is_dir()  # both processes hold their locks
+
+        holder.kill()
+        holder.wait()
+        assert sweep(root, 3600) == 1
+        assert not other.exists()
+        assert folder.is_dir()  # this process is alive
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+        if holder.stdin is not None:
+            holder.stdin.close()
+        asyncio.run(live.aclose())
+    assert not live.root.exists()
+
+
+async def test_requests_arriving_together_claim_the_folder_once(tmp_path: Path) -> None:
+    dirs = OutputDirs(tmp_path / "output")
+    try:
+        folders = await asyncio.gather(*(dirs.take(f"instance-{n % 2}") for n in range(8)))
+        assert len(set(folders)) == 8 and all(f.is_dir() for f in folders)
+    finally:
+        await dirs.aclose()

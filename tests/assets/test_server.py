@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import subprocess
 import time
 import zipfile
 from collections.abc import Iterator
@@ -19,17 +18,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.api import CONTAINER_FN
 from tests.support.app import ADMIN_KEY
+from tests.support.asset_servers import AUTH, FAST, SECRETS_KEY, curl, deploy
 from tests.support.file_worker import FileWorker, pattern
 from tests.support.invocation import write_catalog
 from tests.support.s3 import S3Server
 from tests.support.server import free_port, start_server, stop_server
 
 MiB = 1024 * 1024
-AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
-FAST = {"NVCF_RECONCILE_INTERVAL": "0.05", "NVCF_RATE_LIMIT_PER_SECOND": "0"}
-SECRETS_KEY = "cmVwbGljYXMtc2hhcmUtdGhpcy1zZWNyZXRzLWtleSE="  # a Fernet key
 
 
 @pytest.fixture(scope="module")
@@ -39,23 +35,6 @@ def worker() -> Iterator[FileWorker]:
         yield process
     finally:
         process.stop()
-
-
-def deploy(api: httpx.Client) -> dict[str, Any]:
-    fn = api.post("/functions", json=CONTAINER_FN).json()["function"]
-    spec = {"gpu": "H100", "backend": "inv", "minInstances": 1, "maxInstances": 1}
-    deployment = f"/deployments/functions/{fn['id']}/versions/{fn['versionId']}"
-    assert api.post(deployment, json={"deploymentSpecifications": [spec]}).status_code == 200
-    for _ in range(1200):
-        status = api.get(f"/functions/{fn['id']}/versions/{fn['versionId']}")
-        if status.json()["function"]["status"] == "ACTIVE":
-            return dict(fn)
-        time.sleep(0.05)
-    raise AssertionError("the function did not become ACTIVE")
-
-
-def curl(*args: str) -> None:
-    subprocess.run(["curl", "--fail", "--silent", "--show-error", *args], check=True, timeout=120)
 
 
 def test_local_store_end_to_end(tmp_path: Path, worker: FileWorker) -> None:

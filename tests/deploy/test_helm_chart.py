@@ -218,6 +218,9 @@ def test_defaults_generate_working_keys_that_outlive_the_release(
     settings = settings_from(env)
     assert settings.effective_database_url == DB
     assert settings.log_format == "json"
+    # the worker-utils sidecar in function pods is the chart's own image
+    image = container(objects)["image"]
+    assert image.startswith("nvcf-server:") and settings.worker_utils_image == image
     box = load_secret_box(settings)
     assert box.decrypt(box.encrypt("registry password")) == "registry password"
 

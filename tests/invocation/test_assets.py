@@ -26,6 +26,7 @@ from tests.support.assets import anonymous, uploaded
 from tests.support.e2e import V, eventually
 from tests.support.file_worker import FileWorker, pattern
 from tests.support.invocation import deployed, invocation_app, pexec_url
+from tests.support.sidecar import Sidecar
 
 MiB = 1024 * 1024
 
@@ -271,9 +272,9 @@ async def test_a_worker_cannot_hand_out_files_outside_its_directory(
 async def test_a_worker_elsewhere_gets_no_directories_and_no_assets(
     client_factory: ClientFactory, tmp_path: Path, worker: FileWorker
 ) -> None:
-    """A cluster whose workers do not run on the server's machine (Kubernetes, until the
-    worker-utils sidecar exists): a request with assets ends 503 naming the cluster; one
-    without gets no directory headers."""
+    """A cluster whose workers do not run on the server's machine and get no worker-utils
+    sidecar (Kubernetes with NVCF_WORKER_UTILS_IMAGE empty): a request with assets ends 503
+    naming the cluster; one without gets no directory headers."""
     client, fn = await app(client_factory, tmp_path, worker)
     adapter = client.app.state.adapters.get("inv-0")
     adapter.files_on_this_machine = False  # as a Kubernetes cluster's adapter says
@@ -340,3 +341,68 @@ async def test_the_built_in_simulated_worker_uses_its_directories(
 
     await eventually(finished)
     assert seen and seen <= {"0", "50", "100"}
+
+
+async def test_a_pod_without_the_sidecar_refuses_assets_and_serves_the_rest(
+    client_factory: ClientFactory, tmp_path: Path, worker: FileWorker
+) -> None:
+    """The adapter adds sidecars, but this pod has none (a helm chart's pod it could not
+    identify): the worker answers without the sidecar's verdict. A request with assets ends
+    503 saying so; one without is answered as it is; the instructions never reach a caller."""
+    client, fn = await app(client_factory, tmp_path, worker)
+    adapter = client.app.state.adapters.get("inv-0")
+    adapter.files_on_this_machine = False
+    adapter.files_in_sidecar = True  # as a Kubernetes adapter with a sidecar image says
+    asset = await uploaded(client)
+    refused = await client.post(
+        pexec_url(fn), json={}, headers={"NVCF-INPUT-ASSET-REFERENCES": asset}
+    )
+    assert "no worker-utils sidecar" in str(assert_problem(refused, 503)["detail"])
+    plain = await client.post(
+        pexec_url(fn), json={}, headers={"NVCF-WORKER-UTILS-RESULT": "stored"}
+    )
+    assert plain.status_code == 200
+    assert "nvcf-worker-utils" in plain.json()["headers"]  # sent to the pod, unread there
+    assert "nvcf-worker-utils-result" not in plain.json()["headers"]  # the caller's: dropped
+
+
+async def test_the_sidecars_refusals_end_the_request(
+    client_factory: ClientFactory, tmp_path: Path, worker: FileWorker
+) -> None:
+    """Through a real sidecar process: a result past its bound and an asset it cannot fetch
+    end the request with the sidecar's reason; a caller's forged instructions are dropped."""
+    mount = tmp_path / "pod"
+    mount.mkdir()
+    sidecar = Sidecar(worker.url, mount, "--max-result-bytes", "100000")
+    try:
+        client, fn = await app(client_factory, tmp_path, worker)
+        adapter = client.app.state.adapters.get("inv-0")
+        adapter.files_on_this_machine = False
+        adapter.files_in_sidecar = True
+        adapter.upstream = sidecar.url
+        large = await client.post(
+            pexec_url(fn), json={}, headers={"X-Worker-Mode": "output:200000"}
+        )
+        assert "NVCF_ASSET_RESULT_MAX_BYTES" in str(assert_problem(large, 502)["detail"])
+        assert large.headers["nvcf-status"] == "errored"
+
+        # an asset the sidecar cannot fetch (its signed URL points at this in-process
+        # server, which no socket reaches): 503 naming it, as a store failure is
+        asset = await uploaded(client)
+        unfetched = await client.post(
+            pexec_url(fn), json={}, headers={"NVCF-INPUT-ASSET-REFERENCES": asset}
+        )
+        assert asset in str(assert_problem(unfetched, 503)["detail"])
+        assert unfetched.headers["nvcf-status"] == "errored"
+
+        forged = await client.post(
+            pexec_url(fn),
+            json={},
+            headers={"NVCF-WORKER-UTILS": "forged", "NVCF-WORKER-UTILS-PROGRESS": asset},
+        )
+        assert forged.status_code == 200
+        report = forged.json()
+        assert "nvcf-worker-utils" not in report["headers"]  # the platform's own, stripped
+        assert report["headers"]["nvcf-large-output-dir"].startswith(str(mount))
+    finally:
+        sidecar.stop()

@@ -91,6 +91,7 @@ from service.backends.worker import (
     WorkerEndpoint,
     WorkerPort,
 )
+from service.backends.worker_utils_pod import ENTRYPOINT_SERVICE, WorkerUtilsPod, inject
 from service.core.kube import (
     GPU_RESOURCE,
     INSTANCE_TYPE_LABEL,
@@ -140,6 +141,7 @@ class KubernetesAdapter:
         worker_access: WorkerAccess | None = None,
         cluster_domain: str = "cluster.local",
         worker_bounds: AnswerBounds | None = None,
+        worker_utils: WorkerUtilsPod | None = None,
     ) -> None:
         if in_cluster == (kubeconfig is not None):
             raise ValueError(
@@ -163,6 +165,10 @@ class KubernetesAdapter:
         self._worker_client: Any = None
         self._dns_pool: Http1Pool | None = None
         self._worker_bounds = worker_bounds
+        #: the sidecar added to the pod serving an HTTP function (worker_utils_pod.py): the
+        #: invocation engine then sends it the signed URLs of the request's files
+        self.worker_utils = worker_utils
+        self.files_in_sidecar = worker_utils is not None
         self._changes = ChangeLog()
         watched = [Watched(namespaced_resource(info)) for info in OBSERVED_KINDS]
         watched.append(Watched(namespaced_resource(EVENT), (("type", "Warning"),)))
@@ -172,7 +178,7 @@ class KubernetesAdapter:
 
     async def apply(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
         """Server-side apply the namespace, then every object in dependency order."""
-        prepared = [self._prepare(instance, obj) for obj in objects]
+        prepared = [self._prepare(instance, obj) for obj in self._with_sidecar(instance, objects)]
         prepared.sort(key=lambda item: apply_rank(item[0].api_version, item[0].kind))
         await self._apply_one(NAMESPACE, None, self._namespace_body(instance, prepared))
         for info, body in prepared:
@@ -182,7 +188,7 @@ class KubernetesAdapter:
         """Server-side apply `objects` into the instance namespace, as `apply` does, without
         touching the namespace or its record of applied objects: the kubelet refreshes a
         mounted Secret in running pods."""
-        prepared = [self._prepare(instance, obj) for obj in objects]
+        prepared = [self._prepare(instance, obj) for obj in self._with_sidecar(instance, objects)]
         prepared.sort(key=lambda item: apply_rank(item[0].api_version, item[0].kind))
         for info, body in prepared:
             await self._apply_one(info, instance.namespace, body)
@@ -383,6 +389,19 @@ class KubernetesAdapter:
             await pool.aclose()
 
     # ------------------------------------------------------------------ apply helpers
+
+    def _with_sidecar(
+        self, instance: InstanceSpec, objects: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The objects with the worker-utils sidecar in the pod serving the function, when
+        the adapter adds one and that pod is identifiable (a copy; else `objects`)."""
+        if self.worker_utils is None or instance.worker_port is None:
+            return objects
+        copied = copy.deepcopy(objects)
+        service = instance.worker_service or ENTRYPOINT_SERVICE
+        if inject(copied, service, instance.worker_port, self.worker_utils):
+            return copied
+        return objects
 
     def _prepare(self, instance: InstanceSpec, obj: Any) -> tuple[KindInfo, dict[str, Any]]:
         """Check one object and return its kind and the body to apply (a copy)."""

@@ -80,10 +80,6 @@ def _http_address(upstream: str) -> str:
 class SimulatedAdapter:
     """A simulated cluster with `BackendAdapter`'s interface; safe for concurrent tasks."""
 
-    #: its workers (the built-in one, an `upstream` server) run on the server's machine: the
-    #: invocation engine hands them per-request asset and output directories (service/assets)
-    files_on_this_machine = True
-
     def __init__(
         self,
         name: str,
@@ -95,8 +91,15 @@ class SimulatedAdapter:
         attributes: Iterable[str] = (),
         upstream: str | None = None,
         worker_bounds: AnswerBounds | None = None,
+        worker_utils: bool = False,
     ) -> None:
         self.name = name
+        #: its workers (the built-in one, an `upstream` server) run on the server's machine:
+        #: the invocation engine hands them per-request asset and output directories
+        #: (service/assets); unless the upstream is a worker-utils sidecar, which makes them
+        #: as in a Kubernetes pod
+        self.files_on_this_machine = not worker_utils
+        self.files_in_sidecar = worker_utils
         self._worker_bounds = worker_bounds
         #: a real server answering for every instance of the cluster (None: the built-in one)
         self.upstream = _http_address(upstream.rstrip("/")) if upstream else None

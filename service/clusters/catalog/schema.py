@@ -137,6 +137,9 @@ class SimulationSettings(_Model):
     pull_seconds: Seconds = Field(default=_DELAYS.pull_seconds, alias="pullSeconds")
     ready_seconds: Seconds = Field(default=_DELAYS.ready_seconds, alias="readySeconds")
     upstream: Annotated[str, AfterValidator(_check_upstream)] | None = None
+    #: the upstream is an `nvcf-server worker-utils` sidecar in front of the worker: requests
+    #: get their files as a Kubernetes pod's worker does (docs/assets.md)
+    worker_utils: bool = Field(default=False, alias="workerUtils")
 
 
 class KubernetesSettings(_Model):

@@ -17,6 +17,7 @@ from service.clusters.instance_types import InstanceTypeError, parse_instance_ty
 from service.core.crypto import SecretBox
 from service.core.kube import SECRETS_OBJECT, instance_namespace, is_nvlink
 from service.deployments.models import Deployment, DeploymentSpec, Instance
+from service.deployments.workload import DEFAULT_PORT
 from service.functions.models import FunctionVersion
 from service.functions.secret_values import versions_secrets
 from service.health.machine import HealthMode
@@ -47,7 +48,15 @@ def instance_spec(
         deployment_id=str(dep.id),
         nca_id=dep.account_id,
         worker_service=version.helm_chart_service_name if version else None,
+        worker_port=http_port(version),
     )
+
+
+def http_port(version: FunctionVersion | None) -> int | None:
+    """The inference port of an HTTP function; None for a gRPC one (inferenceUrl /gRPC)."""
+    if version is None or version.inference_url.strip("/").lower() == "grpc":
+        return None
+    return version.inference_port or DEFAULT_PORT
 
 
 def install_objects(

@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Protocol
 
@@ -75,6 +76,11 @@ def _is_empty(folder: Path) -> bool:
             return next(entries, None) is None
     except FileNotFoundError:
         return False
+
+
+def _make_all(folders: Sequence[Path], mode: int) -> None:
+    for folder in folders:
+        _make(folder, mode)
 
 
 def _make(folder: Path, mode: int = 0o700) -> None:
@@ -211,11 +217,16 @@ class WorkerFiles(Protocol):
 @dataclass(frozen=True)
 class RequestFiles:
     request_id: uuid.UUID
-    asset_dir: Path
+    #: the asset directory's path (made only when there are assets)
+    asset_path: str
     output_dir: Path
     asset_ids: tuple[uuid.UUID, ...]
     #: gives the output directory back for reuse (OutputDirs); None: it is removed
     release: Callable[[], Awaitable[None]] | None = None
+
+    @cached_property
+    def asset_dir(self) -> Path:
+        return Path(self.asset_path)
 
     @classmethod
     async def prepare(
@@ -256,20 +267,30 @@ class RequestFiles:
         """`prepare` with any way of getting an asset's bytes: `fetch(assetId, dest)` writes
         the file `dest` (a new one) or raises `MissingObject` (the store here, a signed URL
         in the worker-utils sidecar: worker_utils.py). `mode`: of the directories made."""
+        rid = str(request_id)
         files = cls(
             request_id,
-            root / "assets" / str(request_id),
-            output_dir or root / "output" / str(request_id),
+            f"{root}/assets/{rid}",
+            output_dir or root / "output" / rid,
             tuple(asset_ids),
             release,
         )
         # the asset directory only when there are assets (as NVCF's worker utilities)
         todo = (files.asset_dir,) * bool(asset_ids) + (files.output_dir,) * (output_dir is None)
+        if not todo:
+            return files
+        try:
+            await anyio.to_thread.run_sync(_make_all, todo, mode)
+            if asset_ids:
+                await files._fetch_all(fetch)
+        except BaseException:
+            await files.remove()
+            raise
+        return files
 
-        def make() -> None:
-            for folder in todo:
-                _make(folder, mode)
-
+    async def _fetch_all(self, fetch: Fetch) -> None:
+        """Every asset into the asset directory, a few at once: a 400 naming each one deleted
+        meanwhile, a 503 when the store fails (the caller removes what was made)."""
         missing: list[FieldError] = []
         failed: list[str] = []
         gate = asyncio.Semaphore(FETCH_CONCURRENCY)
@@ -277,7 +298,7 @@ class RequestFiles:
         async def one(asset_id: uuid.UUID) -> None:
             async with gate:
                 try:
-                    await fetch(asset_id, files.asset_dir / str(asset_id))
+                    await fetch(asset_id, self.asset_dir / str(asset_id))
                 except MissingObject:
                     missing.append(
                         FieldError(
@@ -288,29 +309,21 @@ class RequestFiles:
                     log.warning("fetching asset %s failed: %r", asset_id, exc)
                     failed.append(str(asset_id))
 
-        try:
-            if todo:
-                await anyio.to_thread.run_sync(make)
-            async with asyncio.TaskGroup() as group:
-                for asset_id in asset_ids:
-                    group.create_task(one(asset_id))
-        except BaseException:
-            await files.remove()
-            raise
-        if missing or failed:
-            await files.remove()
-            if missing:
-                raise ValidationFailed.of(missing, what="asset references")
+        async with asyncio.TaskGroup() as group:
+            for asset_id in self.asset_ids:
+                group.create_task(one(asset_id))
+        if missing:
+            raise ValidationFailed.of(missing, what="asset references")
+        if failed:
             raise ServiceUnavailable(
                 detail=f"the object store failed to hand out asset(s) {', '.join(failed)}; "
                 "try again"
             )
-        return files
 
     def worker_headers(self) -> list[tuple[str, str]]:
         """The headers that tell the worker where its files are (NVCF's names)."""
         headers = [
-            ("NVCF-ASSET-DIR", str(self.asset_dir)),
+            ("NVCF-ASSET-DIR", self.asset_path),
             ("NVCF-LARGE-OUTPUT-DIR", str(self.output_dir)),
         ]
         if self.asset_ids:

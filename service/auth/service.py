@@ -4,6 +4,7 @@ invocation tokens this service issues (tokens.py), which only the invocation ent
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import secrets
@@ -207,6 +208,8 @@ class Authenticator:
         # header's text (no parsing or hashing on a hit): header -> (principal, key hash,
         # answered until, on the monotonic clock).
         self._known: dict[str, tuple[Principal, str, float]] = {}
+        #: key lookups under way, by header: requests arriving together share one query
+        self._lookups: dict[str, asyncio.Future[Principal]] = {}
         self._jwks: jwt.PyJWKSet | None = None
         self._jwks_loaded_at = 0.0
         self._jwks_lock = asyncio.Lock()
@@ -279,6 +282,24 @@ class Authenticator:
         return None
 
     async def _api_key(
+        self, sessions: async_sessionmaker[AsyncSession], authorization: str, key: str
+    ) -> Principal:
+        """The key's principal, looked up once for every request that asks for it meanwhile
+        (a burst when a known header expires would otherwise be a burst of queries)."""
+        lookup = self._lookups.get(authorization)
+        if lookup is None:
+            lookup = asyncio.ensure_future(self._look_up(sessions, authorization, key))
+            self._lookups[authorization] = lookup
+            lookup.add_done_callback(functools.partial(self._looked_up, authorization))
+        return await asyncio.shield(lookup)
+
+    def _looked_up(self, authorization: str, lookup: asyncio.Future[Principal]) -> None:
+        if self._lookups.get(authorization) is lookup:
+            del self._lookups[authorization]
+        if not lookup.cancelled():
+            lookup.exception()  # retrieved: every waiter may have gone
+
+    async def _look_up(
         self, sessions: async_sessionmaker[AsyncSession], authorization: str, key: str
     ) -> Principal:
         key_hash = hash_key(key)

@@ -525,7 +525,7 @@ class Engine:
                 )
             return
         try:
-            key = str(instance.id)
+            key = instance.key
             folder = await self.output_dirs.take(key)
             run.files = await RequestFiles.prepare(
                 self.assets.store,

@@ -73,7 +73,7 @@ class InstanceRoute:
     def nvcf_headers(self) -> tuple[tuple[str, str], ...]:
         """The NVCF-* headers of a request to this instance that depend on it alone."""
         return (
-            ("NVCF-INSTANCE-ID", str(self.id)),
+            ("NVCF-INSTANCE-ID", self.key),
             ("NVCF-BACKEND", self.backend),
             ("NVCF-INSTANCETYPE", self.instance_type),
             ("NVCF-REGION", self.region),
@@ -120,9 +120,9 @@ class Target:
 
     def instance_spec(self, instance: InstanceRoute) -> InstanceSpec:
         return InstanceSpec(
-            instance_id=str(instance.id),
-            function_id=str(self.function_id),
-            version_id=str(self.version_id),
+            instance_id=instance.key,
+            function_id=self.fid,
+            version_id=self.vid,
             instance_type=instance.instance_type,
             gpu="",
             gpus_per_node=1,

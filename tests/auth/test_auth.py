@@ -393,3 +393,37 @@ async def test_a_key_never_outlives_the_key_that_minted_it(client: httpx.AsyncCl
     assert "expiresAt" not in resp.json()["apiKey"]
     resp = await client.post("/v1/keys", json=body)
     assert _when(resp.json()["expires_at"]) > parent_expiry
+
+
+async def test_requests_arriving_together_share_one_key_lookup(
+    client: httpx.AsyncClient,
+) -> None:
+    """Sixteen requests with a key not verified yet (or whose memory just expired) cost one
+    query of the keys table between them, and all get the same principal; an unknown key
+    is a 401 for every one of them."""
+    from sqlalchemy import event
+
+    auth = client.app.state.authenticator  # type: ignore[attr-defined]
+    sessions = client.app.state.sessionmaker  # type: ignore[attr-defined]
+    key = await new_key(client, ["list_functions"])
+    lookups: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if "api_keys" in statement:
+            lookups.append(statement)
+
+    engine = client.app.state.engine.sync_engine  # type: ignore[attr-defined]
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        principals = await asyncio.gather(
+            *(auth.authenticate(sessions, f"Bearer {key}") for _ in range(16))
+        )
+        unknown = await asyncio.gather(
+            *(auth.authenticate(sessions, "Bearer nvapi-unknown") for _ in range(4)),
+            return_exceptions=True,
+        )
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+    assert len({id(p) for p in principals}) == 1
+    assert len(lookups) == 2  # the key's, then the unknown one's
+    assert [getattr(e, "status", None) for e in unknown] == [401] * 4

@@ -276,7 +276,9 @@ class RequestFiles:
             release,
         )
         # the asset directory only when there are assets (as NVCF's worker utilities)
-        todo = (files.asset_dir,) * bool(asset_ids) + (files.output_dir,) * (output_dir is None)
+        todo = [files.asset_dir] if asset_ids else []
+        if output_dir is None:
+            todo.append(files.output_dir)
         if not todo:
             return files
         try:
@@ -333,9 +335,9 @@ class RequestFiles:
     async def remove(self) -> None:
         """The request is over: its asset directory removed, its output directory given
         back (or removed)."""
-        folders = (self.asset_dir,) * bool(self.asset_ids)
+        folders = [self.asset_dir] if self.asset_ids else []
         if self.release is None:
-            folders += (self.output_dir,)
+            folders.append(self.output_dir)
         if folders:
             await anyio.to_thread.run_sync(_remove, folders)
         if self.release is not None:

@@ -73,6 +73,9 @@ from service.llm.tokens import Charge, TokenLimiter, estimate
 UNBOUNDED = 1 << 62
 _JSON = [(b"content-type", b"application/json")]
 
+#: scope key of `claims`'s answer
+_CLAIMED = "nvcf.llm_path"
+
 
 @dataclass
 class Gateway:
@@ -85,14 +88,20 @@ class Gateway:
     turns: RoundRobin = field(default_factory=RoundRobin)
 
     def claims(self, scope: Scope) -> str | None:
+        """The OpenAI path of a request to the gateway, else None; decided once per request
+        (the entry and the body limit both ask) and kept on the scope."""
         if scope["type"] != "http":
             return None
+        if _CLAIMED in scope:
+            claimed: str | None = scope[_CLAIMED]
+            return claimed
         host = ""
         for name, value in scope["headers"]:
             if name == b"host":
                 host = value.decode("latin-1")
                 break
-        return gateway_path(scope.get("path", ""), host, self.suffix)
+        claimed = scope[_CLAIMED] = gateway_path(scope.get("path", ""), host, self.suffix)
+        return claimed
 
     def limit_with(self, other: Callable[[Scope], int | None]) -> Callable[[Scope], int | None]:
         """The request-context middleware's body limit: none for the gateway's requests (it

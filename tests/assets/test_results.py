@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 import uuid
 import zipfile
 from collections.abc import AsyncIterator
@@ -75,9 +76,14 @@ async def test_a_result_over_its_bound_is_refused_and_leaves_nothing(
 
 
 async def test_old_results_are_purged(client_factory: ClientFactory) -> None:
-    client = await client_factory(invoke_result_ttl_seconds=0.001)
+    client = await client_factory(invoke_result_ttl_seconds=60)
     assets = client.app.state.assets
-    rid = uuid.uuid4()
+    rid, young = uuid.uuid4(), uuid.uuid4()
     await store_result(assets, rid, chunks(b"body"), None, "http://h/")
+    await store_result(assets, young, chunks(b"body"), None, "http://h/")
+    written = assets.store.root / "results" / str(rid)
+    then = time.time() - 120  # written two minutes ago, past the 60 s the results are kept
+    os.utime(written, (then, then))
     assert await assets.purge(client.app.state.sessionmaker) == 1
+    assert await assets.store.size(f"results/{young}") is not None
     assert await assets.store.size(f"results/{rid}") is None

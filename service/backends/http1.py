@@ -479,8 +479,7 @@ class Http1Endpoint(WorkerEndpoint):
     def _request(
         self, method: str, path: str, headers: Sequence[tuple[str, str]], body: bytes
     ) -> bytes:
-        lines = header_lines([(k, v) for k, v in headers if k.lower() not in _OWN])
-        return self._message(method, path, lines, body)
+        return self._message(method, path, header_lines(headers, _OWN), body)
 
     def _message(self, method: str, path: str, lines: bytes, body: bytes) -> bytes:
         """The request: its line, `Host`, the header `lines` (none of `_OWN`), the length."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,9 +85,11 @@ def connection_headers(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
     return HOP_BY_HOP.union(extra) if extra else HOP_BY_HOP
 
 
-def header_lines(headers: Sequence[tuple[str, str]]) -> bytes:
-    """HTTP header lines, each ending in CRLF."""
-    return b"".join(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers)
+def header_lines(headers: Sequence[tuple[str, str]], skip: Collection[str] = frozenset()) -> bytes:
+    """HTTP header lines, each ending in CRLF; none whose lower-cased name is in `skip`."""
+    return "".join(
+        [f"{name}: {value}\r\n" for name, value in headers if name.lower() not in skip]
+    ).encode("latin-1")
 
 
 #: `HOP_BY_HOP` as bytes

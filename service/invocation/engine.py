@@ -132,11 +132,13 @@ class Streamed:
     """The worker answered: its status and head now, the body as it arrives. `close` must
     be called (or `async with`): it releases the instance's slot."""
 
-    def __init__(self, run: Run, response: WorkerResponse) -> None:
+    def __init__(
+        self, run: Run, response: WorkerResponse, head: tuple[list[tuple[bytes, bytes]], int | None]
+    ) -> None:
         self.run = run
         self.request_id = run.id
         self.status = response.status
-        self.headers, self.length = caller_headers(response.raw_headers)
+        self.headers, self.length = head
         if response.status in (204, 304):
             self.length = 0  # no body follows, whatever the worker declared
         self._response = response
@@ -441,7 +443,10 @@ class Engine:
             try:
                 async with asyncio.timeout_at(run.deadline):
                     response = await self._exchange(run, self._send)
-                    large = await self._large(run, response) if run.files is not None else None
+                    head = caller_headers(response.raw_headers)
+                    large = (
+                        await self._large(run, response, head[1]) if run.files is not None else None
+                    )
             except TimeoutError:
                 failure = Outcome.failure(
                     504, f"the worker did not answer within {self.worker_timeout:g} s"
@@ -455,8 +460,8 @@ class Engine:
                     await run.finish(large)
                     return Finished(run.id, large)
                 if not run.detached:
-                    return Streamed(run, response)
-                return Finished(run.id, await self._whole(run, response))
+                    return Streamed(run, response, head)
+                return Finished(run.id, await self._whole(run, response, head[0]))
         except asyncio.CancelledError:
             await run.finish(
                 Outcome.failure(503, f"the replica {self.owner} running the request shut down")
@@ -538,7 +543,9 @@ class Engine:
         except DomainError as exc:
             raise _Failed(503, exc.detail or exc.title) from None
 
-    async def _large(self, run: Run, response: WorkerResponse) -> Outcome | None:
+    async def _large(
+        self, run: Run, response: WorkerResponse, length: int | None
+    ) -> Outcome | None:
         """A large result (NVCF's rule): an answer body over NVCF-MAX-RESPONSE-SIZE-BYTES,
         or any file the worker wrote into NVCF-LARGE-OUTPUT-DIR, is kept in the object
         store and answered with a 302 to its signed URL; None when the answer is not large
@@ -567,7 +574,6 @@ class Engine:
         except TooManyOutputs as exc:
             await response.aclose()
             raise _Failed(502, f"the worker's large result was refused: {exc}") from None
-        headers, length = caller_headers(response.raw_headers)
         prefix = b""
         small = length is not None and length <= self.result_max
         if not outputs and (small or (length is None and not run.detached)):
@@ -584,6 +590,7 @@ class Engine:
                         break
                 prefix = b"".join(parts)
                 if size <= self.result_max:
+                    headers, _ = caller_headers(response.raw_headers)
                     return Outcome(response.status, tuple(headers), prefix)
 
             async def body() -> AsyncIterator[bytes]:
@@ -640,11 +647,12 @@ class Engine:
         run.ticket = await self.dispatcher.enqueue(run.id, target, exclude=run.tried, front=True)
         return target, run.ticket
 
-    async def _whole(self, run: Run, response: WorkerResponse) -> Outcome:
+    async def _whole(
+        self, run: Run, response: WorkerResponse, headers: list[tuple[bytes, bytes]]
+    ) -> Outcome:
         """The whole answer of a detached request, bounded by the result size; finished."""
         try:
             body = await response.read(self.result_max)
-            headers, _ = caller_headers(response.raw_headers)
             outcome = Outcome(response.status, tuple(headers), body)
         except WorkerFailed as exc:
             outcome = Outcome.failure(502, f"the worker failed: {exc.reason}")

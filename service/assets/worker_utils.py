@@ -219,6 +219,9 @@ class WorkerUtils:
         except DomainError as exc:
             await _refuse(send, exc.status, exc.detail or exc.title)
             return
+        except OSError as exc:  # e.g. the directories of a request with the same id remain
+            await _refuse(send, 503, f"the request's directories could not be made: {exc}")
+            return
         try:
             await self._pass(
                 scope["method"], target, forward + files.worker_headers(), body, send, (ins, files)

@@ -205,9 +205,11 @@ def test_sidecar_bounds_and_refusals(tmp_path: Path, worker: FileWorker) -> None
             aid = "5f0c8a0e-0d0e-4b1f-8f6e-4c1b8ee3a001"
             asset_url = f"{worker.url}/asset"  # the worker answers a GET 501: not an asset
 
-            def control(assets: dict[str, str]) -> str:
+            def control(assets: dict[str, str], request_id: str | None = None) -> str:
+                # each request its own id, as the platform's: the directories of one are
+                # removed a moment after its answer, maybe after the next one began
                 return Instructions(
-                    uuid.UUID(rid),
+                    uuid.UUID(request_id) if request_id else uuid.uuid4(),
                     {uuid.UUID(k): v for k, v in assets.items()},
                     f"{worker.url}/upload",
                 ).encode()
@@ -232,7 +234,7 @@ def test_sidecar_bounds_and_refusals(tmp_path: Path, worker: FileWorker) -> None
             slow = client.post(
                 "/",
                 headers={
-                    CONTROL_HEADER: control({}),
+                    CONTROL_HEADER: control({}, rid),
                     "X-Worker-Mode": "progress",
                     "X-Control-Dir": str(control_dir),
                     "NVCF-REQID": rid,

@@ -33,12 +33,14 @@ async def instance_gone(client: AppClient, instance_id: str) -> bool:
         return await session.get(Instance, uuid.UUID(instance_id)) is None
 
 
-async def slow_request(client: AppClient, fn: dict[str, Any]) -> asyncio.Task[Response]:
+async def slow_request(
+    client: AppClient, fn: dict[str, Any], delay_ms: int = 1500
+) -> asyncio.Task[Response]:
     task = asyncio.create_task(
         client.post(
             pexec_url(fn),
             json={"slow": True},
-            headers={"X-Sim-Delay-Ms": "1500", "NVCF-POLL-SECONDS": "30"},
+            headers={"X-Sim-Delay-Ms": str(delay_ms), "NVCF-POLL-SECONDS": "30"},
         )
     )
     await eventually(lambda: in_flight(client, fn))
@@ -67,12 +69,15 @@ async def test_graceful_undeploy_answers_the_request_in_flight(client: AppClient
 async def test_immediate_undeploy_does_not_wait_for_the_request(client: AppClient) -> None:
     fn = await deployed(client)
     [inst] = fn["deployment"]["instances"]
-    request = await slow_request(client, fn)
+    # the worker would take 25 s: however slow the machine, the teardown comes first
+    request = await slow_request(client, fn, delay_ms=25_000)
 
     resp = await client.delete(dep_url(fn))
     assert resp.status_code == 200, resp.text
     await eventually(lambda: instance_gone(client, inst["instanceId"]))
-    assert not request.done()  # torn down while the request was still running
+    # torn down while the request was still running: its connection reset (a request left
+    # to finish would have been answered 200)
     answer = await request
     assert answer.status_code == 502, answer.text
-    assert "torn down" in answer.text
+    # cut mid-answer, or (torn down before the request reached the worker) refused
+    assert "torn down" in answer.text or "no simulated worker runs" in answer.text, answer.text

@@ -67,6 +67,10 @@ MAX_DELAY_MS = 3_600_000
 MAX_EVENTS = 10_000
 DEFAULT_EVENTS = 3
 
+TORN_DOWN = "connection reset: the simulated instance was torn down mid-request"
+#: how often a request taking its time notices that its instance was torn down
+TEARDOWN_CHECK_SECONDS = 0.05
+
 
 def _int_header(headers: dict[str, str], name: str, default: int, low: int, high: int) -> int:
     raw = headers.get(name)
@@ -269,6 +273,16 @@ class SimulatedWorkers:
         #: the gRPC functions' worker, shared by every instance
         self.grpc_echo = GrpcEcho()
 
+    async def _work(self, namespace: str, seconds: float) -> None:
+        """Take `seconds` answering, as a pod does: cut short when the instance is torn down
+        (its pod killed: the connection reset at once, not when the work would have ended)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        while (left := end - loop.time()) > 0:
+            await asyncio.sleep(min(left, TEARDOWN_CHECK_SECONDS))
+            if not self._running(namespace):
+                raise WorkerFailed(TORN_DOWN)
+
     def check_running(self, namespace: str) -> None:
         """`WorkerUnreachable` unless the cluster runs a worker in `namespace`."""
         if not self._running(namespace):
@@ -320,9 +334,9 @@ class SimulatedWorkers:
             await asyncio.to_thread(_write_progress, Path(out or ""), request_id, percent)
             await asyncio.sleep(delay / len(steps))
         if delay and not steps:
-            await asyncio.sleep(delay)
+            await self._work(namespace, delay)
         if delay and not self._running(namespace):
-            raise WorkerFailed("connection reset: the simulated instance was torn down mid-request")
+            raise WorkerFailed(TORN_DOWN)
         size = _int_header(lowered, OUTPUT_HEADER, 0, 0, MAX_OUTPUT_BYTES)
         if size and out:
             await asyncio.to_thread(_write_output, Path(out) / "output.bin", size)

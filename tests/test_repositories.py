@@ -127,35 +127,49 @@ def _callee(call: ast.Call) -> str | None:
 
 def foreign_tables(path: Path, package: str, owners: dict[str, str]) -> list[str]:
     """Where `path` (a module of `package`) names another package's table in an SQL statement
-    or creates one of its rows: "file:line Model (owner)"."""
+    or creates one of its rows: "file:line Model (owner)". The table is named through an
+    import of it (`from service.functions.models import FunctionVersion as V`) or of its
+    module (`from service.functions import models`, `import service.functions.models as m`)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     foreign: dict[str, str] = {}  # local name -> the model it is bound to
+    modules: set[str] = set()  # local names of another package's models module
     for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.ImportFrom)
-            and node.level == 0
-            and (node.module or "").startswith("service.")
-            and (node.module or "").endswith(".models")
-        ):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            owner = node.module.split(".")[1] if node.module.startswith("service.") else None
+            if owner is None or owner == package:
+                continue
             for alias in node.names:
-                owner = owners.get(alias.name)
-                if owner is not None and owner != package:
+                if node.module.endswith(".models") and owners.get(alias.name) == owner:
                     foreign[alias.asname or alias.name] = alias.name
-    if not foreign:
+                elif alias.name == "models":
+                    modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "service" and parts[-1] == "models" and parts[1] != package:
+                    modules.add(alias.asname or alias.name)
+
+    def model(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Name):
+            return foreign.get(node.id)
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) in modules:
+            return node.attr if node.attr in owners else None
+        return None
+
+    if not foreign and not modules:
         return []
     found: set[tuple[int, str]] = set()
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
-        callee = _callee(node)
-        if isinstance(node.func, ast.Name) and callee in foreign:
-            found.add((node.lineno, foreign[callee]))  # a row created: an insert
-        if callee not in SQL_CALLS:
+        if (created := model(node.func)) is not None:
+            found.add((node.lineno, created))  # a row created: an insert
+        if _callee(node) not in SQL_CALLS:
             continue
         for argument in [*node.args, *(k.value for k in node.keywords)]:
             for name in ast.walk(argument):
-                if isinstance(name, ast.Name) and name.id in foreign:
-                    found.add((name.lineno, foreign[name.id]))
+                if (named := model(name)) is not None:
+                    found.add((name.lineno, named))
     return [f"{path.name}:{line} {model} ({owners[model]})" for line, model in sorted(found)]
 
 
@@ -226,12 +240,24 @@ def test_another_package_s_table_in_a_statement_is_seen(tmp_path: Path) -> None:
             "    session.add(V(id=1))\n"
             "    return select(Kind)\n"
         ),
+        "deployments/counts.py": (
+            "import service.functions.models\n"
+            "import service.functions.models as fm\n"
+            "from service.functions import models\n\n"
+            "def n(v: models.Version):\n"
+            "    a = select(models.Version.id)\n"
+            "    b = update(fm.Version).values(status='x')\n"
+            "    return a, b, delete(service.functions.models.Version)\n"
+        ),
     }
     for name, text in files.items():
         path = service / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     assert cross_package_tables(service) == [
+        "deployments/counts.py:6 Version (functions)",
+        "deployments/counts.py:7 Version (functions)",
+        "deployments/counts.py:8 Version (functions)",
         "deployments/views.py:6 Version (functions)",
         "deployments/views.py:7 Version (functions)",
         "deployments/views.py:8 Version (functions)",

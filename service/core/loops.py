@@ -1,5 +1,7 @@
 """The loop service: the one way a background loop runs in this server (the reconciler, the
-autoscaler, namespace collection, history purge, time series, asset purge, load reports).
+autoscaler, namespace collection, history purge, time series, asset purge, load reports; the
+invocation plane's heartbeat and sweeps, its Redis lease and session renewals, the gRPC
+channels' idle sweep).
 
 One asyncio task between `start()` and `stop()` runs `round()` at start and then every
 `period` seconds after the previous round ended (`period` may be a function, read after each
@@ -9,8 +11,9 @@ only (the autoscaler's cold start), and the full round keeps its period. A faili
 logged and the loop goes on; a constant `period <= 0` means the loop never starts. The rounds
 stay callable directly (tests and admin paths run one on demand).
 
-The lifespan starts every loop of the process from one list (service/app.py) and stops them
-in reverse.
+The lifespan starts the process's loops from one list (service/app.py) and stops them in
+reverse; a component whose own state a loop keeps (the invocation plane's dispatcher, sessions
+and channels) starts and stops that loop with itself.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.deployments.models import Instance, InstanceDesired
-from service.functions.models import FunctionVersion
+from service.functions import repository as functions_repository
 from service.health.status import VersionStatus
 
 log = logging.getLogger(__name__)
@@ -118,10 +118,7 @@ class FleetGauges:
         self, sessionmaker: async_sessionmaker[AsyncSession]
     ) -> tuple[dict[str, int], dict[tuple[str, str], int]]:
         async with sessionmaker() as session:
-            version_rows = await session.execute(
-                select(FunctionVersion.status, func.count()).group_by(FunctionVersion.status)
-            )
-            versions = {str(status): int(n) for status, n in version_rows}
+            versions = await functions_repository.count_versions_by_status(session)
             instance_rows = await session.execute(
                 select(Instance.phase, Instance.cluster, Instance.desired, func.count())
                 .where(or_(Instance.desired == InstanceDesired.PRESENT, Instance.applied.is_(True)))

@@ -11,8 +11,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.deployments.models import Deployment, DeploymentHistory
+from service.functions import repository as functions_repository
 from service.functions import sharing
-from service.functions.models import Function
 
 
 class FunctionReach:
@@ -37,15 +37,7 @@ class FunctionReach:
     async def own_functions(
         self, session: AsyncSession, account_id: str, ids: Collection[uuid.UUID]
     ) -> set[uuid.UUID]:
-        return set(
-            (
-                await session.execute(
-                    select(Function.id).where(
-                        Function.id.in_(list(ids)), Function.account_id == account_id
-                    )
-                )
-            ).scalars()
-        )
+        return await functions_repository.owned_function_ids(session, account_id, ids)
 
     async def shared_functions(
         self, session: AsyncSession, account_id: str, ids: Collection[uuid.UUID]

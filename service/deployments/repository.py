@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,6 +28,7 @@ from service.deployments.models import (
     Instance,
     InstanceDesired,
 )
+from service.functions import repository as functions_repository
 from service.functions.models import FunctionVersion
 from service.health.machine import Phase
 
@@ -37,13 +38,7 @@ async def lock_version(
 ) -> FunctionVersion:
     """The caller's version, re-read and row-locked (`FOR UPDATE` on PostgreSQL) so concurrent
     deploys of one version serialise; 404 if it is not the caller's."""
-    stmt = (
-        select(FunctionVersion)
-        .where(FunctionVersion.id == version_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    )
-    version = (await session.execute(stmt)).scalar_one_or_none()
+    version = await functions_repository.lock_version(session, version_id)
     if version is None or version.account_id != account_id or version.function_id != function_id:
         raise NotFound(detail=f"version {version_id} of function {function_id} not found")
     return version
@@ -165,16 +160,6 @@ async def instances_of(
     return out
 
 
-async def statuses_of(
-    session: AsyncSession, version_ids: Iterable[uuid.UUID]
-) -> dict[uuid.UUID, str]:
-    ids = list(set(version_ids))
-    if not ids:
-        return {}
-    stmt = select(FunctionVersion.id, FunctionVersion.status).where(FunctionVersion.id.in_(ids))
-    return {vid: status for vid, status in (await session.execute(stmt)).all()}
-
-
 async def error_reasons(
     session: AsyncSession, deployment_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, DeploymentEvent]:
@@ -270,19 +255,3 @@ async def active_instances(
             ActiveInstanceRow(iid, phase, itype, gpu, backend, cluster, created, updated)
         )
     return out
-
-
-async def owns_version(
-    session: AsyncSession, account_id: str, function_id: uuid.UUID, version_id: uuid.UUID
-) -> bool:
-    """Whether the account owns the version of the function."""
-    found = (
-        await session.execute(
-            select(FunctionVersion.id).where(
-                FunctionVersion.id == version_id,
-                FunctionVersion.function_id == function_id,
-                FunctionVersion.account_id == account_id,
-            )
-        )
-    ).first()
-    return found is not None

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.errors import NotFound
 from service.core.pagination import Page
-from service.deployments import history, repository
+from service.deployments import history
 from service.deployments.logs.keep import kept_lines
 from service.deployments.models import (
     Deployment,
@@ -22,13 +22,14 @@ from service.deployments.models import (
     Instance,
     InstanceDesired,
 )
-from service.deployments.repository import error_reasons, instances_of, statuses_of
+from service.deployments.repository import error_reasons, instances_of
 from service.deployments.schemas import (
     DeploymentOut,
     GpuSpecificationOut,
     HealthInfo,
     InstanceOut,
 )
+from service.functions import repository as functions_repository
 from service.health.machine import Phase
 from service.health.status import VersionStatus
 
@@ -45,7 +46,7 @@ async def deployment_views(
     """API objects of `deployments` (specs are loaded with them), in three more queries."""
     ids = [d.id for d in deployments]
     instances = await instances_of(session, ids)
-    statuses = await statuses_of(session, (d.version_id for d in deployments))
+    statuses = await functions_repository.statuses_of(session, [d.version_id for d in deployments])
     errored = [
         d.id
         for d in deployments
@@ -202,7 +203,9 @@ async def version_history(
         session, account_id, function_id, version_id, page, now
     )
     if not rows and page.after is None:
-        owned = await repository.owns_version(session, account_id, function_id, version_id)
+        owned = await functions_repository.owns_version(
+            session, account_id, function_id, version_id
+        )
         if not owned:
             raise NotFound(detail=f"version {version_id} of function {function_id} not found")
     failed = [InstanceOut.model_validate(i).instance_id for r in rows for i in r.failed_instances]

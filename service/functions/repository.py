@@ -57,11 +57,73 @@ async def function_ids(session: AsyncSession, visible: ColumnElement[bool]) -> l
     return list((await session.execute(stmt)).scalars().all())
 
 
+async def owned_function_ids(
+    session: AsyncSession, account_id: str, function_ids: Collection[uuid.UUID]
+) -> set[uuid.UUID]:
+    """Those of the functions that the account owns (one query)."""
+    stmt = select(Function.id).where(
+        Function.id.in_(list(function_ids)), Function.account_id == account_id
+    )
+    return set((await session.execute(stmt)).scalars())
+
+
 # --------------------------------------------------------------------------- versions
 
 
 async def version_by_id(session: AsyncSession, version_id: uuid.UUID) -> FunctionVersion | None:
     return await session.get(FunctionVersion, version_id)
+
+
+async def versions_by_id(
+    session: AsyncSession, version_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, FunctionVersion]:
+    """The versions of the ids that exist, by id (one query)."""
+    ids = list(set(version_ids))
+    if not ids:
+        return {}
+    stmt = select(FunctionVersion).where(FunctionVersion.id.in_(ids))
+    return {v.id: v for v in (await session.execute(stmt)).scalars()}
+
+
+async def lock_version(session: AsyncSession, version_id: uuid.UUID) -> FunctionVersion | None:
+    """The version re-read and row-locked (`FOR UPDATE` on PostgreSQL) until the transaction
+    ends, so what is decided about it (a deploy) is serialised; None if it does not exist."""
+    stmt = (
+        select(FunctionVersion)
+        .where(FunctionVersion.id == version_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    )
+    return (await session.execute(stmt)).scalar_one_or_none()
+
+
+async def statuses_of(
+    session: AsyncSession, version_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, str]:
+    """The stored status of each version that exists, by id (one query)."""
+    ids = list(set(version_ids))
+    if not ids:
+        return {}
+    stmt = select(FunctionVersion.id, FunctionVersion.status).where(FunctionVersion.id.in_(ids))
+    return {vid: status for vid, status in (await session.execute(stmt)).all()}
+
+
+async def count_versions_by_status(session: AsyncSession) -> dict[str, int]:
+    """How many versions there are of each stored status, across every account."""
+    stmt = select(FunctionVersion.status, func.count()).group_by(FunctionVersion.status)
+    return {str(status): int(n) for status, n in await session.execute(stmt)}
+
+
+async def owns_version(
+    session: AsyncSession, account_id: str, function_id: uuid.UUID, version_id: uuid.UUID
+) -> bool:
+    """Whether the account owns this version of this function."""
+    stmt = select(FunctionVersion.id).where(
+        FunctionVersion.id == version_id,
+        FunctionVersion.function_id == function_id,
+        FunctionVersion.account_id == account_id,
+    )
+    return (await session.execute(stmt)).first() is not None
 
 
 async def versions_of(session: AsyncSession, function_id: uuid.UUID) -> list[FunctionVersion]:

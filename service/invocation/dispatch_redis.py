@@ -34,6 +34,7 @@ from redis.asyncio import ConnectionPool, Redis
 from redis.exceptions import RedisError
 
 from service.core.errors import ServiceUnavailable
+from service.core.loops import LoopService
 from service.invocation.dispatch import LoadListener, QueueTimeout, Ticket, queue_full
 from service.invocation.redis_batch import Script, ScriptBatch
 from service.invocation.routing import InstanceRoute, Target
@@ -243,21 +244,30 @@ class RedisDispatcher:
         #: this replica's requests in flight: request -> (instance, target)
         self._held: dict[uuid.UUID, tuple[uuid.UUID, Target]] = {}
         self._by_version: dict[uuid.UUID, int] = {}
-        self._tasks: list[asyncio.Task[None]] = []
+        self._listener: asyncio.Task[None] | None = None
+        #: renews this replica's leases every third of the lease
+        self._renewer = LoopService[str](
+            "nvcf-invocation-redis-renew",
+            self._renew,
+            self._lease_ms / 3000,
+            log=log,
+            failure="renewing invocation leases in Redis failed",
+        )
         self._background: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(self._listen(), name="nvcf-invocation-redis-listen"),
-            asyncio.create_task(self._renew(), name="nvcf-invocation-redis-renew"),
-        ]
+        # the listener is no loop service: it waits on one subscription for as long as it
+        # lasts, not in rounds (docs/architecture.md, background loops)
+        self._listener = asyncio.create_task(self._listen(), name="nvcf-invocation-redis-listen")
+        self._renewer.start()
 
     async def aclose(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await task
+                await listener
+        await self._renewer.stop()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         await self._batch.drain()
@@ -449,22 +459,21 @@ class RedisDispatcher:
                     await pubsub.aclose()
 
     async def _renew(self) -> None:
-        """Keep this replica's slots and places alive (a dead replica's expire)."""
-        while True:
-            await asyncio.sleep(self._lease_ms / 3000)
-            try:
-                pipe = self._redis.pipeline(transaction=False)
-                expiry = await self._redis_now_ms() + self._lease_ms
-                for request_id, (instance_id, _) in list(self._held.items()):
-                    pipe.zadd(f"{PREFIX}f:{instance_id}", {str(request_id): expiry}, xx=True)
-                for lane in self._waiting.values():
-                    for waiter in lane:
-                        pipe.pexpire(f"{PREFIX}w:{waiter.request_id}", self._lease_ms)
-                await pipe.execute()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.warning("renewing invocation leases in Redis failed", exc_info=True)
+        """Keep this replica's slots and places alive (a dead replica's expire); a failure is
+        a warning, the next round tries again."""
+        if not self._held and not self._waiting:
+            return
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            expiry = await self._redis_now_ms() + self._lease_ms
+            for request_id, (instance_id, _) in list(self._held.items()):
+                pipe.zadd(f"{PREFIX}f:{instance_id}", {str(request_id): expiry}, xx=True)
+            for lane in self._waiting.values():
+                for waiter in lane:
+                    pipe.pexpire(f"{PREFIX}w:{waiter.request_id}", self._lease_ms)
+            await pipe.execute()
+        except Exception:
+            log.warning("renewing invocation leases in Redis failed", exc_info=True)
 
     async def _redis_now_ms(self) -> int:
         seconds, micros = await self._redis.time()

@@ -5,13 +5,13 @@ background work.
 A replica renews a heartbeat; the pending requests of a replica that stopped renewing end
 errored (swept by any replica, and at once when a restarted server takes back its persistent
 id). Background work (heartbeat, sweeps, re-reading the instances of versions whose requests
-wait) is one loop task; every database write uses its own short session.
+wait) is one loop service (core/loops.py), woken when instances became Running; every database
+write uses its own short session.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from datetime import timedelta
 
@@ -21,6 +21,7 @@ from service.assets.service import Assets
 from service.auth.service import Principal
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
+from service.core.loops import LoopService
 from service.core.settings import Settings
 from service.deployments.reconcile.owner import OwnerId
 from service.invocation.dispatch import Dispatcher, LocalDispatcher
@@ -112,8 +113,21 @@ class InvocationPlane:
             self.engine.active,
             lease_seconds=settings.invoke_replica_lease_seconds,
         )
-        self._loop_task: asyncio.Task[None] | None = None
+        lease = settings.invoke_replica_lease_seconds
+        #: heartbeat every third of the lease, sweep every lease; a round every `pause` (and
+        #: when woken) re-reads the instances of versions with waiting requests
+        self._beat = max(0.05, lease / 3)
+        self._next_beat = self._next_sweep = 0.0
+        pause = min(self._beat, max(0.05, settings.invoke_route_cache_seconds or 0.5))
         self._instances_changed = asyncio.Event()
+        self._background = LoopService[str](
+            "nvcf-invocation",
+            self._round,
+            pause,
+            log=log,
+            failure="invocation background work failed",
+            wake=self._instances_changed,
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -126,10 +140,13 @@ class InvocationPlane:
                 log.warning("ended %d requests of this replica's previous run", ended)
         await self.store.heartbeat()
         await self._sweep()
+        now = asyncio.get_running_loop().time()
+        self._next_beat = now + self._beat
+        self._next_sweep = now + self.settings.invoke_replica_lease_seconds
         if isinstance(self.dispatcher, RedisDispatcher):
             await self.dispatcher.start()
         await self.sessions.start()
-        self._loop_task = asyncio.create_task(self._background(), name="nvcf-invocation")
+        self._background.start()
         self.load_publisher.start()
 
     def instances_changed(self) -> None:
@@ -146,42 +163,23 @@ class InvocationPlane:
         replica's heartbeat row is left to age out (a restart of the same id renews it)."""
         self.engine.stopping = True
         await self.load_publisher.stop()
-        task, self._loop_task = self._loop_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._background.stop()
         await self.engine.stop()
         await self.dispatcher.aclose()
         await self.sessions.aclose()
         await self.limiter.aclose()
 
-    async def _background(self) -> None:
-        """Heartbeat every third of the lease, sweep every lease, and re-read the instances of
-        versions with waiting requests every route-cache period (first run: after a pause;
-        `start` did the first heartbeat and sweep)."""
-        lease = self.settings.invoke_replica_lease_seconds
-        beat = max(0.05, lease / 3)
-        pause = min(beat, max(0.05, self.settings.invoke_route_cache_seconds or 0.5))
-        loop = asyncio.get_running_loop()
-        next_beat, next_sweep = loop.time() + beat, loop.time() + lease
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._instances_changed.wait(), pause)
-            self._instances_changed.clear()
-            now = loop.time()
-            try:
-                if now >= next_beat:
-                    await self.store.heartbeat()
-                    next_beat = now + beat
-                if now >= next_sweep:
-                    await self._sweep()
-                    next_sweep = now + lease
-                await self._refresh_waiting()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("invocation background work failed")
+    async def _round(self) -> None:
+        """The heartbeat and the sweep when due (`start` did the first of each), then the
+        instances of versions with waiting requests re-read."""
+        now = asyncio.get_running_loop().time()
+        if now >= self._next_beat:
+            await self.store.heartbeat()
+            self._next_beat = now + self._beat
+        if now >= self._next_sweep:
+            await self._sweep()
+            self._next_sweep = now + self.settings.invoke_replica_lease_seconds
+        await self._refresh_waiting()
 
     async def _sweep(self) -> None:
         ended = await self.store.end_dead()

@@ -27,6 +27,7 @@ from redis.asyncio import ConnectionPool, Redis
 from redis.exceptions import RedisError
 
 from service.core.errors import NotFound, ServiceUnavailable
+from service.core.loops import LoopService
 from service.invocation.redis_batch import Script, ScriptBatch
 from service.invocation.routing import Target
 
@@ -195,7 +196,14 @@ class RedisSessions:
         self._batch = ScriptBatch(self._redis, [_JOIN, _LEAVE, _RENEW, _LOOKUP])
         #: this replica's open calls: (session, call)
         self._held: set[tuple[uuid.UUID, uuid.UUID]] = set()
-        self._renewer: asyncio.Task[None] | None = None
+        #: renews the calls this replica holds every third of the lease
+        self._renewer = LoopService[str](
+            "nvcf-invocation-sessions-renew",
+            self._renew,
+            self._lease_ms / 3000,
+            log=log,
+            failure="renewing gRPC session calls in Redis failed",
+        )
         self._joining: set[asyncio.Task[None]] = set()
 
     async def others(self, session: uuid.UUID, target: Target) -> list[uuid.UUID]:
@@ -243,15 +251,10 @@ class RedisSessions:
         )
 
     async def start(self) -> None:
-        self._renewer = asyncio.get_running_loop().create_task(
-            self._renew(), name="nvcf-invocation-sessions-renew"
-        )
+        self._renewer.start()
 
     async def aclose(self) -> None:
-        if self._renewer is not None:
-            self._renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewer
+        await self._renewer.stop()
         if self._joining:
             await asyncio.gather(*self._joining, return_exceptions=True)
         await self._batch.drain()
@@ -260,19 +263,17 @@ class RedisSessions:
 
     async def _renew(self) -> None:
         """Keep this replica's calls (and so their sessions) alive; a dead replica's expire."""
-        while True:
-            await asyncio.sleep(self._lease_ms / 3000)
-            renewals = [
-                self._batch.call(
-                    _RENEW,
-                    [f"{PREFIX}{session}"],
-                    [str(call), str(self._lease_ms), str(self._idle_ms)],
-                )
-                for session, call in list(self._held)
-            ]
-            results = await asyncio.gather(*renewals, return_exceptions=True)
-            failed = [r for r in results if isinstance(r, Exception)]
-            if failed:
-                log.warning(
-                    "renewing %d gRPC session calls in Redis failed: %s", len(failed), failed[0]
-                )
+        renewals = [
+            self._batch.call(
+                _RENEW,
+                [f"{PREFIX}{session}"],
+                [str(call), str(self._lease_ms), str(self._idle_ms)],
+            )
+            for session, call in list(self._held)
+        ]
+        results = await asyncio.gather(*renewals, return_exceptions=True)
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            log.warning(
+                "renewing %d gRPC session calls in Redis failed: %s", len(failed), failed[0]
+            )

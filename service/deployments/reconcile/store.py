@@ -21,6 +21,7 @@ from sqlalchemy.orm import selectinload
 from service.core.changes import BOOKKEEPING, touching
 from service.deployments.logs.models import KeptLog
 from service.deployments.models import Deployment, DeploymentSpec, Instance, InstanceDesired
+from service.functions import repository as functions_repository
 from service.functions.models import FunctionVersion
 
 _CHUNK = 500  # ids per IN (...) list
@@ -203,11 +204,9 @@ class ReconcileStore:
     async def versions(
         self, session: AsyncSession, deployments: Sequence[Deployment]
     ) -> dict[uuid.UUID, FunctionVersion]:
-        ids = list({d.version_id for d in deployments})
-        if not ids:
-            return {}
-        stmt = select(FunctionVersion).where(FunctionVersion.id.in_(ids))
-        return {v.id: v for v in (await session.execute(stmt)).scalars()}
+        return await functions_repository.versions_by_id(
+            session, {d.version_id for d in deployments}
+        )
 
     async def claim(
         self, session: AsyncSession, deployment_ids: Sequence[uuid.UUID], now: datetime

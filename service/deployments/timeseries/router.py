@@ -13,7 +13,7 @@ from service.auth.deps import Session, require
 from service.auth.service import Principal
 from service.core.errors import NotFound
 from service.core.http import parse_uuids
-from service.functions.models import FunctionVersion
+from service.functions import repository as functions_repository
 
 router = APIRouter(tags=["functions"])
 Reader = Annotated[
@@ -37,7 +37,7 @@ async def version_metrics(
     principal: Reader,
 ) -> dict[str, Any]:
     fid, vid = parse_uuids((functionId, "functionId"), (functionVersionId, "functionVersionId"))
-    version = await session.get(FunctionVersion, vid)
+    version = await functions_repository.version_by_id(session, vid)
     if version is None or version.function_id != fid or version.account_id != principal.account_id:
         raise NotFound(detail=f"version {vid} of function {fid} not found")
     series = getattr(request.app.state, "timeseries", None)

@@ -11,8 +11,8 @@ A worker's address is its endpoint's `h2_url` (the adapter's, backends/worker.py
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
+import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -22,6 +22,9 @@ import grpc
 from grpc import aio
 
 from service.backends.worker import CONNECT_TIMEOUT, WorkerEndpoint, WorkerUnreachable
+from service.core.loops import LoopService
+
+log = logging.getLogger("nvcf.invocation.grpc")
 
 
 @dataclass(eq=False)
@@ -72,14 +75,21 @@ class Channels:
             ("grpc.max_send_message_length", max_message_bytes),
         ]
         self._open: OrderedDict[tuple[str, bool], _Channel] = OrderedDict()
-        self._sweeper: asyncio.Task[None] | None = None
+        #: closes the channels idle for `idle_seconds`, checked four times per period
+        self._sweeper = LoopService[str](
+            "nvcf-grpc-channels-sweep",
+            self._sweep,
+            idle_seconds / 4,
+            log=log,
+            failure="closing idle gRPC channels failed",
+        )
         self._closing: set[asyncio.Task[None]] = set()
 
     def __len__(self) -> int:
         return len(self._open)
 
     def start(self) -> None:
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        self._sweeper.start()
 
     async def acquire(self, endpoint: WorkerEndpoint) -> Lease:
         """A connected channel to the endpoint's worker, held until `Lease.release`
@@ -141,22 +151,15 @@ class Channels:
         task.add_done_callback(self._closing.discard)
 
     async def _sweep(self) -> None:
-        """Close the channels idle for `idle_seconds` (checked a few times per period)."""
-        while True:
-            await asyncio.sleep(self.idle_seconds / 4)
-            now = time.monotonic()
-            for key in [
-                k
-                for k, c in self._open.items()
-                if c.calls == 0 and now - c.used >= self.idle_seconds
-            ]:
-                self._close(key)
+        """Close the channels idle for `idle_seconds`."""
+        now = time.monotonic()
+        for key in [
+            k for k, c in self._open.items() if c.calls == 0 and now - c.used >= self.idle_seconds
+        ]:
+            self._close(key)
 
     async def aclose(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        await self._sweeper.stop()
         channels = [c.channel for c in self._open.values()]
         self._open.clear()
         for channel in channels:

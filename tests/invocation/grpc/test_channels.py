@@ -1,12 +1,15 @@
 """The gRPC listener's channels to workers: one per address, shared, bounded, and a worker
-that refuses the connection is `WorkerUnreachable` (nothing sent) with its channel dropped."""
+that refuses the connection is `WorkerUnreachable` (nothing sent) with its channel dropped; the
+sweep closes the channels left idle."""
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from service.backends.worker import WorkerEndpoint, WorkerUnreachable
 from service.invocation.grpc.channels import Channels, worker_address
+from tests.support.e2e import eventually
 from tests.support.grpc_worker import GrpcWorker
 
 
@@ -56,3 +59,29 @@ async def test_one_channel_per_address_bounded_and_a_refusal_drops_it() -> None:
         await channels.aclose()
         await one.stop()
         await two.stop()
+
+
+async def test_the_sweep_closes_idle_channels_and_keeps_held_ones() -> None:
+    idle_worker, busy_worker = await GrpcWorker().start(), await GrpcWorker().start()
+    channels = Channels(limit=4, idle_seconds=0.2, max_message_bytes=1024)
+    channels.start()
+    try:
+        idle = await channels.acquire(Endpoint(f"http://127.0.0.1:{idle_worker.port}"))
+        idle.release()
+        held = await channels.acquire(Endpoint(f"http://127.0.0.1:{busy_worker.port}"))
+        assert len(channels) == 2
+
+        async def one_left() -> bool:
+            return len(channels) == 1
+
+        await eventually(one_left)
+        assert held.channel.get_state() == grpc.ChannelConnectivity.READY
+        # the held channel is the one kept: a new call to its worker shares it
+        again = await channels.acquire(Endpoint(f"http://127.0.0.1:{busy_worker.port}"))
+        assert again.channel is held.channel
+        again.release()
+        held.release()
+    finally:
+        await channels.aclose()
+        await idle_worker.stop()
+        await busy_worker.stop()

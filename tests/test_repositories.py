@@ -194,16 +194,8 @@ DECLARED: dict[str, str] = {
     "deployments/transitions/status.py FunctionVersion (functions)": "the status writer",
     "deployments/transitions/deployment.py FunctionVersion (functions)": "the status writer",
 }
-#: uses still to be moved into the owner's repository: the invocation plane's route reads
-#: (a version visible to the caller with its live deployment, then its running instances),
-#: left while issue 26 rebuilds that package's hot path
-KNOWN: set[str] = {
-    "invocation/access.py Deployment (deployments)",
-    "invocation/access.py FunctionAuthorization (functions)",
-    "invocation/access.py FunctionVersion (functions)",
-    "invocation/routing.py DeploymentSpec (deployments)",
-    "invocation/routing.py Instance (deployments)",
-}
+#: uses still to be moved into the owner's repository (none left)
+KNOWN: set[str] = set()
 
 
 def _where(hit: str) -> str:

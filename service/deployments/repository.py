@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Row, Select, and_, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.service import Principal
@@ -255,3 +255,41 @@ async def active_instances(
             ActiveInstanceRow(iid, phase, itype, gpu, backend, cluster, created, updated)
         )
     return out
+
+
+async def with_live_deployment(session: AsyncSession, versions: Select[Any]) -> Sequence[Row[Any]]:
+    """The rows of `versions` (a statement of versions with an `id` column, e.g.
+    `functions.repository.invocable_versions`), each with its live deployment's id and
+    creation time (`deployment_id`, `created_at`; None when not deployed). One query."""
+    chosen = versions.subquery()
+    stmt = select(chosen, Deployment.id.label("deployment_id"), Deployment.created_at).outerjoin(
+        Deployment,
+        and_(
+            Deployment.version_id == chosen.c.id,
+            Deployment.desired == DeploymentDesired.DEPLOYED,
+        ),
+    )
+    return (await session.execute(stmt)).all()
+
+
+async def running_routes(session: AsyncSession, deployment_id: uuid.UUID) -> Sequence[Any]:
+    """The Running instances a deployment's requests may go to, oldest first, each with what
+    routing needs of its spec (`id`, `cluster`, `max_request_concurrency`, `backend`,
+    `instance_type`)."""
+    stmt = (
+        select(
+            Instance.id,
+            Instance.cluster,
+            DeploymentSpec.max_request_concurrency,
+            DeploymentSpec.backend,
+            DeploymentSpec.instance_type,
+        )
+        .join(DeploymentSpec, DeploymentSpec.id == Instance.spec_id)
+        .where(
+            Instance.deployment_id == deployment_id,
+            Instance.phase == Phase.RUNNING,
+            Instance.desired == InstanceDesired.PRESENT,
+        )
+        .order_by(Instance.created_at, Instance.id)
+    )
+    return (await session.execute(stmt)).all()

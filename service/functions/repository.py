@@ -9,7 +9,18 @@ import uuid
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, delete, func, insert, literal, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.db import UTCDateTime, UUIDStr, mark_written, utcnow
@@ -334,3 +345,51 @@ async def delete_parties(
     if account is not None:
         stmt = stmt.where(FunctionAuthorization.account_id == account)
     await session.execute(stmt)
+
+
+#: the version columns invocation needs (never the whole row: secrets, objects, findings),
+#: each labelled by its attribute: what a row of `invocable_versions` carries
+_INVOCATION_COLUMNS = (
+    FunctionVersion.id,
+    FunctionVersion.function_id,
+    FunctionVersion.account_id,
+    FunctionVersion.name,
+    FunctionVersion.status,
+    FunctionVersion.inference_url,
+    FunctionVersion.inference_port,
+    FunctionVersion.helm_chart_service_name,
+    FunctionVersion.container_image,
+    FunctionVersion.health,
+    FunctionVersion.rate_limit,
+    FunctionVersion.function_type,
+    FunctionVersion.models,
+)
+
+
+def invocable_versions(
+    account_id: str,
+    function_id: uuid.UUID,
+    version_id: uuid.UUID | None,
+    granted: Collection[uuid.UUID] = (),
+) -> Select[Any]:
+    """A statement (composed by the invocation plane with the live deployments): the
+    versions of a function an account may invoke — its own, and those shared with it (the
+    whole function, or single versions) — all of them or the one asked for; only `granted`
+    ones when any are named (an invocation token's grant)."""
+    shared = exists().where(
+        FunctionAuthorization.account_id == account_id,
+        FunctionAuthorization.function_id == FunctionVersion.function_id,
+        or_(
+            FunctionAuthorization.version_id.is_(None),
+            FunctionAuthorization.version_id == FunctionVersion.id,
+        ),
+    )
+    stmt = select(*(c.label(c.key) for c in _INVOCATION_COLUMNS)).where(
+        FunctionVersion.function_id == function_id,
+        or_(FunctionVersion.account_id == account_id, shared),
+    )
+    if version_id is not None:
+        stmt = stmt.where(FunctionVersion.id == version_id)
+    if granted:
+        stmt = stmt.where(FunctionVersion.id.in_(list(granted)))
+    return stmt

@@ -16,29 +16,12 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Row, and_, exists, or_, select
+from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.service import Principal
-from service.deployments.models import Deployment, DeploymentDesired
-from service.functions.models import FunctionAuthorization, FunctionVersion
-
-#: the version columns invocation needs (never the whole row: secrets, objects, findings)
-VERSION_COLUMNS = (
-    FunctionVersion.id,
-    FunctionVersion.function_id,
-    FunctionVersion.account_id,
-    FunctionVersion.name,
-    FunctionVersion.status,
-    FunctionVersion.inference_url,
-    FunctionVersion.inference_port,
-    FunctionVersion.helm_chart_service_name,
-    FunctionVersion.container_image,
-    FunctionVersion.health,
-    FunctionVersion.rate_limit,
-    FunctionVersion.function_type,
-    FunctionVersion.models,
-)
+from service.deployments import repository as deployments
+from service.functions import repository as functions
 
 
 async def visible_versions(
@@ -50,7 +33,7 @@ async def visible_versions(
     """The versions of a function the caller may invoke (all of them, or the one asked for),
     each with its live deployment's id and creation time (None when not deployed): its
     account's own, and those shared with its account; an invocation token's, only the granted
-    ones. One query."""
+    ones. One query, composed of the functions' and the deployments' repositories."""
     if principal.functions is not None and function_id not in principal.functions:
         return []  # a key limited to named functions (NVCF policy resources)
     granted: frozenset[str] | None = frozenset()
@@ -58,33 +41,10 @@ async def visible_versions(
         granted = principal.grant.versions(str(function_id))
         if granted is None:
             return []
-    shared = exists().where(
-        FunctionAuthorization.account_id == principal.account_id,
-        FunctionAuthorization.function_id == FunctionVersion.function_id,
-        or_(
-            FunctionAuthorization.version_id.is_(None),
-            FunctionAuthorization.version_id == FunctionVersion.id,
-        ),
+    versions = functions.invocable_versions(
+        principal.account_id, function_id, version_id, [uuid.UUID(v) for v in granted or ()]
     )
-    stmt = (
-        select(*VERSION_COLUMNS, Deployment.id.label("deployment_id"), Deployment.created_at)
-        .outerjoin(
-            Deployment,
-            and_(
-                Deployment.version_id == FunctionVersion.id,
-                Deployment.desired == DeploymentDesired.DEPLOYED,
-            ),
-        )
-        .where(
-            FunctionVersion.function_id == function_id,
-            or_(FunctionVersion.account_id == principal.account_id, shared),
-        )
-    )
-    if version_id is not None:
-        stmt = stmt.where(FunctionVersion.id == version_id)
-    if granted:
-        stmt = stmt.where(FunctionVersion.id.in_([uuid.UUID(v) for v in granted]))
-    return (await session.execute(stmt)).all()
+    return await deployments.with_live_deployment(session, versions)
 
 
 def may_poll(

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from sqlalchemy import Row, select
+from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth.service import Principal
@@ -39,9 +39,8 @@ from service.backends.worker import WorkerPort
 from service.charts.pipeline import DEFAULT_INFERENCE_PORT
 from service.clusters.catalog import Catalog
 from service.core.errors import BadRequest, Forbidden, NotFound
-from service.deployments.models import DeploymentSpec, Instance, InstanceDesired
+from service.deployments import repository as deployments
 from service.deployments.workload import DEFAULT_PORT, SERVICE_NAME
-from service.health.machine import Phase
 from service.invocation.access import visible_versions
 from service.invocation.ratelimit import RatePolicy
 
@@ -320,24 +319,9 @@ class RouteTable:
     ) -> Target:
         rows = await visible_versions(session, principal, function_id, version_id)
         row = choose_version(rows, function_id, version_id)
-        found = await session.execute(
-            select(
-                Instance.id,
-                Instance.cluster,
-                DeploymentSpec.max_request_concurrency,
-                DeploymentSpec.backend,
-                DeploymentSpec.instance_type,
-            )
-            .join(DeploymentSpec, DeploymentSpec.id == Instance.spec_id)
-            .where(
-                Instance.deployment_id == row.deployment_id,
-                Instance.phase == Phase.RUNNING,
-                Instance.desired == InstanceDesired.PRESENT,
-            )
-            .order_by(Instance.created_at, Instance.id)
-        )
+        found = await deployments.running_routes(session, row.deployment_id)
         instances = []
-        for inst in found.all():
+        for inst in found:
             cluster = self._catalog.cluster(inst.cluster or "")
             instances.append(
                 InstanceRoute(

@@ -9,10 +9,10 @@ import logging
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from service.deployments.models import Instance, InstanceDesired
+from service.deployments import repository as deployments_repository
+from service.deployments.models import InstanceDesired
 from service.functions import repository as functions_repository
 from service.health.status import VersionStatus
 
@@ -119,11 +119,7 @@ class FleetGauges:
     ) -> tuple[dict[str, int], dict[tuple[str, str], int]]:
         async with sessionmaker() as session:
             versions = await functions_repository.count_versions_by_status(session)
-            instance_rows = await session.execute(
-                select(Instance.phase, Instance.cluster, Instance.desired, func.count())
-                .where(or_(Instance.desired == InstanceDesired.PRESENT, Instance.applied.is_(True)))
-                .group_by(Instance.phase, Instance.cluster, Instance.desired)
-            )
+            instance_rows = await deployments_repository.instance_counts(session)
             instances: dict[tuple[str, str], int] = {}
             for phase, cluster, desired, n in instance_rows:
                 label = phase if desired == InstanceDesired.PRESENT else TERMINATING

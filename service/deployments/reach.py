@@ -7,10 +7,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.deployments.models import Deployment, DeploymentHistory
+from service.deployments import repository as deployments
 from service.functions import repository as functions_repository
 from service.functions import sharing
 
@@ -19,20 +18,7 @@ class FunctionReach:
     async def function_of_deployment(
         self, session: AsyncSession, deployment_id: uuid.UUID
     ) -> uuid.UUID | None:
-        function_id = (
-            await session.execute(
-                select(Deployment.function_id).where(Deployment.id == deployment_id)
-            )
-        ).scalar_one_or_none()
-        if function_id is None:
-            function_id = (
-                await session.execute(
-                    select(DeploymentHistory.function_id).where(
-                        DeploymentHistory.id == deployment_id
-                    )
-                )
-            ).scalar_one_or_none()
-        return function_id
+        return await deployments.function_of_deployment(session, deployment_id)
 
     async def own_functions(
         self, session: AsyncSession, account_id: str, ids: Collection[uuid.UUID]

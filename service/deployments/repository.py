@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, Select, and_, func, select
+from sqlalchemy import Row, Select, and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.service import Principal
@@ -27,6 +27,7 @@ from service.deployments.models import (
     DeploymentSpec,
     Instance,
     InstanceDesired,
+    SpecRevision,
 )
 from service.functions import repository as functions_repository
 from service.functions.models import FunctionVersion
@@ -293,3 +294,54 @@ async def running_routes(session: AsyncSession, deployment_id: uuid.UUID) -> Seq
         .order_by(Instance.created_at, Instance.id)
     )
     return (await session.execute(stmt)).all()
+
+
+async def instance_of(
+    session: AsyncSession, deployment_id: uuid.UUID, instance_id: uuid.UUID
+) -> Instance | None:
+    """The instance, when it is (or was) one of the deployment's."""
+    row = await session.get(Instance, instance_id)
+    return row if row is not None and row.deployment_id == deployment_id else None
+
+
+async def running_instances(session: AsyncSession, deployment_id: uuid.UUID) -> Sequence[Instance]:
+    """The deployment's Running instances, oldest first."""
+    stmt = (
+        select(Instance)
+        .where(
+            Instance.deployment_id == deployment_id,
+            Instance.desired == InstanceDesired.PRESENT,
+            Instance.phase == Phase.RUNNING.value,
+        )
+        .order_by(Instance.created_at, Instance.id)
+    )
+    return (await session.execute(stmt)).scalars().all()
+
+
+async def function_of_deployment(
+    session: AsyncSession, deployment_id: uuid.UUID
+) -> uuid.UUID | None:
+    """The function of a deployment, live or removed (while its history is kept)."""
+    stmt = select(Deployment.function_id).where(Deployment.id == deployment_id)
+    function_id = (await session.execute(stmt)).scalar_one_or_none()
+    if function_id is None:
+        removed = select(DeploymentHistory.function_id).where(DeploymentHistory.id == deployment_id)
+        function_id = (await session.execute(removed)).scalar_one_or_none()
+    return function_id
+
+
+async def instance_counts(session: AsyncSession) -> Sequence[Any]:
+    """(phase, cluster, desired, count) of the instances that are or may still be applied:
+    one grouped count of the fleet (for `/metrics`, cached by its reader)."""
+    stmt = (
+        select(Instance.phase, Instance.cluster, Instance.desired, func.count())
+        .where(or_(Instance.desired == InstanceDesired.PRESENT, Instance.applied.is_(True)))
+        .group_by(Instance.phase, Instance.cluster, Instance.desired)
+    )
+    return (await session.execute(stmt)).all()
+
+
+async def spec_revision(
+    session: AsyncSession, spec_id: uuid.UUID, number: int
+) -> SpecRevision | None:
+    return await session.get(SpecRevision, (spec_id, number))

@@ -160,3 +160,8 @@ async def kept_lines(
         return {}
     rows = (await session.execute(select(KeptLog).where(KeptLog.instance_id.in_(ids)))).scalars()
     return {row.instance_id: shown(row.containers) for row in rows}
+
+
+async def kept_log(session: AsyncSession, instance_id: uuid.UUID) -> KeptLog | None:
+    """The lines kept of an instance's last failure or restart, if any."""
+    return await session.get(KeptLog, instance_id)

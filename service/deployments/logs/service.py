@@ -17,7 +17,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.backends.logs import LogLine, LogRequest, cut, merge
@@ -34,7 +33,7 @@ from service.core.errors import (
 )
 from service.core.settings import Settings
 from service.deployments import repository as deployments
-from service.deployments.logs.keep import shown
+from service.deployments.logs.keep import kept_log, shown
 from service.deployments.logs.mask import NO_SECRETS, Masker
 from service.deployments.logs.models import KeptLog
 from service.deployments.models import Deployment, Instance, InstanceDesired
@@ -178,9 +177,7 @@ async def instance_reading(
     """One instance's log: live, or the lines kept when it failed; 404 for another account's
     deployment or an instance it never had."""
     found = await deployments.find_deployment(session, account_id, deployment_id, now)
-    row = await session.get(Instance, instance_id)
-    if row is not None and row.deployment_id != deployment_id:
-        row = None
+    row = await deployments.instance_of(session, deployment_id, instance_id)
     label = request.container is None
     if row is not None and isinstance(found, Deployment) and _live(row):
         adapter = registry.get(row.cluster or "")
@@ -189,7 +186,7 @@ async def instance_reading(
             raise BadGateway(detail=f"cannot read the logs of instance {instance_id}: {reason}")
         masker = await _masker(session, box, found.version_id)
         return Reading(request, masker, [Source(adapter, _target(found, row))], label=label)
-    kept = await session.get(KeptLog, instance_id)
+    kept = await kept_log(session, instance_id)
     if kept is not None and (kept.deployment_id != deployment_id or kept.account_id != account_id):
         kept = None
     if row is None and kept is None:
@@ -230,17 +227,7 @@ async def deployment_reading(
     found = await deployments.find_deployment(session, account_id, deployment_id, now)
     if not isinstance(found, Deployment):
         return Reading(request, NO_SECRETS, [])
-    rows = (
-        await session.execute(
-            select(Instance)
-            .where(
-                Instance.deployment_id == deployment_id,
-                Instance.desired == InstanceDesired.PRESENT,
-                Instance.phase == Phase.RUNNING.value,
-            )
-            .order_by(Instance.created_at, Instance.id)
-        )
-    ).scalars()
+    rows = await deployments.running_instances(session, deployment_id)
     sources: list[Source] = []
     for row in rows:
         adapter = registry.get(row.cluster or "")

@@ -29,7 +29,7 @@ from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.clusters.instance_types import InstanceTypeError, parse_instance_type
 from service.core.crypto import SecretBox
-from service.deployments import rollout, transitions
+from service.deployments import repository, rollout, transitions
 from service.deployments.logs.keep import (
     ContainerKey,
     keep_logs,
@@ -44,7 +44,6 @@ from service.deployments.models import (
     DeploymentSpec,
     Instance,
     InstanceDesired,
-    SpecRevision,
 )
 from service.deployments.reconcile.config import ReconcilerConfig
 from service.deployments.reconcile.converge import converge_counts
@@ -439,7 +438,7 @@ class UnitOfWork:
         key = (spec.id, number)
         if key not in self._revisions:
             async with self.rt.sessionmaker() as session:
-                found = await session.get(SpecRevision, key)
+                found = await repository.spec_revision(session, spec.id, number)
             self._revisions[key] = list(found.objects) if found is not None else []
         return self._revisions[key] or None
 
@@ -641,7 +640,7 @@ class UnitOfWork:
             ):
                 others.append(row)
                 continue
-            serving = await session.get(SpecRevision, (spec.id, spec.revision))
+            serving = await repository.spec_revision(session, spec.id, spec.revision)
             if serving is None:  # cannot happen: revisions live as long as their spec
                 others.append(row)
                 continue

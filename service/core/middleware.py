@@ -24,6 +24,7 @@ from service.core.http import query_errors
 from service.core.logs import request_id_var
 from service.core.numbers import natural
 from service.core.problem import problem_body
+from service.core.server import BODY_RECEIVED
 
 log = logging.getLogger("nvcf.access")
 log_errors = logging.getLogger("nvcf.errors")
@@ -351,8 +352,9 @@ class BodyDeadlineMiddleware:
     A read of the body that would wait past the deadline raises `RequestTimeout` instead: a
     408 problem+json with `Connection: close` (the rest of the body is never read). Reads after
     the body is complete (a streaming response listening for the disconnect) wait as long as
-    they like. The server protocol (service/core/server.py) closes a connection whose body is
-    late and is read by nobody.
+    they like, and so do all reads once the server protocol says the body has arrived whole
+    (`BODY_RECEIVED`: most requests, whose body comes with their head). The server protocol
+    (service/core/server.py) closes a connection whose body is late and is read by nobody.
     """
 
     def __init__(
@@ -376,7 +378,7 @@ class BodyDeadlineMiddleware:
 
         async def wrapped() -> Message:
             nonlocal complete
-            if complete:
+            if complete or BODY_RECEIVED in scope:  # the body is here: no read can be late
                 return await receive()
             try:
                 async with asyncio.timeout_at(deadline):

@@ -34,11 +34,14 @@ import logging
 import resource
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("nvcf.server")
+
+#: scope key set once the request's body has arrived whole (`BodyDeadlineMiddleware`)
+BODY_RECEIVED = "nvcf.body_received"
 
 _REFUSAL_TEXT = b"too many open connections; retry later\n"
 REFUSAL = (
@@ -329,6 +332,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._clock.disarm()
+        if self.scope is not None:  # the application reads the body without waiting
+            cast(dict[str, Any], self.scope)[BODY_RECEIVED] = True
         # the read being fed ends a body: its bytes are not head bytes of the next request
         self._in_head, self._head_bytes, self._began = True, 0, True
         super().on_message_complete()

@@ -118,6 +118,39 @@ async def test_the_body_deadline_of_uploads_is_their_own() -> None:
         await short({"type": "http", "path": "/v2/nvcf/functions"}, receive, send)  # type: ignore[arg-type]
 
 
+async def test_the_protocol_says_when_a_body_has_arrived_whole() -> None:
+    """A body that came with its head is marked received before the application reads it
+    (its reads need no deadline); one still on its way is not, until it has come."""
+    from service.core.server import BODY_RECEIVED
+
+    seen: list[tuple[bool, bool]] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        before = BODY_RECEIVED in scope
+        more = True
+        while more:
+            more = (await receive()).get("more_body", False)
+        seen.append((before, BODY_RECEIVED in scope))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    limits = ConnectionLimits(
+        header_timeout=10, body_timeout=10, keepalive_timeout=5, max_connections=10
+    )
+    async with in_loop_server(app, limits) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.config.port)
+        head = b"POST /x HTTP/1.1\r\nhost: t\r\ncontent-length: 4\r\n\r\n"
+        writer.write(head + b"body")
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(head + b"bo")  # half the body now, the rest once the app waits for it
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        writer.write(b"dy")
+        await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+    assert seen == [(True, True), (False, True)]
+
+
 class _Recorder(asyncio.Transport):
     """The writes a transport receives (what reaches the socket)."""
 

@@ -135,7 +135,8 @@ def main() -> None:
         servers = {}
         for mode in args.modes:
             port = free_port()
-            settings = {**env, **server_env(tmp / mode, echo_port)}
+            # side by side: the gRPC listener off (they would all claim its port)
+            settings = {**env, **server_env(tmp / mode, echo_port), "NVCF_GRPC_ENABLED": "false"}
             if mode == "redis":
                 settings["NVCF_REDIS_URL"] = f"{redis_url}/0"
             command = [sys.executable, "-m", "service.cli", "serve", "--port", str(port)]

@@ -59,7 +59,7 @@ from service.core.settings import Settings
 from service.core.tracing import TracingMiddleware
 from service.deployments import subscribers
 from service.deployments.announcements import DeploymentDeleted
-from service.deployments.autoscale import Autoscaler, AutoscalerConfig
+from service.deployments.autoscale.loop import Autoscaler, AutoscalerConfig
 from service.deployments.history import HistoryConfig, HistoryPurger
 from service.deployments.logs.router import router as logs_router
 from service.deployments.models import Deployment, Instance

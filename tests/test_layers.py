@@ -116,6 +116,16 @@ def module_of(name: str, known: Iterable[str]) -> str | None:
     return parent if parent in names else None
 
 
+def _packages_run_first(target: str, importer: str, known: Iterable[str]) -> list[str]:
+    """The packages whose `__init__` importing `target` runs first: its enclosing packages,
+    but those of the importer (already running when it imports)."""
+    names = set(known)
+    parts = target.split(".")
+    enclosing = {".".join(parts[:i]) for i in range(1, len(parts))}
+    mine = {".".join(importer.split(".")[:i]) for i in range(1, importer.count(".") + 2)}
+    return sorted(p for p in enclosing - mine if p in names)
+
+
 def circles(root: Path) -> list[list[str]]:
     """The import circles between modules under `root` (strongly connected components of more
     than one module; TYPE_CHECKING imports included)."""
@@ -124,7 +134,9 @@ def circles(root: Path) -> list[list[str]]:
         m: {
             t
             for name, _ in imported_modules(p)
-            if (t := module_of(name, mods)) is not None and t != m
+            if (target := module_of(name, mods)) is not None
+            for t in (target, *_packages_run_first(target, m, mods))
+            if t != m
         }
         for m, p in mods.items()
     }
@@ -246,3 +258,28 @@ def test_a_module_circle_is_seen(tmp_path: Path, a: str, b: str, circle: list[li
         {"charts/__init__.py": "", "charts/helm_engine.py": a, "charts/render.py": b},
     )
     assert circles(service) == circle
+
+
+def test_a_circle_through_a_package_init_is_seen(tmp_path: Path) -> None:
+    """Importing a submodule runs its package's `__init__` first: a re-export there closes a
+    circle no import line names (deployments.metrics → autoscale.policy runs autoscale's
+    `__init__`, which imported autoscale.loop, which imports deployments.metrics)."""
+    service = _tree(
+        tmp_path,
+        {
+            "deployments/__init__.py": "",
+            "deployments/metrics.py": "from service.deployments.autoscale.policy import P\n",
+            "deployments/autoscale/__init__.py": (
+                "from service.deployments.autoscale.loop import L\n"
+            ),
+            "deployments/autoscale/policy.py": "P = 1\n",
+            "deployments/autoscale/loop.py": "from service.deployments.metrics import M\n",
+        },
+    )
+    assert circles(service) == [
+        [
+            "service.deployments.autoscale",
+            "service.deployments.autoscale.loop",
+            "service.deployments.metrics",
+        ]
+    ]

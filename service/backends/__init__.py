@@ -8,7 +8,8 @@ from service.backends.protocol import (
     NodeShape,
     ShapeCapacity,
 )
-from service.backends.simulated import SimulatedAdapter, SimulationDelays
+from service.backends.simulated.adapter import SimulatedAdapter
+from service.backends.simulated.model import SimulationDelays
 
 __all__ = [
     "AdapterError",

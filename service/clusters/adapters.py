@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from service.backends.http1 import AnswerBounds
 from service.backends.protocol import BackendAdapter, NodeShape
-from service.backends.simulated import SimulatedAdapter, SimulationDelays
+from service.backends.simulated.adapter import SimulatedAdapter
+from service.backends.simulated.model import SimulationDelays
 from service.backends.worker_utils_pod import WorkerUtilsPod
 from service.clusters.catalog import Catalog, Cluster
 from service.core.settings import Settings

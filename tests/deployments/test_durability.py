@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 
 from service.backends.logs import LogLine, LogRequest
 from service.backends.protocol import BackendAdapter, Capacity, InstanceSpec
-from service.backends.simulated import SimulatedAdapter
+from service.backends.simulated.adapter import SimulatedAdapter
 from service.clusters.adapters import AdapterRegistry
 from service.deployments.models import Deployment, Instance
 from service.deployments.reconcile import claim_owner

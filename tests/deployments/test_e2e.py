@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from service.backends.protocol import InstanceSpec
-from service.backends.simulated import SimulatedAdapter
+from service.backends.simulated.adapter import SimulatedAdapter
 from service.deployments.models import DeploymentSpec, Instance
 from tests.support.api import create_fn
 from tests.support.app import AppClient, ClientFactory

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from service.backends.protocol import InstanceSpec
-from service.backends.simulated import SimulatedAdapter
+from service.backends.simulated.adapter import SimulatedAdapter
 from service.deployments.models import Instance
 from service.registry.pull_secrets import pull_secret_name
 from tests.support.app import AppClient, ClientFactory

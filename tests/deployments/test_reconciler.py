@@ -18,7 +18,7 @@ from service.backends.protocol import (
     Capacity,
     InstanceSpec,
 )
-from service.backends.simulated import SimulatedAdapter
+from service.backends.simulated.adapter import SimulatedAdapter
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.deployments.models import (

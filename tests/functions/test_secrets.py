@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from service.backends.protocol import InstanceSpec
-from service.backends.simulated import SimulatedAdapter
+from service.backends.simulated.adapter import SimulatedAdapter
 from tests.support.api import assert_problem, bearer, create_fn, new_key
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, dep_url, deployment, eventually

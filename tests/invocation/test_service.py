@@ -14,7 +14,7 @@ from httpx import ASGITransport
 
 from service.app import create_app
 from service.backends.protocol import InstanceSpec
-from service.backends.simulated import SimulatedAdapter
+from service.backends.simulated.adapter import SimulatedAdapter
 from service.core.db import make_engine, make_sessionmaker, utcnow
 from service.invocation.models import InvocationReplica, InvocationRequest
 from tests.support.api import assert_problem

@@ -14,33 +14,3 @@ Modules: `adapter` (the adapter: apply/observe/delete/capacity/objects), `schedu
 GPU accounting, queues), `timeline` (pod phases over time, faults, delays), `status` and
 `pods` (rendered objects, status and events), `model` (settings, annotations, state).
 """
-
-from service.backends.simulated.adapter import SimulatedAdapter
-from service.backends.simulated.model import (
-    CRASH_BACKOFF_CAP,
-    DEFAULT_FAIL_AFTER,
-    FAIL_AFTER_ANNOTATION,
-    FAULT_ANNOTATION,
-    FAULTS,
-    PROGRESS_DEADLINE_DEFAULT,
-    READY_AFTER_ANNOTATION,
-    Clock,
-    SimulationDelays,
-    parse_duration,
-)
-from service.backends.simulated.timeline import human_seconds
-
-__all__ = [
-    "CRASH_BACKOFF_CAP",
-    "DEFAULT_FAIL_AFTER",
-    "FAIL_AFTER_ANNOTATION",
-    "FAULTS",
-    "FAULT_ANNOTATION",
-    "PROGRESS_DEADLINE_DEFAULT",
-    "READY_AFTER_ANNOTATION",
-    "Clock",
-    "SimulatedAdapter",
-    "SimulationDelays",
-    "human_seconds",
-    "parse_duration",
-]

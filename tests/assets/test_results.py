@@ -76,7 +76,8 @@ async def test_a_result_over_its_bound_is_refused_and_leaves_nothing(
 
 
 async def test_old_results_are_purged(client_factory: ClientFactory) -> None:
-    client = await client_factory(invoke_result_ttl_seconds=60)
+    # the purge is called here alone (the application's own would race this one)
+    client = await client_factory(invoke_result_ttl_seconds=60, asset_purge_period_seconds=0)
     assets = client.app.state.assets
     rid, young = uuid.uuid4(), uuid.uuid4()
     await store_result(assets, rid, chunks(b"body"), None, "http://h/")

@@ -210,6 +210,8 @@ class Authenticator:
         self._known: dict[str, tuple[Principal, str, float]] = {}
         #: key lookups under way, by header: requests arriving together share one query
         self._lookups: dict[str, asyncio.Future[Principal]] = {}
+        #: how many requests wait for each lookup
+        self._waiting: dict[asyncio.Future[Principal], int] = {}
         self._jwks: jwt.PyJWKSet | None = None
         self._jwks_loaded_at = 0.0
         self._jwks_lock = asyncio.Lock()
@@ -290,12 +292,22 @@ class Authenticator:
         if lookup is None:
             lookup = asyncio.ensure_future(self._look_up(sessions, authorization, key))
             self._lookups[authorization] = lookup
+            self._waiting[lookup] = 0
             lookup.add_done_callback(functools.partial(self._looked_up, authorization))
-        return await asyncio.shield(lookup)
+        self._waiting[lookup] += 1
+        try:
+            return await asyncio.shield(lookup)
+        finally:
+            left = self._waiting.get(lookup, 1) - 1
+            if lookup in self._waiting:
+                self._waiting[lookup] = left
+            if left == 0 and not lookup.done():
+                lookup.cancel()  # every request that wanted it went away: so does the query
 
     def _looked_up(self, authorization: str, lookup: asyncio.Future[Principal]) -> None:
         if self._lookups.get(authorization) is lookup:
             del self._lookups[authorization]
+        self._waiting.pop(lookup, None)
         if not lookup.cancelled():
             lookup.exception()  # retrieved: every waiter may have gone
 

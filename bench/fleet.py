@@ -6,7 +6,10 @@ Starts `nvcf-server` (one process, SQLite, the default settings but for quotas a
 limit) on a simulated cluster with zero delays, and prints, in the same run:
 
 1. the server's idle CPU (every loop and thread: /proc/<pid>/stat) with `count/10` and with
-   `count` settled deployments, and its ratio (target ≤ 1.5);
+   `count` settled deployments, and its ratio (target ≤ 1.5), each over `--idle` seconds
+   starting `--settle` seconds after the last deployment turned ACTIVE (by default a little
+   more than one time series period: the work the last changes caused, such as the next
+   sample recounting the versions they wrote, is done by then);
 2. the median latency of a deploy POST on the settled server at `count/10` and at `count`
    (target ratio ≤ 1.3);
 3. the p50/p99 latency of a deploy POST and of a GET while the other 9/10 converge, against
@@ -230,6 +233,9 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=10_000)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--idle", type=float, default=30.0, help="seconds of each idle window")
+    ap.add_argument(
+        "--settle", type=float, default=12.0, help="seconds from all ACTIVE to an idle window"
+    )
     ap.add_argument("--samples", type=int, default=30, help="settled deploys/GETs measured")
     ap.add_argument("--tree", default=str(Path(__file__).resolve().parents[1]))
     ap.add_argument("--baseline-tree", metavar="REV", help="first the same on git revision REV")
@@ -319,7 +325,7 @@ def run(args: argparse.Namespace, pg: Any, tree: str, dbname: str) -> dict[str, 
         print(f"tree {tree}; {args.count:,} deployments, {args.clients} clients, {where}{split}")
         fleet.submit(0, small, args.clients)
         fleet.wait_active(small)
-        time.sleep(2)
+        time.sleep(args.settle)
         idle_small = idle_cpu(pids, args.idle)
         dep_small, get_small = settled_latencies(fleet, small, args.samples)
         progress(
@@ -362,7 +368,7 @@ def run(args: argparse.Namespace, pg: Any, tree: str, dbname: str) -> dict[str, 
         )
         total += len(probe_deploys)
 
-        time.sleep(2)
+        time.sleep(args.settle)
         idle_all = idle_cpu(pids, args.idle)
         dep_all, get_all = settled_latencies(fleet, total - args.samples, args.samples)
         fleet.wait_active(total)

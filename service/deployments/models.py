@@ -110,8 +110,21 @@ class Deployment(Base):
     )
 
 
+#: a spec the autoscaler holds above its minimum (autoscale/store.py `candidates` asks for
+#: exactly these terms, so that its reading is an index read of those few)
+ABOVE_MINIMUM = "target_instances IS NOT NULL AND target_instances > min_instances"
+
+
 class DeploymentSpec(Base):
     __tablename__ = "deployment_specs"
+    __table_args__ = (
+        Index(
+            "ix_deployment_specs_above_minimum",
+            "deployment_id",
+            sqlite_where=text(ABOVE_MINIMUM),
+            postgresql_where=text(ABOVE_MINIMUM),
+        ),
+    )
 
     id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True)
     deployment_id: Mapped[uuid.UUID] = mapped_column(
@@ -201,6 +214,9 @@ class Instance(Base):
     __table_args__ = (
         Index("ix_instances_desired_lease", "desired", "lease_expires_at"),
         Index("ix_instances_due_at", "due_at"),
+        # the time series recounts the versions whose instances were written since its
+        # previous sample: a range of this index, not the table
+        Index("ix_instances_updated_at", "updated_at"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True)
@@ -261,6 +277,8 @@ class DeploymentHistory(Base):
     __table_args__ = (
         # The purge reads only what has expired: one index probe when nothing has.
         Index("ix_deployment_history_expires_at", "expires_at"),
+        # and the versions whose deployment was removed since then
+        Index("ix_deployment_history_removed_at", "removed_at"),
         Index(
             "ix_deployment_history_account_version",
             "account_id",

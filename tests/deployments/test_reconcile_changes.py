@@ -11,9 +11,11 @@ import uuid
 from collections import Counter
 from datetime import datetime, timedelta
 
+from sqlalchemy import update
+
 from service.backends.changes import Changes
 from service.backends.protocol import AdapterError, InstanceSpec
-from service.deployments.models import Deployment
+from service.deployments.models import Deployment, Instance
 from service.deployments.reconcile import Reconciler
 from service.deployments.reconcile.resync import SLOTS, next_resync
 from service.health.observed import ObservedState
@@ -89,6 +91,45 @@ async def test_the_safety_net_observes_each_settled_instance_once_per_period(
     assert set(seen) == ids
     assert all(1 <= n <= 2 for n in seen.values())
     for dep in deps:
+        assert await harness.status(dep) == "ACTIVE"
+
+
+async def test_a_resync_after_the_lease_ran_out_is_a_re_observation_not_a_unit(
+    harness: Harness,
+) -> None:
+    """The safety net comes long after a settled instance's lease (60 s) has run out: while
+    nobody else claimed it, the reconciler that held it last re-observes it on its own (no
+    unit of work re-reading the deployment) and renews the lease; one another replica took
+    meanwhile goes through a unit of work that claims it back."""
+    rec = harness.new_reconciler(resync_seconds=PERIOD)
+    calls = count_observations(harness)
+    deps = await settled_fleet(harness, rec, 3)
+    ids = {await instance_id(harness, dep) for dep in deps}
+    taken = deps[2]
+    async with harness.maker() as session, session.begin():
+        await session.execute(
+            update(Instance)
+            .where(Instance.deployment_id == taken.id)
+            .values(lease_owner="another-replica", lease_expires_at=T0)  # long expired
+        )
+    calls.clear()
+    settled_at = harness.clock()
+    resynced = reconciled = 0
+    for _ in range(int(1.5 * PERIOD / 60)):  # each one's slot is due within 1.5 periods
+        harness.clock.advance(60)
+        report = await rec.run_once()
+        resynced, reconciled = resynced + report.resynced, reconciled + report.reconciled
+        if set(calls) == ids:
+            break
+    assert set(calls) == ids
+    assert (resynced, reconciled) == (2, 1)  # deployments: two re-observed, the taken one
+    for dep in deps:
+        (inst,) = await harness.instances(dep, present_only=True)
+        assert inst.lease_owner == rec.owner
+        # renewed (60 s) at its re-observation, a minute or more after the fleet settled
+        renewed = settled_at + timedelta(seconds=120)
+        assert inst.lease_expires_at is not None and inst.lease_expires_at >= renewed
+        assert inst.condition is not None and inst.condition["phase"] == "Running"
         assert await harness.status(dep) == "ACTIVE"
 
 

@@ -53,6 +53,7 @@ class AutoscaleStore:
         minimum."""
         cond: ColumnElement[bool] = Deployment.version_id.in_(list(versions))
         if not only:
+            # the terms of models.ABOVE_MINIMUM: a read of its partial index, not of every spec
             above = (
                 select(DeploymentSpec.deployment_id)
                 .where(

@@ -9,7 +9,8 @@ state changed or that have not settled, instances due for a health check, a chan
 safety-net resync (resync.py: a long period, spread evenly; everything at start-up and on a
 cluster whose watch was re-established) — and nothing else, so an idle fleet costs nothing
 per pass. Running instances that are due only for
-a resync and whose lease this process holds are re-observed without a database round trip;
+a resync or a health check, not reported changed, and whose lease this process holds or held
+last (expired, nobody else claimed them) are re-observed without a database round trip;
 everything else goes to units of work (unit.py) in batches.
 
 Durability: all state is in the database. An Instance row exists (and is committed) before its
@@ -175,9 +176,10 @@ class Reconciler(LoopService[str]):
         after a cluster was restored); the number of instances made due."""
         return await self.store.all_due(self._clock())
 
-    async def _take_changes(self, now: datetime) -> None:
+    async def _take_changes(self, now: datetime) -> set[uuid.UUID]:
         """Make due what the adapters' change feeds report: the changed instances, or every
-        instance of a cluster whose feed may have missed changes (and all at start-up)."""
+        instance of a cluster whose feed may have missed changes (and all at start-up); the
+        instances reported changed."""
         changed: list[uuid.UUID] = []
         resync: list[str] = []
         for name, adapter in self.registry.items():
@@ -197,6 +199,7 @@ class Reconciler(LoopService[str]):
             await self.store.resync_due(now, resync)
         if changed:
             await self.store.mark_due(changed, now)
+        return set(changed)
 
     # ------------------------------------------------------------------ one pass
 
@@ -212,11 +215,11 @@ class Reconciler(LoopService[str]):
     async def _pass(self) -> PassReport:
         self.passes += 1
         now = self._clock()
-        await self._take_changes(now)
+        changed = await self._take_changes(now)
         due_deployments, due_instances = await self.store.due(now, PASS_LIMIT)
         full = [d for d in due_deployments if d not in self.memory.busy]
         report = PassReport(deployments=len(due_deployments))
-        resyncs = self._classify(due_instances, set(due_deployments), full, now)
+        resyncs = self._classify(due_instances, set(due_deployments), full, now, changed)
         renewed: dict[uuid.UUID, datetime] = {}
         for dep_id, instances in resyncs.items():
             try:
@@ -243,9 +246,11 @@ class Reconciler(LoopService[str]):
         due_deployments: set[uuid.UUID],
         full: list[uuid.UUID],
         now: datetime,
+        changed: set[uuid.UUID],
     ) -> dict[uuid.UUID, list[uuid.UUID]]:
         """Sort due instances into re-observations this process can do on its own (by
-        deployment) and deployments that need a unit of work (appended to `full`)."""
+        deployment) and deployments that need a unit of work (appended to `full`): those of
+        instances a change feed reported changed (`changed`) go to a unit at once."""
         resyncs: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
         needs_unit: set[uuid.UUID] = set()
         for inst in due:
@@ -256,12 +261,15 @@ class Reconciler(LoopService[str]):
             if inst.lease_owner not in (None, self.owner) and leased:
                 self.memory.forget([inst.id])
                 continue  # another replica drives it
+            # Still ours even when the lease has run out since (a safety-net resync comes
+            # long after it): nobody claimed it meanwhile, and `renew` extends it only if
+            # nobody claims it before; a re-observation itself writes nothing.
             if (
                 inst.desired == InstanceDesired.PRESENT
                 and inst.phase == Phase.RUNNING
                 and inst.lease_owner == self.owner
-                and leased
                 and inst.id in self.memory.resync
+                and inst.id not in changed
             ):
                 resyncs[dep].append(inst.id)
             else:

@@ -291,9 +291,10 @@ class Settings(BaseSettings):
         "left, or once a specification is out of attempts below its minimum.",
     )
     reconcile_gc_seconds: float = Field(
-        default=300.0,
+        default=3600.0,
         ge=0,
-        description="Seconds between collections of orphaned instance namespaces (0: off).",
+        description="Seconds between collections of orphaned instance namespaces, a safety "
+        "net that reads every instance id (0: off).",
     )
     reconcile_gc_timeout_seconds: float = Field(
         default=60.0, gt=0, description="Seconds one garbage collection round may take."

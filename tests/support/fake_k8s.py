@@ -763,6 +763,8 @@ class FakeKubernetes:
             return
         with self._lock:
             lines = list(self._logs[key])
+        # a follow goes on from what this answer held, not from what was written since
+        sent = len(lines)
         if "sinceSeconds" in query:
             edge = datetime.now(UTC) - timedelta(seconds=int(query["sinceSeconds"]))
             lines = [item for item in lines if item[0] >= edge]
@@ -792,7 +794,6 @@ class FakeKubernetes:
             req.wfile.flush()
             if not follow:
                 return
-            sent = len(self._logs[key])
             while True:
                 with self._log_written:
                     self._log_written.wait(timeout=0.05)

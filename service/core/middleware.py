@@ -174,11 +174,13 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        incoming = None
-        for name, value in scope["headers"]:
+        incoming = declared = None
+        for name, value in scope["headers"]:  # the first of each
             if name == b"x-request-id":
-                incoming = value.decode("latin-1")
-                break
+                if incoming is None:
+                    incoming = value.decode("latin-1")
+            elif name == b"content-length" and declared is None:
+                declared = value
         request_id = incoming if incoming and _valid_uuid(incoming) else str(uuid.uuid4())
         # A fresh per-request state (servers may hand every request the same lifespan dict).
         state = scope["state"] = dict(scope.get("state") or {})
@@ -200,7 +202,8 @@ class RequestContextMiddleware:
         limit = self.max_body
         if self.body_limit is not None:
             limit = self.body_limit(scope) or limit
-        too_large = self._declared_too_large(scope, limit)
+        length = None if declared is None else natural(declared)
+        too_large = length is not None and length > limit
         gone = [False]
         # Checked once for every route, before any reads them: no parameter may carry a NUL
         # or a lone surrogate (PostgreSQL refuses NUL in text; neither is valid in any field).
@@ -237,14 +240,6 @@ class RequestContextMiddleware:
             self.metrics.record(method, template, status, elapsed)
             self._log(scope, state, method, status, elapsed, request_id)
             request_id_var.reset(rid_token)
-
-    @staticmethod
-    def _declared_too_large(scope: Scope, limit: int) -> bool:
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                length = natural(value)
-                return length is not None and length > limit
-        return False
 
     @staticmethod
     def _limited(receive: Receive, gone: list[bool], limit: int) -> Receive:

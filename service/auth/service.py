@@ -197,6 +197,14 @@ EXPIRY_MARGIN_SECONDS = 1.0
 KNOWN_MAX = 1024
 
 
+@dataclass(slots=True)
+class _Lookup:
+    """One key lookup under way and how many requests wait for it."""
+
+    future: asyncio.Future[Principal]
+    waiters: int = 0
+
+
 class Authenticator:
     """Turns an `Authorization` header into a Principal, or raises 401: `authenticate` is the
     one entry (REST dependencies, the invocation entries, gRPC, the LLM gateway, /metrics);
@@ -209,9 +217,7 @@ class Authenticator:
         # answered until, on the monotonic clock).
         self._known: dict[str, tuple[Principal, str, float]] = {}
         #: key lookups under way, by header: requests arriving together share one query
-        self._lookups: dict[str, asyncio.Future[Principal]] = {}
-        #: how many requests wait for each lookup
-        self._waiting: dict[asyncio.Future[Principal], int] = {}
+        self._lookups: dict[str, _Lookup] = {}
         self._jwks: jwt.PyJWKSet | None = None
         self._jwks_loaded_at = 0.0
         self._jwks_lock = asyncio.Lock()
@@ -290,26 +296,24 @@ class Authenticator:
         (a burst when a known header expires would otherwise be a burst of queries)."""
         lookup = self._lookups.get(authorization)
         if lookup is None:
-            lookup = asyncio.ensure_future(self._look_up(sessions, authorization, key))
-            self._lookups[authorization] = lookup
-            self._waiting[lookup] = 0
-            lookup.add_done_callback(functools.partial(self._looked_up, authorization))
-        self._waiting[lookup] += 1
+            future = asyncio.ensure_future(self._look_up(sessions, authorization, key))
+            lookup = self._lookups[authorization] = _Lookup(future)
+            future.add_done_callback(functools.partial(self._looked_up, authorization, lookup))
+        lookup.waiters += 1
         try:
-            return await asyncio.shield(lookup)
+            return await asyncio.shield(lookup.future)
         finally:
-            left = self._waiting.get(lookup, 1) - 1
-            if lookup in self._waiting:
-                self._waiting[lookup] = left
-            if left == 0 and not lookup.done():
-                lookup.cancel()  # every request that wanted it went away: so does the query
+            lookup.waiters -= 1
+            if lookup.waiters == 0 and not lookup.future.done():
+                lookup.future.cancel()  # every request that wanted it went away: so does the query
 
-    def _looked_up(self, authorization: str, lookup: asyncio.Future[Principal]) -> None:
+    def _looked_up(
+        self, authorization: str, lookup: _Lookup, future: asyncio.Future[Principal]
+    ) -> None:
         if self._lookups.get(authorization) is lookup:
             del self._lookups[authorization]
-        self._waiting.pop(lookup, None)
-        if not lookup.cancelled():
-            lookup.exception()  # retrieved: every waiter may have gone
+        if not future.cancelled():
+            future.exception()  # retrieved: every waiter may have gone
 
     async def _look_up(
         self, sessions: async_sessionmaker[AsyncSession], authorization: str, key: str

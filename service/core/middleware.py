@@ -373,6 +373,7 @@ def access_line(
     if not log.isEnabledFor(logging.INFO):
         return
     duration_ms = round(elapsed * 1000, 2)
+    args: tuple[object, ...]
     if json_logs:
         msg, args = "%s %s %s %.2fms", (method, path, status, duration_ms)
     else:

@@ -4,6 +4,7 @@ Service by cluster DNS or through the API server's service proxy (fake API serve
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from service.backends import InstanceSpec, NodeShape, SimulatedAdapter, Simulati
 from service.backends.kubernetes import KubernetesAdapter
 from service.backends.worker import (
     WorkerEndpoint,
+    WorkerFailed,
     WorkerPort,
     WorkerUnreachable,
     connection_headers,
@@ -127,6 +129,21 @@ async def test_an_instance_the_cluster_does_not_run_refuses(sim: SimulatedAdapte
     await sim.delete(instance(2))
     with pytest.raises(WorkerUnreachable):
         await call(endpoint)
+
+
+async def test_a_request_under_way_fails_as_soon_as_its_instance_is_deleted(
+    sim: SimulatedAdapter,
+) -> None:
+    """A pod killed mid-request resets the connection then, not when the work would end."""
+    await sim.apply(instance(3), [DEPLOYMENT])
+    endpoint = await sim.endpoint(instance(3), PORT)
+    slow = asyncio.ensure_future(call(endpoint, **{"X-Sim-Delay-Ms": "600000"}))
+    while not sim._workers._working:  # until the worker has taken the request
+        assert not slow.done(), slow.result()
+        await asyncio.sleep(0.01)
+    await sim.delete(instance(3))
+    with pytest.raises(WorkerFailed, match="torn down"):
+        await asyncio.wait_for(slow, 60)  # a bound for a hang, not a timing assertion
 
 
 async def test_simulated_cluster_with_an_upstream_forwards_there(

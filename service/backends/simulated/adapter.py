@@ -207,6 +207,7 @@ class SimulatedAdapter:
             self._step_at.pop(instance.namespace, None)
             self._workers.health_paths.pop(instance.namespace, None)
             self._logbook.forget(instance.namespace)
+            self._workers.torn_down(instance.namespace)
             if ns is not None:
                 for pod in ns.pods.values():
                     self._scheduler.remove(pod)

@@ -68,8 +68,6 @@ MAX_EVENTS = 10_000
 DEFAULT_EVENTS = 3
 
 TORN_DOWN = "connection reset: the simulated instance was torn down mid-request"
-#: how often a request taking its time notices that its instance was torn down
-TEARDOWN_CHECK_SECONDS = 0.05
 
 
 def _int_header(headers: dict[str, str], name: str, default: int, low: int, high: int) -> int:
@@ -272,16 +270,29 @@ class SimulatedWorkers:
         self.health_paths: dict[str, str] = {}
         #: the gRPC functions' worker, shared by every instance
         self.grpc_echo = GrpcEcho()
+        #: per namespace, the requests taking their time (done when it is torn down)
+        self._working: dict[str, set[asyncio.Future[None]]] = {}
 
     async def _work(self, namespace: str, seconds: float) -> None:
         """Take `seconds` answering, as a pod does: cut short when the instance is torn down
         (its pod killed: the connection reset at once, not when the work would have ended)."""
-        loop = asyncio.get_running_loop()
-        end = loop.time() + seconds
-        while (left := end - loop.time()) > 0:
-            await asyncio.sleep(min(left, TEARDOWN_CHECK_SECONDS))
-            if not self._running(namespace):
-                raise WorkerFailed(TORN_DOWN)
+        torn = asyncio.get_running_loop().create_future()
+        working = self._working.setdefault(namespace, set())
+        working.add(torn)
+        try:
+            done, _ = await asyncio.wait((torn,), timeout=seconds)
+        finally:
+            working.discard(torn)
+            if not working and self._working.get(namespace) is working:
+                del self._working[namespace]
+        if done:
+            raise WorkerFailed(TORN_DOWN)
+
+    def torn_down(self, namespace: str) -> None:
+        """The instance of `namespace` is gone: requests it was working on fail at once."""
+        for torn in self._working.pop(namespace, ()):
+            if not torn.done():
+                torn.set_result(None)
 
     def check_running(self, namespace: str) -> None:
         """`WorkerUnreachable` unless the cluster runs a worker in `namespace`."""

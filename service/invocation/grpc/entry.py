@@ -49,6 +49,8 @@ _NOT_FORWARDED = READ_KEYS | {"user-agent", "te", "content-type"}
 _NOT_RETURNED = frozenset({"nvcf-reqid", "nvcf-status", "content-type", "user-agent"})
 
 Metadata = Iterable[tuple[str, str | bytes]]
+#: the methods whose handler is kept
+METHODS_CACHED = 1024
 
 
 class GrpcListenError(Exception):
@@ -146,6 +148,8 @@ class GrpcEntry:
             max_message_bytes=settings.grpc_max_message_bytes,
         )
         self.server: aio.Server | None = None
+        #: `Opened.close` of the calls that just ended (run after the caller got the status)
+        self._closing: set[asyncio.Task[None]] = set()
         #: the port bound (`NVCF_GRPC_PORT` 0: the one the system chose)
         self.port = 0
 
@@ -185,13 +189,15 @@ class GrpcEntry:
         server, self.server = self.server, None
         if server is not None:
             await server.stop(grace)
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
         await self.channels.aclose()
 
     # ------------------------------------------------------------------ one call
 
     async def proxy(
         self, method: str, requests: AsyncIterator[bytes], context: aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[bytes]:
+    ) -> None:
         """One call, from its metadata to the worker's status."""
         try:
             call = await self._call(method, context)
@@ -205,8 +211,7 @@ class GrpcEntry:
         if isinstance(opened, Finished):
             outcome = opened.outcome
             await context.abort(status_code(outcome.status), outcome.error or "")
-        async for message in self._relay(opened, context):
-            yield message
+        await self._relay(opened, context)
 
     async def _call(self, method: str, context: aio.ServicerContext[Any, Any]) -> Call:
         """The engine's call of the caller's metadata (`_Refused`, or the `DomainError` of
@@ -260,18 +265,29 @@ class GrpcEntry:
 
     async def _relay(
         self, opened: Opened[_WorkerCall], context: aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[bytes]:
-        """The worker's answer to the caller; the slot is released when it ends."""
+    ) -> None:
+        """The worker's answer to the caller; the slot is released when it ends. Each
+        message is written to the caller while the worker's next one is read (each is a
+        completion-queue round trip of grpcio's: one after the other they add up). The
+        exchange is closed in a task of its own: grpcio sends the caller the status once
+        this returns, and the close (the slot, the session, the metrics) runs meanwhile,
+        whether the call ended or was cancelled."""
         call = opened.value.call
         status, error = 200, None
+        loop = asyncio.get_running_loop()
+        reading: asyncio.Task[Any] | None = None  # a read not awaited yet
         try:
             initial = returned_metadata(await call.initial_metadata())
             await opened.joined
             initial.append(("nvcf-reqid", str(opened.request_id)))
-            await context.send_initial_metadata(initial)
             try:
-                async for message in call:
-                    yield message
+                reading = loop.create_task(call.read())
+                await context.send_initial_metadata(initial)
+                message, reading = await reading, None
+                while message is not aio.EOF:
+                    reading = loop.create_task(call.read())
+                    await context.write(message)
+                    message, reading = await reading, None
             except aio.AioRpcError as exc:
                 status = 499 if exc.code() == grpc.StatusCode.CANCELLED else 500
                 context.set_trailing_metadata(returned_metadata(exc.trailing_metadata()))
@@ -282,8 +298,24 @@ class GrpcEntry:
             raise
         finally:
             call.cancel()  # no-op once it ended
+            if reading is not None:
+                reading.cancel()
+                reading.add_done_callback(_consumed)
             opened.value.lease.release()
-            await asyncio.shield(opened.close(status, error))
+            closing = loop.create_task(opened.close(status, error))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closed)
+
+    def _closed(self, task: asyncio.Task[None]) -> None:
+        self._closing.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("closing a gRPC call failed", exc_info=exc)
+
+
+def _consumed(task: asyncio.Task[Any]) -> None:
+    """A worker read left behind by a caller that went away: its failure is nobody's."""
+    if not task.cancelled():
+        task.exception()
 
 
 class _Proxy(grpc.GenericRpcHandler):
@@ -291,9 +323,22 @@ class _Proxy(grpc.GenericRpcHandler):
 
     def __init__(self, entry: GrpcEntry) -> None:
         self.entry = entry
+        #: a method's handler, made once (the caller names the method: bounded)
+        self.handler = functools.lru_cache(maxsize=METHODS_CACHED)(self._handler)
 
     def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any]:
-        behaviour = functools.partial(self.entry.proxy, details.method)
+        return self.handler(details.method)
+
+    def _handler(self, method: str) -> grpc.RpcMethodHandler[Any, Any]:
+        proxy = self.entry.proxy
+
+        # a function of its own, not a partial of a bound method: grpcio inspects the
+        # behaviour on every call, and a function is the quick case
+        async def behaviour(
+            requests: AsyncIterator[bytes], context: aio.ServicerContext[Any, Any]
+        ) -> None:
+            await proxy(method, requests, context)
+
         return grpc.stream_stream_rpc_method_handler(behaviour)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -304,60 +303,6 @@ class RequestContextMiddleware:
         )
 
 
-class AccessRecord(logging.LogRecord):
-    """The access line's record, with `logging.LogRecord`'s documented attributes set
-    directly: the general constructor's work (a Mapping check of the arguments, file and
-    module names of a path there is none of, thread and process lookups) is done for every
-    request otherwise. The line's fields are attributes too, as `extra` would make them (a
-    JSON line carries each)."""
-
-    def __init__(
-        self,
-        msg: str,
-        args: tuple[object, ...],
-        method: str,
-        path: str,
-        status: int,
-        duration_ms: float,
-        account: str | None,
-    ) -> None:
-        created = time.time()
-        self.__dict__.update(_ACCESS_CONSTANTS)
-        self.msg = msg
-        self.args = args
-        self.created = created
-        self.msecs = int((created - int(created)) * 1000) + 0.0
-        self.relativeCreated = (created - _LOADED) * 1000
-        self.method = method
-        self.path = path
-        self.status = status
-        self.durationMs = duration_ms
-        self.account = account
-
-
-#: the attributes every access record has alike (`logging.LogRecord`'s, for the access logger)
-_ACCESS_CONSTANTS: dict[str, object] = {
-    "name": log.name,
-    "levelname": logging.getLevelName(logging.INFO),
-    "levelno": logging.INFO,
-    "pathname": "",
-    "filename": "",
-    "module": "",
-    "exc_info": None,
-    "exc_text": None,
-    "stack_info": None,
-    "lineno": 0,
-    "funcName": None,
-    "thread": None,
-    "threadName": None,
-    "processName": None,
-    "process": None,
-}
-if sys.version_info >= (3, 12):
-    _ACCESS_CONSTANTS["taskName"] = None
-_LOADED = time.time()
-
-
 def access_line(
     method: str,
     path: str,
@@ -368,18 +313,32 @@ def access_line(
     *,
     json_logs: bool,
 ) -> None:
-    """The access log's line of one request (its fields on the record too: a JSON line
-    carries each; requestId comes from the request-id filter of service/core/logs.py)."""
+    """The access log's line of one request."""
     if not log.isEnabledFor(logging.INFO):
         return
     duration_ms = round(elapsed * 1000, 2)
-    args: tuple[object, ...]
+    # The fields go on the record too: a JSON line carries each (requestId comes from
+    # the request-id filter of service/core/logs.py).
+    fields = {
+        "method": method,
+        "path": path,
+        "status": status,
+        "durationMs": duration_ms,
+        "account": account,
+    }
     if json_logs:
-        msg, args = "%s %s %s %.2fms", (method, path, status, duration_ms)
+        log.info("%s %s %s %.2fms", method, path, status, duration_ms, extra=fields)
     else:
-        msg = "%s %s %s %.2fms account=%s requestId=%s"
-        args = (method, path, status, duration_ms, account, request_id)
-    log.handle(AccessRecord(msg, args, method, path, status, duration_ms, account))
+        log.info(
+            "%s %s %s %.2fms account=%s requestId=%s",
+            method,
+            path,
+            status,
+            duration_ms,
+            account,
+            request_id,
+            extra=fields,
+        )
 
 
 class BodyDeadlineMiddleware:

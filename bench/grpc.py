@@ -4,17 +4,19 @@ in the same run.
 Starts a real gRPC echo server (grpcio's asyncio server, any method: every message back as it
 came) in its own process, and `nvcf-server serve` with its gRPC listener on, whose simulated
 cluster forwards to the echo server (`upstream: grpc://...`) and deploys a `/gRPC` function
-(one instance, `maxRequestConcurrency` = `--concurrency`). Then, in alternating rounds, with
-the same grpcio asyncio client from this process, directly and through the platform:
+(one instance, `maxRequestConcurrency` = `--concurrency`), and a proxy made of grpcio alone
+(no engine: each call relayed to the echo server as the listener relays it, with as many NVCF
+metadata; the baseline of what any grpcio proxy costs here). Then, in alternating rounds, with
+the same grpcio asyncio client from this process, directly, through the platform and through
+grpcio alone:
 
 - unary calls at `--concurrency` calls in flight: calls per second, and the platform's as a
   ratio to direct (median of the rounds' ratios; target ≥ 0.3);
 - one bidirectional stream of small messages both ways (`--window` messages in flight):
   messages per second and the ratio (target ≥ 0.5);
-- unary calls one at a time: the latency the platform adds at p50 and p99 (target: p50 ≤ 1 ms),
-  beside the latency a proxy made of grpcio alone adds (no engine: the caller's call relayed to
-  the echo server as the listener relays it, with as many NVCF metadata), in the same rounds:
-  the part of the added latency that is grpcio's own, and the part that is the platform's.
+- unary calls one at a time: the latency the platform adds at p50 and p99 (target: p50 ≤ 1 ms)
+  and, beside it, what grpcio alone adds: the part of the added latency that is grpcio's own,
+  and the part that is the platform's.
 
     .venv/bin/python bench/grpc.py [--seconds 3] [--rounds 3] [--concurrency 16]
 """
@@ -224,38 +226,39 @@ async def measure(
         aio.insecure_channel(platform) as p,
         aio.insecure_channel(relay) as r,
     ):
-        await latencies(r, platform_md, 100)
-        for ch, md in ((d, ()), (p, platform_md)):  # warm up both
+        ways = {"direct": (d, ()), "platform": (p, platform_md), "grpcio": (r, platform_md)}
+        for ch, md in ways.values():  # warm up each
             await unary_load(ch, md, args.concurrency, 0.5)
-        unary: dict[str, list[float]] = {"direct": [], "platform": []}
-        streamed: dict[str, list[float]] = {"direct": [], "platform": []}
+        unary: dict[str, list[float]] = {name: [] for name in ways}
+        streamed: dict[str, list[float]] = {name: [] for name in ways}
+        near: dict[str, list[float]] = {name: [] for name in ways}
         for _ in range(args.rounds):
-            unary["direct"].append(await unary_load(d, (), args.concurrency, args.seconds))
-            unary["platform"].append(
-                await unary_load(p, platform_md, args.concurrency, args.seconds)
-            )
-            streamed["direct"].append(await stream_load(d, (), args.window, args.seconds))
-            streamed["platform"].append(
-                await stream_load(p, platform_md, args.window, args.seconds)
-            )
-        near: dict[str, list[float]] = {"direct": [], "platform": [], "grpcio": []}
+            for name, (ch, md) in ways.items():
+                unary[name].append(await unary_load(ch, md, args.concurrency, args.seconds))
+            for name, (ch, md) in ways.items():
+                streamed[name].append(await stream_load(ch, md, args.window, args.seconds))
         for _ in range(args.rounds):
-            near["direct"] += await latencies(d, (), args.latency_calls)
-            near["platform"] += await latencies(p, platform_md, args.latency_calls)
-            near["grpcio"] += await latencies(r, platform_md, args.latency_calls)
+            for name, (ch, md) in ways.items():
+                near[name] += await latencies(ch, md, args.latency_calls)
 
-    def ratio(values: dict[str, list[float]]) -> float:
-        pairs = zip(values["platform"], values["direct"], strict=True)
+    def ratio(values: dict[str, list[float]], name: str = "platform") -> float:
+        pairs = zip(values[name], values["direct"], strict=True)
         return statistics.median(p / d for p, d in pairs)
 
     print(f"unary at {args.concurrency} in flight (median of {args.rounds} alternating rounds):")
     for name, values in unary.items():
         print(f"  {name:9} {statistics.median(values):9.0f} calls/s")
-    print(f"  platform/direct {ratio(unary):.2f}  (target >= 0.30)")
+    print(
+        f"  platform/direct {ratio(unary):.2f}  (target >= 0.30); "
+        f"grpcio alone/direct {ratio(unary, 'grpcio'):.2f}"
+    )
     print(f"one bidirectional stream, {args.window} small messages in flight:")
     for name, values in streamed.items():
         print(f"  {name:9} {statistics.median(values):9.0f} messages/s each way")
-    print(f"  platform/direct {ratio(streamed):.2f}  (target >= 0.50)")
+    print(
+        f"  platform/direct {ratio(streamed):.2f}  (target >= 0.50); "
+        f"grpcio alone/direct {ratio(streamed, 'grpcio'):.2f}"
+    )
 
     def added(name: str, q: float) -> float:
         return (percentile(near[name], q) - percentile(near["direct"], q)) * 1000

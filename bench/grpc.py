@@ -4,14 +4,19 @@ in the same run.
 Starts a real gRPC echo server (grpcio's asyncio server, any method: every message back as it
 came) in its own process, and `nvcf-server serve` with its gRPC listener on, whose simulated
 cluster forwards to the echo server (`upstream: grpc://...`) and deploys a `/gRPC` function
-(one instance, `maxRequestConcurrency` = `--concurrency`). Then, in alternating rounds, with
-the same grpcio asyncio client from this process, directly and through the platform:
+(one instance, `maxRequestConcurrency` = `--concurrency`), and a proxy made of grpcio alone
+(no engine: each call relayed to the echo server as the listener relays it, with as many NVCF
+metadata; the baseline of what any grpcio proxy costs here). Then, in alternating rounds, with
+the same grpcio asyncio client from this process, directly, through the platform and through
+grpcio alone:
 
 - unary calls at `--concurrency` calls in flight: calls per second, and the platform's as a
   ratio to direct (median of the rounds' ratios; target ≥ 0.3);
 - one bidirectional stream of small messages both ways (`--window` messages in flight):
   messages per second and the ratio (target ≥ 0.5);
-- unary calls one at a time: the latency the platform adds at p50 and p99 (target: p50 ≤ 1 ms).
+- unary calls one at a time: the latency the platform adds at p50 and p99 (target: p50 ≤ 1 ms)
+  and, beside it, what grpcio alone adds: the part of the added latency that is grpcio's own,
+  and the part that is the platform's.
 
     .venv/bin/python bench/grpc.py [--seconds 3] [--rounds 3] [--concurrency 16]
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import statistics
@@ -27,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -72,6 +79,50 @@ class _Echo(grpc.GenericRpcHandler):
 async def serve_echo(port: int) -> None:
     server = aio.server()
     server.add_generic_rpc_handlers((_Echo(),))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    await server.wait_for_termination()
+
+
+# ---------------------------------------------------------------------- grpcio alone
+
+
+class _Relay(grpc.GenericRpcHandler):
+    """A proxy made of grpcio alone: each call relayed to `upstream` as the listener relays
+    it (the worker's next message read while the last is written; its initial metadata with
+    `nvcf-reqid` added; its status and trailing metadata), with metadata of the size of the
+    listener's NVCF request headers, and nothing else."""
+
+    def __init__(self, upstream: str) -> None:
+        self.channel = aio.insecure_channel(upstream)
+        self.nvcf = [(f"nvcf-header-{i}", str(uuid.uuid4())) for i in range(10)]
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any]:
+        return grpc.stream_stream_rpc_method_handler(
+            functools.partial(self.relay, str(details.method))
+        )
+
+    async def relay(
+        self, method: str, requests: AsyncIterator[bytes], context: aio.ServicerContext[Any, Any]
+    ) -> None:
+        request_id = str(uuid.uuid4())
+        metadata = aio.Metadata(("nvcf-reqid", request_id), *self.nvcf)
+        call = self.channel.stream_stream(method)(requests, metadata=metadata, timeout=30)
+        initial = [*await call.initial_metadata(), ("nvcf-reqid", request_id)]
+        loop = asyncio.get_running_loop()
+        reading = loop.create_task(call.read())
+        await context.send_initial_metadata(initial)
+        message = await reading
+        while message is not aio.EOF:
+            reading = loop.create_task(call.read())
+            await context.write(message)
+            message = await reading
+        context.set_trailing_metadata(tuple(await call.trailing_metadata() or ()))
+
+
+async def serve_relay(port: int, upstream: str) -> None:
+    server = aio.server()
+    server.add_generic_rpc_handlers((_Relay(upstream),))
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     await server.wait_for_termination()
@@ -166,44 +217,61 @@ def deploy(port: int, concurrency: int) -> str:
     raise SystemExit("the function did not become ACTIVE")
 
 
-async def measure(args: argparse.Namespace, direct: str, platform: str, fid: str) -> None:
+async def measure(
+    args: argparse.Namespace, direct: str, platform: str, relay: str, fid: str
+) -> None:
     platform_md = (("authorization", f"Bearer {KEY}"), ("function-id", fid))
-    async with aio.insecure_channel(direct) as d, aio.insecure_channel(platform) as p:
-        for ch, md in ((d, ()), (p, platform_md)):  # warm up both
+    async with (
+        aio.insecure_channel(direct) as d,
+        aio.insecure_channel(platform) as p,
+        aio.insecure_channel(relay) as r,
+    ):
+        ways = {"direct": (d, ()), "platform": (p, platform_md), "grpcio": (r, platform_md)}
+        for ch, md in ways.values():  # warm up each
             await unary_load(ch, md, args.concurrency, 0.5)
-        unary: dict[str, list[float]] = {"direct": [], "platform": []}
-        streamed: dict[str, list[float]] = {"direct": [], "platform": []}
+        unary: dict[str, list[float]] = {name: [] for name in ways}
+        streamed: dict[str, list[float]] = {name: [] for name in ways}
+        near: dict[str, list[float]] = {name: [] for name in ways}
         for _ in range(args.rounds):
-            unary["direct"].append(await unary_load(d, (), args.concurrency, args.seconds))
-            unary["platform"].append(
-                await unary_load(p, platform_md, args.concurrency, args.seconds)
-            )
-            streamed["direct"].append(await stream_load(d, (), args.window, args.seconds))
-            streamed["platform"].append(
-                await stream_load(p, platform_md, args.window, args.seconds)
-            )
-        near: dict[str, list[float]] = {"direct": [], "platform": []}
+            for name, (ch, md) in ways.items():
+                unary[name].append(await unary_load(ch, md, args.concurrency, args.seconds))
+            for name, (ch, md) in ways.items():
+                streamed[name].append(await stream_load(ch, md, args.window, args.seconds))
         for _ in range(args.rounds):
-            near["direct"] += await latencies(d, (), args.latency_calls)
-            near["platform"] += await latencies(p, platform_md, args.latency_calls)
+            for name, (ch, md) in ways.items():
+                near[name] += await latencies(ch, md, args.latency_calls)
 
-    def ratio(values: dict[str, list[float]]) -> float:
-        pairs = zip(values["platform"], values["direct"], strict=True)
+    def ratio(values: dict[str, list[float]], name: str = "platform") -> float:
+        pairs = zip(values[name], values["direct"], strict=True)
         return statistics.median(p / d for p, d in pairs)
 
     print(f"unary at {args.concurrency} in flight (median of {args.rounds} alternating rounds):")
     for name, values in unary.items():
         print(f"  {name:9} {statistics.median(values):9.0f} calls/s")
-    print(f"  platform/direct {ratio(unary):.2f}  (target >= 0.30)")
+    print(
+        f"  platform/direct {ratio(unary):.2f}  (target >= 0.30); "
+        f"grpcio alone/direct {ratio(unary, 'grpcio'):.2f}"
+    )
     print(f"one bidirectional stream, {args.window} small messages in flight:")
     for name, values in streamed.items():
         print(f"  {name:9} {statistics.median(values):9.0f} messages/s each way")
-    print(f"  platform/direct {ratio(streamed):.2f}  (target >= 0.50)")
-    p50 = (percentile(near["platform"], 0.5) - percentile(near["direct"], 0.5)) * 1000
-    p99 = (percentile(near["platform"], 0.99) - percentile(near["direct"], 0.99)) * 1000
+    print(
+        f"  platform/direct {ratio(streamed):.2f}  (target >= 0.50); "
+        f"grpcio alone/direct {ratio(streamed, 'grpcio'):.2f}"
+    )
+
+    def added(name: str, q: float) -> float:
+        return (percentile(near[name], q) - percentile(near["direct"], q)) * 1000
+
+    p50, p99 = added("platform", 0.5), added("platform", 0.99)
     print(
         f"one client, {len(near['direct'])} calls each: added p50 {p50:.3f} ms "
         f"(target <= 1 ms), p99 {p99:.3f} ms"
+    )
+    alone = added("grpcio", 0.5)
+    print(
+        f"  a proxy of grpcio alone adds p50 {alone:.3f} ms (p99 {added('grpcio', 0.99):.3f} "
+        f"ms): the platform's own part is {p50 - alone:.3f} ms"
     )
 
 
@@ -215,12 +283,19 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=64)
     parser.add_argument("--latency-calls", type=int, default=500)
     parser.add_argument("--echo-server", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--relay", nargs=2, metavar=("PORT", "UPSTREAM"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo_server:
         asyncio.run(serve_echo(args.echo_server))
         return
-    echo_port, http_port, grpc_port = free_port(), free_port(), free_port()
+    if args.relay:
+        asyncio.run(serve_relay(int(args.relay[0]), args.relay[1]))
+        return
+    echo_port, http_port, grpc_port, relay_port = (free_port() for _ in range(4))
     echo = subprocess.Popen([sys.executable, __file__, "--echo-server", str(echo_port)])
+    relay = subprocess.Popen(
+        [sys.executable, __file__, "--relay", str(relay_port), f"127.0.0.1:{echo_port}"]
+    )
     server = None
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -244,9 +319,17 @@ def main() -> None:
             command = [sys.executable, "-m", "service.cli", "serve", "--port", str(http_port)]
             server = start(command, env, http_port, cwd=str(Path(__file__).resolve().parents[1]))
             fid = deploy(http_port, args.concurrency)
-            asyncio.run(measure(args, f"127.0.0.1:{echo_port}", f"127.0.0.1:{grpc_port}", fid))
+            asyncio.run(
+                measure(
+                    args,
+                    f"127.0.0.1:{echo_port}",
+                    f"127.0.0.1:{grpc_port}",
+                    f"127.0.0.1:{relay_port}",
+                    fid,
+                )
+            )
     finally:
-        for proc in (server, echo):
+        for proc in (server, echo, relay):
             if proc is not None:
                 proc.terminate()
                 proc.wait(timeout=30)

@@ -11,6 +11,7 @@ NVCF-REQID / NVCF-STATUS (the invocation plane sets those).
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote
 
@@ -63,10 +64,14 @@ _REQUEST_DROPPED = HOP_BY_HOP_BYTES | frozenset(name.encode() for name in _ALWAY
 _RESPONSE_DROPPED = HOP_BY_HOP_BYTES | frozenset(name.encode() for name in _DROP_RESPONSE)
 
 
+#: printable ASCII but the space, any number of them
+_PRINTABLE = re.compile(r"[!-~]*")
+
+
 def request_target_safe(target: str) -> bool:
     """Whether a path (and query) can be a worker request line's target as it is: printable
     ASCII only, no space. Anything else would be decoded text the client escaped."""
-    return target.isascii() and all(" " < ch < "\x7f" for ch in target)
+    return _PRINTABLE.fullmatch(target) is not None
 
 
 def poll_seconds(raw: str | None) -> int:

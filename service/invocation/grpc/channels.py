@@ -27,11 +27,19 @@ from service.core.loops import LoopService
 log = logging.getLogger("nvcf.invocation.grpc")
 
 
+#: the methods whose callable a channel keeps (the callers name them: bounded)
+METHODS_KEPT = 1024
+
+
 @dataclass(eq=False)
 class _Channel:
     channel: aio.Channel
     calls: int = 0
     used: float = field(default_factory=time.monotonic)
+    #: a method's callable on this channel, made once
+    methods: OrderedDict[str, aio.StreamStreamMultiCallable[bytes, bytes]] = field(
+        default_factory=OrderedDict
+    )
 
 
 @functools.lru_cache(maxsize=4096)
@@ -56,6 +64,17 @@ class Lease:
     def __init__(self, entry: _Channel) -> None:
         self._entry: _Channel | None = entry
         self.channel = entry.channel
+        self._methods = entry.methods
+
+    def method(self, name: str) -> aio.StreamStreamMultiCallable[bytes, bytes]:
+        """The channel's callable of a method (any kind: a stream of bytes both ways)."""
+        methods = self._methods
+        callable_ = methods.get(name)
+        if callable_ is None:
+            callable_ = methods[name] = self.channel.stream_stream(name)
+            if len(methods) > METHODS_KEPT:
+                methods.popitem(last=False)
+        return callable_
 
     def release(self) -> None:
         entry, self._entry = self._entry, None
@@ -129,6 +148,8 @@ class Channels:
     async def _ready(self, channel: aio.Channel, address: str) -> None:
         """Wait until the channel is connected; a failed attempt is `WorkerUnreachable`."""
         state = channel.get_state(try_to_connect=True)
+        if state == grpc.ChannelConnectivity.READY:
+            return
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT):
                 while state != grpc.ChannelConnectivity.READY:

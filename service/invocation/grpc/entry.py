@@ -257,8 +257,7 @@ class GrpcEntry:
         lease = await self.channels.acquire(endpoint)
         remaining = context.time_remaining()
         timeout = self.worker_timeout if remaining is None else min(remaining, self.worker_timeout)
-        stream: aio.StreamStreamMultiCallable[bytes, bytes] = lease.channel.stream_stream(method)
-        call: aio.StreamStreamCall[bytes, bytes] = stream(
+        call: aio.StreamStreamCall[bytes, bytes] = lease.method(method)(
             requests, metadata=aio.Metadata(*worker_metadata(headers)), timeout=timeout
         )
         return _WorkerCall(lease, call)

@@ -4,10 +4,13 @@ sweep closes the channels left idle."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import grpc
 import pytest
 
 from service.backends.worker import WorkerEndpoint, WorkerUnreachable
+from service.invocation.grpc import channels as channels_module
 from service.invocation.grpc.channels import Channels, worker_address
 from tests.support.e2e import eventually
 from tests.support.grpc_worker import GrpcWorker
@@ -85,3 +88,35 @@ async def test_the_sweep_closes_idle_channels_and_keeps_held_ones() -> None:
         await channels.aclose()
         await idle_worker.stop()
         await busy_worker.stop()
+
+
+async def test_a_methods_callable_is_made_once_per_channel_and_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(channels_module, "METHODS_KEPT", 2)
+    worker = await GrpcWorker().start()
+    channels = Channels(limit=4, idle_seconds=60, max_message_bytes=1024)
+    try:
+        lease = await channels.acquire(Endpoint(f"http://127.0.0.1:{worker.port}"))
+        unary = lease.method("/test.Echo/Unary")
+        assert lease.method("/test.Echo/Unary") is unary
+        # another call on the same channel shares it
+        other = await channels.acquire(Endpoint(f"http://127.0.0.1:{worker.port}"))
+        assert other.method("/test.Echo/Unary") is unary
+        # each callable calls its own method
+        assert [m async for m in unary(_one(b"hello"))] == [b"hello"]
+        counted = lease.method("/test.Echo/ServerStream")
+        assert [m async for m in counted(_one(b"3"))] == [b"0", b"1", b"2"]
+        # a third method pushes out the one made first, which is made again when called
+        lease.method("/test.Echo/ClientStream")
+        assert lease.method("/test.Echo/ServerStream") is counted
+        assert lease.method("/test.Echo/Unary") is not unary
+        lease.release()
+        other.release()
+    finally:
+        await channels.aclose()
+        await worker.stop()
+
+
+async def _one(message: bytes) -> AsyncIterator[bytes]:
+    yield message

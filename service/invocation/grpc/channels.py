@@ -1,7 +1,8 @@
 """Channels from the gRPC listener to workers: one `grpc.aio` channel (one HTTP/2 connection)
 per worker address, shared by every call to it, at most `NVCF_GRPC_WORKER_CHANNELS` of them,
 closed once idle for `NVCF_GRPC_CHANNEL_IDLE_SECONDS` (an instance that went away leaves an
-idle channel behind: it is closed like any other).
+idle channel behind: it is closed like any other). A channel makes each method's callable once
+(`Lease.method`).
 
 A worker's address is its endpoint's `h2_url` (the adapter's, backends/worker.py; its
 `base_url` but for the simulated worker): `http://host:port` is reached over h2c,
@@ -27,7 +28,8 @@ from service.core.loops import LoopService
 log = logging.getLogger("nvcf.invocation.grpc")
 
 
-#: the methods whose callable a channel keeps (the callers name them: bounded)
+#: the methods whose handler the listener keeps, and whose callable each channel keeps (the
+#: callers name them: bounded)
 METHODS_KEPT = 1024
 
 

@@ -32,7 +32,7 @@ from service.auth.service import Authenticator, Principal
 from service.backends.worker import WorkerEndpoint
 from service.core.errors import BadRequest, DomainError, Forbidden
 from service.invocation.engine import GRPC_PATH, Call, Engine, Finished, Opened, is_grpc
-from service.invocation.grpc.channels import Channels, Lease
+from service.invocation.grpc.channels import METHODS_KEPT, Channels, Lease
 from service.invocation.grpc.statuses import status_code
 from service.invocation.routing import Target
 
@@ -49,8 +49,6 @@ _NOT_FORWARDED = READ_KEYS | {"user-agent", "te", "content-type"}
 _NOT_RETURNED = frozenset({"nvcf-reqid", "nvcf-status", "content-type", "user-agent"})
 
 Metadata = Iterable[tuple[str, str | bytes]]
-#: the methods whose handler is kept
-METHODS_CACHED = 1024
 
 
 class GrpcListenError(Exception):
@@ -323,7 +321,7 @@ class _Proxy(grpc.GenericRpcHandler):
     def __init__(self, entry: GrpcEntry) -> None:
         self.entry = entry
         #: a method's handler, made once (the caller names the method: bounded)
-        self.handler = functools.lru_cache(maxsize=METHODS_CACHED)(self._handler)
+        self.handler = functools.lru_cache(maxsize=METHODS_KEPT)(self._handler)
 
     def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any]:
         return self.handler(details.method)

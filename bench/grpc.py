@@ -96,28 +96,34 @@ class _Relay(grpc.GenericRpcHandler):
     def __init__(self, upstream: str) -> None:
         self.channel = aio.insecure_channel(upstream)
         self.nvcf = [(f"nvcf-header-{i}", str(uuid.uuid4())) for i in range(10)]
+        # as the listener: a method's handler and its callable on the channel, made once
+        self.handler = functools.lru_cache(maxsize=1024)(self._handler)
 
     def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any]:
-        return grpc.stream_stream_rpc_method_handler(
-            functools.partial(self.relay, str(details.method))
-        )
+        return self.handler(str(details.method))
 
-    async def relay(
-        self, method: str, requests: AsyncIterator[bytes], context: aio.ServicerContext[Any, Any]
-    ) -> None:
-        request_id = str(uuid.uuid4())
-        metadata = aio.Metadata(("nvcf-reqid", request_id), *self.nvcf)
-        call = self.channel.stream_stream(method)(requests, metadata=metadata, timeout=30)
-        initial = [*await call.initial_metadata(), ("nvcf-reqid", request_id)]
-        loop = asyncio.get_running_loop()
-        reading = loop.create_task(call.read())
-        await context.send_initial_metadata(initial)
-        message = await reading
-        while message is not aio.EOF:
+    def _handler(self, method: str) -> grpc.RpcMethodHandler[Any, Any]:
+        upstream = self.channel.stream_stream(method)
+        nvcf = self.nvcf
+
+        async def relay(
+            requests: AsyncIterator[bytes], context: aio.ServicerContext[Any, Any]
+        ) -> None:
+            request_id = str(uuid.uuid4())
+            metadata = aio.Metadata(("nvcf-reqid", request_id), *nvcf)
+            call = upstream(requests, metadata=metadata, timeout=30)
+            initial = [*await call.initial_metadata(), ("nvcf-reqid", request_id)]
+            loop = asyncio.get_running_loop()
             reading = loop.create_task(call.read())
-            await context.write(message)
+            await context.send_initial_metadata(initial)
             message = await reading
-        context.set_trailing_metadata(tuple(await call.trailing_metadata() or ()))
+            while message is not aio.EOF:
+                reading = loop.create_task(call.read())
+                await context.write(message)
+                message = await reading
+            context.set_trailing_metadata(tuple(await call.trailing_metadata() or ()))
+
+        return grpc.stream_stream_rpc_method_handler(relay)
 
 
 async def serve_relay(port: int, upstream: str) -> None:

@@ -30,7 +30,12 @@ root; otherwise the line says what to install and is skipped.
 
     .venv/bin/python bench/invoke.py [--seconds 3] [--rounds 5] [--concurrency 16]
         [--modes direct,nginx,local,redis] [--processes 1,2] [--baseline-tree REV]
-        [--variant 'gc freeze off:NVCF_GC_FREEZE=false']
+        [--variant 'gc freeze off:NVCF_GC_FREEZE=false'] [--granian]
+
+`--granian` adds a local-dispatch line whose application (the serve command's, unchanged) is
+served by granian (Rust, on hyper; the `bench` extra installs it) instead of uvicorn, one worker
+on uvloop, its head buffer and head time set to the server's settings: the comparison that
+decided the HTTP server (docs/invocation.md, "The HTTP server").
 """
 
 from __future__ import annotations
@@ -486,6 +491,11 @@ def main() -> None:
         help="also a local-dispatch pexec line whose server has these settings (e.g. "
         "'gc freeze off:NVCF_GC_FREEZE=false'): a speed-up switched off, in the same run",
     )
+    ap.add_argument(
+        "--granian",
+        action="store_true",
+        help="also a local-dispatch line with the same application served by granian",
+    )
     args = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
     tmp = Path(tempfile.mkdtemp(prefix="nvcf-bench-invoke-"))
@@ -604,6 +614,22 @@ def main() -> None:
             check_pexec(port, fid, vid)
             targets.append(
                 Target(f"pexec, local, {label}", port, pexec_request(fid, vid), proc.pid)
+            )
+            variants.append(targets[-1].name)
+        if args.granian:
+            port = free_port()
+            env = {**server_env(tmp / "granian", echo_port), **limits, "PYTHONPATH": str(root)}
+            command = [sys.executable, "-m", "granian", "--interface", "asgi", "--factory"]
+            command += ["--host", HOST, "--port", str(port), "--workers", "1"]
+            command += ["--loop", "uvloop", "--log-level", "warning", "--no-ws"]
+            command += ["--http1-buffer-size", "65536", "--http1-header-read-timeout", "10000"]
+            command += ["service.cli:serve_app"]
+            proc = start(command, env, port, cwd=str(root))
+            procs.append(proc)
+            fid, vid = deploy(port, concurrency)
+            check_pexec(port, fid, vid)
+            targets.append(
+                Target("pexec, local, granian", port, pexec_request(fid, vid), proc.pid)
             )
             variants.append(targets[-1].name)
         with ProcessPoolExecutor(max_workers=1) as pool:

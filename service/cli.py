@@ -119,6 +119,7 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
     import uvicorn
 
     from service.clusters.catalog import CatalogError, load_catalog
+    from service.core.server import uvicorn_keepalive
 
     _configure_logging(settings)  # after the imports, as before: they log set-up noise
     for note in notes:
@@ -163,6 +164,7 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
         host=args.host,
         port=args.port,
         http="service.cli:HttpProtocol",
+        timeout_keep_alive=uvicorn_keepalive(limits),
         log_level="warning",
         log_config=None,  # its loggers go through the root handler of _configure_logging
         access_log=False,

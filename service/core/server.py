@@ -11,7 +11,8 @@ file descriptor. `BoundedHttpToolsProtocol` (uvicorn's httptools protocol, insta
 - from the head, the body must be complete within `body_timeout` (the ASGI side,
   `service.core.middleware.BodyDeadlineMiddleware`, answers a route reading a late body 408),
   or `long_body_timeout` for paths under `long_body_prefix` (uploads of assets);
-- between requests, uvicorn's keep-alive timer, set to `keepalive_timeout`.
+- between requests (the response complete and the body read), `keepalive_timeout`; uvicorn's
+  own keep-alive timer is set a second later (`uvicorn_keepalive`), a backstop only.
 
 When the deadline passes the connection is closed: at once if no response is under way, or
 else as soon as the response is complete. A connection opened while `max_connections` are open
@@ -19,7 +20,16 @@ is answered 503 and closed without reading from it.
 
 A request head over `max_head_bytes` (counted by reads, so at most one read more) or with
 more than `max_headers` header lines is answered 431 and the connection closed, before the
-parser has gathered it: the application never sees it.
+parser has gathered it: the application never sees it. A chunked body's framing (chunk-size
+lines with their extensions, and the trailer section) is bounded alike: over `max_head_bytes`
+(plus `CHUNK_LINE_BYTES` per chunk) or `max_headers` trailer lines, 431 and closed (a response
+already under way is cut). Trailer fields are dropped: they are not header fields (RFC 9110
+§6.5.1), and an `Authorization` or `function-id` sent as one must never count as one.
+
+This is uvicorn's httptools protocol with its parser callbacks (httptools' public callback
+interface) extended; it reads uvicorn's per-request state (`cycle`, `scope`, `url`) and writes
+none of it. Why uvicorn and not a server that owns these bounds (granian was measured):
+docs/invocation.md, "The HTTP server".
 
 `freeze_startup_objects` (`NVCF_GC_FREEZE`): the serve commands call it once the application is
 built, before serving.
@@ -31,6 +41,7 @@ import asyncio
 import gc
 import json
 import logging
+import math
 import resource
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,6 +63,14 @@ REFUSAL = (
     b"x-content-type-options: nosniff\r\n"
     b"connection: close\r\n\r\n" + _REFUSAL_TEXT
 )
+
+#: what each chunk of a chunked body may add to its framing bytes (its size line, with room for a
+#: short extension) before they count against the head bound
+CHUNK_LINE_BYTES = 64
+
+#: how long a refused request's further bytes are read and discarded before its connection is
+#: closed (its answer and the end of the stream have been sent by then)
+LINGER_SECONDS = 1.0
 
 #: file descriptors kept for everything but client connections (database, Redis, Kubernetes
 #: and registry clients, chart files, Helm subprocesses), at most half of the limit
@@ -266,19 +285,28 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.timeout_keep_alive = self.limits.keepalive_timeout  # type: ignore[assignment]
         self._clock = Deadline(self.loop, self._deadline_passed)
         #: the deadline passed while a response was under way: close once it is complete
         self._expired = False
         self._refused = False
         #: the parser is reading a request head (or waits for the next one)
         self._in_head = True
-        #: bytes of the current head seen so far (whole reads), and its header lines
+        #: no request has begun yet: the first head's time runs from the connection opening
+        self._first = True
+        #: bytes of the current head seen so far (whole reads), and its header lines (then
+        #: the trailer lines of its body)
         self._head_bytes = 0
         self._header_count = 0
-        #: a message began during the read being fed (its bytes are not all head bytes)
+        #: a message began, or ended, during the read being fed
         self._began = False
-        #: why the head is refused (431), once it is
+        self._ended = False
+        #: a body's bytes that are not body (chunk lines, trailer fields), counted by whole
+        #: reads, and the chunks whose lines they may hold
+        self._framing_bytes = 0
+        self._chunks = 0
+        #: body bytes the parser handed over from the read being fed
+        self._body_in_read = 0
+        #: why the request is refused (431), once it is
         self._head_refusal: str | None = None
 
     # asyncio.Protocol
@@ -302,12 +330,25 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refused or self._head_refusal is not None:
             return
-        self._began = False
+        in_body = not self._in_head  # the read starts inside a body
+        self._began = self._ended = False
+        self._body_in_read = 0
         super().data_received(data)
-        if self._in_head and not self._began and self._head_refusal is None:
+        if self._head_refusal is not None:
+            return
+        if self._in_head and not self._began:
             self._head_bytes += len(data)
             if self._head_bytes > self.limits.max_head_bytes:
-                self._refuse_head(f"the request head is over {self.limits.max_head_bytes} bytes")
+                self._refuse(f"the request head is over {self.limits.max_head_bytes} bytes")
+        elif in_body and not self._ended:
+            # A body's framing (chunk-size lines, their extensions, the trailer section) is
+            # bounded like a head: llhttp gathers it without limit, in quadratic time.
+            self._framing_bytes += len(data) - self._body_in_read
+            if self._framing_bytes > self.limits.max_head_bytes + CHUNK_LINE_BYTES * self._chunks:
+                self._refuse(
+                    f"the request's chunk lines and trailer section are over "
+                    f"{self.limits.max_head_bytes} bytes"
+                )
 
     # httptools parser callbacks
 
@@ -315,48 +356,51 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head, self._began = True, True
         self._head_bytes = self._header_count = 0
         super().on_message_begin()
-        if not self._clock.armed:  # the first request's deadline runs from the connection
+        if not self._first:  # the first request's deadline runs from the connection
             self._clock.arm(self.limits.header_timeout)
+        self._first = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
         if self._header_count > self.limits.max_headers:
-            self._head_refusal = f"the request has over {self.limits.max_headers} header lines"
+            what = "header" if self._in_head else "trailer"
+            self._head_refusal = f"the request has over {self.limits.max_headers} {what} lines"
             raise _HeadTooLarge  # stops the parser; answered by send_400_response
-        super().on_header(name, value)
+        if self._in_head:
+            super().on_header(name, value)
+        # else a trailer field: not a header field (RFC 9110 §6.5.1), and none of the
+        # application's business; it is dropped
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._header_count = self._framing_bytes = self._chunks = 0
         self._clock.arm(self.limits.body_timeout_of(self.url.decode("latin-1")))
         super().on_headers_complete()
+
+    def on_chunk_header(self) -> None:
+        self._chunks += 1
+
+    def on_body(self, body: bytes) -> None:
+        self._body_in_read += len(body)
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._clock.disarm()
         if self.scope is not None:  # the application reads the body without waiting
             cast(dict[str, Any], self.scope)[BODY_RECEIVED] = True
         # the read being fed ends a body: its bytes are not head bytes of the next request
-        self._in_head, self._head_bytes, self._began = True, 0, True
+        self._in_head, self._head_bytes, self._began, self._ended = True, 0, True, True
         super().on_message_complete()
-        cycle = self.cycle
-        if (
-            cycle is not None
-            and cycle.response_complete
-            and not self.pipeline
-            and not self.transport.is_closing()
-        ):
+        if self._idle():
             # The body finished arriving after its response (the route never read it): the
-            # connection is idle from now on, which the keep-alive timer bounds.
-            if self.timeout_keep_alive_task is not None:
-                self.timeout_keep_alive_task.cancel()
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
+            # connection is idle from now on.
+            self._clock.arm(self.limits.keepalive_timeout)
 
     # uvicorn hooks
 
     def send_400_response(self, msg: str) -> None:
         if self._head_refusal is not None:
-            self._refuse_head(self._head_refusal)
+            self._refuse(self._head_refusal)
         else:
             super().send_400_response(msg)
 
@@ -364,15 +408,42 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_response_complete()  # may start a pipelined request
         if self._expired and not self.transport.is_closing():
             self.transport.close()
+        elif self._in_head and self._idle():
+            self._clock.arm(self.limits.keepalive_timeout)
 
     # bounds
 
-    def _refuse_head(self, why: str) -> None:
-        """431 and the connection closed: nothing of the request reached the application."""
+    def _idle(self) -> bool:
+        """No request is under way: its response is complete, its body read, none waits."""
+        cycle = self.cycle
+        return (
+            cycle is not None
+            and cycle.response_complete
+            and not self.pipeline
+            and not self.transport.is_closing()
+        )
+
+    def _refuse(self, why: str) -> None:
+        """431 and the connection closed; nothing more of the request reaches the
+        application. A response already under way is cut instead (nothing can follow it)."""
         self._head_refusal = why
-        if not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        if self._in_head or cycle is None or not cycle.response_started:
             self.transport.write(head_refusal(why))
-            self.transport.close()
+        self._linger()
+
+    def _linger(self) -> None:
+        """Close once the answer has gone: the sending side at once, the receiving side after
+        `LINGER_SECONDS` of discarding what the client still sends (closing with its bytes
+        unread would reset the connection, and the client could lose the answer unread)."""
+        transport = self.transport
+        if transport.can_write_eof():
+            transport.write_eof()
+            self.loop.call_later(LINGER_SECONDS, transport.close)
+        else:
+            transport.close()
 
     def _deadline_passed(self) -> None:
         if self.transport.is_closing():
@@ -404,6 +475,12 @@ def head_refusal(why: str) -> bytes:
         b"x-content-type-options: nosniff\r\n"
         b"connection: close\r\n\r\n%s" % (len(body), body)
     )
+
+
+def uvicorn_keepalive(limits: ConnectionLimits) -> int:
+    """uvicorn's own keep-alive time (`timeout_keep_alive`), a whole second past the
+    protocol's: a backstop, never the first to close an idle connection."""
+    return math.ceil(limits.keepalive_timeout) + 1
 
 
 def bounded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:

@@ -19,7 +19,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from service.core.middleware import BodyDeadlineMiddleware
-from service.core.server import ConnectionLimits, bounded_protocol
+from service.core.server import ConnectionLimits, bounded_protocol, uvicorn_keepalive
 from tests.support.app import ADMIN_KEY
 
 
@@ -33,6 +33,7 @@ async def in_loop_server(app: ASGIApp, limits: ConnectionLimits) -> AsyncIterato
         host="127.0.0.1",
         port=free_port(),
         http=bounded_protocol(limits),
+        timeout_keep_alive=uvicorn_keepalive(limits),
         lifespan="off",
         log_config=None,
         access_log=False,

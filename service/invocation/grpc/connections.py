@@ -18,6 +18,7 @@ import asyncio
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 
 #: (the peer's address, the caller's account, function-id, function-version-id as sent)
 Key = tuple[str, str, str, str]
@@ -41,9 +42,12 @@ class Pin:
 class Pins:
     """The sessions of the caller's connections (see the module docstring)."""
 
-    def __init__(self, ttl: float, limit: int = MAX_PINS) -> None:
+    def __init__(
+        self, ttl: float, limit: int = MAX_PINS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.ttl = ttl
         self.limit = limit
+        self._clock = clock
         self._pins: OrderedDict[Key, Pin] = OrderedDict()
 
     def __len__(self) -> int:
@@ -55,7 +59,7 @@ class Pins:
         arriving while the connection's first is still being opened waits for it."""
         while True:
             pin = self._pins.get(key)
-            now = time.monotonic()
+            now = self._clock()
             if pin is None or pin.used + self.ttl < now:
                 return None, self.claim(key, now)
             self._pins.move_to_end(key)
@@ -93,7 +97,7 @@ class Pins:
 
     def claim(self, key: Key, now: float | None = None) -> Pin:
         """A new pin of the connection, its session to come (`settle` it)."""
-        now = time.monotonic() if now is None else now
+        now = self._clock() if now is None else now
         pins = self._pins
         pins.pop(key, None)
         while pins:

@@ -133,6 +133,8 @@ class _Session:
     pinned: bool = False
     #: the pin this call makes (the connection's first call): settled once it is open
     claim: Pin | None = None
+    #: the answer sets the cookie (the first call of the connection's session)
+    cookie: bool = False
 
 
 def _cookie_session(raw: Metadata) -> uuid.UUID | None:
@@ -323,6 +325,8 @@ class GrpcEntry:
                 call = dataclasses.replace(call, session=None)
                 joins.pinned, joins.claim = False, self.pins.claim(key)
                 opened = await self.engine.open(call, opener)
+            if isinstance(opened, Opened):
+                joins.cookie = self._joined(opened, joins)
             return opened
         except NotInvocable as exc:
             account = call.principal.account_id
@@ -333,17 +337,24 @@ class GrpcEntry:
                 self._unpinned(joins)
 
     def _joined(self, opened: Opened[_WorkerCall], joins: _Session) -> bool:
-        """The call's session is every replica's: the connection's calls now join it (unless
-        its version says per call); True when the answer sets the cookie (the first call of
-        the connection's session)."""
+        """The call is open: the connection's calls join its session (unless its version
+        says per call) once every replica can resume it — at once, not after the worker's
+        first answer, which may wait for the caller's next call. True when the answer sets
+        the cookie (the first call of the connection's session)."""
         key, claim = joins.key, joins.claim
         if key is None or joins.pinned:
             return False
         pinned = opened.target.connection_sessions
-        if claim is not None:
-            self.pins.settle(key, claim, opened.request_id if pinned else None, keep=True)
-            return pinned
-        return pinned and self.pins.pin(key, opened.request_id)  # a session the call named
+        if claim is None:
+            return pinned and self.pins.pin(key, opened.request_id)  # a session the call named
+        settle = functools.partial(
+            self.pins.settle, key, claim, opened.request_id if pinned else None, keep=True
+        )
+        if opened.joined.done():
+            settle()
+        else:
+            opened.joined.add_done_callback(lambda _: settle())
+        return pinned
 
     def _unpinned(self, joins: _Session) -> None:
         """The call that was to make its connection's pin did not open: the next one does."""
@@ -397,7 +408,7 @@ class GrpcEntry:
             await opened.joined
             request_id = str(opened.request_id)
             initial.append(("nvcf-reqid", request_id))
-            if self._joined(opened, joins):
+            if joins.cookie:
                 initial.append(("set-cookie", f"{COOKIE}={request_id}"))
             try:
                 reading = loop.create_task(call.read())
@@ -416,7 +427,6 @@ class GrpcEntry:
             status, error = 499, "the caller went away"
             raise
         finally:
-            self._unpinned(joins)  # no-op once joined
             call.cancel()  # no-op once it ended
             if reading is not None:
                 reading.cancel()

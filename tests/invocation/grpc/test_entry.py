@@ -524,6 +524,26 @@ async def test_a_connection_is_a_session_on_one_instance_and_its_first_answer_se
     await _end(held)
 
 
+async def test_a_call_joins_its_connections_session_before_the_first_stream_answers(
+    client: AppClient, channel: aio.Channel, worker: GrpcWorker
+) -> None:
+    """A stream the worker has not answered yet (it waits for the caller's first message)
+    already is the connection's session: a call beside it is not held until it answers."""
+    fn = await deployed(client, **GRPC_FN, specs=TWO)
+    stream = channel.stream_stream("/test.Echo/QuietBidi")(metadata=md(fn))
+    while not worker.calls:  # noqa: ASYNC110 (the worker has no event for a call begun)
+        await asyncio.sleep(0.01)
+    instance = worker.calls[-1].metadata["nvcf-instance-id"]
+    call = unary(channel, "Unary")(b"beside", metadata=md(fn), timeout=20)
+    assert await call == b"beside"
+    assert worker.calls[-1].metadata["nvcf-instance-id"] == instance
+    request_id = dict(await call.initial_metadata())["nvcf-reqid"]
+    await stream.write(b"now")
+    assert await stream.read() == b"now"
+    assert dict(await stream.initial_metadata())["nvcf-reqid"] == request_id
+    await _end(stream)
+
+
 async def test_the_cookie_resumes_a_session_and_nvcf_reqid_comes_first(
     client: AppClient, channel: aio.Channel, worker: GrpcWorker
 ) -> None:

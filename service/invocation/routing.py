@@ -1,10 +1,11 @@
 """Which version and which instances a request goes to (`Target`), read from the database.
 
 A function id alone picks an invocable version: ACTIVE or DEGRADING, the most recently
-deployed when several are. A version that is not invocable is a 400 naming its status; an
-unknown version (or another account's not shared with the caller's, see access.py) is a 404.
-An invocation token is refused (403) a function its grant does not name before anything is
-read; its grant is part of the cache key when it narrows the versions.
+deployed when several are. A version that is not invocable is a 400 naming its status
+(`NotInvocable`: the gRPC entry answers it as NVCF's API does); an unknown version (or
+another account's not shared with the caller's, see access.py) is a 404. An invocation token
+is refused (403) a function its grant does not name before anything is read; its grant is
+part of the cache key when it narrows the versions.
 
 A target is per caller account: it carries the caller's account, which the worker receives as
 `NVCF-NCAID` (as NVCF's workers do: the account that invoked, the owner's or one the function

@@ -1,6 +1,7 @@
 """The gRPC status of every refusal and failure the engine reports (a `DomainError` at
-admission, a `Finished` outcome after it), by the HTTP-like status both carry: the one table
-the gRPC entry answers from. A worker's own statuses pass through unchanged and never meet it.
+admission, a `Finished` outcome after it), by the HTTP-like status both carry, but for two
+NVCF words its own way: a version that cannot be invoked (`not_invocable`) and no worker in
+time (`NO_WORKER`). A worker's own statuses pass through unchanged and never meet these.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from service.invocation.routing import NotInvocable
 
 #: engine status -> gRPC status code
 STATUS_CODES: dict[int, grpc.StatusCode] = {
-    # a version that cannot be invoked (not ACTIVE, an HTTP function, ...): the caller must
-    # change something else first
+    # an HTTP function called over gRPC: the caller must change something else first
     400: grpc.StatusCode.FAILED_PRECONDITION,
     401: grpc.StatusCode.UNAUTHENTICATED,
     403: grpc.StatusCode.PERMISSION_DENIED,
@@ -25,7 +25,7 @@ STATUS_CODES: dict[int, grpc.StatusCode] = {
     499: grpc.StatusCode.CANCELLED,
     # the worker could not be reached (twice) or failed before the call was open
     502: grpc.StatusCode.UNAVAILABLE,
-    # no instance took the call within the queue timeout; the replica is stopping
+    # the replica is stopping (no instance in time is `NO_WORKER`)
     503: grpc.StatusCode.UNAVAILABLE,
     504: grpc.StatusCode.DEADLINE_EXCEEDED,
 }

@@ -231,6 +231,9 @@ class Finished:
 
     request_id: uuid.UUID
     outcome: Outcome
+    #: `Engine.open` only: no instance took the call in time (the queue timeout, or the
+    #: deadline while waiting for one)
+    no_instance: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,16 +335,19 @@ class Engine:
             return await opener(endpoint, self.worker_headers(run, instance))
 
         try:
+            no_instance = False
             try:
                 async with asyncio.timeout_at(run.deadline):
                     value = await self._exchange(run, send)
             except TimeoutError:
+                no_instance = run.instance is None
                 failure = Outcome.failure(
                     504, f"the worker did not answer within {self.worker_timeout:g} s"
                 )
             except WorkerFailed as exc:
                 failure = Outcome.failure(502, f"the worker failed: {exc.reason}")
             except _Failed as exc:
+                no_instance = isinstance(exc, _NoInstance)
                 failure = exc.outcome
             else:
                 assert run.instance is not None
@@ -351,7 +357,7 @@ class Engine:
             await asyncio.shield(run.finish(Outcome.failure(499, "the caller went away")))
             raise
         await run.finish(failure)
-        return Finished(run.id, failure)
+        return Finished(run.id, failure, no_instance)
 
     # ------------------------------------------------------------------ 1. admit
 
@@ -484,7 +490,7 @@ class Engine:
             try:
                 instance = await ticket.wait(min(self.queue_timeout, remaining))
             except QueueTimeout:
-                raise _Failed(
+                raise _NoInstance(
                     503,
                     f"no instance of function version {target.version_id} took the request "
                     f"within {self.queue_timeout:g} s",
@@ -709,6 +715,10 @@ class _Failed(Exception):
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
         self.outcome = Outcome.failure(status, reason)
+
+
+class _NoInstance(_Failed):
+    """No instance took the request within the queue timeout."""
 
 
 def _close_abandoned(task: asyncio.Task[Streamed | Finished]) -> None:

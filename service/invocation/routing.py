@@ -1,10 +1,11 @@
 """Which version and which instances a request goes to (`Target`), read from the database.
 
 A function id alone picks an invocable version: ACTIVE or DEGRADING, the most recently
-deployed when several are. A version that is not invocable is a 400 naming its status; an
-unknown version (or another account's not shared with the caller's, see access.py) is a 404.
-An invocation token is refused (403) a function its grant does not name before anything is
-read; its grant is part of the cache key when it narrows the versions.
+deployed when several are. A version that is not invocable is a 400 naming its status
+(`NotInvocable`: the gRPC entry answers it as NVCF's API does); an unknown version (or
+another account's not shared with the caller's, see access.py) is a 404. An invocation token
+is refused (403) a function its grant does not name before anything is read; its grant is
+part of the cache key when it narrows the versions.
 
 A target is per caller account: it carries the caller's account, which the worker receives as
 `NVCF-NCAID` (as NVCF's workers do: the account that invoked, the owner's or one the function
@@ -45,6 +46,9 @@ from service.invocation.access import visible_versions
 from service.invocation.ratelimit import RatePolicy
 
 INVOCABLE = frozenset({"ACTIVE", "DEGRADING"})
+#: the tag of a gRPC function whose calls are not pinned to their connection's instance
+#: (docs/invocation.md, gRPC sessions)
+PER_CALL_TAG = "grpc-sessions=per-call"
 #: (account, function id, version id), the ids as canonical text: a UUID hashes in Python
 _Key = tuple[str, str, str | None]
 #: cached targets at most (least recently resolved go first)
@@ -98,6 +102,9 @@ class Target:
     #: the version's functionType and stored models (the LLM gateway checks the model)
     function_type: str = "DEFAULT"
     models: Any = None
+    #: a gRPC client connection is a session pinned to one instance (NVCF's proxy), unless
+    #: the version is tagged `PER_CALL_TAG`
+    connection_sessions: bool = True
 
     @cached_property
     def fid(self) -> str:
@@ -174,6 +181,14 @@ def _refused(function_id: str, version_id: str | None) -> Forbidden:
     return Forbidden(detail=f"this invocation token does not allow invoking {what}")
 
 
+@dataclass
+class NotInvocable(BadRequest):
+    """No version asked for can be invoked (none ACTIVE or DEGRADING); `degraded`: one of
+    them is DEGRADED (NVCF's API says so rather than "not found": grpc/statuses.py)."""
+
+    degraded: bool = False
+
+
 def choose_version(
     rows: Sequence[Row[Any]], function_id: uuid.UUID, version_id: uuid.UUID | None
 ) -> Row[Any]:
@@ -184,17 +199,20 @@ def choose_version(
     invocable = [r for r in rows if r.status in INVOCABLE and r.deployment_id is not None]
     if invocable:
         return max(invocable, key=lambda r: (r.created_at, str(r.id)))
+    degraded = any(r.status == "DEGRADED" for r in rows)
     if version_id is not None:
         row = rows[0]
-        raise BadRequest(
+        raise NotInvocable(
+            degraded=degraded,
             detail=f"function {function_id} version {version_id} is {row.status} and cannot be "
             "invoked; only ACTIVE and DEGRADING versions are"
-            + (" (deploy it first)" if row.status == "INACTIVE" else "")
+            + (" (deploy it first)" if row.status == "INACTIVE" else ""),
         )
     states = ", ".join(f"{r.id} is {r.status}" for r in sorted(rows, key=lambda r: str(r.id)))
-    raise BadRequest(
+    raise NotInvocable(
+        degraded=degraded,
         detail=f"function {function_id} has no invocable version ({states}); only ACTIVE "
-        "and DEGRADING versions are"
+        "and DEGRADING versions are",
     )
 
 
@@ -348,4 +366,5 @@ class RouteTable:
             worker_service=row.helm_chart_service_name if row.container_image is None else None,
             function_type=row.function_type,
             models=row.models,
+            connection_sessions=PER_CALL_TAG not in (row.tags or ()),
         )

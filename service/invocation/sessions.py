@@ -38,8 +38,12 @@ PREFIX = "nvcf:inv:s:"
 MAX_IDLE = 100_000
 
 
-def not_found(session: uuid.UUID) -> NotFound:
-    return NotFound(detail=f"no existing session found for request {session}")
+class SessionNotFound(NotFound):
+    """The session a call names is not live (NVCF's proxy: "no existing session found")."""
+
+
+def not_found(session: uuid.UUID) -> SessionNotFound:
+    return SessionNotFound(detail=f"no existing session found for request {session}")
 
 
 def _others(session: uuid.UUID, instance: uuid.UUID | None, target: Target) -> list[uuid.UUID]:

@@ -6,7 +6,8 @@ Methods of `/test.Echo/` (messages are bytes, no protobufs), plus the standard h
 
 - `Unary`: the request back; `ServerStream`: the request back `int(request)` times as
   `b"0"`, `b"1"`, ...; `ClientStream`: the requests joined by `b"|"`; `Bidi`: each request
-  back as it comes;
+  back as it comes; `QuietBidi`: as `Bidi`, its initial metadata sent with its first answer
+  (not before: as servers that say nothing until asked);
 - `Fail`: status INVALID_ARGUMENT, details `bad input: <request>`, trailing `x-why: because`;
 - `Hold`: waits until `release()` (a test reads `held` to know it arrived), then the request
   back; a cancellation is counted in `cancelled`.
@@ -88,12 +89,13 @@ class GrpcWorker:
         metadata = {k: v for k, v in received_md if isinstance(v, str)}
         binary = {k: v for k, v in received_md if isinstance(v, bytes)}
         self.calls.append(Seen(kind, metadata, context.time_remaining(), binary))
-        await context.send_initial_metadata((("x-worker", self.name),))
+        if kind != "QuietBidi":  # its initial metadata goes with its first answer
+            await context.send_initial_metadata((("x-worker", self.name),))
         trailing: list[tuple[str, str | bytes]] = [("x-done", "yes")]
         if "x-echo-bin" in binary:
             trailing.append(("x-echo-bin", binary["x-echo-bin"]))
         context.set_trailing_metadata(tuple(trailing))
-        if kind == "Bidi":
+        if kind in ("Bidi", "QuietBidi"):
             async for message in requests:
                 yield message
             return

@@ -4,10 +4,12 @@ to a worker of the function its metadata names, through the engine (`Engine.open
 
 Metadata as NVCF reads it: `authorization: Bearer <key or invocation token>`, `function-id`
 (required), `function-version-id`, `nvcf-reqid` (resume a live session: its instance takes
-the call). The caller's other metadata reaches the worker with the NVCF request headers of
-the HTTP entry (lower-cased: `nvcf-reqid`, `nvcf-function-id`, ...); the answer's initial
-metadata carries `nvcf-reqid`. Refusals and failures of the engine are gRPC statuses
-(statuses.py); the worker's own status, message and trailing metadata pass unchanged. The
+the call), else the cookie `nvcf-request-id`. A call naming no session joins its
+connection's (connections.py); the answer of a connection's first call sets the cookie. The
+caller's other metadata reaches the worker with the NVCF request headers of the HTTP entry
+(lower-cased: `nvcf-reqid`, `nvcf-function-id`, ...); the answer's initial metadata carries
+`nvcf-reqid`. Refusals and failures of the engine are gRPC statuses (statuses.py); the
+worker's own status, message and trailing metadata pass unchanged. The
 caller's deadline (bounded by the worker timeout) reaches the worker; a caller cancelling
 cancels the worker's call; the instance's slot is held until the call ends.
 """
@@ -15,6 +17,7 @@ cancels the worker's call; the instance's slot is held until the call ends.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import uuid
@@ -33,8 +36,10 @@ from service.backends.worker import WorkerEndpoint
 from service.core.errors import BadRequest, DomainError, Forbidden
 from service.invocation.engine import GRPC_PATH, Call, Engine, Finished, Opened, is_grpc
 from service.invocation.grpc.channels import METHODS_KEPT, Channels, Lease
-from service.invocation.grpc.statuses import status_code
-from service.invocation.routing import Target
+from service.invocation.grpc.connections import Key, Pin, Pins
+from service.invocation.grpc.statuses import NO_WORKER, not_invocable, status_code
+from service.invocation.routing import NotInvocable, Target
+from service.invocation.sessions import SessionNotFound
 
 if TYPE_CHECKING:
     from service.core.settings import Settings
@@ -49,6 +54,11 @@ _NOT_FORWARDED = READ_KEYS | {"user-agent", "te", "content-type"}
 _NOT_RETURNED = frozenset({"nvcf-reqid", "nvcf-status", "content-type", "user-agent"})
 
 Metadata = Iterable[tuple[str, str | bytes]]
+#: the cookie naming a session (NVCF's proxy: set on a session's first answer, read when
+#: `nvcf-reqid` is not sent, deleted when the session is unknown)
+COOKIE = "nvcf-request-id"
+#: how NVCF's proxy deletes it (Go's `http.Cookie{MaxAge: -1}`)
+FORGET_COOKIE = (("set-cookie", f"{COOKIE}=; Max-Age=0"),)
 
 
 class GrpcListenError(Exception):
@@ -103,12 +113,51 @@ def grpc_only(target: Target) -> None:
 
 
 class _Refused(Exception):
-    """A call the entry refuses before the engine sees it (bad metadata)."""
+    """A call the entry refuses (bad metadata; a refusal of the engine NVCF words its own
+    way)."""
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    def __init__(self, code: grpc.StatusCode, details: str, trailing: Metadata = ()) -> None:
         super().__init__(details)
         self.code = code
         self.details = details
+        self.trailing = tuple(trailing)
+
+
+@dataclass(slots=True)
+class _Session:
+    """Which session a call joins, as the entry found it."""
+
+    #: the connection's pin (None: the call is not pinned, e.g. no peer address)
+    key: Key | None
+    #: the session came from the connection's pin (not `nvcf-reqid` nor the cookie)
+    pinned: bool = False
+    #: the pin this call makes (the connection's first call): settled once it is open
+    claim: Pin | None = None
+    #: the answer sets the cookie (the first call of the connection's session)
+    cookie: bool = False
+
+
+def _cookie_session(raw: Metadata) -> uuid.UUID | None:
+    """The session the caller's `nvcf-request-id` cookie names (its `cookie` metadata), if
+    any; a value that is not a UUID is refused, and the cookie deleted."""
+    found = None
+    for key, value in raw:
+        if key.lower() != "cookie" or not isinstance(value, str):
+            continue
+        for part in value.split(";"):
+            name, eq, text = part.strip().partition("=")
+            if eq and name == COOKIE:
+                found = text.strip().strip('"')
+    if found is None:
+        return None
+    try:
+        return uuid.UUID(found)
+    except ValueError:
+        raise _Refused(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"the cookie '{COOKIE}' is not a UUID: {found[:64]!r}",
+            FORGET_COOKIE,
+        ) from None
 
 
 def _uuid(metadata: dict[str, str], key: str, *, required: bool = False) -> uuid.UUID | None:
@@ -146,6 +195,9 @@ class GrpcEntry:
             max_message_bytes=settings.grpc_max_message_bytes,
         )
         self.server: aio.Server | None = None
+        #: the sessions of the callers' connections (a call holds one at most for the
+        #: worker timeout, a session outlives its last call by its idle time)
+        self.pins = Pins(self.worker_timeout + settings.grpc_session_idle_seconds)
         #: `Opened.close` of the calls that just ended (run after the caller got the status)
         self._closing: set[asyncio.Task[None]] = set()
         #: the port bound (`NVCF_GRPC_PORT` 0: the one the system chose)
@@ -197,39 +249,117 @@ class GrpcEntry:
         self, method: str, requests: AsyncIterator[bytes], context: aio.ServicerContext[Any, Any]
     ) -> None:
         """One call, from its metadata to the worker's status."""
+        opener = functools.partial(self._open_worker, method, requests, context)
         try:
-            call = await self._call(method, context)
-            opened = await self.engine.open(
-                call, functools.partial(self._open_worker, method, requests, context)
-            )
+            call, joins = await self._call(method, context)
+            opened = await self._open(call, joins, opener)
         except _Refused as exc:
-            await context.abort(exc.code, exc.details)
+            await context.abort(exc.code, exc.details, exc.trailing)
         except DomainError as exc:
             await context.abort(status_code(exc.status), exc.detail)
         if isinstance(opened, Finished):
             outcome = opened.outcome
+            if opened.no_instance:
+                log.info("gRPC call %s: %s", opened.request_id, outcome.error)
+                await context.abort(*NO_WORKER)
             await context.abort(status_code(outcome.status), outcome.error or "")
-        await self._relay(opened, context)
+        await self._relay(opened, context, joins)
 
-    async def _call(self, method: str, context: aio.ServicerContext[Any, Any]) -> Call:
-        """The engine's call of the caller's metadata (`_Refused`, or the `DomainError` of
-        authentication)."""
+    async def _call(
+        self, method: str, context: aio.ServicerContext[Any, Any]
+    ) -> tuple[Call, _Session]:
+        """The engine's call of the caller's metadata, and how it joins a session
+        (`_Refused`, or the `DomainError` of authentication)."""
         raw = context.invocation_metadata() or ()
         metadata = {k.lower(): v for k, v in raw if isinstance(v, str)}
         principal = await self._principal(metadata.get("authorization"))
         function_id = _uuid(metadata, "function-id", required=True)
         assert function_id is not None
-        return Call(
+        version_id = _uuid(metadata, "function-version-id")
+        session = _uuid(metadata, "nvcf-reqid")
+        if session is None and "cookie" in metadata:
+            session = _cookie_session(raw)
+        peer = context.peer()
+        joins = _Session(
+            None
+            if not peer
+            else (
+                peer,
+                principal.account_id,
+                metadata["function-id"],
+                metadata.get("function-version-id", ""),
+            )
+        )
+        if session is None and joins.key is not None:
+            session, joins.claim = await self.pins.resolve(joins.key)
+            joins.pinned = session is not None
+        call = Call(
             principal=principal,
             function_id=function_id,
-            version_id=_uuid(metadata, "function-version-id"),
+            version_id=version_id,
             method="POST",
             path=method,
             headers=caller_metadata(raw),
             body=b"",
             check=grpc_only,
-            session=_uuid(metadata, "nvcf-reqid"),
+            session=session,
         )
+        return call, joins
+
+    async def _open(
+        self, call: Call, joins: _Session, opener: Any
+    ) -> Opened[_WorkerCall] | Finished:
+        """`Engine.open` in the call's session. A connection's session that ended is followed
+        by a new one, as NVCF's proxy asks for a new worker; a session the call names that
+        is not live is NOT_FOUND and deletes the cookie."""
+        key = joins.key
+        opened: Opened[_WorkerCall] | Finished | None = None
+        try:
+            try:
+                opened = await self.engine.open(call, opener)
+            except SessionNotFound as exc:
+                if key is not None and call.session is not None:
+                    self.pins.forget(key, call.session)
+                if not joins.pinned or key is None:
+                    raise _Refused(grpc.StatusCode.NOT_FOUND, exc.detail, FORGET_COOKIE) from None
+                call = dataclasses.replace(call, session=None)
+                joins.pinned, joins.claim = False, self.pins.claim(key)
+                opened = await self.engine.open(call, opener)
+            if isinstance(opened, Opened):
+                joins.cookie = self._joined(opened, joins)
+            return opened
+        except NotInvocable as exc:
+            account = call.principal.account_id
+            code, details = not_invocable(exc, call.function_id, call.version_id, account)
+            raise _Refused(code, details) from None
+        finally:
+            if not isinstance(opened, Opened):
+                self._unpinned(joins)
+
+    def _joined(self, opened: Opened[_WorkerCall], joins: _Session) -> bool:
+        """The call is open: the connection's calls join its session (unless its version
+        says per call) once every replica can resume it — at once, not after the worker's
+        first answer, which may wait for the caller's next call. True when the answer sets
+        the cookie (the first call of the connection's session)."""
+        key, claim = joins.key, joins.claim
+        if key is None or joins.pinned:
+            return False
+        pinned = opened.target.connection_sessions
+        if claim is None:
+            return pinned and self.pins.pin(key, opened.request_id)  # a session the call named
+        settle = functools.partial(
+            self.pins.settle, key, claim, opened.request_id if pinned else None, keep=True
+        )
+        if opened.joined.done():
+            settle()
+        else:
+            opened.joined.add_done_callback(lambda _: settle())
+        return pinned
+
+    def _unpinned(self, joins: _Session) -> None:
+        """The call that was to make its connection's pin did not open: the next one does."""
+        if joins.claim is not None and joins.key is not None:
+            self.pins.settle(joins.key, joins.claim, None, keep=False)
 
     async def _principal(self, authorization: str | None) -> Principal:
         auth = self.authenticator
@@ -261,7 +391,7 @@ class GrpcEntry:
         return _WorkerCall(lease, call)
 
     async def _relay(
-        self, opened: Opened[_WorkerCall], context: aio.ServicerContext[Any, Any]
+        self, opened: Opened[_WorkerCall], context: aio.ServicerContext[Any, Any], joins: _Session
     ) -> None:
         """The worker's answer to the caller; the slot is released when it ends. Each
         message is written to the caller while the worker's next one is read (each is a
@@ -276,7 +406,10 @@ class GrpcEntry:
         try:
             initial = returned_metadata(await call.initial_metadata())
             await opened.joined
-            initial.append(("nvcf-reqid", str(opened.request_id)))
+            request_id = str(opened.request_id)
+            initial.append(("nvcf-reqid", request_id))
+            if joins.cookie:
+                initial.append(("set-cookie", f"{COOKIE}={request_id}"))
             try:
                 reading = loop.create_task(call.read())
                 await context.send_initial_metadata(initial)

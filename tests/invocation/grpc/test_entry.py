@@ -15,9 +15,11 @@ import grpc
 import pytest
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from sqlalchemy import update
 
 from service.auth import scopes
 from service.core.tls import ensure_self_signed
+from service.functions.models import FunctionVersion
 from tests.support.api import new_key
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
 from tests.support.e2e import deployment
@@ -59,6 +61,15 @@ async def client(client_factory: ClientFactory, tmp_path: Path, worker: GrpcWork
 async def channel(client: AppClient) -> AsyncIterator[aio.Channel]:
     async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
         yield ch
+
+
+def connection(client: AppClient) -> aio.Channel:
+    """A channel on a TCP connection of its own (grpcio shares one between the channels of a
+    process that have the same target and options, as if they were one client)."""
+    port = client.app.state.grpc.port
+    return aio.insecure_channel(
+        f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)]
+    )
 
 
 def md(fn: dict[str, Any], key: str = ADMIN_KEY, **more: str) -> tuple[tuple[str, str], ...]:
@@ -244,16 +255,41 @@ async def test_an_http_function_is_failed_precondition_and_http_pexec_of_grpc_is
     assert "gRPC endpoint" in resp.json()["detail"]
 
 
-async def test_a_version_not_invocable_is_failed_precondition(
+async def test_a_version_not_invocable_is_answered_as_nvcfs_api_answers_its_proxy(
     client: AppClient, channel: aio.Channel
 ) -> None:
+    """NVCF's `AuthStatefulWork`: NOT_FOUND for a version neither ACTIVE nor DEGRADING,
+    INVALID_ARGUMENT for a DEGRADED one, worded as its API words them and its proxy passes
+    them on."""
     created = await client.post("/v2/nvcf/functions", json={**GRPC_FN_BODY})
     fn = created.json()["function"]
+    fid, vid, account = fn["id"], fn["versionId"], fn["ncaId"]
     code, details = await status_of(
-        unary(channel, "Unary")(b"x", metadata=md(fn, function_version_id=fn["versionId"]))
+        unary(channel, "Unary")(b"x", metadata=md(fn, function_version_id=vid))
     )
-    assert code == grpc.StatusCode.FAILED_PRECONDITION
-    assert "INACTIVE" in details
+    assert (code, details) == (
+        grpc.StatusCode.NOT_FOUND,
+        "failed to open stateful work request: rpc error: code = NotFound desc = "
+        f"Function id '{fid}' version '{vid}': Specified function in account '{account}' "
+        "is not found",
+    )
+    code, details = await status_of(unary(channel, "Unary")(b"x", metadata=md(fn)))
+    assert code == grpc.StatusCode.NOT_FOUND
+    assert f"version 'null': Specified function in account '{account}'" in details
+    async with client.app.state.sessionmaker() as session, session.begin():
+        await session.execute(
+            update(FunctionVersion)
+            .where(FunctionVersion.id == uuid.UUID(vid))
+            .values(status="DEGRADED")
+        )
+    code, details = await status_of(
+        unary(channel, "Unary")(b"x", metadata=md(fn, function_version_id=vid))
+    )
+    assert (code, details) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "failed to open stateful work request: rpc error: code = InvalidArgument desc = "
+        f"Function id '{fid}': DEGRADED function cannot be invoked",
+    )
 
 
 GRPC_FN_BODY = {**GRPC_FN, "containerImage": "nvcr.io/acme/grpc-echo:1.0"}
@@ -294,7 +330,7 @@ async def test_a_full_queue_is_resource_exhausted(
         assert await held == b"x"
 
 
-async def test_a_queue_timeout_is_unavailable(
+async def test_no_worker_in_time_is_deadline_exceeded_as_nvcfs_proxy_says_it(
     client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker
 ) -> None:
     client = await grpc_app(
@@ -308,8 +344,10 @@ async def test_a_queue_timeout_is_unavailable(
         # minInstances 0 and nobody to start an instance: no instance takes it in time
         idle = await deployed(client, **{**GRPC_FN, "name": "idle"}, specs=[spec(minInstances=0)])
         code, details = await status_of(unary(ch, "Unary")(b"z", metadata=md(idle)))
-        assert code == grpc.StatusCode.UNAVAILABLE
-        assert "no instance" in details
+        assert (code, details) == (
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            "failed to establish link to worker",
+        )
 
 
 async def test_an_unreachable_worker_is_unavailable(
@@ -391,8 +429,9 @@ async def _session_resumes_until_it_ends(
     assert await session.read() == b"open"
     request_id = dict(await session.initial_metadata())["nvcf-reqid"]
     instance = worker.calls[-1].metadata["nvcf-instance-id"]
-    # a new call goes to the other instance (fewest in flight) ...
-    assert await unary(channel, "Unary")(b"new", metadata=md(fn)) == b"new"
+    # a new call on another connection goes to the other instance (fewest in flight) ...
+    async with connection(client) as other:
+        assert await unary(other, "Unary")(b"new", metadata=md(fn)) == b"new"
     assert worker.calls[-1].metadata["nvcf-instance-id"] != instance
     # ... a resumed one to the session's, as the same request
     for _ in range(3):
@@ -436,6 +475,155 @@ async def test_a_session_outlives_its_last_call_for_the_idle_time(
         unary(channel, "Unary")(b"x", metadata=md(other, nvcf_reqid=request_id))
     )
     assert code == grpc.StatusCode.NOT_FOUND  # a session is its function's instance's only
+
+
+# ---------------------------------------------------------------------- a connection's session
+
+TWO = [spec(minInstances=2, maxInstances=2, maxRequestConcurrency=4)]
+
+
+async def _held(channel: aio.Channel, fn: dict[str, Any], worker: GrpcWorker) -> Any:
+    """A stream left open: its instance has a call in flight, the other none."""
+    stream = channel.stream_stream("/test.Echo/Bidi")(metadata=md(fn))
+    await stream.write(b"open")
+    assert await stream.read() == b"open"
+    return stream
+
+
+async def _end(stream: Any) -> None:
+    await stream.done_writing()
+    assert await stream.read() == aio.EOF
+
+
+async def test_a_connection_is_a_session_on_one_instance_and_its_first_answer_sets_the_cookie(
+    client: AppClient, channel: aio.Channel, worker: GrpcWorker
+) -> None:
+    fn = await deployed(client, **GRPC_FN, specs=TWO)
+    held = await _held(channel, fn, worker)
+    initial = dict(await held.initial_metadata())
+    request_id = initial["nvcf-reqid"]
+    assert initial["set-cookie"] == f"nvcf-request-id={request_id}"
+    instance = worker.calls[-1].metadata["nvcf-instance-id"]
+    # the other instance has nothing in flight: the connection's calls go to its own all the same
+    for _ in range(3):
+        call = unary(channel, "Unary")(b"again", metadata=md(fn))
+        assert await call == b"again"
+        initial = dict(await call.initial_metadata())
+        assert initial["nvcf-reqid"] == request_id
+        assert "set-cookie" not in initial
+        assert worker.calls[-1].metadata["nvcf-instance-id"] == instance
+        assert worker.calls[-1].metadata["nvcf-reqid"] == request_id
+    # another connection is a session of its own, on the other instance
+    async with connection(client) as other:
+        call = unary(other, "Unary")(b"other", metadata=md(fn))
+        assert await call == b"other"
+        initial = dict(await call.initial_metadata())
+        assert initial["nvcf-reqid"] != request_id
+        assert initial["set-cookie"] == f"nvcf-request-id={initial['nvcf-reqid']}"
+        assert worker.calls[-1].metadata["nvcf-instance-id"] != instance
+    await _end(held)
+
+
+async def test_a_call_joins_its_connections_session_before_the_first_stream_answers(
+    client: AppClient, channel: aio.Channel, worker: GrpcWorker
+) -> None:
+    """A stream the worker has not answered yet (it waits for the caller's first message)
+    already is the connection's session: a call beside it is not held until it answers."""
+    fn = await deployed(client, **GRPC_FN, specs=TWO)
+    stream = channel.stream_stream("/test.Echo/QuietBidi")(metadata=md(fn))
+    while not worker.calls:  # noqa: ASYNC110 (the worker has no event for a call begun)
+        await asyncio.sleep(0.01)
+    instance = worker.calls[-1].metadata["nvcf-instance-id"]
+    call = unary(channel, "Unary")(b"beside", metadata=md(fn), timeout=20)
+    assert await call == b"beside"
+    assert worker.calls[-1].metadata["nvcf-instance-id"] == instance
+    request_id = dict(await call.initial_metadata())["nvcf-reqid"]
+    await stream.write(b"now")
+    assert await stream.read() == b"now"
+    assert dict(await stream.initial_metadata())["nvcf-reqid"] == request_id
+    await _end(stream)
+
+
+async def test_the_cookie_resumes_a_session_and_nvcf_reqid_comes_first(
+    client: AppClient, channel: aio.Channel, worker: GrpcWorker
+) -> None:
+    fn = await deployed(client, **GRPC_FN, specs=TWO)
+    held = await _held(channel, fn, worker)
+    cookie = dict(await held.initial_metadata())["set-cookie"]
+    request_id = cookie.removeprefix("nvcf-request-id=")
+    instance = worker.calls[-1].metadata["nvcf-instance-id"]
+    async with connection(client) as other:
+        first = unary(other, "Unary")(b"other", metadata=md(fn))
+        assert await first == b"other"
+        other_id = dict(await first.initial_metadata())["nvcf-reqid"]
+    assert worker.calls[-1].metadata["nvcf-instance-id"] != instance
+    async with connection(client) as again:  # a new connection carrying the cookie
+        call = unary(again, "Unary")(b"back", metadata=(*md(fn), ("cookie", f"a=b; {cookie}")))
+        assert await call == b"back"
+        assert dict(await call.initial_metadata())["nvcf-reqid"] == request_id
+        assert worker.calls[-1].metadata["nvcf-instance-id"] == instance
+        assert worker.calls[-1].metadata["nvcf-reqid"] == request_id
+    async with connection(client) as again:
+        both = (*md(fn, nvcf_reqid=other_id), ("cookie", cookie))
+        call = unary(again, "Unary")(b"reqid", metadata=both)
+        assert await call == b"reqid"
+        assert dict(await call.initial_metadata())["nvcf-reqid"] == other_id
+        assert worker.calls[-1].metadata["nvcf-instance-id"] != instance
+    await _end(held)
+
+
+async def test_an_unknown_session_is_not_found_and_deletes_the_cookie(
+    client: AppClient, channel: aio.Channel
+) -> None:
+    fn = await deployed(client, **GRPC_FN)
+    unknown = str(uuid.uuid4())
+    for named in (
+        (*md(fn), ("cookie", f"nvcf-request-id={unknown}")),
+        md(fn, nvcf_reqid=unknown),
+    ):
+        with pytest.raises(aio.AioRpcError) as info:
+            await unary(channel, "Unary")(b"x", metadata=named)
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND
+        assert info.value.details() == f"no existing session found for request {unknown}"
+        trailing = dict(info.value.trailing_metadata() or ())
+        assert trailing["set-cookie"] == "nvcf-request-id=; Max-Age=0"
+    with pytest.raises(aio.AioRpcError) as info:
+        await unary(channel, "Unary")(b"x", metadata=(*md(fn), ("cookie", "nvcf-request-id=1")))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "'nvcf-request-id' is not a UUID" in (info.value.details() or "")
+    assert dict(info.value.trailing_metadata() or ())["set-cookie"] == "nvcf-request-id=; Max-Age=0"
+
+
+async def test_a_connection_whose_session_ended_starts_a_new_one(
+    client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker
+) -> None:
+    """As NVCF's proxy asks for a new worker when the connection's is gone: with
+    NVCF_GRPC_SESSION_IDLE_SECONDS 0 a session ends with its last call."""
+    client = await grpc_app(client_factory, tmp_path, worker.url, grpc_session_idle_seconds=0)
+    fn = await deployed(client, **GRPC_FN)
+    async with connection(client) as ch:
+        ids = []
+        for _ in range(2):
+            call = unary(ch, "Unary")(b"x", metadata=md(fn))
+            assert await call == b"x"
+            initial = dict(await call.initial_metadata())
+            assert initial["set-cookie"] == f"nvcf-request-id={initial['nvcf-reqid']}"
+            ids.append(initial["nvcf-reqid"])
+    assert ids[0] != ids[1]
+
+
+async def test_a_function_tagged_per_call_is_not_pinned_to_the_connection(
+    client: AppClient, channel: aio.Channel, worker: GrpcWorker
+) -> None:
+    fn = await deployed(client, **GRPC_FN, specs=TWO, tags=["grpc-sessions=per-call"])
+    held = await _held(channel, fn, worker)
+    assert "set-cookie" not in dict(await held.initial_metadata())
+    instance = worker.calls[-1].metadata["nvcf-instance-id"]
+    call = unary(channel, "Unary")(b"free", metadata=md(fn))
+    assert await call == b"free"
+    assert "set-cookie" not in dict(await call.initial_metadata())
+    assert worker.calls[-1].metadata["nvcf-instance-id"] != instance  # fewest in flight
+    await _end(held)
 
 
 async def test_a_shared_function_is_served_and_an_invocation_token_works(

@@ -357,3 +357,40 @@ def test_a_worker_answer_broken_in_its_heads_own_read_is_a_502(srv: Served, entr
     assert status == 502, body
     assert headers["nvcf-status"] == "errored"
     assert headers["content-type"] == "application/problem+json"
+
+
+def test_cutting_a_broken_answer_is_logged_as_what_it_is_not_as_an_app_error(
+    srv: Served,
+) -> None:
+    """A worker answer cut short after its head closes the caller's connection as designed:
+    the server logs why, never uvicorn's `ASGI callable returned without completing
+    response` error."""
+    start = len(srv.log.read_bytes())
+    with contextlib.closing(srv.connect()) as sock:
+        sock.sendall(_invoke(srv, "pexec", "short"))
+        assert _to_the_end(sock).endswith(b"hello")
+    # the invocation's call has returned once a later request is logged after its own line
+    assert srv.exchange(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 200
+
+    def since() -> str:
+        return srv.log.read_bytes()[start:].decode()
+
+    deadline = time.monotonic() + WAIT
+    while "GET /health" not in since().partition("the worker's answer broke off")[2]:
+        assert time.monotonic() < deadline, since()
+        time.sleep(0.05)
+    assert "ASGI callable returned without completing response" not in since()
+
+
+def test_cutting_a_broken_answer_with_a_request_queued_behind_it_frees_the_slot(
+    srv: Served,
+) -> None:
+    """The cut of a broken answer returns (and frees the instance's slot) even when a
+    pipelined request waits behind it on the caller's connection."""
+    with contextlib.closing(srv.connect()) as sock:
+        pipelined = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+        sock.sendall(_invoke(srv, "pexec", "short") + pipelined)
+        data = _to_the_end(sock)
+    assert data.endswith(b"hello") and data.count(b"HTTP/1.1 ") == 1
+    # the one instance (maxRequestConcurrency 1) is free again: the next request is served
+    assert srv.exchange(_invoke(srv, "pexec", "echo"))[0] == 200

@@ -92,7 +92,8 @@ class _Answer:
         self.body: deque[bytes] = deque()
         self.buffered = 0
         self.headers_done = False
-        #: bytes read while its head was incomplete, and its header lines so far
+        #: bytes read while its head was incomplete (after it: read with no body byte since
+        #: the last body bytes), and its header lines so far
         self.head_bytes = 0
         self.header_count = 0
         self.complete = False

@@ -1,6 +1,7 @@
 """The invocation plane's HTTP/1.1 client (service/backends/http1.py) against small raw
 servers: keep-alive reuse, a kept-alive connection the server closed, chunked and
-connection-delimited answers, HEAD, and the two kinds of failure."""
+connection-delimited answers, HEAD, the two kinds of failure, and the bounds of what follows
+an answer's head (chunk framing, trailers)."""
 
 from __future__ import annotations
 

@@ -9,9 +9,10 @@ request once the head has arrived and streaming the body as it arrives (reading 
 more than `HIGH_WATER` bytes wait to be taken). Connections are kept per host and port and
 reused while fresh. A refused connection is `WorkerUnreachable`; anything after the request
 was written is `WorkerFailed`, and the request is never written again (the worker may have
-received it). An answer is taken only as it is framed: a head over its bounds, a status
-outside 200-599 (or 101), bytes past the end of the answer or fewer than it declared fail the
-request, and the connection is never reused.
+received it). An answer is taken only as it is framed: a head over its bounds (and, after the
+head, chunk-size lines or a trailer section over the same bounds), a status outside 200-599
+(or 101), bytes past the end of the answer or fewer than it declared fail the request, and the
+connection is never reused. Trailer fields are read past, never kept: they are not headers.
 HTTPS goes through httpx (`HttpxEndpoint`).
 """
 
@@ -42,7 +43,9 @@ MAX_IDLE = 512
 HIGH_WATER = 256 * 1024
 _CLOSED = "the worker closed the connection without answering"
 #: a worker answer's head (status line and headers, interim answers included): its bytes,
-#: counted by reads (so at most one read more), and its header lines; beyond, 502
+#: counted by reads (so at most one read more), and its header lines; beyond, 502. The same
+#: bounds hold after the head for the bytes between body bytes (chunk-size lines with their
+#: extensions, the trailer section) and for the trailer's lines.
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 100
 
@@ -66,6 +69,7 @@ class _Answer:
     """One response as its connection's parser reads it."""
 
     __slots__ = (
+        "arrived",
         "body",
         "buffered",
         "chunked",
@@ -77,6 +81,7 @@ class _Answer:
         "length",
         "raw_headers",
         "status",
+        "trailer_count",
     )
 
     def __init__(self) -> None:
@@ -87,12 +92,16 @@ class _Answer:
         self.body: deque[bytes] = deque()
         self.buffered = 0
         self.headers_done = False
-        #: bytes read while its head was incomplete, and its header lines so far
+        #: bytes read while its head was incomplete (after it: read with no body byte since
+        #: the last body bytes), and its header lines so far
         self.head_bytes = 0
         self.header_count = 0
         self.complete = False
         self.length: int | None = None
         self.chunked = False
+        #: body bytes arrived (all told), and trailer lines so far
+        self.arrived = 0
+        self.trailer_count = 0
 
     def take(self) -> bytes:
         """The body arrived so far, whole, no longer kept here."""
@@ -150,17 +159,34 @@ class _Connection(asyncio.Protocol):
             self.close()
             return
         self.received = True
+        after_head, arrived = answer.headers_done, answer.arrived
         try:
             parser.feed_data(data)
         except httptools.HttpParserError as exc:
             if self.invalid is None:
                 self.invalid = f"the worker's answer is not valid HTTP: {exc}"
             self.close()
-        if not answer.headers_done and self.invalid is None:
+        if self.invalid is not None or answer.complete:
+            pass
+        elif not answer.headers_done:
             answer.head_bytes += len(data)
             if answer.head_bytes > self.max_head_bytes:
                 self.invalid = f"the worker's answer head is over {self.max_head_bytes} bytes"
                 self.close()
+        elif after_head:
+            # a read with no body byte is all framing (a chunk-size line and its extensions,
+            # the trailer section): counted until body bytes come again, bounded like a head
+            # (httptools gathers a trailer line whole, by concatenation)
+            if answer.arrived > arrived:
+                answer.head_bytes = 0
+            else:
+                answer.head_bytes += len(data)
+                if answer.head_bytes > self.max_head_bytes:
+                    self.invalid = (
+                        "the worker's answer has over "
+                        f"{self.max_head_bytes} bytes of chunk framing or trailer fields"
+                    )
+                    self.close()
         if answer.buffered > HIGH_WATER and not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
@@ -194,6 +220,11 @@ class _Connection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         answer = self.answer
         assert answer is not None
+        if answer.headers_done:  # a trailer field: read past, never a header
+            answer.trailer_count += 1
+            if answer.trailer_count > self.max_headers:
+                self._refuse(f"the worker's answer has over {self.max_headers} trailer lines")
+            return
         answer.header_count += 1
         if answer.header_count > self.max_headers:
             self._refuse(f"the worker's answer has over {self.max_headers} header lines")
@@ -220,6 +251,7 @@ class _Connection(asyncio.Protocol):
             # 101: no request to a worker asks to switch protocols
             self._refuse(f"the worker answered with status {status}, which is not an answer")
         answer.headers_done = True
+        answer.head_bytes = 0  # from now on: the framing bytes between body bytes
         # asked now: once the message is complete the parser has moved on to the next
         answer.status = status
         answer.keep_alive = parser.should_keep_alive()
@@ -230,6 +262,7 @@ class _Connection(asyncio.Protocol):
         chunk = bytes(body)
         answer.body.append(chunk)
         answer.buffered += len(chunk)
+        answer.arrived += len(chunk)
 
     def on_message_complete(self) -> None:
         answer = self.answer
@@ -526,6 +559,11 @@ class Http1Endpoint(WorkerEndpoint):
             except BaseException:  # cancelled (a deadline): the answer will never be read
                 conn.discard()
                 raise
+        if conn.invalid is not None and not answer.complete:
+            # broken in the read that ended its head (a bad chunk, a trailer over its bounds):
+            # failed before anything of it is handed over, so the caller gets a 502
+            conn.discard()
+            raise WorkerFailed(conn.invalid)
         return self._response(conn, answer, head=head)
 
     def _response(

@@ -31,6 +31,12 @@ interface) extended; it reads uvicorn's per-request state (`cycle`, `scope`, `ur
 none of it. Why uvicorn and not a server that owns these bounds (granian was measured):
 docs/invocation.md, "The HTTP server".
 
+A response under way that cannot be completed (the worker's answer it relays broke off) is
+cut with `cut_response`: the connection closes at once and the call returns once it is lost,
+as a call whose caller went away does (not logged as an application error; but uvicorn marks
+only a connection's newest request disconnected, so a cut answer with a pipelined request
+queued behind it still is).
+
 `freeze_startup_objects` (`NVCF_GC_FREEZE`): the serve commands call it once the application is
 built, before serving.
 """
@@ -47,12 +53,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
+from starlette.types import Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("nvcf.server")
 
 #: scope key set once the request's body has arrived whole (`BodyDeadlineMiddleware`)
 BODY_RECEIVED = "nvcf.body_received"
+#: scope key of the callable that closes the request's connection at once (`cut_response`)
+CUT = "nvcf.cut"
 
 _REFUSAL_TEXT = b"too many open connections; retry later\n"
 REFUSAL = (
@@ -308,6 +317,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._body_in_read = 0
         #: why the request is refused (431), once it is
         self._head_refusal: str | None = None
+        #: the connection is lost; `_lost` is done then (made when a call waits for it)
+        self._gone = False
+        self._lost: asyncio.Future[None] | None = None
 
     # asyncio.Protocol
 
@@ -326,6 +338,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._clock.cancel()
         super().connection_lost(exc)
+        self._gone = True
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
 
     def data_received(self, data: bytes) -> None:
         if self._refused or self._head_refusal is not None:
@@ -374,6 +389,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._header_count = self._framing_bytes = self._chunks = 0
+        if self.scope is not None:
+            cast(dict[str, Any], self.scope)[CUT] = self._cut
         self._clock.arm(self.limits.body_timeout_of(self.url.decode("latin-1")))
         super().on_headers_complete()
 
@@ -445,6 +462,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         else:
             transport.close()
 
+    async def _cut(self) -> None:
+        """The response under way cannot be completed: what it wrote so far goes out, and the
+        connection closes now; returns once it is lost (uvicorn has marked the request
+        disconnected then)."""
+        transport = cast(CoalescingTransport, self.transport)
+        if not transport.is_closing():
+            transport.flush()
+        # `abort` even when closing: a `close` waits for a caller that never reads
+        transport.abort()
+        if not self._gone:
+            if self._lost is None:
+                self._lost = self.loop.create_future()
+            await self._lost
+
     def _deadline_passed(self) -> None:
         if self.transport.is_closing():
             return
@@ -456,6 +487,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
 class _HeadTooLarge(Exception):
     """Raised from a parser callback to stop reading a head over its bounds."""
+
+
+async def cut_response(scope: Scope) -> None:
+    """End the response under way on `scope` without completing it: its connection closed at
+    once, returning once it is lost. Under a server without the hook (`CUT`), the server
+    closes the connection itself when the call returns incomplete."""
+    cut = scope.get(CUT)
+    if cut is not None:
+        await cut()
 
 
 def head_refusal(why: str) -> bytes:

@@ -514,13 +514,17 @@ class Settings(BaseSettings):
     invoke_worker_max_head_bytes: int = Field(
         default=64 * 1024,
         ge=1024,
-        description="Bytes of a worker answer's head (status line, headers, interim answers); "
-        "a larger one ends the request errored (502) and its connection is closed.",
+        description="Bytes of a worker answer's head (status line, headers, interim answers), "
+        "and of the framing between its body bytes (a chunk-size line with its extensions, the "
+        "trailer section); more end the request errored (502, or the caller's connection closed "
+        "once the head went out) and the worker connection is closed.",
     )
     invoke_worker_max_headers: int = Field(
         default=100,
         ge=10,
-        description="Header lines of a worker answer; more end the request errored (502).",
+        description="Header lines of a worker answer, and trailer lines of a chunked one; more "
+        "end the request errored (502, or the caller's connection closed once the head went "
+        "out).",
     )
     invoke_processes: int = Field(
         default=1,

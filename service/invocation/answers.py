@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -22,11 +23,14 @@ from service.core.errors import (
     ServiceUnavailable,
 )
 from service.core.problem import PROBLEM, problem_body
+from service.core.server import cut_response
 from service.invocation.store import Outcome
 
 if TYPE_CHECKING:
     from service.assets.files import Progress
     from service.invocation.engine import Streamed
+
+log = logging.getLogger("nvcf.invocation")
 
 FULFILLED = "fulfilled"
 PENDING = "pending-evaluation"
@@ -209,10 +213,27 @@ class Body(Protocol):
     def chunks(self) -> AsyncIterator[bytes]: ...
 
 
-async def relay(answer: Body, receive: Receive, send: Send) -> str | None:
+#: why `relay` stopped when the caller went away
+CALLER_GONE = "the caller disconnected"
+
+
+async def relay(answer: Body, scope: Scope, receive: Receive, send: Send) -> str | None:
     """Stream the worker's body to the caller; why it stopped short, or None. An answer
     without a length (server-sent events, chunked answers) may never end: it also stops when
-    the caller disconnects."""
+    the caller disconnects. An answer that broke off on the worker's side cannot be framed
+    for the caller any other way: the caller's connection is closed (`cut_response`)."""
+    error = await _relay(answer, receive, send)
+    if error is not None and error != CALLER_GONE:
+        log.warning(
+            "the worker's answer broke off after its head went out (%s): "
+            "the caller's connection is closed",
+            error,
+        )
+        await cut_response(scope)
+    return error
+
+
+async def _relay(answer: Body, receive: Receive, send: Send) -> str | None:
     if answer.length is not None:
         return await _stream(answer, send)
     stream = asyncio.ensure_future(_stream(answer, send))
@@ -227,7 +248,7 @@ async def relay(answer: Body, receive: Receive, send: Send) -> str | None:
                     await task
     if stream in done and not stream.cancelled():
         return stream.result()
-    return "the caller disconnected"
+    return CALLER_GONE
 
 
 async def _stream(answer: Body, send: Send) -> str | None:
@@ -251,7 +272,7 @@ async def _stream(answer: Body, send: Send) -> str | None:
     return None
 
 
-async def stream(answer: Streamed, receive: Receive, send: Send) -> None:
+async def stream(answer: Streamed, scope: Scope, receive: Receive, send: Send) -> None:
     """The worker's answer streamed through as it arrives; the answer is always closed (the
     instance's slot is held until then)."""
     error: str | None = None
@@ -261,7 +282,7 @@ async def stream(answer: Streamed, receive: Receive, send: Send) -> None:
             headers = [*headers, (b"content-length", b"%d" % answer.length)]
         headers += nvcf_headers(answer.request_id, status_word(answer.status))
         await send({"type": "http.response.start", "status": answer.status, "headers": headers})
-        error = await relay(answer, receive, send)
+        error = await relay(answer, scope, receive, send)
     except BaseException as exc:
         error = f"{type(exc).__name__} while streaming the answer"
         raise

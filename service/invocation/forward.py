@@ -5,7 +5,7 @@ names), `Host`, `Content-Length`, `Expect` and the caller's `Authorization` (an 
 credential, never the function's business); plus the NVCF-* headers a worker reads (NVCF's
 documented container variables), which replace any the caller sent. Back to the caller: the
 worker's headers minus hop-by-hop ones, `Date` and `Server` (the server adds its own), and any
-NVCF-REQID / NVCF-STATUS (the invocation plane sets those).
+NVCF-REQID / NVCF-STATUS / X-Request-Id (the invocation plane sets those).
 """
 
 from __future__ import annotations
@@ -26,9 +26,18 @@ MIN_POLL_SECONDS = 1
 
 #: request headers never forwarded (besides hop-by-hop ones)
 _DROP_REQUEST = frozenset({"host", "content-length", "expect", "authorization"})
-#: response headers the invocation plane writes itself
+#: response headers the invocation plane writes itself (`x-request-id`: the request-context
+#: middleware's)
 _DROP_RESPONSE = frozenset(
-    {"date", "server", "nvcf-reqid", "nvcf-status", "content-length", "nvcf-worker-utils-result"}
+    {
+        "date",
+        "server",
+        "nvcf-reqid",
+        "nvcf-status",
+        "content-length",
+        "nvcf-worker-utils-result",
+        "x-request-id",
+    }
 )
 #: the NVCF-* headers the invocation plane sets on the worker request
 NVCF_REQUEST_HEADERS = frozenset(
@@ -125,8 +134,8 @@ def caller_headers(
     worker: Sequence[tuple[bytes, bytes]],
 ) -> tuple[list[tuple[bytes, bytes]], int | None]:
     """The worker's response headers the caller gets (names lower-cased; no hop-by-hop ones,
-    none its `Connection` header lists, no Date, Server, NVCF-REQID, NVCF-STATUS or
-    Content-Length) and the worker's Content-Length (None: it sent none)."""
+    none its `Connection` header lists, no Date, Server, NVCF-REQID, NVCF-STATUS, X-Request-Id
+    or Content-Length) and the worker's Content-Length (None: it sent none)."""
     drop = _RESPONSE_DROPPED
     for name, _ in worker:
         if name.lower() == b"connection":

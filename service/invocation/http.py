@@ -351,7 +351,7 @@ async def _invoke(
         outcome = await answers.whole(answer, plane.engine.result_max)
         await answers.send_exec(send, scope, request_id, outcome)
     else:
-        await answers.stream(answer, ex.receive, send)
+        await answers.stream(answer, scope, ex.receive, send)
 
 
 async def _poll(ex: Exchange, *, wrapped: bool) -> None:

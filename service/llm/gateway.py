@@ -405,7 +405,7 @@ class _LlmStream(Response):
                     "headers": self.raw_headers,
                 }
             )
-            error = await relay(_Watched(self._answer, watch), receive, send)
+            error = await relay(_Watched(self._answer, watch), scope, receive, send)
         except BaseException as exc:
             error = f"{type(exc).__name__} while streaming the answer"
             raise

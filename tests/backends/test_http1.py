@@ -1,6 +1,7 @@
 """The invocation plane's HTTP/1.1 client (service/backends/http1.py) against small raw
 servers: keep-alive reuse, a kept-alive connection the server closed, chunked and
-connection-delimited answers, HEAD, and the two kinds of failure."""
+connection-delimited answers, HEAD, the two kinds of failure, and the bounds of what follows
+an answer's head (chunk framing, trailers)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import httptools
 import pytest
 
 from service.backends.http1 import HIGH_WATER, AnswerBounds, Http1Endpoint, Http1Pool, _Connection
-from service.backends.worker import WorkerFailed, WorkerUnreachable
+from service.backends.worker import WorkerFailed, WorkerResponse, WorkerUnreachable
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -307,3 +308,108 @@ async def test_the_answer_bounds_are_the_pools() -> None:
             await Http1Endpoint(server.url, strict).send("GET", "/", [], b"")
         await roomy.aclose()
         await strict.aclose()
+
+
+class _ClosingTransport(_Transport):
+    """A `_Transport` that also remembers being closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+async def _on_fed_connection(
+    pool: Http1Pool, conn: _Connection, first: bytes
+) -> tuple[_ClosingTransport, Awaitable[object]]:
+    """A GET written on `conn` (an idle connection of `pool`), and `first` fed as the first
+    read of its answer: (the transport, the `send` under way)."""
+    transport = _ClosingTransport()
+    conn.connection_made(transport)
+    pool.give_back("127.0.0.1", 9, conn)
+    sending = asyncio.create_task(
+        Http1Endpoint("http://127.0.0.1:9", pool).send("GET", "/", [], b"")
+    )
+    await asyncio.sleep(0)  # written on the idle connection
+    conn.data_received(first)
+    return transport, sending
+
+
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("after", "between", "end"),
+    [
+        (b"5\r\nhello\r\n0\r\nx-trailer: ", b"a", b"\r\n\r\n"),  # one trailer line
+        (b"5\r\nhello\r\n0\r\n", b"x: 1\r\n", b"\r\n"),  # many short ones
+        (b"5\r\nhello\r\n5;ext=", b"e", b"\r\nworld\r\n0\r\n\r\n"),  # a chunk extension
+    ],
+    ids=["trailer", "trailer-lines", "chunk-extension"],
+)
+async def test_d18_framing_after_the_head_is_bounded_like_the_head(
+    after: bytes, between: bytes, end: bytes
+) -> None:
+    """D18: a chunked answer's trailer section (or a chunk-size line) over the head's byte
+    bound fails the answer, and the connection is closed, never reused."""
+    pool = Http1Pool(bounds=AnswerBounds(max_head_bytes=4096, max_headers=10_000))
+    conn = _Connection(4096, 10_000)
+    transport, sending = await _on_fed_connection(pool, conn, CHUNKED_HEAD + after)
+    response = await sending
+    assert isinstance(response, WorkerResponse)
+    chunks = response.iter_bytes()
+    assert await chunks.__anext__() == b"hello"
+    fed = 0
+    while fed <= 3 * 4096 and not transport.closed:  # reads of 1 KiB, 12 KiB at most
+        conn.data_received(between * (1024 // len(between)))
+        fed += 1024
+    conn.data_received(end)  # were it taken, the answer would end here
+    with pytest.raises(WorkerFailed, match="over 4096 bytes"):
+        async for _ in chunks:
+            pass
+    assert transport.closed and pool.idle("127.0.0.1", 9) is None
+    await pool.aclose()
+
+
+async def test_d18_trailer_lines_are_bounded_like_header_lines() -> None:
+    """D18: more trailer lines than NVCF_INVOKE_WORKER_MAX_HEADERS fail the answer."""
+    pool = Http1Pool(bounds=AnswerBounds(max_headers=10))
+    trailer = b"".join(b"x-t%d: v\r\n" % i for i in range(11))
+    first = CHUNKED_HEAD + b"5\r\nhello\r\n0\r\n" + trailer + b"\r\n"
+    transport, sending = await _on_fed_connection(pool, _Connection(max_headers=10), first)
+    with pytest.raises(WorkerFailed, match="over 10 trailer lines"):
+        response = await sending
+        assert isinstance(response, WorkerResponse)
+        await response.read(100)
+    assert transport.closed
+    await pool.aclose()
+
+
+async def test_d23_trailers_never_become_headers(pool: Http1Pool) -> None:
+    """D23: a worker's trailer fields are dropped, never added to its answer's headers."""
+    trailer = b"set-cookie: s=1\r\nlocation: /elsewhere\r\nx-request-id: forged\r\n\r\n"
+    first = CHUNKED_HEAD + b"2\r\nok\r\n0\r\n" + trailer
+    transport, sending = await _on_fed_connection(pool, _Connection(), first)
+    response = await sending
+    assert isinstance(response, WorkerResponse)
+    assert await response.read(100) == b"ok"
+    assert response.headers == [("transfer-encoding", "chunked")]
+    await response.aclose()
+    assert not transport.closed  # the answer was whole: the connection goes on
+
+
+async def test_a_framing_error_in_the_heads_own_read_fails_before_the_head(
+    pool: Http1Pool,
+) -> None:
+    """A valid head and a broken chunk in one read: the answer fails before its head is
+    handed over (the caller gets a 502, not a 200 cut short)."""
+    first = CHUNKED_HEAD + b"5\r\nhello\r\nzz\r\n"
+    transport, sending = await _on_fed_connection(pool, _Connection(), first)
+    with pytest.raises(WorkerFailed, match="not valid HTTP"):
+        await sending
+    assert transport.closed

@@ -47,6 +47,12 @@ def test_the_caller_gets_the_workers_headers_without_hop_by_hop_ones_and_the_fir
     )
 
 
+def test_d28_the_workers_request_id_never_reaches_the_caller() -> None:
+    """D28: the platform writes X-Request-Id; a worker's would come first and be taken."""
+    headers, _ = caller_headers([(b"X-Request-Id", b"forged"), (b"x-kept", b"1")])
+    assert headers == [(b"x-kept", b"1")]
+
+
 def test_the_worker_gets_the_callers_headers_without_credentials_or_nvcf_ones() -> None:
     forwarded = worker_request_headers(CALLER)
     assert forwarded == [

@@ -286,3 +286,111 @@ def test_a_pipelined_connection_mixing_invocations_and_api_requests_is_answered_
     assert json.loads(answers[1][2])["functions"]  # the API's own answers, in their places
     assert json.loads(answers[3][2])["status"]
     assert all(v["id"] == srv.fid for v in json.loads(answers[5][2])["functions"])
+
+
+# --- round 3: what follows a worker answer's head ----------------------------------------
+
+
+def _to_the_end(sock: socket.socket) -> bytes:
+    """Everything the server writes until it closes the connection."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_d18_a_worker_answers_trailer_over_the_head_bound_ends_the_request(
+    srv: Served, entry: str
+) -> None:
+    """D18: a chunked answer whose trailer goes on past NVCF_INVOKE_WORKER_MAX_HEAD_BYTES is
+    not read to its end: 502 when nothing was sent yet, else the caller's connection is
+    closed before the answer's end; the worker connection is dropped."""
+    request = _invoke(srv, entry, "trailer", **{"x-worker-size": str(32 << 20)})
+    with contextlib.closing(srv.connect()) as sock:
+        sock.sendall(request)
+        data = _to_the_end(sock)
+    head, _, body = data.partition(b"\r\n\r\n")
+    if head.startswith(b"HTTP/1.1 502"):
+        assert b"nvcf-status: errored" in head.lower()
+    else:  # the head had gone out: the answer is cut, never ended as if whole
+        assert head.startswith(b"HTTP/1.1 200") and b"hello" in body
+        assert not body.endswith(b"0\r\n\r\n")
+    assert srv.worker.trailer_closed.wait(WAIT)  # the server stopped reading it
+    before = srv.worker.connections
+    assert srv.exchange(_invoke(srv, entry, "echo"))[0] == 200
+    assert srv.worker.connections == before + 1  # never reused
+
+
+def _raw_head(srv: Served, request: bytes) -> list[tuple[bytes, bytes]]:
+    """The header lines (lower-cased names) of the answer to `request`, duplicates kept."""
+    with contextlib.closing(srv.connect()) as sock:
+        sock.sendall(request)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+    lines = data.partition(b"\r\n\r\n")[0].split(b"\r\n")[1:]
+    return [(n.strip().lower(), v.strip()) for n, _, v in (x.partition(b":") for x in lines)]
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_d23_worker_trailers_never_reach_the_caller_as_headers(srv: Served, entry: str) -> None:
+    """D23: trailer fields of a worker's answer are dropped."""
+    head = _raw_head(srv, _invoke(srv, entry, "trailers"))
+    names = [name for name, _ in head]
+    assert b"set-cookie" not in names and b"location" not in names
+    assert (b"x-request-id", b"forged") not in head
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_d28_the_caller_gets_the_platforms_request_id_only(srv: Served, entry: str) -> None:
+    """D28: a worker's X-Request-Id is dropped; the platform's is the one."""
+    head = _raw_head(srv, _invoke(srv, entry, "forgedid"))
+    ids = [value for name, value in head if name == b"x-request-id"]
+    assert len(ids) == 1 and ids != [b"forged"]
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_worker_answer_broken_in_its_heads_own_read_is_a_502(srv: Served, entry: str) -> None:
+    """A valid head and bad chunk framing in one read: 502, not a 200 head and a reset."""
+    status, headers, body = srv.exchange(_invoke(srv, entry, "badchunk"))
+    assert status == 502, body
+    assert headers["nvcf-status"] == "errored"
+    assert headers["content-type"] == "application/problem+json"
+
+
+def test_cutting_a_broken_answer_is_logged_as_what_it_is_not_as_an_app_error(
+    srv: Served,
+) -> None:
+    """A worker answer cut short after its head closes the caller's connection as designed:
+    the server logs why, never uvicorn's `ASGI callable returned without completing
+    response` error."""
+    start = len(srv.log.read_bytes())
+    with contextlib.closing(srv.connect()) as sock:
+        sock.sendall(_invoke(srv, "pexec", "short"))
+        assert _to_the_end(sock).endswith(b"hello")
+    # the invocation's call has returned once a later request is logged after its own line
+    assert srv.exchange(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 200
+
+    def since() -> str:
+        return srv.log.read_bytes()[start:].decode()
+
+    deadline = time.monotonic() + WAIT
+    while "GET /health" not in since().partition("the worker's answer broke off")[2]:
+        assert time.monotonic() < deadline, since()
+        time.sleep(0.05)
+    assert "ASGI callable returned without completing response" not in since()
+
+
+def test_cutting_a_broken_answer_with_a_request_queued_behind_it_frees_the_slot(
+    srv: Served,
+) -> None:
+    """The cut of a broken answer returns (and frees the instance's slot) even when a
+    pipelined request waits behind it on the caller's connection."""
+    with contextlib.closing(srv.connect()) as sock:
+        pipelined = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+        sock.sendall(_invoke(srv, "pexec", "short") + pipelined)
+        data = _to_the_end(sock)
+    assert data.endswith(b"hello") and data.count(b"HTTP/1.1 ") == 1
+    # the one instance (maxRequestConcurrency 1) is free again: the next request is served
+    assert srv.exchange(_invoke(srv, "pexec", "echo"))[0] == 200

@@ -37,6 +37,8 @@ class Served:
     vid: str
     proc: subprocess.Popen[bytes]
     manager: str
+    #: the server process's output
+    log: Path
 
     def deploy(self, **function: Any) -> tuple[str, str]:
         """Another function of the account (see `deploy_echo`)."""
@@ -233,7 +235,7 @@ def served(tmp: Path, **env: str) -> Iterator[Served]:
                 _key(api, ["invoke_function"]),
             )
         fid, vid = deploy_echo(port, manager)
-        yield Served(port, worker, key, ACCOUNT, fid, vid, proc, manager)
+        yield Served(port, worker, key, ACCOUNT, fid, vid, proc, manager, tmp / "server.log")
     finally:
         stop_server(proc)
         worker.stop()

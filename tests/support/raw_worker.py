@@ -16,7 +16,14 @@ Modes (`x-worker-mode`, default `echo`):
 - `endless`: a 200 with neither length nor chunking, then bytes until the caller goes;
 - `reset`: half a status line, then the connection reset;
 - `malformed`: bytes that are not HTTP;
-- `hold`: the answer waits until `release()` (a 200 then), 30 s at most.
+- `hold`: the answer waits until `release()` (a 200 then), 30 s at most;
+- `trailer`: chunked, `hello`, then a trailer line of `x-worker-size` bytes (`trailer_closed`
+  is set once the server stops reading it);
+- `trailers`: chunked, `ok`, with the trailer fields `Set-Cookie`, `Location` and
+  `X-Request-Id` (one write);
+- `forgedid`: a 200 with `X-Request-Id: forged`;
+- `badchunk`: a valid chunked head, a chunk, then a chunk-size line that is not hex, in one
+  write.
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ class RawWorker:
     connections: int = 0
     endless_closed: threading.Event = field(default_factory=threading.Event)
     released: threading.Event = field(default_factory=threading.Event)
+    trailer_closed: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self._sock = socket.socket()
@@ -88,6 +96,7 @@ class RawWorker:
             self.requests.clear()
             self.endless_closed.clear()
             self.released.clear()
+            self.trailer_closed.clear()
 
     def release(self) -> None:
         self.released.set()
@@ -218,4 +227,26 @@ class RawWorker:
             self.released.wait(30)
             conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nheld")
             return True
+        chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+        if mode == "trailer":
+            conn.sendall(chunked + b"5\r\nhello\r\n0\r\nx-trailer: ")
+            chunk = b"a" * 65536
+            try:
+                for _ in range(0, size, len(chunk)):
+                    conn.sendall(chunk)
+                conn.sendall(b"\r\n\r\n")
+            except OSError:
+                self.trailer_closed.set()
+                return False
+            return True
+        if mode == "trailers":
+            trailer = b"set-cookie: s=1\r\nlocation: /elsewhere\r\nx-request-id: forged\r\n\r\n"
+            conn.sendall(chunked + b"2\r\nok\r\n0\r\n" + trailer)
+            return True
+        if mode == "forgedid":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nx-request-id: forged\r\ncontent-length: 2\r\n\r\nok")
+            return True
+        if mode == "badchunk":
+            conn.sendall(chunked + b"5\r\nhello\r\nzz\r\n")
+            return False
         raise AssertionError(f"unknown worker mode {mode!r}")

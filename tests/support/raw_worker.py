@@ -16,7 +16,8 @@ Modes (`x-worker-mode`, default `echo`):
 - `endless`: a 200 with neither length nor chunking, then bytes until the caller goes;
 - `reset`: half a status line, then the connection reset;
 - `malformed`: bytes that are not HTTP;
-- `hold`: the answer waits until `release()` (a 200 then), 30 s at most.
+- `hold`: the answer waits until `release()` (a 200 then), 30 s at most;
+- `big`: a 200 of `x-worker-size` bytes (`Content-Length`), written as fast as they are read.
 """
 
 from __future__ import annotations
@@ -217,5 +218,14 @@ class RawWorker:
         if mode == "hold":
             self.released.wait(30)
             conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nheld")
+            return True
+        if mode == "big":
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size)
+            piece = b"x" * 65536
+            try:
+                for start in range(0, size, len(piece)):
+                    conn.sendall(piece[: size - start])
+            except OSError:
+                return False
             return True
         raise AssertionError(f"unknown worker mode {mode!r}")

@@ -188,10 +188,12 @@ class Streamed:
         """The caller has the answer (`error`: why it stopped short)."""
         if self.run.finished:
             return
-        await self._response.aclose()
         status = self.status
         outcome = Outcome(status) if error is None else Outcome(status, error=error)
-        await self.run.finish(outcome)
+        try:
+            await self._response.aclose()
+        finally:  # the slot is released even if this is cancelled (the caller went away)
+            await self.run.finish(outcome)
 
     async def __aenter__(self) -> Streamed:
         return self
@@ -299,7 +301,8 @@ class Engine:
 
     async def invoke(self, call: Call) -> Answer:
         """Run one request: its answer when the worker answers within `call.poll_seconds`,
-        else `Detached`. Raises the `DomainError` that refuses it at admission."""
+        else `Detached`. Raises the `DomainError` that refuses it at admission. Cancelled
+        before it returns (the caller went away), the request ends there, 499."""
         run = await self.admit(call)
         task = asyncio.get_running_loop().create_task(self._run(run))
         run.task = task

@@ -152,3 +152,38 @@ async def test_a_caller_hanging_up_while_the_answer_comes_frees_the_instance(
         path, body = pexec_url(fn), b"{}"
     await hang_up_while_answered(client, upstream, path, body)
     await slot_is_free(client, fn)
+
+
+async def test_a_caller_hanging_up_in_the_queue_leaves_it(
+    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer
+) -> None:
+    client = await invocation_app(client_factory, tmp_path, upstream=upstream.url)
+    fn = await deployed(client, specs=[spec(maxRequestConcurrency=1)])
+    queue = f"/v2/nvcf/queues/functions/{fn['id']}/versions/{fn['versionId']}"
+
+    async def depth() -> int:
+        return int((await client.get(queue)).json()["queues"][0]["queueDepth"])
+
+    holder = Exchange(b"{}")  # its answer trickles: the one slot is held
+    held = asyncio.ensure_future(
+        client.app(
+            scope(pexec_url(fn), b"{}", x_upstream_trickle="1000000"), holder.receive, holder.send
+        )
+    )
+    assert await asyncio.to_thread(upstream.trickling.wait, 30)
+    waiting = Exchange(b"{}")
+    queued = asyncio.ensure_future(
+        client.app(scope(pexec_url(fn), b"{}"), waiting.receive, waiting.send)
+    )
+
+    async def one_waits() -> bool:
+        return await depth() == 1
+
+    await eventually(one_waits, seconds=10)
+    waiting.hang_up()
+    await asyncio.wait_for(queued, 10)
+    assert await depth() == 0
+    assert upstream.arrived == 1  # it never reached the worker
+    holder.hang_up()
+    await asyncio.wait_for(held, 10)
+    await slot_is_free(client, fn)

@@ -518,6 +518,7 @@ def create_app(
         max_body_bytes=settings.max_body_bytes,
         json_logs=settings.log_format == "json",
         body_limit=limit_of,
+        send_timeout=settings.http_send_timeout,
     )
     if invocation_limit is not None:
         entry = InvocationEntry(
@@ -537,6 +538,7 @@ def create_app(
             max_body_bytes=settings.max_body_bytes,
             json_logs=settings.log_format == "json",
             body_limit=limit_of,
+            send_timeout=settings.http_send_timeout,
         )
         app.invocation_entry = entry
     return app

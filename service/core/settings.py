@@ -624,6 +624,13 @@ class Settings(BaseSettings):
     http_keepalive_timeout: float = Field(
         default=5.0, gt=0, description="Seconds an idle kept-alive connection stays open."
     )
+    http_send_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds sending an answer may make no progress (the caller reads nothing "
+        "of it); then the answer is abandoned and its connection closed (an invocation's "
+        "worker request ended, its instance slot freed).",
+    )
     http_max_head_bytes: int = Field(
         default=64 * 1024,
         ge=1024,

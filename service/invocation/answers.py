@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
+from starlette.requests import ClientDisconnect
 from starlette.types import Message, Receive, Scope, Send
 
 from service.backends.worker import WorkerFailed
@@ -213,17 +214,70 @@ class Body(Protocol):
     def chunks(self) -> AsyncIterator[bytes]: ...
 
 
-#: why `relay` stopped when the caller went away
-CALLER_GONE = "the caller disconnected"
+class CallerGone(ClientDisconnect):
+    """The caller disconnected while its answer was being made or sent (`Attended`)."""
 
 
-async def relay(answer: Body, scope: Scope, receive: Receive, send: Send) -> str | None:
-    """Stream the worker's body to the caller; why it stopped short, or None. An answer
-    without a length (server-sent events, chunked answers) may never end: it also stops when
-    the caller disconnects. An answer that broke off on the worker's side cannot be framed
-    for the caller any other way: the caller's connection is closed (`cut_response`)."""
-    error = await _relay(answer, receive, send)
-    if error is not None and error != CALLER_GONE:
+class Attended:
+    """The block in which a caller waits for its answer (`async with Attended(receive, send)
+    as send:`, the answer sent with that `send`): when the caller disconnects (ASGI
+    `http.disconnect`) before the answer is complete, the block is cancelled and `CallerGone`
+    raised from it. Every answer path runs in one (the wait for the worker, reading its answer
+    whole or storing it, streaming it) and releases the instance's slot on the way out
+    (`Streamed.close`, the engine's `Run.finish`): a hang-up frees the slot at once, whatever
+    the answer. The request's body must have been read first: nothing else may call `receive`
+    inside."""
+
+    def __init__(self, receive: Receive, send: Send) -> None:
+        self._receive = receive
+        self._send = send
+        self._task: asyncio.Task[Any] | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._cancelling = 0
+        #: the answer's last message is sent: a disconnect from now on is no hang-up (servers
+        #: say `http.disconnect` once the response is complete)
+        self._answered = False
+        self._gone = False
+
+    async def __aenter__(self) -> Send:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task, self._cancelling = task, task.cancelling()
+        self._listener = asyncio.get_running_loop().create_task(self._listen(task))
+        return self.send
+
+    async def send(self, message: Message) -> None:
+        await self._send(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self._answered = True
+
+    async def _listen(self, task: asyncio.Task[Any]) -> None:
+        with contextlib.suppress(Exception):  # a receive that fails: nothing to hear
+            while (await self._receive())["type"] != "http.disconnect":
+                pass
+            if not self._answered:
+                self._gone = True
+                task.cancel()
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        assert self._listener is not None and self._task is not None
+        self._listener.cancel()  # no-op once it heard the disconnect
+        if not self._gone:
+            return
+        # as asyncio.timeout: the cancellation is ours unless another was asked for too
+        if self._task.uncancel() <= self._cancelling and kind is asyncio.CancelledError:
+            raise CallerGone() from exc
+
+
+async def relay(answer: Body, scope: Scope, send: Send) -> str | None:
+    """Stream the worker's body to the caller; why it stopped short, or None. (An answer
+    without a length, which may never end, ends with its caller's hang-up: `Attended`.) An
+    answer that broke off on the worker's side cannot be framed for the caller any other way:
+    the caller's connection is closed (`cut_response`)."""
+    error = await _stream(answer, send)
+    if error is not None:
         log.warning(
             "the worker's answer broke off after its head went out (%s): "
             "the caller's connection is closed",
@@ -231,24 +285,6 @@ async def relay(answer: Body, scope: Scope, receive: Receive, send: Send) -> str
         )
         await cut_response(scope)
     return error
-
-
-async def _relay(answer: Body, receive: Receive, send: Send) -> str | None:
-    if answer.length is not None:
-        return await _stream(answer, send)
-    stream = asyncio.ensure_future(_stream(answer, send))
-    heard = asyncio.ensure_future(_disconnected(receive))
-    try:
-        done, _ = await asyncio.wait({stream, heard}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (stream, heard):
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-    if stream in done and not stream.cancelled():
-        return stream.result()
-    return CALLER_GONE
 
 
 async def _stream(answer: Body, send: Send) -> str | None:
@@ -272,7 +308,7 @@ async def _stream(answer: Body, send: Send) -> str | None:
     return None
 
 
-async def stream(answer: Streamed, scope: Scope, receive: Receive, send: Send) -> None:
+async def stream(answer: Streamed, scope: Scope, send: Send) -> None:
     """The worker's answer streamed through as it arrives; the answer is always closed (the
     instance's slot is held until then)."""
     error: str | None = None
@@ -282,16 +318,9 @@ async def stream(answer: Streamed, scope: Scope, receive: Receive, send: Send) -
             headers = [*headers, (b"content-length", b"%d" % answer.length)]
         headers += nvcf_headers(answer.request_id, status_word(answer.status))
         await send({"type": "http.response.start", "status": answer.status, "headers": headers})
-        error = await relay(answer, scope, receive, send)
+        error = await relay(answer, scope, send)
     except BaseException as exc:
         error = f"{type(exc).__name__} while streaming the answer"
         raise
     finally:
         await answer.close(error)
-
-
-async def _disconnected(receive: Receive) -> None:
-    while True:
-        message: Message = await receive()
-        if message["type"] == "http.disconnect":
-            return

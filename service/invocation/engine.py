@@ -177,6 +177,9 @@ class Streamed:
                 parts.append(chunk)
         except WorkerFailed as exc:
             error = exc.reason
+        except BaseException as exc:  # the caller went away (cancelled), or worse
+            error = f"{type(exc).__name__} while reading the answer"
+            raise
         finally:
             await self.close(error)
         return b"".join(parts), error
@@ -185,16 +188,23 @@ class Streamed:
         """The caller has the answer (`error`: why it stopped short)."""
         if self.run.finished:
             return
-        await self._response.aclose()
         status = self.status
         outcome = Outcome(status) if error is None else Outcome(status, error=error)
-        await self.run.finish(outcome)
+        try:
+            await self._response.aclose()
+        finally:  # the slot is released even if this is cancelled (the caller went away)
+            await self.run.finish(outcome)
 
     async def __aenter__(self) -> Streamed:
         return self
 
     async def __aexit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
-        why = None if exc is None else f"{type(exc).__name__} while streaming the answer"
+        if exc is None:
+            why = None
+        elif isinstance(exc, WorkerFailed):
+            why = exc.reason
+        else:
+            why = f"{type(exc).__name__} while streaming the answer"
         await self.close(why)
 
 
@@ -294,7 +304,8 @@ class Engine:
 
     async def invoke(self, call: Call) -> Answer:
         """Run one request: its answer when the worker answers within `call.poll_seconds`,
-        else `Detached`. Raises the `DomainError` that refuses it at admission."""
+        else `Detached`. Raises the `DomainError` that refuses it at admission. Cancelled
+        before it returns (the caller went away), the request ends there, 499."""
         run = await self.admit(call)
         task = asyncio.get_running_loop().create_task(self._run(run))
         run.task = task
@@ -303,8 +314,11 @@ class Engine:
             if not task.done():
                 await _done_or_timeout(task, math.inf if poll is None else poll)
         except asyncio.CancelledError:
-            run.abandoned = True  # nobody will take the answer: it is closed when it comes
-            task.add_done_callback(_close_abandoned)
+            # the caller went away (answers.Attended): nobody can ever take the answer, nor
+            # poll for it (it never learnt the request's id) — the request ends now
+            run.abandoned = True
+            task.cancel()
+            task.add_done_callback(_close_abandoned)  # an answer that came all the same
             raise
         if task.done():
             return task.result()
@@ -469,9 +483,12 @@ class Engine:
                     return Streamed(run, response, head)
                 return Finished(run.id, await self._whole(run, response, head[0]))
         except asyncio.CancelledError:
-            await run.finish(
-                Outcome.failure(503, f"the replica {self.owner} running the request shut down")
-            )
+            if run.abandoned:
+                await run.finish(Outcome.failure(499, "the caller went away"))
+            else:
+                await run.finish(
+                    Outcome.failure(503, f"the replica {self.owner} running the request shut down")
+                )
             raise
         except Exception as exc:  # never leave a request without an outcome
             log.exception("invocation %s failed", run.id)

@@ -317,41 +317,46 @@ async def _invoke(
         asset_ids = (
             parse_references(references, field, plane.engine.max_references) if references else ()
         )
-        answer = await plane.engine.invoke(
-            Call(
-                principal=principal,
-                function_id=fid,
-                version_id=vid,
-                method=scope["method"],
-                path=path,
-                headers=headers,
-                body=body,
-                request_id=request_id,
-                poll_seconds=poll,
-                swap_ids=swap,
-                asset_ids=asset_ids,
-                asset_field=field,
-                base_url=lambda: str(Request(scope).base_url),
-            )
-        )
     except DomainError as err:
         await answers.send_problem(send, scope, err, request_id)
         return
-    if isinstance(answer, Detached):
-        if wrapped:
-            await answers.send_exec(send, scope, request_id, None, answers.PENDING)
+    call = Call(
+        principal=principal,
+        function_id=fid,
+        version_id=vid,
+        method=scope["method"],
+        path=path,
+        headers=headers,
+        body=body,
+        request_id=request_id,
+        poll_seconds=poll,
+        swap_ids=swap,
+        asset_ids=asset_ids,
+        asset_field=field,
+        base_url=lambda: str(Request(scope).base_url),
+    )
+    # a hang-up ends the request (and frees its slot) wherever it is
+    async with answers.Attended(ex.receive, ex.send) as send:
+        try:
+            answer = await plane.engine.invoke(call)
+        except DomainError as err:
+            await answers.send_problem(send, scope, err, request_id)
+            return
+        if isinstance(answer, Detached):
+            if wrapped:
+                await answers.send_exec(send, scope, request_id, None, answers.PENDING)
+            else:
+                await answers.send_pending(send, request_id, answers.PENDING)
+        elif isinstance(answer, Finished):
+            if wrapped:
+                await answers.send_exec(send, scope, request_id, answer.outcome)
+            else:
+                await answers.send_outcome(send, scope, request_id, answer.outcome)
+        elif wrapped:
+            outcome = await answers.whole(answer, plane.engine.result_max)
+            await answers.send_exec(send, scope, request_id, outcome)
         else:
-            await answers.send_pending(send, request_id, answers.PENDING)
-    elif isinstance(answer, Finished):
-        if wrapped:
-            await answers.send_exec(send, scope, request_id, answer.outcome)
-        else:
-            await answers.send_outcome(send, scope, request_id, answer.outcome)
-    elif wrapped:
-        outcome = await answers.whole(answer, plane.engine.result_max)
-        await answers.send_exec(send, scope, request_id, outcome)
-    else:
-        await answers.stream(answer, scope, ex.receive, send)
+            await answers.stream(answer, scope, send)
 
 
 async def _poll(ex: Exchange, *, wrapped: bool) -> None:

@@ -15,13 +15,16 @@ engine's; the instance the request prefers (its session's, or its model's routin
 routing.preference) is handed to the engine's dispatcher. The answer:
 
 - `stream: true`: the worker's events relayed as they arrive (`[DONE]` included), watched for
-  the first token and `usage`; the caller hanging up closes the worker request and frees the
-  slot;
+  the first token and `usage`;
 - `/v1/responses` is always asked of the worker as a stream (as NVCF does); a caller that did
   not ask to stream gets the terminal Responses object;
 - otherwise the worker's whole answer (at most NVCF_INVOKE_RESULT_MAX_BYTES), its `usage`
   read;
 - a worker's error status is passed on, its body in OpenAI's shape.
+
+The caller hanging up at any point after its body (queued, waiting for the worker, while the
+answer is read or streamed) ends the worker request and frees the slot at once
+(`answers.Attended`).
 
 Every answer carries `x-multi-turn-session-id` when the request has a session (routing.py).
 """
@@ -45,7 +48,7 @@ from service.backends.worker import WorkerFailed
 from service.core.errors import DomainError
 from service.core.numbers import natural
 from service.functions.llm_config import RESPONSES
-from service.invocation.answers import relay
+from service.invocation.answers import Attended, relay
 from service.invocation.engine import Call, Finished, Streamed
 from service.invocation.http import Exchange as EntryExchange
 from service.invocation.routing import Target
@@ -225,29 +228,32 @@ class _Exchange:
             model=ref.name,
             tokens=estimate(self.path, parsed.body),
         )
-        try:
-            prefer = preference(
-                [i.id for i in target.instances],
-                routing_method(config),
-                session=self.session,
-                key=ref.id,
-                turns=self.gateway.turns,
-            )
-            answer = await plane.engine.invoke(self._call(principal, parsed, target, prefer))
-        except BaseException:
-            if charge is not None:
-                await charge.settle(0)  # never reached a worker: nothing used
-            raise
-        if isinstance(answer, Finished):
-            if charge is not None:
-                await charge.settle(0)
-            outcome = answer.outcome
-            raise OpenAIError(
-                outcome.status if outcome.status >= 400 else 502,
-                f"The model server could not answer: {outcome.error or 'no answer'}.",
-            )
-        assert isinstance(answer, Streamed)  # never detached: poll_seconds is None
-        return await self._respond(parsed, answer, charge)
+        prefer = preference(
+            [i.id for i in target.instances],
+            routing_method(config),
+            session=self.session,
+            key=ref.id,
+            turns=self.gateway.turns,
+        )
+        # a hang-up ends the request (and frees its slot) wherever it is; a stream is relayed
+        # in a block of its own (`_LlmStream`)
+        async with Attended(self.entry.receive, self.entry.send):
+            try:
+                answer = await plane.engine.invoke(self._call(principal, parsed, target, prefer))
+            except BaseException:
+                if charge is not None:
+                    await charge.settle(0)  # never reached a worker: nothing used
+                raise
+            if isinstance(answer, Finished):
+                if charge is not None:
+                    await charge.settle(0)
+                outcome = answer.outcome
+                raise OpenAIError(
+                    outcome.status if outcome.status >= 400 else 502,
+                    f"The model server could not answer: {outcome.error or 'no answer'}.",
+                )
+            assert isinstance(answer, Streamed)  # never detached: poll_seconds is None
+            return await self._respond(parsed, answer, charge)
 
     def _call(
         self,
@@ -308,11 +314,10 @@ class _Exchange:
         if events:  # /v1/responses asked as a stream, the caller not streaming
             limit = self.entry.entry.plane().engine.result_max
             try:
-                terminal = await collect_terminal(answer.chunks(), watch, limit)
+                async with answer:  # closed (the slot freed) whatever happens
+                    terminal = await collect_terminal(answer.chunks(), watch, limit)
             except WorkerFailed as exc:
-                await answer.close(exc.reason)
                 raise OpenAIError(502, f"The model server failed: {exc.reason}.") from None
-            await answer.close()
             await self.settle(charge, watch)
             if terminal is None:
                 raise OpenAIError(
@@ -398,14 +403,15 @@ class _LlmStream(Response):
         watch = StreamWatch(exchange.path, started=exchange.started)
         error: str | None = None
         try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": self.status_code,
-                    "headers": self.raw_headers,
-                }
-            )
-            error = await relay(_Watched(self._answer, watch), scope, receive, send)
+            async with Attended(receive, send) as attended:  # a hang-up ends the stream
+                await attended(
+                    {
+                        "type": "http.response.start",
+                        "status": self.status_code,
+                        "headers": self.raw_headers,
+                    }
+                )
+                error = await relay(_Watched(self._answer, watch), scope, attended)
         except BaseException as exc:
             error = f"{type(exc).__name__} while streaming the answer"
             raise

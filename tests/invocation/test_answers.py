@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from starlette.types import Message
 
-from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
+from tests.support.app import AppClient, ClientFactory
+from tests.support.asgi import Exchange, scope
 from tests.support.e2e import eventually
-from tests.support.invocation import deployed, invocation_app, pexec_url, sample
+from tests.support.invocation import deployed, invocation_app, pexec_url, sample, spec
 from tests.support.upstream import UpstreamServer
 
 
@@ -23,58 +23,6 @@ def upstream() -> Iterator[UpstreamServer]:
     server = UpstreamServer().start()
     yield server
     server.stop()
-
-
-class Exchange:
-    """One request driven by hand: its body, then a disconnect when `hang_up` is called."""
-
-    def __init__(self, body: bytes) -> None:
-        self.sent: asyncio.Queue[Message] = asyncio.Queue()
-        self._body = body
-        self._gone = asyncio.Event()
-        self._delivered = False
-
-    async def receive(self) -> Message:
-        if not self._delivered:
-            self._delivered = True
-            return {"type": "http.request", "body": self._body, "more_body": False}
-        await self._gone.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(self, message: Message) -> None:
-        await self.sent.put(message)
-
-    def hang_up(self) -> None:
-        self._gone.set()
-
-    async def next_chunk(self) -> bytes:
-        message = await asyncio.wait_for(self.sent.get(), 30)
-        assert message["type"] == "http.response.body", message
-        return bytes(message.get("body", b""))
-
-
-def scope(path: str, body: bytes, **headers: str) -> dict[str, Any]:
-    hdrs = {
-        "host": "nvcf.test",
-        "authorization": f"Bearer {ADMIN_KEY}",
-        "content-type": "application/json",
-        "content-length": str(len(body)),
-        **headers,
-    }
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(k.lower().encode(), v.encode()) for k, v in hdrs.items()],
-        "client": ("127.0.0.1", 50000),
-        "server": ("nvcf.test", 80),
-    }
 
 
 def event(chunk: bytes) -> dict[str, Any]:
@@ -142,3 +90,100 @@ async def test_a_caller_hanging_up_ends_the_stream_and_frees_the_instance(
     # The instance takes the next request.
     resp = await client.post(pexec_url(fn), json={"after": True})
     assert resp.status_code == 200 and resp.json()["echo"] == {"after": True}
+
+
+async def hang_up_while_answered(
+    client: AppClient, upstream: UpstreamServer, path: str, body: bytes
+) -> None:
+    """A caller hangs up while the worker's answer (a declared megabyte) trickles in; the
+    application returns, the worker's connection is cut."""
+    exchange = Exchange(body)
+    call = asyncio.ensure_future(
+        client.app(scope(path, body, x_upstream_trickle="1000000"), exchange.receive, exchange.send)
+    )
+    assert await asyncio.to_thread(upstream.trickling.wait, 30)
+    exchange.hang_up()
+    await asyncio.wait_for(call, 10)
+    assert await asyncio.to_thread(upstream.trickle_cut.wait, 10)
+
+
+async def slot_is_free(client: AppClient, fn: dict[str, Any]) -> None:
+    """The instance's one slot is free (nothing in flight), and it serves the next request."""
+    labels = {"function_id": fn["id"], "version_id": fn["versionId"]}
+
+    async def freed() -> bool:
+        text = (await client.get("/metrics")).text
+        return sample(text, "nvcf_invocation_in_flight", **labels) == 0
+
+    await eventually(freed, seconds=10)
+    resp = await client.post(pexec_url(fn), json={"after": True})
+    assert resp.status_code == 200 and resp.json()["echo"] == {"after": True}
+
+
+@pytest.mark.parametrize(
+    ("route", "overrides"),
+    [
+        ("pexec", {}),
+        ("exec", {}),
+        # over NVCF_INVOKE_RESULT_MAX_BYTES: the engine reads it into the object store
+        ("pexec", {"invoke_result_max_bytes": 1000}),
+    ],
+    ids=["pexec-known-length", "exec", "large-result"],
+)
+async def test_a_caller_hanging_up_while_the_answer_comes_frees_the_instance(
+    client_factory: ClientFactory,
+    tmp_path: Path,
+    upstream: UpstreamServer,
+    route: str,
+    overrides: dict[str, Any],
+) -> None:
+    client = await invocation_app(
+        client_factory,
+        tmp_path,
+        upstream=upstream.url,
+        invoke_queue_timeout_seconds=1,
+        **overrides,
+    )
+    fn = await deployed(client, specs=[spec(maxRequestConcurrency=1)])
+    if route == "exec":
+        path = pexec_url(fn).replace("/pexec/", "/exec/")
+        body = json.dumps({"requestBody": {}}).encode()
+    else:
+        path, body = pexec_url(fn), b"{}"
+    await hang_up_while_answered(client, upstream, path, body)
+    await slot_is_free(client, fn)
+
+
+async def test_a_caller_hanging_up_in_the_queue_leaves_it(
+    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer
+) -> None:
+    client = await invocation_app(client_factory, tmp_path, upstream=upstream.url)
+    fn = await deployed(client, specs=[spec(maxRequestConcurrency=1)])
+    queue = f"/v2/nvcf/queues/functions/{fn['id']}/versions/{fn['versionId']}"
+
+    async def depth() -> int:
+        return int((await client.get(queue)).json()["queues"][0]["queueDepth"])
+
+    holder = Exchange(b"{}")  # its answer trickles: the one slot is held
+    held = asyncio.ensure_future(
+        client.app(
+            scope(pexec_url(fn), b"{}", x_upstream_trickle="1000000"), holder.receive, holder.send
+        )
+    )
+    assert await asyncio.to_thread(upstream.trickling.wait, 30)
+    waiting = Exchange(b"{}")
+    queued = asyncio.ensure_future(
+        client.app(scope(pexec_url(fn), b"{}"), waiting.receive, waiting.send)
+    )
+
+    async def one_waits() -> bool:
+        return await depth() == 1
+
+    await eventually(one_waits, seconds=10)
+    waiting.hang_up()
+    await asyncio.wait_for(queued, 10)
+    assert await depth() == 0
+    assert upstream.arrived == 1  # it never reached the worker
+    holder.hang_up()
+    await asyncio.wait_for(held, 10)
+    await slot_is_free(client, fn)

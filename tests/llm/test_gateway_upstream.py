@@ -1,11 +1,13 @@
 """The LLM gateway in front of a real OpenAI-compatible server (a simulated cluster's
 `upstream`, tests/support/openai_worker.py), with the real `openai` client: events relayed as
 the worker sends them, the body the worker gets, its errors passed on, and a caller closing a
-stream mid-way freeing the instance's slot."""
+stream mid-way, or hanging up before a whole answer, freeing the instance's slot."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,9 +17,12 @@ import pytest
 
 from service.core.server import ConnectionLimits
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
-from tests.support.invocation import deployed, invocation_app, spec
+from tests.support.asgi import Exchange, scope
+from tests.support.e2e import eventually
+from tests.support.invocation import deployed, invocation_app, sample, spec
 from tests.support.openai_worker import OpenAIWorker
 from tests.support.server import in_loop_server
+from tests.support.upstream import UpstreamServer
 
 URIS = ["/v1/chat/completions", "/v1/responses", "/v1/embeddings"]
 LLM_FN: dict[str, Any] = {
@@ -127,3 +132,39 @@ async def test_a_caller_closing_a_stream_frees_the_slot(
         # the one slot is free again: served at once, not after the worker's stream
         done = await client.embeddings.create(model=model, input="next")
         assert len(done.data) == 1
+
+
+async def test_a_caller_hanging_up_before_the_whole_answer_frees_the_slot(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """A non-streamed answer is read whole before the caller gets it: a caller hanging up
+    meanwhile ends the worker request and frees the slot at once."""
+    upstream = UpstreamServer().start()
+    try:
+        app = await invocation_app(
+            client_factory, tmp_path, upstream=upstream.url, invoke_queue_timeout_seconds=1
+        )
+        fn = await deployed(app, **LLM_FN, specs=[spec(maxRequestConcurrency=1)])
+        path = "/v2/nvcf/llm/v1/chat/completions"
+        body = json.dumps({"model": f"{fn['id']}/served-model", "messages": ASK}).encode()
+        exchange = Exchange(body)
+        call = asyncio.ensure_future(
+            app.app(
+                scope(path, body, x_upstream_trickle="1000000"), exchange.receive, exchange.send
+            )
+        )
+        assert await asyncio.to_thread(upstream.trickling.wait, 30)
+        exchange.hang_up()
+        await asyncio.wait_for(call, 10)
+        assert await asyncio.to_thread(upstream.trickle_cut.wait, 10)
+        labels = {"function_id": fn["id"], "version_id": fn["versionId"]}
+
+        async def freed() -> bool:
+            text = (await app.get("/metrics")).text
+            return sample(text, "nvcf_invocation_in_flight", **labels) == 0
+
+        await eventually(freed, seconds=10)
+        after = {"model": f"{fn['id']}/served-model", "input": "next"}
+        assert (await app.post("/v2/nvcf/llm/v1/embeddings", json=after)).status_code == 200
+    finally:
+        upstream.stop()

@@ -24,6 +24,7 @@ Modes (`x-worker-mode`, default `echo`):
 - `forgedid`: a 200 with `X-Request-Id: forged`;
 - `badchunk`: a valid chunked head, a chunk, then a chunk-size line that is not hex, in one
   write.
+- `big`: a 200 of `x-worker-size` bytes (`Content-Length`), written as fast as they are read.
 """
 
 from __future__ import annotations
@@ -249,4 +250,13 @@ class RawWorker:
         if mode == "badchunk":
             conn.sendall(chunked + b"5\r\nhello\r\nzz\r\n")
             return False
+        if mode == "big":
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size)
+            piece = b"x" * 65536
+            try:
+                for start in range(0, size, len(piece)):
+                    conn.sendall(piece[: size - start])
+            except OSError:
+                return False
+            return True
         raise AssertionError(f"unknown worker mode {mode!r}")

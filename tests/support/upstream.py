@@ -7,13 +7,18 @@ Every request is answered with JSON `{"echo": <body>, "path": ..., "method": ...
 - `hold()`: from now on requests wait (after being counted in `arrived`) until `release()`;
 - `Accept: text/event-stream`: the answer is a chunked event stream; event i+1 is written
   only once `next_event()` was called i+1 times (the first event goes out at once);
-- `X-Upstream-Status: NNN`: answer with that status.
+- `X-Upstream-Status: NNN`: answer with that status;
+- `X-Upstream-Trickle: N`: the answer declares `Content-Length: N`, then its bytes trickle
+  (a few at a time: `trickling` is set) until the connection breaks (`trickle_cut` is set);
+- `X-Upstream-Size: N`: the answer is N bytes (`Content-Length`), written as fast as they are
+  read.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -26,6 +31,9 @@ class UpstreamServer:
         self._open = threading.Event()
         self._open.set()
         self._events = threading.Semaphore(0)
+        #: a trickled answer's head is out, and its connection broke
+        self.trickling = threading.Event()
+        self.trickle_cut = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -111,6 +119,19 @@ class UpstreamServer:
         }
         status = int(req.headers.get("X-Upstream-Status") or 200)
         try:
+            if req.headers.get("X-Upstream-Trickle"):
+                self._trickle(req, status, int(req.headers["X-Upstream-Trickle"]))
+                return
+            if req.headers.get("X-Upstream-Size"):
+                size = int(req.headers["X-Upstream-Size"])
+                req.send_response(status)
+                req.send_header("Content-Type", "application/octet-stream")
+                req.send_header("Content-Length", str(size))
+                req.end_headers()
+                piece = b"x" * 65536
+                for start in range(0, size, len(piece)):
+                    req.wfile.write(piece[: size - start])
+                return
             if "text/event-stream" in (req.headers.get("Accept") or ""):
                 self._stream(req, status, echo)
                 return
@@ -123,6 +144,21 @@ class UpstreamServer:
             req.wfile.write(data)
         except OSError:
             pass
+
+    def _trickle(self, req: BaseHTTPRequestHandler, status: int, declared: int) -> None:
+        req.send_response(status)
+        req.send_header("Content-Type", "application/json")
+        req.send_header("Content-Length", str(declared))
+        req.end_headers()
+        req.wfile.flush()
+        self.trickling.set()
+        try:
+            for _ in range(declared // 10):
+                req.wfile.write(b" " * 10)
+                req.wfile.flush()
+                time.sleep(0.02)
+        except OSError:
+            self.trickle_cut.set()
 
     def _stream(self, req: BaseHTTPRequestHandler, status: int, echo: dict[str, Any]) -> None:
         req.send_response(status)

@@ -147,7 +147,8 @@ async def create_api_key(
         id=uuid.uuid4(),
         account_id=account_id,
         key_hash=hash_key(key),
-        hint=key[:10] + "…",
+        # its start, and its last characters: what NVCF's API-keys service shows of a key
+        hint=key[:10] + "…" + key[-3:],
         scopes=scope_list,
         description=description,
         expires_at=_capped(

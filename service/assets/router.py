@@ -2,6 +2,10 @@
 the local store's signed URLs (`/storage/...`, no API key: the signature is the credential).
 
 `DELETE` answers 204 with an empty body, as NVCF does.
+
+A download is never rendered on this server's origin, whatever type its owner declared: an
+`text/html` or `image/svg+xml` asset opened in the console's tab would otherwise run its
+script there (docs/security.md, "Asset downloads").
 """
 
 from __future__ import annotations
@@ -132,6 +136,14 @@ def _check(store: LocalStore, grant: Grant, signature: str) -> None:
         raise Forbidden(detail="the signed URL has expired: ask for a new one")
 
 
+#: sent with every download: saved, never rendered (nor sniffed into something renderable); if a
+#: browser renders it anyway, in a sandbox of an opaque origin with no script
+DOWNLOAD_HEADERS = {
+    "Content-Disposition": "attachment",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "sandbox",
+}
+
 Expires = Annotated[int, Query(ge=0, le=2**40)]
 Signature = Annotated[str, Query(min_length=64, max_length=64)]
 
@@ -164,7 +176,7 @@ async def download_object(
     _check(store, Grant("GET", key, expires, content_type=content_type), signature)
     if await store.size(key) is None:
         raise NotFound(detail="the object has not been uploaded")
-    return FileResponse(store.path(key), media_type=content_type)
+    return FileResponse(store.path(key), media_type=content_type, headers=DOWNLOAD_HEADERS)
 
 
 __all__ = ["router", "storage_router"]

@@ -81,11 +81,15 @@ async def list_assets(request: Request, session: Session, principal: Invoker) ->
     return ListAssetsResponse(assets=[describe(a) for a in rows])
 
 
-@router.get("/assets/{assetId}", response_model=AssetResponse, summary="Show an asset's details")
+@router.get(
+    "/assets/{assetId}",
+    response_model=AssetResponse,
+    summary="Show an uploaded asset's details (404 until its file is uploaded, as NVCF)",
+)
 async def get_asset(
     assetId: str, request: Request, session: Session, principal: Invoker
 ) -> AssetResponse:
-    asset: Asset = await _assets(request).get(
+    asset: Asset = await _assets(request).uploaded(
         session, principal.account_id, parse_uuid(assetId, _ID)
     )
     return AssetResponse(asset=describe(asset))
@@ -109,7 +113,7 @@ async def get_asset_redirect(
     "/assets/{assetId}",
     status_code=204,
     response_class=Response,
-    summary="Delete an asset (its row and its file)",
+    summary="Delete an uploaded asset (404 until its file is uploaded, as NVCF)",
 )
 async def delete_asset(
     assetId: str, request: Request, session: Session, principal: Invoker

@@ -75,6 +75,7 @@ async def test_create_upload_get_download_delete(client: AppClient) -> None:
 
 async def test_another_account_sees_nothing(client: AppClient) -> None:
     made = await create(client)
+    assert (await upload(client, made["uploadUrl"], b"data")).status_code == 200
     other = bearer(await new_key(client, ["invoke_function"], account="other-account"))
     asset = f"{A}/{made['assetId']}"
     for resp in (
@@ -86,6 +87,18 @@ async def test_another_account_sees_nothing(client: AppClient) -> None:
         assert made["assetId"] in str(body["detail"])
     assert (await client.get(A, headers=other)).json()["assets"] == []
     assert (await client.get(asset)).status_code == 200  # still there for its owner
+
+
+async def test_an_asset_not_yet_uploaded_is_not_found_as_on_nvcf(client: AppClient) -> None:
+    """Issue 43: NVCF answers `GET` and `DELETE /v2/nvcf/assets/{id}` from its bucket, so an
+    asset whose file is not uploaded is a 404 to both (and the delete changes nothing)."""
+    made = await create(client)
+    asset = f"{A}/{made['assetId']}"
+    for resp in (await client.get(asset), await client.delete(asset)):
+        assert "not been uploaded" in str(assert_problem(resp, 404)["detail"])
+    assert (await upload(client, made["uploadUrl"], b"data")).status_code == 200
+    assert (await client.get(asset)).json()["asset"]["assetId"] == made["assetId"]
+    assert (await client.delete(asset)).status_code == 204
 
 
 async def test_routes_need_the_invoke_scope(client: AppClient) -> None:

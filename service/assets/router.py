@@ -38,7 +38,9 @@ from service.core.idempotency import Recorder
 router = APIRouter(tags=["assets"])
 storage_router = APIRouter(include_in_schema=False)
 
-Invoker = Annotated[Principal, Depends(require(scopes.INVOKE_FUNCTION))]
+#: NVCF's `invoke_function`: an API key's, or an invocation token (a browser that uploads an
+#: asset and invokes with one token)
+Invoker = Annotated[Principal, Depends(require(scopes.INVOKE_FUNCTION, invocation=True))]
 Idem = Annotated[Recorder, Depends(idempotency, scope="function")]
 _ID = "assetId"
 

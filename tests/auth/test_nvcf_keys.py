@@ -709,3 +709,33 @@ async def test_a_405_on_v1_keys_names_every_method_served(client: AppClient) -> 
     resp = await client.post(f"/v1/keys/{uuid.uuid4()}")
     assert_problem(resp, 405)
     assert resp.headers["allow"] == "DELETE, GET"
+
+
+async def test_api_key_clear_all_as_the_cli_runs_it(client_factory: ClientFactory) -> None:
+    """nvcf-cli's `init`, `api-key generate` twice, then `api-key clear-all`
+    (cmd/apikey.go: `ListAPIKeys`, then `DeleteAPIKey` for each listed key), its requests as
+    internal/apikeys/client.go builds them and its answers decoded into its `APIKey` struct."""
+    client = await client_factory(admin_token_networks="127.0.0.0/8")
+    init = await client.post("/v1/admin/keys", headers={"Authorization": ""})
+    assert init.status_code == 200, init.text
+    jwt_token = bearer(init.json()["value"])  # the CLI's config.Token
+    made = []
+    for _ in range(2):
+        resp = await client.post(
+            "/v1/keys",
+            json=generate_body(ALL, ["invoke_function", "list_functions"]),
+            headers={**jwt_token, **CLI_HEADERS, "Content-Type": "application/json"},
+        )
+        assert resp.status_code == 200, resp.text
+        assert_go_decodes(resp.json(), GO_API_KEY)
+        made.append(resp.json()["id"])
+    listed = await client.get("/v1/keys", headers={**jwt_token, **CLI_HEADERS})
+    assert listed.status_code == 200
+    keys = listed.json()["keys"]
+    assert_go_decodes(keys, ListOf(GO_API_KEY))
+    assert set(made) <= {k["id"] for k in keys}
+    for key in keys:
+        if key["id"] in made:
+            assert (await as_the_cli_deletes(client, key["id"])).status_code == 204
+    left = (await client.get("/v1/keys", headers={**jwt_token, **CLI_HEADERS})).json()["keys"]
+    assert not set(made) & {k["id"] for k in left}

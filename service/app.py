@@ -457,7 +457,8 @@ def create_app(
         for router in api_routers(settings):
             mount_flat(app, router, API_PREFIX)
         app.include_router(v3_router)
-        app.include_router(nvcf_keys_router)
+        # flat: a 405's Allow names every method of a path only among the app's own routes
+        mount_flat(app, nvcf_keys_router, "")
         app.include_router(ngc_router)
         install_docs(app)
         install_console(app)

@@ -35,6 +35,25 @@ async def bytes_used(
     return int((await session.execute(stmt)).scalar_one() or 0)
 
 
+async def pending(
+    session: AsyncSession,
+    now: datetime,
+    limit: int,
+    *,
+    account_id: str | None = None,
+    created_before: datetime | None = None,
+) -> Sequence[Asset]:
+    """Unexpired assets whose upload is not yet confirmed: the account's, or every account's
+    created before `created_before`; oldest first."""
+    stmt = select(Asset).where(Asset.size_bytes.is_(None), Asset.expires_at > now)
+    if account_id is not None:
+        stmt = stmt.where(Asset.account_id == account_id)
+    if created_before is not None:
+        stmt = stmt.where(Asset.created_at < created_before)
+    stmt = stmt.order_by(Asset.created_at, Asset.id).limit(limit)
+    return (await session.execute(stmt)).scalars().all()
+
+
 async def get(session: AsyncSession, asset_id: uuid.UUID) -> Asset | None:
     return await session.get(Asset, asset_id)
 

@@ -2,6 +2,10 @@
 the local store's signed URLs (`/storage/...`, no API key: the signature is the credential).
 
 `DELETE` answers 204 with an empty body, as NVCF does.
+
+A download is never rendered on this server's origin, whatever type its owner declared: an
+`text/html` or `image/svg+xml` asset opened in the console's tab would otherwise run its
+script there (docs/security.md, "Asset downloads").
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ from service.core.idempotency import Recorder
 router = APIRouter(tags=["assets"])
 storage_router = APIRouter(include_in_schema=False)
 
-Invoker = Annotated[Principal, Depends(require(scopes.INVOKE_FUNCTION))]
+#: NVCF's `invoke_function`: an API key's, or an invocation token (a browser that uploads an
+#: asset and invokes with one token)
+Invoker = Annotated[Principal, Depends(require(scopes.INVOKE_FUNCTION, invocation=True))]
 Idem = Annotated[Recorder, Depends(idempotency, scope="function")]
 _ID = "assetId"
 
@@ -77,11 +83,15 @@ async def list_assets(request: Request, session: Session, principal: Invoker) ->
     return ListAssetsResponse(assets=[describe(a) for a in rows])
 
 
-@router.get("/assets/{assetId}", response_model=AssetResponse, summary="Show an asset's details")
+@router.get(
+    "/assets/{assetId}",
+    response_model=AssetResponse,
+    summary="Show an uploaded asset's details (404 until its file is uploaded, as NVCF)",
+)
 async def get_asset(
     assetId: str, request: Request, session: Session, principal: Invoker
 ) -> AssetResponse:
-    asset: Asset = await _assets(request).get(
+    asset: Asset = await _assets(request).uploaded(
         session, principal.account_id, parse_uuid(assetId, _ID)
     )
     return AssetResponse(asset=describe(asset))
@@ -105,7 +115,7 @@ async def get_asset_redirect(
     "/assets/{assetId}",
     status_code=204,
     response_class=Response,
-    summary="Delete an asset (its row and its file)",
+    summary="Delete an uploaded asset (404 until its file is uploaded, as NVCF)",
 )
 async def delete_asset(
     assetId: str, request: Request, session: Session, principal: Invoker
@@ -131,6 +141,14 @@ def _check(store: LocalStore, grant: Grant, signature: str) -> None:
     if grant.expires < time.time():
         raise Forbidden(detail="the signed URL has expired: ask for a new one")
 
+
+#: sent with every download: saved, never rendered (nor sniffed into something renderable); if a
+#: browser renders it anyway, in a sandbox of an opaque origin with no script
+DOWNLOAD_HEADERS = {
+    "Content-Disposition": "attachment",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "sandbox",
+}
 
 Expires = Annotated[int, Query(ge=0, le=2**40)]
 Signature = Annotated[str, Query(min_length=64, max_length=64)]
@@ -164,7 +182,7 @@ async def download_object(
     _check(store, Grant("GET", key, expires, content_type=content_type), signature)
     if await store.size(key) is None:
         raise NotFound(detail="the object has not been uploaded")
-    return FileResponse(store.path(key), media_type=content_type)
+    return FileResponse(store.path(key), media_type=content_type, headers=DOWNLOAD_HEADERS)
 
 
 __all__ = ["router", "storage_router"]

@@ -6,11 +6,18 @@ Rules (NVCF's, and where it is silent, decided here; docs/assets.md):
   invocation referencing one is told it does not exist (the same words as for an unknown id).
 - An asset expires `NVCF_ASSET_TTL_SECONDS` after it was created: it is no longer listed,
   read or usable, and the purge deletes its row and object.
-- An upload is confirmed by asking the store (HEAD) the first time the asset is referenced
-  or downloaded; until then it is "not uploaded". A larger object than `NVCF_ASSET_MAX_BYTES`
+- An upload is confirmed by asking the store (HEAD) when the asset is shown, referenced or
+  downloaded, and when the account signs a new upload URL; until then it is "not uploaded"
+  (shown, downloaded and deleted: 404, as NVCF). A larger object than `NVCF_ASSET_MAX_BYTES`
   (possible on S3, which cannot bound a PUT) or one that would pass the account's
   `asset_bytes` quota is deleted from the store and refused; the asset can be uploaded again
   through a valid upload URL.
+- The `asset_bytes` quota counts an asset not yet confirmed as `NVCF_ASSET_MAX_BYTES` (what
+  its upload may bring) until it is: an upload URL is signed only while the uploaded sizes
+  and these reservations leave room, and the local store's URL takes no more than that room,
+  so an account never holds more than its quota. An asset still not uploaded once its
+  upload window is over (the URL's life and `NVCF_ASSET_UPLOAD_TIMEOUT_SECONDS`) can never be
+  and is removed (`settle`: on the account's next create, and by the purge).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
@@ -122,14 +129,34 @@ class Assets:
         self, session: AsyncSession, account_id: str, spec: CreateAssetRequest, base_url: str
     ) -> NewAsset:
         now = utcnow()
+        # the account's uploads and reservations, counted under its lock: two creates never
+        # both take the same room
+        await lock_account(session, account_id)
+        waiting = await self.settle(
+            session,
+            await repository.pending(
+                session, now, self.settings.quota_assets, account_id=account_id
+            ),
+            now,
+        )
         await self.quotas.assets.check(
             lambda: repository.count_live(session, account_id, now),
             lambda: lock_account(session, account_id),
         )
-        used = await repository.bytes_used(session, account_id, now)
-        if used >= self.settings.quota_asset_bytes:
-            self.quotas.asset_bytes.enforce(used, 1)
-        room = self.settings.quota_asset_bytes - used
+        uploaded = await repository.bytes_used(session, account_id, now)
+        reserved = len(waiting) * self.settings.asset_max_bytes
+        room = self.settings.quota_asset_bytes - uploaded - reserved
+        if room <= 0:
+            message = (
+                f"the account's assets hold {uploaded} bytes uploaded and {len(waiting)} "
+                f"not yet uploaded, each counted as {self.settings.asset_max_bytes} bytes "
+                "(NVCF_ASSET_MAX_BYTES) until it is; at most "
+                f"{self.settings.quota_asset_bytes} (NVCF_QUOTA_ASSET_BYTES)"
+            )
+            raise QuotaExceeded(
+                detail=f"quota 'asset_bytes' exceeded: {message}",
+                errors=[FieldError("quota.asset_bytes", message)],
+            )
         asset = Asset(
             id=uuid.uuid4(),
             account_id=account_id,
@@ -140,10 +167,15 @@ class Assets:
         )
         session.add(asset)
         await session.flush()
-        # The local store refuses an upload past this at once; S3 checks it on first use.
+        # The local store refuses an upload past this at once; S3 cannot bound a PUT: its
+        # object is checked when it is next confirmed.
         limit = min(self.settings.asset_max_bytes, room)
         url = await self.store.upload_url(
-            asset.key, base_url=self.base_url(base_url), max_bytes=limit
+            asset.key,
+            base_url=self.base_url(base_url),
+            max_bytes=limit,
+            content_type=asset.content_type,
+            description=asset.description,
         )
         log.info("asset %s created (account %s)", asset.id, account_id)
         return NewAsset(asset, url)
@@ -157,19 +189,25 @@ class Assets:
     async def list_live(self, session: AsyncSession, account_id: str) -> Sequence[Asset]:
         return await repository.list_live(session, account_id, utcnow())
 
-    async def download_url(
-        self, session: AsyncSession, account_id: str, asset_id: uuid.UUID, base_url: str
-    ) -> str:
+    async def uploaded(self, session: AsyncSession, account_id: str, asset_id: uuid.UUID) -> Asset:
+        """The account's asset, its upload confirmed; else 404 saying why (NVCF answers 404
+        for an asset whose object is not in its bucket)."""
         asset = await self.get(session, account_id, asset_id)
         problem = await self.confirm(session, asset)
         if problem is not None:
             raise NotFound(detail=f"asset {asset_id} {problem}")
+        return asset
+
+    async def download_url(
+        self, session: AsyncSession, account_id: str, asset_id: uuid.UUID, base_url: str
+    ) -> str:
+        asset = await self.uploaded(session, account_id, asset_id)
         return await self.store.download_url(
             asset.key, base_url=self.base_url(base_url), content_type=asset.content_type
         )
 
     async def delete(self, session: AsyncSession, account_id: str, asset_id: uuid.UUID) -> None:
-        asset = await self.get(session, account_id, asset_id)
+        asset = await self.uploaded(session, account_id, asset_id)
         await session.delete(asset)
         await session.flush()
         await self.store.delete(asset.key)
@@ -207,6 +245,31 @@ class Assets:
         asset.uploaded_at = utcnow()
         await session.flush()
         return None
+
+    def upload_window(self) -> timedelta:
+        """How long after its creation an asset's upload may still arrive: its URL's life and
+        the time an upload started then may take."""
+        return timedelta(
+            seconds=self.settings.asset_url_seconds + self.settings.asset_upload_timeout_seconds
+        )
+
+    async def settle(
+        self, session: AsyncSession, waiting: Sequence[Asset], now: datetime
+    ) -> list[Asset]:
+        """Confirm the uploads of assets not yet confirmed; remove those whose upload window
+        is over without one (they can never be uploaded). Those still waiting."""
+        closed = now - self.upload_window()
+        still: list[Asset] = []
+        for asset in waiting:
+            if await self.confirm(session, asset) is None:
+                continue
+            if asset.created_at <= closed:
+                await session.delete(asset)
+                log.info("asset %s never uploaded: removed", asset.id)
+            else:
+                still.append(asset)
+        await session.flush()
+        return still
 
     # ------------------------------------------------------------------ invocations
 
@@ -258,6 +321,11 @@ class Assets:
         """Delete expired assets (rows, then objects), large results older than the polling
         result TTL, and abandoned partial uploads; how many objects went."""
         now = utcnow()
+        async with maker() as session, session.begin():
+            stale = await repository.pending(
+                session, now, PURGE_BATCH, created_before=now - self.upload_window()
+            )
+            await self.settle(session, stale, now)
         async with maker() as session, session.begin():
             ids = await repository.expired(session, now, PURGE_BATCH)
             await repository.delete_ids(session, ids)

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 KEY_RE = re.compile(
     r"^(assets|results)/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 )
+#: the object metadata NVCF keeps an asset's description in, and the header that sets it
+DESCRIPTION_META = "nvcf-asset-description"
+DESCRIPTION_HEADER = "x-amz-meta-" + DESCRIPTION_META
 #: S3's error codes for a missing object (HEAD answers a bare 404)
 _MISSING = ("404", "NoSuchKey", "NotFound")
 #: a partial upload older than this (seconds past its URL's expiry) is abandoned
@@ -51,7 +54,19 @@ class ObjectStore(Protocol):
 
     kind: str
 
-    async def upload_url(self, key: str, *, base_url: str, max_bytes: int) -> str: ...
+    async def upload_url(
+        self,
+        key: str,
+        *,
+        base_url: str,
+        max_bytes: int,
+        content_type: str | None = None,
+        description: str | None = None,
+    ) -> str:
+        """A signed URL to PUT the object. An asset's (`content_type` and `description`
+        given): S3's signs both as NVCF's does (`DESCRIPTION_HEADER`), so the uploader sends
+        both; a large result's: the key alone."""
+        ...
 
     async def download_url(self, key: str, *, base_url: str, content_type: str) -> str: ...
 
@@ -105,7 +120,17 @@ class LocalStore:
     def _expires(self) -> int:
         return int(time.time()) + self.url_seconds
 
-    async def upload_url(self, key: str, *, base_url: str, max_bytes: int) -> str:
+    async def upload_url(
+        self,
+        key: str,
+        *,
+        base_url: str,
+        max_bytes: int,
+        content_type: str | None = None,
+        description: str | None = None,
+    ) -> str:
+        # this server's own URL: the headers an upload carries are not part of it, so both
+        # NVCF's client (Content-Type, DESCRIPTION_HEADER) and a plain `curl -T` can use it
         grant = Grant("PUT", _check_key(key), self._expires(), max_bytes=max_bytes)
         return self.signer.url(base_url, grant)
 
@@ -239,10 +264,24 @@ class S3Store:
         client = await asyncio.to_thread(make)
         return cls(client, settings.asset_s3_bucket, settings.asset_url_seconds)
 
-    async def upload_url(self, key: str, *, base_url: str, max_bytes: int) -> str:
-        # Nothing but the key is signed, so a plain `curl -T` (no Content-Type) can use it;
-        # the size is checked when the asset is first referenced (S3 cannot bound a PUT).
-        params = {"Bucket": self.bucket, "Key": _check_key(key)}
+    async def upload_url(
+        self,
+        key: str,
+        *,
+        base_url: str,
+        max_bytes: int,
+        content_type: str | None = None,
+        description: str | None = None,
+    ) -> str:
+        # Signed as NVCF signs it (S3PreSignedUrlGenerator): the content type and the
+        # description header, which NVCF's clients send and S3 refuses unsigned; an uploader
+        # sends both, e.g. `curl -T FILE -H 'Content-Type: ...' -H '<DESCRIPTION_HEADER>: ...'`.
+        # The size is checked when the asset is next counted (S3 cannot bound a PUT).
+        params: dict[str, Any] = {"Bucket": self.bucket, "Key": _check_key(key)}
+        if content_type is not None:
+            params["ContentType"] = content_type
+        if description is not None:
+            params["Metadata"] = {DESCRIPTION_META: description}
         return await asyncio.to_thread(
             self.client.generate_presigned_url,
             "put_object",

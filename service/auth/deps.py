@@ -40,14 +40,17 @@ AuthenticatorDep = Annotated[Authenticator, Depends(authenticator)]
 FunctionReachDep = Annotated[FunctionReach, Depends(function_reach)]
 
 
-async def authenticate_request(request: Request) -> Principal:
-    """The caller, verified once per request; the org in an aliased path must be its account."""
+async def authenticate_request(request: Request, *, invocation: bool = False) -> Principal:
+    """The caller, verified once per request; the org in an aliased path must be its account.
+    An invocation token only when `invocation` (the routes that take one, `require`)."""
     principal: Principal | None = getattr(request.state, "principal", None)
     if principal is not None:
         return principal
     auth: Authenticator = request.app.state.authenticator
     principal = await auth.authenticate(
-        request.app.state.sessionmaker, request.headers.get("authorization")
+        request.app.state.sessionmaker,
+        request.headers.get("authorization"),
+        invocation=invocation,
     )
     org = request.path_params.get("org") or getattr(request.state, "org", None)
     if org is not None and org != principal.account_id:
@@ -66,12 +69,16 @@ async def authenticate_request(request: Request) -> Principal:
     return principal
 
 
-def require(*any_of: str) -> Callable[..., Coroutine[Any, Any, Principal]]:
-    """A dependency that passes when the credential carries at least one of the scopes."""
+def require(
+    *any_of: str, invocation: bool = False
+) -> Callable[..., Coroutine[Any, Any, Principal]]:
+    """A dependency that passes when the credential carries at least one of the scopes; an
+    invocation token is a credential too where `invocation` (NVCF's `invoke_function` routes
+    outside invoking: the assets and the token routes)."""
     needed = " or ".join(f"'{s}'" for s in any_of)
 
     async def dependency(request: Request) -> Principal:
-        principal = await authenticate_request(request)
+        principal = await authenticate_request(request, invocation=invocation)
         if principal.scopes.isdisjoint(any_of):
             raise Forbidden(detail=f"this operation requires the scope {needed}")
         return principal

@@ -10,7 +10,16 @@
   those functions on every route (service/auth/restrict.py); `id: "*"` does not. A limited
   key administers only keys limited to some of its functions (the others are absent from its
   lists and a 404 to revoke) and never carries `manage_registry_credentials` (account-wide).
-- `GET /v1/keys` — the account's keys (`{"keys": [...]}`), never their values.
+- `GET /v1/keys` — the account's keys (`{"keys": [...]}`), never their values; and
+  `GET /v1/keys/{id}` one of them. Each as NVCF's `KeyResponseBuilder` writes it: `value` is
+  the key's masked suffix (`nvapi-**********` and its last 3 characters), with `owner_type`,
+  `owner_id`, `issuer_service_id` and `audience_service_ids` (from nvcf-cli's `Key-Owner-Id`
+  and `Key-Issuer-Id` headers and the body's `audience_service_ids` at creation). List items
+  keep their `authorizations` too (NVCF's leave them out) so that a list shows what each key
+  reaches; a key narrowed at creation (a limited key minting one with `id: "*"`) shows its
+  effective limit, the functions it works on, never the `*` it asked for.
+- `PUT /v1/keys/{id}/authorizations` — replace an active key's policies (`{"authorizations":
+  {"policies": [...]}}`, checked as on creation): its scopes and functions change at once.
 - `DELETE /v1/keys/{id}` — revoke one (404 for an unknown id, as nvcf-cli expects). nvcf-cli
   sends no credential here (only its `Key-Issuer-*`/`Key-Owner-Id` headers): without one, a
   key of the default account is revoked only for a client address in
@@ -48,6 +57,7 @@ from service.auth.models import ApiKey
 from service.auth.restrict import FunctionReach
 from service.auth.router import MAX_KEY_LIFETIME
 from service.auth.service import (
+    API_KEY_PREFIX,
     Principal,
     create_api_key,
     limited_scope_errors,
@@ -87,6 +97,20 @@ MAX_AUDIENCES = 16
 ALL = [{"id": "*", "type": ACCOUNT_FUNCTIONS}, {"id": "*", "type": AUTHORIZED_FUNCTIONS}]
 
 
+#: how NVCF masks a key in its answers but at creation: the prefix, this, the last 3 characters
+SUFFIX_MASK = "**********"
+SUFFIX_SHOWN = 3
+#: where the issuer fields of a key created here are kept, beside its policies
+ISSUER = "issuer"
+
+
+def suffix(row: ApiKey) -> str:
+    """The key's `value` once created, as NVCF shows it: masked but for its last characters
+    (kept in its hint since they were; an older key shows the mask alone)."""
+    _, sep, last = row.hint.partition("…")
+    return API_KEY_PREFIX + SUFFIX_MASK + (last[-SUFFIX_SHOWN:] if sep else "")
+
+
 def _time(value: datetime) -> str:
     return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -121,20 +145,54 @@ def _stored(authorizations: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"policies": policies}
 
 
+def narrowed(
+    policies: list[dict[str, Any]], functions: Collection[str] | None
+) -> list[dict[str, Any]]:
+    """Policies as they act on a key limited to `functions`: a `*` resource stands for those
+    functions (each named once, with the type of the first `*` that stood for it)."""
+    if functions is None:
+        return policies
+    out: list[dict[str, Any]] = []
+    for policy in policies:
+        resources: list[dict[str, str]] = []
+        named: set[str] = set()
+        for resource in policy["resources"]:
+            ids = sorted(str(f) for f in functions) if resource["id"] == "*" else [resource["id"]]
+            for fid in ids:
+                if fid not in named:
+                    named.add(fid)
+                    resources.append({"id": fid, "type": resource["type"]})
+        out.append({**policy, "resources": resources})
+    return out
+
+
+def _issuer_of(row: ApiKey) -> dict[str, Any]:
+    kept = (row.authorizations or {}).get(ISSUER)
+    kept = kept if isinstance(kept, dict) else {}
+    audiences = kept.get("audience_service_ids")
+    return {
+        "owner_type": "USER",
+        "owner_id": str(kept.get("owner_id") or row.account_id)[:MAX_TEXT],
+        "issuer_service_id": str(kept.get("issuer_service_id") or "")[:MAX_TEXT],
+        "audience_service_ids": [str(a)[:MAX_TEXT] for a in audiences][:MAX_AUDIENCES]
+        if isinstance(audiences, list)
+        else [],
+    }
+
+
 def key_view(row: ApiKey, value: str | None = None, **extra: Any) -> dict[str, Any]:
-    """A key as NVCF's API-keys service shows it (`value` only when it is created)."""
+    """A key as NVCF's API-keys service shows it: `value` the key itself when it is created,
+    else its masked suffix; its policies as they act (`narrowed`)."""
     now = utcnow()
     authorizations = _stored(row.authorizations)
     if authorizations is None:
-        resources = (
-            [{"id": str(f), "type": ACCOUNT_FUNCTIONS} for f in row.functions]
-            if row.functions is not None
-            else ALL
-        )
-        authorizations = {"policies": [_policy(list(row.scopes), resources)]}
+        authorizations = {"policies": [_policy(list(row.scopes), ALL)]}
+    authorizations = {"policies": narrowed(authorizations["policies"], row.functions)}
     out: dict[str, Any] = {
         "id": str(row.id),
+        "value": value if value is not None else suffix(row),
         "status": "EXPIRED" if row.expires_at is not None and row.expires_at <= now else "ACTIVE",
+        **_issuer_of(row),
         "description": row.description or "",
         "created_at": _time(row.created_at),
         "authorizations": authorizations,
@@ -142,8 +200,6 @@ def key_view(row: ApiKey, value: str | None = None, **extra: Any) -> dict[str, A
     }
     if row.expires_at is not None:
         out["expires_at"] = _time(row.expires_at)
-    if value is not None:
-        out["value"] = value
     return out
 
 
@@ -318,15 +374,16 @@ async def _check_functions(
                 )
 
 
-def _issuer(request: Request, body: dict[str, Any]) -> dict[str, Any]:
+def _issuer(request: Request, body: dict[str, Any], account: str) -> dict[str, Any]:
+    """Who a key is for and from, as nvcf-cli says it (`Key-Owner-Id`, `Key-Issuer-Id`, the
+    body's `audience_service_ids`), kept with the key to be shown back (bounded)."""
     audiences = body.get("audience_service_ids")
     if not isinstance(audiences, list) or not all(isinstance(a, str) for a in audiences):
         audiences = []
     return {
-        "owner_type": "USER",
-        "owner_id": request.headers.get("key-owner-id", "")[:MAX_TEXT],
+        "owner_id": request.headers.get("key-owner-id", "")[:MAX_TEXT] or account,
         "issuer_service_id": request.headers.get("key-issuer-id", "")[:MAX_TEXT],
-        "audience_service_ids": audiences[:MAX_AUDIENCES],
+        "audience_service_ids": [a[:MAX_TEXT] for a in audiences[:MAX_AUDIENCES]],
     }
 
 
@@ -424,6 +481,35 @@ async def admin_token(
     )
 
 
+async def _granted(
+    body: dict[str, Any],
+    principal: Principal,
+    session: Session,
+    reach: FunctionReach,
+    errors: list[FieldError],
+) -> tuple[list[str], set[uuid.UUID] | None, list[dict[str, Any]]]:
+    """The scopes, functions and policies `body.authorizations` grants when `principal` asks
+    (a limited key grants only its own functions: a `*` is narrowed to them); every violation
+    goes to `errors`."""
+    key_scopes, functions, named, kept = _policies(body, errors)
+    if principal.functions is not None:
+        # a key limited to named functions makes keys limited to (some of) them only
+        if functions is None:
+            functions = set(principal.functions)
+        elif not functions <= principal.functions:
+            errors.append(
+                FieldError(
+                    "authorizations.policies.resources",
+                    "this key is limited to named functions: it can grant only those",
+                )
+            )
+    errors += limited_scope_errors(key_scopes, functions, "authorizations.policies.scopes")
+    if not errors:
+        await _check_functions(session, reach, principal.account_id, named, errors)
+    limit = None if functions is None else [str(f) for f in functions]
+    return key_scopes, functions, narrowed(kept, limit)
+
+
 @router.post(
     "/v1/keys",
     summary="Create an API key from NVCF policies (NVCF's API-keys service)",
@@ -444,21 +530,7 @@ async def create_key(
     errors: list[FieldError] = []
     description = _text(body, "description", errors)
     expires_at = _expiry(body, errors)
-    key_scopes, functions, named, kept = _policies(body, errors)
-    if principal.functions is not None:
-        # a key limited to named functions makes keys limited to (some of) them only
-        if functions is None:
-            functions = set(principal.functions)
-        elif not functions <= principal.functions:
-            errors.append(
-                FieldError(
-                    "authorizations.policies.resources",
-                    "this key is limited to named functions: it can grant only those",
-                )
-            )
-    errors += limited_scope_errors(key_scopes, functions, "authorizations.policies.scopes")
-    if not errors:
-        await _check_functions(session, reach, principal.account_id, named, errors)
+    key_scopes, functions, kept = await _granted(body, principal, session, reach, errors)
     if errors:
         raise ValidationFailed.of(errors)
     account = principal.account_id
@@ -472,17 +544,76 @@ async def create_key(
         scopes=key_scopes,
         description=description,
         functions=functions,
-        authorizations={"policies": kept},
+        authorizations={"policies": kept, ISSUER: _issuer(request, body, account)},
         expires_at=expires_at,
         not_after=principal.expires_at,
     )
-    return key_view(row, value, **_issuer(request, body))
+    return key_view(row, value)
 
 
 @router.get("/v1/keys", summary="The account's API keys in NVCF's shape (never their values)")
 async def list_keys(session: Session, principal: Admin) -> dict[str, Any]:
     rows = await repository.keys_of(session, principal.account_id)
     return {"keys": [key_view(r) for r in rows if within_reach(principal, r.functions)]}
+
+
+async def _key_in_reach(session: Session, principal: Principal, key_id: str) -> ApiKey:
+    """The caller's account's key `key_id` within its reach, else 404 (NVCF: "Key not found")."""
+    try:
+        kid = uuid.UUID(key_id)
+    except ValueError:
+        raise NotFound(detail=f"API key {key_id[:64]} not found") from None
+    row = await repository.key_by_id(session, kid)
+    if (
+        row is None
+        or row.account_id != principal.account_id
+        or not within_reach(principal, row.functions)
+    ):
+        raise NotFound(detail=f"API key {kid} not found")
+    return row
+
+
+@router.get(
+    "/v1/keys/{keyId}",
+    summary="One API key in NVCF's shape, with its authorizations (never its value)",
+)
+async def get_key(keyId: str, session: Session, principal: Admin) -> dict[str, Any]:
+    return key_view(await _key_in_reach(session, principal, keyId))
+
+
+@router.put(
+    "/v1/keys/{keyId}/authorizations",
+    summary="Replace an API key's policies (NVCF's API-keys service)",
+    description='`{"authorizations": {"policies": [...]}}`, checked as on creation; '
+    "the key's scopes and functions change at once. Only an active key (else 400).",
+)
+async def update_authorizations(
+    keyId: str,
+    request: Request,
+    session: Session,
+    principal: Admin,
+    reach: FunctionReachDep,
+    authenticator: AuthenticatorDep,
+) -> dict[str, Any]:
+    row = await _key_in_reach(session, principal, keyId)
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise ValidationFailed.of([FieldError("body", "must be a JSON object")])
+    errors: list[FieldError] = []
+    key_scopes, functions, kept = await _granted(body, principal, session, reach, errors)
+    if not errors and any(s in scopes.OPERATOR_SCOPES for s in row.scopes):
+        errors.append(FieldError("keyId", "an operator key's scopes are changed only by the CLI"))
+    if not errors and row.expires_at is not None and row.expires_at <= utcnow():
+        errors.append(FieldError("keyId", "the key is not active (it expired)"))
+    if errors:
+        raise ValidationFailed.of(errors)
+    issuer = (row.authorizations or {}).get(ISSUER)
+    row.scopes = key_scopes
+    row.functions = sorted(str(f) for f in functions) if functions is not None else None
+    row.authorizations = {"policies": kept, **({ISSUER: issuer} if issuer else {})}
+    await session.flush()
+    authenticator.forget(row.key_hash)
+    return key_view(row)
 
 
 @router.delete(

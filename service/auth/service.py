@@ -54,7 +54,8 @@ class Principal:
     grant: InvocationGrant | None = None
     #: the functions a key is limited to (NVCF policy resources); None: every function
     functions: frozenset[uuid.UUID] | None = None
-    #: when an API key stops working (None: never, or not a key): nothing it mints outlives it
+    #: when an API key or invocation token stops working (None: never, or a JWT): nothing it
+    #: mints outlives it
     expires_at: datetime | None = None
 
 
@@ -147,7 +148,8 @@ async def create_api_key(
         id=uuid.uuid4(),
         account_id=account_id,
         key_hash=hash_key(key),
-        hint=key[:10] + "…",
+        # its start, and its last characters: what NVCF's API-keys service shows of a key
+        hint=key[:10] + "…" + key[-3:],
         scopes=scope_list,
         description=description,
         expires_at=_capped(
@@ -186,7 +188,8 @@ INVOCATION_TOKEN = "invocation-token"  # noqa: S105 (a principal kind, not a sec
 #: the refusal of an invocation token anywhere but an invocation entry
 NOT_AN_INVOCATION_ROUTE = (
     "an invocation token may only invoke the functions it names (pexec, exec, their status "
-    "polls, transparent mode); this route needs an API key or a JWT"
+    "polls, transparent mode), use the account's assets and ask for invocation tokens; this "
+    "route needs an API key or a JWT"
 )
 
 #: how long a verified API key is answered from memory (by its header) before it is read again
@@ -237,8 +240,9 @@ class Authenticator:
         invocation: bool = False,
     ) -> Principal:
         """The caller of a request. An invocation token is accepted only when `invocation`
-        (the invocation entries: invoking and polling): anywhere else it is a 403, so a route
-        refuses tokens unless it says otherwise."""
+        (where NVCF takes `invoke_function`: the invocation entries, the asset routes and the
+        token routes): anywhere else it is a 403, so a route refuses tokens unless it says
+        otherwise."""
         if not authorization:
             raise Unauthorized(detail="missing Authorization header", headers=_BEARER)
         known = self._known.get(authorization)
@@ -271,6 +275,7 @@ class Authenticator:
             kind=INVOCATION_TOKEN,
             subject=holder.client_id,
             grant=holder.grant,
+            expires_at=holder.expires_at,  # a token it asks for never outlives it
         )
 
     def cached_principal(self, authorization: str | None) -> Principal | None:

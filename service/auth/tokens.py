@@ -2,15 +2,17 @@
 may invoke the functions they name and nothing else.
 
 An account that may invoke a function asks for a token naming it (invocation/tokens.py, up to
-four functions; a function without a version means all of its versions) and hands the token
-to a browser or a partner instead of its API key. A token is a JWT (HS256, PyJWT) signed with
-a key derived from the server's secret key (`SecretBox.derive`): it needs no JWT setting, and
-every replica sharing the secret key (the data directory or `NVCF_SECRETS_KEY`) verifies it.
-Its header's `kid` marks it as ours; its claims are the issuing account (`ncaId`), the client
-id (`sub`), the scope, the functions, and an expiry `NVCF_INVOKE_TOKEN_SECONDS` away.
+four functions, or none; a function without a version means all of its versions) and hands
+the token to a browser or a partner instead of its API key. A token is a JWT (HS256, PyJWT)
+signed with a key derived from the server's secret key (`SecretBox.derive`): it needs no JWT
+setting, and every replica sharing the secret key (the data directory or `NVCF_SECRETS_KEY`)
+verifies it. Its header's `kid` marks it as ours; its claims are the issuing account
+(`ncaId`), the client id (`sub`), the scope, the functions, and an expiry
+`NVCF_INVOKE_TOKEN_SECONDS` away.
 
 The authenticator (service.py) turns a token into a principal carrying an `InvocationGrant`.
-Only the invocation entries accept such a principal (`authenticate(..., invocation=True)`), and
+Only the routes where NVCF takes `invoke_function` accept such a principal (`authenticate(...,
+invocation=True)`: the invocation entries, the account's assets, the token routes), and
 the invocation plane's admission lets it reach the granted versions only (invocation/routing.py
 and access.py). A token is a secret: it is never logged nor stored.
 """
@@ -21,6 +23,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import jwt
@@ -96,6 +99,7 @@ class TokenHolder:
     account_id: str
     client_id: str
     grant: InvocationGrant
+    expires_at: datetime
 
 
 def _malformed(what: str) -> Unauthorized:
@@ -104,7 +108,8 @@ def _malformed(what: str) -> Unauthorized:
 
 def _grant_of(claims: dict[str, Any]) -> InvocationGrant:
     raw = claims.get("functions")
-    if not isinstance(raw, list) or not raw or len(raw) > MAX_FUNCTIONS:
+    # empty: a token for the asset routes alone (NVCF issues one for `functions: []`)
+    if not isinstance(raw, list) or len(raw) > MAX_FUNCTIONS:
         raise _malformed("its 'functions' claim is not a list of functions")
     pairs: list[tuple[uuid.UUID, uuid.UUID | None]] = []
     for item in raw:
@@ -183,7 +188,8 @@ class InvocationTokens:
             raise _malformed("it names no account or no client")
         if claims.get("scope") != INVOKE_FUNCTION:
             raise _malformed(f"its scope is not '{INVOKE_FUNCTION}'")
-        return TokenHolder(account, client, _grant_of(claims))
+        expires = datetime.fromtimestamp(int(claims["exp"]), UTC)
+        return TokenHolder(account, client, _grant_of(claims), expires)
 
 
 def is_invocation_token(token: str) -> bool:

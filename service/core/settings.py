@@ -127,8 +127,9 @@ class Settings(BaseSettings):
     quota_asset_bytes: int = Field(
         default=100 * 1024 * 1024 * 1024,
         ge=1,
-        description="Bytes of uploaded assets per account; an upload that would pass it is "
-        "refused.",
+        description="Bytes of assets per account: an uploaded one counts its size, one not yet "
+        "uploaded `NVCF_ASSET_MAX_BYTES` until it is; an upload URL is signed only while there "
+        "is room, and an upload that would pass it is refused.",
     )
     # -- assets and large results (service/assets/, docs/assets.md)
     asset_storage: Literal["local", "s3"] = Field(
@@ -166,7 +167,8 @@ class Settings(BaseSettings):
         default=None,
         pattern=r"^https?://",
         description="`local` storage: the base URL the signed URLs start with (e.g. "
-        "`https://nvcf.example.com`); unset: the base URL of the request that asks for one.",
+        "`https://nvcf.example.com`); unset: the base URL of the request that asks for one. "
+        "A host name of its own keeps downloads off the API's origin (docs/security.md).",
     )
     asset_ttl_seconds: float = Field(
         default=86_400.0,

@@ -1,13 +1,16 @@
 """HTTP routes issuing invocation tokens, as NVCF's `InvocationAssertionTokenController` does
 (scope `invoke_function`): `POST /tokens/functions/{functionId}[/versions/{versionId}]` with
 `{clientId}`, and `POST /tokens/functions` with `{functions: [{functionId,
-functionVersionId?}] (1 to 4), clientId}`. The answer is OAuth2's `{access_token, expires_in}`.
+functionVersionId?}] (0 to 4: none, a token for the account's assets alone), clientId}`. The
+answer is OAuth2's `{access_token, expires_in}`. Each issue counts against the caller's
+account's API rate limit (429, as NVCF's `verifyLimits`).
 
 The caller must itself be allowed to invoke every function (and version) it names — its own,
 or one shared with its account (access.py) — when it asks: else the 404 of an unknown
-function, and nothing is issued. The token never outlives the caller's API key (its lifetime
-is cut to the key's expiry). It (auth/tokens.py) then invokes exactly those through
-every invocation entry and nothing else; it cannot ask for another token. It is never logged.
+function, and nothing is issued. The token never outlives the caller's API key or token (its
+lifetime is cut to the credential's expiry). It (auth/tokens.py) then invokes exactly those
+through every invocation entry, uses the account's assets, and may ask for a token for (some
+of) its own functions, as NVCF's take `invoke_function` there. It is never logged.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ from service.invocation.access import visible_versions
 
 router = APIRouter(tags=["invocation tokens"])
 
-Invoker = Annotated[Principal, Depends(require(scopes.INVOKE_FUNCTION))]
+#: an API key's `invoke_function`, or an invocation token (as NVCF): a token asks only for
+#: what it may invoke itself, and never outlives itself
+Invoker = Annotated[Principal, Depends(require(scopes.INVOKE_FUNCTION, invocation=True))]
 
 
 def _client_id(value: str) -> str | None:
@@ -75,9 +80,9 @@ class TokenFunction(RequestModel):
 
 def _functions_list(value: Any) -> str | None:
     if value is None:
-        return "is required: a list of 1 to 4 {functionId, functionVersionId?}"
-    if not isinstance(value, list) or not value:
-        return "must be a non-empty list of {functionId, functionVersionId?}"
+        return "is required: a list of up to 4 {functionId, functionVersionId?}"
+    if not isinstance(value, list):
+        return "must be a list of {functionId, functionVersionId?}"
     return None
 
 
@@ -88,7 +93,7 @@ class MultiFunctionsInvocationTokenRequest(RequestModel):
 
     functions: Annotated[
         list[TokenFunction],
-        Check(_functions_list, {"minItems": 1}, before=True),
+        Check(_functions_list, before=True),
         MaxItems(MAX_FUNCTIONS),
     ]
     client_id: ClientId
@@ -205,7 +210,8 @@ async def token_for_version(
     response_model=InvocationTokenResponse,
     responses=_RESPONSES,
     openapi_extra=_MANY_DOC,
-    summary="Issue a token that may invoke up to 4 functions (all their versions, or one each)",
+    summary="Issue a token that may invoke up to 4 functions (all their versions, or one each); "
+    "none: a token for the account's assets",
 )
 async def token_for_functions(
     request: Request, session: Session, principal: Invoker

@@ -9,15 +9,19 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
+import pytest
 
 from service.assets.signing import Grant
 from service.core.server import ConnectionLimits
 from tests.support.api import assert_problem, bearer, new_key
 from tests.support.app import AppClient, ClientFactory
 from tests.support.assets import anonymous, as_account
+from tests.support.browser import BrowserUnavailable, start_browser
 from tests.support.e2e import eventually
 from tests.support.server import in_loop_server
 
@@ -71,6 +75,7 @@ async def test_create_upload_get_download_delete(client: AppClient) -> None:
 
 async def test_another_account_sees_nothing(client: AppClient) -> None:
     made = await create(client)
+    assert (await upload(client, made["uploadUrl"], b"data")).status_code == 200
     other = bearer(await new_key(client, ["invoke_function"], account="other-account"))
     asset = f"{A}/{made['assetId']}"
     for resp in (
@@ -82,6 +87,18 @@ async def test_another_account_sees_nothing(client: AppClient) -> None:
         assert made["assetId"] in str(body["detail"])
     assert (await client.get(A, headers=other)).json()["assets"] == []
     assert (await client.get(asset)).status_code == 200  # still there for its owner
+
+
+async def test_an_asset_not_yet_uploaded_is_not_found_as_on_nvcf(client: AppClient) -> None:
+    """Issue 43: NVCF answers `GET` and `DELETE /v2/nvcf/assets/{id}` from its bucket, so an
+    asset whose file is not uploaded is a 404 to both (and the delete changes nothing)."""
+    made = await create(client)
+    asset = f"{A}/{made['assetId']}"
+    for resp in (await client.get(asset), await client.delete(asset)):
+        assert "not been uploaded" in str(assert_problem(resp, 404)["detail"])
+    assert (await upload(client, made["uploadUrl"], b"data")).status_code == 200
+    assert (await client.get(asset)).json()["asset"]["assetId"] == made["assetId"]
+    assert (await client.delete(asset)).status_code == 204
 
 
 async def test_routes_need_the_invoke_scope(client: AppClient) -> None:
@@ -245,3 +262,66 @@ async def test_a_retried_create_is_one_asset(client: AppClient) -> None:
     assert again.headers.get("idempotent-replayed") == "true"
     assert again.json() == first.json()
     assert len((await client.get(A)).json()["assets"]) == 1
+
+
+#: an asset that, rendered on the API's origin, would read what the console keeps there
+PLANTED = (
+    b"<!doctype html><title>x</title><script>"
+    b"localStorage.setItem('planted-ran', sessionStorage.getItem('console-key') || 'yes')"
+    b"</script>"
+)
+
+
+@pytest.mark.parametrize("content_type", ["text/html", "image/svg+xml", "application/javascript"])
+async def test_a_download_is_never_rendered_on_the_api_origin(
+    client: AppClient, content_type: str
+) -> None:
+    """Issue 40, D19: whatever type its owner declared, a download is an attachment, never
+    sniffed, and sandboxed (an opaque origin, no script) should a browser render it."""
+    made = await create(client, contentType=content_type)
+    assert (await upload(client, made["uploadUrl"], PLANTED)).status_code == 200
+    url = (await client.get(f"{A}/{made['assetId']}/content-redirect")).json()["presignedUrl"]
+    async with anonymous(client) as anon:
+        for resp in (await anon.get(url), await anon.head(url)):
+            assert resp.status_code == 200
+            assert resp.headers["content-type"].startswith(content_type)
+            assert resp.headers["content-disposition"] == "attachment"
+            assert resp.headers["x-content-type-options"] == "nosniff"
+            assert resp.headers["content-security-policy"] == "sandbox"
+
+
+async def test_a_planted_html_asset_runs_no_script_in_a_real_browser(
+    client: AppClient, tmp_path: Path
+) -> None:
+    """Issue 40, D19, as a browser sees it: a tab on the API's origin holding a key in
+    sessionStorage opens a tenant's `text/html` asset by its signed URL; the asset's script
+    never runs on that origin."""
+    try:
+        driver = await anyio.to_thread.run_sync(start_browser, tmp_path / "profile")
+    except BrowserUnavailable as exc:
+        pytest.skip(str(exc))
+    limits = ConnectionLimits(
+        header_timeout=10, body_timeout=10, keepalive_timeout=5, max_connections=100
+    )
+    try:
+        async with in_loop_server(client.app, limits) as server:
+            origin = f"http://127.0.0.1:{server.config.port}"
+            async with httpx.AsyncClient(base_url=origin, headers=client.headers) as api:
+                made = await create(api, contentType="text/html")
+                async with httpx.AsyncClient() as plain:
+                    put = await plain.put(made["uploadUrl"], content=PLANTED)
+                    assert put.status_code == 200, put.text
+                redirect = await api.get(f"{A}/{made['assetId']}/content-redirect")
+                url = redirect.json()["presignedUrl"]
+            assert url.startswith(origin)
+
+            def visit() -> object:
+                driver.get(f"{origin}/health")
+                driver.execute_script("sessionStorage.setItem('console-key', 'nvapi-secret')")
+                driver.get(url)
+                driver.get(f"{origin}/health")
+                return driver.execute_script("return localStorage.getItem('planted-ran')")
+
+            assert await anyio.to_thread.run_sync(visit) is None
+    finally:
+        await anyio.to_thread.run_sync(driver.quit)

@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.app import ADMIN_KEY
 from tests.support.asset_servers import AUTH, FAST, SECRETS_KEY, curl, deploy
+from tests.support.assets import nvcf_upload_headers
 from tests.support.file_worker import FileWorker, pattern
 from tests.support.invocation import write_catalog
 from tests.support.s3 import S3Server
@@ -153,7 +154,8 @@ def test_s3_store_with_two_replicas(
             made = one.post("/assets", json={"contentType": "image/png", "description": "x"}).json()
             data = pattern(3 * MiB)
             with httpx.Client() as plain:
-                assert plain.put(made["uploadUrl"], content=data).status_code == 200
+                put = plain.put(made["uploadUrl"], content=data, headers=nvcf_upload_headers(made))
+                assert put.status_code == 200, put.text
             report = two.post(
                 f"/pexec/functions/{fn['id']}",
                 json={},

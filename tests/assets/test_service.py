@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from service.assets import repository
 from service.assets.service import Assets, parse_references
+from service.core.db import utcnow
 from service.core.errors import ValidationFailed
 from tests.support.api import new_key
 from tests.support.app import AppClient, ClientFactory
@@ -64,22 +66,62 @@ async def test_an_expired_reference_is_named(client_factory: ClientFactory) -> N
 async def test_a_reference_past_the_byte_quota_is_refused_and_its_upload_deleted(
     client_factory: ClientFactory,
 ) -> None:
+    """An object larger than its room (S3 cannot bound a PUT: written here straight into the
+    store) is refused when it is confirmed, and deleted; the asset can be uploaded again."""
     client = await client_factory(quota_asset_bytes=10)
-    # both URLs were signed while the account had 10 bytes of room
     a = await client.post(A, json={"contentType": "text/plain", "description": ""})
-    b = await client.post(A, json={"contentType": "text/plain", "description": ""})
     async with anonymous(client) as anon:
         assert (await anon.put(a.json()["uploadUrl"], content=b"x" * 8)).status_code == 200
-        assert (await anon.put(b.json()["uploadUrl"], content=b"x" * 8)).status_code == 200
-    await resolve(client, [a.json()["assetId"]])
+    b = await client.post(A, json={"contentType": "text/plain", "description": ""})
+    assert b.status_code == 200, b.text  # signed with the 2 bytes of room left
+    store = client.app.state.assets.store
+    b_id = b.json()["assetId"]
+    store.path(f"assets/{b_id}").write_bytes(b"x" * 8)
     with pytest.raises(ValidationFailed) as caught:
-        await resolve(client, [b.json()["assetId"]])
+        await resolve(client, [b_id])
     assert "NVCF_QUOTA_ASSET_BYTES" in caught.value.errors[0].message
-    # the refused upload is gone; another try once there is room
-    await client.delete(f"{A}/{a.json()['assetId']}")
+    assert await store.size(f"assets/{b_id}") is None
     async with anonymous(client) as anon:
-        assert (await anon.put(b.json()["uploadUrl"], content=b"x" * 8)).status_code == 200
-    await resolve(client, [b.json()["assetId"]])
+        assert (await anon.put(b.json()["uploadUrl"], content=b"x" * 3)).status_code == 413
+        assert (await anon.put(b.json()["uploadUrl"], content=b"x" * 2)).status_code == 200
+    await resolve(client, [b_id])
+
+
+async def test_uploads_never_pass_the_byte_quota(client_factory: ClientFactory) -> None:
+    """Issue 40, D21: with a quota of 1 MB, eight assets of 900 kB uploaded and never used
+    were all accepted (the bytes were counted only at an asset's first use). An asset not yet
+    uploaded now holds room until it is, so an account never holds more than its quota."""
+    client = await client_factory(quota_asset_bytes=1_000_000)
+    store = client.app.state.assets.store
+    accepted: list[str] = []
+    refused = 0
+    for _ in range(8):
+        made = await client.post(A, json={"contentType": "text/plain", "description": ""})
+        if made.status_code != 200:
+            assert "NVCF_QUOTA_ASSET_BYTES" in made.text
+            refused += 1
+            continue
+        async with anonymous(client) as anon:
+            put = await anon.put(made.json()["uploadUrl"], content=b"x" * 900_000)
+        if put.status_code == 200:
+            accepted.append(made.json()["assetId"])
+        else:
+            assert put.status_code == 413
+    assert len(accepted) == 1 and refused >= 6
+    held = [await store.size(f"assets/{i}") for i in accepted]
+    assert sum(s or 0 for s in held) <= 1_000_000
+    # the one uploaded is there to use; deleting it gives the room back
+    await resolve(client, accepted)
+    assert (await client.delete(f"{A}/{accepted[0]}")).status_code == 204
+    # (the asset refused at its upload still holds room until its upload window is over)
+    assets = client.app.state.assets
+    async with client.app.state.sessionmaker() as session, session.begin():
+        waiting = await repository.pending(session, utcnow(), 100, account_id="nvcf-default")
+        assert len(waiting) == 1
+        later = utcnow() + assets.upload_window()
+        assert await assets.settle(session, waiting, later) == []
+    again = await client.post(A, json={"contentType": "text/plain", "description": ""})
+    assert again.status_code == 200, again.text
 
 
 async def test_purge_removes_expired_assets_and_their_files(

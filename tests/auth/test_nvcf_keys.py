@@ -26,6 +26,20 @@ GO_API_KEY = {
     "status": str,
     "value": str,
 }
+#: NVCF's `KeyDto` (the api-keys service's dto/keys/KeyDto.java), as `KeyResponseBuilder` fills
+#: it for a list item and for `GET /v1/keys/{id}`
+NVCF_KEY_FIELDS = {
+    "id",
+    "value",
+    "status",
+    "owner_type",
+    "owner_id",
+    "issuer_service_id",
+    "audience_service_ids",
+    "description",
+    "created_at",
+    "expires_at",
+}
 #: the headers nvcf-cli's apikeys client sends
 CLI_HEADERS = {
     "Key-Issuer-Service": "nvcf-api",
@@ -98,7 +112,7 @@ async def test_init_then_generate_list_and_delete_as_nvcf_cli_does(client: AppCl
     keys = resp.json()["keys"]
     assert_go_decodes(keys, ListOf(GO_API_KEY))
     assert key["id"] in [k["id"] for k in keys]
-    assert all("value" not in k for k in keys)
+    assert all(k["value"].startswith("nvapi-**********") for k in keys)  # a masked suffix
 
     assert (await client.delete(f"/v1/keys/{key['id']}", headers=admin)).status_code == 204
     assert_problem(await client.delete(f"/v1/keys/{key['id']}", headers=admin), 404)
@@ -541,3 +555,187 @@ async def test_a_policy_stored_before_it_was_checked_is_shown_as_now_kept(
         ]
     }
     assert "x" * 300 not in resp.text and "y" * 300 not in resp.text
+
+
+async def test_list_items_and_one_key_as_nvcf_writes_them(client: AppClient) -> None:
+    """A listed key and `GET /v1/keys/{id}` carry what NVCF's KeyResponseBuilder writes: the
+    key's masked suffix as `value` (never the key), its owner and issuer as nvcf-cli sent
+    them; one key with its authorizations."""
+    created = await client.post(
+        "/v1/keys", json=generate_body(ALL, ["list_functions"]), headers=CLI_HEADERS
+    )
+    assert created.status_code == 200, created.text
+    key = created.json()
+    masked = "nvapi-**********" + key["value"][-3:]
+    [item] = [k for k in (await client.get("/v1/keys")).json()["keys"] if k["id"] == key["id"]]
+    assert set(item) >= NVCF_KEY_FIELDS
+    service = CLI_HEADERS["Key-Issuer-Id"]
+    assert item["value"] == masked
+    assert (item["owner_type"], item["owner_id"]) == ("USER", CLI_HEADERS["Key-Owner-Id"])
+    assert item["issuer_service_id"] == service
+    assert item["audience_service_ids"] == [service]
+
+    resp = await client.get(f"/v1/keys/{key['id']}", headers=CLI_HEADERS)
+    assert resp.status_code == 200, resp.text
+    one = resp.json()
+    assert_go_decodes(one, GO_API_KEY)
+    assert NVCF_KEY_FIELDS | {"authorizations"} == set(one)
+    assert one["value"] == masked and key["value"] not in resp.text
+    assert one["authorizations"]["policies"][0]["resources"] == ALL
+    assert one["created_at"] == key["created_at"] and one["status"] == "ACTIVE"
+
+    other = bearer(await new_key(client, ["admin"], account="other-account"))
+    for missing in (str(uuid.uuid4()), "not-a-key-id"):
+        assert_problem(await client.get(f"/v1/keys/{missing}"), 404)
+    assert_problem(await client.get(f"/v1/keys/{key['id']}", headers=other), 404)
+    no_admin = bearer(await new_key(client, ["list_functions"]))
+    assert_problem(await client.get(f"/v1/keys/{key['id']}", headers=no_admin), 403)
+
+
+async def test_update_authorizations_changes_what_the_key_reaches_at_once(
+    client: AppClient,
+) -> None:
+    """`PUT /v1/keys/{id}/authorizations` replaces the key's policies (NVCF's
+    UpdateAuthorizationsRequest): the key's scopes and functions change on its next request;
+    a bad policy lists every violation and changes nothing."""
+    mine = await create_fn(client)
+    other = await create_fn(client, name="other")
+    key = (await client.post("/v1/keys", json=generate_body(ALL, ["list_functions"]))).json()
+    assert await works(client, key)
+
+    narrower = generate_body([{"id": mine["id"], "type": "account-functions"}], ["list_functions"])
+    resp = await client.put(
+        f"/v1/keys/{key['id']}/authorizations",
+        json={"authorizations": narrower["authorizations"]},
+    )
+    assert resp.status_code == 200, resp.text
+    shown = resp.json()
+    assert shown["value"] == "nvapi-**********" + key["value"][-3:]
+    assert shown["authorizations"]["policies"][0]["resources"] == [
+        {"id": mine["id"], "type": "account-functions"}
+    ]
+    listed = await client.get(f"{V}/functions", headers=bearer(key["value"]))
+    assert {f["id"] for f in listed.json()["functions"]} == {mine["id"]}
+
+    bad = {"authorizations": {"policies": [{"scopes": ["nope"], "resources": "x"}]}}
+    problem = assert_problem(
+        await client.put(f"/v1/keys/{key['id']}/authorizations", json=bad), 400
+    )
+    assert len(problem["errors"]) == 2  # type: ignore[arg-type]
+    assert_problem(await client.put(f"/v1/keys/{key['id']}/authorizations", json=[1]), 400)
+    again = (await client.get(f"/v1/keys/{key['id']}")).json()
+    assert again["authorizations"] == shown["authorizations"]  # nothing changed
+
+    # to invoking only: listing is refused at once
+    invoke = generate_body(ALL, ["invoke_function"])
+    resp = await client.put(
+        f"/v1/keys/{key['id']}/authorizations", json={"authorizations": invoke["authorizations"]}
+    )
+    assert resp.status_code == 200, resp.text
+    assert_problem(await client.get(f"{V}/functions", headers=bearer(key["value"])), 403)
+
+    # a key limited to `mine` cannot widen a key beyond it, nor touch keys out of its reach
+    limited_body = generate_body(
+        [{"id": mine["id"], "type": "account-functions"}], ["admin", "list_functions"]
+    )
+    limited = bearer((await client.post("/v1/keys", json=limited_body)).json()["value"])
+    wide = generate_body([{"id": other["id"], "type": "account-functions"}], ["list_functions"])
+    made = (
+        await client.post("/v1/keys", json=generate_body(ALL, ["list_functions"]), headers=limited)
+    ).json()
+    assert_problem(
+        await client.put(
+            f"/v1/keys/{made['id']}/authorizations",
+            json={"authorizations": wide["authorizations"]},
+            headers=limited,
+        ),
+        400,
+    )
+    assert_problem(
+        await client.put(
+            f"/v1/keys/{key['id']}/authorizations",
+            json={"authorizations": narrower["authorizations"]},
+            headers=limited,
+        ),
+        404,
+    )
+
+    async with client.app.state.sessionmaker() as session, session.begin():
+        row = await session.get(ApiKey, uuid.UUID(key["id"]))
+        assert row is not None
+        row.expires_at = datetime.now(UTC) - timedelta(seconds=1)
+    problem = assert_problem(
+        await client.put(
+            f"/v1/keys/{key['id']}/authorizations",
+            json={"authorizations": narrower["authorizations"]},
+        ),
+        400,
+    )
+    assert "not active" in str(problem["errors"])
+
+
+async def test_a_narrowed_key_is_shown_with_its_effective_limit(client: AppClient) -> None:
+    """A key limited to F that makes a key asking for every function (`id: "*"`) makes a key
+    limited to F (issue 40, D30): shown so on creation, in the list and alone, never as `*`."""
+    mine = await create_fn(client)
+    await create_fn(client, name="other")
+    limited_body = generate_body(
+        [{"id": mine["id"], "type": "account-functions"}], ["admin", "list_functions"]
+    )
+    limited = bearer((await client.post("/v1/keys", json=limited_body)).json()["value"])
+    made = await client.post(
+        "/v1/keys", json=generate_body(ALL, ["list_functions"]), headers=limited
+    )
+    assert made.status_code == 200, made.text
+    effective = [{"id": mine["id"], "type": "account-functions"}]
+    assert made.json()["authorizations"]["policies"][0]["resources"] == effective
+    key_id = made.json()["id"]
+    for headers in (limited, {}):
+        [item] = [
+            k
+            for k in (await client.get("/v1/keys", headers=headers)).json()["keys"]
+            if k["id"] == key_id
+        ]
+        assert item["authorizations"]["policies"][0]["resources"] == effective
+        one = (await client.get(f"/v1/keys/{key_id}", headers=headers)).json()
+        assert one["authorizations"]["policies"][0]["resources"] == effective
+
+
+async def test_a_405_on_v1_keys_names_every_method_served(client: AppClient) -> None:
+    """Issue 40, D29: `DELETE /v1/keys` is refused naming GET and POST, both served there."""
+    resp = await client.delete("/v1/keys")
+    assert_problem(resp, 405)
+    assert resp.headers["allow"] == "GET, POST"
+    resp = await client.post(f"/v1/keys/{uuid.uuid4()}")
+    assert_problem(resp, 405)
+    assert resp.headers["allow"] == "DELETE, GET"
+
+
+async def test_api_key_clear_all_as_the_cli_runs_it(client_factory: ClientFactory) -> None:
+    """nvcf-cli's `init`, `api-key generate` twice, then `api-key clear-all`
+    (cmd/apikey.go: `ListAPIKeys`, then `DeleteAPIKey` for each listed key), its requests as
+    internal/apikeys/client.go builds them and its answers decoded into its `APIKey` struct."""
+    client = await client_factory(admin_token_networks="127.0.0.0/8")
+    init = await client.post("/v1/admin/keys", headers={"Authorization": ""})
+    assert init.status_code == 200, init.text
+    jwt_token = bearer(init.json()["value"])  # the CLI's config.Token
+    made = []
+    for _ in range(2):
+        resp = await client.post(
+            "/v1/keys",
+            json=generate_body(ALL, ["invoke_function", "list_functions"]),
+            headers={**jwt_token, **CLI_HEADERS, "Content-Type": "application/json"},
+        )
+        assert resp.status_code == 200, resp.text
+        assert_go_decodes(resp.json(), GO_API_KEY)
+        made.append(resp.json()["id"])
+    listed = await client.get("/v1/keys", headers={**jwt_token, **CLI_HEADERS})
+    assert listed.status_code == 200
+    keys = listed.json()["keys"]
+    assert_go_decodes(keys, ListOf(GO_API_KEY))
+    assert set(made) <= {k["id"] for k in keys}
+    for key in keys:
+        if key["id"] in made:
+            assert (await as_the_cli_deletes(client, key["id"])).status_code == 204
+    left = (await client.get("/v1/keys", headers={**jwt_token, **CLI_HEADERS})).json()["keys"]
+    assert not set(made) & {k["id"] for k in left}

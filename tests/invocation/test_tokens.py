@@ -99,7 +99,6 @@ async def test_a_token_invokes_its_function_through_every_entry_and_nothing_else
         await client.get(f"{V}/functions", headers=token),
         await client.get(f"{V}/functions/{fid}/versions/{vid}", headers=token),
         await client.post(f"{V}/api-keys", json={"scopes": ["invoke_function"]}, headers=token),
-        await client.post(f"{TOKENS}/{fid}", json={"clientId": "again"}, headers=token),
         await client.get(f"{V}/queues/functions/{fid}", headers=token),
         await client.get(f"{V}/deployments/functions/{fid}/versions/{vid}", headers=token),
     ):
@@ -209,7 +208,8 @@ async def test_bad_bodies_are_400_listing_every_violation(client: AppClient) -> 
         ),
         ("/not-a-uuid", [], ["functionId", "body"]),
         ("", {}, ["functions", "clientId"]),
-        ("", {"functions": [], "clientId": "x"}, ["functions"]),
+        ("", {"functions": None, "clientId": "x"}, ["functions"]),
+        ("", {"functions": {}, "clientId": "x"}, ["functions"]),
         (
             "",
             {"functions": [{"functionId": fn["id"]}] * 4 + [{"functionId": "bad"}], "clientId": 5},
@@ -295,3 +295,71 @@ async def test_a_token_never_outlives_the_key_that_asked_for_it(client: AppClien
         assert (await client.post(pexec_url(fn), json={}, headers=token)).status_code == 400
     long_lived = bearer(await new_key(client, ["invoke_function"], expires_in="P1D"))
     await issue(client, f"/{fn['id']}", {"clientId": "x"}, long_lived)  # the full lifetime
+
+
+async def test_one_token_uploads_an_asset_and_invokes_as_on_nvcf(client: AppClient) -> None:
+    """Issue 43: NVCF takes an invocation token wherever it takes `invoke_function`: the asset
+    routes and the token routes too, so a browser holding one token uploads an asset and
+    invokes with it. A token asks only for a token within its own grant, never outliving it;
+    `functions: []` is a token for the account's assets alone."""
+    a, b = await deployed(client), await deployed(client, name="other")
+    token = await issue(client, "", {"functions": [{"functionId": a["id"]}], "clientId": "web"})
+    made = await client.post(
+        f"{V}/assets", json={"contentType": "text/plain", "description": "in"}, headers=token
+    )
+    assert made.status_code == 200, made.text
+    asset = made.json()
+    put = await client.put(asset["uploadUrl"], content=b"hello", headers={"Authorization": ""})
+    assert put.status_code == 200, put.text
+    listed = await client.get(f"{V}/assets", headers=token)
+    assert [x["assetId"] for x in listed.json()["assets"]] == [asset["assetId"]]
+    shown = await client.get(f"{V}/assets/{asset['assetId']}", headers=token)
+    assert shown.status_code == 200, shown.text
+    resp = await client.post(
+        pexec_url(a),
+        json={},
+        headers={**token, "NVCF-INPUT-ASSET-REFERENCES": asset["assetId"]},
+    )
+    assert resp.status_code == 200, resp.text
+
+    again = await client.post(f"{TOKENS}/{a['id']}", json={"clientId": "again"}, headers=token)
+    assert again.status_code == 200, again.text
+    first = jwt.decode(token["Authorization"].split()[1], options={"verify_signature": False})
+    second = jwt.decode(again.json()["access_token"], options={"verify_signature": False})
+    assert second["exp"] <= first["exp"]
+    assert (
+        await client.post(pexec_url(a), json={}, headers=bearer(again.json()["access_token"]))
+    ).status_code == 200
+    # nothing beyond its own grant
+    assert_problem(
+        await client.post(f"{TOKENS}/{b['id']}", json={"clientId": "x"}, headers=token), 404
+    )
+
+    assets_only = await issue(client, "", {"functions": [], "clientId": "uploader"})
+    made = await client.post(
+        f"{V}/assets", json={"contentType": "text/plain", "description": ""}, headers=assets_only
+    )
+    assert made.status_code == 200, made.text
+    assert_problem(await client.post(pexec_url(a), json={}, headers=assets_only), 403)
+    assert (
+        await client.delete(f"{V}/assets/{asset['assetId']}", headers=assets_only)
+    ).status_code == 204
+
+
+async def test_issuing_counts_against_the_accounts_rate_limit(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """Issue 43: each token issued counts against the account's API rate limit, as NVCF's
+    `verifyLimits` (429 past it; another account is not held back)."""
+    client = await invocation_app(
+        client_factory, tmp_path, rate_limit_per_second=0.001, rate_limit_burst=4
+    )
+    fn = await create_fn(client)  # with the key below, two requests of the burst
+    other = bearer(await new_key(client, ["invoke_function"], account="other-account"))
+    answers = [await client.post(f"{TOKENS}/{fn['id']}", json={"clientId": "x"}) for _ in range(3)]
+    assert [r.status_code for r in answers[:2]] == [200, 200]
+    assert_problem(answers[2], 429)
+    resp = await client.post(TOKENS, json={"functions": [], "clientId": "x"})
+    assert_problem(resp, 429)
+    resp = await client.post(TOKENS, json={"functions": [], "clientId": "x"}, headers=other)
+    assert resp.status_code == 200, resp.text

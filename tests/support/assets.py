@@ -10,6 +10,15 @@ from tests.support.app import AppClient
 ASSETS = "/v2/nvcf/assets"
 
 
+def nvcf_upload_headers(made: dict[str, str]) -> dict[str, str]:
+    """The headers NVCF's clients send with an asset's upload (what its S3 URL signs), for
+    the asset `made` as `POST /v2/nvcf/assets` answered."""
+    return {
+        "Content-Type": made["contentType"],
+        "x-amz-meta-nvcf-asset-description": made["description"],
+    }
+
+
 def anonymous(client: AppClient) -> httpx.AsyncClient:
     """A client of `client`'s app that carries no API key."""
     return httpx.AsyncClient(

@@ -1,6 +1,7 @@
 """An S3-compatible object store for the asset tests: moto's server (a werkzeug app speaking
-the S3 wire protocol) started as its own process on 127.0.0.1, with a bucket made through
-boto3 like any client would."""
+the S3 wire protocol) behind a gate that checks pre-signed URLs as S3 does (s3_gate.py: moto
+checks none), started as its own process on 127.0.0.1, with a bucket made through boto3 like
+any client would."""
 
 from __future__ import annotations
 
@@ -9,17 +10,17 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
 
+from tests.support.s3_gate import ACCESS_KEY, SECRET_KEY
 from tests.support.server import free_port
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-ACCESS_KEY = "test-access-key"
-SECRET_KEY = "test-secret-key"
 REGION = "us-east-1"
 
 
@@ -70,9 +71,10 @@ class S3Server:
 def start_s3() -> S3Server:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "tests.support.s3_gate", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        cwd=Path(__file__).parents[2],  # the gate is a module of this tree
     )
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60

@@ -24,7 +24,7 @@ from service.core.http import query_errors
 from service.core.logs import request_id_var
 from service.core.numbers import natural
 from service.core.problem import problem_body
-from service.core.server import BODY_RECEIVED
+from service.core.server import BODY_RECEIVED, cut_response
 
 log = logging.getLogger("nvcf.access")
 log_errors = logging.getLogger("nvcf.errors")
@@ -237,6 +237,8 @@ class RequestContextMiddleware:
                     status_holder[0] = CLIENT_CLOSED
                 why = str(exc) if isinstance(exc, SendTimeout) else "client disconnected"
                 log.info("%s during %s %s", why, scope["method"], scope.get("path"))
+                if started[0]:  # the rest cannot follow: closed now, not left to flush
+                    await cut_response(scope)
                 return
             if isinstance(exc, RequestTimeout) and not started[0]:
                 # A late body read outside a route: answered like one read in a route.

@@ -215,7 +215,17 @@ class GrpcEntry:
         """The engine's call of the caller's metadata (`_Refused`, or the `DomainError` of
         authentication)."""
         raw = context.invocation_metadata() or ()
-        metadata = {k.lower(): v for k, v in raw if isinstance(v, str)}
+        metadata: dict[str, str] = {}
+        for key, value in raw:
+            key = key.lower()
+            if key in READ_KEYS:
+                if key in metadata:  # which to believe is ambiguous, as over HTTP
+                    raise _Refused(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"the metadata '{key}' is given more than once",
+                    )
+                if isinstance(value, str):
+                    metadata[key] = value
         principal = await self._principal(metadata.get("authorization"))
         function_id = _uuid(metadata, "function-id", required=True)
         assert function_id is not None

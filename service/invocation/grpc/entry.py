@@ -180,7 +180,8 @@ class GrpcEntry:
         await server.start()
         self.server = server
         self.channels.start()
-        log.info("gRPC invocation on %s (port %d)", address, port)
+        how = "plaintext" if settings.grpc_tls_cert is None else "TLS"
+        log.info("gRPC invocation on %s (port %d, %s)", address, port, how)
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop listening; calls still running get `grace` seconds, then are cancelled."""

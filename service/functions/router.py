@@ -26,6 +26,7 @@ from service.core.http import inline_body_doc, json_body_doc, parse_uuid, parse_
 from service.core.idempotency import Recorder
 from service.core.pagination import Limit, make_page
 from service.core.quotas import Quotas
+from service.core.settings import Settings
 from service.functions import secrets, service, sharing, views
 from service.functions.deps import (
     ActiveInstancesDep,
@@ -37,6 +38,7 @@ from service.functions.read_cache import cached_list_read, cached_version_read
 from service.functions.schemas import FunctionEnvelope, FunctionIds, FunctionList, FunctionOut
 from service.functions.validation import (
     FunctionSpec,
+    UtilsImages,
     validate_create,
     validate_metadata_update,
 )
@@ -102,6 +104,12 @@ def _check_policy_permitted(catalog: Catalog, spec: FunctionSpec) -> None:
         raise ValidationFailed.of([FieldError("helmValidationPolicy", message)])
 
 
+def _utils_images(request: Request) -> UtilsImages:
+    """Where a function's worker-utilities image may come from (the operator's settings)."""
+    settings: Settings = request.app.state.settings
+    return UtilsImages(settings.worker_utils_image_registries, settings.worker_utils_image or None)
+
+
 async def _create(
     request: Request,
     session: Session,
@@ -111,7 +119,7 @@ async def _create(
     components: _Creating,
 ) -> Response:
     function_id = parse_uuid(fid, "functionId") if fid is not None else None
-    spec = validate_create(await read_json(request))
+    spec = validate_create(await read_json(request), utils_images=_utils_images(request))
     chart_digest: str | None = None
     findings: list[dict[str, Any]] | None = None
     if spec.helm_chart is not None:

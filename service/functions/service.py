@@ -70,6 +70,7 @@ async def create_version(
         inference_url=spec.inference_url,
         inference_port=spec.inference_port,
         container_image=spec.container_image,
+        utils_container_image=spec.utils_container_image,
         container_args=spec.container_args,
         container_environment=spec.container_environment,
         helm_chart=spec.helm_chart,

@@ -53,8 +53,13 @@ UTILS_SELECTORS = ("PYTHON", "GO")
 #: an image reference (the distribution project's grammar: [domain[:port]/]path[:tag][@digest])
 _IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _IMAGE_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+#: a registry, as Docker tells one from a path component: a '.', a port, or localhost
+_IMAGE_DOMAIN = (
+    rf"(?:localhost(?::[0-9]{{1,5}})?|{_IMAGE_LABEL}(?:\.{_IMAGE_LABEL})+(?::[0-9]{{1,5}})?"
+    rf"|{_IMAGE_LABEL}:[0-9]{{1,5}})"
+)
 IMAGE_RE = re.compile(
-    rf"^(?:{_IMAGE_LABEL}(?:\.{_IMAGE_LABEL})*(?::[0-9]{{1,5}})?/)?{_IMAGE_COMPONENT}"
+    rf"^(?:{_IMAGE_DOMAIN}/)?{_IMAGE_COMPONENT}"
     rf"(?:/{_IMAGE_COMPONENT})*(?::\w[\w.-]{{0,127}})?(?:@sha256:[0-9a-f]{{64}})?$"
 )
 URI_PATH_RE = re.compile(r"^[A-Za-z0-9\-._~!$&'()*+,;=:@/%]+$")

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import os
 import re
+import socket
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -147,15 +149,22 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
         os.environ["NVCF_AUTO_MIGRATE"] = "false"  # the spawned processes inherit it
     if processes > 1:
         os.environ["NVCF_INVOKE_PROCESSES"] = str(processes)  # each process knows it is one
+    grpc = settings.grpc_enabled and (invocation_only or settings.invoke_enabled)
+    # Ports in use stop start-up here, in one line naming the setting, rather than in every
+    # process's start with a traceback. (The gRPC listener logs its address once it is bound.)
+    taken = _in_use(args.host, args.port, "--port")
+    if taken is None and grpc:
+        grpc_port = settings.grpc_port
+        taken = _in_use(settings.grpc_host or args.host, grpc_port, f"NVCF_GRPC_PORT={grpc_port}")
+    if taken is not None:
+        _say(settings, taken, level=logging.ERROR)
+        return 2
     scheme = "https" if tls else "http"
     what = "the invocation plane" if invocation_only else "serving"
     each = f" ({processes} processes)" if processes > 1 else ""
     _say(settings, f"{what} on {scheme}://{_url_host(args.host)}:{args.port}{each}")
-    if settings.grpc_enabled and (invocation_only or settings.invoke_enabled):
+    if grpc:
         _grpc_like_http(settings, args.host, tls)
-        how = "TLS" if tls or settings.grpc_tls_cert else "plaintext"
-        grpc_host = _url_host(settings.grpc_host or args.host)
-        _say(settings, f"gRPC invocation on {grpc_host}:{settings.grpc_port} ({how})")
     sys.stdout.flush()
     uvicorn.run(
         "service.cli:invoke_app" if invocation_only else "service.cli:serve_app",
@@ -174,6 +183,24 @@ def _run_server(args: argparse.Namespace, *, invocation_only: bool) -> int:
         ssl_keyfile=str(tls[1]) if tls else None,
     )
     return 0
+
+
+def _in_use(host: str, port: int, setting: str) -> str | None:
+    """Why `host:port` cannot be listened on (None: it can), as the servers bind it
+    (SO_REUSEADDR: a port whose last connections linger in TIME_WAIT is free)."""
+    if port == 0:
+        return None  # any free port
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as exc:
+            reason = "in use (another server on this machine?)"
+            if exc.errno != errno.EADDRINUSE:
+                reason = f"not available: {exc.strerror or exc}"
+            return f"{_url_host(host)}:{port} is {reason}; choose another port ({setting})"
+    return None
 
 
 def _grpc_like_http(settings: Settings, host: str, tls: tuple[Path, Path] | None) -> None:

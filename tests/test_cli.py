@@ -98,6 +98,30 @@ def test_a_bad_setting_stops_start_up_with_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2 and "NVCF_DATABASE_URL" in done.stderr
 
 
+@pytest.mark.parametrize("which", ["grpc", "http"])
+def test_a_port_in_use_stops_start_up_with_one_line_naming_it(tmp_path: Path, which: str) -> None:
+    with socket.socket() as held:  # another server on this machine
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        grpc_port, http_port = (taken, free_port()) if which == "grpc" else (free_port(), taken)
+        done = run_cli(
+            "serve",
+            "--port",
+            str(http_port),
+            env={
+                "NVCF_DATA_DIR": str(tmp_path),
+                "NVCF_GRPC_ENABLED": "true",
+                "NVCF_GRPC_PORT": str(grpc_port),
+            },
+        )
+    assert done.returncode == 2
+    assert done.stdout == ""  # nothing said to be served
+    [line] = done.stderr.strip().splitlines()
+    assert f"127.0.0.1:{taken} is in use" in line
+    assert (f"NVCF_GRPC_PORT={taken}" if which == "grpc" else "--port") in line
+
+
 def test_generated_admin_key_is_printed_once_and_saved(tmp_path: Path) -> None:
     import asyncio
 

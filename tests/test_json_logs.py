@@ -12,10 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from service.core.logs import configure_logging, request_id_var
 from tests.support.app import ADMIN_KEY
+from tests.support.catalogs import PERMISSIVE, write_catalog
+from tests.support.charts import flat_chart, push_archive
 from tests.support.nvcf_cli import add_request, encode_secret
+from tests.support.registry import RegistryServer
 from tests.support.server import free_port, start_server, stop_server
 
 FIELDS = {"timestamp", "level", "logger", "message", "requestId"}
@@ -133,3 +137,43 @@ def test_the_request_id_of_a_record_comes_from_the_context(tmp_path: Path) -> No
     assert (inside["requestId"], inside["message"]) == ("rid-1", "inside a request")
     assert (inside["level"], inside["logger"]) == ("WARNING", "nvcf.test")
     assert outside["requestId"] is None and "ValueError: boom" in outside["exc_info"]
+
+
+@pytest.mark.registry
+def test_a_server_with_grpc_starting_a_chart_render_process_writes_only_json(
+    tmp_path: Path, anon_registry: RegistryServer
+) -> None:
+    # The render worker is a subprocess, started (forked by the event loop) while the gRPC
+    # listener's threads run: grpcio's own fork handler must write nothing.
+    archive = flat_chart(tmp_path / "chart", None, {})
+    chart = push_archive(anon_registry, archive, "jsonlogs", workdir=tmp_path / "push")
+    host = anon_registry.host
+    data = tmp_path / "data"
+    port = free_port()
+    proc = start_server(
+        data,
+        f"sqlite+aiosqlite:///{tmp_path / 'nvcf.db'}",
+        port,
+        NVCF_LOG_FORMAT="json",
+        NVCF_GRPC_ENABLED="true",
+        NVCF_GRPC_PORT=str(free_port()),
+        NVCF_REGISTRY_ALLOWLIST=host,
+        NVCF_INSECURE_REGISTRIES=host,
+        NVCF_CLUSTERS_FILE=str(write_catalog(tmp_path, PERMISSIVE)),
+    )
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=admin, timeout=60) as c:
+            resp = c.post(
+                "/v2/nvcf/helm/validate",
+                json={
+                    "helmChart": chart.file_url,
+                    "helmChartServiceName": "entrypoint",
+                    "inferencePort": 8000,
+                },
+            )
+    finally:
+        stop_server(proc)
+    assert resp.status_code == 200 and resp.json()["valid"] is True, resp.text
+    records = parse_lines((data / "server.log").read_text())
+    assert any("gRPC invocation on" in r["message"] for r in records)

@@ -55,6 +55,8 @@ class InstanceSpec:
     #: the inference port of an HTTP function (None: a gRPC one): the pod serving it gets
     #: the worker-utils sidecar where the adapter adds one (worker_utils_pod.py)
     worker_port: int | None = None
+    #: the function's own image for that sidecar (`utilsContainerImage`); None: the platform's
+    utils_image: str | None = None
 
     @property
     def namespace(self) -> str:

@@ -12,6 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -106,19 +107,20 @@ def collapse_leading_slashes(scope: Scope) -> None:
         scope["raw_path"] = b"/" + raw.lstrip(b"/")
 
 
-def rewrite_org_alias(scope: Scope) -> None:
-    """Serve `/v2/orgs/{org}[/teams/{team}]/nvcf/...` by the `/v2/nvcf/...` routes.
+@dataclass(frozen=True)
+class OrgAlias:
+    """An org-aliased path cut apart: the org, the team and the `/v2/nvcf/...` path it
+    stands for, still encoded as the client sent it."""
 
-    The alias is cut from the path as the client encoded it (`raw_path`); the decoded path is
-    derived from the result, as the server derives it. The org (and team) go into the request
-    state for the org check; the encoded path as sent is kept (`original_path`) for error
-    bodies, logs and transparent mode, which forwards it to the worker: a decoded path there
-    would put the client's `%0D%0A` into the worker's request line.
-    """
-    path: str = scope["path"]
-    if not path.startswith("/v2/orgs/"):
-        return
-    raw: bytes = scope.get("raw_path") or quote(path).encode("ascii")
+    org: str
+    team: str | None
+    raw: bytes
+
+
+def org_alias(raw: bytes) -> OrgAlias | None:
+    """The one grammar of `/v2/orgs/{org}[/teams/{team}]/nvcf/...`, read on the path as the
+    client encoded it, for the middleware's rewrite and the invocation entry's claim alike:
+    an encoded `/` (`B%2Fnvcf`) is part of a segment, never a separator."""
     parts = raw.split(b"/", 8)
     # ["", "v2", "orgs", org, "nvcf", ...] or ["", "v2", "orgs", org, "teams", team, "nvcf", ...]
     if len(parts) >= 5 and parts[1:3] == [b"v2", b"orgs"] and parts[4] == b"nvcf" and parts[3]:
@@ -133,14 +135,56 @@ def rewrite_org_alias(scope: Scope) -> None:
     ):
         org, team, rest = parts[3], parts[5], parts[7:]
     else:
+        return None
+    return OrgAlias(
+        org=unquote(org.decode("latin-1")),
+        team=None if team is None else unquote(team.decode("latin-1")),
+        raw=b"/v2/nvcf" + (b"/" + b"/".join(rest) if rest else b""),
+    )
+
+
+def raw_path(scope: Scope) -> bytes:
+    """The path as the client encoded it, leading slashes collapsed."""
+    path: str = scope["path"]
+    raw: bytes = scope.get("raw_path") or quote(path).encode("ascii")
+    return b"/" + raw.lstrip(b"/") if raw.startswith(b"//") else raw
+
+
+def routed_path(scope: Scope) -> str:
+    """The decoded path the routes are matched on: after the leading slashes are collapsed
+    and an org alias is cut (as `collapse_leading_slashes` and `rewrite_org_alias` leave it),
+    without changing the scope."""
+    raw = raw_path(scope)
+    if raw.startswith(b"/v2/orgs/"):
+        alias = org_alias(raw)
+        if alias is not None:
+            return unquote(alias.raw.decode("latin-1"))
+    path: str = scope["path"]
+    return "/" + path.lstrip("/") if path.startswith("//") else path
+
+
+def rewrite_org_alias(scope: Scope) -> None:
+    """Serve `/v2/orgs/{org}[/teams/{team}]/nvcf/...` by the `/v2/nvcf/...` routes.
+
+    The alias is cut from the path as the client encoded it (`org_alias`); the decoded path is
+    derived from the result, as the server derives it. The org (and team) go into the request
+    state for the org check; the encoded path as sent is kept (`original_path`) for error
+    bodies, logs and transparent mode, which forwards it to the worker: a decoded path there
+    would put the client's `%0D%0A` into the worker's request line.
+    """
+    path: str = scope["path"]
+    if not path.startswith("/v2/orgs/"):
+        return
+    raw = raw_path(scope)
+    alias = org_alias(raw)
+    if alias is None:
         return
     state = scope.setdefault("state", {})
-    state["org"] = unquote(org.decode("latin-1"))
-    state["team"] = None if team is None else unquote(team.decode("latin-1"))
+    state["org"] = alias.org
+    state["team"] = alias.team
     state["original_path"] = raw.decode("latin-1")
-    new_raw = b"/v2/nvcf" + (b"/" + b"/".join(rest) if rest else b"")
-    scope["raw_path"] = new_raw
-    scope["path"] = unquote(new_raw.decode("latin-1"))
+    scope["raw_path"] = alias.raw
+    scope["path"] = unquote(alias.raw.decode("latin-1"))
 
 
 def _valid_uuid(value: str) -> bool:

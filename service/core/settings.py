@@ -226,6 +226,13 @@ class Settings(BaseSettings):
         "kubernetes.md); empty: no sidecar, and a request with input assets for a function on "
         "Kubernetes is refused (503).",
     )
+    worker_utils_image_registries: CommaList = Field(
+        default=frozenset(),
+        description="Comma list of `host[:port]` registries a function's `utilsContainerImage` "
+        "(the image of its worker-utils sidecar on Kubernetes) may name; the repository of "
+        "`NVCF_WORKER_UTILS_IMAGE` (any tag) is always allowed. NVCF's selectors `PYTHON` and "
+        "`GO` mean `NVCF_WORKER_UTILS_IMAGE` itself.",
+    )
     asset_purge_period_seconds: float = Field(
         default=300.0,
         ge=0,
@@ -685,7 +692,9 @@ class Settings(BaseSettings):
         description="`service.name` of the spans this process exports.",
     )
 
-    @field_validator("registry_allowlist", "insecure_registries", mode="before")
+    @field_validator(
+        "registry_allowlist", "insecure_registries", "worker_utils_image_registries", mode="before"
+    )
     @classmethod
     def _comma_list(cls, value: object) -> object:
         return _split(value)

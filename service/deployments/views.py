@@ -45,8 +45,11 @@ async def deployment_views(
 ) -> list[DeploymentOut]:
     """API objects of `deployments` (specs are loaded with them), in three more queries."""
     ids = [d.id for d in deployments]
-    instances = await instances_of(session, ids)
+    # The version's status first: each read sees the latest commit (no snapshot across
+    # statements), and the reconciler commits an ERROR with the failed instance and its kept
+    # lines, so instances read after an ERROR always include what caused it.
     statuses = await functions_repository.statuses_of(session, [d.version_id for d in deployments])
+    instances = await instances_of(session, ids)
     errored = [
         d.id
         for d in deployments

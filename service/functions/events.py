@@ -28,6 +28,7 @@ class SecretsChanged:
 
 @dataclass(frozen=True)
 class AccessChanged:
-    """Who may invoke the function (what is shared with whom) changed."""
+    """Who may invoke the function (what is shared with whom), or how often (a version's
+    rate limit), changed."""
 
     function_id: uuid.UUID

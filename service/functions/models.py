@@ -36,6 +36,8 @@ class FunctionVersion(Base):
     inference_url: Mapped[str] = mapped_column(Text)
     inference_port: Mapped[int | None] = mapped_column(Integer)
     container_image: Mapped[str | None] = mapped_column(Text)
+    #: NVCF's `utilsContainerImage` as given (not shown, as NVCF's function object does not)
+    utils_container_image: Mapped[str | None] = mapped_column(Text)
     container_args: Mapped[str | None] = mapped_column(Text)
     container_environment: Mapped[list[Any] | None] = mapped_column(JSON)
     helm_chart: Mapped[str | None] = mapped_column(Text)

@@ -21,10 +21,12 @@ from service.clusters.deps import CatalogDep
 from service.core.crypto import SecretBox
 from service.core.deps import EventsDep, QuotasDep, SecretBoxDep, sessionmaker
 from service.core.errors import FieldError, ValidationFailed
+from service.core.events import Events
 from service.core.http import inline_body_doc, json_body_doc, parse_uuid, parse_uuids, read_json
 from service.core.idempotency import Recorder
 from service.core.pagination import Limit, make_page
 from service.core.quotas import Quotas
+from service.core.settings import Settings
 from service.functions import secrets, service, sharing, views
 from service.functions.deps import (
     ActiveInstancesDep,
@@ -36,6 +38,7 @@ from service.functions.read_cache import cached_list_read, cached_version_read
 from service.functions.schemas import FunctionEnvelope, FunctionIds, FunctionList, FunctionOut
 from service.functions.validation import (
     FunctionSpec,
+    UtilsImages,
     validate_create,
     validate_metadata_update,
 )
@@ -101,6 +104,12 @@ def _check_policy_permitted(catalog: Catalog, spec: FunctionSpec) -> None:
         raise ValidationFailed.of([FieldError("helmValidationPolicy", message)])
 
 
+def _utils_images(request: Request) -> UtilsImages:
+    """Where a function's worker-utilities image may come from (the operator's settings)."""
+    settings: Settings = request.app.state.settings
+    return UtilsImages(settings.worker_utils_image_registries, settings.worker_utils_image or None)
+
+
 async def _create(
     request: Request,
     session: Session,
@@ -110,7 +119,7 @@ async def _create(
     components: _Creating,
 ) -> Response:
     function_id = parse_uuid(fid, "functionId") if fid is not None else None
-    spec = validate_create(await read_json(request))
+    spec = validate_create(await read_json(request), utils_images=_utils_images(request))
     chart_digest: str | None = None
     findings: list[dict[str, Any]] | None = None
     if spec.helm_chart is not None:
@@ -305,11 +314,18 @@ async def get_function_version(
 
 
 async def _update(
-    request: Request, session: Session, principal: Principal, function_id: str, version_id: str
+    request: Request,
+    session: Session,
+    principal: Principal,
+    function_id: str,
+    version_id: str,
+    events: Events,
 ) -> Response:
     fid, vid = parse_uuids((function_id, "functionId"), (version_id, "functionVersionId"))
     update = validate_metadata_update(await read_json(request))
-    version = await service.update_metadata(session, principal.account_id, fid, vid, update)
+    version = await service.update_metadata(
+        session, principal.account_id, fid, vid, update, events=events
+    )
     return _json(FunctionEnvelope(function=FunctionOut.of(version)))
 
 
@@ -326,8 +342,9 @@ async def update_function_version(
     request: Request,
     session: Session,
     principal: Updater,
+    events: EventsDep,
 ) -> Response:
-    return await _update(request, session, principal, functionId, functionVersionId)
+    return await _update(request, session, principal, functionId, functionVersionId, events)
 
 
 @router.put(
@@ -344,8 +361,9 @@ async def update_function_metadata(
     request: Request,
     session: Session,
     principal: Updater,
+    events: EventsDep,
 ) -> Response:
-    return await _update(request, session, principal, functionId, functionVersionId)
+    return await _update(request, session, principal, functionId, functionVersionId, events)
 
 
 @router.delete(
@@ -363,6 +381,50 @@ async def delete_function_version(
 ) -> Response:
     fid, vid = parse_uuids((functionId, "functionId"), (functionVersionId, "functionVersionId"))
     await service.delete_version(session, principal.account_id, fid, vid, events=events)
+    return Response(status_code=204)
+
+
+# NVCF's rate-limit controller (`/v2/nvcf/ratelimit/...`, scope update_function): its PUT is
+# the version update by another path (deprecated there too) answering 204; its DELETE is the
+# only way to remove a version's `rateLimit` (an update cannot unset it).
+@router.put(
+    "/ratelimit/functions/{functionId}/versions/{versionId}",
+    status_code=204,
+    response_class=Response,
+    openapi_extra=_UPDATE_DOC,
+    deprecated=True,
+    summary="Update a version's rate limit (deprecated: PUT /v2/nvcf/functions/{functionId}/"
+    "versions/{versionId})",
+)
+async def update_rate_limit(
+    functionId: str,
+    versionId: str,
+    request: Request,
+    session: Session,
+    principal: Updater,
+    events: EventsDep,
+) -> Response:
+    fid, vid = parse_uuids((functionId, "functionId"), (versionId, "versionId"))
+    update = validate_metadata_update(await read_json(request))
+    await service.update_metadata(session, principal.account_id, fid, vid, update, events=events)
+    return Response(status_code=204)
+
+
+@router.delete(
+    "/ratelimit/functions/{functionId}/versions/{versionId}",
+    status_code=204,
+    response_class=Response,
+    summary="Remove a version's rate limit (its invocations are no longer limited by it)",
+)
+async def delete_rate_limit(
+    functionId: str,
+    versionId: str,
+    session: Session,
+    principal: Updater,
+    events: EventsDep,
+) -> Response:
+    fid, vid = parse_uuids((functionId, "functionId"), (versionId, "versionId"))
+    await service.delete_rate_limit(session, principal.account_id, fid, vid, events=events)
     return Response(status_code=204)
 
 

@@ -48,6 +48,20 @@ from service.health.machine import Phase
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9\-_]*$")
 #: a count has at most 9 digits (ratelimit.MAX_RATE_DIGITS), ASCII ones
 RATE_RE = re.compile(r"^[1-9][0-9]{0,8}-[SMHD](,\s*[1-9][0-9]{0,8}-[SMHD])*$")
+#: NVCF's selectors of the platform's own worker utilities (`utilsContainerImage`)
+UTILS_SELECTORS = ("PYTHON", "GO")
+#: an image reference (the distribution project's grammar: [domain[:port]/]path[:tag][@digest])
+_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+#: a registry, as Docker tells one from a path component: a '.', a port, or localhost
+_IMAGE_DOMAIN = (
+    rf"(?:localhost(?::[0-9]{{1,5}})?|{_IMAGE_LABEL}(?:\.{_IMAGE_LABEL})+(?::[0-9]{{1,5}})?"
+    rf"|{_IMAGE_LABEL}:[0-9]{{1,5}})"
+)
+IMAGE_RE = re.compile(
+    rf"^(?:{_IMAGE_DOMAIN}/)?{_IMAGE_COMPONENT}"
+    rf"(?:/{_IMAGE_COMPONENT})*(?::\w[\w.-]{{0,127}})?(?:@sha256:[0-9a-f]{{64}})?$"
+)
 URI_PATH_RE = re.compile(r"^[A-Za-z0-9\-._~!$&'()*+,;=:@/%]+$")
 MAX_URI_PATH = 2048
 API_BODY_FORMATS = ("CUSTOM", "PREDICT_V2")
@@ -636,6 +650,16 @@ class FunctionCreate(RequestModel):
     inference_url: UriPath
     inference_port: Port | None = None
     container_image: str | None = Field(default=None, min_length=1, max_length=1024)
+    #: NVCF's `PYTHON` / `GO` (the platform's own sidecar image) or an image reference
+    utils_container_image: Annotated[
+        str | None,
+        Field(min_length=1, max_length=512),
+        matches(
+            rf"^(?:{'|'.join(UTILS_SELECTORS)})$|{IMAGE_RE.pattern}",
+            "'{value}' is neither PYTHON, GO nor an image reference like "
+            "registry.example.com/team/utils:1.0",
+        ),
+    ] = None
     helm_chart: str | None = Field(
         default=None,
         min_length=1,

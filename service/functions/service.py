@@ -15,7 +15,7 @@ from service.core.errors import FieldError, NotFound, ValidationFailed
 from service.core.events import Events
 from service.core.pagination import Page
 from service.functions import repository, sharing
-from service.functions.events import VersionDeleted
+from service.functions.events import AccessChanged, VersionDeleted
 from service.functions.models import Function, FunctionSecret, FunctionVersion, VersionTag
 from service.functions.validation import FunctionSpec, MetadataUpdate, ModelUpdate
 
@@ -70,6 +70,7 @@ async def create_version(
         inference_url=spec.inference_url,
         inference_port=spec.inference_port,
         container_image=spec.container_image,
+        utils_container_image=spec.utils_container_image,
         container_args=spec.container_args,
         container_environment=spec.container_environment,
         helm_chart=spec.helm_chart,
@@ -330,6 +331,8 @@ async def update_metadata(
     function_id: uuid.UUID,
     version_id: uuid.UUID,
     update: MetadataUpdate,
+    *,
+    events: Events,
 ) -> FunctionVersion:
     version = await get_version(session, account_id, function_id, version_id)
     if update.model_updates or update.llm_invocation_config is not None:
@@ -341,9 +344,28 @@ async def update_metadata(
         version.description = update.description
     if update.rate_limit is not None:
         version.rate_limit = update.rate_limit
+        await events.publish(session, AccessChanged(function_id))
     version.updated_at = utcnow()
     await session.flush()
     return version
+
+
+async def delete_rate_limit(
+    session: AsyncSession,
+    account_id: str,
+    function_id: uuid.UUID,
+    version_id: uuid.UUID,
+    *,
+    events: Events,
+) -> None:
+    """Remove the caller's version's `rateLimit` (none: nothing changes, as NVCF's 204)."""
+    version = await get_version(session, account_id, function_id, version_id)
+    if version.rate_limit is None:
+        return
+    version.rate_limit = None
+    await events.publish(session, AccessChanged(function_id))
+    version.updated_at = utcnow()
+    await session.flush()
 
 
 async def delete_version(

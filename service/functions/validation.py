@@ -16,7 +16,12 @@ from service.charts.url import ChartUrlError, parse_chart_url
 from service.core.errors import FieldError, ValidationFailed
 from service.core.http import require_json_object
 from service.core.validation import failed, parse
-from service.functions.schemas import FunctionCreate, FunctionMetadataUpdate, secret_text
+from service.functions.schemas import (
+    UTILS_SELECTORS,
+    FunctionCreate,
+    FunctionMetadataUpdate,
+    secret_text,
+)
 
 
 @dataclass
@@ -43,6 +48,8 @@ class FunctionSpec:
     rate_limit: dict[str, Any] | None = None
     llm_invocation_config: dict[str, Any] | None = None
     telemetries: dict[str, Any] | None = None
+    #: NVCF's `utilsContainerImage` as given (`PYTHON`, `GO` or an image: `utils_image`)
+    utils_container_image: str | None = None
     #: the policy the chart is checked with at creation (helm functions; not stored)
     helm_validation_policy: ValidationPolicy = field(default_factory=ValidationPolicy)
 
@@ -162,15 +169,74 @@ def _default_health(model: FunctionCreate) -> dict[str, Any]:
     }
 
 
+def image_registry(reference: str) -> str:
+    """The registry (`host[:port]`) an image reference names, as Docker decides it: a first
+    component with a '.' or ':', or `localhost`; else Docker Hub."""
+    first, slash, _ = reference.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first.lower()
+    return "docker.io"
+
+
+def utils_image(value: str | None) -> str | None:
+    """The worker-utils sidecar image a function's `utilsContainerImage` names; None for the
+    platform's own (unset, or NVCF's `PYTHON` / `GO`)."""
+    return None if value is None or value in UTILS_SELECTORS else value
+
+
+def image_repository(reference: str) -> str:
+    """An image reference without its tag and digest, with its registry (`docker.io` for
+    Docker Hub): `nvcr.io/nvidia/utils:1.0` -> `nvcr.io/nvidia/utils`."""
+    name = reference.partition("@")[0]
+    slash = name.rfind("/")
+    if ":" in name[slash + 1 :]:
+        name = name[: name.rindex(":")]
+    registry = image_registry(name)
+    if registry == "docker.io" and not name.startswith("docker.io/"):
+        name = f"docker.io/{name if '/' in name else 'library/' + name}"
+    return name
+
+
+@dataclass(frozen=True)
+class UtilsImages:
+    """Where a function's worker-utilities image may come from (the operator's settings): a
+    listed registry, or the repository of the operator's own image (any tag)."""
+
+    registries: frozenset[str] = frozenset()
+    own: str | None = None
+
+    def refusal(self, image: str) -> str | None:
+        registry = image_registry(image)
+        if registry in self.registries:
+            return None
+        if self.own and image_repository(image) == image_repository(self.own):
+            return None
+        allowed = sorted(self.registries) + ([image_repository(self.own)] if self.own else [])
+        return (
+            f"registry '{registry}' is not among those allowed for the worker utilities image "
+            f"({', '.join(allowed) or 'none'})"
+        )
+
+
+def _utils_image(body: dict[str, Any], bad: set[str], policy: UtilsImages) -> list[FieldError]:
+    image = utils_image(body.get("utilsContainerImage"))
+    if image is None or "utilsContainerImage" in bad:
+        return []
+    refusal = policy.refusal(image)
+    return [] if refusal is None else [FieldError("utilsContainerImage", refusal)]
+
+
 def _dedupe(tags: list[str] | None) -> list[str]:
     return list(dict.fromkeys(tags or ()))
 
 
-def validate_create(raw: Any) -> FunctionSpec:
-    """Validate a create-function / create-version body, or raise with every violation."""
+def validate_create(raw: Any, *, utils_images: UtilsImages | None = None) -> FunctionSpec:
+    """Validate a create-function / create-version body, or raise with every violation;
+    `utils_images`: where a `utilsContainerImage` may come from (None: nowhere)."""
     body = require_json_object(raw)
     model, errors = parse(FunctionCreate, body)
     errors += _cross_field(body, failed(errors))
+    errors += _utils_image(body, failed(errors), utils_images or UtilsImages())
     if errors:
         raise ValidationFailed.of(errors)
     assert model is not None
@@ -196,6 +262,7 @@ def validate_create(raw: Any) -> FunctionSpec:
         rate_limit=dump.get("rateLimit"),
         llm_invocation_config=dump.get("llmInvocationConfig"),
         telemetries=dump.get("telemetries"),
+        utils_container_image=model.utils_container_image,
         helm_validation_policy=(
             model.helm_validation_policy.policy()
             if model.helm_validation_policy is not None

@@ -33,12 +33,14 @@ from service.auth import scopes
 from service.auth.service import Authenticator, Principal
 from service.core.errors import (
     DomainError,
+    FieldError,
     Forbidden,
     MethodNotAllowed,
     ServiceUnavailable,
+    ValidationFailed,
 )
 from service.core.http import parse_uuid, parse_uuids
-from service.core.middleware import ROUTE_LABEL
+from service.core.middleware import ROUTE_LABEL, routed_path
 from service.invocation import answers
 from service.invocation.engine import Call, Detached, Finished
 from service.invocation.forward import POLL_HEADER, poll_seconds
@@ -51,7 +53,7 @@ from service.invocation.schemas import (
     parse_exec,
 )
 from service.invocation.service import InvocationPlane
-from service.invocation.transparent import addressed, forwarded_path
+from service.invocation.transparent import addressed, forwarded_path, repeated
 
 API_PREFIX = "/v2/nvcf"
 #: the metrics/log label of transparent-mode requests
@@ -141,6 +143,8 @@ class Claim:
     #: the methods the path's routes serve, when the request's is none of them
     allowed: tuple[str, ...] = ()
     llm: str | None = None
+    #: the addressing headers given more than once: the request is refused
+    repeated: tuple[str, ...] = ()
 
 
 class OpenAIEntry(Protocol):
@@ -176,6 +180,10 @@ class InvocationEntry:
 
     def claim(self, scope: Scope) -> bool:
         """Whether the request is the entry's (then it is answered by `__call__`)."""
+        twice = repeated(scope["headers"])
+        if twice:
+            scope[_CLAIM] = Claim(repeated=tuple(twice))
+            return True
         llm_path = self.llm.claims(scope) if self.llm is not None else None
         if llm_path is not None:
             scope[_CLAIM] = Claim(llm=llm_path)
@@ -184,7 +192,7 @@ class InvocationEntry:
         if target is not None:
             scope[_CLAIM] = Claim(transparent=target)
             return True
-        path = _api_path(scope["path"])
+        path = _api_path(scope)
         if path is None:
             return False
         segments = path.rstrip("/").split("/") if len(path) > 1 else [""]
@@ -218,6 +226,10 @@ class InvocationEntry:
             ex = Exchange(scope, receive, send, {}, self)
             function_id, version_id, swap = claim.transparent
             await _invoke(ex, function_id, version_id, path=forwarded_path(scope), swap=swap)
+            return
+        if claim.repeated:
+            errors = [FieldError(name, "given more than once") for name in claim.repeated]
+            await answers.send_problem(send, scope, ValidationFailed.of(errors, "header"), None)
             return
         if claim.route is None:
             methods = ", ".join(claim.allowed)
@@ -259,19 +271,13 @@ class InvocationEntry:
         return principal
 
 
-def _api_path(path: str) -> str | None:
+def _api_path(scope: Scope) -> str | None:
     """The path under the API prefix the routes are declared on, through the org aliases
-    (`/v2/orgs/{org}[/teams/{team}]/nvcf/...`) and leading slashes; None for any other."""
-    if path.startswith("//"):
-        path = "/" + path.lstrip("/")
+    (`/v2/orgs/{org}[/teams/{team}]/nvcf/...`, read by the middleware's one grammar, which
+    also sets the org the caller is checked against) and leading slashes; None for any other."""
+    path = routed_path(scope)
     if path.startswith(API_PREFIX + "/"):
         return path[len(API_PREFIX) :]
-    if path.startswith("/v2/orgs/"):
-        parts = path.split("/", 7)
-        if len(parts) >= 5 and parts[3] and parts[4] == "nvcf":
-            return "/" + "/".join(parts[5:])
-        if len(parts) >= 7 and parts[3] and parts[4] == "teams" and parts[5] and parts[6] == "nvcf":
-            return "/" + "/".join(parts[7:])
     return None
 
 

@@ -9,7 +9,8 @@ function's worker — whatever the path and method.
   (version.function).
 
 Such a request takes precedence over the path: the HTTP entry (http.py) answers it whatever
-route its path would match.
+route its path would match. A request giving any of these headers (or `Host`) more than once is
+refused (`repeated`): which of two to believe is ambiguous (RFC 9112 §3.2 for Host).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from collections.abc import Callable
 from starlette.types import Scope
 
 INVOCATION_PREFIXES = ("/v2/nvcf/pexec/", "/v2/nvcf/exec/")
+#: the headers that address a request (here and on the LLM host): each at most once
+ADDRESSING = (b"host", b"function-id", b"function-version-id")
 
 
 def _uuid(text: str) -> str | None:
@@ -46,6 +49,18 @@ def addressed(
         elif name == b"host":
             host = value
     return _addressed(function_id, version_id, host, suffix)
+
+
+def repeated(headers: list[tuple[bytes, bytes]]) -> list[str]:
+    """The addressing headers the request gives more than once (none: it may be routed)."""
+    seen: set[bytes] = set()
+    twice: list[str] = []
+    for name, _ in headers:
+        if name in ADDRESSING:
+            if name in seen and name.decode() not in twice:
+                twice.append(name.decode())
+            seen.add(name)
+    return twice
 
 
 def _addressed(

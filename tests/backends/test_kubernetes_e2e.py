@@ -25,7 +25,7 @@ from service.backends.protocol import BackendAdapter
 from service.clusters.adapters import AdapterRegistry
 from service.deployments.reconcile import CollectorConfig, NamespaceCollector
 from service.deployments.reconcile.store import ReconcileStore
-from tests.support.api import create_fn
+from tests.support.api import CONTAINER_FN, create_fn
 from tests.support.app import AppClient, ClientFactory
 from tests.support.fake_k8s import FakeKubernetes, fixture, iter_fixture_items
 
@@ -539,3 +539,67 @@ async def test_garbage_collection_failures_are_isolated_and_races_reported(
     assert "raced with instance creation" in caplog.text
     assert inst["instanceId"] in caplog.text
     assert terminating(server.get("Namespace", None, f"sr-{orphan_id}"))
+
+
+async def test_a_functions_utils_container_image_is_its_sidecars_image(
+    server: FakeKubernetes, client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    add_nodes(server)
+    client = await start(
+        client_factory,
+        tmp_path,
+        server,
+        worker_utils_image="nvcr.io/acme/nvcf-server:1.0",
+        worker_utils_image_registries="registry.example.com",
+    )
+    # refused: an image from a registry the operator did not allow, or no image at all
+    for image, fragment in (
+        ("elsewhere.example.org/utils:1", "registry 'elsewhere.example.org' is not among"),
+        ("Not An Image", "neither PYTHON, GO nor an image reference"),
+    ):
+        resp = await client.post(
+            f"{V}/functions", json={**CONTAINER_FN, "utilsContainerImage": image}
+        )
+        assert resp.status_code == 400, resp.text
+        [error] = resp.json()["errors"]
+        assert error["field"] == "utilsContainerImage" and fragment in error["message"]
+
+    # a listed registry: the sidecar of the function's pod runs that image
+    fn = await create_fn(client, utilsContainerImage="registry.example.com/team/utils:2.1")
+    await deploy(client, fn, clusters=["k8s-a"])
+    namespace = await applied_namespace(server)
+    workload = server.get("Deployment", namespace, "inference")
+    assert workload is not None
+    images = {c["name"]: c["image"] for c in workload["spec"]["template"]["spec"]["containers"]}
+    assert images["nvcf-worker-utils"] == "registry.example.com/team/utils:2.1"
+
+
+async def test_nvcfs_utils_selectors_and_the_operators_repository_use_the_operators_image(
+    server: FakeKubernetes, client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    add_nodes(server)
+    own = "nvcr.io/acme/nvcf-server:1.0"
+    client = await start(client_factory, tmp_path, server, worker_utils_image=own)
+    for image, expected in (
+        ("GO", own),
+        ("nvcr.io/acme/nvcf-server:1.1", "nvcr.io/acme/nvcf-server:1.1"),
+    ):
+        fn = await create_fn(client, name=f"f{len(expected)}", utilsContainerImage=image)
+        await deploy(client, fn, clusters=["k8s-a"])
+        namespace = await eventually(lambda fn=fn: _namespace_of(server, fn["versionId"]))
+        workload = server.get("Deployment", namespace, "inference")
+        assert workload is not None
+        containers = workload["spec"]["template"]["spec"]["containers"]
+        assert {c["name"]: c["image"] for c in containers}["nvcf-worker-utils"] == expected
+
+
+async def _namespace_of(server: FakeKubernetes, version_id: str) -> str | None:
+    for ns in our_namespaces(server):
+        labels = ns["metadata"].get("labels") or {}
+        name = str(ns["metadata"]["name"])
+        if (
+            labels.get("nvcf.nvidia.com/function-version-id") == version_id
+            and server.get("Deployment", name, "inference") is not None
+        ):
+            return name
+    return None

@@ -294,3 +294,40 @@ async def test_every_malformed_path_id_is_reported(client: httpx.AsyncClient) ->
     resp = await client.get(f"{V}/functions/x/versions/y")
     assert resp.status_code == 400
     assert [e["field"] for e in resp.json()["errors"]] == ["functionId", "functionVersionId"]
+
+
+async def test_the_ratelimit_routes_set_and_remove_a_versions_rate_limit(
+    client: httpx.AsyncClient,
+) -> None:
+    fn = await create_fn(client, rateLimit={"rateLimit": "10-S"})
+    fid, vid = fn["id"], fn["versionId"]
+    url = f"{V}/ratelimit/functions/{fid}/versions/{vid}"
+    version = f"{V}/functions/{fid}/versions/{vid}"
+
+    put = await client.put(url, json={"rateLimit": {"rateLimit": "3-M", "syncCheck": True}})
+    assert put.status_code == 204 and put.content == b""
+    shown = (await client.get(version)).json()["function"]
+    assert shown["rateLimit"] == {"rateLimit": "3-M", "syncCheck": True}
+
+    deleted = await client.delete(url)
+    assert deleted.status_code == 204 and deleted.content == b""
+    assert "rateLimit" not in (await client.get(version)).json()["function"]
+    assert (await client.delete(url)).status_code == 204  # none left: still 204
+
+    # refusals: the body as the version update's, the scope, ids, other accounts
+    bad = await client.put(url, json={"rateLimit": {"rateLimit": "often"}})
+    assert bad.status_code == 400 and bad.json()["errors"][0]["field"].startswith("rateLimit")
+    reader = bearer(await new_key(client, ["list_functions"]))
+    for method in ("PUT", "DELETE"):
+        body = {"json": {"rateLimit": {"rateLimit": "1-S"}}} if method == "PUT" else {}
+        resp = await client.request(method, url, headers=reader, **body)  # type: ignore[arg-type]
+        assert resp.status_code == 403, resp.text
+        assert "update_function" in resp.json()["detail"]
+    other = bearer(await new_key(client, ["update_function"], account="other-account"))
+    assert (await client.delete(url, headers=other)).status_code == 404
+    unknown = f"{V}/ratelimit/functions/{fid}/versions/{uuid.uuid4()}"
+    assert (await client.delete(unknown)).status_code == 404
+    malformed = await client.delete(f"{V}/ratelimit/functions/{fid}/versions/v1")
+    assert malformed.status_code == 400
+    assert malformed.json()["errors"] == [{"field": "versionId", "message": "'v1' is not a UUID"}]
+    assert "rateLimit" not in (await client.get(version)).json()["function"]

@@ -7,7 +7,13 @@ from typing import Any
 import pytest
 
 from service.core.errors import ValidationFailed
-from service.functions.validation import validate_create, validate_metadata_update
+from service.functions.validation import (
+    UtilsImages,
+    image_repository,
+    utils_image,
+    validate_create,
+    validate_metadata_update,
+)
 
 BASE: dict[str, Any] = {
     "name": "echo",
@@ -511,3 +517,33 @@ def test_lists_of_the_wrong_json_kind_are_refused_not_crashed_on(value: Any) -> 
         validate_create(body)
     fields = {e.field for e in caught.value.errors}
     assert {"containerEnvironment", "secrets"} <= fields
+
+
+def test_utils_container_image_is_a_selector_or_an_allowed_image() -> None:
+    base = {"name": "f", "inferenceUrl": "/x", "containerImage": "nvcr.io/a/b:1"}
+    policy = UtilsImages(frozenset({"registry.example.com"}), "nvcf-server:latest")
+    for given, used in (
+        ("PYTHON", None),
+        ("GO", None),
+        ("registry.example.com/team/utils:2", "registry.example.com/team/utils:2"),
+        ("nvcf-server:1.2", "nvcf-server:1.2"),  # another tag of the operator's own
+        ("docker.io/library/nvcf-server", "docker.io/library/nvcf-server"),
+    ):
+        spec = validate_create({**base, "utilsContainerImage": given}, utils_images=policy)
+        assert spec.utils_container_image == given
+        assert utils_image(spec.utils_container_image) == used
+    for given, fragment in (
+        ("acme/nvcf-server:1", "registry 'docker.io' is not among"),
+        ("elsewhere.example.org/u:1", "registry 'elsewhere.example.org' is not among"),
+        ("UPPER/case", "neither PYTHON, GO nor an image reference"),
+        ("", "must not be empty"),
+    ):
+        with pytest.raises(ValidationFailed) as caught:
+            validate_create({**base, "utilsContainerImage": given}, utils_images=policy)
+        [error] = caught.value.errors
+        assert error.field == "utilsContainerImage" and fragment in error.message, error
+    # without a policy (no operator image, no registries) only the selectors pass
+    with pytest.raises(ValidationFailed):
+        validate_create({**base, "utilsContainerImage": "registry.example.com/u:1"})
+    assert image_repository("localhost:5000/u:2") == "localhost:5000/u"
+    assert image_repository("reg.io/x@sha256:" + "a" * 64) == "reg.io/x"

@@ -103,3 +103,17 @@ async def test_a_third_request_within_a_second_is_429(
     assert refused.headers["nvcf-status"] == "errored"
     metrics = (await client.get("/metrics")).text
     assert sample(metrics, "nvcf_invocation_requests_total", outcome="rate_limited") == 1
+
+
+async def test_a_deleted_rate_limit_no_longer_refuses(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    client = await invocation_app(client_factory, tmp_path)
+    fn = await deployed(client, rateLimit={"rateLimit": "1-H"})
+    assert (await client.post(pexec_url(fn), json={})).status_code == 200
+    assert_problem(await client.post(pexec_url(fn), json={}), 429)
+    url = f"/v2/nvcf/ratelimit/functions/{fn['id']}/versions/{fn['versionId']}"
+    assert (await client.delete(url)).status_code == 204
+    assert (await client.post(pexec_url(fn), json={})).status_code == 200
+    assert (await client.put(url, json={"rateLimit": {"rateLimit": "1-H"}})).status_code == 204
+    assert_problem(await client.post(pexec_url(fn), json={}), 429)

@@ -197,6 +197,16 @@ async def test_org_prefixed_routes_invoke_too(client: AppClient) -> None:
     assert_problem(await client.post(f"/v2/orgs/elsewhere/nvcf/pexec/functions/{fn['id']}"), 403)
 
 
+async def test_an_encoded_slash_in_the_org_is_no_alias(client: AppClient) -> None:
+    # `B%2Fnvcf` is one segment (org "B/nvcf") followed by `pexec`: no org alias, so no route
+    # (the invocation entry reads the alias as the org check does), never the caller's own.
+    fn = await deployed(client)
+    for org in ("elsewhere", fn["ncaId"]):
+        resp = await client.post(f"/v2/orgs/{org}%2Fnvcf/pexec/functions/{fn['id']}", json={})
+        assert_problem(resp, 404)
+        assert "nvcf-status" not in resp.headers
+
+
 async def test_event_stream_comes_through(client: AppClient) -> None:
     fn = await deployed(client)
     resp = await client.post(

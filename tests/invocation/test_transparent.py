@@ -94,6 +94,31 @@ async def test_routing_headers_address_the_function(client: AppClient) -> None:
     assert resp.json()["echo"] == "raw" and resp.json()["path"] == "/generate"
 
 
+async def test_a_repeated_addressing_header_is_refused_whatever_its_values(
+    client: AppClient,
+) -> None:
+    fn = await deployed(client)
+    host = f"{fn['id']}.invocation.localhost"
+    cases = [
+        ("host", [("Host", host), ("Host", "localhost")]),
+        ("host", [("Host", "localhost"), ("Host", host)]),
+        ("host", [("Host", "llm.invocation.localhost"), ("Host", "llm.invocation.localhost")]),
+        ("function-id", [("function-id", fn["id"]), ("function-id", str(uuid.uuid4()))]),
+        ("function-id", [("function-id", fn["id"]), ("Function-ID", fn["id"])]),
+        (
+            "function-version-id",
+            [("function-id", fn["id"])] + [("function-version-id", fn["versionId"])] * 2,
+        ),
+    ]
+    for name, headers in cases:
+        resp = await client.post("/echo", json={}, headers=headers)
+        problem = assert_problem(resp, 400)
+        assert problem["errors"] == [{"field": name, "message": "given more than once"}], problem
+    # An API route too: nothing is routed on a repeated Host.
+    resp = await client.get(f"{V}/functions", headers=[("Host", "a"), ("Host", "b")])
+    assert_problem(resp, 400)
+
+
 async def test_transparent_refusals_are_problems_with_the_invocation_headers(
     client: AppClient,
 ) -> None:

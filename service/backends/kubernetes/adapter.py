@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 from collections.abc import (
     AsyncIterable,
@@ -397,9 +398,12 @@ class KubernetesAdapter:
         the adapter adds one and that pod is identifiable (a copy; else `objects`)."""
         if self.worker_utils is None or instance.worker_port is None:
             return objects
+        pod = self.worker_utils
+        if instance.utils_image is not None:
+            pod = dataclasses.replace(pod, image=instance.utils_image)
         copied = copy.deepcopy(objects)
         service = instance.worker_service or ENTRYPOINT_SERVICE
-        if inject(copied, service, instance.worker_port, self.worker_utils):
+        if inject(copied, service, instance.worker_port, pod):
             return copied
         return objects
 

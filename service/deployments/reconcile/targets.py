@@ -20,6 +20,7 @@ from service.deployments.models import Deployment, DeploymentSpec, Instance
 from service.deployments.workload import DEFAULT_PORT
 from service.functions.models import FunctionVersion
 from service.functions.secret_values import versions_secrets
+from service.functions.validation import utils_image
 from service.health.machine import HealthMode
 
 
@@ -49,6 +50,7 @@ def instance_spec(
         nca_id=dep.account_id,
         worker_service=version.helm_chart_service_name if version else None,
         worker_port=http_port(version),
+        utils_image=utils_image(version.utils_container_image) if version else None,
     )
 
 

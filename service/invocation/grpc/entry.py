@@ -232,7 +232,8 @@ class GrpcEntry:
         await server.start()
         self.server = server
         self.channels.start()
-        log.info("gRPC invocation on %s (port %d)", address, port)
+        how = "plaintext" if settings.grpc_tls_cert is None else "TLS"
+        log.info("gRPC invocation on %s (port %d, %s)", address, port, how)
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop listening; calls still running get `grace` seconds, then are cancelled."""
@@ -271,7 +272,17 @@ class GrpcEntry:
         """The engine's call of the caller's metadata, and how it joins a session
         (`_Refused`, or the `DomainError` of authentication)."""
         raw = context.invocation_metadata() or ()
-        metadata = {k.lower(): v for k, v in raw if isinstance(v, str)}
+        metadata: dict[str, str] = {}
+        for key, value in raw:
+            key = key.lower()
+            if key in READ_KEYS:
+                if key in metadata:  # which to believe is ambiguous, as over HTTP
+                    raise _Refused(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"the metadata '{key}' is given more than once",
+                    )
+                if isinstance(value, str):
+                    metadata[key] = value
         principal = await self._principal(metadata.get("authorization"))
         function_id = _uuid(metadata, "function-id", required=True)
         assert function_id is not None

@@ -242,6 +242,26 @@ async def test_every_refusal_is_its_grpc_status(
     assert code == grpc.StatusCode.INVALID_ARGUMENT
 
 
+async def test_metadata_the_entry_reads_given_twice_is_invalid_argument(
+    client: AppClient, channel: aio.Channel
+) -> None:
+    fn = await deployed(client, **GRPC_FN)
+    call = unary(channel, "Unary")
+    for key, value in (
+        ("function-id", str(uuid.uuid4())),
+        ("function-id", fn["id"]),
+        ("function-version-id", fn["versionId"]),
+        ("authorization", f"Bearer {ADMIN_KEY}"),
+    ):
+        metadata = (*md(fn, function_version_id=fn["versionId"]), (key, value))
+        code, details = await status_of(call(b"x", metadata=metadata))
+        assert (code, details) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"the metadata '{key}' is given more than once",
+        )
+    assert await call(b"x", metadata=md(fn, function_version_id=fn["versionId"])) == b"x"
+
+
 async def test_an_http_function_is_failed_precondition_and_http_pexec_of_grpc_is_400(
     client: AppClient, channel: aio.Channel
 ) -> None:

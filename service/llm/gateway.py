@@ -43,6 +43,7 @@ from service.auth import scopes
 from service.auth.service import Principal
 from service.backends.worker import WorkerFailed
 from service.core.errors import DomainError
+from service.core.http import NotJson, RefusedJson, load_json
 from service.core.numbers import natural
 from service.functions.llm_config import RESPONSES
 from service.invocation.answers import relay
@@ -323,8 +324,8 @@ class _Exchange:
         body, error = await self._read(answer)
         if error is not None:
             raise OpenAIError(502, f"The model server failed: {error}.")
-        with contextlib.suppress(ValueError):
-            watch.usage = usage_of(json.loads(body))
+        with contextlib.suppress(NotJson, RefusedJson):
+            watch.usage = usage_of(load_json(body))
         await self.settle(charge, watch)
         headers = [(k, v) for k, v in answer.headers if k != b"content-length"]
         return self._whole(answer.status, body, headers)
@@ -351,8 +352,8 @@ def _worker_error(status: int, body: bytes) -> OpenAIError:
     """A worker's error answer in OpenAI's shape (an OpenAI-compatible server's own error
     object is kept)."""
     try:
-        parsed = json.loads(body)
-    except ValueError:
+        parsed = load_json(body)
+    except (NotJson, RefusedJson):
         parsed = None
     error = parsed.get("error") if isinstance(parsed, dict) else None
     if isinstance(error, dict) and isinstance(error.get("message"), str):

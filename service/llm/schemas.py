@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from pydantic import ValidationError as PydanticValidationError
 
 from service.core.errors import FieldError
-from service.core.http import json_errors, json_kind, parse_json_text
+from service.core.http import NotJson, RefusedJson, json_kind, load_json
 from service.core.validation import Check, Expect, field_errors
 from service.functions.llm_config import CHAT_COMPLETIONS, EMBEDDINGS, RESPONSES
 from service.llm.errors import OpenAIError, invalid
@@ -144,17 +144,16 @@ def parse_request(path: str, raw: bytes) -> ParsedRequest:
     """The body of a POST to `path` (one of REQUESTS) checked, or OpenAI's 400 listing every
     violation (404 for a `model` that cannot name a model here)."""
     try:
-        body = parse_json_text(raw)
-    except (ValueError, RecursionError):
+        body = load_json(raw)
+    except NotJson:
         raise invalid(
             "We could not parse the JSON body of your request. The body must be a JSON object "
             "(Content-Type: application/json)."
         ) from None
+    except RefusedJson as exc:
+        raise _openai_error(exc.errors) from None
     if not isinstance(body, dict):
         raise invalid(f"The request body must be a JSON object, got {json_kind(body)}.")
-    deep = json_errors(body)
-    if deep:
-        raise _openai_error(deep)
     kind = REQUESTS[path]
     try:
         request = kind.model_validate(body)

@@ -127,3 +127,27 @@ async def test_a_caller_closing_a_stream_frees_the_slot(
         # the one slot is free again: served at once, not after the worker's stream
         done = await client.embeddings.create(model=model, input="next")
         assert len(done.data) == 1
+
+
+@pytest.mark.parametrize("raw", ["NaN", "[" * 5000 + "]" * 5000, '{"prompt_tokens": 1e999}'])
+async def test_d24_a_usage_the_one_parser_refuses_is_not_counted_and_cuts_nothing(
+    client_factory: ClientFactory, tmp_path: Path, worker: OpenAIWorker, raw: str
+) -> None:
+    app = await invocation_app(client_factory, tmp_path, upstream=worker.url)
+    fn = await deployed(app, **LLM_FN)
+    model = f"{fn['id']}/served-model"
+    body = {"model": model, "messages": ASK, "stream": True, "x_raw": raw}
+    resp = await app.post("/v2/nvcf/llm/v1/chat/completions", json=body)
+    assert resp.status_code == 200
+    assert f'"usage":{raw}}}' in resp.text  # the whole stream, the bad chunk included
+    assert resp.text.endswith("data: [DONE]\n\n")
+    async with gateway(app) as client:
+        whole = await client.chat.completions.with_raw_response.create(
+            model=model, messages=ASK, extra_body={"x_raw": raw}
+        )
+        assert whole.status_code == 200  # relayed as the worker wrote it
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.chat.completions.create(
+                model=model, messages=ASK, extra_body={"x_status": 400, "x_raw": raw}
+            )
+        assert refused.value.status_code == 400

@@ -62,6 +62,7 @@ from service.llm.routing import (
     gateway_path,
     preference,
     route_error,
+    route_path,
     routing_method,
     session_of,
 )
@@ -167,8 +168,9 @@ class _Exchange:
             refused = route_error(self.path, self.request.method)
             if refused is not None:
                 return self._error(refused)
+            self.path = route_path(self.path)
             principal = await self.entry.entry.caller(self.entry, scopes.INVOKE_FUNCTION)
-            if self.path.rstrip("/") == MODELS:
+            if self.path == MODELS:
                 return await self._models(principal)
             return await self._invoke(principal)
         except OpenAIError as error:

@@ -23,9 +23,10 @@ _PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 OPENAI_ERROR: dict[str, Any] = {
     "type": "object",
     "description": "An error in OpenAI's shape (the LLM gateway's routes only), as OpenAI's "
-    "clients parse it.",
-    "required": ["error"],
+    "clients parse it, with NVCF's top-level `message` beside it (the same text).",
+    "required": ["error", "message"],
     "properties": {
+        "message": {"type": "string", "description": "`error.message`, where NVCF puts it"},
         "error": {
             "type": "object",
             "required": ["message", "type", "param", "code"],
@@ -35,7 +36,7 @@ OPENAI_ERROR: dict[str, Any] = {
                 "param": {"type": ["string", "null"]},
                 "code": {"type": ["string", "null"], "examples": ["model_not_found"]},
             },
-        }
+        },
     },
 }
 #: OpenAI's model list (service.py `model_list`)

@@ -81,9 +81,15 @@ def gateway_path(path: str, host: str, suffix: str | None) -> str | None:
     return None
 
 
+def route_path(path: str) -> str:
+    """The route a gateway path names: trailing slashes are no part of it (as NVCF's router
+    and OpenAI's take `/v1/chat/completions/` for `/v1/chat/completions`)."""
+    return path.rstrip("/") or "/"
+
+
 def route_error(path: str, method: str) -> OpenAIError | None:
     """OpenAI's 404/405 for a gateway path or method that is not one of its routes."""
-    wanted = ROUTES.get(path.rstrip("/") if path != "/" else path)
+    wanted = ROUTES.get(route_path(path))
     if wanted is None:
         routes = ", ".join(f"{m} {p}" for p, m in ROUTES.items())
         return OpenAIError(
@@ -112,8 +118,14 @@ class ModelRef:
 
 
 def parse_model(value: str) -> ModelRef:
-    """`<function-id>/<model-name>`, or OpenAI's 404 for a model that cannot exist here."""
+    """`<function-id>/<model-name>`: NVCF's 400s for an empty `model` ("model is required")
+    and one without its function-id prefix ("model prefix is required"), OpenAI's 404 for a
+    prefix that cannot name a function here."""
+    if not value:
+        raise invalid("model is required", param="model")
     head, sep, name = value.partition("/")
+    if not sep:
+        raise invalid("model prefix is required", param="model")
     try:
         function_id = uuid.UUID(head) if len(head) == 36 else None
     except ValueError:

@@ -39,7 +39,7 @@ class OpenAIRequest(BaseModel):
     path: ClassVar[str] = ""
 
     model: Annotated[str, Expect((str,), "must be a string such as '<function-id>/<model>'")] = (
-        Field(min_length=1, max_length=MAX_MODEL)
+        Field(max_length=MAX_MODEL)
     )
     stream: StrictBool | None = None
     prompt_cache_key: (
@@ -154,6 +154,9 @@ def parse_request(path: str, raw: bytes) -> ParsedRequest:
         raise _openai_error(exc.errors) from None
     if not isinstance(body, dict):
         raise invalid(f"The request body must be a JSON object, got {json_kind(body)}.")
+    model = body.get("model")
+    if model is None or isinstance(model, str):
+        parse_model(model or "")  # NVCF checks `model` first, with its own words
     kind = REQUESTS[path]
     try:
         request = kind.model_validate(body)

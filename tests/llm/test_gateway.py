@@ -146,8 +146,9 @@ async def test_errors_are_openais_and_the_client_raises_its_own_types(app: AppCl
         with pytest.raises(openai.NotFoundError) as missing:
             await client.chat.completions.create(model=f"{fn['id']}/ghost", **ask)
         assert missing.value.code == "model_not_found"
-        with pytest.raises(openai.NotFoundError):
+        with pytest.raises(openai.BadRequestError) as unprefixed:
             await client.chat.completions.create(model="gpt-4o", **ask)
+        assert unprefixed.value.body["message"] == "model prefix is required"  # type: ignore[index]
         with pytest.raises(openai.NotFoundError) as not_llm:
             await client.chat.completions.create(model=f"{plain['id']}/m", **ask)
         assert "not an LLM function" in not_llm.value.message
@@ -184,6 +185,7 @@ async def test_errors_are_openais_and_the_client_raises_its_own_types(app: AppCl
         resp = await app.request(method, path, json={})
         assert resp.status_code == status
         assert set(resp.json()["error"]) == {"message", "type", "param", "code"}
+        assert resp.json()["message"] == resp.json()["error"]["message"]  # NVCF's place
     # made-up names never become metrics series
     metrics = (await app.get("/metrics")).text
     assert sample(metrics, "nvcf_llm_requests_total", model="ghost") == 0
@@ -289,6 +291,35 @@ async def test_a_model_the_caller_cannot_see_is_not_found(app: AppClient) -> Non
     assert resp.json()["error"]["code"] == "model_not_found"
     listed = await app.get("/v2/nvcf/llm/v1/models", headers=bearer(other))
     assert listed.json() == {"object": "list", "data": []}
+
+
+async def test_d25_a_trailing_slash_names_the_same_route(app: AppClient) -> None:
+    fn = await deployed(app, **LLM_FN)
+    ask = {"model": f"{fn['id']}/tiny/chat"}
+    for path, body in [
+        ("chat/completions/", {**ask, "messages": [{"role": "user", "content": "x"}]}),
+        ("responses/", {**ask, "input": "x"}),
+        ("embeddings//", {**ask, "input": "x"}),
+    ]:
+        resp = await app.post(f"/v2/nvcf/llm/v1/{path}", json=body)
+        assert resp.status_code == 200, resp.text
+    assert (await app.get("/v2/nvcf/llm/v1/models/")).status_code == 200
+    refused = await app.get("/v2/nvcf/llm/v1/embeddings/")
+    assert refused.status_code == 405 and refused.json()["error"]["code"] == "method_not_allowed"
+
+
+async def test_errors_read_the_same_by_openais_client_and_by_nvcfs_shape(app: AppClient) -> None:
+    fn = await deployed(app, **LLM_FN)
+    bad = {"model": f"{fn['id']}/tiny/chat", "messages": []}
+    async with serving(app) as base, async_client(base) as client:
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.chat.completions.create(**bad)
+        async with httpx.AsyncClient(base_url=base, headers=bearer(ADMIN_KEY)) as plain:
+            resp = await plain.post("/v2/nvcf/llm/v1/chat/completions", json=bad)
+    text = resp.json()["message"]  # what a client of NVCF's `{"message"}` reads
+    assert "'messages' must be a non-empty array" in text
+    assert refused.value.body["message"] == text  # type: ignore[index]
+    assert refused.value.param == "messages"
 
 
 async def test_a_session_sticks_to_one_of_three_instances_without_it_requests_spread(

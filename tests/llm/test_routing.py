@@ -83,12 +83,20 @@ def test_unknown_routes_and_methods_are_openai_404_and_405() -> None:
 def test_model_is_function_id_slash_model_name() -> None:
     assert parse_model(f"{FID}/meta/llama-3") == ModelRef(FID, "meta/llama-3")
     assert parse_model(f"{FID}/meta/llama-3").id == f"{FID}/meta/llama-3"
-    for bad in ("gpt-4o", f"{FID}", f"{FID}/", "not-a-uuid-at-all-but-36-characters-/m", "/m"):
+    for bad in (f"{FID}/", "not-a-uuid-at-all-but-36-characters-/m", "/m"):
         with pytest.raises(OpenAIError) as info:
             parse_model(bad)
         assert info.value.status == 404
         assert info.value.code == "model_not_found" and info.value.param == "model"
         assert f"`{bad}`" in info.value.message
+    for bad, message in [
+        ("gpt-4o", "model prefix is required"),
+        (str(FID), "model prefix is required"),
+        ("", "model is required"),
+    ]:
+        with pytest.raises(OpenAIError) as info:
+            parse_model(bad)
+        assert (info.value.status, info.value.message) == (400, message)
 
 
 def test_the_target_must_be_an_llm_function_model_declaring_the_path() -> None:

@@ -363,6 +363,7 @@ _INVOCATION_COLUMNS = (
     FunctionVersion.rate_limit,
     FunctionVersion.function_type,
     FunctionVersion.models,
+    FunctionVersion.llm_invocation_config,
 )
 
 

@@ -98,6 +98,8 @@ class Target:
     #: the version's functionType and stored models (the LLM gateway checks the model)
     function_type: str = "DEFAULT"
     models: Any = None
+    #: the version's stored `llmInvocationConfig` (the LLM gateway's request priority)
+    llm_invocation_config: Any = None
 
     @cached_property
     def fid(self) -> str:
@@ -348,4 +350,5 @@ class RouteTable:
             worker_service=row.helm_chart_service_name if row.container_image is None else None,
             function_type=row.function_type,
             models=row.models,
+            llm_invocation_config=row.llm_invocation_config,
         )

@@ -34,6 +34,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -50,10 +51,11 @@ from service.invocation.answers import relay
 from service.invocation.engine import Call, Finished, Streamed
 from service.invocation.http import Exchange as EntryExchange
 from service.invocation.routing import Target
-from service.llm.errors import OpenAIError, from_domain, model_not_found
+from service.llm.errors import OpenAIError, from_domain, invalid, model_not_found
 from service.llm.metrics import NONE, LlmMetrics
 from service.llm.routing import (
     MODELS,
+    PRIORITY_HEADER,
     ROUTES,
     SESSION_HEADER,
     RoundRobin,
@@ -61,6 +63,7 @@ from service.llm.routing import (
     check_target,
     gateway_path,
     preference,
+    priority_of,
     route_error,
     route_path,
     routing_method,
@@ -69,7 +72,7 @@ from service.llm.routing import (
 from service.llm.schemas import ParsedRequest, parse_request
 from service.llm.service import list_models
 from service.llm.sse import StreamWatch, collect_terminal, usage_of
-from service.llm.tokens import Charge, TokenLimiter, estimate
+from service.llm.tokens import Charge, TokenLimiter, estimate, input_estimate
 
 #: what an LLM request's body may be before it is even read: the entry checks its own limit
 UNBOUNDED = 1 << 62
@@ -137,6 +140,8 @@ class _Exchange:
     function_id: str = NONE
     model: str = NONE
     session: Session | None = None
+    #: the token rate-limit headers of a charged request (tokens.py)
+    charged: dict[str, str] = field(default_factory=dict)
 
     @property
     def request_id(self) -> str:
@@ -156,18 +161,37 @@ class _Exchange:
     def _error(self, error: OpenAIError) -> Response:
         self._record(error.status)
         response = error.response()
-        self._session_header(response)
+        self._answer_headers(response)
         return response
 
-    def _session_header(self, response: Response) -> None:
+    def _answer_headers(self, response: Response) -> None:
+        """The headers every answer of the gateway carries: the session's, the tokens'."""
         if self.session is not None:
             response.headers[SESSION_HEADER] = self.session.id
+        for name, value in self.counted(response.status_code):
+            if name not in response.headers:
+                response.headers[name] = value
+
+    def counted(self, status: int) -> list[tuple[str, str]]:
+        """The token headers of an answer to a charged request (none when nothing was
+        charged); `X-Should-Retry: false` on a success (a 429 says its own)."""
+        if not self.charged:
+            return []
+        out = list(self.charged.items())
+        if status < 400:
+            out.append(("X-Should-Retry", "false"))
+        return out
 
     async def answer(self) -> Response:
         try:
             refused = route_error(self.path, self.request.method)
             if refused is not None:
                 return self._error(refused)
+            if PRIORITY_HEADER.encode() in (k for k, _ in self.request.scope["headers"]):
+                raise invalid(
+                    "X-Priority is a reserved header and cannot be set by the client",
+                    param=PRIORITY_HEADER,
+                )
             self.path = route_path(self.path)
             principal = await self.entry.entry.caller(self.entry, scopes.INVOKE_FUNCTION)
             if self.path == MODELS:
@@ -218,6 +242,8 @@ class _Exchange:
                 ) from None
             raise
         config = check_target(target.function_type, target.models, ref, self.path)
+        given = input_estimate(self.path, parsed.body)
+        tokens = estimate(self.path, parsed.body, given)
         # labelled by function and model only once they are known to exist (a made-up model
         # name must not become a metrics series)
         self.function_id, self.model = str(ref.function_id), ref.name
@@ -226,8 +252,10 @@ class _Exchange:
             account=principal.account_id,
             function_id=self.function_id,
             model=ref.name,
-            tokens=estimate(self.path, parsed.body),
+            tokens=tokens,
         )
+        if charge is not None:
+            self.charged = charge.headers
         try:
             prefer = preference(
                 [i.id for i in target.instances],
@@ -236,7 +264,9 @@ class _Exchange:
                 key=ref.id,
                 turns=self.gateway.turns,
             )
-            answer = await plane.engine.invoke(self._call(principal, parsed, target, prefer))
+            answer = await plane.engine.invoke(
+                self._call(principal, parsed, target, config, prefer, (given, tokens))
+            )
         except BaseException:
             if charge is not None:
                 await charge.settle(0)  # never reached a worker: nothing used
@@ -257,22 +287,32 @@ class _Exchange:
         principal: Principal,
         parsed: ParsedRequest,
         target: Target,
+        config: dict[str, Any],
         prefer: tuple[uuid.UUID, ...],
+        estimated: tuple[int, int],
     ) -> Call:
         ref, path = parsed.ref, self.path
 
         def check(resolved: Target) -> None:
             check_target(resolved.function_type, resolved.models, ref, path)
 
-        headers = [
-            (k, v)
-            for k, v in self.request.scope["headers"]
-            if k not in (b"content-type", b"accept-encoding")
+        # NVCF's gateway builds the worker's headers from a fixed set: nothing of the caller's
+        # (an `x-cache-affinity-key` of its own, a credential) reaches the worker
+        accept = b"text/event-stream" if parsed.stream or path == RESPONSES else b"application/json"
+        headers = [*_JSON, (b"accept", accept)]
+        worker_headers = [
+            ("x-request-id", self.request_id),
+            ("x-routing-key", str(ref.function_id)),
+            ("x-routing-method", routing_method(config)),
+            ("x-model", ref.name),
+            ("x-input-tokens", str(estimated[0])),
+            ("x-token-estimate", str(estimated[1])),
         ]
-        headers += _JSON
-        worker_headers: list[tuple[str, str]] = [("x-request-id", self.request_id)]
         if self.session is not None:
             worker_headers.append(("x-cache-affinity-key", self.session.affinity))
+        priority = priority_of(target.llm_invocation_config, principal.account_id)
+        if priority is not None:
+            worker_headers.append((PRIORITY_HEADER, str(priority)))
         base = target.inference_path.rstrip("/")
         return Call(
             principal=principal,
@@ -305,7 +345,7 @@ class _Exchange:
             # (a worker streaming what was not asked as a stream is passed on as it is)
             self._record(answer.status)
             response = _LlmStream(self, answer, charge)
-            self._session_header(response)
+            self._answer_headers(response)
             return response
         watch = StreamWatch(self.path)
         if events:  # /v1/responses asked as a stream, the caller not streaming
@@ -336,7 +376,7 @@ class _Exchange:
         self._record(status)
         response = Response(body, status_code=status)
         response.raw_headers = [*headers, (b"content-length", str(len(body)).encode())]
-        self._session_header(response)
+        self._answer_headers(response)
         return response
 
     async def _read(self, answer: Streamed) -> tuple[bytes, str | None]:

@@ -50,6 +50,8 @@ MODELS = "/v1/models"
 #: the routes of the gateway: path -> method
 ROUTES = {CHAT_COMPLETIONS: "POST", RESPONSES: "POST", EMBEDDINGS: "POST", MODELS: "GET"}
 SESSION_HEADER = "x-multi-turn-session-id"
+#: reserved to the gateway: a caller's is refused (NVCF's priority guard)
+PRIORITY_HEADER = "x-priority"
 #: NVCF's bound of a session key (prompt_cache_key or the header), in bytes
 MAX_SESSION_KEY = 256
 #: how many leading messages (or input items) make a conversation's opening
@@ -167,6 +169,21 @@ def check_target(function_type: str, models: Any, ref: ModelRef, path: str) -> d
             code="unsupported_endpoint",
         )
     return config
+
+
+def priority_of(invocation_config: Any, account: str) -> int | None:
+    """The priority of `account`'s requests (`llmInvocationConfig.priority`: its
+    `perAccountPriority` entry, else `defaultPriority`; None when neither is set). Lower is
+    served first, 0 first of all (NVCF's `PriorityDto`)."""
+    config = invocation_config if isinstance(invocation_config, dict) else {}
+    priority = config.get("priority")
+    if not isinstance(priority, dict):
+        return None
+    per_account = priority.get("perAccountPriority")
+    value = per_account.get(account) if isinstance(per_account, dict) else None
+    if value is None:
+        value = priority.get("defaultPriority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 #: NVCF's deprecated names and the algorithms they stand for

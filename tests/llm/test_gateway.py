@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -280,6 +281,43 @@ async def test_a_token_rate_limit_refuses_the_request_that_would_exceed_it(
         == 2
     )
     assert sample(metrics, "nvcf_llm_time_to_first_token_seconds_count", model="m") == 1
+
+
+async def test_answers_that_count_tokens_carry_nvcfs_rate_limit_headers(app: AppClient) -> None:
+    limited = {
+        **LLM_FN,
+        "models": [
+            {"name": "m", "llmConfig": {"uris": URIS, "tokenRateLimit": "5000-H,40-M"}},
+            {"name": "free", "llmConfig": {"uris": URIS}},
+        ],
+    }
+    fn = await deployed(app, **limited)
+    ask = [{"role": "user", "content": "short"}]
+    async with serving(app) as base, async_client(base) as client:
+        model = f"{fn['id']}/m"
+        whole = await client.chat.completions.with_raw_response.create(
+            model=model, messages=ask, max_tokens=30
+        )
+        streamed = await client.chat.completions.with_raw_response.create(
+            model=model, messages=ask, max_tokens=3, stream=True
+        )
+        with pytest.raises(openai.RateLimitError) as refused:
+            await client.chat.completions.create(model=model, messages=ask, max_tokens=100)
+        free = await client.chat.completions.with_raw_response.create(
+            model=f"{fn['id']}/free", messages=ask
+        )
+    # the minute's window (the shortest) as of the charge: 40 - (3 + 30); the next one's
+    # after the worker's usage gave most of that back
+    assert whole.headers["x-ratelimit-remaining-tokens"] == "7"
+    assert int(streamed.headers["x-ratelimit-remaining-tokens"]) > 7
+    for headers in (whole.headers, streamed.headers):
+        assert headers["x-ratelimit-limit-tokens"] == "40"
+        assert re.fullmatch(r"(\d+ms|\d+(\.\d+)?s|1m0s)", headers["x-ratelimit-reset-tokens"])
+        assert headers["x-should-retry"] == "false"
+    headers = refused.value.response.headers
+    assert headers["x-ratelimit-limit-tokens"] == "40"
+    assert headers["x-should-retry"] == "true" and int(headers["retry-after"]) <= 60
+    assert "x-ratelimit-limit-tokens" not in free.headers  # nothing counted
 
 
 async def test_a_model_the_caller_cannot_see_is_not_found(app: AppClient) -> None:

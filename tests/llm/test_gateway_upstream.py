@@ -151,3 +151,33 @@ async def test_d24_a_usage_the_one_parser_refuses_is_not_counted_and_cuts_nothin
                 model=model, messages=ASK, extra_body={"x_status": 400, "x_raw": raw}
             )
         assert refused.value.status_code == 400
+
+
+async def test_the_worker_gets_nvcfs_fixed_headers_and_the_resolved_priority(
+    client_factory: ClientFactory, tmp_path: Path, worker: OpenAIWorker
+) -> None:
+    app = await invocation_app(client_factory, tmp_path, upstream=worker.url)
+    priority = {"priority": {"defaultPriority": 7, "perAccountPriority": {"other": 1}}}
+    fn = await deployed(app, **LLM_FN, llmInvocationConfig=priority)
+    model = f"{fn['id']}/served-model"
+    mine = {"x-cache-affinity-key": "chosen-by-me", "x-custom": "1", "x-routing-key": "forged"}
+    async with gateway(app) as client:
+        await client.chat.completions.create(
+            model=model, messages=ASK, prompt_cache_key="conv-1", extra_headers=mine
+        )
+        sent = {k.lower(): v for k, v in worker.requests[-1].headers.items()}
+        assert len(sent["x-cache-affinity-key"]) == 64  # the gateway's hash, not the caller's
+        assert "x-custom" not in sent and "authorization" not in sent
+        assert (sent["x-routing-key"], sent["x-model"]) == (fn["id"], "served-model")
+        assert sent["x-priority"] == "7"  # the default: the caller's account has no override
+        assert sent["x-routing-method"] == "power-of-two"
+        assert int(sent["x-token-estimate"]) >= int(sent["x-input-tokens"]) > 0
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.chat.completions.create(
+                model=model, messages=ASK, extra_headers={"X-Priority": "0"}
+            )
+        assert "X-Priority is a reserved header" in str(refused.value.body)
+    count = len(worker.requests)
+    body = {"model": model, "input": "x"}
+    resp = await app.post("/v2/nvcf/llm/v1/embeddings", json=body, headers={"x-priority": ""})
+    assert resp.status_code == 400 and len(worker.requests) == count  # present, even empty

@@ -7,11 +7,12 @@ prefix — inside the request-context middleware (request ids, metrics, the acce
 
 A POST runs as any invocation does: authenticated (an API key or invocation token with
 `invoke_function`), the body checked (schemas.py), the function resolved and checked as an LLM
-function whose model declares the path (routing.check_target, again by the engine on the
-version it admits), the model's token rate limit charged (tokens.py), then `Engine.invoke`
-with the body's `model` rewritten, at `<inferenceUrl><path>` — admission, shared functions,
-the function's rate limit, the queue, concurrency, metrics and the autoscaler signal are the
-engine's; the instance the request prefers (its session's, or its model's routing method's:
+function (routing.check_target, again by the engine on the version it admits; a model or path
+it does not declare passes and is logged unless NVCF_LLM_MODEL_ALLOWLIST refuses it), the
+model's token rate limit charged (tokens.py), then `Engine.invoke` with the body's `model`
+rewritten, at `<inferenceUrl><path>` — admission, shared functions, the function's rate limit,
+the queue, concurrency, metrics and the autoscaler signal are the engine's; the instance the
+request prefers (its session's, or its model's routing method's:
 routing.preference) is handed to the engine's dispatcher. The answer:
 
 - `stream: true`: the worker's events relayed as they arrive (`[DONE]` included), watched for
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -68,11 +70,14 @@ from service.llm.routing import (
     route_path,
     routing_method,
     session_of,
+    undeclared,
 )
 from service.llm.schemas import ParsedRequest, parse_request
 from service.llm.service import list_models
 from service.llm.sse import StreamWatch, collect_terminal, usage_of
 from service.llm.tokens import Charge, TokenLimiter, estimate, input_estimate
+
+log = logging.getLogger("nvcf.llm")
 
 #: what an LLM request's body may be before it is even read: the entry checks its own limit
 UNBOUNDED = 1 << 62
@@ -90,6 +95,8 @@ class Gateway:
     max_body: int
     tokens: TokenLimiter
     metrics: LlmMetrics
+    #: refuse a model or path the function does not declare (NVCF_LLM_MODEL_ALLOWLIST)
+    allowlist: bool = False
     turns: RoundRobin = field(default_factory=RoundRobin)
 
     def claims(self, scope: Scope) -> str | None:
@@ -241,7 +248,13 @@ class _Exchange:
                     code="model_not_available",
                 ) from None
             raise
-        config = check_target(target.function_type, target.models, ref, self.path)
+        enforce = self.gateway.allowlist
+        config = check_target(target.function_type, target.models, ref, self.path, enforce=enforce)
+        passed = undeclared(target.models, ref, self.path)
+        if passed is not None:
+            log.warning(
+                "LLM request passed through although %s (function %s)", passed, ref.function_id
+            )
         given = input_estimate(self.path, parsed.body)
         tokens = estimate(self.path, parsed.body, given)
         # labelled by function and model only once they are known to exist (a made-up model
@@ -294,7 +307,9 @@ class _Exchange:
         ref, path = parsed.ref, self.path
 
         def check(resolved: Target) -> None:
-            check_target(resolved.function_type, resolved.models, ref, path)
+            check_target(
+                resolved.function_type, resolved.models, ref, path, enforce=self.gateway.allowlist
+            )
 
         # NVCF's gateway builds the worker's headers from a fixed set: nothing of the caller's
         # (an `x-cache-affinity-key` of its own, a credential) reaches the worker

@@ -150,25 +150,48 @@ def llm_config_of(models: Any, name: str) -> dict[str, Any] | None:
     return None
 
 
-def check_target(function_type: str, models: Any, ref: ModelRef, path: str) -> dict[str, Any]:
-    """The routed model's `llmConfig`, or OpenAI's error: 404 for a function that is not an
-    LLM function or has no such model, 404 for a path the model does not declare."""
+def _declared_uri(uri: object) -> str:
+    """A declared uri as NVCF's gateway matches it: surrounding space, trailing slashes and
+    letter case ignored, a missing leading slash added."""
+    text = str(uri).strip().rstrip("/")
+    return "/" + text.removeprefix("/").lower() if text else ""
+
+
+def undeclared(models: Any, ref: ModelRef, path: str) -> str | None:
+    """What the function does not declare of a request (its model, or the path among the
+    model's `uris`), in words; None when both are declared."""
+    config = llm_config_of(models, ref.name)
+    if config is None:
+        return f"the function declares no model '{ref.name}'"
+    uris = config.get("uris") or []
+    if path.lower() not in {_declared_uri(u) for u in uris}:
+        return f"the model '{ref.name}' does not declare {path} in llmConfig.uris"
+    return None
+
+
+def check_target(
+    function_type: str, models: Any, ref: ModelRef, path: str, *, enforce: bool
+) -> dict[str, Any]:
+    """The routed model's `llmConfig` (empty for a model the function does not declare), or
+    OpenAI's error: 404 for a function that is not an LLM function. With `enforce` (the
+    allow-list setting, NVCF's MODEL_URI_ALLOWLIST_ENABLED) also 404 for a model the function
+    does not declare and NVCF's 400 for a path its `uris` do not list; without, both pass
+    (the gateway logs them)."""
     if function_type != "LLM":
         raise model_not_found(
             ref.id, f"Function {ref.function_id} is not an LLM function (functionType LLM)."
         )
     config = llm_config_of(models, ref.name)
-    if config is None:
+    if enforce and config is None:
         raise model_not_found(ref.id, f"Function {ref.function_id} has no model '{ref.name}'.")
-    uris = config.get("uris") or []
-    if path not in uris:
+    if enforce and undeclared(models, ref, path) is not None:
         raise OpenAIError(
-            404,
-            f"The model `{ref.id}` does not serve {path}; it declares {', '.join(uris)}.",
+            400,
+            f'model "{ref.name}" does not support {path}',
             param="model",
             code="unsupported_endpoint",
         )
-    return config
+    return config or {}
 
 
 def priority_of(invocation_config: Any, account: str) -> int | None:

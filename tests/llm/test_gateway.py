@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import re
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -145,7 +146,7 @@ async def test_errors_are_openais_and_the_client_raises_its_own_types(app: AppCl
         stack.push_async_callback(client.close)
         ask = {"messages": [{"role": "user", "content": "hi"}]}
         with pytest.raises(openai.NotFoundError) as missing:
-            await client.chat.completions.create(model=f"{fn['id']}/ghost", **ask)
+            await client.chat.completions.create(model=f"{uuid.uuid4()}/tiny/chat", **ask)
         assert missing.value.code == "model_not_found"
         with pytest.raises(openai.BadRequestError) as unprefixed:
             await client.chat.completions.create(model="gpt-4o", **ask)
@@ -153,9 +154,6 @@ async def test_errors_are_openais_and_the_client_raises_its_own_types(app: AppCl
         with pytest.raises(openai.NotFoundError) as not_llm:
             await client.chat.completions.create(model=f"{plain['id']}/m", **ask)
         assert "not an LLM function" in not_llm.value.message
-        with pytest.raises(openai.NotFoundError) as undeclared:
-            await client.chat.completions.create(model=f"{fn['id']}/embed-only", **ask)
-        assert undeclared.value.code == "unsupported_endpoint"
         with pytest.raises(openai.BadRequestError) as bad:
             await client.chat.completions.create(model=f"{fn['id']}/tiny/chat", messages=[])
         assert bad.value.param == "messages"
@@ -216,7 +214,7 @@ async def test_every_answer_is_one_the_openapi_document_declares(app: AppClient)
             {**chat, "stream": True, "model": f"{fn['id']}/tiny/chat"},
             {},
         ),
-        ("POST", "/v1/chat/completions", {"model": f"{fn['id']}/ghost", **chat}, {}),
+        ("POST", "/v1/chat/completions", {"model": f"{uuid.uuid4()}/ghost", **chat}, {}),
         ("POST", "/v1/chat/completions", {"model": f"{fn['id']}/tiny/chat"}, {}),
         (
             "POST",
@@ -346,6 +344,34 @@ async def test_d25_a_trailing_slash_names_the_same_route(app: AppClient) -> None
     assert refused.status_code == 405 and refused.json()["error"]["code"] == "method_not_allowed"
 
 
+async def test_an_undeclared_model_or_path_passes_unless_the_allowlist_refuses_it(
+    client_factory: ClientFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ask = {"messages": [{"role": "user", "content": "hi"}]}
+    for allowlist in (False, True):
+        folder = tmp_path / str(allowlist)
+        folder.mkdir()
+        app = await invocation_app(client_factory, folder, llm_model_allowlist=allowlist)
+        fn = await deployed(app, **LLM_FN)
+        async with serving(app) as base, async_client(base) as client:
+            if not allowlist:  # NVCF's default: through to the worker, and logged
+                for model in ("embed-only", "ghost"):
+                    answer = await client.chat.completions.create(
+                        model=f"{fn['id']}/{model}", **ask
+                    )
+                    assert answer.choices[0].message.content == "Echo: hi"
+                assert "does not declare /v1/chat/completions" in caplog.text
+                assert "declares no model 'ghost'" in caplog.text
+                continue
+            with pytest.raises(openai.BadRequestError) as path:
+                await client.chat.completions.create(model=f"{fn['id']}/embed-only", **ask)
+            assert path.value.code == "unsupported_endpoint"
+            assert 'model "embed-only" does not support /v1/chat/completions' in path.value.message
+            with pytest.raises(openai.NotFoundError) as model:
+                await client.chat.completions.create(model=f"{fn['id']}/ghost", **ask)
+            assert model.value.code == "model_not_found"
+
+
 async def test_errors_read_the_same_by_openais_client_and_by_nvcfs_shape(app: AppClient) -> None:
     fn = await deployed(app, **LLM_FN)
     bad = {"model": f"{fn['id']}/tiny/chat", "messages": []}
@@ -440,4 +466,4 @@ def test_the_openai_client_against_the_real_server_process(tmp_path: Path) -> No
             text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
             assert text == "Echo: from another process"
             with pytest.raises(openai.NotFoundError):
-                client.embeddings.create(model=f"{created['id']}/nope", input="x")
+                client.embeddings.create(model=f"{uuid.uuid4()}/nope", input="x")

@@ -342,6 +342,7 @@ class _Exchange:
             worker_headers=worker_headers,
             check=check,
             prefer=prefer,
+            priority=priority,
         )
 
     async def _respond(

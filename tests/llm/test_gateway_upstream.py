@@ -5,7 +5,9 @@ stream mid-way freeing the instance's slot."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import pytest
 
 from service.core.server import ConnectionLimits
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
+from tests.support.e2e import V, eventually
 from tests.support.invocation import deployed, invocation_app, spec
 from tests.support.openai_worker import OpenAIWorker
 from tests.support.server import in_loop_server
@@ -181,3 +184,41 @@ async def test_the_worker_gets_nvcfs_fixed_headers_and_the_resolved_priority(
     body = {"model": model, "input": "x"}
     resp = await app.post("/v2/nvcf/llm/v1/embeddings", json=body, headers={"x-priority": ""})
     assert resp.status_code == 400 and len(worker.requests) == count  # present, even empty
+
+
+async def test_a_waiting_request_of_a_lower_priority_value_is_served_first(
+    client_factory: ClientFactory, tmp_path: Path, worker: OpenAIWorker
+) -> None:
+    app = await invocation_app(
+        client_factory,
+        tmp_path,
+        upstream=worker.url,
+        invoke_queue_timeout_seconds=30,
+        invoke_route_cache_seconds=0,
+    )
+    config = {"priority": {"defaultPriority": 7}}
+    fn = await deployed(
+        app, **LLM_FN, llmInvocationConfig=config, specs=[spec(maxRequestConcurrency=1)]
+    )
+    model = f"{fn['id']}/served-model"
+    dispatcher = app.app.state.invocation.dispatcher
+    vid = uuid.UUID(fn["versionId"])
+
+    async def depth(n: int) -> bool:
+        return bool(dispatcher.depth_now(vid) == n)
+
+    worker.gate()
+    async with gateway(app) as client:
+        holder = await client.chat.completions.create(model=model, messages=ASK, stream=True)
+        await anext(aiter(holder))  # the one slot is taken
+        later = asyncio.ensure_future(client.embeddings.create(model=model, input="priority 7"))
+        await eventually(lambda: depth(1))
+        update = {"llmInvocationConfig": {"priority": {"defaultPriority": 0}}}
+        resp = await app.put(f"{V}/functions/{fn['id']}/versions/{fn['versionId']}", json=update)
+        assert resp.status_code == 200, resp.text
+        first = asyncio.ensure_future(client.embeddings.create(model=model, input="priority 0"))
+        await eventually(lambda: depth(2))
+        await holder.close()  # the slot is free: the lower value takes it, then the other
+        await asyncio.gather(first, later)
+    inputs = [r.body["input"] for r in worker.requests if r.path.endswith("/embeddings")]
+    assert inputs == ["priority 0", "priority 7"]

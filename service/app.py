@@ -420,6 +420,7 @@ def create_app(
             max_body=settings.invoke_max_body_bytes,
             tokens=TokenLimiter(settings.redis_url),
             metrics=LlmMetrics(telemetry.metrics.registry),
+            allowlist=settings.llm_model_allowlist,
         )
     install_problem_handlers(app)
 

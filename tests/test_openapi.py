@@ -71,7 +71,7 @@ def test_the_llm_gateways_routes_are_documented_with_openai_errors() -> None:
     }
     assert documented == {(method, path) for path, method in ROUTES.items()}
     schemas = doc["components"]["schemas"]
-    assert schemas["OpenAIError"]["required"] == ["error"]
+    assert schemas["OpenAIError"]["required"] == ["error", "message"]
     for path, kind in REQUESTS.items():
         op = doc["paths"][PREFIX + path]["post"]
         ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]

@@ -32,6 +32,7 @@ import anyio
 from service.assets.models import Asset
 from service.assets.storage import MissingObject, ObjectStore
 from service.core.errors import FieldError, ServiceUnavailable, ValidationFailed
+from service.core.http import NotJson, RefusedJson, load_json
 
 log = logging.getLogger("nvcf.assets")
 
@@ -416,8 +417,8 @@ def parse_progress(raw: bytes, request_id: uuid.UUID) -> Progress | None:
     if len(raw) > PROGRESS_MAX_BYTES:
         return None
     try:
-        data = json.loads(raw)
-    except ValueError:
+        data = load_json(raw)
+    except (NotJson, RefusedJson):
         return None
     if not isinstance(data, dict) or str(data.get("id", "")).lower() != str(request_id):
         return None

@@ -118,6 +118,44 @@ def query_errors(query_string: bytes) -> list[FieldError]:
     return errors
 
 
+class NotJson(ValueError):
+    """Text that is not JSON at all (its syntax, or its encoding)."""
+
+
+class RefusedJson(ValueError):
+    """JSON this service refuses to read: a non-finite number, an integer past Python's
+    digit limit, nesting deeper than MAX_JSON_DEPTH, text with a NUL or a lone surrogate;
+    every problem as a field error."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        super().__init__("; ".join(f"{e.field} {e.message}" for e in errors))
+        self.errors = errors
+
+
+def load_json(raw: bytes | str, root: str = "body") -> Any:
+    """The one way JSON is read, whoever sent it (a caller's body, a worker's answer):
+    `NotJson` when it does not parse, `RefusedJson` when it does but holds what no answer
+    can carry on (nothing read past it can fail to be encoded again)."""
+    try:
+        value = parse_json_text(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise NotJson(str(exc)) from None
+    except _Unreadable as exc:
+        raise RefusedJson([FieldError(root, f"is not valid JSON: {exc}")]) from None
+    except ValueError:  # Python's limit on the digits of an integer
+        raise RefusedJson(
+            [FieldError(root, "is not valid JSON: an integer has more than 4300 digits")]
+        ) from None
+    except RecursionError:
+        raise RefusedJson(
+            [FieldError(root, f"is nested more than {MAX_JSON_DEPTH} levels deep")]
+        ) from None
+    errors = json_errors(value, root=root)
+    if errors:
+        raise RefusedJson(errors)
+    return value
+
+
 async def read_json(request: Request) -> Any:
     """The request body as JSON: 415 unless the content type is JSON, 400 when it does not
     parse, nests too deeply, or holds text no field may hold (NUL, lone surrogates) — once
@@ -134,21 +172,11 @@ async def read_json(request: Request) -> Any:
     if not raw.strip():
         raise ValidationFailed.of([FieldError("body", "a JSON body is required")])
     try:
-        body = parse_json_text(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError, _Unreadable) as exc:
+        return load_json(raw)
+    except NotJson as exc:
         raise ValidationFailed.of([FieldError("body", f"is not valid JSON: {exc}")]) from None
-    except ValueError:  # Python's limit on the digits of an integer
-        raise ValidationFailed.of(
-            [FieldError("body", "is not valid JSON: an integer has more than 4300 digits")]
-        ) from None
-    except RecursionError:
-        raise ValidationFailed.of(
-            [FieldError("body", f"is nested more than {MAX_JSON_DEPTH} levels deep")]
-        ) from None
-    errors = json_errors(body)
-    if errors:
-        raise ValidationFailed.of(errors)
-    return body
+    except RefusedJson as exc:
+        raise ValidationFailed.of(exc.errors) from None
 
 
 def parse_uuid(value: str, name: str) -> uuid.UUID:

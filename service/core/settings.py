@@ -479,6 +479,13 @@ class Settings(BaseSettings):
     invoke_max_body_bytes: int = Field(
         default=5 * 1024 * 1024, gt=0, description="Largest invocation request body, in bytes."
     )
+    llm_model_allowlist: bool = Field(
+        default=False,
+        description="LLM gateway: refuse a request whose model the function does not declare "
+        "(404) or whose path the model's `llmConfig.uris` do not list (400). Off (NVCF's "
+        "default, its MODEL_URI_ALLOWLIST_ENABLED): such requests reach the worker and are "
+        "logged.",
+    )
     invoke_result_max_bytes: int = Field(
         default=5 * 1024 * 1024,
         gt=0,

@@ -18,6 +18,9 @@ CHAT_COMPLETIONS = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
 EMBEDDINGS = "/v1/embeddings"
 LLM_URIS = (CHAT_COMPLETIONS, RESPONSES, EMBEDDINGS)
+#: bounds of `llmConfig.uris` (NVCF takes any non-empty list; these bound what is stored)
+MAX_URIS = 64
+MAX_URI = 256
 
 #: the request router's algorithms (NVCF's list), canonical spelling
 ROUTING_METHODS = (

@@ -364,6 +364,7 @@ _INVOCATION_COLUMNS = (
     FunctionVersion.function_type,
     FunctionVersion.models,
     FunctionVersion.tags,
+    FunctionVersion.llm_invocation_config,
 )
 
 

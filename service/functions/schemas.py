@@ -38,6 +38,8 @@ from service.functions.llm_config import (
     MAX_ROUTING_METHOD,
     MAX_TOKEN_RATE,
     MAX_TOKENIZER,
+    MAX_URI,
+    MAX_URIS,
     routing_method_error,
     token_rate_error,
 )
@@ -359,18 +361,6 @@ class ArtifactIn(RequestModel):
     shape: ClassVar[str] = "with name, version and uri"
 
 
-def _llm_uris(value: list[str]) -> tuple[list[str], list[str]]:
-    messages = [
-        f"'{u}' is not an LLM path; each must be one of {', '.join(LLM_URIS)}"
-        for u in value
-        if u not in LLM_URIS
-    ]
-    repeated = sorted({u for u in value if value.count(u) > 1})
-    if repeated:
-        messages.append(f"lists {', '.join(repeated)} more than once")
-    return value, messages
-
-
 TokenRateLimit = Annotated[
     str,
     Expect((str,), "must be a string such as '1000-S,5000-M'"),
@@ -393,12 +383,14 @@ class LlmConfigIn(RequestModel):
     """NVCF's `LlmConfigDto`, checked as its `LlmConfigValidator` does."""
 
     uris: Annotated[
-        list[Annotated[str, Field(max_length=64)]],
+        list[Annotated[str, Field(min_length=1, max_length=MAX_URI)]],
         Expect((list,), "must be a non-empty list of OpenAI-compatible paths"),
         Field(min_length=1),
-        MaxItems(len(LLM_URIS)),
-        Rules(_llm_uris, {"items": {"enum": list(LLM_URIS)}, "uniqueItems": True}),
-    ] = Field(description="the OpenAI-compatible paths the model serves")
+        MaxItems(MAX_URIS),
+    ] = Field(
+        description="the OpenAI-compatible paths the model serves, such as "
+        f"{', '.join(LLM_URIS)} (any non-empty list, as NVCF)"
+    )
     token_rate_limit: TokenRateLimit | None = Field(default=None, description=RATE_LIMIT_DOC)
     tokenizer: Annotated[str, Field(max_length=MAX_TOKENIZER)] | None = None
     routing_method: RoutingMethod | None = Field(default=None, description=ROUTING_DOC)

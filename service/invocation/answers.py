@@ -23,6 +23,7 @@ from service.core.errors import (
     GatewayTimeout,
     ServiceUnavailable,
 )
+from service.core.http import NotJson, RefusedJson, load_json
 from service.core.problem import PROBLEM, problem_body
 from service.core.server import cut_response
 from service.invocation.store import Outcome
@@ -146,11 +147,13 @@ def large_result_url(outcome: Outcome | None) -> str | None:
 
 
 def _worker_json(body: bytes) -> Any:
+    """The worker's body as exec's `response`: its JSON, else its text; `RefusedJson` for
+    JSON that cannot be encoded again (NaN, nesting past the bound, a lone surrogate…)."""
     if not body:
         return None
     try:
-        return json.loads(body)
-    except ValueError:
+        return load_json(body, root="response")
+    except NotJson:
         return body.decode("utf-8", errors="replace")
 
 
@@ -167,12 +170,18 @@ async def send_exec(
     the worker's progress when it reports one; 200 with `responseReference`, the signed URL,
     for a large result)."""
     content: dict[str, Any] = {"reqId": str(request_id)}
+    worker: Any = None
+    if outcome is not None and outcome.error is None:
+        try:
+            worker = _worker_json(outcome.body)
+        except RefusedJson as exc:
+            outcome = Outcome.failure(502, f"the worker's answer cannot be relayed: {exc}")
     location = large_result_url(outcome)
     if outcome is None:
         status, content["status"] = 202, word
         if progress is not None:
             content["percentComplete"] = progress.percent
-            content["response"] = _worker_json(progress.partial)
+            content["response"] = _worker_json(progress.partial)  # load_json's already
     elif location is not None:
         status = 200
         content.update(status=FULFILLED, percentComplete=100, responseReference=location)
@@ -189,7 +198,6 @@ async def send_exec(
             content["percentComplete"] = 100
         else:
             content["errorCode"] = outcome.status
-        worker = _worker_json(outcome.body)
         if worker is not None:
             content["response"] = worker
     body = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))

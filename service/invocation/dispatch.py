@@ -4,10 +4,12 @@ Each Running instance takes at most its spec's `maxRequestConcurrency` requests 
 request goes to the first of the instances it prefers (an entry's choice: the LLM gateway's
 session or routing method) that has room, else to the instance with the fewest in flight
 (ties in turn). When every instance is
-full (or the version has none Running yet) the request waits in its version's FIFO queue, at
-most `NVCF_INVOKE_QUEUE_MAX` long (one more is a 429), and takes the first instance that frees
-up. A request retried after a refused connection goes to the head of the queue and never back
-to the instance that refused it.
+full (or the version has none Running yet) the request waits in its version's queue, at most
+`NVCF_INVOKE_QUEUE_MAX` long (one more is a 429), and takes the first instance that frees up.
+The queue is ordered by priority (an LLM function's `llmInvocationConfig.priority`, lower
+first, as NVCF; a request without one after every one with one), first come first served
+within a priority. A request retried after a refused connection goes to the head of the
+queue and never back to the instance that refused it.
 
 `LocalDispatcher` keeps queues and counts in this process; `RedisDispatcher`
 (dispatch_redis.py) shares them between replicas. Both hand out `Ticket`s.
@@ -20,7 +22,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from service.core.errors import TooManyRequests
 from service.invocation.routing import InstanceRoute, Target
@@ -31,6 +33,34 @@ LoadListener = Callable[[Target, int, int], None]
 
 #: no instance excluded
 _NONE: frozenset[uuid.UUID] = frozenset()
+#: the rank of a request without a priority: after every one with one (priorities from it up
+#: share it: the Redis queue's score holds a rank below 2**20 beside the arrival order)
+UNRANKED = (1 << 20) - 1
+
+
+def rank_of(priority: int | None) -> int:
+    """Where a request of `priority` waits: lower ranks first."""
+    return UNRANKED if priority is None else min(max(priority, 0), UNRANKED)
+
+
+class Ranked(Protocol):
+    @property
+    def rank(self) -> int: ...
+
+
+W = TypeVar("W", bound=Ranked)
+
+
+def queue_up(waiting: deque[W], waiter: W, *, front: bool) -> None:
+    """Put `waiter` in its place: the head when `front` (a retry), else after every waiter
+    of its rank or a lower one."""
+    if front:
+        waiting.appendleft(waiter)
+        return
+    index = len(waiting)
+    while index and waiting[index - 1].rank > waiter.rank:
+        index -= 1
+    waiting.insert(index, waiter)
 
 
 class QueueTimeout(Exception):
@@ -66,9 +96,11 @@ class Dispatcher(Protocol):
         exclude: Iterable[uuid.UUID] = (),
         front: bool = False,
         prefer: Sequence[uuid.UUID] = (),
+        priority: int | None = None,
     ) -> Ticket:
         """Claim an instance for a request (the first of `prefer` with room, else the least
-        loaded); `TooManyRequests` when the queue is full."""
+        loaded), waiting in the queue by `priority`; `TooManyRequests` when the queue is
+        full."""
         ...
 
     async def release(self, target: Target, instance_id: uuid.UUID, request_id: uuid.UUID) -> None:
@@ -117,6 +149,7 @@ class _Waiter:
     exclude: frozenset[uuid.UUID]
     future: asyncio.Future[InstanceRoute]
     prefer: Sequence[uuid.UUID] = ()
+    rank: int = UNRANKED
 
 
 @dataclass(eq=False)
@@ -193,6 +226,7 @@ class LocalDispatcher:
         exclude: Iterable[uuid.UUID] = (),
         front: bool = False,
         prefer: Sequence[uuid.UUID] = (),
+        priority: int | None = None,
     ) -> Ticket:
         lane = self._lane(target)
         excluded = frozenset(exclude)
@@ -204,11 +238,8 @@ class LocalDispatcher:
         if not front and len(lane.waiting) >= self.queue_max:
             raise queue_full(target, self.queue_max)
         future = asyncio.get_running_loop().create_future()
-        waiter = _Waiter(request_id, excluded, future, prefer)
-        if front:
-            lane.waiting.appendleft(waiter)
-        else:
-            lane.waiting.append(waiter)
+        waiter = _Waiter(request_id, excluded, future, prefer, rank_of(priority))
+        queue_up(lane.waiting, waiter, front=front)
         self._changed(lane)
         return _LocalTicket(self, waiter, None, lane)
 
@@ -338,7 +369,7 @@ class LocalDispatcher:
                 self._lanes.pop(version, None)
 
     def _drain(self, lane: _Lane) -> None:
-        """Give free slots to waiting requests, first come first served."""
+        """Give free slots to waiting requests in their order (priority, then arrival)."""
         while lane.waiting:
             for waiter in lane.waiting:
                 instance = self._pick(lane, waiter.exclude, waiter.prefer)

@@ -3,9 +3,10 @@
 
 Keys (prefix `nvcf:inv:`):
 
-- `q:<version>` — the version's queue: a sorted set of request ids by arrival (a retry goes
-  first with a negative score); `w:<request>` marks a waiter as alive (value: its version,
-  expiring unless its replica renews it), so the queue never waits for a dead replica's entry;
+- `q:<version>` — the version's queue: a sorted set of request ids scored by rank
+  (dispatch.rank_of: the priority) times 2**32 plus arrival (a retry goes first with a
+  negative score); `w:<request>` marks a waiter as alive (value: its version, expiring unless
+  its replica renews it), so the queue never waits for a dead replica's entry;
 - `f:<instance>` — the requests in flight on an instance: a sorted set scored by lease expiry,
   renewed by the replica running them; an expired entry (its replica died) frees the slot.
 
@@ -35,7 +36,15 @@ from redis.exceptions import RedisError
 
 from service.core.errors import ServiceUnavailable
 from service.core.loops import LoopService
-from service.invocation.dispatch import LoadListener, QueueTimeout, Ticket, queue_full
+from service.invocation.dispatch import (
+    UNRANKED,
+    LoadListener,
+    QueueTimeout,
+    Ticket,
+    queue_full,
+    queue_up,
+    rank_of,
+)
 from service.invocation.redis_batch import Script, ScriptBatch
 from service.invocation.routing import InstanceRoute, Target
 
@@ -94,15 +103,16 @@ local function pick(excl, insts, pref)
 end
 """
 
-# KEYS[1] queue; ARGV: request, version, marker ms, lease ms, queue max, front, exclusions,
-# instances, preferred instances
+# KEYS[1] queue; ARGV: request, version, marker ms, lease ms, queue max, front, rank,
+# exclusions, instances, preferred instances
 ENQUEUE = (
     _COMMON
     + """
 local q, req, version = KEYS[1], ARGV[1], ARGV[2]
 local marker, lease, qmax, front = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
   ARGV[6] == '1'
-local excl, insts, pref = parse(7)
+local rank = tonumber(ARGV[7])
+local excl, insts, pref = parse(8)
 local head = clean_head(q)
 if head == nil or front then
   local best = pick(excl, insts, pref)
@@ -113,8 +123,9 @@ if head == nil or front then
 end
 if (not front) and redis.call('ZCARD', q) >= qmax then return {'full'} end
 local seq = redis.call('INCR', P .. 'seq')
-if front then seq = -seq end
-redis.call('ZADD', q, seq, req)
+local score = rank * 4294967296 + (seq % 4294967296)
+if front then score = -seq end
+redis.call('ZADD', q, score, req)
 redis.call('SET', P .. 'w:' .. req, version, 'PX', marker)
 return {'queued'}
 """
@@ -170,6 +181,7 @@ class _Waiter:
     exclude: frozenset[uuid.UUID]
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     prefer: Sequence[uuid.UUID] = ()
+    rank: int = UNRANKED
 
 
 class _RedisTicket:
@@ -284,8 +296,10 @@ class RedisDispatcher:
         exclude: Iterable[uuid.UUID] = (),
         front: bool = False,
         prefer: Sequence[uuid.UUID] = (),
+        priority: int | None = None,
     ) -> Ticket:
         excluded = frozenset(exclude)
+        rank = rank_of(priority)
         try:
             result = await self._batch.call(
                 _ENQUEUE,
@@ -297,6 +311,7 @@ class RedisDispatcher:
                     str(self._lease_ms),
                     str(self.queue_max),
                     "1" if front else "0",
+                    str(rank),
                     *_instances(target, excluded, prefer),
                 ],
             )
@@ -310,12 +325,8 @@ class RedisDispatcher:
         if kind == "granted":
             instance = self._granted(request_id, target, _text(result[1]))
             return _RedisTicket(self, request_id, target, None, instance)
-        waiter = _Waiter(request_id, target, excluded, prefer=prefer)
-        lane = self._waiting.setdefault(target.version_id, deque())
-        if front:
-            lane.appendleft(waiter)
-        else:
-            lane.append(waiter)
+        waiter = _Waiter(request_id, target, excluded, prefer=prefer, rank=rank)
+        queue_up(self._waiting.setdefault(target.version_id, deque()), waiter, front=front)
         self._changed(target)
         return _RedisTicket(self, request_id, target, waiter, None)
 

@@ -115,6 +115,9 @@ class Call:
     #: instances the entry would have serve the request, best first (the first with a free
     #: slot takes it; none free: the least loaded) — the LLM gateway's sessions
     prefer: Sequence[uuid.UUID] = ()
+    #: where the request waits in the version's queue: lower first, None after every
+    #: priority (the LLM gateway's llmInvocationConfig.priority)
+    priority: int | None = None
     #: input assets (NVCF-INPUT-ASSET-REFERENCES): resolved at admission (400 naming every
     #: bad one), fetched into the request's NVCF-ASSET-DIR before it reaches the worker
     asset_ids: Sequence[uuid.UUID] = ()
@@ -429,7 +432,7 @@ class Engine:
         )
         try:
             run.ticket = await self.dispatcher.enqueue(
-                run.id, target, exclude=exclude, prefer=call.prefer
+                run.id, target, exclude=exclude, prefer=call.prefer, priority=call.priority
             )
         except TooManyRequests:
             self.metrics.outcome(target.fid, target.vid, "queue_full")

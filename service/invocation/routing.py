@@ -105,6 +105,8 @@ class Target:
     #: a gRPC client connection is a session pinned to one instance (NVCF's proxy), unless
     #: the version is tagged `PER_CALL_TAG`
     connection_sessions: bool = True
+    #: the version's stored `llmInvocationConfig` (the LLM gateway's request priority)
+    llm_invocation_config: Any = None
 
     @cached_property
     def fid(self) -> str:
@@ -367,4 +369,5 @@ class RouteTable:
             function_type=row.function_type,
             models=row.models,
             connection_sessions=PER_CALL_TAG not in (row.tags or ()),
+            llm_invocation_config=row.llm_invocation_config,
         )

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ConfigDict, Field
 
 from service.core.errors import BadRequest, FieldError, ValidationFailed
+from service.core.http import NotJson, RefusedJson, load_json
 from service.core.schemas import CamelModel
 from service.invocation.forward import MAX_POLL_SECONDS, MIN_POLL_SECONDS
 
@@ -66,9 +67,11 @@ def parse_exec(raw: bytes) -> tuple[bytes, int | None, list[str]]:
     """The worker body (the JSON of `requestBody`), `pollDurationSeconds` and
     `inputAssetReferences` of an exec body; 400 naming every problem."""
     try:
-        data = json.loads(raw) if raw else None
-    except ValueError as exc:
+        data = load_json(raw) if raw else None
+    except NotJson as exc:
         raise BadRequest(detail=f"the request body is not JSON: {exc}") from None
+    except RefusedJson as exc:
+        raise ValidationFailed.of(exc.errors) from None
     if not isinstance(data, dict):
         raise ValidationFailed.of(
             [FieldError("body", "must be an object with requestBody (and requestHeader)")]

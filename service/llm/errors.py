@@ -1,7 +1,9 @@
 """Errors of the LLM gateway in OpenAI's shape: `{"error": {"message", "type", "param",
 "code"}}` with OpenAI's status codes, because OpenAI clients parse that shape (the `openai`
 package raises `AuthenticationError`, `NotFoundError`, `RateLimitError`… from the status and
-reads `error.message`/`code`/`param`). The rest of the API stays problem+json.
+reads `error.message`/`code`/`param`), and NVCF's top-level `"message"` beside it (NVCF's
+gateway answers `{"message": ...}`), so that clients of either shape read the text. The rest
+of the API stays problem+json.
 
 Every error the gateway can meet is either an `OpenAIError` raised by the gateway itself or a
 `DomainError` of the platform (admission, the engine), translated by `from_domain`.
@@ -71,7 +73,8 @@ class OpenAIError(Exception):
                 "type": self.type or _TYPES.get(self.status, "server_error"),
                 "param": self.param,
                 "code": self.code if self.code is not None else _CODES.get(self.status),
-            }
+            },
+            "message": message,
         }
 
     def response(self, request_id: str | None = None) -> Response:

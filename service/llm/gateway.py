@@ -7,11 +7,12 @@ prefix — inside the request-context middleware (request ids, metrics, the acce
 
 A POST runs as any invocation does: authenticated (an API key or invocation token with
 `invoke_function`), the body checked (schemas.py), the function resolved and checked as an LLM
-function whose model declares the path (routing.check_target, again by the engine on the
-version it admits), the model's token rate limit charged (tokens.py), then `Engine.invoke`
-with the body's `model` rewritten, at `<inferenceUrl><path>` — admission, shared functions,
-the function's rate limit, the queue, concurrency, metrics and the autoscaler signal are the
-engine's; the instance the request prefers (its session's, or its model's routing method's:
+function (routing.check_target, again by the engine on the version it admits; a model or path
+it does not declare passes and is logged unless NVCF_LLM_MODEL_ALLOWLIST refuses it), the
+model's token rate limit charged (tokens.py), then `Engine.invoke` with the body's `model`
+rewritten, at `<inferenceUrl><path>` — admission, shared functions, the function's rate limit,
+the queue, concurrency, metrics and the autoscaler signal are the engine's; the instance the
+request prefers (its session's, or its model's routing method's:
 routing.preference) is handed to the engine's dispatcher. The answer:
 
 - `stream: true`: the worker's events relayed as they arrive (`[DONE]` included), watched for
@@ -33,10 +34,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -46,16 +49,18 @@ from service.auth import scopes
 from service.auth.service import Principal
 from service.backends.worker import WorkerFailed
 from service.core.errors import DomainError
+from service.core.http import NotJson, RefusedJson, load_json
 from service.core.numbers import natural
 from service.functions.llm_config import RESPONSES
 from service.invocation.answers import Attended, relay
 from service.invocation.engine import Call, Finished, Streamed
 from service.invocation.http import Exchange as EntryExchange
 from service.invocation.routing import Target
-from service.llm.errors import OpenAIError, from_domain, model_not_found
+from service.llm.errors import OpenAIError, from_domain, invalid, model_not_found
 from service.llm.metrics import NONE, LlmMetrics
 from service.llm.routing import (
     MODELS,
+    PRIORITY_HEADER,
     ROUTES,
     SESSION_HEADER,
     RoundRobin,
@@ -63,14 +68,19 @@ from service.llm.routing import (
     check_target,
     gateway_path,
     preference,
+    priority_of,
     route_error,
+    route_path,
     routing_method,
     session_of,
+    undeclared,
 )
 from service.llm.schemas import ParsedRequest, parse_request
 from service.llm.service import list_models
 from service.llm.sse import StreamWatch, collect_terminal, usage_of
-from service.llm.tokens import Charge, TokenLimiter, estimate
+from service.llm.tokens import Charge, TokenLimiter, estimate, input_estimate
+
+log = logging.getLogger("nvcf.llm")
 
 #: what an LLM request's body may be before it is even read: the entry checks its own limit
 UNBOUNDED = 1 << 62
@@ -88,6 +98,8 @@ class Gateway:
     max_body: int
     tokens: TokenLimiter
     metrics: LlmMetrics
+    #: refuse a model or path the function does not declare (NVCF_LLM_MODEL_ALLOWLIST)
+    allowlist: bool = False
     turns: RoundRobin = field(default_factory=RoundRobin)
 
     def claims(self, scope: Scope) -> str | None:
@@ -138,6 +150,8 @@ class _Exchange:
     function_id: str = NONE
     model: str = NONE
     session: Session | None = None
+    #: the token rate-limit headers of a charged request (tokens.py)
+    charged: dict[str, str] = field(default_factory=dict)
 
     @property
     def request_id(self) -> str:
@@ -157,20 +171,40 @@ class _Exchange:
     def _error(self, error: OpenAIError) -> Response:
         self._record(error.status)
         response = error.response()
-        self._session_header(response)
+        self._answer_headers(response)
         return response
 
-    def _session_header(self, response: Response) -> None:
+    def _answer_headers(self, response: Response) -> None:
+        """The headers every answer of the gateway carries: the session's, the tokens'."""
         if self.session is not None:
             response.headers[SESSION_HEADER] = self.session.id
+        for name, value in self.counted(response.status_code):
+            if name not in response.headers:
+                response.headers[name] = value
+
+    def counted(self, status: int) -> list[tuple[str, str]]:
+        """The token headers of an answer to a charged request (none when nothing was
+        charged); `X-Should-Retry: false` on a success (a 429 says its own)."""
+        if not self.charged:
+            return []
+        out = list(self.charged.items())
+        if status < 400:
+            out.append(("X-Should-Retry", "false"))
+        return out
 
     async def answer(self) -> Response:
         try:
             refused = route_error(self.path, self.request.method)
             if refused is not None:
                 return self._error(refused)
+            if PRIORITY_HEADER.encode() in (k for k, _ in self.request.scope["headers"]):
+                raise invalid(
+                    "X-Priority is a reserved header and cannot be set by the client",
+                    param=PRIORITY_HEADER,
+                )
+            self.path = route_path(self.path)
             principal = await self.entry.entry.caller(self.entry, scopes.INVOKE_FUNCTION)
-            if self.path.rstrip("/") == MODELS:
+            if self.path == MODELS:
                 return await self._models(principal)
             return await self._invoke(principal)
         except OpenAIError as error:
@@ -217,7 +251,15 @@ class _Exchange:
                     code="model_not_available",
                 ) from None
             raise
-        config = check_target(target.function_type, target.models, ref, self.path)
+        enforce = self.gateway.allowlist
+        config = check_target(target.function_type, target.models, ref, self.path, enforce=enforce)
+        passed = undeclared(target.models, ref, self.path)
+        if passed is not None:
+            log.warning(
+                "LLM request passed through although %s (function %s)", passed, ref.function_id
+            )
+        given = input_estimate(self.path, parsed.body)
+        tokens = estimate(self.path, parsed.body, given)
         # labelled by function and model only once they are known to exist (a made-up model
         # name must not become a metrics series)
         self.function_id, self.model = str(ref.function_id), ref.name
@@ -226,8 +268,10 @@ class _Exchange:
             account=principal.account_id,
             function_id=self.function_id,
             model=ref.name,
-            tokens=estimate(self.path, parsed.body),
+            tokens=tokens,
         )
+        if charge is not None:
+            self.charged = charge.headers
         prefer = preference(
             [i.id for i in target.instances],
             routing_method(config),
@@ -239,7 +283,9 @@ class _Exchange:
         # in a block of its own (`_LlmStream`)
         async with Attended(self.entry.receive, self.entry.send):
             try:
-                answer = await plane.engine.invoke(self._call(principal, parsed, target, prefer))
+                answer = await plane.engine.invoke(
+                    self._call(principal, parsed, target, config, prefer, (given, tokens))
+                )
             except BaseException:
                 if charge is not None:
                     await charge.settle(0)  # never reached a worker: nothing used
@@ -260,22 +306,34 @@ class _Exchange:
         principal: Principal,
         parsed: ParsedRequest,
         target: Target,
+        config: dict[str, Any],
         prefer: tuple[uuid.UUID, ...],
+        estimated: tuple[int, int],
     ) -> Call:
         ref, path = parsed.ref, self.path
 
         def check(resolved: Target) -> None:
-            check_target(resolved.function_type, resolved.models, ref, path)
+            check_target(
+                resolved.function_type, resolved.models, ref, path, enforce=self.gateway.allowlist
+            )
 
-        headers = [
-            (k, v)
-            for k, v in self.request.scope["headers"]
-            if k not in (b"content-type", b"accept-encoding")
+        # NVCF's gateway builds the worker's headers from a fixed set: nothing of the caller's
+        # (an `x-cache-affinity-key` of its own, a credential) reaches the worker
+        accept = b"text/event-stream" if parsed.stream or path == RESPONSES else b"application/json"
+        headers = [*_JSON, (b"accept", accept)]
+        worker_headers = [
+            ("x-request-id", self.request_id),
+            ("x-routing-key", str(ref.function_id)),
+            ("x-routing-method", routing_method(config)),
+            ("x-model", ref.name),
+            ("x-input-tokens", str(estimated[0])),
+            ("x-token-estimate", str(estimated[1])),
         ]
-        headers += _JSON
-        worker_headers: list[tuple[str, str]] = [("x-request-id", self.request_id)]
         if self.session is not None:
             worker_headers.append(("x-cache-affinity-key", self.session.affinity))
+        priority = priority_of(target.llm_invocation_config, principal.account_id)
+        if priority is not None:
+            worker_headers.append((PRIORITY_HEADER, str(priority)))
         base = target.inference_path.rstrip("/")
         return Call(
             principal=principal,
@@ -290,6 +348,7 @@ class _Exchange:
             worker_headers=worker_headers,
             check=check,
             prefer=prefer,
+            priority=priority,
         )
 
     async def _respond(
@@ -308,7 +367,7 @@ class _Exchange:
             # (a worker streaming what was not asked as a stream is passed on as it is)
             self._record(answer.status)
             response = _LlmStream(self, answer, charge)
-            self._session_header(response)
+            self._answer_headers(response)
             return response
         watch = StreamWatch(self.path)
         if events:  # /v1/responses asked as a stream, the caller not streaming
@@ -328,8 +387,8 @@ class _Exchange:
         body, error = await self._read(answer)
         if error is not None:
             raise OpenAIError(502, f"The model server failed: {error}.")
-        with contextlib.suppress(ValueError):
-            watch.usage = usage_of(json.loads(body))
+        with contextlib.suppress(NotJson, RefusedJson):
+            watch.usage = usage_of(load_json(body))
         await self.settle(charge, watch)
         headers = [(k, v) for k, v in answer.headers if k != b"content-length"]
         return self._whole(answer.status, body, headers)
@@ -338,7 +397,7 @@ class _Exchange:
         self._record(status)
         response = Response(body, status_code=status)
         response.raw_headers = [*headers, (b"content-length", str(len(body)).encode())]
-        self._session_header(response)
+        self._answer_headers(response)
         return response
 
     async def _read(self, answer: Streamed) -> tuple[bytes, str | None]:
@@ -356,8 +415,8 @@ def _worker_error(status: int, body: bytes) -> OpenAIError:
     """A worker's error answer in OpenAI's shape (an OpenAI-compatible server's own error
     object is kept)."""
     try:
-        parsed = json.loads(body)
-    except ValueError:
+        parsed = load_json(body)
+    except (NotJson, RefusedJson):
         parsed = None
     error = parsed.get("error") if isinstance(parsed, dict) else None
     if isinstance(error, dict) and isinstance(error.get("message"), str):

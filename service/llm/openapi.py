@@ -23,9 +23,10 @@ _PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 OPENAI_ERROR: dict[str, Any] = {
     "type": "object",
     "description": "An error in OpenAI's shape (the LLM gateway's routes only), as OpenAI's "
-    "clients parse it.",
-    "required": ["error"],
+    "clients parse it, with NVCF's top-level `message` beside it (the same text).",
+    "required": ["error", "message"],
     "properties": {
+        "message": {"type": "string", "description": "`error.message`, where NVCF puts it"},
         "error": {
             "type": "object",
             "required": ["message", "type", "param", "code"],
@@ -35,7 +36,7 @@ OPENAI_ERROR: dict[str, Any] = {
                 "param": {"type": ["string", "null"]},
                 "code": {"type": ["string", "null"], "examples": ["model_not_found"]},
             },
-        }
+        },
     },
 }
 #: OpenAI's model list (service.py `model_list`)
@@ -75,11 +76,12 @@ _SUMMARIES = {
 }
 _ERRORS = {
     "400": "The body is not a valid request: every violation in the message, the first "
-    "one's field as `param`",
+    "one's field as `param`; `model` missing or without its function-id prefix; a caller's "
+    "X-Priority; with NVCF_LLM_MODEL_ALLOWLIST, a path the model's uris do not list",
     "401": "Missing, unknown, expired or invalid credential",
     "403": "The credential lacks the scope invoke_function, or is limited to other functions",
-    "404": "No such model for the caller (unknown or unshared function, not an LLM function, "
-    "a model not declared, a path the model does not serve)",
+    "404": "No such model for the caller (unknown or unshared function, not an LLM function; "
+    "with NVCF_LLM_MODEL_ALLOWLIST, a model the function does not declare)",
     "413": "The request body is too large",
     "429": "The function's rate limit, the model's tokenRateLimit or a full queue (see "
     "Retry-After)",

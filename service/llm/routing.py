@@ -50,6 +50,8 @@ MODELS = "/v1/models"
 #: the routes of the gateway: path -> method
 ROUTES = {CHAT_COMPLETIONS: "POST", RESPONSES: "POST", EMBEDDINGS: "POST", MODELS: "GET"}
 SESSION_HEADER = "x-multi-turn-session-id"
+#: reserved to the gateway: a caller's is refused (NVCF's priority guard)
+PRIORITY_HEADER = "x-priority"
 #: NVCF's bound of a session key (prompt_cache_key or the header), in bytes
 MAX_SESSION_KEY = 256
 #: how many leading messages (or input items) make a conversation's opening
@@ -81,9 +83,15 @@ def gateway_path(path: str, host: str, suffix: str | None) -> str | None:
     return None
 
 
+def route_path(path: str) -> str:
+    """The route a gateway path names: trailing slashes are no part of it (as NVCF's router
+    and OpenAI's take `/v1/chat/completions/` for `/v1/chat/completions`)."""
+    return path.rstrip("/") or "/"
+
+
 def route_error(path: str, method: str) -> OpenAIError | None:
     """OpenAI's 404/405 for a gateway path or method that is not one of its routes."""
-    wanted = ROUTES.get(path.rstrip("/") if path != "/" else path)
+    wanted = ROUTES.get(route_path(path))
     if wanted is None:
         routes = ", ".join(f"{m} {p}" for p, m in ROUTES.items())
         return OpenAIError(
@@ -112,8 +120,14 @@ class ModelRef:
 
 
 def parse_model(value: str) -> ModelRef:
-    """`<function-id>/<model-name>`, or OpenAI's 404 for a model that cannot exist here."""
+    """`<function-id>/<model-name>`: NVCF's 400s for an empty `model` ("model is required")
+    and one without its function-id prefix ("model prefix is required"), OpenAI's 404 for a
+    prefix that cannot name a function here."""
+    if not value:
+        raise invalid("model is required", param="model")
     head, sep, name = value.partition("/")
+    if not sep:
+        raise invalid("model prefix is required", param="model")
     try:
         function_id = uuid.UUID(head) if len(head) == 36 else None
     except ValueError:
@@ -136,25 +150,63 @@ def llm_config_of(models: Any, name: str) -> dict[str, Any] | None:
     return None
 
 
-def check_target(function_type: str, models: Any, ref: ModelRef, path: str) -> dict[str, Any]:
-    """The routed model's `llmConfig`, or OpenAI's error: 404 for a function that is not an
-    LLM function or has no such model, 404 for a path the model does not declare."""
+def _declared_uri(uri: object) -> str:
+    """A declared uri as NVCF's gateway matches it: surrounding space, trailing slashes and
+    letter case ignored, a missing leading slash added."""
+    text = str(uri).strip().rstrip("/")
+    return "/" + text.removeprefix("/").lower() if text else ""
+
+
+def undeclared(models: Any, ref: ModelRef, path: str) -> str | None:
+    """What the function does not declare of a request (its model, or the path among the
+    model's `uris`), in words; None when both are declared."""
+    config = llm_config_of(models, ref.name)
+    if config is None:
+        return f"the function declares no model '{ref.name}'"
+    uris = config.get("uris") or []
+    if path.lower() not in {_declared_uri(u) for u in uris}:
+        return f"the model '{ref.name}' does not declare {path} in llmConfig.uris"
+    return None
+
+
+def check_target(
+    function_type: str, models: Any, ref: ModelRef, path: str, *, enforce: bool
+) -> dict[str, Any]:
+    """The routed model's `llmConfig` (empty for a model the function does not declare), or
+    OpenAI's error: 404 for a function that is not an LLM function. With `enforce` (the
+    allow-list setting, NVCF's MODEL_URI_ALLOWLIST_ENABLED) also 404 for a model the function
+    does not declare and NVCF's 400 for a path its `uris` do not list; without, both pass
+    (the gateway logs them)."""
     if function_type != "LLM":
         raise model_not_found(
             ref.id, f"Function {ref.function_id} is not an LLM function (functionType LLM)."
         )
     config = llm_config_of(models, ref.name)
-    if config is None:
+    if enforce and config is None:
         raise model_not_found(ref.id, f"Function {ref.function_id} has no model '{ref.name}'.")
-    uris = config.get("uris") or []
-    if path not in uris:
+    if enforce and undeclared(models, ref, path) is not None:
         raise OpenAIError(
-            404,
-            f"The model `{ref.id}` does not serve {path}; it declares {', '.join(uris)}.",
+            400,
+            f'model "{ref.name}" does not support {path}',
             param="model",
             code="unsupported_endpoint",
         )
-    return config
+    return config or {}
+
+
+def priority_of(invocation_config: Any, account: str) -> int | None:
+    """The priority of `account`'s requests (`llmInvocationConfig.priority`: its
+    `perAccountPriority` entry, else `defaultPriority`; None when neither is set). Lower is
+    served first, 0 first of all (NVCF's `PriorityDto`)."""
+    config = invocation_config if isinstance(invocation_config, dict) else {}
+    priority = config.get("priority")
+    if not isinstance(priority, dict):
+        return None
+    per_account = priority.get("perAccountPriority")
+    value = per_account.get(account) if isinstance(per_account, dict) else None
+    if value is None:
+        value = priority.get("defaultPriority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 #: NVCF's deprecated names and the algorithms they stand for

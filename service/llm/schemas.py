@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 from pydantic import ValidationError as PydanticValidationError
 
 from service.core.errors import FieldError
-from service.core.http import json_errors, json_kind, parse_json_text
+from service.core.http import NotJson, RefusedJson, json_kind, load_json
 from service.core.validation import Check, Expect, field_errors
 from service.functions.llm_config import CHAT_COMPLETIONS, EMBEDDINGS, RESPONSES
 from service.llm.errors import OpenAIError, invalid
@@ -39,7 +39,7 @@ class OpenAIRequest(BaseModel):
     path: ClassVar[str] = ""
 
     model: Annotated[str, Expect((str,), "must be a string such as '<function-id>/<model>'")] = (
-        Field(min_length=1, max_length=MAX_MODEL)
+        Field(max_length=MAX_MODEL)
     )
     stream: StrictBool | None = None
     prompt_cache_key: (
@@ -144,17 +144,19 @@ def parse_request(path: str, raw: bytes) -> ParsedRequest:
     """The body of a POST to `path` (one of REQUESTS) checked, or OpenAI's 400 listing every
     violation (404 for a `model` that cannot name a model here)."""
     try:
-        body = parse_json_text(raw)
-    except (ValueError, RecursionError):
+        body = load_json(raw)
+    except NotJson:
         raise invalid(
             "We could not parse the JSON body of your request. The body must be a JSON object "
             "(Content-Type: application/json)."
         ) from None
+    except RefusedJson as exc:
+        raise _openai_error(exc.errors) from None
     if not isinstance(body, dict):
         raise invalid(f"The request body must be a JSON object, got {json_kind(body)}.")
-    deep = json_errors(body)
-    if deep:
-        raise _openai_error(deep)
+    model = body.get("model")
+    if model is None or isinstance(model, str):
+        parse_model(model or "")  # NVCF checks `model` first, with its own words
     kind = REQUESTS[path]
     try:
         request = kind.model_validate(body)

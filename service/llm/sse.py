@@ -12,13 +12,13 @@ the estimate stands.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.core.http import NotJson, RefusedJson, load_json
 from service.functions.llm_config import RESPONSES
 
 #: the largest event the watcher decodes (a Responses terminal object holds the whole answer)
@@ -168,9 +168,9 @@ class StreamWatch:
         if not self._worth_parsing(event):
             return
         try:
-            payload = json.loads(event.data)
-        except ValueError:
-            return
+            payload = load_json(event.data)
+        except (NotJson, RefusedJson):
+            return  # not counted: the estimate stands; the relay carries the event on
         kind = event.event
         if isinstance(payload, dict) and isinstance(payload.get("type"), str):
             kind = payload["type"]  # Responses events name themselves in the data too

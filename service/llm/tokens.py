@@ -13,6 +13,11 @@ within the same window.
 
 Windows are fixed (`limits`' fixed window: a counter per window that can be both added to
 and given back to, which the estimate-then-correct scheme needs).
+
+Every answer of a request that was charged, and every token 429, carries NVCF's
+`X-Ratelimit-Limit-Tokens`, `X-Ratelimit-Remaining-Tokens` and `X-Ratelimit-Reset-Tokens`
+(the shortest window's, as NVCF chooses; the reset as a Go duration, `1.5s`, `2m0s`) and
+`X-Should-Retry` (a 429: `true` unless the wait is over a minute, as NVCF; an answer: `false`).
 """
 
 from __future__ import annotations
@@ -56,13 +61,19 @@ def _text_bytes(value: Any) -> int:
     return total
 
 
-def estimate(path: str, body: Mapping[str, Any]) -> int:
-    """The tokens a request is charged before the worker says: its input text and the most
-    it may produce."""
+def input_estimate(path: str, body: Mapping[str, Any]) -> int:
+    """The tokens of a request's input text, as estimated here."""
     content = body.get("input") if path in (EMBEDDINGS, RESPONSES) else body.get("messages")
     if path == RESPONSES and body.get("instructions"):
         content = [content, body.get("instructions")]
-    given = math.ceil(_text_bytes(content) / BYTES_PER_TOKEN)
+    return math.ceil(_text_bytes(content) / BYTES_PER_TOKEN)
+
+
+def estimate(path: str, body: Mapping[str, Any], given: int | None = None) -> int:
+    """The tokens a request is charged before the worker says: its input text (`given`, when
+    already estimated) and the most it may produce."""
+    if given is None:
+        given = input_estimate(path, body)
     limits = [body.get(k) for k in ("max_completion_tokens", "max_tokens", "max_output_tokens")]
     produced = next(
         (v for v in limits if isinstance(v, int) and not isinstance(v, bool) and v >= 0), 0
@@ -77,6 +88,25 @@ class _Counter:
     ids: tuple[str, ...]
 
 
+#: NVCF's longest wait a 429 tells a client to retry after (X-Should-Retry)
+RETRY_WITHIN = 60
+
+
+def go_duration(seconds: float) -> str:
+    """A duration as Go's `time.Duration.String` writes it at millisecond resolution (at
+    least 1ms), as NVCF's reset headers are: `250ms`, `1.5s`, `2m0s`, `1h0m0s`."""
+    ms = max(1, int(seconds * 1000))
+    if ms < 1000:
+        return f"{ms}ms"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    whole, fraction = divmod(rest, 1000)
+    text = f"{whole}.{fraction:03d}".rstrip("0").rstrip(".") + "s"
+    if hours:
+        return f"{hours}h{minutes}m{text}"
+    return f"{minutes}m{text}" if minutes else text
+
+
 @dataclass
 class Charge:
     """What a request was charged; `settle` corrects it from the worker's usage (once)."""
@@ -86,6 +116,8 @@ class Charge:
     charged: int
     #: the window each counter was charged in (its reset time), to give back only there
     resets: Sequence[float]
+    #: the X-Ratelimit-*-Tokens headers as of the charge
+    headers: dict[str, str]
     settled: bool = False
 
     async def settle(self, used: int | None) -> None:
@@ -130,10 +162,20 @@ class TokenLimiter:
         for c in counters:
             await self._limiter.hit(c.item, *c.ids, cost=tokens)
         resets = [await self._reset(c) for c in counters]
-        return Charge(self, counters, tokens, resets)
+        return Charge(self, counters, tokens, resets, await self._headers(counters))
 
     async def _reset(self, c: _Counter) -> float:
         return (await self._limiter.get_window_stats(c.item, *c.ids)).reset_time
+
+    async def _headers(self, counters: Sequence[_Counter]) -> dict[str, str]:
+        """NVCF's X-Ratelimit-*-Tokens of the shortest window."""
+        shortest = min(counters, key=lambda c: c.rate.seconds)
+        stats = await self._limiter.get_window_stats(shortest.item, *shortest.ids)
+        return {
+            "X-Ratelimit-Limit-Tokens": str(shortest.rate.count),
+            "X-Ratelimit-Remaining-Tokens": str(max(0, stats.remaining)),
+            "X-Ratelimit-Reset-Tokens": go_duration(stats.reset_time - time.time()),
+        }
 
     async def correct(self, charge: Charge, delta: int) -> None:
         if delta > 0:
@@ -174,7 +216,11 @@ class TokenLimiter:
             message,
             type="tokens",
             code="rate_limit_exceeded",
-            headers={"Retry-After": str(retry)},
+            headers={
+                **await self._headers(refused),
+                "Retry-After": str(retry),
+                "X-Should-Retry": "true" if retry <= RETRY_WITHIN else "false",
+            },
         )
 
     async def aclose(self) -> None:

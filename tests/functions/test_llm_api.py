@@ -64,7 +64,7 @@ async def test_invalid_llm_function_lists_every_violation_and_stores_nothing(
 ) -> None:
     body = {
         **LLM,
-        "models": [{"name": "m", "llmConfig": {"uris": ["/v2/chat"], "tokenRateLimit": "1-S,1-S"}}],
+        "models": [{"name": "m", "llmConfig": {"uris": [], "tokenRateLimit": "1-S,1-S"}}],
         "llmInvocationConfig": {"priority": {"defaultPriority": -1}},
     }
     problem = assert_problem(await client.post(f"{V}/functions", json=body), 400)

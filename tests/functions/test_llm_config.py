@@ -99,13 +99,19 @@ def test_bad_token_rate_limits_say_why(limit: str, words: str) -> None:
     assert words in message
 
 
+def test_uris_are_any_non_empty_list_as_nvcf() -> None:
+    validate_create(llm(uris=["/v1/completions", "/v1/audio/speech", CHAT, CHAT]))
+    ((field, message),) = errors_of(llm(uris=[CHAT] * 65))
+    assert field == "models[0].llmConfig.uris" and "64" in message
+
+
 def test_every_llm_violation_is_listed_together() -> None:
     body = {
         **LLM,
         "llmInvocationConfig": {"priority": {"perAccountPriority": {"acct": 1}}},
         "models": [
             {"name": "a", "llmConfig": {"uris": []}},
-            {"name": "b", "llmConfig": {"uris": ["/v1/completions", CHAT, CHAT]}},
+            {"name": "b", "llmConfig": {"uris": ["", "/x" * 200]}},
             {"name": "c", "llmConfig": {"routingMethod": "fastest", "tokenRateLimit": "5-X"}},
             {"name": "d"},
             {"name": "a", "llmConfig": {"uris": [CHAT], "tokenizer": "t" * 300}},
@@ -114,11 +120,8 @@ def test_every_llm_violation_is_listed_together() -> None:
     errors = errors_of(body)
     fields = [f for f, _ in errors]
     assert ("models[0].llmConfig.uris", "must not be empty") in errors
-    assert any(
-        f == "models[1].llmConfig.uris" and "'/v1/completions' is not an LLM path" in m
-        for f, m in errors
-    )
-    assert any(f == "models[1].llmConfig.uris" and "more than once" in m for f, m in errors)
+    assert "models[1].llmConfig.uris[0]" in fields  # empty
+    assert "models[1].llmConfig.uris[1]" in fields  # over 256 characters
     assert ("models[2].llmConfig.uris", "is required") in errors
     assert any(
         f == "models[2].llmConfig.routingMethod" and "'fastest' is not a routing method" in m

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.types import Message
 
+from service.invocation import answers
+from service.invocation.store import Outcome
 from tests.support.app import AppClient, ClientFactory
 from tests.support.asgi import Exchange, scope
 from tests.support.e2e import eventually
@@ -187,3 +191,41 @@ async def test_a_caller_hanging_up_in_the_queue_leaves_it(
     holder.hang_up()
     await asyncio.wait_for(held, 10)
     await slot_is_free(client, fn)
+
+
+async def _exec_answer(body: bytes, status: int = 200) -> tuple[int, dict[str, Any]]:
+    """What `send_exec` answers for a worker's `body`."""
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    outcome = Outcome(status, ((b"content-type", b"application/json"),), body)
+    await answers.send_exec(send, {"path": "/x"}, uuid.uuid4(), outcome)
+    start, whole = sent
+    return start["status"], json.loads(whole["body"])
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"score": NaN}',
+        b"[Infinity]",
+        b"[" * 5000 + b"]" * 5000,
+        b'{"deep": ' + b"[" * 100 + b"]" * 100 + b"}",
+        b'{"text": "\\ud800"}',
+        b'{"text": "a\\u0000b"}',
+    ],
+)
+async def test_d24_a_worker_answer_exec_cannot_reencode_is_a_502(body: bytes) -> None:
+    status, answer = await _exec_answer(body)
+    assert status == 502
+    assert (answer["status"], answer["errorCode"]) == ("errored", 502)
+    assert "cannot be relayed" in answer["response"]["detail"]
+
+
+async def test_exec_answers_a_workers_text_and_json_as_they_are() -> None:
+    assert (await _exec_answer(b'{"ok": [1.5, "\\u00e9"]}'))[1]["response"] == {"ok": [1.5, "é"]}
+    assert (await _exec_answer(b"plain {text"))[1]["response"] == "plain {text"
+    status, answer = await _exec_answer(b"not json", 418)
+    assert (status, answer["response"]) == (418, "not json")

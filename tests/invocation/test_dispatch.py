@@ -233,3 +233,23 @@ async def test_queue_overflow_is_429_and_queue_routes_need_their_scope(
     assert_problem(await client.get(f"{V}/queues/functions/{fn['id']}", headers=bearer(key)), 403)
     assert_problem(await client.get(f"{V}/queues/{uuid.uuid4()}/position"), 404)
     assert_problem(await client.get(f"{V}/queues/functions/{uuid.uuid4()}"), 404)
+
+
+async def test_waiting_requests_are_served_by_priority_then_arrival() -> None:
+    inst = route(1, 1)
+    t = target(inst)
+    d = LocalDispatcher(queue_max=10)
+    await (await d.enqueue(uuid.uuid4(), t, priority=0)).wait(1)  # the one slot, taken
+    ids = {name: uuid.uuid4() for name in ("none", "p5", "p1-first", "p1-second", "p0")}
+    priorities = {"none": None, "p5": 5, "p1-first": 1, "p1-second": 1, "p0": 0}
+    tickets = {n: await d.enqueue(ids[n], t, priority=priorities[n]) for n in ids}
+    positions = {n: await d.position(ids[n]) for n in ids}
+    assert positions == {"p0": 1, "p1-first": 2, "p1-second": 3, "p5": 4, "none": 5}
+    waits = {asyncio.ensure_future(tk.wait(5)): n for n, tk in tickets.items()}
+    served = []
+    while waits:
+        await d.release(t, inst.id, uuid.uuid4())
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        assert len(done) == 1
+        served.append(waits.pop(done.pop()))
+    assert served == ["p0", "p1-first", "p1-second", "p5", "none"]

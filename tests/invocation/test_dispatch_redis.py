@@ -224,3 +224,31 @@ async def test_requests_arriving_together_share_round_trips_and_survive_a_script
         return await one.requests_in_flight([i.id for i in instances]) == {taken.id: 1}
 
     await eventually(only_the_waiter_holds_a_slot)
+
+
+async def test_waiting_requests_are_served_by_priority_then_arrival(
+    redis_server: RedisServer,
+) -> None:
+    d = RedisDispatcher(redis_server.url, queue_max=10, lease_seconds=5)
+    await d.start()
+    try:
+        inst = route()
+        t = target(inst)
+        holder = uuid.uuid4()
+        await (await d.enqueue(holder, t, priority=0)).wait(1)  # the one slot, taken
+        ids = {name: uuid.uuid4() for name in ("none", "p5", "p1-first", "p1-second", "p0")}
+        priorities = {"none": None, "p5": 5, "p1-first": 1, "p1-second": 1, "p0": 0}
+        tickets = {n: await d.enqueue(ids[n], t, priority=priorities[n]) for n in ids}
+        positions = {n: await d.position(ids[n]) for n in ids}
+        assert positions == {"p0": 1, "p1-first": 2, "p1-second": 3, "p5": 4, "none": 5}
+        waits = {asyncio.ensure_future(tk.wait(30)): n for n, tk in tickets.items()}
+        served: list[str] = []
+        while waits:
+            await d.release(t, inst.id, holder)
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            assert len(done) == 1
+            served.append(waits.pop(done.pop()))
+            holder = ids[served[-1]]
+        assert served == ["p0", "p1-first", "p1-second", "p5", "none"]
+    finally:
+        await d.aclose()

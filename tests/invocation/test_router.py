@@ -268,3 +268,20 @@ def test_a_status_poll_of_an_id_with_control_bytes_is_a_valid_400(
         assert headers["nvcf-status"] == "errored"
         assert "requestId" in json.loads(body)["detail"]
     assert health[0] == 200  # and the connection still serves the next request
+
+
+async def test_d24_exec_bodies_the_one_parser_refuses_are_400(client: AppClient) -> None:
+    fn = await deployed(client)
+    url = f"{V}/exec/functions/{fn['id']}"
+    headers = {"content-type": "application/json"}
+    deep = b'{"requestBody": ' + b"[" * 1000 + b"]" * 1000 + b"}"
+    for raw, field in (
+        (deep, "body"),
+        (b'{"requestBody": {"x": NaN}}', "body"),
+        (b'{"requestBody": "\\udc00"}', "requestBody"),
+        (b'{"requestBody": 1, "requestHeader": {"p": -Infinity}}', "body"),
+    ):
+        resp = await client.post(url, content=raw, headers=headers)
+        problem = assert_problem(resp, 400)
+        assert resp.headers["nvcf-status"] == "errored"
+        assert [e["field"] for e in problem["errors"]] == [field], problem

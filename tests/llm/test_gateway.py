@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -144,16 +146,14 @@ async def test_errors_are_openais_and_the_client_raises_its_own_types(app: AppCl
         stack.push_async_callback(client.close)
         ask = {"messages": [{"role": "user", "content": "hi"}]}
         with pytest.raises(openai.NotFoundError) as missing:
-            await client.chat.completions.create(model=f"{fn['id']}/ghost", **ask)
+            await client.chat.completions.create(model=f"{uuid.uuid4()}/tiny/chat", **ask)
         assert missing.value.code == "model_not_found"
-        with pytest.raises(openai.NotFoundError):
+        with pytest.raises(openai.BadRequestError) as unprefixed:
             await client.chat.completions.create(model="gpt-4o", **ask)
+        assert unprefixed.value.body["message"] == "model prefix is required"  # type: ignore[index]
         with pytest.raises(openai.NotFoundError) as not_llm:
             await client.chat.completions.create(model=f"{plain['id']}/m", **ask)
         assert "not an LLM function" in not_llm.value.message
-        with pytest.raises(openai.NotFoundError) as undeclared:
-            await client.chat.completions.create(model=f"{fn['id']}/embed-only", **ask)
-        assert undeclared.value.code == "unsupported_endpoint"
         with pytest.raises(openai.BadRequestError) as bad:
             await client.chat.completions.create(model=f"{fn['id']}/tiny/chat", messages=[])
         assert bad.value.param == "messages"
@@ -184,6 +184,7 @@ async def test_errors_are_openais_and_the_client_raises_its_own_types(app: AppCl
         resp = await app.request(method, path, json={})
         assert resp.status_code == status
         assert set(resp.json()["error"]) == {"message", "type", "param", "code"}
+        assert resp.json()["message"] == resp.json()["error"]["message"]  # NVCF's place
     # made-up names never become metrics series
     metrics = (await app.get("/metrics")).text
     assert sample(metrics, "nvcf_llm_requests_total", model="ghost") == 0
@@ -213,7 +214,7 @@ async def test_every_answer_is_one_the_openapi_document_declares(app: AppClient)
             {**chat, "stream": True, "model": f"{fn['id']}/tiny/chat"},
             {},
         ),
-        ("POST", "/v1/chat/completions", {"model": f"{fn['id']}/ghost", **chat}, {}),
+        ("POST", "/v1/chat/completions", {"model": f"{uuid.uuid4()}/ghost", **chat}, {}),
         ("POST", "/v1/chat/completions", {"model": f"{fn['id']}/tiny/chat"}, {}),
         (
             "POST",
@@ -280,6 +281,43 @@ async def test_a_token_rate_limit_refuses_the_request_that_would_exceed_it(
     assert sample(metrics, "nvcf_llm_time_to_first_token_seconds_count", model="m") == 1
 
 
+async def test_answers_that_count_tokens_carry_nvcfs_rate_limit_headers(app: AppClient) -> None:
+    limited = {
+        **LLM_FN,
+        "models": [
+            {"name": "m", "llmConfig": {"uris": URIS, "tokenRateLimit": "5000-H,40-M"}},
+            {"name": "free", "llmConfig": {"uris": URIS}},
+        ],
+    }
+    fn = await deployed(app, **limited)
+    ask = [{"role": "user", "content": "short"}]
+    async with serving(app) as base, async_client(base) as client:
+        model = f"{fn['id']}/m"
+        whole = await client.chat.completions.with_raw_response.create(
+            model=model, messages=ask, max_tokens=30
+        )
+        streamed = await client.chat.completions.with_raw_response.create(
+            model=model, messages=ask, max_tokens=3, stream=True
+        )
+        with pytest.raises(openai.RateLimitError) as refused:
+            await client.chat.completions.create(model=model, messages=ask, max_tokens=100)
+        free = await client.chat.completions.with_raw_response.create(
+            model=f"{fn['id']}/free", messages=ask
+        )
+    # the minute's window (the shortest) as of the charge: 40 - (3 + 30); the next one's
+    # after the worker's usage gave most of that back
+    assert whole.headers["x-ratelimit-remaining-tokens"] == "7"
+    assert int(streamed.headers["x-ratelimit-remaining-tokens"]) > 7
+    for headers in (whole.headers, streamed.headers):
+        assert headers["x-ratelimit-limit-tokens"] == "40"
+        assert re.fullmatch(r"(\d+ms|\d+(\.\d+)?s|1m0s)", headers["x-ratelimit-reset-tokens"])
+        assert headers["x-should-retry"] == "false"
+    headers = refused.value.response.headers
+    assert headers["x-ratelimit-limit-tokens"] == "40"
+    assert headers["x-should-retry"] == "true" and int(headers["retry-after"]) <= 60
+    assert "x-ratelimit-limit-tokens" not in free.headers  # nothing counted
+
+
 async def test_a_model_the_caller_cannot_see_is_not_found(app: AppClient) -> None:
     fn = await deployed(app, **LLM_FN)
     other = await new_key(app, ["invoke_function"], "other-account")
@@ -289,6 +327,63 @@ async def test_a_model_the_caller_cannot_see_is_not_found(app: AppClient) -> Non
     assert resp.json()["error"]["code"] == "model_not_found"
     listed = await app.get("/v2/nvcf/llm/v1/models", headers=bearer(other))
     assert listed.json() == {"object": "list", "data": []}
+
+
+async def test_d25_a_trailing_slash_names_the_same_route(app: AppClient) -> None:
+    fn = await deployed(app, **LLM_FN)
+    ask = {"model": f"{fn['id']}/tiny/chat"}
+    for path, body in [
+        ("chat/completions/", {**ask, "messages": [{"role": "user", "content": "x"}]}),
+        ("responses/", {**ask, "input": "x"}),
+        ("embeddings//", {**ask, "input": "x"}),
+    ]:
+        resp = await app.post(f"/v2/nvcf/llm/v1/{path}", json=body)
+        assert resp.status_code == 200, resp.text
+    assert (await app.get("/v2/nvcf/llm/v1/models/")).status_code == 200
+    refused = await app.get("/v2/nvcf/llm/v1/embeddings/")
+    assert refused.status_code == 405 and refused.json()["error"]["code"] == "method_not_allowed"
+
+
+async def test_an_undeclared_model_or_path_passes_unless_the_allowlist_refuses_it(
+    client_factory: ClientFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ask = {"messages": [{"role": "user", "content": "hi"}]}
+    for allowlist in (False, True):
+        folder = tmp_path / str(allowlist)
+        folder.mkdir()
+        app = await invocation_app(client_factory, folder, llm_model_allowlist=allowlist)
+        fn = await deployed(app, **LLM_FN)
+        async with serving(app) as base, async_client(base) as client:
+            if not allowlist:  # NVCF's default: through to the worker, and logged
+                for model in ("embed-only", "ghost"):
+                    answer = await client.chat.completions.create(
+                        model=f"{fn['id']}/{model}", **ask
+                    )
+                    assert answer.choices[0].message.content == "Echo: hi"
+                assert "does not declare /v1/chat/completions" in caplog.text
+                assert "declares no model 'ghost'" in caplog.text
+                continue
+            with pytest.raises(openai.BadRequestError) as path:
+                await client.chat.completions.create(model=f"{fn['id']}/embed-only", **ask)
+            assert path.value.code == "unsupported_endpoint"
+            assert 'model "embed-only" does not support /v1/chat/completions' in path.value.message
+            with pytest.raises(openai.NotFoundError) as model:
+                await client.chat.completions.create(model=f"{fn['id']}/ghost", **ask)
+            assert model.value.code == "model_not_found"
+
+
+async def test_errors_read_the_same_by_openais_client_and_by_nvcfs_shape(app: AppClient) -> None:
+    fn = await deployed(app, **LLM_FN)
+    bad = {"model": f"{fn['id']}/tiny/chat", "messages": []}
+    async with serving(app) as base, async_client(base) as client:
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.chat.completions.create(**bad)
+        async with httpx.AsyncClient(base_url=base, headers=bearer(ADMIN_KEY)) as plain:
+            resp = await plain.post("/v2/nvcf/llm/v1/chat/completions", json=bad)
+    text = resp.json()["message"]  # what a client of NVCF's `{"message"}` reads
+    assert "'messages' must be a non-empty array" in text
+    assert refused.value.body["message"] == text  # type: ignore[index]
+    assert refused.value.param == "messages"
 
 
 async def test_a_session_sticks_to_one_of_three_instances_without_it_requests_spread(
@@ -371,4 +466,4 @@ def test_the_openai_client_against_the_real_server_process(tmp_path: Path) -> No
             text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
             assert text == "Echo: from another process"
             with pytest.raises(openai.NotFoundError):
-                client.embeddings.create(model=f"{created['id']}/nope", input="x")
+                client.embeddings.create(model=f"{uuid.uuid4()}/nope", input="x")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import pytest
 from service.core.server import ConnectionLimits
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
 from tests.support.asgi import Exchange, scope
-from tests.support.e2e import eventually
+from tests.support.e2e import V, eventually
 from tests.support.invocation import deployed, invocation_app, sample, spec
 from tests.support.openai_worker import OpenAIWorker
 from tests.support.server import in_loop_server
@@ -168,3 +169,95 @@ async def test_a_caller_hanging_up_before_the_whole_answer_frees_the_slot(
         assert (await app.post("/v2/nvcf/llm/v1/embeddings", json=after)).status_code == 200
     finally:
         upstream.stop()
+
+
+@pytest.mark.parametrize("raw", ["NaN", "[" * 5000 + "]" * 5000, '{"prompt_tokens": 1e999}'])
+async def test_d24_a_usage_the_one_parser_refuses_is_not_counted_and_cuts_nothing(
+    client_factory: ClientFactory, tmp_path: Path, worker: OpenAIWorker, raw: str
+) -> None:
+    app = await invocation_app(client_factory, tmp_path, upstream=worker.url)
+    fn = await deployed(app, **LLM_FN)
+    model = f"{fn['id']}/served-model"
+    body = {"model": model, "messages": ASK, "stream": True, "x_raw": raw}
+    resp = await app.post("/v2/nvcf/llm/v1/chat/completions", json=body)
+    assert resp.status_code == 200
+    assert f'"usage":{raw}}}' in resp.text  # the whole stream, the bad chunk included
+    assert resp.text.endswith("data: [DONE]\n\n")
+    async with gateway(app) as client:
+        whole = await client.chat.completions.with_raw_response.create(
+            model=model, messages=ASK, extra_body={"x_raw": raw}
+        )
+        assert whole.status_code == 200  # relayed as the worker wrote it
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.chat.completions.create(
+                model=model, messages=ASK, extra_body={"x_status": 400, "x_raw": raw}
+            )
+        assert refused.value.status_code == 400
+
+
+async def test_the_worker_gets_nvcfs_fixed_headers_and_the_resolved_priority(
+    client_factory: ClientFactory, tmp_path: Path, worker: OpenAIWorker
+) -> None:
+    app = await invocation_app(client_factory, tmp_path, upstream=worker.url)
+    priority = {"priority": {"defaultPriority": 7, "perAccountPriority": {"other": 1}}}
+    fn = await deployed(app, **LLM_FN, llmInvocationConfig=priority)
+    model = f"{fn['id']}/served-model"
+    mine = {"x-cache-affinity-key": "chosen-by-me", "x-custom": "1", "x-routing-key": "forged"}
+    async with gateway(app) as client:
+        await client.chat.completions.create(
+            model=model, messages=ASK, prompt_cache_key="conv-1", extra_headers=mine
+        )
+        sent = {k.lower(): v for k, v in worker.requests[-1].headers.items()}
+        assert len(sent["x-cache-affinity-key"]) == 64  # the gateway's hash, not the caller's
+        assert "x-custom" not in sent and "authorization" not in sent
+        assert (sent["x-routing-key"], sent["x-model"]) == (fn["id"], "served-model")
+        assert sent["x-priority"] == "7"  # the default: the caller's account has no override
+        assert sent["x-routing-method"] == "power-of-two"
+        assert int(sent["x-token-estimate"]) >= int(sent["x-input-tokens"]) > 0
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.chat.completions.create(
+                model=model, messages=ASK, extra_headers={"X-Priority": "0"}
+            )
+        assert "X-Priority is a reserved header" in str(refused.value.body)
+    count = len(worker.requests)
+    body = {"model": model, "input": "x"}
+    resp = await app.post("/v2/nvcf/llm/v1/embeddings", json=body, headers={"x-priority": ""})
+    assert resp.status_code == 400 and len(worker.requests) == count  # present, even empty
+
+
+async def test_a_waiting_request_of_a_lower_priority_value_is_served_first(
+    client_factory: ClientFactory, tmp_path: Path, worker: OpenAIWorker
+) -> None:
+    app = await invocation_app(
+        client_factory,
+        tmp_path,
+        upstream=worker.url,
+        invoke_queue_timeout_seconds=30,
+        invoke_route_cache_seconds=0,
+    )
+    config = {"priority": {"defaultPriority": 7}}
+    fn = await deployed(
+        app, **LLM_FN, llmInvocationConfig=config, specs=[spec(maxRequestConcurrency=1)]
+    )
+    model = f"{fn['id']}/served-model"
+    dispatcher = app.app.state.invocation.dispatcher
+    vid = uuid.UUID(fn["versionId"])
+
+    async def depth(n: int) -> bool:
+        return bool(dispatcher.depth_now(vid) == n)
+
+    worker.gate()
+    async with gateway(app) as client:
+        holder = await client.chat.completions.create(model=model, messages=ASK, stream=True)
+        await anext(aiter(holder))  # the one slot is taken
+        later = asyncio.ensure_future(client.embeddings.create(model=model, input="priority 7"))
+        await eventually(lambda: depth(1))
+        update = {"llmInvocationConfig": {"priority": {"defaultPriority": 0}}}
+        resp = await app.put(f"{V}/functions/{fn['id']}/versions/{fn['versionId']}", json=update)
+        assert resp.status_code == 200, resp.text
+        first = asyncio.ensure_future(client.embeddings.create(model=model, input="priority 0"))
+        await eventually(lambda: depth(2))
+        await holder.close()  # the slot is free: the lower value takes it, then the other
+        await asyncio.gather(first, later)
+    inputs = [r.body["input"] for r in worker.requests if r.path.endswith("/embeddings")]
+    assert inputs == ["priority 0", "priority 7"]

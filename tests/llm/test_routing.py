@@ -24,6 +24,7 @@ from service.llm.routing import (
     route_error,
     routing_method,
     session_of,
+    undeclared,
 )
 
 FID = uuid.UUID("7f0c9c5e-3a43-4d55-8a5e-6a3b1f0e9d21")
@@ -83,26 +84,43 @@ def test_unknown_routes_and_methods_are_openai_404_and_405() -> None:
 def test_model_is_function_id_slash_model_name() -> None:
     assert parse_model(f"{FID}/meta/llama-3") == ModelRef(FID, "meta/llama-3")
     assert parse_model(f"{FID}/meta/llama-3").id == f"{FID}/meta/llama-3"
-    for bad in ("gpt-4o", f"{FID}", f"{FID}/", "not-a-uuid-at-all-but-36-characters-/m", "/m"):
+    for bad in (f"{FID}/", "not-a-uuid-at-all-but-36-characters-/m", "/m"):
         with pytest.raises(OpenAIError) as info:
             parse_model(bad)
         assert info.value.status == 404
         assert info.value.code == "model_not_found" and info.value.param == "model"
         assert f"`{bad}`" in info.value.message
-
-
-def test_the_target_must_be_an_llm_function_model_declaring_the_path() -> None:
-    assert check_target("LLM", MODELS, ModelRef(FID, "chat"), CHAT) == MODELS[0]["llmConfig"]
-    cases = [
-        ("DEFAULT", ModelRef(FID, "chat"), CHAT, "model_not_found", "not an LLM function"),
-        ("LLM", ModelRef(FID, "ghost"), CHAT, "model_not_found", "has no model 'ghost'"),
-        ("LLM", ModelRef(FID, "chat"), EMBEDDINGS, "unsupported_endpoint", "does not serve"),
-    ]
-    for kind, ref, path, code, words in cases:
+    for bad, message in [
+        ("gpt-4o", "model prefix is required"),
+        (str(FID), "model prefix is required"),
+        ("", "model is required"),
+    ]:
         with pytest.raises(OpenAIError) as info:
-            check_target(kind, MODELS, ref, path)
-        assert info.value.status == 404 and info.value.code == code
-        assert words in info.value.message
+            parse_model(bad)
+        assert (info.value.status, info.value.message) == (400, message)
+
+
+def test_the_target_must_be_an_llm_function_and_the_allowlist_refuses_the_undeclared() -> None:
+    chat = ModelRef(FID, "chat")
+    for enforce in (False, True):
+        assert check_target("LLM", MODELS, chat, CHAT, enforce=enforce) == MODELS[0]["llmConfig"]
+    cases = [
+        ("DEFAULT", ModelRef(FID, "chat"), CHAT, False, 404, "not an LLM function"),
+        ("DEFAULT", ModelRef(FID, "chat"), CHAT, True, 404, "not an LLM function"),
+        ("LLM", ModelRef(FID, "ghost"), CHAT, True, 404, "has no model 'ghost'"),
+        ("LLM", ModelRef(FID, "chat"), EMBEDDINGS, True, 400, 'model "chat" does not support'),
+    ]
+    for kind, ref, path, enforce, status, words in cases:
+        with pytest.raises(OpenAIError) as info:
+            check_target(kind, MODELS, ref, path, enforce=enforce)
+        assert info.value.status == status and words in info.value.message
+    # NVCF's default: passed through (no config for a model it does not declare)
+    assert check_target("LLM", MODELS, ModelRef(FID, "ghost"), CHAT, enforce=False) == {}
+    assert check_target("LLM", MODELS, chat, EMBEDDINGS, enforce=False)
+    assert undeclared(MODELS, chat, EMBEDDINGS) is not None
+    # declared uris match as NVCF's do: space, trailing slash, missing leading slash, case
+    lenient = [{"name": "m", "llmConfig": {"uris": [" V1/Chat/Completions/ "]}}]
+    assert undeclared(lenient, ModelRef(FID, "m"), CHAT) is None
 
 
 def test_routing_methods_are_canonical_with_aliases_resolved() -> None:

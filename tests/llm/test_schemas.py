@@ -100,8 +100,19 @@ def test_unparseable_deep_or_non_object_bodies_are_400s() -> None:
 
 
 def test_a_model_that_cannot_exist_here_is_404() -> None:
-    error = error_of(CHAT, json.dumps({"model": "gpt-4o", "messages": [{}]}).encode())
+    error = error_of(CHAT, json.dumps({"model": "gpt/4o", "messages": [{}]}).encode())
     assert error.status == 404 and error.code == "model_not_found"
+
+
+def test_a_model_without_its_prefix_or_none_is_nvcfs_400() -> None:
+    for body, message in [
+        ({"model": "gpt-4o", "messages": [{}]}, "model prefix is required"),
+        ({"messages": [{}]}, "model is required"),
+        ({"model": "", "messages": [{}]}, "model is required"),
+    ]:
+        error = error_of(CHAT, json.dumps(body).encode())
+        assert (error.status, error.message, error.param) == (400, message, "model")
+        assert error.body()["message"] == message
 
 
 def test_platform_errors_keep_status_and_retry_after_in_openai_shape() -> None:
@@ -113,7 +124,8 @@ def test_platform_errors_keep_status_and_retry_after_in_openai_shape() -> None:
             "type": "rate_limit_exceeded",
             "param": None,
             "code": "rate_limit_exceeded",
-        }
+        },
+        "message": "over the limit",
     }
     bad = from_domain(
         ValidationFailed.of([FieldError("a", "is wrong"), FieldError("b", "is also wrong")])

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from service.llm.errors import OpenAIError
-from service.llm.tokens import TokenLimiter, estimate
+from service.llm.tokens import TokenLimiter, estimate, go_duration
 from tests.support.redis import RedisServer
 
 CHAT = "/v1/chat/completions"
@@ -98,3 +98,10 @@ async def test_counters_in_redis_are_shared_and_corrected(redis_server: RedisSer
         await one.storage.reset()
         await one.aclose()
         await two.aclose()
+
+
+def test_reset_durations_read_as_gos() -> None:
+    cases = [(0, "1ms"), (0.25, "250ms"), (1.5, "1.5s"), (59.9994, "59.999s"), (60, "1m0s")]
+    cases += [(61.25, "1m1.25s"), (3600, "1h0m0s"), (7 * 86400, "168h0m0s")]
+    for seconds, text in cases:
+        assert go_duration(seconds) == text

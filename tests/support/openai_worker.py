@@ -7,7 +7,10 @@ server-sent events when the body streams. Tests steer it without timing:
   `next_event()` (or `stop()`);
 - `requests`: every request as received (path, headers, JSON body);
 - a body field `"x_status": NNN` answers that status with an OpenAI error object;
-- `"x_force_stream": true` streams the answer although the body did not ask for it.
+- `"x_force_stream": true` streams the answer although the body did not ask for it;
+- `"x_raw": "<text>"` writes that text, as it is, as the answer's `usage` (a stream: in an
+  extra chunk before `[DONE]`; with `x_status`: as the whole error body) — JSON a careless
+  worker may write (`NaN`, nesting thousands deep).
 """
 
 from __future__ import annotations
@@ -19,6 +22,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from service.backends.simulated import llm
+
+
+@dataclass(frozen=True)
+class _Raw:
+    """Text written into an answer as it is."""
+
+    text: str
 
 
 @dataclass(frozen=True)
@@ -104,21 +114,33 @@ class OpenAIWorker:
             if route is None or not isinstance(body, dict):
                 self._json(req, 404, llm.error_body(f"no route {req.path}"))
                 return
+            raw = body.get("x_raw")
             if isinstance(body.get("x_status"), int):
-                self._json(req, body["x_status"], llm.error_body("as asked"))
+                error = llm.error_body("as asked")
+                self._json(req, body["x_status"], error if raw is None else _Raw(raw))
                 return
             if body.get("x_force_stream") is True:
                 body = {**body, "stream": True}
             whole, events = llm.answer(route, body)
             if events is None:
-                self._json(req, 200, whole)
+                self._json(req, 200, whole if raw is None else {**whole, "usage": _Raw(raw)})
                 return
-            self._stream(req, list(events))
+            listed = list(events)
+            if raw is not None:
+                extra = f'data: {{"object":"chat.completion.chunk","choices":[],"usage":{raw}}}\n\n'
+                listed.insert(len(listed) - 1, extra.encode())
+            self._stream(req, listed)
         except OSError:
             pass
 
     def _json(self, req: BaseHTTPRequestHandler, status: int, body: Any) -> None:
-        data = json.dumps(body).encode()
+        if isinstance(body, _Raw):
+            data = body.text.encode()
+        elif isinstance(body, dict) and isinstance(body.get("usage"), _Raw):
+            text = json.dumps({**body, "usage": "\x00"}).replace('"\\u0000"', body["usage"].text)
+            data = text.encode()
+        else:
+            data = json.dumps(body).encode()
         req.send_response(status)
         req.send_header("Content-Type", "application/json")
         req.send_header("Content-Length", str(len(data)))

@@ -628,9 +628,7 @@ def main() -> None:
             procs.append(proc)
             fid, vid = deploy(port, concurrency)
             check_pexec(port, fid, vid)
-            targets.append(
-                Target("pexec, local, granian", port, pexec_request(fid, vid), proc.pid)
-            )
+            targets.append(Target("pexec, local, granian", port, pexec_request(fid, vid), proc.pid))
             variants.append(targets[-1].name)
         with ProcessPoolExecutor(max_workers=1) as pool:
             for t in targets:  # warm every path (connections, caches) before counting

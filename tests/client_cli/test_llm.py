@@ -4,6 +4,7 @@ catalog: `function create --type LLM --llm-model`, the models shown by `function
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,8 +85,12 @@ def test_create_deploy_and_chat_with_an_llm_function(nvcf: Nvcf) -> None:
     assert as_json["content"] == "Echo: two words"
     assert as_json["usage"]["completion_tokens"] == 3
 
-    missing = nvcf("chat", f"{fid}/ghost", "hi")
+    # a model the function does not declare reaches its worker, as on NVCF (docs/llm.md); a
+    # function that does not exist is the error the CLI reports
+    undeclared = nvcf("chat", f"{fid}/ghost", "hi")
+    assert undeclared.exit_code == 0, undeclared.stderr
+    missing = nvcf("chat", f"{uuid.uuid4()}/tiny", "hi")
     assert missing.exit_code == 1
-    assert "404" in missing.stderr and "ghost" in missing.stderr
+    assert "404" in missing.stderr
     refused = nvcf("function", "create", "--name", "x", "--type", "LLM", "--llm-model", "name=m")
     assert refused.exit_code == 1 and "llmConfig.uris" in refused.stderr

@@ -8,8 +8,10 @@ Every request is answered with JSON `{"echo": <body>, "path": ..., "method": ...
 - `Accept: text/event-stream`: the answer is a chunked event stream; event i+1 is written
   only once `next_event()` was called i+1 times (the first event goes out at once);
 - `X-Upstream-Status: NNN`: answer with that status;
-- `X-Upstream-Trickle: N`: the answer declares `Content-Length: N`, then its bytes trickle
-  (a few at a time: `trickling` is set) until the connection breaks (`trickle_cut` is set);
+- `X-Upstream-Trickle: N` (or `"x_upstream_trickle": N` in a JSON body, for entries that
+  forward a fixed set of headers, as the LLM gateway does): the answer declares
+  `Content-Length: N`, then its bytes trickle (a few at a time: `trickling` is set) until the
+  connection breaks (`trickle_cut` is set);
 - `X-Upstream-Size: N`: the answer is N bytes (`Content-Length`), written as fast as they are
   read.
 """
@@ -119,8 +121,11 @@ class UpstreamServer:
         }
         status = int(req.headers.get("X-Upstream-Status") or 200)
         try:
-            if req.headers.get("X-Upstream-Trickle"):
-                self._trickle(req, status, int(req.headers["X-Upstream-Trickle"]))
+            trickle = req.headers.get("X-Upstream-Trickle")
+            if trickle is None and isinstance(body, dict):
+                trickle = body.get("x_upstream_trickle")
+            if trickle:
+                self._trickle(req, status, int(trickle))
                 return
             if req.headers.get("X-Upstream-Size"):
                 size = int(req.headers["X-Upstream-Size"])

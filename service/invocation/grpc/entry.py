@@ -273,9 +273,12 @@ class GrpcEntry:
         (`_Refused`, or the `DomainError` of authentication)."""
         raw = context.invocation_metadata() or ()
         metadata: dict[str, str] = {}
+        cookies = False  # (a caller may send several `cookie` entries: no ambiguity there)
         for key, value in raw:
             key = key.lower()
-            if key in READ_KEYS:
+            if key == "cookie":
+                cookies = True
+            elif key in READ_KEYS:
                 if key in metadata:  # which to believe is ambiguous, as over HTTP
                     raise _Refused(
                         grpc.StatusCode.INVALID_ARGUMENT,
@@ -288,7 +291,7 @@ class GrpcEntry:
         assert function_id is not None
         version_id = _uuid(metadata, "function-version-id")
         session = _uuid(metadata, "nvcf-reqid")
-        if session is None and "cookie" in metadata:
+        if session is None and cookies:
             session = _cookie_session(raw)
         peer = context.peer()
         joins = _Session(

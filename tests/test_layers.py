@@ -39,10 +39,11 @@ ORDER = [
     "invocation",
     "llm",
     # the composition: the app's metric families, its typed state, the table list for
-    # migrations, the application factory and the command line
+    # migrations, the lifespan, the application factory and the command line
     "telemetry",
     "state",
     "models",
+    "lifespan",
     "app",
     "cli",
 ]

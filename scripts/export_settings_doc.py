@@ -14,7 +14,8 @@ from service.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "docs" / "configuration.md"
-SOURCE = ROOT / "service" / "core" / "settings.py"
+#: the modules the settings' fields are written in (service/core/settings.py composes them)
+SOURCES = sorted((ROOT / "service" / "core").glob("settings*.py"))
 
 HEADER = """# Configuration
 
@@ -57,15 +58,16 @@ def _bounds(field: FieldInfo) -> str:
 def _sections() -> dict[str, str]:
     """Each field's section: the `# -- title` comment above it in the source."""
     sections: dict[str, str] = {}
-    title = "General"
-    for line in SOURCE.read_text().splitlines():
-        heading = re.match(r"\s+# -- (.+)", line)
-        if heading:
-            title = heading.group(1)[0].upper() + heading.group(1)[1:]
-            continue
-        name = re.match(r"    (\w+): ", line)
-        if name and name.group(1) in Settings.model_fields:
-            sections[name.group(1)] = title
+    for source in SOURCES:
+        title = "General"
+        for line in source.read_text().splitlines():
+            heading = re.match(r"\s+# -- (.+)", line)
+            if heading:
+                title = heading.group(1)[0].upper() + heading.group(1)[1:]
+                continue
+            name = re.match(r"    (\w+): ", line)
+            if name and name.group(1) in Settings.model_fields:
+                sections[name.group(1)] = title
     return sections
 
 

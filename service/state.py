@@ -1,4 +1,4 @@
-"""The application's typed state: what the lifespan builds (service/app.py) and what routes,
+"""The application's typed state: what the lifespan builds (service/lifespan.py) and what routes,
 middleware and the fast path read, with their types, instead of untyped `app.state` lookups.
 
 `AppState` is Starlette's `State` with declared attributes; those the server may run without

@@ -120,6 +120,11 @@ def pod_templates(obj: KubeObject) -> Iterator[tuple[str, dict[str, Any]]]:
         yield path, template
 
 
+def items(value: Any) -> list[Any]:
+    """A list field as rendered, or nothing when the chart put something else there."""
+    return value if isinstance(value, list) else []
+
+
 def join(path: str, suffix: str) -> str:
     return f"{path}.{suffix}" if path else suffix
 

@@ -1,7 +1,7 @@
 """Domain events: how a lower domain causes work in a higher one without importing it.
 
 The lower domain declares its events (frozen dataclasses, e.g. functions/events.py) and publishes
-them; the composition (service/app.py) subscribes the higher domains' handlers. A handler runs
+them; the composition (service/lifespan.py) subscribes the higher domains' handlers. A handler runs
 either inside the publisher's transaction (`within`: its writes commit or roll back with the
 publisher's) or once that transaction has committed (`after_commit`: wake a loop, drop a cache
 entry; it must not fail). Handlers run in the order they were subscribed.

@@ -11,7 +11,7 @@ only (the autoscaler's cold start), and the full round keeps its period. A faili
 logged and the loop goes on; a constant `period <= 0` means the loop never starts. The rounds
 stay callable directly (tests and admin paths run one on demand).
 
-The lifespan starts the process's loops from one list (service/app.py) and stops them in
+The lifespan starts the process's loops from one list (service/lifespan.py) and stops them in
 reverse; a component whose own state a loop keeps (the invocation plane's dispatcher, sessions
 and channels) starts and stops that loop with itself.
 """

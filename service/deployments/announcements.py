@@ -1,5 +1,5 @@
 """What deployments announce to the domain above them (core/events.py), subscribed at
-composition (service/app.py): the invocation plane refuses a deleted deployment's version at
+composition (service/lifespan.py): the invocation plane refuses a deleted deployment's version at
 once in this process."""
 
 from __future__ import annotations

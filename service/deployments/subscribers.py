@@ -1,5 +1,5 @@
 """Deployments' handlers of the function registry's events (functions/events.py), subscribed by
-the composition (service/app.py) with `subscribe`: a deleted version's deployment is torn down,
+the composition (service/lifespan.py) with `subscribe`: a deleted version's deployment is torn down,
 changed secrets are delivered to the instances of a deployed version. Both run in the
 publisher's transaction; `wake` (the reconciler's) runs after its commit."""
 

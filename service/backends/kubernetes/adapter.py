@@ -74,8 +74,8 @@ from service.backends.kubernetes.kinds import (
     kind_info,
     namespaced_resource,
 )
+from service.backends.kubernetes.logs import KubeLogReader
 from service.backends.logs import LogLine, LogRequest
-from service.backends.logs.kubernetes import KubeLogReader
 from service.backends.protocol import (
     AdapterError,
     Capacity,

@@ -12,5 +12,6 @@ CrashLoopBackOff, Unschedulable, NeverReady, FailAfterReady), `sim.nvcf.io/ready
 
 Modules: `adapter` (the adapter: apply/observe/delete/capacity/objects), `scheduler` (nodes,
 GPU accounting, queues), `timeline` (pod phases over time, faults, delays), `status` and
-`pods` (rendered objects, status and events), `model` (settings, annotations, state).
+`pods` (rendered objects, status and events), `model` (settings, annotations, state), `logs`
+(what the containers printed).
 """

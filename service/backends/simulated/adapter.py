@@ -22,7 +22,6 @@ from typing import Any
 from service.backends.changes import ChangeLog, Changes
 from service.backends.http1 import AnswerBounds, Http1Endpoint, Http1Pool
 from service.backends.logs import LogLine, LogRequest
-from service.backends.logs.simulated import SimulatedLogBook, Snapshot
 from service.backends.protocol import (
     AdapterError,
     Capacity,
@@ -33,6 +32,7 @@ from service.backends.protocol import (
     object_metadata,
 )
 from service.backends.scheduling import gpu_request
+from service.backends.simulated.logs import SimulatedLogBook, Snapshot
 from service.backends.simulated.model import (
     DEFAULT_FAIL_AFTER,
     FAIL_AFTER_ANNOTATION,
@@ -265,7 +265,7 @@ class SimulatedAdapter:
         )
 
     def logs(self, instance: InstanceSpec, request: LogRequest) -> AsyncIterator[LogLine]:
-        """What the instance's containers printed (backends/logs/simulated.py)."""
+        """What the instance's containers printed (backends/simulated/logs.py)."""
         return self._logbook.read(instance.namespace, request, self._timeline, self._log_snapshot)
 
     async def _log_snapshot(self, namespace: str) -> Snapshot | None:

@@ -21,7 +21,7 @@ the files there; `X-Sim-Output-Bytes: N` writes N bytes to `output.bin` in
 `NVCF-LARGE-OUTPUT-DIR` (a large result); `X-Sim-Progress: 0,50,100` writes those percentages
 to its `progress` file, `X-Sim-Delay-Ms` spread between them, before answering.
 
-Every other request is logged (the worker's log, backends/logs/simulated.py) as served;
+Every other request is logged (the worker's log, backends/simulated/logs.py) as served;
 `X-Sim-Log: text` makes the worker print `text` first (as a careless worker might print a
 secret). An instance the cluster does not run (never
 applied, or deleted) refuses the connection, as a real address with nobody listening would; a

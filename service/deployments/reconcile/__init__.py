@@ -1,7 +1,8 @@
-"""The deployment runtime's reconciler: the loop (loop.py), one unit of work (unit.py), all of
-its SQL (store.py), instance counts and rollouts (converge.py), drains (drain.py), placement
-(placement.py), what a backend receives (targets.py), and the namespace garbage collector, a
-loop service of its own (gc.py)."""
+"""The deployment runtime's reconciler: the loop (loop.py), one unit of work (unit.py; what it
+holds, work.py; its closing transaction, finish.py), all of its SQL (store.py), instance counts
+and rollouts (converge.py), drains (drain.py), placement (placement.py), what a backend
+receives (targets.py), and the namespace garbage collector, a loop service of its own
+(gc.py)."""
 
 from __future__ import annotations
 

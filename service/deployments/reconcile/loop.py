@@ -54,7 +54,8 @@ from service.deployments.reconcile.owner import OwnerId, fresh_owner
 from service.deployments.reconcile.placement import CapacityView
 from service.deployments.reconcile.resync import next_resync
 from service.deployments.reconcile.store import DueInstance, ReconcileStore
-from service.deployments.reconcile.unit import Clock, Memory, Runtime, UnitOfWork
+from service.deployments.reconcile.unit import UnitOfWork
+from service.deployments.reconcile.work import Clock, Memory, Runtime
 from service.health.machine import InstanceCondition, Phase, evaluate
 
 log = logging.getLogger("nvcf.reconciler")

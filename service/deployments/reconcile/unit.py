@@ -6,10 +6,11 @@ applied) and retires surplus ones (counts.py). Then, outside any transaction, ne
 are placed (placement.py), the placement is recorded (T2) and the install-time-mutated objects
 applied; every leased instance is observed, evaluated (service.health) and torn down when
 failed or unwanted, and an applied instance whose Secret holds an older generation of the
-version's secrets gets the current one in place (`update_objects`: no restart). T3 writes
-conditions and events, aggregates each version's status (counts.py) and schedules when each
-row is due next; a deployment being deleted whose instances are all gone is removed. Every
-state change goes through `service.deployments.transitions`.
+version's secrets gets the current one in place (`update_objects`: no restart). T3
+(finish.py) writes conditions and events, aggregates each version's status (counts.py) and
+schedules when each row is due next; a deployment being deleted whose instances are all gone is
+removed. What the unit holds is work.py. Every state change goes through
+`service.deployments.transitions`.
 """
 
 from __future__ import annotations
@@ -17,22 +18,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from service.backends.protocol import AdapterError, BackendAdapter, InstanceSpec
-from service.clusters.adapters import AdapterRegistry
-from service.clusters.catalog import Catalog
 from service.clusters.instance_types import InstanceTypeError, parse_instance_type
-from service.core.crypto import SecretBox
 from service.deployments import repository, rollout, transitions
 from service.deployments.logs.keep import (
     ContainerKey,
-    keep_logs,
     last_lines,
     restart_counts,
     restarted,
@@ -45,17 +39,15 @@ from service.deployments.models import (
     Instance,
     InstanceDesired,
 )
-from service.deployments.reconcile.config import ReconcilerConfig
 from service.deployments.reconcile.converge import converge_counts
-from service.deployments.reconcile.counts import aggregate, secrets_stale
-from service.deployments.reconcile.drain import Activity, Loads, drain_since, read_loads
+from service.deployments.reconcile.counts import secrets_stale
+from service.deployments.reconcile.drain import Loads, drain_since, read_loads
+from service.deployments.reconcile.finish import finish
 from service.deployments.reconcile.placement import (
     CapacityView,
     permitted_candidates,
     place,
 )
-from service.deployments.reconcile.resync import next_resync
-from service.deployments.reconcile.store import ReconcileStore
 from service.deployments.reconcile.targets import (
     VersionSecrets,
     health_mode,
@@ -63,7 +55,7 @@ from service.deployments.reconcile.targets import (
     instance_spec,
     secrets_objects,
 )
-from service.functions.models import FunctionVersion
+from service.deployments.reconcile.work import Claimed, Runtime, Work
 from service.health.conditions import backend_error, failed, previous_condition
 from service.health.machine import HealthMode, InstanceCondition, Phase, evaluate
 from service.health.observed import ObservedState
@@ -71,96 +63,6 @@ from service.health.status import VersionStatus
 from service.registry.pull_secrets import PullSecrets, account_pull_secrets
 
 log = logging.getLogger("nvcf.reconciler")
-
-Clock = Callable[[], datetime]
-ResyncInfo = tuple[InstanceSpec, HealthMode, dict[str, Any]]
-
-
-@dataclass
-class Memory:
-    """What this process remembers to spare database round trips and to time its sleep;
-    losing it (a restart) costs one full unit of work per deployment, nothing else.
-
-    `resync`: Running instances re-observable without the database (target, mode and the
-    condition JSON as stored). `next_check`: health timers of the instances this process
-    drives. `busy`: deployments inside a unit right now. `restarts`: the containers' restart
-    counts of the Running instances at their last observation (a count that went up: the
-    run that ended is kept, deployments/logs/keep.py).
-    """
-
-    resync: dict[uuid.UUID, ResyncInfo] = field(default_factory=dict)
-    next_check: dict[uuid.UUID, datetime] = field(default_factory=dict)
-    busy: set[uuid.UUID] = field(default_factory=set)
-    restarts: dict[uuid.UUID, dict[ContainerKey, int]] = field(default_factory=dict)
-
-    def forget(self, instance_ids: Sequence[uuid.UUID]) -> None:
-        for inst_id in instance_ids:
-            self.resync.pop(inst_id, None)
-            self.next_check.pop(inst_id, None)
-            self.restarts.pop(inst_id, None)
-
-
-@dataclass
-class Runtime:
-    """What a unit of work needs from its reconciler."""
-
-    sessionmaker: async_sessionmaker[AsyncSession]
-    registry: AdapterRegistry
-    catalog: Catalog
-    config: ReconcilerConfig
-    store: ReconcileStore
-    clock: Clock
-    memory: Memory
-    secret_box: SecretBox | None
-    wake: Callable[[], None]
-    #: called after a unit in which an instance became Running (the invocation plane re-reads
-    #: the versions whose requests wait)
-    on_running: Callable[[], None] | None = None
-    #: told the versions with an instance draining (the invocation plane of this process
-    #: forgets their cached routes at once: a draining instance takes no new request)
-    on_draining: Callable[[uuid.UUID], None] | None = None
-    #: the invocation plane's view of requests in flight (drain.py; None: none in view)
-    activity: Activity | None = None
-
-    @property
-    def owner(self) -> str:
-        return self.store.owner
-
-
-@dataclass
-class Work:
-    """One leased instance during a unit: what was decided outside the transactions."""
-
-    row: Instance
-    spec: DeploymentSpec
-    condition: InstanceCondition | None = None
-    placed_on: str | None = None
-    placement_event: str | None = None
-    gone: bool = False  # torn down on the backend in this unit
-    observed: bool = False
-    target: InstanceSpec | None = None
-    mode: HealthMode = "default"
-    #: the secrets generation its Secret received in this unit (rotated: in place)
-    secrets_generation: int | None = None
-    rotated: bool = False
-    #: the last lines of its containers, read as it failed or as a container of it restarted
-    #: while Running (deployments/logs/keep.py)
-    kept_logs: list[dict[str, Any]] | None = None
-    #: its containers' restart counts as observed in this unit
-    restarts: dict[ContainerKey, int] | None = None
-
-
-@dataclass
-class Claimed:
-    """One deployment of the batch as T1 left it."""
-
-    dep: Deployment
-    version: FunctionVersion | None
-    work: list[Work]
-
-    @property
-    def tearing_down(self) -> bool:
-        return self.dep.desired != DeploymentDesired.DEPLOYED or self.version is None
 
 
 class UnitOfWork:
@@ -172,7 +74,6 @@ class UnitOfWork:
         self.view = view
         self._secrets: dict[str, PullSecrets] = {}
         self._version_secrets = VersionSecrets(rt.sessionmaker, rt.secret_box)
-        self._became_running = False
         self._revisions: dict[tuple[uuid.UUID, int], list[Any]] = {}
         self._loads = Loads()
 
@@ -195,7 +96,7 @@ class UnitOfWork:
             # An in-process backend (the simulated cluster) answers without yielding: let the
             # API's requests in between deployments, not only between units.
             await asyncio.sleep(0)
-        await self._finish(claimed)
+        await finish(self.rt, claimed)
         if self.rt.on_draining is not None:
             for c in claimed:
                 if any(w.row.drain_since is not None for w in c.work):
@@ -505,175 +406,6 @@ class UnitOfWork:
         except AdapterError as exc:
             log.warning("deleting instance %s on %s failed: %s", row.id, row.cluster, exc.message)
             return False
-
-    # ---------------------------------------------------------------- T3
-
-    async def _finish(self, claimed: list[Claimed]) -> None:
-        rt = self.rt
-        now = rt.clock()
-        wake = False
-        statuses: list[transitions.StatusChange] = []
-        async with rt.sessionmaker() as session, session.begin():
-            ids = [c.dep.id for c in claimed]
-            deps = {
-                d.id: d
-                for d in await rt.store.lock_deployments(
-                    session, ids, skip_locked=False, objects=False
-                )
-            }
-            versions = await rt.store.versions(session, list(deps.values()))
-            rows_by_dep = await rt.store.instances(session, ids)
-            for c in claimed:
-                dep = deps.get(c.dep.id)
-                if dep is None:
-                    continue
-                rows = {r.id: r for r in rows_by_dep.get(dep.id, [])}
-                failures = await self._write_work(session, c.work, rows, now)
-                version = versions.get(dep.version_id)
-                if dep.desired != DeploymentDesired.DEPLOYED or version is None:
-                    await self._finish_delete(session, dep, version, rows, now)
-                    continue
-                failures = await self._rollout_failures(session, dep, failures, now)
-                settled, again = aggregate(
-                    session,
-                    dep,
-                    version,
-                    rows,
-                    failures,
-                    statuses,
-                    now,
-                    owner=rt.owner,
-                    attempts=rt.config.deploy_attempts,
-                )
-                wake = wake or again
-                stale = await rt.store.trim_history(
-                    session, rows.values(), rt.config.failed_history
-                )
-                rt.memory.forget(stale)
-                if settled:
-                    await transitions.settle(session, dep)
-                else:
-                    transitions.schedule(dep, now)
-            await transitions.set_version_statuses(session, statuses, now)
-        if wake:
-            rt.wake()
-        if self._became_running and rt.on_running is not None:
-            rt.on_running()
-
-    async def _write_work(
-        self,
-        session: AsyncSession,
-        work: list[Work],
-        rows: dict[uuid.UUID, Instance],
-        now: datetime,
-    ) -> list[Instance]:
-        """Store what the unit learnt about its instances; the newly failed ones."""
-        rt = self.rt
-        failures: list[Instance] = []
-        for w in work:
-            row = rows.get(w.row.id)
-            if row is None or row.lease_owner != rt.owner:
-                continue  # gone, or the lease was lost meanwhile
-            if w.gone:
-                transitions.torn_down(row)
-            if w.secrets_generation is not None and not w.gone:
-                transitions.secrets_delivered(session, row, w.secrets_generation, rotated=w.rotated)
-            cond = w.condition
-            if cond is not None:
-                was_wanted = row.desired == InstanceDesired.PRESENT
-                if cond.phase is Phase.RUNNING and row.phase != Phase.RUNNING.value:
-                    self._became_running = True
-                transitions.observe_instance(session, row, cond, now)
-                if w.kept_logs:
-                    await keep_logs(session, row, w.kept_logs, now)
-                if was_wanted and row.desired != InstanceDesired.PRESENT:
-                    failures.append(row)
-            next_check = cond.next_check if cond is not None else None
-            running = row.desired == InstanceDesired.PRESENT and row.phase == Phase.RUNNING
-            if row.desired == InstanceDesired.PRESENT and row.applied and not running:
-                # Starting: looked at again soon after it was applied, then less and less
-                # often (a quarter of its age, up to the interval), so an instance that starts
-                # fast — a cold start — is seen Running within a fraction of its startup.
-                age = (now - row.created_at).total_seconds()
-                poll = now + timedelta(seconds=min(rt.config.interval, max(0.05, age / 4)))
-                next_check = poll if next_check is None else min(next_check, poll)
-            if running and w.target is not None and row.condition is not None:
-                rt.memory.resync[row.id] = (w.target, w.mode, row.condition)
-            else:
-                rt.memory.resync.pop(row.id, None)
-            if running and w.restarts is not None:
-                rt.memory.restarts[row.id] = w.restarts
-            elif not running:
-                rt.memory.restarts.pop(row.id, None)
-            if next_check is not None:
-                rt.memory.next_check[row.id] = next_check
-            else:
-                rt.memory.next_check.pop(row.id, None)
-            if running:
-                due: datetime | None = next_resync(row.id, now, rt.config.resync_seconds)
-                if next_check is not None and due is not None and next_check < due:
-                    due = next_check
-            elif row.desired == InstanceDesired.PRESENT or row.applied:
-                due = now  # starting, or being torn down: looked at on every pass
-            else:
-                due = None
-            transitions.schedule_instance(row, due)
-        return failures
-
-    async def _rollout_failures(
-        self,
-        session: AsyncSession,
-        dep: Deployment,
-        failures: list[Instance],
-        now: datetime,
-    ) -> list[Instance]:
-        """A failed instance of a spec's rollout target ends that rollout (the serving
-        revision stays); the other failures, which the version status judges."""
-        others: list[Instance] = []
-        for row in failures:
-            spec = next((s for s in dep.specs if s.id == row.spec_id), None)
-            if (
-                spec is None
-                or spec.rollout_state != rollout.RolloutState.PROGRESSING
-                or row.revision != spec.target_revision
-                or spec.target_revision == spec.revision
-            ):
-                others.append(row)
-                continue
-            serving = await repository.spec_revision(session, spec.id, spec.revision)
-            if serving is None:  # cannot happen: revisions live as long as their spec
-                others.append(row)
-                continue
-            await transitions.rollout_failed(
-                session,
-                dep,
-                spec,
-                serving,
-                now,
-                reason=f"instance {row.id} failed: {row.reason}: {row.message}",
-            )
-        return others
-
-    async def _finish_delete(
-        self,
-        session: AsyncSession,
-        dep: Deployment,
-        version: FunctionVersion | None,
-        rows: dict[uuid.UUID, Instance],
-        now: datetime,
-    ) -> None:
-        """Undeploy / version delete: once every instance is gone, remove the records (its
-        timeline and failed instances stay as history)."""
-        for row in rows.values():
-            if row.desired == InstanceDesired.PRESENT:
-                transitions.unwant(row)
-        if any(r.applied for r in rows.values()):
-            transitions.schedule(dep, now)  # some instance still exists on a backend
-            return
-        retention = timedelta(seconds=self.rt.config.history_retention)
-        await transitions.remove_deployment(session, dep, version, now, retention=retention)
-        self.rt.memory.forget(list(rows))
-        log.info("deployment %s deleted", dep.id)
 
 
 def _phase(value: str) -> Phase:

@@ -426,6 +426,56 @@ def adapter(client: AppClient, name: str) -> KubernetesAdapter:
     return found
 
 
+async def test_a_quota_forbidden_replicaset_fails_its_instance_as_nvca(
+    server: FakeKubernetes, client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    # NVCA (miniservice/status.go) ends an instance on a FailedCreate warning: here the
+    # ReplicaSet of the rendered Deployment cannot create its pod, refused by a ResourceQuota.
+    add_nodes(server)
+    client = await start(client_factory, tmp_path, server)
+    fn = await create_fn(client)
+    await deploy(client, fn, clusters=["k8s-a"])
+    namespace = await applied_namespace(server)
+    applied = server.get("Deployment", namespace, "inference")
+    assert applied is not None
+
+    replica_set = fixture("replicaset-available.json")
+    replica_set["metadata"]["name"] = "inference-7c9f8d6b5d"
+    replica_set["metadata"]["labels"] = dict(applied["spec"]["template"]["metadata"]["labels"])
+    replica_set["metadata"]["ownerReferences"][0].update(
+        name="inference", uid=applied["metadata"]["uid"]
+    )
+    replica_set["status"] = {"observedGeneration": 1, "replicas": 0}
+    server.add_object(replica_set, namespace=namespace)
+    message = (
+        'Error creating: pods "inference-7c9f8d6b5d-x2k4q" is forbidden: exceeded quota: '
+        "gpu-quota, requested: nvidia.com/gpu=1, used: nvidia.com/gpu=8, limited: nvidia.com/gpu=8"
+    )
+    event = fixture("event-failedscheduling.json")
+    event["metadata"] = {"name": "inference-7c9f8d6b5d.182a4b7c9e1d3f06", "namespace": namespace}
+    event["involvedObject"] = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": "inference-7c9f8d6b5d",
+        "namespace": namespace,
+        "uid": replica_set["metadata"]["uid"],
+    }
+    event.update(reason="FailedCreate", message=message, reportingComponent="replicaset-controller")
+    server.add_object(event, namespace=namespace)
+    assert not [o for o in server.objects(namespace) if o["kind"] == "Pod"]  # none created
+
+    await until_status(client, fn, "ERROR")
+    dep = await deployment(client, fn)
+    assert not [i for i in dep["instances"] if i["phase"] == "Running"], dep["instances"]
+    [health] = dep["healthInfo"]
+    assert health["error"].startswith("FailedCreate: "), health
+    assert message in health["error"], health
+    timeline = await events(client, dep["deploymentId"])
+    failed = [e for e in timeline if e["kind"] == "instance" and e.get("phase") == "Failed"]
+    assert [e["reason"] for e in failed] == ["FailedCreate"], timeline
+    assert failed[0]["instanceId"] == namespace.removeprefix("sr-")
+
+
 async def test_orphaned_namespaces_are_garbage_collected(
     server: FakeKubernetes, client_factory: ClientFactory, tmp_path: Path
 ) -> None:

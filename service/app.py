@@ -62,6 +62,7 @@ from service.deployments.announcements import DeploymentDeleted
 from service.deployments.autoscale.loop import Autoscaler, AutoscalerConfig
 from service.deployments.history import HistoryConfig, HistoryPurger
 from service.deployments.logs.router import router as logs_router
+from service.deployments.logs.service import FollowLimiter
 from service.deployments.models import Deployment, Instance
 from service.deployments.reach import FunctionReach
 from service.deployments.reconcile import Reconciler, build_reconciler, claim_owner
@@ -410,6 +411,7 @@ def create_app(
         )
     app.state.authenticator = Authenticator(settings)
     app.state.function_reach = FunctionReach()
+    app.state.log_follows = FollowLimiter(settings.logs_max_follows_per_account)
     app.state.telemetry = telemetry
     app.state.metrics = telemetry.metrics
     invocation_metrics = InvocationMetrics(telemetry.metrics.registry)

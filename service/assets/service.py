@@ -105,7 +105,7 @@ def parse_references(values: Sequence[str], field: str, limit: int) -> list[uuid
 
 
 class Assets:
-    """The asset plane of one process: its store and rules (app.state.assets)."""
+    """The asset plane of one process: its store and rules (component `assets`, its deps.py)."""
 
     def __init__(
         self, settings: Settings, store: ObjectStore, signer: Signer, quotas: Quotas

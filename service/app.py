@@ -38,6 +38,7 @@ from service.core.routing import mount_flat
 from service.core.settings import Settings
 from service.core.tracing import TracingMiddleware
 from service.deployments.logs.router import router as logs_router
+from service.deployments.logs.service import FollowLimiter
 from service.deployments.reach import FunctionReach
 from service.deployments.revisions_router import router as revisions_router
 from service.deployments.router import router as deployments_router
@@ -176,6 +177,7 @@ def _init_state(app: NvcfApp, settings: Settings, telemetry: Telemetry) -> None:
         )
     app.state.authenticator = Authenticator(settings)
     app.state.function_reach = FunctionReach()
+    app.state.log_follows = FollowLimiter(settings.logs_max_follows_per_account)
     app.state.telemetry = telemetry
     app.state.metrics = telemetry.metrics
 

@@ -77,8 +77,8 @@ class AppState(State):
     invocation: InvocationPlane | None
     #: the gRPC listener (None: not served by this process)
     grpc: GrpcEntry | None
-    #: open log follows per account (deployments/logs; made at the first follow)
-    log_follows: FollowLimiter | None
+    #: open log follows per account (deployments/logs)
+    log_follows: FollowLimiter
     #: per-version time series of this replica's counters (deployments/timeseries)
     timeseries: TimeSeries | None
     #: assets, their store and large results (service/assets/)
@@ -96,7 +96,6 @@ class AppState(State):
                 "rate_limiter": None,
                 "invocation": None,
                 "grpc": None,
-                "log_follows": None,
                 "timeseries": None,
                 "assets": None,
             }

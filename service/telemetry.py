@@ -25,7 +25,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from starlette.requests import Request
 
 from service.auth import scopes
+from service.auth.deps import AUTHENTICATOR
 from service.charts.metrics import ChartMetrics
+from service.core.db import SESSIONMAKER
+from service.core.deps import SETTINGS
 from service.core.errors import Forbidden
 from service.core.middleware import Metrics
 from service.core.settings import Settings
@@ -96,14 +99,13 @@ async def sees_tenants(request: Request) -> bool:
     header = request.headers.get("authorization", "")
     if not header.strip():
         return False
-    state = request.app.state
-    token = state.settings.metrics_token
+    token = SETTINGS.of(request).metrics_token
     scheme, _, credential = header.partition(" ")
     if token is not None and scheme.lower() == "bearer":
         expected = token.get_secret_value().encode()
         if hmac.compare_digest(credential.strip().encode("utf-8", "replace"), expected):
             return True
-    principal = await state.authenticator.authenticate(state.sessionmaker, header)
+    principal = await AUTHENTICATOR.of(request).authenticate(SESSIONMAKER.of(request), header)
     if scopes.ADMIN_ACCOUNTS not in principal.scopes:
         raise Forbidden(
             detail="the per-function metrics are the operator's: scrape with "

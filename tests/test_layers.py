@@ -389,3 +389,84 @@ def test_a_circle_between_sub_packages_is_seen(tmp_path: Path) -> None:
     assert part_circles(service) == {
         "service.backends": [["service.backends.logs", "service.backends.simulated"]]
     }
+
+
+#: the modules that read the application's state: the composition (and its lifespan), which
+#: builds it and declares its types, and core's `Component`, the typed read every `deps.py`
+#: goes through
+STATE_READERS = {"app.py", "lifespan.py", "state.py", "core/components.py"}
+
+
+def app_state_reads(root: Path) -> list[str]:
+    """Where a module outside `STATE_READERS` reads the application's state (`app.state`,
+    `request.app.state`, `self.app.state`, ...): "file:line"."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).as_posix() in STATE_READERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Attribute) and node.attr == "state":
+                owner = node.value
+                name = owner.attr if isinstance(owner, ast.Attribute) else None
+                if isinstance(owner, ast.Name):
+                    name = owner.id
+                if name == "app":
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    return found
+
+
+def test_only_the_composition_reads_the_application_state() -> None:
+    """Routes take components as dependencies (each package's `deps.py`); no module reaches
+    into `app.state` itself."""
+    assert app_state_reads(ROOT) == []
+
+
+def test_a_read_of_the_application_state_is_seen(tmp_path: Path) -> None:
+    service = _tree(
+        tmp_path,
+        {
+            "app.py": "app.state.settings = s\n",
+            "core/components.py": "x = connection.app.state\n",
+            "deployments/router.py": (
+                "def f(request):\n    s = request.app.state.timeseries\n"
+                "    return getattr(request.app.state, 'x', None), request.state.principal\n"
+            ),
+            "telemetry.py": "state = app.state\n",
+        },
+    )
+    assert app_state_reads(service) == [
+        "service/deployments/router.py:2",
+        "service/deployments/router.py:3",
+        "service/telemetry.py:1",
+    ]
+
+
+def components(root: Path) -> dict[str, str]:
+    """Every `Component[T]("name")` declared under `root`: name -> T as written."""
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Subscript)
+                and ast.unparse(node.func.value) == "Component"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                found[str(node.args[0].value)] = ast.unparse(node.func.slice)
+    return found
+
+
+def test_each_component_is_read_with_the_type_the_state_declares() -> None:
+    """A `Component` names an attribute of `service.state.AppState`, with its declared type."""
+    declared = {
+        name: ast.unparse(node.annotation)
+        for node in ast.walk(ast.parse((ROOT / "state.py").read_text()))
+        if isinstance(node, ast.ClassDef) and node.name == "AppState"
+        for node in node.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+        for name in [node.target.id]
+    }
+    read = components(ROOT)
+    assert read  # the check sees them
+    assert {n: t for n, t in read.items() if declared.get(n) != t} == {}

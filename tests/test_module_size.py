@@ -18,8 +18,6 @@ PENDING: dict[str, str] = {
     "functions/schemas.py": "split pending, issue 42",
     # the Kubernetes backend is being changed (item 5 lists it over the limit)
     "backends/kubernetes/adapter.py": "split pending, issue 42",
-    # keys minted once in auth/service.py, nvcf_keys.py a thin router over it (item 4)
-    "auth/nvcf_keys.py": "split pending, issue 42",
 }
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from fastapi import Request
 
 from service.assets.service import Assets
+from service.core.components import Component
+
+ASSETS = Component[Assets | None]("assets")
 
 
 def assets_of(request: Request) -> Assets | None:
     """The application's assets; None in a process that serves none (`nvcf-server invoke`)."""
-    value: Assets | None = getattr(request.app.state, "assets", None)
-    return value
+    return ASSETS.of(request)

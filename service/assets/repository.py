@@ -83,3 +83,8 @@ async def expired(session: AsyncSession, now: datetime, limit: int) -> Sequence[
 async def delete_ids(session: AsyncSession, ids: Collection[uuid.UUID]) -> None:
     if ids:
         await session.execute(delete(Asset).where(Asset.id.in_(list(ids))))
+
+
+async def remove(session: AsyncSession, asset: Asset) -> None:
+    """Mark one loaded asset for removal (the flush or commit deletes its row)."""
+    await session.delete(asset)

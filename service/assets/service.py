@@ -105,7 +105,7 @@ def parse_references(values: Sequence[str], field: str, limit: int) -> list[uuid
 
 
 class Assets:
-    """The asset plane of one process: its store and rules (app.state.assets)."""
+    """The asset plane of one process: its store and rules (component `assets`, its deps.py)."""
 
     def __init__(
         self, settings: Settings, store: ObjectStore, signer: Signer, quotas: Quotas
@@ -208,7 +208,7 @@ class Assets:
 
     async def delete(self, session: AsyncSession, account_id: str, asset_id: uuid.UUID) -> None:
         asset = await self.uploaded(session, account_id, asset_id)
-        await session.delete(asset)
+        await repository.remove(session, asset)
         await session.flush()
         await self.store.delete(asset.key)
         log.info("asset %s deleted (account %s)", asset_id, account_id)
@@ -264,7 +264,7 @@ class Assets:
             if await self.confirm(session, asset) is None:
                 continue
             if asset.created_at <= closed:
-                await session.delete(asset)
+                await repository.remove(session, asset)
                 log.info("asset %s never uploaded: removed", asset.id)
             else:
                 still.append(asset)

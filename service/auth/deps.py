@@ -14,10 +14,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.restrict import FunctionReach, check_functions
 from service.auth.service import Authenticator, Principal
-from service.core.db import request_session
+from service.core.components import Component
+from service.core.db import SESSIONMAKER, request_session
+from service.core.deps import RATE_LIMITER, SettingsDep
 from service.core.errors import Forbidden
 from service.core.idempotency import Recorder, idempotent
-from service.core.ratelimit import RateLimiter
 
 #: request state key: True/False when the read fast path already counted the request against
 #: the account's rate limit (False: it was over the limit)
@@ -25,15 +26,16 @@ RATE_COUNTED = "rate_counted"
 
 Session = Annotated[AsyncSession, Depends(request_session, scope="function")]
 
+AUTHENTICATOR = Component[Authenticator]("authenticator")
+FUNCTION_REACH = Component[FunctionReach]("function_reach")
+
 
 async def authenticator(request: Request) -> Authenticator:
-    value: Authenticator = request.app.state.authenticator
-    return value
+    return AUTHENTICATOR.of(request)
 
 
 async def function_reach(request: Request) -> FunctionReach:
-    value: FunctionReach = request.app.state.function_reach
-    return value
+    return FUNCTION_REACH.of(request)
 
 
 AuthenticatorDep = Annotated[Authenticator, Depends(authenticator)]
@@ -46,24 +48,20 @@ async def authenticate_request(request: Request, *, invocation: bool = False) ->
     principal: Principal | None = getattr(request.state, "principal", None)
     if principal is not None:
         return principal
-    auth: Authenticator = request.app.state.authenticator
-    principal = await auth.authenticate(
-        request.app.state.sessionmaker,
-        request.headers.get("authorization"),
-        invocation=invocation,
+    principal = await AUTHENTICATOR.of(request).authenticate(
+        SESSIONMAKER.of(request), request.headers.get("authorization"), invocation=invocation
     )
     org = request.path_params.get("org") or getattr(request.state, "org", None)
     if org is not None and org != principal.account_id:
         raise Forbidden(detail=f"organization '{org}' in the path is not the caller's account")
-    limiter: RateLimiter | None = request.app.state.rate_limiter
+    limiter = RATE_LIMITER.of(request)
     if limiter is not None:
         counted = getattr(request.state, RATE_COUNTED, None)  # by the read fast path
         if counted is None:
             await limiter.check(principal.account_id)
         elif counted is False:
             raise await limiter.refusal(principal.account_id)
-    reach: FunctionReach = request.app.state.function_reach
-    await check_functions(request, principal, request.app.state.sessionmaker, reach)
+    await check_functions(request, principal, SESSIONMAKER.of(request), FUNCTION_REACH.of(request))
     request.state.principal = principal
     request.state.account_id = principal.account_id
     return principal
@@ -90,7 +88,9 @@ async def idempotency(
     request: Request,
     session: Session,
     principal: Annotated[Principal, Depends(authenticate_request)],
+    settings: SettingsDep,
 ) -> AsyncIterator[Recorder]:
     """`Idempotency-Key` handling for a create, keyed by the caller's account."""
-    async with idempotent(request, session, principal.account_id) as recorder:
+    ttl = settings.idempotency_ttl_seconds
+    async with idempotent(request, session, principal.account_id, ttl) as recorder:
         yield recorder

@@ -13,14 +13,10 @@ from pydantic import Field
 from service.auth import repository, scopes
 from service.auth.deps import AuthenticatorDep, Session, require
 from service.auth.models import ApiKey
-from service.auth.service import (
-    Principal,
-    create_api_key,
-    within_reach,
-)
+from service.auth.service import MAX_KEY_LIFETIME, Principal, mint_key, revoke_key, within_reach
 from service.core.deps import QuotasDep
 from service.core.durations import DurationError, parse_timedelta
-from service.core.errors import FieldError, Forbidden, NotFound, ValidationFailed
+from service.core.errors import FieldError, Forbidden, ValidationFailed
 from service.core.http import inline_body_doc, parse_uuid, read_json
 from service.core.schemas import CamelModel, Timestamp
 from service.core.validation import Check, RequestModel, never_null, parse
@@ -28,11 +24,6 @@ from service.core.validation import Check, RequestModel, never_null, parse
 router = APIRouter(tags=["api-keys"])
 Admin = Annotated[Principal, Depends(require(scopes.ADMIN))]
 ACCOUNT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
-
-
-#: the longest lifetime a key may be given (a key's expiry must be a date: `now + expiresIn`
-#: overflows for durations the parser accepts, up to 999,999,999 days)
-MAX_KEY_LIFETIME = timedelta(days=100 * 366)
 
 
 def _account(value: Any) -> str | None:
@@ -144,12 +135,9 @@ async def create_key(
             detail=f"creating a key for another account requires the operator scope "
             f"'{scopes.ADMIN_ACCOUNTS}'"
         )
-    await quotas.api_keys.check(
-        lambda: repository.count_keys(session, account),
-        lambda: repository.lock_account(session, account),
-    )
-    key, row = await create_api_key(
+    key, row = await mint_key(
         session,
+        quotas,
         account_id=account,
         scopes=model.scopes,
         expires_in=model.lifetime(),
@@ -179,13 +167,5 @@ async def delete_key(
     keyId: str, session: Session, principal: Admin, authenticator: AuthenticatorDep
 ) -> Response:
     kid = parse_uuid(keyId, "keyId")
-    row = await repository.key_by_id(session, kid)
-    if (
-        row is None
-        or row.account_id != principal.account_id
-        or not within_reach(principal, row.functions)
-    ):
-        raise NotFound(detail=f"API key {kid} not found")
-    await repository.delete_key(session, row)
-    authenticator.forget(row.key_hash)
+    await revoke_key(session, authenticator, principal.account_id, principal, kid)
     return Response(status_code=204)

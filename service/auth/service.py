@@ -31,11 +31,22 @@ from service.auth.scopes import (
 )
 from service.auth.tokens import InvocationGrant, InvocationTokens, is_invocation_token
 from service.core.db import utcnow
-from service.core.errors import BadRequest, FieldError, Forbidden, Unauthorized, ValidationFailed
+from service.core.errors import (
+    BadRequest,
+    FieldError,
+    Forbidden,
+    NotFound,
+    Unauthorized,
+    ValidationFailed,
+)
 from service.core.http import json_errors
+from service.core.quotas import Quotas
 from service.core.settings import Settings
 
 API_KEY_PREFIX = "nvapi-"
+#: the longest lifetime a key may be given (a key's expiry must be a date: `now + expiresIn`
+#: overflows for durations the parser accepts, up to 999,999,999 days)
+MAX_KEY_LIFETIME = timedelta(days=100 * 366)
 _BEARER = {"WWW-Authenticate": "Bearer"}
 #: the longest account id (the `accounts.id` column, and every `account_id` column)
 MAX_ACCOUNT_ID = 128
@@ -161,6 +172,93 @@ async def create_api_key(
     session.add(row)
     await session.flush()
     return key, row
+
+
+async def mint_key(
+    session: AsyncSession,
+    quotas: Quotas,
+    *,
+    account_id: str,
+    scopes: Iterable[str],
+    expires_in: timedelta | None = None,
+    description: str | None = None,
+    functions: Iterable[uuid.UUID] | None = None,
+    authorizations: dict[str, Any] | None = None,
+    expires_at: datetime | None = None,
+    not_after: datetime | None = None,
+) -> tuple[str, ApiKey]:
+    """A key a caller of the API asks for (both key APIs, NVCF's management token): within
+    the account's key quota, then `create_api_key` (which never grants the operator scopes)."""
+    await quotas.api_keys.check(
+        lambda: repository.count_keys(session, account_id),
+        lambda: repository.lock_account(session, account_id),
+    )
+    return await create_api_key(
+        session,
+        account_id=account_id,
+        scopes=scopes,
+        expires_in=expires_in,
+        description=description,
+        functions=functions,
+        authorizations=authorizations,
+        expires_at=expires_at,
+        not_after=not_after,
+    )
+
+
+async def key_in_reach(
+    session: AsyncSession, account_id: str, principal: Principal | None, key_id: uuid.UUID
+) -> ApiKey:
+    """The key `key_id` of `account_id` within the caller's reach (`within_reach`; no
+    principal: a credential-less caller the route trusts), else 404."""
+    row = await repository.key_by_id(session, key_id)
+    if (
+        row is None
+        or row.account_id != account_id
+        or (principal is not None and not within_reach(principal, row.functions))
+    ):
+        raise NotFound(detail=f"API key {key_id} not found")
+    return row
+
+
+async def revoke_key(
+    session: AsyncSession,
+    authenticator: Authenticator,
+    account_id: str,
+    principal: Principal | None,
+    key_id: uuid.UUID,
+) -> None:
+    """Revoke a key in the caller's reach (`key_in_reach`), at once in this process. Without
+    a principal (a credential-less caller), never an operator key (403)."""
+    row = await key_in_reach(session, account_id, principal, key_id)
+    if principal is None and any(s in OPERATOR_SCOPES for s in row.scopes):
+        raise Forbidden(detail="an operator key is revoked only with a credential")
+    await repository.delete_key(session, row)
+    authenticator.forget(row.key_hash)
+
+
+async def replace_grant(
+    session: AsyncSession,
+    authenticator: Authenticator,
+    row: ApiKey,
+    *,
+    scopes: Iterable[str],
+    functions: Iterable[uuid.UUID] | None,
+    authorizations: dict[str, Any],
+) -> None:
+    """Give an active key other scopes and functions, at once in this process (400 for an
+    operator key, whose scopes only the CLI changes, or an expired one)."""
+    if any(s in OPERATOR_SCOPES for s in row.scopes):
+        raise ValidationFailed.of(
+            [FieldError("keyId", "an operator key's scopes are changed only by the CLI")]
+        )
+    if row.expires_at is not None and row.expires_at <= utcnow():
+        raise ValidationFailed.of([FieldError("keyId", "the key is not active (it expired)")])
+    row.scopes = list(scopes)
+    row.functions = sorted(str(f) for f in functions) if functions is not None else None
+    row.authorizations = authorizations
+    await session.flush()
+    authenticator.forget(row.key_hash)
 
 
 def _capped(expires_at: datetime | None, not_after: datetime | None) -> datetime | None:

@@ -8,11 +8,13 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from service.charts.pipeline import ChartPipeline
+from service.core.components import Component
+
+CHART_PIPELINE = Component[ChartPipeline]("chart_pipeline")
 
 
 async def chart_pipeline(request: Request) -> ChartPipeline:
-    value: ChartPipeline = request.app.state.chart_pipeline
-    return value
+    return CHART_PIPELINE.of(request)
 
 
 ChartPipelineDep = Annotated[ChartPipeline, Depends(chart_pipeline)]

@@ -9,16 +9,18 @@ from fastapi import Depends, Request
 
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
+from service.core.components import Component
+
+CATALOG = Component[Catalog]("catalog")
+ADAPTERS = Component[AdapterRegistry]("adapters")
 
 
 async def catalog(request: Request) -> Catalog:
-    value: Catalog = request.app.state.catalog
-    return value
+    return CATALOG.of(request)
 
 
 async def adapters(request: Request) -> AdapterRegistry:
-    value: AdapterRegistry = request.app.state.adapters
-    return value
+    return ADAPTERS.of(request)
 
 
 CatalogDep = Annotated[Catalog, Depends(catalog)]

@@ -30,6 +30,8 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.orm import DeclarativeBase, ORMExecuteState, Session
 from starlette.requests import Request
 
+from service.core.components import Component
+
 NAMING = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -213,14 +215,17 @@ def run_after_commit(session: AsyncSession) -> None:
         callback()
 
 
+#: the process's sessions (the composition makes them at start)
+SESSIONMAKER = Component[async_sessionmaker[AsyncSession]]("sessionmaker")
+
+
 async def request_session(request: Request) -> AsyncIterator[AsyncSession]:
     """One transaction per request: committed when the handler returns, rolled back on error.
 
     Used with `Depends(..., scope="function")` so the commit happens before the response is
     sent and a failed commit is reported to the client.
     """
-    maker: async_sessionmaker[AsyncSession] = request.app.state.sessionmaker
-    async with maker() as session:
+    async with SESSIONMAKER.of(request)() as session:
         try:
             yield session
         except BaseException:

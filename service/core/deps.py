@@ -1,7 +1,7 @@
 """Typed FastAPI dependencies for the components of `core` the composition builds (service/app.py
-puts them on the application's state); each domain declares its own the same way in its
-`deps.py`. Routes take these, and hand the components to the domain's functions: no domain
-function receives a `Request` or the app."""
+puts them on the application's state, core/components.py reads them); each domain declares its
+own the same way in its `deps.py`. Routes take these, and hand the components to the domain's
+functions: no domain function receives a `Request` or the app."""
 
 from __future__ import annotations
 
@@ -10,43 +10,45 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from service.core.components import Component
 from service.core.crypto import SecretBox
+from service.core.db import SESSIONMAKER
 from service.core.events import Events
 from service.core.quotas import Quotas
 from service.core.ratelimit import RateLimiter
 from service.core.settings import Settings
 
+SETTINGS = Component[Settings]("settings")
+QUOTAS = Component[Quotas]("quotas")
+SECRET_BOX = Component[SecretBox]("secret_box")
+RATE_LIMITER = Component[RateLimiter | None]("rate_limiter")
+EVENTS = Component[Events]("events")
+
 
 async def settings(request: Request) -> Settings:
-    value: Settings = request.app.state.settings
-    return value
+    return SETTINGS.of(request)
 
 
 async def quotas(request: Request) -> Quotas:
-    value: Quotas = request.app.state.quotas
-    return value
+    return QUOTAS.of(request)
 
 
 async def secret_box(request: Request) -> SecretBox:
-    value: SecretBox = request.app.state.secret_box
-    return value
+    return SECRET_BOX.of(request)
 
 
 async def rate_limiter(request: Request) -> RateLimiter | None:
     """None when rate limiting is off."""
-    value: RateLimiter | None = request.app.state.rate_limiter
-    return value
+    return RATE_LIMITER.of(request)
 
 
 async def events(request: Request) -> Events:
-    value: Events = request.app.state.events
-    return value
+    return EVENTS.of(request)
 
 
 async def sessionmaker(request: Request) -> async_sessionmaker[AsyncSession]:
     """For work outside the request's transaction (the request's own is `auth.deps.Session`)."""
-    value: async_sessionmaker[AsyncSession] = request.app.state.sessionmaker
-    return value
+    return SESSIONMAKER.of(request)
 
 
 SettingsDep = Annotated[Settings, Depends(settings)]

@@ -90,7 +90,7 @@ def _answer(rec: IdempotencyRecord, fingerprint: str) -> None:
 
 @asynccontextmanager
 async def idempotent(
-    request: Request, session: AsyncSession, account: str
+    request: Request, session: AsyncSession, account: str, ttl_seconds: int
 ) -> AsyncIterator[Recorder]:
     """Guard one create of `account` (the caller's) by its `Idempotency-Key`, if it has one.
 
@@ -107,7 +107,7 @@ async def idempotent(
     fingerprint = hashlib.sha256(
         request.method.encode() + b" " + request.url.path.encode() + b"\n" + body
     ).hexdigest()
-    ttl = timedelta(seconds=request.app.state.settings.idempotency_ttl_seconds)
+    ttl = timedelta(seconds=ttl_seconds)
     async with _lock_for(account, key):
         rec = await _existing(session, account, key)
         if rec is not None and rec.created_at > utcnow() - ttl:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import event, insert
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from service.core.db import mark_written, utcnow
-from service.deployments.models import DeploymentEvent
+from service.deployments import repository
 
 _PENDING = "nvcf_pending_events"
 
@@ -51,7 +51,7 @@ def _write(session: Session) -> None:
     rows: list[dict[str, Any]] | None = session.info.pop(_PENDING, None)
     if rows:
         session.flush()  # the deployments they belong to first
-        session.execute(insert(DeploymentEvent), rows)
+        repository.insert_events(session, rows)
 
 
 @event.listens_for(Session, "before_commit")

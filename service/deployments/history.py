@@ -25,15 +25,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.core.db import utcnow
 from service.core.loops import LoopService
-from service.core.pagination import Page, keyset_page
 from service.core.settings import Settings
-from service.deployments.logs.models import KeptLog
-from service.deployments.models import Deployment, DeploymentEvent, DeploymentHistory, Instance
+from service.deployments import repository
+from service.deployments.models import Deployment, DeploymentHistory, Instance
 from service.deployments.schemas import GpuSpecificationOut, InstanceOut
 
 log = logging.getLogger("nvcf.history")
@@ -80,44 +78,6 @@ def entry(
     )
 
 
-# --- reads -------------------------------------------------------------------------------------
-
-
-async def find(
-    session: AsyncSession, account_id: str, deployment_id: uuid.UUID, now: datetime
-) -> DeploymentHistory | None:
-    """The caller's removed deployment, unless its history has expired."""
-    row = await session.get(DeploymentHistory, deployment_id)
-    if row is None or row.account_id != account_id or row.expires_at <= now:
-        return None
-    return row
-
-
-async def of_version(
-    session: AsyncSession,
-    account_id: str,
-    function_id: uuid.UUID,
-    version_id: uuid.UUID,
-    page: Page,
-    now: datetime,
-) -> tuple[list[DeploymentHistory], str | None]:
-    """The caller's removed deployments of a version that have not expired, oldest first."""
-    stmt = select(DeploymentHistory).where(
-        DeploymentHistory.account_id == account_id,
-        DeploymentHistory.version_id == version_id,
-        DeploymentHistory.function_id == function_id,
-        DeploymentHistory.expires_at > now,
-    )
-    return await keyset_page(
-        session,
-        stmt,
-        page,
-        created=DeploymentHistory.created_at,
-        ident=DeploymentHistory.id,
-        cursor_of=lambda h: (h.created_at, h.id),
-    )
-
-
 # --- the purge ---------------------------------------------------------------------------------
 
 
@@ -149,10 +109,6 @@ class PurgeReport:
     deployments: int = 0
     events: int = 0
     transactions: int = 0
-
-
-def _rowcount(result: object) -> int:
-    return int(getattr(result, "rowcount", 0) or 0)
 
 
 class HistoryPurger(LoopService[str]):
@@ -204,31 +160,14 @@ class HistoryPurger(LoopService[str]):
     async def _expired(self, now: datetime, report: PurgeReport) -> list[uuid.UUID]:
         async with self.sessionmaker() as session:
             report.transactions += 1
-            stmt = (
-                select(DeploymentHistory.id)
-                .where(DeploymentHistory.expires_at <= now)
-                .order_by(DeploymentHistory.expires_at)
-                .limit(self.config.batch)
-            )
-            return list((await session.execute(stmt)).scalars())
+            return await repository.expired_history(session, now, self.config.batch)
 
     async def _delete_events(self, ids: Sequence[uuid.UUID], report: PurgeReport) -> None:
         chunk = self.config.event_chunk
         while True:
             async with self.sessionmaker() as session, session.begin():
                 report.transactions += 1
-                some = (
-                    select(DeploymentEvent.id)
-                    .where(DeploymentEvent.deployment_id.in_(list(ids)))
-                    .limit(chunk)
-                    .scalar_subquery()
-                )
-                result = await session.execute(
-                    delete(DeploymentEvent)
-                    .where(DeploymentEvent.id.in_(some))
-                    .execution_options(synchronize_session=False)
-                )
-            n = _rowcount(result)
+                n = await repository.delete_history_events(session, ids, chunk)
             report.events += n
             if n < chunk:
                 return
@@ -239,18 +178,7 @@ class HistoryPurger(LoopService[str]):
     ) -> int:
         async with self.sessionmaker() as session, session.begin():
             report.transactions += 1
-            result = await session.execute(
-                delete(DeploymentHistory)
-                .where(DeploymentHistory.id.in_(list(ids)), DeploymentHistory.expires_at <= now)
-                .execution_options(synchronize_session=False)
-            )
-            # the kept last lines of its failed instances go with it (deployments/logs)
-            await session.execute(
-                delete(KeptLog)
-                .where(KeptLog.deployment_id.in_(list(ids)))
-                .execution_options(synchronize_session=False)
-            )
-        return _rowcount(result)
+            return await repository.delete_history(session, ids, now)
 
 
 __all__ = [
@@ -258,6 +186,4 @@ __all__ = [
     "HistoryPurger",
     "PurgeReport",
     "entry",
-    "find",
-    "of_version",
 ]

@@ -11,15 +11,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, Select, and_, func, or_, select
+from sqlalchemy import Row, Select, and_, delete, func, insert, or_, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from service.auth.service import Principal
 from service.core.errors import BadRequest, NotFound
 from service.core.http import parse_uuids
 from service.core.pagination import Page, keyset_page
-from service.deployments import history
+from service.deployments.logs.models import KeptLog
 from service.deployments.models import (
+    AccountInstances,
     Deployment,
     DeploymentDesired,
     DeploymentEvent,
@@ -104,7 +108,7 @@ async def find_deployment(
     deployment = await session.get(Deployment, deployment_id)
     if deployment is not None and deployment.account_id == account_id:
         return deployment
-    removed = await history.find(session, account_id, deployment_id, now)
+    removed = await history_entry(session, account_id, deployment_id, now)
     if removed is None:
         raise NotFound(detail=f"deployment {deployment_id} not found")
     return removed
@@ -345,3 +349,163 @@ async def spec_revision(
     session: AsyncSession, spec_id: uuid.UUID, number: int
 ) -> SpecRevision | None:
     return await session.get(SpecRevision, (spec_id, number))
+
+
+# --- the history of removed deployments (history.py) -------------------------------------------
+
+
+async def history_entry(
+    session: AsyncSession, account_id: str, deployment_id: uuid.UUID, now: datetime
+) -> DeploymentHistory | None:
+    """The caller's removed deployment, unless its history has expired."""
+    row = await session.get(DeploymentHistory, deployment_id)
+    if row is None or row.account_id != account_id or row.expires_at <= now:
+        return None
+    return row
+
+
+async def history_of_version(
+    session: AsyncSession,
+    account_id: str,
+    function_id: uuid.UUID,
+    version_id: uuid.UUID,
+    page: Page,
+    now: datetime,
+) -> tuple[list[DeploymentHistory], str | None]:
+    """The caller's removed deployments of a version that have not expired, oldest first."""
+    stmt = select(DeploymentHistory).where(
+        DeploymentHistory.account_id == account_id,
+        DeploymentHistory.version_id == version_id,
+        DeploymentHistory.function_id == function_id,
+        DeploymentHistory.expires_at > now,
+    )
+    return await keyset_page(
+        session,
+        stmt,
+        page,
+        created=DeploymentHistory.created_at,
+        ident=DeploymentHistory.id,
+        cursor_of=lambda h: (h.created_at, h.id),
+    )
+
+
+def _rowcount(result: object) -> int:
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+async def expired_history(session: AsyncSession, now: datetime, limit: int) -> list[uuid.UUID]:
+    """Up to `limit` removed deployments whose history has expired, the oldest first."""
+    stmt = (
+        select(DeploymentHistory.id)
+        .where(DeploymentHistory.expires_at <= now)
+        .order_by(DeploymentHistory.expires_at)
+        .limit(limit)
+    )
+    return list((await session.execute(stmt)).scalars())
+
+
+async def delete_history_events(session: AsyncSession, ids: Sequence[uuid.UUID], limit: int) -> int:
+    """Delete up to `limit` timeline entries of the deployments `ids`; how many."""
+    some = (
+        select(DeploymentEvent.id)
+        .where(DeploymentEvent.deployment_id.in_(list(ids)))
+        .limit(limit)
+        .scalar_subquery()
+    )
+    result = await session.execute(
+        delete(DeploymentEvent)
+        .where(DeploymentEvent.id.in_(some))
+        .execution_options(synchronize_session=False)
+    )
+    return _rowcount(result)
+
+
+async def delete_history(session: AsyncSession, ids: Sequence[uuid.UUID], now: datetime) -> int:
+    """Delete the expired history of the deployments `ids`, and the kept last lines of their
+    failed instances (deployments/logs); how many histories."""
+    result = await session.execute(
+        delete(DeploymentHistory)
+        .where(DeploymentHistory.id.in_(list(ids)), DeploymentHistory.expires_at <= now)
+        .execution_options(synchronize_session=False)
+    )
+    await session.execute(
+        delete(KeptLog)
+        .where(KeptLog.deployment_id.in_(list(ids)))
+        .execution_options(synchronize_session=False)
+    )
+    return _rowcount(result)
+
+
+# --- a specification's revisions (revisions.py) ------------------------------------------------
+
+
+async def revisions_of(session: AsyncSession, spec: DeploymentSpec) -> list[SpecRevision]:
+    stmt = select(SpecRevision).where(SpecRevision.spec_id == spec.id).order_by(SpecRevision.number)
+    return list((await session.execute(stmt)).scalars())
+
+
+async def last_revision(session: AsyncSession, spec_id: uuid.UUID) -> int | None:
+    """The number of the specification's latest revision (None: it has none)."""
+    stmt = select(func.max(SpecRevision.number)).where(SpecRevision.spec_id == spec_id)
+    last: int | None = (await session.execute(stmt)).scalar_one()
+    return last
+
+
+async def revision(session: AsyncSession, spec_id: uuid.UUID, number: int) -> SpecRevision | None:
+    return await session.get(SpecRevision, (spec_id, number))
+
+
+# --- the kept last lines of failed or restarted instances (logs/keep.py) -----------------------
+
+
+async def forget_kept_log(session: AsyncSession, instance_id: uuid.UUID) -> None:
+    await session.execute(delete(KeptLog).where(KeptLog.instance_id == instance_id))
+
+
+async def kept_logs(session: AsyncSession, instance_ids: Sequence[uuid.UUID]) -> Sequence[KeptLog]:
+    stmt = select(KeptLog).where(KeptLog.instance_id.in_(instance_ids))
+    return (await session.execute(stmt)).scalars().all()
+
+
+async def kept_log(session: AsyncSession, instance_id: uuid.UUID) -> KeptLog | None:
+    """The lines kept of an instance's last failure or restart, if any."""
+    return await session.get(KeptLog, instance_id)
+
+
+# --- the instances quota's maintained count (usage.py) ------------------------------------------
+
+
+async def add_deployed_instances(session: AsyncSession, account_id: str, delta: int) -> None:
+    """Add `delta` to the account's deployed maxInstances (one atomic upsert)."""
+    dialect = session.get_bind().dialect.name
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    stmt = insert(AccountInstances).values(account_id=account_id, deployed=delta)
+    await session.execute(
+        stmt.on_conflict_do_update(
+            index_elements=[AccountInstances.account_id],
+            set_={"deployed": AccountInstances.deployed + delta},
+        )
+    )
+
+
+async def deployed_instances(session: AsyncSession, account_id: str) -> int | None:
+    """The account's deployed maxInstances as kept (None: no row yet)."""
+    stmt = select(AccountInstances.deployed).where(AccountInstances.account_id == account_id)
+    deployed: int | None = await session.scalar(stmt)
+    return deployed
+
+
+async def max_instances_of(session: AsyncSession, spec_ids: Sequence[uuid.UUID]) -> int:
+    """maxInstances summed over these specifications."""
+    stmt = select(func.coalesce(func.sum(DeploymentSpec.max_instances), 0)).where(
+        DeploymentSpec.id.in_(spec_ids)
+    )
+    return int((await session.execute(stmt)).scalar_one())
+
+
+# --- the timeline (events.py) ------------------------------------------------------------------
+
+
+def insert_events(session: Session, rows: list[dict[str, Any]]) -> None:
+    """Write timeline entries in one multi-row INSERT (the session's commit is under way)."""
+    session.execute(insert(DeploymentEvent), rows)

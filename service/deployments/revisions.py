@@ -6,24 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.service import Principal
 from service.core.db import utcnow
 from service.core.errors import NotFound
-from service.deployments import transitions
+from service.deployments import repository, transitions
 from service.deployments.models import Deployment, DeploymentSpec, SpecRevision
 
 
 def principal_name(principal: Principal) -> str:
     """Who accepted a revision, as kept: the credential's kind and id, never a secret."""
     return f"{principal.kind}:{principal.subject}"
-
-
-async def revisions_of(session: AsyncSession, spec: DeploymentSpec) -> list[SpecRevision]:
-    stmt = select(SpecRevision).where(SpecRevision.spec_id == spec.id).order_by(SpecRevision.number)
-    return list((await session.execute(stmt)).scalars())
 
 
 async def new_revision(
@@ -43,11 +37,7 @@ async def new_revision(
         and helm_validation_policy == spec.helm_validation_policy
     ):
         return None
-    last = (
-        await session.execute(
-            select(func.max(SpecRevision.number)).where(SpecRevision.spec_id == spec.id)
-        )
-    ).scalar_one()
+    last = await repository.last_revision(session, spec.id)
     now = utcnow()
     revision = SpecRevision(
         spec_id=spec.id,
@@ -68,7 +58,7 @@ async def rollback(
 ) -> bool:
     """Roll the spec's instances back to revision `number` (404 if it has none such);
     whether anything changed (not when it is the target already)."""
-    revision = await session.get(SpecRevision, (spec.id, number))
+    revision = await repository.revision(session, spec.id, number)
     if revision is None:
         raise NotFound(detail=f"GPU specification {spec.id} has no revision {number}")
     if number == spec.target_revision:

@@ -34,7 +34,7 @@ async def list_revisions(
     spec = next((s for s in deployment.specs if s.id == sid), None)
     if spec is None:
         raise NotFound(detail=f"GPU specification {sid} not found in deployment {did}")
-    rows = await revisions.revisions_of(session, spec)
+    rows = await repository.revisions_of(session, spec)
     return RevisionList(revisions=[RevisionOut.of(r, spec) for r in rows])
 
 

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.errors import NotFound
 from service.core.pagination import Page
-from service.deployments import history
+from service.deployments import repository
 from service.deployments.logs.keep import kept_lines
 from service.deployments.models import (
     Deployment,
@@ -202,7 +202,7 @@ async def version_history(
     """The caller's removed deployments of a version, oldest first, until they expire. 404
     when the caller neither owns the version nor has history of it (another account, or a
     version deleted whose history has expired)."""
-    rows, next_cursor = await history.of_version(
+    rows, next_cursor = await repository.history_of_version(
         session, account_id, function_id, version_id, page, now
     )
     if not rows and page.after is None:

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Protocol
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.core.components import Component
 from service.functions.read_cache import VersionCache
 
 
@@ -22,15 +23,17 @@ class ActiveInstances(Protocol):
         `instance_id, phase, instance_type, gpu, backend, cluster, created_at, updated_at`)."""
 
 
+VERSION_CACHE = Component[VersionCache | None]("version_cache")
+ACTIVE_INSTANCES = Component[ActiveInstances]("active_instances")
+
+
 def version_cache(request: Request) -> VersionCache | None:
     """None unless the read cache is on (SQLite); a plain call on the hot read."""
-    value: VersionCache | None = request.app.state.version_cache
-    return value
+    return VERSION_CACHE.of(request)
 
 
 def active_instances(request: Request) -> ActiveInstances:
-    value: ActiveInstances = request.app.state.active_instances
-    return value
+    return ACTIVE_INSTANCES.of(request)
 
 
 async def _version_cache(request: Request) -> VersionCache | None:

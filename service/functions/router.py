@@ -19,14 +19,13 @@ from service.charts.target import not_permitted_message, permitted_clusters
 from service.clusters.catalog import Catalog
 from service.clusters.deps import CatalogDep
 from service.core.crypto import SecretBox
-from service.core.deps import EventsDep, QuotasDep, SecretBoxDep, sessionmaker
+from service.core.deps import SETTINGS, EventsDep, QuotasDep, SecretBoxDep, sessionmaker
 from service.core.errors import FieldError, ValidationFailed
 from service.core.events import Events
 from service.core.http import inline_body_doc, json_body_doc, parse_uuid, parse_uuids, read_json
 from service.core.idempotency import Recorder
 from service.core.pagination import Limit, make_page
 from service.core.quotas import Quotas
-from service.core.settings import Settings
 from service.functions import secrets, service, sharing, views
 from service.functions.deps import (
     ActiveInstancesDep,
@@ -106,7 +105,7 @@ def _check_policy_permitted(catalog: Catalog, spec: FunctionSpec) -> None:
 
 def _utils_images(request: Request) -> UtilsImages:
     """Where a function's worker-utilities image may come from (the operator's settings)."""
-    settings: Settings = request.app.state.settings
+    settings = SETTINGS.of(request)
     return UtilsImages(settings.worker_utils_image_registries, settings.worker_utils_image or None)
 
 

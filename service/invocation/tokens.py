@@ -23,7 +23,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
 from service.auth import scopes
-from service.auth.deps import Session, require
+from service.auth.deps import AuthenticatorDep, Session, require
 from service.auth.service import Authenticator, Principal
 from service.auth.tokens import MAX_CLIENT_ID, MAX_FUNCTIONS, InvocationGrant
 from service.core.db import utcnow
@@ -137,7 +137,7 @@ def _path_ids(*pairs: tuple[str, str]) -> tuple[list[uuid.UUID], list[FieldError
 
 
 async def _issue(
-    request: Request,
+    auth: Authenticator,
     session: Session,
     principal: Principal,
     client_id: str,
@@ -152,7 +152,6 @@ async def _issue(
             )
     if missing:
         raise NotFound(detail=f"{'; '.join(missing)}: not found")
-    auth: Authenticator = request.app.state.authenticator
     tokens = auth.invocation_tokens
     if tokens is None:
         raise ServiceUnavailable(detail="invocation tokens cannot be issued yet; retry")
@@ -175,13 +174,17 @@ async def _issue(
     summary="Issue a token that may invoke every version of this function, and nothing else",
 )
 async def token_for_function(
-    functionId: str, request: Request, session: Session, principal: Invoker
+    functionId: str,
+    request: Request,
+    session: Session,
+    principal: Invoker,
+    auth: AuthenticatorDep,
 ) -> InvocationTokenResponse:
     ids, errors = _path_ids((functionId, "functionId"))
     model, body_errors = parse(InvocationTokenRequest, await _body(request, errors))
     if errors or body_errors or model is None:
         raise ValidationFailed.of([*errors, *body_errors])
-    return await _issue(request, session, principal, model.client_id, [(ids[0], None)])
+    return await _issue(auth, session, principal, model.client_id, [(ids[0], None)])
 
 
 @router.post(
@@ -197,12 +200,13 @@ async def token_for_version(
     request: Request,
     session: Session,
     principal: Invoker,
+    auth: AuthenticatorDep,
 ) -> InvocationTokenResponse:
     ids, errors = _path_ids((functionId, "functionId"), (functionVersionId, "functionVersionId"))
     model, body_errors = parse(InvocationTokenRequest, await _body(request, errors))
     if errors or body_errors or model is None:
         raise ValidationFailed.of([*errors, *body_errors])
-    return await _issue(request, session, principal, model.client_id, [(ids[0], ids[1])])
+    return await _issue(auth, session, principal, model.client_id, [(ids[0], ids[1])])
 
 
 @router.post(
@@ -214,10 +218,10 @@ async def token_for_version(
     "none: a token for the account's assets",
 )
 async def token_for_functions(
-    request: Request, session: Session, principal: Invoker
+    request: Request, session: Session, principal: Invoker, auth: AuthenticatorDep
 ) -> InvocationTokenResponse:
     model, errors = parse(MultiFunctionsInvocationTokenRequest, await _body(request, []))
     if errors or model is None:
         raise ValidationFailed.of(errors)
     pairs = [(f.function_id, f.function_version_id) for f in model.functions]
-    return await _issue(request, session, principal, model.client_id, pairs)
+    return await _issue(auth, session, principal, model.client_id, pairs)

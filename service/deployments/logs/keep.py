@@ -18,11 +18,11 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.backends.logs import LogRequest, cut
 from service.backends.protocol import AdapterError, BackendAdapter, InstanceSpec
+from service.deployments import repository
 from service.deployments.logs.mask import Masker
 from service.deployments.logs.models import KeptLog
 from service.deployments.models import Instance
@@ -127,7 +127,7 @@ async def keep_logs(
 ) -> None:
     """Store the lines read as `row` failed or restarted (in the transaction recording its
     observation), in place of those kept before (an earlier restart's)."""
-    await session.execute(delete(KeptLog).where(KeptLog.instance_id == row.id))
+    await repository.forget_kept_log(session, row.id)
     session.add(
         KeptLog(
             instance_id=row.id,
@@ -158,10 +158,5 @@ async def kept_lines(
     ids = list(dict.fromkeys(instance_ids))
     if not ids:
         return {}
-    rows = (await session.execute(select(KeptLog).where(KeptLog.instance_id.in_(ids)))).scalars()
+    rows = await repository.kept_logs(session, ids)
     return {row.instance_id: shown(row.containers) for row in rows}
-
-
-async def kept_log(session: AsyncSession, instance_id: uuid.UUID) -> KeptLog | None:
-    """The lines kept of an instance's last failure or restart, if any."""
-    return await session.get(KeptLog, instance_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
 from service.auth.deps import Session
@@ -15,6 +15,7 @@ from service.core.db import utcnow
 from service.core.deps import SecretBoxDep, SettingsDep
 from service.core.http import parse_uuid, parse_uuids
 from service.core.settings import Settings
+from service.deployments.deps import LogFollowsDep
 from service.deployments.logs import service
 from service.deployments.router_common import Deployer
 
@@ -75,23 +76,15 @@ def _query(
 LogQuery = Annotated[LogRequest, Depends(_query)]
 
 
-def _follows(request: Request, settings: Settings) -> service.FollowLimiter:
-    """The process's open follows per account, made at the first follow (again when the
-    setting changed)."""
-    state = request.app.state
-    limiter: service.FollowLimiter | None = state.log_follows
-    if limiter is None or limiter.limit != settings.logs_max_follows_per_account:
-        limiter = service.FollowLimiter(settings.logs_max_follows_per_account)
-        state.log_follows = limiter
-    return limiter
-
-
 async def _answer(
-    request: Request, settings: Settings, reading: service.Reading, account_id: str
+    follows: service.FollowLimiter,
+    settings: Settings,
+    reading: service.Reading,
+    account_id: str,
 ) -> StreamingResponse:
     held = None
     if reading.request.follow and reading.sources:
-        held = _follows(request, settings).acquire(account_id)
+        held = follows.acquire(account_id)
     try:
         body = await service.open_stream(reading, settings, held)
     except BaseException:
@@ -115,7 +108,6 @@ async def _answer(
     "containers kept at its failure. Function secret values are masked.",
 )
 async def instance_logs(
-    request: Request,
     deploymentId: str,
     instanceId: str,
     session: Session,
@@ -124,12 +116,13 @@ async def instance_logs(
     settings: SettingsDep,
     adapters: AdaptersDep,
     box: SecretBoxDep,
+    follows: LogFollowsDep,
 ) -> StreamingResponse:
     did, iid = parse_uuids((deploymentId, "deploymentId"), (instanceId, "instanceId"))
     reading = await service.instance_reading(
         session, adapters, box, principal.account_id, did, iid, query, utcnow()
     )
-    return await _answer(request, settings, reading, principal.account_id)
+    return await _answer(follows, settings, reading, principal.account_id)
 
 
 @router.get(
@@ -142,7 +135,6 @@ async def instance_logs(
     "`[pod/container]`. Function secret values are masked.",
 )
 async def deployment_logs(
-    request: Request,
     deploymentId: str,
     session: Session,
     principal: Deployer,
@@ -150,9 +142,10 @@ async def deployment_logs(
     settings: SettingsDep,
     adapters: AdaptersDep,
     box: SecretBoxDep,
+    follows: LogFollowsDep,
 ) -> StreamingResponse:
     did = parse_uuid(deploymentId, "deploymentId")
     reading = await service.deployment_reading(
         session, adapters, box, principal.account_id, did, query, utcnow()
     )
-    return await _answer(request, settings, reading, principal.account_id)
+    return await _answer(follows, settings, reading, principal.account_id)

@@ -33,7 +33,7 @@ from service.core.errors import (
 )
 from service.core.settings import Settings
 from service.deployments import repository as deployments
-from service.deployments.logs.keep import kept_log, shown
+from service.deployments.logs.keep import shown
 from service.deployments.logs.mask import NO_SECRETS, Masker
 from service.deployments.logs.models import KeptLog
 from service.deployments.models import Deployment, Instance, InstanceDesired
@@ -186,7 +186,7 @@ async def instance_reading(
             raise BadGateway(detail=f"cannot read the logs of instance {instance_id}: {reason}")
         masker = await _masker(session, box, found.version_id)
         return Reading(request, masker, [Source(adapter, _target(found, row))], label=label)
-    kept = await kept_log(session, instance_id)
+    kept = await deployments.kept_log(session, instance_id)
     if kept is not None and (kept.deployment_id != deployment_id or kept.account_id != account_id):
         kept = None
     if row is None and kept is None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
 from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.service import Principal
 from service.core.errors import NotFound
 from service.core.http import parse_uuids
+from service.deployments.deps import TimeSeriesDep
 from service.functions import repository as functions_repository
 
 router = APIRouter(tags=["functions"])
@@ -32,15 +33,14 @@ Reader = Annotated[
 async def version_metrics(
     functionId: str,
     functionVersionId: str,
-    request: Request,
     session: Session,
     principal: Reader,
+    series: TimeSeriesDep,
 ) -> dict[str, Any]:
     fid, vid = parse_uuids((functionId, "functionId"), (functionVersionId, "functionVersionId"))
     version = await functions_repository.version_by_id(session, vid)
     if version is None or version.function_id != fid or version.account_id != principal.account_id:
         raise NotFound(detail=f"version {vid} of function {fid} not found")
-    series = getattr(request.app.state, "timeseries", None)
     period = series.period if series is not None else 0
     points = series.points(str(vid)) if series is not None else []
     return {"periodSeconds": period, "points": points}

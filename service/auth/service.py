@@ -322,7 +322,7 @@ class Authenticator:
         self._jwks: jwt.PyJWKSet | None = None
         self._jwks_loaded_at = 0.0
         self._jwks_lock = asyncio.Lock()
-        #: set once the server's secret key is loaded (app.py); None: tokens are refused
+        #: set once the server's secret key is loaded (lifespan.py); None: tokens are refused
         self.invocation_tokens: InvocationTokens | None = None
 
     def forget(self, key_hash: str) -> None:

@@ -4,7 +4,7 @@ An adapter drives one cluster: it applies an instance's objects into the namespa
 `sr-<instanceId>` (and updates some of them in place: the Secret of secrets), observes them,
 deletes them, reports free GPU capacity, and says where an instance's inference worker
 answers (`endpoint`, backends/worker.py) and what its containers printed (`logs`,
-backends/logs/). Adapters that can also collect orphaned namespaces
+the `logs` module of each adapter's package). Adapters that can also collect orphaned namespaces
 implement `GarbageCollecting`.
 """
 
@@ -180,8 +180,8 @@ class BackendAdapter(Protocol):
         ...
 
     def logs(self, instance: InstanceSpec, request: LogRequest) -> AsyncIterator[LogLine]:
-        """The lines the instance's containers printed (backends/logs); an instance the
-        cluster does not run has none. With `request.follow` the iterator ends when the
+        """The lines the instance's containers printed (each adapter's `logs` module); an
+        instance the cluster does not run has none. With `request.follow` the iterator ends when the
         containers end; the caller may stop iterating at any time."""
         ...
 

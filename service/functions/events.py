@@ -1,5 +1,5 @@
 """What the function registry announces (core/events.py): the domains above subscribe at
-composition (service/app.py) — deployments tear down a deleted version's deployment and deliver
+composition (service/lifespan.py) — deployments tear down a deleted version's deployment and deliver
 changed secrets; the invocation plane forgets whom it let invoke a function."""
 
 from __future__ import annotations

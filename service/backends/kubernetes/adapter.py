@@ -337,7 +337,7 @@ class KubernetesAdapter:
         )
 
     def logs(self, instance: InstanceSpec, request: LogRequest) -> AsyncIterator[LogLine]:
-        """The pods' log subresource, container by container (backends/logs/kubernetes.py)."""
+        """The pods' log subresource, container by container (backends/kubernetes/logs.py)."""
         if self._worker_client is None:
             self._worker_client = self._proxy_client()
 

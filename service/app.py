@@ -304,7 +304,6 @@ def _install_middleware(app: NvcfApp, c: Composition) -> None:
         max_body_bytes=settings.max_body_bytes,
         json_logs=settings.log_format == "json",
         body_limit=limit_of,
-        send_timeout=settings.http_send_timeout,
     )
     if invocation_limit is not None:
         _mount_invocation(app, c, limit_of)
@@ -332,7 +331,6 @@ def _mount_invocation(
         max_body_bytes=settings.max_body_bytes,
         json_logs=settings.log_format == "json",
         body_limit=limit_of,
-        send_timeout=settings.http_send_timeout,
     )
     app.invocation_entry = entry
 

@@ -225,6 +225,7 @@ def _limits(settings: Settings) -> ConnectionLimits:
         max_headers=settings.http_max_headers,
         long_body_prefix=STORAGE_PREFIX + "/",
         long_body_timeout=settings.asset_upload_timeout_seconds,
+        send_timeout=settings.http_send_timeout,
     )
 
 

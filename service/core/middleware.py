@@ -1,5 +1,5 @@
-"""Pure-ASGI middleware: request id, body-size limit, the send deadline, Prometheus metrics, one
-log line per request; the request-body deadline.
+"""Pure-ASGI middleware: request id, body-size limit, Prometheus metrics, one log line per request;
+the request-body deadline.
 
 Written against ASGI directly (not BaseHTTPMiddleware) to keep per-request overhead small.
 """
@@ -195,11 +195,6 @@ def _valid_uuid(value: str) -> bool:
     return True
 
 
-class SendTimeout(ClientDisconnect):
-    """Sending the answer made no progress within the send deadline: the caller reads
-    nothing of it. Raised from `send`; the request ends as if the caller had gone."""
-
-
 class RequestContextMiddleware:
     def __init__(
         self,
@@ -209,7 +204,6 @@ class RequestContextMiddleware:
         max_body_bytes: int,
         json_logs: bool,
         body_limit: Callable[[Scope], int | None] | None = None,
-        send_timeout: float | None = None,
     ) -> None:
         self.app = app
         self.metrics = metrics
@@ -217,9 +211,6 @@ class RequestContextMiddleware:
         self.json_logs = json_logs
         #: a larger (or smaller) body limit for some requests (e.g. invocations); None: default
         self.body_limit = body_limit
-        #: seconds one `send` may wait (the server waits while the caller reads nothing and
-        #: its buffer is full): past it `SendTimeout`, and the answer is abandoned
-        self.send_timeout = send_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -244,19 +235,13 @@ class RequestContextMiddleware:
         started = [False]
         rid_header = (b"x-request-id", request_id.encode())
         gone = [False]
-        send_timeout = self.send_timeout
 
         async def send_wrapper(message: Message) -> None:
             if message["type"] == "http.response.start":
                 started[0] = True
                 status_holder[0] = message["status"]
                 message["headers"] = [*message.get("headers", []), rid_header]
-            try:
-                async with asyncio.timeout(send_timeout):
-                    await send(message)
-            except TimeoutError:
-                gone[0] = True
-                raise SendTimeout(f"the caller read nothing for {send_timeout:g} s") from None
+            await send(message)
 
         limit = self.max_body
         if self.body_limit is not None:
@@ -279,8 +264,7 @@ class RequestContextMiddleware:
                 # The client went away (e.g. mid-body): nothing to answer, nothing failed here.
                 if not started[0]:
                     status_holder[0] = CLIENT_CLOSED
-                why = str(exc) if isinstance(exc, SendTimeout) else "client disconnected"
-                log.info("%s during %s %s", why, scope["method"], scope.get("path"))
+                log.info("client disconnected during %s %s", scope["method"], scope.get("path"))
                 if started[0]:  # the rest cannot follow: closed now, not left to flush
                     await cut_response(scope)
                 return

@@ -12,7 +12,10 @@ file descriptor. `BoundedHttpToolsProtocol` (uvicorn's httptools protocol, insta
   `service.core.middleware.BodyDeadlineMiddleware`, answers a route reading a late body 408),
   or `long_body_timeout` for paths under `long_body_prefix` (uploads of assets);
 - between requests (the response complete and the body read), `keepalive_timeout`; uvicorn's
-  own keep-alive timer is set a second later (`uvicorn_keepalive`), a backstop only.
+  own keep-alive timer is set a second later (`uvicorn_keepalive`), a backstop only;
+- while writing is paused (the caller reads nothing and the buffers are full), `send_timeout`:
+  past it the connection is aborted. Armed by asyncio's `pause_writing`, so a send that does
+  not block costs nothing.
 
 When the deadline passes the connection is closed: at once if no response is under way, or
 else as soon as the response is complete. A connection opened while `max_connections` are open
@@ -99,6 +102,9 @@ class ConnectionLimits:
     #: URLs) have `long_body_timeout` seconds for their body instead of `body_timeout`
     long_body_prefix: str = ""
     long_body_timeout: float = 0.0
+    #: seconds the connection's writes may stay paused (the caller reads nothing and the
+    #: buffers are full) before it is aborted; None: no bound
+    send_timeout: float | None = None
 
     def body_timeout_of(self, path: str) -> float:
         if self.long_body_prefix and path.startswith(self.long_body_prefix):
@@ -317,6 +323,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._body_in_read = 0
         #: why the request is refused (431), once it is
         self._head_refusal: str | None = None
+        #: the send deadline, armed while writing is paused (made at the first pause)
+        self._send_clock: Deadline | None = None
         #: the connection is lost; `_lost` is done then (made when a call waits for it)
         self._gone = False
         self._lost: asyncio.Future[None] | None = None
@@ -337,6 +345,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._clock.cancel()
+        if self._send_clock is not None:
+            self._send_clock.cancel()
         super().connection_lost(exc)
         self._gone = True
         if self._lost is not None and not self._lost.done():
@@ -364,6 +374,18 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                     f"the request's chunk lines and trailer section are over "
                     f"{self.limits.max_head_bytes} bytes"
                 )
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self.limits.send_timeout is not None:
+            if self._send_clock is None:
+                self._send_clock = Deadline(self.loop, self._send_stalled)
+            self._send_clock.arm(self.limits.send_timeout)
+
+    def resume_writing(self) -> None:
+        if self._send_clock is not None:
+            self._send_clock.disarm()
+        super().resume_writing()
 
     # httptools parser callbacks
 
@@ -475,6 +497,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             if self._lost is None:
                 self._lost = self.loop.create_future()
             await self._lost
+
+    def _send_stalled(self) -> None:
+        """The caller read nothing of its answer for the send deadline: the connection is
+        aborted (a close would wait for the caller to read what is buffered); uvicorn marks
+        the request disconnected, and whoever waits on the caller hears it went away."""
+        log.info("the caller read nothing for %g s: connection aborted", self.limits.send_timeout)
+        self.transport.abort()
 
     def _deadline_passed(self) -> None:
         if self.transport.is_closing():

@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
+
+from cachetools import TTLCache
 
 #: (the peer's address, the caller's account, function-id, function-version-id as sent)
 Key = tuple[str, str, str, str]
@@ -30,25 +31,23 @@ class Pin:
     """A connection's session: being opened (`ready` not set yet), known (`session`), or
     None once settled: the function's calls are not pinned (`grpc-sessions=per-call`)."""
 
-    __slots__ = ("ready", "session", "used")
+    __slots__ = ("ready", "session")
 
-    def __init__(self, used: float) -> None:
+    def __init__(self) -> None:
         self.session: uuid.UUID | None = None
         #: None once settled
         self.ready: asyncio.Event | None = asyncio.Event()
-        self.used = used
 
 
 class Pins:
-    """The sessions of the caller's connections (see the module docstring)."""
+    """The sessions of the caller's connections (see the module docstring): a pin lives
+    `ttl` seconds from its connection's last call, and the least recently used go first
+    past `limit`."""
 
     def __init__(
         self, ttl: float, limit: int = MAX_PINS, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.ttl = ttl
-        self.limit = limit
-        self._clock = clock
-        self._pins: OrderedDict[Key, Pin] = OrderedDict()
+        self._pins: TTLCache[Key, Pin] = TTLCache(maxsize=limit, ttl=ttl, timer=clock)
 
     def __len__(self) -> int:
         return len(self._pins)
@@ -59,11 +58,9 @@ class Pins:
         arriving while the connection's first is still being opened waits for it."""
         while True:
             pin = self._pins.get(key)
-            now = self._clock()
-            if pin is None or pin.used + self.ttl < now:
-                return None, self.claim(key, now)
-            self._pins.move_to_end(key)
-            pin.used = now
+            if pin is None:
+                return None, self.claim(key)
+            self._pins[key] = pin  # used now: its time to live starts again
             if pin.ready is None:
                 return pin.session, None
             await pin.ready.wait()  # then read again: settled, or dropped
@@ -95,15 +92,7 @@ class Pins:
         if pin is not None and pin.ready is None and pin.session == session:
             del self._pins[key]
 
-    def claim(self, key: Key, now: float | None = None) -> Pin:
+    def claim(self, key: Key) -> Pin:
         """A new pin of the connection, its session to come (`settle` it)."""
-        now = self._clock() if now is None else now
-        pins = self._pins
-        pins.pop(key, None)
-        while pins:
-            oldest = next(iter(pins.values()))
-            if len(pins) < self.limit and oldest.used + self.ttl >= now:
-                break
-            pins.popitem(last=False)
-        pin = pins[key] = Pin(now)
+        pin = self._pins[key] = Pin()
         return pin

@@ -57,6 +57,10 @@ class InstanceSpec:
     worker_port: int | None = None
     #: the function's own image for that sidecar (`utilsContainerImage`); None: the platform's
     utils_image: str | None = None
+    #: a task (docs/tasks.md) rather than a function instance: `instance_id` is the task's id,
+    #: its objects hold a batch/v1 Job that runs to completion, and the adapter gives the task
+    #: container's files to the platform (`TaskFiles`)
+    task: bool = False
 
     @property
     def namespace(self) -> str:
@@ -187,6 +191,29 @@ class BackendAdapter(Protocol):
 
     async def aclose(self) -> None:
         """Release clients and connections."""
+        ...
+
+
+@runtime_checkable
+class TaskFiles(Protocol):
+    """Optional capability: an adapter that can read a running task's files (docs/tasks.md):
+    the progress file at `NVCT_PROGRESS_FILE_PATH` and a result's directory
+    `NVCT_RESULTS_DIR/<name>`. The simulated cluster reads them on this machine; on Kubernetes
+    the worker-utils sidecar of the task's pod serves them."""
+
+    name: str
+
+    async def task_progress(self, instance: InstanceSpec, *, max_bytes: int) -> bytes | None:
+        """The progress file as the container wrote it, or None while there is none; an
+        AdapterError (not retryable) when it is larger than `max_bytes`."""
+        ...
+
+    async def fetch_task_result(
+        self, instance: InstanceSpec, name: str, into: str, *, max_bytes: int, max_files: int
+    ) -> None:
+        """Copy the files under `NVCT_RESULTS_DIR/<name>` into the local directory `into`
+        (relative paths kept); an AdapterError (not retryable) when the result is missing or
+        passes a bound."""
         ...
 
 

@@ -38,10 +38,11 @@ AuthenticatorDep = Annotated[Authenticator, Depends(authenticator)]
 FunctionReachDep = Annotated[FunctionReach, Depends(function_reach)]
 
 
-async def authenticate_request(request: Request, *, invocation: bool = False) -> Principal:
+async def authenticate_request(request: Request) -> Principal:
     """The caller, verified once per request; the org in an aliased path must be its account.
-    An invocation token only when `invocation` (the routes that take one, `require`)."""
-    return await _caller(request, invocation, ())
+    An invocation token only where the route's `require` took one first. (Its one parameter
+    is the request: any other would be a query parameter of every route depending on it.)"""
+    return await _caller(request, False, ())
 
 
 async def _caller(request: Request, invocation: bool, any_of: Collection[str]) -> Principal:

@@ -44,8 +44,8 @@ from service.deployments.revisions_router import router as revisions_router
 from service.deployments.router import router as deployments_router
 from service.deployments.timeseries.router import router as timeseries_router
 from service.functions import read_cache
+from service.functions.requests import DOC_MODELS
 from service.functions.router import router as functions_router
-from service.functions.schemas import DOC_MODELS
 from service.functions.sharing_router import router as sharing_router
 from service.invocation import http as invocation_http
 from service.invocation.http import InvocationEntry

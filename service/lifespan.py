@@ -35,7 +35,7 @@ from service.core.loops import LoopService, Startable
 from service.core.settings import Settings
 from service.deployments import subscribers
 from service.deployments.announcements import DeploymentDeleted
-from service.deployments.autoscale.loop import Autoscaler, AutoscalerConfig
+from service.deployments.autoscaler.loop import Autoscaler, AutoscalerConfig
 from service.deployments.history import HistoryConfig, HistoryPurger
 from service.deployments.models import Deployment, Instance
 from service.deployments.reconcile import Reconciler, build_reconciler, claim_owner

@@ -4,13 +4,13 @@ from service.assets.models import Asset
 from service.auth.models import Account, ApiKey
 from service.core.db import Base
 from service.core.idempotency import IdempotencyRecord
-from service.deployments.logs.models import KeptLog
 from service.deployments.models import (
     Deployment,
     DeploymentEvent,
     DeploymentHistory,
     DeploymentSpec,
     Instance,
+    KeptLog,
     LoadReporter,
     ReportedLoad,
 )

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from service.core.quotas import Quotas
     from service.core.ratelimit import RateLimiter
     from service.core.settings import Settings
-    from service.deployments.autoscale.loop import Autoscaler
+    from service.deployments.autoscaler.loop import Autoscaler
     from service.deployments.history import HistoryPurger
     from service.deployments.logs.service import FollowLimiter
     from service.deployments.reconcile import NamespaceCollector, Reconciler

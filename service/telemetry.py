@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from starlette.requests import Request
 
 from service.auth import scopes
+from service.auth.caller import MissingScope, caller
 from service.auth.deps import AUTHENTICATOR
 from service.charts.metrics import ChartMetrics
 from service.core.db import SESSIONMAKER
@@ -105,13 +106,19 @@ async def sees_tenants(request: Request) -> bool:
         expected = token.get_secret_value().encode()
         if hmac.compare_digest(credential.strip().encode("utf-8", "replace"), expected):
             return True
-    principal = await AUTHENTICATOR.of(request).authenticate(SESSIONMAKER.of(request), header)
-    if scopes.ADMIN_ACCOUNTS not in principal.scopes:
+    try:
+        await caller(
+            AUTHENTICATOR.of(request),
+            header,
+            sessions=SESSIONMAKER.of(request),
+            any_of=(scopes.ADMIN_ACCOUNTS,),
+        )
+    except MissingScope:
         raise Forbidden(
             detail="the per-function metrics are the operator's: scrape with "
             f"NVCF_METRICS_TOKEN or a key with the scope '{scopes.ADMIN_ACCOUNTS}', or with no "
             "credential for the other metrics"
-        )
+        ) from None
     return True
 
 

@@ -61,13 +61,7 @@ KNOWN: set[str] = set()
 #: module circles still to be broken
 KNOWN_CIRCLES: list[list[str]] = []
 #: packages whose parts still import each other in a circle -> why it stays for now
-KNOWN_PART_CIRCLES: dict[str, str] = {
-    # autoscale/ and logs/ use the package's own modules, which use them back (autoscale.loop
-    # -> metrics -> repository -> history -> schemas -> autoscale.policy; logs.service ->
-    # repository -> history -> logs.models; autoscale.store -> load_signal -> autoscale.decide):
-    # these files are being rewritten for the deployments repository (issue 42, item 4)
-    "service.deployments": "deployments repository, issue 42",
-}
+KNOWN_PART_CIRCLES: dict[str, str] = {}
 
 
 def allowed(package: str) -> set[str]:

@@ -28,7 +28,7 @@ STATEMENTS: dict[str, str] = {
     "deployments/reconcile/store.py": "the reconciler's store: what is due, lease claims and "
     "bulk renewals, statements shaped by the pass that runs them (a pass with nothing due "
     "costs two index probes)",
-    "deployments/autoscale/store.py": "the autoscaler's store: its readings, row locks and "
+    "deployments/autoscaler/store.py": "the autoscaler's store: its readings, row locks and "
     "compare-and-set memory, shaped by the reading that runs them",
     "deployments/timeseries/store.py": "the sampler's store: one grouped count of Running "
     "instances per sampling period, beside the counters it reads",

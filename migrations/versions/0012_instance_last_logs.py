@@ -1,4 +1,4 @@
-"""The last lines of failed instances' containers (service/deployments/logs/models.py).
+"""The last lines of failed instances' containers (service/deployments/models.py: KeptLog).
 
 Revision ID: 0012
 Revises: 0011

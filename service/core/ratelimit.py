@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import MutableMapping
 from typing import Any
 
 from limits import RateLimitItemPerSecond
@@ -19,6 +20,9 @@ from limits.aio.strategies import SlidingWindowCounterRateLimiter
 from redis.asyncio import ConnectionPool
 
 from service.core.errors import TooManyRequests
+
+#: a request's state key: whether the request was counted and allowed (False: refused)
+COUNTED = "rate_counted"
 
 
 def make_storage(redis_url: str | None) -> tuple[Storage, ConnectionPool | None]:
@@ -32,7 +36,8 @@ def make_storage(redis_url: str | None) -> tuple[Storage, ConnectionPool | None]
 
 
 class RateLimiter:
-    """`check(account)` counts one request of the account and raises when over the limit."""
+    """`admit(account, state)` counts one request of the account and raises when over the
+    limit."""
 
     def __init__(self, rate: float, burst: int, redis_url: str | None = None) -> None:
         window = max(1, math.ceil(burst / rate))
@@ -60,6 +65,14 @@ class RateLimiter:
         if self._pool is not None:
             await self._pool.aclose()
 
-    async def check(self, account: str) -> None:
-        if not await self.allow(account):
+    async def admit(self, account: str, state: MutableMapping[str, Any] | None = None) -> None:
+        """Count one request of `account` (429 when it is over the limit), once per request:
+        `state`, the request's, keeps the verdict for every later check of the request (the
+        read fast path counts, then the route it falls through to answers a refusal)."""
+        allowed = state.get(COUNTED) if state is not None else None
+        if allowed is None:
+            allowed = await self.allow(account)
+            if state is not None:
+                state[COUNTED] = allowed
+        if not allowed:
             raise await self.refusal(account)

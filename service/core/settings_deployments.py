@@ -135,7 +135,7 @@ class DeploymentSettings(BaseModel):
         gt=0,
         description="Most bytes of the last lines kept per container (a failure's or a restart's).",
     )
-    # -- the autoscaler (service/deployments/autoscale/, docs/autoscaling.md)
+    # -- the autoscaler (service/deployments/autoscaler/, docs/autoscaling.md)
     autoscale_enabled: bool = Field(
         default=True,
         description="Run the autoscaler in this process (where the reconciler runs; several "

@@ -1,5 +1,5 @@
 """The autoscaler's load signal: what each invocation replica reports of its load per function
-version, and the sum over the live replicas the autoscaler reads (autoscale/store.py).
+version, and the sum over the live replicas the autoscaler reads (autoscaler/store.py).
 
 Deployments owns the tables (`invocation_load`, `load_reporters`); the invocation plane reports
 through `report_load` (invocation/load.py) and reads nothing here. A report writes one row per

@@ -25,6 +25,12 @@ Tables:
   `target_revision` (what a new instance gets). Each instance records its `revision`.
 - `deployment_events`: the timeline of `GET /deployments/{id}/events`. No foreign key: the
   timeline outlives its deployment, as history.
+- `instance_last_logs`: the last lines of a failed instance's containers, kept with its failure
+  so that "why did it fail" is answered after the instance was torn down (logs/keep.py). One
+  row per failed instance (no foreign key: the row outlives the instance row, as the timeline
+  does); `containers` is a list of `{pod, container, previous, lines}`, secret values already
+  masked. Deleted with the deployment's history (history purge) or when the instance row is
+  trimmed from the failed history.
 - `deployment_history`: one row per removed deployment (its specifications and failed
   instances as the API showed them), readable until `expires_at`
   (`NVCF_HISTORY_RETENTION_SECONDS` after removal); the purge (`history.py`) then deletes it
@@ -110,7 +116,7 @@ class Deployment(Base):
     )
 
 
-#: a spec the autoscaler holds above its minimum (autoscale/store.py `candidates` asks for
+#: a spec the autoscaler holds above its minimum (autoscaler/store.py `candidates` asks for
 #: exactly these terms, so that its reading is an index read of those few)
 ABOVE_MINIMUM = "target_instances IS NOT NULL AND target_instances > min_instances"
 
@@ -178,7 +184,7 @@ class DeploymentSpec(Base):
 
 
 class AutoscaleState(Base):
-    """The autoscaler's memory of one deployment (deployments/autoscale/): utilisation samples
+    """The autoscaler's memory of one deployment (deployments/autoscaler/): utilisation samples
     since its last decision, when it last saw a request and since when its signal has been
     present. `revision` is compared and set by every write, so two replicas never both act on
     the same reading."""
@@ -333,3 +339,13 @@ class ReportedLoad(Base):
     waiting: Mapped[int] = mapped_column(Integer, default=0)
     last_request_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     sampled_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class KeptLog(Base):
+    __tablename__ = "instance_last_logs"
+
+    instance_id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True)
+    deployment_id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), index=True)
+    account_id: Mapped[str] = mapped_column(String(128))
+    captured_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    containers: Mapped[list[Any]] = mapped_column(JSON, default=list)

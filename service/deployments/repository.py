@@ -21,7 +21,6 @@ from service.auth.service import Principal
 from service.core.errors import BadRequest, NotFound
 from service.core.http import parse_uuids
 from service.core.pagination import Page, keyset_page
-from service.deployments.logs.models import KeptLog
 from service.deployments.models import (
     AccountInstances,
     Deployment,
@@ -31,6 +30,7 @@ from service.deployments.models import (
     DeploymentSpec,
     Instance,
     InstanceDesired,
+    KeptLog,
     SpecRevision,
 )
 from service.functions import repository as functions_repository

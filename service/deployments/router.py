@@ -28,7 +28,7 @@ from service.deployments.schemas import (
     GpuSpecificationEnvelope,
     GpuSpecificationPatch,
 )
-from service.functions.schemas import FunctionEnvelope, FunctionOut
+from service.functions.responses import FunctionEnvelope, FunctionOut
 
 router = APIRouter(tags=["deployments"])
 

@@ -43,11 +43,11 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import scopes
-from service.auth.deps import RATE_COUNTED
+from service.auth.caller import caller
 from service.auth.scopes import LIST_FUNCTIONS_DETAILS
 from service.auth.service import Authenticator, Principal
 from service.core import changes as change_feed
-from service.core.ratelimit import RateLimiter
+from service.core.errors import DomainError, NotFound
 from service.core.settings import Settings
 from service.functions.models import FunctionAuthorization, FunctionVersion
 
@@ -263,30 +263,28 @@ class VersionReadFastPath:
             if name == b"authorization":
                 authorization = value.decode("latin-1")
                 break
-        principal = auth.cached_principal(authorization)
-        if principal is None or principal.scopes.isdisjoint(_LIST_SCOPES):
-            return None
-        if principal.functions is not None:
-            return None  # a key limited to named functions: the route checks which
-        org = scope.get("state", {}).get("org")
-        if org is not None and org != principal.account_id:
-            return None
-        try:
-            fid, vid = uuid.UUID(match["fid"]), uuid.UUID(match["vid"])
-        except ValueError:
-            return None
-        body = cache.get(cache_key(principal.account_id, principal.scopes, fid, vid))
-        if body is None:
-            return None
         request_state = scope.setdefault("state", {})
-        limiter: RateLimiter | None = state.rate_limiter
-        if limiter is not None:
-            allowed = await limiter.allow(principal.account_id)
-            request_state[RATE_COUNTED] = allowed  # the route answers a refusal, uncounted
-            if not allowed:
-                return None
-        request_state["account_id"] = principal.account_id
-        return body
+        try:
+            principal = await caller(
+                auth,
+                authorization,
+                sessions=None,  # a key verified moments ago, or the route
+                any_of=_LIST_SCOPES,
+                org=request_state.get("org"),
+                limiter=state.rate_limiter,  # a refusal: the route answers it, uncounted
+                state=request_state,
+                reach=_unlimited,
+            )
+            fid, vid = uuid.UUID(match["fid"]), uuid.UUID(match["vid"])
+        except (DomainError, ValueError):
+            return None
+        return cache.get(cache_key(principal.account_id, principal.scopes, fid, vid))
+
+
+async def _unlimited(principal: Principal) -> None:
+    """A key limited to named functions goes to the route, which checks which."""
+    if principal.functions is not None:
+        raise NotFound(detail="the route checks a key limited to named functions")
 
 
 def enabled(settings: Settings) -> bool:

@@ -34,7 +34,7 @@ from service.functions.deps import (
     version_cache,
 )
 from service.functions.read_cache import cached_list_read, cached_version_read
-from service.functions.schemas import FunctionEnvelope, FunctionIds, FunctionList, FunctionOut
+from service.functions.responses import FunctionEnvelope, FunctionIds, FunctionList, FunctionOut
 from service.functions.validation import (
     FunctionSpec,
     UtilsImages,

@@ -27,7 +27,7 @@ from service.core.validation import Check, MaxItems, RequestModel, Rules, parse
 from service.functions import repository
 from service.functions.events import SecretsChanged
 from service.functions.models import FunctionSecret, FunctionVersion
-from service.functions.schemas import MAX_SECRETS, SecretIn, secret_text
+from service.functions.requests import MAX_SECRETS, SecretIn, secret_text
 
 log = logging.getLogger("nvcf.functions")
 

@@ -34,12 +34,11 @@ from service.core.http import (
 from service.core.validation import parse
 from service.functions import service, sharing
 from service.functions.events import AccessChanged
-from service.functions.schemas import (
+from service.functions.requests import AuthorizedPartiesRequest, AuthorizedPartyPatch
+from service.functions.responses import (
     AuthorizedParties,
     AuthorizedPartiesEnvelope,
     AuthorizedPartiesList,
-    AuthorizedPartiesRequest,
-    AuthorizedPartyPatch,
 )
 
 router = APIRouter(tags=["function sharing"])

@@ -16,7 +16,7 @@ from service.charts.url import ChartUrlError, parse_chart_url
 from service.core.errors import FieldError, ValidationFailed
 from service.core.http import require_json_object
 from service.core.validation import failed, parse
-from service.functions.schemas import (
+from service.functions.requests import (
     UTILS_SELECTORS,
     FunctionCreate,
     FunctionMetadataUpdate,

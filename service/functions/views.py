@@ -14,7 +14,7 @@ from service.auth.service import Principal
 from service.functions import sharing
 from service.functions.deps import ActiveInstances
 from service.functions.models import FunctionVersion
-from service.functions.schemas import FunctionEnvelope, FunctionList, FunctionOut
+from service.functions.responses import FunctionEnvelope, FunctionList, FunctionOut
 
 
 async def function_outs(

@@ -30,11 +30,11 @@ from starlette.types import Receive, Scope, Send
 from service.assets.files import REFERENCES_HEADER
 from service.assets.service import parse_references
 from service.auth import scopes
+from service.auth.caller import caller
 from service.auth.service import Authenticator, Principal
 from service.core.errors import (
     DomainError,
     FieldError,
-    Forbidden,
     MethodNotAllowed,
     ServiceUnavailable,
     ValidationFailed,
@@ -255,20 +255,16 @@ class InvocationEntry:
 
     async def caller(self, ex: Exchange, *any_of: str) -> Principal:
         """The authenticated caller holding one of the scopes."""
-        principal = await self._authenticator().authenticate(
-            self._sessionmaker(),
-            ex.header(b"authorization"),
-            invocation=scopes.INVOKE_FUNCTION in any_of,  # invocation tokens: invoke and poll
-        )
         state = ex.scope["state"]
-        org = state.get("org")
-        if org is not None and org != principal.account_id:
-            raise Forbidden(detail=f"organization '{org}' in the path is not the caller's account")
-        state["account_id"] = principal.account_id
-        if principal.scopes.isdisjoint(any_of):
-            needed = " or ".join(f"'{s}'" for s in any_of)
-            raise Forbidden(detail=f"this operation requires the scope {needed}")
-        return principal
+        return await caller(
+            self._authenticator(),
+            ex.header(b"authorization"),
+            sessions=self._sessionmaker(),
+            any_of=any_of,
+            org=state.get("org"),
+            invocation=scopes.INVOKE_FUNCTION in any_of,  # invocation tokens: invoke and poll
+            state=state,
+        )
 
 
 def _api_path(scope: Scope) -> str | None:

@@ -30,9 +30,10 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
-from service.auth.deps import authenticate_request, authenticator
-from service.auth.service import Principal
-from service.core.deps import rate_limiter, sessionmaker
+from service.auth.caller import caller
+from service.auth.deps import AUTHENTICATOR, authenticate_request
+from service.core.db import SESSIONMAKER
+from service.core.deps import RATE_LIMITER
 from service.core.errors import (
     DomainError,
     FieldError,
@@ -165,13 +166,13 @@ async def _caller_info(request: Request) -> CallerInfo:
             "(or in an 'Authorization: Bearer' header)",
             headers=_BEARER,
         )
-    auth = await authenticator(request)
-    principal: Principal = await auth.authenticate(await sessionmaker(request), authorization)
-    request.state.principal = principal
-    request.state.account_id = principal.account_id
-    limiter = await rate_limiter(request)
-    if limiter is not None:
-        await limiter.check(principal.account_id)
+    principal = await caller(
+        AUTHENTICATOR.of(request),
+        authorization,
+        sessions=SESSIONMAKER.of(request),
+        limiter=RATE_LIMITER.of(request),
+        state=request.scope.setdefault("state", {}),
+    )
     return CallerInfo(
         type=SERVICE_KEY,
         orgName=principal.account_id,

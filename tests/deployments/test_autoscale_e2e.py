@@ -15,7 +15,7 @@ from typing import Any
 
 from service.core.db import utcnow
 from service.deployments import transitions
-from service.deployments.autoscale.loop import Autoscaler, AutoscalerConfig
+from service.deployments.autoscaler.loop import Autoscaler, AutoscalerConfig
 from service.deployments.models import Deployment, LoadReporter, ReportedLoad
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, deployment, eventually, status

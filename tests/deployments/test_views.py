@@ -13,8 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.db import utcnow
 from service.deployments import views
-from service.deployments.logs.models import KeptLog
-from service.deployments.models import Instance, InstanceDesired
+from service.deployments.models import Instance, InstanceDesired, KeptLog
 from service.functions.models import FunctionVersion
 from service.health import Phase
 from tests.support.api import create_fn

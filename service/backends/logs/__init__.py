@@ -20,7 +20,7 @@ T = TypeVar("T")
 MAX_LINE_BYTES = 16 * 1024
 #: what a reader keeps of a line, the rest dropped as it arrives: the line is masked, then cut
 #: at MAX_LINE_BYTES, and this leaves room past the cut for a whole secret value (at most
-#: functions.schemas.MAX_SECRET_VALUE = 32768 characters of UTF-8), so that none straddling
+#: core.schemas.MAX_SECRET_VALUE = 32768 characters of UTF-8), so that none straddling
 #: the cut is partly shown
 READ_LINE_BYTES = MAX_LINE_BYTES + 4 * 32768
 TRUNCATED = " …[line truncated]"

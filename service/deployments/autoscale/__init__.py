@@ -1,3 +1,4 @@
-"""The autoscaler: scaling policies (policy.py), the pure decision (decide.py), its SQL
-(store.py), the loop service (loop.py), and the request/response shapes of NVCF's
-autoscalingConfiguration (schemas.py). docs/autoscaling.md tells the whole story."""
+"""What autoscaling is, below everything that uses it: scaling policies (policy.py), the pure
+decision (decide.py), and the request/response shapes of NVCF's autoscalingConfiguration
+(schemas.py). The loop service that applies them is autoscaler/. docs/autoscaling.md tells the
+whole story."""

@@ -24,8 +24,7 @@ from service.backends.logs import LogRequest, cut
 from service.backends.protocol import AdapterError, BackendAdapter, InstanceSpec
 from service.deployments import repository
 from service.deployments.logs.mask import Masker
-from service.deployments.logs.models import KeptLog
-from service.deployments.models import Instance
+from service.deployments.models import Instance, KeptLog
 from service.health.observed import ObservedState
 
 log = logging.getLogger("nvcf.logs")

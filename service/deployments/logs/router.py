@@ -15,8 +15,8 @@ from service.core.db import utcnow
 from service.core.deps import SecretBoxDep, SettingsDep
 from service.core.http import parse_uuid, parse_uuids
 from service.core.settings import Settings
-from service.deployments.deps import LogFollowsDep
 from service.deployments.logs import service
+from service.deployments.logs.deps import LogFollowsDep
 from service.deployments.router_common import Deployer
 
 router = APIRouter(tags=["deployments"])

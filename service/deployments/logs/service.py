@@ -35,8 +35,7 @@ from service.core.settings import Settings
 from service.deployments import repository as deployments
 from service.deployments.logs.keep import shown
 from service.deployments.logs.mask import NO_SECRETS, Masker
-from service.deployments.logs.models import KeptLog
-from service.deployments.models import Deployment, Instance, InstanceDesired
+from service.deployments.models import Deployment, Instance, InstanceDesired, KeptLog
 from service.functions.secret_values import versions_secrets
 from service.health.machine import Phase
 

@@ -19,8 +19,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
 
 from service.core.changes import BOOKKEEPING, touching
-from service.deployments.logs.models import KeptLog
-from service.deployments.models import Deployment, DeploymentSpec, Instance, InstanceDesired
+from service.deployments.models import (
+    Deployment,
+    DeploymentSpec,
+    Instance,
+    InstanceDesired,
+    KeptLog,
+)
 from service.functions import repository as functions_repository
 from service.functions.models import FunctionVersion
 

@@ -13,7 +13,7 @@ from service.auth.deps import Session, require
 from service.auth.service import Principal
 from service.core.errors import NotFound
 from service.core.http import parse_uuids
-from service.deployments.deps import TimeSeriesDep
+from service.deployments.timeseries.deps import TimeSeriesDep
 from service.functions import repository as functions_repository
 
 router = APIRouter(tags=["functions"])

@@ -31,6 +31,7 @@ from grpc import aio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth import scopes
+from service.auth.caller import MissingScope, caller
 from service.auth.service import Authenticator, Principal
 from service.backends.worker import WorkerEndpoint
 from service.core.errors import BadRequest, DomainError, Forbidden
@@ -376,15 +377,18 @@ class GrpcEntry:
             self.pins.settle(joins.key, joins.claim, None, keep=False)
 
     async def _principal(self, authorization: str | None) -> Principal:
-        auth = self.authenticator
-        principal = auth.cached_principal(authorization) or await auth.authenticate(
-            self.sessionmaker, authorization, invocation=True
-        )
-        if scopes.INVOKE_FUNCTION not in principal.scopes:
+        try:
+            return await caller(
+                self.authenticator,
+                authorization,
+                sessions=self.sessionmaker,
+                any_of=(scopes.INVOKE_FUNCTION,),
+                invocation=True,
+            )
+        except MissingScope:
             raise Forbidden(
                 detail=f"invoking a function requires the scope '{scopes.INVOKE_FUNCTION}'"
-            )
-        return principal
+            ) from None
 
     async def _open_worker(
         self,

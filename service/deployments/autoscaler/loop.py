@@ -3,9 +3,9 @@
 Every `NVCF_AUTOSCALE_INTERVAL` seconds it reads the load the invocation replicas reported
 (load_signal.py), picks the deployments worth a reading and, in one transaction per batch, locks
 their rows (`FOR UPDATE`, skipping rows another replica holds; SQLite has one writer), reads
-their Running instances and its memory, decides (decide.py, a pure function) and writes the
-new memory (compare-and-set on its revision) and, when the count changes, the specs' targets
-with a `scaling` event (transitions.set_targets). The reconciler is woken after the commit.
+their Running instances and its memory, decides (autoscale/decide.py, a pure function) and
+writes the new memory (compare-and-set on its revision) and, when the count changes, the specs'
+targets with a `scaling` event (transitions.set_targets). The reconciler is woken after the commit.
 
 `wake(version_id)` — a request waits for a version with no instance in this process — reads
 that version at once, waiting for its row lock, with the waiting request counted even before
@@ -29,7 +29,7 @@ from service.core.settings import Settings
 from service.deployments import transitions
 from service.deployments.autoscale.decide import Decision, Load, Memory, SpecView, decide
 from service.deployments.autoscale.policy import Policy, platform_from_settings, version_policy
-from service.deployments.autoscale.store import AutoscaleStore
+from service.deployments.autoscaler.store import AutoscaleStore
 from service.deployments.metrics import AutoscaleMetrics
 from service.deployments.models import Deployment
 

@@ -95,18 +95,6 @@ def route_template(scope: Scope) -> str:
     return "/".join(prefix) + suffix if suffix != "/" else "/".join(prefix)
 
 
-def collapse_leading_slashes(scope: Scope) -> None:
-    """Serve `//v2/nvcf/...` as `/v2/nvcf/...`: what a client sends when it joins a base URL
-    ending in '/' with a path starting with one."""
-    path: str = scope["path"]
-    if not path.startswith("//"):
-        return
-    scope["path"] = "/" + path.lstrip("/")
-    raw: bytes | None = scope.get("raw_path")
-    if raw is not None:
-        scope["raw_path"] = b"/" + raw.lstrip(b"/")
-
-
 @dataclass(frozen=True)
 class OrgAlias:
     """An org-aliased path cut apart: the org, the team and the `/v2/nvcf/...` path it
@@ -119,8 +107,7 @@ class OrgAlias:
 
 def org_alias(raw: bytes) -> OrgAlias | None:
     """The one grammar of `/v2/orgs/{org}[/teams/{team}]/nvcf/...`, read on the path as the
-    client encoded it, for the middleware's rewrite and the invocation entry's claim alike:
-    an encoded `/` (`B%2Fnvcf`) is part of a segment, never a separator."""
+    client encoded it: an encoded `/` (`B%2Fnvcf`) is part of a segment, never a separator."""
     parts = raw.split(b"/", 8)
     # ["", "v2", "orgs", org, "nvcf", ...] or ["", "v2", "orgs", org, "teams", team, "nvcf", ...]
     if len(parts) >= 5 and parts[1:3] == [b"v2", b"orgs"] and parts[4] == b"nvcf" and parts[3]:
@@ -144,23 +131,29 @@ def org_alias(raw: bytes) -> OrgAlias | None:
 
 
 def raw_path(scope: Scope) -> bytes:
-    """The path as the client encoded it, leading slashes collapsed."""
+    """The path as the client encoded it."""
     path: str = scope["path"]
-    raw: bytes = scope.get("raw_path") or quote(path).encode("ascii")
-    return b"/" + raw.lstrip(b"/") if raw.startswith(b"//") else raw
+    return scope.get("raw_path") or quote(path).encode("ascii")
 
 
-def routed_path(scope: Scope) -> str:
-    """The decoded path the routes are matched on: after the leading slashes are collapsed
-    and an org alias is cut (as `collapse_leading_slashes` and `rewrite_org_alias` leave it),
-    without changing the scope."""
-    raw = raw_path(scope)
-    if raw.startswith(b"/v2/orgs/"):
-        alias = org_alias(raw)
-        if alias is not None:
-            return unquote(alias.raw.decode("latin-1"))
+def normalize(scope: Scope) -> None:
+    """Give an HTTP request its own state and the path its routes are matched on: once per
+    request, by the application ahead of its routers (the invocation entry's and FastAPI's)
+    and their middleware.
+
+    `//v2/nvcf/...` is served as `/v2/nvcf/...` (what a client sends when it joins a base URL
+    ending in '/' with a path starting with one), and `/v2/orgs/{org}[/teams/{team}]/nvcf/...`
+    by the `/v2/nvcf/...` routes (`rewrite_org_alias`).
+    """
+    # A fresh per-request state (servers may hand every request the same lifespan dict).
+    scope["state"] = dict(scope.get("state") or {})
     path: str = scope["path"]
-    return "/" + path.lstrip("/") if path.startswith("//") else path
+    if path.startswith("//"):
+        scope["path"] = "/" + path.lstrip("/")
+        raw: bytes | None = scope.get("raw_path")
+        if raw is not None:
+            scope["raw_path"] = b"/" + raw.lstrip(b"/")
+    rewrite_org_alias(scope)
 
 
 def rewrite_org_alias(scope: Scope) -> None:
@@ -225,12 +218,9 @@ class RequestContextMiddleware:
             elif name == b"content-length" and declared is None:
                 declared = value
         request_id = incoming if incoming and _valid_uuid(incoming) else str(uuid.uuid4())
-        # A fresh per-request state (servers may hand every request the same lifespan dict).
-        state = scope["state"] = dict(scope.get("state") or {})
+        state = scope["state"]  # the request's own (`normalize`)
         state["request_id"] = request_id
-        collapse_leading_slashes(scope)
         rid_token = request_id_var.set(request_id)
-        rewrite_org_alias(scope)
         status_holder = [500]
         started = [False]
         rid_header = (b"x-request-id", request_id.encode())

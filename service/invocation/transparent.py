@@ -16,11 +16,9 @@ refused (`repeated`): which of two to believe is ambiguous (RFC 9112 §3.2 for H
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 
 from starlette.types import Scope
 
-INVOCATION_PREFIXES = ("/v2/nvcf/pexec/", "/v2/nvcf/exec/")
 #: the headers that address a request (here and on the LLM host): each at most once
 ADDRESSING = (b"host", b"function-id", b"function-version-id")
 
@@ -84,19 +82,6 @@ def _addressed(
     if not rest or (suffix is not None and ".".join(rest) != suffix):
         return None
     return first, second, second is not None
-
-
-def body_limit(suffix: str | None, limit: int) -> Callable[[Scope], int | None]:
-    """For the request-context middleware: `limit` for invocation requests, else None."""
-
-    def of(scope: Scope) -> int | None:
-        if scope.get("type") != "http":
-            return None
-        if str(scope.get("path", "")).startswith(INVOCATION_PREFIXES):
-            return limit
-        return limit if addressed(scope["headers"], suffix) is not None else None
-
-    return of
 
 
 def forwarded_path(scope: Scope) -> str:

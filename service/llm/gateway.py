@@ -37,7 +37,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,12 +82,7 @@ from service.llm.tokens import Charge, TokenLimiter, estimate, input_estimate
 
 log = logging.getLogger("nvcf.llm")
 
-#: what an LLM request's body may be before it is even read: the entry checks its own limit
-UNBOUNDED = 1 << 62
 _JSON = [(b"content-type", b"application/json")]
-
-#: scope key of `claims`'s answer
-_CLAIMED = "nvcf.llm_path"
 
 
 @dataclass
@@ -103,30 +98,14 @@ class Gateway:
     turns: RoundRobin = field(default_factory=RoundRobin)
 
     def claims(self, scope: Scope) -> str | None:
-        """The OpenAI path of a request to the gateway, else None; decided once per request
-        (the entry and the body limit both ask) and kept on the scope."""
-        if scope["type"] != "http":
-            return None
-        if _CLAIMED in scope:
-            claimed: str | None = scope[_CLAIMED]
-            return claimed
+        """The OpenAI path of a request to the gateway, else None (the entry's host dispatch
+        asks once per request)."""
         host = ""
         for name, value in scope["headers"]:
             if name == b"host":
                 host = value.decode("latin-1")
                 break
-        claimed = scope[_CLAIMED] = gateway_path(scope.get("path", ""), host, self.suffix)
-        return claimed
-
-    def limit_with(self, other: Callable[[Scope], int | None]) -> Callable[[Scope], int | None]:
-        """The request-context middleware's body limit: none for the gateway's requests (it
-        reads its bodies itself, within `max_body`, so that a refusal is in OpenAI's shape),
-        `other`'s for the rest."""
-
-        def of(scope: Scope) -> int | None:
-            return UNBOUNDED if self.claims(scope) is not None else other(scope)
-
-        return of
+        return gateway_path(scope["path"], host, self.suffix)
 
     async def answer(self, ex: EntryExchange, path: str) -> None:
         """Answer a request the invocation entry handed over (`claims` said `path`)."""

@@ -29,8 +29,9 @@ from service.console import install_console
 from service.core.docs_ui import install_docs
 from service.core.errors import ServiceUnavailable
 from service.core.idempotency import IdempotentReplay
-from service.core.middleware import RequestContextMiddleware, normalize
+from service.core.middleware import RequestContextMiddleware
 from service.core.openapi import truthful
+from service.core.paths import normalize
 from service.core.problem import install_problem_handlers
 from service.core.quotas import Quotas
 from service.core.ratelimit import RateLimiter
@@ -322,16 +323,19 @@ def _mount_invocation(app: NvcfApp, c: Composition) -> None:
             body_limit=body_limit,
         )
 
+    routes = http_routes.Routes(
+        plane=lambda: app.state.invocation,
+        authenticator=lambda: app.state.authenticator,
+        sessionmaker=lambda: app.state.sessionmaker,
+        llm=c.llm_gateway,
+    )
     app.invocation_entry = InvocationEntry(
         suffix=settings.invoke_host_suffix,
         max_body=settings.invoke_max_body_bytes,
         operations=http_routes.OPERATIONS,
-        transparent=http_routes.transparent,
+        answer=routes,
         fallback=app.stack,
         context=context,
-        plane=lambda: app.state.invocation,
-        authenticator=lambda: app.state.authenticator,
-        sessionmaker=lambda: app.state.sessionmaker,
         llm=c.llm_gateway,
     )
 

@@ -8,7 +8,7 @@ function's worker — whatever the path and method.
   it is set. Two UUIDs are tried as function.version first, then in NVCF's own order
   (version.function).
 
-Such a request takes precedence over the path: the HTTP entry (http.py) answers it whatever
+Such a request takes precedence over the path: the HTTP entry (http.py) claims it whatever
 route its path would match. A request giving any of these headers (or `Host`) more than once is
 refused (`repeated`): which of two to believe is ambiguous (RFC 9112 §3.2 for Host).
 """
@@ -59,6 +59,14 @@ def repeated(headers: list[tuple[bytes, bytes]]) -> list[str]:
                 twice.append(name.decode())
             seen.add(name)
     return twice
+
+
+def addressing(
+    headers: list[tuple[bytes, bytes]], suffix: str | None
+) -> tuple[tuple[str, ...], tuple[str, str | None, bool] | None]:
+    """What the HTTP entry reads of a request's addressing headers, in one call: those given
+    more than once (`repeated`) and what it is addressed to (`addressed`)."""
+    return tuple(repeated(headers)), addressed(headers, suffix)
 
 
 def _addressed(

@@ -54,7 +54,7 @@ from service.core.numbers import natural
 from service.functions.llm_config import RESPONSES
 from service.invocation.answers import Attended, relay
 from service.invocation.engine import Call, Finished, Streamed
-from service.invocation.http import Exchange as EntryExchange
+from service.invocation.http_routes import Exchange as EntryExchange
 from service.invocation.routing import Target
 from service.llm.errors import OpenAIError, from_domain, invalid, model_not_found
 from service.llm.metrics import NONE, LlmMetrics
@@ -182,7 +182,7 @@ class _Exchange:
                     param=PRIORITY_HEADER,
                 )
             self.path = route_path(self.path)
-            principal = await self.entry.entry.caller(self.entry, scopes.INVOKE_FUNCTION)
+            principal = await self.entry.routes.caller(self.entry, scopes.INVOKE_FUNCTION)
             if self.path == MODELS:
                 return await self._models(principal)
             return await self._invoke(principal)
@@ -192,7 +192,7 @@ class _Exchange:
             return self._error(from_domain(error))
 
     async def _models(self, principal: Principal) -> Response:
-        async with self.entry.entry.sessions()() as session:
+        async with self.entry.routes.sessions()() as session:
             listed = await list_models(session, principal)
         self._record(200)
         return Response(json.dumps(listed, separators=(",", ":")), media_type="application/json")
@@ -213,7 +213,7 @@ class _Exchange:
         return b"".join(parts)
 
     async def _invoke(self, principal: Principal) -> Response:
-        plane = self.entry.entry.plane()
+        plane = self.entry.routes.plane()
         parsed = parse_request(self.path, await self._body())
         ref = parsed.ref
         self.session = session_of(self.path, parsed.body, self.request.headers.get(SESSION_HEADER))
@@ -350,7 +350,7 @@ class _Exchange:
             return response
         watch = StreamWatch(self.path)
         if events:  # /v1/responses asked as a stream, the caller not streaming
-            limit = self.entry.entry.plane().engine.result_max
+            limit = self.entry.routes.plane().engine.result_max
             try:
                 async with answer:  # closed (the slot freed) whatever happens
                     terminal = await collect_terminal(answer.chunks(), watch, limit)
@@ -381,7 +381,7 @@ class _Exchange:
 
     async def _read(self, answer: Streamed) -> tuple[bytes, str | None]:
         """The worker's whole answer (bounded), closed; and why it stopped short."""
-        return await answer.read(self.entry.entry.plane().engine.result_max)
+        return await answer.read(self.entry.routes.plane().engine.result_max)
 
     async def settle(self, charge: Charge | None, watch: StreamWatch) -> None:
         usage = watch.usage

@@ -32,8 +32,14 @@ from service.core.http import parse_uuid, parse_uuids
 from service.core.middleware import ROUTE_LABEL
 from service.invocation import answers
 from service.invocation.engine import Call, Detached, Finished
-from service.invocation.forward import POLL_HEADER, poll_seconds
-from service.invocation.schemas import QueueList, QueueOut, QueuePosition, parse_exec
+from service.invocation.schemas import (
+    POLL_HEADER,
+    QueueList,
+    QueueOut,
+    QueuePosition,
+    parse_exec,
+    poll_seconds,
+)
 from service.invocation.service import InvocationPlane
 from service.invocation.transparent import forwarded_path
 

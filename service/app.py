@@ -31,6 +31,7 @@ from service.core.errors import ServiceUnavailable
 from service.core.idempotency import IdempotentReplay
 from service.core.middleware import RequestContextMiddleware
 from service.core.openapi import truthful
+from service.core.paths import normalize
 from service.core.problem import install_problem_handlers
 from service.core.quotas import Quotas
 from service.core.ratelimit import RateLimiter
@@ -47,11 +48,10 @@ from service.functions import read_cache
 from service.functions.requests import DOC_MODELS
 from service.functions.router import router as functions_router
 from service.functions.sharing_router import router as sharing_router
-from service.invocation import http as invocation_http
+from service.invocation import http_openapi, http_routes
 from service.invocation.http import InvocationEntry
 from service.invocation.metrics import InvocationMetrics
 from service.invocation.tokens import router as tokens_router
-from service.invocation.transparent import body_limit
 from service.lifespan import Composition, lifespan
 from service.llm import openapi as llm_openapi
 from service.llm.gateway import Gateway
@@ -70,21 +70,28 @@ API_PREFIX = "/v2/nvcf"
 
 
 class NvcfApp(FastAPI):
-    """The FastAPI application, with the invocation entry ahead of its middleware stack:
-    requests the entry claims (every invocation route, invocation/http.py) are answered by
-    it, inside the same request-context middleware."""
+    """The FastAPI application, with the invocation entry ahead of it: every HTTP request's
+    path is normalized once (`normalize`: `//`, the org aliases), then the entry's host
+    dispatch and router (invocation/http.py) answer what is theirs, inside the same
+    request-context middleware, and hand the rest to FastAPI (`stack`)."""
 
     invocation_entry: InvocationEntry | None = None
-    #: the entry with the request-context middleware (and tracing) around it
-    invocation_app: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        entry = self.invocation_entry
-        if entry is not None and scope["type"] == "http" and entry.claim(scope):
-            scope["app"] = self
-            assert self.invocation_app is not None
-            await self.invocation_app(scope, receive, send)
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
             return
+        normalize(scope)
+        entry = self.invocation_entry
+        if entry is None:
+            await super().__call__(scope, receive, send)
+            return
+        scope["app"] = self
+        scope["router"] = self.router  # the entry's router is no URL provider of FastAPI's
+        await entry(scope, receive, send)
+
+    async def stack(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """FastAPI's middleware stack and routes (the entry's router's default)."""
         await super().__call__(scope, receive, send)
 
 
@@ -106,18 +113,14 @@ def api_routers(settings: Settings | None = None) -> list[APIRouter]:
     return routers
 
 
-def _storage_body_limit(
-    settings: Settings, invocation: Callable[[Scope], int | None] | None
-) -> Callable[[Scope], int | None]:
+def _storage_body_limit(settings: Settings) -> Callable[[Scope], int | None]:
     """The body limit of uploads to the local store's signed URLs (each URL also carries its
-    own), else the invocation routes' limit, else the default."""
+    own), else the default."""
     storage = max(settings.asset_max_bytes, settings.asset_result_max_bytes)
     prefix = STORAGE_PREFIX + "/"
 
     def of(scope: Scope) -> int | None:
-        if str(scope.get("path", "")).startswith(prefix):
-            return storage
-        return invocation(scope) if invocation is not None else None
+        return storage if str(scope.get("path", "")).startswith(prefix) else None
 
     return of
 
@@ -250,13 +253,13 @@ def _openapi(app: NvcfApp, invocation: bool) -> Callable[[], dict[str, Any]]:
             title=app.title, version=app.version, description=app.description, routes=app.routes
         )
         if invocation:
-            schema.setdefault("paths", {}).update(invocation_http.openapi_paths())
+            schema.setdefault("paths", {}).update(http_openapi.openapi_paths())
             schema["paths"].update(llm_openapi.openapi_paths())
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         llm_models = llm_openapi.MODELS_DOCUMENTED if invocation else ()
         if invocation:
             components.update(llm_openapi.SCHEMAS)
-        for model in (*DOC_MODELS, *invocation_http.MODELS, *llm_models):
+        for model in (*DOC_MODELS, *http_openapi.MODELS, *llm_models):
             doc = model.model_json_schema(
                 by_alias=True, ref_template="#/components/schemas/{model}"
             )
@@ -289,12 +292,7 @@ def _install_middleware(app: NvcfApp, c: Composition) -> None:
     # Added first, so it runs inside the request-context middleware (ids, metrics, log line).
     if not c.invocation_only:
         app.add_middleware(read_cache.VersionReadFastPath)
-    invocation_limit = None
-    if c.invocation:
-        invocation_limit = body_limit(settings.invoke_host_suffix, settings.invoke_max_body_bytes)
-        if c.llm_gateway is not None:
-            invocation_limit = c.llm_gateway.limit_with(invocation_limit)
-    limit_of = _storage_body_limit(settings, invocation_limit)
+    limit_of = _storage_body_limit(settings)
     if telemetry.tracing.enabled:
         # Inside the request context (request id, org alias); absent when tracing is off.
         app.add_middleware(TracingMiddleware, tracing=telemetry.tracing)
@@ -305,34 +303,41 @@ def _install_middleware(app: NvcfApp, c: Composition) -> None:
         json_logs=settings.log_format == "json",
         body_limit=limit_of,
     )
-    if invocation_limit is not None:
-        _mount_invocation(app, c, limit_of)
+    if c.invocation:
+        _mount_invocation(app, c)
 
 
-def _mount_invocation(
-    app: NvcfApp, c: Composition, limit_of: Callable[[Scope], int | None]
-) -> None:
+def _mount_invocation(app: NvcfApp, c: Composition) -> None:
     """The invocation plane's entry, with the middleware the ordinary stack puts around its
     routes, in the same order."""
     settings, telemetry = c.settings, c.telemetry
-    entry = InvocationEntry(
-        suffix=settings.invoke_host_suffix,
+
+    def context(inner: ASGIApp, body_limit: Callable[[Scope], int]) -> ASGIApp:
+        if telemetry.tracing.enabled:
+            inner = TracingMiddleware(inner, tracing=telemetry.tracing)
+        return RequestContextMiddleware(
+            inner,
+            metrics=telemetry.metrics,
+            max_body_bytes=settings.max_body_bytes,
+            json_logs=settings.log_format == "json",
+            body_limit=body_limit,
+        )
+
+    routes = http_routes.Routes(
         plane=lambda: app.state.invocation,
         authenticator=lambda: app.state.authenticator,
         sessionmaker=lambda: app.state.sessionmaker,
         llm=c.llm_gateway,
     )
-    inner: ASGIApp = entry
-    if telemetry.tracing.enabled:
-        inner = TracingMiddleware(inner, tracing=telemetry.tracing)
-    app.invocation_app = RequestContextMiddleware(
-        inner,
-        metrics=telemetry.metrics,
-        max_body_bytes=settings.max_body_bytes,
-        json_logs=settings.log_format == "json",
-        body_limit=limit_of,
+    app.invocation_entry = InvocationEntry(
+        suffix=settings.invoke_host_suffix,
+        max_body=settings.invoke_max_body_bytes,
+        operations=http_routes.OPERATIONS,
+        answer=routes,
+        fallback=app.stack,
+        context=context,
+        llm=c.llm_gateway,
     )
-    app.invocation_entry = entry
 
 
 __all__ = ["create_app"]

@@ -30,7 +30,7 @@ from service.core.numbers import natural
 from service.core.settings import Settings, settings_error_line
 
 if TYPE_CHECKING:
-    from service.core.middleware import BodyDeadlineMiddleware
+    from service.core.deadline import BodyDeadlineMiddleware
     from service.core.server import ConnectionLimits
 
 #: the most processes `invoke --processes` (and NVCF_INVOKE_PROCESSES) may start
@@ -241,7 +241,7 @@ def invoke_app() -> BodyDeadlineMiddleware:
 
 def _process_app(*, invocation_only: bool) -> BodyDeadlineMiddleware:
     from service.app import create_app
-    from service.core.middleware import BodyDeadlineMiddleware
+    from service.core.deadline import BodyDeadlineMiddleware
     from service.core.server import freeze_startup_objects
 
     settings = _settings()

@@ -1,20 +1,17 @@
-"""Pure-ASGI middleware: request id, body-size limit, Prometheus metrics, one log line per request;
-the request-body deadline.
+"""Pure-ASGI middleware: request id, body-size limit, Prometheus metrics, one log line per
+request.
 
 Written against ASGI directly (not BaseHTTPMiddleware) to keep per-request overhead small.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.requests import ClientDisconnect
@@ -25,7 +22,7 @@ from service.core.http import query_errors
 from service.core.logs import request_id_var
 from service.core.numbers import natural
 from service.core.problem import problem_body
-from service.core.server import BODY_RECEIVED, cut_response
+from service.core.server import cut_response
 
 log = logging.getLogger("nvcf.access")
 log_errors = logging.getLogger("nvcf.errors")
@@ -95,98 +92,6 @@ def route_template(scope: Scope) -> str:
     return "/".join(prefix) + suffix if suffix != "/" else "/".join(prefix)
 
 
-def collapse_leading_slashes(scope: Scope) -> None:
-    """Serve `//v2/nvcf/...` as `/v2/nvcf/...`: what a client sends when it joins a base URL
-    ending in '/' with a path starting with one."""
-    path: str = scope["path"]
-    if not path.startswith("//"):
-        return
-    scope["path"] = "/" + path.lstrip("/")
-    raw: bytes | None = scope.get("raw_path")
-    if raw is not None:
-        scope["raw_path"] = b"/" + raw.lstrip(b"/")
-
-
-@dataclass(frozen=True)
-class OrgAlias:
-    """An org-aliased path cut apart: the org, the team and the `/v2/nvcf/...` path it
-    stands for, still encoded as the client sent it."""
-
-    org: str
-    team: str | None
-    raw: bytes
-
-
-def org_alias(raw: bytes) -> OrgAlias | None:
-    """The one grammar of `/v2/orgs/{org}[/teams/{team}]/nvcf/...`, read on the path as the
-    client encoded it, for the middleware's rewrite and the invocation entry's claim alike:
-    an encoded `/` (`B%2Fnvcf`) is part of a segment, never a separator."""
-    parts = raw.split(b"/", 8)
-    # ["", "v2", "orgs", org, "nvcf", ...] or ["", "v2", "orgs", org, "teams", team, "nvcf", ...]
-    if len(parts) >= 5 and parts[1:3] == [b"v2", b"orgs"] and parts[4] == b"nvcf" and parts[3]:
-        org, team, rest = parts[3], None, parts[5:]
-    elif (
-        len(parts) >= 7
-        and parts[1:3] == [b"v2", b"orgs"]
-        and parts[4] == b"teams"
-        and parts[6] == b"nvcf"
-        and parts[3]
-        and parts[5]
-    ):
-        org, team, rest = parts[3], parts[5], parts[7:]
-    else:
-        return None
-    return OrgAlias(
-        org=unquote(org.decode("latin-1")),
-        team=None if team is None else unquote(team.decode("latin-1")),
-        raw=b"/v2/nvcf" + (b"/" + b"/".join(rest) if rest else b""),
-    )
-
-
-def raw_path(scope: Scope) -> bytes:
-    """The path as the client encoded it, leading slashes collapsed."""
-    path: str = scope["path"]
-    raw: bytes = scope.get("raw_path") or quote(path).encode("ascii")
-    return b"/" + raw.lstrip(b"/") if raw.startswith(b"//") else raw
-
-
-def routed_path(scope: Scope) -> str:
-    """The decoded path the routes are matched on: after the leading slashes are collapsed
-    and an org alias is cut (as `collapse_leading_slashes` and `rewrite_org_alias` leave it),
-    without changing the scope."""
-    raw = raw_path(scope)
-    if raw.startswith(b"/v2/orgs/"):
-        alias = org_alias(raw)
-        if alias is not None:
-            return unquote(alias.raw.decode("latin-1"))
-    path: str = scope["path"]
-    return "/" + path.lstrip("/") if path.startswith("//") else path
-
-
-def rewrite_org_alias(scope: Scope) -> None:
-    """Serve `/v2/orgs/{org}[/teams/{team}]/nvcf/...` by the `/v2/nvcf/...` routes.
-
-    The alias is cut from the path as the client encoded it (`org_alias`); the decoded path is
-    derived from the result, as the server derives it. The org (and team) go into the request
-    state for the org check; the encoded path as sent is kept (`original_path`) for error
-    bodies, logs and transparent mode, which forwards it to the worker: a decoded path there
-    would put the client's `%0D%0A` into the worker's request line.
-    """
-    path: str = scope["path"]
-    if not path.startswith("/v2/orgs/"):
-        return
-    raw = raw_path(scope)
-    alias = org_alias(raw)
-    if alias is None:
-        return
-    state = scope.setdefault("state", {})
-    state["org"] = alias.org
-    state["team"] = alias.team
-    state["original_path"] = raw.decode("latin-1")
-    scope["raw_path"] = alias.raw
-    scope["path"] = unquote(alias.raw.decode("latin-1"))
-
-
 def _valid_uuid(value: str) -> bool:
     try:
         uuid.UUID(value)
@@ -225,12 +130,9 @@ class RequestContextMiddleware:
             elif name == b"content-length" and declared is None:
                 declared = value
         request_id = incoming if incoming and _valid_uuid(incoming) else str(uuid.uuid4())
-        # A fresh per-request state (servers may hand every request the same lifespan dict).
-        state = scope["state"] = dict(scope.get("state") or {})
+        state = scope["state"]  # the request's own (`normalize`)
         state["request_id"] = request_id
-        collapse_leading_slashes(scope)
         rid_token = request_id_var.set(request_id)
-        rewrite_org_alias(scope)
         status_holder = [500]
         started = [False]
         rid_header = (b"x-request-id", request_id.encode())
@@ -385,52 +287,3 @@ def access_line(
             request_id,
             extra=fields,
         )
-
-
-class BodyDeadlineMiddleware:
-    """A request's body must have arrived within `timeout` seconds of its head.
-
-    A read of the body that would wait past the deadline raises `RequestTimeout` instead: a
-    408 problem+json with `Connection: close` (the rest of the body is never read). Reads after
-    the body is complete (a streaming response listening for the disconnect) wait as long as
-    they like, and so do all reads once the server protocol says the body has arrived whole
-    (`BODY_RECEIVED`: most requests, whose body comes with their head). The server protocol
-    (service/core/server.py) closes a connection whose body is late and is read by nobody.
-    """
-
-    def __init__(
-        self, app: ASGIApp, *, timeout: float, long: tuple[str, float] | None = None
-    ) -> None:
-        self.app = app
-        self.timeout = timeout
-        #: (path prefix, seconds): a longer deadline for those paths (uploads of assets)
-        self.long = long
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        loop = asyncio.get_running_loop()
-        timeout = self.timeout
-        if self.long is not None and str(scope.get("path", "")).startswith(self.long[0]):
-            timeout = max(timeout, self.long[1])
-        deadline = loop.time() + timeout
-        complete = False
-
-        async def wrapped() -> Message:
-            nonlocal complete
-            if complete or BODY_RECEIVED in scope:  # the body is here: no read can be late
-                return await receive()
-            try:
-                async with asyncio.timeout_at(deadline):
-                    message = await receive()
-            except TimeoutError:
-                raise RequestTimeout(
-                    detail=f"the request body did not arrive within {timeout:g} s",
-                    headers={"Connection": "close"},
-                ) from None
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                complete = True
-            return message
-
-        await self.app(scope, wrapped, send)

@@ -9,7 +9,7 @@ file descriptor. `BoundedHttpToolsProtocol` (uvicorn's httptools protocol, insta
 - from the connection opening, and from a later request's first byte, the head must be
   complete within `header_timeout`;
 - from the head, the body must be complete within `body_timeout` (the ASGI side,
-  `service.core.middleware.BodyDeadlineMiddleware`, answers a route reading a late body 408),
+  `service.core.deadline.BodyDeadlineMiddleware`, answers a route reading a late body 408),
   or `long_body_timeout` for paths under `long_body_prefix` (uploads of assets);
 - between requests (the response complete and the body read), `keepalive_timeout`; uvicorn's
   own keep-alive timer is set a second later (`uvicorn_keepalive`), a backstop only;

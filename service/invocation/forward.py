@@ -1,4 +1,4 @@
-"""What goes to the worker and what comes back: headers in both directions, the poll time.
+"""What goes to the worker and what comes back: headers in both directions, the path.
 
 To the worker: the caller's headers minus hop-by-hop ones (and those its `Connection` header
 names), `Host`, `Content-Length`, `Expect` and the caller's `Authorization` (an NVCF
@@ -16,13 +16,7 @@ from collections.abc import Iterable, Sequence
 from urllib.parse import quote
 
 from service.backends.worker import HOP_BY_HOP_BYTES, connection_header_names
-from service.core.errors import BadRequest
 from service.core.numbers import natural
-
-POLL_HEADER = "nvcf-poll-seconds"
-DEFAULT_POLL_SECONDS = 60
-MAX_POLL_SECONDS = 3600
-MIN_POLL_SECONDS = 1
 
 #: request headers never forwarded (besides hop-by-hop ones)
 _DROP_REQUEST = frozenset({"host", "content-length", "expect", "authorization"})
@@ -81,21 +75,6 @@ def request_target_safe(target: str) -> bool:
     """Whether a path (and query) can be a worker request line's target as it is: printable
     ASCII only, no space. Anything else would be decoded text the client escaped."""
     return _PRINTABLE.fullmatch(target) is not None
-
-
-def poll_seconds(raw: str | None) -> int:
-    """`NVCF-POLL-SECONDS`: default 60, at least 1 (as NVCF rounds up), at most 3600."""
-    if raw is None or not raw.strip():
-        return DEFAULT_POLL_SECONDS
-    text = raw.strip()
-    value = natural(text)
-    if value is None:
-        raise BadRequest(
-            detail=f"NVCF-POLL-SECONDS must be a whole number of seconds, got {text[:40]!r}"
-        )
-    if value > MAX_POLL_SECONDS:
-        raise BadRequest(detail=f"NVCF-POLL-SECONDS must be <= {MAX_POLL_SECONDS}, got {value}")
-    return max(MIN_POLL_SECONDS, value)
 
 
 def worker_request_headers(

@@ -1,4 +1,5 @@
-"""Shapes of the invocation routes: the wrapped `exec` form and the queue routes (camelCase)."""
+"""Shapes of the invocation routes: the wrapped `exec` form and the queue routes (camelCase),
+and the poll time a request asks for (`NVCF-POLL-SECONDS`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,13 @@ from pydantic import ConfigDict, Field
 
 from service.core.errors import BadRequest, FieldError, ValidationFailed
 from service.core.http import NotJson, RefusedJson, load_json
+from service.core.numbers import natural
 from service.core.schemas import CamelModel
-from service.invocation.forward import MAX_POLL_SECONDS, MIN_POLL_SECONDS
+
+POLL_HEADER = "nvcf-poll-seconds"
+DEFAULT_POLL_SECONDS = 60
+MAX_POLL_SECONDS = 3600
+MIN_POLL_SECONDS = 1
 
 
 class ExecRequestHeader(CamelModel):
@@ -111,3 +117,18 @@ def parse_exec(raw: bytes) -> tuple[bytes, int | None, list[str]]:
         raise ValidationFailed.of(errors)
     body = json.dumps(data["requestBody"], separators=(",", ":")).encode()
     return body, poll, references
+
+
+def poll_seconds(raw: str | None) -> int:
+    """`NVCF-POLL-SECONDS`: default 60, at least 1 (as NVCF rounds up), at most 3600."""
+    if raw is None or not raw.strip():
+        return DEFAULT_POLL_SECONDS
+    text = raw.strip()
+    value = natural(text)
+    if value is None:
+        raise BadRequest(
+            detail=f"NVCF-POLL-SECONDS must be a whole number of seconds, got {text[:40]!r}"
+        )
+    if value > MAX_POLL_SECONDS:
+        raise BadRequest(detail=f"NVCF-POLL-SECONDS must be <= {MAX_POLL_SECONDS}, got {value}")
+    return max(MIN_POLL_SECONDS, value)

@@ -8,7 +8,7 @@ function's worker — whatever the path and method.
   it is set. Two UUIDs are tried as function.version first, then in NVCF's own order
   (version.function).
 
-Such a request takes precedence over the path: the HTTP entry (http.py) answers it whatever
+Such a request takes precedence over the path: the HTTP entry (http.py) claims it whatever
 route its path would match. A request giving any of these headers (or `Host`) more than once is
 refused (`repeated`): which of two to believe is ambiguous (RFC 9112 §3.2 for Host).
 """
@@ -16,11 +16,9 @@ refused (`repeated`): which of two to believe is ambiguous (RFC 9112 §3.2 for H
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 
 from starlette.types import Scope
 
-INVOCATION_PREFIXES = ("/v2/nvcf/pexec/", "/v2/nvcf/exec/")
 #: the headers that address a request (here and on the LLM host): each at most once
 ADDRESSING = (b"host", b"function-id", b"function-version-id")
 
@@ -63,6 +61,14 @@ def repeated(headers: list[tuple[bytes, bytes]]) -> list[str]:
     return twice
 
 
+def addressing(
+    headers: list[tuple[bytes, bytes]], suffix: str | None
+) -> tuple[tuple[str, ...], tuple[str, str | None, bool] | None]:
+    """What the HTTP entry reads of a request's addressing headers, in one call: those given
+    more than once (`repeated`) and what it is addressed to (`addressed`)."""
+    return tuple(repeated(headers)), addressed(headers, suffix)
+
+
 def _addressed(
     function_id: bytes | None, version_id: bytes | None, host: bytes, suffix: str | None
 ) -> tuple[str, str | None, bool] | None:
@@ -84,19 +90,6 @@ def _addressed(
     if not rest or (suffix is not None and ".".join(rest) != suffix):
         return None
     return first, second, second is not None
-
-
-def body_limit(suffix: str | None, limit: int) -> Callable[[Scope], int | None]:
-    """For the request-context middleware: `limit` for invocation requests, else None."""
-
-    def of(scope: Scope) -> int | None:
-        if scope.get("type") != "http":
-            return None
-        if str(scope.get("path", "")).startswith(INVOCATION_PREFIXES):
-            return limit
-        return limit if addressed(scope["headers"], suffix) is not None else None
-
-    return of
 
 
 def forwarded_path(scope: Scope) -> str:

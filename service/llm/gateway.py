@@ -37,7 +37,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +54,7 @@ from service.core.numbers import natural
 from service.functions.llm_config import RESPONSES
 from service.invocation.answers import Attended, relay
 from service.invocation.engine import Call, Finished, Streamed
-from service.invocation.http import Exchange as EntryExchange
+from service.invocation.http_routes import Exchange as EntryExchange
 from service.invocation.routing import Target
 from service.llm.errors import OpenAIError, from_domain, invalid, model_not_found
 from service.llm.metrics import NONE, LlmMetrics
@@ -82,12 +82,7 @@ from service.llm.tokens import Charge, TokenLimiter, estimate, input_estimate
 
 log = logging.getLogger("nvcf.llm")
 
-#: what an LLM request's body may be before it is even read: the entry checks its own limit
-UNBOUNDED = 1 << 62
 _JSON = [(b"content-type", b"application/json")]
-
-#: scope key of `claims`'s answer
-_CLAIMED = "nvcf.llm_path"
 
 
 @dataclass
@@ -103,30 +98,14 @@ class Gateway:
     turns: RoundRobin = field(default_factory=RoundRobin)
 
     def claims(self, scope: Scope) -> str | None:
-        """The OpenAI path of a request to the gateway, else None; decided once per request
-        (the entry and the body limit both ask) and kept on the scope."""
-        if scope["type"] != "http":
-            return None
-        if _CLAIMED in scope:
-            claimed: str | None = scope[_CLAIMED]
-            return claimed
+        """The OpenAI path of a request to the gateway, else None (the entry's host dispatch
+        asks once per request)."""
         host = ""
         for name, value in scope["headers"]:
             if name == b"host":
                 host = value.decode("latin-1")
                 break
-        claimed = scope[_CLAIMED] = gateway_path(scope.get("path", ""), host, self.suffix)
-        return claimed
-
-    def limit_with(self, other: Callable[[Scope], int | None]) -> Callable[[Scope], int | None]:
-        """The request-context middleware's body limit: none for the gateway's requests (it
-        reads its bodies itself, within `max_body`, so that a refusal is in OpenAI's shape),
-        `other`'s for the rest."""
-
-        def of(scope: Scope) -> int | None:
-            return UNBOUNDED if self.claims(scope) is not None else other(scope)
-
-        return of
+        return gateway_path(scope["path"], host, self.suffix)
 
     async def answer(self, ex: EntryExchange, path: str) -> None:
         """Answer a request the invocation entry handed over (`claims` said `path`)."""
@@ -203,7 +182,7 @@ class _Exchange:
                     param=PRIORITY_HEADER,
                 )
             self.path = route_path(self.path)
-            principal = await self.entry.entry.caller(self.entry, scopes.INVOKE_FUNCTION)
+            principal = await self.entry.routes.caller(self.entry, scopes.INVOKE_FUNCTION)
             if self.path == MODELS:
                 return await self._models(principal)
             return await self._invoke(principal)
@@ -213,7 +192,7 @@ class _Exchange:
             return self._error(from_domain(error))
 
     async def _models(self, principal: Principal) -> Response:
-        async with self.entry.entry.sessions()() as session:
+        async with self.entry.routes.sessions()() as session:
             listed = await list_models(session, principal)
         self._record(200)
         return Response(json.dumps(listed, separators=(",", ":")), media_type="application/json")
@@ -234,7 +213,7 @@ class _Exchange:
         return b"".join(parts)
 
     async def _invoke(self, principal: Principal) -> Response:
-        plane = self.entry.entry.plane()
+        plane = self.entry.routes.plane()
         parsed = parse_request(self.path, await self._body())
         ref = parsed.ref
         self.session = session_of(self.path, parsed.body, self.request.headers.get(SESSION_HEADER))
@@ -371,7 +350,7 @@ class _Exchange:
             return response
         watch = StreamWatch(self.path)
         if events:  # /v1/responses asked as a stream, the caller not streaming
-            limit = self.entry.entry.plane().engine.result_max
+            limit = self.entry.routes.plane().engine.result_max
             try:
                 async with answer:  # closed (the slot freed) whatever happens
                     terminal = await collect_terminal(answer.chunks(), watch, limit)
@@ -402,7 +381,7 @@ class _Exchange:
 
     async def _read(self, answer: Streamed) -> tuple[bytes, str | None]:
         """The worker's whole answer (bounded), closed; and why it stopped short."""
-        return await answer.read(self.entry.entry.plane().engine.result_max)
+        return await answer.read(self.entry.routes.plane().engine.result_max)
 
     async def settle(self, charge: Charge | None, watch: StreamWatch) -> None:
         usage = watch.usage

@@ -207,6 +207,32 @@ async def test_an_encoded_slash_in_the_org_is_no_alias(client: AppClient) -> Non
         assert "nvcf-status" not in resp.headers
 
 
+async def test_a_method_a_route_does_not_serve_is_a_405_naming_the_one_it_does(
+    client: AppClient,
+) -> None:
+    fn = await deployed(client)
+    for method, url, allowed in (
+        ("GET", pexec_url(fn), "POST"),
+        ("PUT", f"{V}/exec/functions/{fn['id']}", "POST"),
+        ("POST", f"{V}/pexec/status/{uuid.uuid4()}", "GET"),
+        ("DELETE", f"{V}/queues/{uuid.uuid4()}/position", "GET"),
+    ):
+        resp = await client.request(method, url)
+        problem = assert_problem(resp, 405)
+        assert resp.headers["allow"] == allowed
+        assert method in str(problem["detail"])
+
+
+async def test_a_trailing_slash_names_the_same_route(client: AppClient) -> None:
+    fn = await deployed(client)
+    resp = await client.post(pexec_url(fn) + "/", json={"a": 1})
+    assert resp.status_code == 200 and resp.json()["echo"] == {"a": 1}
+    resp = await client.post(f"{V}/exec/functions/{fn['id']}//", json={"requestBody": 2})
+    assert resp.status_code == 200 and resp.json()["response"]["echo"] == 2
+    # an empty id is no id: no route
+    assert_problem(await client.post(f"{V}/pexec/functions//"), 404)
+
+
 async def test_event_stream_comes_through(client: AppClient) -> None:
     fn = await deployed(client)
     resp = await client.post(

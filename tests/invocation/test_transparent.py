@@ -182,3 +182,25 @@ async def test_the_entry_answers_every_invocation_ahead_of_the_middleware_stack(
     route = "/v2/nvcf/pexec/functions/{functionId}/versions/{functionVersionId}"
     assert f'method="POST",route="{route}",status="200"' in metrics
     assert 'route="<transparent invocation>",status="200"' in metrics
+
+
+async def test_the_claim_sets_the_body_limit_of_transparent_and_aliased_invocations(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    client = await invocation_app(
+        client_factory,
+        tmp_path,
+        invoke_host_suffix=SUFFIX,
+        max_body_bytes=1024,
+        invoke_max_body_bytes=8192,
+    )
+    fn = await deployed(client)
+    host = {"Host": f"{fn['id']}.{SUFFIX}"}
+    resp = await client.post("/echo", content=b"y" * 4096, headers=host)
+    assert resp.status_code == 200 and resp.json()["echo"] == "y" * 4096
+    assert_problem(await client.post("/echo", content=b"y" * 16384, headers=host), 413)
+    alias = f"/v2/orgs/{fn['ncaId']}/nvcf/pexec/functions/{fn['id']}"
+    resp = await client.post(alias, content=b"z" * 4096)
+    assert resp.status_code == 200 and resp.json()["echo"] == "z" * 4096
+    # an API route keeps the API's limit
+    assert_problem(await client.post(f"{V}/functions", content=b"{" + b" " * 2048 + b"}"), 413)

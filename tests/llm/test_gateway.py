@@ -138,6 +138,27 @@ async def test_the_llm_host_serves_the_same_routes(app: AppClient) -> None:
     assert other.status_code == 404 and other.headers["content-type"] == "application/problem+json"
 
 
+async def test_the_org_aliases_and_a_leading_double_slash_reach_the_gateway(
+    app: AppClient,
+) -> None:
+    # as every /v2/nvcf route is served under them (an absolute URL: "//v2/..." names no host)
+    fn = await deployed(app, **LLM_FN)
+    body = {"model": f"{fn['id']}/tiny/chat", "messages": [{"role": "user", "content": "x"}]}
+    org = fn["ncaId"]
+    for path in (
+        f"/v2/orgs/{org}/nvcf/llm/v1/chat/completions",
+        f"/v2/orgs/{org}/teams/t/nvcf/llm/v1/chat/completions/",
+        "//v2/nvcf/llm/v1/chat/completions",
+    ):
+        resp = await app.post(f"http://nvcf.test{path}", json=body)
+        assert resp.status_code == 200, (path, resp.text)
+        assert resp.json()["choices"][0]["message"]["content"] == "Echo: x"
+    # the org in the path is checked against the caller's, the refusal in OpenAI's shape
+    resp = await app.post("/v2/orgs/elsewhere/nvcf/llm/v1/chat/completions", json=body)
+    assert resp.status_code == 403, resp.text
+    assert "elsewhere" in resp.json()["error"]["message"]
+
+
 async def test_errors_are_openais_and_the_client_raises_its_own_types(app: AppClient) -> None:
     fn = await deployed(app, **LLM_FN)
     plain = await deployed(app)  # not an LLM function

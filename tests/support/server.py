@@ -18,7 +18,7 @@ import httpx
 import uvicorn
 from starlette.types import ASGIApp
 
-from service.core.middleware import BodyDeadlineMiddleware
+from service.core.deadline import BodyDeadlineMiddleware
 from service.core.server import ConnectionLimits, bounded_protocol, uvicorn_keepalive
 from tests.support.app import ADMIN_KEY
 

@@ -98,7 +98,7 @@ class Tasks:
         secrets = {s.name: secret_text(s.value) for s in model.secrets or []}
         spec = model.gpu_specification
         task = Task(
-            id=uuid.uuid4(),
+            id=transitions.ordered_id(),
             account_id=account_id,
             name=model.name,
             description=model.description,

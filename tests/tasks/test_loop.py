@@ -5,11 +5,14 @@ server in the middle of each clock changing nothing."""
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import AsyncIterator
 
 import pytest
 
 from service.core.db import make_engine, make_sessionmaker
+from service.tasks import repository
 from service.tasks.models import TaskStatus
 from tests.support.tasks import TaskHarness, script
 
@@ -182,8 +185,6 @@ async def test_a_container_that_stops_when_asked_is_removed_before_the_grace_per
     await h.run(10)
     assert not await h.on_cluster(tid)
     async with h.maker() as session:
-        from service.tasks import repository
-
         assert await repository.get(session, tid) is None  # deleted once the cluster is clean
 
 
@@ -199,9 +200,6 @@ async def test_rotated_secrets_reach_the_running_container(h: TaskHarness) -> No
     adapter = h.registry.get("sim-a")
     objects = await adapter.objects(await h.instance(tid))  # type: ignore[union-attr]
     secret = next(o for o in objects if o["kind"] == "Secret")
-    import base64
-    import json
-
     assert json.loads(base64.b64decode(secret["data"]["secrets.json"])) == {"A": "one", "B": "two"}
     task = await h.task(tid)
     assert task.secrets_delivered == task.secrets_generation == 2

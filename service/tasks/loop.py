@@ -43,7 +43,7 @@ from service.tasks.clocks import (
 from service.tasks.models import Task, TaskResult, TaskStatus
 from service.tasks.queue import Turns, Waiting
 from service.tasks.service import Tasks
-from service.tasks.workload import CONTAINER_NAME, job_objects
+from service.tasks.workload import CONTAINER_NAME, helm_objects, job_objects
 
 log = logging.getLogger("nvcf.tasks")
 
@@ -178,7 +178,19 @@ class TaskLoop(LoopService[str]):
         self, task: Task, cluster_name: str, *, suspend: bool = False
     ) -> list[dict[str, Any]]:
         cluster = self.catalog.cluster(cluster_name)
-        assert cluster is not None and task.container_image is not None
+        assert cluster is not None
+        if task.objects is not None:
+            return helm_objects(
+                task.objects,
+                task_id=str(task.id),
+                name=task.name,
+                nca_id=task.account_id,
+                instance_type=task.instance_type,
+                backend=self.catalog.group_of(cluster).name,
+                region=cluster.region,
+                secrets=self.tasks.secrets_of(task),
+            )
+        assert task.container_image is not None
         return job_objects(
             task_id=str(task.id),
             name=task.name,
@@ -297,12 +309,14 @@ class TaskLoop(LoopService[str]):
     async def _teardown(self, task: Task, adapter: BackendAdapter, now: datetime) -> None:
         instance = instance_of(task)
         kill = task.kill_at
-        if task.stop_requested_at is not None and kill is not None and now < kill:
+        if task.objects is not None:  # a helm task: its pods stop within their own grace period
+            message = "Task objects removed from the cluster"
+        elif task.stop_requested_at is not None and kill is not None and now < kill:
             container = container_of(await adapter.observe(instance), CONTAINER_NAME)
             if container.exit_code is None and not container.gone:
                 # asked to stop (idempotent): Kubernetes deletes a suspended Job's pod within
                 # its grace period; the kill below comes at the task's own deadline
-                if task.container_image is not None and task.cluster:
+                if task.cluster:
                     await adapter.apply(instance, self._objects(task, task.cluster, suspend=True))
                 return
             message = "Task container stopped"

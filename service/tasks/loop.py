@@ -34,7 +34,6 @@ from service.tasks import repository, transitions
 from service.tasks.clocks import (
     MAX_PROGRESS_BYTES,
     Clock,
-    Container,
     Decision,
     container_of,
     decide,
@@ -46,6 +45,8 @@ from service.tasks.service import Tasks
 from service.tasks.workload import CONTAINER_NAME, helm_objects, job_objects
 
 log = logging.getLogger("nvcf.tasks")
+#: results (distinct names) one task may report
+MAX_RESULTS = 1000
 
 
 def instance_of(task: Task) -> InstanceSpec:
@@ -254,15 +255,16 @@ class TaskLoop(LoopService[str]):
                 raw = b"\xff"  # unreadable: decided as malformed below
                 log.info("task %s: progress file: %s", task.id, exc.message)
         decision = decide(clock_of(task), container, raw, now)
-        if task.secrets_delivered < task.secrets_generation and decision.status is None:
+        rotate = task.secrets_delivered < task.secrets_generation and decision.status is None
+        if rotate:
             await adapter.update_objects(instance, [secrets_object(self.tasks.secrets_of(task))])
-        await self._record(task.id, decision, container, now, task.secrets_generation)
+        if rotate or decision.status is not None or _progressed(task, decision):
+            await self._record(task.id, decision, now, task.secrets_generation)
 
     async def _record(
         self,
         task_id: uuid.UUID,
         decision: Decision,
-        container: Container,
         now: datetime,
         generation: int,
     ) -> None:
@@ -282,7 +284,14 @@ class TaskLoop(LoopService[str]):
                 task.progress_metadata = progress.metadata
                 if progress.name is not None and progress.name != task.result_name:
                     task.result_name = progress.name
-                    if progress.name not in await repository.result_names(session, task.id):
+                    names = await repository.result_names(session, task.id)
+                    if progress.name not in names and len(names) >= MAX_RESULTS:
+                        decision = Decision(
+                            TaskStatus.ERRORED,
+                            f"Task errored: it reported more than {MAX_RESULTS} results",
+                            f"more than {MAX_RESULTS} results",
+                        )
+                    elif progress.name not in names:
                         session.add(
                             TaskResult(
                                 id=transitions.ordered_id(),
@@ -340,6 +349,17 @@ class TaskLoop(LoopService[str]):
             task = await repository.get_for_update(session, task_id)
             if task is not None and task.status == TaskStatus.QUEUED.value:
                 transitions.move(session, task, to, now, message, error=error)
+
+
+def _progressed(task: Task, decision: Decision) -> bool:
+    """Whether the progress file says something the task's row does not."""
+    p = decision.progress
+    return p is not None and (
+        p.percent != task.percent_complete
+        or p.last_updated_at != task.last_heartbeat_at
+        or (p.name is not None and p.name != task.result_name)
+        or p.metadata != (task.progress_metadata or {})
+    )
 
 
 async def known_task_ids(maker: async_sessionmaker[AsyncSession]) -> frozenset[str]:

@@ -11,9 +11,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from service.backends.protocol import InstanceSpec
 from service.core.db import make_engine, make_sessionmaker
 from service.tasks import repository
 from service.tasks.models import TaskStatus
+from tests.support.reconcile import workload
 from tests.support.tasks import TaskHarness, script
 
 STEPS_10_50_100 = script(
@@ -203,3 +205,16 @@ async def test_rotated_secrets_reach_the_running_container(h: TaskHarness) -> No
     assert json.loads(base64.b64decode(secret["data"]["secrets.json"])) == {"A": "one", "B": "two"}
     task = await h.task(tid)
     assert task.secrets_delivered == task.secrets_generation == 2
+
+
+async def test_tasks_share_the_clusters_capacity_with_function_instances(h: TaskHarness) -> None:
+    adapter = h.registry.get("sim-a")
+    assert adapter is not None
+    function = InstanceSpec("fn-instance", "f", "v", "NCP.GPU.H100_2x", "H100", 2)
+    await adapter.apply(function, [workload(gpus=2)])
+    tid = await h.create()
+    await h.run(30, step=10)
+    assert (await h.task(tid)).status == TaskStatus.QUEUED  # the function holds both GPUs
+    await adapter.delete(function)
+    await h.run(3)
+    assert (await h.task(tid)).status == TaskStatus.COMPLETED

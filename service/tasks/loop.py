@@ -322,7 +322,7 @@ class TaskLoop(LoopService[str]):
             message = "Task objects removed from the cluster"
         elif task.stop_requested_at is not None and kill is not None and now < kill:
             container = container_of(await adapter.observe(instance), CONTAINER_NAME)
-            if container.exit_code is None and not container.gone:
+            if container.started and container.exit_code is None:
                 # asked to stop (idempotent): Kubernetes deletes a suspended Job's pod within
                 # its grace period; the kill below comes at the task's own deadline
                 if task.cluster:

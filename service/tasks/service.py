@@ -101,7 +101,7 @@ class Tasks:
         body = require_json_object(raw)
         model, errors = parse(CreateTaskIn, body)
         target = self._target(body, errors)
-        errors += await self._cross_checks(session, account_id, body, model, errors)
+        errors += await self._cross_checks(session, account_id, body, errors)
         if errors or model is None or target is None:
             raise ValidationFailed.of(errors, what="task")
         objects: list[Any] | None = None
@@ -240,7 +240,6 @@ class Tasks:
         session: AsyncSession,
         account_id: str,
         body: dict[str, Any],
-        model: CreateTaskIn | None,
         errors: list[FieldError],
     ) -> list[FieldError]:
         """The rules between fields, on the body as sent (every one, with the field rules)."""
@@ -280,7 +279,6 @@ class Tasks:
             out.append(
                 FieldError("resultsLocation", "is only allowed with resultHandlingStrategy UPLOAD")
             )
-        del model
         return out
 
     async def _check_quotas(self, session: AsyncSession, account_id: str) -> None:

@@ -100,14 +100,18 @@ class TaskLoop(LoopService[str]):
         self.catalog = catalog
         self.tasks = tasks
         self.clock = clock
+        #: the queue and capacity of the last pass that could start nothing
+        self._blocked: tuple[object, ...] | None = None
+        self._apply_failed = False
         super().__init__(
             "nvcf-tasks", self.run_pass, period, log=log, failure="task loop pass failed"
         )
 
     async def run_pass(self) -> None:
         now = self.clock()
-        await self._place(now)
+        # what ended frees its place before the queue is offered capacity, in one pass
         await self._watch(now)
+        await self._place(now)
         async with self.maker() as session, session.begin():
             await repository.remove(session, await repository.deleted_and_clean(session))
 
@@ -115,9 +119,23 @@ class TaskLoop(LoopService[str]):
 
     async def _place(self, now: datetime) -> None:
         async with self.maker() as session:
-            queued = list(await repository.queued(session))
-        if not queued:
+            count, newest, first_deadline = await repository.queue_signature(session)
+        if not count:
+            self._blocked = None
             return
+        capacities: dict[str, Capacity] = {}
+        for name, adapter in self.adapters.items():
+            try:
+                capacities[name.lower()] = await adapter.capacity()
+            except AdapterError as exc:
+                log.warning("task placement: capacity of %s: %s", name, exc.message)
+        signature = (count, newest, tuple(sorted(capacities.items())))
+        due = first_deadline is not None and now >= first_deadline
+        if signature == self._blocked and not due:
+            return  # the same queue against the same capacity: nothing can start
+        self._blocked = None
+        async with self.maker() as session:
+            queued = list(await repository.queued(session))
         by_id = {t.id: t for t in queued}
         waiting: list[Waiting] = []
         for task in queued:
@@ -131,13 +149,17 @@ class TaskLoop(LoopService[str]):
                 )
             else:
                 waiting.append(Waiting(task.id, task.account_id, task.created_at))
-        capacities: dict[str, Capacity] = {}
         turns = Turns(waiting)
+        self._apply_failed = False
+        started = False
         for item in turns:
             task = by_id[item.task_id]
             placed = await self._try_place(task, capacities, now)
+            started = started or placed
             if not placed:
                 turns.hold(task.account_id)
+        if not started and not self._apply_failed and len(waiting) == len(queued):
+            self._blocked = signature
 
     async def _try_place(self, task: Task, capacities: dict[str, Capacity], now: datetime) -> bool:
         instance = instance_of(task)
@@ -145,13 +167,14 @@ class TaskLoop(LoopService[str]):
             adapter = self.adapters.get(name)
             if adapter is None:
                 continue
-            if name not in capacities:
+            key = name.lower()
+            if key not in capacities:
                 try:
-                    capacities[name] = await adapter.capacity()
+                    capacities[key] = await adapter.capacity()
                 except AdapterError as exc:
                     log.warning("task placement: capacity of %s: %s", name, exc.message)
                     continue
-            if not capacities[name].fits(instance.gpu, instance.gpus_per_node, instance.nodes):
+            if not capacities[key].fits(instance.gpu, instance.gpus_per_node, instance.nodes):
                 continue
             task.cluster = name
             placed = instance_of(task)
@@ -160,6 +183,7 @@ class TaskLoop(LoopService[str]):
             except AdapterError as exc:
                 if exc.retryable:
                     log.warning("task %s: apply on %s failed: %s", task.id, name, exc.message)
+                    self._apply_failed = True
                     task.cluster = None
                     return False
                 await self._move(
@@ -170,7 +194,7 @@ class TaskLoop(LoopService[str]):
                     exc.message,
                 )
                 return True
-            capacities.pop(name, None)  # read again: the task took some of it
+            capacities.pop(key, None)  # read again: the task took some of it
             await self._launched(task.id, name, now)
             return True
         return False
@@ -237,12 +261,16 @@ class TaskLoop(LoopService[str]):
                     TaskStatus.RUNNING,
                 ):
                     await self._teardown(task, adapter, now)
-                else:
-                    await self._observe(task, adapter, now)
+                elif await self._observe(task, adapter, now):
+                    async with self.maker() as session:
+                        ended = await repository.get(session, task.id)
+                    if ended is not None and ended.teardown_pending:
+                        await self._teardown(ended, adapter, now)
             except AdapterError as exc:
                 log.warning("task %s on %s: %s", task.id, task.cluster, exc.message)
 
-    async def _observe(self, task: Task, adapter: BackendAdapter, now: datetime) -> None:
+    async def _observe(self, task: Task, adapter: BackendAdapter, now: datetime) -> bool:
+        """Apply the rules to what the task shows; True when it ended now."""
         instance = instance_of(task)
         container = container_of(await adapter.observe(instance), CONTAINER_NAME)
         raw: bytes | None = None
@@ -260,6 +288,7 @@ class TaskLoop(LoopService[str]):
             await adapter.update_objects(instance, [secrets_object(self.tasks.secrets_of(task))])
         if rotate or decision.status is not None or _progressed(task, decision):
             await self._record(task.id, decision, now, task.secrets_generation)
+        return decision.status is not None and decision.status is not TaskStatus.RUNNING
 
     async def _record(
         self,

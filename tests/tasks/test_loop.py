@@ -52,6 +52,8 @@ async def test_a_task_reporting_10_50_100_completes_with_its_two_results(
 ) -> None:
     tid = await h.create(containerEnvironment=STEPS_10_50_100)
     await h.run()
+    assert (await h.task(tid)).status == TaskStatus.LAUNCHED
+    await h.run()
     task = await h.task(tid)
     assert task.status == TaskStatus.RUNNING and task.percent_complete is None
     await h.run(2)

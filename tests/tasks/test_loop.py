@@ -252,3 +252,17 @@ async def test_over_http_a_task_reporting_10_50_100_completes_on_the_apps_loop(
     messages = [e["message"] for e in (await client.get(f"{path}/events")).json()["events"]]
     assert "Result ckpt-2 reported at 50%" in messages
     assert "Task completed (percentComplete 100)" in messages
+
+
+async def test_a_container_that_never_writes_progress_errors_after_five_minutes(
+    h: TaskHarness,
+) -> None:
+    tid = await h.create(containerEnvironment=script(steps=[], exitAfter=None))
+    await h.run(10)
+    started = (await h.task(tid)).running_at
+    assert started is not None
+    await h.run(290, step=10)
+    assert (await h.task(tid)).status == TaskStatus.RUNNING  # 5 minutes since it started
+    await h.run(10)
+    task = await h.task(tid)
+    assert task.status == TaskStatus.ERRORED and "no heartbeat" in (task.health_error or "")

@@ -44,6 +44,7 @@ from service.deployments.repository import active_instances
 from service.deployments.timeseries.store import TimeSeries
 from service.functions import read_cache
 from service.functions.events import AccessChanged
+from service.functions.repository import telemetry_users
 from service.invocation import InvocationPlane
 from service.invocation.dispatch_redis import RedisActivity
 from service.invocation.grpc.entry import GrpcEntry
@@ -209,6 +210,7 @@ async def _open_control(
     wake_reconciler = _reconciler_waker(app)
     app.state.wake_reconciler = wake_reconciler
     app.state.active_instances = active_instances
+    app.state.telemetry_users = telemetry_users
     subscribers.subscribe(shared.events, wake=wake_reconciler)
     purger = HistoryPurger(maker, HistoryConfig.from_settings(settings))
     app.state.history_purger = purger

@@ -22,6 +22,7 @@ from service.functions.models import (
     VersionTag,
 )
 from service.invocation.models import InvocationReplica, InvocationRequest
+from service.observability.models import Telemetry
 from service.registry.models import RegistryCredential, RegistryCredentialArtifactType
 
 __all__ = [
@@ -46,5 +47,6 @@ __all__ = [
     "RegistryCredential",
     "RegistryCredentialArtifactType",
     "ReportedLoad",
+    "Telemetry",
     "VersionTag",
 ]

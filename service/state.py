@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from service.functions.read_cache import VersionCache
     from service.invocation import InvocationPlane
     from service.invocation.grpc.entry import GrpcEntry
+    from service.observability.deps import TelemetryUsers
     from service.telemetry import Telemetry
 
 
@@ -64,6 +65,8 @@ class AppState(State):
     events: Events
     #: a version's activeInstances, read from deployments (functions/deps.py)
     active_instances: ActiveInstances
+    #: the function versions (later tasks) naming a telemetry (observability/deps.py)
+    telemetry_users: TelemetryUsers
     namespace_collector: NamespaceCollector | None
     #: purges expired history of removed deployments (runs where the reconciler runs)
     history_purger: HistoryPurger | None

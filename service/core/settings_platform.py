@@ -65,6 +65,11 @@ class PlatformSettings(BaseModel):
         description="Comma list of `host[:port]` chart registries allowed although they "
         "resolve to private or loopback addresses.",
     )
+    telemetry_allowlist: CommaList = Field(
+        default=frozenset(),
+        description="Comma list of `host[:port]` telemetry endpoints allowed although they "
+        "resolve to private, loopback or link-local addresses (docs/telemetry-export.md).",
+    )
     insecure_registries: CommaList = Field(
         default=frozenset(),
         description="Comma list of `host[:port]` chart registries spoken to over plain HTTP.",
@@ -117,6 +122,9 @@ class PlatformSettings(BaseModel):
     )
     quota_registry_credentials: int = Field(
         default=50, ge=1, description="Registry credentials per account."
+    )
+    quota_telemetries: int = Field(
+        default=20, ge=1, description="Telemetry endpoints per account (docs/telemetry-export.md)."
     )
     quota_api_keys: int = Field(default=100, ge=1, description="API keys per account.")
     quota_assets: int = Field(

@@ -50,6 +50,7 @@ from service.invocation.dispatch_redis import RedisActivity
 from service.invocation.grpc.entry import GrpcEntry
 from service.invocation.metrics import InvocationMetrics
 from service.llm.gateway import Gateway
+from service.observability.export import Drops, Exports, ExportSettings
 from service.telemetry import Telemetry
 
 log = logging.getLogger("nvcf.server")
@@ -273,6 +274,21 @@ async def _open_invocation(
     )
     await plane.start()
     app.state.invocation = plane
+    exports = Exports(
+        shared.maker,
+        app.state.secret_box,
+        ExportSettings(
+            queue_size=settings.telemetry_queue_size,
+            interval=settings.telemetry_export_interval,
+            timeout=settings.telemetry_export_timeout,
+            allowlist=settings.telemetry_allowlist,
+        ),
+        Drops(c.telemetry.metrics.registry),
+    )
+    exports.start()
+    opened.push_async_callback(exports.stop)
+    c.invocation_metrics.exports = exports
+    app.state.telemetry_exports = exports
     if control is not None and control.autoscaler in control.loops:
         # A request waiting for a version with no instance wakes the autoscaler
         # here at once; an instance turning Running wakes the waiting requests.

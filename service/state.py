@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from service.invocation import InvocationPlane
     from service.invocation.grpc.entry import GrpcEntry
     from service.observability.deps import TelemetryUsers
+    from service.observability.export import Exports
     from service.telemetry import Telemetry
 
 
@@ -80,6 +81,8 @@ class AppState(State):
     invocation: InvocationPlane | None
     #: the gRPC listener (None: not served by this process)
     grpc: GrpcEntry | None
+    #: the export to tenants' telemetry endpoints (None: no invocation plane here)
+    telemetry_exports: Exports | None
     #: open log follows per account (deployments/logs)
     log_follows: FollowLimiter
     #: per-version time series of this replica's counters (deployments/timeseries)
@@ -99,6 +102,7 @@ class AppState(State):
                 "rate_limiter": None,
                 "invocation": None,
                 "grpc": None,
+                "telemetry_exports": None,
                 "timeseries": None,
                 "assets": None,
             }

@@ -70,6 +70,27 @@ class PlatformSettings(BaseModel):
         description="Comma list of `host[:port]` telemetry endpoints allowed although they "
         "resolve to private, loopback or link-local addresses (docs/telemetry-export.md).",
     )
+    telemetry_queue_size: int = Field(
+        default=10000,
+        ge=1,
+        le=1_000_000,
+        description="Invocations waiting to be exported to tenants' telemetry endpoints "
+        "(in-process export); beyond it they are dropped and counted "
+        "(`nvcf_telemetry_dropped_total`).",
+    )
+    telemetry_export_interval: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Seconds between two metric exports to a telemetry endpoint, and the "
+        "longest a span waits for its batch.",
+    )
+    telemetry_export_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="Seconds one export to a telemetry endpoint may take, retries included.",
+    )
     insecure_registries: CommaList = Field(
         default=frozenset(),
         description="Comma list of `host[:port]` chart registries spoken to over plain HTTP.",

@@ -365,6 +365,7 @@ _INVOCATION_COLUMNS = (
     FunctionVersion.models,
     FunctionVersion.tags,
     FunctionVersion.llm_invocation_config,
+    FunctionVersion.telemetries,
 )
 
 

@@ -6,14 +6,17 @@ an `Invocation` to `Exports.invocation`: a non-blocking put on a bounded queue (
 and counted). One task reads the queue, finds each named telemetry's `Pipeline` (loaded from
 the database, the telemetry's account checked against the function's, the key decrypted) and
 records the invocation there: a span on its traces endpoint, the counter and the latency
-histogram on its metrics endpoint. The OpenTelemetry SDK's batch processor and periodic reader
-export from their own threads through its OTLP exporters, so a slow or dead endpoint never
-holds the event loop; their queues are bounded and a failed batch is dropped (counted).
+histogram on its metrics endpoint. The OpenTelemetry SDK's batch processor and periodic
+reader export from their own threads through its OTLP exporters (HTTP or gRPC), so a slow or
+dead endpoint never holds the event loop; their queues are bounded and a failed batch is
+dropped (counted).
 
-Every connection of an export goes through `EndpointGuard`: the host is resolved and each
-address checked as at creation (charts/netguard.py pins the checked addresses), redirects are
-not followed, and each request is bounded in time and size. Each telemetry's last success and
-last error (the endpoint's HTTP status, or why nothing answered) are written back to it.
+Every connection of an OTLP/HTTP export goes through `EndpointGuard`: the host is resolved and
+each address checked as at creation (charts/netguard.py pins the checked addresses), redirects
+are not followed, and each request is bounded in time and size. A gRPC channel goes to the
+addresses checked when its pipeline is built (read again every PIPELINE_TTL). Each
+telemetry's last success and last error (the endpoint's HTTP status, or why nothing answered)
+are written back to it.
 
 Nothing is done for a version that names no telemetry: the plane checks its target's
 `telemetries` before calling here.
@@ -31,8 +34,15 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
+from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+    OTLPMetricExporter as GrpcMetricExporter,
+)
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcSpanExporter,
+)
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
@@ -57,7 +67,7 @@ from service.observability import repository
 from service.observability.models import Kind, Protocol, Provider, Telemetry
 from service.observability.references import FIELDS
 from service.observability.service import clip_error, key_of
-from service.observability.wires import Wire, allowed_by, target_of, wire_of
+from service.observability.wires import Target, Wire, allowed_by, target_of, wire_of
 
 log = logging.getLogger("nvcf.observability")
 
@@ -118,6 +128,8 @@ class EndpointStatus:
     #: the last answer of the endpoint and the guard's last refusal (this export's reason)
     answer: str | None = None
     refusal: str | None = None
+    #: the reason of a failure with neither (gRPC's status is not seen here)
+    unanswered: str = "no answer: connection failed or timed out"
 
     def succeeded(self) -> None:
         with self.lock:
@@ -175,7 +187,7 @@ def _session(guard: EndpointGuard, status: EndpointStatus) -> requests.Session:
 
 
 def _reason(status: EndpointStatus) -> str:
-    reason = status.answer or status.refusal or "no answer: connection failed or timed out"
+    reason = status.answer or status.refusal or status.unanswered
     status.answer = status.refusal = None
     return reason
 
@@ -275,48 +287,90 @@ class Pipeline:
             self.meter_provider.shutdown()
 
 
+Exporters = tuple[Callable[[], SpanExporter], Callable[[], MetricExporter]]
+
+
+def _http_exporters(
+    target: Target, headers: dict[str, str], settings: ExportSettings, status: EndpointStatus
+) -> Exporters:
+    """OTLP/HTTP: each connection through the guard (requests, pinned adapter)."""
+    base = target.url.rstrip("/")
+    guard = EndpointGuard(settings.allowlist, status)
+    common: dict[str, Any] = {
+        "headers": headers,
+        "timeout": settings.timeout,
+        "max_request_size": MAX_REQUEST_BYTES,
+    }
+    return (
+        lambda: OTLPSpanExporter(
+            endpoint=f"{base}/v1/traces", session=_session(guard, status), **common
+        ),
+        lambda: OTLPMetricExporter(
+            endpoint=f"{base}/v1/metrics", session=_session(guard, status), **common
+        ),
+    )
+
+
+def _grpc_exporters(
+    target: Target, headers: dict[str, str], settings: ExportSettings, status: EndpointStatus
+) -> Exporters:
+    """OTLP/gRPC: the channel goes to the addresses checked now (gRPC would resolve the name
+    again itself), under the endpoint's name for TLS and the authority; raises OSError when
+    the host resolves to an address it may not contact."""
+    status.unanswered = "the endpoint refused the gRPC export or did not answer in time"
+    addresses = EndpointGuard(settings.allowlist, status).pinned(target.host, target.port)
+    address = addresses[0]
+    pinned = f"[{address}]:{target.port}" if ":" in address else f"{address}:{target.port}"
+    scheme = urlsplit(target.url).scheme
+    options: tuple[tuple[str, str], ...] = (("grpc.default_authority", target.host),)
+    if scheme == "https":
+        options += (("grpc.ssl_target_name_override", target.host),)
+    common: dict[str, Any] = {
+        "endpoint": pinned,
+        "insecure": scheme == "http",
+        "headers": {k.lower(): v for k, v in headers.items()},
+        "timeout": settings.timeout,
+        "channel_options": options,
+    }
+    return (lambda: GrpcSpanExporter(**common), lambda: GrpcMetricExporter(**common))
+
+
 def build_pipeline(
     telemetry: Telemetry, key: str, settings: ExportSettings, drops: Drops
-) -> Pipeline | None:
-    """The telemetry's pipeline, or None when no in-process exporter serves its wire yet."""
+) -> Pipeline:
+    """The telemetry's pipeline (blocking: it may resolve the endpoint's host). One whose
+    wire is not exported in process has no exporter, and its status says so."""
     provider, protocol = Provider(telemetry.provider), Protocol(telemetry.protocol)
     status = EndpointStatus()
     pipeline = Pipeline(telemetry.id, telemetry.account_id, telemetry.updated_at, status)
     target, _ = target_of(provider, telemetry.endpoint)
-    if wire_of(provider) is not Wire.OTLP or protocol is not Protocol.HTTP or target is None:
-        status.failed(f"{provider.value} over {protocol.value} is not exported in process yet")
+    if wire_of(provider) is not Wire.OTLP or target is None:
+        status.failed(f"{provider.value} is not exported in process yet")
         return pipeline
-    base = target.url.rstrip("/")
     headers = _headers(provider, key)
-    guard = EndpointGuard(settings.allowlist, status)
+    try:
+        make_spans, make_metrics = (
+            _http_exporters(target, headers, settings, status)
+            if protocol is Protocol.HTTP
+            else _grpc_exporters(target, headers, settings, status)
+        )
+    except OSError as exc:  # the guard's refusal, or a name that does not resolve
+        status.failed(str(exc))
+        return pipeline
     resource = Resource.create({"service.name": "nvcf", "nvcf.account": telemetry.account_id})
     if Kind.TRACES in telemetry.kinds:
-        spans = OTLPSpanExporter(
-            endpoint=f"{base}/v1/traces",
-            headers=headers,
-            timeout=settings.timeout,
-            session=_session(guard, status),
-            max_request_size=MAX_REQUEST_BYTES,
-        )
         pipeline.tracer_provider = TracerProvider(resource=resource)
         pipeline.tracer_provider.add_span_processor(
             BatchSpanProcessor(
-                _WatchedSpans(spans, status, drops),
+                _WatchedSpans(make_spans(), status, drops),
                 max_queue_size=2048,
                 schedule_delay_millis=settings.interval * 1000,
                 export_timeout_millis=settings.timeout * 1000,
             )
         )
     if Kind.METRICS in telemetry.kinds:
-        metrics = OTLPMetricExporter(
-            endpoint=f"{base}/v1/metrics",
-            headers=headers,
-            timeout=settings.timeout,
-            session=_session(guard, status),
-            max_request_size=MAX_REQUEST_BYTES,
-        )
         reader = PeriodicExportingMetricReader(
-            _WatchedMetrics(metrics, status, drops),
+            _WatchedMetrics(make_metrics(), status, drops),
             export_interval_millis=settings.interval * 1000,
             export_timeout_millis=settings.timeout * 1000,
         )
@@ -433,7 +487,9 @@ class Exports:
         if row is not None:
             key = key_of(row, self._box)
             if key is not None:
-                pipeline = build_pipeline(row, key, self.settings, self.drops)
+                pipeline = await asyncio.to_thread(
+                    build_pipeline, row, key, self.settings, self.drops
+                )
         self._pipelines[telemetry_id] = (now, pipeline)
         return pipeline
 

@@ -56,7 +56,7 @@ async def app(
     return await invocation_app(
         client_factory,
         tmp_path,
-        telemetry_allowlist=",".join(r.hostport for r in receivers),
+        telemetry_allowlist=",".join(f"{r.hostport},{r.grpc_hostport}" for r in receivers),
         telemetry_export_interval=0.2,
         telemetry_export_timeout=1.0,
         **overrides,
@@ -64,10 +64,18 @@ async def app(
 
 
 async def exported_function(
-    client: AppClient, receiver: OtlpReceiver, headers: dict[str, str] | None = None, **fn: Any
+    client: AppClient,
+    receiver: OtlpReceiver,
+    headers: dict[str, str] | None = None,
+    protocol: str = "HTTP",
+    **fn: Any,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     telemetry = await create_telemetry(
-        client, headers=headers, endpoint=receiver.url, types=["METRICS", "TRACES"]
+        client,
+        headers=headers,
+        endpoint=receiver.url if protocol == "HTTP" else receiver.grpc_url,
+        protocol=protocol,
+        types=["METRICS", "TRACES"],
     )
     tid = telemetry["telemetryId"]
     mine = dict(client.headers)
@@ -134,6 +142,25 @@ async def test_a_hundred_invocations_arrive_as_a_hundred(
     got = (await client.get(f"/v2/nvcf/telemetries/{telemetry['telemetryId']}")).json()
     status = got["telemetry"]["status"]
     assert "lastSuccessAt" in status and "lastError" not in status
+
+
+async def test_otlp_over_grpc(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    client = await app(client_factory, tmp_path, receiver)
+    telemetry, fn = await exported_function(client, receiver, protocol="GRPC")
+    await invoke(client, fn, 10)
+    await flush(client)
+    assert len(list(receiver.spans())) == 10
+    assert last_point(receiver, INVOCATIONS, fn["id"]).as_int == 10
+    assert last_point(receiver, DURATION, fn["id"]).count == 10
+    assert {r.headers["authorization"] for r in receiver.received} == {"Bearer otlp-key"}
+
+    receiver.status = 401
+    await invoke(client, fn, 1)
+    await flush(client)
+    got = (await client.get(f"/v2/nvcf/telemetries/{telemetry['telemetryId']}")).json()
+    assert "gRPC" in got["telemetry"]["status"]["lastError"]
 
 
 async def test_nothing_of_another_account_is_exported(

@@ -1,25 +1,36 @@
-"""A real OTLP/HTTP receiver in a thread: it takes `POST /v1/traces`, `/v1/metrics` and
-`/v1/logs` as the OpenTelemetry Collector does and decodes each body with the OpenTelemetry
-protos (`opentelemetry-proto`), keeping every request with its headers.
+"""A real OTLP receiver in a thread, over HTTP and over gRPC: it takes `POST /v1/traces`,
+`/v1/metrics` and `/v1/logs` (and the gRPC TraceService and MetricsService `Export` calls) as
+the OpenTelemetry Collector does and decodes each with the OpenTelemetry protos
+(`opentelemetry-proto`), keeping every request with its headers (gRPC's metadata) under its
+HTTP path.
 
 Tests steer it: `status` answers every request with that HTTP status (401: a refused key),
-`hold()` makes requests wait until `release()` (an endpoint that hangs).
+`hold()` makes requests wait until `release()` (an endpoint that hangs). gRPC answers a
+refusal with UNAUTHENTICATED.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import grpc
 from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
 )
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 KINDS: dict[str, type[Message]] = {
@@ -54,6 +65,26 @@ class OtlpReceiver:
         self._open = threading.Event()
         self._open.set()
         self._httpd: ThreadingHTTPServer | None = None
+        self._grpc: grpc.Server | None = None
+        self._grpc_port = 0
+
+    @property
+    def grpc_url(self) -> str:
+        return f"http://127.0.0.1:{self._grpc_port}"
+
+    @property
+    def grpc_hostport(self) -> str:
+        return f"127.0.0.1:{self._grpc_port}"
+
+    def keep(self, path: str, headers: dict[str, str], message: Any) -> None:
+        with self._lock:
+            self.received.append(Received(path, headers, message))
+
+    def grpc_call(self, path: str, request: Any, context: grpc.ServicerContext) -> None:
+        self._open.wait()
+        if self.status != 200:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "refused by the test receiver")
+        self.keep(path, {k.lower(): str(v) for k, v in context.invocation_metadata()}, request)
 
     @property
     def url(self) -> str:
@@ -86,12 +117,8 @@ class OtlpReceiver:
                 if receiver.status == 200:
                     message = kind()
                     message.ParseFromString(body)
-                    with receiver._lock:
-                        receiver.received.append(
-                            Received(
-                                self.path, {k.lower(): v for k, v in self.headers.items()}, message
-                            )
-                        )
+                    headers = {k.lower(): v for k, v in self.headers.items()}
+                    receiver.keep(self.path, headers, message)
                 self.send_response(receiver.status)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", "0")
@@ -103,6 +130,22 @@ class OtlpReceiver:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+
+        class Traces(trace_service_pb2_grpc.TraceServiceServicer):
+            def Export(self, request: Any, context: Any) -> ExportTraceServiceResponse:
+                receiver.grpc_call("/v1/traces", request, context)
+                return ExportTraceServiceResponse()
+
+        class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
+            def Export(self, request: Any, context: Any) -> ExportMetricsServiceResponse:
+                receiver.grpc_call("/v1/metrics", request, context)
+                return ExportMetricsServiceResponse()
+
+        self._grpc = grpc.server(ThreadPoolExecutor(max_workers=4))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), self._grpc)
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), self._grpc)
+        self._grpc_port = self._grpc.add_insecure_port("127.0.0.1:0")
+        self._grpc.start()
         return self
 
     def stop(self) -> None:
@@ -110,6 +153,8 @@ class OtlpReceiver:
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
+        if self._grpc is not None:
+            self._grpc.stop(None)
 
     def of(self, path: str) -> list[Received]:
         with self._lock:

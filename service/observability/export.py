@@ -13,8 +13,8 @@ dropped (counted).
 
 Every connection of an OTLP/HTTP export goes through `EndpointGuard`: the host is resolved and
 each address checked as at creation (charts/netguard.py pins the checked addresses), redirects
-are not followed, and each request is bounded in time and size. A gRPC channel goes to the
-addresses checked when its pipeline is built (read again every PIPELINE_TTL). Each
+are not followed, and each request is bounded in time and size. A gRPC channel goes only to
+the addresses checked when its pipeline was built (gRPC would otherwise resolve again). Each
 telemetry's last success and last error (the endpoint's HTTP status, or why nothing answered)
 are written back to it.
 

@@ -55,7 +55,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -250,6 +250,7 @@ class Pipeline:
     updated_at: datetime
     status: EndpointStatus
     tracer_provider: TracerProvider | None = None
+    tracer: Tracer | None = None
     meter_provider: MeterProvider | None = None
     instruments: tuple[Any, Any] | None = None
     loaded: float = field(default_factory=time.monotonic)
@@ -260,9 +261,8 @@ class Pipeline:
             "nvcf.function.id": event.function_id,
             "nvcf.function.version.id": event.version_id,
         }
-        if Kind.TRACES in kinds and self.tracer_provider is not None:
-            tracer = self.tracer_provider.get_tracer("nvcf.invocation")
-            span = tracer.start_span(
+        if Kind.TRACES in kinds and self.tracer is not None:
+            span = self.tracer.start_span(
                 "invocation", kind=SpanKind.SERVER, attributes=attributes, start_time=event.start_ns
             )
             if not event.fulfilled:
@@ -368,6 +368,7 @@ def build_pipeline(
                 export_timeout_millis=settings.timeout * 1000,
             )
         )
+        pipeline.tracer = pipeline.tracer_provider.get_tracer("nvcf.invocation")
     if Kind.METRICS in telemetry.kinds:
         reader = PeriodicExportingMetricReader(
             _WatchedMetrics(make_metrics(), status, drops),

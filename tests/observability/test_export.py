@@ -262,7 +262,6 @@ def test_each_connection_is_guarded(receiver: OtlpReceiver) -> None:
         updated_at=now,
     )
     pipeline = build_pipeline(row, "k", ExportSettings(interval=60, timeout=1), Drops(None))
-    assert pipeline is not None
     pipeline.record(
         {Kind.TRACES},
         Invocation(ACCOUNT, "f", "v", {"tracesTelemetryId": str(row.id)}, True, 1, 2),
@@ -272,3 +271,32 @@ def test_each_connection_is_guarded(receiver: OtlpReceiver) -> None:
     assert receiver.received == []
     taken = pipeline.status.take()
     assert taken is not None and "loopback" in str(taken[2])
+
+
+def test_a_redirect_is_not_followed(receiver: OtlpReceiver, other_receiver: OtlpReceiver) -> None:
+    receiver.redirect_to = other_receiver.url
+    now = datetime.now(UTC)
+    row = Telemetry(
+        id=uuid.uuid4(),
+        account_id=ACCOUNT,
+        name="t",
+        endpoint=receiver.url,
+        protocol="HTTP",
+        provider="OTEL_COLLECTOR",
+        types=["TRACES"],
+        secret_ciphertext="",
+        created_at=now,
+        updated_at=now,
+    )
+    allowed = (receiver.hostport, other_receiver.hostport)
+    settings = ExportSettings(interval=60, timeout=1, allowlist=allowed)
+    pipeline = build_pipeline(row, "k", settings, Drops(None))
+    pipeline.record(
+        {Kind.TRACES},
+        Invocation(ACCOUNT, "f", "v", {"tracesTelemetryId": str(row.id)}, True, 1, 2),
+    )
+    pipeline.flush(5000)
+    pipeline.shutdown()
+    assert other_receiver.received == []
+    taken = pipeline.status.take()
+    assert taken is not None and "HTTP 307" in str(taken[2])

@@ -5,8 +5,8 @@ the OpenTelemetry Collector does and decodes each with the OpenTelemetry protos
 HTTP path.
 
 Tests steer it: `status` answers every request with that HTTP status (401: a refused key),
-`hold()` makes requests wait until `release()` (an endpoint that hangs). gRPC answers a
-refusal with UNAUTHENTICATED.
+`hold()` makes requests wait until `release()` (an endpoint that hangs), `redirect_to` answers
+with a redirect there. gRPC answers a refusal with UNAUTHENTICATED.
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ class OtlpReceiver:
     def __init__(self) -> None:
         self.received: list[Received] = []
         self.status = 200
+        #: answer every HTTP request with a 307 to this URL (a redirect no export may follow)
+        self.redirect_to: str | None = None
         self._lock = threading.Lock()
         self._open = threading.Event()
         self._open.set()
@@ -112,6 +114,12 @@ class OtlpReceiver:
                 kind = KINDS.get(self.path)
                 if kind is None:
                     self.send_response(404)
+                    self.end_headers()
+                    return
+                if receiver.redirect_to is not None:
+                    self.send_response(307)
+                    self.send_header("Location", receiver.redirect_to + self.path)
+                    self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
                 if receiver.status == 200:

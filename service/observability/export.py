@@ -359,7 +359,8 @@ def build_pipeline(
         return pipeline
     resource = Resource.create({"service.name": "nvcf", "nvcf.account": telemetry.account_id})
     if Kind.TRACES in telemetry.kinds:
-        pipeline.tracer_provider = TracerProvider(resource=resource)
+        # shut down by Exports (an atexit hook per pipeline would pile up over rebuilds)
+        pipeline.tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         pipeline.tracer_provider.add_span_processor(
             BatchSpanProcessor(
                 _WatchedSpans(make_spans(), status, drops),
@@ -375,7 +376,9 @@ def build_pipeline(
             export_interval_millis=settings.interval * 1000,
             export_timeout_millis=settings.timeout * 1000,
         )
-        pipeline.meter_provider = MeterProvider(metric_readers=[reader], resource=resource)
+        pipeline.meter_provider = MeterProvider(
+            metric_readers=[reader], resource=resource, shutdown_on_exit=False
+        )
         meter = pipeline.meter_provider.get_meter("nvcf.invocation")
         pipeline.instruments = (
             meter.create_counter(

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from service.invocation.load import VersionLoad
 from service.invocation.routing import Target
-from service.observability.export import Exports, Invocation
+from service.observability.export import Exports, Invocation, Watched
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -90,3 +90,7 @@ class InvocationMetrics:
         record when /metrics is scraped (a later record of the version takes its place)."""
         self.in_flight.labels(target.fid, target.vid).set_function(lambda: float(load.in_flight))
         self.queue_depth.labels(target.fid, target.vid).set_function(lambda: float(load.waiting))
+        if target.telemetries and self.exports is not None:
+            self.exports.watch(
+                Watched(target.owner_account, target.fid, target.vid, target.telemetries, load)
+            )

@@ -29,6 +29,7 @@ import base64
 import logging
 import threading
 import time
+import typing
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
 )
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     MetricExporter,
@@ -98,6 +100,39 @@ class Invocation:
     fulfilled: bool
     start_ns: int
     end_ns: int
+
+
+class Load(typing.Protocol):
+    """A version's load on this replica (invocation/load.py's VersionLoad), read as it is."""
+
+    in_flight: int
+    waiting: int
+
+
+@dataclass(frozen=True)
+class Watched:
+    """A version naming telemetries, and its load record."""
+
+    account: str
+    function_id: str
+    version_id: str
+    telemetries: Mapping[str, str]
+    load: Load
+
+    def attributes(self) -> dict[str, str]:
+        return {
+            "nvcf.account": self.account,
+            "nvcf.function.id": self.function_id,
+            "nvcf.function.version.id": self.version_id,
+        }
+
+    def names(self, telemetry_id: uuid.UUID, kind: Kind) -> bool:
+        field = next(f for f, k in FIELDS.items() if k is kind)
+        return str(self.telemetries.get(field, "")).lower() == str(telemetry_id)
+
+
+#: the versions naming telemetries whose loads a pipeline's gauges read (snapshots)
+LoadSource = Callable[[], Sequence[Watched]]
 
 
 class Drops:
@@ -336,7 +371,11 @@ def _grpc_exporters(
 
 
 def build_pipeline(
-    telemetry: Telemetry, key: str, settings: ExportSettings, drops: Drops
+    telemetry: Telemetry,
+    key: str,
+    settings: ExportSettings,
+    drops: Drops,
+    loads: LoadSource = tuple,
 ) -> Pipeline:
     """The telemetry's pipeline (blocking: it may resolve the endpoint's host). One whose
     wire is not exported in process has no exporter, and its status says so."""
@@ -390,6 +429,30 @@ def build_pipeline(
                 description="Invocation time from acceptance to the end of the worker's answer",
             ),
         )
+        account, tid = telemetry.account_id, telemetry.id
+
+        def observe(read: Callable[[Load], int]) -> Callable[[CallbackOptions], list[Observation]]:
+            def callback(options: CallbackOptions) -> list[Observation]:
+                return [
+                    Observation(read(w.load), w.attributes())
+                    for w in loads()
+                    if w.account == account and w.names(tid, Kind.METRICS)
+                ]
+
+            return callback
+
+        meter.create_observable_gauge(
+            "nvcf.function.queue_depth",
+            [observe(lambda load: load.waiting)],
+            unit="{invocation}",
+            description="Invocations waiting for an instance (this replica)",
+        )
+        meter.create_observable_gauge(
+            "nvcf.function.in_flight",
+            [observe(lambda load: load.in_flight)],
+            unit="{invocation}",
+            description="Invocations on an instance now (this replica)",
+        )
     return pipeline
 
 
@@ -416,6 +479,16 @@ class Exports:
         #: telemetry id -> (when it was read, its pipeline or None)
         self._pipelines: dict[uuid.UUID, tuple[float, Pipeline | None]] = {}
         self._task: asyncio.Task[None] | None = None
+        #: version id -> its load, for the gauges (a later record of a version replaces it)
+        self._watched: dict[str, Watched] = {}
+
+    def watch(self, watched: Watched) -> None:
+        """Read a version's load in its telemetries' gauges (the load tracker's new record)."""
+        self._watched[watched.version_id] = watched
+
+    def _loads(self) -> Sequence[Watched]:
+        # the SDK's reader thread takes a copy (the loop may add a record meanwhile)
+        return list(self._watched.values())
 
     def invocation(self, event: Invocation) -> None:
         """Queue an answered invocation; never blocks (a full queue drops it, counted)."""
@@ -492,7 +565,7 @@ class Exports:
             key = key_of(row, self._box)
             if key is not None:
                 pipeline = await asyncio.to_thread(
-                    build_pipeline, row, key, self.settings, self.drops
+                    build_pipeline, row, key, self.settings, self.drops, self._loads
                 )
         self._pipelines[telemetry_id] = (now, pipeline)
         return pipeline

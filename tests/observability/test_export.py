@@ -144,6 +144,24 @@ async def test_a_hundred_invocations_arrive_as_a_hundred(
     assert "lastSuccessAt" in status and "lastError" not in status
 
 
+async def test_queue_depth_and_in_flight_are_exported(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    client = await app(client_factory, tmp_path, receiver)
+    _, fn = await exported_function(client, receiver)
+    await invoke(client, fn, 2)
+    await flush(client)
+    labels = {
+        "nvcf.account": ACCOUNT,
+        "nvcf.function.id": fn["id"],
+        "nvcf.function.version.id": fn["versionId"],
+    }
+    for name in ("nvcf.function.queue_depth", "nvcf.function.in_flight"):
+        point = last_point(receiver, name, fn["id"])
+        assert attributes(point.attributes) == labels
+        assert point.as_int == 0  # nothing waits or runs once both were answered
+
+
 async def test_otlp_over_grpc(
     client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:

@@ -59,6 +59,7 @@ from service.llm.metrics import LlmMetrics
 from service.llm.routing import PREFIX as LLM_PREFIX
 from service.llm.tokens import TokenLimiter
 from service.ngc.router import router as ngc_router
+from service.observability.router import router as telemetries_router
 from service.registry.router import router as registry_router
 from service.state import AppState
 from service.tasks.router import router as tasks_router
@@ -104,6 +105,7 @@ def api_routers(settings: Settings | None = None) -> list[APIRouter]:
         sharing_router,
         keys_router,
         registry_router,
+        telemetries_router,
         helm_router,
         deployments_router,
         revisions_router,

@@ -44,11 +44,13 @@ from service.deployments.repository import active_instances
 from service.deployments.timeseries.store import TimeSeries
 from service.functions import read_cache
 from service.functions.events import AccessChanged
+from service.functions.repository import telemetry_users
 from service.invocation import InvocationPlane
 from service.invocation.dispatch_redis import RedisActivity
 from service.invocation.grpc.entry import GrpcEntry
 from service.invocation.metrics import InvocationMetrics
 from service.llm.gateway import Gateway
+from service.observability.export import Drops, Exports, ExportSettings
 from service.tasks.loop import TaskLoop, known_task_ids
 from service.tasks.service import Tasks
 from service.telemetry import Telemetry
@@ -211,6 +213,7 @@ async def _open_control(
     wake_reconciler = _reconciler_waker(app)
     app.state.wake_reconciler = wake_reconciler
     app.state.active_instances = active_instances
+    app.state.telemetry_users = telemetry_users
     subscribers.subscribe(shared.events, wake=wake_reconciler)
     purger = HistoryPurger(maker, HistoryConfig.from_settings(settings))
     app.state.history_purger = purger
@@ -283,6 +286,21 @@ async def _open_invocation(
     )
     await plane.start()
     app.state.invocation = plane
+    exports = Exports(
+        shared.maker,
+        app.state.secret_box,
+        ExportSettings(
+            queue_size=settings.telemetry_queue_size,
+            interval=settings.telemetry_export_interval,
+            timeout=settings.telemetry_export_timeout,
+            allowlist=settings.telemetry_allowlist,
+        ),
+        Drops(c.telemetry.metrics.registry),
+    )
+    exports.start()
+    opened.push_async_callback(exports.stop)
+    c.invocation_metrics.exports = exports
+    app.state.telemetry_exports = exports
     if control is not None and control.autoscaler in control.loops:
         # A request waiting for a version with no instance wakes the autoscaler
         # here at once; an instance turning Running wakes the waiting requests.

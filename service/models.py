@@ -22,6 +22,7 @@ from service.functions.models import (
     VersionTag,
 )
 from service.invocation.models import InvocationReplica, InvocationRequest
+from service.observability.models import Telemetry
 from service.registry.models import RegistryCredential, RegistryCredentialArtifactType
 from service.tasks.models import Task, TaskEvent, TaskResult
 
@@ -50,5 +51,6 @@ __all__ = [
     "Task",
     "TaskEvent",
     "TaskResult",
+    "Telemetry",
     "VersionTag",
 ]

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from service.functions.read_cache import VersionCache
     from service.invocation import InvocationPlane
     from service.invocation.grpc.entry import GrpcEntry
+    from service.observability.deps import TelemetryUsers
+    from service.observability.export import Exports
     from service.tasks.loop import TaskLoop
     from service.tasks.service import Tasks
     from service.telemetry import Telemetry
@@ -66,6 +68,8 @@ class AppState(State):
     events: Events
     #: a version's activeInstances, read from deployments (functions/deps.py)
     active_instances: ActiveInstances
+    #: the function versions (later tasks) naming a telemetry (observability/deps.py)
+    telemetry_users: TelemetryUsers
     namespace_collector: NamespaceCollector | None
     #: purges expired history of removed deployments (runs where the reconciler runs)
     history_purger: HistoryPurger | None
@@ -79,6 +83,8 @@ class AppState(State):
     invocation: InvocationPlane | None
     #: the gRPC listener (None: not served by this process)
     grpc: GrpcEntry | None
+    #: the export to tenants' telemetry endpoints (None: no invocation plane here)
+    telemetry_exports: Exports | None
     #: open log follows per account (deployments/logs)
     log_follows: FollowLimiter
     #: per-version time series of this replica's counters (deployments/timeseries)
@@ -101,6 +107,7 @@ class AppState(State):
                 "rate_limiter": None,
                 "invocation": None,
                 "grpc": None,
+                "telemetry_exports": None,
                 "timeseries": None,
                 "assets": None,
                 "tasks": None,

@@ -33,6 +33,7 @@ ORDER = [
     "registry",
     "clusters",
     "charts",
+    "observability",
     "functions",
     "deployments",
     "assets",

@@ -29,8 +29,8 @@ PRODUCT = "nv-cloud-functions"
 ACCOUNT_FUNCTIONS = "account-functions"
 AUTHORIZED_FUNCTIONS = "authorized-functions"
 RESOURCE_TYPES = (ACCOUNT_FUNCTIONS, AUTHORIZED_FUNCTIONS)
-#: what NVCF's admin token carries (its `manage_telemetries` has no counterpart here), and
-#: `admin` so that it can create the account's keys (`POST /v1/keys`), as there
+#: what NVCF's admin token carries, and `admin` so that it can create the account's keys
+#: (`POST /v1/keys`), as there
 MANAGEMENT_SCOPES = (
     scopes.REGISTER_FUNCTION,
     scopes.LIST_FUNCTIONS,
@@ -40,6 +40,7 @@ MANAGEMENT_SCOPES = (
     scopes.UPDATE_SECRETS,
     scopes.DELETE_FUNCTION,
     scopes.MANAGE_REGISTRY_CREDENTIALS,
+    scopes.MANAGE_TELEMETRIES,
     scopes.ADMIN,
 )
 MANAGEMENT_LIFETIME = timedelta(hours=12)

@@ -12,6 +12,8 @@ INVOKE_FUNCTION = "invoke_function"
 QUEUE_DETAILS = "queue_details"
 LIST_CLUSTER_GROUPS = "list_cluster_groups"
 MANAGE_REGISTRY_CREDENTIALS = "manage_registry_credentials"
+#: the account's telemetry endpoints (NVCF's `manage_telemetries`)
+MANAGE_TELEMETRIES = "manage_telemetries"
 UPDATE_SECRETS = "update_secrets"
 #: share the caller's functions with other accounts (NVCF's function authorizations)
 AUTHORIZE_CLIENTS = "authorize_clients"
@@ -52,6 +54,7 @@ ALL_SCOPES: tuple[str, ...] = (
     QUEUE_DETAILS,
     LIST_CLUSTER_GROUPS,
     MANAGE_REGISTRY_CREDENTIALS,
+    MANAGE_TELEMETRIES,
     UPDATE_SECRETS,
     AUTHORIZE_CLIENTS,
     ADMIN,

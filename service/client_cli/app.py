@@ -17,6 +17,7 @@ from service.client_cli import (
     invoke,
     logs,
     revisions,
+    telemetries,
 )
 from service.client_cli.api import Api, ApiError, Unreachable
 from service.client_cli.common import OutputOpt, fail
@@ -35,6 +36,7 @@ app = typer.Typer(
 app.add_typer(functions.app, name="function")
 app.add_typer(charts.app, name="chart")
 app.add_typer(assets.app, name="asset")
+app.add_typer(telemetries.app, name="telemetry")
 deployments.register(app)
 revisions.register(app)
 invoke.register(app)

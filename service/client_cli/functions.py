@@ -11,6 +11,7 @@ import typer
 from service.client_cli.api import V
 from service.client_cli.common import FunctionId, OutputOpt, VersionId, connect, fail
 from service.client_cli.output import EXIT_CODES, Code, Output
+from service.client_cli.telemetries import telemetries_of
 from service.client_cli.views import function_detail, functions_table
 
 app = typer.Typer(
@@ -118,6 +119,13 @@ def create(
         str | None,
         typer.Option(help="Create a new version of this function instead of a new function."),
     ] = None,
+    telemetry: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A telemetry endpoint's id (repeatable): the version's signals of each type it "
+            "receives go there."
+        ),
+    ] = None,
     file: Annotated[
         Path | None,
         typer.Option(
@@ -155,6 +163,8 @@ def create(
     body.update({k: v for k, v in flags.items() if v is not None})
     path = f"{V}/functions/{function_id}/versions" if function_id else f"{V}/functions"
     with connect(output) as run:
+        if telemetry:
+            body["telemetries"] = telemetries_of(run.api, telemetry)
         created = run.api.call("POST", path, json=body, idempotent_create=True)
         if run.ui.json:
             run.ui.emit(created)

@@ -1,7 +1,8 @@
 """Per-account quotas (like NVCF's per-account limits): how many functions, versions per
-function, instances across deployments, registry credentials, API keys and assets (and bytes
-of them) an account may have. Each domain counts its own rows and calls `enforce`; a refusal
-is a 400 problem+json naming the quota and the setting that raises it, and changes nothing."""
+function, instances across deployments, registry credentials, telemetry endpoints, API keys and
+assets (and bytes of them) an account may have. Each domain counts its own rows and calls
+`enforce`; a refusal is a 400 problem+json naming the quota and the setting that raises it, and
+changes nothing."""
 
 from __future__ import annotations
 
@@ -73,6 +74,7 @@ class Quotas:
     versions_per_function: Quota
     instances: Quota
     registry_credentials: Quota
+    telemetries: Quota
     api_keys: Quota
     assets: Quota
     asset_bytes: Quota
@@ -96,6 +98,7 @@ class Quotas:
                 settings.quota_registry_credentials,
                 "registry credentials",
             ),
+            telemetries=Quota("telemetries", settings.quota_telemetries, "telemetry endpoints"),
             api_keys=Quota("api_keys", settings.quota_api_keys, "API keys"),
             assets=Quota("assets", settings.quota_assets, "assets"),
             asset_bytes=Quota(

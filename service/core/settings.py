@@ -26,7 +26,11 @@ class Settings(ServingSettings, DeploymentSettings, PlatformSettings, BaseSettin
     )
 
     @field_validator(
-        "registry_allowlist", "insecure_registries", "worker_utils_image_registries", mode="before"
+        "registry_allowlist",
+        "insecure_registries",
+        "worker_utils_image_registries",
+        "telemetry_allowlist",
+        mode="before",
     )
     @classmethod
     def _comma_list(cls, value: object) -> object:

@@ -65,6 +65,32 @@ class PlatformSettings(BaseModel):
         description="Comma list of `host[:port]` chart registries allowed although they "
         "resolve to private or loopback addresses.",
     )
+    telemetry_allowlist: CommaList = Field(
+        default=frozenset(),
+        description="Comma list of `host[:port]` telemetry endpoints allowed although they "
+        "resolve to private, loopback or link-local addresses (docs/telemetry-export.md).",
+    )
+    telemetry_queue_size: int = Field(
+        default=10000,
+        ge=1,
+        le=1_000_000,
+        description="Invocations waiting to be exported to tenants' telemetry endpoints "
+        "(in-process export); beyond it they are dropped and counted "
+        "(`nvcf_telemetry_dropped_total`).",
+    )
+    telemetry_export_interval: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Seconds between two metric exports to a telemetry endpoint, and the "
+        "longest a span waits for its batch.",
+    )
+    telemetry_export_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="Seconds one export to a telemetry endpoint may take, retries included.",
+    )
     insecure_registries: CommaList = Field(
         default=frozenset(),
         description="Comma list of `host[:port]` chart registries spoken to over plain HTTP.",
@@ -117,6 +143,9 @@ class PlatformSettings(BaseModel):
     )
     quota_registry_credentials: int = Field(
         default=50, ge=1, description="Registry credentials per account."
+    )
+    quota_telemetries: int = Field(
+        default=20, ge=1, description="Telemetry endpoints per account (docs/telemetry-export.md)."
     )
     quota_api_keys: int = Field(default=100, ge=1, description="API keys per account.")
     quota_tasks: int = Field(

@@ -365,6 +365,7 @@ _INVOCATION_COLUMNS = (
     FunctionVersion.models,
     FunctionVersion.tags,
     FunctionVersion.llm_invocation_config,
+    FunctionVersion.telemetries,
 )
 
 
@@ -395,3 +396,24 @@ def invocable_versions(
     if granted:
         stmt = stmt.where(FunctionVersion.id.in_(list(granted)))
     return stmt
+
+
+# --------------------------------------------------------------------------- telemetries
+
+
+async def telemetry_users(
+    session: AsyncSession, account_id: str, telemetry_id: uuid.UUID
+) -> list[str]:
+    """The account's versions naming the telemetry in their `telemetries`, as
+    "function <id> version <id>" (NVCF scans them the same way: the ids are in a JSON field)."""
+    stmt = (
+        select(FunctionVersion.function_id, FunctionVersion.id, FunctionVersion.telemetries)
+        .where(FunctionVersion.account_id == account_id, FunctionVersion.telemetries.is_not(None))
+        .order_by(FunctionVersion.created_at, FunctionVersion.id)
+    )
+    wanted = str(telemetry_id)
+    return [
+        f"function {fid} version {vid}"
+        for fid, vid, named in (await session.execute(stmt)).all()
+        if isinstance(named, dict) and wanted in {str(v).lower() for v in named.values()}
+    ]

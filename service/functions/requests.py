@@ -245,8 +245,8 @@ TelemetryId = Annotated[str, Field(max_length=36), Check(_uuid_text, {"format": 
 
 
 class TelemetriesIn(RequestModel):
-    """NVCF's `TelemetriesDto`: stored and returned (no telemetry export is configured from it
-    here)."""
+    """NVCF's `TelemetriesDto`: the account's telemetries that receive the version's logs,
+    metrics and traces (each checked by observability/references.py)."""
 
     logs_telemetry_id: TelemetryId | None = None
     metrics_telemetry_id: TelemetryId | None = None

@@ -41,6 +41,7 @@ from service.functions.validation import (
     validate_create,
     validate_metadata_update,
 )
+from service.observability.references import reference_errors
 
 router = APIRouter(tags=["functions"])
 JSON = "application/json"
@@ -119,6 +120,9 @@ async def _create(
 ) -> Response:
     function_id = parse_uuid(fid, "functionId") if fid is not None else None
     spec = validate_create(await read_json(request), utils_images=_utils_images(request))
+    wrong = await reference_errors(session, principal.account_id, spec.telemetries)
+    if wrong:
+        raise ValidationFailed.of(wrong)
     chart_digest: str | None = None
     findings: list[dict[str, Any]] | None = None
     if spec.helm_chart is not None:

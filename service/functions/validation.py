@@ -22,6 +22,7 @@ from service.functions.requests import (
     FunctionMetadataUpdate,
     secret_text,
 )
+from service.observability.references import canonical, reserved_port_errors
 
 
 @dataclass
@@ -237,6 +238,11 @@ def validate_create(raw: Any, *, utils_images: UtilsImages | None = None) -> Fun
     model, errors = parse(FunctionCreate, body)
     errors += _cross_field(body, failed(errors))
     errors += _utils_image(body, failed(errors), utils_images or UtilsImages())
+    if model is not None and model.telemetries is not None:
+        health_port = model.health.port if model.health is not None else None
+        errors += reserved_port_errors(
+            [("inferencePort", model.inference_port), ("health.port", health_port)]
+        )
     if errors:
         raise ValidationFailed.of(errors)
     assert model is not None
@@ -261,7 +267,7 @@ def validate_create(raw: Any, *, utils_images: UtilsImages | None = None) -> Fun
         secrets=[(s.name, secret_text(s.value)) for s in model.secrets or ()],
         rate_limit=dump.get("rateLimit"),
         llm_invocation_config=dump.get("llmInvocationConfig"),
-        telemetries=dump.get("telemetries"),
+        telemetries=canonical(dump.get("telemetries")),
         utils_container_image=model.utils_container_image,
         helm_validation_policy=(
             model.helm_validation_policy.policy()

@@ -6,14 +6,20 @@
 - `nvcf_invocation_duration_seconds`: from acceptance to the end of the worker's answer;
 - `nvcf_invocation_in_flight`: requests on an instance now (this process);
 - `nvcf_invocation_queue_depth`: requests waiting for an instance.
+
+An answered request of a version that names telemetries is also handed to the export to the
+tenant's endpoints (observability/export.py).
 """
 
 from __future__ import annotations
+
+import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from service.invocation.load import VersionLoad
 from service.invocation.routing import Target
+from service.observability.export import Exports, Invocation, Watched
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -48,6 +54,8 @@ class InvocationMetrics:
         )
         #: the label children of an answered request, by (version id as text, fulfilled)
         self._children: dict[tuple[str, bool], tuple[Counter, Histogram]] = {}
+        #: the export to tenants' telemetry endpoints (observability/export.py), when running
+        self.exports: Exports | None = None
 
     def outcome(self, function_id: str, version_id: str, outcome: str) -> None:
         self.requests.labels(function_id, version_id, outcome).inc()
@@ -63,9 +71,26 @@ class InvocationMetrics:
             self._children[key] = children
         children[0].inc()
         children[1].observe(seconds)
+        if target.telemetries and self.exports is not None:
+            end = time.time_ns()
+            self.exports.invocation(
+                Invocation(
+                    account=target.owner_account,
+                    function_id=target.fid,
+                    version_id=target.vid,
+                    telemetries=target.telemetries,
+                    fulfilled=fulfilled,
+                    start_ns=end - int(seconds * 1e9),
+                    end_ns=end,
+                )
+            )
 
     def watch_load(self, target: Target, load: VersionLoad) -> None:
         """The load tracker's `on_version` (load.py): the two gauges read the version's
         record when /metrics is scraped (a later record of the version takes its place)."""
         self.in_flight.labels(target.fid, target.vid).set_function(lambda: float(load.in_flight))
         self.queue_depth.labels(target.fid, target.vid).set_function(lambda: float(load.waiting))
+        if target.telemetries and self.exports is not None:
+            self.exports.watch(
+                Watched(target.owner_account, target.fid, target.vid, target.telemetries, load)
+            )

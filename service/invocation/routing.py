@@ -107,6 +107,8 @@ class Target:
     connection_sessions: bool = True
     #: the version's stored `llmInvocationConfig` (the LLM gateway's request priority)
     llm_invocation_config: Any = None
+    #: the version's stored `telemetries` (None: nothing is exported for it)
+    telemetries: Any = None
 
     @cached_property
     def fid(self) -> str:
@@ -370,4 +372,5 @@ class RouteTable:
             models=row.models,
             connection_sessions=PER_CALL_TAG not in (row.tags or ()),
             llm_invocation_config=row.llm_invocation_config,
+            telemetries=row.telemetries,
         )

@@ -19,7 +19,7 @@ from service.charts.schemas import HelmValidationPolicyIn
 from service.core.durations import DurationError, parse_timedelta
 from service.core.schemas import CamelModel, Tags, Timestamp
 from service.core.validation import Check, Expect, MaxItems, OneOf, RequestModel, matches
-from service.functions.schemas import (
+from service.functions.requests import (
     MAX_ARTIFACTS,
     MAX_ENVIRONMENT,
     MAX_SECRETS,

@@ -45,7 +45,7 @@ from service.core.http import require_json_object
 from service.core.pagination import make_page
 from service.core.quotas import Quotas
 from service.core.validation import failed, parse
-from service.functions.schemas import MAX_SECRETS, secret_text
+from service.functions.requests import MAX_SECRETS, secret_text
 from service.registry import repository as registry_repository
 from service.tasks import repository, transitions
 from service.tasks.models import ACTIVE, ON_CLUSTER, Task, TaskEvent, TaskResult, TaskStatus

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 
 from tests.support.api import CONTAINER_FN, assert_problem, create_fn
+from tests.support.telemetries import create_telemetry
 
 V = "/v2/nvcf"
 CHAT = "/v1/chat/completions"
@@ -30,7 +31,6 @@ LLM: dict[str, Any] = {
         {"name": "embedder", "llmConfig": {"uris": ["/v1/embeddings"], "tokenizer": "bert"}},
     ],
     "llmInvocationConfig": {"priority": {"defaultPriority": 3}},
-    "telemetries": {"metricsTelemetryId": "0b7a4c1e-2f57-4a52-9d55-1d7e3f3f2a10"},
 }
 
 
@@ -45,11 +45,12 @@ async def version(client: httpx.AsyncClient, fid: str, vid: str) -> dict[str, An
 
 
 async def test_llm_function_is_returned_as_nvcf_returns_it(client: httpx.AsyncClient) -> None:
-    fn = await create_fn(client, **LLM)
+    telemetries = {"metricsTelemetryId": (await create_telemetry(client))["telemetryId"]}
+    fn = await create_fn(client, **LLM, telemetries=telemetries)
     assert fn["functionType"] == "LLM"
     assert fn["models"] == LLM["models"]  # no version/uri, llmConfig as given
     assert fn["llmInvocationConfig"] == {"priority": {"defaultPriority": 3}}
-    assert fn["telemetries"] == LLM["telemetries"]
+    assert fn["telemetries"] == telemetries
     assert await version(client, fn["id"], fn["versionId"]) == {**fn, "activeInstances": []}
     # another function's models keep name, version and uri, and have no llmConfig
     other = await create_fn(

@@ -1,0 +1,586 @@
+"""In-process export of the platform's per-function signals to the tenant's telemetry endpoints
+(the embedded default and the simulated clusters; on Kubernetes a collector sidecar does it).
+
+For each answered invocation of a version that names telemetries, the invocation plane hands
+an `Invocation` to `Exports.invocation`: a non-blocking put on a bounded queue (full: dropped
+and counted). One task reads the queue, finds each named telemetry's `Pipeline` (loaded from
+the database, the telemetry's account checked against the function's, the key decrypted) and
+records the invocation there: a span on its traces endpoint, the counter and the latency
+histogram on its metrics endpoint. The OpenTelemetry SDK's batch processor and periodic
+reader export from their own threads through its OTLP exporters (HTTP or gRPC), so a slow or
+dead endpoint never holds the event loop; their queues are bounded and a failed batch is
+dropped (counted).
+
+Every connection of an OTLP/HTTP export goes through `EndpointGuard`: the host is resolved and
+each address checked as at creation (charts/netguard.py pins the checked addresses), redirects
+are not followed, and each request is bounded in time and size. A gRPC channel goes only to
+the addresses checked when its pipeline was built (gRPC would otherwise resolve again). Each
+telemetry's last success and last error (the endpoint's HTTP status, or why nothing answered)
+are written back to it.
+
+Nothing is done for a version that names no telemetry: the plane checks its target's
+`telemetries` before calling here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import threading
+import time
+import typing
+import uuid
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+    OTLPMetricExporter as GrpcMetricExporter,
+)
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcSpanExporter,
+)
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
+from prometheus_client import CollectorRegistry, Counter
+from sqlalchemy import update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.charts.netguard import PinnedAdapter, forbidden_reason, resolve
+from service.core.crypto import SecretBox
+from service.core.db import utcnow
+from service.observability import repository
+from service.observability.models import Kind, Protocol, Provider, Telemetry
+from service.observability.references import FIELDS
+from service.observability.service import clip_error, key_of
+from service.observability.wires import Target, Wire, allowed_by, target_of, wire_of
+
+log = logging.getLogger("nvcf.observability")
+
+#: the largest request body an export sends (a larger batch is dropped, counted)
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+#: how long a loaded pipeline is used before its telemetry is read again (a new key, deleted)
+PIPELINE_TTL = 30.0
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    queue_size: int = 10000
+    #: seconds between two metric exports, and the longest a span waits in its batch
+    interval: float = 30.0
+    #: seconds of one export request (its retries included)
+    timeout: float = 10.0
+    allowlist: Collection[str] = ()
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """An answered invocation of a version naming telemetries (`telemetries` as stored)."""
+
+    account: str
+    function_id: str
+    version_id: str
+    telemetries: Mapping[str, str]
+    fulfilled: bool
+    start_ns: int
+    end_ns: int
+
+
+class Load(typing.Protocol):
+    """A version's load on this replica (invocation/load.py's VersionLoad), read as it is."""
+
+    in_flight: int
+    waiting: int
+
+
+@dataclass(frozen=True)
+class Watched:
+    """A version naming telemetries, and its load record."""
+
+    account: str
+    function_id: str
+    version_id: str
+    telemetries: Mapping[str, str]
+    load: Load
+
+    def attributes(self) -> dict[str, str]:
+        return {
+            "nvcf.account": self.account,
+            "nvcf.function.id": self.function_id,
+            "nvcf.function.version.id": self.version_id,
+        }
+
+    def names(self, telemetry_id: uuid.UUID, kind: Kind) -> bool:
+        field = next(f for f, k in FIELDS.items() if k is kind)
+        return str(self.telemetries.get(field, "")).lower() == str(telemetry_id)
+
+
+#: the versions naming telemetries whose loads a pipeline's gauges read (snapshots)
+LoadSource = Callable[[], Sequence[Watched]]
+
+
+class Drops:
+    """The operator's count of what was not exported, by reason (`/metrics`)."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self.counter = Counter(
+            "nvcf_telemetry_dropped_total",
+            "Signals for tenants' telemetry endpoints not exported, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+
+    def add(self, reason: str, n: int = 1) -> None:
+        self.counter.labels(reason).inc(n)
+
+
+@dataclass
+class EndpointStatus:
+    """A telemetry's export outcomes, written from the SDK's threads, read by the loop."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    last_success_at: datetime | None = None
+    last_error_at: datetime | None = None
+    last_error: str | None = None
+    #: set by an outcome, cleared when written back to the telemetry
+    dirty: bool = False
+    #: the last answer of the endpoint and the guard's last refusal (this export's reason)
+    answer: str | None = None
+    refusal: str | None = None
+    #: the reason of a failure with neither (gRPC's status is not seen here)
+    unanswered: str = "no answer: connection failed or timed out"
+
+    def succeeded(self) -> None:
+        with self.lock:
+            self.last_success_at, self.dirty = utcnow(), True
+
+    def failed(self, reason: str) -> None:
+        with self.lock:
+            self.last_error_at, self.last_error, self.dirty = utcnow(), clip_error(reason), True
+
+    def take(self) -> tuple[datetime | None, datetime | None, str | None] | None:
+        with self.lock:
+            if not self.dirty:
+                return None
+            self.dirty = False
+            return self.last_success_at, self.last_error_at, self.last_error
+
+
+class EndpointGuard:
+    """netguard's AddressBook for one endpoint: every connection resolves its host and
+    connects only to addresses that are public, or to the operator's allowed endpoints."""
+
+    def __init__(self, allowlist: Collection[str], status: EndpointStatus) -> None:
+        self._allowlist = allowlist
+        self._status = status
+
+    def pinned(self, hostname: str, port: int) -> Sequence[str]:
+        addresses = resolve(hostname, port)
+        if allowed_by(self._allowlist, hostname, port):
+            return addresses
+        for address in addresses:
+            reason = forbidden_reason(address)
+            if reason is not None:
+                refusal = f"refused to connect: {hostname} resolves to a {reason} address"
+                self._status.refusal = refusal
+                raise OSError(refusal)
+        return addresses
+
+
+def _session(guard: EndpointGuard, status: EndpointStatus) -> requests.Session:
+    session = requests.Session()
+    session.trust_env = False  # no proxy: it would resolve the host out of the guard's reach
+    session.max_redirects = 0
+    adapter = PinnedAdapter(guard, max_retries=0)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+
+    def answered(response: requests.Response, *args: Any, **kwargs: Any) -> None:
+        if response.status_code >= 300:
+            status.answer = f"the endpoint answered HTTP {response.status_code}" + (
+                f" {response.reason}" if response.reason else ""
+            )
+
+    session.hooks["response"].append(answered)
+    return session
+
+
+def _reason(status: EndpointStatus) -> str:
+    reason = status.answer or status.refusal or status.unanswered
+    status.answer = status.refusal = None
+    return reason
+
+
+class _WatchedSpans(SpanExporter):
+    def __init__(self, inner: SpanExporter, status: EndpointStatus, drops: Drops) -> None:
+        self._inner, self._status, self._drops = inner, status, drops
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self._inner.export(spans)
+        if result is SpanExportResult.SUCCESS:
+            self._status.succeeded()
+        else:
+            self._status.failed(_reason(self._status))
+            self._drops.add("export_failed", len(spans))
+        return result
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+
+class _WatchedMetrics(MetricExporter):
+    def __init__(self, inner: MetricExporter, status: EndpointStatus, drops: Drops) -> None:
+        super().__init__()
+        self._inner, self._status, self._drops = inner, status, drops
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        result = self._inner.export(metrics_data, timeout_millis=timeout_millis)
+        if result is MetricExportResult.SUCCESS:
+            self._status.succeeded()
+        else:
+            self._status.failed(_reason(self._status))
+            self._drops.add("export_failed")
+        return result
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self._inner.shutdown(timeout_millis=timeout_millis)
+
+
+def _headers(provider: Provider, key: str) -> dict[str, str]:
+    if provider is Provider.GRAFANA_CLOUD:
+        return {"Authorization": "Basic " + base64.b64encode(key.encode()).decode()}
+    return {"Authorization": f"Bearer {key}"}
+
+
+@dataclass
+class Pipeline:
+    """One telemetry's OpenTelemetry SDK pipelines (those of its types this server sends)."""
+
+    telemetry_id: uuid.UUID
+    account: str
+    updated_at: datetime
+    status: EndpointStatus
+    tracer_provider: TracerProvider | None = None
+    tracer: Tracer | None = None
+    meter_provider: MeterProvider | None = None
+    instruments: tuple[Any, Any] | None = None
+    loaded: float = field(default_factory=time.monotonic)
+
+    def record(self, kinds: Collection[Kind], event: Invocation) -> None:
+        attributes = {
+            "nvcf.account": event.account,
+            "nvcf.function.id": event.function_id,
+            "nvcf.function.version.id": event.version_id,
+        }
+        if Kind.TRACES in kinds and self.tracer is not None:
+            span = self.tracer.start_span(
+                "invocation", kind=SpanKind.SERVER, attributes=attributes, start_time=event.start_ns
+            )
+            if not event.fulfilled:
+                span.set_status(Status(StatusCode.ERROR))
+            span.end(end_time=event.end_ns)
+        if Kind.METRICS in kinds and self.instruments is not None:
+            outcome = "fulfilled" if event.fulfilled else "errored"
+            invocations, latency = self.instruments
+            invocations.add(1, {**attributes, "outcome": outcome})
+            latency.record((event.end_ns - event.start_ns) / 1e9, attributes)
+
+    def flush(self, timeout_millis: int) -> None:
+        if self.tracer_provider is not None:
+            self.tracer_provider.force_flush(timeout_millis)
+        if self.meter_provider is not None:
+            self.meter_provider.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        if self.tracer_provider is not None:
+            self.tracer_provider.shutdown()
+        if self.meter_provider is not None:
+            self.meter_provider.shutdown()
+
+
+Exporters = tuple[Callable[[], SpanExporter], Callable[[], MetricExporter]]
+
+
+def _http_exporters(
+    target: Target, headers: dict[str, str], settings: ExportSettings, status: EndpointStatus
+) -> Exporters:
+    """OTLP/HTTP: each connection through the guard (requests, pinned adapter)."""
+    base = target.url.rstrip("/")
+    guard = EndpointGuard(settings.allowlist, status)
+    common: dict[str, Any] = {
+        "headers": headers,
+        "timeout": settings.timeout,
+        "max_request_size": MAX_REQUEST_BYTES,
+    }
+    return (
+        lambda: OTLPSpanExporter(
+            endpoint=f"{base}/v1/traces", session=_session(guard, status), **common
+        ),
+        lambda: OTLPMetricExporter(
+            endpoint=f"{base}/v1/metrics", session=_session(guard, status), **common
+        ),
+    )
+
+
+def _grpc_exporters(
+    target: Target, headers: dict[str, str], settings: ExportSettings, status: EndpointStatus
+) -> Exporters:
+    """OTLP/gRPC: the channel goes to the addresses checked now (gRPC would resolve the name
+    again itself), under the endpoint's name for TLS and the authority; raises OSError when
+    the host resolves to an address it may not contact."""
+    status.unanswered = "the endpoint refused the gRPC export or did not answer in time"
+    addresses = EndpointGuard(settings.allowlist, status).pinned(target.host, target.port)
+    address = addresses[0]
+    pinned = f"[{address}]:{target.port}" if ":" in address else f"{address}:{target.port}"
+    scheme = urlsplit(target.url).scheme
+    options: tuple[tuple[str, str], ...] = (("grpc.default_authority", target.host),)
+    if scheme == "https":
+        options += (("grpc.ssl_target_name_override", target.host),)
+    common: dict[str, Any] = {
+        "endpoint": pinned,
+        "insecure": scheme == "http",
+        "headers": {k.lower(): v for k, v in headers.items()},
+        "timeout": settings.timeout,
+        "channel_options": options,
+    }
+    return (lambda: GrpcSpanExporter(**common), lambda: GrpcMetricExporter(**common))
+
+
+def build_pipeline(
+    telemetry: Telemetry,
+    key: str,
+    settings: ExportSettings,
+    drops: Drops,
+    loads: LoadSource = tuple,
+) -> Pipeline:
+    """The telemetry's pipeline (blocking: it may resolve the endpoint's host). One whose
+    wire is not exported in process has no exporter, and its status says so."""
+    provider, protocol = Provider(telemetry.provider), Protocol(telemetry.protocol)
+    status = EndpointStatus()
+    pipeline = Pipeline(telemetry.id, telemetry.account_id, telemetry.updated_at, status)
+    target, _ = target_of(provider, telemetry.endpoint)
+    if wire_of(provider) is not Wire.OTLP or target is None:
+        status.failed(f"{provider.value} is not exported in process yet")
+        return pipeline
+    headers = _headers(provider, key)
+    try:
+        make_spans, make_metrics = (
+            _http_exporters(target, headers, settings, status)
+            if protocol is Protocol.HTTP
+            else _grpc_exporters(target, headers, settings, status)
+        )
+    except OSError as exc:  # the guard's refusal, or a name that does not resolve
+        status.failed(str(exc))
+        return pipeline
+    resource = Resource.create({"service.name": "nvcf", "nvcf.account": telemetry.account_id})
+    if Kind.TRACES in telemetry.kinds:
+        # shut down by Exports (an atexit hook per pipeline would pile up over rebuilds)
+        pipeline.tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        pipeline.tracer_provider.add_span_processor(
+            BatchSpanProcessor(
+                _WatchedSpans(make_spans(), status, drops),
+                max_queue_size=2048,
+                schedule_delay_millis=settings.interval * 1000,
+                export_timeout_millis=settings.timeout * 1000,
+            )
+        )
+        pipeline.tracer = pipeline.tracer_provider.get_tracer("nvcf.invocation")
+    if Kind.METRICS in telemetry.kinds:
+        reader = PeriodicExportingMetricReader(
+            _WatchedMetrics(make_metrics(), status, drops),
+            export_interval_millis=settings.interval * 1000,
+            export_timeout_millis=settings.timeout * 1000,
+        )
+        pipeline.meter_provider = MeterProvider(
+            metric_readers=[reader], resource=resource, shutdown_on_exit=False
+        )
+        meter = pipeline.meter_provider.get_meter("nvcf.invocation")
+        pipeline.instruments = (
+            meter.create_counter(
+                "nvcf.function.invocations", unit="{invocation}", description="Invocations"
+            ),
+            meter.create_histogram(
+                "nvcf.function.invocation.duration",
+                unit="s",
+                description="Invocation time from acceptance to the end of the worker's answer",
+            ),
+        )
+        account, tid = telemetry.account_id, telemetry.id
+
+        def observe(read: Callable[[Load], int]) -> Callable[[CallbackOptions], list[Observation]]:
+            def callback(options: CallbackOptions) -> list[Observation]:
+                return [
+                    Observation(read(w.load), w.attributes())
+                    for w in loads()
+                    if w.account == account and w.names(tid, Kind.METRICS)
+                ]
+
+            return callback
+
+        meter.create_observable_gauge(
+            "nvcf.function.queue_depth",
+            [observe(lambda load: load.waiting)],
+            unit="{invocation}",
+            description="Invocations waiting for an instance (this replica)",
+        )
+        meter.create_observable_gauge(
+            "nvcf.function.in_flight",
+            [observe(lambda load: load.in_flight)],
+            unit="{invocation}",
+            description="Invocations on an instance now (this replica)",
+        )
+    return pipeline
+
+
+def _each(pipelines: Sequence[Pipeline], action: Callable[[Pipeline], None]) -> None:
+    for pipeline in pipelines:
+        action(pipeline)
+
+
+class Exports:
+    """The process's export of per-function signals (one queue, one task)."""
+
+    def __init__(
+        self,
+        maker: async_sessionmaker[AsyncSession],
+        box: SecretBox,
+        settings: ExportSettings,
+        drops: Drops,
+    ) -> None:
+        self._maker = maker
+        self._box = box
+        self.settings = settings
+        self.drops = drops
+        self._queue: asyncio.Queue[Invocation] = asyncio.Queue(maxsize=settings.queue_size)
+        #: telemetry id -> (when it was read, its pipeline or None)
+        self._pipelines: dict[uuid.UUID, tuple[float, Pipeline | None]] = {}
+        self._task: asyncio.Task[None] | None = None
+        #: version id -> its load, for the gauges (a later record of a version replaces it)
+        self._watched: dict[str, Watched] = {}
+
+    def watch(self, watched: Watched) -> None:
+        """Read a version's load in its telemetries' gauges (the load tracker's new record)."""
+        self._watched[watched.version_id] = watched
+
+    def _loads(self) -> Sequence[Watched]:
+        # the SDK's reader thread takes a copy (the loop may add a record meanwhile)
+        return list(self._watched.values())
+
+    def invocation(self, event: Invocation) -> None:
+        """Queue an answered invocation; never blocks (a full queue drops it, counted)."""
+        try:
+            self._queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.drops.add("queue_full")
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="telemetry-export")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        pipelines = self._live()
+        self._pipelines.clear()
+        await asyncio.to_thread(_each, pipelines, Pipeline.shutdown)
+        await self._write_statuses(pipelines)
+
+    async def flush(self) -> None:
+        """Record what is queued and export what is recorded now, then write the statuses
+        back (tests; shutdown does the same)."""
+        await self._queue.join()
+        pipelines = self._live()
+        millis = int(self.settings.timeout * 1000)
+        await asyncio.to_thread(_each, pipelines, lambda p: p.flush(millis))
+        await self._write_statuses(pipelines)
+
+    async def _run(self) -> None:
+        period = min(self.settings.interval, 5.0)
+        while True:
+            try:
+                event = await asyncio.wait_for(self._queue.get(), timeout=period)
+            except TimeoutError:
+                await self._write_statuses(self._live())
+                continue
+            try:
+                await self._record(event)
+            except Exception:  # one bad event never stops the export of the others
+                log.exception("telemetry export: recording an invocation failed")
+            finally:
+                self._queue.task_done()
+
+    async def _record(self, event: Invocation) -> None:
+        by_id: dict[uuid.UUID, set[Kind]] = {}
+        for name, value in event.telemetries.items():
+            kind = FIELDS.get(name)
+            if kind is not None:
+                by_id.setdefault(uuid.UUID(str(value)), set()).add(kind)
+        for telemetry_id, kinds in by_id.items():
+            pipeline = await self._pipeline(telemetry_id)
+            # nothing of one account ever goes to another's endpoint
+            if pipeline is not None and pipeline.account == event.account:
+                pipeline.record(kinds, event)
+
+    async def _pipeline(self, telemetry_id: uuid.UUID) -> Pipeline | None:
+        """The telemetry's pipeline, read again after PIPELINE_TTL (a new key rebuilds it; a
+        deleted telemetry has none)."""
+        loaded, known = self._pipelines.get(telemetry_id, (None, None))
+        now = time.monotonic()
+        if loaded is not None and now - loaded < PIPELINE_TTL:
+            return known
+        async with self._maker() as session:
+            row = await repository.by_id(session, telemetry_id)
+        if known is not None and row is not None and row.updated_at == known.updated_at:
+            self._pipelines[telemetry_id] = (now, known)
+            return known
+        if known is not None:
+            await asyncio.to_thread(known.shutdown)
+        pipeline = None
+        if row is not None:
+            key = key_of(row, self._box)
+            if key is not None:
+                pipeline = await asyncio.to_thread(
+                    build_pipeline, row, key, self.settings, self.drops, self._loads
+                )
+        self._pipelines[telemetry_id] = (now, pipeline)
+        return pipeline
+
+    def _live(self) -> list[Pipeline]:
+        return [p for _, p in self._pipelines.values() if p is not None]
+
+    async def _write_statuses(self, pipelines: Sequence[Pipeline]) -> None:
+        changes = [(p.telemetry_id, s) for p in pipelines if (s := p.status.take()) is not None]
+        if not changes:
+            return
+        async with self._maker() as session, session.begin():
+            for telemetry_id, (success, error_at, error) in changes:
+                await session.execute(
+                    update(Telemetry)
+                    .where(Telemetry.id == telemetry_id)
+                    .values(last_success_at=success, last_error_at=error_at, last_error=error)
+                )

@@ -1,0 +1,320 @@
+"""The in-process export of a function's invocations to its telemetries, against real OTLP/HTTP
+receivers decoding with the OpenTelemetry protos: counts exact, labels exact, nothing of one
+account at another's endpoint, a refusing or hanging endpoint seen in the telemetry's status
+and in the operator's drop count while invocations go on, the network guard at each
+connection."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.observability.export import (
+    Drops,
+    EndpointGuard,
+    EndpointStatus,
+    ExportSettings,
+    Invocation,
+    build_pipeline,
+)
+from service.observability.models import Kind, Telemetry
+from tests.support.api import bearer, new_key
+from tests.support.app import AppClient, ClientFactory
+from tests.support.invocation import deployed, invocation_app, pexec_url, sample
+from tests.support.otlp import OtlpReceiver, attributes
+from tests.support.telemetries import create_telemetry
+
+ACCOUNT = "nvcf-default"
+OTHER = "team-b"
+INVOCATIONS = "nvcf.function.invocations"
+DURATION = "nvcf.function.invocation.duration"
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    r = OtlpReceiver().start()
+    yield r
+    r.stop()
+
+
+@pytest.fixture
+def other_receiver() -> Iterator[OtlpReceiver]:
+    r = OtlpReceiver().start()
+    yield r
+    r.stop()
+
+
+async def app(
+    client_factory: ClientFactory, tmp_path: Path, *receivers: OtlpReceiver, **overrides: Any
+) -> AppClient:
+    return await invocation_app(
+        client_factory,
+        tmp_path,
+        telemetry_allowlist=",".join(f"{r.hostport},{r.grpc_hostport}" for r in receivers),
+        telemetry_export_interval=0.2,
+        telemetry_export_timeout=1.0,
+        **overrides,
+    )
+
+
+async def exported_function(
+    client: AppClient,
+    receiver: OtlpReceiver,
+    headers: dict[str, str] | None = None,
+    protocol: str = "HTTP",
+    **fn: Any,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    telemetry = await create_telemetry(
+        client,
+        headers=headers,
+        endpoint=receiver.url if protocol == "HTTP" else receiver.grpc_url,
+        protocol=protocol,
+        types=["METRICS", "TRACES"],
+    )
+    tid = telemetry["telemetryId"]
+    mine = dict(client.headers)
+    client.headers.update(headers or {})  # deployed() acts as the client's account
+    try:
+        created = await deployed(
+            client, telemetries={"metricsTelemetryId": tid, "tracesTelemetryId": tid}, **fn
+        )
+    finally:
+        client.headers.clear()
+        client.headers.update(mine)
+    return telemetry, created
+
+
+async def invoke(
+    client: AppClient, fn: dict[str, Any], n: int, headers: dict[str, str] | None = None
+) -> None:
+    for _ in range(n):
+        resp = await client.post(pexec_url(fn), json={"x": 1}, headers=headers)
+        assert resp.status_code == 200, resp.text
+
+
+async def flush(client: AppClient) -> None:
+    exports = client.app.state.telemetry_exports
+    assert exports is not None
+    await exports.flush()
+
+
+def last_point(receiver: OtlpReceiver, name: str, function_id: str) -> Any:
+    points = [
+        p
+        for _, p in receiver.metric_points(name)
+        if attributes(p.attributes).get("nvcf.function.id") == function_id
+    ]
+    assert points, f"no {name} point of {function_id}"
+    return points[-1]  # cumulative: the last export holds the total
+
+
+async def test_a_hundred_invocations_arrive_as_a_hundred(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    client = await app(client_factory, tmp_path, receiver)
+    telemetry, fn = await exported_function(client, receiver)
+    await invoke(client, fn, 100)
+    await flush(client)
+
+    labels = {
+        "nvcf.account": ACCOUNT,
+        "nvcf.function.id": fn["id"],
+        "nvcf.function.version.id": fn["versionId"],
+    }
+    spans = list(receiver.spans())
+    assert len(spans) == 100
+    for resource, span in spans:
+        assert resource["nvcf.account"] == ACCOUNT
+        assert attributes(span.attributes) == labels
+        assert span.name == "invocation" and span.end_time_unix_nano >= span.start_time_unix_nano
+    count = last_point(receiver, INVOCATIONS, fn["id"])
+    assert count.as_int == 100
+    assert attributes(count.attributes) == {**labels, "outcome": "fulfilled"}
+    assert last_point(receiver, DURATION, fn["id"]).count == 100
+    assert {r.headers["authorization"] for r in receiver.received} == {"Bearer otlp-key"}
+
+    got = (await client.get(f"/v2/nvcf/telemetries/{telemetry['telemetryId']}")).json()
+    status = got["telemetry"]["status"]
+    assert "lastSuccessAt" in status and "lastError" not in status
+
+
+async def test_queue_depth_and_in_flight_are_exported(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    client = await app(client_factory, tmp_path, receiver)
+    _, fn = await exported_function(client, receiver)
+    await invoke(client, fn, 2)
+    await flush(client)
+    labels = {
+        "nvcf.account": ACCOUNT,
+        "nvcf.function.id": fn["id"],
+        "nvcf.function.version.id": fn["versionId"],
+    }
+    for name in ("nvcf.function.queue_depth", "nvcf.function.in_flight"):
+        point = last_point(receiver, name, fn["id"])
+        assert attributes(point.attributes) == labels
+        assert point.as_int == 0  # nothing waits or runs once both were answered
+
+
+async def test_otlp_over_grpc(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    client = await app(client_factory, tmp_path, receiver)
+    telemetry, fn = await exported_function(client, receiver, protocol="GRPC")
+    await invoke(client, fn, 10)
+    await flush(client)
+    assert len(list(receiver.spans())) == 10
+    assert last_point(receiver, INVOCATIONS, fn["id"]).as_int == 10
+    assert last_point(receiver, DURATION, fn["id"]).count == 10
+    assert {r.headers["authorization"] for r in receiver.received} == {"Bearer otlp-key"}
+
+    receiver.status = 401
+    await invoke(client, fn, 1)
+    await flush(client)
+    got = (await client.get(f"/v2/nvcf/telemetries/{telemetry['telemetryId']}")).json()
+    assert "gRPC" in got["telemetry"]["status"]["lastError"]
+
+
+async def test_nothing_of_another_account_is_exported(
+    client_factory: ClientFactory,
+    tmp_path: Path,
+    receiver: OtlpReceiver,
+    other_receiver: OtlpReceiver,
+) -> None:
+    client = await app(client_factory, tmp_path, receiver, other_receiver)
+    scopes = [
+        "register_function",
+        "deploy_function",
+        "list_functions",
+        "invoke_function",
+        "manage_telemetries",
+    ]
+    theirs = bearer(await new_key(client, scopes, account=OTHER))
+    _, mine = await exported_function(client, receiver)
+    _, other = await exported_function(client, other_receiver, headers=theirs)
+    plain = await deployed(client)  # names no telemetry
+    await invoke(client, mine, 3)
+    await invoke(client, other, 4, headers=theirs)
+    await invoke(client, plain, 5)
+    await flush(client)
+
+    def functions(r: OtlpReceiver) -> set[str]:
+        return {attributes(s.attributes)["nvcf.function.id"] for _, s in r.spans()}
+
+    assert functions(receiver) == {mine["id"]}
+    assert functions(other_receiver) == {other["id"]}
+    assert {res["nvcf.account"] for res, _ in other_receiver.spans()} == {OTHER}
+    assert last_point(other_receiver, INVOCATIONS, other["id"]).as_int == 4
+    assert not list(other_receiver.metric_points(INVOCATIONS)) or all(
+        attributes(p.attributes)["nvcf.function.id"] == other["id"]
+        for _, p in other_receiver.metric_points(INVOCATIONS)
+    )
+
+
+async def test_a_refusing_endpoint_shows_why_and_counts_the_drops(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    client = await app(client_factory, tmp_path, receiver)
+    telemetry, fn = await exported_function(client, receiver)
+    receiver.status = 401
+    await invoke(client, fn, 10)
+    await flush(client)
+    got = (await client.get(f"/v2/nvcf/telemetries/{telemetry['telemetryId']}")).json()
+    status = got["telemetry"]["status"]
+    assert "HTTP 401" in status["lastError"] and "lastErrorAt" in status
+    metrics = (await client.get("/metrics")).text
+    assert sample(metrics, "nvcf_telemetry_dropped_total", reason="export_failed") >= 10
+
+
+async def test_a_hanging_endpoint_does_not_hold_invocations(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    client = await app(client_factory, tmp_path, receiver)
+    telemetry, fn = await exported_function(client, receiver)
+    receiver.hold()
+    await invoke(client, fn, 20)  # each answered while exports wait on the endpoint
+    await flush(client)
+    receiver.release()
+    got = (await client.get(f"/v2/nvcf/telemetries/{telemetry['telemetryId']}")).json()
+    assert "no answer" in got["telemetry"]["status"]["lastError"]
+
+
+async def test_a_full_queue_drops_and_counts(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    client = await app(client_factory, tmp_path, receiver, telemetry_queue_size=1)
+    _, fn = await exported_function(client, receiver)
+    await asyncio.gather(*(invoke(client, fn, 1) for _ in range(20)))
+    await flush(client)
+    metrics = (await client.get("/metrics")).text
+    exported = last_point(receiver, INVOCATIONS, fn["id"]).as_int
+    dropped = sample(metrics, "nvcf_telemetry_dropped_total", reason="queue_full")
+    assert exported + dropped == 20 and exported >= 1
+
+
+def test_each_connection_is_guarded(receiver: OtlpReceiver) -> None:
+    """A telemetry whose host now resolves to a loopback address (it was allowed, or its name
+    changed) is refused at the connection, and the status says why."""
+    status = EndpointStatus()
+    with pytest.raises(OSError, match="loopback"):
+        EndpointGuard((), status).pinned("127.0.0.1", 4318)
+    assert EndpointGuard(("127.0.0.1:4318",), status).pinned("127.0.0.1", 4318) == ["127.0.0.1"]
+
+    now = datetime.now(UTC)
+    row = Telemetry(
+        id=uuid.uuid4(),
+        account_id=ACCOUNT,
+        name="t",
+        endpoint=receiver.url,
+        protocol="HTTP",
+        provider="OTEL_COLLECTOR",
+        types=["TRACES"],
+        secret_ciphertext="",
+        created_at=now,
+        updated_at=now,
+    )
+    pipeline = build_pipeline(row, "k", ExportSettings(interval=60, timeout=1), Drops(None))
+    pipeline.record(
+        {Kind.TRACES},
+        Invocation(ACCOUNT, "f", "v", {"tracesTelemetryId": str(row.id)}, True, 1, 2),
+    )
+    pipeline.flush(5000)
+    pipeline.shutdown()
+    assert receiver.received == []
+    taken = pipeline.status.take()
+    assert taken is not None and "loopback" in str(taken[2])
+
+
+def test_a_redirect_is_not_followed(receiver: OtlpReceiver, other_receiver: OtlpReceiver) -> None:
+    receiver.redirect_to = other_receiver.url
+    now = datetime.now(UTC)
+    row = Telemetry(
+        id=uuid.uuid4(),
+        account_id=ACCOUNT,
+        name="t",
+        endpoint=receiver.url,
+        protocol="HTTP",
+        provider="OTEL_COLLECTOR",
+        types=["TRACES"],
+        secret_ciphertext="",
+        created_at=now,
+        updated_at=now,
+    )
+    allowed = (receiver.hostport, other_receiver.hostport)
+    settings = ExportSettings(interval=60, timeout=1, allowlist=allowed)
+    pipeline = build_pipeline(row, "k", settings, Drops(None))
+    pipeline.record(
+        {Kind.TRACES},
+        Invocation(ACCOUNT, "f", "v", {"tracesTelemetryId": str(row.id)}, True, 1, 2),
+    )
+    pipeline.flush(5000)
+    pipeline.shutdown()
+    assert other_receiver.received == []
+    taken = pipeline.status.take()
+    assert taken is not None and "HTTP 307" in str(taken[2])

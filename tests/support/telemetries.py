@@ -1,0 +1,26 @@
+"""Telemetry endpoints for tests: a body NVCF's clients would send, made through the API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+TELEMETRIES = "/v2/nvcf/telemetries"
+#: a public address: nothing connects to it at creation
+PUBLIC_OTLP = "https://8.8.8.8/otlp"
+OTLP: dict[str, Any] = {
+    "endpoint": PUBLIC_OTLP,
+    "protocol": "HTTP",
+    "provider": "OTEL_COLLECTOR",
+    "types": ["LOGS", "METRICS", "TRACES"],
+    "secret": {"name": "collector", "value": "otlp-key"},
+}
+
+
+async def create_telemetry(
+    client: httpx.AsyncClient, headers: dict[str, str] | None = None, **changes: Any
+) -> dict[str, Any]:
+    resp = await client.post(TELEMETRIES, json={**OTLP, **changes}, headers=headers)
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json()["telemetry"])

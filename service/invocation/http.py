@@ -42,8 +42,9 @@ from service.core.errors import (
 from service.core.http import parse_uuid, parse_uuids
 from service.core.middleware import ROUTE_LABEL, routed_path
 from service.invocation import answers
-from service.invocation.engine import Call, Detached, Finished
+from service.invocation.engine import Call
 from service.invocation.forward import POLL_HEADER, poll_seconds
+from service.invocation.run import Detached, Finished
 from service.invocation.schemas import (
     ExecRequest,
     ExecResponse,

@@ -141,9 +141,8 @@ _NOTHING = Admitted()
 class AssetPort(Protocol):
     """The engine's one port to asset work (service/assets/requests.py implements it)."""
 
-    async def resolve(
-        self, account_id: str, ids: Sequence[uuid.UUID], field: str
-    ) -> list[Asset]: ...
+    async def resolve(self, account_id: str, ids: Sequence[uuid.UUID], field: str) -> list[Asset]:
+        """Admission: the input assets (a 400 naming every bad one)."""
 
     async def prepare(
         self,
@@ -153,7 +152,8 @@ class AssetPort(Protocol):
         instance_key: str,
         endpoint: WorkerEndpoint,
         base_url: Callable[[], str] | None,
-    ) -> WorkerFiles | None: ...
+    ) -> WorkerFiles | None:
+        """Send: the request's directories for its instance (`FilesRefused`)."""
 
     async def large(
         self,
@@ -164,7 +164,8 @@ class AssetPort(Protocol):
         *,
         detached: bool,
         base_url: Callable[[], str] | None,
-    ) -> Kept | Whole | None: ...
+    ) -> Kept | Whole | None:
+        """The worker's head: a large answer kept, one read whole, or None (`FilesRefused`)."""
 
     def publish(
         self,
@@ -172,9 +173,11 @@ class AssetPort(Protocol):
         done: asyncio.Event,
         files: Callable[[], WorkerFiles | None],
         save: Callable[[uuid.UUID, Progress], Awaitable[None]],
-    ) -> None: ...
+    ) -> None:
+        """Detached: the request's progress `save`d until `done`."""
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """The replica stops."""
 
 
 #: `Engine.open`'s way of opening an exchange with a worker

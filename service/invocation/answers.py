@@ -30,7 +30,7 @@ from service.invocation.store import Outcome
 
 if TYPE_CHECKING:
     from service.assets.files import Progress
-    from service.invocation.engine import Streamed
+    from service.invocation.run import Streamed
 
 log = logging.getLogger("nvcf.invocation")
 

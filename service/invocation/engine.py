@@ -13,34 +13,27 @@ A request goes through five steps:
    more (the poll time passed: `Detached`), the whole answer is read and kept for polls;
    a failure on the way is a `Finished` with the platform's status (502/503/504);
 5. **finish** — `Run.finish`: the slot released, metrics written, the outcome kept (for a
-   detached request) — once, whatever happened.
+   detached request) — once, whatever happened: in `Engine._held`'s `finally`, or, once an
+   answer holds the request (`Streamed`, `Opened`), in the answer's `close` (`async with`).
 
 Steps 2–4 run in a task of their own, so that a request outlives its caller's poll time;
-the entry waits for that task up to `Call.poll_seconds`.
+the entry waits for that task up to `Call.poll_seconds`. What ended a request early becomes
+its outcome in one place (`Engine.finished_by`). Asset work (a request's files, a large answer,
+progress) is behind one port, `AssetPort` (service/assets/requests.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import math
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from functools import cached_property
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from service.assets.files import (
-    REFERENCES_HEADER,
-    OutputDirs,
-    RequestFiles,
-    TooManyOutputs,
-    WorkerFiles,
-)
-from service.assets.results import ResultTooLarge, store_result
-from service.assets.sidecar import SidecarFiles, SidecarRefused
+from service.assets.files import REFERENCES_HEADER, Progress, WorkerFiles
+from service.assets.requests import FilesRefused, Kept, Whole
 from service.auth.service import Principal
 from service.backends.protocol import AdapterError
 from service.backends.worker import (
@@ -53,12 +46,10 @@ from service.clusters.adapters import AdapterRegistry
 from service.core.db import utcnow
 from service.core.errors import (
     BadRequest,
-    DomainError,
     NotFound,
     ServiceUnavailable,
     TooManyRequests,
 )
-from service.invocation import progress
 from service.invocation.dispatch import Dispatcher, QueueTimeout, Ticket
 from service.invocation.forward import (
     caller_headers,
@@ -70,16 +61,18 @@ from service.invocation.metrics import InvocationMetrics
 from service.invocation.models import RequestState
 from service.invocation.ratelimit import FunctionRateLimiter
 from service.invocation.routing import InstanceRoute, RouteTable, Target
+from service.invocation.run import Answer, Desk, Detached, Finished, Opened, Run, Streamed
 from service.invocation.sessions import LocalSessions, Sessions
 from service.invocation.store import Outcome, RequestStore
 
 if TYPE_CHECKING:
     from service.assets.models import Asset
-    from service.assets.service import Assets
     from service.core.settings import Settings
 
 log = logging.getLogger("nvcf.invocation")
 T = TypeVar("T")
+#: what an answer that holds the request is (`Streamed`, `Opened`)
+H = TypeVar("H")
 #: the inferenceUrl of a gRPC function (NVCF): it is invoked on the gRPC entry only
 GRPC_PATH = "/gRPC"
 
@@ -110,14 +103,9 @@ class Call:
     swap_ids: bool = False
     #: headers the entry adds to the worker's request
     worker_headers: Sequence[tuple[str, str]] = ()
-    #: the entry's own admission check of the resolved version (raises a DomainError)
-    check: Callable[[Target], None] | None = None
-    #: instances the entry would have serve the request, best first (the first with a free
-    #: slot takes it; none free: the least loaded) — the LLM gateway's sessions
-    prefer: Sequence[uuid.UUID] = ()
-    #: where the request waits in the version's queue: lower first, None after every
-    #: priority (the LLM gateway's llmInvocationConfig.priority)
-    priority: int | None = None
+    #: the entry's own admission of the resolved version: raises a DomainError to refuse
+    #: it, may say what the entry decides of it (`Admitted`)
+    check: Callable[[Target], Awaitable[Admitted | None]] | None = None
     #: input assets (NVCF-INPUT-ASSET-REFERENCES): resolved at admission (400 naming every
     #: bad one), fetched into the request's NVCF-ASSET-DIR before it reaches the worker
     asset_ids: Sequence[uuid.UUID] = ()
@@ -131,132 +119,67 @@ class Call:
     session: uuid.UUID | None = None
 
 
-class Streamed:
-    """The worker answered: its status and head now, the body as it arrives. `close` must
-    be called (or `async with`): it releases the instance's slot."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Admitted:
+    """What an entry's check (`Call.check`) decides of the version it admits."""
 
-    def __init__(
-        self, run: Run, response: WorkerResponse, head: tuple[list[tuple[bytes, bytes]], int | None]
+    #: instances the entry would have serve the request, best first (the first with a free
+    #: slot takes it; none free: the least loaded) — the LLM gateway's sessions
+    prefer: Sequence[uuid.UUID] = ()
+    #: where the request waits in the version's queue: lower first, None after every
+    #: priority (the LLM gateway's llmInvocationConfig.priority)
+    priority: int | None = None
+    #: the path forwarded instead of the call's (printable ASCII only)
+    path: str | None = None
+    #: headers the entry adds to the worker's request, after the call's
+    worker_headers: Sequence[tuple[str, str]] = ()
+
+
+_NOTHING = Admitted()
+
+
+class AssetPort(Protocol):
+    """The engine's one port to asset work (service/assets/requests.py implements it)."""
+
+    async def resolve(self, account_id: str, ids: Sequence[uuid.UUID], field: str) -> list[Asset]:
+        """Admission: the input assets (a 400 naming every bad one)."""
+
+    async def prepare(
+        self,
+        request_id: uuid.UUID,
+        inputs: Sequence[Asset],
+        cluster: str,
+        instance_key: str,
+        endpoint: WorkerEndpoint,
+        base_url: Callable[[], str] | None,
+    ) -> WorkerFiles | None:
+        """Send: the request's directories for its instance (`FilesRefused`)."""
+
+    async def large(
+        self,
+        request_id: uuid.UUID,
+        files: WorkerFiles,
+        response: WorkerResponse,
+        length: int | None,
+        *,
+        detached: bool,
+        base_url: Callable[[], str] | None,
+    ) -> Kept | Whole | None:
+        """The worker's head: a large answer kept, one read whole, or None (`FilesRefused`)."""
+
+    def publish(
+        self,
+        request_id: uuid.UUID,
+        done: asyncio.Event,
+        files: Callable[[], WorkerFiles | None],
+        save: Callable[[uuid.UUID, Progress], Awaitable[None]],
     ) -> None:
-        self.run = run
-        self.request_id = run.id
-        self.status = response.status
-        self.headers, self.length = head
-        if response.status in (204, 304):
-            self.length = 0  # no body follows, whatever the worker declared
-        self._response = response
+        """Detached: the request's progress `save`d until `done`."""
 
-    @property
-    def target(self) -> Target:
-        return self.run.target
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The body as it arrives (`WorkerFailed` when the worker breaks off or takes longer
-        than the request's deadline)."""
-        whole = self._response.complete_body()
-        if whole is not None:  # already here: no deadline to watch
-            if whole:
-                yield whole
-            return
-        try:
-            async with asyncio.timeout_at(self.run.deadline):
-                async for chunk in self._response.iter_bytes():
-                    yield chunk
-        except TimeoutError:
-            raise WorkerFailed("the worker did not finish its answer in time") from None
-
-    async def read(self, limit: int) -> tuple[bytes, str | None]:
-        """The whole body, at most `limit` bytes, and why it stopped short (None: it did not);
-        the answer is closed."""
-        parts: list[bytes] = []
-        size = 0
-        error: str | None = None
-        try:
-            async for chunk in self.chunks():
-                size += len(chunk)
-                if size > limit:
-                    error = f"the worker's response exceeds {limit} bytes"
-                    break
-                parts.append(chunk)
-        except WorkerFailed as exc:
-            error = exc.reason
-        except BaseException as exc:  # the caller went away (cancelled), or worse
-            error = f"{type(exc).__name__} while reading the answer"
-            raise
-        finally:
-            await self.close(error)
-        return b"".join(parts), error
-
-    async def close(self, error: str | None = None) -> None:
-        """The caller has the answer (`error`: why it stopped short)."""
-        if self.run.finished:
-            return
-        status = self.status
-        outcome = Outcome(status) if error is None else Outcome(status, error=error)
-        try:
-            await self._response.aclose()
-        finally:  # the slot is released even if this is cancelled (the caller went away)
-            await self.run.finish(outcome)
-
-    async def __aenter__(self) -> Streamed:
-        return self
-
-    async def __aexit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
-        if exc is None:
-            why = None
-        elif isinstance(exc, WorkerFailed):
-            why = exc.reason
-        else:
-            why = f"{type(exc).__name__} while streaming the answer"
-        await self.close(why)
+    async def aclose(self) -> None:
+        """The replica stops."""
 
 
-class Opened(Generic[T]):
-    """An exchange an entry opened with the worker (`Engine.open`); `close` must be called:
-    it releases the instance's slot."""
-
-    def __init__(self, run: Run, value: T, joined: asyncio.Future[None]) -> None:
-        self.run = run
-        #: the session's id (the first call's), which a later call may resume
-        self.request_id = run.session or run.id
-        self.value = value
-        #: done once every replica can resume the session (before the caller learns its id)
-        self.joined = joined
-
-    @property
-    def target(self) -> Target:
-        return self.run.target
-
-    @property
-    def instance(self) -> InstanceRoute | None:
-        return self.run.instance
-
-    async def close(self, status: int, error: str | None = None) -> None:
-        """The exchange ended with `status` (the entry's own, e.g. HTTP-like 200/502)."""
-        if not self.run.finished:
-            self.run.engine.sessions.leave(self.request_id, self.run.id)
-        await self.run.finish(Outcome(status) if error is None else Outcome(status, error=error))
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """No stream: the whole answer, or why there is none (`outcome.error`)."""
-
-    request_id: uuid.UUID
-    outcome: Outcome
-    #: `Engine.open` only: no instance took the call in time (the queue timeout, or the
-    #: deadline while waiting for one)
-    no_instance: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Detached:
-    """Not answered within the poll time: it keeps running; the caller polls."""
-
-    request_id: uuid.UUID
-
-
-Answer = Streamed | Finished | Detached
 #: `Engine.open`'s way of opening an exchange with a worker
 Opener = Callable[[WorkerEndpoint, list[tuple[str, str]]], Awaitable[T]]
 
@@ -275,15 +198,12 @@ class Engine:
         adapters: AdapterRegistry,
         metrics: InvocationMetrics,
         owner: str,
-        assets: Assets | None = None,
+        assets: AssetPort,
         sessions: Sessions | None = None,
     ) -> None:
         self.routes = routes
-        #: assets, per-request directories and large results (service/assets/); None: none
+        #: input assets, per-request directories, large results and progress
         self.assets = assets
-        self.files_root = settings.asset_files_root
-        #: output directories of workers on this machine, reused per instance
-        self.output_dirs = OutputDirs(self.files_root / "output")
         self.limiter = limiter
         self.dispatcher = dispatcher
         self.store = store
@@ -298,9 +218,7 @@ class Engine:
         self.active: dict[uuid.UUID, Run] = {}
         #: the gRPC entry's sessions (sessions.py)
         self.sessions = sessions or LocalSessions(settings.grpc_session_idle_seconds)
-        #: progress reports of detached requests, stored for polls on other replicas
-        self.progress_period = settings.invoke_progress_period_seconds
-        self._publishers: set[asyncio.Task[None]] = set()
+        self.desk = Desk(dispatcher, store, metrics, self.sessions, self.active)
         self.stopping = False
 
     # ------------------------------------------------------------------ the entry's call
@@ -310,7 +228,7 @@ class Engine:
         else `Detached`. Raises the `DomainError` that refuses it at admission. Cancelled
         before it returns (the caller went away), the request ends there, 499."""
         run = await self.admit(call)
-        task = asyncio.get_running_loop().create_task(self._run(run))
+        task = asyncio.get_running_loop().create_task(self._held(run, self._answer))
         run.task = task
         poll = call.poll_seconds
         try:
@@ -327,14 +245,7 @@ class Engine:
             return task.result()
         run.detached = True
         await self._store_pending(run)
-        if self.assets is not None and self.progress_period > 0:
-            publisher = asyncio.get_running_loop().create_task(
-                progress.publish(
-                    run.id, run.done, lambda: run.files, self.store, self.progress_period
-                )
-            )
-            self._publishers.add(publisher)
-            publisher.add_done_callback(self._publishers.discard)
+        self.assets.publish(run.id, run.done, lambda: run.files, self.store.save_progress)
         return Detached(run.id)
 
     async def open(self, call: Call, opener: Opener[T]) -> Opened[T] | Finished:
@@ -351,30 +262,14 @@ class Engine:
             endpoint = await self.endpoint_of(run.target, instance)
             return await opener(endpoint, self.worker_headers(run, instance))
 
-        try:
-            no_instance = False
-            try:
-                async with asyncio.timeout_at(run.deadline):
-                    value = await self._exchange(run, send)
-            except TimeoutError:
-                no_instance = run.instance is None
-                failure = Outcome.failure(
-                    504, f"the worker did not answer within {self.worker_timeout:g} s"
-                )
-            except WorkerFailed as exc:
-                failure = Outcome.failure(502, f"the worker failed: {exc.reason}")
-            except _Failed as exc:
-                no_instance = isinstance(exc, _NoInstance)
-                failure = exc.outcome
-            else:
-                assert run.instance is not None
-                joined = self.sessions.join(run.session or run.id, run.instance.id, run.id)
-                return Opened(run, value, joined)
-        except BaseException:
-            await asyncio.shield(run.finish(Outcome.failure(499, "the caller went away")))
-            raise
-        await run.finish(failure)
-        return Finished(run.id, failure, no_instance)
+        async def opened(run: Run) -> Opened[T]:
+            async with asyncio.timeout_at(run.deadline):
+                value = await self._exchange(run, send)
+            assert run.instance is not None
+            joined = self.sessions.join(run.session or run.id, run.instance.id, run.id)
+            return Opened(run, value, joined)
+
+        return await self._held(run, opened)
 
     # ------------------------------------------------------------------ 1. admit
 
@@ -384,14 +279,10 @@ class Engine:
         """Step 1 (`http`: the request is sent as HTTP, which a gRPC function cannot take)."""
         if self.stopping:
             raise ServiceUnavailable(detail="this replica is shutting down; retry")
-        if call.path is not None and not request_target_safe(call.path):
-            raise BadRequest(
-                detail="the path cannot be forwarded to the function: it must be sent "
-                "percent-encoded, with no control characters, spaces or non-ASCII bytes"
-            )
+        _forwardable(call.path)
         target = await self._resolve(call)
-        if call.check is not None:
-            call.check(target)
+        admitted = (await call.check(target) if call.check is not None else None) or _NOTHING
+        _forwardable(admitted.path)
         if http and is_grpc(target):
             raise BadRequest(
                 detail=f"function {target.function_id} is a gRPC function (inferenceUrl "
@@ -401,7 +292,11 @@ class Engine:
         if session is not None:
             exclude = await self.sessions.others(session, target)
         principal = call.principal
-        assets = await self._input_assets(call) if call.asset_ids else []
+        assets = (
+            await self.assets.resolve(principal.account_id, call.asset_ids, call.asset_field)
+            if call.asset_ids
+            else []
+        )
         if target.rate is not None:
             try:
                 await self.limiter.check(
@@ -414,14 +309,18 @@ class Engine:
                 self.metrics.outcome(target.fid, target.vid, "rate_limited")
                 raise
         now = asyncio.get_running_loop().time()
+        path = admitted.path if admitted.path is not None else call.path
+        extra = admitted.worker_headers
         run = Run(
-            engine=self,
+            desk=self.desk,
             id=call.request_id,
             target=target,
             principal=principal,
             method=call.method,
-            path=call.path if call.path is not None else target.inference_path,
-            headers=worker_request_headers(call.headers, call.worker_headers),
+            path=path if path is not None else target.inference_path,
+            headers=worker_request_headers(
+                call.headers, [*call.worker_headers, *extra] if extra else call.worker_headers
+            ),
             body=call.body,
             created_at=utcnow(),
             accepted=now,
@@ -432,23 +331,13 @@ class Engine:
         )
         try:
             run.ticket = await self.dispatcher.enqueue(
-                run.id, target, exclude=exclude, prefer=call.prefer, priority=call.priority
+                run.id, target, exclude=exclude, prefer=admitted.prefer, priority=admitted.priority
             )
         except TooManyRequests:
             self.metrics.outcome(target.fid, target.vid, "queue_full")
             raise
         self.active[run.id] = run
         return run
-
-    async def _input_assets(self, call: Call) -> list[Asset]:
-        """The referenced assets, each the caller's, unexpired and uploaded (400 naming every
-        one that is not)."""
-        if self.assets is None:
-            raise ServiceUnavailable(detail="assets are not served by this process")
-        async with self.store.sessionmaker() as session, session.begin():
-            return await self.assets.resolve(
-                session, call.principal.account_id, call.asset_ids, call.asset_field
-            )
 
     async def _resolve(self, call: Call) -> Target:
         fid, vid = call.function_id, call.version_id
@@ -459,45 +348,83 @@ class Engine:
                 raise
             return await self.routes.resolve(call.principal, vid, fid)
 
-    # ------------------------------------------------------------------ 2–4. the task
+    # ------------------------------------------------------------------ 2–5. the run
 
-    async def _run(self, run: Run) -> Streamed | Finished:
+    async def _held(self, run: Run, steps: Callable[[Run], Awaitable[H | Outcome]]) -> H | Finished:
+        """Steps 2–4 (`steps`: an answer that holds the run, or its whole outcome), and step
+        5 here, once, whatever happens — unless an answer holds the run: its `close` is the
+        hand-over."""
+        finished: Finished | None = None
+        cancelled = False
         try:
-            try:
-                async with asyncio.timeout_at(run.deadline):
-                    response = await self._exchange(run, self._send)
-                    head = caller_headers(response.raw_headers)
-                    large = (
-                        await self._large(run, response, head[1]) if run.files is not None else None
-                    )
-            except TimeoutError:
-                failure = Outcome.failure(
-                    504, f"the worker did not answer within {self.worker_timeout:g} s"
-                )
-            except WorkerFailed as exc:
-                failure = Outcome.failure(502, f"the worker failed: {exc.reason}")
-            except _Failed as exc:
-                failure = exc.outcome
+            answer = await steps(run)
+            if not isinstance(answer, Outcome):
+                return answer
+            finished = Finished(run.id, answer)
+        except BaseException as exc:
+            finished = self.finished_by(run, exc)
+            cancelled = not isinstance(exc, Exception)
+            if cancelled:
+                raise
+        finally:
+            if finished is not None:
+                finishing = run.finish(finished.outcome)
+                # cancelled: a second cancellation must not stop the slot's release
+                await (asyncio.shield(finishing) if cancelled else finishing)
+        return finished
+
+    def finished_by(self, run: Run, exc: BaseException) -> Finished:
+        """What ended a run before an answer held it, as its outcome (the only mapping)."""
+        no_instance = False
+        if isinstance(exc, _Failed):
+            outcome, no_instance = exc.outcome, isinstance(exc, _NoInstance)
+        elif isinstance(exc, FilesRefused):
+            outcome = Outcome.failure(exc.status, exc.reason)
+        elif isinstance(exc, TimeoutError):
+            outcome = Outcome.failure(
+                504, f"the worker did not answer within {self.worker_timeout:g} s"
+            )
+            no_instance = run.instance is None
+        elif isinstance(exc, WorkerFailed):
+            outcome = Outcome.failure(502, f"the worker failed: {exc.reason}")
+        elif not isinstance(exc, Exception):  # cancelled
+            # a run without a task of its own (`open`) is cancelled by its caller only
+            if run.abandoned or run.task is None:
+                outcome = Outcome.failure(499, "the caller went away")
             else:
-                if large is not None:
-                    await run.finish(large)
-                    return Finished(run.id, large)
-                if not run.detached:
-                    return Streamed(run, response, head)
-                return Finished(run.id, await self._whole(run, response, head[0]))
-        except asyncio.CancelledError:
-            if run.abandoned:
-                await run.finish(Outcome.failure(499, "the caller went away"))
-            else:
-                await run.finish(
-                    Outcome.failure(503, f"the replica {self.owner} running the request shut down")
+                reason = f"the replica {self.owner} running the request shut down"
+                outcome = Outcome.failure(503, reason)
+        else:  # never leave a request without an outcome
+            log.error("invocation %s failed", run.id, exc_info=exc)
+            outcome = Outcome.failure(502, f"the request failed: {type(exc).__name__}")
+        return Finished(run.id, outcome, no_instance)
+
+    async def _answer(self, run: Run) -> Streamed | Outcome:
+        """The worker's answer to stream to the caller, or its whole outcome (a large one
+        kept; a detached request's read)."""
+        async with asyncio.timeout_at(run.deadline):
+            response = await self._exchange(run, self._send)
+            head = caller_headers(response.raw_headers)
+            if run.files is not None:
+                kept = await self.assets.large(
+                    run.id,
+                    run.files,
+                    response,
+                    head[1],
+                    detached=run.detached,
+                    base_url=run.base_url,
                 )
-            raise
-        except Exception as exc:  # never leave a request without an outcome
-            log.exception("invocation %s failed", run.id)
-            failure = Outcome.failure(502, f"the request failed: {type(exc).__name__}")
-        await run.finish(failure)
-        return Finished(run.id, failure)
+                if isinstance(kept, Kept):
+                    return Outcome(302, ((b"location", kept.url.encode("latin-1")),))
+                if isinstance(kept, Whole):
+                    return Outcome(response.status, tuple(head[0]), kept.body)
+        if not run.detached:
+            return Streamed(run, response, head)
+        try:
+            body = await response.read(self.result_max)
+        finally:
+            await response.aclose()
+        return Outcome(response.status, tuple(head[0]), body)
 
     async def _exchange(self, run: Run, send: Callable[[Run, InstanceRoute], Awaitable[T]]) -> T:
         """Acquire an instance and `send`; once more on another when the first refused
@@ -528,110 +455,12 @@ class Engine:
     async def _send(self, run: Run, instance: InstanceRoute) -> WorkerResponse:
         endpoint = await self.endpoint_of(run.target, instance)
         if run.files is None:
-            await self._prepare_files(run, instance, endpoint)
+            run.files = await self.assets.prepare(
+                run.id, run.assets, instance.cluster, instance.key, endpoint, run.base_url
+            )
         return await endpoint.send(
             run.method, run.path, self.worker_headers(run, instance), run.body
         )
-
-    async def _prepare_files(
-        self, run: Run, instance: InstanceRoute, endpoint: WorkerEndpoint
-    ) -> None:
-        """The request's asset and output directories: made here for a worker on this
-        machine (a simulated cluster's), by the worker-utils sidecar in a Kubernetes pod
-        (the signed URLs it needs sent along); none elsewhere (docs/assets.md)."""
-        adapter = self.adapters.get(instance.cluster)
-        local = adapter is not None and getattr(adapter, "files_on_this_machine", False)
-        if self.assets is not None and getattr(adapter, "files_in_sidecar", False):
-            base = run.base_url() if run.base_url is not None else ""
-            run.files = await SidecarFiles.prepare(
-                self.assets, run.id, run.assets, endpoint, base, instance.cluster
-            )
-            return
-        if self.assets is None or not local:
-            if run.assets:
-                raise _Failed(
-                    503,
-                    f"input assets cannot be handed to workers of cluster {instance.cluster} "
-                    "yet (only to workers on the server's machine)",
-                )
-            return
-        try:
-            key = instance.key
-            folder = await self.output_dirs.take(key)
-            run.files = await RequestFiles.prepare(
-                self.assets.store,
-                self.files_root,
-                run.id,
-                run.assets,
-                output_dir=folder,
-                release=functools.partial(self.output_dirs.give_back, key, folder),
-            )
-        except DomainError as exc:
-            raise _Failed(503, exc.detail or exc.title) from None
-
-    async def _large(
-        self, run: Run, response: WorkerResponse, length: int | None
-    ) -> Outcome | None:
-        """A large result (NVCF's rule): an answer body over NVCF-MAX-RESPONSE-SIZE-BYTES,
-        or any file the worker wrote into NVCF-LARGE-OUTPUT-DIR, is kept in the object
-        store and answered with a 302 to its signed URL; None when the answer is not large
-        (errors never are). An answer of unknown length to a waiting caller is streamed as
-        it comes (event streams); to a detached one it is read up to the limit first."""
-        assets, files = self.assets, run.files
-        assert assets is not None and files is not None
-        if isinstance(files, SidecarFiles):  # the sidecar in the pod decided already
-            try:
-                stored = await files.result(
-                    assets, response, run.base_url() if run.base_url is not None else ""
-                )
-            except SidecarRefused as exc:
-                await response.aclose()
-                raise _Failed(exc.status, exc.detail) from None
-            if stored is not None:
-                await response.aclose()
-                return Outcome(302, ((b"location", stored.encode("latin-1")),))
-        if response.status >= 400:
-            return None
-        settings = assets.settings
-        try:
-            outputs = await files.outputs(
-                settings.asset_result_max_files, settings.asset_result_max_bytes
-            )
-        except TooManyOutputs as exc:
-            await response.aclose()
-            raise _Failed(502, f"the worker's large result was refused: {exc}") from None
-        prefix = b""
-        small = length is not None and length <= self.result_max
-        if not outputs and (small or (length is None and not run.detached)):
-            return None  # not large; a stream of unknown length flows to its waiting caller
-        try:
-            chunks = response.iter_bytes()
-            if not outputs and length is None:
-                parts: list[bytes] = []
-                size = 0
-                async for chunk in chunks:
-                    parts.append(chunk)
-                    size += len(chunk)
-                    if size > self.result_max:
-                        break
-                prefix = b"".join(parts)
-                if size <= self.result_max:
-                    headers, _ = caller_headers(response.raw_headers)
-                    return Outcome(response.status, tuple(headers), prefix)
-
-            async def body() -> AsyncIterator[bytes]:
-                if prefix:
-                    yield prefix
-                async for chunk in chunks:
-                    yield chunk
-
-            base = run.base_url() if run.base_url is not None else ""
-            url = await store_result(assets, run.id, body(), files, base)
-        except ResultTooLarge as exc:
-            raise _Failed(502, f"the worker's large result was refused: {exc}") from None
-        finally:
-            await response.aclose()
-        return Outcome(302, ((b"location", url.encode("latin-1")),))
 
     def worker_headers(self, run: Run, instance: InstanceRoute) -> list[tuple[str, str]]:
         """The worker request's headers: the caller's (filtered) and the NVCF-* ones."""
@@ -673,24 +502,6 @@ class Engine:
         run.ticket = await self.dispatcher.enqueue(run.id, target, exclude=run.tried, front=True)
         return target, run.ticket
 
-    async def _whole(
-        self, run: Run, response: WorkerResponse, headers: list[tuple[bytes, bytes]]
-    ) -> Outcome:
-        """The whole answer of a detached request, bounded by the result size; finished."""
-        try:
-            body = await response.read(self.result_max)
-            outcome = Outcome(response.status, tuple(headers), body)
-        except WorkerFailed as exc:
-            outcome = Outcome.failure(502, f"the worker failed: {exc.reason}")
-        except TimeoutError:
-            outcome = Outcome.failure(
-                504, f"the worker did not answer within {self.worker_timeout:g} s"
-            )
-        finally:
-            await response.aclose()
-        await run.finish(outcome)
-        return outcome
-
     # ------------------------------------------------------------------ detached requests
 
     async def _store_pending(self, run: Run) -> None:
@@ -726,7 +537,7 @@ class Engine:
         reason = f"the replica {self.owner} running the request shut down"
         for run in list(self.active.values()):  # a task cancelled before it began
             await run.finish(Outcome.failure(503, reason))
-        await self.output_dirs.aclose()
+        await self.assets.aclose()
 
 
 class _Failed(Exception):
@@ -739,6 +550,14 @@ class _Failed(Exception):
 
 class _NoInstance(_Failed):
     """No instance took the request within the queue timeout."""
+
+
+def _forwardable(path: str | None) -> None:
+    if path is not None and not request_target_safe(path):
+        raise BadRequest(
+            detail="the path cannot be forwarded to the function: it must be sent "
+            "percent-encoded, with no control characters, spaces or non-ASCII bytes"
+        )
 
 
 def _close_abandoned(task: asyncio.Task[Streamed | Finished]) -> None:
@@ -768,94 +587,3 @@ async def _done_or_timeout(future: asyncio.Future[Streamed | Finished], seconds:
         if timer is not None:
             timer.cancel()
         future.remove_done_callback(wake)
-
-
-@dataclass(eq=False)
-class Run:
-    """One request in this replica, from admission to `finish` (called exactly once: it
-    releases the instance slot, writes the metrics and keeps the outcome for polls)."""
-
-    engine: Engine
-    id: uuid.UUID
-    target: Target
-    principal: Principal
-    method: str
-    path: str
-    headers: list[tuple[str, str]]
-    body: bytes
-    created_at: datetime
-    accepted: float
-    deadline: float
-    state: RequestState = RequestState.QUEUED
-    ticket: Ticket | None = None
-    #: the instance whose slot the request holds
-    instance: InstanceRoute | None = None
-    #: nobody waits for the answer: it is read whole and kept for polls
-    detached: bool = False
-    #: the entry went away before the answer came
-    abandoned: bool = False
-    store_ok: bool = False
-    finished: bool = False
-    outcome: Outcome | None = None
-    stored: asyncio.Event = field(default_factory=asyncio.Event)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[Answer] | None = None
-    #: instances that refused the connection, and why (a request is retried once)
-    tried: list[uuid.UUID] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
-    #: the input assets, resolved at admission
-    assets: list[Asset] = field(default_factory=list)
-    #: the asset and output directories (made here, or by the sidecar); removed by `finish`
-    files: WorkerFiles | None = None
-    #: where the local store's signed URL of a large result points (the caller's base URL)
-    base_url: Callable[[], str] | None = None
-    #: the session this request resumes (`Engine.open`): its instance only, never retried
-    session: uuid.UUID | None = None
-
-    @cached_property
-    def rid(self) -> str:
-        return str(self.id)
-
-    async def release(self) -> None:
-        """Give the instance slot back (the next request in the queue takes it)."""
-        instance, self.instance = self.instance, None
-        if instance is not None:
-            await self.engine.dispatcher.release(self.target, instance.id, self.id)
-
-    async def set_state(self, state: RequestState) -> None:
-        self.state = state
-        if self.detached and self.store_ok and state == RequestState.RUNNING:
-            try:
-                await self.engine.store.save_state(self.id, state)
-            except Exception:
-                log.exception("storing the state of request %s failed", self.id)
-
-    async def finish(self, outcome: Outcome) -> None:
-        """The request ended with `outcome`: the only place a slot is released for good."""
-        if self.finished:
-            return
-        self.finished = True
-        engine = self.engine
-        try:
-            ticket, self.ticket = self.ticket, None
-            if self.instance is None and ticket is not None and self.state == RequestState.QUEUED:
-                ticket.cancel()  # still waiting in the queue: leave it
-            await self.release()
-        finally:
-            files, self.files = self.files, None
-            if files is not None:
-                await files.remove()
-            self.outcome = outcome
-            elapsed = asyncio.get_running_loop().time() - self.accepted
-            engine.metrics.answered(self.target, outcome.fulfilled, elapsed)
-            self.done.set()
-            try:
-                if self.detached:
-                    await self.stored.wait()
-                    if self.store_ok:
-                        try:
-                            await engine.store.save_outcome(self.id, outcome)
-                        except Exception:
-                            log.exception("storing the outcome of request %s failed", self.id)
-            finally:
-                engine.active.pop(self.id, None)

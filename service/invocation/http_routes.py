@@ -31,7 +31,8 @@ from service.core.errors import (
 from service.core.http import parse_uuid, parse_uuids
 from service.core.middleware import ROUTE_LABEL
 from service.invocation import answers
-from service.invocation.engine import Call, Detached, Finished
+from service.invocation.engine import Call
+from service.invocation.run import Detached, Finished
 from service.invocation.schemas import (
     POLL_HEADER,
     QueueList,

@@ -22,8 +22,8 @@ from service.auth.service import Principal
 from service.core.errors import BadRequest, NotFound
 from service.invocation.access import may_poll, visible_versions
 from service.invocation.dispatch import Dispatcher
-from service.invocation.engine import Run
 from service.invocation.records import PollAnswer, QueueInfo
+from service.invocation.run import Run
 from service.invocation.store import Outcome, RequestStore, StoredRequest
 
 #: statuses whose queues `GET /queues/functions/{fid}` lists (NVCF: ACTIVE or DEPLOYING)

@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from service.assets.requests import RequestAssets
 from service.assets.service import Assets
 from service.auth.service import Principal
 from service.clusters.adapters import AdapterRegistry
@@ -103,7 +104,7 @@ class InvocationPlane:
             adapters,
             metrics,
             owner.value,
-            assets,
+            RequestAssets(settings, assets, adapters, sessionmaker),
             self.sessions,
         )
         #: polls and queue questions (lookup.py)

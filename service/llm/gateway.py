@@ -6,14 +6,14 @@ prefix — inside the request-context middleware (request ids, metrics, the acce
 `Gateway.answer` answers every one of them, errors in OpenAI's shape.
 
 A POST runs as any invocation does: authenticated (an API key or invocation token with
-`invoke_function`), the body checked (schemas.py), the function resolved and checked as an LLM
-function (routing.check_target, again by the engine on the version it admits; a model or path
-it does not declare passes and is logged unless NVCF_LLM_MODEL_ALLOWLIST refuses it), the
-model's token rate limit charged (tokens.py), then `Engine.invoke` with the body's `model`
-rewritten, at `<inferenceUrl><path>` — admission, shared functions, the function's rate limit,
-the queue, concurrency, metrics and the autoscaler signal are the engine's; the instance the
-request prefers (its session's, or its model's routing method's:
-routing.preference) is handed to the engine's dispatcher. The answer:
+`invoke_function`), the body checked (schemas.py), then `Engine.invoke` with the body's `model`
+rewritten. The engine resolves the function once and hands the version to the gateway's check
+(`_Admission`): an LLM function (routing.check_target; a model or path it does not declare
+passes and is logged unless NVCF_LLM_MODEL_ALLOWLIST refuses it), the model's token rate limit
+charged (tokens.py), the path `<inferenceUrl><path>`, and the instance the request prefers (its
+session's, or its model's routing method's: routing.preference) for the engine's dispatcher.
+Shared functions, the function's rate limit, the queue, concurrency, metrics and the
+autoscaler signal are the engine's. The answer:
 
 - `stream: true`: the worker's events relayed as they arrive (`[DONE]` included), watched for
   the first token and `usage`;
@@ -39,7 +39,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -53,9 +52,10 @@ from service.core.http import NotJson, RefusedJson, load_json
 from service.core.numbers import natural
 from service.functions.llm_config import RESPONSES
 from service.invocation.answers import Attended, relay
-from service.invocation.engine import Call, Finished, Streamed
+from service.invocation.engine import Admitted, Call
 from service.invocation.http_routes import Exchange as EntryExchange
 from service.invocation.routing import Target
+from service.invocation.run import Finished, Streamed
 from service.llm.errors import OpenAIError, from_domain, invalid, model_not_found
 from service.llm.metrics import NONE, LlmMetrics
 from service.llm.routing import (
@@ -217,117 +217,46 @@ class _Exchange:
         parsed = parse_request(self.path, await self._body())
         ref = parsed.ref
         self.session = session_of(self.path, parsed.body, self.request.headers.get(SESSION_HEADER))
-        try:
-            target = await plane.routes.resolve(principal, ref.function_id, None)
-        except DomainError as error:
-            if error.status == 404:
-                why = f"Function {ref.function_id} was not found."
-                raise model_not_found(ref.id, why) from None
-            if error.status == 400:  # the body is fine: no version of it can serve now
-                raise OpenAIError(
-                    503,
-                    f"The model `{ref.id}` cannot be served now: {error.detail}",
-                    code="model_not_available",
-                ) from None
-            raise
-        enforce = self.gateway.allowlist
-        config = check_target(target.function_type, target.models, ref, self.path, enforce=enforce)
-        passed = undeclared(target.models, ref, self.path)
-        if passed is not None:
-            log.warning(
-                "LLM request passed through although %s (function %s)", passed, ref.function_id
-            )
-        given = input_estimate(self.path, parsed.body)
-        tokens = estimate(self.path, parsed.body, given)
-        # labelled by function and model only once they are known to exist (a made-up model
-        # name must not become a metrics series)
-        self.function_id, self.model = str(ref.function_id), ref.name
-        charge = await self.gateway.tokens.charge(
-            config.get("tokenRateLimit"),
-            account=principal.account_id,
-            function_id=self.function_id,
-            model=ref.name,
-            tokens=tokens,
-        )
-        if charge is not None:
-            self.charged = charge.headers
-        prefer = preference(
-            [i.id for i in target.instances],
-            routing_method(config),
-            session=self.session,
-            key=ref.id,
-            turns=self.gateway.turns,
-        )
+        admission = _Admission(self, principal, parsed)
         # a hang-up ends the request (and frees its slot) wherever it is; a stream is relayed
         # in a block of its own (`_LlmStream`)
         async with Attended(self.entry.receive, self.entry.send):
             try:
-                answer = await plane.engine.invoke(
-                    self._call(principal, parsed, target, config, prefer, (given, tokens))
-                )
-            except BaseException:
-                if charge is not None:
-                    await charge.settle(0)  # never reached a worker: nothing used
+                answer = await plane.engine.invoke(self._call(principal, parsed, admission))
+            except BaseException as error:
+                if admission.charge is not None:
+                    await admission.charge.settle(0)  # never reached a worker: nothing used
+                if isinstance(error, DomainError) and not admission.reached:
+                    raise _unresolved(error, ref.id, ref.function_id) from None
                 raise
             if isinstance(answer, Finished):
-                if charge is not None:
-                    await charge.settle(0)
+                if admission.charge is not None:
+                    await admission.charge.settle(0)
                 outcome = answer.outcome
                 raise OpenAIError(
                     outcome.status if outcome.status >= 400 else 502,
                     f"The model server could not answer: {outcome.error or 'no answer'}.",
                 )
             assert isinstance(answer, Streamed)  # never detached: poll_seconds is None
-            return await self._respond(parsed, answer, charge)
+            return await self._respond(parsed, answer, admission.charge)
 
-    def _call(
-        self,
-        principal: Principal,
-        parsed: ParsedRequest,
-        target: Target,
-        config: dict[str, Any],
-        prefer: tuple[uuid.UUID, ...],
-        estimated: tuple[int, int],
-    ) -> Call:
-        ref, path = parsed.ref, self.path
-
-        def check(resolved: Target) -> None:
-            check_target(
-                resolved.function_type, resolved.models, ref, path, enforce=self.gateway.allowlist
-            )
-
+    def _call(self, principal: Principal, parsed: ParsedRequest, admission: _Admission) -> Call:
         # NVCF's gateway builds the worker's headers from a fixed set: nothing of the caller's
         # (an `x-cache-affinity-key` of its own, a credential) reaches the worker
-        accept = b"text/event-stream" if parsed.stream or path == RESPONSES else b"application/json"
-        headers = [*_JSON, (b"accept", accept)]
-        worker_headers = [
-            ("x-request-id", self.request_id),
-            ("x-routing-key", str(ref.function_id)),
-            ("x-routing-method", routing_method(config)),
-            ("x-model", ref.name),
-            ("x-input-tokens", str(estimated[0])),
-            ("x-token-estimate", str(estimated[1])),
-        ]
-        if self.session is not None:
-            worker_headers.append(("x-cache-affinity-key", self.session.affinity))
-        priority = priority_of(target.llm_invocation_config, principal.account_id)
-        if priority is not None:
-            worker_headers.append((PRIORITY_HEADER, str(priority)))
-        base = target.inference_path.rstrip("/")
+        accept = (
+            b"text/event-stream" if parsed.stream or self.path == RESPONSES else b"application/json"
+        )
         return Call(
             principal=principal,
-            function_id=ref.function_id,
+            function_id=parsed.ref.function_id,
             version_id=None,
             method="POST",
-            path=base + path,
-            headers=headers,
-            body=parsed.worker_body(stream=True if path == RESPONSES else None),
+            path=None,
+            headers=[*_JSON, (b"accept", accept)],
+            body=parsed.worker_body(stream=True if self.path == RESPONSES else None),
             request_id=uuid.uuid4(),
             poll_seconds=None,
-            worker_headers=worker_headers,
-            check=check,
-            prefer=prefer,
-            priority=priority,
+            check=admission,
         )
 
     async def _respond(
@@ -388,6 +317,86 @@ class _Exchange:
         self.gateway.metrics.used(self.function_id, self.model, self.endpoint, usage)
         if charge is not None:
             await charge.settle(None if usage is None else usage.total)
+
+
+@dataclass
+class _Admission:
+    """The gateway's check of the version the engine resolves (`Call.check`): an LLM function
+    serving the model, the model's tokens charged, the instance the request prefers."""
+
+    exchange: _Exchange
+    principal: Principal
+    parsed: ParsedRequest
+    #: the engine resolved the function (a refusal before is the function's, not the model's)
+    reached: bool = False
+    charge: Charge | None = None
+
+    async def __call__(self, target: Target) -> Admitted:
+        self.reached = True
+        exchange, parsed, principal = self.exchange, self.parsed, self.principal
+        gateway, ref, path = exchange.gateway, parsed.ref, exchange.path
+        config = check_target(
+            target.function_type, target.models, ref, path, enforce=gateway.allowlist
+        )
+        passed = undeclared(target.models, ref, path)
+        if passed is not None:
+            log.warning(
+                "LLM request passed through although %s (function %s)", passed, ref.function_id
+            )
+        given = input_estimate(path, parsed.body)
+        tokens = estimate(path, parsed.body, given)
+        # labelled by function and model only once they are known to exist (a made-up model
+        # name must not become a metrics series)
+        exchange.function_id, exchange.model = str(ref.function_id), ref.name
+        self.charge = await gateway.tokens.charge(
+            config.get("tokenRateLimit"),
+            account=principal.account_id,
+            function_id=exchange.function_id,
+            model=ref.name,
+            tokens=tokens,
+        )
+        if self.charge is not None:
+            exchange.charged = self.charge.headers
+        method = routing_method(config)
+        prefer = preference(
+            [i.id for i in target.instances],
+            method,
+            session=exchange.session,
+            key=ref.id,
+            turns=gateway.turns,
+        )
+        headers = [
+            ("x-request-id", exchange.request_id),
+            ("x-routing-key", str(ref.function_id)),
+            ("x-routing-method", method),
+            ("x-model", ref.name),
+            ("x-input-tokens", str(given)),
+            ("x-token-estimate", str(tokens)),
+        ]
+        if exchange.session is not None:
+            headers.append(("x-cache-affinity-key", exchange.session.affinity))
+        priority = priority_of(target.llm_invocation_config, principal.account_id)
+        if priority is not None:
+            headers.append((PRIORITY_HEADER, str(priority)))
+        return Admitted(
+            prefer=prefer,
+            priority=priority,
+            path=target.inference_path.rstrip("/") + path,
+            worker_headers=headers,
+        )
+
+
+def _unresolved(error: DomainError, model: str, function_id: uuid.UUID) -> OpenAIError:
+    """The engine's refusal of the function before the gateway's check, in OpenAI's terms."""
+    if error.status == 404:
+        return model_not_found(model, f"Function {function_id} was not found.")
+    if error.status == 400:  # the body is fine: no version of it can serve now
+        return OpenAIError(
+            503,
+            f"The model `{model}` cannot be served now: {error.detail}",
+            code="model_not_available",
+        )
+    return from_domain(error)
 
 
 def _worker_error(status: int, body: bytes) -> OpenAIError:

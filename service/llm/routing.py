@@ -327,7 +327,7 @@ def preference(
     turns: RoundRobin | None = None,
     rng: random.Random | None = None,
 ) -> tuple[uuid.UUID, ...]:
-    """The instances a request would have serve it, best first (`Call.prefer`): the engine's
+    """The instances a request would have serve it, best first (`Admitted.prefer`): the engine's
     dispatcher gives it the first with a free slot, and when none has one (or nothing is
     preferred) the instance with the fewest requests in flight.
 

@@ -350,6 +350,27 @@ async def test_a_model_the_caller_cannot_see_is_not_found(app: AppClient) -> Non
     assert listed.json() == {"object": "list", "data": []}
 
 
+async def test_the_version_the_gateway_checks_is_the_one_resolved_for_the_engine(
+    app: AppClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One resolution per request: the gateway checks (model, tokens, preferred instance) the
+    version the engine admits, never one it looked up beforehand on its own."""
+    fn = await deployed(app, **LLM_FN)
+    routes = app.app.state.invocation.routes
+    resolve = routes.resolve
+    resolved: list[uuid.UUID] = []
+
+    async def counted(principal: Any, function_id: uuid.UUID, version_id: Any) -> Any:
+        resolved.append(function_id)
+        return await resolve(principal, function_id, version_id)
+
+    monkeypatch.setattr(routes, "resolve", counted)
+    body = {"model": f"{fn['id']}/tiny/chat", "messages": [{"role": "user", "content": "x"}]}
+    resp = await app.post("/v2/nvcf/llm/v1/chat/completions", json=body)
+    assert resp.status_code == 200, resp.text
+    assert resolved == [uuid.UUID(fn["id"])]
+
+
 async def test_d25_a_trailing_slash_names_the_same_route(app: AppClient) -> None:
     fn = await deployed(app, **LLM_FN)
     ask = {"model": f"{fn['id']}/tiny/chat"}

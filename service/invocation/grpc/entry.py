@@ -35,11 +35,12 @@ from service.auth.caller import MissingScope, caller
 from service.auth.service import Authenticator, Principal
 from service.backends.worker import WorkerEndpoint
 from service.core.errors import BadRequest, DomainError, Forbidden
-from service.invocation.engine import GRPC_PATH, Call, Engine, Finished, Opened, is_grpc
+from service.invocation.engine import GRPC_PATH, Call, Engine, is_grpc
 from service.invocation.grpc.channels import METHODS_KEPT, Channels, Lease
 from service.invocation.grpc.connections import Key, Pin, Pins
 from service.invocation.grpc.statuses import NO_WORKER, not_invocable, status_code
 from service.invocation.routing import NotInvocable, Target
+from service.invocation.run import Finished, Opened
 from service.invocation.sessions import SessionNotFound
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ def returned_metadata(metadata: Metadata | None) -> list[tuple[str, str | bytes]
     ]
 
 
-def grpc_only(target: Target) -> None:
+async def grpc_only(target: Target) -> None:
     """The entry's admission check: only a gRPC function is called over gRPC."""
     if not is_grpc(target):
         raise BadRequest(

@@ -385,6 +385,29 @@ async def test_an_unreachable_worker_is_unavailable(
     assert sample(metrics, "nvcf_invocation_requests_total", outcome="errored") >= 1
 
 
+async def test_an_unexpected_failure_opening_the_workers_call_is_an_error_that_frees_the_slot(
+    client: AppClient, channel: aio.Channel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever ends a call before it is open ends it as any other failure does (one mapping
+    of failures to outcomes): the caller told why, the slot free."""
+    fn = await deployed(client, **GRPC_FN)
+    channels = client.app.state.grpc.channels
+    acquire = channels.acquire
+    failures = iter([RuntimeError("a bug")])
+
+    async def once(endpoint: Any) -> Any:
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        return await acquire(endpoint)
+
+    monkeypatch.setattr(channels, "acquire", once)
+    code, details = await status_of(unary(channel, "Unary")(b"x", metadata=md(fn)))
+    assert code == grpc.StatusCode.UNAVAILABLE
+    assert details == "the request failed: RuntimeError"
+    await _slot_is_free(client, channel, fn)
+
+
 async def test_a_worker_going_away_mid_stream_is_unavailable_and_frees_the_slot(
     client_factory: ClientFactory, tmp_path: Path
 ) -> None:

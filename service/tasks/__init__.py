@@ -1,1 +1,1 @@
-"""Cloud tasks (NVCT): GPU jobs that run to completion (docs/tasks.md)."""
+"""Cloud tasks (NVCT): one-shot GPU jobs that run to completion (docs/tasks.md)."""

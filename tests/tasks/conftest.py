@@ -1,5 +1,7 @@
-"""Task test fixtures: a registry requiring a login, for result pushes (the anonymous one,
-`anon_registry`, is in tests/conftest.py)."""
+"""Fixtures of the task tests: an app whose task loop does not run (the routes' answers stay
+as the requests left them; tests/tasks/test_loop.py drives the loop on a fake clock), and
+registries requiring a login, for result pushes (the anonymous one, `anon_registry`, is in
+tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.app import AppClient, ClientFactory
 from tests.support.registry import (
     RegistryServer,
     RegistryUnavailable,
@@ -14,6 +17,12 @@ from tests.support.registry import (
     TokenUser,
     start_registry,
 )
+
+
+@pytest.fixture
+async def client(client_factory: ClientFactory) -> AppClient:
+    return await client_factory(reconciler_enabled=False)
+
 
 #: the login of `login_registry` (tests read it from the server)
 _LOGIN = ("results-pusher", "Pu5h-s3cret-never-logged")

@@ -54,6 +54,7 @@ from service.core.errors import FieldError
 from service.core.settings import Settings
 from service.registry.models import ArtifactType
 from service.registry.service import NGC_USER, credentials_for_host
+from service.tasks.clocks import RESULT_NAME_RE
 
 log = logging.getLogger("nvcf.tasks.results")
 
@@ -66,8 +67,6 @@ REPOSITORY_MAX = 255
 LOCATION_MAX = 512
 #: the secret NVCT reads (its name in any case) to push results
 NGC_API_KEY = "NGC_API_KEY"
-#: a result's name, as NVCT validates it for UPLOAD (container-tasks.md)
-RESULT_NAME_RE = re.compile(r"^(?!\.\.?/)[A-Za-z0-9!\-_.*'()]{1,190}$")
 #: an OCI tag (distribution spec)
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 #: an OCI repository path component
@@ -221,10 +220,7 @@ def result_name_problem(name: str) -> str | None:
     """Why `name` cannot name an uploaded result (NVCT's rule), or None."""
     if RESULT_NAME_RE.match(name):
         return None
-    return (
-        "a result's name must be 1 to 190 letters, digits or any of ! - _ . * ' ( ), not "
-        "starting with './' or '../'"
-    )
+    return "a result's name must be 1 to 190 letters, digits or any of ! - _ . * ' ( )"
 
 
 def result_tag(name: str) -> str:

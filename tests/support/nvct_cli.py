@@ -120,11 +120,11 @@ def create_body(file: dict[str, Any] | None = None, **flags: Any) -> dict[str, A
         "clusters": "clusters",
     }
     if any(f in given for f in spec_flags):
-        spec = cfg.setdefault("gpuSpecification", {}) or {}
-        cfg["gpuSpecification"] = spec
+        flagged = cfg.setdefault("gpuSpecification", {}) or {}
+        cfg["gpuSpecification"] = flagged
         for flag, field in spec_flags.items():
             if flag in given:
-                spec[field] = given[flag]
+                flagged[field] = given[flag]
     if "container-env" in given:
         env = []
         for item in given["container-env"]:

@@ -41,6 +41,7 @@ def upgrade() -> None:
         sa.Column("results_location", sa.String(512)),
         sa.Column("max_runtime_seconds", sa.Float()),
         sa.Column("max_queued_seconds", sa.Float(), nullable=False),
+        sa.Column("queued_until", sa.DateTime(timezone=True), nullable=False),
         sa.Column("grace_seconds", sa.Float(), nullable=False),
         sa.Column("telemetries", sa.JSON()),
         sa.Column("secret_names", sa.JSON(), nullable=False),

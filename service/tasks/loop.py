@@ -34,7 +34,6 @@ from service.tasks import repository, transitions
 from service.tasks.clocks import (
     MAX_PROGRESS_BYTES,
     Clock,
-    Container,
     Decision,
     container_of,
     decide,
@@ -43,9 +42,11 @@ from service.tasks.clocks import (
 from service.tasks.models import Task, TaskResult, TaskStatus
 from service.tasks.queue import Turns, Waiting
 from service.tasks.service import Tasks
-from service.tasks.workload import CONTAINER_NAME, job_objects
+from service.tasks.workload import CONTAINER_NAME, helm_objects, job_objects
 
 log = logging.getLogger("nvcf.tasks")
+#: results (distinct names) one task may report
+MAX_RESULTS = 1000
 
 
 def instance_of(task: Task) -> InstanceSpec:
@@ -99,14 +100,18 @@ class TaskLoop(LoopService[str]):
         self.catalog = catalog
         self.tasks = tasks
         self.clock = clock
+        #: the queue and capacity of the last pass that could start nothing
+        self._blocked: tuple[object, ...] | None = None
+        self._apply_failed = False
         super().__init__(
             "nvcf-tasks", self.run_pass, period, log=log, failure="task loop pass failed"
         )
 
     async def run_pass(self) -> None:
         now = self.clock()
-        await self._place(now)
+        # what ended frees its place before the queue is offered capacity, in one pass
         await self._watch(now)
+        await self._place(now)
         async with self.maker() as session, session.begin():
             await repository.remove(session, await repository.deleted_and_clean(session))
 
@@ -114,9 +119,23 @@ class TaskLoop(LoopService[str]):
 
     async def _place(self, now: datetime) -> None:
         async with self.maker() as session:
-            queued = list(await repository.queued(session))
-        if not queued:
+            count, newest, first_deadline = await repository.queue_signature(session)
+        if not count:
+            self._blocked = None
             return
+        capacities: dict[str, Capacity] = {}
+        for name, adapter in self.adapters.items():
+            try:
+                capacities[name.lower()] = await adapter.capacity()
+            except AdapterError as exc:
+                log.warning("task placement: capacity of %s: %s", name, exc.message)
+        signature = (count, newest, tuple(sorted(capacities.items())))
+        due = first_deadline is not None and now >= first_deadline
+        if signature == self._blocked and not due:
+            return  # the same queue against the same capacity: nothing can start
+        self._blocked = None
+        async with self.maker() as session:
+            queued = list(await repository.queued(session))
         by_id = {t.id: t for t in queued}
         waiting: list[Waiting] = []
         for task in queued:
@@ -130,13 +149,17 @@ class TaskLoop(LoopService[str]):
                 )
             else:
                 waiting.append(Waiting(task.id, task.account_id, task.created_at))
-        capacities: dict[str, Capacity] = {}
         turns = Turns(waiting)
+        self._apply_failed = False
+        started = False
         for item in turns:
             task = by_id[item.task_id]
             placed = await self._try_place(task, capacities, now)
+            started = started or placed
             if not placed:
                 turns.hold(task.account_id)
+        if not started and not self._apply_failed and len(waiting) == len(queued):
+            self._blocked = signature
 
     async def _try_place(self, task: Task, capacities: dict[str, Capacity], now: datetime) -> bool:
         instance = instance_of(task)
@@ -144,13 +167,14 @@ class TaskLoop(LoopService[str]):
             adapter = self.adapters.get(name)
             if adapter is None:
                 continue
-            if name not in capacities:
+            key = name.lower()
+            if key not in capacities:
                 try:
-                    capacities[name] = await adapter.capacity()
+                    capacities[key] = await adapter.capacity()
                 except AdapterError as exc:
                     log.warning("task placement: capacity of %s: %s", name, exc.message)
                     continue
-            if not capacities[name].fits(instance.gpu, instance.gpus_per_node, instance.nodes):
+            if not capacities[key].fits(instance.gpu, instance.gpus_per_node, instance.nodes):
                 continue
             task.cluster = name
             placed = instance_of(task)
@@ -159,6 +183,7 @@ class TaskLoop(LoopService[str]):
             except AdapterError as exc:
                 if exc.retryable:
                     log.warning("task %s: apply on %s failed: %s", task.id, name, exc.message)
+                    self._apply_failed = True
                     task.cluster = None
                     return False
                 await self._move(
@@ -169,7 +194,7 @@ class TaskLoop(LoopService[str]):
                     exc.message,
                 )
                 return True
-            capacities.pop(name, None)  # read again: the task took some of it
+            capacities.pop(key, None)  # read again: the task took some of it
             await self._launched(task.id, name, now)
             return True
         return False
@@ -178,7 +203,19 @@ class TaskLoop(LoopService[str]):
         self, task: Task, cluster_name: str, *, suspend: bool = False
     ) -> list[dict[str, Any]]:
         cluster = self.catalog.cluster(cluster_name)
-        assert cluster is not None and task.container_image is not None
+        assert cluster is not None
+        if task.objects is not None:
+            return helm_objects(
+                task.objects,
+                task_id=str(task.id),
+                name=task.name,
+                nca_id=task.account_id,
+                instance_type=task.instance_type,
+                backend=self.catalog.group_of(cluster).name,
+                region=cluster.region,
+                secrets=self.tasks.secrets_of(task),
+            )
+        assert task.container_image is not None
         return job_objects(
             task_id=str(task.id),
             name=task.name,
@@ -224,12 +261,16 @@ class TaskLoop(LoopService[str]):
                     TaskStatus.RUNNING,
                 ):
                     await self._teardown(task, adapter, now)
-                else:
-                    await self._observe(task, adapter, now)
+                elif await self._observe(task, adapter, now):
+                    async with self.maker() as session:
+                        ended = await repository.get(session, task.id)
+                    if ended is not None and ended.teardown_pending:
+                        await self._teardown(ended, adapter, now)
             except AdapterError as exc:
                 log.warning("task %s on %s: %s", task.id, task.cluster, exc.message)
 
-    async def _observe(self, task: Task, adapter: BackendAdapter, now: datetime) -> None:
+    async def _observe(self, task: Task, adapter: BackendAdapter, now: datetime) -> bool:
+        """Apply the rules to what the task shows; True when it ended now."""
         instance = instance_of(task)
         container = container_of(await adapter.observe(instance), CONTAINER_NAME)
         raw: bytes | None = None
@@ -242,15 +283,17 @@ class TaskLoop(LoopService[str]):
                 raw = b"\xff"  # unreadable: decided as malformed below
                 log.info("task %s: progress file: %s", task.id, exc.message)
         decision = decide(clock_of(task), container, raw, now)
-        if task.secrets_delivered < task.secrets_generation and decision.status is None:
+        rotate = task.secrets_delivered < task.secrets_generation and decision.status is None
+        if rotate:
             await adapter.update_objects(instance, [secrets_object(self.tasks.secrets_of(task))])
-        await self._record(task.id, decision, container, now, task.secrets_generation)
+        if rotate or decision.status is not None or _progressed(task, decision):
+            await self._record(task.id, decision, now, task.secrets_generation)
+        return decision.status is not None and decision.status is not TaskStatus.RUNNING
 
     async def _record(
         self,
         task_id: uuid.UUID,
         decision: Decision,
-        container: Container,
         now: datetime,
         generation: int,
     ) -> None:
@@ -270,7 +313,14 @@ class TaskLoop(LoopService[str]):
                 task.progress_metadata = progress.metadata
                 if progress.name is not None and progress.name != task.result_name:
                     task.result_name = progress.name
-                    if progress.name not in await repository.result_names(session, task.id):
+                    names = await repository.result_names(session, task.id)
+                    if progress.name not in names and len(names) >= MAX_RESULTS:
+                        decision = Decision(
+                            TaskStatus.ERRORED,
+                            f"Task errored: it reported more than {MAX_RESULTS} results",
+                            f"more than {MAX_RESULTS} results",
+                        )
+                    elif progress.name not in names:
                         session.add(
                             TaskResult(
                                 id=transitions.ordered_id(),
@@ -297,12 +347,14 @@ class TaskLoop(LoopService[str]):
     async def _teardown(self, task: Task, adapter: BackendAdapter, now: datetime) -> None:
         instance = instance_of(task)
         kill = task.kill_at
-        if task.stop_requested_at is not None and kill is not None and now < kill:
+        if task.objects is not None:  # a helm task: its pods stop within their own grace period
+            message = "Task objects removed from the cluster"
+        elif task.stop_requested_at is not None and kill is not None and now < kill:
             container = container_of(await adapter.observe(instance), CONTAINER_NAME)
-            if container.exit_code is None and not container.gone:
+            if container.started and container.exit_code is None:
                 # asked to stop (idempotent): Kubernetes deletes a suspended Job's pod within
                 # its grace period; the kill below comes at the task's own deadline
-                if task.container_image is not None and task.cluster:
+                if task.cluster:
                     await adapter.apply(instance, self._objects(task, task.cluster, suspend=True))
                 return
             message = "Task container stopped"
@@ -326,6 +378,17 @@ class TaskLoop(LoopService[str]):
             task = await repository.get_for_update(session, task_id)
             if task is not None and task.status == TaskStatus.QUEUED.value:
                 transitions.move(session, task, to, now, message, error=error)
+
+
+def _progressed(task: Task, decision: Decision) -> bool:
+    """Whether the progress file says something the task's row does not."""
+    p = decision.progress
+    return p is not None and (
+        p.percent != task.percent_complete
+        or p.last_updated_at != task.last_heartbeat_at
+        or (p.name is not None and p.name != task.result_name)
+        or p.metadata != (task.progress_metadata or {})
+    )
 
 
 async def known_task_ids(maker: async_sessionmaker[AsyncSession]) -> frozenset[str]:

@@ -69,6 +69,8 @@ class Task(Base):
     results_location: Mapped[str | None] = mapped_column(String(512))
     max_runtime_seconds: Mapped[float | None] = mapped_column(Float)
     max_queued_seconds: Mapped[float] = mapped_column(Float)
+    #: created_at + maxQueuedDuration: when a task still queued ends
+    queued_until: Mapped[datetime] = mapped_column(UTCDateTime())
     grace_seconds: Mapped[float] = mapped_column(Float)
     telemetries: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     secret_names: Mapped[list[Any]] = mapped_column(JSON, default=list)

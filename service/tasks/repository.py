@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Sequence
+from datetime import UTC, datetime
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -78,6 +79,25 @@ async def active_of_account(session: AsyncSession, account_id: str) -> Sequence[
         Task.account_id == account_id, Task.status.in_([s.value for s in ACTIVE])
     )
     return (await session.execute(stmt)).scalars().all()
+
+
+async def queue_signature(
+    session: AsyncSession,
+) -> tuple[int, datetime | None, datetime | None]:
+    """How many tasks are queued, the newest one's creation and the first queued deadline:
+    while these and the clusters' capacity stay the same, a placement pass changes nothing."""
+    stmt = select(func.count(), func.max(Task.created_at), func.min(Task.queued_until)).where(
+        Task.status == TaskStatus.QUEUED.value
+    )
+    count, newest, first = (await session.execute(stmt)).one()
+    return int(count), _aware(newest), _aware(first)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    """An aggregate's time (SQLite hands back naive UTC, or text)."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
 async def queued(session: AsyncSession) -> Sequence[Task]:

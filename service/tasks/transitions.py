@@ -8,7 +8,7 @@ import logging
 import secrets
 import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -63,6 +63,7 @@ def create(session: AsyncSession, task: Task, now: datetime) -> None:
     """A new task enters the queue."""
     task.status = TaskStatus.QUEUED.value
     task.created_at = task.updated_at = now
+    task.queued_until = now + timedelta(seconds=task.max_queued_seconds)
     session.add(task)
     event(session, task, "Task created and queued", now)
 

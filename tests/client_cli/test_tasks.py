@@ -1,12 +1,16 @@
-"""`nvcf task ...` against a real server (simulated clusters): a task followed with `--wait`
-to COMPLETED, a wait that times out (exit 4), a canceled task (exit 3 with its timeline); list,
-get, events, results, cancel, delete; a body file under options; `-o json`; usage errors."""
+"""`nvcf task ...` against a real server (simulated clusters, their task runner's scripts): a
+task followed with `--wait` to COMPLETED, its percent and checkpoints shown as they come; one
+that errs (exit 3 with its reason); a wait that times out (exit 4); a canceled task (exit 3
+with its timeline); list, get, events, results, cancel, delete; a body file under options;
+`-o json`; usage errors."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -16,9 +20,20 @@ from tests.support.client_cli import Nvcf, served
 
 H100 = ("--gpu", "H100", "--instance-type", "NCP.GPU.H100_1x")
 L40S = ("--gpu", "L40S", "--instance-type", "DGXC.GPU.L40S_1x")
-#: two simulated clusters: on sim-fast a task (the simulated cluster's default script, the only
-#: one its API can choose: containerEnvironment refuses NVCF_ keys) completes after half a
-#: second; on sim-slow it runs for an hour
+#: the simulated task runner's script (service/backends/simulated/tasks.py): 10 → 50 with
+#: checkpoint ckpt-1 → 100 with checkpoint ckpt-2, then exit 0
+CHECKPOINTS = {
+    "steps": [
+        {"after": 0.2, "percent": 10},
+        {"after": 0.3, "percent": 50, "name": "ckpt-1", "files": {"w.bin": "one"}},
+        {"after": 0.3, "percent": 100, "name": "ckpt-2", "files": {"w.bin": "two"}},
+    ],
+    "exitAfter": 0.1,
+}
+#: 20, then an exit with code 1 without completing
+FAILS = {"steps": [{"after": 0.1, "percent": 20}], "exitAfter": 0.1, "exitCode": 1}
+#: on sim-fast a task without a script completes after half a second; on sim-slow it runs
+#: for an hour
 CATALOG = {
     "clusterGroups": [
         {
@@ -63,9 +78,12 @@ def nvcf(server: str, tmp_path: Path) -> Nvcf:
     return Nvcf(server, tmp_path / "config")
 
 
-def task_args(name: str, gpu: tuple[str, ...] = H100) -> tuple[str, ...]:
+def task_args(
+    name: str, gpu: tuple[str, ...] = H100, script: dict[str, Any] | None = None
+) -> tuple[str, ...]:
     image = "nvcr.io/acme/trainer:1.0"
-    return ("task", "create", "--name", name, *gpu, "--image", image, "--result-strategy", "none")
+    args = ("task", "create", "--name", name, *gpu, "--image", image, "--result-strategy", "none")
+    return (*args, "--env", f"SIM_TASK_SCRIPT={json.dumps(script)}") if script else args
 
 
 def test_create_wait_follows_a_task_to_completed(nvcf: Nvcf) -> None:
@@ -90,12 +108,26 @@ def test_create_wait_follows_a_task_to_completed(nvcf: Nvcf) -> None:
     assert table.exit_code == 0 and task_id in table.stdout and "COMPLETED" in table.stdout
 
 
-def test_wait_json_prints_the_task_and_its_results(nvcf: Nvcf) -> None:
-    done = nvcf(*task_args("json"), "--wait", "-o", "json")
+def test_wait_shows_percent_and_checkpoints_as_they_come(nvcf: Nvcf) -> None:
+    done = nvcf(*task_args("checkpoints", script=CHECKPOINTS), "--wait", "-o", "json")
     assert done.exit_code == 0, done.stderr
     body = json.loads(done.stdout)
     assert body["task"]["status"] == "COMPLETED"
-    assert body["results"] == []
+    assert [r["name"] for r in body["results"]] == ["ckpt-1", "ckpt-2"]
+    task_id = body["task"]["id"]
+    lines = done.stderr.splitlines()
+    assert lines[-1] == f"task {task_id} COMPLETED 100%; checkpoints: ckpt-1, ckpt-2"
+    # a line at each change seen, in order: the percent never goes down
+    percents = [int(m) for line in lines for m in re.findall(r" (\d+)%", line)]
+    assert percents == sorted(percents) and percents[-1] == 100
+    table = nvcf("task", "results", task_id)
+    assert table.exit_code == 0 and "ckpt-2" in table.stdout
+
+
+def test_a_task_that_errs_exits_3_with_its_reason(nvcf: Nvcf) -> None:
+    done = nvcf(*task_args("fails", script=FAILS), "--wait", "--timeout", "60")
+    assert done.exit_code == 3, (done.stdout, done.stderr)
+    assert "ended ERRORED: the container exited with code 1" in done.stderr
 
 
 def test_the_progress_line_names_percent_and_checkpoints() -> None:

@@ -37,12 +37,13 @@ TABLES = (
     "deployment_specs",
     "registry_credentials",
     "api_keys",
+    "tasks",
 )
 OPERATIONS = [
     (method.upper(), path, op)
     for path, ops in DOCUMENT["paths"].items()
     for method, op in ops.items()
-    if path.startswith("/v2/nvcf")
+    if path.startswith(("/v2/nvcf", "/v1/nvct"))
 ]
 
 
@@ -80,7 +81,19 @@ def target(tmp_path: Path, database_url: str) -> Iterator[Target]:
     base = f"http://127.0.0.1:{port}"
     headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
     fn = httpx.post(f"{base}/v2/nvcf/functions", json=CONTAINER_FN, headers=headers).json()
-    ids = {"functionId": fn["function"]["id"], "functionVersionId": fn["function"]["versionId"]}
+    task = {
+        "name": "t",
+        "gpuSpecification": {"gpu": "H100", "instanceType": "NCP.GPU.H100_1x"},
+        "containerImage": "nvcr.io/acme/t:1",
+        "resultHandlingStrategy": "NONE",
+    }
+    made = httpx.post(f"{base}/v1/nvct/tasks", json=task, headers=headers).json()
+    ids = {
+        "functionId": fn["function"]["id"],
+        "functionVersionId": fn["function"]["versionId"],
+        "taskId": made["task"]["id"],
+        "ncaId": made["task"]["ncaId"],
+    }
     t = Target(base, database_url, ids)
     try:
         yield t

@@ -9,8 +9,8 @@ operation the statuses the server can really answer it with:
   limit), 500 and 503 (connection cap, database);
 - with path ids: 404, and the ids are `format: uuid`;
 - with a body (POST, PUT, PATCH): 408 (body timeout), 409 (conflicts, idempotency), 413, 415;
-- those that pull charts (helm functions, deployments, the dry-run): 502 (an upstream failed or
-  timed out).
+- those that pull charts (helm functions, deployments, the dry-run, creating a task): 502 (an
+  upstream failed or timed out).
 
 A property test sends generated requests to every route and fails on any status the document
 does not list for it (tests/test_api_properties.py).
@@ -61,6 +61,10 @@ _TEXT = {
 _BODY_METHODS = frozenset({"post", "put", "patch"})
 #: operations that fetch and render charts (their summaries' paths)
 _CHART_PATHS = ("/functions", "/deployments/functions/", "/helm/")
+#: the same, matched whole (a helm task's create)
+_CHART_OPERATIONS = frozenset({"/v1/nvct/tasks"})
+#: path parameters named like ids that are not UUIDs (NVCT's account id)
+_NOT_UUIDS = frozenset({"ncaId"})
 
 
 def _problem(status: str) -> dict[str, Any]:
@@ -94,13 +98,15 @@ def truthful(
             statuses = ["400", "401", "403", "429", "500", "503"]
             params = [p for p in operation.get("parameters", []) if p.get("in") == "path"]
             for param in params:
-                if param["name"].endswith("Id"):
+                if param["name"].endswith("Id") and param["name"] not in _NOT_UUIDS:
                     param["schema"] = {**param["schema"], "format": "uuid"}
             if any(p["name"].endswith("Id") for p in params):
                 statuses.append("404")
             if method in _BODY_METHODS:
                 statuses += ["408", "409", "413", "415"]
-                if method == "post" and any(p in path for p in _CHART_PATHS):
+                if method == "post" and (
+                    path in _CHART_OPERATIONS or any(p in path for p in _CHART_PATHS)
+                ):
                     statuses.append("502")
             for status in sorted(statuses):
                 responses.setdefault(status, _problem(status))

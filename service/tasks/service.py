@@ -490,7 +490,7 @@ class Tasks:
                     instance_id=str(task.id),
                     task_id=task.id,
                     instance_type=task.instance_type,
-                    instance_state=task.status,
+                    instance_state=_instance_state(task),
                     nca_id=task.account_id,
                     gpu=task.gpu,
                     backend=group,
@@ -541,6 +541,15 @@ class Tasks:
         name = task.cluster or next(iter(task.candidate_clusters), None)
         cluster = self.catalog.cluster(name) if name else None
         return self.catalog.group_of(cluster).name if cluster else (task.backend or "")
+
+
+def _instance_state(task: Task) -> str:
+    """NVCT's InstanceStateEnum for the task's one instance."""
+    if task.status == TaskStatus.LAUNCHED.value:
+        return "STARTING"
+    if task.status == TaskStatus.RUNNING.value:
+        return "RUNNING"
+    return "TERMINATED"
 
 
 def basic(task: Task) -> BasicTaskOut:

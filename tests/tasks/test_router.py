@@ -266,3 +266,11 @@ async def test_bad_query_parameters_are_400(client: AppClient) -> None:
     assert_problem(await client.get(T, params={"limit": 0}), 400)
     assert_problem(await client.get(T, params={"cursor": "garbage"}), 400)
     assert_problem(await client.get(f"{T}/{task['id']}/events", params={"limit": "x"}), 400)
+
+
+async def test_a_container_task_on_a_multi_node_instance_type_is_400(client: AppClient) -> None:
+    multi = {"gpu": "B200", "instanceType": "ON-PREM.GPU.B200_8x.x2"}
+    problem = assert_problem(await client.post(T, json={**TASK, "gpuSpecification": multi}), 400)
+    [error] = problem["errors"]  # type: ignore[misc]
+    assert error["field"] == "gpuSpecification.instanceType"
+    assert "helm" in error["message"] and "one node" in error["message"]

@@ -26,7 +26,8 @@ CHECKPOINTS = {
     "steps": [
         {"after": 0.2, "percent": 10},
         {"after": 0.3, "percent": 50, "name": "ckpt-1", "files": {"w.bin": "one"}},
-        {"after": 0.3, "percent": 100, "name": "ckpt-2", "files": {"w.bin": "two"}},
+        # ckpt-1 stays the current result for a second: many passes of the task loop read it
+        {"after": 1.0, "percent": 100, "name": "ckpt-2", "files": {"w.bin": "two"}},
     ],
     "exitAfter": 0.1,
 }

@@ -1,4 +1,4 @@
-"""The `nvcf` command: login, functions, charts, deployments (docs/cli.md)."""
+"""The `nvcf` command: login, functions, charts, deployments, tasks (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from service.client_cli import (
     invoke,
     logs,
     revisions,
+    tasks,
     telemetries,
 )
 from service.client_cli.api import Api, ApiError, Unreachable
@@ -25,7 +26,7 @@ from service.client_cli.output import EXIT_CODES, Code, Output, Ui
 
 app = typer.Typer(
     name="nvcf",
-    help="Manage functions and deployments of an nvcf-server through its REST API. "
+    help="Manage functions, deployments and tasks of an nvcf-server through its REST API. "
     "Credentials come from `nvcf login`, or NVCF_URL and NVCF_API_KEY.",
     epilog=EXIT_CODES,
     no_args_is_help=True,
@@ -37,6 +38,7 @@ app.add_typer(functions.app, name="function")
 app.add_typer(charts.app, name="chart")
 app.add_typer(assets.app, name="asset")
 app.add_typer(telemetries.app, name="telemetry")
+tasks.register(app)
 deployments.register(app)
 revisions.register(app)
 invoke.register(app)

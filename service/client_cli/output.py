@@ -33,7 +33,8 @@ class Code(IntEnum):
 
 EXIT_CODES = (
     "Exit codes: 0 ok; 1 API or connection error; 2 usage (bad option, not logged in); "
-    "3 deployment failed (ERROR) or chart not valid; 4 timed out."
+    "3 deployment failed (ERROR), task ended other than COMPLETED, or chart not valid; "
+    "4 timed out."
 )
 
 

@@ -1,9 +1,9 @@
 """The read-only web console at `/console` (docs/console.md).
 
 A static page over the public API: the browser keeps the API key the user pastes in
-sessionStorage and sends it only as the `Authorization` header of `/v2/nvcf` requests to this
-same origin. The server holds no console state and adds no route that reads data: everything
-the page shows comes from the API, under the key's own scopes.
+sessionStorage and sends it only as the `Authorization` header of `/v2/nvcf` (and NVCT's
+`/v1/nvct`) requests to this same origin. The server holds no console state and adds no route
+that reads data: everything the page shows comes from the API, under the key's own scopes.
 
 The page, its script, its stylesheet, its icon and the vendored YAML parser are files of
 this package, served by name from a fixed list (never as a directory), each response with a

@@ -8,6 +8,7 @@ Its fields are written in three parts, in the order of docs/configuration.md: th
 from __future__ import annotations
 
 import ipaddress
+import re
 from functools import cached_property
 from pathlib import Path
 
@@ -17,6 +18,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from service.core.settings_deployments import DeploymentSettings
 from service.core.settings_platform import PlatformSettings, comma_list
 from service.core.settings_serving import ServingSettings
+
+#: `host[:port][/path]`: a DNS name, IPv4 or bracketed IPv6 literal, then OCI path components
+_RESULTS_REGISTRY_RE = re.compile(
+    r"^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*"
+    r"|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
+)
 
 
 # the parts in reverse: pydantic orders the fields from the last base to the first
@@ -79,6 +86,22 @@ class Settings(ServingSettings, DeploymentSettings, PlatformSettings, BaseSettin
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("task_results_registry", mode="before")
+    @classmethod
+    def _results_registry(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        text = value.strip().rstrip("/").lower()
+        if not text:
+            return None
+        if not _RESULTS_REGISTRY_RE.match(text):
+            raise ValueError(
+                "must be host[:port] with an optional /path (lower-case letters and digits "
+                "separated by '.', '_', '__' or '-'), without a scheme, e.g. "
+                "'registry.example.com:5000/nvct-results'"
+            )
+        return text
 
     @model_validator(mode="after")
     def _s3_needs_bucket(self) -> Settings:

@@ -93,7 +93,8 @@ class PlatformSettings(BaseModel):
     )
     insecure_registries: CommaList = Field(
         default=frozenset(),
-        description="Comma list of `host[:port]` chart registries spoken to over plain HTTP.",
+        description="Comma list of `host[:port]` registries (of charts, of task results) "
+        "spoken to over plain HTTP.",
     )
     helm_enforce_security: bool = Field(
         default=False, description="Turn security and resource findings of charts into errors."
@@ -276,6 +277,38 @@ class PlatformSettings(BaseModel):
         ge=0,
         description="Seconds between purges of expired assets, old large results and "
         "abandoned uploads (0: never).",
+    )
+    # -- task results (service/tasks/results.py, docs/tasks.md)
+    task_results_registry: str | None = Field(
+        default=None,
+        max_length=255,
+        description="`host[:port][/path]` of the OCI registry the checkpoints of "
+        "`resultHandlingStrategy: UPLOAD` tasks are pushed to: a task's `resultsLocation` "
+        "`org/[team/]model` is the repository `[path/]org/[team/]model` there, each result "
+        "tagged with its name; spoken to over plain HTTP when its `host[:port]` is in "
+        "`NVCF_INSECURE_REGISTRIES`. Unset: `UPLOAD` is refused.",
+    )
+    task_results_push_attempts: int = Field(
+        default=3, ge=1, le=10, description="Attempts to push one result before the task errs."
+    )
+    task_results_push_backoff: float = Field(
+        default=2.0,
+        ge=0,
+        le=300,
+        description="Seconds before the second attempt of a result push, doubled before each "
+        "next one.",
+    )
+    task_results_push_timeout: float = Field(
+        default=60.0, gt=0, description="Seconds for each registry request of a result push."
+    )
+    task_result_max_bytes: int = Field(
+        default=10 * 1024 * 1024 * 1024,
+        gt=0,
+        description="Largest result (the files of one checkpoint) pushed, in bytes; a larger "
+        "one errs the task.",
+    )
+    task_result_max_files: int = Field(
+        default=10_000, ge=1, description="Files one result (checkpoint) may hold."
     )
     # -- per-account API rate limit (service/core/ratelimit.py)
     rate_limit_per_second: float = Field(

@@ -168,7 +168,9 @@ def assert_private(browser: Browser, server: ConsoleServer, key: str = ADMIN_KEY
             if key in value:
                 assert name.lower() == "authorization", (name, request.url)
                 assert value == f"Bearer {key}", (name, request.url)
-                assert request.url == "" or urlsplit(request.url).path.startswith("/v2/nvcf/")
+                assert request.url == "" or urlsplit(request.url).path.startswith(
+                    ("/v2/nvcf/", "/v1/nvct/")
+                )
     assert [r for r in pages if header(r, "Authorization") == f"Bearer {key}"], "no API call"
     assert key not in browser.driver.current_url
     assert browser.stored_key() == key

@@ -210,3 +210,109 @@ CLUSTER_GROUPS_RESPONSE = {
         }
     )
 }
+
+
+# --- nvcf-cli's task structs (internal/client/tasks.go) -----------------------------------
+
+NVCT_GPU_SPECIFICATION_DTO = {
+    "gpu": str,
+    "backend": str,
+    "clusters": ListOf(str),
+    "instanceType": str,
+    "configuration": MapOf(ANY),
+    "helmValidationPolicy": {
+        "name": str,
+        "extraKubernetesTypes": ListOf({"group": str, "version": str, "kind": str}),
+    },
+}
+NVCT_INSTANCE_DTO = {
+    "instanceId": str,
+    "taskId": str,
+    "instanceType": str,
+    "instanceState": str,
+    "icmsRequestId": str,
+    "ncaId": str,
+    "gpu": str,
+    "backend": str,
+    "location": str,
+    "instanceCreatedAt": str,
+    "instanceUpdatedAt": str,
+}
+TELEMETRIES_DTO = {"logsTelemetryId": str, "metricsTelemetryId": str, "tracesTelemetryId": str}
+#: `TaskDto`: create, list, get and cancel decode into it
+TASK_DTO = {
+    "id": str,
+    "ncaId": str,
+    "name": str,
+    "status": str,
+    "gpuSpecification": NVCT_GPU_SPECIFICATION_DTO,
+    "containerImage": str,
+    "containerArgs": str,
+    "containerEnvironment": ListOf(CONTAINER_ENVIRONMENT_ENTRY),
+    "models": ListOf(ARTIFACT_DTO),
+    "resources": ListOf(ARTIFACT_DTO),
+    "tags": ListOf(str),
+    "description": str,
+    "resultHandlingStrategy": str,
+    "resultsLocation": str,
+    "maxRuntimeDuration": str,
+    "maxQueuedDuration": str,
+    "terminationGracePeriodDuration": str,
+    "helmChart": str,
+    "healthInfo": HEALTH_DTO,
+    "secrets": ListOf(str),
+    "percentComplete": int,
+    "lastHeartbeatAt": str,
+    "lastUpdatedAt": str,
+    "telemetries": TELEMETRIES_DTO,
+    "createdAt": str,
+    "instances": ListOf(NVCT_INSTANCE_DTO),
+}
+TASK_RESPONSE = {"task": TASK_DTO}
+LIST_TASKS_RESPONSE = {"tasks": ListOf(TASK_DTO), "limit": int, "cursor": str}
+LIST_BASIC_TASK_DETAILS_RESPONSE = {
+    "ncaId": str,
+    "tasks": ListOf({"id": str, "name": str, "status": str}),
+}
+LIST_TASK_EVENTS_RESPONSE = {
+    "events": ListOf(
+        {"eventId": str, "taskId": str, "ncaId": str, "message": str, "createdAt": str}
+    ),
+    "limit": int,
+    "cursor": str,
+}
+LIST_TASK_RESULTS_RESPONSE = {
+    "results": ListOf(
+        {
+            "resultId": str,
+            "taskId": str,
+            "ncaId": str,
+            "name": str,
+            "metadata": MapOf(ANY),
+            "createdAt": str,
+        }
+    ),
+    "limit": int,
+    "cursor": str,
+}
+_GPU_PLACEMENT_DTO = {
+    "clusterId": str,
+    "cluster": str,
+    "clusterGroupId": str,
+    "clusterGroup": str,
+    "cloudProvider": str,
+    "region": str,
+    "currentMaxUsage": int,
+    "currentMinUsage": int,
+}
+LIST_GPU_USAGE_RESPONSE = {
+    "gpus": ListOf(
+        {
+            "gpu": str,
+            "instanceType": str,
+            "currentMaxUsage": int,
+            "currentMinUsage": int,
+            "placements": ListOf(_GPU_PLACEMENT_DTO),
+        }
+    )
+}

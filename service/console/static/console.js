@@ -14,6 +14,8 @@
 import { load as loadYaml } from "./js-yaml.esm.min.mjs?v=5.5.0";
 
 const API = document.querySelector('meta[name="nvcf-api"]').content;
+// NVCT's routes (cloud tasks) beside NVCF's, under the same root
+const NVCT = API.replace(/\/v2\/nvcf$/, "/v1/nvct");
 const KEY_ITEM = "nvcf-console-key";
 const REFRESH_MS = 2000;
 const SVG_NS = "http://www.w3.org/2000/svg";
@@ -36,10 +38,10 @@ class ApiError extends Error {
   }
 }
 
-async function api(path) {
+async function api(path, base = API) {
   const key = keyStore.get();
   if (!key) throw new ApiError(401, { title: "no API key" });
-  const resp = await fetch(API + path, {
+  const resp = await fetch(base + path, {
     headers: { Authorization: `Bearer ${key}`, Accept: "application/json" },
     credentials: "omit",
     cache: "no-store",
@@ -560,12 +562,12 @@ async function deploymentView(did) {
 // scopes. Forms live in views that are not refreshed (what is typed stays); a refused call
 // shows the API's problem+json: its detail, and each violation next to its field.
 
-async function send(method, path, body) {
+async function send(method, path, body, base = API) {
   const key = keyStore.get();
   if (!key) throw new ApiError(401, { title: "no API key" });
   const headers = { Authorization: `Bearer ${key}`, Accept: "application/json" };
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  const resp = await fetch(API + path, {
+  const resp = await fetch(base + path, {
     method,
     headers,
     body: body === undefined ? undefined : JSON.stringify(body),
@@ -1011,6 +1013,105 @@ function rolloutText(spec) {
 // --- routing and refresh ----------------------------------------------------------------------
 
 // [pattern, view, refreshed]: forms and streams are not refreshed (what is typed stays)
+// --- cloud tasks (NVCT, docs/tasks.md) ---------------------------------------------------------
+
+const TASK_ENDS = ["COMPLETED", "CANCELED", "ERRORED", "EXCEEDED_MAX_RUNTIME_DURATION",
+  "EXCEEDED_MAX_QUEUED_DURATION"];
+const taskHref = (tid) => `#/tasks/${enc(tid)}`;
+
+function percentBar(task) {
+  const percent = task.percentComplete;
+  if (percent === undefined || percent === null) return h("span", { class: "muted" }, "—");
+  return h("span", { class: "percent" },
+    h("progress", { max: 100, value: percent, "aria-label": `${percent}% complete` }), ` ${percent}%`);
+}
+
+// Every page of a cursor-paged NVCT list (its `limit` and `cursor`), at most `pages` of them.
+async function nvctPages(path, key, pages = 20) {
+  const items = [];
+  let cursor = null;
+  for (let i = 0; i < pages; i += 1) {
+    const sep = path.includes("?") ? "&" : "?";
+    const body = await api(cursor ? `${path}${sep}cursor=${enc(cursor)}` : path, NVCT);
+    items.push(...(body[key] || []));
+    cursor = body.cursor;
+    if (!cursor) break;
+  }
+  return items;
+}
+
+async function tasksView() {
+  const tasks = await nvctPages("/tasks", "tasks");
+  const rows = tasks.map((t) => h("tr", { "data-task-id": t.id },
+    h("td", null, link(taskHref(t.id), t.name, { title: t.id })),
+    h("td", null, badge("status", t.status)),
+    h("td", null, percentBar(t)),
+    h("td", { class: "mono" }, `${t.gpuSpecification.gpu} ${t.gpuSpecification.instanceType}`),
+    h("td", { class: "mono" }, t.containerImage || (t.helmChart ? `chart ${t.helmChart}` : "")),
+    h("td", null, when(t.createdAt))));
+  return h("div", null,
+    h("h1", null, "Tasks"),
+    rows.length
+      ? table("tasks", plural(rows.length, "task"),
+          ["Task", "Status", "Progress", "GPU", "Runs", "Created"], rows)
+      : h("p", { class: "muted" }, "No tasks yet."));
+}
+
+async function taskView(tid) {
+  const base = `/tasks/${enc(tid)}`;
+  const [{ task: t }, events, results] = await Promise.all([
+    api(base, NVCT), nvctPages(`${base}/events`, "events"), nvctPages(`${base}/results`, "results"),
+  ]);
+  const ended = TASK_ENDS.includes(t.status);
+  const error = t.healthInfo && t.healthInfo.error;
+  return h("div", null,
+    h("p", { class: "crumbs" }, link("#/tasks", "Tasks"), " / ", t.name),
+    h("h1", null, `${t.name} `, h("span", { id: "task-status" }, badge("status", t.status))),
+    h("p", { id: "task-progress" }, percentBar(t)),
+    details([
+      ["Task", h("code", null, t.id)],
+      ["GPU", `${t.gpuSpecification.gpu} ${t.gpuSpecification.instanceType}`],
+      ["Runs", t.containerImage || t.helmChart || ""],
+      ["Results", t.resultsLocation ? `${t.resultHandlingStrategy} to ${t.resultsLocation}`
+        : t.resultHandlingStrategy],
+      ["Max runtime", t.maxRuntimeDuration || "none"],
+      ["Max queued", t.maxQueuedDuration],
+      ["Grace period", t.terminationGracePeriodDuration],
+      ["Last heartbeat", t.lastHeartbeatAt ? when(t.lastHeartbeatAt) : "—"],
+      ["Created", when(t.createdAt)],
+    ]),
+    h("p", { class: "actions", id: "task-actions" },
+      ended ? null : dangerButton("cancel-task", "Cancel",
+        `Cancel task ${t.name}? Its container is asked to stop, then killed after the grace period.`,
+        async () => {
+          await send("POST", `${base}/cancel`, undefined, NVCT);
+          load(generation);
+        }),
+      " ", dangerButton("delete-task", "Delete", `Delete task ${t.name}?`, async () => {
+        await send("DELETE", base, undefined, NVCT);
+        location.hash = "#/tasks";
+      })),
+    error ? h("div", { id: "task-health", class: "problems", role: "alert" },
+      h("h2", null, "Health"), h("p", null, error)) : null,
+    h("h2", null, "Results"),
+    results.length
+      ? table("task-results", plural(results.length, "result"),
+          ["Name", "Created", "Reference", "Digest", "Metadata"],
+          results.map((r) => h("tr", null,
+            h("td", null, r.name), h("td", null, when(r.createdAt)),
+            h("td", { class: "mono" }, r.reference || "—"),
+            h("td", { class: "mono" }, r.digest || "—"),
+            h("td", { class: "mono" },
+              Object.keys(r.metadata || {}).length ? JSON.stringify(r.metadata) : ""))))
+      : h("p", { id: "task-results", class: "muted" }, "No results reported."),
+    h("h2", null, "Event timeline"),
+    table("task-events", plural(events.length, "event"), ["At (UTC)", "Message"],
+      events.map((e) => h("tr", null,
+        h("td", { class: "mono" }, h("time", { datetime: e.createdAt, title: e.createdAt },
+          utc(e.createdAt, false))),
+        h("td", null, e.message)))));
+}
+
 const ROUTES = [
   [/^#\/functions\/([^/]+)\/versions\/([^/]+)$/, versionView, true],
   [/^#\/functions\/([^/]+)\/versions\/([^/]+)\/deploy$/, deployView, false],
@@ -1021,6 +1122,8 @@ const ROUTES = [
   [/^#\/deployments\/([^/]+)$/, deploymentView, true],
   [/^#\/deployments$/, deploymentsView, true],
   [/^#\/functions$/, functionsView, true],
+  [/^#\/tasks\/([^/]+)$/, taskView, true],
+  [/^#\/tasks$/, tasksView, true],
   [/^#\/new(\?.*)?$/, newFunctionView, false],
 ];
 

@@ -1,0 +1,222 @@
+"""Task benchmark (issue 41), driven through NVCT's API on one server process (SQLite).
+
+    .venv/bin/python bench/tasks.py [--count 1000] [--slots 50] [--idle 20] [--clients 4]
+
+Starts `nvcf-server` (the default settings but for quotas and the rate limit) on a catalog of
+two simulated clusters: `bench-run` with room for `--slots` one-GPU tasks at once, whose task
+containers report 100 and exit `--run-seconds` after they start, and `bench-full` with one GPU
+that a task holding it for an hour fills. It prints, in the same run:
+
+1. `--count` tasks created on `bench-run` (by `--clients` clients) all COMPLETED, and the
+   platform's own time per task: for each task launched once a slot had been freed, from the
+   moment the k-th earlier task ended (its COMPLETED event) to the moment the (slots+k)-th
+   task was LAUNCHED (its event), p50 and p99 (target p50 ≤ 50 ms); and the average the wall
+   time implies (wall × slots / count − the task's own run time), which also holds the time
+   the platform takes to notice that a container ended (the API shows no earlier moment);
+2. the idle server's CPU (every thread: /proc/<pid>/stat) over `--idle` seconds with the one
+   task holding `bench-full`, then with `--count` more tasks queued for it against no room,
+   and their ratio (target ≤ 1.5×).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.api import free_port, start
+from bench.fleet import idle_cpu, pct, progress
+
+KEY = "nvapi-bench-" + "k" * 40
+TERMINAL = {
+    "COMPLETED",
+    "CANCELED",
+    "ERRORED",
+    "EXCEEDED_MAX_RUNTIME_DURATION",
+    "EXCEEDED_MAX_QUEUED_DURATION",
+}
+
+
+def catalog(slots: int, run_seconds: float) -> dict[str, Any]:
+    def cluster(name: str, gpus: int, ready: float) -> dict[str, Any]:
+        return {
+            "name": name,
+            "adapter": "simulated",
+            "provider": "NCP",
+            "region": "local",
+            "nodes": [
+                {"gpu": "H100" if name == "bench-run" else "L40S", "gpusPerNode": 1, "count": gpus}
+            ],
+            "simulation": {"scheduleSeconds": 0, "pullSeconds": 0, "readySeconds": ready},
+        }
+
+    return {
+        "clusterGroups": [
+            {
+                "name": "bench",
+                "clusters": [
+                    cluster("bench-run", slots, run_seconds),
+                    cluster("bench-full", 1, 3600.0),
+                ],
+            }
+        ]
+    }
+
+
+class Tasks:
+    def __init__(self, port: int) -> None:
+        self.base = f"http://127.0.0.1:{port}/v1/nvct"
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.base, headers={"Authorization": f"Bearer {KEY}"}, timeout=120
+        )
+
+    def create(self, name: str, gpu: str) -> str:
+        body = {
+            "name": name,
+            "gpuSpecification": {"gpu": gpu, "instanceType": f"NCP.GPU.{gpu}_1x"},
+            "containerImage": "nvcr.io/acme/bench:1",
+            "resultHandlingStrategy": "NONE",
+        }
+        with self.client() as c:
+            resp = c.post("/tasks", json=body)
+            resp.raise_for_status()
+            return str(resp.json()["task"]["id"])
+
+    def submit(self, prefix: str, count: int, gpu: str, clients: int) -> list[str]:
+        with ThreadPoolExecutor(clients) as pool:
+            return list(pool.map(lambda i: self.create(f"{prefix}-{i}", gpu), range(count)))
+
+    def statuses(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        cursor: str | None = None
+        with self.client() as c:
+            while True:
+                params: dict[str, str | int] = {"limit": 500}
+                if cursor:
+                    params["cursor"] = cursor
+                body = c.get("/tasks", params=params).json()
+                out.update({t["id"]: t["status"] for t in body["tasks"]})
+                cursor = body.get("cursor")
+                if not cursor:
+                    return out
+
+    def events(self, task_id: str) -> list[dict[str, Any]]:
+        with self.client() as c:
+            return list(c.get(f"/tasks/{task_id}/events", params={"limit": 100}).json()["events"])
+
+    def wait_ended(self, ids: list[str], limit: float = 3600) -> dict[str, str]:
+        deadline = time.monotonic() + limit
+        while True:
+            statuses = self.statuses()
+            ended = sum(1 for i in ids if statuses.get(i) in TERMINAL)
+            if ended == len(ids):
+                return statuses
+            if time.monotonic() > deadline:
+                raise SystemExit(f"only {ended} of {len(ids)} tasks ended after {limit}s")
+            time.sleep(0.5)
+
+
+def moment(events: list[dict[str, Any]], word: str) -> float | None:
+    """When the first event naming `word` (LAUNCHED, COMPLETED) was written."""
+    for event in events:
+        if word in event["message"].upper():
+            return datetime.fromisoformat(event["createdAt"]).timestamp()
+    return None
+
+
+def slot_latencies(tasks: Tasks, ids: list[str], slots: int, clients: int) -> list[float]:
+    """For every k, the (slots+k)-th launch minus the k-th end (COMPLETED event): the
+    platform's time from a slot it freed to the next task launched on it. How long the
+    platform takes to notice that a container ended is in the wall time (see main)."""
+    with ThreadPoolExecutor(clients) as pool:
+        timelines = list(pool.map(tasks.events, ids))
+    launched = sorted(t for t in (moment(e, "LAUNCHED") for e in timelines) if t is not None)
+    ended = sorted(t for t in (moment(e, "COMPLETED") for e in timelines) if t is not None)
+    return [max(0.0, launch - ended[k]) for k, launch in enumerate(launched[slots:])]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--slots", type=int, default=50)
+    parser.add_argument("--run-seconds", type=float, default=0.5)
+    parser.add_argument("--idle", type=float, default=20.0)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--env", action="append", default=[], help="VAR=VALUE for the server")
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="nvcf-bench-tasks-"))
+    (tmp / "clusters.yaml").write_text(json.dumps(catalog(args.slots, args.run_seconds)))
+    port = free_port()
+    env = {
+        "NVCF_DATA_DIR": str(tmp / "data"),
+        "NVCF_BOOTSTRAP_API_KEY": KEY,
+        "NVCF_RATE_LIMIT_PER_SECOND": "0",
+        "NVCF_QUOTA_TASKS": str(args.count * 3),
+        "NVCF_QUOTA_ACTIVE_TASKS": str(args.count * 3),
+        "NVCF_CLUSTERS_FILE": str(tmp / "clusters.yaml"),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        **dict(e.split("=", 1) for e in args.env),
+    }
+    cmd = [sys.executable, "-m", "service.cli", "serve", "--port", str(port)]
+    server = start(cmd, env, port)
+    try:
+        tasks = Tasks(port)
+        print(f"{args.count:,} tasks, {args.slots} slots, each running {args.run_seconds:g}s")
+        began = time.monotonic()
+        ids = tasks.submit("run", args.count, "H100", args.clients)
+        statuses = tasks.wait_ended(ids)
+        took = time.monotonic() - began
+        completed = sum(1 for i in ids if statuses[i] == "COMPLETED")
+        progress(f"{completed:,} of {args.count:,} COMPLETED in {took:.1f}s")
+        latencies = slot_latencies(tasks, ids, args.slots, args.clients)
+        p50, p99 = pct(latencies, 0.5) * 1000, pct(latencies, 0.99) * 1000
+        ideal = args.count / args.slots * args.run_seconds
+
+        holder = tasks.create("holder", "L40S")
+        while tasks.statuses().get(holder) != "RUNNING":
+            time.sleep(0.2)
+        time.sleep(2)
+        idle_one = idle_cpu([server.pid], args.idle)
+        progress(f"idle CPU with one task running: {idle_one * 100:.2f}%")
+        queued = tasks.submit("queued", args.count, "L40S", args.clients)
+        still = tasks.statuses()
+        waiting = sum(1 for i in queued if still.get(i) == "QUEUED")
+        time.sleep(2)
+        idle_queued = idle_cpu([server.pid], args.idle)
+
+        print(f"all COMPLETED: {completed == args.count} ({completed:,} of {args.count:,})")
+        turnover = took * args.slots / args.count - args.run_seconds
+        print(
+            f"  wall time {took:.1f}s (the tasks' own running time alone: {ideal:.1f}s): "
+            f"{turnover * 1000:.0f} ms of platform time per task and slot on average"
+        )
+        print(
+            f"  a freed slot -> the next task LAUNCHED: p50 {p50:.1f} ms, p99 {p99:.1f} ms "
+            f"over {len(latencies):,} launches (target p50 <= 50 ms: "
+            f"{'met' if p50 <= 50 else 'NOT met'})"
+        )
+        ratio = idle_queued / idle_one if idle_one > 0 else float("inf")
+        print(
+            f"idle CPU: {idle_one * 100:.2f}% with one task running, {idle_queued * 100:.2f}% "
+            f"with {waiting:,} more queued against no room: {ratio:.2f}x (target <= 1.5x: "
+            f"{'met' if ratio <= 1.5 else 'NOT met'})"
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+if __name__ == "__main__":
+    main()

@@ -9,6 +9,7 @@ PostgreSQL.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -20,6 +21,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+import pytest_asyncio
 from asgi_lifespan import LifespanManager
 
 from service.app import create_app
@@ -113,24 +115,20 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-    sqlite_template: Path,
-) -> Iterator[str]:
+def _database(request: pytest.FixtureRequest, directory: Path, template: Path) -> Iterator[str]:
+    """A fresh database of kind `request.param` (from the migrated templates), dropped after."""
     if request.param == "sqlite":
-        target = tmp_path / "nvcf.db"
-        shutil.copy(sqlite_template, target)
+        target = directory / "nvcf.db"
+        shutil.copy(template, target)
         yield f"sqlite+aiosqlite:///{target}"
         return
     server: PostgresServer | None = request.getfixturevalue("pg_server")
-    template: str | None = request.getfixturevalue("pg_template")
-    if server is None or template is None:
+    pg_template: str | None = request.getfixturevalue("pg_template")
+    if server is None or pg_template is None:
         pytest.skip("PostgreSQL is not available on this machine")
     name = f"t_{uuid.uuid4().hex[:16]}"
     with psycopg.connect(server.admin_dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {pg_template}")
     try:
         yield server.url(name)
     finally:
@@ -138,19 +136,59 @@ def database_url(
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    sqlite_template: Path,
+) -> Iterator[str]:
+    yield from _database(request, tmp_path, sqlite_template)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def module_database_url(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    sqlite_template: Path,
+) -> Iterator[str]:
+    """`database_url` shared by every test of a module (see `module_client`)."""
+    yield from _database(request, tmp_path_factory.mktemp("module-db"), sqlite_template)
+
+
+def app_settings(data_dir: Path, database_url: str, **overrides: Any) -> Settings:
+    """The settings of the test apps: this database, the test admin key and JWT secret."""
+    values: dict[str, Any] = {
+        "data_dir": data_dir,
+        "database_url": database_url,
+        "bootstrap_api_key": ADMIN_KEY,
+        "jwt_secret": JWT_SECRET,
+        "auto_migrate": False,
+        "_env_file": None,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@contextlib.asynccontextmanager
+async def started_client(settings: Settings, span_exporter: Any = None) -> AsyncIterator[AppClient]:
+    """The app of `settings`, its lifespan started, and a client of it with the admin key."""
+    app = create_app(settings, span_exporter=span_exporter)
+    async with (
+        LifespanManager(app, startup_timeout=120, shutdown_timeout=120) as manager,
+        AppClient(
+            transport=httpx.ASGITransport(app=manager.app),
+            base_url="http://nvcf.test",
+            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        ) as c,
+    ):
+        c.app = app
+        yield c
+
+
 @pytest.fixture
 def make_settings(tmp_path: Path, database_url: str) -> SettingsFactory:
     def factory(**overrides: Any) -> Settings:
-        values: dict[str, Any] = {
-            "data_dir": tmp_path / "data",
-            "database_url": database_url,
-            "bootstrap_api_key": ADMIN_KEY,
-            "jwt_secret": JWT_SECRET,
-            "auto_migrate": False,
-            "_env_file": None,
-        }
-        values.update(overrides)
-        return Settings(**values)
+        return app_settings(tmp_path / "data", database_url, **overrides)
 
     return factory
 
@@ -158,37 +196,35 @@ def make_settings(tmp_path: Path, database_url: str) -> SettingsFactory:
 @pytest.fixture
 async def client_factory(make_settings: SettingsFactory) -> AsyncIterator[ClientFactory]:
     """Start apps (lifespan included) and hand back clients; everything is closed at the end."""
-    managers: list[LifespanManager] = []
-    clients: list[httpx.AsyncClient] = []
+    async with contextlib.AsyncExitStack() as started:
 
-    async def factory(
-        settings: Settings | None = None, *, span_exporter: Any = None, **overrides: Any
-    ) -> AppClient:
-        app = create_app(settings or make_settings(**overrides), span_exporter=span_exporter)
-        manager = LifespanManager(app, startup_timeout=120, shutdown_timeout=120)
-        await manager.__aenter__()
-        managers.append(manager)
-        c = AppClient(
-            transport=httpx.ASGITransport(app=manager.app),
-            base_url="http://nvcf.test",
-            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
-        )
-        c.app = app
-        clients.append(c)
-        return c
+        async def factory(
+            settings: Settings | None = None, *, span_exporter: Any = None, **overrides: Any
+        ) -> AppClient:
+            return await started.enter_async_context(
+                started_client(settings or make_settings(**overrides), span_exporter)
+            )
 
-    try:
         yield factory
-    finally:
-        for c in clients:
-            await c.aclose()
-        for m in reversed(managers):
-            await m.__aexit__(None, None, None)
 
 
 @pytest.fixture
 async def client(client_factory: ClientFactory) -> AppClient:
     return await client_factory()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def module_client(
+    tmp_path_factory: pytest.TempPathFactory, module_database_url: str
+) -> AsyncIterator[AppClient]:
+    """One app with the default test settings for every test of a module, per database (an
+    app costs about a second to build and start). Only for modules whose tests need no fresh
+    state: each reads what it made itself, or is refused and checks that nothing changed. Its
+    tests run in the module's event loop: `pytestmark = pytest.mark.asyncio(loop_scope="module")`.
+    """
+    data_dir = tmp_path_factory.mktemp("module-app") / "data"
+    async with started_client(app_settings(data_dir, module_database_url)) as c:
+        yield c
 
 
 # --- a local OCI registry with corpus charts (tests/charts and tests/deployments) -----------

@@ -168,7 +168,9 @@ def collector() -> Iterator[tuple[str, list[tuple[str, str, bytes]]]]:
     received: list[tuple[str, str, bytes]] = []
     handler = type("Handler", (_Collector,), {"received": received})
     server = HTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", received

@@ -419,7 +419,9 @@ def archive_server(tmp_path: Path) -> Iterator[str]:
     src = write_chart(tmp_path / "src", "demo", "1.0.0")
     _ArchiveHandler.archive = Path(helm_python.package(src, destination=tmp_path)).read_bytes()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ArchiveHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     yield f"127.0.0.1:{server.server_port}"
     server.shutdown()

@@ -92,7 +92,9 @@ def serve() -> Iterator[Callable[..., _Server]]:
         server = _Server(reply)
         if tls is not None:
             server.socket = tls.wrap_socket(server.socket, server_side=True)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         thread.start()
         started.append((server, thread))
         return server

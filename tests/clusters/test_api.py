@@ -5,12 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.support.api import bearer, new_key
 from tests.support.app import AppClient
 
+# one app per database for the module: the tests read the catalog and make their own keys
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
 V = "/v2/nvcf"
 V3 = "/v3/orgs/{org}/ngc/nvcf/deployments/available/instanceTypes"
+
+
+@pytest.fixture
+def client(module_client: AppClient) -> AppClient:
+    return module_client
 
 
 def _with_v3(client: AppClient) -> None:

@@ -9,9 +9,19 @@ import httpx
 import pytest
 
 from tests.support.api import CONTAINER_FN, assert_problem
-from tests.support.app import ClientFactory
+from tests.support.app import AppClient, ClientFactory
+
+# One app per database for the module's tests on `client` (none of them changes what another
+# reads); the tests reading the app's counters or swapping its engine build their own.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+own_app = pytest.mark.asyncio(loop_scope="function")
 
 V = "/v2/nvcf"
+
+
+@pytest.fixture
+def client(module_client: AppClient) -> AppClient:
+    return module_client
 
 
 async def test_unknown_route_is_problem_404(client: httpx.AsyncClient) -> None:
@@ -81,6 +91,7 @@ async def test_probes_need_no_auth(client: httpx.AsyncClient) -> None:
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
 
 
+@own_app
 async def test_ready_reports_an_unreachable_database(client_factory: ClientFactory) -> None:
     client = await client_factory()
     app = client.app
@@ -98,7 +109,9 @@ async def test_ready_reports_an_unreachable_database(client_factory: ClientFacto
     assert_problem(resp, 503)
 
 
-async def test_metrics_count_requests_by_route_template(client: httpx.AsyncClient) -> None:
+@own_app
+async def test_metrics_count_requests_by_route_template(client_factory: ClientFactory) -> None:
+    client = await client_factory()
     await client.get(f"{V}/functions")
     await client.get(f"{V}/functions/{uuid.uuid4()}/versions")
     text = (await client.get("/metrics")).text

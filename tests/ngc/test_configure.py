@@ -24,9 +24,18 @@ from tests.support.ngcsdk import (
     Sent,
 )
 
+# one app per database for the module: each test makes the keys it uses, and the refusals
+# change nothing
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
 CALLER_INFO = "/v3/keys/get-caller-info"
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 CALLER = Sent("POST", CALLER_INFO, 200)
+
+
+@pytest.fixture
+def client(module_client: AppClient) -> AppClient:
+    return module_client
 
 
 def hs256(account: str, scopes: list[str]) -> str:

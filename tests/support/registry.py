@@ -342,6 +342,12 @@ class _TokenHandler(http.server.BaseHTTPRequestHandler):
         )
         self._reply(status, body)
 
+    def do_POST(self) -> None:
+        """The OAuth2 form of the token endpoint is not served. Helm tries it first and retries
+        a 5xx (the stdlib's 501) with back-off for seconds before falling back to GET; a 405
+        makes it fall back at once, as it does with registries whose realm speaks GET only."""
+        self._reply(405, {"errors": [{"code": "UNSUPPORTED", "message": "use GET"}]})
+
     def _reply(self, status: int, body: Mapping[str, object]) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
@@ -441,7 +447,10 @@ class TokenServer:
         self.port = int(server.server_address[1])
         self._server = server
         self._thread = threading.Thread(
-            target=server.serve_forever, name="token-server", daemon=True
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="token-server",
+            daemon=True,
         )
         self._thread.start()
 

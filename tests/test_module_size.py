@@ -16,8 +16,6 @@ PENDING: dict[str, str] = {
     "invocation/engine.py": "split pending, issue 42",
     # split into what comes in and what goes out (item 5)
     "functions/schemas.py": "split pending, issue 42",
-    # the Kubernetes backend is being changed (item 5 lists it over the limit)
-    "backends/kubernetes/adapter.py": "split pending, issue 42",
 }
 
 

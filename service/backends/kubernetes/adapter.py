@@ -67,6 +67,7 @@ from service.backends.kubernetes.objects import (
     prepare,
     terminating,
 )
+from service.backends.kubernetes.task_files import TaskFilesReader
 from service.backends.logs import LogLine, LogRequest
 from service.backends.protocol import (
     AdapterError,
@@ -76,7 +77,12 @@ from service.backends.protocol import (
     ShapeCapacity,
 )
 from service.backends.worker import HttpxEndpoint, WorkerEndpoint, WorkerPort
-from service.backends.worker_utils_pod import ENTRYPOINT_SERVICE, WorkerUtilsPod, inject
+from service.backends.worker_utils_pod import (
+    ENTRYPOINT_SERVICE,
+    WorkerUtilsPod,
+    inject,
+    inject_task,
+)
 from service.core.kube import (
     GPU_RESOURCE,
     INSTANCE_TYPE_LABEL,
@@ -143,7 +149,7 @@ class KubernetesAdapter:
             "serviceDns" if in_cluster else "apiServerProxy"
         )
         self.cluster_domain = cluster_domain
-        self._worker_client: Any = None
+        self._worker_client: httpx2.AsyncClient | None = None
         self._dns_pool: Http1Pool | None = None
         self._worker_bounds = worker_bounds
         #: the sidecar added to the pod serving an HTTP function (worker_utils_pod.py): the
@@ -154,6 +160,12 @@ class KubernetesAdapter:
         watched = [Watched(namespaced_resource(info)) for info in OBSERVED_KINDS]
         watched.append(Watched(namespaced_resource(EVENT), (("type", "Warning"),)))
         self._watch = ClusterWatch(name, self.api.client, watched, self._changes)
+        self._task_files = TaskFilesReader(
+            self.api,
+            self._proxy,
+            timeout=timeout,
+            result_timeout=(worker_utils.timeout_seconds if worker_utils else 3600.0) + 60.0,
+        )
 
     # ------------------------------------------------------------------ public interface
 
@@ -211,7 +223,10 @@ class KubernetesAdapter:
         )
 
     async def delete(self, instance: InstanceSpec) -> bool:
-        """Delete the namespace (foreground); True once the API server no longer has it."""
+        """Delete the namespace (foreground); True once the API server no longer has it. A
+        task's sidecar is released first, so that its pod does not linger."""
+        if instance.task:
+            await self._task_files.release(instance)
         return await self.api.delete_namespace(instance.namespace)
 
     async def garbage_collect(
@@ -301,32 +316,46 @@ class KubernetesAdapter:
             if port.health_path is not None:
                 health = f"http://{host}:{health_port}{port.health_path}"
             return Http1Endpoint(f"http://{host}:{port.port}", self._dns_pool, health_url=health)
-        if self._worker_client is None:
-            self._worker_client = self.api.proxy_client()
-        server = str(self._worker_client.base_url).rstrip("/")
+        proxy = self._proxy()
+        server = str(proxy.base_url).rstrip("/")
         prefix = f"{server}/api/v1/namespaces/{instance.namespace}/services/{port.service}"
         health = None
         if port.health_path is not None:
             health = f"{prefix}:{health_port}/proxy{port.health_path}"
         return HttpxEndpoint(
             f"{prefix}:{port.port}/proxy",
-            self._worker_client,
+            proxy,
             health_url=health,
             unreachable=(httpx2.ConnectError, httpx2.ConnectTimeout),
             failed=httpx2.HTTPError,
             proxied=True,
         )
 
+    async def task_progress(self, instance: InstanceSpec, *, max_bytes: int) -> bytes | None:
+        """The task's progress file, from the sidecar of its pod (task_files.py)."""
+        return await self._task_files.progress(instance, max_bytes)
+
+    async def fetch_task_result(
+        self, instance: InstanceSpec, name: str, into: str, *, max_bytes: int, max_files: int
+    ) -> None:
+        """A result's files, from the sidecar of the task's pod (task_files.py)."""
+        await self._task_files.fetch(instance, name, Path(into), max_bytes, max_files)
+
     def logs(self, instance: InstanceSpec, request: LogRequest) -> AsyncIterator[LogLine]:
         """The pods' log subresource, container by container (backends/kubernetes/logs.py)."""
-        if self._worker_client is None:
-            self._worker_client = self.api.proxy_client()
+        proxy = self._proxy()
 
         async def pods() -> list[dict[str, Any]]:
             return await self.api.list_objects(POD, instance.namespace)
 
-        reader = KubeLogReader(self._worker_client, pods, self.api.failure, timeout=self.timeout)
+        reader = KubeLogReader(proxy, pods, self.api.failure, timeout=self.timeout)
         return reader.read(instance.namespace, request)
+
+    def _proxy(self) -> httpx2.AsyncClient:
+        """The client of the API server's proxies (made on first use)."""
+        if self._worker_client is None:
+            self._worker_client = self.api.proxy_client()
+        return self._worker_client
 
     def watch_changes(self, wake: Callable[[], None]) -> None:
         """Start the watches (on the running event loop)."""
@@ -354,18 +383,22 @@ class KubernetesAdapter:
     def _with_sidecar(
         self, instance: InstanceSpec, objects: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
-        """The objects with the worker-utils sidecar in the pod serving the function, when
-        the adapter adds one and that pod is identifiable (a copy; else `objects`)."""
-        if self.worker_utils is None or instance.worker_port is None:
+        """The objects with the worker-utils sidecar in the pod serving the function, or in
+        the task's pod, when the adapter adds one and that pod is identifiable (a copy; else
+        `objects`)."""
+        if self.worker_utils is None or (instance.worker_port is None and not instance.task):
             return objects
         pod = self.worker_utils
         if instance.utils_image is not None:
             pod = dataclasses.replace(pod, image=instance.utils_image)
         copied = copy.deepcopy(objects)
-        service = instance.worker_service or ENTRYPOINT_SERVICE
-        if inject(copied, service, instance.worker_port, pod):
-            return copied
-        return objects
+        if instance.task:
+            injected = inject_task(copied, pod)
+        else:
+            assert instance.worker_port is not None
+            service = instance.worker_service or ENTRYPOINT_SERVICE
+            injected = inject(copied, service, instance.worker_port, pod)
+        return copied if injected else objects
 
     def _prepared(
         self, instance: InstanceSpec, objects: list[dict[str, Any]]

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl
 
 import anyio
 
@@ -174,7 +174,7 @@ class TaskSidecar:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        path = unquote(scope["path"])
+        path = scope["path"]
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         method = scope["method"]
         try:

@@ -1,0 +1,126 @@
+"""A task as the Kubernetes adapter sees it (docs/tasks.md, the design of issue 41): the
+instance of a task and the objects the platform hands over for it — a batch/v1 Job (no retries,
+`activeDeadlineSeconds`, the grace period, the task container with its NVCT_* env and its
+files on an emptyDir) and the Secret of its secrets; a helm task's rendered objects."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from service.backends import InstanceSpec
+
+TASK_ID = "task-1"
+JOB = "task"
+PROGRESS_FILE = "/var/run/nvct/progress/progress.json"
+RESULTS_DIR = "/var/run/nvct/results"
+
+
+def task_instance(task_id: str = TASK_ID) -> InstanceSpec:
+    return InstanceSpec(
+        instance_id=task_id,
+        task=True,
+        function_id="",
+        version_id="",
+        nca_id="nca-1",
+        instance_type="NCP.GPU.H100_1x",
+        gpu="H100",
+        gpus_per_node=1,
+        cluster="k8s-test",
+    )
+
+
+def task_container(
+    progress: str = PROGRESS_FILE, results: str = RESULTS_DIR, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "name": "task",
+        "image": "nvcr.io/acme/trainer:1.0",
+        "env": [
+            {"name": "NVCT_TASK_ID", "value": TASK_ID},
+            {"name": "NVCT_TASK_NAME", "value": "fine-tune"},
+            {"name": "NVCT_NCA_ID", "value": "nca-1"},
+            {"name": "NVCT_PROGRESS_FILE_PATH", "value": progress},
+            {"name": "NVCT_RESULTS_DIR", "value": results},
+        ],
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+        "volumeMounts": [
+            {"name": "secrets", "mountPath": "/var/secrets", "readOnly": True},
+            {"name": "nvct-progress", "mountPath": "/var/run/nvct/progress"},
+            {"name": "nvct-results", "mountPath": "/var/run/nvct/results"},
+        ],
+        **extra,
+    }
+
+
+def job(
+    container: dict[str, Any] | None = None,
+    *,
+    deadline: int | None = 3600,
+    grace: int = 3600,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "template": {
+            "metadata": {"labels": {"app": "task"}},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": grace,
+                "automountServiceAccountToken": False,
+                "containers": [container or task_container()],
+                "volumes": [
+                    {"name": "secrets", "secret": {"secretName": "nvct-secrets"}},
+                    {"name": "nvct-progress", "emptyDir": {}},
+                    {"name": "nvct-results", "emptyDir": {}},
+                ],
+            },
+        },
+    }
+    if deadline is not None:
+        spec["activeDeadlineSeconds"] = deadline
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": JOB, "labels": {"app": "task"}},
+        "spec": spec,
+    }
+
+
+def secret(values: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "nvct-secrets"},
+        "type": "Opaque",
+        "stringData": {"secrets.json": json.dumps(values or {"HF_TOKEN": "hf-secret"})},
+    }
+
+
+def task_objects(**job_args: Any) -> list[dict[str, Any]]:
+    """A container task's objects: its Job and the Secret of its secrets."""
+    return [job(**job_args), secret()]
+
+
+def helm_task_objects() -> list[dict[str, Any]]:
+    """A helm task's rendered chart: a ConfigMap, a ServiceAccount and a Job running the task
+    container (the platform's env added), with a helper Service."""
+    worker = job()
+    worker["metadata"]["name"] = "trainer"
+    worker["spec"]["template"]["spec"]["serviceAccountName"] = "trainer"
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "trainer-config"},
+            "data": {"epochs": "3"},
+        },
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "trainer"}},
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "trainer-metrics"},
+            "spec": {"selector": {"app": "task"}, "ports": [{"port": 9090}]},
+        },
+        worker,
+        secret(),
+    ]

@@ -1,0 +1,297 @@
+"""A task on the Kubernetes adapter, against the test API server (tests/support/fake_k8s.py)
+playing the Job controller and the kubelet: the Job and its Secret applied into `sr-<taskId>`
+with the worker-utils sidecar as a native sidecar; what the Job's pod reports observed
+(running, exit 0, a non-zero exit, OOMKilled, `activeDeadlineSeconds` → DeadlineExceeded); the
+task's files read through the sidecar (`nvcf-server worker-utils` for real, behind the API
+server's pod proxy) with their bounds; a helm task's objects; deletion releasing the sidecar."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from service.backends import AdapterError
+from service.backends.kubernetes import APPLIED_ANNOTATION, KubernetesAdapter
+from service.backends.protocol import TaskFiles
+from service.backends.worker_utils_pod import CONTAINER_NAME, WorkerUtilsPod
+from service.health.observed import ObservedState
+from tests.support.fake_k8s import FakeKubernetes
+from tests.support.sidecar import Sidecar
+from tests.support.task_objects import (
+    JOB,
+    helm_task_objects,
+    task_instance,
+    task_objects,
+)
+
+POD = WorkerUtilsPod(
+    image="registry.example.com/nvcf-server:1.2",
+    max_asset_bytes=1000,
+    max_result_bytes=10_000,
+    max_result_files=10,
+    timeout_seconds=60,
+)
+TASK = task_instance()
+NS = TASK.namespace
+
+
+@pytest.fixture
+def server() -> Iterator[FakeKubernetes]:
+    with FakeKubernetes() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def adapter(server: FakeKubernetes, tmp_path: Path) -> AsyncIterator[KubernetesAdapter]:
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    k8s = KubernetesAdapter("k8s-test", kubeconfig=kubeconfig, context="fake", worker_utils=POD)
+    yield k8s
+    await k8s.aclose()
+
+
+@pytest.fixture
+def task_dir(tmp_path: Path) -> Path:
+    (tmp_path / "task" / "results").mkdir(parents=True)
+    return tmp_path / "task"
+
+
+@pytest.fixture
+def sidecar(task_dir: Path) -> Iterator[Sidecar]:
+    process = Sidecar.for_task(task_dir / "progress.json", task_dir / "results", "--linger", "60")
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+async def running(server: FakeKubernetes, adapter: KubernetesAdapter, sidecar: Sidecar) -> str:
+    """Apply the task, start its pod and route the pod proxy to the sidecar process."""
+    await adapter.apply(TASK, task_objects())
+    server.start_job(NS, JOB)
+    pod = server.run_job_pod(NS, JOB)
+    server.serve_pod(NS, pod, 8479, f"127.0.0.1:{sidecar.port}")
+    return pod
+
+
+async def test_the_job_and_its_secret_are_applied_with_the_native_sidecar(
+    server: FakeKubernetes, adapter: KubernetesAdapter
+) -> None:
+    assert isinstance(adapter, TaskFiles)
+    await adapter.apply(TASK, task_objects())
+    namespace = server.get("Namespace", None, NS)
+    assert namespace is not None
+    assert namespace["metadata"]["labels"]["nvcf.nvidia.com/instance-id"] == TASK.instance_id
+    assert json.loads(namespace["metadata"]["annotations"][APPLIED_ANNOTATION]) == [
+        ["batch/v1", "Job", JOB],
+        ["v1", "Secret", "nvct-secrets"],
+    ]
+    job = server.get("Job", NS, JOB)
+    assert job is not None
+    assert (job["spec"]["backoffLimit"], job["spec"]["activeDeadlineSeconds"]) == (0, 3600)
+    spec = job["spec"]["template"]["spec"]
+    assert spec["restartPolicy"] == "Never"
+    [sidecar] = spec["initContainers"]
+    assert (sidecar["name"], sidecar["restartPolicy"]) == (CONTAINER_NAME, "Always")
+    assert [c["name"] for c in spec["containers"]] == ["task"]
+    assert server.get("Secret", NS, "nvct-secrets") is not None
+    # the Secret (rank 1) goes in before the Job that mounts it
+    kinds = [p.split("/")[-2] for p in server.patches() if f"/namespaces/{NS}/" in p]
+    assert kinds == ["secrets", "jobs"]
+
+
+async def test_what_the_job_pod_reports_is_observed(
+    server: FakeKubernetes, adapter: KubernetesAdapter
+) -> None:
+    await adapter.apply(TASK, task_objects())
+    observed = await adapter.observe(TASK)
+    job = observed.controller("Job", JOB)
+    assert job is not None and not job.job_complete and not job.job_failed
+    assert observed.pods == ()
+    server.start_job(NS, JOB)
+    server.run_job_pod(NS, JOB)
+    [pod] = (await adapter.observe(TASK)).pods
+    assert pod.phase == "Running" and pod.owner_kind == "Job"
+    assert [s.name for s in pod.init_container_statuses] == [CONTAINER_NAME]
+    server.finish_job(NS, JOB, 0)
+    observed = await adapter.observe(TASK)
+    job = observed.controller("Job", JOB)
+    assert job is not None and job.job_complete and not job.job_failed
+    assert task_state(observed) == ("Succeeded", 0, "Completed")
+
+
+@pytest.mark.parametrize(("code", "oom", "reason"), [(3, False, "Error"), (0, True, "OOMKilled")])
+async def test_a_failed_task_container_is_observed(
+    server: FakeKubernetes, adapter: KubernetesAdapter, code: int, oom: bool, reason: str
+) -> None:
+    await adapter.apply(TASK, task_objects())
+    server.start_job(NS, JOB)
+    server.run_job_pod(NS, JOB)
+    server.finish_job(NS, JOB, code, oom=oom)
+    observed = await adapter.observe(TASK)
+    job = observed.controller("Job", JOB)
+    assert job is not None and job.job_failed
+    assert task_state(observed) == ("Failed", 137 if oom else code, reason)
+
+
+async def test_the_runtime_deadline_is_observed(
+    server: FakeKubernetes, adapter: KubernetesAdapter
+) -> None:
+    await adapter.apply(TASK, task_objects())
+    server.start_job(NS, JOB)
+    server.run_job_pod(NS, JOB)
+    server.exceed_job_deadline(NS, JOB)
+    observed = await adapter.observe(TASK)
+    job = observed.controller("Job", JOB)
+    assert job is not None and job.job_failed
+    failed = job.condition("Failed")
+    assert failed is not None and failed.reason == "DeadlineExceeded"
+    assert observed.pods == ()
+
+
+def task_state(observed: ObservedState) -> tuple[str, int | None, str]:
+    [pod] = observed.pods
+    [task] = pod.container_statuses
+    assert task.state is not None and task.state.kind == "terminated"
+    return pod.phase, task.state.exit_code, task.state.reason
+
+
+async def test_the_progress_file_is_read_through_the_sidecar(
+    server: FakeKubernetes, adapter: KubernetesAdapter, sidecar: Sidecar, task_dir: Path
+) -> None:
+    await adapter.apply(TASK, task_objects())
+    assert await adapter.task_progress(TASK, max_bytes=1000) is None  # no pod yet
+    server.start_job(NS, JOB)
+    assert await adapter.task_progress(TASK, max_bytes=1000) is None  # not running yet
+    pod = server.run_job_pod(NS, JOB)
+    server.serve_pod(NS, pod, 8479, f"127.0.0.1:{sidecar.port}")
+    assert await adapter.task_progress(TASK, max_bytes=1000) is None  # nothing written yet
+    progress = b'{"percentComplete": 50, "name": "checkpoint-1"}'
+    (task_dir / "progress.json").write_bytes(progress)
+    assert await adapter.task_progress(TASK, max_bytes=1000) == progress
+    with pytest.raises(AdapterError) as refused:
+        await adapter.task_progress(TASK, max_bytes=10)
+    assert not refused.value.retryable
+    assert refused.value.message == (
+        f"reading the progress file of task {TASK.instance_id}: 413 the progress file passes "
+        "10 bytes"
+    )
+
+
+async def test_a_result_is_copied_through_the_sidecar(
+    server: FakeKubernetes,
+    adapter: KubernetesAdapter,
+    sidecar: Sidecar,
+    task_dir: Path,
+    tmp_path: Path,
+) -> None:
+    await running(server, adapter, sidecar)
+    result = task_dir / "results" / "checkpoint-1"
+    (result / "shard").mkdir(parents=True)
+    weights = os.urandom(5000)
+    (result / "shard" / "weights.bin").write_bytes(weights)
+    (result / "config.json").write_text("{}")
+    into = tmp_path / "fetched" / "checkpoint-1"
+    await adapter.fetch_task_result(TASK, "checkpoint-1", str(into), max_bytes=10_000, max_files=10)
+    assert {p.relative_to(into).as_posix() for p in into.rglob("*")} == {
+        "shard",
+        "shard/weights.bin",
+        "config.json",
+    }
+    assert (into / "shard" / "weights.bin").read_bytes() == weights
+    assert sorted(p.name for p in into.parent.iterdir()) == ["checkpoint-1"]  # no leftovers
+
+
+async def test_a_result_past_a_bound_or_missing_is_refused(
+    server: FakeKubernetes,
+    adapter: KubernetesAdapter,
+    sidecar: Sidecar,
+    task_dir: Path,
+    tmp_path: Path,
+) -> None:
+    await running(server, adapter, sidecar)
+    result = task_dir / "results" / "big"
+    result.mkdir()
+    (result / "a").write_bytes(b"x" * 600)
+    (result / "b").write_bytes(b"x" * 600)
+    into = str(tmp_path / "fetched")
+    cases = [
+        ("big", 1000, 10, "413 result 'big' passes 1000 bytes", False),
+        ("big", 10_000, 1, "413 result 'big' holds more than 1 files", False),
+        ("gone", 10_000, 10, "404 no result 'gone' in the results directory", True),
+    ]
+    for name, max_bytes, max_files, message, retryable in cases:
+        with pytest.raises(AdapterError) as refused:
+            await adapter.fetch_task_result(
+                TASK, name, into, max_bytes=max_bytes, max_files=max_files
+            )
+        what = f"fetching result {name!r} of task {TASK.instance_id}"
+        assert refused.value.message == f"{what}: {message}"
+        assert refused.value.retryable is retryable
+    with pytest.raises(AdapterError) as refused:
+        await adapter.fetch_task_result(TASK, "../etc", into, max_bytes=10, max_files=1)
+    assert "is not one path segment" in refused.value.message
+    assert not refused.value.retryable
+
+
+async def test_pods_without_the_sidecar_say_so(server: FakeKubernetes, tmp_path: Path) -> None:
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    bare = KubernetesAdapter("k8s-test", kubeconfig=kubeconfig, context="fake")
+    try:
+        await bare.apply(TASK, task_objects())
+        job = server.get("Job", NS, JOB)
+        assert job is not None and "initContainers" not in job["spec"]["template"]["spec"]
+        server.start_job(NS, JOB)
+        server.run_job_pod(NS, JOB)
+        with pytest.raises(AdapterError) as refused:
+            await bare.task_progress(TASK, max_bytes=100)
+        assert "have no worker-utils sidecar" in refused.value.message
+        assert not refused.value.retryable
+    finally:
+        await bare.aclose()
+
+
+async def test_a_helm_task_objects_are_applied_and_observed(
+    server: FakeKubernetes, adapter: KubernetesAdapter
+) -> None:
+    await adapter.apply(TASK, helm_task_objects())
+    stored = {f"{o['kind']}/{o['metadata']['name']}" for o in server.objects(NS)}
+    assert stored == {
+        "ConfigMap/trainer-config",
+        "Job/trainer",
+        "Secret/nvct-secrets",
+        "Service/trainer-metrics",
+        "ServiceAccount/trainer",
+    }
+    trainer = server.get("Job", NS, "trainer")
+    assert trainer is not None
+    assert trainer["spec"]["template"]["spec"]["initContainers"][0]["name"] == CONTAINER_NAME
+    observed = await adapter.observe(TASK)
+    assert observed.missing == ()
+    assert {str(r) for r in observed.expected} >= {"Job/trainer", "ConfigMap/trainer-config"}
+
+
+async def test_deleting_a_task_releases_its_sidecar_then_its_namespace(
+    server: FakeKubernetes, adapter: KubernetesAdapter, sidecar: Sidecar
+) -> None:
+    pod = await running(server, adapter, sidecar)
+    assert not await adapter.delete(TASK)  # the namespace is terminating
+    proxied = [r.path for r in server.requests if "/proxy/" in r.path]
+    assert proxied == [f"/api/v1/namespaces/{NS}/pods/{pod}:8479/proxy/nvct/release"]
+    deletes = [r.path for r in server.requests if r.method == "DELETE"]
+    assert deletes == [f"/api/v1/namespaces/{NS}"]
+    server.finish_namespace_deletion(NS)
+    assert await adapter.delete(TASK)
+
+
+async def test_deleting_a_task_whose_pod_is_gone_deletes_its_namespace(
+    server: FakeKubernetes, adapter: KubernetesAdapter
+) -> None:
+    await adapter.apply(TASK, task_objects())
+    assert not await adapter.delete(TASK)
+    assert [r.path for r in server.requests if "/proxy/" in r.path] == []
+    server.finish_namespace_deletion(NS)
+    assert await adapter.delete(TASK)

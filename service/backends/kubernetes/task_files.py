@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import tarfile
 import tempfile
@@ -22,7 +23,7 @@ import httpx2
 
 from service.backends.kubernetes.api import KubeApi
 from service.backends.kubernetes.capacity import as_map
-from service.backends.kubernetes.kinds import POD
+from service.backends.kubernetes.kinds import JOB, POD
 from service.backends.protocol import AdapterError, InstanceSpec
 from service.backends.worker_utils_pod import (
     CONTAINER_NAME,
@@ -36,6 +37,8 @@ from service.backends.worker_utils_pod import (
 #: what a tar stream adds to its files' bytes: a header per member (PAX headers for long
 #: names) and the closing blocks
 _TAR_OVERHEAD = 4 * tarfile.BLOCKSIZE
+#: what is read of an answer that is not the file asked for (a refusal's JSON)
+_ANSWER_BYTES = 16 * 1024
 _CHUNK = 1024 * 1024
 
 
@@ -43,9 +46,9 @@ def _refused(message: str) -> AdapterError:
     return AdapterError(message, retryable=False)
 
 
-def sidecar_port(pod: dict[str, Any]) -> int | None:
-    """The port of the pod's worker-utils sidecar, when it has one."""
-    for container in as_map(pod.get("spec")).get("initContainers") or []:
+def sidecar_port(pod_spec: dict[str, Any]) -> int | None:
+    """The port of the worker-utils sidecar of a pod (spec), when it has one."""
+    for container in pod_spec.get("initContainers") or []:
         container = as_map(container)
         if container.get("name") != CONTAINER_NAME:
             continue
@@ -81,14 +84,12 @@ class TaskFilesReader:
         self.result_timeout = result_timeout
 
     async def sidecar(self, instance: InstanceSpec) -> str | None:
-        """The pod proxy URL of the running sidecar of the task's pod, or None."""
+        """The pod proxy URL of the running sidecar of the task's pod; None while there is
+        none (an AdapterError when the task's pods and Jobs have no sidecar at all)."""
         pods = await self.api.list_objects(POD, instance.namespace)
-        found = False
-        for pod in sorted(
-            pods, key=lambda p: str(as_map(p.get("metadata")).get("creationTimestamp", ""))
-        ):
-            port = sidecar_port(pod)
-            found = found or port is not None
+        pods.sort(key=lambda p: str(as_map(p.get("metadata")).get("creationTimestamp", "")))
+        for pod in pods:
+            port = sidecar_port(as_map(pod.get("spec")))
             metadata = as_map(pod.get("metadata"))
             if port is None or metadata.get("deletionTimestamp") or not _sidecar_running(pod):
                 continue
@@ -97,7 +98,11 @@ class TaskFilesReader:
                 f"{server}/api/v1/namespaces/{instance.namespace}/pods/"
                 f"{metadata.get('name')}:{port}/proxy"
             )
-        if pods and not found:
+        jobs = await self.api.list_objects(JOB, instance.namespace)
+        specs = [as_map(p.get("spec")) for p in pods] + [
+            as_map(as_map(as_map(j.get("spec")).get("template")).get("spec")) for j in jobs
+        ]
+        if specs and all(sidecar_port(spec) is None for spec in specs):
             raise _refused(
                 f"the pods of task {instance.instance_id} have no worker-utils sidecar "
                 "(NVCF_WORKER_UTILS_IMAGE empty, or no container names NVCT_PROGRESS_FILE_PATH "
@@ -113,16 +118,19 @@ class TaskFilesReader:
         what = f"reading the progress file of task {instance.instance_id}"
         try:
             async with asyncio.timeout(self.timeout):
-                response = await self.client().get(url, params={"maxBytes": max_bytes})
+                async with self.client().stream(
+                    "GET", url, params={"maxBytes": max_bytes}
+                ) as response:
+                    body = await _bounded(response, max_bytes + _ANSWER_BYTES)
         except TimeoutError:
             raise AdapterError(f"{what}: no answer within {self.timeout:g} s") from None
         except httpx2.HTTPError as exc:
             raise self.api.failure(exc, what) from exc
         if response.status_code == 204:
             return None
-        if response.status_code == 200 and len(response.content) <= max_bytes:
-            return response.content
-        raise self._answer(response, what)
+        if response.status_code == 200 and len(body) <= max_bytes:
+            return body
+        raise _answer(response.status_code, body, what)
 
     async def fetch(
         self, instance: InstanceSpec, name: str, into: Path, max_bytes: int, max_files: int
@@ -141,8 +149,8 @@ class TaskFilesReader:
             async with asyncio.timeout(self.result_timeout):
                 async with self.client().stream("GET", url, params=params) as response:
                     if response.status_code != 200:
-                        await response.aread()
-                        raise self._answer(response, what)
+                        body = await _bounded(response, _ANSWER_BYTES)
+                        raise _answer(response.status_code, body, what)
                     size = 0
                     async with await anyio.open_file(archive, "wb") as fh:
                         async for chunk in response.aiter_bytes(_CHUNK):
@@ -168,19 +176,29 @@ class TaskFilesReader:
                 async with asyncio.timeout(self.timeout):
                     await self.client().post(f"{base}{RELEASE_PATH}")
 
-    @staticmethod
-    def _answer(response: httpx2.Response, what: str) -> AdapterError:
-        """The sidecar's (or the API server's) refusal, in its own words."""
-        try:
-            detail = str(response.json().get("detail") or response.json().get("message"))
-        except (ValueError, AttributeError):
-            detail = response.text.strip()[:500] or response.reason_phrase
-        code = response.status_code
-        return AdapterError(
-            f"{what}: {code} {detail}",
-            retryable=code >= 500 or code in (404, 408, 429),
-            status=code,
-        )
+
+async def _bounded(response: httpx2.Response, limit: int) -> bytes:
+    """The answer's body, at most `limit` bytes of it (more are not read)."""
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk[: limit - len(body)]
+        if len(body) >= limit:
+            break
+    return bytes(body)
+
+
+def _answer(code: int, body: bytes, what: str) -> AdapterError:
+    """The sidecar's refusal (`detail`) or the API server's (a Status `message`), as worded."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    detail = data.get("detail") or data.get("message") if isinstance(data, dict) else None
+    if not isinstance(detail, str) or not detail:
+        detail = body.decode("utf-8", "replace").strip()[:500] or "(no body)"
+    return AdapterError(
+        f"{what}: {code} {detail}", retryable=code >= 500 or code in (404, 408, 429), status=code
+    )
 
 
 def _scratch(into: Path) -> Path:

@@ -53,13 +53,15 @@ async def adapter(server: FakeKubernetes, tmp_path: Path) -> AsyncIterator[Kuber
     await k8s.aclose()
 
 
-@pytest.fixture
-def task_dir(tmp_path: Path) -> Path:
-    (tmp_path / "task" / "results").mkdir(parents=True)
-    return tmp_path / "task"
+@pytest.fixture(scope="module")
+def task_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The task container's files (each test its own result names)."""
+    root = tmp_path_factory.mktemp("task")
+    (root / "results").mkdir()
+    return root
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def sidecar(task_dir: Path) -> Iterator[Sidecar]:
     process = Sidecar.for_task(task_dir / "progress.json", task_dir / "results", "--linger", "60")
     try:
@@ -252,6 +254,38 @@ async def test_pods_without_the_sidecar_say_so(server: FakeKubernetes, tmp_path:
         assert not refused.value.retryable
     finally:
         await bare.aclose()
+
+
+async def test_an_unreachable_sidecar_is_a_retryable_failure(
+    server: FakeKubernetes, adapter: KubernetesAdapter
+) -> None:
+    await adapter.apply(TASK, task_objects())
+    server.start_job(NS, JOB)
+    pod = server.run_job_pod(NS, JOB)  # no address behind the pod proxy
+    with pytest.raises(AdapterError) as failed:
+        await adapter.task_progress(TASK, max_bytes=100)
+    assert failed.value.retryable
+    assert failed.value.message == (
+        f"reading the progress file of task {TASK.instance_id}: 503 no endpoints available for "
+        f'pod "{pod}"'
+    )
+
+
+async def test_a_pod_other_than_the_task_pod_is_not_a_missing_sidecar(
+    server: FakeKubernetes, adapter: KubernetesAdapter
+) -> None:
+    await adapter.apply(TASK, task_objects())
+    server.add_object(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "helper"},
+            "spec": {"containers": [{"name": "helper", "image": "busybox"}]},
+            "status": {"phase": "Running"},
+        },
+        namespace=NS,
+    )
+    assert await adapter.task_progress(TASK, max_bytes=100) is None
 
 
 async def test_a_helm_task_objects_are_applied_and_observed(

@@ -61,12 +61,15 @@ from service.llm.tokens import TokenLimiter
 from service.ngc.router import router as ngc_router
 from service.registry.router import router as registry_router
 from service.state import AppState
+from service.tasks.router import router as tasks_router
 from service.telemetry import Telemetry, sees_tenants
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
 
 API_PREFIX = "/v2/nvcf"
+#: NVCT's prefix (cloud tasks)
+TASKS_PREFIX = "/v1/nvct"
 
 
 class NvcfApp(FastAPI):
@@ -228,6 +231,7 @@ def _mount_api(app: NvcfApp, settings: Settings) -> None:
     for router in api_routers(settings):
         mount_flat(app, router, API_PREFIX)
     app.include_router(v3_router)
+    mount_flat(app, tasks_router, TASKS_PREFIX)
     # flat: a 405's Allow names every method of a path only among the app's own routes
     mount_flat(app, nvcf_keys_router, "")
     app.include_router(ngc_router)
@@ -274,7 +278,7 @@ def _openapi(app: NvcfApp, invocation: bool) -> Callable[[], dict[str, Any]]:
         schema["security"] = [{"bearer": []}]
         app.openapi_schema = truthful(
             schema,
-            api_prefixes=(API_PREFIX, "/v3/", "/v2/org"),
+            api_prefixes=(API_PREFIX, "/v3/", "/v2/org", TASKS_PREFIX),
             own_errors=(LLM_PREFIX + "/",),
         )
         return schema

@@ -49,6 +49,8 @@ from service.invocation.dispatch_redis import RedisActivity
 from service.invocation.grpc.entry import GrpcEntry
 from service.invocation.metrics import InvocationMetrics
 from service.llm.gateway import Gateway
+from service.tasks.loop import TaskLoop, known_task_ids
+from service.tasks.service import Tasks
 from service.telemetry import Telemetry
 
 log = logging.getLogger("nvcf.server")
@@ -230,9 +232,17 @@ async def _open_control(
         log=log,
         failure="asset purge round failed",
     )
+    tasks = Tasks(app.state.catalog, app.state.secret_box, app.state.quotas)
+    app.state.tasks = tasks
+    task_loop = TaskLoop(
+        maker, shared.adapters, app.state.catalog, tasks, period=settings.tasks_interval
+    )
+    app.state.task_loop = task_loop
+    collector.also_known.append(lambda: known_task_ids(maker))
     loops: list[Startable] = [timeseries, asset_purge]
     if settings.reconciler_enabled:
-        loops += [reconciler, collector, purger]
+        tasks.wake = task_loop.wake
+        loops += [reconciler, collector, purger, task_loop]
         if settings.autoscale_enabled:
             loops.append(autoscaler)
     # stopped whether started or not: the reconciler gives up its leases

@@ -23,6 +23,7 @@ from service.functions.models import (
 )
 from service.invocation.models import InvocationReplica, InvocationRequest
 from service.registry.models import RegistryCredential, RegistryCredentialArtifactType
+from service.tasks.models import Task, TaskEvent, TaskResult
 
 __all__ = [
     "Account",
@@ -46,5 +47,8 @@ __all__ = [
     "RegistryCredential",
     "RegistryCredentialArtifactType",
     "ReportedLoad",
+    "Task",
+    "TaskEvent",
+    "TaskResult",
     "VersionTag",
 ]

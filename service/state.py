@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from service.functions.read_cache import VersionCache
     from service.invocation import InvocationPlane
     from service.invocation.grpc.entry import GrpcEntry
+    from service.tasks.loop import TaskLoop
+    from service.tasks.service import Tasks
     from service.telemetry import Telemetry
 
 
@@ -83,6 +85,9 @@ class AppState(State):
     timeseries: TimeSeries | None
     #: assets, their store and large results (service/assets/)
     assets: Assets | None
+    #: tasks (service/tasks/) and their loop (None: not served by this process)
+    tasks: Tasks | None
+    task_loop: TaskLoop | None
 
     def __init__(self) -> None:
         # Values live in State's dict (class attributes would shadow them).
@@ -98,6 +103,8 @@ class AppState(State):
                 "grpc": None,
                 "timeseries": None,
                 "assets": None,
+                "tasks": None,
+                "task_loop": None,
             }
         )
 

@@ -36,6 +36,7 @@ ORDER = [
     "functions",
     "deployments",
     "assets",
+    "tasks",
     "invocation",
     "llm",
     # the composition: the app's metric families, its typed state, the table list for

@@ -16,6 +16,24 @@ UPDATE_SECRETS = "update_secrets"
 #: share the caller's functions with other accounts (NVCF's function authorizations)
 AUTHORIZE_CLIENTS = "authorize_clients"
 ADMIN = "admin"
+#: NVCT's task scopes (the @PreAuthorize of its REST layer); `update_secrets` serves tasks too
+LAUNCH_TASK = "launch_task"
+LIST_TASKS = "list_tasks"
+TASK_DETAILS = "task_details"
+CANCEL_TASK = "cancel_task"
+DELETE_TASK = "delete_task"
+LIST_EVENTS = "list_events"
+LIST_RESULTS = "list_results"
+TASK_SCOPES = (
+    LAUNCH_TASK,
+    LIST_TASKS,
+    TASK_DETAILS,
+    CANCEL_TASK,
+    DELETE_TASK,
+    LIST_EVENTS,
+    LIST_RESULTS,
+    UPDATE_SECRETS,
+)
 #: operator-level: administer any account (mint keys for other accounts). Only the operator's
 #: own credentials carry it: `nvcf-server create-key` and the bootstrap/generated admin key.
 #: It can never be granted through the API nor taken from a JWT.
@@ -37,6 +55,7 @@ ALL_SCOPES: tuple[str, ...] = (
     UPDATE_SECRETS,
     AUTHORIZE_CLIENTS,
     ADMIN,
+    *TASK_SCOPES[:-1],
 )
 
 #: scopes only the operator's command line can grant

@@ -76,6 +76,8 @@ class Quotas:
     api_keys: Quota
     assets: Quota
     asset_bytes: Quota
+    tasks: Quota
+    active_tasks: Quota
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Quotas:
@@ -98,5 +100,9 @@ class Quotas:
             assets=Quota("assets", settings.quota_assets, "assets"),
             asset_bytes=Quota(
                 "asset_bytes", settings.quota_asset_bytes, "bytes of uploaded assets"
+            ),
+            tasks=Quota("tasks", settings.quota_tasks, "tasks"),
+            active_tasks=Quota(
+                "active_tasks", settings.quota_active_tasks, "tasks queued, launched or running"
             ),
         )

@@ -13,6 +13,12 @@ class DeploymentSettings(BaseModel):
     reconciler_enabled: bool = Field(
         default=True, description="Run the reconciler in this process."
     )
+    tasks_interval: float = Field(
+        default=1.0,
+        gt=0,
+        description="Seconds between the task loop's passes (placement of queued tasks, "
+        "progress, clocks); creating or canceling a task runs one at once.",
+    )
     reconcile_interval: float = Field(
         default=2.0,
         gt=0,

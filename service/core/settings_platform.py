@@ -119,6 +119,17 @@ class PlatformSettings(BaseModel):
         default=50, ge=1, description="Registry credentials per account."
     )
     quota_api_keys: int = Field(default=100, ge=1, description="API keys per account.")
+    quota_tasks: int = Field(
+        default=1000,
+        ge=1,
+        description="Tasks per account, in any status (NVCF's maxTasksAllowed); deleting a "
+        "task frees its place.",
+    )
+    quota_active_tasks: int = Field(
+        default=100,
+        ge=1,
+        description="Tasks per account queued, launched or running at once.",
+    )
     quota_assets: int = Field(
         default=1000, ge=1, description="Assets per account (not yet expired, uploaded or not)."
     )

@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import heapq
 import json
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from service.backends.changes import ChangeLog, Changes
@@ -47,6 +49,7 @@ from service.backends.simulated.model import (
     SimPod,
     SimulationDelays,
     Workload,
+    as_list,
     as_map,
     name_suffix,
     object_uid,
@@ -55,6 +58,15 @@ from service.backends.simulated.model import (
 )
 from service.backends.simulated.scheduler import Scheduler
 from service.backends.simulated.status import StatusRenderer, min_ready_seconds
+from service.backends.simulated.tasks import (
+    ScriptError,
+    TaskScript,
+    copy_result,
+    forget_files,
+    read_progress,
+    script_of,
+    write_files,
+)
 from service.backends.simulated.timeline import PodTimeline, next_change
 from service.backends.simulated.worker import (
     SimulatedEndpoint,
@@ -92,8 +104,11 @@ class SimulatedAdapter:
         upstream: str | None = None,
         worker_bounds: AnswerBounds | None = None,
         worker_utils: bool = False,
+        task_dir: Path | None = None,
     ) -> None:
         self.name = name
+        #: where task containers' files live on this machine (a temporary directory if None)
+        self._task_dir = task_dir
         #: its workers (the built-in one, an `upstream` server) run on the server's machine:
         #: the invocation engine hands them per-request asset and output directories
         #: (service/assets); unless the upstream is a worker-utils sidecar, which makes them
@@ -155,6 +170,8 @@ class SimulatedAdapter:
                 ns.objects[ref] = stored
                 if ref.kind in WORKLOAD_KINDS:
                     self._reconcile_workload(ns, ref, stored, now)
+                if ref.kind == "Job" and as_map(stored.get("spec")).get("suspend") is True:
+                    self._stop_job(ns, ref, now)
             self._advance(now)
             self._schedule_step(ns, now)
 
@@ -214,7 +231,9 @@ class SimulatedAdapter:
                     self._scheduler.release(pod)
             # Freed GPUs go to pods that were waiting for them, as the scheduler would.
             self._advance(now)
-            return True
+        if instance.task:
+            await asyncio.to_thread(forget_files, self._task_dir, instance.namespace)
+        return True
 
     async def capacity(self) -> Capacity:
         async with self._lock:
@@ -307,6 +326,61 @@ class SimulatedAdapter:
             self._changes.mark(ns.instance.instance_id)
             self._schedule_step(ns, now)
             return len(ns.pods)
+
+    # ------------------------------------------------------------------ task files
+
+    async def task_progress(self, instance: InstanceSpec, *, max_bytes: int) -> bytes | None:
+        """The task container's progress file (simulated/tasks.py writes it as of now)."""
+        root = await self._task_files(instance)
+        data = await asyncio.to_thread(read_progress, root, max_bytes) if root else None
+        if data is not None and len(data) > max_bytes:
+            raise AdapterError(
+                f"the progress file is larger than {max_bytes} bytes", retryable=False
+            )
+        return data
+
+    async def fetch_task_result(
+        self, instance: InstanceSpec, name: str, into: str, *, max_bytes: int, max_files: int
+    ) -> None:
+        root = await self._task_files(instance)
+        if root is None:
+            raise AdapterError(f"task {instance.instance_id} has no files here", retryable=False)
+        problem = await asyncio.to_thread(copy_result, root, name, Path(into), max_bytes, max_files)
+        if problem is not None:
+            raise AdapterError(problem, retryable=False)
+
+    async def _task_files(self, instance: InstanceSpec) -> Path | None:
+        """Bring the task's directory to now; None when its container never started."""
+        async with self._lock:
+            now = self._now()
+            self._advance(now)
+            ns = self._namespaces.get(instance.namespace)
+            pod = next((p for p in ns.pods.values() if p.script), None) if ns else None
+            if pod is None or pod.scheduled_at is None or pod.fault is not None:
+                return None
+            started = self._timeline.started_at(pod)
+            if now < started:
+                return None
+            script, stop_at = pod.script, pod.stop_at
+            assert script is not None
+            end = script.ends(started, stop_at)
+            at = min(now, end[0]) if end is not None else now
+        if self._task_dir is None:
+            self._task_dir = Path(tempfile.mkdtemp(prefix=f"nvcf-sim-tasks-{self.name}-"))
+        root = self._task_dir / instance.namespace
+        await asyncio.to_thread(
+            write_files, root, instance.instance_id, script, started, at, stop_at
+        )
+        return root
+
+    def _stop_job(self, ns: Namespace, ref: ObjectRef, now: datetime) -> None:
+        """A suspended Job: its running pods are asked to stop (SIGTERM), once."""
+        workload = ns.workloads.get(ref)
+        for pod_name in workload.pods if workload else []:
+            pod = ns.pods.get(pod_name)
+            if pod is not None and pod.stop_at is None:
+                pod.stop_at = now
+        self._changes.mark(ns.instance.instance_id)
 
     # ------------------------------------------------------------------ change feed
 
@@ -433,12 +507,22 @@ class SimulatedAdapter:
                     "must be a whole number of instances",
                     retryable=False,
                 )
+            if instance.task:
+                try:
+                    self._script(self._template(obj))
+                except ScriptError as exc:
+                    raise AdapterError(str(exc), retryable=False) from exc
             for key in (READY_AFTER_ANNOTATION, FAIL_AFTER_ANNOTATION):
                 if key in annotations:
                     try:
                         parse_duration(str(annotations[key]))
                     except ValueError as exc:
                         raise AdapterError(str(exc), retryable=False) from exc
+
+    def _script(self, template: Mapping[str, Any]) -> TaskScript:
+        containers = as_list(as_map(template.get("spec")).get("containers"))
+        env = as_list(as_map(containers[0]).get("env")) if containers else []
+        return script_of(env, self.delays.ready_seconds)
 
     @staticmethod
     def _template(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -554,6 +638,7 @@ class SimulatedAdapter:
             namespace=ns.instance.namespace,
             ready_after=(parse_duration(ready_after) if ready_after else self.delays.ready_seconds),
             fail_after=parse_duration(fail_after) if fail_after else DEFAULT_FAIL_AFTER,
+            script=self._script(template) if ns.instance.task and workload.kind == "Job" else None,
         )
         overwritten = ns.pods.get(pod_name)
         if overwritten is not None:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from service.backends.protocol import InstanceSpec
+from service.backends.simulated.tasks import TaskScript
 from service.health.observed import ObjectRef, format_time
 
 Clock = Callable[[], datetime]
@@ -115,6 +116,9 @@ class SimPod:
     matching: tuple[int, ...] | None = None  # indices of nodes its affinity allows (cached)
     matching_set: frozenset[int] | None = None  # the same, for membership tests
     namespace: str = ""
+    #: a task container's script (simulated/tasks.py), and when its Job asked it to stop
+    script: TaskScript | None = None
+    stop_at: datetime | None = None
 
     @property
     def restart_policy(self) -> str:

@@ -87,6 +87,9 @@ class PodTimeline:
         if pod.scheduled_at is None or pod.fault in ("ImagePullBackOff", "Unschedulable"):
             return None
         start = self.started_at(pod)
+        if pod.script is not None:
+            end = pod.script.ends(start, pod.stop_at)
+            return end[0] if end is not None else None
         if self.crashes(pod):
             return start + secs(self.run_seconds()) if pod.restart_policy == "Never" else None
         if pod.in_job:
@@ -100,6 +103,9 @@ class PodTimeline:
         return start if pod.in_job else start + secs(pod.ready_after)
 
     def job_failed_at(self, pod: SimPod) -> datetime | None:
+        if pod.script is not None and pod.scheduled_at is not None and pod.fault is None:
+            end = pod.script.ends(self.started_at(pod), pod.stop_at)
+            return end[0] if end is not None and end[1] != 0 else None
         if not pod.in_job or pod.scheduled_at is None or not self.crashes(pod):
             return None
         return self.started_at(pod) + secs(self.run_seconds())
@@ -125,6 +131,8 @@ class PodTimeline:
             state: dict[str, Any] = {"waiting": waiting}
             return ContainerTimeline("Pending", state, False, scheduled)
         running = {"running": {"startedAt": ts(started)}}
+        if pod.script is not None and pod.fault is None:
+            return self._task(pod, now, started, running)
         if self.crashes(pod):
             return self._crash(pod, now, started, namespace)
         if pod.in_job:
@@ -152,6 +160,26 @@ class PodTimeline:
             if now >= failed_at:
                 return ContainerTimeline("Running", running, False, failed_at)
         return ContainerTimeline("Running", running, True, ready_at)
+
+    def _task(
+        self, pod: SimPod, now: datetime, started: datetime, running: dict[str, Any]
+    ) -> ContainerTimeline:
+        """A task container playing its script (simulated/tasks.py)."""
+        assert pod.script is not None
+        end = pod.script.ends(started, pod.stop_at)
+        if end is None or now < end[0]:
+            return ContainerTimeline("Running", running, True, started)
+        at, code, reason = end
+        state = {
+            "terminated": {
+                "exitCode": code,
+                "reason": reason,
+                "startedAt": ts(started),
+                "finishedAt": ts(at),
+            }
+        }
+        phase = "Succeeded" if code == 0 else "Failed"
+        return ContainerTimeline(phase, state, False, at, not_ready_reason=f"Pod{phase}")
 
     def _crash(
         self, pod: SimPod, now: datetime, started: datetime, namespace: str
@@ -213,6 +241,8 @@ def next_change(timeline: PodTimeline, pod: SimPod, now: datetime) -> datetime |
     times = [pod.scheduled_at, timeline.init_done_at(pod), start]
     if pod.fault == "ImagePullBackOff":
         times.append(start + secs(max(timeline.delays.pull_seconds, 1.0)))
+    elif pod.script is not None and pod.fault is None:
+        times += pod.script.times(start, pod.stop_at)
     elif timeline.crashes(pod):
         times.append(_next_crash_step(timeline, pod, start, now))
     elif pod.in_job:

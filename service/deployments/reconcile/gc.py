@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from service.backends.protocol import AdapterError, GarbageCollecting
@@ -63,6 +63,9 @@ class NamespaceCollector(LoopService[str]):
         self.last_report: GarbageReport | None = None
         #: (cluster, namespace) collected since start, newest last
         self.collected: list[tuple[str, str]] = []
+        #: ids of other kinds of instance namespaces the collector must spare (tasks' ids,
+        #: wired by the composition)
+        self.also_known: list[Callable[[], Awaitable[frozenset[str]]]] = []
         super().__init__(
             "nvcf-namespace-gc",
             self.collect,
@@ -83,6 +86,8 @@ class NamespaceCollector(LoopService[str]):
             self.last_report = report
             return report
         known = await self.store.known_instance_ids()
+        for more in self.also_known:
+            known |= await more()
         await asyncio.gather(*(self._one(a, known, report) for a in collectors))
         for cluster, why in report.errors.items():
             log.warning("garbage collection on cluster %s failed: %s", cluster, why)

@@ -1,0 +1,334 @@
+"""The task loop: places queued tasks on the clusters (sharing their capacity with functions
+through `adapter.capacity()`), launches them, observes them, applies the progress rules and the
+clocks (clocks.py), delivers rotated secrets, stops canceled tasks (asked to stop, killed after
+the grace period) and removes what ended from the cluster.
+
+It holds no state of its own between passes: every decision reads the task's row and the
+cluster, so a restarted server carries on each task's clocks where they were.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.backends.protocol import (
+    AdapterError,
+    BackendAdapter,
+    Capacity,
+    InstanceSpec,
+    TaskFiles,
+)
+from service.charts.mutate import secrets_object
+from service.clusters.adapters import AdapterRegistry
+from service.clusters.catalog import Catalog
+from service.clusters.instance_types import parse_instance_type
+from service.core.db import utcnow
+from service.core.loops import LoopService
+from service.tasks import repository, transitions
+from service.tasks.clocks import (
+    MAX_PROGRESS_BYTES,
+    Clock,
+    Container,
+    Decision,
+    container_of,
+    decide,
+    queued_expired,
+)
+from service.tasks.models import Task, TaskResult, TaskStatus
+from service.tasks.queue import Turns, Waiting
+from service.tasks.service import Tasks
+from service.tasks.workload import CONTAINER_NAME, job_objects
+
+log = logging.getLogger("nvcf.tasks")
+
+
+def instance_of(task: Task) -> InstanceSpec:
+    it = parse_instance_type(task.instance_type)
+    return InstanceSpec(
+        instance_id=str(task.id),
+        function_id="",
+        version_id="",
+        instance_type=task.instance_type,
+        gpu=it.gpu,
+        gpus_per_node=it.gpus_per_node,
+        nodes=it.nodes,
+        cluster=task.cluster or "",
+        nca_id=task.account_id,
+        task=True,
+    )
+
+
+def clock_of(task: Task) -> Clock:
+    return Clock(
+        task_id=str(task.id),
+        status=TaskStatus(task.status),
+        created_at=task.created_at,
+        launched_at=task.launched_at,
+        running_at=task.running_at,
+        max_queued=timedelta(seconds=task.max_queued_seconds),
+        max_runtime=timedelta(seconds=task.max_runtime_seconds)
+        if task.max_runtime_seconds is not None
+        else None,
+        percent=task.percent_complete,
+        last_heartbeat_at=task.last_heartbeat_at,
+    )
+
+
+class TaskLoop(LoopService[str]):
+    """Runs `run_pass()` every `period` seconds, and at once when woken (a task created,
+    canceled or deleted)."""
+
+    def __init__(
+        self,
+        maker: async_sessionmaker[AsyncSession],
+        adapters: AdapterRegistry,
+        catalog: Catalog,
+        tasks: Tasks,
+        *,
+        period: float = 1.0,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.maker = maker
+        self.adapters = adapters
+        self.catalog = catalog
+        self.tasks = tasks
+        self.clock = clock
+        super().__init__(
+            "nvcf-tasks", self.run_pass, period, log=log, failure="task loop pass failed"
+        )
+
+    async def run_pass(self) -> None:
+        now = self.clock()
+        await self._place(now)
+        await self._watch(now)
+        async with self.maker() as session, session.begin():
+            await repository.remove(session, await repository.deleted_and_clean(session))
+
+    # ------------------------------------------------------------------ placement
+
+    async def _place(self, now: datetime) -> None:
+        async with self.maker() as session:
+            queued = list(await repository.queued(session))
+        if not queued:
+            return
+        by_id = {t.id: t for t in queued}
+        waiting: list[Waiting] = []
+        for task in queued:
+            if queued_expired(clock_of(task), now):
+                await self._move(
+                    task.id,
+                    TaskStatus.EXCEEDED_MAX_QUEUED_DURATION,
+                    now,
+                    "Task waited longer than its maxQueuedDuration for GPUs",
+                    "no capacity within maxQueuedDuration",
+                )
+            else:
+                waiting.append(Waiting(task.id, task.account_id, task.created_at))
+        capacities: dict[str, Capacity] = {}
+        turns = Turns(waiting)
+        for item in turns:
+            task = by_id[item.task_id]
+            placed = await self._try_place(task, capacities, now)
+            if not placed:
+                turns.hold(task.account_id)
+
+    async def _try_place(self, task: Task, capacities: dict[str, Capacity], now: datetime) -> bool:
+        instance = instance_of(task)
+        for name in task.candidate_clusters:
+            adapter = self.adapters.get(name)
+            if adapter is None:
+                continue
+            if name not in capacities:
+                try:
+                    capacities[name] = await adapter.capacity()
+                except AdapterError as exc:
+                    log.warning("task placement: capacity of %s: %s", name, exc.message)
+                    continue
+            if not capacities[name].fits(instance.gpu, instance.gpus_per_node, instance.nodes):
+                continue
+            task.cluster = name
+            placed = instance_of(task)
+            try:
+                await adapter.apply(placed, self._objects(task, name))
+            except AdapterError as exc:
+                if exc.retryable:
+                    log.warning("task %s: apply on %s failed: %s", task.id, name, exc.message)
+                    task.cluster = None
+                    return False
+                await self._move(
+                    task.id,
+                    TaskStatus.ERRORED,
+                    now,
+                    f"Task errored: cluster {name} refused it: {exc.message}",
+                    exc.message,
+                )
+                return True
+            capacities.pop(name, None)  # read again: the task took some of it
+            await self._launched(task.id, name, now)
+            return True
+        return False
+
+    def _objects(
+        self, task: Task, cluster_name: str, *, suspend: bool = False
+    ) -> list[dict[str, Any]]:
+        cluster = self.catalog.cluster(cluster_name)
+        assert cluster is not None and task.container_image is not None
+        return job_objects(
+            task_id=str(task.id),
+            name=task.name,
+            nca_id=task.account_id,
+            image=task.container_image,
+            args=task.container_args,
+            environment=task.container_environment,
+            cluster=cluster,
+            instance_type=parse_instance_type(task.instance_type),
+            max_runtime_seconds=task.max_runtime_seconds,
+            grace_seconds=task.grace_seconds,
+            secrets=self.tasks.secrets_of(task),
+            suspend=suspend,
+        )
+
+    async def _launched(self, task_id: uuid.UUID, cluster: str, now: datetime) -> None:
+        async with self.maker() as session, session.begin():
+            task = await repository.get_for_update(session, task_id)
+            if task is None or task.status != TaskStatus.QUEUED.value:
+                # canceled while being applied: its objects come off the cluster
+                if task is not None:
+                    task.cluster = cluster
+                    task.teardown_pending = True
+                return
+            task.cluster = cluster
+            task.secrets_delivered = task.secrets_generation
+            transitions.move(
+                session, task, TaskStatus.LAUNCHED, now, f"Task launched on cluster {cluster}"
+            )
+
+    # ------------------------------------------------------------------ watching
+
+    async def _watch(self, now: datetime) -> None:
+        async with self.maker() as session:
+            tasks = list(await repository.on_cluster(session))
+        for task in tasks:
+            adapter = self.adapters.get(task.cluster or "")
+            if adapter is None:
+                continue
+            try:
+                if task.teardown_pending and TaskStatus(task.status) not in (
+                    TaskStatus.LAUNCHED,
+                    TaskStatus.RUNNING,
+                ):
+                    await self._teardown(task, adapter, now)
+                else:
+                    await self._observe(task, adapter, now)
+            except AdapterError as exc:
+                log.warning("task %s on %s: %s", task.id, task.cluster, exc.message)
+
+    async def _observe(self, task: Task, adapter: BackendAdapter, now: datetime) -> None:
+        instance = instance_of(task)
+        container = container_of(await adapter.observe(instance), CONTAINER_NAME)
+        raw: bytes | None = None
+        if isinstance(adapter, TaskFiles) and container.started:
+            try:
+                raw = await adapter.task_progress(instance, max_bytes=MAX_PROGRESS_BYTES)
+            except AdapterError as exc:
+                if exc.retryable:
+                    raise
+                raw = b"\xff"  # unreadable: decided as malformed below
+                log.info("task %s: progress file: %s", task.id, exc.message)
+        decision = decide(clock_of(task), container, raw, now)
+        if task.secrets_delivered < task.secrets_generation and decision.status is None:
+            await adapter.update_objects(instance, [secrets_object(self.tasks.secrets_of(task))])
+        await self._record(task.id, decision, container, now, task.secrets_generation)
+
+    async def _record(
+        self,
+        task_id: uuid.UUID,
+        decision: Decision,
+        container: Container,
+        now: datetime,
+        generation: int,
+    ) -> None:
+        async with self.maker() as session, session.begin():
+            task = await repository.get_for_update(session, task_id)
+            if task is None or TaskStatus(task.status) not in (
+                TaskStatus.LAUNCHED,
+                TaskStatus.RUNNING,
+            ):
+                return  # canceled meanwhile: the next pass stops it
+            if decision.status is None and task.secrets_delivered < generation:
+                task.secrets_delivered = generation
+            progress = decision.progress
+            if progress is not None:
+                task.percent_complete = progress.percent
+                task.last_heartbeat_at = progress.last_updated_at
+                task.progress_metadata = progress.metadata
+                if progress.name is not None and progress.name != task.result_name:
+                    task.result_name = progress.name
+                    if progress.name not in await repository.result_names(session, task.id):
+                        session.add(
+                            TaskResult(
+                                id=uuid.uuid4(),
+                                task_id=task.id,
+                                account_id=task.account_id,
+                                name=progress.name,
+                                metadata_=progress.metadata,
+                                percent_complete=progress.percent,
+                                created_at=now,
+                            )
+                        )
+                        transitions.event(
+                            session,
+                            task,
+                            f"Result {progress.name} reported at {progress.percent}%",
+                            now,
+                        )
+                task.updated_at = now
+            if decision.status is not None:
+                transitions.move(
+                    session, task, decision.status, now, decision.message, error=decision.error
+                )
+
+    async def _teardown(self, task: Task, adapter: BackendAdapter, now: datetime) -> None:
+        instance = instance_of(task)
+        kill = task.kill_at
+        if task.stop_requested_at is not None and kill is not None and now < kill:
+            container = container_of(await adapter.observe(instance), CONTAINER_NAME)
+            if container.exit_code is None and not container.gone:
+                # asked to stop (idempotent): Kubernetes deletes a suspended Job's pod within
+                # its grace period; the kill below comes at the task's own deadline
+                if task.container_image is not None and task.cluster:
+                    await adapter.apply(instance, self._objects(task, task.cluster, suspend=True))
+                return
+            message = "Task container stopped"
+        elif task.stop_requested_at is not None:
+            message = "Task container killed after its termination grace period"
+        else:
+            message = "Task objects removed from the cluster"
+        if not await adapter.delete(instance):
+            return
+        async with self.maker() as session, session.begin():
+            row = await repository.get_for_update(session, task.id)
+            if row is not None and row.teardown_pending:
+                row.teardown_pending = False
+                transitions.event(session, row, message, now)
+
+    async def _move(
+        self, task_id: uuid.UUID, to: TaskStatus, now: datetime, message: str, error: str
+    ) -> None:
+        """End a queued task (canceled meanwhile: left as it is)."""
+        async with self.maker() as session, session.begin():
+            task = await repository.get_for_update(session, task_id)
+            if task is not None and task.status == TaskStatus.QUEUED.value:
+                transitions.move(session, task, to, now, message, error=error)
+
+
+async def known_task_ids(maker: async_sessionmaker[AsyncSession]) -> frozenset[str]:
+    """Every task id: the namespace collector spares their namespaces."""
+    async with maker() as session:
+        return frozenset(str(i) for i in await repository.known_ids(session))

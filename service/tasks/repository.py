@@ -1,0 +1,148 @@
+"""Database queries of tasks (one statement each; the caller's transaction commits)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Sequence
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.core.pagination import Page, keyset_page
+from service.tasks.models import ACTIVE, ON_CLUSTER, Task, TaskEvent, TaskResult, TaskStatus
+
+
+async def get(session: AsyncSession, task_id: uuid.UUID) -> Task | None:
+    return await session.get(Task, task_id)
+
+
+async def get_for_update(session: AsyncSession, task_id: uuid.UUID) -> Task | None:
+    """The task, its row locked until the transaction ends (PostgreSQL; SQLite writes one at a
+    time anyway)."""
+    stmt = select(Task).where(Task.id == task_id).with_for_update()
+    return (await session.execute(stmt)).scalar_one_or_none()
+
+
+async def of_account(
+    session: AsyncSession, account_id: str, ids: Collection[uuid.UUID]
+) -> Sequence[Task]:
+    """The account's live tasks among `ids`, oldest first."""
+    if not ids:
+        return []
+    stmt = (
+        select(Task)
+        .where(Task.account_id == account_id, Task.id.in_(list(ids)), Task.deleted.is_(False))
+        .order_by(Task.created_at, Task.id)
+    )
+    return (await session.execute(stmt)).scalars().all()
+
+
+async def page_of_account(
+    session: AsyncSession, account_id: str, status: TaskStatus | None, page: Page
+) -> tuple[list[Task], str | None]:
+    stmt = select(Task).where(Task.account_id == account_id, Task.deleted.is_(False))
+    if status is not None:
+        stmt = stmt.where(Task.status == status.value)
+    return await keyset_page(
+        session,
+        stmt,
+        page,
+        created=Task.created_at,
+        ident=Task.id,
+        cursor_of=lambda t: (t.created_at, t.id),
+    )
+
+
+async def count_held(session: AsyncSession, account_id: str) -> int:
+    """Tasks the account holds, in any status (the `tasks` quota)."""
+    stmt = (
+        select(func.count())
+        .select_from(Task)
+        .where(Task.account_id == account_id, Task.deleted.is_(False))
+    )
+    return int((await session.execute(stmt)).scalar_one())
+
+
+async def count_active(session: AsyncSession, account_id: str) -> int:
+    """Tasks of the account queued, launched or running (the `active_tasks` quota)."""
+    stmt = (
+        select(func.count())
+        .select_from(Task)
+        .where(Task.account_id == account_id, Task.status.in_([s.value for s in ACTIVE]))
+    )
+    return int((await session.execute(stmt)).scalar_one())
+
+
+async def active_of_account(session: AsyncSession, account_id: str) -> Sequence[Task]:
+    stmt = select(Task).where(
+        Task.account_id == account_id, Task.status.in_([s.value for s in ACTIVE])
+    )
+    return (await session.execute(stmt)).scalars().all()
+
+
+async def queued(session: AsyncSession) -> Sequence[Task]:
+    stmt = (
+        select(Task)
+        .where(Task.status == TaskStatus.QUEUED.value)
+        .order_by(Task.created_at, Task.id)
+    )
+    return (await session.execute(stmt)).scalars().all()
+
+
+async def on_cluster(session: AsyncSession) -> Sequence[Task]:
+    """Tasks launched or running, and ended tasks whose objects are still to be removed."""
+    stmt = select(Task).where(
+        Task.status.in_([s.value for s in ON_CLUSTER]) | Task.teardown_pending.is_(True)
+    )
+    return (await session.execute(stmt)).scalars().all()
+
+
+async def deleted_and_clean(session: AsyncSession) -> Sequence[uuid.UUID]:
+    stmt = select(Task.id).where(Task.deleted.is_(True), Task.teardown_pending.is_(False))
+    return (await session.execute(stmt)).scalars().all()
+
+
+async def known_ids(session: AsyncSession) -> Sequence[uuid.UUID]:
+    """Every task id (the garbage collector keeps their namespaces)."""
+    return (await session.execute(select(Task.id))).scalars().all()
+
+
+async def remove(session: AsyncSession, ids: Collection[uuid.UUID]) -> None:
+    """Delete tasks with their events and results."""
+    if not ids:
+        return
+    id_list = list(ids)
+    await session.execute(delete(TaskEvent).where(TaskEvent.task_id.in_(id_list)))
+    await session.execute(delete(TaskResult).where(TaskResult.task_id.in_(id_list)))
+    await session.execute(delete(Task).where(Task.id.in_(id_list)))
+
+
+async def events_page(
+    session: AsyncSession, task_id: uuid.UUID, page: Page
+) -> tuple[list[TaskEvent], str | None]:
+    return await keyset_page(
+        session,
+        select(TaskEvent).where(TaskEvent.task_id == task_id),
+        page,
+        created=TaskEvent.created_at,
+        ident=TaskEvent.id,
+        cursor_of=lambda e: (e.created_at, e.id),
+    )
+
+
+async def results_page(
+    session: AsyncSession, task_id: uuid.UUID, page: Page
+) -> tuple[list[TaskResult], str | None]:
+    return await keyset_page(
+        session,
+        select(TaskResult).where(TaskResult.task_id == task_id),
+        page,
+        created=TaskResult.created_at,
+        ident=TaskResult.id,
+        cursor_of=lambda r: (r.created_at, r.id),
+    )
+
+
+async def result_names(session: AsyncSession, task_id: uuid.UUID) -> set[str]:
+    stmt = select(TaskResult.name).where(TaskResult.task_id == task_id)
+    return set((await session.execute(stmt)).scalars().all())

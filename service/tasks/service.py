@@ -1,0 +1,526 @@
+"""The task use cases: create (validated against the catalog, the quotas and the result
+rules), list, read, cancel, delete, the timeline and results, secrets, GPU usage.
+
+Rules (NVCT's, and where it is silent, decided here; docs/tasks.md):
+- A task belongs to the account that created it; any other account gets 404 on every route.
+- Exactly one of `containerImage` and `helmChart`; `gpuSpecification` is resolved against the
+  catalog like a deployment's; `UPLOAD` needs `resultsLocation` and credentials (an
+  `NGC_API_KEY` secret or a registry credential of the account).
+- Cancel: a queued task is CANCELED at once; a launched or running one is CANCELED, its
+  container asked to stop and killed after `terminationGracePeriodDuration`. Delete cancels an
+  active task the same way and removes it from the API at once (its row goes once the cluster
+  is clean).
+- Secrets never come back, and their names only with `includeSecrets=true`; an update merges
+  by name and reaches a running container in place.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.auth.repository import lock_account
+from service.clusters.catalog import Catalog
+from service.clusters.catalog.resolution import ResolvedTarget, TargetRequest, resolve
+from service.clusters.instance_types import InstanceTypeError, parse_instance_type
+from service.core.crypto import SecretBox
+from service.core.db import after_commit, utcnow
+from service.core.durations import parse_timedelta
+from service.core.errors import Conflict, FieldError, NotFound, ValidationFailed
+from service.core.http import require_json_object
+from service.core.pagination import make_page
+from service.core.quotas import Quotas
+from service.core.validation import failed, parse
+from service.functions.schemas import MAX_SECRETS, secret_text
+from service.registry import repository as registry_repository
+from service.tasks import repository, transitions
+from service.tasks.models import ACTIVE, ON_CLUSTER, Task, TaskEvent, TaskResult, TaskStatus
+from service.tasks.schemas import (
+    DEFAULT_GRACE,
+    DEFAULT_MAX_QUEUED,
+    ArtifactOut,
+    BasicTaskOut,
+    BulkTasksIn,
+    CreateTaskIn,
+    EventOut,
+    GpuPlacementOut,
+    GpuSpecificationOut,
+    GpuUsageOut,
+    HealthOut,
+    InstanceOut,
+    KeyValueOut,
+    ResultOut,
+    TaskOut,
+    UpdateSecretsIn,
+    java_duration,
+)
+
+#: NVCT's pagination default
+DEFAULT_LIMIT = 100
+#: the secret whose value NVCT uses to push results (UPLOAD)
+UPLOAD_CREDENTIAL_NAME = "NGC_API_KEY"
+
+
+class Tasks:
+    """The task use cases, with what they read: the catalog, the secrets key and the quotas;
+    `wake` runs the task loop's next pass now (after a commit that gives it work)."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        box: SecretBox,
+        quotas: Quotas,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.catalog = catalog
+        self.box = box
+        self.quotas = quotas
+        self.clock = clock
+        self.wake: Callable[[], None] = lambda: None
+
+    # ------------------------------------------------------------------ create
+
+    async def create(self, session: AsyncSession, account_id: str, raw: Any) -> Task:
+        body = require_json_object(raw)
+        model, errors = parse(CreateTaskIn, body)
+        target = self._target(body, errors)
+        errors += await self._cross_checks(session, account_id, body, model, errors)
+        if errors or model is None or target is None:
+            raise ValidationFailed.of(errors, what="task")
+        await self._check_quotas(session, account_id)
+        now = self.clock()
+        secrets = {s.name: secret_text(s.value) for s in model.secrets or []}
+        spec = model.gpu_specification
+        task = Task(
+            id=uuid.uuid4(),
+            account_id=account_id,
+            name=model.name,
+            description=model.description,
+            tags=list(dict.fromkeys(model.tags or [])),
+            gpu=target.gpu,
+            instance_type=str(target.instance_type),
+            backend=spec.backend,
+            clusters=spec.clusters,
+            candidate_clusters=[c.name for c in target.clusters],
+            configuration=spec.configuration,
+            container_image=model.container_image,
+            container_args=model.container_args,
+            container_environment=_dump(model.container_environment),
+            models=_dump(model.models),
+            resources=_dump(model.resources),
+            helm_chart=model.helm_chart,
+            result_handling=model.result_handling_strategy,
+            results_location=model.results_location,
+            max_runtime_seconds=_seconds(model.max_runtime_duration),
+            max_queued_seconds=_seconds(model.max_queued_duration)
+            or DEFAULT_MAX_QUEUED.total_seconds(),
+            grace_seconds=_seconds(model.termination_grace_period_duration)
+            or DEFAULT_GRACE.total_seconds(),
+            telemetries=_dump_one(model.telemetries),
+            secret_names=sorted(secrets),
+            secrets_ciphertext=self.box.encrypt(json.dumps(secrets)) if secrets else None,
+            secrets_generation=1 if secrets else 0,
+            secrets_delivered=0,
+            deleted=False,
+            teardown_pending=False,
+        )
+        transitions.create(session, task, now)
+        await session.flush()
+        after_commit(session, self.wake)
+        return task
+
+    def _target(self, body: dict[str, Any], errors: list[FieldError]) -> ResolvedTarget | None:
+        spec = body.get("gpuSpecification")
+        if not isinstance(spec, dict) or "gpuSpecification" in failed(errors):
+            if spec is None and "gpuSpecification" not in failed(errors):
+                errors.append(FieldError("gpuSpecification", "is required"))
+            return None
+        broken = {e.field for e in errors if e.field.startswith("gpuSpecification.")}
+        if broken & {"gpuSpecification.gpu", "gpuSpecification.instanceType"}:
+            return None
+        try:
+            instance_type = parse_instance_type(str(spec.get("instanceType")))
+        except InstanceTypeError as exc:
+            errors.append(FieldError("gpuSpecification.instanceType", str(exc)))
+            return None
+        clusters = spec.get("clusters") if isinstance(spec.get("clusters"), list) else []
+        backend = spec.get("backend")
+        request = TargetRequest(
+            gpu=str(spec.get("gpu")),
+            instance_type=instance_type,
+            backend=backend if isinstance(backend, str) else None,
+            clusters=tuple(str(c) for c in clusters or ()),
+        )
+        resolved = resolve(
+            self.catalog,
+            request,
+            is_helm=isinstance(body.get("helmChart"), str),
+            path="gpuSpecification",
+        )
+        if isinstance(resolved, list):
+            errors += resolved
+            return None
+        return resolved
+
+    async def _cross_checks(
+        self,
+        session: AsyncSession,
+        account_id: str,
+        body: dict[str, Any],
+        model: CreateTaskIn | None,
+        errors: list[FieldError],
+    ) -> list[FieldError]:
+        """The rules between fields, on the body as sent (every one, with the field rules)."""
+        out: list[FieldError] = []
+        image, chart = body.get("containerImage"), body.get("helmChart")
+        if image is None and chart is None:
+            out.append(FieldError("containerImage", "give containerImage or helmChart"))
+        elif image is not None and chart is not None:
+            out.append(FieldError("helmChart", "give containerImage or helmChart, not both"))
+        if isinstance(chart, str) and "helmChart" not in failed(errors):
+            out.append(
+                FieldError(
+                    "helmChart",
+                    "helm tasks are not served by this server yet: give containerImage",
+                )
+            )
+        names = [s.get("name") for s in body.get("secrets") or [] if isinstance(s, dict)]
+        repeated = sorted({str(n) for n in names if names.count(n) > 1})
+        if repeated:
+            out.append(
+                FieldError("secrets", f"names must be unique; {', '.join(repeated)} repeated")
+            )
+        strategy = str(body.get("resultHandlingStrategy") or "UPLOAD").upper()
+        if strategy == "UPLOAD" and "resultHandlingStrategy" not in failed(errors):
+            if body.get("resultsLocation") is None:
+                out.append(
+                    FieldError(
+                        "resultsLocation",
+                        "is required with resultHandlingStrategy UPLOAD (the default): "
+                        "<org>/[<team>/]<model>; or set resultHandlingStrategy to NONE",
+                    )
+                )
+            if UPLOAD_CREDENTIAL_NAME not in names and not await registry_repository.count(
+                session, account_id
+            ):
+                out.append(
+                    FieldError(
+                        "secrets",
+                        f"resultHandlingStrategy UPLOAD needs credentials to push results: a "
+                        f"secret {UPLOAD_CREDENTIAL_NAME} or a registry credential of the account",
+                    )
+                )
+        elif body.get("resultsLocation") is not None and strategy == "NONE":
+            out.append(
+                FieldError("resultsLocation", "is only allowed with resultHandlingStrategy UPLOAD")
+            )
+        del model
+        return out
+
+    async def _check_quotas(self, session: AsyncSession, account_id: str) -> None:
+        async def lock() -> None:
+            await lock_account(session, account_id)
+
+        await self.quotas.tasks.check(lambda: repository.count_held(session, account_id), lock)
+        await self.quotas.active_tasks.check(
+            lambda: repository.count_active(session, account_id), lock
+        )
+
+    # ------------------------------------------------------------------ reads
+
+    async def owned(self, session: AsyncSession, account_id: str, task_id: uuid.UUID) -> Task:
+        task = await repository.get(session, task_id)
+        if task is None or task.account_id != account_id or task.deleted:
+            raise NotFound(detail=f"task {task_id} not found")
+        return task
+
+    async def page(
+        self,
+        session: AsyncSession,
+        account_id: str,
+        limit: int | None,
+        cursor: str | None,
+        status: str | None,
+    ) -> tuple[list[Task], int | None, str | None]:
+        wanted: TaskStatus | None = None
+        if status is not None:
+            try:
+                wanted = TaskStatus(status.upper())
+            except ValueError:
+                allowed = ", ".join(s.value for s in TaskStatus)
+                raise ValidationFailed.of(
+                    [FieldError("status", f"'{status}' is not one of {allowed}")]
+                ) from None
+        page = make_page(limit or DEFAULT_LIMIT, cursor, DEFAULT_LIMIT)
+        rows, next_cursor = await repository.page_of_account(session, account_id, wanted, page)
+        return rows, (page.limit if next_cursor else None), next_cursor
+
+    async def bulk(self, session: AsyncSession, account_id: str, raw: Any) -> list[Task]:
+        model, errors = parse(BulkTasksIn, require_json_object(raw))
+        if errors or model is None:
+            raise ValidationFailed.of(errors)
+        return list(await repository.of_account(session, account_id, set(model.task_ids)))
+
+    async def events(
+        self,
+        session: AsyncSession,
+        account_id: str,
+        task_id: uuid.UUID,
+        limit: int | None,
+        cursor: str | None,
+    ) -> tuple[list[TaskEvent], int | None, str | None]:
+        await self.owned(session, account_id, task_id)
+        page = make_page(limit or DEFAULT_LIMIT, cursor, DEFAULT_LIMIT)
+        rows, next_cursor = await repository.events_page(session, task_id, page)
+        return rows, (page.limit if next_cursor else None), next_cursor
+
+    async def results(
+        self,
+        session: AsyncSession,
+        account_id: str,
+        task_id: uuid.UUID,
+        limit: int | None,
+        cursor: str | None,
+    ) -> tuple[list[TaskResult], int | None, str | None]:
+        await self.owned(session, account_id, task_id)
+        page = make_page(limit or DEFAULT_LIMIT, cursor, DEFAULT_LIMIT)
+        rows, next_cursor = await repository.results_page(session, task_id, page)
+        return rows, (page.limit if next_cursor else None), next_cursor
+
+    # ------------------------------------------------------------------ changes
+
+    async def cancel(self, session: AsyncSession, account_id: str, task_id: uuid.UUID) -> Task:
+        task = await self.owned(session, account_id, task_id)
+        task = await repository.get_for_update(session, task.id) or task
+        if TaskStatus(task.status) not in ACTIVE:
+            raise Conflict(
+                detail=f"task {task_id} is {task.status}: only a QUEUED, LAUNCHED or RUNNING "
+                "task can be canceled"
+            )
+        self._cancel(session, task, "Task canceled by its owner")
+        return task
+
+    def _cancel(self, session: AsyncSession, task: Task, message: str) -> None:
+        now = self.clock()
+        on_cluster = TaskStatus(task.status) in ON_CLUSTER
+        if on_cluster:
+            grace = java_duration(task.grace_seconds)
+            message += f"; the container is asked to stop and killed after {grace}"
+            task.stop_requested_at = now
+            task.kill_at = now + timedelta(seconds=task.grace_seconds)
+        transitions.move(session, task, TaskStatus.CANCELED, now, message)
+        after_commit(session, self.wake)
+
+    async def delete(self, session: AsyncSession, account_id: str, task_id: uuid.UUID) -> None:
+        task = await self.owned(session, account_id, task_id)
+        task = await repository.get_for_update(session, task.id) or task
+        if TaskStatus(task.status) in ACTIVE:
+            self._cancel(session, task, "Task deleted by its owner")
+        task.deleted = True
+        task.secrets_ciphertext = None
+        if not task.teardown_pending:
+            await session.flush()
+            await repository.remove(session, [task.id])
+
+    async def update_secrets(
+        self, session: AsyncSession, account_id: str, task_id: uuid.UUID, raw: Any
+    ) -> None:
+        model, errors = parse(UpdateSecretsIn, require_json_object(raw))
+        if model is not None:
+            names = [s.name for s in model.secrets]
+            repeated = sorted({n for n in names if names.count(n) > 1})
+            if repeated:
+                errors.append(
+                    FieldError("secrets", f"names must be unique; {', '.join(repeated)} repeated")
+                )
+        if errors or model is None:
+            raise ValidationFailed.of(errors)
+        task = await self.owned(session, account_id, task_id)
+        task = await repository.get_for_update(session, task.id) or task
+        stored = self.secrets_of(task)
+        stored.update({s.name: secret_text(s.value) for s in model.secrets})
+        if len(stored) > MAX_SECRETS:
+            raise ValidationFailed.of(
+                [
+                    FieldError(
+                        "secrets",
+                        f"the task would have {len(stored)} secrets; at most {MAX_SECRETS}",
+                    )
+                ]
+            )
+        now = self.clock()
+        task.secrets_ciphertext = self.box.encrypt(json.dumps(stored))
+        task.secret_names = sorted(stored)
+        task.secrets_generation += 1
+        task.updated_at = now
+        transitions.event(session, task, f"Secrets updated: {', '.join(sorted(names))}", now)
+        after_commit(session, self.wake)
+
+    def secrets_of(self, task: Task) -> dict[str, str]:
+        """The task's secrets in plaintext (for its Secret object only)."""
+        if not task.secrets_ciphertext:
+            return {}
+        value = json.loads(self.box.decrypt(task.secrets_ciphertext))
+        return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+    # ------------------------------------------------------------------ usage
+
+    async def usage(self, session: AsyncSession, account_id: str, nca_id: str) -> list[GpuUsageOut]:
+        if nca_id != account_id:
+            raise NotFound(detail=f"account {nca_id} not found")
+        groups: dict[tuple[str, str], list[Task]] = {}
+        for task in await repository.active_of_account(session, account_id):
+            groups.setdefault((task.gpu, task.instance_type), []).append(task)
+        out: list[GpuUsageOut] = []
+        for (gpu, instance_type), tasks in sorted(groups.items()):
+            per_cluster: dict[str, int] = {}
+            for task in tasks:
+                for name in [task.cluster] if task.cluster else task.candidate_clusters:
+                    per_cluster[name] = per_cluster.get(name, 0) + 1
+            placements = []
+            for name, count in sorted(per_cluster.items()):
+                cluster = self.catalog.cluster(name)
+                if cluster is None:
+                    continue
+                group = self.catalog.group_of(cluster)
+                placements.append(
+                    GpuPlacementOut(
+                        cluster_id=cluster.name,
+                        cluster=cluster.name,
+                        cluster_group_id=group.name,
+                        cluster_group=group.name,
+                        cloud_provider=cluster.provider,
+                        region=cluster.region or "",
+                        current_max_usage=count,
+                        current_min_usage=count,
+                    )
+                )
+            out.append(
+                GpuUsageOut(
+                    gpu=gpu,
+                    instance_type=instance_type,
+                    current_max_usage=len(tasks),
+                    current_min_usage=len(tasks),
+                    placements=placements,
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------------ views
+
+    def describe(self, task: Task, *, include_secrets: bool = False) -> TaskOut:
+        health = None
+        group = self._group_name(task)
+        if task.health_error:
+            health = HealthOut(
+                gpu=task.gpu,
+                backend=group,
+                instance_type=task.instance_type,
+                error=task.health_error,
+            )
+        instances = None
+        if task.cluster and task.launched_at is not None:
+            cluster = self.catalog.cluster(task.cluster)
+            instances = [
+                InstanceOut(
+                    instance_id=str(task.id),
+                    task_id=task.id,
+                    instance_type=task.instance_type,
+                    instance_state=task.status,
+                    nca_id=task.account_id,
+                    gpu=task.gpu,
+                    backend=group,
+                    location=(cluster.region or task.cluster) if cluster else task.cluster,
+                    instance_created_at=task.launched_at,
+                    instance_updated_at=task.updated_at,
+                )
+            ]
+        return TaskOut(
+            id=task.id,
+            nca_id=task.account_id,
+            name=task.name,
+            status=task.status,
+            gpu_specification=GpuSpecificationOut(
+                gpu=task.gpu,
+                backend=task.backend,
+                clusters=task.clusters,
+                instance_type=task.instance_type,
+                configuration=task.configuration,
+            ),
+            container_image=task.container_image,
+            container_args=task.container_args,
+            container_environment=[KeyValueOut(**e) for e in task.container_environment or []]
+            or None,
+            models=[ArtifactOut(**a) for a in task.models or []] or None,
+            resources=[ArtifactOut(**a) for a in task.resources or []] or None,
+            tags=task.tags or None,
+            description=task.description,
+            result_handling_strategy=task.result_handling,
+            results_location=task.results_location,
+            max_runtime_duration=java_duration(task.max_runtime_seconds)
+            if task.max_runtime_seconds is not None
+            else None,
+            max_queued_duration=java_duration(task.max_queued_seconds),
+            termination_grace_period_duration=java_duration(task.grace_seconds),
+            helm_chart=task.helm_chart,
+            health_info=health,
+            secrets=list(task.secret_names) if include_secrets else None,
+            percent_complete=task.percent_complete,
+            last_heartbeat_at=task.last_heartbeat_at,
+            last_updated_at=task.updated_at,
+            telemetries=task.telemetries,
+            created_at=task.created_at,
+            instances=instances,
+        )
+
+    def _group_name(self, task: Task) -> str:
+        name = task.cluster or next(iter(task.candidate_clusters), None)
+        cluster = self.catalog.cluster(name) if name else None
+        return self.catalog.group_of(cluster).name if cluster else (task.backend or "")
+
+
+def basic(task: Task) -> BasicTaskOut:
+    return BasicTaskOut(id=task.id, name=task.name, status=task.status)
+
+
+def event_out(event: TaskEvent) -> EventOut:
+    return EventOut(
+        event_id=event.id,
+        task_id=event.task_id,
+        nca_id=event.account_id,
+        message=event.message,
+        created_at=event.created_at,
+    )
+
+
+def result_out(result: TaskResult) -> ResultOut:
+    return ResultOut(
+        result_id=result.id,
+        task_id=result.task_id,
+        nca_id=result.account_id,
+        name=result.name,
+        metadata=result.metadata_ or {},
+        created_at=result.created_at,
+        reference=result.reference,
+        digest=result.digest,
+    )
+
+
+def _seconds(value: str | None) -> float | None:
+    return parse_timedelta(value).total_seconds() if value is not None else None
+
+
+def _dump(items: list[Any] | None) -> list[Any] | None:
+    if items is None:
+        return None
+    return [i.model_dump(mode="json", exclude={"shape"}) for i in items]
+
+
+def _dump_one(item: Any) -> dict[str, Any] | None:
+    return item.model_dump(mode="json", by_alias=True, exclude_none=True) if item else None

@@ -1,0 +1,88 @@
+"""The one writer of a task's status: every change writes the status, its timestamps and a
+`TaskEvent` in the caller's transaction. Nothing else assigns `Task.status`
+(tests/tasks/test_transitions.py holds every module to it)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.tasks.models import ACTIVE, ON_CLUSTER, TERMINAL, Task, TaskEvent, TaskStatus
+
+log = logging.getLogger("nvcf.tasks")
+
+#: the statuses each status may move to
+ALLOWED: dict[TaskStatus, frozenset[TaskStatus]] = {
+    TaskStatus.QUEUED: frozenset(
+        {
+            TaskStatus.LAUNCHED,
+            TaskStatus.CANCELED,
+            TaskStatus.ERRORED,
+            TaskStatus.EXCEEDED_MAX_QUEUED_DURATION,
+        }
+    ),
+    TaskStatus.LAUNCHED: frozenset(TERMINAL) | {TaskStatus.RUNNING},
+    TaskStatus.RUNNING: frozenset(TERMINAL) - {TaskStatus.EXCEEDED_MAX_QUEUED_DURATION},
+}
+
+
+class TransitionRefused(Exception):
+    """The task is not in a status that may move to the one asked for."""
+
+
+def event(session: AsyncSession, task: Task, message: str, now: datetime) -> None:
+    """Add a line to the task's timeline without changing its status."""
+    session.add(
+        TaskEvent(
+            id=uuid.uuid4(),
+            task_id=task.id,
+            account_id=task.account_id,
+            message=message,
+            created_at=now,
+        )
+    )
+
+
+def create(session: AsyncSession, task: Task, now: datetime) -> None:
+    """A new task enters the queue."""
+    task.status = TaskStatus.QUEUED.value
+    task.created_at = task.updated_at = now
+    session.add(task)
+    event(session, task, "Task created and queued", now)
+
+
+def move(
+    session: AsyncSession,
+    task: Task,
+    to: TaskStatus,
+    now: datetime,
+    message: str,
+    *,
+    error: str | None = None,
+) -> None:
+    """Change the task's status to `to` with its timestamps and an event; `error` is the
+    reason shown in `healthInfo`."""
+    current = TaskStatus(task.status)
+    if to not in ALLOWED.get(current, frozenset()):
+        raise TransitionRefused(f"task {task.id} is {current.value}: cannot become {to.value}")
+    task.status = to.value
+    task.updated_at = now
+    if to is TaskStatus.LAUNCHED:
+        task.launched_at = now
+    elif to is TaskStatus.RUNNING:
+        task.running_at = now
+    if to in TERMINAL:
+        task.finished_at = now
+        # its objects leave the cluster (a canceled one's after its grace period)
+        task.teardown_pending = current in ON_CLUSTER
+    if error is not None:
+        task.health_error = error
+    event(session, task, message, now)
+    log.info("task %s: %s -> %s (%s)", task.id, current.value, to.value, message)
+
+
+def is_active(task: Task) -> bool:
+    return TaskStatus(task.status) in ACTIVE

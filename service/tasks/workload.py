@@ -1,0 +1,106 @@
+"""A container task as Kubernetes objects: a batch/v1 Job that runs once (no retries,
+`activeDeadlineSeconds` from maxRuntimeDuration, the grace period on stop) and the Secret of
+its secrets (`secrets.json` at /var/secrets), with NVCT's contract in the container:
+`NVCT_TASK_ID`, `NVCT_TASK_NAME`, `NVCT_NCA_ID`, `NVCT_PROGRESS_FILE_PATH`,
+`NVCT_RESULTS_DIR` on a shared emptyDir, models and resources at /config/models and
+/config/resources (docs/tasks.md)."""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from service.charts.mutate import secrets_object
+from service.clusters.catalog import Cluster
+from service.clusters.instance_types import InstanceType
+from service.core.kube import SECRETS_DIR, SECRETS_OBJECT, SECRETS_VOLUME
+from service.deployments.workload import instance_resources
+
+JOB_NAME = "task"
+CONTAINER_NAME = "task"
+#: the shared directory of the task container and the worker utilities
+TASK_VOLUME = "nvct"
+TASK_DIR = "/var/nvct"
+PROGRESS_FILE = f"{TASK_DIR}/progress.json"
+RESULTS_DIR = f"{TASK_DIR}/results"
+MODELS_DIR = "/config/models"
+RESOURCES_DIR = "/config/resources"
+TASK_LABEL = "nvct.nvidia.com/task-id"
+
+
+def task_env(task_id: str, name: str, nca_id: str) -> list[dict[str, str]]:
+    return [
+        {"name": "NVCT_TASK_ID", "value": task_id},
+        {"name": "NVCT_TASK_NAME", "value": name},
+        {"name": "NVCT_NCA_ID", "value": nca_id},
+        {"name": "NVCT_PROGRESS_FILE_PATH", "value": PROGRESS_FILE},
+        {"name": "NVCT_RESULTS_DIR", "value": RESULTS_DIR},
+    ]
+
+
+def job_objects(
+    *,
+    task_id: str,
+    name: str,
+    nca_id: str,
+    image: str,
+    args: str | None,
+    environment: list[Any] | None,
+    cluster: Cluster,
+    instance_type: InstanceType,
+    max_runtime_seconds: float | None,
+    grace_seconds: float,
+    secrets: Mapping[str, str],
+    suspend: bool = False,
+) -> list[dict[str, Any]]:
+    """The Secret and the Job of one container task; `suspend` asks its pod to stop (Kubernetes
+    deletes a suspended Job's pods, each within its grace period)."""
+    limits = instance_resources(cluster, instance_type)
+    env = [{"name": str(e["key"]), "value": str(e["value"])} for e in environment or []]
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        # NVCT's variables win over the same names in containerEnvironment
+        "env": [e for e in env if not e["name"].startswith("NVCT_")]
+        + task_env(task_id, name, nca_id),
+        "resources": {"limits": dict(limits), "requests": dict(limits)},
+        "volumeMounts": [
+            {"name": TASK_VOLUME, "mountPath": TASK_DIR},
+            {"name": SECRETS_VOLUME, "mountPath": SECRETS_DIR, "readOnly": True},
+            {"name": "models", "mountPath": MODELS_DIR},
+            {"name": "resources", "mountPath": RESOURCES_DIR},
+        ],
+    }
+    if args:
+        container["args"] = shlex.split(args)
+    labels = {TASK_LABEL: task_id}
+    spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "suspend": suspend,
+        "template": {
+            "metadata": {"labels": dict(labels)},
+            "spec": {
+                "restartPolicy": "Never",
+                "automountServiceAccountToken": False,
+                "terminationGracePeriodSeconds": max(0, math.ceil(grace_seconds)),
+                "containers": [container],
+                "volumes": [
+                    {"name": TASK_VOLUME, "emptyDir": {}},
+                    {"name": SECRETS_VOLUME, "secret": {"secretName": SECRETS_OBJECT}},
+                    {"name": "models", "emptyDir": {}},
+                    {"name": "resources", "emptyDir": {}},
+                ],
+            },
+        },
+    }
+    if max_runtime_seconds is not None:
+        spec["activeDeadlineSeconds"] = max(1, math.ceil(max_runtime_seconds))
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": JOB_NAME, "labels": dict(labels)},
+        "spec": spec,
+    }
+    return [secrets_object(secrets), job]

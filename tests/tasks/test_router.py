@@ -1,0 +1,251 @@
+"""The task routes over HTTP at NVCT's paths, in NVCT's shapes and scopes: create, list with
+NVCT's pagination, bulk, get (secret names only when asked), cancel, delete, events, results,
+secrets and GPU usage; every bad input a 400 naming each violation; another account's task a
+404 on every route."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+
+from service.auth import scopes
+from tests.support.api import assert_problem, bearer, new_key
+from tests.support.app import AppClient
+
+T = "/v1/nvct/tasks"
+TASK = {
+    "name": "train-1",
+    "gpuSpecification": {"gpu": "H100", "instanceType": "NCP.GPU.H100_1x"},
+    "containerImage": "nvcr.io/acme/trainer:1.0",
+    "containerArgs": "--epochs 1",
+    "containerEnvironment": [{"key": "MODEL", "value": "llama"}],
+    "tags": ["demo", "train"],
+    "description": "a test task",
+    "maxRuntimeDuration": "PT4H",
+    "maxQueuedDuration": "PT30M",
+    "resultHandlingStrategy": "NONE",
+    "secrets": [{"name": "HF_TOKEN", "value": "hf-secret-value"}],
+}
+
+
+async def create(client: httpx.AsyncClient, **changes: Any) -> dict[str, Any]:
+    resp = await client.post(T, json={**TASK, **changes})
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json()["task"])
+
+
+async def test_create_then_read_in_nvct_shapes(client: AppClient) -> None:
+    task = await create(client)
+    assert task["status"] == "QUEUED"
+    assert task["name"] == "train-1" and task["ncaId"]
+    assert task["maxRuntimeDuration"] == "PT4H"
+    assert task["maxQueuedDuration"] == "PT30M"
+    assert task["terminationGracePeriodDuration"] == "PT1H"  # NVCT's default
+    assert task["resultHandlingStrategy"] == "NONE"
+    assert task["gpuSpecification"] == {"gpu": "H100", "instanceType": "NCP.GPU.H100_1x"}
+    assert task["containerEnvironment"] == [{"key": "MODEL", "value": "llama"}]
+    assert "secrets" not in task and "hf-secret-value" not in str(task)
+    uuid.UUID(task["id"])
+
+    got = await client.get(f"{T}/{task['id']}")
+    assert got.status_code == 200
+    assert "secrets" not in got.json()["task"]
+    asked = (await client.get(f"{T}/{task['id']}?includeSecrets=true")).json()["task"]
+    assert asked["secrets"] == ["HF_TOKEN"]
+    assert "hf-secret-value" not in str(asked)
+
+    events = (await client.get(f"{T}/{task['id']}/events")).json()
+    assert events["events"][0]["message"] == "Task created and queued"
+    assert set(events["events"][0]) == {"eventId", "taskId", "ncaId", "message", "createdAt"}
+    assert "cursor" not in events and "limit" not in events
+    assert (await client.get(f"{T}/{task['id']}/results")).json() == {"results": []}
+
+
+async def test_list_pages_with_nvct_cursor_and_filters_by_status(client: AppClient) -> None:
+    made = [await create(client, name=f"t-{i}") for i in range(3)]
+    first = (await client.get(T, params={"limit": 2})).json()
+    assert [t["id"] for t in first["tasks"]] == [m["id"] for m in made[:2]]
+    assert first["limit"] == 2 and first["cursor"]
+    rest = (await client.get(T, params={"limit": 2, "cursor": first["cursor"]})).json()
+    assert [t["id"] for t in rest["tasks"]] == [made[2]["id"]]
+    assert "cursor" not in rest and "limit" not in rest
+    await client.post(f"{T}/{made[0]['id']}/cancel")
+    canceled = (await client.get(T, params={"status": "CANCELED"})).json()["tasks"]
+    assert [t["id"] for t in canceled] == [made[0]["id"]]
+    bad = await client.get(T, params={"status": "SLEEPING"})
+    assert "SLEEPING" in str(assert_problem(bad, 400)["detail"])
+
+    bulk = await client.post(f"{T}/bulk", json={"taskIds": [made[1]["id"], str(uuid.uuid4())]})
+    assert bulk.status_code == 200, bulk.text
+    assert bulk.json()["tasks"] == [{"id": made[1]["id"], "name": "t-1", "status": "QUEUED"}]
+    assert bulk.json()["ncaId"]
+    empty = await client.post(f"{T}/bulk", json={"taskIds": []})
+    assert_problem(empty, 400)
+
+
+async def test_every_violation_is_named_in_one_400_and_nothing_is_created(
+    client: AppClient,
+) -> None:
+    body = {
+        "name": "-bad name",
+        "gpuSpecification": {"gpu": "NOPE", "instanceType": "NCP.GPU.NOPE_1x"},
+        "containerImage": "nvcr.io/acme/trainer:1.0",
+        "helmChart": "oci://reg.example.com/charts/t-1.0.0.tgz",
+        "tags": ["ok", "not ok!"],
+        "maxRuntimeDuration": "four hours",
+        "maxQueuedDuration": "P1Y",
+        "terminationGracePeriodDuration": "PT0S",
+        "resultHandlingStrategy": "UPLOAD",
+    }
+    problem = assert_problem(await client.post(T, json=body), 400)
+    fields = {e["field"] for e in problem["errors"]}  # type: ignore[union-attr]
+    assert {
+        "name",
+        "tags[1]",
+        "maxRuntimeDuration",
+        "maxQueuedDuration",
+        "terminationGracePeriodDuration",
+        "resultsLocation",
+        "secrets",
+        "helmChart",
+    } <= fields, fields
+    assert any(f.startswith("gpuSpecification") for f in fields), fields
+    assert (await client.get(T)).json()["tasks"] == []
+
+
+async def test_neither_image_nor_chart_and_unknown_instance_type_are_400(
+    client: AppClient,
+) -> None:
+    body = {k: v for k, v in TASK.items() if k != "containerImage"}
+    body["gpuSpecification"] = {"gpu": "H100", "instanceType": "NCP.GPU.H100_3x"}
+    problem = assert_problem(await client.post(T, json=body), 400)
+    fields = {e["field"] for e in problem["errors"]}  # type: ignore[union-attr]
+    assert "containerImage" in fields
+    assert "gpuSpecification.instanceType" in fields, problem
+    ngc = [{"name": "NGC_API_KEY", "value": "nvapi-x"}]
+    upload = {
+        **TASK,
+        "resultHandlingStrategy": "UPLOAD",
+        "resultsLocation": "Acme/!",
+        "secrets": ngc,
+    }
+    problem = assert_problem(await client.post(T, json=upload), 400)
+    assert {e["field"] for e in problem["errors"]} == {"resultsLocation"}  # type: ignore[union-attr]
+    ok = {**upload, "resultsLocation": "acme/team/model"}
+    assert (await client.post(T, json=ok)).status_code == 200
+
+
+async def test_another_accounts_task_is_404_on_every_route(client: AppClient) -> None:
+    task = await create(client)
+    other = bearer(await new_key(client, list(scopes.TASK_SCOPES), account="someone-else"))
+    tid = task["id"]
+    for method, path, body in [
+        ("GET", f"{T}/{tid}", None),
+        ("POST", f"{T}/{tid}/cancel", None),
+        ("DELETE", f"{T}/{tid}", None),
+        ("GET", f"{T}/{tid}/events", None),
+        ("GET", f"{T}/{tid}/results", None),
+        ("PUT", f"/v1/nvct/secrets/tasks/{tid}", {"secrets": [{"name": "A", "value": "b"}]}),
+    ]:
+        resp = await client.request(method, path, json=body, headers=other)
+        assert_problem(resp, 404)
+    bulk = await client.post(f"{T}/bulk", json={"taskIds": [tid]}, headers=other)
+    assert bulk.json()["tasks"] == []
+    assert (await client.get(T, headers=other)).json()["tasks"] == []
+    assert (await client.get(f"{T}/{tid}")).json()["task"]["status"] == "QUEUED"
+
+
+async def test_each_route_needs_its_nvct_scope(client: AppClient) -> None:
+    task = await create(client)
+    reader = bearer(await new_key(client, [scopes.LIST_TASKS]))
+    assert (await client.get(T, headers=reader)).status_code == 200
+    for method, path in [
+        ("POST", T),
+        ("GET", f"{T}/{task['id']}"),
+        ("POST", f"{T}/{task['id']}/cancel"),
+        ("DELETE", f"{T}/{task['id']}"),
+        ("GET", f"{T}/{task['id']}/events"),
+        ("GET", f"{T}/{task['id']}/results"),
+    ]:
+        resp = await client.request(
+            method, path, json=TASK if method == "POST" else None, headers=reader
+        )
+        assert "scope" in str(assert_problem(resp, 403)["detail"])
+
+
+async def test_nvcf_cli_task_key_from_v1_keys_launches_tasks(client: AppClient) -> None:
+    expires = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    body = {
+        "description": "nvcf-cli task key",
+        "expires_at": expires,
+        "authorizations": {
+            "policies": [
+                {
+                    "product": "nv-cloud-functions",
+                    "resources": [{"id": "*", "type": "account-functions"}],
+                    "scopes": list(scopes.TASK_SCOPES),
+                }
+            ]
+        },
+    }
+    resp = await client.post("/v1/keys", json=body)
+    assert resp.status_code == 200, resp.text
+    key = bearer(resp.json()["value"])
+    task = (await client.post(T, json=TASK, headers=key)).json()["task"]
+    assert (await client.get(f"{T}/{task['id']}/events", headers=key)).status_code == 200
+
+
+async def test_cancel_a_queued_task_and_delete(client: AppClient) -> None:
+    task = await create(client)
+    resp = await client.post(f"{T}/{task['id']}/cancel")
+    assert resp.status_code == 200
+    assert resp.json()["task"]["status"] == "CANCELED"
+    again = await client.post(f"{T}/{task['id']}/cancel")
+    assert "CANCELED" in str(assert_problem(again, 409)["detail"])
+    deleted = await client.delete(f"{T}/{task['id']}")
+    assert deleted.status_code == 204 and deleted.content == b""
+    assert_problem(await client.get(f"{T}/{task['id']}"), 404)
+    assert_problem(await client.get(f"{T}/not-a-uuid"), 400)
+
+
+async def test_secrets_update_merges_names_and_never_shows_values(client: AppClient) -> None:
+    task = await create(client)
+    path = f"/v1/nvct/secrets/tasks/{task['id']}"
+    resp = await client.put(
+        path, json={"secrets": [{"name": "NGC_API_KEY", "value": "nvapi-very-secret"}]}
+    )
+    assert resp.status_code == 204, resp.text
+    shown = (await client.get(f"{T}/{task['id']}?includeSecrets=true")).json()["task"]
+    assert shown["secrets"] == ["HF_TOKEN", "NGC_API_KEY"]
+    assert "nvapi-very-secret" not in str(shown)
+    events = (await client.get(f"{T}/{task['id']}/events")).json()["events"]
+    assert "nvapi-very-secret" not in str(events)
+    bad = await client.put(path, json={"secrets": [{"name": "-x", "value": ""}]})
+    fields = {e["field"] for e in assert_problem(bad, 400)["errors"]}  # type: ignore[union-attr]
+    assert fields == {"secrets[0].name", "secrets[0].value"}
+
+
+async def test_task_quotas_refuse_with_the_quota_problem(client_factory: Any) -> None:
+    client = await client_factory(quota_tasks=2, quota_active_tasks=1, reconciler_enabled=False)
+    first = await create(client)
+    refused = await client.post(T, json=TASK)
+    problem = assert_problem(refused, 400)
+    assert "active_tasks" in str(problem["detail"])
+    assert "NVCF_QUOTA_ACTIVE_TASKS" in str(problem["detail"])
+    await client.post(f"{T}/{first['id']}/cancel")
+    await create(client)
+    refused = await client.post(T, json=TASK)
+    assert "NVCF_QUOTA_TASKS" in str(assert_problem(refused, 400)["detail"])
+
+
+async def test_gpu_usage_of_the_callers_account(client: AppClient) -> None:
+    task = await create(client)
+    usage = await client.get(f"/v1/nvct/accounts/{task['ncaId']}/usage/gpus")
+    assert usage.status_code == 200, usage.text
+    [gpu] = usage.json()["gpus"]
+    assert gpu["gpu"] == "H100" and gpu["instanceType"] == "NCP.GPU.H100_1x"
+    assert gpu["currentMaxUsage"] == 1 and gpu["placements"]
+    assert_problem(await client.get("/v1/nvct/accounts/someone-else/usage/gpus"), 404)

@@ -21,6 +21,7 @@ from tests.support.task_objects import (
     RESULTS_DIR,
     helm_task_objects,
     job,
+    secret,
     task_container,
     task_objects,
 )
@@ -36,7 +37,7 @@ POD = WorkerUtilsPod(
 
 
 def test_the_task_pod_gets_a_native_sidecar_on_the_task_files_volumes() -> None:
-    objects = task_objects()
+    objects = [job(), secret()]
     before = copy.deepcopy(objects)
     assert inject_task(objects, POD)
     spec = objects[0]["spec"]["template"]["spec"]
@@ -74,6 +75,19 @@ def test_the_task_pod_gets_a_native_sidecar_on_the_task_files_volumes() -> None:
     assert objects[1] == before[1]
     assert inject_task(objects, POD)
     assert len(spec["initContainers"]) == 1
+
+
+def test_the_platform_task_job_shares_its_one_task_volume() -> None:
+    secret_object, job_object = task_objects()  # as service/tasks/workload.py builds them
+    assert inject_task([secret_object, job_object], POD)
+    [sidecar] = job_object["spec"]["template"]["spec"]["initContainers"]
+    assert sidecar["volumeMounts"] == [{"name": "nvct", "mountPath": "/var/nvct", "readOnly": True}]
+    assert sidecar["args"][3:7] == [
+        "--task-progress-file",
+        "/var/nvct/progress.json",
+        "--task-results-dir",
+        "/var/nvct/results",
+    ]
 
 
 def test_one_volume_holding_both_paths_is_mounted_once() -> None:

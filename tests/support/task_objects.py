@@ -1,7 +1,7 @@
-"""A task as the Kubernetes adapter sees it (docs/tasks.md, the design of issue 41): the
-instance of a task and the objects the platform hands over for it — a batch/v1 Job (no retries,
-`activeDeadlineSeconds`, the grace period, the task container with its NVCT_* env and its
-files on an emptyDir) and the Secret of its secrets; a helm task's rendered objects."""
+"""A task as the Kubernetes adapter sees it (docs/tasks.md): the instance of a task and the
+objects the platform hands over for it — a container task's Job and Secret as the tasks package
+builds them (service/tasks/workload.py), or a Job written out here to vary the task container
+(its NVCT_* env, its volumes); a helm task's rendered objects."""
 
 from __future__ import annotations
 
@@ -9,9 +9,13 @@ import json
 from typing import Any
 
 from service.backends import InstanceSpec
+from service.clusters.instance_types import parse_instance_type
+from service.tasks.workload import job_objects
+from tests.support.catalogs import permissive_catalog
 
 TASK_ID = "task-1"
 JOB = "task"
+#: where the Job written out here puts the task's files (each on a volume of its own)
 PROGRESS_FILE = "/var/run/nvct/progress/progress.json"
 RESULTS_DIR = "/var/run/nvct/results"
 
@@ -96,9 +100,26 @@ def secret(values: dict[str, str] | None = None) -> dict[str, Any]:
     }
 
 
-def task_objects(**job_args: Any) -> list[dict[str, Any]]:
-    """A container task's objects: its Job and the Secret of its secrets."""
-    return [job(**job_args), secret()]
+def task_objects(
+    *, max_runtime_seconds: float | None = 3600, suspend: bool = False
+) -> list[dict[str, Any]]:
+    """A container task's objects as the platform builds them: its Secret and its Job."""
+    cluster = permissive_catalog().cluster("sim-ncp")
+    assert cluster is not None
+    return job_objects(
+        task_id=TASK_ID,
+        name="fine-tune",
+        nca_id="nca-1",
+        image="nvcr.io/acme/trainer:1.0",
+        args="python train.py --epochs 3",
+        environment=[{"key": "EPOCHS", "value": "3"}],
+        cluster=cluster,
+        instance_type=parse_instance_type("NCP.GPU.H100_1x"),
+        max_runtime_seconds=max_runtime_seconds,
+        grace_seconds=600,
+        secrets={"HF_TOKEN": "hf-secret"},
+        suspend=suspend,
+    )
 
 
 def helm_task_objects() -> list[dict[str, Any]]:

@@ -170,7 +170,11 @@ class KubernetesAdapter:
     # ------------------------------------------------------------------ public interface
 
     async def apply(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
-        """Server-side apply the namespace, then every object in dependency order."""
+        """Server-side apply the namespace, then every object in dependency order. A task
+        whose Job is suspended (asked to stop) has its sidecar released first, so that its pod
+        stops within the grace period without lingering for a result."""
+        if instance.task and any(_suspended(obj) for obj in objects):
+            await self._task_files.release(instance)
         prepared = self._prepared(instance, objects)
         await self.api.apply(
             NAMESPACE, None, namespace_body(instance, prepared, self.field_manager)
@@ -419,3 +423,11 @@ class KubernetesAdapter:
                 return  # may read nodes but not pods: allocatable only
             raise
         subtract_pods(nodes, pods)
+
+
+def _suspended(obj: Any) -> bool:
+    return (
+        isinstance(obj, dict)
+        and obj.get("kind") == "Job"
+        and as_map(obj.get("spec")).get("suspend") is True
+    )

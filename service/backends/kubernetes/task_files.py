@@ -83,15 +83,17 @@ class TaskFilesReader:
         self.timeout = timeout
         self.result_timeout = result_timeout
 
-    async def sidecar(self, instance: InstanceSpec) -> str | None:
-        """The pod proxy URL of the running sidecar of the task's pod; None while there is
-        none (an AdapterError when the task's pods and Jobs have no sidecar at all)."""
+    async def sidecar(self, instance: InstanceSpec, *, stopping: bool = False) -> str | None:
+        """The pod proxy URL of the running sidecar of the task's pod (with `stopping`, of a
+        pod being deleted too); None while there is none (an AdapterError when the task's
+        pods and Jobs have no sidecar at all)."""
         pods = await self.api.list_objects(POD, instance.namespace)
         pods.sort(key=lambda p: str(as_map(p.get("metadata")).get("creationTimestamp", "")))
         for pod in pods:
             port = sidecar_port(as_map(pod.get("spec")))
             metadata = as_map(pod.get("metadata"))
-            if port is None or metadata.get("deletionTimestamp") or not _sidecar_running(pod):
+            deleted = bool(metadata.get("deletionTimestamp")) and not stopping
+            if port is None or deleted or not _sidecar_running(pod):
                 continue
             server = str(self.client().base_url).rstrip("/")
             return (
@@ -168,10 +170,11 @@ class TaskFilesReader:
                 os.unlink(archive)
 
     async def release(self, instance: InstanceSpec) -> None:
-        """Tell the sidecar the platform needs the files no more (best effort: the pod goes
-        anyway, at the latest when its `preStop` hook's linger ends)."""
+        """Tell the sidecar the platform needs the files no more, so that its pod stops
+        without lingering (best effort: the pod goes anyway, at the latest when its `preStop`
+        hook's linger or the pod's grace period ends)."""
         with contextlib.suppress(AdapterError, httpx2.HTTPError, TimeoutError):
-            base = await self.sidecar(instance)
+            base = await self.sidecar(instance, stopping=True)
             if base is not None:
                 async with asyncio.timeout(self.timeout):
                     await self.client().post(f"{base}{RELEASE_PATH}")

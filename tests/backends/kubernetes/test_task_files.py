@@ -12,6 +12,7 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from service.backends import AdapterError
@@ -89,7 +90,7 @@ async def test_the_job_and_its_secret_are_applied_with_the_native_sidecar(
     assert namespace["metadata"]["labels"]["nvcf.nvidia.com/instance-id"] == TASK.instance_id
     assert json.loads(namespace["metadata"]["annotations"][APPLIED_ANNOTATION]) == [
         ["batch/v1", "Job", JOB],
-        ["v1", "Secret", "nvct-secrets"],
+        ["v1", "Secret", "nvcf-secrets"],
     ]
     job = server.get("Job", NS, JOB)
     assert job is not None
@@ -98,8 +99,10 @@ async def test_the_job_and_its_secret_are_applied_with_the_native_sidecar(
     assert spec["restartPolicy"] == "Never"
     [sidecar] = spec["initContainers"]
     assert (sidecar["name"], sidecar["restartPolicy"]) == (CONTAINER_NAME, "Always")
+    # the task container's emptyDir, read-only
+    assert sidecar["volumeMounts"] == [{"name": "nvct", "mountPath": "/var/nvct", "readOnly": True}]
     assert [c["name"] for c in spec["containers"]] == ["task"]
-    assert server.get("Secret", NS, "nvct-secrets") is not None
+    assert server.get("Secret", NS, "nvcf-secrets") is not None
     # the Secret (rank 1) goes in before the Job that mounts it
     kinds = [p.split("/")[-2] for p in server.patches() if f"/namespaces/{NS}/" in p]
     assert kinds == ["secrets", "jobs"]
@@ -319,6 +322,34 @@ async def test_deleting_a_task_releases_its_sidecar_then_its_namespace(
     assert deletes == [f"/api/v1/namespaces/{NS}"]
     server.finish_namespace_deletion(NS)
     assert await adapter.delete(TASK)
+
+
+async def test_stopping_a_task_releases_its_sidecar(
+    server: FakeKubernetes, adapter: KubernetesAdapter, sidecar: Sidecar
+) -> None:
+    pod = await running(server, adapter, sidecar)
+    await adapter.apply(TASK, task_objects(suspend=True))
+    job = server.get("Job", NS, JOB)
+    assert job is not None and job["spec"]["suspend"] is True
+    proxied = [(r.method, r.path) for r in server.requests if "/proxy/" in r.path]
+    assert proxied == [("POST", f"/api/v1/namespaces/{NS}/pods/{pod}:8479/proxy/nvct/release")]
+    # the sidecar's preStop hook (its linger) now ends at once
+    async with httpx.AsyncClient(base_url=sidecar.url, timeout=30) as http:
+        assert (await http.get("/nvct/linger")).status_code == 204
+
+
+async def test_a_pod_being_deleted_is_released_too(
+    server: FakeKubernetes, adapter: KubernetesAdapter, sidecar: Sidecar
+) -> None:
+    pod = await running(server, adapter, sidecar)
+    stored = server.get("Pod", NS, pod)
+    assert stored is not None
+    stored["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    server.add_object(stored, namespace=NS)
+    assert await adapter.task_progress(TASK, max_bytes=100) is None  # no longer read
+    await adapter.delete(TASK)
+    proxied = [r.path for r in server.requests if "/proxy/" in r.path]
+    assert proxied == [f"/api/v1/namespaces/{NS}/pods/{pod}:8479/proxy/nvct/release"]
 
 
 async def test_deleting_a_task_whose_pod_is_gone_deletes_its_namespace(

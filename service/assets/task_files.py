@@ -270,4 +270,5 @@ __all__ = [
     "TaskSidecar",
     "result_entries",
     "run",
+    "tar_stream",
 ]

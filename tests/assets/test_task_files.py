@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.assets.task_files import TaskLimits, TaskSidecar
+from service.assets.task_files import TaskLimits, TaskSidecar, result_entries, tar_stream
 
 LIMITS = TaskLimits(max_progress_bytes=100, max_result_bytes=1000, max_result_files=3, timeout=60)
 
@@ -137,6 +137,27 @@ async def test_the_bounds_on_bytes_and_files(
     assert (await client.get("/nvct/results/many", params={"maxBytes": 3})).status_code == 200
     bad = await client.get("/nvct/results/many", params={"maxBytes": "-1"})
     assert (bad.status_code, bad.json()) == (400, {"detail": "maxBytes must be a positive integer"})
+
+
+async def test_a_stream_past_its_time_is_cut(files: tuple[Path, Path]) -> None:
+    (files[1] / "slow").mkdir()
+    (files[1] / "slow" / "a").write_bytes(b"x" * 10)
+    limits = TaskLimits(100, 1000, 3, timeout=0)
+    transport = httpx.ASGITransport(app=TaskSidecar(files[0], files[1], limits))
+    async with httpx.AsyncClient(transport=transport, base_url="http://sidecar") as http:
+        with pytest.raises(TimeoutError):  # the connection is cut: the platform sees a short body
+            await http.get("/nvct/results/slow")
+
+
+async def test_a_file_that_shrinks_while_sent_cuts_the_stream(files: tuple[Path, Path]) -> None:
+    (files[1] / "changing").mkdir()
+    data = files[1] / "changing" / "a"
+    data.write_bytes(b"x" * 5000)
+    entries = result_entries(files[1], "changing", 10_000, 10)
+    data.write_bytes(b"x" * 10)
+    with pytest.raises(OSError, match="shrank while it was sent"):
+        async for _ in tar_stream(entries):
+            pass
 
 
 async def test_links_out_of_the_result_are_refused(

@@ -35,7 +35,7 @@ from service.backends.worker_utils_pod import (
 )
 
 #: what a tar stream adds to its files' bytes: a header per member (PAX headers for long
-#: names) and the closing blocks
+#: names), and the closing blocks with the padding of the last record (`RECORDSIZE`)
 _TAR_OVERHEAD = 4 * tarfile.BLOCKSIZE
 #: what is read of an answer that is not the file asked for (a refusal's JSON)
 _ANSWER_BYTES = 16 * 1024
@@ -145,7 +145,7 @@ class TaskFilesReader:
             raise AdapterError(f"{what}: the task's pod is not running")
         url = f"{base}{RESULTS_PREFIX}{name}"
         params = {"maxBytes": max_bytes, "maxFiles": max_files}
-        limit = max_bytes + (max_files + 1) * _TAR_OVERHEAD
+        limit = max_bytes + (max_files + 1) * _TAR_OVERHEAD + tarfile.RECORDSIZE
         archive = await anyio.to_thread.run_sync(_scratch, into)
         try:
             async with asyncio.timeout(self.result_timeout):
@@ -160,7 +160,9 @@ class TaskFilesReader:
                             if size > limit:
                                 raise _refused(f"{what}: the stream passes {limit} bytes")
                             await fh.write(chunk)
-            await anyio.to_thread.run_sync(_unpack, archive, into, max_bytes, max_files, what)
+            await anyio.to_thread.run_sync(
+                _unpack, archive, into, name, (max_bytes, max_files), what
+            )
         except TimeoutError:
             raise AdapterError(f"{what}: not complete within {self.result_timeout:g} s") from None
         except httpx2.HTTPError as exc:
@@ -212,7 +214,8 @@ def _scratch(into: Path) -> Path:
     return Path(name)
 
 
-def _unpack(archive: Path, into: Path, max_bytes: int, max_files: int, what: str) -> None:
+def _unpack(archive: Path, into: Path, name: str, bounds: tuple[int, int], what: str) -> None:
+    max_bytes, max_files = bounds
     try:
         with tarfile.open(archive, mode="r:") as tar:
             members = tar.getmembers()
@@ -223,8 +226,11 @@ def _unpack(archive: Path, into: Path, max_bytes: int, max_files: int, what: str
                 raise _refused(f"{what}: more than {max_bytes} bytes")
             for member in members:
                 # the sidecar sends `<name>/...`: the result's own directory is the root here
-                parts = member.name.split("/", 1)
-                member.name = parts[1] if len(parts) == 2 else "."
+                if member.name != name and not member.name.startswith(f"{name}/"):
+                    raise _refused(f"{what}: the stream holds {member.name!r}, not in {name!r}")
+                member.name = member.name.removeprefix(f"{name}/") if member.name != name else "."
             tar.extractall(into, members=[m for m in members if m.name != "."], filter="data")
+    except tarfile.FilterError as exc:
+        raise _refused(f"{what}: the stream holds a member the platform refuses: {exc}") from exc
     except (tarfile.TarError, OSError) as exc:
         raise AdapterError(f"{what}: the result's stream is not a whole tar: {exc}") from exc

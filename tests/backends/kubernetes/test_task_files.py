@@ -7,10 +7,15 @@ server's pod proxy) with their bounds; a helm task's objects; deletion releasing
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import tarfile
+import threading
 from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -240,6 +245,79 @@ async def test_a_result_past_a_bound_or_missing_is_refused(
         await adapter.fetch_task_result(TASK, "../etc", into, max_bytes=10, max_files=1)
     assert "is not one path segment" in refused.value.message
     assert not refused.value.retryable
+
+
+class CannedSidecar:
+    """A sidecar that answers every request with the same 200 body (one that lies)."""
+
+    def __init__(self, body: bytes) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.address = f"127.0.0.1:{self.httpd.server_address[1]}"
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def written(root: Path) -> list[str]:
+    return [p.relative_to(root).as_posix() for p in root.rglob("*")]
+
+
+def tar_of(*members: tuple[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (tar_of(("r/a", b"x" * 9000)), "the stream passes 16484 bytes"),
+        (tar_of(("r/a", b"x" * 60), ("r/b", b"x" * 60)), "more than 100 bytes"),
+        (tar_of(("r/a", b"1"), ("r/b", b"2"), ("r/c", b"3")), "more than 2 files"),
+        (tar_of(("r/../../escaped", b"x")), "the stream holds a member the platform refuses"),
+        (tar_of(("/etc/escaped", b"x")), "the stream holds '/etc/escaped', not in 'r'"),
+        (tar_of(("other/x", b"x")), "the stream holds 'other/x', not in 'r'"),
+    ],
+)
+async def test_a_stream_the_bounds_do_not_allow_is_refused(
+    server: FakeKubernetes, adapter: KubernetesAdapter, tmp_path: Path, body: bytes, message: str
+) -> None:
+    canned = CannedSidecar(body)
+    try:
+        await adapter.apply(TASK, task_objects())
+        server.start_job(NS, JOB)
+        pod = server.run_job_pod(NS, JOB)
+        server.serve_pod(NS, pod, 8479, canned.address)
+        into = tmp_path / "out" / "r"
+        with pytest.raises(AdapterError) as refused:
+            await adapter.fetch_task_result(TASK, "r", str(into), max_bytes=100, max_files=2)
+        assert message in refused.value.message
+        assert not refused.value.retryable
+        # nothing was written outside the destination, and the scratch file is gone
+        assert sorted(written(tmp_path)) == [
+            "kubeconfig",
+            "out",
+            "out/r",
+        ]
+    finally:
+        canned.stop()
 
 
 async def test_pods_without_the_sidecar_say_so(server: FakeKubernetes, tmp_path: Path) -> None:

@@ -273,7 +273,7 @@ class TaskLoop(LoopService[str]):
                     if progress.name not in await repository.result_names(session, task.id):
                         session.add(
                             TaskResult(
-                                id=uuid.uuid4(),
+                                id=transitions.ordered_id(),
                                 task_id=task.id,
                                 account_id=task.account_id,
                                 name=progress.name,

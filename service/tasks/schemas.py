@@ -86,7 +86,7 @@ def java_duration(seconds: float) -> str:
     return out
 
 
-class GpuSpecificationIn(RequestModel):
+class TaskGpuSpecificationIn(RequestModel):
     null_when_missing: ClassVar[tuple[str, ...]] = ()
     shape: ClassVar[str] = "with gpu and instanceType"
 
@@ -109,7 +109,7 @@ class CreateTaskIn(RequestModel):
     """Body of `POST /v1/nvct/tasks` (NVCT's CreateTaskRequest)."""
 
     name: TaskName
-    gpu_specification: GpuSpecificationIn
+    gpu_specification: TaskGpuSpecificationIn
     container_image: str | None = Field(default=None, min_length=1, max_length=1024)
     container_args: str | None = Field(default=None, max_length=4096)
     container_environment: (
@@ -205,7 +205,7 @@ class UpdateSecretsIn(RequestModel):
 # ------------------------------------------------------------------------------ responses
 
 
-class GpuSpecificationOut(CamelModel):
+class TaskGpuSpecificationOut(CamelModel):
     gpu: str
     backend: str | None = None
     clusters: list[str] | None = None
@@ -213,25 +213,25 @@ class GpuSpecificationOut(CamelModel):
     configuration: dict[str, Any] | None = None
 
 
-class KeyValueOut(CamelModel):
+class TaskKeyValueOut(CamelModel):
     key: str
     value: str
 
 
-class ArtifactOut(CamelModel):
+class TaskArtifactOut(CamelModel):
     name: str
     version: str
     uri: str
 
 
-class HealthOut(CamelModel):
+class TaskHealthOut(CamelModel):
     gpu: str
     backend: str
     instance_type: str | None = None
     error: str
 
 
-class InstanceOut(CamelModel):
+class TaskInstanceOut(CamelModel):
     instance_id: str
     task_id: uuid.UUID
     instance_type: str
@@ -249,12 +249,12 @@ class TaskOut(CamelModel):
     nca_id: str
     name: str
     status: str
-    gpu_specification: GpuSpecificationOut
+    gpu_specification: TaskGpuSpecificationOut
     container_image: str | None = None
     container_args: str | None = None
-    container_environment: list[KeyValueOut] | None = None
-    models: list[ArtifactOut] | None = None
-    resources: list[ArtifactOut] | None = None
+    container_environment: list[TaskKeyValueOut] | None = None
+    models: list[TaskArtifactOut] | None = None
+    resources: list[TaskArtifactOut] | None = None
     tags: list[str] | None = None
     description: str | None = None
     result_handling_strategy: str
@@ -263,7 +263,7 @@ class TaskOut(CamelModel):
     max_queued_duration: str
     termination_grace_period_duration: str
     helm_chart: str | None = None
-    health_info: HealthOut | None = None
+    health_info: TaskHealthOut | None = None
     secrets: list[str] | None = Field(
         default=None, description="secret names, only with includeSecrets=true"
     )
@@ -272,7 +272,7 @@ class TaskOut(CamelModel):
     last_updated_at: Timestamp | None = None
     telemetries: dict[str, Any] | None = None
     created_at: Timestamp
-    instances: list[InstanceOut] | None = None
+    instances: list[TaskInstanceOut] | None = None
 
 
 class TaskResponse(CamelModel):
@@ -296,7 +296,7 @@ class ListBasicTasksResponse(CamelModel):
     tasks: list[BasicTaskOut]
 
 
-class EventOut(CamelModel):
+class TaskEventOut(CamelModel):
     event_id: uuid.UUID
     task_id: uuid.UUID
     nca_id: str
@@ -305,12 +305,12 @@ class EventOut(CamelModel):
 
 
 class ListEventsResponse(CamelModel):
-    events: list[EventOut]
+    events: list[TaskEventOut]
     limit: int | None = None
     cursor: str | None = None
 
 
-class ResultOut(CamelModel):
+class TaskResultOut(CamelModel):
     result_id: uuid.UUID
     task_id: uuid.UUID
     nca_id: str
@@ -323,7 +323,7 @@ class ResultOut(CamelModel):
 
 
 class ListResultsResponse(CamelModel):
-    results: list[ResultOut]
+    results: list[TaskResultOut]
     limit: int | None = None
     cursor: str | None = None
 

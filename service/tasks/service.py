@@ -43,19 +43,19 @@ from service.tasks.models import ACTIVE, ON_CLUSTER, Task, TaskEvent, TaskResult
 from service.tasks.schemas import (
     DEFAULT_GRACE,
     DEFAULT_MAX_QUEUED,
-    ArtifactOut,
     BasicTaskOut,
     BulkTasksIn,
     CreateTaskIn,
-    EventOut,
     GpuPlacementOut,
-    GpuSpecificationOut,
     GpuUsageOut,
-    HealthOut,
-    InstanceOut,
-    KeyValueOut,
-    ResultOut,
+    TaskArtifactOut,
+    TaskEventOut,
+    TaskGpuSpecificationOut,
+    TaskHealthOut,
+    TaskInstanceOut,
+    TaskKeyValueOut,
     TaskOut,
+    TaskResultOut,
     UpdateSecretsIn,
     java_duration,
 )
@@ -98,7 +98,7 @@ class Tasks:
         secrets = {s.name: secret_text(s.value) for s in model.secrets or []}
         spec = model.gpu_specification
         task = Task(
-            id=uuid.uuid4(),
+            id=transitions.ordered_id(),
             account_id=account_id,
             name=model.name,
             description=model.description,
@@ -418,7 +418,7 @@ class Tasks:
         health = None
         group = self._group_name(task)
         if task.health_error:
-            health = HealthOut(
+            health = TaskHealthOut(
                 gpu=task.gpu,
                 backend=group,
                 instance_type=task.instance_type,
@@ -428,7 +428,7 @@ class Tasks:
         if task.cluster and task.launched_at is not None:
             cluster = self.catalog.cluster(task.cluster)
             instances = [
-                InstanceOut(
+                TaskInstanceOut(
                     instance_id=str(task.id),
                     task_id=task.id,
                     instance_type=task.instance_type,
@@ -446,7 +446,7 @@ class Tasks:
             nca_id=task.account_id,
             name=task.name,
             status=task.status,
-            gpu_specification=GpuSpecificationOut(
+            gpu_specification=TaskGpuSpecificationOut(
                 gpu=task.gpu,
                 backend=task.backend,
                 clusters=task.clusters,
@@ -455,10 +455,10 @@ class Tasks:
             ),
             container_image=task.container_image,
             container_args=task.container_args,
-            container_environment=[KeyValueOut(**e) for e in task.container_environment or []]
+            container_environment=[TaskKeyValueOut(**e) for e in task.container_environment or []]
             or None,
-            models=[ArtifactOut(**a) for a in task.models or []] or None,
-            resources=[ArtifactOut(**a) for a in task.resources or []] or None,
+            models=[TaskArtifactOut(**a) for a in task.models or []] or None,
+            resources=[TaskArtifactOut(**a) for a in task.resources or []] or None,
             tags=task.tags or None,
             description=task.description,
             result_handling_strategy=task.result_handling,
@@ -489,8 +489,8 @@ def basic(task: Task) -> BasicTaskOut:
     return BasicTaskOut(id=task.id, name=task.name, status=task.status)
 
 
-def event_out(event: TaskEvent) -> EventOut:
-    return EventOut(
+def event_out(event: TaskEvent) -> TaskEventOut:
+    return TaskEventOut(
         event_id=event.id,
         task_id=event.task_id,
         nca_id=event.account_id,
@@ -499,8 +499,8 @@ def event_out(event: TaskEvent) -> EventOut:
     )
 
 
-def result_out(result: TaskResult) -> ResultOut:
-    return ResultOut(
+def result_out(result: TaskResult) -> TaskResultOut:
+    return TaskResultOut(
         result_id=result.id,
         task_id=result.task_id,
         nca_id=result.account_id,

@@ -249,3 +249,12 @@ async def test_gpu_usage_of_the_callers_account(client: AppClient) -> None:
     assert gpu["gpu"] == "H100" and gpu["instanceType"] == "NCP.GPU.H100_1x"
     assert gpu["currentMaxUsage"] == 1 and gpu["placements"]
     assert_problem(await client.get("/v1/nvct/accounts/someone-else/usage/gpus"), 404)
+
+
+async def test_the_namespace_collector_knows_every_task(client: AppClient) -> None:
+    task = await create(client)
+    collector = client.app.state.namespace_collector
+    known: set[str] = set()
+    for more in collector.also_known:
+        known |= await more()
+    assert task["id"] in known  # its namespace sr-<taskId> is never collected as an orphan

@@ -1,5 +1,5 @@
 """The simulated cluster's task runner: a task container plays the script its environment
-names (`NVCF_SIM_TASK_SCRIPT`, JSON), so every status of a task is reachable without a GPU.
+names (`SIM_TASK_SCRIPT`, JSON), so every status of a task is reachable without a GPU.
 
     {"steps": [{"after": 1, "percent": 10, "name": "ckpt-1", "files": {"w.bin": "..."},
                 "metadata": {"loss": 0.3}}, {"after": 1, "percent": 100}],
@@ -29,7 +29,7 @@ from typing import Any
 
 from service.health.observed import format_time as ts
 
-SCRIPT_ENV = "NVCF_SIM_TASK_SCRIPT"
+SCRIPT_ENV = "SIM_TASK_SCRIPT"
 #: the script's size in bytes at most
 MAX_SCRIPT = 256 * 1024
 STOP_EXIT_CODE = 143

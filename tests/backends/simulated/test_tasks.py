@@ -1,0 +1,84 @@
+"""The simulated cluster's task runner: a Job's container plays the script its environment
+names, writing the progress file and the results' files to a real directory, which
+`TaskFiles` gives to the platform; a script that is not one is refused at apply."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from service.backends import AdapterError, InstanceSpec, NodeShape, SimulatedAdapter
+from service.backends.protocol import TaskFiles
+from service.backends.simulated.model import SimulationDelays
+from service.clusters.instance_types import parse_instance_type
+from service.tasks.workload import job_objects
+from tests.support.reconcile import FakeClock
+from tests.support.tasks import catalog, script
+
+TASK = InstanceSpec("task-1", "", "", "NCP.GPU.H100_1x", "H100", 1, task=True)
+
+
+def objects(env: list[dict[str, str]]) -> list[dict[str, object]]:
+    cluster = catalog().cluster("sim-a")
+    assert cluster is not None
+    return job_objects(
+        task_id="task-1",
+        name="t",
+        nca_id="a",
+        image="img:1",
+        args=None,
+        environment=env,
+        cluster=cluster,
+        instance_type=parse_instance_type("NCP.GPU.H100_1x"),
+        max_runtime_seconds=None,
+        grace_seconds=60,
+        secrets={},
+    )
+
+
+def adapter(clock: FakeClock, tmp_path: Path) -> SimulatedAdapter:
+    return SimulatedAdapter(
+        "sim-a",
+        provider="NCP",
+        nodes=[NodeShape("H100", 1, 1)],
+        delays=SimulationDelays(0, 0, 1),
+        clock=clock,
+        task_dir=tmp_path,
+    )
+
+
+async def test_progress_and_result_files_as_the_script_writes_them(tmp_path: Path) -> None:
+    clock = FakeClock()
+    sim = adapter(clock, tmp_path / "cluster")
+    assert isinstance(sim, TaskFiles)
+    env = script(
+        steps=[{"after": 2, "percent": 30, "name": "ckpt", "files": {"a/b.txt": "bytes!"}}],
+        exitAfter=None,
+    )
+    await sim.apply(TASK, objects(env))  # type: ignore[arg-type]
+    assert await sim.task_progress(TASK, max_bytes=1000) is None  # nothing written yet
+    clock.advance(3)
+    progress = json.loads(await sim.task_progress(TASK, max_bytes=1000) or b"")
+    assert progress["percentComplete"] == 30 and progress["name"] == "ckpt"
+    assert progress["taskId"] == "task-1"
+    into = tmp_path / "fetched"
+    await sim.fetch_task_result(TASK, "ckpt", str(into), max_bytes=100, max_files=10)
+    assert (into / "a" / "b.txt").read_text() == "bytes!"
+    with pytest.raises(AdapterError, match="larger than 3 bytes"):
+        await sim.fetch_task_result(TASK, "ckpt", str(into), max_bytes=3, max_files=10)
+    with pytest.raises(AdapterError, match="no directory"):
+        await sim.fetch_task_result(TASK, "other", str(into), max_bytes=100, max_files=10)
+    with pytest.raises(AdapterError, match="larger than 10 bytes"):
+        await sim.task_progress(TASK, max_bytes=10)
+    await sim.delete(TASK)
+    assert not (tmp_path / "cluster" / TASK.namespace).exists()
+
+
+async def test_a_script_that_is_not_one_is_refused_at_apply(tmp_path: Path) -> None:
+    sim = adapter(FakeClock(), tmp_path)
+    bad = [{"key": "SIM_TASK_SCRIPT", "value": '{"steps": [{"after": -1}]}'}]
+    with pytest.raises(AdapterError, match="after must be a number") as raised:
+        await sim.apply(TASK, objects(bad))  # type: ignore[arg-type]
+    assert not raised.value.retryable

@@ -1,0 +1,205 @@
+"""The task loop on a simulated cluster and a fake clock, pass by pass: every terminal status
+reached as a user sees it (status, healthInfo, events, results), placement sharing capacity,
+stopping within the grace period, secrets reaching a running container, and a restart of the
+server in the middle of each clock changing nothing."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+
+from service.core.db import make_engine, make_sessionmaker
+from service.tasks import repository
+from service.tasks.models import TaskStatus
+from tests.support.tasks import TaskHarness, script
+
+STEPS_10_50_100 = script(
+    steps=[
+        {
+            "after": 1,
+            "percent": 10,
+            "name": "ckpt-1",
+            "files": {"w.bin": "one"},
+            "metadata": {"loss": 0.5},
+        },
+        {"after": 2, "percent": 50, "name": "ckpt-2", "files": {"w.bin": "two"}},
+        {"after": 2, "percent": 100},
+    ],
+    exitAfter=1,
+)
+
+
+@pytest.fixture
+async def h(database_url: str) -> AsyncIterator[TaskHarness]:
+    engine = make_engine(database_url)
+    try:
+        yield TaskHarness.build(make_sessionmaker(engine))
+    finally:
+        await engine.dispose()
+
+
+async def test_a_task_reporting_10_50_100_completes_with_its_two_results(
+    h: TaskHarness,
+) -> None:
+    tid = await h.create(containerEnvironment=STEPS_10_50_100)
+    await h.run()
+    task = await h.task(tid)
+    assert task.status == TaskStatus.RUNNING and task.percent_complete is None
+    await h.run(2)
+    task = await h.task(tid)
+    assert task.status == TaskStatus.RUNNING and task.percent_complete == 10
+    assert task.last_heartbeat_at == h.clock.now
+    await h.run(6)
+    task = await h.task(tid)
+    assert task.status == TaskStatus.COMPLETED and task.percent_complete == 100
+    results = await h.results(tid)
+    assert [(r.name, r.metadata_) for r in results] == [("ckpt-1", {"loss": 0.5}), ("ckpt-2", {})]
+    events = await h.events(tid)
+    assert events[0] == "Task created and queued"
+    assert events[1] == "Task launched on cluster sim-a"
+    assert "Task container started" in events
+    assert "Result ckpt-1 reported at 10%" in events and "Result ckpt-2 reported at 50%" in events
+    assert "Task completed (percentComplete 100)" in events
+    assert events[-1] == "Task objects removed from the cluster"
+    assert not await h.on_cluster(tid)
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        (
+            {"steps": [{"after": 1, "percent": 10}], "exitAfter": 1, "exitCode": 3},
+            "exited with code 3",
+        ),
+        ({"steps": [{"after": 1, "percent": 10}], "exitAfter": 1, "oom": True}, "OOMKilled"),
+        (
+            {"steps": [{"after": 1, "percent": 40}], "exitAfter": 1},
+            "without reporting percentComplete 100",
+        ),
+        (
+            {
+                "steps": [{"after": 1, "percent": 50}, {"after": 2, "percent": 20}],
+                "exitAfter": None,
+            },
+            "went down from 50 to 20",
+        ),
+        ({"steps": [{"after": 1, "raw": "not json"}], "exitAfter": None}, "malformed progress"),
+        ({"steps": [{"after": 1, "percent": 101}], "exitAfter": None}, "from 1 to 100"),
+    ],
+)
+async def test_a_failing_container_errors_with_the_reason(
+    h: TaskHarness, fields: dict[str, object], why: str
+) -> None:
+    tid = await h.create(containerEnvironment=script(**fields))
+    await h.run(6)
+    task = await h.task(tid)
+    assert task.status == TaskStatus.ERRORED
+    assert task.health_error is not None and why in task.health_error
+    events = await h.events(tid)
+    assert any(why in e for e in events), events
+    assert not await h.on_cluster(tid)
+
+
+async def test_a_missed_heartbeat_errors_after_five_minutes(h: TaskHarness) -> None:
+    fields = {"steps": [{"after": 1, "percent": 30}], "exitAfter": None, "heartbeat": False}
+    tid = await h.create(containerEnvironment=script(**fields))
+    await h.run(295, step=5)
+    assert (await h.task(tid)).status == TaskStatus.RUNNING
+    h.restart()  # a restart in the middle of the heartbeat's clock
+    await h.run(10, step=5)
+    task = await h.task(tid)
+    assert task.status == TaskStatus.ERRORED and "no heartbeat" in (task.health_error or "")
+
+
+async def test_a_task_running_past_max_runtime_is_stopped(h: TaskHarness) -> None:
+    hang = script(steps=[{"after": 1, "percent": 5}], exitAfter=None)
+    tid = await h.create(containerEnvironment=hang, maxRuntimeDuration="PT10M")
+    await h.run(300, step=30)
+    assert (await h.task(tid)).status == TaskStatus.RUNNING
+    h.restart()
+    await h.run(270, step=30)
+    assert (await h.task(tid)).status == TaskStatus.RUNNING
+    await h.run(60, step=30)
+    task = await h.task(tid)
+    assert task.status == TaskStatus.EXCEEDED_MAX_RUNTIME_DURATION
+    assert not await h.on_cluster(tid)
+
+
+async def test_a_task_without_capacity_exceeds_its_max_queued_duration(h: TaskHarness) -> None:
+    hang = script(steps=[{"after": 1, "percent": 5}], exitAfter=None)
+    two_gpus = {"gpu": "H100", "instanceType": "NCP.GPU.H100_2x"}
+    busy = await h.create(containerEnvironment=hang, gpuSpecification=two_gpus)
+    waiting = await h.create(maxQueuedDuration="PT5M")
+    await h.run(240, step=30)
+    assert (await h.task(busy)).status == TaskStatus.RUNNING
+    assert (await h.task(waiting)).status == TaskStatus.QUEUED
+    h.restart()  # the queued clock is the task's own: a restart does not reset it
+    await h.run(60, step=30)
+    task = await h.task(waiting)
+    assert task.status == TaskStatus.EXCEEDED_MAX_QUEUED_DURATION
+    assert "maxQueuedDuration" in (await h.events(waiting))[-1]
+
+
+async def test_a_freed_slot_launches_the_next_task(h: TaskHarness) -> None:
+    quick = script(steps=[{"after": 1, "percent": 100}], exitAfter=0)
+    two_gpus = {"gpu": "H100", "instanceType": "NCP.GPU.H100_2x"}
+    first = await h.create(containerEnvironment=quick, gpuSpecification=two_gpus)
+    second = await h.create(containerEnvironment=quick)
+    await h.run()
+    assert (await h.task(second)).status == TaskStatus.QUEUED
+    await h.run(4)
+    assert (await h.task(first)).status == TaskStatus.COMPLETED
+    assert (await h.task(second)).status == TaskStatus.COMPLETED
+
+
+async def test_cancel_asks_to_stop_then_kills_after_the_grace_period(h: TaskHarness) -> None:
+    stubborn = script(steps=[{"after": 1, "percent": 5}], exitAfter=None, onStop="ignore")
+    tid = await h.create(containerEnvironment=stubborn, terminationGracePeriodDuration="PT2M")
+    await h.run(3)
+    async with h.maker() as session, session.begin():
+        await h.tasks.cancel(session, "acct-tasks", tid)
+    await h.run(60, step=10)
+    assert (await h.task(tid)).status == TaskStatus.CANCELED
+    assert await h.on_cluster(tid)  # still within its grace period
+    h.restart()  # the grace period is the task's own clock
+    await h.run(50, step=10)
+    assert await h.on_cluster(tid)
+    await h.run(20, step=10)
+    assert not await h.on_cluster(tid)
+    events = await h.events(tid)
+    assert any("asked to stop and killed after PT2M" in e for e in events), events
+    assert events[-1] == "Task container killed after its termination grace period"
+
+
+async def test_a_container_that_stops_when_asked_is_removed_before_the_grace_period(
+    h: TaskHarness,
+) -> None:
+    polite = script(steps=[{"after": 1, "percent": 5}], exitAfter=None, stopSeconds=5)
+    tid = await h.create(containerEnvironment=polite)
+    await h.run(3)
+    async with h.maker() as session, session.begin():
+        await h.tasks.delete(session, "acct-tasks", tid)
+    await h.run(10)
+    assert not await h.on_cluster(tid)
+    async with h.maker() as session:
+        assert await repository.get(session, tid) is None  # deleted once the cluster is clean
+
+
+async def test_rotated_secrets_reach_the_running_container(h: TaskHarness) -> None:
+    hang = script(steps=[{"after": 1, "percent": 5}], exitAfter=None)
+    tid = await h.create(containerEnvironment=hang, secrets=[{"name": "A", "value": "one"}])
+    await h.run(2)
+    async with h.maker() as session, session.begin():
+        await h.tasks.update_secrets(
+            session, "acct-tasks", tid, {"secrets": [{"name": "B", "value": "two"}]}
+        )
+    await h.run(1)
+    adapter = h.registry.get("sim-a")
+    objects = await adapter.objects(await h.instance(tid))  # type: ignore[union-attr]
+    secret = next(o for o in objects if o["kind"] == "Secret")
+    assert json.loads(base64.b64decode(secret["data"]["secrets.json"])) == {"A": "one", "B": "two"}
+    task = await h.task(tid)
+    assert task.secrets_delivered == task.secrets_generation == 2

@@ -1,0 +1,65 @@
+"""A container task's objects: a Job that runs once with NVCT's contract in its container,
+and the Secret of its secrets."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from service.clusters.catalog import Catalog
+from service.clusters.instance_types import parse_instance_type
+from service.tasks.workload import job_objects
+
+
+def test_job_and_secret_of_a_container_task() -> None:
+    catalog = Catalog.from_data(
+        {
+            "clusterGroups": [
+                {
+                    "name": "g",
+                    "clusters": [
+                        {
+                            "name": "sim-a",
+                            "adapter": "simulated",
+                            "provider": "NCP",
+                            "region": "r",
+                            "nodes": [{"gpu": "H100", "gpusPerNode": 8, "count": 1}],
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+    cluster = catalog.cluster("sim-a")
+    assert cluster is not None
+    secret, job = job_objects(
+        task_id="t-1",
+        name="train",
+        nca_id="acme",
+        image="nvcr.io/acme/trainer:1.0",
+        args="--epochs '2 3'",
+        environment=[{"key": "MODEL", "value": "llama"}, {"key": "NVCT_TASK_ID", "value": "x"}],
+        cluster=cluster,
+        instance_type=parse_instance_type("NCP.GPU.H100_2x"),
+        max_runtime_seconds=5400.0,
+        grace_seconds=900.0,
+        secrets={"HF_TOKEN": "v"},
+    )
+    assert secret["kind"] == "Secret"
+    assert json.loads(base64.b64decode(secret["data"]["secrets.json"])) == {"HF_TOKEN": "v"}
+    assert (job["apiVersion"], job["kind"]) == ("batch/v1", "Job")
+    spec = job["spec"]
+    assert spec["backoffLimit"] == 0 and spec["activeDeadlineSeconds"] == 5400
+    assert spec["suspend"] is False
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never" and pod["terminationGracePeriodSeconds"] == 900
+    [container] = pod["containers"]
+    assert container["args"] == ["--epochs", "2 3"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["MODEL"] == "llama" and env["NVCT_TASK_ID"] == "t-1"  # NVCT's names win
+    assert env["NVCT_TASK_NAME"] == "train" and env["NVCT_NCA_ID"] == "acme"
+    assert env["NVCT_PROGRESS_FILE_PATH"].startswith("/var/nvct/")
+    assert env["NVCT_RESULTS_DIR"].startswith("/var/nvct/")
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {"/var/secrets", "/config/models", "/config/resources", "/var/nvct"} <= mounts

@@ -25,7 +25,8 @@ pod proxy (`.../pods/<name>:<port>/proxy/...`) forwards to the address `serve_po
 The Job controller and the kubelet of a Job's pod are played on demand: `start_job` creates the
 pod from the Job's template (labels `job-name`, owner reference, Job `active`), `run_job_pod`
 starts its containers (a native sidecar among its initContainers too), `finish_job` ends the
-task container with an exit code (0: pod `Succeeded`, Job `Complete`; else pod `Failed`, Job
+task container with an exit code (`lingering=True`: the sidecar is still in its `preStop`
+hook, the pod still runs; else 0: pod `Succeeded`, Job `Complete`; else pod `Failed`, Job
 `Failed` with `BackoffLimitExceeded`; `oom=True`: terminated `OOMKilled`, exit 137), and
 `exceed_job_deadline` fails the Job with `DeadlineExceeded` and removes its pod, as the
 controller does when `activeDeadlineSeconds` passes.
@@ -561,14 +562,25 @@ class FakeKubernetes:
         return str(pod["metadata"]["name"])
 
     def finish_job(
-        self, namespace: str, job: str, exit_code: int = 0, *, oom: bool = False
+        self,
+        namespace: str,
+        job: str,
+        exit_code: int = 0,
+        *,
+        oom: bool = False,
+        lingering: bool = False,
     ) -> None:
-        """The task container exits (then the sidecars stop); the pod and the Job say how."""
+        """The task container exits (then the sidecars stop); the pod and the Job say how.
+        `lingering`: the sidecars are still in their `preStop` hook, so the pod still runs
+        and the Job has not finished."""
         pod = self.job_pod(namespace, job)
         status = copy.deepcopy(pod.get("status") or {})
         reason = "OOMKilled" if oom else ("Completed" if exit_code == 0 else "Error")
         code = 137 if oom else exit_code
-        for key in ("containerStatuses", "initContainerStatuses"):
+        keys = (
+            ["containerStatuses"] if lingering else ["containerStatuses", "initContainerStatuses"]
+        )
+        for key in keys:
             for entry in status.get(key, []):
                 own = key == "containerStatuses"
                 entry["ready"] = False
@@ -579,6 +591,9 @@ class FakeKubernetes:
                         "finishedAt": _now(),
                     }
                 }
+        if lingering:
+            self.set_status("Pod", namespace, pod["metadata"]["name"], status)
+            return
         status["phase"] = "Succeeded" if code == 0 else "Failed"
         self.set_status("Pod", namespace, pod["metadata"]["name"], status)
         now = _now()

@@ -172,6 +172,7 @@ def task_state(observed: ObservedState) -> tuple[str, int | None, str]:
 async def test_the_progress_file_is_read_through_the_sidecar(
     server: FakeKubernetes, adapter: KubernetesAdapter, sidecar: Sidecar, task_dir: Path
 ) -> None:
+    (task_dir / "progress.json").unlink(missing_ok=True)  # the module's sidecar serves it
     await adapter.apply(TASK, task_objects())
     assert await adapter.task_progress(TASK, max_bytes=1000) is None  # no pod yet
     server.start_job(NS, JOB)
@@ -213,6 +214,29 @@ async def test_a_result_is_copied_through_the_sidecar(
     }
     assert (into / "shard" / "weights.bin").read_bytes() == weights
     assert sorted(p.name for p in into.parent.iterdir()) == ["checkpoint-1"]  # no leftovers
+
+
+async def test_the_last_result_is_read_after_the_task_container_exited(
+    server: FakeKubernetes,
+    adapter: KubernetesAdapter,
+    sidecar: Sidecar,
+    task_dir: Path,
+    tmp_path: Path,
+) -> None:
+    await running(server, adapter, sidecar)
+    (task_dir / "results" / "final").mkdir()
+    (task_dir / "results" / "final" / "model.bin").write_bytes(b"final weights")
+    done = b'{"percentComplete": 100, "name": "final"}'
+    (task_dir / "progress.json").write_bytes(done)
+    # the task container exits; the sidecar's preStop hook holds the pod for the platform
+    server.finish_job(NS, JOB, 0, lingering=True)
+    [pod] = (await adapter.observe(TASK)).pods
+    [task] = pod.container_statuses
+    assert task.state is not None and task.state.exit_code == 0
+    assert await adapter.task_progress(TASK, max_bytes=1000) == done
+    into = tmp_path / "final"
+    await adapter.fetch_task_result(TASK, "final", str(into), max_bytes=1000, max_files=1)
+    assert (into / "model.bin").read_bytes() == b"final weights"
 
 
 async def test_a_result_past_a_bound_or_missing_is_refused(

@@ -269,7 +269,9 @@ def _free_port(pod_spec: Mapping[str, Any]) -> int:
 def task_container_of(
     objects: Sequence[dict[str, Any]],
 ) -> tuple[dict[str, Any], dict[str, Any], str, str] | None:
-    """The one pod template, container, progress path and results path of a task's objects."""
+    """The one pod template, container, progress path and results path of a task's objects:
+    the one container naming both paths, or else the one of a Job's pod naming them (a
+    chart's other workloads may be given the same environment)."""
     found = []
     for obj in objects:
         template = _template(obj)
@@ -278,8 +280,11 @@ def task_container_of(
         for container in _list(_map(template.get("spec")).get("containers")):
             progress, results = _env(_map(container), PROGRESS_ENV), _env(container, RESULTS_ENV)
             if progress is not None and results is not None:
-                found.append((template, container, progress, results))
-    return found[0] if len(found) == 1 else None
+                found.append((obj.get("kind") == "Job", (template, container, progress, results)))
+    if len(found) == 1:
+        return found[0][1]
+    in_jobs = [f for job, f in found if job]
+    return in_jobs[0] if len(in_jobs) == 1 else None
 
 
 def inject_task(objects: Sequence[dict[str, Any]], pod: WorkerUtilsPod) -> bool:

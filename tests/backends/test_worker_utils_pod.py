@@ -131,6 +131,21 @@ def test_the_helm_task_job_gets_the_sidecar() -> None:
     assert trainer["spec"]["template"]["spec"]["initContainers"][0]["name"] == CONTAINER_NAME
 
 
+def test_of_several_task_containers_the_one_of_a_job_gets_the_sidecar() -> None:
+    objects = helm_task_objects()
+    helper = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "dashboard"},
+        "spec": {"template": {"spec": {"containers": [task_container()]}}},
+    }
+    objects.append(helper)  # the chart's other workload got the task's environment too
+    assert inject_task(objects, POD)
+    [trainer] = [o for o in objects if o["kind"] == "Job"]
+    assert trainer["spec"]["template"]["spec"]["initContainers"][0]["name"] == CONTAINER_NAME
+    assert "initContainers" not in helper["spec"]["template"]["spec"]
+
+
 def test_objects_without_exactly_one_task_container_are_left_alone() -> None:
     plain = task_container()
     plain["env"] = []

@@ -146,7 +146,10 @@ class TaskFilesReader:
         url = f"{base}{RESULTS_PREFIX}{name}"
         params = {"maxBytes": max_bytes, "maxFiles": max_files}
         limit = max_bytes + (max_files + 1) * _TAR_OVERHEAD + tarfile.RECORDSIZE
-        archive = await anyio.to_thread.run_sync(_scratch, into)
+        try:
+            archive = await anyio.to_thread.run_sync(_scratch, into)
+        except OSError as exc:
+            raise _refused(f"{what}: cannot write into {into}: {exc}") from exc
         try:
             async with asyncio.timeout(self.result_timeout):
                 async with self.client().stream("GET", url, params=params) as response:
@@ -167,6 +170,8 @@ class TaskFilesReader:
             raise AdapterError(f"{what}: not complete within {self.result_timeout:g} s") from None
         except httpx2.HTTPError as exc:
             raise self.api.failure(exc, what) from exc
+        except OSError as exc:  # writing the stream (e.g. the disk is full)
+            raise AdapterError(f"{what}: {exc}") from exc
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(archive)

@@ -265,6 +265,14 @@ async def test_a_result_past_a_bound_or_missing_is_refused(
         what = f"fetching result {name!r} of task {TASK.instance_id}"
         assert refused.value.message == f"{what}: {message}"
         assert refused.value.retryable is retryable
+    unwritable = tmp_path / "a-file"
+    unwritable.write_text("not a directory")
+    with pytest.raises(AdapterError) as refused:
+        await adapter.fetch_task_result(
+            TASK, "big", str(unwritable / "big"), max_bytes=10_000, max_files=10
+        )
+    assert refused.value.message.startswith(f"fetching result 'big' of task {TASK.instance_id}: ")
+    assert "cannot write into" in refused.value.message
     with pytest.raises(AdapterError) as refused:
         await adapter.fetch_task_result(TASK, "../etc", into, max_bytes=10, max_files=1)
     assert "is not one path segment" in refused.value.message

@@ -118,6 +118,8 @@ def result_entries(root: Path, name: str, max_bytes: int, max_files: int) -> lis
             if not stat.S_ISREG(st.st_mode):
                 kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
                 raise Refused(422, f"result {name!r}: {relative} is {kind}")
+            if not os.access(path, os.R_OK):
+                raise Refused(422, f"result {name!r}: {relative} is not readable by the sidecar")
             files += 1
             size += st.st_size
             if files > max_files:
@@ -132,6 +134,9 @@ def read_progress(path: Path, max_bytes: int) -> bytes | None:
     """The progress file's bytes, never through a link; None when there is no regular file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except PermissionError:
+        detail = f"the progress file is not readable by the sidecar (uid {os.getuid()})"
+        raise Refused(403, detail) from None
     except OSError:
         return None
     with contextlib.closing(os.fdopen(fd, "rb")) as fh:

@@ -175,6 +175,30 @@ async def test_links_out_of_the_result_are_refused(
     assert (await client.get("/nvct/results/outside")).status_code == 404
 
 
+async def test_files_the_sidecar_may_not_read_are_refused_saying_so(
+    client: httpx.AsyncClient, files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files[0].write_bytes(b"{}")
+    (files[1] / "private").mkdir()
+    (files[1] / "private" / "model.bin").write_bytes(b"x")
+
+    def denied(*args: object) -> int:
+        raise PermissionError(13, "Permission denied")
+
+    # as another user than the task container's, with files it left unreadable (the tests
+    # run as root, whom no mode stops)
+    monkeypatch.setattr(os, "open", denied)
+    monkeypatch.setattr(os, "access", lambda *args: False)
+    answer = await client.get("/nvct/progress")
+    assert answer.status_code == 403
+    assert answer.json()["detail"].startswith("the progress file is not readable by the sidecar")
+    answer = await client.get("/nvct/results/private")
+    assert (answer.status_code, answer.json()) == (
+        422,
+        {"detail": "result 'private': private/model.bin is not readable by the sidecar"},
+    )
+
+
 async def test_other_paths_and_methods(client: httpx.AsyncClient) -> None:
     assert (await client.get("/")).status_code == 404
     assert (await client.put("/nvct/progress")).status_code == 405

@@ -232,7 +232,9 @@ async def _open_control(
         log=log,
         failure="asset purge round failed",
     )
-    tasks = Tasks(app.state.catalog, app.state.secret_box, app.state.quotas)
+    tasks = Tasks(
+        app.state.catalog, app.state.secret_box, app.state.quotas, pipeline=chart_pipeline
+    )
     app.state.tasks = tasks
     task_loop = TaskLoop(
         maker, shared.adapters, app.state.catalog, tasks, period=settings.tasks_interval

@@ -549,3 +549,18 @@ def test_invoke_stops_every_process_when_one_cannot_start(tmp_path: Path) -> Non
         check=False,
     )
     assert "failed to start, stopping the parent process" in done.stdout + done.stderr
+
+
+async def test_create_key_grants_the_task_scopes(
+    tmp_path: Path, database_url: str, client_factory: ClientFactory
+) -> None:
+    env = {"NVCF_DATA_DIR": str(tmp_path / "d"), "NVCF_DATABASE_URL": database_url}
+    scopes = "launch_task,list_tasks,task_details,cancel_task,delete_task,list_events,list_results"
+    done = run_cli("create-key", "--account", "acme", "--scopes", scopes, env=env)
+    assert done.returncode == 0, done.stderr
+    client = await client_factory(reconciler_enabled=False)
+    resp = await client.get(
+        "/v1/nvct/tasks", headers={"Authorization": f"Bearer {done.stdout.strip()}"}
+    )
+    assert resp.status_code == 200, resp.text
+    assert resp.json() == {"tasks": []}

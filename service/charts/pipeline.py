@@ -384,7 +384,7 @@ class ChartPipeline:
         account_id: str,
         *,
         helm_chart: str,
-        service_name: str,
+        service_name: str | None,
         inference_port: int,
         configuration: Mapping[str, Any] | None = None,
         policy: ValidationPolicy | None = None,
@@ -456,7 +456,7 @@ class ChartPipeline:
     def _check(
         self,
         output: RenderOutput,
-        service_name: str,
+        service_name: str | None,
         inference_port: int,
         policy: ValidationPolicy | None,
         it: InstanceType | None,

@@ -113,7 +113,7 @@ def is_crd(obj: KubeObject) -> bool:
 def restrict(
     objects: list[KubeObject],
     *,
-    service_name: str,
+    service_name: str | None,
     inference_port: int,
     policy: ValidationPolicy | None = None,
     enforce_security: bool = False,
@@ -121,7 +121,8 @@ def restrict(
     gpus_per_node: int | None = None,
     nvlink: bool = False,
 ) -> tuple[list[KubeObject], list[Finding], list[str]]:
-    """Check `objects`; return the objects to keep (CRDs dropped), findings, dropped CRDs."""
+    """Check `objects`; return the objects to keep (CRDs dropped), findings, dropped CRDs.
+    `service_name` None: no inference Service is looked for (a helm task serves none)."""
     policy = policy or ValidationPolicy()
     findings: list[Finding] = []
     crds = [object_ref(o) for o in objects if is_crd(o)]
@@ -158,7 +159,10 @@ def restrict(
             findings.extend(_volumes(obj))
     for obj in kept:
         findings.extend(_images(obj))  # under every policy: a container needs an image
-    findings.extend(_inference_service(kept, service_name, inference_port, policy.operator_managed))
+    if service_name is not None:
+        findings.extend(
+            _inference_service(kept, service_name, inference_port, policy.operator_managed)
+        )
     if instance_type_nodes is not None and instance_type_nodes > 1:
         findings.extend(_multi_node(kept, instance_type_nodes, gpus_per_node, nvlink))
     if not policy.unrestricted:

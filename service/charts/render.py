@@ -357,7 +357,7 @@ class ChartRenderer:
 def check_rendered(
     output: RenderOutput,
     *,
-    service_name: str,
+    service_name: str | None,
     inference_port: int,
     policy: ValidationPolicy | None = None,
     enforce_security: bool = False,

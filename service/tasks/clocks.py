@@ -115,11 +115,13 @@ def container_of(observed: ObservedState, container: str) -> Container:
     """The task container's state from what the cluster shows (its Job's one pod)."""
     if observed.is_empty:
         return Container(gone=True)
-    pods = sorted(observed.pods, key=lambda p: p.created or datetime.min.replace(tzinfo=None))
+    # a helm task's chart may run other pods beside its Job's: the Job's pod is the task
+    pods = [p for p in observed.pods if p.owner_kind == "Job"] or list(observed.pods)
     if not pods:
         return Container()
     pod = pods[-1]
-    status = next((c for c in pod.container_statuses if c.name == container), None)
+    statuses = pod.container_statuses
+    status = next((c for c in statuses if c.name == container), statuses[0] if statuses else None)
     if status is None or status.state is None:
         if pod.phase == "Failed":
             return Container(started=True, exit_code=1, reason=pod.reason or "Failed")

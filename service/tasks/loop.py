@@ -34,7 +34,6 @@ from service.tasks import repository, transitions
 from service.tasks.clocks import (
     MAX_PROGRESS_BYTES,
     Clock,
-    Container,
     Decision,
     container_of,
     decide,
@@ -43,9 +42,11 @@ from service.tasks.clocks import (
 from service.tasks.models import Task, TaskResult, TaskStatus
 from service.tasks.queue import Turns, Waiting
 from service.tasks.service import Tasks
-from service.tasks.workload import CONTAINER_NAME, job_objects
+from service.tasks.workload import CONTAINER_NAME, helm_objects, job_objects
 
 log = logging.getLogger("nvcf.tasks")
+#: results (distinct names) one task may report
+MAX_RESULTS = 1000
 
 
 def instance_of(task: Task) -> InstanceSpec:
@@ -178,7 +179,19 @@ class TaskLoop(LoopService[str]):
         self, task: Task, cluster_name: str, *, suspend: bool = False
     ) -> list[dict[str, Any]]:
         cluster = self.catalog.cluster(cluster_name)
-        assert cluster is not None and task.container_image is not None
+        assert cluster is not None
+        if task.objects is not None:
+            return helm_objects(
+                task.objects,
+                task_id=str(task.id),
+                name=task.name,
+                nca_id=task.account_id,
+                instance_type=task.instance_type,
+                backend=self.catalog.group_of(cluster).name,
+                region=cluster.region,
+                secrets=self.tasks.secrets_of(task),
+            )
+        assert task.container_image is not None
         return job_objects(
             task_id=str(task.id),
             name=task.name,
@@ -242,15 +255,16 @@ class TaskLoop(LoopService[str]):
                 raw = b"\xff"  # unreadable: decided as malformed below
                 log.info("task %s: progress file: %s", task.id, exc.message)
         decision = decide(clock_of(task), container, raw, now)
-        if task.secrets_delivered < task.secrets_generation and decision.status is None:
+        rotate = task.secrets_delivered < task.secrets_generation and decision.status is None
+        if rotate:
             await adapter.update_objects(instance, [secrets_object(self.tasks.secrets_of(task))])
-        await self._record(task.id, decision, container, now, task.secrets_generation)
+        if rotate or decision.status is not None or _progressed(task, decision):
+            await self._record(task.id, decision, now, task.secrets_generation)
 
     async def _record(
         self,
         task_id: uuid.UUID,
         decision: Decision,
-        container: Container,
         now: datetime,
         generation: int,
     ) -> None:
@@ -270,7 +284,14 @@ class TaskLoop(LoopService[str]):
                 task.progress_metadata = progress.metadata
                 if progress.name is not None and progress.name != task.result_name:
                     task.result_name = progress.name
-                    if progress.name not in await repository.result_names(session, task.id):
+                    names = await repository.result_names(session, task.id)
+                    if progress.name not in names and len(names) >= MAX_RESULTS:
+                        decision = Decision(
+                            TaskStatus.ERRORED,
+                            f"Task errored: it reported more than {MAX_RESULTS} results",
+                            f"more than {MAX_RESULTS} results",
+                        )
+                    elif progress.name not in names:
                         session.add(
                             TaskResult(
                                 id=transitions.ordered_id(),
@@ -297,12 +318,14 @@ class TaskLoop(LoopService[str]):
     async def _teardown(self, task: Task, adapter: BackendAdapter, now: datetime) -> None:
         instance = instance_of(task)
         kill = task.kill_at
-        if task.stop_requested_at is not None and kill is not None and now < kill:
+        if task.objects is not None:  # a helm task: its pods stop within their own grace period
+            message = "Task objects removed from the cluster"
+        elif task.stop_requested_at is not None and kill is not None and now < kill:
             container = container_of(await adapter.observe(instance), CONTAINER_NAME)
-            if container.exit_code is None and not container.gone:
+            if container.started and container.exit_code is None:
                 # asked to stop (idempotent): Kubernetes deletes a suspended Job's pod within
                 # its grace period; the kill below comes at the task's own deadline
-                if task.container_image is not None and task.cluster:
+                if task.cluster:
                     await adapter.apply(instance, self._objects(task, task.cluster, suspend=True))
                 return
             message = "Task container stopped"
@@ -326,6 +349,17 @@ class TaskLoop(LoopService[str]):
             task = await repository.get_for_update(session, task_id)
             if task is not None and task.status == TaskStatus.QUEUED.value:
                 transitions.move(session, task, to, now, message, error=error)
+
+
+def _progressed(task: Task, decision: Decision) -> bool:
+    """Whether the progress file says something the task's row does not."""
+    p = decision.progress
+    return p is not None and (
+        p.percent != task.percent_complete
+        or p.last_updated_at != task.last_heartbeat_at
+        or (p.name is not None and p.name != task.result_name)
+        or p.metadata != (task.progress_metadata or {})
+    )
 
 
 async def known_task_ids(maker: async_sessionmaker[AsyncSession]) -> frozenset[str]:

@@ -25,13 +25,22 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth.repository import lock_account
-from service.clusters.catalog import Catalog
+from service.charts.pipeline import ChartFieldError, ChartPipeline
+from service.charts.policy import ValidationPolicy
+from service.charts.target import not_permitted_message, permitted_clusters
+from service.clusters.catalog import Catalog, Cluster
 from service.clusters.catalog.resolution import ResolvedTarget, TargetRequest, resolve
 from service.clusters.instance_types import InstanceTypeError, parse_instance_type
 from service.core.crypto import SecretBox
 from service.core.db import after_commit, utcnow
 from service.core.durations import parse_timedelta
-from service.core.errors import Conflict, FieldError, NotFound, ValidationFailed
+from service.core.errors import (
+    Conflict,
+    FieldError,
+    NotFound,
+    ServiceUnavailable,
+    ValidationFailed,
+)
 from service.core.http import require_json_object
 from service.core.pagination import make_page
 from service.core.quotas import Quotas
@@ -76,9 +85,11 @@ class Tasks:
         box: SecretBox,
         quotas: Quotas,
         *,
+        pipeline: ChartPipeline | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.catalog = catalog
+        self.pipeline = pipeline
         self.box = box
         self.quotas = quotas
         self.clock = clock
@@ -90,9 +101,13 @@ class Tasks:
         body = require_json_object(raw)
         model, errors = parse(CreateTaskIn, body)
         target = self._target(body, errors)
-        errors += await self._cross_checks(session, account_id, body, model, errors)
+        errors += await self._cross_checks(session, account_id, body, errors)
         if errors or model is None or target is None:
             raise ValidationFailed.of(errors, what="task")
+        objects: list[Any] | None = None
+        clusters = list(target.clusters)
+        if model.helm_chart is not None:
+            objects, clusters = await self._chart(session, account_id, model, target)
         await self._check_quotas(session, account_id)
         now = self.clock()
         secrets = {s.name: secret_text(s.value) for s in model.secrets or []}
@@ -107,7 +122,7 @@ class Tasks:
             instance_type=str(target.instance_type),
             backend=spec.backend,
             clusters=spec.clusters,
-            candidate_clusters=[c.name for c in target.clusters],
+            candidate_clusters=[c.name for c in clusters],
             configuration=spec.configuration,
             container_image=model.container_image,
             container_args=model.container_args,
@@ -115,6 +130,7 @@ class Tasks:
             models=_dump(model.models),
             resources=_dump(model.resources),
             helm_chart=model.helm_chart,
+            objects=objects,
             result_handling=model.result_handling_strategy,
             results_location=model.results_location,
             max_runtime_seconds=_seconds(model.max_runtime_duration),
@@ -134,6 +150,57 @@ class Tasks:
         await session.flush()
         after_commit(session, self.wake)
         return task
+
+    async def _chart(
+        self,
+        session: AsyncSession,
+        account_id: str,
+        model: CreateTaskIn,
+        target: ResolvedTarget,
+    ) -> tuple[list[Any], list[Cluster]]:
+        """A helm task's chart through the helm functions' pipeline: pulled with the account's
+        credentials, rendered with `configuration` for the clusters whose operator permits the
+        policy, restricted; every finding that is an error at once."""
+        if self.pipeline is None or model.helm_chart is None:
+            raise ServiceUnavailable(detail="the chart pipeline is not available")
+        spec = model.gpu_specification
+        policy = (
+            spec.helm_validation_policy.policy()
+            if spec.helm_validation_policy is not None
+            else ValidationPolicy()
+        )
+        permitted = permitted_clusters(self.catalog, target.clusters, policy)
+        if not permitted:
+            message = not_permitted_message(self.catalog, target.clusters, policy)
+            raise ValidationFailed.of(
+                [FieldError("gpuSpecification.helmValidationPolicy", message)], what="task"
+            )
+        result = await self.pipeline.validate_for_clusters(
+            session,
+            account_id,
+            clusters=permitted,
+            helm_chart=model.helm_chart,
+            service_name=None,
+            inference_port=0,
+            configuration=spec.configuration,
+            policy=policy,
+            instance_type=target.instance_type,
+        )
+        if result.errors:
+            raise ValidationFailed.of(
+                [
+                    ChartFieldError(
+                        field="helmChart",
+                        message=f.message,
+                        rule=f.rule,
+                        object=f.object,
+                        path=f.field,
+                    )
+                    for f in result.errors
+                ],
+                what="task",
+            )
+        return list(result.objects), permitted
 
     def _target(self, body: dict[str, Any], errors: list[FieldError]) -> ResolvedTarget | None:
         spec = body.get("gpuSpecification")
@@ -173,7 +240,6 @@ class Tasks:
         session: AsyncSession,
         account_id: str,
         body: dict[str, Any],
-        model: CreateTaskIn | None,
         errors: list[FieldError],
     ) -> list[FieldError]:
         """The rules between fields, on the body as sent (every one, with the field rules)."""
@@ -183,13 +249,6 @@ class Tasks:
             out.append(FieldError("containerImage", "give containerImage or helmChart"))
         elif image is not None and chart is not None:
             out.append(FieldError("helmChart", "give containerImage or helmChart, not both"))
-        if isinstance(chart, str) and "helmChart" not in failed(errors):
-            out.append(
-                FieldError(
-                    "helmChart",
-                    "helm tasks are not served by this server yet: give containerImage",
-                )
-            )
         names = [s.get("name") for s in body.get("secrets") or [] if isinstance(s, dict)]
         repeated = sorted({str(n) for n in names if names.count(n) > 1})
         if repeated:
@@ -220,7 +279,6 @@ class Tasks:
             out.append(
                 FieldError("resultsLocation", "is only allowed with resultHandlingStrategy UPLOAD")
             )
-        del model
         return out
 
     async def _check_quotas(self, session: AsyncSession, account_id: str) -> None:

@@ -12,10 +12,11 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from service.charts.mutate import secrets_object
+from service.charts.findings import containers, pod_templates
+from service.charts.mutate import mutate_for_install, secrets_object
 from service.clusters.catalog import Cluster
 from service.clusters.instance_types import InstanceType
-from service.core.kube import SECRETS_DIR, SECRETS_OBJECT, SECRETS_VOLUME
+from service.core.kube import SECRETS_DIR, SECRETS_OBJECT, SECRETS_VOLUME, instance_namespace
 from service.deployments.workload import instance_resources
 
 JOB_NAME = "task"
@@ -104,3 +105,42 @@ def job_objects(
         "spec": spec,
     }
     return [secrets_object(secrets), job]
+
+
+def helm_objects(
+    objects: list[Any],
+    *,
+    task_id: str,
+    name: str,
+    nca_id: str,
+    instance_type: str,
+    backend: str,
+    region: str,
+    secrets: Mapping[str, str],
+) -> list[dict[str, Any]]:
+    """A helm task's rendered objects as installed: the helm functions' install mutations
+    (labels, pod rules, the Secret at /var/secrets) and NVCT's variables in every container."""
+    out = mutate_for_install(
+        objects,
+        namespace=instance_namespace(task_id),
+        instance_id=task_id,
+        function_id="",
+        version_id="",
+        function_name=name,
+        nca_id=nca_id,
+        instance_type=instance_type,
+        backend=backend,
+        region=region,
+        secrets=secrets,
+    )
+    env = task_env(task_id, name, nca_id)
+    for obj in out:
+        for _, template in pod_templates(obj):
+            for _, _, container in containers(template["spec"]):
+                kept = [
+                    e
+                    for e in container.get("env") or []
+                    if not str(e.get("name", "")).startswith("NVCT_")
+                ]
+                container["env"] = kept + [dict(e) for e in env]
+    return out

@@ -8,13 +8,19 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
+from service.backends.protocol import InstanceSpec
 from service.core.db import make_engine, make_sessionmaker
 from service.tasks import repository
 from service.tasks.models import TaskStatus
-from tests.support.tasks import TaskHarness, script
+from tests.support.app import ClientFactory
+from tests.support.e2e import eventually
+from tests.support.helm_e2e import fast_catalog
+from tests.support.reconcile import workload
+from tests.support.tasks import BASE, TaskHarness, script
 
 STEPS_10_50_100 = script(
     steps=[
@@ -51,7 +57,7 @@ async def test_a_task_reporting_10_50_100_completes_with_its_two_results(
     await h.run(2)
     task = await h.task(tid)
     assert task.status == TaskStatus.RUNNING and task.percent_complete == 10
-    assert task.last_heartbeat_at == h.clock.now
+    assert task.last_heartbeat_at is not None and task.last_heartbeat_at <= h.clock.now
     await h.run(6)
     task = await h.task(tid)
     assert task.status == TaskStatus.COMPLETED and task.percent_complete == 100
@@ -203,3 +209,44 @@ async def test_rotated_secrets_reach_the_running_container(h: TaskHarness) -> No
     assert json.loads(base64.b64decode(secret["data"]["secrets.json"])) == {"A": "one", "B": "two"}
     task = await h.task(tid)
     assert task.secrets_delivered == task.secrets_generation == 2
+
+
+async def test_tasks_share_the_clusters_capacity_with_function_instances(h: TaskHarness) -> None:
+    adapter = h.registry.get("sim-a")
+    assert adapter is not None
+    function = InstanceSpec("fn-instance", "f", "v", "NCP.GPU.H100_2x", "H100", 2)
+    await adapter.apply(function, [workload(gpus=2)])
+    tid = await h.create()
+    await h.run(30, step=10)
+    assert (await h.task(tid)).status == TaskStatus.QUEUED  # the function holds both GPUs
+    await adapter.delete(function)
+    await h.run(3)
+    assert (await h.task(tid)).status == TaskStatus.COMPLETED
+
+
+async def test_over_http_a_task_reporting_10_50_100_completes_on_the_apps_loop(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    client = await client_factory(clusters_file=fast_catalog(tmp_path), tasks_interval=0.05)
+    slow = script(
+        steps=[
+            {"after": 0.3, "percent": 10, "name": "ckpt-1", "files": {"w.bin": "one"}},
+            {"after": 1, "percent": 50, "name": "ckpt-2", "files": {"w.bin": "two"}},
+            {"after": 1, "percent": 100},
+        ],
+        exitAfter=1,
+    )
+    body = {"name": "e2e", **{k: v for k, v in BASE.items() if k != "name"}}
+    resp = await client.post("/v1/nvct/tasks", json={**body, "containerEnvironment": slow})
+    assert resp.status_code == 200, resp.text
+    path = f"/v1/nvct/tasks/{resp.json()['task']['id']}"
+
+    async def completed() -> bool:
+        return bool((await client.get(path)).json()["task"]["status"] == "COMPLETED")
+
+    await eventually(completed)
+    results = (await client.get(f"{path}/results")).json()["results"]
+    assert [r["name"] for r in results] == ["ckpt-1", "ckpt-2"]
+    messages = [e["message"] for e in (await client.get(f"{path}/events")).json()["events"]]
+    assert "Result ckpt-2 reported at 50%" in messages
+    assert "Task completed (percentComplete 100)" in messages

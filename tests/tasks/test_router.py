@@ -258,3 +258,11 @@ async def test_the_namespace_collector_knows_every_task(client: AppClient) -> No
     for more in collector.also_known:
         known |= await more()
     assert task["id"] in known  # its namespace sr-<taskId> is never collected as an orphan
+
+
+async def test_bad_query_parameters_are_400(client: AppClient) -> None:
+    task = await create(client)
+    assert_problem(await client.get(f"{T}/{task['id']}?includeSecrets=maybe"), 400)
+    assert_problem(await client.get(T, params={"limit": 0}), 400)
+    assert_problem(await client.get(T, params={"cursor": "garbage"}), 400)
+    assert_problem(await client.get(f"{T}/{task['id']}/events", params={"limit": "x"}), 400)

@@ -9,9 +9,10 @@ names (`SIM_TASK_SCRIPT`, JSON), so every status of a task is reachable without 
 `after` is seconds since the previous step (the first: since the container started); a step
 may write `raw` text instead of a progress object (a malformed file). `exitAfter` is seconds
 after the last step until the container exits (null: it hangs until killed) with `exitCode`,
-or is OOM-killed (`oom`, exit 137). `heartbeat: false` stops refreshing `lastUpdatedAt` after
-the last step (a missed heartbeat). Asked to stop (its Job suspended), it exits with 143
-`stopSeconds` later, or ignores it (`onStop: "ignore"`) until it is killed.
+or is OOM-killed (`oom`, exit 137). `lastUpdatedAt` is refreshed every minute;
+`heartbeat: false` stops refreshing it after the last step (a missed heartbeat). Asked to
+stop (its Job suspended), it exits with 143 `stopSeconds` later, or ignores it
+(`onStop: "ignore"`) until it is killed.
 
 Without a script a task reports 100 once the cluster's `readySeconds` have passed, and exits.
 Everything is a function of the container's start, its stop request and `now`; the files are
@@ -33,6 +34,8 @@ SCRIPT_ENV = "SIM_TASK_SCRIPT"
 #: the script's size in bytes at most
 MAX_SCRIPT = 256 * 1024
 STOP_EXIT_CODE = 143
+#: how often a running script refreshes `lastUpdatedAt` (NVCT asks for at most 3 minutes)
+HEARTBEAT_SECONDS = 60.0
 OOM_EXIT_CODE = 137
 
 
@@ -195,7 +198,10 @@ def write_files(
         text = last.raw
     else:
         end = script.ends(started, stop_at)
-        heartbeat = now if script.heartbeat else started + secs(last.at)
+        heartbeat = started + secs(last.at)
+        if script.heartbeat:  # refreshed every HEARTBEAT_SECONDS, as a container would
+            beats = (now - started).total_seconds() // HEARTBEAT_SECONDS
+            heartbeat = max(heartbeat, started + secs(beats * HEARTBEAT_SECONDS))
         if end is not None and end[0] < heartbeat:
             heartbeat = end[0]
         body: dict[str, Any] = {

@@ -124,26 +124,23 @@ def test_a_port_the_task_uses_moves_the_sidecar() -> None:
     assert sidecar["ports"][0]["containerPort"] == 8480
 
 
-def test_the_helm_task_job_gets_the_sidecar() -> None:
+def test_the_job_of_a_helm_task_gets_the_sidecar() -> None:
+    # every container of the chart was given the task's variables (the dashboard's too):
+    # the Job's is the task's; no volume holds /var/nvct there, so an emptyDir is added
     objects = helm_task_objects()
     assert inject_task(objects, POD)
-    [trainer] = [o for o in objects if o["kind"] == "Job"]
-    assert trainer["spec"]["template"]["spec"]["initContainers"][0]["name"] == CONTAINER_NAME
-
-
-def test_of_several_task_containers_the_one_of_a_job_gets_the_sidecar() -> None:
-    objects = helm_task_objects()
-    helper = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "dashboard"},
-        "spec": {"template": {"spec": {"containers": [task_container()]}}},
+    pods = {
+        o["metadata"]["name"]: o["spec"]["template"]["spec"]
+        for o in objects
+        if "spec" in o and "template" in o["spec"]
     }
-    objects.append(helper)  # the chart's other workload got the task's environment too
-    assert inject_task(objects, POD)
-    [trainer] = [o for o in objects if o["kind"] == "Job"]
-    assert trainer["spec"]["template"]["spec"]["initContainers"][0]["name"] == CONTAINER_NAME
-    assert "initContainers" not in helper["spec"]["template"]["spec"]
+    assert "initContainers" not in pods["dashboard"]
+    [sidecar] = pods["trainer"]["initContainers"]
+    assert sidecar["name"] == CONTAINER_NAME
+    mount = {"name": "nvct-files-0", "mountPath": "/var/nvct"}
+    assert sidecar["volumeMounts"] == [{**mount, "readOnly": True}]
+    assert mount in pods["trainer"]["containers"][0]["volumeMounts"]
+    assert {"name": "nvct-files-0", "emptyDir": {}} in pods["trainer"]["volumes"]
 
 
 def test_objects_without_exactly_one_task_container_are_left_alone() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from service.backends import InstanceSpec
 from service.clusters.instance_types import parse_instance_type
-from service.tasks.workload import job_objects
+from service.tasks.workload import helm_objects, job_objects
 from tests.support.catalogs import permissive_catalog
 
 TASK_ID = "task-1"
@@ -122,12 +122,15 @@ def task_objects(
     )
 
 
-def helm_task_objects() -> list[dict[str, Any]]:
-    """A helm task's rendered chart: a ConfigMap, a ServiceAccount and a Job running the task
-    container (the platform's env added), with a helper Service."""
-    worker = job()
-    worker["metadata"]["name"] = "trainer"
-    worker["spec"]["template"]["spec"]["serviceAccountName"] = "trainer"
+def helm_task_chart() -> list[dict[str, Any]]:
+    """A helm task's rendered chart: a ConfigMap, a ServiceAccount, a metrics Service, a
+    dashboard Deployment and the Job `trainer` running the task."""
+    trainer = {
+        "name": "trainer",
+        "image": "nvcr.io/acme/trainer:1.0",
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+    }
+    dashboard = {"name": "dashboard", "image": "nvcr.io/acme/dashboard:1.0"}
     return [
         {
             "apiVersion": "v1",
@@ -140,8 +143,45 @@ def helm_task_objects() -> list[dict[str, Any]]:
             "apiVersion": "v1",
             "kind": "Service",
             "metadata": {"name": "trainer-metrics"},
-            "spec": {"selector": {"app": "task"}, "ports": [{"port": 9090}]},
+            "spec": {"selector": {"app": "trainer"}, "ports": [{"port": 9090}]},
         },
-        worker,
-        secret(),
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "dashboard"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "dashboard"}},
+                "template": {
+                    "metadata": {"labels": {"app": "dashboard"}},
+                    "spec": {"containers": [dashboard]},
+                },
+            },
+        },
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "trainer"},
+            "spec": {
+                "backoffLimit": 0,
+                "template": {
+                    "metadata": {"labels": {"app": "trainer"}},
+                    "spec": {"restartPolicy": "Never", "containers": [trainer]},
+                },
+            },
+        },
     ]
+
+
+def helm_task_objects() -> list[dict[str, Any]]:
+    """The helm task's objects as the platform installs them (service/tasks/workload.py: the
+    helm install mutations and NVCT's variables in every container)."""
+    return helm_objects(
+        helm_task_chart(),
+        task_id=TASK_ID,
+        name="fine-tune",
+        nca_id="nca-1",
+        instance_type="NCP.GPU.H100_1x",
+        backend="k8s-group",
+        region="us-west-2",
+        secrets={"HF_TOKEN": "hf-secret"},
+    )

@@ -408,8 +408,9 @@ async def test_a_helm_task_objects_are_applied_and_observed(
     stored = {f"{o['kind']}/{o['metadata']['name']}" for o in server.objects(NS)}
     assert stored == {
         "ConfigMap/trainer-config",
+        "Deployment/dashboard",
         "Job/trainer",
-        "Secret/nvct-secrets",
+        "Secret/nvcf-secrets",
         "Service/trainer-metrics",
         "ServiceAccount/trainer",
     }

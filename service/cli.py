@@ -390,6 +390,15 @@ def cmd_check_catalog(args: argparse.Namespace) -> int:
 def cmd_worker_utils(args: argparse.Namespace) -> int:
     from service.assets.worker_utils import Limits, run
 
+    if args.task_results_dir is not None:
+        return task_utils(args)
+    if args.worker_port is None:
+        print(
+            "worker-utils: give --worker-port (a function's pod) or --task-results-dir and "
+            "--task-progress-file (a task's pod)",
+            file=sys.stderr,
+        )
+        return 2
     run(
         host=args.host,
         port=args.port,
@@ -401,6 +410,28 @@ def cmd_worker_utils(args: argparse.Namespace) -> int:
             max_result_files=args.max_result_files,
             timeout=args.timeout,
             worker_timeout=args.worker_timeout,
+        ),
+    )
+    return 0
+
+
+def task_utils(args: argparse.Namespace) -> int:
+    from service.assets.task_files import TaskLimits, run
+
+    if args.task_progress_file is None:
+        print("worker-utils: --task-results-dir needs --task-progress-file", file=sys.stderr)
+        return 2
+    run(
+        host=args.host,
+        port=args.port,
+        progress_file=Path(args.task_progress_file),
+        results_dir=Path(args.task_results_dir),
+        limits=TaskLimits(
+            max_progress_bytes=args.max_progress_bytes,
+            max_result_bytes=args.max_result_bytes,
+            max_result_files=args.max_result_files,
+            timeout=args.timeout,
+            linger=args.linger,
         ),
     )
     return 0
@@ -449,12 +480,22 @@ def build_parser() -> argparse.ArgumentParser:
     utils = sub.add_parser(
         "worker-utils",
         help="the sidecar beside a function's worker in its pod: fetches input assets, "
-        "uploads large results, reports progress (docs/kubernetes.md)",
+        "uploads large results, reports progress; in a task's pod (--task-results-dir): "
+        "serves the task's progress file and results (docs/kubernetes.md)",
     )
     # the pod's Service reaches it on the pod's address
     utils.add_argument("--host", default="0.0.0.0")  # noqa: S104
     utils.add_argument("--port", type=int, default=DEFAULT_WORKER_UTILS_PORT)
-    utils.add_argument("--worker-port", type=int, required=True, help="the worker's own port")
+    utils.add_argument("--worker-port", type=int, help="the worker's own port (a function)")
+    utils.add_argument("--task-progress-file", help="a task's NVCT_PROGRESS_FILE_PATH")
+    utils.add_argument("--task-results-dir", help="a task's NVCT_RESULTS_DIR")
+    utils.add_argument("--max-progress-bytes", type=positive_int, default=64 * 1024)
+    utils.add_argument(
+        "--linger",
+        type=float,
+        default=300.0,
+        help="a task's pod: seconds its preStop hook waits for the platform's release",
+    )
     utils.add_argument("--mount", default="/var/run/nvcf/files", help="the shared volume")
     utils.add_argument("--max-asset-bytes", type=positive_int, default=5 * 1024**3)
     utils.add_argument("--max-result-bytes", type=positive_int, default=5 * 1024**3)

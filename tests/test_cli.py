@@ -177,6 +177,15 @@ def test_check_catalog_names_each_bad_line() -> None:
     assert all("bad_catalog.yaml:" in line for line in lines[1:]), lines
 
 
+def test_worker_utils_says_which_pod_it_serves_or_refuses() -> None:
+    neither = run_cli("worker-utils")
+    assert neither.returncode == 2
+    assert "give --worker-port (a function's pod) or --task-results-dir" in neither.stderr
+    half = run_cli("worker-utils", "--task-results-dir", "/var/nvct/results")
+    assert half.returncode == 2
+    assert "--task-results-dir needs --task-progress-file" in half.stderr
+
+
 def test_serve_refuses_a_bad_catalog_naming_the_line(tmp_path: Path) -> None:
     data = Path(__file__).parent / "clusters" / "data" / "bad_catalog.yaml"
     done = run_cli(

@@ -874,6 +874,8 @@ def test_clusterrole_grants_exactly_the_verbs_the_adapter_uses() -> None:
     expected[("", "events")] = {"get", "list", "watch"}
     # invocations through the API server's service proxy (every HTTP method a caller may use)
     expected[("", "services/proxy")] = {"get", "create", "update", "patch", "delete"}
+    # a task's files from its pod's sidecar (GET), and its release before deletion (POST)
+    expected[("", "pods/proxy")] = {"get", "create"}
     for rbac in ("roles", "rolebindings"):
         expected[("rbac.authorization.k8s.io", rbac)] = workload | {"escalate", "bind"}
     assert granted == expected

@@ -19,7 +19,17 @@ makes it hang (for client timeouts). `requests` records every request in arrival
 
 The service proxy (`/api/v1/namespaces/<ns>/services/<name>:<port>/proxy/...`) forwards to the
 address `serve_endpoint` registered for that Service and port, as the API server forwards to a
-ready pod; a Service without one answers 503 "no endpoints available", as a real one does.
+ready pod; a Service without one answers 503 "no endpoints available", as a real one does. The
+pod proxy (`.../pods/<name>:<port>/proxy/...`) forwards to the address `serve_pod` registered.
+
+The Job controller and the kubelet of a Job's pod are played on demand: `start_job` creates the
+pod from the Job's template (labels `job-name`, owner reference, Job `active`), `run_job_pod`
+starts its containers (a native sidecar among its initContainers too), `finish_job` ends the
+task container with an exit code (`lingering=True`: the sidecar is still in its `preStop`
+hook, the pod still runs; else 0: pod `Succeeded`, Job `Complete`; else pod `Failed`, Job
+`Failed` with `BackoffLimitExceeded`; `oom=True`: terminated `OOMKilled`, exit 137), and
+`exceed_job_deadline` fails the Job with `DeadlineExceeded` and removes its pod, as the
+controller does when `activeDeadlineSeconds` passes.
 
 The pod log subresource (`GET .../pods/<pod>/log`) serves what tests wrote with `write_log`
 (per container; `previous=True` for the run before a restart), with `container`, `previous`,
@@ -99,6 +109,10 @@ RESOURCES: tuple[Resource, ...] = (
 _BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
 _PROXY = re.compile(
     r"^/api/v1/namespaces/(?P<ns>[^/]+)/services/(?P<svc>[^/:]+):(?P<port>\d+)/proxy"
+    r"(?P<rest>/.*)?$"
+)
+_POD_PROXY = re.compile(
+    r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<svc>[^/:]+):(?P<port>\d+)/proxy"
     r"(?P<rest>/.*)?$"
 )
 _BY_KIND = {(r.api_version, r.kind): r for r in RESOURCES}
@@ -289,6 +303,7 @@ class FakeKubernetes:
         self._port = 0
         self._thread: threading.Thread | None = None
         self._endpoints: dict[tuple[str, str, int], tuple[str, int]] = {}
+        self._pod_endpoints: dict[tuple[str, str, int], tuple[str, int]] = {}
         #: (namespace, pod, container, previous) -> (written at, line)
         self._logs: dict[tuple[str, str, str, bool], list[tuple[datetime, str]]] = {}
         self._log_ended: set[tuple[str, str, str]] = set()
@@ -463,6 +478,172 @@ class FakeKubernetes:
         with self._lock:
             self._endpoints[(namespace, service, port)] = (host, int(target))
 
+    def serve_pod(self, namespace: str, pod: str, port: int, address: str) -> None:
+        """Forward the pod proxy of `pod:port` in `namespace` to `host:port`."""
+        host, _, target = address.rpartition(":")
+        with self._lock:
+            self._pod_endpoints[(namespace, pod, port)] = (host, int(target))
+
+    # ------------------------------------------------------------------ the Job controller
+
+    def start_job(self, namespace: str, job: str) -> str:
+        """Create the Job's pod from its template, as the Job controller does; its name."""
+        stored = self.get("Job", namespace, job)
+        assert stored is not None, f"Job {namespace}/{job} does not exist"
+        template = copy.deepcopy(stored["spec"]["template"])
+        metadata = template.setdefault("metadata", {})
+        uid = stored["metadata"]["uid"]
+        name = f"{job}-{uuid.uuid4().hex[:5]}"
+        labels = metadata.setdefault("labels", {})
+        labels.update({"batch.kubernetes.io/job-name": job, "job-name": job, "controller-uid": uid})
+        metadata["name"] = name
+        metadata["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": uid, "controller": True}
+        ]
+        self.add_object(
+            {"apiVersion": "v1", "kind": "Pod", **template, "status": {"phase": "Pending"}},
+            namespace=namespace,
+        )
+        self.set_status("Job", namespace, job, {"active": 1, "startTime": _now()})
+        return name
+
+    def job_pod(self, namespace: str, job: str) -> dict[str, Any]:
+        pods = [
+            o
+            for o in self.objects(namespace)
+            if o["kind"] == "Pod" and o["metadata"].get("labels", {}).get("job-name") == job
+        ]
+        assert len(pods) == 1, f"Job {namespace}/{job} has {len(pods)} pods"
+        return pods[0]
+
+    def run_job_pod(self, namespace: str, job: str) -> str:
+        """Start the containers of the Job's pod (its init containers that are native
+        sidecars keep running); the pod's name."""
+        pod = self.job_pod(namespace, job)
+        spec = pod["spec"]
+        started = {"running": {"startedAt": _now()}}
+        self.set_status(
+            "Pod",
+            namespace,
+            pod["metadata"]["name"],
+            {
+                "phase": "Running",
+                "startTime": _now(),
+                "podIP": "10.0.0.7",
+                "conditions": [
+                    {"type": t, "status": "True"}
+                    for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+                ],
+                "initContainerStatuses": [
+                    {
+                        "name": c["name"],
+                        "ready": True,
+                        "started": True,
+                        "restartCount": 0,
+                        "image": c.get("image", ""),
+                        "state": started,
+                    }
+                    for c in spec.get("initContainers", [])
+                    if c.get("restartPolicy") == "Always"
+                ],
+                "containerStatuses": [
+                    {
+                        "name": c["name"],
+                        "ready": True,
+                        "started": True,
+                        "restartCount": 0,
+                        "image": c.get("image", ""),
+                        "state": started,
+                    }
+                    for c in spec["containers"]
+                ],
+            },
+        )
+        return str(pod["metadata"]["name"])
+
+    def finish_job(
+        self,
+        namespace: str,
+        job: str,
+        exit_code: int = 0,
+        *,
+        oom: bool = False,
+        lingering: bool = False,
+    ) -> None:
+        """The task container exits (then the sidecars stop); the pod and the Job say how.
+        `lingering`: the sidecars are still in their `preStop` hook, so the pod still runs
+        and the Job has not finished."""
+        pod = self.job_pod(namespace, job)
+        status = copy.deepcopy(pod.get("status") or {})
+        reason = "OOMKilled" if oom else ("Completed" if exit_code == 0 else "Error")
+        code = 137 if oom else exit_code
+        keys = (
+            ["containerStatuses"] if lingering else ["containerStatuses", "initContainerStatuses"]
+        )
+        for key in keys:
+            for entry in status.get(key, []):
+                own = key == "containerStatuses"
+                entry["ready"] = False
+                entry["state"] = {
+                    "terminated": {
+                        "exitCode": code if own else 0,
+                        "reason": reason if own else "Completed",
+                        "finishedAt": _now(),
+                    }
+                }
+        if lingering:
+            self.set_status("Pod", namespace, pod["metadata"]["name"], status)
+            return
+        status["phase"] = "Succeeded" if code == 0 else "Failed"
+        self.set_status("Pod", namespace, pod["metadata"]["name"], status)
+        now = _now()
+        if code == 0:
+            self.set_status(
+                "Job",
+                namespace,
+                job,
+                {
+                    "succeeded": 1,
+                    "startTime": now,
+                    "completionTime": now,
+                    "conditions": [
+                        {"type": "SuccessCriteriaMet", "status": "True"},
+                        {"type": "Complete", "status": "True"},
+                    ],
+                },
+            )
+        else:
+            self.fail_job(
+                namespace,
+                job,
+                "BackoffLimitExceeded",
+                "Job has reached the specified backoff limit",
+            )
+
+    def exceed_job_deadline(self, namespace: str, job: str) -> None:
+        """`activeDeadlineSeconds` passed: the Job fails and its pod is killed."""
+        pod = self.job_pod(namespace, job)
+        self.remove_object("Pod", namespace, pod["metadata"]["name"])
+        self.fail_job(
+            namespace, job, "DeadlineExceeded", "Job was active longer than specified deadline"
+        )
+
+    def fail_job(self, namespace: str, job: str, reason: str, message: str) -> None:
+        condition = {"status": "True", "reason": reason, "message": message}
+        self.set_status(
+            "Job",
+            namespace,
+            job,
+            {
+                "failed": 1,
+                "startTime": _now(),
+                "conditions": [
+                    {"type": "FailureTarget", **condition},
+                    {"type": "Failed", **condition},
+                ],
+            },
+        )
+
     def write_log(
         self,
         namespace: str,
@@ -548,6 +729,10 @@ class FakeKubernetes:
         proxy = _PROXY.match(req.path)
         if proxy is not None:
             self._proxy(req, method, proxy)
+            return
+        pod_proxy = _POD_PROXY.match(req.path)
+        if pod_proxy is not None:
+            self._proxy(req, method, pod_proxy, pod=True)
             return
         pod_log = _POD_LOG.match(urlsplit(req.path).path)
         if pod_log is not None and method == "GET":
@@ -667,24 +852,28 @@ class FakeKubernetes:
         except OSError:
             pass  # the client went away
 
-    def _proxy(self, req: BaseHTTPRequestHandler, method: str, match: re.Match[str]) -> None:
-        """The API server's service proxy: forward the request to the Service's endpoint."""
+    def _proxy(
+        self, req: BaseHTTPRequestHandler, method: str, match: re.Match[str], *, pod: bool = False
+    ) -> None:
+        """The API server's service (or pod) proxy: forward the request to its endpoint."""
         namespace, service, port = match["ns"], match["svc"], int(match["port"])
         length = int(req.headers.get("Content-Length") or 0)
         raw = req.rfile.read(length) if length else b""
+        kind = "Pod" if pod else "Service"
         with self._lock:
             self.requests.append(RecordedRequest(method, req.path.split("?")[0], {}, "", None))
-            exists = self.get("Service", namespace, service) is not None
-            endpoint = self._endpoints.get((namespace, service, port))
+            exists = self.get(kind, namespace, service) is not None
+            endpoints = self._pod_endpoints if pod else self._endpoints
+            endpoint = endpoints.get((namespace, service, port))
         if req.headers.get("Authorization") != f"Bearer {self.token}":
             self._reply(req, 401, status_body(401, "Unauthorized", "Unauthorized"))
             return
         if not exists:
-            body = status_body(404, "NotFound", f'services "{service}" not found')
+            body = status_body(404, "NotFound", f'{kind.lower()}s "{service}" not found')
             self._reply(req, 404, body)
             return
         if endpoint is None:
-            message = f'no endpoints available for service "{service}"'
+            message = f'no endpoints available for {kind.lower()} "{service}"'
             self._reply(req, 503, status_body(503, "ServiceUnavailable", message))
             return
         headers = {

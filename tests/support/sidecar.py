@@ -1,4 +1,5 @@
-"""`nvcf-server worker-utils` as its own process, in front of a worker process, for tests."""
+"""`nvcf-server worker-utils` as its own process, in front of a worker process (a function's
+pod) or over a task's files (a task's pod), for tests."""
 
 from __future__ import annotations
 
@@ -17,13 +18,29 @@ class Sidecar:
     """`nvcf-server worker-utils` as its own process."""
 
     def __init__(self, worker_url: str, mount: Path, *extra: str) -> None:
-        self.port = free_port()
-        self.mount = mount
         worker_port = worker_url.rsplit(":", 1)[1]
+        self.mount = mount
+        self._start("--worker-port", worker_port, "--mount", str(mount), *extra)
+
+    @classmethod
+    def for_task(cls, progress_file: Path, results_dir: Path, *extra: str) -> Sidecar:
+        """The sidecar of a task's pod, serving these paths."""
+        sidecar = cls.__new__(cls)
+        sidecar.mount = results_dir
+        sidecar._start(
+            "--task-progress-file",
+            str(progress_file),
+            "--task-results-dir",
+            str(results_dir),
+            *extra,
+        )
+        return sidecar
+
+    def _start(self, *args: str) -> None:
+        self.port = free_port()
         command = [sys.executable, "-m", "service.cli", "worker-utils", "--host", "127.0.0.1"]
-        command += ["--port", str(self.port), "--worker-port", worker_port, "--mount", str(mount)]
         self.process = subprocess.Popen(
-            [*command, *extra],
+            [*command, "--port", str(self.port), *args],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -9,9 +9,11 @@ from collections.abc import (
 from dataclasses import dataclass
 from typing import Any
 
+from service.backends.scheduling import gpu_request, node_affinity_matches
 from service.core.kube import (
     GPU_PRODUCT_LABEL,
     INSTANCE_TYPE_LABEL,
+    NAMESPACE_PREFIX,
 )
 
 
@@ -55,3 +57,33 @@ class Node:
     gpus: int
     labels: dict[str, str]
     used: int = 0
+
+
+def subtract_pods(nodes: list[Node], pods: list[dict[str, Any]]) -> None:
+    """Count the GPUs of bound pods, then of the platform's not-yet-bound (but schedulable)
+    pods, against the nodes (`used`, in place)."""
+    by_name = {n.name: n for n in nodes}
+    waiting: list[dict[str, Any]] = []
+    for pod in pods:
+        spec = as_map(pod.get("spec"))
+        gpus = gpu_request(spec)
+        if gpus <= 0:
+            continue
+        node = by_name.get(str(spec.get("nodeName") or ""))
+        if node is not None:
+            node.used += gpus
+        elif (
+            not spec.get("nodeName")
+            and str(as_map(pod.get("metadata")).get("namespace", "")).startswith(NAMESPACE_PREFIX)
+            and not unschedulable(pod)
+        ):
+            waiting.append(pod)
+    waiting.sort(key=lambda p: str(as_map(p.get("metadata")).get("creationTimestamp", "")))
+    for pod in waiting:
+        spec = as_map(pod.get("spec"))
+        gpus = gpu_request(spec)
+        fitting = [
+            n for n in nodes if n.gpus - n.used >= gpus and node_affinity_matches(spec, n.labels)
+        ]
+        if fitting:
+            min(fitting, key=lambda n: (n.gpus - n.used, n.name)).used += gpus

@@ -30,6 +30,7 @@ from service.clusters.catalog import Catalog
 from service.clusters.instance_types import parse_instance_type
 from service.core.db import utcnow
 from service.core.loops import LoopService
+from service.registry.pull_secrets import account_pull_secrets
 from service.tasks import repository, transitions
 from service.tasks.clocks import (
     MAX_PROGRESS_BYTES,
@@ -179,7 +180,7 @@ class TaskLoop(LoopService[str]):
             task.cluster = name
             placed = instance_of(task)
             try:
-                await adapter.apply(placed, self._objects(task, name))
+                await adapter.apply(placed, await self._objects(task, name))
             except AdapterError as exc:
                 if exc.retryable:
                     log.warning("task %s: apply on %s failed: %s", task.id, name, exc.message)
@@ -199,11 +200,14 @@ class TaskLoop(LoopService[str]):
             return True
         return False
 
-    def _objects(
+    async def _objects(
         self, task: Task, cluster_name: str, *, suspend: bool = False
     ) -> list[dict[str, Any]]:
         cluster = self.catalog.cluster(cluster_name)
         assert cluster is not None
+        async with self.maker() as session:
+            pull = await account_pull_secrets(session, task.account_id, self.tasks.box)
+        backend = self.catalog.group_of(cluster).name
         if task.objects is not None:
             return helm_objects(
                 task.objects,
@@ -211,9 +215,10 @@ class TaskLoop(LoopService[str]):
                 name=task.name,
                 nca_id=task.account_id,
                 instance_type=task.instance_type,
-                backend=self.catalog.group_of(cluster).name,
+                backend=backend,
                 region=cluster.region,
                 secrets=self.tasks.secrets_of(task),
+                pull_secrets=pull,
             )
         assert task.container_image is not None
         return job_objects(
@@ -224,10 +229,12 @@ class TaskLoop(LoopService[str]):
             args=task.container_args,
             environment=task.container_environment,
             cluster=cluster,
+            backend=backend,
             instance_type=parse_instance_type(task.instance_type),
             max_runtime_seconds=task.max_runtime_seconds,
             grace_seconds=task.grace_seconds,
             secrets=self.tasks.secrets_of(task),
+            pull_secrets=pull,
             suspend=suspend,
         )
 
@@ -355,7 +362,9 @@ class TaskLoop(LoopService[str]):
                 # asked to stop (idempotent): Kubernetes deletes a suspended Job's pod within
                 # its grace period; the kill below comes at the task's own deadline
                 if task.cluster:
-                    await adapter.apply(instance, self._objects(task, task.cluster, suspend=True))
+                    await adapter.apply(
+                        instance, await self._objects(task, task.cluster, suspend=True)
+                    )
                 return
             message = "Task container stopped"
         elif task.stop_requested_at is not None:

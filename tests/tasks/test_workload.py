@@ -40,6 +40,7 @@ def test_job_and_secret_of_a_container_task() -> None:
         args="--epochs '2 3'",
         environment=[{"key": "MODEL", "value": "llama"}, {"key": "NVCT_TASK_ID", "value": "x"}],
         cluster=cluster,
+        backend="g",
         instance_type=parse_instance_type("NCP.GPU.H100_2x"),
         max_runtime_seconds=5400.0,
         grace_seconds=900.0,
@@ -63,3 +64,56 @@ def test_job_and_secret_of_a_container_task() -> None:
     assert env["NVCT_RESULTS_DIR"].startswith("/var/nvct/")
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert {"/var/secrets", "/config/models", "/config/resources", "/var/nvct"} <= mounts
+
+
+def test_a_container_tasks_pod_gets_a_functions_install_mutations() -> None:
+    """Node affinity on the instance type's node label and the account's pull Secrets, as a
+    function's pods get them."""
+    catalog = Catalog.from_data(
+        {
+            "clusterGroups": [
+                {
+                    "name": "g",
+                    "clusters": [
+                        {
+                            "name": "sim-a",
+                            "adapter": "simulated",
+                            "provider": "NCP",
+                            "region": "r",
+                            "nodes": [{"gpu": "H100", "gpusPerNode": 8, "count": 1}],
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+    cluster = catalog.cluster("sim-a")
+    assert cluster is not None
+    pull = [("nvcf-pull-0123", {"auths": {"nvcr.io": {"username": "u", "password": "p"}}})]
+    *generated, job = job_objects(
+        task_id="t-1",
+        name="train",
+        nca_id="acme",
+        image="nvcr.io/acme/trainer:1.0",
+        args=None,
+        environment=None,
+        cluster=cluster,
+        backend="g",
+        instance_type=parse_instance_type("NCP.GPU.H100_2x"),
+        max_runtime_seconds=None,
+        grace_seconds=60.0,
+        secrets={},
+        pull_secrets=pull,
+    )
+    kinds = {(o["kind"], o["metadata"]["name"], o.get("type")) for o in generated}
+    assert ("Secret", "nvcf-pull-0123", "kubernetes.io/dockerconfigjson") in kinds
+    pod = job["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "nvcf-pull-0123"}]
+    [term] = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert {
+        "key": "nvca.nvcf.nvidia.io/instance-type",
+        "operator": "In",
+        "values": ["NCP.GPU.H100"],
+    } in term["matchExpressions"]

@@ -38,6 +38,7 @@ from service.tasks.clocks import (
     Decision,
     container_of,
     decide,
+    progress_refused,
     queued_expired,
 )
 from service.tasks.models import Task, TaskResult, TaskStatus
@@ -281,15 +282,18 @@ class TaskLoop(LoopService[str]):
         instance = instance_of(task)
         container = container_of(await adapter.observe(instance), CONTAINER_NAME)
         raw: bytes | None = None
+        refused: str | None = None
         if isinstance(adapter, TaskFiles) and container.started:
             try:
                 raw = await adapter.task_progress(instance, max_bytes=MAX_PROGRESS_BYTES)
             except AdapterError as exc:
                 if exc.retryable:
                     raise
-                raw = b"\xff"  # unreadable: decided as malformed below
-                log.info("task %s: progress file: %s", task.id, exc.message)
-        decision = decide(clock_of(task), container, raw, now)
+                refused = exc.message
+        if refused is not None:
+            decision = progress_refused(refused)
+        else:
+            decision = decide(clock_of(task), container, raw, now)
         rotate = task.secrets_delivered < task.secrets_generation and decision.status is None
         if rotate:
             await adapter.update_objects(instance, [secrets_object(self.tasks.secrets_of(task))])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from service.backends.protocol import InstanceSpec
+from service.backends.protocol import AdapterError, InstanceSpec
 from service.core.db import make_engine, make_sessionmaker
 from service.tasks import repository
 from service.tasks.models import TaskStatus
@@ -109,6 +109,27 @@ async def test_a_failing_container_errors_with_the_reason(
     events = await h.events(tid)
     assert any(why in e for e in events), events
     assert not await h.on_cluster(tid)
+
+
+async def test_a_progress_file_the_adapter_refuses_errors_in_the_adapters_words(
+    h: TaskHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    adapter = h.registry.get("sim-a")
+    assert adapter is not None
+
+    async def refuse(instance: InstanceSpec, *, max_bytes: int) -> bytes | None:
+        raise AdapterError("the sidecar cannot read the progress file (403)", retryable=False)
+
+    tid = await h.create(containerEnvironment=script(steps=[{"after": 1, "percent": 10}]))
+    await h.run()
+    monkeypatch.setattr(adapter, "task_progress", refuse)
+    await h.run(3)
+    task = await h.task(tid)
+    assert task.status == TaskStatus.ERRORED
+    why = "the sidecar cannot read the progress file (403)"
+    assert task.health_error is not None and why in task.health_error
+    assert "malformed" not in task.health_error
+    assert any(why in e for e in await h.events(tid))
 
 
 async def test_a_missed_heartbeat_errors_after_five_minutes(h: TaskHarness) -> None:

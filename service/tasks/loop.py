@@ -262,7 +262,9 @@ class TaskLoop(LoopService[str]):
         for task in tasks:
             adapter = self.adapters.get(task.cluster or "")
             if adapter is None:
-                continue
+                if task.cluster and self.catalog.cluster(task.cluster) is None:
+                    await self._cluster_gone(task.id, task.cluster, now)
+                continue  # in the catalog but its adapter unavailable: it may come back
             try:
                 if task.teardown_pending and TaskStatus(task.status) not in (
                     TaskStatus.LAUNCHED,
@@ -382,6 +384,22 @@ class TaskLoop(LoopService[str]):
             if row is not None and row.teardown_pending:
                 row.teardown_pending = False
                 transitions.event(session, row, message, now)
+
+    async def _cluster_gone(self, task_id: uuid.UUID, cluster: str, now: datetime) -> None:
+        """The task's cluster left the catalog: nothing can observe or stop it any more, so
+        it errors (as a function's instance fails there) and its objects count as removed."""
+        why = f"its cluster {cluster} was removed from the cluster catalog"
+        async with self.maker() as session, session.begin():
+            task = await repository.get_for_update(session, task_id)
+            if task is None:
+                return
+            if TaskStatus(task.status) in (TaskStatus.LAUNCHED, TaskStatus.RUNNING):
+                transitions.move(
+                    session, task, TaskStatus.ERRORED, now, f"Task errored: {why}", error=why
+                )
+            if task.teardown_pending:
+                task.teardown_pending = False
+                transitions.event(session, task, f"Task objects left behind: {why}", now)
 
     async def _move(
         self, task_id: uuid.UUID, to: TaskStatus, now: datetime, message: str, error: str

@@ -13,8 +13,11 @@ from pathlib import Path
 import pytest
 
 from service.backends.protocol import AdapterError, InstanceSpec
+from service.clusters.adapters import AdapterRegistry
+from service.clusters.catalog import Catalog
 from service.core.db import make_engine, make_sessionmaker
 from service.tasks import repository
+from service.tasks.loop import TaskLoop
 from service.tasks.models import TaskStatus
 from tests.support.app import ClientFactory
 from tests.support.e2e import eventually
@@ -182,6 +185,42 @@ async def test_a_freed_slot_launches_the_next_task(h: TaskHarness) -> None:
     await h.run(4)
     assert (await h.task(first)).status == TaskStatus.COMPLETED
     assert (await h.task(second)).status == TaskStatus.COMPLETED
+
+
+async def test_a_task_on_a_cluster_removed_from_the_catalog_errors(h: TaskHarness) -> None:
+    hang = script(steps=[{"after": 1, "percent": 5}], exitAfter=None)
+    tid = await h.create(containerEnvironment=hang)
+    await h.run(3)
+    assert (await h.task(tid)).status == TaskStatus.RUNNING
+    # the operator removes the cluster from the catalog and restarts the server
+    other = Catalog.from_data(
+        {
+            "clusterGroups": [
+                {
+                    "name": "test-group",
+                    "clusters": [
+                        {
+                            "name": "sim-b",
+                            "adapter": "simulated",
+                            "provider": "NCP",
+                            "region": "us-east-1",
+                            "nodes": [{"gpu": "H100", "gpusPerNode": 2, "count": 1}],
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+    registry = AdapterRegistry.from_catalog(other, clock=h.clock)
+    loop = TaskLoop(h.maker, registry, other, h.tasks, clock=h.clock)
+    await loop.run_pass()
+    await loop.run_pass()
+    task = await h.task(tid)
+    assert task.status == TaskStatus.ERRORED
+    assert task.health_error == "its cluster sim-a was removed from the cluster catalog"
+    assert not task.teardown_pending
+    events = await h.events(tid)
+    assert "Task errored: its cluster sim-a was removed from the cluster catalog" in events
 
 
 async def test_cancel_asks_to_stop_then_kills_after_the_grace_period(h: TaskHarness) -> None:

@@ -148,6 +148,7 @@ async def test_another_accounts_task_is_404_on_every_route(client: AppClient) ->
         ("DELETE", f"{T}/{tid}", None),
         ("GET", f"{T}/{tid}/events", None),
         ("GET", f"{T}/{tid}/results", None),
+        ("GET", f"{T}/{tid}/logs", None),
         ("PUT", f"/v1/nvct/secrets/tasks/{tid}", {"secrets": [{"name": "A", "value": "b"}]}),
     ]:
         resp = await client.request(method, path, json=body, headers=other)
@@ -169,6 +170,7 @@ async def test_each_route_needs_its_nvct_scope(client: AppClient) -> None:
         ("DELETE", f"{T}/{task['id']}"),
         ("GET", f"{T}/{task['id']}/events"),
         ("GET", f"{T}/{task['id']}/results"),
+        ("GET", f"{T}/{task['id']}/logs"),
     ]:
         resp = await client.request(
             method, path, json=TASK if method == "POST" else None, headers=reader

@@ -44,7 +44,7 @@ from service.tasks.clocks import (
 from service.tasks.models import Task, TaskResult, TaskStatus
 from service.tasks.queue import Turns, Waiting
 from service.tasks.service import Tasks
-from service.tasks.workload import CONTAINER_NAME, helm_objects, job_objects
+from service.tasks.workload import CONTAINER_NAME, helm_objects, is_job, job_objects
 
 log = logging.getLogger("nvcf.tasks")
 #: results (distinct names) one task may report
@@ -219,7 +219,9 @@ class TaskLoop(LoopService[str]):
                 backend=backend,
                 region=cluster.region,
                 secrets=self.tasks.secrets_of(task),
+                grace_seconds=task.grace_seconds,
                 pull_secrets=pull,
+                suspend=suspend,
             )
         assert task.container_image is not None
         return job_objects(
@@ -360,7 +362,9 @@ class TaskLoop(LoopService[str]):
     async def _teardown(self, task: Task, adapter: BackendAdapter, now: datetime) -> None:
         instance = instance_of(task)
         kill = task.kill_at
-        if task.objects is not None:  # a helm task: its pods stop within their own grace period
+        if task.objects is not None and not any(is_job(o) for o in task.objects):
+            # a helm task without a Job: deleting its pods asks them to stop, and Kubernetes
+            # kills them after their grace period (the task's, helm_objects)
             message = "Task objects removed from the cluster"
         elif task.stop_requested_at is not None and kill is not None and now < kill:
             container = container_of(await adapter.observe(instance), CONTAINER_NAME)

@@ -134,10 +134,14 @@ def helm_objects(
     backend: str,
     region: str,
     secrets: Mapping[str, str],
+    grace_seconds: float,
     pull_secrets: Sequence[tuple[str, Mapping[str, Any]]] = (),
+    suspend: bool = False,
 ) -> list[dict[str, Any]]:
     """A helm task's rendered objects as installed: the helm functions' install mutations
-    (labels, pod rules, the Secret at /var/secrets) and NVCT's variables in every container."""
+    (labels, pod rules, the Secret at /var/secrets), NVCT's variables in every container and
+    the task's grace period in every pod (a pod deleted is killed only after it); `suspend`
+    suspends its Jobs, asking their pods to stop, as a container task's."""
     out = mutate_for_install(
         objects,
         namespace=instance_namespace(task_id),
@@ -154,7 +158,10 @@ def helm_objects(
     )
     env = task_env(task_id, name, nca_id)
     for obj in out:
+        if is_job(obj):
+            obj["spec"]["suspend"] = suspend
         for _, template in pod_templates(obj):
+            template["spec"]["terminationGracePeriodSeconds"] = max(0, math.ceil(grace_seconds))
             for _, _, container in containers(template["spec"]):
                 kept = [
                     e
@@ -163,3 +170,11 @@ def helm_objects(
                 ]
                 container["env"] = kept + [dict(e) for e in env]
     return out
+
+
+def is_job(obj: Mapping[str, Any]) -> bool:
+    return (
+        obj.get("kind") == "Job"
+        and str(obj.get("apiVersion", "")).startswith("batch/")
+        and isinstance(obj.get("spec"), dict)
+    )

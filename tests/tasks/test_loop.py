@@ -242,6 +242,50 @@ async def test_cancel_asks_to_stop_then_kills_after_the_grace_period(h: TaskHarn
     assert events[-1] == "Task container killed after its termination grace period"
 
 
+async def test_a_helm_tasks_job_is_asked_to_stop_then_killed_after_the_grace_period(
+    h: TaskHarness,
+) -> None:
+    stubborn = script(steps=[{"after": 1, "percent": 5}], exitAfter=None, onStop="ignore")
+    tid = await h.create(terminationGracePeriodDuration="PT2M")
+    chart_job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "finetune"},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [
+                        {
+                            "name": "task",
+                            "image": "nvcr.io/acme/finetune:1",
+                            "env": [{"name": k["key"], "value": k["value"]} for k in stubborn],
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                        }
+                    ],
+                }
+            },
+        },
+    }
+    async with h.maker() as session, session.begin():  # as a helm task's rendered chart
+        row = await repository.get_for_update(session, tid)
+        assert row is not None
+        row.objects, row.container_image = [chart_job], None
+    await h.run(3)
+    assert (await h.task(tid)).status == TaskStatus.RUNNING
+    async with h.maker() as session, session.begin():
+        await h.tasks.cancel(session, "acct-tasks", tid)
+    await h.run(60, step=10)
+    assert (await h.task(tid)).status == TaskStatus.CANCELED
+    assert await h.on_cluster(tid)  # asked to stop, still within the task's grace period
+    await h.run(70, step=10)
+    assert not await h.on_cluster(tid)
+    events = await h.events(tid)
+    assert events[-1] == "Task container killed after its termination grace period"
+
+
 async def test_a_container_that_stops_when_asked_is_removed_before_the_grace_period(
     h: TaskHarness,
 ) -> None:

@@ -2,10 +2,12 @@
 `activeDeadlineSeconds` from maxRuntimeDuration, the grace period on stop) and the Secret of
 its secrets (`secrets.json` at /var/secrets), with NVCT's contract in the container:
 `NVCT_TASK_ID`, `NVCT_TASK_NAME`, `NVCT_NCA_ID`, `NVCT_PROGRESS_FILE_PATH`,
-`NVCT_RESULTS_DIR` on a shared emptyDir, models and resources at /config/models and
-/config/resources (docs/tasks.md). Both kinds of task pass through the helm functions' install
-mutations, as a function's pods do: labels, node affinity on the instance type's node label,
-the account's image pull Secrets and the Secret at /var/secrets."""
+`NVCT_RESULTS_DIR` on a shared emptyDir, and /config/models and /config/resources as empty
+directories: a task's `models` and `resources` are recorded, not downloaded, as a function's
+are (docs/registry-credentials.md: this server pulls neither). Both kinds of task pass
+through the helm functions' install mutations, as a function's pods do: labels, node affinity
+on the instance type's node label, the account's image pull Secrets and the Secret at
+/var/secrets."""
 
 from __future__ import annotations
 

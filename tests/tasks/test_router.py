@@ -276,3 +276,14 @@ async def test_a_container_task_on_a_multi_node_instance_type_is_400(client: App
     [error] = problem["errors"]  # type: ignore[misc]
     assert error["field"] == "gpuSpecification.instanceType"
     assert "helm" in error["message"] and "one node" in error["message"]
+
+
+async def test_the_api_document_says_models_and_resources_are_not_downloaded(
+    client: AppClient,
+) -> None:
+    doc = (await client.get("/openapi.json")).json()
+    body = doc["paths"]["/v1/nvct/tasks"]["post"]["requestBody"]["content"]["application/json"]
+    props = body["schema"]["properties"]
+    for name, path in (("models", "/config/models"), ("resources", "/config/resources")):
+        text = props[name]["description"]
+        assert "not downloaded" in text and f"`{path}` is an empty directory" in text

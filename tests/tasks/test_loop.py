@@ -16,6 +16,10 @@ from service.backends.protocol import AdapterError, InstanceSpec
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.core.db import make_engine, make_sessionmaker
+from service.core.kube import INSTANCE_TYPE_LABEL
+from service.registry.models import ArtifactType
+from service.registry.schemas import Login
+from service.registry.service import CredentialSpec, create_credential
 from service.tasks import repository
 from service.tasks.loop import TaskLoop
 from service.tasks.models import TaskStatus
@@ -185,6 +189,32 @@ async def test_a_freed_slot_launches_the_next_task(h: TaskHarness) -> None:
     await h.run(4)
     assert (await h.task(first)).status == TaskStatus.COMPLETED
     assert (await h.task(second)).status == TaskStatus.COMPLETED
+
+
+async def test_a_launched_tasks_pod_gets_the_accounts_pull_secrets_and_node_affinity(
+    h: TaskHarness,
+) -> None:
+    async with h.maker() as session, session.begin():
+        spec = CredentialSpec(
+            "nvcr.io", "ngc", Login("$oauthtoken", "s3cret"), [ArtifactType.CONTAINER]
+        )
+        await create_credential(session, account_id="acct-tasks", spec=spec, box=h.box)
+    tid = await h.create()
+    await h.run()
+    adapter = h.registry.get("sim-a")
+    assert adapter is not None
+    spec_ = InstanceSpec(str(tid), "", "", "NCP.GPU.H100_1x", "H100", 1, task=True)
+    objects = await adapter.objects(spec_)
+    pulls = [o for o in objects if o.get("type") == "kubernetes.io/dockerconfigjson"]
+    [job] = [o for o in objects if o["kind"] == "Job"]
+    pod = job["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": pulls[0]["metadata"]["name"]}]
+    [term] = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": ["NCP.GPU.H100"]} in term[
+        "matchExpressions"
+    ]
 
 
 async def test_a_task_on_a_cluster_removed_from_the_catalog_errors(h: TaskHarness) -> None:

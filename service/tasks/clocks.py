@@ -196,6 +196,12 @@ def decide(
     return Decision(progress=progress)
 
 
+def progress_refused(message: str) -> Decision:
+    """The adapter refused (for good) to read the progress file: the task errors in its
+    words."""
+    return _errored(f"its progress file could not be read: {message}")
+
+
 def _errored(why: str) -> Decision:
     return Decision(TaskStatus.ERRORED, f"Task errored: {why}", why)
 

@@ -30,6 +30,7 @@ from service.clusters.catalog import Catalog
 from service.clusters.instance_types import parse_instance_type
 from service.core.db import utcnow
 from service.core.loops import LoopService
+from service.registry.pull_secrets import account_pull_secrets
 from service.tasks import repository, transitions
 from service.tasks.clocks import (
     MAX_PROGRESS_BYTES,
@@ -37,12 +38,13 @@ from service.tasks.clocks import (
     Decision,
     container_of,
     decide,
+    progress_refused,
     queued_expired,
 )
 from service.tasks.models import Task, TaskResult, TaskStatus
 from service.tasks.queue import Turns, Waiting
 from service.tasks.service import Tasks
-from service.tasks.workload import CONTAINER_NAME, helm_objects, job_objects
+from service.tasks.workload import CONTAINER_NAME, helm_objects, is_job, job_objects
 
 log = logging.getLogger("nvcf.tasks")
 #: results (distinct names) one task may report
@@ -179,7 +181,7 @@ class TaskLoop(LoopService[str]):
             task.cluster = name
             placed = instance_of(task)
             try:
-                await adapter.apply(placed, self._objects(task, name))
+                await adapter.apply(placed, await self._objects(task, name))
             except AdapterError as exc:
                 if exc.retryable:
                     log.warning("task %s: apply on %s failed: %s", task.id, name, exc.message)
@@ -199,11 +201,14 @@ class TaskLoop(LoopService[str]):
             return True
         return False
 
-    def _objects(
+    async def _objects(
         self, task: Task, cluster_name: str, *, suspend: bool = False
     ) -> list[dict[str, Any]]:
         cluster = self.catalog.cluster(cluster_name)
         assert cluster is not None
+        async with self.maker() as session:
+            pull = await account_pull_secrets(session, task.account_id, self.tasks.box)
+        backend = self.catalog.group_of(cluster).name
         if task.objects is not None:
             return helm_objects(
                 task.objects,
@@ -211,9 +216,12 @@ class TaskLoop(LoopService[str]):
                 name=task.name,
                 nca_id=task.account_id,
                 instance_type=task.instance_type,
-                backend=self.catalog.group_of(cluster).name,
+                backend=backend,
                 region=cluster.region,
                 secrets=self.tasks.secrets_of(task),
+                grace_seconds=task.grace_seconds,
+                pull_secrets=pull,
+                suspend=suspend,
             )
         assert task.container_image is not None
         return job_objects(
@@ -224,10 +232,12 @@ class TaskLoop(LoopService[str]):
             args=task.container_args,
             environment=task.container_environment,
             cluster=cluster,
+            backend=backend,
             instance_type=parse_instance_type(task.instance_type),
             max_runtime_seconds=task.max_runtime_seconds,
             grace_seconds=task.grace_seconds,
             secrets=self.tasks.secrets_of(task),
+            pull_secrets=pull,
             suspend=suspend,
         )
 
@@ -254,7 +264,9 @@ class TaskLoop(LoopService[str]):
         for task in tasks:
             adapter = self.adapters.get(task.cluster or "")
             if adapter is None:
-                continue
+                if task.cluster and self.catalog.cluster(task.cluster) is None:
+                    await self._cluster_gone(task.id, task.cluster, now)
+                continue  # in the catalog but its adapter unavailable: it may come back
             try:
                 if task.teardown_pending and TaskStatus(task.status) not in (
                     TaskStatus.LAUNCHED,
@@ -274,15 +286,18 @@ class TaskLoop(LoopService[str]):
         instance = instance_of(task)
         container = container_of(await adapter.observe(instance), CONTAINER_NAME)
         raw: bytes | None = None
+        refused: str | None = None
         if isinstance(adapter, TaskFiles) and container.started:
             try:
                 raw = await adapter.task_progress(instance, max_bytes=MAX_PROGRESS_BYTES)
             except AdapterError as exc:
                 if exc.retryable:
                     raise
-                raw = b"\xff"  # unreadable: decided as malformed below
-                log.info("task %s: progress file: %s", task.id, exc.message)
-        decision = decide(clock_of(task), container, raw, now)
+                refused = exc.message
+        if refused is not None:
+            decision = progress_refused(refused)
+        else:
+            decision = decide(clock_of(task), container, raw, now)
         rotate = task.secrets_delivered < task.secrets_generation and decision.status is None
         if rotate:
             await adapter.update_objects(instance, [secrets_object(self.tasks.secrets_of(task))])
@@ -347,7 +362,9 @@ class TaskLoop(LoopService[str]):
     async def _teardown(self, task: Task, adapter: BackendAdapter, now: datetime) -> None:
         instance = instance_of(task)
         kill = task.kill_at
-        if task.objects is not None:  # a helm task: its pods stop within their own grace period
+        if task.objects is not None and not any(is_job(o) for o in task.objects):
+            # a helm task without a Job: deleting its pods asks them to stop, and Kubernetes
+            # kills them after their grace period (the task's, helm_objects)
             message = "Task objects removed from the cluster"
         elif task.stop_requested_at is not None and kill is not None and now < kill:
             container = container_of(await adapter.observe(instance), CONTAINER_NAME)
@@ -355,7 +372,9 @@ class TaskLoop(LoopService[str]):
                 # asked to stop (idempotent): Kubernetes deletes a suspended Job's pod within
                 # its grace period; the kill below comes at the task's own deadline
                 if task.cluster:
-                    await adapter.apply(instance, self._objects(task, task.cluster, suspend=True))
+                    await adapter.apply(
+                        instance, await self._objects(task, task.cluster, suspend=True)
+                    )
                 return
             message = "Task container stopped"
         elif task.stop_requested_at is not None:
@@ -369,6 +388,22 @@ class TaskLoop(LoopService[str]):
             if row is not None and row.teardown_pending:
                 row.teardown_pending = False
                 transitions.event(session, row, message, now)
+
+    async def _cluster_gone(self, task_id: uuid.UUID, cluster: str, now: datetime) -> None:
+        """The task's cluster left the catalog: nothing can observe or stop it any more, so
+        it errors (as a function's instance fails there) and its objects count as removed."""
+        why = f"its cluster {cluster} was removed from the cluster catalog"
+        async with self.maker() as session, session.begin():
+            task = await repository.get_for_update(session, task_id)
+            if task is None:
+                return
+            if TaskStatus(task.status) in (TaskStatus.LAUNCHED, TaskStatus.RUNNING):
+                transitions.move(
+                    session, task, TaskStatus.ERRORED, now, f"Task errored: {why}", error=why
+                )
+            if task.teardown_pending:
+                task.teardown_pending = False
+                transitions.event(session, task, f"Task objects left behind: {why}", now)
 
     async def _move(
         self, task_id: uuid.UUID, to: TaskStatus, now: datetime, message: str, error: str

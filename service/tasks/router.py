@@ -7,13 +7,19 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import StreamingResponse
 
 from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.service import Principal
+from service.clusters.deps import AdaptersDep
+from service.core.deps import SettingsDep
 from service.core.http import inline_body_doc, parse_uuid, read_json
 from service.core.pagination import Limit
+from service.deployments.logs.deps import LogFollowsDep
+from service.deployments.logs.router import LOG_TEXT, LogQuery, log_answer
 from service.tasks.deps import tasks_of
+from service.tasks.logs import task_reading
 from service.tasks.schemas import (
     BulkTasksIn,
     CreateTaskIn,
@@ -157,6 +163,32 @@ async def task_events(
     return ListEventsResponse(
         events=[event_out(e) for e in rows], limit=page_limit, cursor=next_cursor
     )
+
+
+@router.get(
+    "/tasks/{taskId}/logs",
+    response_class=StreamingResponse,
+    responses=LOG_TEXT,
+    summary="What the task's containers print, while its objects are on the cluster",
+    description="Read as an instance's log (`GET /v2/nvcf/deployments/{deploymentId}/instances"
+    "/{instanceId}/logs`: the same query parameters, bounds and answer). NVCT has no logs "
+    "route: this one is the project's own. A task that ended and left the cluster answers no "
+    "lines. The task's secret values are masked.",
+)
+async def task_logs(
+    taskId: str,
+    request: Request,
+    session: Session,
+    principal: Reader,
+    query: LogQuery,
+    settings: SettingsDep,
+    adapters: AdaptersDep,
+    follows: LogFollowsDep,
+) -> StreamingResponse:
+    reading = await task_reading(
+        session, tasks_of(request), adapters, principal.account_id, parse_uuid(taskId, _ID), query
+    )
+    return await log_answer(follows, settings, reading, principal.account_id)
 
 
 @router.get(

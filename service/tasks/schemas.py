@@ -127,7 +127,12 @@ class CreateTaskIn(RequestModel):
             Expect((list,), "must be a list of {name, version, uri}"),
         ]
         | None
-    ) = None
+    ) = Field(
+        default=None,
+        description="Recorded and shown on the task, not downloaded (as a function's "
+        "`models`): the container's `/config/models` is an empty directory it may "
+        "fill itself.",
+    )
     resources: (
         Annotated[
             list[ArtifactIn],
@@ -135,7 +140,12 @@ class CreateTaskIn(RequestModel):
             Expect((list,), "must be a list of {name, version, uri}"),
         ]
         | None
-    ) = None
+    ) = Field(
+        default=None,
+        description="Recorded and shown on the task, not downloaded (as a function's "
+        "`resources`): the container's `/config/resources` is an empty directory it may "
+        "fill itself.",
+    )
     tags: Tags | None = None
     description: str | None = Field(default=None, max_length=256)
     max_runtime_duration: Duration | None = None

@@ -2,18 +2,22 @@
 `activeDeadlineSeconds` from maxRuntimeDuration, the grace period on stop) and the Secret of
 its secrets (`secrets.json` at /var/secrets), with NVCT's contract in the container:
 `NVCT_TASK_ID`, `NVCT_TASK_NAME`, `NVCT_NCA_ID`, `NVCT_PROGRESS_FILE_PATH`,
-`NVCT_RESULTS_DIR` on a shared emptyDir, models and resources at /config/models and
-/config/resources (docs/tasks.md)."""
+`NVCT_RESULTS_DIR` on a shared emptyDir, and /config/models and /config/resources as empty
+directories: a task's `models` and `resources` are recorded, not downloaded, as a function's
+are (docs/registry-credentials.md: this server pulls neither). Both kinds of task pass
+through the helm functions' install mutations, as a function's pods do: labels, node affinity
+on the instance type's node label, the account's image pull Secrets and the Secret at
+/var/secrets."""
 
 from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from service.charts.findings import containers, pod_templates
-from service.charts.mutate import mutate_for_install, secrets_object
+from service.charts.mutate import mutate_for_install
 from service.clusters.catalog import Cluster
 from service.clusters.instance_types import InstanceType
 from service.core.kube import SECRETS_DIR, SECRETS_OBJECT, SECRETS_VOLUME, instance_namespace
@@ -50,14 +54,16 @@ def job_objects(
     args: str | None,
     environment: list[Any] | None,
     cluster: Cluster,
+    backend: str,
     instance_type: InstanceType,
     max_runtime_seconds: float | None,
     grace_seconds: float,
     secrets: Mapping[str, str],
+    pull_secrets: Sequence[tuple[str, Mapping[str, Any]]] = (),
     suspend: bool = False,
 ) -> list[dict[str, Any]]:
-    """The Secret and the Job of one container task; `suspend` asks its pod to stop (Kubernetes
-    deletes a suspended Job's pods, each within its grace period)."""
+    """The pull Secrets, the Secret and the Job of one container task; `suspend` asks its pod
+    to stop (Kubernetes deletes a suspended Job's pods, each within its grace period)."""
     limits = instance_resources(cluster, instance_type)
     env = [{"name": str(e["key"]), "value": str(e["value"])} for e in environment or []]
     container: dict[str, Any] = {
@@ -104,7 +110,20 @@ def job_objects(
         "metadata": {"name": JOB_NAME, "labels": dict(labels)},
         "spec": spec,
     }
-    return [secrets_object(secrets), job]
+    return mutate_for_install(
+        [job],
+        namespace=instance_namespace(task_id),
+        instance_id=task_id,
+        function_id="",
+        version_id="",
+        function_name=name,
+        nca_id=nca_id,
+        instance_type=instance_type.name,
+        backend=backend,
+        region=cluster.region,
+        pull_secrets=pull_secrets,
+        secrets=secrets,
+    )
 
 
 def helm_objects(
@@ -117,9 +136,14 @@ def helm_objects(
     backend: str,
     region: str,
     secrets: Mapping[str, str],
+    grace_seconds: float,
+    pull_secrets: Sequence[tuple[str, Mapping[str, Any]]] = (),
+    suspend: bool = False,
 ) -> list[dict[str, Any]]:
     """A helm task's rendered objects as installed: the helm functions' install mutations
-    (labels, pod rules, the Secret at /var/secrets) and NVCT's variables in every container."""
+    (labels, pod rules, the Secret at /var/secrets), NVCT's variables in every container and
+    the task's grace period in every pod (a pod deleted is killed only after it); `suspend`
+    suspends its Jobs, asking their pods to stop, as a container task's."""
     out = mutate_for_install(
         objects,
         namespace=instance_namespace(task_id),
@@ -131,11 +155,15 @@ def helm_objects(
         instance_type=instance_type,
         backend=backend,
         region=region,
+        pull_secrets=pull_secrets,
         secrets=secrets,
     )
     env = task_env(task_id, name, nca_id)
     for obj in out:
+        if is_job(obj):
+            obj["spec"]["suspend"] = suspend
         for _, template in pod_templates(obj):
+            template["spec"]["terminationGracePeriodSeconds"] = max(0, math.ceil(grace_seconds))
             for _, _, container in containers(template["spec"]):
                 kept = [
                     e
@@ -144,3 +172,11 @@ def helm_objects(
                 ]
                 container["env"] = kept + [dict(e) for e in env]
     return out
+
+
+def is_job(obj: Mapping[str, Any]) -> bool:
+    return (
+        obj.get("kind") == "Job"
+        and str(obj.get("apiVersion", "")).startswith("batch/")
+        and isinstance(obj.get("spec"), dict)
+    )

@@ -12,9 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from service.backends.protocol import InstanceSpec
+from service.backends.protocol import AdapterError, InstanceSpec
+from service.clusters.adapters import AdapterRegistry
+from service.clusters.catalog import Catalog
 from service.core.db import make_engine, make_sessionmaker
+from service.core.kube import INSTANCE_TYPE_LABEL
+from service.registry.models import ArtifactType
+from service.registry.schemas import Login
+from service.registry.service import CredentialSpec, create_credential
 from service.tasks import repository
+from service.tasks.loop import TaskLoop
 from service.tasks.models import TaskStatus
 from tests.support.app import ClientFactory
 from tests.support.e2e import eventually
@@ -111,6 +118,27 @@ async def test_a_failing_container_errors_with_the_reason(
     assert not await h.on_cluster(tid)
 
 
+async def test_a_progress_file_the_adapter_refuses_errors_in_the_adapters_words(
+    h: TaskHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    adapter = h.registry.get("sim-a")
+    assert adapter is not None
+
+    async def refuse(instance: InstanceSpec, *, max_bytes: int) -> bytes | None:
+        raise AdapterError("the sidecar cannot read the progress file (403)", retryable=False)
+
+    tid = await h.create(containerEnvironment=script(steps=[{"after": 1, "percent": 10}]))
+    await h.run()
+    monkeypatch.setattr(adapter, "task_progress", refuse)
+    await h.run(3)
+    task = await h.task(tid)
+    assert task.status == TaskStatus.ERRORED
+    why = "the sidecar cannot read the progress file (403)"
+    assert task.health_error is not None and why in task.health_error
+    assert "malformed" not in task.health_error
+    assert any(why in e for e in await h.events(tid))
+
+
 async def test_a_missed_heartbeat_errors_after_five_minutes(h: TaskHarness) -> None:
     fields = {"steps": [{"after": 1, "percent": 30}], "exitAfter": None, "heartbeat": False}
     tid = await h.create(containerEnvironment=script(**fields))
@@ -163,6 +191,68 @@ async def test_a_freed_slot_launches_the_next_task(h: TaskHarness) -> None:
     assert (await h.task(second)).status == TaskStatus.COMPLETED
 
 
+async def test_a_launched_tasks_pod_gets_the_accounts_pull_secrets_and_node_affinity(
+    h: TaskHarness,
+) -> None:
+    async with h.maker() as session, session.begin():
+        spec = CredentialSpec(
+            "nvcr.io", "ngc", Login("$oauthtoken", "s3cret"), [ArtifactType.CONTAINER]
+        )
+        await create_credential(session, account_id="acct-tasks", spec=spec, box=h.box)
+    tid = await h.create()
+    await h.run()
+    adapter = h.registry.get("sim-a")
+    assert adapter is not None
+    spec_ = InstanceSpec(str(tid), "", "", "NCP.GPU.H100_1x", "H100", 1, task=True)
+    objects = await adapter.objects(spec_)
+    pulls = [o for o in objects if o.get("type") == "kubernetes.io/dockerconfigjson"]
+    [job] = [o for o in objects if o["kind"] == "Job"]
+    pod = job["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": pulls[0]["metadata"]["name"]}]
+    [term] = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": ["NCP.GPU.H100"]} in term[
+        "matchExpressions"
+    ]
+
+
+async def test_a_task_on_a_cluster_removed_from_the_catalog_errors(h: TaskHarness) -> None:
+    hang = script(steps=[{"after": 1, "percent": 5}], exitAfter=None)
+    tid = await h.create(containerEnvironment=hang)
+    await h.run(3)
+    assert (await h.task(tid)).status == TaskStatus.RUNNING
+    # the operator removes the cluster from the catalog and restarts the server
+    other = Catalog.from_data(
+        {
+            "clusterGroups": [
+                {
+                    "name": "test-group",
+                    "clusters": [
+                        {
+                            "name": "sim-b",
+                            "adapter": "simulated",
+                            "provider": "NCP",
+                            "region": "us-east-1",
+                            "nodes": [{"gpu": "H100", "gpusPerNode": 2, "count": 1}],
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+    registry = AdapterRegistry.from_catalog(other, clock=h.clock)
+    loop = TaskLoop(h.maker, registry, other, h.tasks, clock=h.clock)
+    await loop.run_pass()
+    await loop.run_pass()
+    task = await h.task(tid)
+    assert task.status == TaskStatus.ERRORED
+    assert task.health_error == "its cluster sim-a was removed from the cluster catalog"
+    assert not task.teardown_pending
+    events = await h.events(tid)
+    assert "Task errored: its cluster sim-a was removed from the cluster catalog" in events
+
+
 async def test_cancel_asks_to_stop_then_kills_after_the_grace_period(h: TaskHarness) -> None:
     stubborn = script(steps=[{"after": 1, "percent": 5}], exitAfter=None, onStop="ignore")
     tid = await h.create(containerEnvironment=stubborn, terminationGracePeriodDuration="PT2M")
@@ -179,6 +269,50 @@ async def test_cancel_asks_to_stop_then_kills_after_the_grace_period(h: TaskHarn
     assert not await h.on_cluster(tid)
     events = await h.events(tid)
     assert any("asked to stop and killed after PT2M" in e for e in events), events
+    assert events[-1] == "Task container killed after its termination grace period"
+
+
+async def test_a_helm_tasks_job_is_asked_to_stop_then_killed_after_the_grace_period(
+    h: TaskHarness,
+) -> None:
+    stubborn = script(steps=[{"after": 1, "percent": 5}], exitAfter=None, onStop="ignore")
+    tid = await h.create(terminationGracePeriodDuration="PT2M")
+    chart_job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "finetune"},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [
+                        {
+                            "name": "task",
+                            "image": "nvcr.io/acme/finetune:1",
+                            "env": [{"name": k["key"], "value": k["value"]} for k in stubborn],
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                        }
+                    ],
+                }
+            },
+        },
+    }
+    async with h.maker() as session, session.begin():  # as a helm task's rendered chart
+        row = await repository.get_for_update(session, tid)
+        assert row is not None
+        row.objects, row.container_image = [chart_job], None
+    await h.run(3)
+    assert (await h.task(tid)).status == TaskStatus.RUNNING
+    async with h.maker() as session, session.begin():
+        await h.tasks.cancel(session, "acct-tasks", tid)
+    await h.run(60, step=10)
+    assert (await h.task(tid)).status == TaskStatus.CANCELED
+    assert await h.on_cluster(tid)  # asked to stop, still within the task's grace period
+    await h.run(70, step=10)
+    assert not await h.on_cluster(tid)
+    events = await h.events(tid)
     assert events[-1] == "Task container killed after its termination grace period"
 
 

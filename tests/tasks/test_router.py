@@ -148,6 +148,7 @@ async def test_another_accounts_task_is_404_on_every_route(client: AppClient) ->
         ("DELETE", f"{T}/{tid}", None),
         ("GET", f"{T}/{tid}/events", None),
         ("GET", f"{T}/{tid}/results", None),
+        ("GET", f"{T}/{tid}/logs", None),
         ("PUT", f"/v1/nvct/secrets/tasks/{tid}", {"secrets": [{"name": "A", "value": "b"}]}),
     ]:
         resp = await client.request(method, path, json=body, headers=other)
@@ -169,6 +170,7 @@ async def test_each_route_needs_its_nvct_scope(client: AppClient) -> None:
         ("DELETE", f"{T}/{task['id']}"),
         ("GET", f"{T}/{task['id']}/events"),
         ("GET", f"{T}/{task['id']}/results"),
+        ("GET", f"{T}/{task['id']}/logs"),
     ]:
         resp = await client.request(
             method, path, json=TASK if method == "POST" else None, headers=reader
@@ -274,3 +276,14 @@ async def test_a_container_task_on_a_multi_node_instance_type_is_400(client: App
     [error] = problem["errors"]  # type: ignore[misc]
     assert error["field"] == "gpuSpecification.instanceType"
     assert "helm" in error["message"] and "one node" in error["message"]
+
+
+async def test_the_api_document_says_models_and_resources_are_not_downloaded(
+    client: AppClient,
+) -> None:
+    doc = (await client.get("/openapi.json")).json()
+    body = doc["paths"]["/v1/nvct/tasks"]["post"]["requestBody"]["content"]["application/json"]
+    props = body["schema"]["properties"]
+    for name, path in (("models", "/config/models"), ("resources", "/config/resources")):
+        text = props[name]["description"]
+        assert "not downloaded" in text and f"`{path}` is an empty directory" in text

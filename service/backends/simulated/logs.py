@@ -21,6 +21,7 @@ from datetime import datetime
 from service.backends.logs import LogLine, LogRequest, bound
 from service.backends.protocol import AdapterError
 from service.backends.simulated.model import CRASH_BACKOFF_CAP, SimPod, as_list, as_map, secs
+from service.backends.simulated.tasks import TaskScript
 from service.backends.simulated.timeline import PodTimeline
 
 #: request lines kept per namespace (the oldest are dropped first)
@@ -136,6 +137,8 @@ def _main_runs(
                     run.add(run_end, text)
             runs.append(run)
         return runs
+    if pod.script is not None:
+        return [_task_run(pod.script, pod.stop_at, now, started, image, main)]
     run = _Run()
     _started(run, started, image, main)
     if pod.in_job:
@@ -160,6 +163,37 @@ def _main_runs(
                 run, failed_at, now, "WARNING  health check: worker unhealthy (GET /health -> 500)"
             )
     return [run]
+
+
+def _task_run(
+    script: TaskScript,
+    stop_at: datetime | None,
+    now: datetime,
+    started: datetime,
+    image: str,
+    main: str,
+) -> _Run:
+    """A task container's lines: its script's steps, a stop request, its exit."""
+    run = _Run()
+    run.add(started, f"INFO     Starting task container {main} ({image})")
+    for step in script.done(started, now):
+        at = started + secs(step.at)
+        if step.raw is not None:
+            run.add(at, "INFO     wrote the progress file (raw text)")
+            continue
+        checkpoint = f", checkpoint {step.name}" if step.name is not None else ""
+        files = f" ({len(step.files)} files)" if step.files else ""
+        run.add(at, f"INFO     progress {step.percent}%{checkpoint}{files}")
+    if stop_at is not None and now >= stop_at:
+        run.add(stop_at, "INFO     SIGTERM received" + (": ignored" if script.ignore_stop else ""))
+    end = script.ends(started, stop_at)
+    if end is not None and now >= end[0]:
+        when, code, reason = end
+        if reason == "OOMKilled":
+            run.add(when, "ERROR    Killed: out of memory")
+        else:
+            run.add(when, f"INFO     task container exited with code {code}")
+    return run
 
 
 @dataclass(frozen=True)

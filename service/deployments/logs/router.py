@@ -24,7 +24,7 @@ router = APIRouter(tags=["deployments"])
 _CONTAINER = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 #: NGC keeps 48 h of logs; a cluster may keep more, but no caller needs a month
 _MAX_SINCE = 30 * 86400
-_TEXT: dict[int | str, dict[str, Any]] = {
+LOG_TEXT: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/plain": {}}, "description": "The log lines."}
 }
 
@@ -76,12 +76,13 @@ def _query(
 LogQuery = Annotated[LogRequest, Depends(_query)]
 
 
-async def _answer(
+async def log_answer(
     follows: service.FollowLimiter,
     settings: Settings,
     reading: service.Reading,
     account_id: str,
 ) -> StreamingResponse:
+    """The `text/plain` answer of a reading (the task logs route answers the same way)."""
     held = None
     if reading.request.follow and reading.sources:
         held = follows.acquire(account_id)
@@ -101,7 +102,7 @@ async def _answer(
 @router.get(
     "/deployments/{deploymentId}/instances/{instanceId}/logs",
     response_class=StreamingResponse,
-    responses=_TEXT,
+    responses=LOG_TEXT,
     summary="What an instance's containers printed (live, or the last lines kept when it failed)",
     description="Each line is prefixed with `[pod/container]` unless `container` names one. "
     "An instance that failed (even torn down since) answers with the last lines of its "
@@ -122,13 +123,13 @@ async def instance_logs(
     reading = await service.instance_reading(
         session, adapters, box, principal.account_id, did, iid, query, utcnow()
     )
-    return await _answer(follows, settings, reading, principal.account_id)
+    return await log_answer(follows, settings, reading, principal.account_id)
 
 
 @router.get(
     "/deployments/{deploymentId}/logs",
     response_class=StreamingResponse,
-    responses=_TEXT,
+    responses=LOG_TEXT,
     summary="What the Running instances of a deployment print, each line prefixed with its "
     "instance",
     description="Lines are prefixed with `[instanceId]` and (unless `container` names one) "
@@ -148,4 +149,4 @@ async def deployment_logs(
     reading = await service.deployment_reading(
         session, adapters, box, principal.account_id, did, query, utcnow()
     )
-    return await _answer(follows, settings, reading, principal.account_id)
+    return await log_answer(follows, settings, reading, principal.account_id)

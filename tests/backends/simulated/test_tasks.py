@@ -31,6 +31,7 @@ def objects(env: list[dict[str, str]]) -> list[dict[str, object]]:
         args=None,
         environment=env,
         cluster=cluster,
+        backend="g",
         instance_type=parse_instance_type("NCP.GPU.H100_1x"),
         max_runtime_seconds=None,
         grace_seconds=60,

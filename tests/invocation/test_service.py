@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
-import pytest
 import httpx
+import pytest
 from asgi_lifespan import LifespanManager
 from httpx import ASGITransport
 

@@ -26,6 +26,7 @@ from service.observability.schemas import (
 
 router = APIRouter(tags=["telemetries"])
 
+
 def _account_wide(principal: Principal) -> Principal:
     if principal.functions is not None:
         raise Forbidden(detail=TELEMETRIES_ARE_ACCOUNT_WIDE)

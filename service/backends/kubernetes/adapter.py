@@ -55,10 +55,10 @@ from service.backends.kube_watch import ClusterWatch, Watched
 from service.backends.kubernetes.capacity import (
     Node,
     as_map,
-    gpu_model,
+    count_pods,
+    free_capacity,
+    gpu_nodes,
     labels_of,
-    node_usable,
-    unschedulable,
 )
 from service.backends.kubernetes.errors import CAUGHT, translate
 from service.backends.kubernetes.kinds import (
@@ -85,7 +85,6 @@ from service.backends.protocol import (
     check_namespace,
     object_metadata,
 )
-from service.backends.scheduling import gpu_request, node_affinity_matches
 from service.backends.worker import (
     CONNECT_TIMEOUT,
     HttpxEndpoint,
@@ -94,7 +93,6 @@ from service.backends.worker import (
 )
 from service.backends.worker_utils_pod import ENTRYPOINT_SERVICE, WorkerUtilsPod, inject
 from service.core.kube import (
-    GPU_RESOURCE,
     INSTANCE_TYPE_LABEL,
     LABEL_FUNCTION_ID,
     LABEL_INSTANCE_ID,
@@ -104,7 +102,6 @@ from service.core.kube import (
     NAMESPACE_PREFIX,
     instance_namespace,
 )
-from service.core.quantities import whole_quantity
 from service.health.observed import ObjectRef, ObservedState, parse_time
 
 T = TypeVar("T")
@@ -276,28 +273,10 @@ class KubernetesAdapter:
             if exc.status == 403:
                 return self.static_capacity()
             raise
-        usable: list[Node] = []
-        for node in sorted(nodes, key=lambda n: str(as_map(n.get("metadata")).get("name", ""))):
-            labels = labels_of(node)
-            gpus = whole_quantity(
-                as_map(as_map(node.get("status")).get("allocatable")).get(GPU_RESOURCE)
-            )
-            gpu = gpu_model(labels)
-            if gpus <= 0 or not gpu or not node_usable(node):
-                continue
-            name = str(as_map(node.get("metadata")).get("name", ""))
-            usable.append(Node(name, gpu, gpus, labels))
+        usable = gpu_nodes(nodes)
         if usable:
             await self._subtract_pods(usable)
-        shapes: dict[tuple[str, int], list[int]] = {}
-        for n in usable:
-            shapes.setdefault((n.gpu, n.gpus), []).append(max(n.gpus - n.used, 0))
-        return Capacity(
-            tuple(
-                ShapeCapacity(gpu, per_node, tuple(free))
-                for (gpu, per_node), free in shapes.items()
-            )
-        )
+        return free_capacity(usable)
 
     def static_capacity(self) -> Capacity:
         """The catalog's node shapes, every GPU free (used when nodes cannot be read)."""
@@ -576,35 +555,7 @@ class KubernetesAdapter:
             if exc.status == 403:
                 return  # may read nodes but not pods: allocatable only
             raise
-        by_name = {n.name: n for n in nodes}
-        waiting: list[dict[str, Any]] = []
-        for pod in pods:
-            spec = as_map(pod.get("spec"))
-            gpus = gpu_request(spec)
-            if gpus <= 0:
-                continue
-            node = by_name.get(str(spec.get("nodeName") or ""))
-            if node is not None:
-                node.used += gpus
-            elif (
-                not spec.get("nodeName")
-                and str(as_map(pod.get("metadata")).get("namespace", "")).startswith(
-                    NAMESPACE_PREFIX
-                )
-                and not unschedulable(pod)
-            ):
-                waiting.append(pod)
-        waiting.sort(key=lambda p: str(as_map(p.get("metadata")).get("creationTimestamp", "")))
-        for pod in waiting:
-            spec = as_map(pod.get("spec"))
-            gpus = gpu_request(spec)
-            fitting = [
-                n
-                for n in nodes
-                if n.gpus - n.used >= gpus and node_affinity_matches(spec, n.labels)
-            ]
-            if fitting:
-                min(fitting, key=lambda n: (n.gpus - n.used, n.name)).used += gpus
+        count_pods(nodes, pods)
 
     # ------------------------------------------------------------------ plumbing
 

@@ -395,20 +395,31 @@ STATE_READERS = {"app.py", "lifespan.py", "state.py", "core/components.py"}
 
 def app_state_reads(root: Path) -> list[str]:
     """Where a module outside `STATE_READERS` reads the application's state (`app.state`,
-    `request.app.state`, `self.app.state`, ...): "file:line"."""
+    `request.app.state`, `self.app.state`, an ASGI middleware's `scope["app"].state`, ...):
+    "file:line"."""
     found = []
     for path in sorted(root.rglob("*.py")):
         if path.relative_to(root).as_posix() in STATE_READERS:
             continue
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Attribute) and node.attr == "state":
-                owner = node.value
-                name = owner.attr if isinstance(owner, ast.Attribute) else None
-                if isinstance(owner, ast.Name):
-                    name = owner.id
-                if name == "app":
-                    found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+            if isinstance(node, ast.Attribute) and node.attr == "state" and _is_app(node.value):
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
     return found
+
+
+def _is_app(owner: ast.expr) -> bool:
+    """`app`, `x.app`, `x["app"]` or `x.get("app")`: an expression naming the application."""
+    if isinstance(owner, ast.Name):
+        return owner.id == "app"
+    if isinstance(owner, ast.Attribute):
+        return owner.attr == "app"
+    if isinstance(owner, ast.Subscript):
+        key: ast.expr | None = owner.slice
+    elif isinstance(owner, ast.Call) and ast.unparse(owner.func).endswith(".get"):
+        key = owner.args[0] if owner.args else None
+    else:
+        return False
+    return isinstance(key, ast.Constant) and key.value == "app"
 
 
 def test_only_the_composition_reads_the_application_state() -> None:
@@ -427,12 +438,19 @@ def test_a_read_of_the_application_state_is_seen(tmp_path: Path) -> None:
                 "def f(request):\n    s = request.app.state.timeseries\n"
                 "    return getattr(request.app.state, 'x', None), request.state.principal\n"
             ),
+            "functions/read_cache.py": (
+                "async def __call__(self, scope, receive, send):\n"
+                "    state = scope['app'].state\n"
+                "    return scope['state'], scope.get('app').state\n"
+            ),
             "telemetry.py": "state = app.state\n",
         },
     )
     assert app_state_reads(service) == [
         "service/deployments/router.py:2",
         "service/deployments/router.py:3",
+        "service/functions/read_cache.py:2",
+        "service/functions/read_cache.py:3",
         "service/telemetry.py:1",
     ]
 

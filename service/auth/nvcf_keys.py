@@ -9,7 +9,8 @@
   (scope `admin`); `resources: [{id: <functionId>, type: account-functions}]` limits the key to
   those functions on every route (service/auth/restrict.py); `id: "*"` does not. A limited
   key administers only keys limited to some of its functions (the others are absent from its
-  lists and a 404 to revoke) and never carries `manage_registry_credentials` (account-wide).
+  lists and a 404 to revoke) and never carries `manage_registry_credentials` nor
+  `manage_telemetries` (account-wide).
 - `GET /v1/keys` — the account's keys (`{"keys": [...]}`), never their values; and
   `GET /v1/keys/{id}` one of them. Each as NVCF's `KeyResponseBuilder` writes it: `value` is
   the key's masked suffix (`nvapi-**********` and its last 3 characters), with `owner_type`,
@@ -46,15 +47,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request, Response
 
 from service.auth import policies, repository, scopes
-from service.auth.deps import (
-    AuthenticatorDep,
-    FunctionReachDep,
-    Session,
-    authenticate_request,
-    require,
-)
+from service.auth.deps import AuthenticatorDep, FunctionReachDep, Session, require
 from service.auth.policies import ISSUER, MANAGEMENT_LIFETIME, MANAGEMENT_SCOPES, key_view
 from service.auth.service import (
+    ACCOUNT_WIDE_SCOPES,
     Principal,
     key_in_reach,
     mint_key,
@@ -63,11 +59,14 @@ from service.auth.service import (
     within_reach,
 )
 from service.core.deps import QuotasDep, SettingsDep
-from service.core.errors import Forbidden, NotFound, Unauthorized
+from service.core.errors import NotFound, Unauthorized
 from service.core.http import read_json
 
 router = APIRouter(tags=["api-keys"])
-Admin = Annotated[Principal, Depends(require(scopes.ADMIN))]
+#: the caller holding `admin` (the one caller check: a dependency, or called where a request
+#: without a credential may be let in first)
+admin = require(scopes.ADMIN)
+Admin = Annotated[Principal, Depends(admin)]
 
 
 #: headers a reverse proxy adds: their presence means the client address is the proxy's
@@ -125,7 +124,8 @@ def _key_id(value: str, shown: str) -> uuid.UUID:
     "hours, in NVCF's shape (`value` is the token). Needs the `admin` scope, or no credential "
     "from an address in NVCF_ADMIN_TOKEN_NETWORKS and no proxy header such as X-Forwarded-For "
     "(then for the default account). A limited key's token is as limited, without "
-    "manage_registry_credentials; a key's token expires no later than the key.",
+    "manage_registry_credentials and manage_telemetries; a key's token expires no later than "
+    "the key.",
 )
 async def admin_token(
     request: Request, session: Session, settings: SettingsDep, quotas: QuotasDep
@@ -133,15 +133,13 @@ async def admin_token(
     limited: frozenset[uuid.UUID] | None = None
     not_after: datetime | None = None
     if not _credential_less(request, "a management token", settings.admin_token_networks):
-        principal = await authenticate_request(request)
-        if scopes.ADMIN not in principal.scopes:
-            raise Forbidden(detail="a management token needs a credential with scope 'admin'")
+        principal = await admin(request)
         account = principal.account_id
         limited = principal.functions  # a limited key's token is limited as much
         not_after = principal.expires_at  # and lives no longer
     granted: tuple[str, ...] = MANAGEMENT_SCOPES
     if limited is not None:
-        granted = tuple(s for s in granted if s != scopes.MANAGE_REGISTRY_CREDENTIALS)
+        granted = tuple(s for s in granted if s not in ACCOUNT_WIDE_SCOPES)
     else:
         account = settings.default_account
     body = await read_json(request) if await request.body() else {}
@@ -270,9 +268,7 @@ async def delete_key(
                 "`api-key delete` sends none: it is accepted without one only from an address "
                 "in NVCF_ADMIN_TOKEN_NETWORKS)"
             )
-        principal = await authenticate_request(request)
-        if scopes.ADMIN not in principal.scopes:
-            raise Forbidden(detail="revoking a key needs a credential with scope 'admin'")
+        principal = await admin(request)
         account = principal.account_id
     await revoke_key(session, authenticator, account, principal, _key_id(keyId, keyId))
     return Response(status_code=204)

@@ -27,6 +27,7 @@ from service.auth.scopes import (
     ALL_SCOPES,
     INVOKE_FUNCTION,
     MANAGE_REGISTRY_CREDENTIALS,
+    MANAGE_TELEMETRIES,
     OPERATOR_SCOPES,
 )
 from service.auth.tokens import InvocationGrant, InvocationTokens, is_invocation_token
@@ -101,15 +102,31 @@ REGISTRY_IS_ACCOUNT_WIDE = (
     "registry credentials are account-wide (every function of the account pulls with them): "
     "a key limited to named functions cannot manage them"
 )
+#: why a key limited to named functions never carries `manage_telemetries`
+TELEMETRIES_ARE_ACCOUNT_WIDE = (
+    "telemetry endpoints are account-wide (any function of the account may name them): a key "
+    "limited to named functions cannot manage them"
+)
+#: the scopes over what serves every function of the account, which a key limited to named
+#: functions never carries -> why
+ACCOUNT_WIDE_SCOPES = {
+    MANAGE_REGISTRY_CREDENTIALS: REGISTRY_IS_ACCOUNT_WIDE,
+    MANAGE_TELEMETRIES: TELEMETRIES_ARE_ACCOUNT_WIDE,
+}
 
 
 def limited_scope_errors(
     scopes: Iterable[str], functions: Iterable[uuid.UUID] | None, field: str = "scopes"
 ) -> list[FieldError]:
     """Why a key limited to `functions` (None: unlimited) cannot carry these scopes."""
-    if functions is None or MANAGE_REGISTRY_CREDENTIALS not in set(scopes):
+    if functions is None:
         return []
-    return [FieldError(field, f"scope '{MANAGE_REGISTRY_CREDENTIALS}': {REGISTRY_IS_ACCOUNT_WIDE}")]
+    asked = set(scopes)
+    return [
+        FieldError(field, f"scope '{scope}': {why}")
+        for scope, why in ACCOUNT_WIDE_SCOPES.items()
+        if scope in asked
+    ]
 
 
 def within_reach(principal: Principal, key_functions: Iterable[str] | None) -> bool:

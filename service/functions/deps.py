@@ -12,7 +12,7 @@ from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.components import Component
-from service.functions.read_cache import VersionCache
+from service.functions.read_cache import VERSION_CACHE, VersionCache
 
 
 class ActiveInstances(Protocol):
@@ -23,7 +23,6 @@ class ActiveInstances(Protocol):
         `instance_id, phase, instance_type, gpu, backend, cluster, created_at, updated_at`)."""
 
 
-VERSION_CACHE = Component[VersionCache | None]("version_cache")
 ACTIVE_INSTANCES = Component[ActiveInstances]("active_instances")
 
 

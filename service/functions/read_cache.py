@@ -39,14 +39,18 @@ from typing import Any
 
 from cachetools import LRUCache, TTLCache
 from sqlalchemy import inspect
+from starlette.requests import HTTPConnection
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import scopes
 from service.auth.caller import caller
+from service.auth.deps import AUTHENTICATOR
 from service.auth.scopes import LIST_FUNCTIONS_DETAILS
-from service.auth.service import Authenticator, Principal
+from service.auth.service import Principal
 from service.core import changes as change_feed
+from service.core.components import Component
+from service.core.deps import RATE_LIMITER
 from service.core.errors import DomainError, NotFound
 from service.core.settings import Settings
 from service.functions.models import FunctionAuthorization, FunctionVersion
@@ -190,6 +194,9 @@ class VersionCache:
         self._all_dropped = self._generation
 
 
+VERSION_CACHE = Component[VersionCache | None]("version_cache")
+
+
 def _loaded(row: Any, name: str) -> Any:
     """A column of a changed row as loaded, never loading it (None when it is not)."""
     return inspect(row).dict.get(name)
@@ -253,9 +260,8 @@ class VersionReadFastPath:
             return None
         if "app" not in scope:
             return None
-        state = scope["app"].state
-        cache: VersionCache | None = state.version_cache
-        auth: Authenticator = state.authenticator
+        connection = HTTPConnection(scope)
+        cache = VERSION_CACHE.of(connection)
         if cache is None:
             return None
         authorization = None
@@ -266,12 +272,13 @@ class VersionReadFastPath:
         request_state = scope.setdefault("state", {})
         try:
             principal = await caller(
-                auth,
+                AUTHENTICATOR.of(connection),
                 authorization,
                 sessions=None,  # a key verified moments ago, or the route
                 any_of=_LIST_SCOPES,
                 org=request_state.get("org"),
-                limiter=state.rate_limiter,  # a refusal: the route answers it, uncounted
+                # a refusal: the route answers it, uncounted
+                limiter=RATE_LIMITER.of(connection),
                 state=request_state,
                 reach=_unlimited,
             )

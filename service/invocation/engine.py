@@ -418,13 +418,13 @@ class Engine:
                     return Outcome(302, ((b"location", kept.url.encode("latin-1")),))
                 if isinstance(kept, Whole):
                     return Outcome(response.status, tuple(head[0]), kept.body)
-        if not run.detached:
-            return Streamed(run, response, head)
-        try:
-            body = await response.read(self.result_max)
-        finally:
-            await response.aclose()
-        return Outcome(response.status, tuple(head[0]), body)
+            if run.detached:
+                try:
+                    body = await response.read(self.result_max)
+                finally:
+                    await response.aclose()
+                return Outcome(response.status, tuple(head[0]), body)
+        return Streamed(run, response, head)
 
     async def _exchange(self, run: Run, send: Callable[[Run, InstanceRoute], Awaitable[T]]) -> T:
         """Acquire an instance and `send`; once more on another when the first refused

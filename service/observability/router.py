@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from service.auth import scopes
 from service.auth.deps import Session, idempotency, require
 from service.auth.repository import lock_account
-from service.auth.service import Principal
+from service.auth.service import TELEMETRIES_ARE_ACCOUNT_WIDE, Principal
 from service.core.deps import QuotasDep, SecretBoxDep, SettingsDep
 from service.core.errors import Forbidden
 from service.core.http import inline_body_doc, parse_uuid, read_json
@@ -26,16 +26,10 @@ from service.observability.schemas import (
 
 router = APIRouter(tags=["telemetries"])
 
-#: why a key limited to named functions cannot manage telemetries
-ACCOUNT_WIDE = (
-    "telemetry endpoints are account-wide (any function of the account may name them): a key "
-    "limited to named functions cannot manage them"
-)
-
 
 def _account_wide(principal: Principal) -> Principal:
     if principal.functions is not None:
-        raise Forbidden(detail=ACCOUNT_WIDE)
+        raise Forbidden(detail=TELEMETRIES_ARE_ACCOUNT_WIDE)
     return principal
 
 

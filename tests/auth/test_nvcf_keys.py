@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import pytest
 
 from service.auth.models import ApiKey
 from tests.support.api import CONTAINER_FN, assert_problem, bearer, create_fn, new_key
@@ -120,16 +121,23 @@ async def test_init_then_generate_list_and_delete_as_nvcf_cli_does(client: AppCl
 
 
 async def test_a_management_token_needs_an_admin_credential(client: AppClient) -> None:
+    """Without `admin`, every route of the keys service refuses alike: the same 403, which
+    names the scope the operation needs, and nothing minted or revoked."""
     resp = await client.post("/v1/admin/keys", json={}, headers={"Authorization": ""})
     assert_problem(resp, 401)
-    lister = await new_key(client, ["list_functions"])
-    assert_problem(await client.post("/v1/admin/keys", headers=bearer(lister)), 403)
-    assert_problem(
-        await client.post(
-            "/v1/keys", json=generate_body(ALL, ["list_functions"]), headers=bearer(lister)
-        ),
-        403,
-    )
+    lister = bearer(await new_key(client, ["list_functions"]))
+    key = await key_of(client, ["list_functions"])
+    before = len((await client.get("/v1/keys")).json()["keys"])
+    refusals = [
+        await client.post("/v1/admin/keys", headers=lister),
+        await client.post("/v1/keys", json=generate_body(ALL, ["list_functions"]), headers=lister),
+        await client.get("/v1/keys", headers=lister),
+        await client.delete(f"/v1/keys/{key['id']}", headers=lister),
+    ]
+    details = {str(assert_problem(resp, 403)["detail"]) for resp in refusals}
+    assert details == {"this operation requires the scope 'admin'"}
+    assert len((await client.get("/v1/keys")).json()["keys"]) == before
+    assert await works(client, key)
 
 
 async def test_init_without_credentials_from_a_trusted_network(
@@ -436,12 +444,21 @@ async def test_a_limited_key_lists_and_revokes_only_keys_as_limited(client: AppC
     assert (await client.delete(f"/v1/keys/{both['id']}")).status_code == 204
 
 
-async def test_a_limited_key_never_gets_nor_grants_registry_credentials(
-    client: AppClient,
+@pytest.mark.parametrize(
+    ("scope", "route"),
+    [
+        ("manage_registry_credentials", f"{V}/registry-credentials"),
+        ("manage_telemetries", f"{V}/telemetries"),
+    ],
+    ids=["registry-credentials", "telemetries"],
+)
+async def test_a_limited_key_never_gets_nor_grants_an_account_wide_scope(
+    client: AppClient, scope: str, route: str
 ) -> None:
-    """Registry credentials are account-wide (every function pulls with them): a key limited
-    to named functions gets a management token without `manage_registry_credentials`, and no
-    key limited to functions may be given it (400 naming why)."""
+    """Registry credentials (every function pulls with them) and telemetry endpoints (any
+    function may name them) are account-wide: a key limited to named functions gets a
+    management token without their scope, and no key limited to functions may be given it
+    (400 naming why)."""
     mine = await create_fn(client)
     limited_body = generate_body(
         [{"id": mine["id"], "type": "account-functions"}], ["admin", "list_functions"]
@@ -450,24 +467,24 @@ async def test_a_limited_key_never_gets_nor_grants_registry_credentials(
 
     token = (await client.post("/v1/admin/keys", json={}, headers=limited)).json()
     [policy] = token["authorizations"]["policies"]
-    assert "manage_registry_credentials" not in policy["scopes"]
+    assert scope not in policy["scopes"]
     assert "deploy_function" in policy["scopes"]
-    resp = await client.get(f"{V}/registry-credentials", headers=bearer(token["value"]))
+    resp = await client.get(route, headers=bearer(token["value"]))
     assert_problem(resp, 403)
     # the unlimited management token still carries it
     full = (await client.post("/v1/admin/keys", json={})).json()
-    assert "manage_registry_credentials" in full["authorizations"]["policies"][0]["scopes"]
+    assert scope in full["authorizations"]["policies"][0]["scopes"]
 
     before = len((await client.get("/v1/keys")).json()["keys"])
-    registry = ["list_functions", "manage_registry_credentials"]
+    wide = ["list_functions", scope]
     for headers in (limited, {}):  # neither a limited key nor the account's admin
-        body = generate_body([{"id": mine["id"], "type": "account-functions"}], registry)
+        body = generate_body([{"id": mine["id"], "type": "account-functions"}], wide)
         problem = assert_problem(await client.post("/v1/keys", json=body, headers=headers), 400)
-        assert "account-wide" in str(problem["errors"])
+        assert "account-wide" in str(problem["errors"]) and scope in str(problem["errors"])
     problem = assert_problem(
-        await client.post(f"{V}/api-keys", json={"scopes": registry}, headers=limited), 400
+        await client.post(f"{V}/api-keys", json={"scopes": wide}, headers=limited), 400
     )
-    assert "account-wide" in str(problem["errors"])
+    assert "account-wide" in str(problem["errors"]) and scope in str(problem["errors"])
     assert len((await client.get("/v1/keys")).json()["keys"]) == before
 
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import httpx
+import pytest
 from asgi_lifespan import LifespanManager
 from httpx import ASGITransport
 
@@ -19,8 +22,9 @@ from service.core.db import make_engine, make_sessionmaker, utcnow
 from service.invocation.models import InvocationReplica, InvocationRequest
 from tests.support.api import assert_problem
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory, SettingsFactory
-from tests.support.e2e import V
+from tests.support.e2e import V, eventually
 from tests.support.invocation import FAST, deployed, invocation_app, pexec_url, spec, write_catalog
+from tests.support.upstream import UpstreamServer
 
 SLOW = {"NVCF-POLL-SECONDS": "1", "X-Sim-Delay-Ms": "3000"}
 
@@ -175,6 +179,44 @@ async def test_a_worker_that_takes_too_long_ends_504(
     problem = assert_problem(resp, 504)
     assert "did not answer within 1 s" in str(problem["detail"])
     assert resp.headers["nvcf-status"] == "errored"
+
+
+@pytest.fixture
+def upstream() -> Iterator[UpstreamServer]:
+    server = UpstreamServer().start()
+    yield server
+    server.stop()
+
+
+async def test_a_detached_request_whose_worker_stalls_mid_answer_ends_504(
+    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer
+) -> None:
+    client = await invocation_app(
+        client_factory, tmp_path, upstream=upstream.url, invoke_worker_timeout_seconds=5
+    )
+    fn = await deployed(client)
+    upstream.hold()  # no head before the caller's poll time: the request is detached
+    resp = await client.post(
+        pexec_url(fn),
+        json={"x_upstream_trickle": 1_000_000},
+        headers={"NVCF-POLL-SECONDS": "1"},
+    )
+    assert resp.status_code == 202
+    request_id = resp.headers["nvcf-reqid"]
+    upstream.release()  # the head, then a declared megabyte that never arrives in time
+    assert await asyncio.to_thread(upstream.trickling.wait, 30)
+
+    async def ended() -> httpx.Response | None:
+        status = await client.get(f"{V}/pexec/status/{request_id}")
+        return None if status.status_code == 202 else status
+
+    status = await eventually(ended)
+    problem = assert_problem(status, 504)
+    assert "did not answer within 5 s" in str(problem["detail"])
+    assert status.headers["nvcf-status"] == "errored"
+    assert await asyncio.to_thread(upstream.trickle_cut.wait, 30)  # the worker is let go
+    again = await client.post(pexec_url(fn), json={"after": True})
+    assert again.status_code == 200 and again.json()["echo"] == {"after": True}
 
 
 async def test_bounds_of_result_size_and_queue_time(

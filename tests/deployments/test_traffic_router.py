@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.api import CONTAINER_FN, assert_problem, create_fn
+from tests.support.api import CONTAINER_FN, assert_problem, bearer, create_fn
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, dep_url, until_status
 from tests.support.invocation import deployed, invocation_app, pexec_url, spec
@@ -16,7 +16,9 @@ from tests.support.invocation import deployed, invocation_app, pexec_url, spec
 
 @pytest.fixture
 async def client(client_factory: ClientFactory, tmp_path: Path) -> AppClient:
-    return await invocation_app(client_factory, tmp_path, invoke_route_cache_seconds=60)
+    return await invocation_app(
+        client_factory, tmp_path, invoke_route_cache_seconds=60, jwt_secret=None
+    )
 
 
 def traffic_url(fn: dict[str, Any]) -> str:
@@ -91,3 +93,24 @@ async def test_a_bad_split_is_refused_naming_each_violation_and_changes_nothing(
     assert "sum to 100, got 95" in messages["traffic"]
     assert (await client.get(traffic_url(fn))).json()["traffic"] == []
     assert_problem(await client.put(traffic_url(other), json={}), 400)
+
+
+async def test_a_token_sees_the_split_of_the_versions_it_may_invoke(client: AppClient) -> None:
+    old = await deployed(client)
+    new = await second_version(client, old, deploy=True)
+    split = [
+        {"versionId": old["versionId"], "weight": 30},
+        {"versionId": new["versionId"], "weight": 70},
+    ]
+    assert (await client.put(traffic_url(old), json={"traffic": split})).status_code == 200
+    resp = await client.post(
+        f"{V}/tokens/functions/{old['id']}/versions/{old['versionId']}", json={"clientId": "c"}
+    )
+    assert resp.status_code == 200, resp.text
+    token = bearer(resp.json()["access_token"])
+    for _ in range(10):
+        resp = await client.post(pexec_url(old, version=False), json={}, headers=token)
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["headers"]["NVCF-FUNCTION-VERSION-ID"] == old["versionId"]
+    # the owner's view holds both: both take some of 40 requests
+    assert {await landed(client, old) for _ in range(40)} == {old["versionId"], new["versionId"]}

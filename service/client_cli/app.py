@@ -18,6 +18,7 @@ from service.client_cli import (
     logs,
     revisions,
     telemetries,
+    traffic,
 )
 from service.client_cli.api import Api, ApiError, Unreachable
 from service.client_cli.common import OutputOpt, fail
@@ -37,6 +38,7 @@ app.add_typer(functions.app, name="function")
 app.add_typer(charts.app, name="chart")
 app.add_typer(assets.app, name="asset")
 app.add_typer(telemetries.app, name="telemetry")
+app.add_typer(traffic.app, name="traffic")
 deployments.register(app)
 revisions.register(app)
 invoke.register(app)

@@ -44,6 +44,7 @@ from service.deployments.reach import FunctionReach
 from service.deployments.revisions_router import router as revisions_router
 from service.deployments.router import router as deployments_router
 from service.deployments.timeseries.router import router as timeseries_router
+from service.deployments.traffic_router import router as traffic_router
 from service.functions import read_cache
 from service.functions.requests import DOC_MODELS
 from service.functions.router import router as functions_router
@@ -109,6 +110,7 @@ def api_routers(settings: Settings | None = None) -> list[APIRouter]:
         helm_router,
         deployments_router,
         revisions_router,
+        traffic_router,
         logs_router,
         timeseries_router,
         clusters_router,

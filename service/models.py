@@ -13,6 +13,7 @@ from service.deployments.models import (
     KeptLog,
     LoadReporter,
     ReportedLoad,
+    TrafficWeight,
 )
 from service.functions.models import (
     Function,
@@ -52,5 +53,6 @@ __all__ = [
     "TaskEvent",
     "TaskResult",
     "Telemetry",
+    "TrafficWeight",
     "VersionTag",
 ]

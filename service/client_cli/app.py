@@ -19,6 +19,7 @@ from service.client_cli import (
     revisions,
     tasks,
     telemetries,
+    traffic,
 )
 from service.client_cli.api import Api, ApiError, Unreachable
 from service.client_cli.common import OutputOpt, fail
@@ -38,6 +39,7 @@ app.add_typer(functions.app, name="function")
 app.add_typer(charts.app, name="chart")
 app.add_typer(assets.app, name="asset")
 app.add_typer(telemetries.app, name="telemetry")
+app.add_typer(traffic.app, name="traffic")
 tasks.register(app)
 deployments.register(app)
 revisions.register(app)

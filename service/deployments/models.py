@@ -349,3 +349,19 @@ class KeptLog(Base):
     account_id: Mapped[str] = mapped_column(String(128))
     captured_at: Mapped[datetime] = mapped_column(UTCDateTime())
     containers: Mapped[list[Any]] = mapped_column(JSON, default=list)
+
+
+class TrafficWeight(Base):
+    """One version's share of a function's traffic split (traffic.py): the invocations that
+    name no version go to the split's versions by weight; no rows, the newest invocable
+    version takes them all."""
+
+    __tablename__ = "function_traffic"
+
+    function_id: Mapped[uuid.UUID] = mapped_column(
+        UUIDStr(), ForeignKey("functions.id", ondelete="CASCADE"), primary_key=True
+    )
+    version_id: Mapped[uuid.UUID] = mapped_column(
+        UUIDStr(), ForeignKey("function_versions.id", ondelete="CASCADE"), primary_key=True
+    )
+    weight: Mapped[int] = mapped_column(Integer)

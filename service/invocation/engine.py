@@ -117,6 +117,10 @@ class Call:
     #: `open` only: resume the live session with this request id — its instance takes the
     #: request (NotFound when the session is not live: sessions.py)
     session: uuid.UUID | None = None
+    #: the session the request belongs to (the LLM gateway's session key): a function's
+    #: traffic split puts its requests on one version (routing.py, `Split.pick`); else the
+    #: gRPC session, else the request's own id
+    affinity: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -341,12 +345,13 @@ class Engine:
 
     async def _resolve(self, call: Call) -> Target:
         fid, vid = call.function_id, call.version_id
+        key = call.affinity or str(call.session or call.request_id)
         try:
-            return await self.routes.resolve(call.principal, fid, vid)
+            return await self.routes.resolve(call.principal, fid, vid, key)
         except NotFound:
             if not call.swap_ids or vid is None:
                 raise
-            return await self.routes.resolve(call.principal, vid, fid)
+            return await self.routes.resolve(call.principal, vid, fid, key)
 
     # ------------------------------------------------------------------ 2–5. the run
 

@@ -24,6 +24,9 @@ its cached targets expire; the replica that revoked it forgets them at once (`fo
 from __future__ import annotations
 
 import asyncio
+import bisect
+import hashlib
+import itertools
 import time
 import uuid
 from collections.abc import Sequence
@@ -41,6 +44,7 @@ from service.charts.pipeline import DEFAULT_INFERENCE_PORT
 from service.clusters.catalog import Catalog
 from service.core.errors import BadRequest, Forbidden, NotFound
 from service.deployments import repository as deployments
+from service.deployments import traffic
 from service.deployments.workload import DEFAULT_PORT, SERVICE_NAME
 from service.invocation.access import visible_versions
 from service.invocation.ratelimit import RatePolicy
@@ -142,7 +146,45 @@ class Target:
         )
 
 
-def _consume(future: asyncio.Future[Target]) -> None:
+#: the space a request's key is hashed into: a split's weights cut it in proportion
+_SPACE = 1 << 64
+
+
+def _point(key: str) -> int:
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest())
+
+
+@dataclass(frozen=True)
+class Split:
+    """A function's traffic split as one caller sees it: the targets of the versions it may
+    invoke with a weight, newest first, and their weights' running sums."""
+
+    targets: tuple[Target, ...]
+    bounds: tuple[int, ...]
+
+    @classmethod
+    def of(cls, targets: Sequence[Target], weights: Sequence[int]) -> Split:
+        return cls(tuple(targets), tuple(itertools.accumulate(weights)))
+
+    def pick(self, key: str) -> Target:
+        """The version a request falls on, by weight: the one place a split is applied. The
+        key (a session's, else the request's id) is hashed, so the calls of a session land on
+        the same version while the split stands, and request ids spread by the weights."""
+        total = self.bounds[-1]
+        return self.targets[bisect.bisect_right(self.bounds, _point(key) * total // _SPACE)]
+
+
+#: what a (caller, function, version) resolves to: a version, or a split over versions
+Routed = Target | Split
+
+
+def _versions(routed: Routed) -> tuple[uuid.UUID, ...]:
+    if isinstance(routed, Split):
+        return tuple(t.version_id for t in routed.targets)
+    return (routed.version_id,)
+
+
+def _consume(future: asyncio.Future[Routed]) -> None:
     """A background re-read's error is the next request's to see, not the event loop's."""
     if not future.cancelled():
         future.exception()
@@ -234,39 +276,26 @@ class RouteTable:
         self._ttl = ttl
         #: an expired target still serves (while one request re-reads it) for this long
         self._stale = 10 * ttl
-        self._cache: dict[_Key, tuple[float, Target]] = {}
-        self._loading: dict[_Key, asyncio.Future[Target]] = {}
+        self._cache: dict[_Key, tuple[float, Routed]] = {}
+        self._loading: dict[_Key, asyncio.Future[Routed]] = {}
         #: counts `forget` calls: a read begun before one does not fill the cache
         self._generation = 0
 
-    def cached(
-        self, principal: Principal, function_id: str, version_id: str | None
-    ) -> Target | None:
-        """The cached target of the ids as the request spelled them (canonical lowercase
-        text), else None: never waits. An expired one is still given (and re-read in the
-        background) within the stale period, as `resolve` does."""
-        if principal.functions is not None:
-            return None  # a key limited to named functions: `resolve` checks it
-        scope = _scope(principal, function_id, version_id)
-        if scope is None:
-            return None
-        key = (scope, function_id, version_id)
-        hit = self._cache.get(key)
-        if hit is None:
-            return None
-        expires, target = hit
-        now = time.monotonic()
-        if expires > now:
-            return target
-        if expires + self._stale <= now:
-            return None
-        if key not in self._loading:
-            self._start(key, principal).add_done_callback(_consume)
-        return target
-
     async def resolve(
-        self, principal: Principal, function_id: uuid.UUID, version_id: uuid.UUID | None
+        self,
+        principal: Principal,
+        function_id: uuid.UUID,
+        version_id: uuid.UUID | None,
+        key: str = "",
     ) -> Target:
+        """The target of the ids; when they name no version and the function has a traffic
+        split, the split's version `key` (the request's session, else its id) falls on."""
+        routed = await self._routed(principal, function_id, version_id)
+        return routed.pick(key) if isinstance(routed, Split) else routed
+
+    async def _routed(
+        self, principal: Principal, function_id: uuid.UUID, version_id: uuid.UUID | None
+    ) -> Routed:
         fid, vid = str(function_id), None if version_id is None else str(version_id)
         if principal.functions is not None and function_id not in principal.functions:
             # a key limited to named functions (NVCF policy resources): as an unknown one
@@ -288,13 +317,13 @@ class RouteTable:
         loading = self._loading.get(key) or self._start(key, principal)
         return await asyncio.shield(loading)
 
-    def _start(self, key: _Key, principal: Principal) -> asyncio.Future[Target]:
+    def _start(self, key: _Key, principal: Principal) -> asyncio.Future[Routed]:
         """One read of a key's target, shared by every request that needs it."""
         future = asyncio.ensure_future(self._read(key, principal))
         self._loading[key] = future
         return future
 
-    async def _read(self, key: _Key, principal: Principal) -> Target:
+    async def _read(self, key: _Key, principal: Principal) -> Routed:
         generation = self._generation
         try:
             async with self._sessionmaker() as session:
@@ -322,14 +351,14 @@ class RouteTable:
     def forget(self, version_id: uuid.UUID) -> None:
         """Drop the cached targets of a version (it stopped being invocable)."""
         self._generation += 1
-        for key in [k for k, (_, t) in self._cache.items() if t.version_id == version_id]:
+        for key in [k for k, (_, t) in self._cache.items() if version_id in _versions(t)]:
             self._cache.pop(key, None)
 
     def forget_function(self, function_id: uuid.UUID) -> None:
         """Drop the cached targets of every version of a function, for every caller (who may
         invoke it changed: a share was revoked)."""
         self._generation += 1
-        for key in [k for k, (_, t) in self._cache.items() if t.function_id == function_id]:
+        for key in [k for k, (_, t) in self._cache.items() if k[1] == str(function_id)]:
             self._cache.pop(key, None)
 
     async def _load(
@@ -338,9 +367,24 @@ class RouteTable:
         principal: Principal,
         function_id: uuid.UUID,
         version_id: uuid.UUID | None,
-    ) -> Target:
+    ) -> Routed:
         rows = await visible_versions(session, principal, function_id, version_id)
-        row = choose_version(rows, function_id, version_id)
+        if version_id is None:
+            weights = await traffic.weights(session, function_id)
+            split = [
+                r
+                for r in rows
+                if weights.get(r.id, 0) > 0 and r.status in INVOCABLE and r.deployment_id
+            ]
+            if split:
+                # the newest first: a canary's share is the start of the key space, so that
+                # a session on it stays there while its weight grows
+                split.sort(key=lambda r: (r.created_at, str(r.id)), reverse=True)
+                targets = [await self._target(session, principal, r) for r in split]
+                return Split.of(targets, [weights[r.id] for r in split])
+        return await self._target(session, principal, choose_version(rows, function_id, version_id))
+
+    async def _target(self, session: AsyncSession, principal: Principal, row: Row[Any]) -> Target:
         found = await deployments.running_routes(session, row.deployment_id)
         instances = []
         for inst in found:

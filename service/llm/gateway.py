@@ -257,6 +257,7 @@ class _Exchange:
             request_id=uuid.uuid4(),
             poll_seconds=None,
             check=admission,
+            affinity=None if self.session is None else self.session.id,
         )
 
     async def _respond(

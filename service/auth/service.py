@@ -29,6 +29,7 @@ from service.auth.scopes import (
     MANAGE_REGISTRY_CREDENTIALS,
     OPERATOR_SCOPES,
 )
+from service.auth.suspensions import Suspensions
 from service.auth.tokens import InvocationGrant, InvocationTokens, is_invocation_token
 from service.core.db import utcnow
 from service.core.errors import (
@@ -324,6 +325,8 @@ class Authenticator:
         self._jwks_lock = asyncio.Lock()
         #: set once the server's secret key is loaded (lifespan.py); None: tokens are refused
         self.invocation_tokens: InvocationTokens | None = None
+        #: set once the database is open (lifespan.py): suspended accounts are refused
+        self.suspensions: Suspensions | None = None
 
     def forget(self, key_hash: str) -> None:
         """Forget a revoked key at once instead of waiting for its memory to expire."""

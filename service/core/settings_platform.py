@@ -119,6 +119,15 @@ class PlatformSettings(BaseModel):
         default=50, ge=1, description="Registry credentials per account."
     )
     quota_api_keys: int = Field(default=100, ge=1, description="API keys per account.")
+    quota_tasks: int = Field(
+        default=1000, ge=1, le=2_147_483_647, description="Tasks per account (`maxTasksAllowed`)."
+    )
+    quota_tasks_running: int = Field(
+        default=100, ge=1, description="Tasks of an account running at once."
+    )
+    quota_telemetries: int = Field(
+        default=50, ge=1, le=50, description="Telemetry endpoints per account (NVCF's cap: 50)."
+    )
     quota_assets: int = Field(
         default=1000, ge=1, description="Assets per account (not yet expired, uploaded or not)."
     )

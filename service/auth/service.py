@@ -22,6 +22,7 @@ from jwt.types import Options
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth import repository
+from service.auth.limits import account_quota
 from service.auth.models import ApiKey
 from service.auth.scopes import (
     ALL_SCOPES,
@@ -190,7 +191,8 @@ async def mint_key(
 ) -> tuple[str, ApiKey]:
     """A key a caller of the API asks for (both key APIs, NVCF's management token): within
     the account's key quota, then `create_api_key` (which never grants the operator scopes)."""
-    await quotas.api_keys.check(
+    quota = await account_quota(session, quotas.api_keys, account_id)
+    await quota.check(
         lambda: repository.count_keys(session, account_id),
         lambda: repository.lock_account(session, account_id),
     )

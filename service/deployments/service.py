@@ -25,6 +25,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.auth.limits import account_quota
 from service.auth.repository import lock_account
 from service.auth.service import Principal
 from service.charts.pipeline import ChartPipeline
@@ -355,7 +356,8 @@ async def instances_quota(
     adds instances; `replaced` specifications are counted with their new values."""
     if sum(new_max) <= sum(s.max_instances for s in replaced):
         return
-    await deps.quotas.instances.check(
+    quota = await account_quota(session, deps.quotas.instances, principal.account_id)
+    await quota.check(
         lambda: usage.deployed_instances(
             session, principal.account_id, excluding=[s.id for s in replaced]
         ),

@@ -1,5 +1,5 @@
 """Accounts as the operator manages them: a name, admin client ids, limits of their own and a
-suspension.
+suspension, which holds the account's deployments at zero instances.
 
 Revision ID: 0021
 Revises: 0020
@@ -23,9 +23,15 @@ def upgrade() -> None:
         batch.add_column(sa.Column("limits", sa.JSON(), nullable=True))
         batch.add_column(sa.Column("suspended_reason", sa.Text(), nullable=True))
         batch.add_column(sa.Column("suspended_at", sa.DateTime(timezone=True), nullable=True))
+    with op.batch_alter_table("deployment_specs") as batch:
+        batch.add_column(
+            sa.Column("held", sa.Boolean(), nullable=False, server_default=sa.text("false"))
+        )
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("deployment_specs") as batch:
+        batch.drop_column("held")
     with op.batch_alter_table("accounts") as batch:
         for column in ("suspended_at", "suspended_reason", "limits", "admin_client_ids", "name"):
             batch.drop_column(column)

@@ -15,6 +15,7 @@ from service.core.db import utcnow
 from service.core.errors import Conflict, FieldError, NotFound, ValidationFailed
 from service.core.schemas import iso_z
 from service.core.settings import Settings
+from service.deployments.service import hold_deployments
 from service.functions.service import count_functions
 from service.registry.service import count_credentials
 
@@ -80,6 +81,7 @@ async def suspend(
     row = await get(session, account_id)
     row.suspended_reason = reason
     row.suspended_at = utcnow()
+    await hold_deployments(session, account_id, True, f"account suspended: {reason}")
     await session.flush()
     suspensions.note(account_id, reason)
     return row
@@ -89,6 +91,7 @@ async def resume(session: AsyncSession, suspensions: Suspensions, account_id: st
     row = await get(session, account_id)
     row.suspended_reason = None
     row.suspended_at = None
+    await hold_deployments(session, account_id, False, "account resumed")
     await session.flush()
     suspensions.note(account_id, None)
     return row

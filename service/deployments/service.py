@@ -531,3 +531,8 @@ async def delete(
     # the invocation plane of this process refuses new requests at once (others: route cache)
     await deps.events.publish(session, DeploymentDeleted(version_id))
     return version
+
+
+async def hold_deployments(session: AsyncSession, account_id: str, held: bool, why: str) -> int:
+    """Hold the account's deployments at zero instances (its suspension) or let them back."""
+    return await transitions.hold_account(session, account_id, held, utcnow(), reason=why)

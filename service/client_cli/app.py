@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from service.client_cli import (
+    accounts,
     assets,
     charts,
     chat,
@@ -35,6 +36,7 @@ app = typer.Typer(
 app.add_typer(functions.app, name="function")
 app.add_typer(charts.app, name="chart")
 app.add_typer(assets.app, name="asset")
+app.add_typer(accounts.app, name="account")
 deployments.register(app)
 revisions.register(app)
 invoke.register(app)

@@ -12,6 +12,7 @@ from service.accounts import service
 from service.auth import scopes
 from service.auth.deps import AuthenticatorDep, Session, require
 from service.auth.limits import LIMITS
+from service.auth.router import ACCOUNT_RE
 from service.auth.service import MAX_ACCOUNT_ID, Principal
 from service.auth.suspensions import Suspensions
 from service.core.deps import SettingsDep
@@ -88,6 +89,10 @@ def _suspensions(authenticator: AuthenticatorDep) -> Suspensions:
 
 
 SuspensionsDep = Annotated[Suspensions, Depends(_suspensions)]
+OWNS_LIVE_OBJECTS: dict[str, Any] = {
+    "description": "The account owns functions or registry credentials: suspend it instead",
+    "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+}
 
 
 @router.get("/accounts", summary="List the accounts (NVCF's `cloudAccounts`)")
@@ -113,6 +118,10 @@ async def create_account(
     ncaId: str, request: Request, session: Session, _: Operator, settings: SettingsDep
 ) -> dict[str, Any]:
     account_id = _nca_id(ncaId)
+    if not ACCOUNT_RE.match(account_id):
+        raise ValidationFailed.of(
+            [FieldError("ncaId", "must be 1–128 letters, digits, '.', '_' or '-'")]
+        )
     model = await _body(request, AccountCreate)
     if model.registry_credentials:
         raise ValidationFailed.of(
@@ -152,6 +161,7 @@ async def update_account(
     status_code=204,
     response_class=Response,
     summary="Delete an account owning nothing live (else suspend it)",
+    responses={409: OWNS_LIVE_OBJECTS},
 )
 async def delete_account(ncaId: str, session: Session, _: Operator) -> Response:
     await service.delete(session, _nca_id(ncaId))

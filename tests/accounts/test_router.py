@@ -107,6 +107,8 @@ async def test_bad_limits_are_each_named_and_change_nothing(client: AppClient) -
     assert_problem(await client.patch(f"{ACCOUNTS}/nobody", json={"maxTasksAllowed": 1}), 404)
     assert_problem(await client.get(f"{ACCOUNTS}/nobody"), 404)
     assert_problem(await client.post(f"{ACCOUNTS}/team-a", json=create_request("A", "a")), 409)
+    bad_id = await client.post(f"{ACCOUNTS}/team%20a", json=create_request("A", "a"))
+    assert assert_problem(bad_id, 400)["errors"][0]["field"] == "ncaId"  # type: ignore[index]
 
 
 async def test_a_suspended_account_is_refused_everywhere_until_resumed(client: AppClient) -> None:

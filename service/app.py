@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.accounts.router import router as accounts_router
 from service.assets.router import router as assets_router
 from service.assets.router import storage_router
 from service.assets.signing import STORAGE_PREFIX
@@ -116,6 +117,7 @@ def api_routers(settings: Settings | None = None) -> list[APIRouter]:
         clusters_router,
         tokens_router,
         assets_router,
+        accounts_router,
     ]
     return routers
 

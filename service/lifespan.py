@@ -22,6 +22,7 @@ from service.assets.service import Assets
 from service.auth import scopes, tokens
 from service.auth.repository import any_key
 from service.auth.service import create_api_key, grant_scopes
+from service.auth.suspensions import Suspensions
 from service.auth.tokens import InvocationTokens
 from service.backends.http1 import AnswerBounds
 from service.charts.pipeline import ChartPipeline
@@ -137,6 +138,7 @@ async def _open_shared(app: FastAPI, c: Composition, opened: contextlib.AsyncExi
         # a version's details embed its activeInstances, read from deployments' tables
         read_cache.attach(app.state.version_cache, deployment=Deployment, instance=Instance)
     app.state.secret_box = await asyncio.to_thread(load_secret_box, settings)
+    app.state.authenticator.suspensions = Suspensions(maker)
     app.state.authenticator.invocation_tokens = InvocationTokens(
         app.state.secret_box.derive(tokens.PURPOSE), settings.invoke_token_seconds
     )

@@ -40,6 +40,7 @@ ORDER = [
     "tasks",
     "invocation",
     "llm",
+    "accounts",
     # the composition: the app's metric families, its typed state, the table list for
     # migrations, the lifespan, the application factory and the command line
     "telemetry",

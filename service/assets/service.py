@@ -38,6 +38,7 @@ from service.assets.models import Asset, result_key
 from service.assets.schemas import AssetOut, CreateAssetRequest
 from service.assets.signing import PURPOSE, Signer
 from service.assets.storage import ObjectStore, open_store
+from service.auth.limits import account_quota
 from service.auth.repository import lock_account
 from service.core.crypto import SecretBox
 from service.core.db import utcnow
@@ -132,30 +133,25 @@ class Assets:
         # the account's uploads and reservations, counted under its lock: two creates never
         # both take the same room
         await lock_account(session, account_id)
+        assets = await account_quota(session, self.quotas.assets, account_id)
         waiting = await self.settle(
             session,
-            await repository.pending(
-                session, now, self.settings.quota_assets, account_id=account_id
-            ),
+            await repository.pending(session, now, assets.limit, account_id=account_id),
             now,
         )
-        await self.quotas.assets.check(
+        await assets.check(
             lambda: repository.count_live(session, account_id, now),
             lambda: lock_account(session, account_id),
         )
+        asset_bytes = await account_quota(session, self.quotas.asset_bytes, account_id)
         uploaded = await repository.bytes_used(session, account_id, now)
         reserved = len(waiting) * self.settings.asset_max_bytes
-        room = self.settings.quota_asset_bytes - uploaded - reserved
+        room = asset_bytes.limit - uploaded - reserved
         if room <= 0:
-            message = (
+            raise asset_bytes.refused(
                 f"the account's assets hold {uploaded} bytes uploaded and {len(waiting)} "
                 f"not yet uploaded, each counted as {self.settings.asset_max_bytes} bytes "
-                "(NVCF_ASSET_MAX_BYTES) until it is; at most "
-                f"{self.settings.quota_asset_bytes} (NVCF_QUOTA_ASSET_BYTES)"
-            )
-            raise QuotaExceeded(
-                detail=f"quota 'asset_bytes' exceeded: {message}",
-                errors=[FieldError("quota.asset_bytes", message)],
+                f"(NVCF_ASSET_MAX_BYTES) until it is; at most {asset_bytes.limit}"
             )
         asset = Asset(
             id=uuid.uuid4(),
@@ -231,7 +227,8 @@ class Assets:
                 "(NVCF_ASSET_MAX_BYTES); the upload was deleted"
             )
         try:
-            await self.quotas.asset_bytes.check(
+            asset_bytes = await account_quota(session, self.quotas.asset_bytes, asset.account_id)
+            await asset_bytes.check(
                 lambda: repository.bytes_used(
                     session, asset.account_id, utcnow(), besides=asset.id
                 ),
@@ -240,7 +237,8 @@ class Assets:
             )
         except QuotaExceeded as exc:
             await self.store.delete(asset.key)
-            return f"was refused and its upload deleted: {exc.detail}"
+            why = "; ".join(e.message for e in exc.errors)
+            return f"was refused and its upload deleted: {exc.detail} {why}"
         asset.size_bytes = size
         asset.uploaded_at = utcnow()
         await session.flush()

@@ -1,5 +1,5 @@
-"""The one caller check of every entry: credential → principal → org → account rate limit →
-function reach → scope.
+"""The one caller check of every entry: credential → principal → suspended account → org →
+account rate limit → function reach → scope.
 
 The REST dependencies (deps.py), the invocation entries (HTTP, gRPC, the LLM gateway through the
 HTTP entry), the version read fast path, the NGC routes and `/metrics` all call `caller`; each
@@ -59,6 +59,8 @@ async def caller(
     known: Principal | None = state.get(PRINCIPAL) if state is not None else None
     principal = known or await _principal(authenticator, authorization, sessions, invocation)
     if known is None:
+        if authenticator.suspensions is not None:
+            await authenticator.suspensions.check(principal.account_id, read=sessions is not None)
         if org is not None and org != principal.account_id:
             raise Forbidden(detail=f"organization '{org}' in the path is not the caller's account")
         if limiter is not None:

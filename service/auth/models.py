@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, String
+from sqlalchemy import JSON, ForeignKey, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.core.db import Base, UTCDateTime, UUIDStr, utcnow
@@ -17,6 +17,14 @@ class Account(Base):
 
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    #: NVCF's `name` and `adminClientIds` (None: the id, and none)
+    name: Mapped[str | None] = mapped_column(String(256))
+    admin_client_ids: Mapped[list[Any] | None] = mapped_column(JSON)
+    #: the limits set for this account, by name (limits.py); a missing one is the setting's
+    limits: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    #: why the operator suspended the account (None: active)
+    suspended_reason: Mapped[str | None] = mapped_column(Text)
+    suspended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
 class ApiKey(Base):

@@ -40,6 +40,9 @@ TASK_SCOPES = (
 #: own credentials carry it: `nvcf-server create-key` and the bootstrap/generated admin key.
 #: It can never be granted through the API nor taken from a JWT.
 ADMIN_ACCOUNTS = "admin:accounts"
+#: operator-level, NVCF's: manage accounts themselves (create, limits, suspend, delete); held
+#: like `admin:accounts`, only by the operator's own credentials
+ACCOUNT_SETUP = "account_setup"
 #: either lets a caller read functions; the second adds the details
 LIST_SCOPES = (LIST_FUNCTIONS, LIST_FUNCTIONS_DETAILS)
 
@@ -62,6 +65,6 @@ ALL_SCOPES: tuple[str, ...] = (
 )
 
 #: scopes only the operator's command line can grant
-OPERATOR_SCOPES: tuple[str, ...] = (ADMIN_ACCOUNTS,)
+OPERATOR_SCOPES: tuple[str, ...] = (ADMIN_ACCOUNTS, ACCOUNT_SETUP)
 #: what the operator's own admin key carries (bootstrap or generated at first start)
 OPERATOR_KEY_SCOPES: tuple[str, ...] = (*ALL_SCOPES, *OPERATOR_SCOPES)

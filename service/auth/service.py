@@ -22,6 +22,7 @@ from jwt.types import Options
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth import repository
+from service.auth.limits import account_quota
 from service.auth.models import ApiKey
 from service.auth.scopes import (
     ALL_SCOPES,
@@ -30,6 +31,7 @@ from service.auth.scopes import (
     MANAGE_TELEMETRIES,
     OPERATOR_SCOPES,
 )
+from service.auth.suspensions import Suspensions
 from service.auth.tokens import InvocationGrant, InvocationTokens, is_invocation_token
 from service.core.db import utcnow
 from service.core.errors import (
@@ -206,7 +208,8 @@ async def mint_key(
 ) -> tuple[str, ApiKey]:
     """A key a caller of the API asks for (both key APIs, NVCF's management token): within
     the account's key quota, then `create_api_key` (which never grants the operator scopes)."""
-    await quotas.api_keys.check(
+    quota = await account_quota(session, quotas.api_keys, account_id)
+    await quota.check(
         lambda: repository.count_keys(session, account_id),
         lambda: repository.lock_account(session, account_id),
     )
@@ -341,6 +344,8 @@ class Authenticator:
         self._jwks_lock = asyncio.Lock()
         #: set once the server's secret key is loaded (lifespan.py); None: tokens are refused
         self.invocation_tokens: InvocationTokens | None = None
+        #: set once the database is open (lifespan.py): suspended accounts are refused
+        self.suspensions: Suspensions | None = None
 
     def forget(self, key_hash: str) -> None:
         """Forget a revoked key at once instead of waiting for its memory to expire."""

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from service.client_cli import (
+    accounts,
     assets,
     charts,
     chat,
@@ -38,6 +39,7 @@ app = typer.Typer(
 app.add_typer(functions.app, name="function")
 app.add_typer(charts.app, name="chart")
 app.add_typer(assets.app, name="asset")
+app.add_typer(accounts.app, name="account")
 app.add_typer(telemetries.app, name="telemetry")
 app.add_typer(traffic.app, name="traffic")
 tasks.register(app)

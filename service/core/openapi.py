@@ -7,7 +7,7 @@ operation the statuses the server can really answer it with:
 
 - every operation of the API: 400 (path, query or body), 401, 403 (scope, org), 429 (rate
   limit), 500 and 503 (connection cap, database);
-- with path ids: 404, and the ids are `format: uuid`;
+- with path ids: 404, and the ids are `format: uuid` (an account's id is any name);
 - with a body (POST, PUT, PATCH): 408 (body timeout), 409 (conflicts, idempotency), 413, 415;
 - those that pull charts (helm functions, deployments, the dry-run, creating a task): 502 (an
   upstream failed or timed out).
@@ -59,12 +59,12 @@ _TEXT = {
     "503": "Not available right now (connection cap, database, chart pipeline)",
 }
 _BODY_METHODS = frozenset({"post", "put", "patch"})
+#: path ids that name an account (NVCF's `ncaId`), not a UUID
+ACCOUNT_ID_PARAMS = frozenset({"ncaId"})
 #: operations that fetch and render charts (their summaries' paths)
 _CHART_PATHS = ("/functions", "/deployments/functions/", "/helm/")
 #: the same, matched whole (a helm task's create)
 _CHART_OPERATIONS = frozenset({"/v1/nvct/tasks"})
-#: path parameters named like ids that are not UUIDs (NVCT's account id)
-_NOT_UUIDS = frozenset({"ncaId"})
 
 
 def _problem(status: str) -> dict[str, Any]:
@@ -98,7 +98,7 @@ def truthful(
             statuses = ["400", "401", "403", "429", "500", "503"]
             params = [p for p in operation.get("parameters", []) if p.get("in") == "path"]
             for param in params:
-                if param["name"].endswith("Id") and param["name"] not in _NOT_UUIDS:
+                if param["name"].endswith("Id") and param["name"] not in ACCOUNT_ID_PARAMS:
                     param["schema"] = {**param["schema"], "format": "uuid"}
             if any(p["name"].endswith("Id") for p in params):
                 statuses.append("404")

@@ -146,12 +146,16 @@ class PlatformSettings(BaseModel):
         default=50, ge=1, description="Registry credentials per account."
     )
     quota_telemetries: int = Field(
-        default=20, ge=1, description="Telemetry endpoints per account (docs/telemetry-export.md)."
+        default=50,
+        ge=1,
+        le=50,
+        description="Telemetry endpoints per account (NVCF's cap: 50; docs/telemetry-export.md).",
     )
     quota_api_keys: int = Field(default=100, ge=1, description="API keys per account.")
     quota_tasks: int = Field(
         default=1000,
         ge=1,
+        le=2_147_483_647,
         description="Tasks per account, in any status (NVCF's maxTasksAllowed); deleting a "
         "task frees its place.",
     )

@@ -161,6 +161,9 @@ class DeploymentSpec(Base):
     # The autoscaler's desired instance count (None: minInstances); the reconciler converges
     # to it clamped to [min_instances, max_instances]. Written only by transitions/
     target_instances: Mapped[int | None] = mapped_column(Integer)
+    # Held at zero instances while its account is suspended (accounts/); written only by
+    # transitions/
+    held: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     # NVCF's autoscalingConfigurationPolicy (None: PLATFORM_CONFIGURATION) and the custom
     # autoscalingConfiguration as given (API names), deployments/autoscale/policy.py.
     autoscaling_policy: Mapped[str | None] = mapped_column(String(32))
@@ -178,7 +181,9 @@ class DeploymentSpec(Base):
     @property
     def desired_instances(self) -> int:
         """How many instances the reconciler keeps: the autoscaler's target (minInstances
-        until it sets one), always within [minInstances, maxInstances]."""
+        until it sets one), always within [minInstances, maxInstances]; none while held."""
+        if self.held:
+            return 0
         wanted = self.min_instances if self.target_instances is None else self.target_instances
         return max(self.min_instances, min(wanted, self.max_instances))
 

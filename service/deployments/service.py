@@ -25,6 +25,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.auth.limits import account_quota
 from service.auth.repository import lock_account
 from service.auth.service import Principal
 from service.charts.pipeline import ChartPipeline
@@ -355,7 +356,8 @@ async def instances_quota(
     adds instances; `replaced` specifications are counted with their new values."""
     if sum(new_max) <= sum(s.max_instances for s in replaced):
         return
-    await deps.quotas.instances.check(
+    quota = await account_quota(session, deps.quotas.instances, principal.account_id)
+    await quota.check(
         lambda: usage.deployed_instances(
             session, principal.account_id, excluding=[s.id for s in replaced]
         ),
@@ -529,3 +531,8 @@ async def delete(
     # the invocation plane of this process refuses new requests at once (others: route cache)
     await deps.events.publish(session, DeploymentDeleted(version_id))
     return version
+
+
+async def hold_deployments(session: AsyncSession, account_id: str, held: bool, why: str) -> int:
+    """Hold the account's deployments at zero instances (its suspension) or let them back."""
+    return await transitions.hold_account(session, account_id, held, utcnow(), reason=why)

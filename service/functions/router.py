@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from service.auth import scopes
 from service.auth.deps import Session, idempotency, require
+from service.auth.limits import account_quota
 from service.auth.repository import lock_account
 from service.auth.service import Principal
 from service.charts.deps import ChartPipelineDep
@@ -138,19 +139,17 @@ async def _create(
         await lock_account(session, account)
 
     if function_id is None:
-        function_id = await service.add_function(
-            session, account, below=quotas.functions.lock_free_below
-        )
+        functions = await account_quota(session, quotas.functions, account)
+        function_id = await service.add_function(session, account, below=functions.lock_free_below)
         if function_id is None:  # near the quota: count under the account's lock
-            await quotas.functions.check(lambda: service.count_functions(session, account), lock)
+            await functions.check(lambda: service.count_functions(session, account), lock)
             function_id = await service.add_function(session, account)
             assert function_id is not None
     else:
         await service.get_function(session, account, function_id)
         parent = function_id
-        await quotas.versions_per_function.check(
-            lambda: service.count_versions(session, parent), lock
-        )
+        versions = await account_quota(session, quotas.versions_per_function, account)
+        await versions.check(lambda: service.count_versions(session, parent), lock)
     version = await service.create_version(
         session,
         account_id=principal.account_id,

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Request, Response
 
 from service.auth import scopes
 from service.auth.deps import Session, idempotency, require
+from service.auth.limits import account_quota
 from service.auth.repository import lock_account
 from service.auth.service import TELEMETRIES_ARE_ACCOUNT_WIDE, Principal
 from service.core.deps import QuotasDep, SecretBoxDep, SettingsDep
@@ -69,7 +70,8 @@ async def create_telemetry(
     settings: SettingsDep,
 ) -> dict[str, Any]:
     spec = await service.validate_create(await read_json(request), settings.telemetry_allowlist)
-    await quotas.telemetries.check(
+    quota = await account_quota(session, quotas.telemetries, principal.account_id)
+    await quota.check(
         lambda: service.count(session, principal.account_id),
         lambda: lock_account(session, principal.account_id),
     )

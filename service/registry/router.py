@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from service.auth import scopes
 from service.auth.deps import Session, idempotency, require
+from service.auth.limits import account_quota
 from service.auth.repository import lock_account
 from service.auth.service import REGISTRY_IS_ACCOUNT_WIDE, Principal
 from service.core.deps import QuotasDep, SecretBoxDep
@@ -62,7 +63,8 @@ async def create_registry_credential(
     box: SecretBoxDep,
 ) -> dict[str, Any]:
     spec = service.validate_create(await read_json(request))
-    await quotas.registry_credentials.check(
+    quota = await account_quota(session, quotas.registry_credentials, principal.account_id)
+    await quota.check(
         lambda: service.count_credentials(session, principal.account_id),
         lambda: lock_account(session, principal.account_id),
     )

@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.auth.limits import account_quota
 from service.auth.repository import lock_account
 from service.charts.pipeline import ChartFieldError, ChartPipeline
 from service.charts.policy import ValidationPolicy
@@ -285,10 +286,10 @@ class Tasks:
         async def lock() -> None:
             await lock_account(session, account_id)
 
-        await self.quotas.tasks.check(lambda: repository.count_held(session, account_id), lock)
-        await self.quotas.active_tasks.check(
-            lambda: repository.count_active(session, account_id), lock
-        )
+        held = await account_quota(session, self.quotas.tasks, account_id)
+        await held.check(lambda: repository.count_held(session, account_id), lock)
+        active = await account_quota(session, self.quotas.active_tasks, account_id)
+        await active.check(lambda: repository.count_active(session, account_id), lock)
 
     # ------------------------------------------------------------------ reads
 

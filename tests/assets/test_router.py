@@ -211,7 +211,11 @@ async def test_count_quota(client_factory: ClientFactory) -> None:
     await create(client)
     await create(client)
     body = assert_problem(await client.post(A, json={"contentType": "a/b", "description": ""}), 400)
-    assert "NVCF_QUOTA_ASSETS" in str(body["detail"])
+    assert body["detail"] == (
+        "Account 'nvcf-default': Reached or exceeded the max limit for the number of assets "
+        "allowed: 2."
+    )
+    assert "NVCF_QUOTA_ASSETS" in str(body["errors"])
     other = await new_key(client, ["invoke_function"], account="other-account")
     async with as_account(client, other) as api:
         await create(api)  # another account's quota
@@ -229,7 +233,8 @@ async def test_bytes_quota(client_factory: ClientFactory) -> None:
     assert (await upload(client, second["uploadUrl"], b"x" * 500)).status_code == 200
     assert (await client.get(f"{A}/{second['assetId']}/content-redirect")).status_code == 200
     body = assert_problem(await client.post(A, json={"contentType": "a/b", "description": ""}), 400)
-    assert "NVCF_QUOTA_ASSET_BYTES" in str(body["detail"])
+    assert "the number of bytes of assets allowed: 1500." in str(body["detail"])
+    assert "NVCF_QUOTA_ASSET_BYTES" in str(body["errors"])
     await client.delete(f"{A}/{first['assetId']}")
     await create(client)
 

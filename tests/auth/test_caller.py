@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jwt
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -16,7 +17,12 @@ from service.auth.service import Authenticator, Principal
 from service.core.errors import Forbidden, TooManyRequests, Unauthorized
 from service.core.ratelimit import RateLimiter
 from service.core.settings import Settings
-from tests.support.app import JWT_SECRET
+from tests.support.api import assert_problem, bearer, new_key
+from tests.support.app import JWT_SECRET, AppClient, ClientFactory
+from tests.support.e2e import eventually, until_status
+from tests.support.invocation import deployed, invocation_app
+
+SUFFIX = "invocation.localhost"
 
 #: JWTs are verified without the database: sessions that are never opened
 SESSIONS: async_sessionmaker[AsyncSession] = async_sessionmaker()
@@ -109,3 +115,60 @@ async def test_the_cached_mode_knows_only_keys_verified_moments_ago(
     await caller(authenticator, credential, sessions=SESSIONS)
     with pytest.raises(Unauthorized):
         await caller(authenticator, credential, sessions=None)
+
+
+async def test_a_suspended_account_is_refused_by_every_entry_until_resumed(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """REST, pexec, both transparent forms and an invocation token minted before: each a 403
+    with the reason; another account goes on; resuming lets every one back."""
+    operator = await invocation_app(
+        client_factory, tmp_path, invoke_host_suffix=SUFFIX, default_account="operator"
+    )
+    key = await new_key(
+        operator,
+        ["register_function", "deploy_function", "list_functions", "invoke_function"],
+        account="team-s",
+    )
+    tenant = AppClient(
+        transport=httpx.ASGITransport(app=operator.app),
+        base_url=str(operator.base_url),
+        headers=bearer(key),
+    )
+    tenant.app = operator.app
+    fn = await deployed(tenant)
+    resp = await tenant.post(f"/v2/nvcf/tokens/functions/{fn['id']}", json={"clientId": "c"})
+    assert resp.status_code == 200, resp.text
+    token = bearer(resp.json()["access_token"])
+    mine = await deployed(operator, name="operators")
+
+    async def send(fid: str, headers: dict[str, str], rest: bool = True) -> list[httpx.Response]:
+        """Each entry once: REST (not for a token), pexec, transparent by header and by host."""
+        out = [await operator.get("/v2/nvcf/functions", headers=headers)] if rest else []
+        out.append(await operator.post(f"/v2/nvcf/pexec/functions/{fid}", json=1, headers=headers))
+        out.append(await operator.post("/echo", json=2, headers={**headers, "function-id": fid}))
+        host = {**headers, "Host": f"{fid}.{SUFFIX}"}
+        out.append(await operator.post("/echo", json=3, headers=host))
+        return out
+
+    suspended = await operator.put(
+        "/v2/nvcf/accounts/team-s/suspension", json={"reason": "abuse report 7"}
+    )
+    assert suspended.status_code == 200, suspended.text
+    for resp in [*await send(fn["id"], bearer(key)), *await send(fn["id"], token, rest=False)]:
+        problem = assert_problem(resp, 403)
+        assert problem["detail"] == "account 'team-s' is suspended: abuse report 7"
+    for resp in await send(mine["id"], {}):
+        assert resp.status_code == 200, resp.text
+
+    assert (await operator.delete("/v2/nvcf/accounts/team-s/suspension")).status_code == 200
+    await until_status(tenant, fn, "ACTIVE")  # its deployment, held at zero, comes back
+
+    async def invocable() -> bool:
+        url = f"/v2/nvcf/pexec/functions/{fn['id']}"
+        return (await operator.post(url, json=0, headers=bearer(key))).status_code == 200
+
+    await eventually(invocable)  # once the invocation entries see it ACTIVE
+    for resp in [*await send(fn["id"], bearer(key)), *await send(fn["id"], token, rest=False)]:
+        assert resp.status_code == 200, resp.text
+    await tenant.aclose()

@@ -316,3 +316,17 @@ LIST_GPU_USAGE_RESPONSE = {
         }
     )
 }
+
+# --- nvcf-cli's admin accounts (internal/client/accounts.go) --------------------------------
+
+ACCOUNT_DTO = {
+    "ncaId": str,
+    "adminClientIds": ListOf(str),
+    "name": str,
+    "maxFunctionsAllowed": int,
+    "maxTasksAllowed": int,
+    "maxTelemetriesAllowed": int,
+    "maxRegistryCredentialsAllowed": int,
+}
+LIST_ACCOUNTS_RESPONSE = {"cloudAccounts": ListOf(ACCOUNT_DTO)}
+ACCOUNT_RESPONSE = {"account": ACCOUNT_DTO}

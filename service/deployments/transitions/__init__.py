@@ -13,6 +13,7 @@ One module per aggregate: `status.py` (a version's status), `deployment.py`, `in
 
 from service.deployments.transitions.deployment import (
     deploy,
+    hold_account,
     remove_deployment,
     rescale,
     schedule,
@@ -51,6 +52,7 @@ __all__ = [
     "count_failure",
     "create_instance",
     "deploy",
+    "hold_account",
     "observe_instance",
     "place_instances",
     "remove_deployment",

@@ -280,3 +280,23 @@ async def remove_deployment(
             .values(status=VersionStatus.INACTIVE.value, updated_at=now)
             .execution_options(synchronize_session=False, **touching({version.id}))
         )
+
+
+async def hold_account(
+    session: AsyncSession, account_id: str, held: bool, now: datetime, *, reason: str
+) -> int:
+    """Hold every deployment of the account at zero instances (`held`) or let them back to
+    their desired counts: on each timeline, due at once. How many deployments changed."""
+    stmt = select(Deployment).where(Deployment.account_id == account_id)
+    changed = 0
+    for deployment in (await session.execute(stmt)).scalars().all():
+        specs = [s for s in deployment.specs if s.held != held]
+        if not specs:
+            continue
+        for spec in specs:
+            spec.held = held
+        mark_changed(deployment, now)
+        what = "held at zero instances" if held else "back to its instance counts"
+        record_event(session, deployment.id, "scaling", f"{what}: {reason}", reason=reason)
+        changed += 1
+    return changed

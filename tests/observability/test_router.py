@@ -232,7 +232,8 @@ async def test_the_account_limit(client_factory: ClientFactory) -> None:
         await create(client, secret={"name": name, "value": "k"})
     resp = await client.post(T, json=body(secret={"name": "c", "value": "k"}))
     problem = assert_problem(resp, 400)
-    assert "NVCF_QUOTA_TELEMETRIES" in str(problem["detail"])
+    assert "number of telemetries allowed: 2" in str(problem["detail"])
+    assert "NVCF_QUOTA_TELEMETRIES" in str(problem["errors"])
     assert len((await client.get(T)).json()["telemetries"]) == 2
 
 

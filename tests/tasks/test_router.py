@@ -235,12 +235,14 @@ async def test_task_quotas_refuse_with_the_quota_problem(client_factory: Any) ->
     first = await create(client)
     refused = await client.post(T, json=TASK)
     problem = assert_problem(refused, 400)
-    assert "active_tasks" in str(problem["detail"])
-    assert "NVCF_QUOTA_ACTIVE_TASKS" in str(problem["detail"])
+    assert "tasks running at once allowed: 1" in str(problem["detail"])
+    assert "NVCF_QUOTA_ACTIVE_TASKS" in str(problem["errors"])
     await client.post(f"{T}/{first['id']}/cancel")
     await create(client)
     refused = await client.post(T, json=TASK)
-    assert "NVCF_QUOTA_TASKS" in str(assert_problem(refused, 400)["detail"])
+    problem = assert_problem(refused, 400)
+    assert "number of tasks allowed: 2" in str(problem["detail"])
+    assert "NVCF_QUOTA_TASKS" in str(problem["errors"])
 
 
 async def test_gpu_usage_of_the_callers_account(client: AppClient) -> None:

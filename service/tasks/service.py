@@ -35,7 +35,7 @@ from service.core.crypto import SecretBox
 from service.core.db import after_commit, utcnow
 from service.core.durations import parse_timedelta
 from service.core.errors import (
-    Conflict,
+    BadRequest,
     FieldError,
     NotFound,
     ServiceUnavailable,
@@ -357,9 +357,9 @@ class Tasks:
         task = await self.owned(session, account_id, task_id)
         task = await repository.get_for_update(session, task.id) or task
         if TaskStatus(task.status) not in ACTIVE:
-            raise Conflict(
-                detail=f"task {task_id} is {task.status}: only a QUEUED, LAUNCHED or RUNNING "
-                "task can be canceled"
+            # NVCT's words (TaskManagementService.MESG_CANCEL_TERMINAL), a 400 as there
+            raise BadRequest(
+                detail=f"Invalid request: Cannot cancel a Task with '{task.status}' terminal status"
             )
         self._cancel(session, task, "Task canceled by its owner")
         return task

@@ -33,6 +33,7 @@ from service.core.loops import LoopService
 from service.tasks import repository, transitions
 from service.tasks.clocks import (
     MAX_PROGRESS_BYTES,
+    STARTED,
     Clock,
     Decision,
     container_of,
@@ -287,7 +288,7 @@ class TaskLoop(LoopService[str]):
         if rotate:
             await adapter.update_objects(instance, [secrets_object(self.tasks.secrets_of(task))])
         if rotate or decision.status is not None or _progressed(task, decision):
-            await self._record(task.id, decision, now, task.secrets_generation)
+            await self._record(task.id, decision, now, task.secrets_generation, container.started)
         return decision.status is not None and decision.status is not TaskStatus.RUNNING
 
     async def _record(
@@ -296,6 +297,7 @@ class TaskLoop(LoopService[str]):
         decision: Decision,
         now: datetime,
         generation: int,
+        started: bool = False,
     ) -> None:
         async with self.maker() as session, session.begin():
             task = await repository.get_for_update(session, task_id)
@@ -340,6 +342,13 @@ class TaskLoop(LoopService[str]):
                         )
                 task.updated_at = now
             if decision.status is not None:
+                if (
+                    started
+                    and task.status == TaskStatus.LAUNCHED.value
+                    and decision.status is not TaskStatus.RUNNING
+                ):
+                    # it started and ended between two passes: its timeline still shows it ran
+                    transitions.move(session, task, TaskStatus.RUNNING, now, STARTED)
                 transitions.move(
                     session, task, decision.status, now, decision.message, error=decision.error
                 )

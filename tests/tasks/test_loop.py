@@ -14,6 +14,7 @@ import pytest
 
 from service.backends.protocol import InstanceSpec
 from service.core.db import make_engine, make_sessionmaker
+from service.core.pagination import Page
 from service.tasks import repository
 from service.tasks.models import TaskStatus
 from tests.support.app import ClientFactory
@@ -266,3 +267,43 @@ async def test_a_container_that_never_writes_progress_errors_after_five_minutes(
     await h.run(10)
     task = await h.task(tid)
     assert task.status == TaskStatus.ERRORED and "no heartbeat" in (task.health_error or "")
+
+
+async def test_a_task_ending_within_one_pass_still_records_running(h: TaskHarness) -> None:
+    quick = script(steps=[{"after": 0, "percent": 100}], exitAfter=0)
+    tid = await h.create(containerEnvironment=quick)
+    await h.run()
+    assert (await h.task(tid)).status == TaskStatus.LAUNCHED
+    h.clock.advance(5)  # started, reported 100 and exited before the next pass
+    await h.run()
+    task = await h.task(tid)
+    assert task.status == TaskStatus.COMPLETED
+    assert task.launched_at is not None and task.running_at is not None
+    assert task.launched_at <= task.running_at <= (task.finished_at or task.running_at)
+    events = await h.events(tid)
+    assert events[:4] == [
+        "Task created and queued",
+        "Task launched on cluster sim-a",
+        "Task container started",
+        "Task completed (percentComplete 100)",
+    ]
+
+
+async def test_event_times_never_go_backwards(h: TaskHarness) -> None:
+    """A pass reads its clock once; a task created after that instant is still launched no
+    earlier than it was created."""
+    pass_started = h.clock.now
+    h.clock.advance(1)
+    tid = await h.create()
+    h.loop.clock = lambda: pass_started
+    await h.run()
+    async with h.maker() as session:
+        rows, _ = await repository.events_page(session, tid, Page(limit=None, after=None))
+    times = [e.created_at for e in rows]
+    assert [e.message for e in rows][:2] == [
+        "Task created and queued",
+        "Task launched on cluster sim-a",
+    ]
+    assert times == sorted(times)
+    task = await h.task(tid)
+    assert task.launched_at is not None and task.launched_at >= task.created_at

@@ -84,8 +84,8 @@ class TaskHarness:
         clock = FakeClock()
         registry = AdapterRegistry.from_catalog(cat, clock=clock)
         box = SecretBox(Fernet.generate_key())
-        quotas = Quotas.from_settings(Settings(_env_file=None, **settings))  # type: ignore[call-arg]
-        tasks = Tasks(cat, box, quotas, clock=clock)
+        conf = Settings(_env_file=None, **settings)  # type: ignore[call-arg]
+        tasks = Tasks(cat, box, Quotas.from_settings(conf), settings=conf, clock=clock)
         return cls(
             maker,
             cat,
@@ -98,7 +98,13 @@ class TaskHarness:
 
     def restart(self) -> None:
         """A new server process: new use cases and loop, same database, cluster and clock."""
-        self.tasks = Tasks(self.catalog, self.box, self.tasks.quotas, clock=self.clock)
+        self.tasks = Tasks(
+            self.catalog,
+            self.box,
+            self.tasks.quotas,
+            settings=self.tasks.settings,
+            clock=self.clock,
+        )
         self.loop = TaskLoop(self.maker, self.registry, self.catalog, self.tasks, clock=self.clock)
 
     async def create(self, **changes: Any) -> uuid.UUID:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,11 +19,12 @@ from service.core.db import make_engine, make_sessionmaker
 from service.core.pagination import Page
 from service.tasks import repository
 from service.tasks.models import TaskStatus
-from tests.support.app import ClientFactory
+from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import eventually
 from tests.support.helm_e2e import fast_catalog
 from tests.support.reconcile import workload
-from tests.support.tasks import BASE, TaskHarness, script
+from tests.support.registry import RegistryServer
+from tests.support.tasks import BASE, TaskHarness, manifest_digest, oras_pull, script
 
 STEPS_10_50_100 = script(
     steps=[
@@ -307,3 +310,85 @@ async def test_event_times_never_go_backwards(h: TaskHarness) -> None:
     assert times == sorted(times)
     task = await h.task(tid)
     assert task.launched_at is not None and task.launched_at >= task.created_at
+
+
+TWO_CHECKPOINTS = script(
+    steps=[
+        {"after": 0.3, "percent": 10, "name": "ckpt-1", "files": {"w.bin": "one"}},
+        {"after": 0.5, "percent": 50, "name": "ckpt-2", "files": {"w.bin": "two", "m.json": "{}"}},
+        {"after": 0.5, "percent": 100},
+    ],
+    exitAfter=0.2,
+)
+
+
+async def _upload_task(client: AppClient) -> str:
+    body = {
+        **{k: v for k, v in BASE.items() if k != "resultHandlingStrategy"},
+        "resultHandlingStrategy": "UPLOAD",
+        "resultsLocation": "acme/team/model",
+        "secrets": [{"name": "NGC_API_KEY", "value": "nvapi-never-shown"}],
+        "containerEnvironment": TWO_CHECKPOINTS,
+    }
+    resp = await client.post("/v1/nvct/tasks", json=body)
+    assert resp.status_code == 200, resp.text
+    return f"/v1/nvct/tasks/{resp.json()['task']['id']}"
+
+
+async def _ended(client: AppClient, path: str) -> dict[str, Any]:
+    async def ended() -> dict[str, Any] | None:
+        task: dict[str, Any] = (await client.get(path)).json()["task"]
+        return task if task["status"] not in ("QUEUED", "LAUNCHED", "RUNNING") else None
+
+    return await eventually(ended)
+
+
+async def test_an_upload_task_pushes_each_checkpoint_and_oras_pulls_its_bytes(
+    client_factory: ClientFactory, tmp_path: Path, anon_registry: RegistryServer
+) -> None:
+    client = await client_factory(
+        clusters_file=fast_catalog(tmp_path),
+        tasks_interval=0.05,
+        task_results_registry=anon_registry.host,
+        insecure_registries=anon_registry.host,
+    )
+    path = await _upload_task(client)
+    task = await _ended(client, path)
+    assert task["status"] == "COMPLETED", task
+    results = (await client.get(f"{path}/results")).json()["results"]
+    assert [r["name"] for r in results] == ["ckpt-1", "ckpt-2"]
+    expected = {
+        "ckpt-1": {"ckpt-1/w.bin": b"one"},
+        "ckpt-2": {"ckpt-2/w.bin": b"two", "ckpt-2/m.json": b"{}"},
+    }
+    for result in results:
+        name = result["name"]
+        assert result["reference"] == f"{anon_registry.host}/acme/team/model:{name}"
+        assert result["digest"] == manifest_digest(anon_registry, result["reference"])
+        assert oras_pull(anon_registry, result["reference"], tmp_path / name) == expected[name]
+    messages = [e["message"] for e in (await client.get(f"{path}/events")).json()["events"]]
+    pushed = messages.index(f"Result ckpt-2 pushed to {anon_registry.host}/acme/team/model:ckpt-2")
+    assert pushed < messages.index("Task completed (percentComplete 100)")
+
+
+async def test_an_upload_task_whose_push_fails_ends_errored_with_the_reason(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        host = f"127.0.0.1:{closed.getsockname()[1]}"
+    client = await client_factory(
+        clusters_file=fast_catalog(tmp_path),
+        tasks_interval=0.05,
+        task_results_registry=host,
+        insecure_registries=host,
+        task_results_push_attempts=1,
+    )
+    path = await _upload_task(client)
+    task = await _ended(client, path)
+    assert task["status"] == "ERRORED", task
+    error = task["healthInfo"]["error"]
+    assert error.startswith("result ckpt-1 could not be pushed: "), error
+    messages = [e["message"] for e in (await client.get(f"{path}/events")).json()["events"]]
+    assert f"Task errored: {error}" in messages
+    assert "nvapi-never-shown" not in str(messages)

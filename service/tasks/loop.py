@@ -301,7 +301,9 @@ class TaskLoop(LoopService[str]):
                 raw = b"\xff"  # unreadable: decided as malformed below
                 log.info("task %s: progress file: %s", task.id, exc.message)
         decision = decide(clock_of(task), container, raw, now)
-        if decision.status is TaskStatus.COMPLETED and await self._pushing(task, decision):
+        if decision.status is TaskStatus.COMPLETED and await self._settle(
+            task, adapter, decision, now
+        ):
             # COMPLETED once every result is pushed (a failed push makes it ERRORED instead)
             decision = Decision(progress=decision.progress)
         rotate = task.secrets_delivered < task.secrets_generation and decision.status is None
@@ -385,19 +387,54 @@ class TaskLoop(LoopService[str]):
 
     # ------------------------------------------------------------------ results (UPLOAD)
 
-    async def _pushing(self, task: Task, decision: Decision) -> bool:
-        """Whether an UPLOAD task still has results to push; starts the pushes a restart left
-        (their rows have no reference and no push in flight)."""
-        if task.result_handling != "UPLOAD":
-            return False
+    async def _settle(
+        self, task: Task, adapter: BackendAdapter, decision: Decision, now: datetime
+    ) -> bool:
+        """Whether a completing task must wait for its results: first every checkpoint under
+        NVCT_RESULTS_DIR is recorded (one the container reported for less than a pass left
+        only its directory), then, with UPLOAD, every unpushed one is pushed (also those a
+        restart left: no reference, no push in flight)."""
         progress = decision.progress
         if progress is not None and progress.name not in (None, task.result_name):
-            return True  # reported with its 100%: recorded (and its push started) below
-        if not self._uploads.get(task.id):
-            async with self.maker() as session:
-                for row in await repository.unpushed_results(session, task.id):
-                    self._push(task, row.id, row.name)
+            return True  # reported with its 100%: recorded (and its push started) first
+        if self._uploads.get(task.id):
+            return True
+        if isinstance(adapter, TaskFiles):
+            found = await adapter.task_result_names(instance_of(task), max_names=MAX_RESULTS)
+            await self._found(task.id, found, now)
+        if task.result_handling != "UPLOAD":
+            return False
+        async with self.maker() as session:
+            for row in await repository.unpushed_results(session, task.id):
+                self._push(task, row.id, row.name)
         return bool(self._uploads.get(task.id))
+
+    async def _found(self, task_id: uuid.UUID, found: list[str], now: datetime) -> None:
+        """Record the results found on the task's files that its progress file never named
+        (their percent: the task's when found)."""
+        async with self.maker() as session, session.begin():
+            task = await repository.get_for_update(session, task_id)
+            if task is None or not found:
+                return
+            names = await repository.result_names(session, task.id)
+            for name in found:
+                if name in names or len(names) >= MAX_RESULTS:
+                    continue
+                names.add(name)
+                session.add(
+                    TaskResult(
+                        id=transitions.ordered_id(),
+                        task_id=task.id,
+                        account_id=task.account_id,
+                        name=name,
+                        metadata_={},
+                        percent_complete=task.percent_complete or 0,
+                        created_at=now,
+                    )
+                )
+                transitions.event(
+                    session, task, f"Result {name} found in NVCT_RESULTS_DIR at completion", now
+                )
 
     def _push(self, task: Task, result_id: uuid.UUID, name: str) -> None:
         running = self._uploads.setdefault(task.id, set())

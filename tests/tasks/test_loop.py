@@ -392,3 +392,24 @@ async def test_an_upload_task_whose_push_fails_ends_errored_with_the_reason(
     messages = [e["message"] for e in (await client.get(f"{path}/events")).json()["events"]]
     assert f"Task errored: {error}" in messages
     assert "nvapi-never-shown" not in str(messages)
+
+
+async def test_a_checkpoint_shorter_than_one_pass_is_still_among_the_results(
+    h: TaskHarness,
+) -> None:
+    files = {"files": {"w.bin": "x"}}
+    brief = script(
+        steps=[
+            {"after": 1, "percent": 10, "name": "ckpt-1", **files},
+            {"after": 0.2, "percent": 20, "name": "ckpt-brief", **files},
+            {"after": 0.2, "percent": 30, "name": "ckpt-3", **files},
+            {"after": 2, "percent": 100},
+        ],
+        exitAfter=1,
+    )
+    tid = await h.create(containerEnvironment=brief)
+    await h.run(8)  # one pass a second: ckpt-brief is never in the progress file at a pass
+    assert (await h.task(tid)).status == TaskStatus.COMPLETED
+    names = [r.name for r in await h.results(tid)]
+    assert sorted(names) == ["ckpt-1", "ckpt-3", "ckpt-brief"], names
+    assert "Result ckpt-brief found in NVCT_RESULTS_DIR at completion" in await h.events(tid)

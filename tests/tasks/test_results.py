@@ -249,6 +249,9 @@ class FakeTaskFiles:
     async def task_progress(self, instance: InstanceSpec, *, max_bytes: int) -> bytes | None:
         return None
 
+    async def task_result_names(self, instance: InstanceSpec, *, max_names: int) -> list[str]:
+        return []
+
     async def fetch_task_result(
         self, instance: InstanceSpec, name: str, into: str, *, max_bytes: int, max_files: int
     ) -> None:

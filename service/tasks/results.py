@@ -433,10 +433,10 @@ def _scheme(target: ResultsTarget) -> str:
     return "http" if target.insecure else "https"
 
 
-def _auth_kind(target: ResultsTarget, session: requests.Session) -> str:
+def _auth_kind(target: ResultsTarget, http: requests.Session) -> str:
     """Ping /v2/ as Docker does: 'basic' when the registry asks for basic auth, else 'token'
     (bearer, or no auth at all)."""
-    with session.get(f"{_scheme(target)}://{target.host}/v2/", stream=True) as response:
+    with http.get(f"{_scheme(target)}://{target.host}/v2/", stream=True) as response:
         header = response.headers.get("www-authenticate", "")
         if response.status_code == 401 and header.lower().startswith("basic"):
             return "basic"

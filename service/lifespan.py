@@ -238,7 +238,11 @@ async def _open_control(
         failure="asset purge round failed",
     )
     tasks = Tasks(
-        app.state.catalog, app.state.secret_box, app.state.quotas, pipeline=chart_pipeline
+        app.state.catalog,
+        app.state.secret_box,
+        app.state.quotas,
+        settings=settings,
+        pipeline=chart_pipeline,
     )
     app.state.tasks = tasks
     task_loop = TaskLoop(

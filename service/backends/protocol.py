@@ -216,6 +216,12 @@ class TaskFiles(Protocol):
         passes a bound."""
         ...
 
+    async def task_result_names(self, instance: InstanceSpec, *, max_names: int) -> list[str]:
+        """The names of the directories under `NVCT_RESULTS_DIR`, oldest first (at most
+        `max_names`): every checkpoint the container wrote, also one it reported for a
+        shorter time than the platform reads the progress file."""
+        ...
+
 
 @runtime_checkable
 class GarbageCollecting(Protocol):

@@ -68,6 +68,10 @@ class Decision:
     events: tuple[str, ...] = field(default_factory=tuple)
 
 
+#: the event of a task's move to RUNNING
+STARTED = "Task container started"
+
+
 def queued_expired(clock: Clock, now: datetime) -> bool:
     return now >= clock.created_at + clock.max_queued
 
@@ -192,7 +196,7 @@ def decide(
         why = f"no heartbeat (progress lastUpdatedAt) since {since.isoformat()}"
         return Decision(TaskStatus.ERRORED, f"Task errored: {why}", why, progress)
     if clock.status is TaskStatus.LAUNCHED:
-        return Decision(TaskStatus.RUNNING, "Task container started", None, progress)
+        return Decision(TaskStatus.RUNNING, STARTED, None, progress)
     return Decision(progress=progress)
 
 

@@ -9,6 +9,7 @@ cluster, so a restarted server carries on each task's clocks where they were.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from service.registry.pull_secrets import account_pull_secrets
 from service.tasks import repository, transitions
 from service.tasks.clocks import (
     MAX_PROGRESS_BYTES,
+    STARTED,
     Clock,
     Decision,
     container_of,
@@ -43,6 +45,13 @@ from service.tasks.clocks import (
 )
 from service.tasks.models import Task, TaskResult, TaskStatus
 from service.tasks.queue import Turns, Waiting
+from service.tasks.results import (
+    PushPolicy,
+    ResultPushFailed,
+    parse_results_location,
+    push_credentials,
+    upload_result,
+)
 from service.tasks.service import Tasks
 from service.tasks.workload import CONTAINER_NAME, helm_objects, is_job, job_objects
 
@@ -105,9 +114,18 @@ class TaskLoop(LoopService[str]):
         #: the queue and capacity of the last pass that could start nothing
         self._blocked: tuple[object, ...] | None = None
         self._apply_failed = False
+        #: UPLOAD pushes in flight, by task: off the pass, so one slow push stalls no placement
+        self._uploads: dict[uuid.UUID, set[asyncio.Task[None]]] = {}
         super().__init__(
             "nvcf-tasks", self.run_pass, period, log=log, failure="task loop pass failed"
         )
+
+    async def stop(self) -> None:
+        await super().stop()
+        pending = [u for ups in self._uploads.values() for u in ups]
+        for upload in pending:
+            upload.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     async def run_pass(self) -> None:
         now = self.clock()
@@ -298,11 +316,20 @@ class TaskLoop(LoopService[str]):
             decision = progress_refused(refused)
         else:
             decision = decide(clock_of(task), container, raw, now)
+        if decision.status is TaskStatus.COMPLETED and await self._settle(
+            task, adapter, decision, now
+        ):
+            # COMPLETED once every result is pushed (a failed push makes it ERRORED instead)
+            decision = Decision(progress=decision.progress)
         rotate = task.secrets_delivered < task.secrets_generation and decision.status is None
         if rotate:
             await adapter.update_objects(instance, [secrets_object(self.tasks.secrets_of(task))])
         if rotate or decision.status is not None or _progressed(task, decision):
-            await self._record(task.id, decision, now, task.secrets_generation)
+            reported = await self._record(
+                task.id, decision, now, task.secrets_generation, container.started
+            )
+            if reported is not None:
+                self._push(task, *reported)
         return decision.status is not None and decision.status is not TaskStatus.RUNNING
 
     async def _record(
@@ -311,14 +338,17 @@ class TaskLoop(LoopService[str]):
         decision: Decision,
         now: datetime,
         generation: int,
-    ) -> None:
+        started: bool = False,
+    ) -> tuple[uuid.UUID, str] | None:
+        """Write what the task showed; the (id, name) of a new result an UPLOAD task pushes."""
+        reported: TaskResult | None = None
         async with self.maker() as session, session.begin():
             task = await repository.get_for_update(session, task_id)
             if task is None or TaskStatus(task.status) not in (
                 TaskStatus.LAUNCHED,
                 TaskStatus.RUNNING,
             ):
-                return  # canceled meanwhile: the next pass stops it
+                return None  # canceled meanwhile: the next pass stops it
             if decision.status is None and task.secrets_delivered < generation:
                 task.secrets_delivered = generation
             progress = decision.progress
@@ -336,17 +366,16 @@ class TaskLoop(LoopService[str]):
                             f"more than {MAX_RESULTS} results",
                         )
                     elif progress.name not in names:
-                        session.add(
-                            TaskResult(
-                                id=transitions.ordered_id(),
-                                task_id=task.id,
-                                account_id=task.account_id,
-                                name=progress.name,
-                                metadata_=progress.metadata,
-                                percent_complete=progress.percent,
-                                created_at=now,
-                            )
+                        reported = TaskResult(
+                            id=transitions.ordered_id(),
+                            task_id=task.id,
+                            account_id=task.account_id,
+                            name=progress.name,
+                            metadata_=progress.metadata,
+                            percent_complete=progress.percent,
+                            created_at=now,
                         )
+                        session.add(reported)
                         transitions.event(
                             session,
                             task,
@@ -355,8 +384,147 @@ class TaskLoop(LoopService[str]):
                         )
                 task.updated_at = now
             if decision.status is not None:
+                if (
+                    started
+                    and task.status == TaskStatus.LAUNCHED.value
+                    and decision.status is not TaskStatus.RUNNING
+                ):
+                    # it started and ended between two passes: its timeline still shows it ran
+                    transitions.move(session, task, TaskStatus.RUNNING, now, STARTED)
                 transitions.move(
                     session, task, decision.status, now, decision.message, error=decision.error
+                )
+            upload = task.result_handling == "UPLOAD" and decision.status in (
+                None,
+                TaskStatus.RUNNING,
+            )
+        return (reported.id, reported.name) if reported is not None and upload else None
+
+    # ------------------------------------------------------------------ results (UPLOAD)
+
+    async def _settle(
+        self, task: Task, adapter: BackendAdapter, decision: Decision, now: datetime
+    ) -> bool:
+        """Whether a completing task must wait for its results: first every checkpoint under
+        NVCT_RESULTS_DIR is recorded (one the container reported for less than a pass left
+        only its directory), then, with UPLOAD, every unpushed one is pushed (also those a
+        restart left: no reference, no push in flight)."""
+        progress = decision.progress
+        if progress is not None and progress.name not in (None, task.result_name):
+            return True  # reported with its 100%: recorded (and its push started) first
+        if self._uploads.get(task.id):
+            return True
+        if isinstance(adapter, TaskFiles):
+            found = await adapter.task_result_names(instance_of(task), max_names=MAX_RESULTS)
+            await self._found(task.id, found, now)
+        if task.result_handling != "UPLOAD":
+            return False
+        async with self.maker() as session:
+            for row in await repository.unpushed_results(session, task.id):
+                self._push(task, row.id, row.name)
+        return bool(self._uploads.get(task.id))
+
+    async def _found(self, task_id: uuid.UUID, found: list[str], now: datetime) -> None:
+        """Record the results found on the task's files that its progress file never named
+        (their percent: the task's when found)."""
+        async with self.maker() as session, session.begin():
+            task = await repository.get_for_update(session, task_id)
+            if task is None or not found:
+                return
+            names = await repository.result_names(session, task.id)
+            for name in found:
+                if name in names or len(names) >= MAX_RESULTS:
+                    continue
+                names.add(name)
+                session.add(
+                    TaskResult(
+                        id=transitions.ordered_id(),
+                        task_id=task.id,
+                        account_id=task.account_id,
+                        name=name,
+                        metadata_={},
+                        percent_complete=task.percent_complete or 0,
+                        created_at=now,
+                    )
+                )
+                transitions.event(
+                    session, task, f"Result {name} found in NVCT_RESULTS_DIR at completion", now
+                )
+
+    def _push(self, task: Task, result_id: uuid.UUID, name: str) -> None:
+        running = self._uploads.setdefault(task.id, set())
+        upload = asyncio.create_task(
+            self._upload(task, result_id, name), name=f"nvcf-task-result-{task.id}"
+        )
+        running.add(upload)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            running.discard(finished)
+            if not running:
+                self._uploads.pop(task.id, None)
+            self.wake()
+
+        upload.add_done_callback(done)
+
+    async def _upload(self, task: Task, result_id: uuid.UUID, name: str) -> None:
+        """Push result `name` of `task`; ERRORED with the registry's reason when it fails."""
+        settings = self.tasks.settings
+        adapter = self.adapters.get(task.cluster or "")
+        target, problems = parse_results_location(task.results_location, settings)
+        try:
+            if target is None:
+                raise ResultPushFailed(
+                    str(task.results_location), 0, "; ".join(p.message for p in problems)
+                )
+            if not isinstance(adapter, TaskFiles):
+                raise ResultPushFailed(
+                    target.reference(name), 0, f"cluster {task.cluster} cannot copy results"
+                )
+            async with self.maker() as session:
+                logins = await push_credentials(
+                    session,
+                    task.account_id,
+                    target,
+                    task_secrets=self.tasks.secrets_of(task),
+                    box=self.tasks.box,
+                )
+            pushed = await upload_result(
+                adapter,
+                instance_of(task),
+                name,
+                target,
+                logins,
+                workdir=settings.data_dir / "task-results",
+                policy=PushPolicy.of(settings),
+            )
+        except (ResultPushFailed, AdapterError) as exc:
+            reason = exc.reason if isinstance(exc, ResultPushFailed) else exc.message
+            log.warning("task %s: result %s: %s", task.id, name, reason)
+            async with self.maker() as session, session.begin():
+                row = await repository.get_for_update(session, task.id)
+                if row is not None and TaskStatus(row.status) in (
+                    TaskStatus.LAUNCHED,
+                    TaskStatus.RUNNING,
+                ):
+                    why = f"result {name} could not be pushed: {reason}"
+                    transitions.move(
+                        session,
+                        row,
+                        TaskStatus.ERRORED,
+                        self.clock(),
+                        f"Task errored: {why}",
+                        error=why,
+                    )
+            return
+        async with self.maker() as session, session.begin():
+            stored = await repository.result(session, result_id)
+            if stored is not None:
+                stored.reference = pushed.reference
+                stored.digest = pushed.digest
+            row = await repository.get(session, task.id)
+            if row is not None:
+                transitions.event(
+                    session, row, f"Result {name} pushed to {pushed.reference}", self.clock()
                 )
 
     async def _teardown(self, task: Task, adapter: BackendAdapter, now: datetime) -> None:

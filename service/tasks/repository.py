@@ -166,3 +166,17 @@ async def results_page(
 async def result_names(session: AsyncSession, task_id: uuid.UUID) -> set[str]:
     stmt = select(TaskResult.name).where(TaskResult.task_id == task_id)
     return set((await session.execute(stmt)).scalars().all())
+
+
+async def unpushed_results(session: AsyncSession, task_id: uuid.UUID) -> Sequence[TaskResult]:
+    """The task's results not pushed yet (UPLOAD), oldest first."""
+    stmt = (
+        select(TaskResult)
+        .where(TaskResult.task_id == task_id, TaskResult.reference.is_(None))
+        .order_by(TaskResult.created_at, TaskResult.id)
+    )
+    return (await session.execute(stmt)).scalars().all()
+
+
+async def result(session: AsyncSession, result_id: uuid.UUID) -> TaskResult | None:
+    return await session.get(TaskResult, result_id)

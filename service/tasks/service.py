@@ -36,7 +36,7 @@ from service.core.crypto import SecretBox
 from service.core.db import after_commit, utcnow
 from service.core.durations import parse_timedelta
 from service.core.errors import (
-    Conflict,
+    BadRequest,
     FieldError,
     NotFound,
     ServiceUnavailable,
@@ -45,11 +45,19 @@ from service.core.errors import (
 from service.core.http import require_json_object
 from service.core.pagination import make_page
 from service.core.quotas import Quotas
+from service.core.settings import Settings
 from service.core.validation import failed, parse
 from service.functions.requests import MAX_SECRETS, secret_text
-from service.registry import repository as registry_repository
+from service.registry.models import ArtifactType
+from service.registry.service import credentials_for_host
 from service.tasks import repository, transitions
 from service.tasks.models import ACTIVE, ON_CLUSTER, Task, TaskEvent, TaskResult, TaskStatus
+from service.tasks.results import (
+    NGC_API_KEY,
+    ResultsTarget,
+    parse_results_location,
+    results_registry,
+)
 from service.tasks.schemas import (
     DEFAULT_GRACE,
     DEFAULT_MAX_QUEUED,
@@ -72,8 +80,6 @@ from service.tasks.schemas import (
 
 #: NVCT's pagination default
 DEFAULT_LIMIT = 100
-#: the secret whose value NVCT uses to push results (UPLOAD)
-UPLOAD_CREDENTIAL_NAME = "NGC_API_KEY"
 
 
 class Tasks:
@@ -86,10 +92,12 @@ class Tasks:
         box: SecretBox,
         quotas: Quotas,
         *,
+        settings: Settings,
         pipeline: ChartPipeline | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.catalog = catalog
+        self.settings = settings
         self.pipeline = pipeline
         self.box = box
         self.quotas = quotas
@@ -258,22 +266,17 @@ class Tasks:
             )
         strategy = str(body.get("resultHandlingStrategy") or "UPLOAD").upper()
         if strategy == "UPLOAD" and "resultHandlingStrategy" not in failed(errors):
-            if body.get("resultsLocation") is None:
-                out.append(
-                    FieldError(
-                        "resultsLocation",
-                        "is required with resultHandlingStrategy UPLOAD (the default): "
-                        "<org>/[<team>/]<model>; or set resultHandlingStrategy to NONE",
-                    )
-                )
-            if UPLOAD_CREDENTIAL_NAME not in names and not await registry_repository.count(
-                session, account_id
-            ):
+            target, problems = parse_results_location(body.get("resultsLocation"), self.settings)
+            if "resultsLocation" in failed(errors):  # its shape is already told: not twice
+                problems = problems[:1] if results_registry(self.settings) is None else []
+            out += problems
+            if target is not None and not await self._can_push(session, account_id, target, names):
                 out.append(
                     FieldError(
                         "secrets",
                         f"resultHandlingStrategy UPLOAD needs credentials to push results: a "
-                        f"secret {UPLOAD_CREDENTIAL_NAME} or a registry credential of the account",
+                        f"secret {NGC_API_KEY} (any case) or a MODEL registry credential of the "
+                        f"account for {target.host}",
                     )
                 )
         elif body.get("resultsLocation") is not None and strategy == "NONE":
@@ -281,6 +284,18 @@ class Tasks:
                 FieldError("resultsLocation", "is only allowed with resultHandlingStrategy UPLOAD")
             )
         return out
+
+    async def _can_push(
+        self, session: AsyncSession, account_id: str, target: ResultsTarget, names: list[Any]
+    ) -> bool:
+        """NVCT's rule: a secret named NGC_API_KEY in any case, else (here) the account's MODEL
+        registry credential for the results registry."""
+        if any(isinstance(n, str) and n.upper() == NGC_API_KEY for n in names):
+            return True
+        stored = await credentials_for_host(
+            session, account_id, target.host, box=self.box, artifact_type=ArtifactType.MODEL
+        )
+        return bool(stored)
 
     async def _check_quotas(self, session: AsyncSession, account_id: str) -> None:
         async def lock() -> None:
@@ -358,9 +373,9 @@ class Tasks:
         task = await self.owned(session, account_id, task_id)
         task = await repository.get_for_update(session, task.id) or task
         if TaskStatus(task.status) not in ACTIVE:
-            raise Conflict(
-                detail=f"task {task_id} is {task.status}: only a QUEUED, LAUNCHED or RUNNING "
-                "task can be canceled"
+            # NVCT's words (TaskManagementService.MESG_CANCEL_TERMINAL), a 400 as there
+            raise BadRequest(
+                detail=f"Invalid request: Cannot cancel a Task with '{task.status}' terminal status"
             )
         self._cancel(session, task, "Task canceled by its owner")
         return task

@@ -48,6 +48,7 @@ def ordered_id() -> uuid.UUID:
 
 def event(session: AsyncSession, task: Task, message: str, now: datetime) -> None:
     """Add a line to the task's timeline without changing its status."""
+    now = _not_before(task, now)
     session.add(
         TaskEvent(
             id=ordered_id(),
@@ -80,6 +81,7 @@ def move(
     """Change the task's status to `to` with its timestamps and an event; `error` is the
     reason shown in `healthInfo`."""
     current = TaskStatus(task.status)
+    now = _not_before(task, now)
     if to not in ALLOWED.get(current, frozenset()):
         raise TransitionRefused(f"task {task.id} is {current.value}: cannot become {to.value}")
     task.status = to.value
@@ -96,6 +98,13 @@ def move(
         task.health_error = error
     event(session, task, message, now)
     log.info("task %s: %s -> %s (%s)", task.id, current.value, to.value, message)
+
+
+def _not_before(task: Task, now: datetime) -> datetime:
+    """`now`, or the task's last change when that is later: a pass reads its clock once, so a
+    task created or changed during the pass would otherwise get times before its own."""
+    last: datetime | None = task.updated_at
+    return now if last is None or now >= last else last
 
 
 def is_active(task: Task) -> bool:

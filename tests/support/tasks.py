@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import oras.provider
+import requests
 from cryptography.fernet import Fernet
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -24,6 +27,7 @@ from service.tasks.loop import TaskLoop, instance_of
 from service.tasks.models import Task, TaskEvent, TaskResult
 from service.tasks.service import Tasks
 from tests.support.reconcile import FakeClock
+from tests.support.registry import RegistryServer
 
 ACCOUNT = "acct-tasks"
 #: what a test's task asks for unless it says otherwise
@@ -84,8 +88,8 @@ class TaskHarness:
         clock = FakeClock()
         registry = AdapterRegistry.from_catalog(cat, clock=clock)
         box = SecretBox(Fernet.generate_key())
-        quotas = Quotas.from_settings(Settings(_env_file=None, **settings))  # type: ignore[call-arg]
-        tasks = Tasks(cat, box, quotas, clock=clock)
+        conf = Settings(_env_file=None, **settings)  # type: ignore[call-arg]
+        tasks = Tasks(cat, box, Quotas.from_settings(conf), settings=conf, clock=clock)
         return cls(
             maker,
             cat,
@@ -98,7 +102,13 @@ class TaskHarness:
 
     def restart(self) -> None:
         """A new server process: new use cases and loop, same database, cluster and clock."""
-        self.tasks = Tasks(self.catalog, self.box, self.tasks.quotas, clock=self.clock)
+        self.tasks = Tasks(
+            self.catalog,
+            self.box,
+            self.tasks.quotas,
+            settings=self.tasks.settings,
+            clock=self.clock,
+        )
         self.loop = TaskLoop(self.maker, self.registry, self.catalog, self.tasks, clock=self.clock)
 
     async def create(self, **changes: Any) -> uuid.UUID:
@@ -145,3 +155,29 @@ class TaskHarness:
 
 def _all() -> Page:
     return Page(limit=None, after=None)
+
+
+def oras_pull(server: RegistryServer, reference: str, outdir: Path) -> dict[str, bytes]:
+    """`oras pull` of `reference` into `outdir`: every file pulled, by its relative path."""
+    client = oras.provider.Registry(hostname=server.host, insecure=True, auth_backend="basic")
+    if server.username is not None and server.password is not None:
+        client.auth.set_basic_auth(server.username, server.password)
+    client.pull(target=reference, outdir=str(outdir))
+    return {
+        str(path.relative_to(outdir)): path.read_bytes()
+        for path in sorted(outdir.rglob("*"))
+        if path.is_file()
+    }
+
+
+def manifest_digest(server: RegistryServer, reference: str) -> str:
+    repository, tag = reference.removeprefix(f"{server.host}/").rsplit(":", 1)
+    auth = (server.username, server.password) if server.username and server.password else None
+    response = requests.head(
+        f"http://{server.host}/v2/{repository}/manifests/{tag}",
+        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
+        auth=auth,
+        timeout=10,
+    )
+    assert response.status_code == 200, response.status_code
+    return response.headers["Docker-Content-Digest"]

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,17 +19,19 @@ from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.core.db import make_engine, make_sessionmaker
 from service.core.kube import INSTANCE_TYPE_LABEL
+from service.core.pagination import Page
 from service.registry.models import ArtifactType
 from service.registry.schemas import Login
 from service.registry.service import CredentialSpec, create_credential
 from service.tasks import repository
 from service.tasks.loop import TaskLoop
 from service.tasks.models import TaskStatus
-from tests.support.app import ClientFactory
+from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import eventually
 from tests.support.helm_e2e import fast_catalog
 from tests.support.reconcile import workload
-from tests.support.tasks import BASE, TaskHarness, script
+from tests.support.registry import RegistryServer
+from tests.support.tasks import BASE, TaskHarness, manifest_digest, oras_pull, script
 
 STEPS_10_50_100 = script(
     steps=[
@@ -400,3 +404,146 @@ async def test_a_container_that_never_writes_progress_errors_after_five_minutes(
     await h.run(10)
     task = await h.task(tid)
     assert task.status == TaskStatus.ERRORED and "no heartbeat" in (task.health_error or "")
+
+
+async def test_a_task_ending_within_one_pass_still_records_running(h: TaskHarness) -> None:
+    quick = script(steps=[{"after": 0, "percent": 100}], exitAfter=0)
+    tid = await h.create(containerEnvironment=quick)
+    await h.run()
+    assert (await h.task(tid)).status == TaskStatus.LAUNCHED
+    h.clock.advance(5)  # started, reported 100 and exited before the next pass
+    await h.run()
+    task = await h.task(tid)
+    assert task.status == TaskStatus.COMPLETED
+    assert task.launched_at is not None and task.running_at is not None
+    assert task.launched_at <= task.running_at <= (task.finished_at or task.running_at)
+    events = await h.events(tid)
+    assert events[:4] == [
+        "Task created and queued",
+        "Task launched on cluster sim-a",
+        "Task container started",
+        "Task completed (percentComplete 100)",
+    ]
+
+
+async def test_event_times_never_go_backwards(h: TaskHarness) -> None:
+    """A pass reads its clock once; a task created after that instant is still launched no
+    earlier than it was created."""
+    pass_started = h.clock.now
+    h.clock.advance(1)
+    tid = await h.create()
+    h.loop.clock = lambda: pass_started
+    await h.run()
+    async with h.maker() as session:
+        rows, _ = await repository.events_page(session, tid, Page(limit=None, after=None))
+    times = [e.created_at for e in rows]
+    assert [e.message for e in rows][:2] == [
+        "Task created and queued",
+        "Task launched on cluster sim-a",
+    ]
+    assert times == sorted(times)
+    task = await h.task(tid)
+    assert task.launched_at is not None and task.launched_at >= task.created_at
+
+
+TWO_CHECKPOINTS = script(
+    steps=[
+        {"after": 0.3, "percent": 10, "name": "ckpt-1", "files": {"w.bin": "one"}},
+        {"after": 0.5, "percent": 50, "name": "ckpt-2", "files": {"w.bin": "two", "m.json": "{}"}},
+        {"after": 0.5, "percent": 100},
+    ],
+    exitAfter=0.2,
+)
+
+
+async def _upload_task(client: AppClient) -> str:
+    body = {
+        **{k: v for k, v in BASE.items() if k != "resultHandlingStrategy"},
+        "resultHandlingStrategy": "UPLOAD",
+        "resultsLocation": "acme/team/model",
+        "secrets": [{"name": "NGC_API_KEY", "value": "nvapi-never-shown"}],
+        "containerEnvironment": TWO_CHECKPOINTS,
+    }
+    resp = await client.post("/v1/nvct/tasks", json=body)
+    assert resp.status_code == 200, resp.text
+    return f"/v1/nvct/tasks/{resp.json()['task']['id']}"
+
+
+async def _ended(client: AppClient, path: str) -> dict[str, Any]:
+    async def ended() -> dict[str, Any] | None:
+        task: dict[str, Any] = (await client.get(path)).json()["task"]
+        return task if task["status"] not in ("QUEUED", "LAUNCHED", "RUNNING") else None
+
+    return await eventually(ended)
+
+
+async def test_an_upload_task_pushes_each_checkpoint_and_oras_pulls_its_bytes(
+    client_factory: ClientFactory, tmp_path: Path, anon_registry: RegistryServer
+) -> None:
+    client = await client_factory(
+        clusters_file=fast_catalog(tmp_path),
+        tasks_interval=0.05,
+        task_results_registry=anon_registry.host,
+        insecure_registries=anon_registry.host,
+    )
+    path = await _upload_task(client)
+    task = await _ended(client, path)
+    assert task["status"] == "COMPLETED", task
+    results = (await client.get(f"{path}/results")).json()["results"]
+    assert [r["name"] for r in results] == ["ckpt-1", "ckpt-2"]
+    expected = {
+        "ckpt-1": {"ckpt-1/w.bin": b"one"},
+        "ckpt-2": {"ckpt-2/w.bin": b"two", "ckpt-2/m.json": b"{}"},
+    }
+    for result in results:
+        name = result["name"]
+        assert result["reference"] == f"{anon_registry.host}/acme/team/model:{name}"
+        assert result["digest"] == manifest_digest(anon_registry, result["reference"])
+        assert oras_pull(anon_registry, result["reference"], tmp_path / name) == expected[name]
+    messages = [e["message"] for e in (await client.get(f"{path}/events")).json()["events"]]
+    pushed = messages.index(f"Result ckpt-2 pushed to {anon_registry.host}/acme/team/model:ckpt-2")
+    assert pushed < messages.index("Task completed (percentComplete 100)")
+
+
+async def test_an_upload_task_whose_push_fails_ends_errored_with_the_reason(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        host = f"127.0.0.1:{closed.getsockname()[1]}"
+    client = await client_factory(
+        clusters_file=fast_catalog(tmp_path),
+        tasks_interval=0.05,
+        task_results_registry=host,
+        insecure_registries=host,
+        task_results_push_attempts=1,
+    )
+    path = await _upload_task(client)
+    task = await _ended(client, path)
+    assert task["status"] == "ERRORED", task
+    error = task["healthInfo"]["error"]
+    assert error.startswith("result ckpt-1 could not be pushed: "), error
+    messages = [e["message"] for e in (await client.get(f"{path}/events")).json()["events"]]
+    assert f"Task errored: {error}" in messages
+    assert "nvapi-never-shown" not in str(messages)
+
+
+async def test_a_checkpoint_shorter_than_one_pass_is_still_among_the_results(
+    h: TaskHarness,
+) -> None:
+    files = {"files": {"w.bin": "x"}}
+    brief = script(
+        steps=[
+            {"after": 1, "percent": 10, "name": "ckpt-1", **files},
+            {"after": 0.2, "percent": 20, "name": "ckpt-brief", **files},
+            {"after": 0.2, "percent": 30, "name": "ckpt-3", **files},
+            {"after": 2, "percent": 100},
+        ],
+        exitAfter=1,
+    )
+    tid = await h.create(containerEnvironment=brief)
+    await h.run(8)  # one pass a second: ckpt-brief is never in the progress file at a pass
+    assert (await h.task(tid)).status == TaskStatus.COMPLETED
+    names = [r.name for r in await h.results(tid)]
+    assert sorted(names) == ["ckpt-1", "ckpt-3", "ckpt-brief"], names
+    assert "Result ckpt-brief found in NVCT_RESULTS_DIR at completion" in await h.events(tid)

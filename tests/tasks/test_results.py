@@ -11,9 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import oras.provider
 import pytest
-import requests
 
 from service.backends.protocol import InstanceSpec
 from service.charts.fetch.common import RegistryCredential
@@ -34,6 +32,7 @@ from service.tasks.results import (
 from tests.support.app import SettingsFactory
 from tests.support.nvcf_cli import add_request
 from tests.support.registry import RegistryServer
+from tests.support.tasks import manifest_digest, oras_pull
 
 QUICK = PushPolicy(attempts=3, backoff=0.0, timeout=10.0)
 FILES = {
@@ -58,32 +57,6 @@ def write_result(root: Path, name: str) -> Path:
 
 def target_on(server: RegistryServer, repository: str = "acme/team-a/llama-ft") -> ResultsTarget:
     return ResultsTarget(host=server.host, repository=repository, insecure=True)
-
-
-def oras_pull(server: RegistryServer, reference: str, outdir: Path) -> dict[str, bytes]:
-    """`oras pull` of `reference` into `outdir`: every file pulled, by its relative path."""
-    client = oras.provider.Registry(hostname=server.host, insecure=True, auth_backend="basic")
-    if server.username is not None and server.password is not None:
-        client.auth.set_basic_auth(server.username, server.password)
-    client.pull(target=reference, outdir=str(outdir))
-    return {
-        str(path.relative_to(outdir)): path.read_bytes()
-        for path in sorted(outdir.rglob("*"))
-        if path.is_file()
-    }
-
-
-def manifest_digest(server: RegistryServer, reference: str) -> str:
-    repository, tag = reference.removeprefix(f"{server.host}/").rsplit(":", 1)
-    auth = (server.username, server.password) if server.username and server.password else None
-    response = requests.head(
-        f"http://{server.host}/v2/{repository}/manifests/{tag}",
-        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"},
-        auth=auth,
-        timeout=10,
-    )
-    assert response.status_code == 200, response.status_code
-    return response.headers["Docker-Content-Digest"]
 
 
 def closed_port() -> int:
@@ -275,6 +248,9 @@ class FakeTaskFiles:
 
     async def task_progress(self, instance: InstanceSpec, *, max_bytes: int) -> bytes | None:
         return None
+
+    async def task_result_names(self, instance: InstanceSpec, *, max_names: int) -> list[str]:
+        return []
 
     async def fetch_task_result(
         self, instance: InstanceSpec, name: str, into: str, *, max_bytes: int, max_files: int

@@ -13,9 +13,11 @@ import httpx
 
 from service.auth import scopes
 from tests.support.api import assert_problem, bearer, new_key
-from tests.support.app import AppClient
+from tests.support.app import AppClient, ClientFactory
+from tests.support.nvcf_cli import add_request
 
 T = "/v1/nvct/tasks"
+CREDENTIALS = "/v2/nvcf/registry-credentials"
 TASK = {
     "name": "train-1",
     "gpuSpecification": {"gpu": "H100", "instanceType": "NCP.GPU.H100_1x"},
@@ -109,9 +111,11 @@ async def test_every_violation_is_named_in_one_400_and_nothing_is_created(
         "maxQueuedDuration",
         "terminationGracePeriodDuration",
         "resultsLocation",
-        "secrets",
         "helmChart",
     } <= fields, fields
+    # this server has no results registry: that is said, not which credentials would push
+    assert "secrets" not in fields
+    assert "NVCF_TASK_RESULTS_REGISTRY" in str(problem["errors"])
     assert any(f.startswith("gpuSpecification") for f in fields), fields
     assert (await client.get(T)).json()["tasks"] == []
 
@@ -134,8 +138,55 @@ async def test_neither_image_nor_chart_and_unknown_instance_type_are_400(
     }
     problem = assert_problem(await client.post(T, json=upload), 400)
     assert {e["field"] for e in problem["errors"]} == {"resultsLocation"}  # type: ignore[union-attr]
-    ok = {**upload, "resultsLocation": "acme/team/model"}
-    assert (await client.post(T, json=ok)).status_code == 200
+
+
+async def test_upload_on_a_server_without_a_results_registry_is_400_saying_so(
+    client: AppClient,
+) -> None:
+    ngc = [{"name": "NGC_API_KEY", "value": "nvapi-x"}]
+    upload = {**TASK, "resultHandlingStrategy": "UPLOAD", "secrets": ngc}
+    problem = assert_problem(
+        await client.post(T, json={**upload, "resultsLocation": "acme/team/model"}), 400
+    )
+    errors = problem["errors"]
+    assert isinstance(errors, list) and len(errors) == 1
+    assert errors[0]["field"] == "resultsLocation"
+    assert "NVCF_TASK_RESULTS_REGISTRY" in errors[0]["message"]
+    assert "resultHandlingStrategy NONE" in errors[0]["message"]
+    assert (await client.get(T)).json()["tasks"] == []
+
+
+RESULTS_HOST = "results.example.com:5000"
+
+
+async def test_upload_lists_every_results_location_violation_and_needs_a_push_credential(
+    client_factory: ClientFactory,
+) -> None:
+    client = await client_factory(
+        reconciler_enabled=False, task_results_registry=f"{RESULTS_HOST}/nvct"
+    )
+    upload = {**TASK, "resultHandlingStrategy": "UPLOAD"}
+    # a model name longer than 64 characters and a repository longer than 255 on the registry
+    long = {**upload, "resultsLocation": f"{'o' * 150}/{'t' * 60}/{'m' * 65}"}
+    problem = assert_problem(await client.post(T, json=long), 400)
+    messages = [e["message"] for e in problem["errors"] if e["field"] == "resultsLocation"]  # type: ignore[union-attr]
+    assert any("at most 64 characters" in m for m in messages), messages
+    assert any("at most 255 characters" in m for m in messages), messages
+    # no NGC_API_KEY secret and only credentials that cannot push results there
+    for host, types in ((RESULTS_HOST, ["CONTAINER", "HELM"]), ("other.example.com", ["MODEL"])):
+        request = add_request(host, "robot", "pw", types, name=f"c-{len(types)}")
+        assert (await client.post(CREDENTIALS, json=request)).status_code == 200
+    located = {**upload, "resultsLocation": "acme/team/model"}
+    problem = assert_problem(await client.post(T, json=located), 400)
+    assert [e["field"] for e in problem["errors"]] == ["secrets"]  # type: ignore[union-attr]
+    assert RESULTS_HOST in str(problem["errors"])
+    # NVCT reads the secret's name in any case
+    lower = [{"name": "ngc_api_key", "value": "nvapi-x"}]
+    assert (await client.post(T, json={**located, "secrets": lower})).status_code == 200
+    # or the account's MODEL credential for the results registry
+    request = add_request(RESULTS_HOST, "pusher", "pw", ["MODEL"], name="results")
+    assert (await client.post(CREDENTIALS, json=request)).status_code == 200
+    assert (await client.post(T, json=located)).status_code == 200
 
 
 async def test_another_accounts_task_is_404_on_every_route(client: AppClient) -> None:
@@ -206,7 +257,10 @@ async def test_cancel_a_queued_task_and_delete(client: AppClient) -> None:
     assert resp.status_code == 200
     assert resp.json()["task"]["status"] == "CANCELED"
     again = await client.post(f"{T}/{task['id']}/cancel")
-    assert "CANCELED" in str(assert_problem(again, 409)["detail"])
+    assert (
+        assert_problem(again, 400)["detail"]
+        == "Invalid request: Cannot cancel a Task with 'CANCELED' terminal status"
+    )
     deleted = await client.delete(f"{T}/{task['id']}")
     assert deleted.status_code == 204 and deleted.content == b""
     assert_problem(await client.get(f"{T}/{task['id']}"), 404)

@@ -64,6 +64,7 @@ from service.backends.simulated.tasks import (
     copy_result,
     forget_files,
     read_progress,
+    result_names,
     script_of,
     write_files,
 )
@@ -348,6 +349,10 @@ class SimulatedAdapter:
         problem = await asyncio.to_thread(copy_result, root, name, Path(into), max_bytes, max_files)
         if problem is not None:
             raise AdapterError(problem, retryable=False)
+
+    async def task_result_names(self, instance: InstanceSpec, *, max_names: int) -> list[str]:
+        root = await self._task_files(instance)
+        return await asyncio.to_thread(result_names, root, max_names) if root else []
 
     async def _task_files(self, instance: InstanceSpec) -> Path | None:
         """Bring the task's directory to now; None when its container never started."""

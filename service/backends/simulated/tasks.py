@@ -232,6 +232,16 @@ def read_progress(root: Path, max_bytes: int) -> bytes | None:
     return data
 
 
+def result_names(root: Path, max_names: int) -> list[str]:
+    """The result directories under `results/`, oldest first."""
+    base = root / "results"
+    if not base.is_dir():
+        return []
+    dirs = [p for p in base.iterdir() if p.is_dir()]
+    dirs.sort(key=lambda p: (p.stat().st_mtime_ns, p.name))
+    return [p.name for p in dirs[:max_names]]
+
+
 def copy_result(root: Path, name: str, into: Path, max_bytes: int, max_files: int) -> str | None:
     """Copy `results/<name>` into `into`; the problem when it cannot be."""
     if not _safe(name) or "/" in name:

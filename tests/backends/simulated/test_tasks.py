@@ -77,6 +77,27 @@ async def test_progress_and_result_files_as_the_script_writes_them(tmp_path: Pat
     assert not (tmp_path / "cluster" / TASK.namespace).exists()
 
 
+async def test_result_names_list_every_checkpoint_directory_oldest_first(tmp_path: Path) -> None:
+    clock = FakeClock()
+    sim = adapter(clock, tmp_path / "cluster")
+    files = {"files": {"w.bin": "x"}}
+    env = script(
+        steps=[
+            {"after": 1, "percent": 10, "name": "b-first", **files},
+            {"after": 1, "percent": 20, "name": "a-second", **files},
+            {"after": 1, "percent": 30, "name": "no-files"},
+        ],
+        exitAfter=None,
+    )
+    await sim.apply(TASK, objects(env))  # type: ignore[arg-type]
+    assert await sim.task_result_names(TASK, max_names=10) == []  # not started
+    clock.advance(1.5)
+    assert await sim.task_result_names(TASK, max_names=10) == ["b-first"]
+    clock.advance(5)  # the progress file now names only the last checkpoint
+    assert await sim.task_result_names(TASK, max_names=10) == ["b-first", "a-second"]
+    assert await sim.task_result_names(TASK, max_names=1) == ["b-first"]
+
+
 async def test_a_script_that_is_not_one_is_refused_at_apply(tmp_path: Path) -> None:
     sim = adapter(FakeClock(), tmp_path)
     bad = [{"key": "SIM_TASK_SCRIPT", "value": '{"steps": [{"after": -1}]}'}]

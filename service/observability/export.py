@@ -68,6 +68,7 @@ from service.core.db import utcnow
 from service.observability import repository
 from service.observability.models import Kind, Protocol, Provider, Telemetry
 from service.observability.references import FIELDS
+from service.observability.remote_write import RemoteWriteExporter
 from service.observability.service import clip_error, key_of
 from service.observability.wires import Target, Wire, allowed_by, target_of, wire_of
 
@@ -322,7 +323,8 @@ class Pipeline:
             self.meter_provider.shutdown()
 
 
-Exporters = tuple[Callable[[], SpanExporter], Callable[[], MetricExporter]]
+#: a wire's exporters of spans and of metrics (None: the wire does not carry them)
+Exporters = tuple[Callable[[], SpanExporter] | None, Callable[[], MetricExporter] | None]
 
 
 def _http_exporters(
@@ -343,6 +345,16 @@ def _http_exporters(
         lambda: OTLPMetricExporter(
             endpoint=f"{base}/v1/metrics", session=_session(guard, status), **common
         ),
+    )
+
+
+def _remote_write_exporters(
+    target: Target, headers: dict[str, str], settings: ExportSettings, status: EndpointStatus
+) -> Exporters:
+    """Prometheus remote write: metrics only, each connection through the guard."""
+    guard = EndpointGuard(settings.allowlist, status)
+    return None, lambda: RemoteWriteExporter(
+        target.url, headers, settings.timeout, MAX_REQUEST_BYTES, _session(guard, status)
     )
 
 
@@ -383,21 +395,23 @@ def build_pipeline(
     status = EndpointStatus()
     pipeline = Pipeline(telemetry.id, telemetry.account_id, telemetry.updated_at, status)
     target, _ = target_of(provider, telemetry.endpoint)
-    if wire_of(provider) is not Wire.OTLP or target is None:
+    wire = wire_of(provider)
+    if wire not in (Wire.OTLP, Wire.REMOTE_WRITE) or target is None:
         status.failed(f"{provider.value} is not exported in process yet")
         return pipeline
     headers = _headers(provider, key)
     try:
-        make_spans, make_metrics = (
-            _http_exporters(target, headers, settings, status)
-            if protocol is Protocol.HTTP
-            else _grpc_exporters(target, headers, settings, status)
-        )
+        if wire is Wire.REMOTE_WRITE:
+            make_spans, make_metrics = _remote_write_exporters(target, headers, settings, status)
+        elif protocol is Protocol.HTTP:
+            make_spans, make_metrics = _http_exporters(target, headers, settings, status)
+        else:
+            make_spans, make_metrics = _grpc_exporters(target, headers, settings, status)
     except OSError as exc:  # the guard's refusal, or a name that does not resolve
         status.failed(str(exc))
         return pipeline
     resource = Resource.create({"service.name": "nvcf", "nvcf.account": telemetry.account_id})
-    if Kind.TRACES in telemetry.kinds:
+    if Kind.TRACES in telemetry.kinds and make_spans is not None:
         # shut down by Exports (an atexit hook per pipeline would pile up over rebuilds)
         pipeline.tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         pipeline.tracer_provider.add_span_processor(
@@ -409,7 +423,7 @@ def build_pipeline(
             )
         )
         pipeline.tracer = pipeline.tracer_provider.get_tracer("nvcf.invocation")
-    if Kind.METRICS in telemetry.kinds:
+    if Kind.METRICS in telemetry.kinds and make_metrics is not None:
         reader = PeriodicExportingMetricReader(
             _WatchedMetrics(make_metrics(), status, drops),
             export_interval_millis=settings.interval * 1000,

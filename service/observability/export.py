@@ -66,6 +66,7 @@ from service.charts.netguard import PinnedAdapter, forbidden_reason, resolve
 from service.core.crypto import SecretBox
 from service.core.db import utcnow
 from service.observability import repository
+from service.observability.datadog import DatadogMetricsExporter
 from service.observability.models import Kind, Protocol, Provider, Telemetry
 from service.observability.references import FIELDS
 from service.observability.remote_write import RemoteWriteExporter
@@ -358,6 +359,16 @@ def _remote_write_exporters(
     )
 
 
+def _datadog_exporters(
+    target: Target, key: str, settings: ExportSettings, status: EndpointStatus
+) -> Exporters:
+    """Datadog's intake: metrics (series v2), each connection through the guard."""
+    guard = EndpointGuard(settings.allowlist, status)
+    return None, lambda: DatadogMetricsExporter(
+        target.url, key, settings.timeout, MAX_REQUEST_BYTES, _session(guard, status)
+    )
+
+
 def _grpc_exporters(
     target: Target, headers: dict[str, str], settings: ExportSettings, status: EndpointStatus
 ) -> Exporters:
@@ -389,20 +400,22 @@ def build_pipeline(
     drops: Drops,
     loads: LoadSource = tuple,
 ) -> Pipeline:
-    """The telemetry's pipeline (blocking: it may resolve the endpoint's host). One whose
-    wire is not exported in process has no exporter, and its status says so."""
+    """The telemetry's pipeline (blocking: it may resolve the endpoint's host). One with no
+    wire, or whose endpoint is not a target, has no exporter, and its status says so."""
     provider, protocol = Provider(telemetry.provider), Protocol(telemetry.protocol)
     status = EndpointStatus()
     pipeline = Pipeline(telemetry.id, telemetry.account_id, telemetry.updated_at, status)
     target, _ = target_of(provider, telemetry.endpoint)
     wire = wire_of(provider)
-    if wire not in (Wire.OTLP, Wire.REMOTE_WRITE) or target is None:
-        status.failed(f"{provider.value} is not exported in process yet")
+    if wire is None or target is None:  # refused at creation; a row from before is not sent
+        status.failed(f"{provider.value} is not exported by this server")
         return pipeline
     headers = _headers(provider, key)
     try:
         if wire is Wire.REMOTE_WRITE:
             make_spans, make_metrics = _remote_write_exporters(target, headers, settings, status)
+        elif wire is Wire.DATADOG:
+            make_spans, make_metrics = _datadog_exporters(target, key, settings, status)
         elif protocol is Protocol.HTTP:
             make_spans, make_metrics = _http_exporters(target, headers, settings, status)
         else:

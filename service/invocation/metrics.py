@@ -7,8 +7,8 @@
 - `nvcf_invocation_in_flight`: requests on an instance now (this process);
 - `nvcf_invocation_queue_depth`: requests waiting for an instance.
 
-An answered request of a version that names telemetries is also handed to the export to the
-tenant's endpoints (observability/export.py).
+An answered or refused request of a version that names telemetries is also handed to the
+export to the tenant's endpoints (observability/export.py).
 """
 
 from __future__ import annotations
@@ -57,8 +57,23 @@ class InvocationMetrics:
         #: the export to tenants' telemetry endpoints (observability/export.py), when running
         self.exports: Exports | None = None
 
-    def outcome(self, function_id: str, version_id: str, outcome: str) -> None:
-        self.requests.labels(function_id, version_id, outcome).inc()
+    def refused(self, target: Target, outcome: str) -> None:
+        """A request refused before it reached an instance (`rate_limited`, `queue_full`)."""
+        self.requests.labels(target.fid, target.vid, outcome).inc()
+        if target.telemetries and self.exports is not None:
+            now = time.time_ns()
+            self.exports.invocation(
+                Invocation(
+                    account=target.owner_account,
+                    function_id=target.fid,
+                    version_id=target.vid,
+                    telemetries=target.telemetries,
+                    fulfilled=False,
+                    start_ns=now,
+                    end_ns=now,
+                    refusal=outcome,
+                )
+            )
 
     def answered(self, target: Target, fulfilled: bool, seconds: float) -> None:
         """A request the worker answered: its outcome and its time."""

@@ -102,6 +102,8 @@ class Invocation:
     fulfilled: bool
     start_ns: int
     end_ns: int
+    #: why the platform refused it before a worker answered (`rate_limited`, `queue_full`)
+    refusal: str | None = None
 
 
 class Load(typing.Protocol):
@@ -303,13 +305,14 @@ class Pipeline:
                 "invocation", kind=SpanKind.SERVER, attributes=attributes, start_time=event.start_ns
             )
             if not event.fulfilled:
-                span.set_status(Status(StatusCode.ERROR))
+                span.set_status(Status(StatusCode.ERROR, event.refusal))
             span.end(end_time=event.end_ns)
         if Kind.METRICS in kinds and self.instruments is not None:
-            outcome = "fulfilled" if event.fulfilled else "errored"
+            outcome = event.refusal or ("fulfilled" if event.fulfilled else "errored")
             invocations, latency = self.instruments
             invocations.add(1, {**attributes, "outcome": outcome})
-            latency.record((event.end_ns - event.start_ns) / 1e9, attributes)
+            if event.refusal is None:  # the latency is of answered invocations, as on /metrics
+                latency.record((event.end_ns - event.start_ns) / 1e9, attributes)
 
     def flush(self, timeout_millis: int) -> None:
         if self.tracer_provider is not None:

@@ -217,6 +217,28 @@ async def test_nothing_of_another_account_is_exported(
     )
 
 
+async def test_a_rate_limited_invocation_is_exported_as_an_error(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    client = await app(client_factory, tmp_path, receiver)
+    _, fn = await exported_function(client, receiver, rateLimit={"rateLimit": "1-M"})
+    await invoke(client, fn, 1)
+    refused = await client.post(pexec_url(fn), json={"x": 1})
+    assert refused.status_code == 429, refused.text
+    await flush(client)
+
+    spans = [span for _, span in receiver.spans()]
+    assert len(spans) == 2
+    errors = [s for s in spans if s.status.code == s.status.STATUS_CODE_ERROR]
+    assert [s.status.message for s in errors] == ["rate_limited"]
+    by_outcome = {
+        attributes(p.attributes)["outcome"]: p.as_int
+        for _, p in receiver.metric_points(INVOCATIONS)
+    }
+    assert by_outcome == {"fulfilled": 1, "rate_limited": 1}
+    assert last_point(receiver, DURATION, fn["id"]).count == 1  # the latency of the answered
+
+
 async def test_a_refusing_endpoint_shows_why_and_counts_the_drops(
     client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from service.invocation.load import VersionLoad
 from service.invocation.routing import Target
-from service.observability.export import Exports, Invocation, Watched
+from service.observability.export import Exports, Invocation, Tokens, Watched
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -97,6 +97,22 @@ class InvocationMetrics:
                     fulfilled=fulfilled,
                     start_ns=end - int(seconds * 1e9),
                     end_ns=end,
+                )
+            )
+
+    def tokens(self, target: Target, model: str, input_tokens: int, output_tokens: int) -> None:
+        """The tokens an LLM worker reported for a request (llm/gateway.py), for the version's
+        telemetries (on /metrics the gateway counts them as `nvcf_llm_tokens_total`)."""
+        if target.telemetries and self.exports is not None:
+            self.exports.invocation(
+                Tokens(
+                    account=target.owner_account,
+                    function_id=target.fid,
+                    version_id=target.vid,
+                    telemetries=target.telemetries,
+                    model=model,
+                    input_tokens=input_tokens,
+                    output_tokens=output_tokens,
                 )
             )
 

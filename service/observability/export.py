@@ -106,6 +106,23 @@ class Invocation:
     refusal: str | None = None
 
 
+@dataclass(frozen=True)
+class Tokens:
+    """The tokens an LLM worker reported for one invocation of a version naming telemetries."""
+
+    account: str
+    function_id: str
+    version_id: str
+    telemetries: Mapping[str, str]
+    model: str
+    input_tokens: int
+    output_tokens: int
+
+
+#: what the export queue carries
+Event = Invocation | Tokens
+
+
 class Load(typing.Protocol):
     """A version's load on this replica (invocation/load.py's VersionLoad), read as it is."""
 
@@ -291,15 +308,26 @@ class Pipeline:
     tracer_provider: TracerProvider | None = None
     tracer: Tracer | None = None
     meter_provider: MeterProvider | None = None
-    instruments: tuple[Any, Any] | None = None
+    #: the invocation counter, the latency histogram, the token counter
+    instruments: tuple[Any, Any, Any] | None = None
     loaded: float = field(default_factory=time.monotonic)
 
-    def record(self, kinds: Collection[Kind], event: Invocation) -> None:
+    def record(self, kinds: Collection[Kind], event: Event) -> None:
         attributes = {
             "nvcf.account": event.account,
             "nvcf.function.id": event.function_id,
             "nvcf.function.version.id": event.version_id,
         }
+        if isinstance(event, Tokens):
+            if Kind.METRICS in kinds and self.instruments is not None:
+                tokens = self.instruments[2]
+                for token_type, n in (
+                    ("input", event.input_tokens),
+                    ("output", event.output_tokens),
+                ):
+                    labels = {**attributes, "model": event.model, "token_type": token_type}
+                    tokens.add(n, labels)
+            return
         if Kind.TRACES in kinds and self.tracer is not None:
             span = self.tracer.start_span(
                 "invocation", kind=SpanKind.SERVER, attributes=attributes, start_time=event.start_ns
@@ -309,7 +337,7 @@ class Pipeline:
             span.end(end_time=event.end_ns)
         if Kind.METRICS in kinds and self.instruments is not None:
             outcome = event.refusal or ("fulfilled" if event.fulfilled else "errored")
-            invocations, latency = self.instruments
+            invocations, latency, _ = self.instruments
             invocations.add(1, {**attributes, "outcome": outcome})
             if event.refusal is None:  # the latency is of answered invocations, as on /metrics
                 latency.record((event.end_ns - event.start_ns) / 1e9, attributes)
@@ -458,6 +486,11 @@ def build_pipeline(
                 unit="s",
                 description="Invocation time from acceptance to the end of the worker's answer",
             ),
+            meter.create_counter(
+                "nvcf.function.tokens",
+                unit="{token}",
+                description="Tokens the LLM workers reported, by model and type (input, output)",
+            ),
         )
         account, tid = telemetry.account_id, telemetry.id
 
@@ -505,7 +538,7 @@ class Exports:
         self._box = box
         self.settings = settings
         self.drops = drops
-        self._queue: asyncio.Queue[Invocation] = asyncio.Queue(maxsize=settings.queue_size)
+        self._queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=settings.queue_size)
         #: telemetry id -> (when it was read, its pipeline or None)
         self._pipelines: dict[uuid.UUID, tuple[float, Pipeline | None]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -520,8 +553,8 @@ class Exports:
         # the SDK's reader thread takes a copy (the loop may add a record meanwhile)
         return list(self._watched.values())
 
-    def invocation(self, event: Invocation) -> None:
-        """Queue an answered invocation; never blocks (a full queue drops it, counted)."""
+    def invocation(self, event: Event) -> None:
+        """Queue an invocation or its tokens; never blocks (a full queue drops it, counted)."""
         try:
             self._queue.put_nowait(event)
         except asyncio.QueueFull:
@@ -564,7 +597,7 @@ class Exports:
             finally:
                 self._queue.task_done()
 
-    async def _record(self, event: Invocation) -> None:
+    async def _record(self, event: Event) -> None:
         by_id: dict[uuid.UUID, set[Kind]] = {}
         for name, value in event.telemetries.items():
             kind = FIELDS.get(name)

@@ -28,6 +28,13 @@ from opentelemetry.sdk.metrics.export import Histogram as HistogramData
 PATH = "/api/v2/series"
 #: series v2's metric types
 COUNT, GAUGE = 1, 3
+#: Datadog's counts are deltas (the reader reads this from the exporter that wraps this one)
+TEMPORALITY: dict[type, AggregationTemporality] = {
+    Counter: AggregationTemporality.DELTA,
+    ObservableCounter: AggregationTemporality.DELTA,
+    Histogram: AggregationTemporality.DELTA,
+    UpDownCounter: AggregationTemporality.CUMULATIVE,
+}
 
 
 def _tags(service: str | None, attributes: Mapping[str, Any] | None) -> list[str]:
@@ -88,15 +95,7 @@ class DatadogMetricsExporter(MetricExporter):
         max_bytes: int,
         session: requests.Session,
     ) -> None:
-        delta = AggregationTemporality.DELTA
-        super().__init__(
-            preferred_temporality={
-                Counter: delta,
-                ObservableCounter: delta,
-                Histogram: delta,
-                UpDownCounter: AggregationTemporality.CUMULATIVE,
-            }
-        )
+        super().__init__(preferred_temporality=TEMPORALITY)
         self._url = base_url.rstrip("/") + PATH
         self._headers = {"DD-API-KEY": key, "Content-Type": "application/json"}
         self._timeout, self._max_bytes, self._session = timeout, max_bytes, session

@@ -49,6 +49,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
     MetricExporter,
     MetricExportResult,
     MetricsData,
@@ -66,7 +67,7 @@ from service.charts.netguard import PinnedAdapter, forbidden_reason, resolve
 from service.core.crypto import SecretBox
 from service.core.db import utcnow
 from service.observability import repository
-from service.observability.datadog import DatadogMetricsExporter
+from service.observability.datadog import TEMPORALITY, DatadogMetricsExporter
 from service.observability.models import Kind, Protocol, Provider, Telemetry
 from service.observability.references import FIELDS
 from service.observability.remote_write import RemoteWriteExporter
@@ -269,8 +270,15 @@ class _WatchedSpans(SpanExporter):
 
 
 class _WatchedMetrics(MetricExporter):
-    def __init__(self, inner: MetricExporter, status: EndpointStatus, drops: Drops) -> None:
-        super().__init__()
+    def __init__(
+        self,
+        inner: MetricExporter,
+        status: EndpointStatus,
+        drops: Drops,
+        temporality: dict[type, AggregationTemporality] | None = None,
+    ) -> None:
+        # the reader asks this wrapper, not the inner exporter, which temporality to send
+        super().__init__(preferred_temporality=temporality)
         self._inner, self._status, self._drops = inner, status, drops
 
     def export(
@@ -469,7 +477,9 @@ def build_pipeline(
         pipeline.tracer = pipeline.tracer_provider.get_tracer("nvcf.invocation")
     if Kind.METRICS in telemetry.kinds and make_metrics is not None:
         reader = PeriodicExportingMetricReader(
-            _WatchedMetrics(make_metrics(), status, drops),
+            _WatchedMetrics(
+                make_metrics(), status, drops, TEMPORALITY if wire is Wire.DATADOG else None
+            ),
             export_interval_millis=settings.interval * 1000,
             export_timeout_millis=settings.timeout * 1000,
         )

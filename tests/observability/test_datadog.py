@@ -57,7 +57,8 @@ async def test_invocations_arrive_as_counts(
     client_factory: ClientFactory, tmp_path: Path, intake: DatadogIntake
 ) -> None:
     client, telemetry, fn = await exported(client_factory, tmp_path, intake)
-    await invoke_and_flush(client, fn, 50)
+    await invoke_and_flush(client, fn, 25)
+    await invoke_and_flush(client, fn, 25)  # a second export: a delta, not the total again
 
     mine = f"nvcf.function.id:{fn['id']}"
     counts = intake.series("nvcf.function.invocations", mine)

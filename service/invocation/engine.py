@@ -310,7 +310,7 @@ class Engine:
                     version_id=target.vid,
                 )
             except TooManyRequests:
-                self.metrics.outcome(target.fid, target.vid, "rate_limited")
+                self.metrics.refused(target, "rate_limited")
                 raise
         now = asyncio.get_running_loop().time()
         path = admitted.path if admitted.path is not None else call.path
@@ -338,7 +338,7 @@ class Engine:
                 run.id, target, exclude=exclude, prefer=admitted.prefer, priority=admitted.priority
             )
         except TooManyRequests:
-            self.metrics.outcome(target.fid, target.vid, "queue_full")
+            self.metrics.refused(target, "queue_full")
             raise
         self.active[run.id] = run
         return run

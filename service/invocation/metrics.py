@@ -7,8 +7,8 @@
 - `nvcf_invocation_in_flight`: requests on an instance now (this process);
 - `nvcf_invocation_queue_depth`: requests waiting for an instance.
 
-An answered request of a version that names telemetries is also handed to the export to the
-tenant's endpoints (observability/export.py).
+An answered or refused request of a version that names telemetries is also handed to the
+export to the tenant's endpoints (observability/export.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from service.invocation.load import VersionLoad
 from service.invocation.routing import Target
-from service.observability.export import Exports, Invocation, Watched
+from service.observability.export import Exports, Invocation, Tokens, Watched
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -57,8 +57,23 @@ class InvocationMetrics:
         #: the export to tenants' telemetry endpoints (observability/export.py), when running
         self.exports: Exports | None = None
 
-    def outcome(self, function_id: str, version_id: str, outcome: str) -> None:
-        self.requests.labels(function_id, version_id, outcome).inc()
+    def refused(self, target: Target, outcome: str) -> None:
+        """A request refused before it reached an instance (`rate_limited`, `queue_full`)."""
+        self.requests.labels(target.fid, target.vid, outcome).inc()
+        if target.telemetries and self.exports is not None:
+            now = time.time_ns()
+            self.exports.invocation(
+                Invocation(
+                    account=target.owner_account,
+                    function_id=target.fid,
+                    version_id=target.vid,
+                    telemetries=target.telemetries,
+                    fulfilled=False,
+                    start_ns=now,
+                    end_ns=now,
+                    refusal=outcome,
+                )
+            )
 
     def answered(self, target: Target, fulfilled: bool, seconds: float) -> None:
         """A request the worker answered: its outcome and its time."""
@@ -82,6 +97,22 @@ class InvocationMetrics:
                     fulfilled=fulfilled,
                     start_ns=end - int(seconds * 1e9),
                     end_ns=end,
+                )
+            )
+
+    def tokens(self, target: Target, model: str, input_tokens: int, output_tokens: int) -> None:
+        """The tokens an LLM worker reported for a request (llm/gateway.py), for the version's
+        telemetries (on /metrics the gateway counts them as `nvcf_llm_tokens_total`)."""
+        if target.telemetries and self.exports is not None:
+            self.exports.invocation(
+                Tokens(
+                    account=target.owner_account,
+                    function_id=target.fid,
+                    version_id=target.vid,
+                    telemetries=target.telemetries,
+                    model=model,
+                    input_tokens=input_tokens,
+                    output_tokens=output_tokens,
                 )
             )
 

@@ -131,6 +131,8 @@ class _Exchange:
     session: Session | None = None
     #: the token rate-limit headers of a charged request (tokens.py)
     charged: dict[str, str] = field(default_factory=dict)
+    #: the version the engine resolved (its telemetries receive the token counts)
+    target: Target | None = None
 
     @property
     def request_id(self) -> str:
@@ -316,6 +318,9 @@ class _Exchange:
     async def settle(self, charge: Charge | None, watch: StreamWatch) -> None:
         usage = watch.usage
         self.gateway.metrics.used(self.function_id, self.model, self.endpoint, usage)
+        if self.target is not None and usage is not None:
+            metrics = self.entry.routes.plane().engine.metrics
+            metrics.tokens(self.target, self.model, usage.input_tokens, usage.output_tokens)
         if charge is not None:
             await charge.settle(None if usage is None else usage.total)
 
@@ -335,6 +340,7 @@ class _Admission:
     async def __call__(self, target: Target) -> Admitted:
         self.reached = True
         exchange, parsed, principal = self.exchange, self.parsed, self.principal
+        exchange.target = target
         gateway, ref, path = exchange.gateway, parsed.ref, exchange.path
         config = check_target(
             target.function_type, target.models, ref, path, enforce=gateway.allowlist

@@ -49,6 +49,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
     MetricExporter,
     MetricExportResult,
     MetricsData,
@@ -66,8 +67,10 @@ from service.charts.netguard import PinnedAdapter, forbidden_reason, resolve
 from service.core.crypto import SecretBox
 from service.core.db import utcnow
 from service.observability import repository
+from service.observability.datadog import TEMPORALITY, DatadogMetricsExporter
 from service.observability.models import Kind, Protocol, Provider, Telemetry
 from service.observability.references import FIELDS
+from service.observability.remote_write import RemoteWriteExporter
 from service.observability.service import clip_error, key_of
 from service.observability.wires import Target, Wire, allowed_by, target_of, wire_of
 
@@ -100,6 +103,25 @@ class Invocation:
     fulfilled: bool
     start_ns: int
     end_ns: int
+    #: why the platform refused it before a worker answered (`rate_limited`, `queue_full`)
+    refusal: str | None = None
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """The tokens an LLM worker reported for one invocation of a version naming telemetries."""
+
+    account: str
+    function_id: str
+    version_id: str
+    telemetries: Mapping[str, str]
+    model: str
+    input_tokens: int
+    output_tokens: int
+
+
+#: what the export queue carries
+Event = Invocation | Tokens
 
 
 class Load(typing.Protocol):
@@ -248,8 +270,15 @@ class _WatchedSpans(SpanExporter):
 
 
 class _WatchedMetrics(MetricExporter):
-    def __init__(self, inner: MetricExporter, status: EndpointStatus, drops: Drops) -> None:
-        super().__init__()
+    def __init__(
+        self,
+        inner: MetricExporter,
+        status: EndpointStatus,
+        drops: Drops,
+        temporality: dict[type, AggregationTemporality] | None = None,
+    ) -> None:
+        # the reader asks this wrapper, not the inner exporter, which temporality to send
+        super().__init__(preferred_temporality=temporality)
         self._inner, self._status, self._drops = inner, status, drops
 
     def export(
@@ -287,27 +316,39 @@ class Pipeline:
     tracer_provider: TracerProvider | None = None
     tracer: Tracer | None = None
     meter_provider: MeterProvider | None = None
-    instruments: tuple[Any, Any] | None = None
+    #: the invocation counter, the latency histogram, the token counter
+    instruments: tuple[Any, Any, Any] | None = None
     loaded: float = field(default_factory=time.monotonic)
 
-    def record(self, kinds: Collection[Kind], event: Invocation) -> None:
+    def record(self, kinds: Collection[Kind], event: Event) -> None:
         attributes = {
             "nvcf.account": event.account,
             "nvcf.function.id": event.function_id,
             "nvcf.function.version.id": event.version_id,
         }
+        if isinstance(event, Tokens):
+            if Kind.METRICS in kinds and self.instruments is not None:
+                tokens = self.instruments[2]
+                for token_type, n in (
+                    ("input", event.input_tokens),
+                    ("output", event.output_tokens),
+                ):
+                    labels = {**attributes, "model": event.model, "token_type": token_type}
+                    tokens.add(n, labels)
+            return
         if Kind.TRACES in kinds and self.tracer is not None:
             span = self.tracer.start_span(
                 "invocation", kind=SpanKind.SERVER, attributes=attributes, start_time=event.start_ns
             )
             if not event.fulfilled:
-                span.set_status(Status(StatusCode.ERROR))
+                span.set_status(Status(StatusCode.ERROR, event.refusal))
             span.end(end_time=event.end_ns)
         if Kind.METRICS in kinds and self.instruments is not None:
-            outcome = "fulfilled" if event.fulfilled else "errored"
-            invocations, latency = self.instruments
+            outcome = event.refusal or ("fulfilled" if event.fulfilled else "errored")
+            invocations, latency, _ = self.instruments
             invocations.add(1, {**attributes, "outcome": outcome})
-            latency.record((event.end_ns - event.start_ns) / 1e9, attributes)
+            if event.refusal is None:  # the latency is of answered invocations, as on /metrics
+                latency.record((event.end_ns - event.start_ns) / 1e9, attributes)
 
     def flush(self, timeout_millis: int) -> None:
         if self.tracer_provider is not None:
@@ -322,7 +363,8 @@ class Pipeline:
             self.meter_provider.shutdown()
 
 
-Exporters = tuple[Callable[[], SpanExporter], Callable[[], MetricExporter]]
+#: a wire's exporters of spans and of metrics (None: the wire does not carry them)
+Exporters = tuple[Callable[[], SpanExporter] | None, Callable[[], MetricExporter] | None]
 
 
 def _http_exporters(
@@ -343,6 +385,26 @@ def _http_exporters(
         lambda: OTLPMetricExporter(
             endpoint=f"{base}/v1/metrics", session=_session(guard, status), **common
         ),
+    )
+
+
+def _remote_write_exporters(
+    target: Target, headers: dict[str, str], settings: ExportSettings, status: EndpointStatus
+) -> Exporters:
+    """Prometheus remote write: metrics only, each connection through the guard."""
+    guard = EndpointGuard(settings.allowlist, status)
+    return None, lambda: RemoteWriteExporter(
+        target.url, headers, settings.timeout, MAX_REQUEST_BYTES, _session(guard, status)
+    )
+
+
+def _datadog_exporters(
+    target: Target, key: str, settings: ExportSettings, status: EndpointStatus
+) -> Exporters:
+    """Datadog's intake: metrics (series v2), each connection through the guard."""
+    guard = EndpointGuard(settings.allowlist, status)
+    return None, lambda: DatadogMetricsExporter(
+        target.url, key, settings.timeout, MAX_REQUEST_BYTES, _session(guard, status)
     )
 
 
@@ -377,27 +439,31 @@ def build_pipeline(
     drops: Drops,
     loads: LoadSource = tuple,
 ) -> Pipeline:
-    """The telemetry's pipeline (blocking: it may resolve the endpoint's host). One whose
-    wire is not exported in process has no exporter, and its status says so."""
+    """The telemetry's pipeline (blocking: it may resolve the endpoint's host). One with no
+    wire, or whose endpoint is not a target, has no exporter, and its status says so."""
     provider, protocol = Provider(telemetry.provider), Protocol(telemetry.protocol)
     status = EndpointStatus()
     pipeline = Pipeline(telemetry.id, telemetry.account_id, telemetry.updated_at, status)
     target, _ = target_of(provider, telemetry.endpoint)
-    if wire_of(provider) is not Wire.OTLP or target is None:
-        status.failed(f"{provider.value} is not exported in process yet")
+    wire = wire_of(provider)
+    if wire is None or target is None:  # refused at creation; a row from before is not sent
+        status.failed(f"{provider.value} is not exported by this server")
         return pipeline
     headers = _headers(provider, key)
     try:
-        make_spans, make_metrics = (
-            _http_exporters(target, headers, settings, status)
-            if protocol is Protocol.HTTP
-            else _grpc_exporters(target, headers, settings, status)
-        )
+        if wire is Wire.REMOTE_WRITE:
+            make_spans, make_metrics = _remote_write_exporters(target, headers, settings, status)
+        elif wire is Wire.DATADOG:
+            make_spans, make_metrics = _datadog_exporters(target, key, settings, status)
+        elif protocol is Protocol.HTTP:
+            make_spans, make_metrics = _http_exporters(target, headers, settings, status)
+        else:
+            make_spans, make_metrics = _grpc_exporters(target, headers, settings, status)
     except OSError as exc:  # the guard's refusal, or a name that does not resolve
         status.failed(str(exc))
         return pipeline
     resource = Resource.create({"service.name": "nvcf", "nvcf.account": telemetry.account_id})
-    if Kind.TRACES in telemetry.kinds:
+    if Kind.TRACES in telemetry.kinds and make_spans is not None:
         # shut down by Exports (an atexit hook per pipeline would pile up over rebuilds)
         pipeline.tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         pipeline.tracer_provider.add_span_processor(
@@ -409,9 +475,11 @@ def build_pipeline(
             )
         )
         pipeline.tracer = pipeline.tracer_provider.get_tracer("nvcf.invocation")
-    if Kind.METRICS in telemetry.kinds:
+    if Kind.METRICS in telemetry.kinds and make_metrics is not None:
         reader = PeriodicExportingMetricReader(
-            _WatchedMetrics(make_metrics(), status, drops),
+            _WatchedMetrics(
+                make_metrics(), status, drops, TEMPORALITY if wire is Wire.DATADOG else None
+            ),
             export_interval_millis=settings.interval * 1000,
             export_timeout_millis=settings.timeout * 1000,
         )
@@ -427,6 +495,11 @@ def build_pipeline(
                 "nvcf.function.invocation.duration",
                 unit="s",
                 description="Invocation time from acceptance to the end of the worker's answer",
+            ),
+            meter.create_counter(
+                "nvcf.function.tokens",
+                unit="{token}",
+                description="Tokens the LLM workers reported, by model and type (input, output)",
             ),
         )
         account, tid = telemetry.account_id, telemetry.id
@@ -475,7 +548,7 @@ class Exports:
         self._box = box
         self.settings = settings
         self.drops = drops
-        self._queue: asyncio.Queue[Invocation] = asyncio.Queue(maxsize=settings.queue_size)
+        self._queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=settings.queue_size)
         #: telemetry id -> (when it was read, its pipeline or None)
         self._pipelines: dict[uuid.UUID, tuple[float, Pipeline | None]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -490,8 +563,8 @@ class Exports:
         # the SDK's reader thread takes a copy (the loop may add a record meanwhile)
         return list(self._watched.values())
 
-    def invocation(self, event: Invocation) -> None:
-        """Queue an answered invocation; never blocks (a full queue drops it, counted)."""
+    def invocation(self, event: Event) -> None:
+        """Queue an invocation or its tokens; never blocks (a full queue drops it, counted)."""
         try:
             self._queue.put_nowait(event)
         except asyncio.QueueFull:
@@ -534,7 +607,7 @@ class Exports:
             finally:
                 self._queue.task_done()
 
-    async def _record(self, event: Invocation) -> None:
+    async def _record(self, event: Event) -> None:
         by_id: dict[uuid.UUID, set[Kind]] = {}
         for name, value in event.telemetries.items():
             kind = FIELDS.get(name)

@@ -13,8 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
+from service.core.server import ConnectionLimits
 from service.observability.export import (
     Drops,
     EndpointGuard,
@@ -25,15 +27,23 @@ from service.observability.export import (
 )
 from service.observability.models import Kind, Telemetry
 from tests.support.api import bearer, new_key
-from tests.support.app import AppClient, ClientFactory
+from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
 from tests.support.invocation import deployed, invocation_app, pexec_url, sample
 from tests.support.otlp import OtlpReceiver, attributes
+from tests.support.server import in_loop_server
 from tests.support.telemetries import create_telemetry
 
 ACCOUNT = "nvcf-default"
 OTHER = "team-b"
 INVOCATIONS = "nvcf.function.invocations"
 DURATION = "nvcf.function.invocation.duration"
+LLM_SUFFIX = "invocation.localhost"
+LLM_FN: dict[str, Any] = {
+    "name": "tiny-llm",
+    "inferenceUrl": "/",
+    "functionType": "LLM",
+    "models": [{"name": "m", "llmConfig": {"uris": ["/v1/chat/completions"]}}],
+}
 
 
 @pytest.fixture
@@ -215,6 +225,65 @@ async def test_nothing_of_another_account_is_exported(
         attributes(p.attributes)["nvcf.function.id"] == other["id"]
         for _, p in other_receiver.metric_points(INVOCATIONS)
     )
+
+
+async def test_a_rate_limited_invocation_is_exported_as_an_error(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    client = await app(client_factory, tmp_path, receiver)
+    _, fn = await exported_function(client, receiver, rateLimit={"rateLimit": "1-M"})
+    await invoke(client, fn, 1)
+    refused = await client.post(pexec_url(fn), json={"x": 1})
+    assert refused.status_code == 429, refused.text
+    await flush(client)
+
+    spans = [span for _, span in receiver.spans()]
+    assert len(spans) == 2
+    errors = [s for s in spans if s.status.code == s.status.STATUS_CODE_ERROR]
+    assert [s.status.message for s in errors] == ["rate_limited"]
+    by_outcome = {
+        attributes(p.attributes)["outcome"]: p.as_int
+        for _, p in receiver.metric_points(INVOCATIONS)
+    }
+    assert by_outcome == {"fulfilled": 1, "rate_limited": 1}
+    assert last_point(receiver, DURATION, fn["id"]).count == 1  # the latency of the answered
+
+
+async def test_an_llm_functions_tokens_are_exported(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    client = await app(client_factory, tmp_path, receiver, invoke_host_suffix=LLM_SUFFIX)
+    _, fn = await exported_function(client, receiver, **LLM_FN)
+    limits = ConnectionLimits(
+        header_timeout=10, body_timeout=10, keepalive_timeout=5, max_connections=10
+    )
+    async with in_loop_server(client.app, limits) as server:
+        base = f"http://127.0.0.1:{server.config.port}/v2/nvcf/llm/v1"
+        llm = openai.AsyncOpenAI(base_url=base, api_key=ADMIN_KEY, max_retries=0)
+        try:
+            ask = [{"role": "user", "content": "short"}]
+            for _ in range(2):
+                answer = await llm.chat.completions.create(
+                    model=f"{fn['id']}/m", messages=ask, max_tokens=30
+                )
+        finally:
+            await llm.close()
+    assert answer.usage is not None
+    await flush(client)
+
+    tokens = {
+        attributes(p.attributes)["token_type"]: (p.as_int, attributes(p.attributes))
+        for _, p in receiver.metric_points("nvcf.function.tokens")
+    }
+    assert tokens["input"][0] == 2 * answer.usage.prompt_tokens
+    assert tokens["output"][0] == 2 * answer.usage.completion_tokens
+    assert tokens["output"][1] == {
+        "nvcf.account": ACCOUNT,
+        "nvcf.function.id": fn["id"],
+        "nvcf.function.version.id": fn["versionId"],
+        "model": "m",
+        "token_type": "output",
+    }
 
 
 async def test_a_refusing_endpoint_shows_why_and_counts_the_drops(

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.auth import repository as auth_repository
 from service.auth.limits import limits_of
 from service.auth.models import Account
 from service.auth.suspensions import Suspensions
@@ -21,11 +21,11 @@ from service.registry.service import count_credentials
 
 
 async def all_accounts(session: AsyncSession) -> Sequence[Account]:
-    return (await session.execute(select(Account).order_by(Account.id))).scalars().all()
+    return await auth_repository.all_accounts(session)
 
 
 async def get(session: AsyncSession, account_id: str) -> Account:
-    row = await session.get(Account, account_id)
+    row = await auth_repository.account_by_id(session, account_id)
     if row is None:
         raise NotFound(detail=f"account '{account_id}' not found")
     return row
@@ -39,17 +39,15 @@ async def create(
     admin_client_id: str | None,
     limits: dict[str, int],
 ) -> Account:
-    if await session.get(Account, account_id) is not None:
+    if await auth_repository.account_by_id(session, account_id) is not None:
         raise Conflict(detail=f"account '{account_id}' already exists")
-    row = Account(
-        id=account_id,
+    return await auth_repository.add_account(
+        session,
+        account_id,
         name=name or None,
         admin_client_ids=[admin_client_id] if admin_client_id else None,
         limits=limits or None,
     )
-    session.add(row)
-    await session.flush()
-    return row
 
 
 async def update(
@@ -110,7 +108,7 @@ async def delete(session: AsyncSession, account_id: str) -> None:
             detail=f"account '{account_id}' owns {' and '.join(live)}: delete them first, "
             "or suspend the account instead"
         )
-    await session.delete(row)
+    await auth_repository.delete_account(session, row)
     await session.flush()
 
 

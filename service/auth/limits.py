@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.auth import repository
 from service.auth.models import Account
 from service.core.quotas import LIMIT_WORDS, Quota, limit_refusal
 from service.core.settings import Settings
@@ -61,7 +62,7 @@ def limits_of(account: Account | None, settings: Settings) -> dict[str, int]:
 
 
 async def _own(session: AsyncSession, account_id: str, name: str) -> int | None:
-    account = await session.get(Account, account_id)
+    account = await repository.account_by_id(session, account_id)
     own = (account.limits or {}) if account is not None else {}
     return int(own[name]) if name in own else None
 

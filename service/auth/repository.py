@@ -14,6 +14,39 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.auth.models import Account, ApiKey
 
 
+async def account_by_id(session: AsyncSession, account_id: str) -> Account | None:
+    return await session.get(Account, account_id)
+
+
+async def all_accounts(session: AsyncSession) -> Sequence[Account]:
+    """Every configured account, by id."""
+    return (await session.execute(select(Account).order_by(Account.id))).scalars().all()
+
+
+async def add_account(
+    session: AsyncSession,
+    account_id: str,
+    *,
+    name: str | None,
+    admin_client_ids: list[str] | None,
+    limits: dict[str, int] | None,
+) -> Account:
+    row = Account(id=account_id, name=name, admin_client_ids=admin_client_ids, limits=limits)
+    session.add(row)
+    await session.flush()
+    return row
+
+
+async def delete_account(session: AsyncSession, row: Account) -> None:
+    await session.delete(row)
+
+
+async def suspended_accounts(session: AsyncSession) -> dict[str, str]:
+    """The reason of each suspended account, by id."""
+    stmt = select(Account.id, Account.suspended_reason).where(Account.suspended_reason.is_not(None))
+    return {str(i): str(r) for i, r in (await session.execute(stmt)).all()}
+
+
 async def ensure_account(session: AsyncSession, account_id: str) -> None:
     if await session.get(Account, account_id) is None:
         session.add(Account(id=account_id))

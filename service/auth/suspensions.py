@@ -7,10 +7,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from service.auth.models import Account
+from service.auth import repository
 from service.core.errors import Forbidden
 
 REFRESH_SECONDS = 2.0
@@ -51,10 +50,6 @@ class Suspensions:
             self._reasons[account_id] = reason
 
     async def _refresh(self) -> None:
-        stmt = select(Account.id, Account.suspended_reason).where(
-            Account.suspended_reason.is_not(None)
-        )
         async with self._sessions() as session:
-            rows = (await session.execute(stmt)).all()
-        self._reasons = {str(i): str(r) for i, r in rows}
+            self._reasons = await repository.suspended_accounts(session)
         self._fresh_until = time.monotonic() + REFRESH_SECONDS

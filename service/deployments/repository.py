@@ -32,6 +32,7 @@ from service.deployments.models import (
     InstanceDesired,
     KeptLog,
     SpecRevision,
+    TrafficWeight,
 )
 from service.functions import repository as functions_repository
 from service.functions.models import FunctionVersion
@@ -262,7 +263,9 @@ async def active_instances(
     return out
 
 
-async def with_live_deployment(session: AsyncSession, versions: Select[Any]) -> Sequence[Row[Any]]:
+async def with_live_deployment(
+    session: AsyncSession, versions: Select[*tuple[Any, ...]]
+) -> Sequence[Row[Any]]:
     """The rows of `versions` (a statement of versions with an `id` column, e.g.
     `functions.repository.invocable_versions`), each with its live deployment's id and
     creation time (`deployment_id`, `created_at`; None when not deployed). One query."""
@@ -275,6 +278,20 @@ async def with_live_deployment(session: AsyncSession, versions: Select[Any]) -> 
         ),
     )
     return (await session.execute(stmt)).all()
+
+
+async def traffic_weights(session: AsyncSession, function_id: uuid.UUID) -> dict[uuid.UUID, int]:
+    """The function's traffic split by version (empty: none)."""
+    rows = await session.execute(
+        select(TrafficWeight.version_id, TrafficWeight.weight).where(
+            TrafficWeight.function_id == function_id
+        )
+    )
+    return {r.version_id: r.weight for r in rows}
+
+
+async def clear_traffic(session: AsyncSession, function_id: uuid.UUID) -> None:
+    await session.execute(delete(TrafficWeight).where(TrafficWeight.function_id == function_id))
 
 
 async def running_routes(session: AsyncSession, deployment_id: uuid.UUID) -> Sequence[Any]:

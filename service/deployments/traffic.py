@@ -15,13 +15,13 @@ from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from pydantic.alias_generators import to_camel
-from sqlalchemy import and_, delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.errors import FieldError
 from service.core.validation import MaxItems, RequestModel, int_between
-from service.deployments.models import Deployment, DeploymentDesired, TrafficWeight
-from service.functions.models import FunctionVersion
+from service.deployments import repository
+from service.deployments.models import TrafficWeight
+from service.functions import repository as functions_repository
 
 #: versions in one split, at most
 MAX_SPLIT = 16
@@ -60,12 +60,7 @@ class TrafficSplit(BaseModel):
 
 async def weights(session: AsyncSession, function_id: uuid.UUID) -> dict[uuid.UUID, int]:
     """The function's split by version (empty: none)."""
-    rows = await session.execute(
-        select(TrafficWeight.version_id, TrafficWeight.weight).where(
-            TrafficWeight.function_id == function_id
-        )
-    )
-    return {r.version_id: r.weight for r in rows}
+    return await repository.traffic_weights(session, function_id)
 
 
 async def split_of(session: AsyncSession, function_id: uuid.UUID) -> TrafficSplit:
@@ -83,20 +78,10 @@ async def violations(
     """Every reason the split cannot be the function's, each naming its entry."""
     errors: list[FieldError] = []
     ids = [w.version_id for w in split]
-    rows = await session.execute(
-        select(
-            FunctionVersion.id, FunctionVersion.function_id, FunctionVersion.status, Deployment.id
-        )
-        .outerjoin(
-            Deployment,
-            and_(
-                Deployment.version_id == FunctionVersion.id,
-                Deployment.desired == DeploymentDesired.DEPLOYED,
-            ),
-        )
-        .where(FunctionVersion.id.in_(ids))
+    rows = await repository.with_live_deployment(
+        session, functions_repository.versions_with_ids(ids)
     )
-    known = {r[0]: (r[1], r[2], r[3]) for r in rows}
+    known = {r.id: (r.function_id, r.status, r.deployment_id) for r in rows}
     seen: set[uuid.UUID] = set()
     for i, entry in enumerate(split):
         where, vid = f"traffic[{i}].versionId", entry.version_id
@@ -126,7 +111,7 @@ async def replace(
     session: AsyncSession, function_id: uuid.UUID, split: Sequence[TrafficWeightIn]
 ) -> None:
     """The function's split from now on (checked by `violations`); empty: none."""
-    await session.execute(delete(TrafficWeight).where(TrafficWeight.function_id == function_id))
+    await repository.clear_traffic(session, function_id)
     session.add_all(
         TrafficWeight(function_id=function_id, version_id=w.version_id, weight=w.weight)
         for w in split

@@ -96,6 +96,14 @@ async def versions_by_id(
     return {v.id: v for v in (await session.execute(stmt)).scalars()}
 
 
+def versions_with_ids(version_ids: Collection[uuid.UUID]) -> Select[uuid.UUID, uuid.UUID, str]:
+    """A statement (composed by the deployments with the live deployments): the `id`,
+    `function_id` and `status` of the versions of those ids that exist."""
+    return select(FunctionVersion.id, FunctionVersion.function_id, FunctionVersion.status).where(
+        FunctionVersion.id.in_(list(version_ids))
+    )
+
+
 async def lock_version(session: AsyncSession, version_id: uuid.UUID) -> FunctionVersion | None:
     """The version re-read and row-locked (`FOR UPDATE` on PostgreSQL) until the transaction
     ends, so what is decided about it (a deploy) is serialised; None if it does not exist."""

@@ -188,7 +188,8 @@ async def started_client(settings: Settings, span_exporter: Any = None) -> Async
 @pytest.fixture
 def make_settings(tmp_path: Path, database_url: str) -> SettingsFactory:
     def factory(**overrides: Any) -> Settings:
-        return app_settings(tmp_path / "data", database_url, **overrides)
+        data_dir = overrides.pop("data_dir", tmp_path / "data")
+        return app_settings(data_dir, database_url, **overrides)
 
     return factory
 

@@ -4,6 +4,8 @@ through the API server's pod proxy (backends/kubernetes/task_files.py):
 
 - `GET /nvct/progress` — 200 with the progress file (`NVCT_PROGRESS_FILE_PATH`) as the
   container wrote it, 204 while there is none, 413 past the bound;
+- `GET /nvct/results` — the names of the directories under `NVCT_RESULTS_DIR` (not through a
+  link, only names a result may have), oldest first, as a JSON list of at most `maxNames`;
 - `GET /nvct/results/<name>` — the files under `NVCT_RESULTS_DIR/<name>` as one uncompressed
   tar stream of exact `Content-Length`: 400 for a name that is not one path segment, 404 when
   there is no such directory, 413 past the bounds on bytes or files, 422 for a symbolic link
@@ -21,6 +23,7 @@ a short body). The volume is mounted read-only: the sidecar never changes the fi
 from __future__ import annotations
 
 import contextlib
+import heapq
 import json
 import logging
 import os
@@ -39,6 +42,7 @@ from service.backends.worker_utils_pod import (
     PROGRESS_PATH,
     RELEASE_PATH,
     RESULT_NAME,
+    RESULTS_PATH,
     RESULTS_PREFIX,
 )
 
@@ -61,6 +65,8 @@ class TaskLimits:
     timeout: float
     #: seconds the `preStop` hook waits for the platform's release
     linger: float = 300.0
+    #: names `GET /nvct/results` lists at most (the platform's bound on a task's results)
+    max_result_names: int = 1000
 
 
 class Refused(Exception):
@@ -130,6 +136,32 @@ def result_entries(root: Path, name: str, max_bytes: int, max_files: int) -> lis
     return entries
 
 
+def result_names(root: Path, max_names: int) -> list[str]:
+    """The result directories under `root` (never through a link), oldest first; names a
+    result may not have (e.g. one being written as `.tmp`) are left out."""
+    try:
+        entries = os.scandir(root)
+    except FileNotFoundError:
+        return []
+    except PermissionError:
+        detail = f"the results directory is not readable by the sidecar (uid {os.getuid()})"
+        raise Refused(403, detail) from None
+    with entries:
+        # only `max_names` are held, however many directories there are
+        found = heapq.nsmallest(max_names, filter(None, map(_result_dir, entries)))
+    return [name for _, name in found]
+
+
+def _result_dir(entry: os.DirEntry[str]) -> tuple[int, str] | None:
+    if not RESULT_NAME.fullmatch(entry.name):
+        return None
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except OSError:  # removed meanwhile
+        return None
+    return (st.st_mtime_ns, entry.name) if stat.S_ISDIR(st.st_mode) else None
+
+
 def read_progress(path: Path, max_bytes: int) -> bytes | None:
     """The progress file's bytes, never through a link; None when there is no regular file."""
     try:
@@ -194,6 +226,8 @@ class TaskSidecar:
                 with anyio.move_on_after(self.limits.linger):
                     await self.released.wait()
                 await _answer(send, 204, [], b"")
+            elif path == RESULTS_PATH:
+                await self._names(query, send)
             elif path.startswith(RESULTS_PREFIX):
                 await self._result(path.removeprefix(RESULTS_PREFIX), query, send)
             else:
@@ -208,6 +242,12 @@ class TaskSidecar:
             await _answer(send, 204, [], b"")
         else:
             await _answer(send, 200, [(b"content-type", b"application/json")], raw)
+
+    async def _names(self, query: dict[str, str], send: Send) -> None:
+        limit = _bound(query, "maxNames", self.limits.max_result_names)
+        names = await anyio.to_thread.run_sync(result_names, self.results_dir, limit)
+        body = json.dumps(names).encode()
+        await _answer(send, 200, [(b"content-type", b"application/json")], body)
 
     async def _result(self, name: str, query: dict[str, str], send: Send) -> None:
         max_bytes = _bound(query, "maxBytes", self.limits.max_result_bytes)
@@ -274,6 +314,7 @@ __all__ = [
     "TaskLimits",
     "TaskSidecar",
     "result_entries",
+    "result_names",
     "run",
     "tar_stream",
 ]

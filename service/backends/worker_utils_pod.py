@@ -50,7 +50,8 @@ PROGRESS_ENV = "NVCT_PROGRESS_FILE_PATH"
 RESULTS_ENV = "NVCT_RESULTS_DIR"
 #: what the sidecar of a task's pod serves (service/assets/task_files.py)
 PROGRESS_PATH = "/nvct/progress"
-RESULTS_PREFIX = "/nvct/results/"
+RESULTS_PATH = "/nvct/results"
+RESULTS_PREFIX = f"{RESULTS_PATH}/"
 LINGER_PATH = "/nvct/linger"
 RELEASE_PATH = "/nvct/release"
 #: a result's name: one path segment, as an OCI tag (the name its upload is tagged with)
@@ -324,6 +325,7 @@ __all__ = [
     "PROGRESS_PATH",
     "RELEASE_PATH",
     "RESULTS_ENV",
+    "RESULTS_PATH",
     "RESULTS_PREFIX",
     "RESULT_NAME",
     "VOLUME_NAME",

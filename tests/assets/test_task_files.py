@@ -199,9 +199,62 @@ async def test_files_the_sidecar_may_not_read_are_refused_saying_so(
     )
 
 
+def dated(path: Path, mtime: int) -> None:
+    path.mkdir()
+    os.utime(path, (mtime, mtime))
+
+
+async def test_the_result_names_are_listed_oldest_first(
+    client: httpx.AsyncClient, files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    assert (await client.get("/nvct/results")).json() == []
+    dated(files[1] / "b-first", 1_000)
+    dated(files[1] / "a-second", 2_000)
+    dated(files[1] / "c-third", 3_000)
+    # not results: a file, a link to a directory, a name no result may have
+    (files[1] / "file").write_text("a file")
+    dated(tmp_path / "elsewhere", 500)
+    (files[1] / "linked").symlink_to(tmp_path / "elsewhere")
+    dated(files[1] / ".partial", 100)
+    answer = await client.get("/nvct/results")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.json() == ["b-first", "a-second", "c-third"]
+
+
+async def test_the_result_names_are_bounded(
+    client: httpx.AsyncClient, files: tuple[Path, Path]
+) -> None:
+    for i in range(5):
+        dated(files[1] / f"r{i}", 1_000 + i)
+    answer = await client.get("/nvct/results", params={"maxNames": 2})
+    assert answer.json() == ["r0", "r1"]
+    limits = TaskLimits(1, 1, 1, timeout=1, max_result_names=3)
+    transport = httpx.ASGITransport(app=TaskSidecar(files[0], files[1], limits))
+    async with httpx.AsyncClient(transport=transport, base_url="http://sidecar") as http:
+        # the sidecar's own bound holds against a larger request
+        assert (await http.get("/nvct/results", params={"maxNames": 50})).json() == [
+            "r0",
+            "r1",
+            "r2",
+        ]
+    for bad in ("0", "-1", "many"):
+        refused = await client.get("/nvct/results", params={"maxNames": bad})
+        assert refused.status_code == 400
+        assert refused.json() == {"detail": "maxNames must be a positive integer"}
+
+
+async def test_a_missing_results_directory_has_no_names(files: tuple[Path, Path]) -> None:
+    transport = httpx.ASGITransport(app=TaskSidecar(files[0], files[1] / "none", LIMITS))
+    async with httpx.AsyncClient(transport=transport, base_url="http://sidecar") as http:
+        answer = await http.get("/nvct/results")
+        assert (answer.status_code, answer.json()) == (200, [])
+
+
 async def test_other_paths_and_methods(client: httpx.AsyncClient) -> None:
     assert (await client.get("/")).status_code == 404
     assert (await client.put("/nvct/progress")).status_code == 405
+    assert (await client.post("/nvct/results")).status_code == 405
 
 
 async def test_the_linger_ends_with_the_release(files: tuple[Path, Path]) -> None:

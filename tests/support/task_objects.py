@@ -114,6 +114,7 @@ def task_objects(
         args="python train.py --epochs 3",
         environment=[{"key": "EPOCHS", "value": "3"}],
         cluster=cluster,
+        backend="k8s-group",
         instance_type=parse_instance_type("NCP.GPU.H100_1x"),
         max_runtime_seconds=max_runtime_seconds,
         grace_seconds=600,
@@ -184,4 +185,5 @@ def helm_task_objects() -> list[dict[str, Any]]:
         backend="k8s-group",
         region="us-west-2",
         secrets={"HF_TOKEN": "hf-secret"},
+        grace_seconds=600,
     )

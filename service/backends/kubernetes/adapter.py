@@ -345,6 +345,10 @@ class KubernetesAdapter:
         """A result's files, from the sidecar of the task's pod (task_files.py)."""
         await self._task_files.fetch(instance, name, Path(into), max_bytes, max_files)
 
+    async def task_result_names(self, instance: InstanceSpec, *, max_names: int) -> list[str]:
+        """The task's result directories, from the sidecar of its pod (task_files.py)."""
+        return await self._task_files.result_names(instance, max_names)
+
     def logs(self, instance: InstanceSpec, request: LogRequest) -> AsyncIterator[LogLine]:
         """The pods' log subresource, container by container (backends/kubernetes/logs.py)."""
         proxy = self._proxy()

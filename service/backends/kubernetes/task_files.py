@@ -31,6 +31,7 @@ from service.backends.worker_utils_pod import (
     PROGRESS_PATH,
     RELEASE_PATH,
     RESULT_NAME,
+    RESULTS_PATH,
     RESULTS_PREFIX,
 )
 
@@ -40,6 +41,8 @@ _TAR_OVERHEAD = 4 * tarfile.BLOCKSIZE
 #: what is read of an answer that is not the file asked for (a refusal's JSON)
 _ANSWER_BYTES = 16 * 1024
 _CHUNK = 1024 * 1024
+#: the longest name `RESULT_NAME` allows
+RESULT_NAME_MAX = 128
 
 
 def _refused(message: str) -> AdapterError:
@@ -133,6 +136,40 @@ class TaskFilesReader:
         if response.status_code == 200 and len(body) <= max_bytes:
             return body
         raise _answer(response.status_code, body, what)
+
+    async def result_names(self, instance: InstanceSpec, max_names: int) -> list[str]:
+        """The result directories the sidecar lists, oldest first; none while no pod runs."""
+        base = await self.sidecar(instance)
+        if base is None:
+            return []
+        what = f"listing the results of task {instance.instance_id}"
+        # a JSON list of names of at most 128 characters each
+        limit = max_names * (RESULT_NAME_MAX + 4) + 2
+        try:
+            async with asyncio.timeout(self.timeout):
+                async with self.client().stream(
+                    "GET", f"{base}{RESULTS_PATH}", params={"maxNames": max_names}
+                ) as response:
+                    body = await _bounded(response, max(limit, _ANSWER_BYTES) + 1)
+        except TimeoutError:
+            raise AdapterError(f"{what}: no answer within {self.timeout:g} s") from None
+        except httpx2.HTTPError as exc:
+            raise self.api.failure(exc, what) from exc
+        if response.status_code != 200:
+            raise _answer(response.status_code, body, what)
+        try:
+            names = json.loads(body) if len(body) <= limit else None
+        except ValueError:
+            names = None
+        if (
+            not isinstance(names, list)
+            or len(names) > max_names
+            or not all(isinstance(n, str) and RESULT_NAME.fullmatch(n) for n in names)
+        ):
+            raise _refused(
+                f"{what}: the sidecar's answer is not a list of at most {max_names} result names"
+            )
+        return names
 
     async def fetch(
         self, instance: InstanceSpec, name: str, into: Path, max_bytes: int, max_files: int

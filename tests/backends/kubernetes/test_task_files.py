@@ -279,6 +279,65 @@ async def test_a_result_past_a_bound_or_missing_is_refused(
     assert not refused.value.retryable
 
 
+async def test_the_adapter_reads_task_files(adapter: KubernetesAdapter) -> None:
+    # the task loop reads a task's progress and results only from a `TaskFiles` adapter
+    assert isinstance(adapter, TaskFiles)
+
+
+async def test_the_result_names_are_listed_through_the_sidecar(
+    server: FakeKubernetes, adapter: KubernetesAdapter, tmp_path: Path
+) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    own = Sidecar.for_task(tmp_path / "progress.json", results)
+    try:
+        await adapter.apply(TASK, task_objects())
+        assert await adapter.task_result_names(TASK, max_names=10) == []  # no pod yet
+        server.start_job(NS, JOB)
+        pod = server.run_job_pod(NS, JOB)
+        server.serve_pod(NS, pod, 8479, f"127.0.0.1:{own.port}")
+        assert await adapter.task_result_names(TASK, max_names=10) == []
+        for mtime, name in [(1_000, "b-first"), (2_000, "a-second"), (3_000, "c-third")]:
+            (results / name).mkdir()
+            os.utime(results / name, (mtime, mtime))
+        (results / "not-a-directory").write_text("x")
+        names = await adapter.task_result_names(TASK, max_names=10)
+        assert names == ["b-first", "a-second", "c-third"]
+        assert await adapter.task_result_names(TASK, max_names=2) == ["b-first", "a-second"]
+    finally:
+        own.stop()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'["a", "b", "c"]',  # more than asked for
+        b'["../etc"]',
+        b'{"names": []}',
+        b"not json",
+        b'["' + b"x" * 5000 + b'"]',
+    ],
+)
+async def test_a_listing_that_is_not_result_names_is_refused(
+    server: FakeKubernetes, adapter: KubernetesAdapter, body: bytes
+) -> None:
+    canned = CannedSidecar(body)
+    try:
+        await adapter.apply(TASK, task_objects())
+        server.start_job(NS, JOB)
+        pod = server.run_job_pod(NS, JOB)
+        server.serve_pod(NS, pod, 8479, canned.address)
+        with pytest.raises(AdapterError) as refused:
+            await adapter.task_result_names(TASK, max_names=2)
+        assert refused.value.message == (
+            f"listing the results of task {TASK.instance_id}: the sidecar's answer is not a "
+            "list of at most 2 result names"
+        )
+        assert not refused.value.retryable
+    finally:
+        canned.stop()
+
+
 class CannedSidecar:
     """A sidecar that answers every request with the same 200 body (one that lies)."""
 

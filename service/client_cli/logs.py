@@ -17,6 +17,21 @@ _SINCE = re.compile(r"^\s*(\d+)\s*(s|m|h|d)?\s*$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+ContainerOpt = Annotated[str | None, typer.Option("--container", "-c", help="Only this container.")]
+FollowOpt = Annotated[
+    bool, typer.Option("--follow", "-f", help="Keep printing new lines until the end.")
+]
+TailOpt = Annotated[
+    int | None, typer.Option("--tail", min=0, help="The last N lines of each container.")
+]
+SinceOpt = Annotated[
+    str | None, typer.Option("--since", help="Lines of the last 30s, 10m, 2h, 1d.")
+]
+TimestampsOpt = Annotated[
+    bool, typer.Option("--timestamps", help="Prefix each line with its time.")
+]
+
+
 def since_seconds(text: str) -> int:
     """`30s`, `10m`, `2h`, `1d` or bare seconds."""
     match = _SINCE.match(text)
@@ -33,25 +48,30 @@ def logs(
             help="One instance (default: every Running instance, each line prefixed with its id)."
         ),
     ] = None,
-    container: Annotated[
-        str | None, typer.Option("--container", "-c", help="Only this container.")
-    ] = None,
-    follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep printing new lines until the end.")
-    ] = False,
-    tail: Annotated[
-        int | None, typer.Option("--tail", min=0, help="The last N lines of each container.")
-    ] = None,
-    since: Annotated[
-        str | None, typer.Option("--since", help="Lines of the last 30s, 10m, 2h, 1d.")
-    ] = None,
-    timestamps: Annotated[
-        bool, typer.Option("--timestamps", help="Prefix each line with its time.")
-    ] = False,
+    container: ContainerOpt = None,
+    follow: FollowOpt = False,
+    tail: TailOpt = None,
+    since: SinceOpt = None,
+    timestamps: TimestampsOpt = False,
     output: OutputOpt = Output.table,
 ) -> None:
     """Print what a deployment's instances print; a failed instance prints the last lines
     kept when it failed, even after it was torn down."""
+    path = f"{V}/deployments/{deployment_id}"
+    path += f"/instances/{instance_id}/logs" if instance_id else "/logs"
+    print_log(path, output, container, follow, tail, since, timestamps)
+
+
+def print_log(
+    path: str,
+    output: Output,
+    container: str | None,
+    follow: bool,
+    tail: int | None,
+    since: str | None,
+    timestamps: bool,
+) -> None:
+    """Print a log route's lines as they arrive (an instance's, a deployment's, a task's)."""
     with connect(output) as run:
         params: dict[str, str] = {}
         if since is not None:
@@ -67,8 +87,6 @@ def logs(
             params["follow"] = "true"
         if timestamps:
             params["timestamps"] = "true"
-        path = f"{V}/deployments/{deployment_id}"
-        path += f"/instances/{instance_id}/logs" if instance_id else "/logs"
         try:
             for line in stream_lines(run.api, path, params):
                 if run.ui.json:

@@ -1,4 +1,4 @@
-"""`nvcf task create|list|get|cancel|delete|events|results`: cloud tasks at NVCT's routes
+"""`nvcf task create|list|get|cancel|delete|events|results|logs`: cloud tasks at NVCT's routes
 (`/v1/nvct/...`, docs/tasks.md); `--wait` follows a task to its end as `deploy --wait` follows
 a deployment: its status, percent and checkpoints as they change, exit 3 when it ends other
 than COMPLETED, 4 past `--timeout`."""
@@ -15,6 +15,14 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 
 from service.client_cli.common import OutputOpt, Run, TimeoutOpt, connect, poll_interval
+from service.client_cli.logs import (
+    ContainerOpt,
+    FollowOpt,
+    SinceOpt,
+    TailOpt,
+    TimestampsOpt,
+    print_log,
+)
 from service.client_cli.output import EXIT_CODES, Code, Output, cell, status_text, table
 from service.client_cli.watch import INTERRUPTED
 
@@ -34,7 +42,7 @@ MAX_PAGES = 100
 
 app = typer.Typer(
     help="Cloud tasks (NVCT): GPU jobs that run to completion: create, list, get, cancel, "
-    "delete, events, results.",
+    "delete, events, results, logs.",
     epilog=EXIT_CODES,
     no_args_is_help=True,
 )
@@ -445,6 +453,21 @@ def results(task_id: TaskId, output: OutputOpt = Output.table) -> None:
             run.ui.emit(body)
             return
         run.ui.show(results_table(body["results"]))
+
+
+@app.command(epilog=EXIT_CODES)
+def logs(
+    task_id: TaskId,
+    container: ContainerOpt = None,
+    follow: FollowOpt = False,
+    tail: TailOpt = None,
+    since: SinceOpt = None,
+    timestamps: TimestampsOpt = False,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Print what the task's containers print while its objects are there (each line prefixed
+    with its container unless one is named); an ended task that left prints nothing."""
+    print_log(f"{T}/tasks/{task_id}/logs", output, container, follow, tail, since, timestamps)
 
 
 def register(root: typer.Typer) -> None:

@@ -2,12 +2,13 @@
 task followed with `--wait` to COMPLETED, its percent and checkpoints shown as they come; one
 that errs (exit 3 with its reason); a wait that times out (exit 4); a canceled task (exit 3
 with its timeline); list, get, events, results, cancel, delete; a body file under options;
-`-o json`; usage errors."""
+`-o json`; usage errors; a running task's logs, followed to its end."""
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ CHECKPOINTS = {
 }
 #: 20, then an exit with code 1 without completing
 FAILS = {"steps": [{"after": 0.1, "percent": 20}], "exitAfter": 0.1, "exitCode": 1}
+#: 10, then three seconds more before its exit: its log is read, then followed to the end
+LOGGED = {"steps": [{"after": 0.2, "percent": 10}], "exitAfter": 3}
 #: on sim-fast a task without a script completes after half a second; on sim-slow it runs
 #: for an hour
 CATALOG = {
@@ -187,3 +190,31 @@ def test_bad_input_is_a_usage_error_or_every_violation(nvcf: Nvcf) -> None:
     refused = nvcf("task", "create", "--name", "bad name!", "--gpu", "H100")
     assert refused.exit_code == 1
     assert "name" in refused.stderr and "instanceType" in refused.stderr
+
+
+def test_logs_of_a_running_task_then_followed_to_its_end(nvcf: Nvcf) -> None:
+    task_id = nvcf.json(*task_args("logged", script=LOGGED))["task"]["id"]
+    deadline = time.monotonic() + 30
+    while nvcf.json("task", "get", task_id)["task"].get("percentComplete") != 10:
+        assert time.monotonic() < deadline, "the task never reached 10%"
+        time.sleep(0.05)
+
+    shown = nvcf("task", "logs", task_id, "--tail", "50", "--since", "10m", "--timestamps")
+    assert shown.exit_code == 0, shown.stderr
+    # as printed, each line labelled with its container, then its time
+    started = r"\[task-\w+/task\] \d{4}-\d\d-\d\dT\S+ INFO     Starting task container task "
+    assert re.match(started, shown.stdout), shown.stdout
+    one = nvcf("task", "logs", task_id, "-c", "task")
+    assert "INFO     progress 10%" in one.stdout.splitlines()
+    assert nvcf.json("task", "logs", task_id, "-c", "task", "--tail", "1") == {
+        "line": one.stdout.splitlines()[-1]
+    }
+
+    followed = nvcf("task", "logs", task_id, "-f", "-c", "task")  # returns when the task ends
+    assert followed.exit_code == 0, followed.stderr
+    assert "INFO     progress 10%" in followed.stdout.splitlines()
+
+    bad = nvcf("task", "logs", task_id, "--since", "soon")
+    assert bad.exit_code == 2 and "--since 'soon'" in bad.stderr
+    missing = nvcf("task", "logs", "00000000-0000-0000-0000-000000000000")
+    assert missing.exit_code == 1 and "404" in missing.stderr

@@ -933,9 +933,17 @@ async function logsView(did) {
     can.deploy ? null : h("p", { class: "muted" }, NO_DEPLOY),
     state, out);
   if (!can.deploy) return view;
+  followLog(`${API}/deployments/${enc(did)}/logs`, state, out,
+    "the log ended (no Running instance, or it ended).");
+  return view;
+}
+
+// A log route's last 200 lines, then its new ones as they come, into `out` (a deployment's
+// instances, a task's containers); leaving the view aborts it.
+function followLog(url, state, out, ended) {
   streaming = new AbortController();
   const signal = streaming.signal;
-  fetch(`${API}/deployments/${enc(did)}/logs?follow=true&tailLines=200`, {
+  fetch(`${url}?follow=true&tailLines=200`, {
     headers: { Authorization: `Bearer ${keyStore.get()}` }, credentials: "omit",
     cache: "no-store", referrerPolicy: "no-referrer", redirect: "error", signal,
   }).then(async (resp) => {
@@ -945,11 +953,10 @@ async function logsView(did) {
     }
     state.textContent = "following…";
     await streamInto(resp, out);
-    state.textContent = "the log ended (no Running instance, or it ended).";
+    state.textContent = ended;
   }).catch((err) => {
     if (!signal.aborted) state.textContent = String(err.message || err);
   });
-  return view;
 }
 
 async function configureView(did) {
@@ -1090,7 +1097,8 @@ async function taskView(tid) {
       " ", dangerButton("delete-task", "Delete", `Delete task ${t.name}?`, async () => {
         await send("DELETE", base, undefined, NVCT);
         location.hash = "#/tasks";
-      })),
+      }),
+      " ", link(`${taskHref(tid)}/logs`, "Logs", { id: "task-logs-link", class: "button" })),
     error ? h("div", { id: "task-health", class: "problems", role: "alert" },
       h("h2", null, "Health"), h("p", null, error)) : null,
     h("h2", null, "Results"),
@@ -1112,6 +1120,19 @@ async function taskView(tid) {
         h("td", null, e.message)))));
 }
 
+async function taskLogsView(tid) {
+  const { task: t } = await api(`/tasks/${enc(tid)}`, NVCT);
+  const out = h("pre", { id: "log", class: "log", "aria-live": "off", tabindex: 0 });
+  const state = h("p", { id: "log-state", class: "muted" });
+  followLog(`${NVCT}/tasks/${enc(tid)}/logs`, state, out,
+    "the log ended (the task's container ended, or it has not started).");
+  return h("div", null,
+    h("p", { class: "crumbs" }, link("#/tasks", "Tasks"), " / ", link(taskHref(tid), t.name),
+      " / logs"),
+    h("h1", null, `Logs of ${t.name}`),
+    state, out);
+}
+
 const ROUTES = [
   [/^#\/functions\/([^/]+)\/versions\/([^/]+)$/, versionView, true],
   [/^#\/functions\/([^/]+)\/versions\/([^/]+)\/deploy$/, deployView, false],
@@ -1122,6 +1143,7 @@ const ROUTES = [
   [/^#\/deployments\/([^/]+)$/, deploymentView, true],
   [/^#\/deployments$/, deploymentsView, true],
   [/^#\/functions$/, functionsView, true],
+  [/^#\/tasks\/([^/]+)\/logs$/, taskLogsView, false],
   [/^#\/tasks\/([^/]+)$/, taskView, true],
   [/^#\/tasks$/, tasksView, true],
   [/^#\/new(\?.*)?$/, newFunctionView, false],

@@ -35,7 +35,7 @@ CHECKPOINTS = {
 #: 20, then an exit with code 1 without completing
 FAILS = {"steps": [{"after": 0.1, "percent": 20}], "exitAfter": 0.1, "exitCode": 1}
 #: 10, then three seconds more before its exit: its log is read, then followed to the end
-LOGGED = {"steps": [{"after": 0.2, "percent": 10}], "exitAfter": 3}
+LOGGED = {"steps": [{"after": 0.2, "percent": 10}], "exitAfter": 8}
 #: on sim-fast a task without a script completes after half a second; on sim-slow it runs
 #: for an hour
 CATALOG = {

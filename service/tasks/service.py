@@ -78,8 +78,8 @@ from service.tasks.schemas import (
     java_duration,
 )
 
-#: NVCT's pagination default
-DEFAULT_LIMIT = 100
+#: NVCT's DEFAULT_PAGINATION_LIMIT (NvctConstants)
+DEFAULT_LIMIT = 10
 
 
 class Tasks:
@@ -133,6 +133,9 @@ class Tasks:
             clusters=spec.clusters,
             candidate_clusters=[c.name for c in clusters],
             configuration=spec.configuration,
+            helm_validation_policy=spec.helm_validation_policy.stored()
+            if spec.helm_validation_policy is not None
+            else None,
             container_image=model.container_image,
             container_args=model.container_args,
             container_environment=_dump(model.container_environment),
@@ -140,7 +143,9 @@ class Tasks:
             resources=_dump(model.resources),
             helm_chart=model.helm_chart,
             objects=objects,
-            result_handling=model.result_handling_strategy,
+            result_handling=model.result_handling_strategy
+            if body.get("resultHandlingStrategy") is not None
+            else self._strategy(body),
             results_location=model.results_location,
             max_runtime_seconds=_seconds(model.max_runtime_duration),
             max_queued_seconds=_seconds(model.max_queued_duration)
@@ -264,7 +269,7 @@ class Tasks:
             out.append(
                 FieldError("secrets", f"names must be unique; {', '.join(repeated)} repeated")
             )
-        strategy = str(body.get("resultHandlingStrategy") or "UPLOAD").upper()
+        strategy = self._strategy(body)
         if strategy == "UPLOAD" and "resultHandlingStrategy" not in failed(errors):
             target, problems = parse_results_location(body.get("resultsLocation"), self.settings)
             if "resultsLocation" in failed(errors):  # its shape is already told: not twice
@@ -284,6 +289,16 @@ class Tasks:
                 FieldError("resultsLocation", "is only allowed with resultHandlingStrategy UPLOAD")
             )
         return out
+
+    def _strategy(self, body: dict[str, Any]) -> str:
+        """The strategy as sent; unnamed, NVCT's UPLOAD, except NONE on a server without a
+        results registry when no resultsLocation is given (UPLOAD could only be refused)."""
+        named = body.get("resultHandlingStrategy")
+        if named is not None:
+            return str(named).upper()
+        if results_registry(self.settings) is None and body.get("resultsLocation") is None:
+            return "NONE"
+        return "UPLOAD"
 
     async def _can_push(
         self, session: AsyncSession, account_id: str, target: ResultsTarget, names: list[Any]
@@ -339,7 +354,13 @@ class Tasks:
         model, errors = parse(BulkTasksIn, require_json_object(raw))
         if errors or model is None:
             raise ValidationFailed.of(errors)
-        return list(await repository.of_account(session, account_id, set(model.task_ids)))
+        wanted = list(dict.fromkeys(model.task_ids))
+        found = {t.id: t for t in await repository.of_account(session, account_id, wanted)}
+        missing = [str(i) for i in wanted if i not in found]
+        if missing:  # NVCT validates each id: one unknown (or another account's) is a 404
+            noun = "task" if len(missing) == 1 else "tasks"
+            raise NotFound(detail=f"{noun} {', '.join(missing)} not found")
+        return [found[i] for i in wanted]
 
     async def events(
         self,
@@ -526,6 +547,7 @@ class Tasks:
                 clusters=task.clusters,
                 instance_type=task.instance_type,
                 configuration=task.configuration,
+                helm_validation_policy=task.helm_validation_policy,
             ),
             container_image=task.container_image,
             container_args=task.container_args,

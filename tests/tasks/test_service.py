@@ -80,6 +80,8 @@ async def test_a_helm_task_runs_its_charts_job_to_completed(
     assert resp.status_code == 200, resp.text
     task = resp.json()["task"]
     assert task["helmChart"] == chart.file_url and "containerImage" not in task
+    policy = {"name": "Default", "extraKubernetesTypes": []}
+    assert task["gpuSpecification"]["helmValidationPolicy"] == policy
 
     async def completed() -> dict[str, Any] | None:
         got = (await client.get(f"{T}/{task['id']}")).json()["task"]

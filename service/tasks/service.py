@@ -28,6 +28,7 @@ from service.auth.limits import account_quota
 from service.auth.repository import lock_account
 from service.charts.pipeline import ChartFieldError, ChartPipeline
 from service.charts.policy import ValidationPolicy
+from service.charts.schemas import HelmValidationPolicyIn
 from service.charts.target import not_permitted_message, permitted_clusters
 from service.clusters.catalog import Catalog, Cluster
 from service.clusters.catalog.resolution import ResolvedTarget, TargetRequest, resolve
@@ -133,9 +134,7 @@ class Tasks:
             clusters=spec.clusters,
             candidate_clusters=[c.name for c in clusters],
             configuration=spec.configuration,
-            helm_validation_policy=spec.helm_validation_policy.stored()
-            if spec.helm_validation_policy is not None
-            else None,
+            helm_validation_policy=_policy_shown(spec.helm_validation_policy),
             container_image=model.container_image,
             container_args=model.container_args,
             container_environment=_dump(model.container_environment),
@@ -615,6 +614,13 @@ def result_out(result: TaskResult) -> TaskResultOut:
         reference=result.reference,
         digest=result.digest,
     )
+
+
+def _policy_shown(policy: HelmValidationPolicyIn | None) -> dict[str, Any] | None:
+    """The policy as NVCT echoes it: extraKubernetesTypes only when some were given."""
+    if policy is None:
+        return None
+    return {k: v for k, v in policy.stored().items() if v}
 
 
 def _seconds(value: str | None) -> float | None:

@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 from service.auth.scopes import TASK_SCOPES
 from tests.support.api import bearer, new_key
 from tests.support.app import AppClient
+from tests.support.charts import PushCorpus
 from tests.support.e2e import eventually
 from tests.support.go_decode import (
     LIST_BASIC_TASK_DETAILS_RESPONSE,
@@ -25,6 +27,7 @@ from tests.support.go_decode import (
     TASK_RESPONSE,
     assert_go_decodes,
 )
+from tests.support.helm_e2e import TASK_CHART, start
 from tests.support.nvct_cli import (
     ACCEPT,
     JSON_BODY,
@@ -35,6 +38,7 @@ from tests.support.nvct_cli import (
     secrets_body,
     task_path,
 )
+from tests.support.registry import RegistryServer
 from tests.support.telemetries import create_telemetry
 
 ACCOUNT = "nvcf-default"
@@ -70,6 +74,27 @@ CREATE_TASK_WITH_RESULTS = {
     "resultHandlingStrategy": "UPLOAD",
     "resultsLocation": "my-org/my-team/my-finetuned-model",
     "secrets": [{"name": "NGC_API_KEY", "value": "nvapi-replace-with-real-key"}],
+}
+#: examples/create-task-helm.json (its chart is replaced by `--helm-chart`)
+CREATE_TASK_HELM = {
+    "name": "example-helm-task",
+    "description": "Task launched via a Helm chart with a custom validation policy.",
+    "gpuSpecification": {
+        **SPEC,
+        "configuration": {
+            "image": {
+                "repository": "nvcr.io/0651155215864979/ncp-dev/example-helm-trainer",
+                "tag": "0.1.0",
+            },
+            "replicaCount": 1,
+        },
+        "helmValidationPolicy": {"name": "Default"},
+    },
+    "helmChart": "https://helm.ngc.nvidia.com/0651155215864979/example-charts/charts/"
+    "example-trainer-0.1.0.tgz",
+    "tags": ["example", "helm"],
+    "maxRuntimeDuration": "PT2H",
+    "resultHandlingStrategy": "NONE",
 }
 #: examples/bulk-tasks.json
 BULK_TASKS = {
@@ -358,3 +383,24 @@ async def test_nvcf_cli_errors_are_problems_the_cli_prints(client: AppClient) ->
         ("DELETE", task_path(task_id), None),
     ):
         assert (await other.send(method, path, payload)).status_code == 404, (method, path)
+
+
+@pytest.mark.registry
+async def test_nvcf_cli_creates_a_helm_task_from_its_example_and_helm_chart_flag(
+    client_factory: Any,
+    tmp_path: Path,
+    anon_registry: RegistryServer,
+    push_corpus: PushCorpus,
+) -> None:
+    client = await start(client_factory, tmp_path, anon_registry, reconciler_enabled=False)
+    cli = await cli_of(client)
+    chart = push_corpus(anon_registry, "sim-workload", "tasks/cli-helm", files=TASK_CHART)
+    # task create --input-file examples/create-task-helm.json --helm-chart URL
+    body = create_body(CREATE_TASK_HELM, helm_chart=chart.file_url)
+    assert body["helmChart"] == chart.file_url
+    created = await cli.decoded("POST", "/v1/nvct/tasks", TASK_RESPONSE, body)
+    task = created["task"]
+    assert task["helmChart"] == chart.file_url and "containerImage" not in task
+    spec = task["gpuSpecification"]
+    assert spec["helmValidationPolicy"] == {"name": "Default"}
+    assert spec["configuration"] == CREATE_TASK_HELM["gpuSpecification"]["configuration"]

@@ -57,6 +57,7 @@ class Task(Base):
     #: the catalog clusters placement may use, resolved at creation
     candidate_clusters: Mapped[list[Any]] = mapped_column(JSON, default=list)
     configuration: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    helm_validation_policy: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     container_image: Mapped[str | None] = mapped_column(Text)
     container_args: Mapped[str | None] = mapped_column(Text)
     container_environment: Mapped[list[Any] | None] = mapped_column(JSON)

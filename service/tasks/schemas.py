@@ -221,6 +221,7 @@ class TaskGpuSpecificationOut(CamelModel):
     clusters: list[str] | None = None
     instance_type: str
     configuration: dict[str, Any] | None = None
+    helm_validation_policy: dict[str, Any] | None = None
 
 
 class TaskKeyValueOut(CamelModel):
@@ -250,6 +251,8 @@ class TaskInstanceOut(CamelModel):
     gpu: str
     backend: str
     location: str
+    #: NVCT's id of the ICMS request behind the instance: none for a self-hosted instance
+    icms_request_id: str | None = None
     instance_created_at: Timestamp
     instance_updated_at: Timestamp
 

@@ -28,6 +28,7 @@ from service.auth.limits import account_quota
 from service.auth.repository import lock_account
 from service.charts.pipeline import ChartFieldError, ChartPipeline
 from service.charts.policy import ValidationPolicy
+from service.charts.schemas import HelmValidationPolicyIn
 from service.charts.target import not_permitted_message, permitted_clusters
 from service.clusters.catalog import Catalog, Cluster
 from service.clusters.catalog.resolution import ResolvedTarget, TargetRequest, resolve
@@ -78,8 +79,8 @@ from service.tasks.schemas import (
     java_duration,
 )
 
-#: NVCT's pagination default
-DEFAULT_LIMIT = 100
+#: NVCT's DEFAULT_PAGINATION_LIMIT (NvctConstants)
+DEFAULT_LIMIT = 10
 
 
 class Tasks:
@@ -133,6 +134,7 @@ class Tasks:
             clusters=spec.clusters,
             candidate_clusters=[c.name for c in clusters],
             configuration=spec.configuration,
+            helm_validation_policy=_policy_shown(spec.helm_validation_policy),
             container_image=model.container_image,
             container_args=model.container_args,
             container_environment=_dump(model.container_environment),
@@ -140,7 +142,9 @@ class Tasks:
             resources=_dump(model.resources),
             helm_chart=model.helm_chart,
             objects=objects,
-            result_handling=model.result_handling_strategy,
+            result_handling=model.result_handling_strategy
+            if body.get("resultHandlingStrategy") is not None
+            else self._strategy(body),
             results_location=model.results_location,
             max_runtime_seconds=_seconds(model.max_runtime_duration),
             max_queued_seconds=_seconds(model.max_queued_duration)
@@ -264,7 +268,7 @@ class Tasks:
             out.append(
                 FieldError("secrets", f"names must be unique; {', '.join(repeated)} repeated")
             )
-        strategy = str(body.get("resultHandlingStrategy") or "UPLOAD").upper()
+        strategy = self._strategy(body)
         if strategy == "UPLOAD" and "resultHandlingStrategy" not in failed(errors):
             target, problems = parse_results_location(body.get("resultsLocation"), self.settings)
             if "resultsLocation" in failed(errors):  # its shape is already told: not twice
@@ -284,6 +288,16 @@ class Tasks:
                 FieldError("resultsLocation", "is only allowed with resultHandlingStrategy UPLOAD")
             )
         return out
+
+    def _strategy(self, body: dict[str, Any]) -> str:
+        """The strategy as sent; unnamed, NVCT's UPLOAD, except NONE on a server without a
+        results registry when no resultsLocation is given (UPLOAD could only be refused)."""
+        named = body.get("resultHandlingStrategy")
+        if named is not None:
+            return str(named).upper()
+        if results_registry(self.settings) is None and body.get("resultsLocation") is None:
+            return "NONE"
+        return "UPLOAD"
 
     async def _can_push(
         self, session: AsyncSession, account_id: str, target: ResultsTarget, names: list[Any]
@@ -339,7 +353,13 @@ class Tasks:
         model, errors = parse(BulkTasksIn, require_json_object(raw))
         if errors or model is None:
             raise ValidationFailed.of(errors)
-        return list(await repository.of_account(session, account_id, set(model.task_ids)))
+        wanted = list(dict.fromkeys(model.task_ids))
+        found = {t.id: t for t in await repository.of_account(session, account_id, wanted)}
+        missing = [str(i) for i in wanted if i not in found]
+        if missing:  # NVCT validates each id: one unknown (or another account's) is a 404
+            noun = "task" if len(missing) == 1 else "tasks"
+            raise NotFound(detail=f"{noun} {', '.join(missing)} not found")
+        return [found[i] for i in wanted]
 
     async def events(
         self,
@@ -526,6 +546,7 @@ class Tasks:
                 clusters=task.clusters,
                 instance_type=task.instance_type,
                 configuration=task.configuration,
+                helm_validation_policy=task.helm_validation_policy,
             ),
             container_image=task.container_image,
             container_args=task.container_args,
@@ -593,6 +614,13 @@ def result_out(result: TaskResult) -> TaskResultOut:
         reference=result.reference,
         digest=result.digest,
     )
+
+
+def _policy_shown(policy: HelmValidationPolicyIn | None) -> dict[str, Any] | None:
+    """The policy as NVCT echoes it: extraKubernetesTypes only when some were given."""
+    if policy is None:
+        return None
+    return {k: v for k, v in policy.stored().items() if v}
 
 
 def _seconds(value: str | None) -> float | None:

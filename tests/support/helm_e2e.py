@@ -117,3 +117,32 @@ async def events(client: AppClient, dep: dict[str, Any]) -> list[dict[str, Any]]
     resp = await client.get(f"{V}/deployments/{dep['deploymentId']}/events")
     assert resp.status_code == 200, resp.text
     return list(resp.json()["events"])
+
+
+#: a task's chart Job: its container plays SIM_TASK_SCRIPT (`configuration.script`)
+JOB = """apiVersion: batch/v1
+kind: Job
+metadata:
+  name: trainer
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: trainer
+          image: nvcr.io/acme/trainer:1.0
+          env:
+            - name: SIM_TASK_SCRIPT
+              value: {{ .Values.script | quote }}
+          resources:
+            limits:
+              nvidia.com/gpu: 1
+"""
+#: sim-workload with its worker, Service and side Job replaced by one task Job
+TASK_CHART = {
+    "templates/deployment.yaml": "",
+    "templates/service.yaml": "",
+    "templates/side-job.yaml": "",
+    "templates/job.yaml": JOB,
+}

@@ -186,6 +186,11 @@ def create_body(file: dict[str, Any] | None = None, **flags: Any) -> dict[str, A
     return body
 
 
+def bulk_body(file: dict[str, Any] | None = None, task_ids: list[str] | None = None) -> Any:
+    """`task bulk [--task-ids a,b] [--input-file F]`'s body: the flag's ids, then the file's."""
+    return {"taskIds": [*(task_ids or []), *((file or {}).get("taskIds") or [])]}
+
+
 def secrets_body(file: dict[str, Any] | None = None, pairs: list[str] | None = None) -> Any:
     """`task update-secrets [--input-file F] [--secrets name=value]…`'s body."""
     return {"secrets": _secrets((file or {}).get("secrets"), pairs or [])}

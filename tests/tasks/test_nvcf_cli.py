@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 from service.auth.scopes import TASK_SCOPES
 from tests.support.api import bearer, new_key
 from tests.support.app import AppClient
+from tests.support.charts import PushCorpus
 from tests.support.e2e import eventually
 from tests.support.go_decode import (
     LIST_BASIC_TASK_DETAILS_RESPONSE,
@@ -25,15 +27,19 @@ from tests.support.go_decode import (
     TASK_RESPONSE,
     assert_go_decodes,
 )
+from tests.support.helm_e2e import TASK_CHART, start
 from tests.support.nvct_cli import (
     ACCEPT,
     JSON_BODY,
+    bulk_body,
     create_body,
     marshal,
     query,
     secrets_body,
     task_path,
 )
+from tests.support.registry import RegistryServer
+from tests.support.telemetries import create_telemetry
 
 ACCOUNT = "nvcf-default"
 SPEC = {"gpu": "H100", "instanceType": "NCP.GPU.H100_1x", "backend": "nvcf-default"}
@@ -68,6 +74,35 @@ CREATE_TASK_WITH_RESULTS = {
     "resultHandlingStrategy": "UPLOAD",
     "resultsLocation": "my-org/my-team/my-finetuned-model",
     "secrets": [{"name": "NGC_API_KEY", "value": "nvapi-replace-with-real-key"}],
+}
+#: examples/create-task-helm.json (its chart is replaced by `--helm-chart`)
+CREATE_TASK_HELM = {
+    "name": "example-helm-task",
+    "description": "Task launched via a Helm chart with a custom validation policy.",
+    "gpuSpecification": {
+        **SPEC,
+        "configuration": {
+            "image": {
+                "repository": "nvcr.io/0651155215864979/ncp-dev/example-helm-trainer",
+                "tag": "0.1.0",
+            },
+            "replicaCount": 1,
+        },
+        "helmValidationPolicy": {"name": "Default"},
+    },
+    "helmChart": "https://helm.ngc.nvidia.com/0651155215864979/example-charts/charts/"
+    "example-trainer-0.1.0.tgz",
+    "tags": ["example", "helm"],
+    "maxRuntimeDuration": "PT2H",
+    "resultHandlingStrategy": "NONE",
+}
+#: examples/bulk-tasks.json
+BULK_TASKS = {
+    "taskIds": [
+        "00000000-0000-0000-0000-000000000001",
+        "00000000-0000-0000-0000-000000000002",
+        "00000000-0000-0000-0000-000000000003",
+    ]
 }
 #: examples/update-task-secrets.json
 UPDATE_TASK_SECRETS = {
@@ -176,6 +211,21 @@ async def test_every_task_command_as_nvcf_cli_sends_it(client_factory: Any, tmp_
     assert task["containerEnvironment"] == CREATE_TASK["containerEnvironment"]
     assert task["terminationGracePeriodDuration"] == "PT15M"
     # task create with every other flag (over no file)
+    logs, metrics = (
+        await create_telemetry(client),
+        await create_telemetry(
+            client,
+            provider="PROMETHEUS",
+            types=["METRICS"],
+            endpoint="https://8.8.8.8/api/v1/write",
+            secret={"name": "prom", "value": "k"},
+        ),
+    )
+    telemetries = {
+        "logsTelemetryId": logs["telemetryId"],
+        "metricsTelemetryId": metrics["telemetryId"],
+        "tracesTelemetryId": logs["telemetryId"],
+    }
     flagged = create_body(
         name="flagged-task",
         gpu="L40S",
@@ -189,18 +239,33 @@ async def test_every_task_command_as_nvcf_cli_sends_it(client_factory: Any, tmp_
         max_runtime="PT1H",
         max_queued="PT2H",
         termination_grace="PT5M",
-        result_strategy="NONE",
+        result_strategy="UPLOAD",
+        results_location="acme/team/flagged-model",
         models=["llama:1.0:ngc://acme/llama:1.0"],
         resources=["data:2:ngc://acme/data:2"],
-        secrets=["HF_TOKEN=hf_x"],
+        secrets=["HF_TOKEN=hf_x", "NGC_API_KEY=nvapi-x"],
+        logs_telemetry_id=telemetries["logsTelemetryId"],
+        metrics_telemetry_id=telemetries["metricsTelemetryId"],
+        traces_telemetry_id=telemetries["tracesTelemetryId"],
     )
+    assert flagged["telemetries"] == telemetries
     second = await cli.decoded("POST", "/v1/nvct/tasks", TASK_RESPONSE, flagged)
     shown = second["task"]
+    assert shown["resultHandlingStrategy"] == "UPLOAD"
+    assert shown["resultsLocation"] == "acme/team/flagged-model"
+    assert shown["telemetries"] == telemetries
     assert shown["gpuSpecification"]["clusters"] == ["sim-slow"]
     assert shown["models"] == [{"name": "llama", "version": "1.0", "uri": "ngc://acme/llama:1.0"}]
     assert "secrets" not in shown
     # task create --input-file examples/create-task-with-results.json --backend B (UPLOAD;
     # --backend and --clusters together are refused, as for deployments)
+    both = create_body(CREATE_TASK_WITH_RESULTS, backend="nvcf-default", clusters=["sim-ncp"])
+    assert both["gpuSpecification"]["clusters"] == ["sim-ncp"]
+    refused_both = await cli.send("POST", "/v1/nvct/tasks", both)
+    assert refused_both.status_code == 400, refused_both.text
+    assert any(e["field"].startswith("gpuSpecification") for e in refused_both.json()["errors"]), (
+        refused_both.text
+    )
     upload = create_body(CREATE_TASK_WITH_RESULTS, backend="nvcf-default")
     third = await cli.decoded("POST", "/v1/nvct/tasks", TASK_RESPONSE, upload)
     assert third["task"]["resultsLocation"] == "my-org/my-team/my-finetuned-model"
@@ -216,22 +281,25 @@ async def test_every_task_command_as_nvcf_cli_sends_it(client_factory: Any, tmp_
     )
     assert [t["id"] for t in rest["tasks"]] == ids[2:]
 
-    # task bulk --task-ids a,b (and an unknown id, left out)
-    unknown = "00000000-0000-0000-0000-000000000001"
+    # task bulk --task-ids a --input-file F (the flag's ids, then the file's)
     bulk = await cli.decoded(
         "POST",
         "/v1/nvct/tasks/bulk",
         LIST_BASIC_TASK_DETAILS_RESPONSE,
-        {"taskIds": [ids[0], ids[1], unknown]},
+        bulk_body({"taskIds": ids[1:]}, [ids[0]]),
     )
     assert bulk["ncaId"] == ACCOUNT
-    assert sorted(t["id"] for t in bulk["tasks"]) == sorted(ids[:2])
+    assert [t["id"] for t in bulk["tasks"]] == ids
+    # task bulk --input-file examples/bulk-tasks.json: ids of no task, a 404 (validateAccount)
+    refused = await cli.send("POST", "/v1/nvct/tasks/bulk", bulk_body(BULK_TASKS))
+    assert refused.status_code == 404
+    assert all(i in refused.json()["detail"] for i in BULK_TASKS["taskIds"])
 
     # task get [taskId] [--include-secrets]
     got = await cli.decoded("GET", task_path(ids[1]), TASK_RESPONSE)
     assert "secrets" not in got["task"]
     named = await cli.decoded("GET", task_path(ids[1]) + "?includeSecrets=true", TASK_RESPONSE)
-    assert named["task"]["secrets"] == ["HF_TOKEN"]
+    assert named["task"]["secrets"] == ["HF_TOKEN", "NGC_API_KEY"]
 
     # the first task runs to its end on the simulated cluster
     async def completed() -> bool:
@@ -315,3 +383,24 @@ async def test_nvcf_cli_errors_are_problems_the_cli_prints(client: AppClient) ->
         ("DELETE", task_path(task_id), None),
     ):
         assert (await other.send(method, path, payload)).status_code == 404, (method, path)
+
+
+@pytest.mark.registry
+async def test_nvcf_cli_creates_a_helm_task_from_its_example_and_helm_chart_flag(
+    client_factory: Any,
+    tmp_path: Path,
+    anon_registry: RegistryServer,
+    push_corpus: PushCorpus,
+) -> None:
+    client = await start(client_factory, tmp_path, anon_registry, reconciler_enabled=False)
+    cli = await cli_of(client)
+    chart = push_corpus(anon_registry, "sim-workload", "tasks/cli-helm", files=TASK_CHART)
+    # task create --input-file examples/create-task-helm.json --helm-chart URL
+    body = create_body(CREATE_TASK_HELM, helm_chart=chart.file_url)
+    assert body["helmChart"] == chart.file_url
+    created = await cli.decoded("POST", "/v1/nvct/tasks", TASK_RESPONSE, body)
+    task = created["task"]
+    assert task["helmChart"] == chart.file_url and "containerImage" not in task
+    spec = task["gpuSpecification"]
+    assert spec["helmValidationPolicy"] == {"name": "Default"}
+    assert spec["configuration"] == CREATE_TASK_HELM["gpuSpecification"]["configuration"]

@@ -39,6 +39,12 @@ async def create(client: httpx.AsyncClient, **changes: Any) -> dict[str, Any]:
     return dict(resp.json()["task"])
 
 
+async def create_body(client: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
+    resp = await client.post(T, json=body)
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json()["task"])
+
+
 async def test_create_then_read_in_nvct_shapes(client: AppClient) -> None:
     task = await create(client)
     assert task["status"] == "QUEUED"
@@ -80,12 +86,43 @@ async def test_list_pages_with_nvct_cursor_and_filters_by_status(client: AppClie
     bad = await client.get(T, params={"status": "SLEEPING"})
     assert "SLEEPING" in str(assert_problem(bad, 400)["detail"])
 
-    bulk = await client.post(f"{T}/bulk", json={"taskIds": [made[1]["id"], str(uuid.uuid4())]})
+    bulk = await client.post(f"{T}/bulk", json={"taskIds": [made[2]["id"], made[1]["id"]]})
     assert bulk.status_code == 200, bulk.text
-    assert bulk.json()["tasks"] == [{"id": made[1]["id"], "name": "t-1", "status": "QUEUED"}]
+    assert bulk.json()["tasks"] == [
+        {"id": made[2]["id"], "name": "t-2", "status": "QUEUED"},
+        {"id": made[1]["id"], "name": "t-1", "status": "QUEUED"},
+    ]
     assert bulk.json()["ncaId"]
+    unknown = str(uuid.uuid4())
+    missing = await client.post(f"{T}/bulk", json={"taskIds": [made[1]["id"], unknown]})
+    assert unknown in str(assert_problem(missing, 404)["detail"])
     empty = await client.post(f"{T}/bulk", json={"taskIds": []})
     assert_problem(empty, 400)
+
+
+async def test_lists_give_nvcts_ten_per_page_when_paging_without_a_limit(
+    client: AppClient,
+) -> None:
+    made = [await create(client, name=f"t-{i}") for i in range(11)]
+    first = (await client.get(T)).json()
+    assert first["limit"] == 10 and len(first["tasks"]) == 10
+    rest = (await client.get(T, params={"cursor": first["cursor"]})).json()
+    assert [t["id"] for t in rest["tasks"]] == [made[10]["id"]]
+
+
+async def test_a_create_naming_no_strategy_gets_none_without_a_results_registry(
+    client: AppClient,
+) -> None:
+    body = {k: v for k, v in TASK.items() if k != "resultHandlingStrategy"}
+    task = await create_body(client, body)
+    assert task["resultHandlingStrategy"] == "NONE"
+    assert (await client.get(f"{T}/{task['id']}")).json()["task"]["resultHandlingStrategy"] == (
+        "NONE"
+    )
+    # a resultsLocation still means UPLOAD, refused as such
+    located = {**body, "resultsLocation": "acme/team/model"}
+    problem = assert_problem(await client.post(T, json=located), 400)
+    assert "NVCF_TASK_RESULTS_REGISTRY" in str(problem["errors"])
 
 
 async def test_every_violation_is_named_in_one_400_and_nothing_is_created(
@@ -205,7 +242,7 @@ async def test_another_accounts_task_is_404_on_every_route(client: AppClient) ->
         resp = await client.request(method, path, json=body, headers=other)
         assert_problem(resp, 404)
     bulk = await client.post(f"{T}/bulk", json={"taskIds": [tid]}, headers=other)
-    assert bulk.json()["tasks"] == []
+    assert tid in str(assert_problem(bulk, 404)["detail"])
     assert (await client.get(T, headers=other)).json()["tasks"] == []
     assert (await client.get(f"{T}/{tid}")).json()["task"]["status"] == "QUEUED"
 
@@ -343,3 +380,11 @@ async def test_the_api_document_says_models_and_resources_are_not_downloaded(
     for name, path in (("models", "/config/models"), ("resources", "/config/resources")):
         text = props[name]["description"]
         assert "not downloaded" in text and f"`{path}` is an empty directory" in text
+
+
+async def test_the_api_document_has_nvcts_helm_policy_and_icms_request_id(
+    client: AppClient,
+) -> None:
+    schemas = (await client.get("/openapi.json")).json()["components"]["schemas"]
+    assert "helmValidationPolicy" in schemas["TaskGpuSpecificationOut"]["properties"]
+    assert "icmsRequestId" in schemas["TaskInstanceOut"]["properties"]

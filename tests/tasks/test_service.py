@@ -17,38 +17,12 @@ from tests.support.api import assert_problem
 from tests.support.app import ClientFactory
 from tests.support.charts import PushCorpus
 from tests.support.e2e import eventually
-from tests.support.helm_e2e import start
+from tests.support.helm_e2e import TASK_CHART, start
 from tests.support.registry import RegistryServer
 
 pytestmark = pytest.mark.registry
 
 T = "/v1/nvct/tasks"
-JOB = """apiVersion: batch/v1
-kind: Job
-metadata:
-  name: trainer
-spec:
-  backoffLimit: 0
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-        - name: trainer
-          image: nvcr.io/acme/trainer:1.0
-          env:
-            - name: SIM_TASK_SCRIPT
-              value: {{ .Values.script | quote }}
-          resources:
-            limits:
-              nvidia.com/gpu: 1
-"""
-#: sim-workload with its worker, Service and side Job replaced by one task Job
-TASK_CHART = {
-    "templates/deployment.yaml": "",
-    "templates/service.yaml": "",
-    "templates/side-job.yaml": "",
-    "templates/job.yaml": JOB,
-}
 
 
 def helm_task(chart_url: str, **configuration: Any) -> dict[str, Any]:
@@ -80,6 +54,8 @@ async def test_a_helm_task_runs_its_charts_job_to_completed(
     assert resp.status_code == 200, resp.text
     task = resp.json()["task"]
     assert task["helmChart"] == chart.file_url and "containerImage" not in task
+    policy = {"name": "Default"}
+    assert task["gpuSpecification"]["helmValidationPolicy"] == policy
 
     async def completed() -> dict[str, Any] | None:
         got = (await client.get(f"{T}/{task['id']}")).json()["task"]

@@ -1034,12 +1034,13 @@ function percentBar(task) {
 }
 
 // Every page of a cursor-paged NVCT list (its `limit` and `cursor`), at most `pages` of them.
-async function nvctPages(path, key, pages = 20) {
+async function nvctPages(path, key, pages = 20, limit = 100) {
   const items = [];
   let cursor = null;
+  const sep = path.includes("?") ? "&" : "?";
+  const first = `${path}${sep}limit=${limit}`;
   for (let i = 0; i < pages; i += 1) {
-    const sep = path.includes("?") ? "&" : "?";
-    const body = await api(cursor ? `${path}${sep}cursor=${enc(cursor)}` : path, NVCT);
+    const body = await api(cursor ? `${first}&cursor=${enc(cursor)}` : first, NVCT);
     items.push(...(body[key] || []));
     cursor = body.cursor;
     if (!cursor) break;

@@ -94,7 +94,7 @@ def clock_of(task: Task) -> Clock:
 
 class TaskLoop(LoopService[str]):
     """Runs `run_pass()` every `period` seconds, and at once when woken (a task created,
-    canceled or deleted)."""
+    canceled or deleted, or its cluster reported a change of it: `changed`)."""
 
     def __init__(
         self,
@@ -116,6 +116,8 @@ class TaskLoop(LoopService[str]):
         self._apply_failed = False
         #: UPLOAD pushes in flight, by task: off the pass, so one slow push stalls no placement
         self._uploads: dict[uuid.UUID, set[asyncio.Task[None]]] = {}
+        #: the ids of the tasks on a cluster as of the last pass (and those launched since)
+        self._watched: set[str] = set()
         super().__init__(
             "nvcf-tasks", self.run_pass, period, log=log, failure="task loop pass failed"
         )
@@ -126,6 +128,12 @@ class TaskLoop(LoopService[str]):
         for upload in pending:
             upload.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+    def changed(self, instance_ids: set[str], resync: bool) -> None:
+        """What the clusters' change feeds reported: a pass now when one of the tasks on a
+        cluster changed (its container exited, say), rather than at the next period."""
+        if resync or not instance_ids.isdisjoint(self._watched):
+            self.wake()
 
     async def run_pass(self) -> None:
         now = self.clock()
@@ -270,6 +278,7 @@ class TaskLoop(LoopService[str]):
                 return
             task.cluster = cluster
             task.secrets_delivered = task.secrets_generation
+            self._watched.add(str(task_id))
             transitions.move(
                 session, task, TaskStatus.LAUNCHED, now, f"Task launched on cluster {cluster}"
             )
@@ -279,6 +288,7 @@ class TaskLoop(LoopService[str]):
     async def _watch(self, now: datetime) -> None:
         async with self.maker() as session:
             tasks = list(await repository.on_cluster(session))
+        self._watched = {str(t.id) for t in tasks}
         for task in tasks:
             adapter = self.adapters.get(task.cluster or "")
             if adapter is None:

@@ -392,6 +392,23 @@ async def test_over_http_a_task_reporting_10_50_100_completes_on_the_apps_loop(
     assert "Task completed (percentComplete 100)" in messages
 
 
+async def test_over_http_a_containers_exit_ends_its_task_without_waiting_for_the_interval(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    # an hour between passes: only the cluster's report of the exit can end the task in time
+    client = await client_factory(clusters_file=fast_catalog(tmp_path), tasks_interval=3600)
+    quick = script(steps=[{"after": 0.3, "percent": 100}], exitAfter=0.2)
+    body = {"name": "e2e", **{k: v for k, v in BASE.items() if k != "name"}}
+    resp = await client.post("/v1/nvct/tasks", json={**body, "containerEnvironment": quick})
+    assert resp.status_code == 200, resp.text
+    path = f"/v1/nvct/tasks/{resp.json()['task']['id']}"
+
+    async def completed() -> bool:
+        return bool((await client.get(path)).json()["task"]["status"] == "COMPLETED")
+
+    await eventually(completed, seconds=20)
+
+
 async def test_a_container_that_never_writes_progress_errors_after_five_minutes(
     h: TaskHarness,
 ) -> None:

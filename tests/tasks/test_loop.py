@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from service.backends.protocol import AdapterError, InstanceSpec
 from service.clusters.adapters import AdapterRegistry
@@ -193,6 +194,34 @@ async def test_a_freed_slot_launches_the_next_task(h: TaskHarness) -> None:
     await h.run(4)
     assert (await h.task(first)).status == TaskStatus.COMPLETED
     assert (await h.task(second)).status == TaskStatus.COMPLETED
+
+
+async def test_a_pass_over_many_tasks_commits_a_few_transactions_not_some_per_task(
+    database_url: str,
+) -> None:
+    engine = make_engine(database_url)
+    commits = 0
+
+    def counted(*_: object) -> None:
+        nonlocal commits
+        commits += 1
+
+    event.listen(engine.sync_engine, "commit", counted)
+    try:
+        h = TaskHarness.build(make_sessionmaker(engine), gpus=8)
+        quick = script(steps=[{"after": 1, "percent": 100}], exitAfter=0)
+        ids = [await h.create(containerEnvironment=quick) for _ in range(8)]
+        per_pass: list[int] = []
+        for _ in range(4):  # launched; RUNNING; COMPLETED and removed; idle
+            commits = 0
+            await h.run()
+            per_pass.append(commits)
+            h.clock.advance(1)
+        assert [(await h.task(i)).status for i in ids] == [TaskStatus.COMPLETED] * 8
+        # launches, observations and teardown events: one transaction each, whatever the count
+        assert max(per_pass) <= 4, per_pass
+    finally:
+        await engine.dispose()
 
 
 async def test_a_launched_tasks_pod_gets_the_accounts_pull_secrets_and_node_affinity(

@@ -32,7 +32,7 @@ from service.clusters.catalog import Catalog
 from service.clusters.instance_types import parse_instance_type
 from service.core.db import utcnow
 from service.core.loops import LoopService
-from service.registry.pull_secrets import account_pull_secrets
+from service.registry.pull_secrets import PullSecrets, account_pull_secrets
 from service.tasks import repository, transitions
 from service.tasks.clocks import (
     MAX_PROGRESS_BYTES,
@@ -193,10 +193,11 @@ class TaskLoop(LoopService[str]):
         self._apply_failed = False
         started = False
         launched: list[tuple[uuid.UUID, str]] = []
+        pulls: dict[str, PullSecrets] = {}  # by account: read once a pass
         try:
             for item in turns:
                 task = by_id[item.task_id]
-                placed = await self._try_place(task, capacities, now, launched)
+                placed = await self._try_place(task, capacities, now, launched, pulls)
                 started = started or placed
                 if not placed:
                     turns.hold(task.account_id)
@@ -212,6 +213,7 @@ class TaskLoop(LoopService[str]):
         capacities: dict[str, Capacity],
         now: datetime,
         launched: list[tuple[uuid.UUID, str]],
+        pulls: dict[str, PullSecrets],
     ) -> bool:
         """Apply the task on the first candidate cluster with room; (id, cluster) of an applied
         one is added to `launched`, recorded with the pass's other launches."""
@@ -232,7 +234,7 @@ class TaskLoop(LoopService[str]):
             task.cluster = name
             placed = instance_of(task)
             try:
-                await adapter.apply(placed, await self._objects(task, name))
+                await adapter.apply(placed, await self._objects(task, name, pulls=pulls))
             except AdapterError as exc:
                 if exc.retryable:
                     log.warning("task %s: apply on %s failed: %s", task.id, name, exc.message)
@@ -253,12 +255,22 @@ class TaskLoop(LoopService[str]):
         return False
 
     async def _objects(
-        self, task: Task, cluster_name: str, *, suspend: bool = False
+        self,
+        task: Task,
+        cluster_name: str,
+        *,
+        suspend: bool = False,
+        pulls: dict[str, PullSecrets] | None = None,
     ) -> list[dict[str, Any]]:
+        """The task's objects; `pulls`: the accounts' pull secrets already read this pass."""
         cluster = self.catalog.cluster(cluster_name)
         assert cluster is not None
-        async with self.maker() as session:
-            pull = await account_pull_secrets(session, task.account_id, self.tasks.box)
+        pulls = {} if pulls is None else pulls
+        pull = pulls.get(task.account_id)
+        if pull is None:
+            async with self.maker() as session:
+                pull = await account_pull_secrets(session, task.account_id, self.tasks.box)
+            pulls[task.account_id] = pull
         backend = self.catalog.group_of(cluster).name
         if task.objects is not None:
             return helm_objects(

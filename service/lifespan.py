@@ -253,6 +253,7 @@ async def _open_control(
     loops: list[Startable] = [timeseries, asset_purge]
     if settings.reconciler_enabled:
         tasks.wake = task_loop.wake
+        reconciler.on_changes = task_loop.changed
         loops += [reconciler, collector, purger, task_loop]
         if settings.autoscale_enabled:
             loops.append(autoscaler)

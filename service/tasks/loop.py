@@ -13,6 +13,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,7 +32,7 @@ from service.clusters.catalog import Catalog
 from service.clusters.instance_types import parse_instance_type
 from service.core.db import utcnow
 from service.core.loops import LoopService
-from service.registry.pull_secrets import account_pull_secrets
+from service.registry.pull_secrets import PullSecrets, account_pull_secrets
 from service.tasks import repository, transitions
 from service.tasks.clocks import (
     MAX_PROGRESS_BYTES,
@@ -58,6 +59,17 @@ from service.tasks.workload import CONTAINER_NAME, helm_objects, is_job, job_obj
 log = logging.getLogger("nvcf.tasks")
 #: results (distinct names) one task may report
 MAX_RESULTS = 1000
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What one pass saw of a task, to be written with the others': the rules' decision, the
+    secrets generation it was looking at, and whether the container had started."""
+
+    task_id: uuid.UUID
+    decision: Decision
+    generation: int
+    started: bool
 
 
 def instance_of(task: Task) -> InstanceSpec:
@@ -94,7 +106,7 @@ def clock_of(task: Task) -> Clock:
 
 class TaskLoop(LoopService[str]):
     """Runs `run_pass()` every `period` seconds, and at once when woken (a task created,
-    canceled or deleted)."""
+    canceled or deleted, or its cluster reported a change of it: `changed`)."""
 
     def __init__(
         self,
@@ -116,6 +128,8 @@ class TaskLoop(LoopService[str]):
         self._apply_failed = False
         #: UPLOAD pushes in flight, by task: off the pass, so one slow push stalls no placement
         self._uploads: dict[uuid.UUID, set[asyncio.Task[None]]] = {}
+        #: the ids of the tasks on a cluster as of the last pass (and those launched since)
+        self._watched: set[str] = set()
         super().__init__(
             "nvcf-tasks", self.run_pass, period, log=log, failure="task loop pass failed"
         )
@@ -126,6 +140,12 @@ class TaskLoop(LoopService[str]):
         for upload in pending:
             upload.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+    def changed(self, instance_ids: set[str], resync: bool) -> None:
+        """What the clusters' change feeds reported: a pass now when one of the tasks on a
+        cluster changed (its container exited, say), rather than at the next period."""
+        if resync or not instance_ids.isdisjoint(self._watched):
+            self.wake()
 
     async def run_pass(self) -> None:
         now = self.clock()
@@ -172,16 +192,31 @@ class TaskLoop(LoopService[str]):
         turns = Turns(waiting)
         self._apply_failed = False
         started = False
-        for item in turns:
-            task = by_id[item.task_id]
-            placed = await self._try_place(task, capacities, now)
-            started = started or placed
-            if not placed:
-                turns.hold(task.account_id)
+        launched: list[tuple[uuid.UUID, str]] = []
+        pulls: dict[str, PullSecrets] = {}  # by account: read once a pass
+        try:
+            for item in turns:
+                task = by_id[item.task_id]
+                placed = await self._try_place(task, capacities, now, launched, pulls)
+                started = started or placed
+                if not placed:
+                    turns.hold(task.account_id)
+        finally:
+            # what was applied is recorded even when a later placement failed
+            await self._launched(launched, now)
         if not started and not self._apply_failed and len(waiting) == len(queued):
             self._blocked = signature
 
-    async def _try_place(self, task: Task, capacities: dict[str, Capacity], now: datetime) -> bool:
+    async def _try_place(
+        self,
+        task: Task,
+        capacities: dict[str, Capacity],
+        now: datetime,
+        launched: list[tuple[uuid.UUID, str]],
+        pulls: dict[str, PullSecrets],
+    ) -> bool:
+        """Apply the task on the first candidate cluster with room; (id, cluster) of an applied
+        one is added to `launched`, recorded with the pass's other launches."""
         instance = instance_of(task)
         for name in task.candidate_clusters:
             adapter = self.adapters.get(name)
@@ -199,7 +234,7 @@ class TaskLoop(LoopService[str]):
             task.cluster = name
             placed = instance_of(task)
             try:
-                await adapter.apply(placed, await self._objects(task, name))
+                await adapter.apply(placed, await self._objects(task, name, pulls=pulls))
             except AdapterError as exc:
                 if exc.retryable:
                     log.warning("task %s: apply on %s failed: %s", task.id, name, exc.message)
@@ -215,17 +250,27 @@ class TaskLoop(LoopService[str]):
                 )
                 return True
             capacities.pop(key, None)  # read again: the task took some of it
-            await self._launched(task.id, name, now)
+            launched.append((task.id, name))
             return True
         return False
 
     async def _objects(
-        self, task: Task, cluster_name: str, *, suspend: bool = False
+        self,
+        task: Task,
+        cluster_name: str,
+        *,
+        suspend: bool = False,
+        pulls: dict[str, PullSecrets] | None = None,
     ) -> list[dict[str, Any]]:
+        """The task's objects; `pulls`: the accounts' pull secrets already read this pass."""
         cluster = self.catalog.cluster(cluster_name)
         assert cluster is not None
-        async with self.maker() as session:
-            pull = await account_pull_secrets(session, task.account_id, self.tasks.box)
+        pulls = {} if pulls is None else pulls
+        pull = pulls.get(task.account_id)
+        if pull is None:
+            async with self.maker() as session:
+                pull = await account_pull_secrets(session, task.account_id, self.tasks.box)
+            pulls[task.account_id] = pull
         backend = self.catalog.group_of(cluster).name
         if task.objects is not None:
             return helm_objects(
@@ -259,26 +304,37 @@ class TaskLoop(LoopService[str]):
             suspend=suspend,
         )
 
-    async def _launched(self, task_id: uuid.UUID, cluster: str, now: datetime) -> None:
+    async def _launched(self, launched: list[tuple[uuid.UUID, str]], now: datetime) -> None:
+        """Record the pass's launches, (task id, cluster), in one transaction."""
+        if not launched:
+            return
         async with self.maker() as session, session.begin():
-            task = await repository.get_for_update(session, task_id)
-            if task is None or task.status != TaskStatus.QUEUED.value:
-                # canceled while being applied: its objects come off the cluster
-                if task is not None:
-                    task.cluster = cluster
+            rows = await repository.many_for_update(session, [i for i, _ in launched])
+            for task_id, cluster in launched:
+                self._watched.add(str(task_id))
+                task = rows.get(task_id)
+                if task is None:
+                    continue
+                task.cluster = cluster
+                if task.status != TaskStatus.QUEUED.value:
+                    # canceled while being applied: its objects come off the cluster
                     task.teardown_pending = True
-                return
-            task.cluster = cluster
-            task.secrets_delivered = task.secrets_generation
-            transitions.move(
-                session, task, TaskStatus.LAUNCHED, now, f"Task launched on cluster {cluster}"
-            )
+                    continue
+                task.secrets_delivered = task.secrets_generation
+                transitions.move(
+                    session, task, TaskStatus.LAUNCHED, now, f"Task launched on cluster {cluster}"
+                )
 
     # ------------------------------------------------------------------ watching
 
     async def _watch(self, now: datetime) -> None:
         async with self.maker() as session:
             tasks = list(await repository.on_cluster(session))
+        self._watched = {str(t.id) for t in tasks}
+        # every task is looked at first, then what they showed is written in one transaction,
+        # then what ended comes off the clusters (its events again in one transaction)
+        seen: list[Seen] = []
+        teardowns: list[Task] = []
         for task in tasks:
             adapter = self.adapters.get(task.cluster or "")
             if adapter is None:
@@ -290,17 +346,16 @@ class TaskLoop(LoopService[str]):
                     TaskStatus.LAUNCHED,
                     TaskStatus.RUNNING,
                 ):
-                    await self._teardown(task, adapter, now)
-                elif await self._observe(task, adapter, now):
-                    async with self.maker() as session:
-                        ended = await repository.get(session, task.id)
-                    if ended is not None and ended.teardown_pending:
-                        await self._teardown(ended, adapter, now)
+                    teardowns.append(task)
+                elif (observed := await self._observe(task, adapter, now)) is not None:
+                    seen.append(observed)
             except AdapterError as exc:
                 log.warning("task %s on %s: %s", task.id, task.cluster, exc.message)
+        teardowns += await self._record(seen, now)
+        await self._teardown(teardowns, now)
 
-    async def _observe(self, task: Task, adapter: BackendAdapter, now: datetime) -> bool:
-        """Apply the rules to what the task shows; True when it ended now."""
+    async def _observe(self, task: Task, adapter: BackendAdapter, now: datetime) -> Seen | None:
+        """Apply the rules to what the task shows; what is to be written (None: nothing)."""
         instance = instance_of(task)
         container = container_of(await adapter.observe(instance), CONTAINER_NAME)
         raw: bytes | None = None
@@ -325,80 +380,93 @@ class TaskLoop(LoopService[str]):
         if rotate:
             await adapter.update_objects(instance, [secrets_object(self.tasks.secrets_of(task))])
         if rotate or decision.status is not None or _progressed(task, decision):
-            reported = await self._record(
-                task.id, decision, now, task.secrets_generation, container.started
-            )
-            if reported is not None:
-                self._push(task, *reported)
-        return decision.status is not None and decision.status is not TaskStatus.RUNNING
+            return Seen(task.id, decision, task.secrets_generation, container.started)
+        return None
 
-    async def _record(
-        self,
-        task_id: uuid.UUID,
-        decision: Decision,
-        now: datetime,
-        generation: int,
-        started: bool = False,
-    ) -> tuple[uuid.UUID, str] | None:
-        """Write what the task showed; the (id, name) of a new result an UPLOAD task pushes."""
-        reported: TaskResult | None = None
+    async def _record(self, seen: list[Seen], now: datetime) -> list[Task]:
+        """Write what the tasks showed, in one transaction; the tasks that ended with objects
+        to remove. New results of UPLOAD tasks are pushed once written."""
+        if not seen:
+            return []
+        pushes: list[tuple[Task, uuid.UUID, str]] = []
+        ended: list[Task] = []
         async with self.maker() as session, session.begin():
-            task = await repository.get_for_update(session, task_id)
-            if task is None or TaskStatus(task.status) not in (
-                TaskStatus.LAUNCHED,
-                TaskStatus.RUNNING,
-            ):
-                return None  # canceled meanwhile: the next pass stops it
-            if decision.status is None and task.secrets_delivered < generation:
-                task.secrets_delivered = generation
-            progress = decision.progress
-            if progress is not None:
-                task.percent_complete = progress.percent
-                task.last_heartbeat_at = progress.last_updated_at
-                task.progress_metadata = progress.metadata
-                if progress.name is not None and progress.name != task.result_name:
-                    task.result_name = progress.name
-                    names = await repository.result_names(session, task.id)
-                    if progress.name not in names and len(names) >= MAX_RESULTS:
-                        decision = Decision(
-                            TaskStatus.ERRORED,
-                            f"Task errored: it reported more than {MAX_RESULTS} results",
-                            f"more than {MAX_RESULTS} results",
-                        )
-                    elif progress.name not in names:
-                        reported = TaskResult(
-                            id=transitions.ordered_id(),
-                            task_id=task.id,
-                            account_id=task.account_id,
-                            name=progress.name,
-                            metadata_=progress.metadata,
-                            percent_complete=progress.percent,
-                            created_at=now,
-                        )
-                        session.add(reported)
-                        transitions.event(
-                            session,
-                            task,
-                            f"Result {progress.name} reported at {progress.percent}%",
-                            now,
-                        )
-                task.updated_at = now
-            if decision.status is not None:
-                if (
-                    started
-                    and task.status == TaskStatus.LAUNCHED.value
-                    and decision.status is not TaskStatus.RUNNING
+            rows = await repository.many_for_update(session, [s.task_id for s in seen])
+            for one in seen:
+                task = rows.get(one.task_id)
+                if task is None or TaskStatus(task.status) not in (
+                    TaskStatus.LAUNCHED,
+                    TaskStatus.RUNNING,
                 ):
-                    # it started and ended between two passes: its timeline still shows it ran
-                    transitions.move(session, task, TaskStatus.RUNNING, now, STARTED)
-                transitions.move(
-                    session, task, decision.status, now, decision.message, error=decision.error
-                )
-            upload = task.result_handling == "UPLOAD" and decision.status in (
-                None,
-                TaskStatus.RUNNING,
+                    continue  # canceled meanwhile: the next pass stops it
+                reported = await self._record_one(session, task, one, now)
+                if reported is not None:
+                    pushes.append((task, reported.id, reported.name))
+                if task.teardown_pending and TaskStatus(task.status) not in (
+                    TaskStatus.LAUNCHED,
+                    TaskStatus.RUNNING,
+                ):
+                    ended.append(task)
+        for task, result_id, name in pushes:
+            self._push(task, result_id, name)
+        return ended
+
+    async def _record_one(
+        self, session: AsyncSession, task: Task, seen: Seen, now: datetime
+    ) -> TaskResult | None:
+        """Write what one task showed; a new result its UPLOAD handling pushes."""
+        decision, generation, started = seen.decision, seen.generation, seen.started
+        reported: TaskResult | None = None
+        if decision.status is None and task.secrets_delivered < generation:
+            task.secrets_delivered = generation
+        progress = decision.progress
+        if progress is not None:
+            task.percent_complete = progress.percent
+            task.last_heartbeat_at = progress.last_updated_at
+            task.progress_metadata = progress.metadata
+            if progress.name is not None and progress.name != task.result_name:
+                task.result_name = progress.name
+                names = await repository.result_names(session, task.id)
+                if progress.name not in names and len(names) >= MAX_RESULTS:
+                    decision = Decision(
+                        TaskStatus.ERRORED,
+                        f"Task errored: it reported more than {MAX_RESULTS} results",
+                        f"more than {MAX_RESULTS} results",
+                    )
+                elif progress.name not in names:
+                    reported = TaskResult(
+                        id=transitions.ordered_id(),
+                        task_id=task.id,
+                        account_id=task.account_id,
+                        name=progress.name,
+                        metadata_=progress.metadata,
+                        percent_complete=progress.percent,
+                        created_at=now,
+                    )
+                    session.add(reported)
+                    transitions.event(
+                        session,
+                        task,
+                        f"Result {progress.name} reported at {progress.percent}%",
+                        now,
+                    )
+            task.updated_at = now
+        if decision.status is not None:
+            if (
+                started
+                and task.status == TaskStatus.LAUNCHED.value
+                and decision.status is not TaskStatus.RUNNING
+            ):
+                # it started and ended between two passes: its timeline still shows it ran
+                transitions.move(session, task, TaskStatus.RUNNING, now, STARTED)
+            transitions.move(
+                session, task, decision.status, now, decision.message, error=decision.error
             )
-        return (reported.id, reported.name) if reported is not None and upload else None
+        upload = task.result_handling == "UPLOAD" and decision.status in (
+            None,
+            TaskStatus.RUNNING,
+        )
+        return reported if upload else None
 
     # ------------------------------------------------------------------ results (UPLOAD)
 
@@ -416,7 +484,8 @@ class TaskLoop(LoopService[str]):
             return True
         if isinstance(adapter, TaskFiles):
             found = await adapter.task_result_names(instance_of(task), max_names=MAX_RESULTS)
-            await self._found(task.id, found, now)
+            if found:
+                await self._found(task.id, found, now)
         if task.result_handling != "UPLOAD":
             return False
         async with self.maker() as session:
@@ -527,7 +596,33 @@ class TaskLoop(LoopService[str]):
                     session, row, f"Result {name} pushed to {pushed.reference}", self.clock()
                 )
 
-    async def _teardown(self, task: Task, adapter: BackendAdapter, now: datetime) -> None:
+    async def _teardown(self, tasks: list[Task], now: datetime) -> None:
+        """Take the ended tasks' objects off their clusters; their events in one transaction."""
+        removed: dict[uuid.UUID, str] = {}
+        for task in tasks:
+            adapter = self.adapters.get(task.cluster or "")
+            if adapter is None:
+                continue
+            try:
+                message = await self._take_down(task, adapter, now)
+            except AdapterError as exc:
+                log.warning("task %s on %s: %s", task.id, task.cluster, exc.message)
+                continue
+            if message is not None:
+                removed[task.id] = message
+        if not removed:
+            return
+        async with self.maker() as session, session.begin():
+            rows = await repository.many_for_update(session, list(removed))
+            for task_id, message in removed.items():
+                row = rows.get(task_id)
+                if row is not None and row.teardown_pending:
+                    row.teardown_pending = False
+                    transitions.event(session, row, message, now)
+
+    async def _take_down(self, task: Task, adapter: BackendAdapter, now: datetime) -> str | None:
+        """Ask the task's container to stop, or remove its objects: the event saying so once
+        they are removed (None: not yet)."""
         instance = instance_of(task)
         kill = task.kill_at
         if task.objects is not None and not any(is_job(o) for o in task.objects):
@@ -543,19 +638,13 @@ class TaskLoop(LoopService[str]):
                     await adapter.apply(
                         instance, await self._objects(task, task.cluster, suspend=True)
                     )
-                return
+                return None
             message = "Task container stopped"
         elif task.stop_requested_at is not None:
             message = "Task container killed after its termination grace period"
         else:
             message = "Task objects removed from the cluster"
-        if not await adapter.delete(instance):
-            return
-        async with self.maker() as session, session.begin():
-            row = await repository.get_for_update(session, task.id)
-            if row is not None and row.teardown_pending:
-                row.teardown_pending = False
-                transitions.event(session, row, message, now)
+        return message if await adapter.delete(instance) else None
 
     async def _cluster_gone(self, task_id: uuid.UUID, cluster: str, now: datetime) -> None:
         """The task's cluster left the catalog: nothing can observe or stop it any more, so

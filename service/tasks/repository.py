@@ -24,6 +24,17 @@ async def get_for_update(session: AsyncSession, task_id: uuid.UUID) -> Task | No
     return (await session.execute(stmt)).scalar_one_or_none()
 
 
+async def many_for_update(
+    session: AsyncSession, task_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, Task]:
+    """The tasks among `task_ids`, by id, their rows locked until the transaction ends (in id
+    order, so two writers cannot deadlock)."""
+    if not task_ids:
+        return {}
+    stmt = select(Task).where(Task.id.in_(list(task_ids))).order_by(Task.id).with_for_update()
+    return {t.id: t for t in (await session.execute(stmt)).scalars().all()}
+
+
 async def of_account(
     session: AsyncSession, account_id: str, ids: Collection[uuid.UUID]
 ) -> Sequence[Task]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from service.backends.protocol import AdapterError, InstanceSpec
 from service.clusters.adapters import AdapterRegistry
@@ -193,6 +194,34 @@ async def test_a_freed_slot_launches_the_next_task(h: TaskHarness) -> None:
     await h.run(4)
     assert (await h.task(first)).status == TaskStatus.COMPLETED
     assert (await h.task(second)).status == TaskStatus.COMPLETED
+
+
+async def test_a_pass_over_many_tasks_commits_a_few_transactions_not_some_per_task(
+    database_url: str,
+) -> None:
+    engine = make_engine(database_url)
+    commits = 0
+
+    def counted(*_: object) -> None:
+        nonlocal commits
+        commits += 1
+
+    event.listen(engine.sync_engine, "commit", counted)
+    try:
+        h = TaskHarness.build(make_sessionmaker(engine), gpus=8)
+        quick = script(steps=[{"after": 1, "percent": 100}], exitAfter=0)
+        ids = [await h.create(containerEnvironment=quick) for _ in range(8)]
+        per_pass: list[int] = []
+        for _ in range(4):  # launched; RUNNING; COMPLETED and removed; idle
+            commits = 0
+            await h.run()
+            per_pass.append(commits)
+            h.clock.advance(1)
+        assert [(await h.task(i)).status for i in ids] == [TaskStatus.COMPLETED] * 8
+        # launches, observations and teardown events: one transaction each, whatever the count
+        assert max(per_pass) <= 4, per_pass
+    finally:
+        await engine.dispose()
 
 
 async def test_a_launched_tasks_pod_gets_the_accounts_pull_secrets_and_node_affinity(
@@ -390,6 +419,23 @@ async def test_over_http_a_task_reporting_10_50_100_completes_on_the_apps_loop(
     messages = [e["message"] for e in (await client.get(f"{path}/events")).json()["events"]]
     assert "Result ckpt-2 reported at 50%" in messages
     assert "Task completed (percentComplete 100)" in messages
+
+
+async def test_over_http_a_containers_exit_ends_its_task_without_waiting_for_the_interval(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    # an hour between passes: only the cluster's report of the exit can end the task in time
+    client = await client_factory(clusters_file=fast_catalog(tmp_path), tasks_interval=3600)
+    quick = script(steps=[{"after": 0.3, "percent": 100}], exitAfter=0.2)
+    body = {"name": "e2e", **{k: v for k, v in BASE.items() if k != "name"}}
+    resp = await client.post("/v1/nvct/tasks", json={**body, "containerEnvironment": quick})
+    assert resp.status_code == 200, resp.text
+    path = f"/v1/nvct/tasks/{resp.json()['task']['id']}"
+
+    async def completed() -> bool:
+        return bool((await client.get(path)).json()["task"]["status"] == "COMPLETED")
+
+    await eventually(completed, seconds=20)
 
 
 async def test_a_container_that_never_writes_progress_errors_after_five_minutes(

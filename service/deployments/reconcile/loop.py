@@ -117,6 +117,9 @@ class Reconciler(LoopService[str]):
         #: called when an instance became Running (set by the app: the invocation plane)
         self.on_running: Callable[[], None] | None = None
         self.on_draining: Callable[[uuid.UUID], None] | None = None
+        #: called with every change the feeds reported (the ids as the adapters know them,
+        #: and whether a feed asked for a full re-observation): the task loop's are there too
+        self.on_changes: Callable[[set[str], bool], None] | None = None
         self._order = random.Random(self.store.owner)  # noqa: S311 - an order, not a secret
         #: the first pass re-observes every instance (the feeds say nothing about the past)
         self._resync_all = True
@@ -183,15 +186,19 @@ class Reconciler(LoopService[str]):
         instances reported changed."""
         changed: list[uuid.UUID] = []
         resync: list[str] = []
+        reported: set[str] = set()
         for name, adapter in self.registry.items():
             if not isinstance(adapter, ChangeFeed):
                 continue
             changes = adapter.take_changes(now)
             if changes.resync:
                 resync.append(name)
+            reported |= changes.instance_ids
             for instance_id in changes.instance_ids:
                 with contextlib.suppress(ValueError):
                     changed.append(uuid.UUID(instance_id))
+        if self.on_changes is not None and (reported or resync or self._resync_all):
+            self.on_changes(reported, bool(resync) or self._resync_all)
         if self._resync_all:
             self._resync_all = False
             await self.store.resync_due(now)

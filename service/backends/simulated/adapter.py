@@ -30,10 +30,9 @@ from service.backends.protocol import (
     InstanceSpec,
     NodeShape,
     ShapeCapacity,
-    check_namespace,
-    object_metadata,
 )
 from service.backends.scheduling import gpu_request
+from service.backends.simulated.checks import check_object, pod_template, task_script
 from service.backends.simulated.logs import SimulatedLogBook, Snapshot
 from service.backends.simulated.model import (
     DEFAULT_FAIL_AFTER,
@@ -49,7 +48,6 @@ from service.backends.simulated.model import (
     SimPod,
     SimulationDelays,
     Workload,
-    as_list,
     as_map,
     name_suffix,
     object_uid,
@@ -59,13 +57,10 @@ from service.backends.simulated.model import (
 from service.backends.simulated.scheduler import Scheduler
 from service.backends.simulated.status import StatusRenderer, min_ready_seconds
 from service.backends.simulated.tasks import (
-    ScriptError,
-    TaskScript,
     copy_result,
     forget_files,
     read_progress,
     result_names,
-    script_of,
     write_files,
 )
 from service.backends.simulated.timeline import PodTimeline, next_change
@@ -161,7 +156,7 @@ class SimulatedAdapter:
             if ns is None:
                 ns = Namespace(instance=instance, created_at=now)
             for obj in objects:
-                self._check(instance, obj)
+                check_object(instance, obj, self.delays.ready_seconds)
             self._namespaces[instance.namespace] = ns
             self._secret_names_of.pop(instance.namespace, None)
             for obj in objects:
@@ -187,7 +182,7 @@ class SimulatedAdapter:
                     status=404,
                 )
             for obj in objects:
-                self._check(instance, obj)
+                check_object(instance, obj, self.delays.ready_seconds)
                 if obj["kind"] in WORKLOAD_KINDS:
                     raise AdapterError(
                         f"update_objects does not take workloads ({obj['kind']})",
@@ -493,48 +488,6 @@ class SimulatedAdapter:
         now = self._clock()
         return now if now.tzinfo is not None else now.replace(tzinfo=UTC)
 
-    def _check(self, instance: InstanceSpec, obj: Any) -> None:
-        metadata = object_metadata(obj)
-        check_namespace(instance, metadata)
-        if obj["kind"] in WORKLOAD_KINDS:
-            annotations = as_map(as_map(self._template(obj).get("metadata")).get("annotations"))
-            fault = annotations.get(FAULT_ANNOTATION)
-            if fault is not None and fault not in FAULTS:
-                raise AdapterError(
-                    f"unknown {FAULT_ANNOTATION} {fault!r} on {obj['kind']}/{metadata['name']}; "
-                    f"expected one of {', '.join(sorted(FAULTS))}",
-                    retryable=False,
-                )
-            limit = annotations.get(FAULT_INSTANCES_ANNOTATION)
-            if limit is not None and natural(str(limit), max_digits=9) is None:
-                raise AdapterError(
-                    f"{FAULT_INSTANCES_ANNOTATION} {limit!r} on {obj['kind']}/{metadata['name']} "
-                    "must be a whole number of instances",
-                    retryable=False,
-                )
-            if instance.task:
-                try:
-                    self._script(self._template(obj))
-                except ScriptError as exc:
-                    raise AdapterError(str(exc), retryable=False) from exc
-            for key in (READY_AFTER_ANNOTATION, FAIL_AFTER_ANNOTATION):
-                if key in annotations:
-                    try:
-                        parse_duration(str(annotations[key]))
-                    except ValueError as exc:
-                        raise AdapterError(str(exc), retryable=False) from exc
-
-    def _script(self, template: Mapping[str, Any]) -> TaskScript:
-        containers = as_list(as_map(template.get("spec")).get("containers"))
-        env = as_list(as_map(containers[0]).get("env")) if containers else []
-        return script_of(env, self.delays.ready_seconds)
-
-    @staticmethod
-    def _template(obj: Mapping[str, Any]) -> dict[str, Any]:
-        if obj.get("kind") == "Pod":
-            return {"metadata": as_map(obj.get("metadata")), "spec": as_map(obj.get("spec"))}
-        return as_map(as_map(obj.get("spec")).get("template"))
-
     def _reconcile_workload(
         self, ns: Namespace, ref: ObjectRef, obj: dict[str, Any], now: datetime
     ) -> None:
@@ -545,7 +498,7 @@ class SimulatedAdapter:
             replicas = int(spec.get("parallelism", 1) or 0)
         else:
             replicas = int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1)
-        template = self._template(obj)
+        template = pod_template(obj)
         key = json.dumps([replicas, template], sort_keys=True, default=str)
         existing = ns.workloads.get(ref)
         if existing is not None and existing.template_key == key:
@@ -643,7 +596,11 @@ class SimulatedAdapter:
             namespace=ns.instance.namespace,
             ready_after=(parse_duration(ready_after) if ready_after else self.delays.ready_seconds),
             fail_after=parse_duration(fail_after) if fail_after else DEFAULT_FAIL_AFTER,
-            script=self._script(template) if ns.instance.task and workload.kind == "Job" else None,
+            script=(
+                task_script(template, self.delays.ready_seconds)
+                if ns.instance.task and workload.kind == "Job"
+                else None
+            ),
         )
         overwritten = ns.pods.get(pod_name)
         if overwritten is not None:

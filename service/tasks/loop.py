@@ -9,7 +9,6 @@ cluster, so a restarted server carries on each task's clocks where they were.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from collections.abc import Callable
@@ -46,14 +45,8 @@ from service.tasks.clocks import (
 )
 from service.tasks.models import Task, TaskResult, TaskStatus
 from service.tasks.queue import Turns, Waiting
-from service.tasks.results import (
-    PushPolicy,
-    ResultPushFailed,
-    parse_results_location,
-    push_credentials,
-    upload_result,
-)
 from service.tasks.service import Tasks
+from service.tasks.uploads import ResultUploads
 from service.tasks.workload import CONTAINER_NAME, helm_objects, is_job, job_objects
 
 log = logging.getLogger("nvcf.tasks")
@@ -127,7 +120,7 @@ class TaskLoop(LoopService[str]):
         self._blocked: tuple[object, ...] | None = None
         self._apply_failed = False
         #: UPLOAD pushes in flight, by task: off the pass, so one slow push stalls no placement
-        self._uploads: dict[uuid.UUID, set[asyncio.Task[None]]] = {}
+        self._uploads = ResultUploads(maker, adapters, tasks, lambda: self.clock(), self.wake)
         #: the ids of the tasks on a cluster as of the last pass (and those launched since)
         self._watched: set[str] = set()
         super().__init__(
@@ -136,10 +129,7 @@ class TaskLoop(LoopService[str]):
 
     async def stop(self) -> None:
         await super().stop()
-        pending = [u for ups in self._uploads.values() for u in ups]
-        for upload in pending:
-            upload.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        await self._uploads.cancel()
 
     def changed(self, instance_ids: set[str], resync: bool) -> None:
         """What the clusters' change feeds reported: a pass now when one of the tasks on a
@@ -408,7 +398,7 @@ class TaskLoop(LoopService[str]):
                 ):
                     ended.append(task)
         for task, result_id, name in pushes:
-            self._push(task, result_id, name)
+            self._uploads.push(task, instance_of(task), result_id, name)
         return ended
 
     async def _record_one(
@@ -480,7 +470,7 @@ class TaskLoop(LoopService[str]):
         progress = decision.progress
         if progress is not None and progress.name not in (None, task.result_name):
             return True  # reported with its 100%: recorded (and its push started) first
-        if self._uploads.get(task.id):
+        if self._uploads.pending(task.id):
             return True
         if isinstance(adapter, TaskFiles):
             found = await adapter.task_result_names(instance_of(task), max_names=MAX_RESULTS)
@@ -490,8 +480,8 @@ class TaskLoop(LoopService[str]):
             return False
         async with self.maker() as session:
             for row in await repository.unpushed_results(session, task.id):
-                self._push(task, row.id, row.name)
-        return bool(self._uploads.get(task.id))
+                self._uploads.push(task, instance_of(task), row.id, row.name)
+        return self._uploads.pending(task.id)
 
     async def _found(self, task_id: uuid.UUID, found: list[str], now: datetime) -> None:
         """Record the results found on the task's files that its progress file never named
@@ -518,82 +508,6 @@ class TaskLoop(LoopService[str]):
                 )
                 transitions.event(
                     session, task, f"Result {name} found in NVCT_RESULTS_DIR at completion", now
-                )
-
-    def _push(self, task: Task, result_id: uuid.UUID, name: str) -> None:
-        running = self._uploads.setdefault(task.id, set())
-        upload = asyncio.create_task(
-            self._upload(task, result_id, name), name=f"nvcf-task-result-{task.id}"
-        )
-        running.add(upload)
-
-        def done(finished: asyncio.Task[None]) -> None:
-            running.discard(finished)
-            if not running:
-                self._uploads.pop(task.id, None)
-            self.wake()
-
-        upload.add_done_callback(done)
-
-    async def _upload(self, task: Task, result_id: uuid.UUID, name: str) -> None:
-        """Push result `name` of `task`; ERRORED with the registry's reason when it fails."""
-        settings = self.tasks.settings
-        adapter = self.adapters.get(task.cluster or "")
-        target, problems = parse_results_location(task.results_location, settings)
-        try:
-            if target is None:
-                raise ResultPushFailed(
-                    str(task.results_location), 0, "; ".join(p.message for p in problems)
-                )
-            if not isinstance(adapter, TaskFiles):
-                raise ResultPushFailed(
-                    target.reference(name), 0, f"cluster {task.cluster} cannot copy results"
-                )
-            async with self.maker() as session:
-                logins = await push_credentials(
-                    session,
-                    task.account_id,
-                    target,
-                    task_secrets=self.tasks.secrets_of(task),
-                    box=self.tasks.box,
-                )
-            pushed = await upload_result(
-                adapter,
-                instance_of(task),
-                name,
-                target,
-                logins,
-                workdir=settings.data_dir / "task-results",
-                policy=PushPolicy.of(settings),
-            )
-        except (ResultPushFailed, AdapterError) as exc:
-            reason = exc.reason if isinstance(exc, ResultPushFailed) else exc.message
-            log.warning("task %s: result %s: %s", task.id, name, reason)
-            async with self.maker() as session, session.begin():
-                row = await repository.get_for_update(session, task.id)
-                if row is not None and TaskStatus(row.status) in (
-                    TaskStatus.LAUNCHED,
-                    TaskStatus.RUNNING,
-                ):
-                    why = f"result {name} could not be pushed: {reason}"
-                    transitions.move(
-                        session,
-                        row,
-                        TaskStatus.ERRORED,
-                        self.clock(),
-                        f"Task errored: {why}",
-                        error=why,
-                    )
-            return
-        async with self.maker() as session, session.begin():
-            stored = await repository.result(session, result_id)
-            if stored is not None:
-                stored.reference = pushed.reference
-                stored.digest = pushed.digest
-            row = await repository.get(session, task.id)
-            if row is not None:
-                transitions.event(
-                    session, row, f"Result {name} pushed to {pushed.reference}", self.clock()
                 )
 
     async def _teardown(self, tasks: list[Task], now: datetime) -> None:

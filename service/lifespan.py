@@ -51,7 +51,8 @@ from service.invocation.dispatch_redis import RedisActivity
 from service.invocation.grpc.entry import GrpcEntry
 from service.invocation.metrics import InvocationMetrics
 from service.llm.gateway import Gateway
-from service.observability.export import Drops, Exports, ExportSettings
+from service.observability.endpoints import Drops
+from service.observability.export import Exports, ExportSettings
 from service.tasks.loop import TaskLoop, known_task_ids
 from service.tasks.service import Tasks
 from service.telemetry import Telemetry

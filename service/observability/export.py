@@ -11,12 +11,12 @@ reader export from their own threads through its OTLP exporters (HTTP or gRPC), 
 dead endpoint never holds the event loop; their queues are bounded and a failed batch is
 dropped (counted).
 
-Every connection of an OTLP/HTTP export goes through `EndpointGuard`: the host is resolved and
-each address checked as at creation (charts/netguard.py pins the checked addresses), redirects
-are not followed, and each request is bounded in time and size. A gRPC channel goes only to
-the addresses checked when its pipeline was built (gRPC would otherwise resolve again). Each
-telemetry's last success and last error (the endpoint's HTTP status, or why nothing answered)
-are written back to it.
+Every connection of an OTLP/HTTP export goes through `EndpointGuard` (endpoints.py): the host
+is resolved and each address checked as at creation (charts/netguard.py pins the checked
+addresses), redirects are not followed, and each request is bounded in time and size. A gRPC
+channel goes only to the addresses checked when its pipeline was built (gRPC would otherwise
+resolve again). Each telemetry's last success and last error (the endpoint's HTTP status, or
+why nothing answered) are written back to it.
 
 Nothing is done for a version that names no telemetry: the plane checks its target's
 `telemetries` before calling here.
@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import threading
 import time
 import typing
 import uuid
@@ -37,7 +36,6 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-import requests
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
     OTLPMetricExporter as GrpcMetricExporter,
 )
@@ -49,30 +47,32 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
-    AggregationTemporality,
     MetricExporter,
-    MetricExportResult,
-    MetricsData,
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
-from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from service.charts.netguard import PinnedAdapter, forbidden_reason, resolve
 from service.core.crypto import SecretBox
-from service.core.db import utcnow
 from service.observability import repository
 from service.observability.datadog import TEMPORALITY, DatadogMetricsExporter
+from service.observability.endpoints import (
+    Drops,
+    EndpointGuard,
+    EndpointStatus,
+    WatchedMetrics,
+    WatchedSpans,
+    guarded_session,
+)
 from service.observability.models import Kind, Protocol, Provider, Telemetry
 from service.observability.references import FIELDS
 from service.observability.remote_write import RemoteWriteExporter
-from service.observability.service import clip_error, key_of
-from service.observability.wires import Target, Wire, allowed_by, target_of, wire_of
+from service.observability.service import key_of
+from service.observability.wires import Target, Wire, target_of, wire_of
 
 log = logging.getLogger("nvcf.observability")
 
@@ -157,148 +157,6 @@ class Watched:
 LoadSource = Callable[[], Sequence[Watched]]
 
 
-class Drops:
-    """The operator's count of what was not exported, by reason (`/metrics`)."""
-
-    def __init__(self, registry: CollectorRegistry | None) -> None:
-        self.counter = Counter(
-            "nvcf_telemetry_dropped_total",
-            "Signals for tenants' telemetry endpoints not exported, by reason.",
-            ["reason"],
-            registry=registry,
-        )
-
-    def add(self, reason: str, n: int = 1) -> None:
-        self.counter.labels(reason).inc(n)
-
-
-@dataclass
-class EndpointStatus:
-    """A telemetry's export outcomes, written from the SDK's threads, read by the loop."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    last_success_at: datetime | None = None
-    last_error_at: datetime | None = None
-    last_error: str | None = None
-    #: set by an outcome, cleared when written back to the telemetry
-    dirty: bool = False
-    #: the last answer of the endpoint and the guard's last refusal (this export's reason)
-    answer: str | None = None
-    refusal: str | None = None
-    #: the reason of a failure with neither (gRPC's status is not seen here)
-    unanswered: str = "no answer: connection failed or timed out"
-
-    def succeeded(self) -> None:
-        with self.lock:
-            self.last_success_at, self.dirty = utcnow(), True
-
-    def failed(self, reason: str) -> None:
-        with self.lock:
-            self.last_error_at, self.last_error, self.dirty = utcnow(), clip_error(reason), True
-
-    def take(self) -> tuple[datetime | None, datetime | None, str | None] | None:
-        with self.lock:
-            if not self.dirty:
-                return None
-            self.dirty = False
-            return self.last_success_at, self.last_error_at, self.last_error
-
-
-class EndpointGuard:
-    """netguard's AddressBook for one endpoint: every connection resolves its host and
-    connects only to addresses that are public, or to the operator's allowed endpoints."""
-
-    def __init__(self, allowlist: Collection[str], status: EndpointStatus) -> None:
-        self._allowlist = allowlist
-        self._status = status
-
-    def pinned(self, hostname: str, port: int) -> Sequence[str]:
-        addresses = resolve(hostname, port)
-        if allowed_by(self._allowlist, hostname, port):
-            return addresses
-        for address in addresses:
-            reason = forbidden_reason(address)
-            if reason is not None:
-                refusal = f"refused to connect: {hostname} resolves to a {reason} address"
-                self._status.refusal = refusal
-                raise OSError(refusal)
-        return addresses
-
-
-def _session(guard: EndpointGuard, status: EndpointStatus) -> requests.Session:
-    session = requests.Session()
-    session.trust_env = False  # no proxy: it would resolve the host out of the guard's reach
-    session.max_redirects = 0
-    adapter = PinnedAdapter(guard, max_retries=0)
-    session.mount("https://", adapter)
-    session.mount("http://", adapter)
-
-    def answered(response: requests.Response, *args: Any, **kwargs: Any) -> None:
-        if response.status_code >= 300:
-            status.answer = f"the endpoint answered HTTP {response.status_code}" + (
-                f" {response.reason}" if response.reason else ""
-            )
-
-    session.hooks["response"].append(answered)
-    return session
-
-
-def _reason(status: EndpointStatus) -> str:
-    reason = status.answer or status.refusal or status.unanswered
-    status.answer = status.refusal = None
-    return reason
-
-
-class _WatchedSpans(SpanExporter):
-    def __init__(self, inner: SpanExporter, status: EndpointStatus, drops: Drops) -> None:
-        self._inner, self._status, self._drops = inner, status, drops
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        result = self._inner.export(spans)
-        if result is SpanExportResult.SUCCESS:
-            self._status.succeeded()
-        else:
-            self._status.failed(_reason(self._status))
-            self._drops.add("export_failed", len(spans))
-        return result
-
-    def shutdown(self) -> None:
-        self._inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._inner.force_flush(timeout_millis)
-
-
-class _WatchedMetrics(MetricExporter):
-    def __init__(
-        self,
-        inner: MetricExporter,
-        status: EndpointStatus,
-        drops: Drops,
-        temporality: dict[type, AggregationTemporality] | None = None,
-    ) -> None:
-        # the reader asks this wrapper, not the inner exporter, which temporality to send
-        super().__init__(preferred_temporality=temporality)
-        self._inner, self._status, self._drops = inner, status, drops
-
-    def export(
-        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
-    ) -> MetricExportResult:
-        result = self._inner.export(metrics_data, timeout_millis=timeout_millis)
-        if result is MetricExportResult.SUCCESS:
-            self._status.succeeded()
-        else:
-            self._status.failed(_reason(self._status))
-            self._drops.add("export_failed")
-        return result
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return self._inner.force_flush(timeout_millis)
-
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        self._inner.shutdown(timeout_millis=timeout_millis)
-
-
 def _headers(provider: Provider, key: str) -> dict[str, str]:
     if provider is Provider.GRAFANA_CLOUD:
         return {"Authorization": "Basic " + base64.b64encode(key.encode()).decode()}
@@ -380,10 +238,10 @@ def _http_exporters(
     }
     return (
         lambda: OTLPSpanExporter(
-            endpoint=f"{base}/v1/traces", session=_session(guard, status), **common
+            endpoint=f"{base}/v1/traces", session=guarded_session(guard, status), **common
         ),
         lambda: OTLPMetricExporter(
-            endpoint=f"{base}/v1/metrics", session=_session(guard, status), **common
+            endpoint=f"{base}/v1/metrics", session=guarded_session(guard, status), **common
         ),
     )
 
@@ -394,7 +252,7 @@ def _remote_write_exporters(
     """Prometheus remote write: metrics only, each connection through the guard."""
     guard = EndpointGuard(settings.allowlist, status)
     return None, lambda: RemoteWriteExporter(
-        target.url, headers, settings.timeout, MAX_REQUEST_BYTES, _session(guard, status)
+        target.url, headers, settings.timeout, MAX_REQUEST_BYTES, guarded_session(guard, status)
     )
 
 
@@ -404,7 +262,7 @@ def _datadog_exporters(
     """Datadog's intake: metrics (series v2), each connection through the guard."""
     guard = EndpointGuard(settings.allowlist, status)
     return None, lambda: DatadogMetricsExporter(
-        target.url, key, settings.timeout, MAX_REQUEST_BYTES, _session(guard, status)
+        target.url, key, settings.timeout, MAX_REQUEST_BYTES, guarded_session(guard, status)
     )
 
 
@@ -468,7 +326,7 @@ def build_pipeline(
         pipeline.tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         pipeline.tracer_provider.add_span_processor(
             BatchSpanProcessor(
-                _WatchedSpans(make_spans(), status, drops),
+                WatchedSpans(make_spans(), status, drops),
                 max_queue_size=2048,
                 schedule_delay_millis=settings.interval * 1000,
                 export_timeout_millis=settings.timeout * 1000,
@@ -477,7 +335,7 @@ def build_pipeline(
         pipeline.tracer = pipeline.tracer_provider.get_tracer("nvcf.invocation")
     if Kind.METRICS in telemetry.kinds and make_metrics is not None:
         reader = PeriodicExportingMetricReader(
-            _WatchedMetrics(
+            WatchedMetrics(
                 make_metrics(), status, drops, TEMPORALITY if wire is Wire.DATADOG else None
             ),
             export_interval_millis=settings.interval * 1000,

@@ -17,14 +17,8 @@ import openai
 import pytest
 
 from service.core.server import ConnectionLimits
-from service.observability.export import (
-    Drops,
-    EndpointGuard,
-    EndpointStatus,
-    ExportSettings,
-    Invocation,
-    build_pipeline,
-)
+from service.observability.endpoints import Drops, EndpointGuard, EndpointStatus
+from service.observability.export import ExportSettings, Invocation, build_pipeline
 from service.observability.models import Kind, Telemetry
 from tests.support.api import bearer, new_key
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory

@@ -1,0 +1,167 @@
+"""Each tenant endpoint's guarded connections, export outcomes and drop counts for export.py."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import requests
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+)
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from prometheus_client import CollectorRegistry, Counter
+
+from service.charts.netguard import PinnedAdapter, forbidden_reason, resolve
+from service.core.db import utcnow
+from service.observability.service import clip_error
+from service.observability.wires import allowed_by
+
+
+class Drops:
+    """The operator's count of what was not exported, by reason (`/metrics`)."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self.counter = Counter(
+            "nvcf_telemetry_dropped_total",
+            "Signals for tenants' telemetry endpoints not exported, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+
+    def add(self, reason: str, n: int = 1) -> None:
+        self.counter.labels(reason).inc(n)
+
+
+@dataclass
+class EndpointStatus:
+    """A telemetry's export outcomes, written from the SDK's threads, read by the loop."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    last_success_at: datetime | None = None
+    last_error_at: datetime | None = None
+    last_error: str | None = None
+    #: set by an outcome, cleared when written back to the telemetry
+    dirty: bool = False
+    #: the last answer of the endpoint and the guard's last refusal (this export's reason)
+    answer: str | None = None
+    refusal: str | None = None
+    #: the reason of a failure with neither (gRPC's status is not seen here)
+    unanswered: str = "no answer: connection failed or timed out"
+
+    def succeeded(self) -> None:
+        with self.lock:
+            self.last_success_at, self.dirty = utcnow(), True
+
+    def failed(self, reason: str) -> None:
+        with self.lock:
+            self.last_error_at, self.last_error, self.dirty = utcnow(), clip_error(reason), True
+
+    def take(self) -> tuple[datetime | None, datetime | None, str | None] | None:
+        with self.lock:
+            if not self.dirty:
+                return None
+            self.dirty = False
+            return self.last_success_at, self.last_error_at, self.last_error
+
+
+class EndpointGuard:
+    """netguard's AddressBook for one endpoint: every connection resolves its host and
+    connects only to addresses that are public, or to the operator's allowed endpoints."""
+
+    def __init__(self, allowlist: Collection[str], status: EndpointStatus) -> None:
+        self._allowlist = allowlist
+        self._status = status
+
+    def pinned(self, hostname: str, port: int) -> Sequence[str]:
+        addresses = resolve(hostname, port)
+        if allowed_by(self._allowlist, hostname, port):
+            return addresses
+        for address in addresses:
+            reason = forbidden_reason(address)
+            if reason is not None:
+                refusal = f"refused to connect: {hostname} resolves to a {reason} address"
+                self._status.refusal = refusal
+                raise OSError(refusal)
+        return addresses
+
+
+def guarded_session(guard: EndpointGuard, status: EndpointStatus) -> requests.Session:
+    session = requests.Session()
+    session.trust_env = False  # no proxy: it would resolve the host out of the guard's reach
+    session.max_redirects = 0
+    adapter = PinnedAdapter(guard, max_retries=0)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+
+    def answered(response: requests.Response, *args: Any, **kwargs: Any) -> None:
+        if response.status_code >= 300:
+            status.answer = f"the endpoint answered HTTP {response.status_code}" + (
+                f" {response.reason}" if response.reason else ""
+            )
+
+    session.hooks["response"].append(answered)
+    return session
+
+
+def _reason(status: EndpointStatus) -> str:
+    reason = status.answer or status.refusal or status.unanswered
+    status.answer = status.refusal = None
+    return reason
+
+
+class WatchedSpans(SpanExporter):
+    def __init__(self, inner: SpanExporter, status: EndpointStatus, drops: Drops) -> None:
+        self._inner, self._status, self._drops = inner, status, drops
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self._inner.export(spans)
+        if result is SpanExportResult.SUCCESS:
+            self._status.succeeded()
+        else:
+            self._status.failed(_reason(self._status))
+            self._drops.add("export_failed", len(spans))
+        return result
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+
+class WatchedMetrics(MetricExporter):
+    def __init__(
+        self,
+        inner: MetricExporter,
+        status: EndpointStatus,
+        drops: Drops,
+        temporality: dict[type, AggregationTemporality] | None = None,
+    ) -> None:
+        # the reader asks this wrapper, not the inner exporter, which temporality to send
+        super().__init__(preferred_temporality=temporality)
+        self._inner, self._status, self._drops = inner, status, drops
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        result = self._inner.export(metrics_data, timeout_millis=timeout_millis)
+        if result is MetricExportResult.SUCCESS:
+            self._status.succeeded()
+        else:
+            self._status.failed(_reason(self._status))
+            self._drops.add("export_failed")
+        return result
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self._inner.shutdown(timeout_millis=timeout_millis)

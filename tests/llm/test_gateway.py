@@ -360,9 +360,9 @@ async def test_the_version_the_gateway_checks_is_the_one_resolved_for_the_engine
     resolve = routes.resolve
     resolved: list[uuid.UUID] = []
 
-    async def counted(principal: Any, function_id: uuid.UUID, version_id: Any) -> Any:
+    async def counted(principal: Any, function_id: uuid.UUID, version_id: Any, key: str) -> Any:
         resolved.append(function_id)
-        return await resolve(principal, function_id, version_id)
+        return await resolve(principal, function_id, version_id, key)
 
     monkeypatch.setattr(routes, "resolve", counted)
     body = {"model": f"{fn['id']}/tiny/chat", "messages": [{"role": "user", "content": "x"}]}

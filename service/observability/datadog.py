@@ -18,12 +18,12 @@ import requests
 from opentelemetry.sdk.metrics import Counter, Histogram, ObservableCounter, UpDownCounter
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
-    MetricExporter,
-    MetricExportResult,
     MetricsData,
     Sum,
 )
 from opentelemetry.sdk.metrics.export import Histogram as HistogramData
+
+from service.observability.posted import PostedMetrics
 
 PATH = "/api/v2/series"
 #: series v2's metric types
@@ -84,7 +84,7 @@ def encode(data: MetricsData) -> bytes:
     return json.dumps({"series": entries}, separators=(",", ":")).encode()
 
 
-class DatadogMetricsExporter(MetricExporter):
+class DatadogMetricsExporter(PostedMetrics):
     """Posts each export of the SDK's periodic reader as one series v2 request."""
 
     def __init__(
@@ -95,32 +95,6 @@ class DatadogMetricsExporter(MetricExporter):
         max_bytes: int,
         session: requests.Session,
     ) -> None:
-        super().__init__(preferred_temporality=TEMPORALITY)
-        self._url = base_url.rstrip("/") + PATH
-        self._headers = {"DD-API-KEY": key, "Content-Type": "application/json"}
-        self._timeout, self._max_bytes, self._session = timeout, max_bytes, session
-
-    def export(
-        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
-    ) -> MetricExportResult:
-        body = encode(metrics_data)
-        if len(body) > self._max_bytes:
-            return MetricExportResult.FAILURE
-        try:
-            response = self._session.post(
-                self._url,
-                data=body,
-                headers=self._headers,
-                timeout=min(self._timeout, timeout_millis / 1000),
-                allow_redirects=False,
-            )
-        except (requests.RequestException, OSError):
-            return MetricExportResult.FAILURE
-        ok = 200 <= response.status_code < 300
-        return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return True
-
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        self._session.close()
+        headers = {"DD-API-KEY": key, "Content-Type": "application/json"}
+        url = base_url.rstrip("/") + PATH
+        super().__init__(url, headers, encode, timeout, max_bytes, session, TEMPORALITY)

@@ -21,11 +21,11 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 from opentelemetry.sdk.metrics.export import (
     Histogram,
-    MetricExporter,
-    MetricExportResult,
     MetricsData,
     Sum,
 )
+
+from service.observability.posted import PostedMetrics
 
 #: remote write 1.0's headers (its specification)
 HEADERS = {
@@ -138,7 +138,7 @@ def encode(data: MetricsData) -> bytes:
     return bytes(cramjam.snappy.compress_raw(request.SerializeToString()))
 
 
-class RemoteWriteExporter(MetricExporter):
+class RemoteWriteExporter(PostedMetrics):
     """Posts each export of the SDK's periodic reader as one remote-write request."""
 
     def __init__(
@@ -149,32 +149,4 @@ class RemoteWriteExporter(MetricExporter):
         max_bytes: int,
         session: requests.Session,
     ) -> None:
-        super().__init__()
-        self._url, self._timeout, self._max_bytes = url, timeout, max_bytes
-        self._headers = {**headers, **HEADERS}
-        self._session = session
-
-    def export(
-        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
-    ) -> MetricExportResult:
-        body = encode(metrics_data)
-        if len(body) > self._max_bytes:
-            return MetricExportResult.FAILURE
-        try:
-            response = self._session.post(
-                self._url,
-                data=body,
-                headers=self._headers,
-                timeout=min(self._timeout, timeout_millis / 1000),
-                allow_redirects=False,
-            )
-        except (requests.RequestException, OSError):
-            return MetricExportResult.FAILURE
-        ok = 200 <= response.status_code < 300
-        return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return True
-
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        self._session.close()
+        super().__init__(url, {**headers, **HEADERS}, encode, timeout, max_bytes, session)

@@ -65,16 +65,43 @@ class TelemetrySpec:
         )
 
 
+def _grafana_login(value: str | dict[str, Any]) -> tuple[str, str]:
+    """GRAFANA_CLOUD's (instance id, token): from `instanceId:token`, or from ngcsdk's
+    `{"instanceId": ..., "apiKey": ...}`; empty strings where not given."""
+    if isinstance(value, str):
+        instance, _, token = value.partition(":")
+        return instance, token
+    given, key = value.get("instanceId"), value.get("apiKey")
+    return (
+        str(given) if isinstance(given, str | int) else "",
+        key if isinstance(key, str) else "",
+    )
+
+
 def _key_problem(provider: Provider, value: str | dict[str, Any]) -> FieldError | None:
     if provider is Provider.GRAFANA_CLOUD:
-        instance, colon, token = value.partition(":") if isinstance(value, str) else ("", "", "")
-        if not (colon and instance.strip() and token.strip()):
+        instance, token = _grafana_login(value)
+        if not (instance.strip() and token.strip()) or ":" in instance:
             return FieldError(
                 "secret.value",
-                "GRAFANA_CLOUD takes 'instanceId:token' (the stack's instance id and an access "
-                "policy token), sent as the basic-auth login of its OTLP gateway",
+                'GRAFANA_CLOUD takes \'instanceId:token\' or {"instanceId": ..., "apiKey": '
+                "...} (the stack's instance id and an access policy token), sent as the "
+                "basic-auth login of its OTLP gateway",
             )
+    elif not isinstance(value, str):
+        return FieldError(
+            "secret.value",
+            f"{provider.value} takes its key as a string (sent as its API key or bearer token); "
+            "an object, such as client certificates ({clientKey, clientCert}), is not supported",
+        )
     return None
+
+
+def _key_text(provider: Provider, value: str | dict[str, Any]) -> str:
+    """The key as stored: GRAFANA_CLOUD's always `instanceId:token`, as exports send it."""
+    if provider is Provider.GRAFANA_CLOUD:
+        return ":".join(_grafana_login(value))
+    return secret_text(value)
 
 
 async def validate_create(raw: Any, allowlist: Collection[str]) -> TelemetrySpec:
@@ -103,7 +130,7 @@ async def validate_create(raw: Any, allowlist: Collection[str]) -> TelemetrySpec
         protocol=protocol,
         provider=provider,
         kinds=kinds,
-        key=secret_text(model.secret.value),
+        key=_key_text(provider, model.secret.value),
     )
 
 
@@ -234,7 +261,7 @@ async def update_secret(
         errors.append(key_problem)
     if errors:
         raise ValidationFailed.of(errors, what="telemetry secret")
-    telemetry.secret_ciphertext = box.encrypt(secret_text(secret.value))
+    telemetry.secret_ciphertext = box.encrypt(_key_text(Provider(telemetry.provider), secret.value))
     telemetry.updated_at = utcnow()
     await session.flush()
     log.info("telemetry %s: key replaced (account %s)", telemetry_id, account_id)

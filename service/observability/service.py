@@ -158,6 +158,7 @@ def describe(telemetry: Telemetry) -> TelemetryOut:
             last_success_at=telemetry.last_success_at,
             last_error_at=telemetry.last_error_at,
             last_error=telemetry.last_error,
+            dropped=telemetry.dropped or None,
         ),
     )
 

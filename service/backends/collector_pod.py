@@ -1,5 +1,5 @@
-"""The OpenTelemetry Collector sidecar of a workload that names telemetries (docs/telemetry.md,
-"On Kubernetes"): what the Kubernetes adapter adds to the objects it applies.
+"""The OpenTelemetry Collector sidecar of a workload that names telemetries: what the Kubernetes
+adapter adds to the objects it applies (docs/telemetry-export.md, "On Kubernetes").
 
 The instance's `TelemetrySidecar` holds the collector's configuration (made by
 observability/collector.py; it names each key only as `${env:NAME}`) and those keys. `inject`
@@ -8,13 +8,15 @@ adds
 - the ConfigMap `nvcf-otel-collector` holding the configuration, and the Secret
   `nvcf-telemetry` holding the keys (the container takes them with `secretKeyRef`: never a
   plain env value);
-- to every pod template of the objects, the container `nvcf-otel-collector`: a plain container
-  beside a Deployment's (or StatefulSet's...) containers, so that it never holds the workload's
-  start; a native sidecar (an initContainer with `restartPolicy: Always`) in a Job's pod, so
-  that the Job still completes when its container exits. It has no probe (it is never a
-  readiness gate nor restarted for being slow), bounded resources, and reads the pod's own
-  container log directories only: `/var/log/pods` of the node mounted read-only with a
-  `subPathExpr` of the pod's namespace, name and uid.
+- to every pod (template) of the objects, the container `nvcf-otel-collector`: a plain
+  container beside a Deployment's (StatefulSet's, DaemonSet's, a Pod's) containers, so that it
+  never holds the workload's start; a native sidecar (an initContainer with `restartPolicy:
+  Always`) in a Job's (or CronJob's) pod, so that the Job still completes when its container
+  exits. It has no probe: a running collector is ready, and a slow or refusing endpoint never
+  makes it unready or restarted (only a collector that cannot run at all, its image not
+  pulled, holds the pod's readiness, as any container does). It has bounded resources, and
+  reads the pod's own container log directories only: `/var/log/pods` of the node mounted
+  read-only with a `subPathExpr` of the pod's namespace, name and uid.
 """
 
 from __future__ import annotations
@@ -40,7 +42,16 @@ POD_ENV: Mapping[str, str] = {
     "POD_NAME": "metadata.name",
     "POD_UID": "metadata.uid",
 }
-WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "Job"})
+#: where each workload kind holds its pod's spec, and whether its pods run to completion
+POD_SPECS: Mapping[str, tuple[tuple[str, ...], bool]] = {
+    "Deployment": (("spec", "template", "spec"), False),
+    "StatefulSet": (("spec", "template", "spec"), False),
+    "ReplicaSet": (("spec", "template", "spec"), False),
+    "DaemonSet": (("spec", "template", "spec"), False),
+    "Pod": (("spec",), False),
+    "Job": (("spec", "template", "spec"), True),
+    "CronJob": (("spec", "jobTemplate", "spec", "template", "spec"), True),
+}
 
 
 @dataclass(frozen=True)
@@ -133,24 +144,21 @@ def _map(value: Any) -> dict[str, Any]:
 def inject(objects: list[dict[str, Any]], sidecar: TelemetrySidecar, pod: CollectorPod) -> bool:
     """Add the collector to every pod template of `objects` and its ConfigMap and Secret to
     `objects` (in place); whether any pod template was found."""
-    templates = [
-        (obj.get("kind") == "Job", spec)
-        for obj in objects
-        if obj.get("kind") in WORKLOAD_KINDS
-        and isinstance(
-            (spec := _map(_map(_map(obj.get("spec")).get("template")).get("spec"))).get(
-                "containers"
-            ),
-            list,
-        )
-    ]
+    templates: list[tuple[bool, dict[str, Any]]] = []
+    for obj in objects:
+        path, completes = POD_SPECS.get(str(obj.get("kind")), ((), False))
+        spec: dict[str, Any] = obj if path else {}
+        for key in path:
+            spec = _map(spec.get(key))
+        if isinstance(spec.get("containers"), list):
+            templates.append((completes, spec))
     if not templates:
         return False
-    for job, spec in templates:
-        where = spec.setdefault("initContainers", []) if job else spec["containers"]
+    for completes, spec in templates:
+        where = spec.setdefault("initContainers", []) if completes else spec["containers"]
         if any(_map(c).get("name") == CONTAINER_NAME for c in where):
             continue  # applied before (objects given twice)
-        where.append(pod.container(sidecar, native=job))
+        where.append(pod.container(sidecar, native=completes))
         spec.setdefault("volumes", []).extend(
             [
                 {"name": CONFIG_VOLUME, "configMap": {"name": CONFIG_MAP}},

@@ -23,6 +23,7 @@ from service.backends.collector_pod import (
     KEYS_SECRET,
     POD_ENV,
     CollectorPod,
+    inject,
 )
 from service.backends.kubernetes import APPLIED_ANNOTATION, KubernetesAdapter
 from service.backends.worker_utils_pod import CONTAINER_NAME as UTILS_CONTAINER
@@ -194,3 +195,23 @@ async def test_a_workload_naming_no_telemetry_gets_no_collector(
     assert CONTAINER_NAME not in [c["name"] for c in spec["containers"]]
     assert server.get("Secret", inst.namespace, KEYS_SECRET) is None
     assert server.get("ConfigMap", inst.namespace, CONFIG_MAP) is None
+
+
+def test_a_charts_bare_pod_and_cronjob_get_the_collector_too() -> None:
+    pod_spec = {"containers": [{"name": "main", "image": "nvcr.io/acme/a:1"}]}
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": pod_spec},
+        {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": {"name": "c"},
+            "spec": {"jobTemplate": {"spec": {"template": {"spec": dict(pod_spec)}}}},
+        },
+    ]
+    assert inject(objects, sidecar_of("nca-1", "inst-1"), CollectorPod(IMAGE))
+
+    pod, cron = objects[0]["spec"], objects[1]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["main", CONTAINER_NAME]
+    assert [c["name"] for c in cron["initContainers"]] == [CONTAINER_NAME]
+    assert cron["initContainers"][0]["restartPolicy"] == "Always"
+    assert [o["kind"] for o in objects[2:]] == ["ConfigMap", "Secret"]

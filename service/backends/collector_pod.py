@@ -34,8 +34,12 @@ CONFIG_DIR = "/etc/nvcf-otelcol"
 #: where the pod's own log directory (`/var/log/pods/<ns>_<pod>_<uid>`) is seen
 LOGS_DIR = "/var/log/pods/self"
 HOST_LOGS = "/var/log/pods"
+#: the collector's own writable directory: how far it read each log file, kept across its
+#: restarts in the pod (an emptyDir), so that a restart sends no line twice
+STATE_DIR = "/var/lib/nvcf-otelcol"
 CONFIG_VOLUME = "nvcf-otelcol-config"
 LOGS_VOLUME = "nvcf-otelcol-pod-logs"
+STATE_VOLUME = "nvcf-otelcol-state"
 #: the downward-API variables the log mount's subPathExpr (and the configuration) read
 POD_ENV: Mapping[str, str] = {
     "POD_NAMESPACE": "metadata.namespace",
@@ -101,6 +105,7 @@ class CollectorPod:
                     "subPathExpr": "$(POD_NAMESPACE)_$(POD_NAME)_$(POD_UID)",
                     "readOnly": True,
                 },
+                {"name": STATE_VOLUME, "mountPath": STATE_DIR},
             ],
             "resources": {k: dict(v) for k, v in self.resources.items()},
             # the kubelet writes the log files as root (0640): read as root, nothing more
@@ -163,6 +168,7 @@ def inject(objects: list[dict[str, Any]], sidecar: TelemetrySidecar, pod: Collec
             [
                 {"name": CONFIG_VOLUME, "configMap": {"name": CONFIG_MAP}},
                 {"name": LOGS_VOLUME, "hostPath": {"path": HOST_LOGS, "type": "Directory"}},
+                {"name": STATE_VOLUME, "emptyDir": {"sizeLimit": "64Mi"}},
             ]
         )
     names = {(o.get("kind"), _map(o.get("metadata")).get("name")) for o in objects}

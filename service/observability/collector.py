@@ -2,7 +2,8 @@
 (its sidecar: backends/collector_pod.py), generated from the telemetries and their keys.
 
 - Receivers: OTLP on the reserved ports of the pod's loopback (gRPC 14357, HTTP 14358), and
-  `filelog` of the pod's own container log files (the collector's own excluded).
+  `filelog` of the pod's own container log files (the collector's own excluded; how far each
+  was read kept by `file_storage` in the pod, so a restarted collector sends no line twice).
 - Processors: `memory_limiter`, `resource` (the workload's function, version, instance and
   account set over whatever the container sends, so nothing is labelled as another
   account's), `batch`.
@@ -29,7 +30,7 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.backends.collector_pod import CONTAINER_NAME, LOGS_DIR, TelemetrySidecar
+from service.backends.collector_pod import CONTAINER_NAME, LOGS_DIR, STATE_DIR, TelemetrySidecar
 from service.core.crypto import SecretBox
 from service.observability import repository
 from service.observability.models import Kind, Protocol, Provider, Telemetry
@@ -146,6 +147,7 @@ def _receivers() -> dict[str, Any]:
             "exclude": [f"{LOGS_DIR}/{CONTAINER_NAME}/*.log"],
             "start_at": "beginning",
             "include_file_path": True,
+            "storage": "file_storage",
             "operators": [
                 {"type": "container", "add_metadata_from_filepath": False},
                 {
@@ -194,7 +196,9 @@ def collector_config(
         }
         for kind, ids in by_kind.items()
     }
-    if Kind.LOGS not in by_kind:
+    if Kind.LOGS in by_kind:
+        extensions["file_storage"] = {"directory": STATE_DIR}
+    else:
         del receivers["filelog"]
     resource = [
         {"key": key, "value": literal(value), "action": "upsert"}

@@ -133,6 +133,8 @@ async def test_a_function_pod_gets_the_collector_its_config_and_its_keys_in_a_se
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["nvcf-otelcol-pod-logs"]["hostPath"]["path"] == "/var/log/pods"
     assert volumes["nvcf-otelcol-config"]["configMap"] == {"name": CONFIG_MAP}
+    assert mounts["nvcf-otelcol-state"]["mountPath"] == "/var/lib/nvcf-otelcol"
+    assert "emptyDir" in volumes["nvcf-otelcol-state"]
 
     config_map = server.get("ConfigMap", ns, CONFIG_MAP)
     assert config_map is not None

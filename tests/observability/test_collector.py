@@ -147,6 +147,9 @@ def test_the_collector_receives_on_the_reserved_ports_and_the_pods_own_log_files
     assert filelog["include"] == ["/var/log/pods/self/*/*.log"]
     assert filelog["exclude"] == ["/var/log/pods/self/nvcf-otel-collector/*.log"]
     assert config["service"]["pipelines"]["logs"]["receivers"] == ["otlp", "filelog"]
+    # how far each file was read survives a restart of the collector: no line sent twice
+    assert filelog["storage"] == "file_storage"
+    assert config["extensions"]["file_storage"] == {"directory": "/var/lib/nvcf-otelcol"}
     assert config["service"]["pipelines"]["traces"]["receivers"] == ["otlp"]
     assert config["extensions"]["health_check"] == {"endpoint": "127.0.0.1:13133"}
     reader = config["service"]["telemetry"]["metrics"]["readers"][0]

@@ -40,6 +40,7 @@ class FilelogReceiver(Strict):
     exclude: list[str] = []
     start_at: Literal["beginning", "end"]
     include_file_path: bool
+    storage: str | None = None
     operators: list[dict[str, Any]]
 
 
@@ -176,7 +177,17 @@ EXPORTERS: dict[str, type[BaseModel]] = {
     "prometheusremotewrite": RemoteWriteExporter,
     "datadog": DatadogExporter,
 }
-EXTENSIONS: dict[str, type[BaseModel]] = {"health_check": Endpoint, "basicauth": BasicAuth}
+
+
+class FileStorage(Strict):
+    directory: str
+
+
+EXTENSIONS: dict[str, type[BaseModel]] = {
+    "health_check": Endpoint,
+    "basicauth": BasicAuth,
+    "file_storage": FileStorage,
+}
 #: a component id: `type[/name]`, as the collector parses it
 COMPONENT_ID = re.compile(r"^[a-z][a-z0-9_]*(/[^\s/]+)?$")
 ENV_REF = re.compile(r"(?<!\$)\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -220,6 +231,9 @@ def validate(config: Mapping[str, Any], env: set[str]) -> Config:
         auth = (exporter or {}).get("auth")
         if auth is not None:
             assert auth["authenticator"] in model.service.extensions
+    storage = (model.receivers.get("filelog") or {}).get("storage")
+    if storage is not None:
+        assert storage in model.service.extensions, f"filelog: {storage} is not enabled"
     used = {n for p in model.service.pipelines.values() for n in p.exporters}
     assert used == set(model.exporters), "an exporter in no pipeline"
     missing = env_names(config) - env

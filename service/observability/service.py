@@ -9,8 +9,10 @@ Rules (NVCF's where it has them, decided here where it is silent):
   and every type (wires.py); every violation is listed.
 - `endpoint`: an http(s) URL without user info, query or fragment (a Datadog site name for
   DATADOG); its host must resolve to public addresses only, unless the operator allows it.
-- `secret.value`: a string or an object (stored as JSON); GRAFANA_CLOUD's is
-  `instanceId:token`, its basic-auth login. Write-only, never in a message or log.
+- `secret.value`: the key, a string; GRAFANA_CLOUD's is `instanceId:token` or, as ngcsdk
+  sends it, `{"instanceId": ..., "apiKey": ...}`, stored as `instanceId:token`, its basic-auth
+  login. No wire here takes another object (ngcsdk's client certificates for PROMETHEUS are
+  refused). Write-only, never in a message or log.
 - A telemetry named by any function version (or task) of the account cannot be deleted
   (NVCF's answer: delete those first); the new key of `PUT /secrets/telemetries/{id}` must
   come under the telemetry's own name.
@@ -73,7 +75,7 @@ def _grafana_login(value: str | dict[str, Any]) -> tuple[str, str]:
         return instance, token
     given, key = value.get("instanceId"), value.get("apiKey")
     return (
-        str(given) if isinstance(given, str | int) else "",
+        str(given) if isinstance(given, str | int) and not isinstance(given, bool) else "",
         key if isinstance(key, str) else "",
     )
 

@@ -74,8 +74,9 @@ class PlatformSettings(BaseModel):
         default="otel/opentelemetry-collector-contrib:0.165.1",
         max_length=512,
         description="The OpenTelemetry Collector (contrib) image that Kubernetes clusters add as "
-        "a sidecar to the pods of a function or task naming telemetries (docs/telemetry.md); "
-        "empty: none, and such workloads export nothing from Kubernetes.",
+        "a sidecar to the pods of a function or task naming telemetries (docs/telemetry-"
+        "export.md); 0.154 or later (its configuration names the components `otlp_http`, "
+        "`file_log`, ...); empty: none, and such workloads export nothing from Kubernetes.",
     )
     telemetry_queue_size: int = Field(
         default=10000,

@@ -2,14 +2,14 @@
 (its sidecar: backends/collector_pod.py), generated from the telemetries and their keys.
 
 - Receivers: OTLP on the reserved ports of the pod's loopback (gRPC 14357, HTTP 14358), and
-  `filelog` of the pod's own container log files (the collector's own excluded; how far each
+  `file_log` of the pod's own container log files (the collector's own excluded; how far each
   was read kept by `file_storage` in the pod, so a restarted collector sends no line twice).
 - Processors: `memory_limiter`, `resource` (the workload's function, version, instance and
   account set over whatever the container sends, so nothing is labelled as another
   account's), `batch`.
-- Exporters, one per telemetry, by provider: `otlphttp` / `otlp` (OTEL_COLLECTOR: a bearer
+- Exporters, one per telemetry, by provider: `otlp_http` / `otlp_grpc` (OTEL_COLLECTOR: a bearer
   key; GRAFANA_CLOUD: basic auth `instanceId:token` through a `basicauth` extension),
-  `prometheusremotewrite` (PROMETHEUS, VICTORIAMETRICS, KRATOS_THANOS: a bearer key, the
+  `prometheus_remote_write` (PROMETHEUS, VICTORIAMETRICS, KRATOS_THANOS: a bearer key, the
   resource attributes as labels), `datadog` (DATADOG: by site name, or an intake URL). Each
   with a bounded queue, bounded retries and a timeout.
 - One pipeline per type (logs, metrics, traces) a telemetry receives.
@@ -115,7 +115,7 @@ def _exporter(
         keys[key_env] = named.key
         auth = {"headers": {"Authorization": "Bearer " + _env(key_env)}}
     if wire is Wire.REMOTE_WRITE:
-        return f"prometheusremotewrite/{name}", {
+        return f"prometheus_remote_write/{name}", {
             "endpoint": literal(target.url),
             "resource_to_telemetry_conversion": {"enabled": True},
             "timeout": TIMEOUT,
@@ -125,13 +125,13 @@ def _exporter(
         }
     if Protocol(telemetry.protocol) is Protocol.GRPC:
         host = f"[{target.host}]" if ":" in target.host else target.host
-        return f"otlp/{name}", {
+        return f"otlp_grpc/{name}", {
             "endpoint": literal(f"{host}:{target.port}"),
             "tls": {"insecure": urlsplit(target.url).scheme == "http"},
             **auth,
             **_common(),
         }
-    return f"otlphttp/{name}", {"endpoint": literal(target.url.rstrip("/")), **auth, **_common()}
+    return f"otlp_http/{name}", {"endpoint": literal(target.url.rstrip("/")), **auth, **_common()}
 
 
 def _receivers() -> dict[str, Any]:
@@ -142,7 +142,7 @@ def _receivers() -> dict[str, Any]:
                 "http": {"endpoint": f"{LOOPBACK}:{OTLP_HTTP_PORT}"},
             }
         },
-        "filelog": {
+        "file_log": {
             "include": [f"{LOGS_DIR}/*/*.log"],
             "exclude": [f"{LOGS_DIR}/{CONTAINER_NAME}/*.log"],
             "start_at": "beginning",
@@ -190,7 +190,7 @@ def collector_config(
     receivers = _receivers()
     pipelines = {
         kind.value.lower(): {
-            "receivers": ["otlp", "filelog"] if kind is Kind.LOGS else ["otlp"],
+            "receivers": ["otlp", "file_log"] if kind is Kind.LOGS else ["otlp"],
             "processors": list(PROCESSORS),
             "exporters": ids,
         }
@@ -199,7 +199,7 @@ def collector_config(
     if Kind.LOGS in by_kind:
         extensions["file_storage"] = {"directory": STATE_DIR}
     else:
-        del receivers["filelog"]
+        del receivers["file_log"]
     resource = [
         {"key": key, "value": literal(value), "action": "upsert"}
         for key, value in attributes.items()

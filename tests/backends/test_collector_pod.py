@@ -140,7 +140,7 @@ async def test_a_function_pod_gets_the_collector_its_config_and_its_keys_in_a_se
     assert config_map is not None
     config = yaml.safe_load(config_map["data"]["config.yaml"])
     otelcol.validate(config, set(keyed) | set(POD_ENV))
-    exporter = config["exporters"][f"otlphttp/{uuid.UUID(int=7)}"]
+    exporter = config["exporters"][f"otlp_http/{uuid.UUID(int=7)}"]
     assert exporter["endpoint"] == "https://otlp-gateway.grafana.net/otlp"
     assert KEY not in config_map["data"]["config.yaml"]
     assert secret_data(server, ns) == {

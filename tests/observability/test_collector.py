@@ -75,20 +75,20 @@ def test_each_provider_gets_its_exporter_and_its_key_only_as_an_env_reference() 
     ids = [str(uuid.UUID(int=n + 1)) for n in range(7)]
     exporters = config["exporters"]
     assert set(exporters) == {
-        f"otlphttp/{ids[0]}",
-        f"otlp/{ids[1]}",
-        f"otlphttp/{ids[2]}",
-        f"prometheusremotewrite/{ids[3]}",
-        f"prometheusremotewrite/{ids[4]}",
+        f"otlp_http/{ids[0]}",
+        f"otlp_grpc/{ids[1]}",
+        f"otlp_http/{ids[2]}",
+        f"prometheus_remote_write/{ids[3]}",
+        f"prometheus_remote_write/{ids[4]}",
         f"datadog/{ids[5]}",
         f"datadog/{ids[6]}",
     }
-    otlp_http = exporters[f"otlphttp/{ids[0]}"]
+    otlp_http = exporters[f"otlp_http/{ids[0]}"]
     assert otlp_http["endpoint"] == "https://otel.example.com/otlp"
     assert otlp_http["headers"] == {"Authorization": "Bearer ${env:NVCF_TELEMETRY_0_KEY}"}
-    grpc = exporters[f"otlp/{ids[1]}"]
+    grpc = exporters[f"otlp_grpc/{ids[1]}"]
     assert (grpc["endpoint"], grpc["tls"]) == ("otel.example.com:4317", {"insecure": True})
-    grafana = exporters[f"otlphttp/{ids[2]}"]
+    grafana = exporters[f"otlp_http/{ids[2]}"]
     assert grafana["auth"] == {"authenticator": f"basicauth/{ids[2]}"}
     assert config["extensions"][f"basicauth/{ids[2]}"] == {
         "client_auth": {
@@ -96,7 +96,7 @@ def test_each_provider_gets_its_exporter_and_its_key_only_as_an_env_reference() 
             "password": "${env:NVCF_TELEMETRY_2_PASSWORD}",
         }
     }
-    remote = exporters[f"prometheusremotewrite/{ids[3]}"]
+    remote = exporters[f"prometheus_remote_write/{ids[3]}"]
     assert remote["endpoint"] == "https://prom.example.com/api/v1/write"
     assert remote["resource_to_telemetry_conversion"] == {"enabled": True}
     assert exporters[f"datadog/{ids[5]}"]["api"] == {
@@ -120,15 +120,15 @@ def test_each_provider_gets_its_exporter_and_its_key_only_as_an_env_reference() 
     assert "k0" not in repr(sidecar)
     pipelines = config["service"]["pipelines"]
     assert pipelines["traces"]["exporters"] == [
-        f"otlphttp/{ids[0]}",
-        f"otlp/{ids[1]}",
-        f"otlphttp/{ids[2]}",
+        f"otlp_http/{ids[0]}",
+        f"otlp_grpc/{ids[1]}",
+        f"otlp_http/{ids[2]}",
     ]
     assert set(pipelines["metrics"]["exporters"]) == set(exporters)
     assert pipelines["logs"]["exporters"] == [
-        f"otlphttp/{ids[0]}",
-        f"otlp/{ids[1]}",
-        f"otlphttp/{ids[2]}",
+        f"otlp_http/{ids[0]}",
+        f"otlp_grpc/{ids[1]}",
+        f"otlp_http/{ids[2]}",
         f"datadog/{ids[5]}",
     ]
 
@@ -143,10 +143,10 @@ def test_the_collector_receives_on_the_reserved_ports_and_the_pods_own_log_files
         "grpc": {"endpoint": "127.0.0.1:14357"},
         "http": {"endpoint": "127.0.0.1:14358"},
     }
-    filelog = config["receivers"]["filelog"]
+    filelog = config["receivers"]["file_log"]
     assert filelog["include"] == ["/var/log/pods/self/*/*.log"]
     assert filelog["exclude"] == ["/var/log/pods/self/nvcf-otel-collector/*.log"]
-    assert config["service"]["pipelines"]["logs"]["receivers"] == ["otlp", "filelog"]
+    assert config["service"]["pipelines"]["logs"]["receivers"] == ["otlp", "file_log"]
     # how far each file was read survives a restart of the collector: no line sent twice
     assert filelog["storage"] == "file_storage"
     assert config["extensions"]["file_storage"] == {"directory": "/var/lib/nvcf-otelcol"}
@@ -183,7 +183,7 @@ def test_an_endpoint_cannot_make_the_collector_expand_another_keys_variable() ->
         named(telemetry("OTEL_COLLECTOR", "https://o.example.com", (Kind.TRACES,), n=1), "k1"),
     ]
     config = valid(collector_config(given, ATTRIBUTES))
-    exporter = config["exporters"][f"otlphttp/{uuid.UUID(int=1)}"]
+    exporter = config["exporters"][f"otlp_http/{uuid.UUID(int=1)}"]
     assert exporter["endpoint"] == "https://evil.example.com/$${env:NVCF_TELEMETRY_1_KEY}"
     assert "NVCF_TELEMETRY_1_KEY" not in otelcol.env_names(exporter)
 
@@ -195,5 +195,5 @@ def test_only_the_types_the_workload_names_are_sent_and_unsendable_ones_are_left
         collector_config([named(both, "k", (Kind.METRICS,)), named(refused, "s")], ATTRIBUTES)
     )
     assert set(config["service"]["pipelines"]) == {"metrics"}
-    assert "filelog" not in config["receivers"]
+    assert "file_log" not in config["receivers"]
     assert collector_config([named(refused, "s")], ATTRIBUTES) is None

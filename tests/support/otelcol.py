@@ -165,16 +165,16 @@ class Config(Strict):
     service: Service
 
 
-RECEIVERS: dict[str, type[BaseModel]] = {"otlp": OtlpReceiver, "filelog": FilelogReceiver}
+RECEIVERS: dict[str, type[BaseModel]] = {"otlp": OtlpReceiver, "file_log": FilelogReceiver}
 PROCESSORS: dict[str, type[BaseModel]] = {
     "memory_limiter": MemoryLimiter,
     "resource": ResourceProcessor,
     "batch": Batch,
 }
 EXPORTERS: dict[str, type[BaseModel]] = {
-    "otlphttp": OtlpHttpExporter,
-    "otlp": OtlpGrpcExporter,
-    "prometheusremotewrite": RemoteWriteExporter,
+    "otlp_http": OtlpHttpExporter,
+    "otlp_grpc": OtlpGrpcExporter,
+    "prometheus_remote_write": RemoteWriteExporter,
     "datadog": DatadogExporter,
 }
 
@@ -231,9 +231,9 @@ def validate(config: Mapping[str, Any], env: set[str]) -> Config:
         auth = (exporter or {}).get("auth")
         if auth is not None:
             assert auth["authenticator"] in model.service.extensions
-    storage = (model.receivers.get("filelog") or {}).get("storage")
+    storage = (model.receivers.get("file_log") or {}).get("storage")
     if storage is not None:
-        assert storage in model.service.extensions, f"filelog: {storage} is not enabled"
+        assert storage in model.service.extensions, f"file_log: {storage} is not enabled"
     used = {n for p in model.service.pipelines.values() for n in p.exporters}
     assert used == set(model.exporters), "an exporter in no pipeline"
     missing = env_names(config) - env

@@ -26,7 +26,7 @@ from service.auth.suspensions import Suspensions
 from service.auth.tokens import InvocationTokens
 from service.backends.http1 import AnswerBounds
 from service.charts.pipeline import ChartPipeline
-from service.clusters.adapters import AdapterRegistry, worker_utils_pod
+from service.clusters.adapters import AdapterRegistry, collector_pod, worker_utils_pod
 from service.clusters.catalog import load_catalog
 from service.core import migrate
 from service.core.crypto import load_secret_box
@@ -153,6 +153,7 @@ async def _open_shared(app: FastAPI, c: Composition, opened: contextlib.AsyncExi
             max_headers=settings.invoke_worker_max_headers,
         ),
         worker_utils=worker_utils_pod(settings),
+        collector=collector_pod(settings),
     )
     opened.push_async_callback(adapters.aclose)
     app.state.adapters = adapters

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from service.backends.collector_pod import TelemetrySidecar
 from service.backends.logs import LogLine, LogRequest
 from service.backends.worker import WorkerEndpoint, WorkerPort
 from service.core.kube import instance_namespace
@@ -61,6 +62,9 @@ class InstanceSpec:
     #: its objects hold a batch/v1 Job that runs to completion, and the adapter gives the task
     #: container's files to the platform (`TaskFiles`)
     task: bool = False
+    #: the OpenTelemetry Collector of a workload naming telemetries, where the adapter adds
+    #: one (Kubernetes: backends/collector_pod.py); its keys are never in a repr
+    telemetry: TelemetrySidecar | None = field(default=None, compare=False)
 
     @property
     def namespace(self) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from service.backends.collector_pod import CollectorPod
 from service.backends.http1 import AnswerBounds
 from service.backends.protocol import BackendAdapter, NodeShape
 from service.backends.simulated.adapter import SimulatedAdapter
@@ -50,16 +51,22 @@ class AdapterRegistry:
         clock: Clock | None = None,
         worker_bounds: AnswerBounds | None = None,
         worker_utils: WorkerUtilsPod | None = None,
+        collector: CollectorPod | None = None,
     ) -> AdapterRegistry:
         """Build every cluster's adapter; `clock` drives simulated clusters (tests use a fake),
         `worker_bounds` bound the worker answers their HTTP/1.1 clients read, `worker_utils`
-        is the sidecar Kubernetes clusters add to function pods (None: none)."""
+        is the sidecar Kubernetes clusters add to function pods, `collector` the one they add
+        to the pods of workloads naming telemetries (None: none)."""
         adapters: dict[str, BackendAdapter] = {}
         unavailable: dict[str, str] = {}
         for cluster in catalog.clusters:
             try:
                 adapters[cluster.name] = build_adapter(
-                    cluster, clock=clock, worker_bounds=worker_bounds, worker_utils=worker_utils
+                    cluster,
+                    clock=clock,
+                    worker_bounds=worker_bounds,
+                    worker_utils=worker_utils,
+                    collector=collector,
                 )
             except Exception as exc:  # any failure leaves the other clusters usable
                 reason = f"cluster {cluster.name} is unavailable: {_describe(exc)}"
@@ -107,12 +114,20 @@ def worker_utils_pod(settings: Settings) -> WorkerUtilsPod | None:
     )
 
 
+def collector_pod(settings: Settings) -> CollectorPod | None:
+    """The OpenTelemetry Collector sidecar Kubernetes clusters add to the pods of workloads
+    naming telemetries (`NVCF_TELEMETRY_COLLECTOR_IMAGE` empty: none)."""
+    image = settings.telemetry_collector_image
+    return CollectorPod(image=image) if image else None
+
+
 def build_adapter(
     cluster: Cluster,
     *,
     clock: Clock | None = None,
     worker_bounds: AnswerBounds | None = None,
     worker_utils: WorkerUtilsPod | None = None,
+    collector: CollectorPod | None = None,
 ) -> BackendAdapter:
     """The adapter of one catalog cluster; raises when it cannot be built."""
     if cluster.adapter == "simulated":
@@ -132,7 +147,9 @@ def build_adapter(
             worker_bounds=worker_bounds,
             worker_utils=sim.worker_utils,
         )
-    return adapter_for_cluster(cluster, worker_bounds=worker_bounds, worker_utils=worker_utils)
+    return adapter_for_cluster(
+        cluster, worker_bounds=worker_bounds, worker_utils=worker_utils, collector=collector
+    )
 
 
 def adapter_for_cluster(cluster: Cluster, **options: Any) -> KubernetesAdapter:

@@ -70,6 +70,14 @@ class PlatformSettings(BaseModel):
         description="Comma list of `host[:port]` telemetry endpoints allowed although they "
         "resolve to private, loopback or link-local addresses (docs/telemetry-export.md).",
     )
+    telemetry_collector_image: str = Field(
+        default="otel/opentelemetry-collector-contrib:0.165.1",
+        max_length=512,
+        description="The OpenTelemetry Collector (contrib) image that Kubernetes clusters add as "
+        "a sidecar to the pods of a function or task naming telemetries (docs/telemetry-"
+        "export.md); 0.154 or later (its configuration names the components `otlp_http`, "
+        "`file_log`, ...); empty: none, and such workloads export nothing from Kubernetes.",
+    )
     telemetry_queue_size: int = Field(
         default=10000,
         ge=1,

@@ -48,6 +48,8 @@ class EndpointStatus:
     last_success_at: datetime | None = None
     last_error_at: datetime | None = None
     last_error: str | None = None
+    #: signals dropped since the last write back
+    dropped: int = 0
     #: set by an outcome, cleared when written back to the telemetry
     dirty: bool = False
     #: the last answer of the endpoint and the guard's last refusal (this export's reason)
@@ -60,16 +62,18 @@ class EndpointStatus:
         with self.lock:
             self.last_success_at, self.dirty = utcnow(), True
 
-    def failed(self, reason: str) -> None:
+    def failed(self, reason: str, dropped: int = 0) -> None:
         with self.lock:
             self.last_error_at, self.last_error, self.dirty = utcnow(), clip_error(reason), True
+            self.dropped += dropped
 
-    def take(self) -> tuple[datetime | None, datetime | None, str | None] | None:
+    def take(self) -> tuple[datetime | None, datetime | None, str | None, int] | None:
+        """The outcomes to write back (the drops since the last take), or None."""
         with self.lock:
             if not self.dirty:
                 return None
-            self.dirty = False
-            return self.last_success_at, self.last_error_at, self.last_error
+            self.dirty, dropped, self.dropped = False, self.dropped, 0
+            return self.last_success_at, self.last_error_at, self.last_error, dropped
 
 
 class EndpointGuard:
@@ -126,7 +130,7 @@ class WatchedSpans(SpanExporter):
         if result is SpanExportResult.SUCCESS:
             self._status.succeeded()
         else:
-            self._status.failed(_reason(self._status))
+            self._status.failed(_reason(self._status), len(spans))
             self._drops.add("export_failed", len(spans))
         return result
 
@@ -156,7 +160,7 @@ class WatchedMetrics(MetricExporter):
         if result is MetricExportResult.SUCCESS:
             self._status.succeeded()
         else:
-            self._status.failed(_reason(self._status))
+            self._status.failed(_reason(self._status), 1)
             self._drops.add("export_failed")
         return result
 

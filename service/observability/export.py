@@ -509,9 +509,14 @@ class Exports:
         if not changes:
             return
         async with self._maker() as session, session.begin():
-            for telemetry_id, (success, error_at, error) in changes:
+            for telemetry_id, (success, error_at, error, dropped) in changes:
                 await session.execute(
                     update(Telemetry)
                     .where(Telemetry.id == telemetry_id)
-                    .values(last_success_at=success, last_error_at=error_at, last_error=error)
+                    .values(
+                        last_success_at=success,
+                        last_error_at=error_at,
+                        last_error=error,
+                        dropped=Telemetry.dropped + dropped,
+                    )
                 )

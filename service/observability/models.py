@@ -8,7 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, Index, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Index, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.core.db import Base, UTCDateTime, UUIDStr, utcnow
@@ -75,6 +75,8 @@ class Telemetry(Base):
     last_success_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_error_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_error: Mapped[str | None] = mapped_column(String(ERROR_MAX))
+    #: signals an export to it failed to deliver, in all (spans; a metrics export counts one)
+    dropped: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
 
     @property
     def kinds(self) -> list[Kind]:

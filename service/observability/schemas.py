@@ -111,6 +111,8 @@ class TelemetryStatus(CamelModel):
     last_success_at: Timestamp | None = None
     last_error_at: Timestamp | None = None
     last_error: str | None = None
+    #: signals not delivered to it (spans; one per failed metrics export); absent: none
+    dropped: int | None = None
 
 
 class TelemetryOut(CamelModel):

@@ -9,8 +9,10 @@ Rules (NVCF's where it has them, decided here where it is silent):
   and every type (wires.py); every violation is listed.
 - `endpoint`: an http(s) URL without user info, query or fragment (a Datadog site name for
   DATADOG); its host must resolve to public addresses only, unless the operator allows it.
-- `secret.value`: a string or an object (stored as JSON); GRAFANA_CLOUD's is
-  `instanceId:token`, its basic-auth login. Write-only, never in a message or log.
+- `secret.value`: the key, a string; GRAFANA_CLOUD's is `instanceId:token` or, as ngcsdk
+  sends it, `{"instanceId": ..., "apiKey": ...}`, stored as `instanceId:token`, its basic-auth
+  login. No wire here takes another object (ngcsdk's client certificates for PROMETHEUS are
+  refused). Write-only, never in a message or log.
 - A telemetry named by any function version (or task) of the account cannot be deleted
   (NVCF's answer: delete those first); the new key of `PUT /secrets/telemetries/{id}` must
   come under the telemetry's own name.
@@ -65,16 +67,43 @@ class TelemetrySpec:
         )
 
 
+def _grafana_login(value: str | dict[str, Any]) -> tuple[str, str]:
+    """GRAFANA_CLOUD's (instance id, token): from `instanceId:token`, or from ngcsdk's
+    `{"instanceId": ..., "apiKey": ...}`; empty strings where not given."""
+    if isinstance(value, str):
+        instance, _, token = value.partition(":")
+        return instance, token
+    given, key = value.get("instanceId"), value.get("apiKey")
+    return (
+        str(given) if isinstance(given, str | int) and not isinstance(given, bool) else "",
+        key if isinstance(key, str) else "",
+    )
+
+
 def _key_problem(provider: Provider, value: str | dict[str, Any]) -> FieldError | None:
     if provider is Provider.GRAFANA_CLOUD:
-        instance, colon, token = value.partition(":") if isinstance(value, str) else ("", "", "")
-        if not (colon and instance.strip() and token.strip()):
+        instance, token = _grafana_login(value)
+        if not (instance.strip() and token.strip()) or ":" in instance:
             return FieldError(
                 "secret.value",
-                "GRAFANA_CLOUD takes 'instanceId:token' (the stack's instance id and an access "
-                "policy token), sent as the basic-auth login of its OTLP gateway",
+                'GRAFANA_CLOUD takes \'instanceId:token\' or {"instanceId": ..., "apiKey": '
+                "...} (the stack's instance id and an access policy token), sent as the "
+                "basic-auth login of its OTLP gateway",
             )
+    elif not isinstance(value, str):
+        return FieldError(
+            "secret.value",
+            f"{provider.value} takes its key as a string (sent as its API key or bearer token); "
+            "an object, such as client certificates ({clientKey, clientCert}), is not supported",
+        )
     return None
+
+
+def _key_text(provider: Provider, value: str | dict[str, Any]) -> str:
+    """The key as stored: GRAFANA_CLOUD's always `instanceId:token`, as exports send it."""
+    if provider is Provider.GRAFANA_CLOUD:
+        return ":".join(_grafana_login(value))
+    return secret_text(value)
 
 
 async def validate_create(raw: Any, allowlist: Collection[str]) -> TelemetrySpec:
@@ -103,7 +132,7 @@ async def validate_create(raw: Any, allowlist: Collection[str]) -> TelemetrySpec
         protocol=protocol,
         provider=provider,
         kinds=kinds,
-        key=secret_text(model.secret.value),
+        key=_key_text(provider, model.secret.value),
     )
 
 
@@ -131,6 +160,7 @@ def describe(telemetry: Telemetry) -> TelemetryOut:
             last_success_at=telemetry.last_success_at,
             last_error_at=telemetry.last_error_at,
             last_error=telemetry.last_error,
+            dropped=telemetry.dropped or None,
         ),
     )
 
@@ -234,7 +264,7 @@ async def update_secret(
         errors.append(key_problem)
     if errors:
         raise ValidationFailed.of(errors, what="telemetry secret")
-    telemetry.secret_ciphertext = box.encrypt(secret_text(secret.value))
+    telemetry.secret_ciphertext = box.encrypt(_key_text(Provider(telemetry.provider), secret.value))
     telemetry.updated_at = utcnow()
     await session.flush()
     log.info("telemetry %s: key replaced (account %s)", telemetry_id, account_id)

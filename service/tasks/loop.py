@@ -9,6 +9,7 @@ cluster, so a restarted server carries on each task's clocks where they were.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from service.clusters.catalog import Catalog
 from service.clusters.instance_types import parse_instance_type
 from service.core.db import utcnow
 from service.core.loops import LoopService
+from service.observability.collector import sidecar_for, workload_attributes
 from service.registry.pull_secrets import PullSecrets, account_pull_secrets
 from service.tasks import repository, transitions
 from service.tasks.clocks import (
@@ -224,7 +226,8 @@ class TaskLoop(LoopService[str]):
             task.cluster = name
             placed = instance_of(task)
             try:
-                await adapter.apply(placed, await self._objects(task, name, pulls=pulls))
+                objects = await self._objects(task, name, pulls=pulls)
+                await adapter.apply(await self._telemetry(task, placed), objects)
             except AdapterError as exc:
                 if exc.retryable:
                     log.warning("task %s: apply on %s failed: %s", task.id, name, exc.message)
@@ -550,7 +553,8 @@ class TaskLoop(LoopService[str]):
                 # its grace period; the kill below comes at the task's own deadline
                 if task.cluster:
                     await adapter.apply(
-                        instance, await self._objects(task, task.cluster, suspend=True)
+                        await self._telemetry(task, instance),
+                        await self._objects(task, task.cluster, suspend=True),
                     )
                 return None
             message = "Task container stopped"
@@ -559,6 +563,17 @@ class TaskLoop(LoopService[str]):
         else:
             message = "Task objects removed from the cluster"
         return message if await adapter.delete(instance) else None
+
+    async def _telemetry(self, task: Task, instance: InstanceSpec) -> InstanceSpec:
+        """`instance` with the collector of the telemetries the task names (if any)."""
+        if not task.telemetries:
+            return instance
+        attributes = workload_attributes(task.account_id, instance.instance_id)
+        async with self.maker() as session:
+            sidecar = await sidecar_for(
+                session, self.tasks.box, task.account_id, task.telemetries, attributes
+            )
+        return dataclasses.replace(instance, telemetry=sidecar)
 
     async def _cluster_gone(self, task_id: uuid.UUID, cluster: str, now: datetime) -> None:
         """The task's cluster left the catalog: nothing can observe or stop it any more, so

@@ -28,6 +28,7 @@ from service.deployments.reconcile.store import ReconcileStore
 from tests.support.api import CONTAINER_FN, create_fn
 from tests.support.app import AppClient, ClientFactory
 from tests.support.fake_k8s import FakeKubernetes, fixture, iter_fixture_items
+from tests.support.telemetries import create_telemetry
 
 V = "/v2/nvcf"
 GROUP = "k8s-e2e"
@@ -653,3 +654,37 @@ async def _namespace_of(server: FakeKubernetes, version_id: str) -> str | None:
         ):
             return name
     return None
+
+
+async def test_a_version_naming_telemetries_gets_the_collector_with_its_keys_in_a_secret(
+    server: FakeKubernetes, client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    add_nodes(server)
+    client = await start(client_factory, tmp_path, server)
+    telemetry = await create_telemetry(
+        client, types=["LOGS", "TRACES"], secret={"name": "collector", "value": "tenant-key-9f2"}
+    )
+    tid = telemetry["telemetryId"]
+    fn = await create_fn(client, telemetries={"logsTelemetryId": tid, "tracesTelemetryId": tid})
+    await deploy(client, fn, clusters=["k8s-a"])
+
+    namespace = await applied_namespace(server)
+    workload = server.get("Deployment", namespace, "inference")
+    assert workload is not None
+    containers = {c["name"]: c for c in workload["spec"]["template"]["spec"]["containers"]}
+    assert containers["nvcf-otel-collector"]["image"].startswith("otel/opentelemetry-collector")
+    secret = server.get("Secret", namespace, "nvcf-telemetry")
+    assert secret is not None
+    data = secret.get("stringData") or {
+        k: base64.b64decode(v).decode() for k, v in secret["data"].items()
+    }
+    assert data == {"NVCF_TELEMETRY_0_KEY": "tenant-key-9f2"}
+    config_map = server.get("ConfigMap", namespace, "nvcf-otel-collector")
+    assert config_map is not None
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    assert set(config["service"]["pipelines"]) == {"logs", "traces"}
+    labels = {a["key"]: a["value"] for a in config["processors"]["resource"]["attributes"]}
+    assert labels["nvcf.instance.id"] == namespace.removeprefix("sr-")
+    assert labels["nvcf.function.id"] == fn["id"]
+    assert labels["nvcf.account"] == fn["ncaId"]
+    assert "tenant-key-9f2" not in config_map["data"]["config.yaml"]

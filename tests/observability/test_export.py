@@ -291,6 +291,7 @@ async def test_a_refusing_endpoint_shows_why_and_counts_the_drops(
     got = (await client.get(f"/v2/nvcf/telemetries/{telemetry['telemetryId']}")).json()
     status = got["telemetry"]["status"]
     assert "HTTP 401" in status["lastError"] and "lastErrorAt" in status
+    assert status["dropped"] >= 10  # the telemetry's own count: each span of the failed batches
     metrics = (await client.get("/metrics")).text
     assert sample(metrics, "nvcf_telemetry_dropped_total", reason="export_failed") >= 10
 

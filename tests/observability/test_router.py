@@ -317,3 +317,40 @@ async def test_a_telemetry_named_by_a_function_version_is_not_deleted(client: Ap
 async def test_bad_path_ids_are_400(client: AppClient) -> None:
     errors = errors_of(await client.get(f"{T}/not-a-uuid"))
     assert set(errors) == {"telemetryId"}
+
+
+async def test_grafana_clouds_key_as_ngcsdk_sends_it_is_stored_as_its_basic_auth_login(
+    client: AppClient,
+) -> None:
+    grafana = {"provider": "GRAFANA_CLOUD", "endpoint": "https://8.8.8.8/otlp"}
+    made = await create(
+        client, **grafana, secret={"name": "g", "value": {"instanceId": "123456", "apiKey": KEY}}
+    )
+    async with client.app.state.sessionmaker() as session:
+        row = await session.get(Telemetry, uuid.UUID(made["telemetryId"]))
+    assert row is not None
+    box = load_secret_box(client.app.state.settings)
+    assert box.decrypt(row.secret_ciphertext) == f"123456:{KEY}"
+
+    resp = await client.post(
+        T, json=body(**grafana, secret={"name": "h", "value": {"instanceId": "123456"}})
+    )
+    assert "instanceId" in errors_of(resp)["secret.value"]
+
+
+async def test_a_key_given_as_an_object_where_a_token_is_sent_is_refused(
+    client: AppClient,
+) -> None:
+    value = {"clientKey": KEY, "clientCert": "-----BEGIN CERTIFICATE-----"}
+    resp = await client.post(
+        T,
+        json=body(
+            provider="PROMETHEUS",
+            endpoint="https://8.8.8.8/api/v1/write",
+            types=["METRICS"],
+            secret={"name": "p", "value": value},
+        ),
+    )
+    message = errors_of(resp)["secret.value"]
+    assert "PROMETHEUS takes its key as a string" in message and KEY not in resp.text
+    assert (await client.get(T)).json() == {"telemetries": []}

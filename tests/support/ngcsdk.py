@@ -1,9 +1,10 @@
 """ngcsdk 4.37's requests, replayed byte for byte, and its decoding of the answers.
 
-`ngcsdk` is proprietary and not a dependency: `NgcSdk` sends what it sends (recorded from
-`Client().configure(...)` and `cloud_function.functions` / `.deployments` against this server
-over HTTPS) and reads the answers the way its code does (ngcbase `Authentication`,
-`Configuration`, `Connection`; nvcf `FunctionAPI`, `DeployAPI`, `TargetedDeploymentSpecification`).
+`ngcsdk` is proprietary, a test dependency only (tests/observability/test_ngcsdk.py drives
+the package itself): `NgcSdk` sends what it sends (recorded from `Client().configure(...)`
+and `cloud_function.functions` / `.deployments` against this server over HTTPS) and reads
+the answers the way its code does (ngcbase `Authentication`, `Configuration`, `Connection`;
+nvcf `FunctionAPI`, `DeployAPI`, `TargetedDeploymentSpecification`).
 
 What it sends:
 - the key check, `Authentication.get_sak_key_details`: `POST /v3/keys/get-caller-info`, a form

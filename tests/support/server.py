@@ -24,10 +24,12 @@ from tests.support.app import ADMIN_KEY
 
 
 @contextlib.asynccontextmanager
-async def in_loop_server(app: ASGIApp, limits: ConnectionLimits) -> AsyncIterator[uvicorn.Server]:
+async def in_loop_server(
+    app: ASGIApp, limits: ConnectionLimits, tls: tuple[Path, Path] | None = None
+) -> AsyncIterator[uvicorn.Server]:
     """`app` behind the serve command's server stack (its bounded protocol, its connection
     limits, the body deadline), in this event loop, on a free port (a streamed answer, such as
-    a log follow, then travels over a real connection)."""
+    a log follow, then travels over a real connection); over HTTPS with `tls` (cert, key)."""
     config = uvicorn.Config(
         BodyDeadlineMiddleware(app, timeout=limits.body_timeout),
         host="127.0.0.1",
@@ -37,6 +39,8 @@ async def in_loop_server(app: ASGIApp, limits: ConnectionLimits) -> AsyncIterato
         lifespan="off",
         log_config=None,
         access_log=False,
+        ssl_certfile=str(tls[0]) if tls else None,
+        ssl_keyfile=str(tls[1]) if tls else None,
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

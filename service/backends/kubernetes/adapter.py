@@ -37,6 +37,8 @@ from lightkube import ALL_NS
 from lightkube import operators as ops
 
 from service.backends.changes import ChangeLog, Changes
+from service.backends.collector_pod import CollectorPod
+from service.backends.collector_pod import inject as inject_collector
 from service.backends.http1 import AnswerBounds, Http1Endpoint, Http1Pool
 from service.backends.kube_watch import ClusterWatch, Watched
 from service.backends.kubernetes.api import KubeApi
@@ -124,6 +126,7 @@ class KubernetesAdapter:
         cluster_domain: str = "cluster.local",
         worker_bounds: AnswerBounds | None = None,
         worker_utils: WorkerUtilsPod | None = None,
+        collector: CollectorPod | None = None,
     ) -> None:
         if in_cluster == (kubeconfig is not None):
             raise ValueError(
@@ -156,6 +159,9 @@ class KubernetesAdapter:
         #: invocation engine then sends it the signed URLs of the request's files
         self.worker_utils = worker_utils
         self.files_in_sidecar = worker_utils is not None
+        #: the OpenTelemetry Collector added to the pods of a workload naming telemetries
+        #: (collector_pod.py; None: none, telemetries are then not exported on this cluster)
+        self.collector = collector
         self._changes = ChangeLog()
         watched = [Watched(namespaced_resource(info)) for info in OBSERVED_KINDS]
         watched.append(Watched(namespaced_resource(EVENT), (("type", "Warning"),)))
@@ -388,6 +394,18 @@ class KubernetesAdapter:
 
     # ------------------------------------------------------------------ helpers
 
+    def _with_sidecars(
+        self, instance: InstanceSpec, objects: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The objects with the worker-utils sidecar (`_with_sidecar`) and, for a workload
+        naming telemetries, the collector in each of its pods with its ConfigMap and Secret
+        (a copy; else `objects`)."""
+        objects = self._with_sidecar(instance, objects)
+        if self.collector is None or instance.telemetry is None:
+            return objects
+        copied = copy.deepcopy(objects)
+        return copied if inject_collector(copied, instance.telemetry, self.collector) else objects
+
     def _with_sidecar(
         self, instance: InstanceSpec, objects: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
@@ -412,7 +430,7 @@ class KubernetesAdapter:
         self, instance: InstanceSpec, objects: list[dict[str, Any]]
     ) -> list[tuple[KindInfo, dict[str, Any]]]:
         """The bodies to apply, in dependency order."""
-        prepared = [prepare(instance, obj) for obj in self._with_sidecar(instance, objects)]
+        prepared = [prepare(instance, obj) for obj in self._with_sidecars(instance, objects)]
         prepared.sort(key=lambda item: apply_rank(item[0].api_version, item[0].kind))
         return prepared
 

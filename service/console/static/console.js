@@ -316,6 +316,9 @@ async function versionView(fid, vid) {
       ["Inference", `${v.inferenceUrl || ""}${v.inferencePort ? ` on port ${v.inferencePort}` : ""}`],
       ["Type", `${v.functionType} (${v.apiBodyFormat})`],
       ["Models", modelsList(v)],
+      ["Telemetries", v.telemetries && h("span", { id: "version-telemetries" },
+        TELEMETRY_FIELDS.filter(([id]) => v.telemetries[id])
+          .map(([id, type]) => `${type} → ${v.telemetries[id]}`).join("; "))],
       ["Description", v.description],
       ["Tags", (v.tags || []).join(", ")],
       ["Created", when(v.createdAt)],
@@ -660,13 +663,49 @@ const value = (form, id) => form.querySelector(`#${id}`).value.trim();
 const NO_DEPLOY = "This key lacks the deploy_function scope: deploying, scaling, undeploying "
   + "and logs are not available.";
 
+// The function form's telemetry choices: for each type (TelemetriesDto's field), a select of the
+// account's endpoints that receive it; a key without manage_telemetries gets a note instead.
+function telemetryFields(listed) {
+  if (listed.error) {
+    return h("p", { class: "muted", id: "telemetries-unavailable" },
+      `Telemetries are not offered: ${listed.error.message}`);
+  }
+  const all = listed.value.telemetries;
+  return h("fieldset", { id: "telemetries-fields" },
+    h("legend", null, "Telemetry endpoints (optional)"),
+    TELEMETRY_FIELDS.map(([id, type]) => {
+      const choices = all.filter((t) => (t.types || []).includes(type));
+      return field(type.charAt(0) + type.slice(1).toLowerCase(), id, { tag: "select" },
+        choices.length ? null : `no endpoint of the account receives ${type}`);
+    }),
+    link("#/telemetries", "Manage telemetry endpoints"));
+}
+
+function fillTelemetryChoices(form, listed) {
+  if (listed.error) return;
+  for (const [id, type] of TELEMETRY_FIELDS) {
+    const select = form.querySelector(`#${id}`);
+    add(select, h("option", { value: "" }, "none"));
+    for (const t of listed.value.telemetries.filter((x) => (x.types || []).includes(type))) {
+      add(select, h("option", { value: t.telemetryId }, `${t.name} (${t.provider})`));
+    }
+  }
+}
+
 async function newFunctionView() {
   const params = new URLSearchParams(location.hash.split("?")[1] || "");
   const of = params.get("function") || "";
+  const listed = await optional(api("/telemetries"));
+  const form = newFunctionForm(of, listed);
+  fillTelemetryChoices(form, listed);
   return h("div", null,
     h("p", { class: "crumbs" }, link("#/functions", "Functions"), " / new"),
     h("h1", null, of ? "New version" : "New function"),
-    formOf("create-form", of ? "Create the version" : "Create the function", [
+    form);
+}
+
+function newFunctionForm(of, listed) {
+  return formOf("create-form", of ? "Create the version" : "Create the function", [
       field("Name", "name", { required: true, maxlength: 128 }),
       field("Container image", "containerImage", { placeholder: "nvcr.io/org/image:tag" },
         "a container function: its image"),
@@ -676,6 +715,7 @@ async function newFunctionView() {
       field("Inference URL", "inferenceUrl", { required: true, value: "/echo" }),
       field("Inference port", "inferencePort", { type: "number", value: "8000", min: 1, max: 65535 }),
       field("New version of function", "functionId", { value: of, placeholder: "(a new function)" }),
+      telemetryFields(listed),
     ], async (form) => {
       const body = { name: value(form, "name"), inferenceUrl: value(form, "inferenceUrl") };
       for (const id of ["containerImage", "helmChart", "helmChartServiceName"]) {
@@ -683,10 +723,15 @@ async function newFunctionView() {
       }
       const port = value(form, "inferencePort");
       if (port) body.inferencePort = Number(port);
+      const telemetries = {};
+      for (const [id] of listed.error ? [] : TELEMETRY_FIELDS) {
+        if (value(form, id)) telemetries[id] = value(form, id);
+      }
+      if (Object.keys(telemetries).length) body.telemetries = telemetries;
       const fid = value(form, "functionId");
       const made = await send("POST", fid ? `/functions/${enc(fid)}/versions` : "/functions", body);
       location.hash = versionHref(made.function.id, made.function.versionId);
-    }));
+    });
 }
 
 // A configuration typed as YAML or JSON (YAML 1.2 reads JSON as it is): the mapping it
@@ -1134,6 +1179,88 @@ async function taskLogsView(tid) {
     state, out);
 }
 
+// --- telemetry endpoints (docs/telemetry.md) ----------------------------------------------------
+
+const TELEMETRY_FIELDS = [
+  ["logsTelemetryId", "LOGS"],
+  ["metricsTelemetryId", "METRICS"],
+  ["tracesTelemetryId", "TRACES"],
+];
+const TELEMETRY_TYPES = TELEMETRY_FIELDS.map(([, type]) => type);
+// the providers a wire of this server serves (service/observability/wires.py); the API says
+// which when another is chosen
+const TELEMETRY_PROVIDERS = ["OTEL_COLLECTOR", "GRAFANA_CLOUD", "PROMETHEUS", "VICTORIAMETRICS",
+  "KRATOS_THANOS", "DATADOG"];
+
+function lastOutcome(at, text) {
+  return at ? h("span", null, when(at), text ? h("br") : null, text ? h("span", { class: "error" }, text) : null) : "—";
+}
+
+async function telemetriesView() {
+  const { telemetries } = await api("/telemetries");
+  const rows = telemetries.map((t) => {
+    const s = t.status || {};
+    return h("tr", { "data-telemetry-id": t.telemetryId },
+      h("td", null, h("strong", null, t.name), h("br"),
+        h("code", { title: t.telemetryId }, short(t.telemetryId))),
+      h("td", null, `${t.provider} (${t.protocol})`),
+      h("td", { class: "mono" }, t.endpoint),
+      h("td", null, (t.types || []).join(", ")),
+      h("td", { class: "last-success" }, lastOutcome(s.lastSuccessAt)),
+      h("td", { class: "last-error" }, lastOutcome(s.lastErrorAt, s.lastError)),
+      h("td", { class: "dropped" }, String(s.dropped || 0)),
+      h("td", null, dangerButton(`delete-${t.telemetryId}`, "Delete",
+        `Delete the telemetry endpoint ${t.name}? A function version naming it keeps it.`,
+        async () => {
+          await send("DELETE", `/telemetries/${enc(t.telemetryId)}`);
+          start();
+        })));
+  });
+  return h("div", null,
+    h("h1", null, "Telemetry endpoints"),
+    h("p", { class: "actions" },
+      link("#/telemetries/new", "Add an endpoint", { id: "new-telemetry", class: "button" })),
+    rows.length
+      ? table("telemetries", plural(rows.length, "endpoint"),
+          ["Name", "Provider", "Endpoint", "Types", "Last success", "Last error", "Dropped", ""],
+          rows)
+      : h("p", { class: "muted" }, "No telemetry endpoints yet."));
+}
+
+async function newTelemetryView() {
+  const select = (id, options) => {
+    const node = field(id.charAt(0).toUpperCase() + id.slice(1), id, { tag: "select", required: true });
+    add(node.querySelector("select"), options.map((o) => h("option", { value: o }, o)));
+    return node;
+  };
+  return h("div", null,
+    h("p", { class: "crumbs" }, link("#/telemetries", "Telemetry endpoints"), " / new"),
+    h("h1", null, "New telemetry endpoint"),
+    formOf("telemetry-form", "Add the endpoint", [
+      field("Name", "name", { required: true, maxlength: 48 }),
+      field("Endpoint", "endpoint", { required: true, placeholder: "https://… (DATADOG: a site such as datadoghq.com)" }),
+      select("provider", TELEMETRY_PROVIDERS),
+      select("protocol", ["HTTP", "GRPC"]),
+      h("fieldset", { id: "types", "data-field": "types" },
+        h("legend", null, "Types"),
+        TELEMETRY_TYPES.map((type) => h("label", { class: "check" },
+          h("input", { type: "checkbox", id: `type-${type}`, value: type }), ` ${type}`)),
+        h("span", { id: "types-error", class: "field-error error", role: "alert" })),
+      field("Key", "key", { type: "password", autocomplete: "off", required: true, field: "value" },
+        "write-only: stored encrypted, never shown again (GRAFANA_CLOUD: instanceId:token)"),
+    ], async (form) => {
+      const types = TELEMETRY_TYPES.filter((type) => form.querySelector(`#type-${type}`).checked);
+      await send("POST", "/telemetries", {
+        endpoint: value(form, "endpoint"),
+        provider: value(form, "provider"),
+        protocol: value(form, "protocol"),
+        types,
+        secret: { name: value(form, "name"), value: form.querySelector("#key").value },
+      });
+      location.hash = "#/telemetries";
+    }));
+}
+
 const ROUTES = [
   [/^#\/functions\/([^/]+)\/versions\/([^/]+)$/, versionView, true],
   [/^#\/functions\/([^/]+)\/versions\/([^/]+)\/deploy$/, deployView, false],
@@ -1147,6 +1274,8 @@ const ROUTES = [
   [/^#\/tasks\/([^/]+)\/logs$/, taskLogsView, false],
   [/^#\/tasks\/([^/]+)$/, taskView, true],
   [/^#\/tasks$/, tasksView, true],
+  [/^#\/telemetries\/new$/, newTelemetryView, false],
+  [/^#\/telemetries$/, telemetriesView, true],
   [/^#\/new(\?.*)?$/, newFunctionView, false],
 ];
 

@@ -16,6 +16,7 @@ removed. What the unit holds is work.py. Every state change goes through
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from collections.abc import Sequence
@@ -60,6 +61,7 @@ from service.health.conditions import backend_error, failed, previous_condition
 from service.health.machine import HealthMode, InstanceCondition, Phase, evaluate
 from service.health.observed import ObservedState
 from service.health.status import VersionStatus
+from service.observability.collector import sidecar_for, workload_attributes
 from service.registry.pull_secrets import PullSecrets, account_pull_secrets
 
 log = logging.getLogger("nvcf.reconciler")
@@ -263,13 +265,13 @@ class UnitOfWork:
         w.target, w.mode = target, mode
         try:
             if fresh:
-                await adapter.apply(target, await self._objects(c.dep, w))
+                await adapter.apply(await self._telemetry(c, target), await self._objects(c.dep, w))
             observed = await adapter.observe(target)
             if observed.is_empty and row.applied and not fresh:
                 log.info(
                     "instance %s is unknown to cluster %s: applying again", row.id, row.cluster
                 )
-                await adapter.apply(target, await self._objects(c.dep, w))
+                await adapter.apply(await self._telemetry(c, target), await self._objects(c.dep, w))
                 observed = await adapter.observe(target)
             elif not fresh and secrets_stale(row, c.version):
                 await self._rotate_secrets(adapter, c.dep, w, target)
@@ -302,6 +304,22 @@ class UnitOfWork:
             max_bytes=config.kept_bytes,
             only=only,
         )
+
+    async def _telemetry(self, c: Claimed, target: InstanceSpec) -> InstanceSpec:
+        """`target` with the collector of the telemetries its version names (if any)."""
+        if c.version is None or not c.version.telemetries:
+            return target
+        attributes = workload_attributes(
+            c.dep.account_id,
+            target.instance_id,
+            function_id=target.function_id,
+            version_id=target.version_id,
+        )
+        async with self.rt.sessionmaker() as session:
+            sidecar = await sidecar_for(
+                session, self.rt.secret_box, c.dep.account_id, c.version.telemetries, attributes
+            )
+        return dataclasses.replace(target, telemetry=sidecar)
 
     async def _objects(self, dep: Deployment, w: Work) -> list[dict[str, Any]]:
         """The instance's install objects, its Secret with the version's current secrets."""

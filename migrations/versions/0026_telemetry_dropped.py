@@ -1,6 +1,6 @@
 """A telemetry's count of signals not delivered to it (its export status, shown in the console).
 
-Revision ID: 0034
+Revision ID: 0026
 Revises: 0025
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0034"
+revision = "0026"
 down_revision = "0025"
 branch_labels = None
 depends_on = None

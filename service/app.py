@@ -183,10 +183,10 @@ def _init_state(app: NvcfApp, settings: Settings, telemetry: Telemetry) -> None:
     app.state = AppState()
     app.state.settings = settings
     app.state.quotas = Quotas.from_settings(settings)
-    if settings.rate_limit_per_second > 0:
-        app.state.rate_limiter = RateLimiter(
-            settings.rate_limit_per_second, settings.rate_limit_burst, settings.redis_url
-        )
+    # always there: an account may have a rate limit of its own when the setting's is off
+    app.state.rate_limiter = RateLimiter(
+        settings.rate_limit_per_second, settings.rate_limit_burst, settings.redis_url
+    )
     app.state.authenticator = Authenticator(settings)
     app.state.function_reach = FunctionReach()
     app.state.log_follows = FollowLimiter(settings.logs_max_follows_per_account)

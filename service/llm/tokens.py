@@ -32,7 +32,8 @@ from limits import RateLimitItem, RateLimitItemPerDay, RateLimitItemPerSecond
 from limits.aio.strategies import FixedWindowRateLimiter
 
 from service.core.ratelimit import make_storage
-from service.functions.llm_config import EMBEDDINGS, RESPONSES, TokenRate, parse_token_rates
+from service.core.token_rates import TokenRate, parse_token_rates
+from service.functions.llm_config import EMBEDDINGS, RESPONSES
 from service.llm.errors import OpenAIError
 
 #: bytes of text per token in the estimate (English text runs about four)

@@ -201,6 +201,10 @@ def _llm_gateway(settings: Settings, telemetry: Telemetry) -> Gateway:
         tokens=TokenLimiter(settings.redis_url),
         metrics=LlmMetrics(telemetry.metrics.registry),
         allowlist=settings.llm_model_allowlist,
+        account_tokens=(
+            settings.llm_account_input_token_rate_limit,
+            settings.llm_account_output_token_rate_limit,
+        ),
     )
 
 

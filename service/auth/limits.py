@@ -92,12 +92,13 @@ def api_rate(own: Mapping[str, Any], default: Rate) -> Rate:
 
 
 def token_rates(
-    own: Mapping[str, Any], settings: Settings
+    own: Mapping[str, Any], defaults: tuple[str, str]
 ) -> tuple[tuple[TokenRate, ...], tuple[TokenRate, ...]]:
-    """An account's LLM token limits, input and output: its own, else the settings'."""
+    """An account's LLM token limits, input and output: its own, else `defaults` (the
+    settings')."""
     return (
-        parse_token_rates(own.get(INPUT_TOKENS, settings.llm_account_input_token_rate_limit)),
-        parse_token_rates(own.get(OUTPUT_TOKENS, settings.llm_account_output_token_rate_limit)),
+        parse_token_rates(own.get(INPUT_TOKENS, defaults[0])),
+        parse_token_rates(own.get(OUTPUT_TOKENS, defaults[1])),
     )
 
 

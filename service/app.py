@@ -183,10 +183,10 @@ def _init_state(app: NvcfApp, settings: Settings, telemetry: Telemetry) -> None:
     app.state = AppState()
     app.state.settings = settings
     app.state.quotas = Quotas.from_settings(settings)
-    if settings.rate_limit_per_second > 0:
-        app.state.rate_limiter = RateLimiter(
-            settings.rate_limit_per_second, settings.rate_limit_burst, settings.redis_url
-        )
+    # always there: an account may have a rate limit of its own when the setting's is off
+    app.state.rate_limiter = RateLimiter(
+        settings.rate_limit_per_second, settings.rate_limit_burst, settings.redis_url
+    )
     app.state.authenticator = Authenticator(settings)
     app.state.function_reach = FunctionReach()
     app.state.log_follows = FollowLimiter(settings.logs_max_follows_per_account)
@@ -201,6 +201,10 @@ def _llm_gateway(settings: Settings, telemetry: Telemetry) -> Gateway:
         tokens=TokenLimiter(settings.redis_url),
         metrics=LlmMetrics(telemetry.metrics.registry),
         allowlist=settings.llm_model_allowlist,
+        account_tokens=(
+            settings.llm_account_input_token_rate_limit,
+            settings.llm_account_output_token_rate_limit,
+        ),
     )
 
 

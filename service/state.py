@@ -77,7 +77,7 @@ class AppState(State):
     autoscaler: Autoscaler | None
     #: the version read cache (SQLite only: one process sees every commit)
     version_cache: VersionCache | None
-    #: None when rate limiting is off
+    #: the API rate limit per account (None only before the state is set up)
     rate_limiter: RateLimiter | None
     #: None when this process does not serve invocations
     invocation: InvocationPlane | None

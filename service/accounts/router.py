@@ -6,19 +6,20 @@ from __future__ import annotations
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request, Response
-from pydantic import Field, StrictInt, StrictStr
+from pydantic import Field, StrictFloat, StrictInt, StrictStr
 
 from service.accounts import service
 from service.auth import scopes
 from service.auth.deps import AuthenticatorDep, Session, require
-from service.auth.limits import LIMITS
+from service.auth.limits import INT32_MAX, LIMITS, MAX_RATE_PER_SECOND, RATES
 from service.auth.router import ACCOUNT_RE
 from service.auth.service import MAX_ACCOUNT_ID, Principal
 from service.auth.suspensions import Suspensions
 from service.core.deps import SettingsDep
 from service.core.errors import FieldError, ServiceUnavailable, ValidationFailed
 from service.core.http import inline_body_doc, read_json
-from service.core.validation import RequestModel, parse
+from service.core.token_rates import MAX_TOKEN_RATE, token_rate_error
+from service.core.validation import Check, RequestModel, parse
 
 router = APIRouter(tags=["accounts"])
 M = TypeVar("M", bound=RequestModel)
@@ -29,6 +30,18 @@ Name = Annotated[StrictStr, Field(max_length=256)]
 
 def _limit(name: str) -> Any:
     return Field(default=None, ge=0, le=LIMITS[name].maximum)
+
+
+#: an account's LLM token limit ("" for none, whatever the setting says)
+TokenLimit = Annotated[
+    StrictStr,
+    Field(max_length=MAX_TOKEN_RATE),
+    Check(token_rate_error, {"examples": ["100000-M,50000000-MO"]}),
+]
+RATE_DOC = (
+    "{what} tokens per account, every model together: '<count>-<unit>' items, unit S, M, H, "
+    "D, W or MO (30 days), no unit twice; empty: none (NVIDIA's {name})"
+)
 
 
 class AccountUpdate(RequestModel):
@@ -45,10 +58,26 @@ class AccountUpdate(RequestModel):
     max_assets_allowed: StrictInt | None = _limit("maxAssetsAllowed")
     max_asset_bytes_allowed: StrictInt | None = _limit("maxAssetBytesAllowed")
     max_tasks_running_allowed: StrictInt | None = _limit("maxTasksRunningAllowed")
+    rate_limit_per_second: Annotated[StrictFloat, Field(ge=0, le=MAX_RATE_PER_SECOND)] | None = (
+        Field(default=None, description="API requests per second on average (0: no limit)")
+    )
+    rate_limit_burst: Annotated[StrictInt, Field(ge=1, le=INT32_MAX)] | None = Field(
+        default=None, description="API requests at once"
+    )
+    account_input_token_rate_limit: TokenLimit | None = Field(
+        default=None,
+        description=RATE_DOC.format(what="Input", name="accountInputTokenRateLimit"),
+    )
+    account_output_token_rate_limit: TokenLimit | None = Field(
+        default=None,
+        description=RATE_DOC.format(what="Output", name="accountOutputTokenRateLimit"),
+    )
 
-    def limits(self) -> dict[str, int]:
+    def limits(self) -> dict[str, Any]:
         named = self.model_dump(by_alias=True, exclude_none=True)
-        return {k: int(v) for k, v in named.items() if k in LIMITS}
+        out: dict[str, Any] = {k: int(v) for k, v in named.items() if k in LIMITS}
+        out.update({k: v for k, v in named.items() if k in RATES})
+        return out
 
 
 class AccountCreate(AccountUpdate):
@@ -115,7 +144,12 @@ async def get_account(
     summary="Create an account (limits not named are the settings')",
 )
 async def create_account(
-    ncaId: str, request: Request, session: Session, _: Operator, settings: SettingsDep
+    ncaId: str,
+    request: Request,
+    session: Session,
+    _: Operator,
+    settings: SettingsDep,
+    suspensions: SuspensionsDep,
 ) -> dict[str, Any]:
     account_id = _nca_id(ncaId)
     if not ACCOUNT_RE.match(account_id):
@@ -134,6 +168,7 @@ async def create_account(
         )
     row = await service.create(
         session,
+        suspensions,
         account_id,
         name=model.name,
         admin_client_id=model.admin_client_id,
@@ -148,11 +183,18 @@ async def create_account(
     summary="Change any subset of an account's limits",
 )
 async def update_account(
-    ncaId: str, request: Request, session: Session, _: Operator, settings: SettingsDep
+    ncaId: str,
+    request: Request,
+    session: Session,
+    _: Operator,
+    settings: SettingsDep,
+    suspensions: SuspensionsDep,
 ) -> dict[str, Any]:
     account_id = _nca_id(ncaId)
     model = await _body(request, AccountUpdate)
-    row = await service.update(session, account_id, name=model.name, limits=model.limits())
+    row = await service.update(
+        session, suspensions, account_id, name=model.name, limits=model.limits()
+    )
     return {"account": service.dto(row, settings)}
 
 
@@ -163,8 +205,10 @@ async def update_account(
     summary="Delete an account owning nothing live (else suspend it)",
     responses={409: OWNS_LIVE_OBJECTS},
 )
-async def delete_account(ncaId: str, session: Session, _: Operator) -> Response:
-    await service.delete(session, _nca_id(ncaId))
+async def delete_account(
+    ncaId: str, session: Session, _: Operator, suspensions: SuspensionsDep
+) -> Response:
+    await service.delete(session, suspensions, _nca_id(ncaId))
     return Response(status_code=204)
 
 

@@ -33,25 +33,33 @@ async def get(session: AsyncSession, account_id: str) -> Account:
 
 async def create(
     session: AsyncSession,
+    suspensions: Suspensions,
     account_id: str,
     *,
     name: str | None,
     admin_client_id: str | None,
-    limits: dict[str, int],
+    limits: dict[str, Any],
 ) -> Account:
     if await auth_repository.account_by_id(session, account_id) is not None:
         raise Conflict(detail=f"account '{account_id}' already exists")
-    return await auth_repository.add_account(
+    row = await auth_repository.add_account(
         session,
         account_id,
         name=name or None,
         admin_client_ids=[admin_client_id] if admin_client_id else None,
         limits=limits or None,
     )
+    suspensions.note_limits(account_id, limits)
+    return row
 
 
 async def update(
-    session: AsyncSession, account_id: str, *, name: str | None, limits: dict[str, int]
+    session: AsyncSession,
+    suspensions: Suspensions,
+    account_id: str,
+    *,
+    name: str | None,
+    limits: dict[str, Any],
 ) -> Account:
     """Change the limits named (and the name); every other stays as it was."""
     row = await get(session, account_id)
@@ -60,6 +68,7 @@ async def update(
     if limits:
         row.limits = {**(row.limits or {}), **limits}
     await session.flush()
+    suspensions.note_limits(account_id, row.limits)
     return row
 
 
@@ -95,7 +104,7 @@ async def resume(session: AsyncSession, suspensions: Suspensions, account_id: st
     return row
 
 
-async def delete(session: AsyncSession, account_id: str) -> None:
+async def delete(session: AsyncSession, suspensions: Suspensions, account_id: str) -> None:
     """Delete an account owning nothing live (its keys go with it); else 409: suspend it."""
     row = await get(session, account_id)
     owned = {
@@ -110,6 +119,7 @@ async def delete(session: AsyncSession, account_id: str) -> None:
         )
     await auth_repository.delete_account(session, row)
     await session.flush()
+    suspensions.note_limits(account_id, None)
 
 
 def dto(row: Account, settings: Settings) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from service.auth.limits import api_rate
 from service.auth.service import Authenticator, Principal
 from service.core.errors import Forbidden, Unauthorized
 from service.core.ratelimit import RateLimiter
@@ -50,8 +51,9 @@ async def caller(
       through on; never a database read.
     - `org`: the org an aliased path names, which must be the caller's account (403).
     - `invocation`: an invocation token is a credential too (elsewhere it is a 403).
-    - `limiter`: the request counts against the account's rate limit (429), once per request
-      however often it is checked (`state` remembers it).
+    - `limiter`: the request counts against the account's rate limit (its own, else the
+      limiter's default; 429), once per request however often it is checked (`state`
+      remembers it).
     - `reach`: what the route adds (a key limited to named functions).
     - `state`, the request's: the caller is verified once per request (a second call only
       checks its scopes), and recorded with its account for the access line.
@@ -64,7 +66,9 @@ async def caller(
         if org is not None and org != principal.account_id:
             raise Forbidden(detail=f"organization '{org}' in the path is not the caller's account")
         if limiter is not None:
-            await limiter.admit(principal.account_id, state)
+            known_limits = authenticator.suspensions
+            own = {} if known_limits is None else known_limits.own_limits(principal.account_id)
+            await limiter.admit(principal.account_id, state, api_rate(own, limiter.default))
         if reach is not None:
             await reach(principal)
         if state is not None:

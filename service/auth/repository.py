@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -45,6 +46,12 @@ async def suspended_accounts(session: AsyncSession) -> dict[str, str]:
     """The reason of each suspended account, by id."""
     stmt = select(Account.id, Account.suspended_reason).where(Account.suspended_reason.is_not(None))
     return {str(i): str(r) for i, r in (await session.execute(stmt)).all()}
+
+
+async def accounts_limits(session: AsyncSession) -> dict[str, dict[str, Any]]:
+    """The limits of each account that has limits of its own, by id."""
+    stmt = select(Account.id, Account.limits).where(Account.limits.is_not(None))
+    return {str(i): dict(v) for i, v in (await session.execute(stmt)).all() if v}
 
 
 async def ensure_account(session: AsyncSession, account_id: str) -> None:

@@ -1,11 +1,15 @@
-"""Which accounts the operator suspended, and why: every process reads the accounts table at
-most every `REFRESH_SECONDS` (so a suspension reaches every replica within that), and the
-process that suspends or resumes knows at once."""
+"""Which accounts the operator suspended, and why, and the limits it set accounts (the rates
+every request reads, limits.py): every process reads the accounts table at most every
+`REFRESH_SECONDS` (so a suspension or a new limit reaches every replica within that), and the
+process that suspends, resumes or changes a limit knows at once. Only accounts suspended or
+with limits of their own are kept."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -28,6 +32,7 @@ class Suspensions:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
         self._reasons: dict[str, str] = {}
+        self._limits: dict[str, dict[str, Any]] = {}
         self._fresh_until = 0.0
         self._lock = asyncio.Lock()
 
@@ -42,6 +47,18 @@ class Suspensions:
         if reason is not None:
             raise AccountSuspended.of(account_id, reason)
 
+    def own_limits(self, account_id: str) -> Mapping[str, Any]:
+        """The limits the operator set the account, as this process last read them (the
+        caller's `check` just refreshed them)."""
+        return self._limits.get(account_id, {})
+
+    def note_limits(self, account_id: str, limits: Mapping[str, Any] | None) -> None:
+        """This process changed (or deleted: None) an account's limits."""
+        if limits:
+            self._limits[account_id] = dict(limits)
+        else:
+            self._limits.pop(account_id, None)
+
     def note(self, account_id: str, reason: str | None) -> None:
         """This process suspended (`reason`) or resumed (None) an account."""
         if reason is None:
@@ -52,4 +69,5 @@ class Suspensions:
     async def _refresh(self) -> None:
         async with self._sessions() as session:
             self._reasons = await repository.suspended_accounts(session)
+            self._limits = await repository.accounts_limits(session)
         self._fresh_until = time.monotonic() + REFRESH_SECONDS

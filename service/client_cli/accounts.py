@@ -78,6 +78,32 @@ def update(
     max_api_keys: Annotated[int | None, _limit("--max-api-keys", "API keys")] = None,
     max_assets: Annotated[int | None, _limit("--max-assets", "assets")] = None,
     max_asset_bytes: Annotated[int | None, _limit("--max-asset-bytes", "bytes of assets")] = None,
+    max_tasks_running: Annotated[
+        int | None, _limit("--max-tasks-running", "tasks queued or running at once")
+    ] = None,
+    rate_limit_per_second: Annotated[
+        float | None,
+        typer.Option(
+            "--rate-limit-per-second", min=0, help="API requests per second on average (0: none)."
+        ),
+    ] = None,
+    rate_limit_burst: Annotated[
+        int | None, typer.Option("--rate-limit-burst", min=1, help="API requests at once.")
+    ] = None,
+    input_tokens: Annotated[
+        str | None,
+        typer.Option(
+            "--input-token-rate-limit",
+            help="LLM input tokens over every model, e.g. '100000-M,50000000-MO' (units S, M, "
+            "H, D, W, MO); '' for none.",
+        ),
+    ] = None,
+    output_tokens: Annotated[
+        str | None,
+        typer.Option(
+            "--output-token-rate-limit", help="LLM output tokens, as --input-token-rate-limit."
+        ),
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Change the limits given; every other stays as it is."""
@@ -92,6 +118,11 @@ def update(
         "maxApiKeysAllowed": max_api_keys,
         "maxAssetsAllowed": max_assets,
         "maxAssetBytesAllowed": max_asset_bytes,
+        "maxTasksRunningAllowed": max_tasks_running,
+        "rateLimitPerSecond": rate_limit_per_second,
+        "rateLimitBurst": rate_limit_burst,
+        "accountInputTokenRateLimit": input_tokens,
+        "accountOutputTokenRateLimit": output_tokens,
     }
     with connect(output) as run:
         changes = {k: v for k, v in body.items() if v is not None}

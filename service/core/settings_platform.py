@@ -324,10 +324,18 @@ class PlatformSettings(BaseModel):
     )
     # -- per-account API rate limit (service/core/ratelimit.py)
     rate_limit_per_second: float = Field(
-        default=100.0, ge=0, description="Requests per second per account on average (0: off)."
+        default=100.0,
+        ge=0,
+        le=1_000_000,
+        description="Requests per second per account on average (0: off); an account's own "
+        "`rateLimitPerSecond` replaces it.",
     )
     rate_limit_burst: int = Field(
-        default=1000, ge=1, description="Requests an account may send at once."
+        default=1000,
+        ge=1,
+        le=2_147_483_647,
+        description="Requests an account may send at once; an account's own `rateLimitBurst` "
+        "replaces it.",
     )
     redis_url: str | None = Field(
         default=None,

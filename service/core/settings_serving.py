@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
+from service.core.token_rates import TokenRateText
+
 
 class ServingSettings(BaseModel):
     # -- invocation (service/invocation/)
@@ -32,6 +34,18 @@ class ServingSettings(BaseModel):
         "(404) or whose path the model's `llmConfig.uris` do not list (400). Off (NVCF's "
         "default, its MODEL_URI_ALLOWLIST_ENABLED): such requests reach the worker and are "
         "logged.",
+    )
+    llm_account_input_token_rate_limit: TokenRateText = Field(
+        default="",
+        description="LLM gateway: input (prompt) tokens per account, every model together, as "
+        "'<count>-<unit>' items (unit S, M, H, D, W or MO, e.g. '100000-M,50000000-MO'); an "
+        "account's own `accountInputTokenRateLimit` replaces it. Empty: no limit.",
+    )
+    llm_account_output_token_rate_limit: TokenRateText = Field(
+        default="",
+        description="LLM gateway: output (completion) tokens per account, as "
+        "`NVCF_LLM_ACCOUNT_INPUT_TOKEN_RATE_LIMIT`; an account's own "
+        "`accountOutputTokenRateLimit` replaces it. Empty: no limit.",
     )
     invoke_result_max_bytes: int = Field(
         default=5 * 1024 * 1024,

@@ -19,6 +19,7 @@ from service.core.schemas import (
     SECRET_NAME_RE,
     Tags,
 )
+from service.core.token_rates import MAX_TOKEN_RATE, token_rate_error
 from service.core.validation import (
     DNS_1035_LABEL,
     Check,
@@ -34,12 +35,10 @@ from service.core.validation import (
 from service.functions.llm_config import (
     LLM_URIS,
     MAX_ROUTING_METHOD,
-    MAX_TOKEN_RATE,
     MAX_TOKENIZER,
     MAX_URI,
     MAX_URIS,
     routing_method_error,
-    token_rate_error,
 )
 from service.functions.sharing import MAX_AUTHORIZED_PARTIES
 
@@ -148,7 +147,7 @@ TokenRateLimit = Annotated[
     Check(token_rate_error, {"examples": ["1000-S,5000-M"]}),
 ]
 RATE_LIMIT_DOC = (
-    "tokens per model and account: '<count>-<unit>' items, unit S, M, H, D or W, no unit twice"
+    "tokens per model and account: '<count>-<unit>' items, unit S, M, H, D, W or MO, no unit twice"
 )
 RoutingMethod = Annotated[
     str,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -170,6 +170,11 @@ class Routes:
         if plane is None:
             raise ServiceUnavailable(detail="invocation is not served by this process")
         return plane
+
+    def own_limits(self, account_id: str) -> Mapping[str, Any]:
+        """The limits the operator set the account, as the caller check last read them."""
+        known = self._authenticator().suspensions
+        return {} if known is None else known.own_limits(account_id)
 
     async def caller(self, ex: Exchange, *any_of: str) -> Principal:
         """The authenticated caller holding one of the scopes."""

@@ -45,6 +45,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from service.auth import scopes
+from service.auth.limits import token_rates
 from service.auth.service import Principal
 from service.backends.worker import WorkerFailed
 from service.core.errors import DomainError
@@ -78,7 +79,7 @@ from service.llm.routing import (
 from service.llm.schemas import ParsedRequest, parse_request
 from service.llm.service import list_models
 from service.llm.sse import StreamWatch, collect_terminal, usage_of
-from service.llm.tokens import Charge, TokenLimiter, estimate, input_estimate
+from service.llm.tokens import AccountTokens, Charge, TokenLimiter, estimate, input_estimate
 
 log = logging.getLogger("nvcf.llm")
 
@@ -95,6 +96,8 @@ class Gateway:
     metrics: LlmMetrics
     #: refuse a model or path the function does not declare (NVCF_LLM_MODEL_ALLOWLIST)
     allowlist: bool = False
+    #: every account's token limits, input and output, unless it has its own (the settings')
+    account_tokens: tuple[str, str] = ("", "")
     turns: RoundRobin = field(default_factory=RoundRobin)
 
     def claims(self, scope: Scope) -> str | None:
@@ -133,6 +136,9 @@ class _Exchange:
     charged: dict[str, str] = field(default_factory=dict)
     #: the version the engine resolved (its telemetries receive the token counts)
     target: Target | None = None
+    #: the caller's account and its token limits (counted from the worker's usage)
+    account: str = ""
+    account_tokens: AccountTokens = field(default_factory=AccountTokens)
 
     @property
     def request_id(self) -> str:
@@ -323,6 +329,10 @@ class _Exchange:
             metrics.tokens(self.target, self.model, usage.input_tokens, usage.output_tokens)
         if charge is not None:
             await charge.settle(None if usage is None else usage.total)
+        if self.account_tokens and usage is not None:
+            await self.gateway.tokens.count_account(
+                self.account, self.account_tokens, usage.input_tokens, usage.output_tokens
+            )
 
 
 @dataclass
@@ -355,6 +365,11 @@ class _Admission:
         # labelled by function and model only once they are known to exist (a made-up model
         # name must not become a metrics series)
         exchange.function_id, exchange.model = str(ref.function_id), ref.name
+        own = exchange.entry.routes.own_limits(principal.account_id)
+        limits = AccountTokens(*token_rates(own, gateway.account_tokens))
+        if limits:
+            await gateway.tokens.admit_account(principal.account_id, limits)
+            exchange.account, exchange.account_tokens = principal.account_id, limits
         self.charge = await gateway.tokens.charge(
             config.get("tokenRateLimit"),
             account=principal.account_id,

@@ -14,6 +14,14 @@ within the same window.
 Windows are fixed (`limits`' fixed window: a counter per window that can be both added to
 and given back to, which the estimate-then-correct scheme needs).
 
+An account's own token limits (`accountInputTokenRateLimit`, `accountOutputTokenRateLimit`:
+NVIDIA/nvcf PRs #1658/#1661; service/auth/limits.py) are counted apart, per account across
+every model: no estimate, the workers' reported `usage` counted after each answer (input and
+output each against its own limit), and a request refused before it reaches a worker once a
+window's count has reached its limit (`AccountTokens`). The counters live where the models'
+do (in memory, or Redis shared by replicas); each expires with its window, so memory holds
+only the windows of accounts that called within them.
+
 Every answer of a request that was charged, and every token 429, carries NVCF's
 `X-Ratelimit-Limit-Tokens`, `X-Ratelimit-Remaining-Tokens` and `X-Ratelimit-Reset-Tokens`
 (the shortest window's, as NVCF chooses; the reset as a Go duration, `1.5s`, `2m0s`) and
@@ -31,13 +39,18 @@ from typing import Any
 from limits import RateLimitItem, RateLimitItemPerDay, RateLimitItemPerSecond
 from limits.aio.strategies import FixedWindowRateLimiter
 
+from service.auth.limits import INPUT_TOKENS, OUTPUT_TOKENS
 from service.core.ratelimit import make_storage
-from service.functions.llm_config import EMBEDDINGS, RESPONSES, TokenRate, parse_token_rates
+from service.core.token_rates import MAX_TOKEN_DIGITS, TokenRate, parse_token_rates
+from service.functions.llm_config import EMBEDDINGS, RESPONSES
 from service.llm.errors import OpenAIError
 
 #: bytes of text per token in the estimate (English text runs about four)
 BYTES_PER_TOKEN = 4
 _NAMESPACE = "llm-tokens"
+_ACCOUNT_NAMESPACE = "llm-account-tokens"
+#: the most tokens one answer's `usage` counts (a worker's figure is bounded like a limit's)
+MAX_COUNTED = 10**MAX_TOKEN_DIGITS
 
 
 def _item(rate: TokenRate) -> RateLimitItem:
@@ -223,6 +236,66 @@ class TokenLimiter:
             },
         )
 
+    async def admit_account(self, account: str, limits: AccountTokens) -> None:
+        """Refuse (OpenAI's 429 naming the limit) a request of `account` once any window of
+        its token limits has counted its limit."""
+        for c in limits.counters(account):
+            counted = await self.storage.get(c.item.key_for(*c.ids))
+            if counted >= c.rate.count:
+                raise await self._account_refusal(account, c, counted)
+
+    async def count_account(
+        self, account: str, limits: AccountTokens, input_tokens: int, output_tokens: int
+    ) -> None:
+        """Count an answer's reported tokens in every window of the account's limits."""
+        used = {"input": input_tokens, "output": output_tokens}
+        for c in limits.counters(account):
+            tokens = min(used[c.ids[2]], MAX_COUNTED)
+            if tokens > 0:
+                await self._limiter.hit(c.item, *c.ids, cost=tokens)
+
+    async def _account_refusal(self, account: str, c: _Counter, counted: int) -> OpenAIError:
+        stats = await self._limiter.get_window_stats(c.item, *c.ids)
+        retry = max(1, math.ceil(stats.reset_time - time.time()))
+        kind = c.ids[2]
+        name = INPUT_TOKENS if kind == "input" else OUTPUT_TOKENS
+        return OpenAIError(
+            429,
+            f"Rate limit reached for account `{account}` on {kind} tokens ({name} "
+            f"{c.rate.text}): {counted} tokens counted of {c.rate.count} in this window. "
+            f"Please try again in {retry}s.",
+            type="tokens",
+            code="rate_limit_exceeded",
+            headers={
+                "Retry-After": str(retry),
+                "X-Should-Retry": "true" if retry <= RETRY_WITHIN else "false",
+            },
+        )
+
     async def aclose(self) -> None:
         if self._pool is not None:
             await self._pool.aclose()
+
+
+@dataclass(frozen=True)
+class AccountTokens:
+    """An account's token limits, input and output (none: empty)."""
+
+    input: tuple[TokenRate, ...] = ()
+    output: tuple[TokenRate, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.input or self.output)
+
+    def counters(self, account: str) -> list[_Counter]:
+        """A counter per window, keyed by its unit and not its count: a changed limit judges
+        the tokens already counted in the window."""
+        return [
+            _Counter(
+                r,
+                RateLimitItemPerSecond(MAX_COUNTED, r.seconds),
+                (_ACCOUNT_NAMESPACE, account, kind, r.unit),
+            )
+            for kind, rates in (("input", self.input), ("output", self.output))
+            for r in rates
+        ]

@@ -8,6 +8,7 @@ from typing import Any
 
 import jwt
 
+from service.auth.limits import LIMITS, RATES
 from tests.support.api import assert_problem, bearer, create_fn, new_key
 from tests.support.app import JWT_SECRET, AppClient
 from tests.support.go_decode import (
@@ -152,3 +153,66 @@ async def test_an_account_owning_functions_is_not_deleted(client: AppClient) -> 
     problem = assert_problem(await client.delete(f"{ACCOUNTS}/team-f"), 409)
     assert "1 functions" in str(problem["detail"]) and "suspend" in str(problem["detail"])
     assert (await client.get("/v2/nvcf/functions", headers=bearer(key))).status_code == 200
+
+
+#: a new value for every limit an account has (PATCH-able one by one)
+CHANGES: dict[str, Any] = {
+    **{name: 3 for name in LIMITS},
+    "rateLimitPerSecond": 2.5,
+    "rateLimitBurst": 9,
+    "accountInputTokenRateLimit": "100-M,1000000-MO",
+    "accountOutputTokenRateLimit": "50-H",
+}
+
+
+async def test_a_patch_of_one_limit_changes_nothing_else(client: AppClient) -> None:
+    assert set(CHANGES) == set(LIMITS) | set(RATES)
+    await client.post(f"{ACCOUNTS}/team-p", json=create_request("P", "team-p"))
+    account = (await client.get(f"{ACCOUNTS}/team-p")).json()["account"]
+    for name, value in CHANGES.items():
+        assert account[name] != value, name
+        resp = await client.patch(f"{ACCOUNTS}/team-p", json={name: value})
+        assert resp.status_code == 200, resp.text
+        account = {**account, name: value}
+        assert resp.json()["account"] == account, name
+        assert (await client.get(f"{ACCOUNTS}/team-p")).json()["account"] == account, name
+
+
+async def test_negative_and_over_maximum_limits_are_each_named_and_change_nothing(
+    client: AppClient,
+) -> None:
+    await client.post(f"{ACCOUNTS}/team-n", json=create_request("N", "team-n"))
+    before = (await client.get(f"{ACCOUNTS}/team-n")).json()
+    negative: dict[str, Any] = {
+        **{name: -1 for name in LIMITS},
+        "rateLimitPerSecond": -0.5,
+        "rateLimitBurst": -1,
+        "accountInputTokenRateLimit": "-5-M",
+        "accountOutputTokenRateLimit": "0-M",
+    }
+    too_large: dict[str, Any] = {
+        **{name: limit.maximum + 1 for name, limit in LIMITS.items()},
+        "rateLimitPerSecond": 1_000_001,
+        "rateLimitBurst": 2**31,
+        "accountInputTokenRateLimit": "1" * 13 + "-M",
+        "accountOutputTokenRateLimit": ",".join(f"{n}-M" for n in range(1, 40)),
+    }
+    for bad in (negative, too_large):
+        for method, path in (("PATCH", f"{ACCOUNTS}/team-n"), ("POST", f"{ACCOUNTS}/team-m")):
+            problem = assert_problem(await client.request(method, path, json=bad), 400)
+            fields = {e["field"] for e in problem["errors"]}  # type: ignore[attr-defined]
+            assert fields == set(bad), (method, set(bad) ^ fields)
+    assert (await client.get(f"{ACCOUNTS}/team-n")).json() == before
+    assert_problem(await client.get(f"{ACCOUNTS}/team-m"), 404)
+
+
+async def test_an_unknown_account_is_not_found_on_every_route(client: AppClient) -> None:
+    for method, path, body in [
+        ("GET", f"{ACCOUNTS}/nobody", None),
+        ("PATCH", f"{ACCOUNTS}/nobody", {"rateLimitBurst": 5}),
+        ("DELETE", f"{ACCOUNTS}/nobody", None),
+        ("PUT", f"{ACCOUNTS}/nobody/suspension", {"reason": "why"}),
+        ("DELETE", f"{ACCOUNTS}/nobody/suspension", None),
+    ]:
+        problem = assert_problem(await client.request(method, path, json=body), 404)
+        assert problem["detail"] == "account 'nobody' not found", (method, path)

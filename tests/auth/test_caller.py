@@ -7,9 +7,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import jwt
 import pytest
+from grpc import aio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth.caller import MissingScope, caller
@@ -20,6 +22,7 @@ from service.core.settings import Settings
 from tests.support.api import assert_problem, bearer, new_key
 from tests.support.app import JWT_SECRET, AppClient, ClientFactory
 from tests.support.e2e import eventually, until_status
+from tests.support.grpc_worker import GrpcWorker
 from tests.support.invocation import deployed, invocation_app
 
 SUFFIX = "invocation.localhost"
@@ -165,11 +168,111 @@ async def test_a_suspended_account_is_refused_by_every_entry_until_resumed(
     await until_status(tenant, fn, "ACTIVE")  # its deployment, held at zero, comes back
 
     async def invocable() -> bool:
-        # every entry: while the held instances are replaced, the version may read DEGRADED a
-        # moment after ACTIVE on a busy machine
+        # every entry: each may still route by what it read moments ago
         return all(r.status_code == 200 for r in await send(fn["id"], bearer(key)))
 
     await eventually(invocable)  # once the invocation entries see it ACTIVE
     for resp in [*await send(fn["id"], bearer(key)), *await send(fn["id"], token, rest=False)]:
         assert resp.status_code == 200, resp.text
+    await tenant.aclose()
+
+
+async def tenant_of(operator: AppClient, account: str) -> tuple[AppClient, str]:
+    """A client of `account` (a key that deploys and invokes) on the operator's app."""
+    key = await new_key(
+        operator,
+        ["register_function", "deploy_function", "list_functions", "invoke_function"],
+        account=account,
+    )
+    tenant = AppClient(
+        transport=httpx.ASGITransport(app=operator.app),
+        base_url=str(operator.base_url),
+        headers=bearer(key),
+    )
+    tenant.app = operator.app
+    return tenant, key
+
+
+async def minted_token(tenant: AppClient, fn: dict[str, Any]) -> str:
+    resp = await tenant.post(f"/v2/nvcf/tokens/functions/{fn['id']}", json={"clientId": "c"})
+    assert resp.status_code == 200, resp.text
+    return str(resp.json()["access_token"])
+
+
+async def test_a_suspended_account_is_refused_on_grpc_until_resumed(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """gRPC: the key and an invocation token minted before the suspension each get
+    PERMISSION_DENIED with the reason; resuming lets both back."""
+    worker = await GrpcWorker().start()
+    try:
+        operator = await invocation_app(
+            client_factory, tmp_path, upstream=worker.url, grpc_enabled=True, grpc_port=0
+        )
+        tenant, key = await tenant_of(operator, "team-g")
+        fn = await deployed(tenant, name="grpc-echo", inferenceUrl="/gRPC", inferencePort=8001)
+        token = await minted_token(tenant, fn)
+        port = operator.app.state.grpc.port
+        async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            echo = channel.unary_unary("/test.Echo/Unary")
+
+            async def call(credential: str) -> tuple[grpc.StatusCode, str]:
+                metadata = (("authorization", f"Bearer {credential}"), ("function-id", fn["id"]))
+                try:
+                    await echo(b"hi", metadata=metadata)
+                except aio.AioRpcError as error:
+                    return error.code(), error.details() or ""
+                return grpc.StatusCode.OK, ""
+
+            assert await call(key) == await call(token) == (grpc.StatusCode.OK, "")
+            reason = {"reason": "abuse report 8"}
+            resp = await operator.put("/v2/nvcf/accounts/team-g/suspension", json=reason)
+            assert resp.status_code == 200, resp.text
+            for credential in (key, token):
+                assert await call(credential) == (
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    "account 'team-g' is suspended: abuse report 8",
+                )
+            assert (await operator.delete("/v2/nvcf/accounts/team-g/suspension")).status_code == 200
+
+            async def both() -> bool:
+                return await call(key) == await call(token) == (grpc.StatusCode.OK, "")
+
+            await eventually(both)  # once its deployment, held at zero, is back
+        await tenant.aclose()
+    finally:
+        worker.release()
+        await worker.stop()
+
+
+async def test_a_suspended_account_is_refused_by_the_llm_gateway_until_resumed(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """The LLM gateway: the key and an invocation token minted before the suspension each
+    get a 403 in OpenAI's shape with the reason; resuming lets both back."""
+    operator = await invocation_app(client_factory, tmp_path)
+    tenant, key = await tenant_of(operator, "team-l")
+    models = [{"name": "m", "llmConfig": {"uris": ["/v1/chat/completions"]}}]
+    fn = await deployed(tenant, name="llm", inferenceUrl="/", functionType="LLM", models=models)
+    token = await minted_token(tenant, fn)
+    body = {"model": f"{fn['id']}/m", "messages": [{"role": "user", "content": "hi"}]}
+
+    async def chat(credential: str) -> httpx.Response:
+        return await operator.post(
+            "/v2/nvcf/llm/v1/chat/completions", json=body, headers=bearer(credential)
+        )
+
+    assert [(await chat(c)).status_code for c in (key, token)] == [200, 200]
+    resp = await operator.put("/v2/nvcf/accounts/team-l/suspension", json={"reason": "unpaid"})
+    assert resp.status_code == 200, resp.text
+    for credential in (key, token):
+        refused = await chat(credential)
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["error"]["message"] == "account 'team-l' is suspended: unpaid"
+    assert (await operator.delete("/v2/nvcf/accounts/team-l/suspension")).status_code == 200
+
+    async def both() -> bool:
+        return [(await chat(c)).status_code for c in (key, token)] == [200, 200]
+
+    await eventually(both)  # once its deployment, held at zero, is back
     await tenant.aclose()

@@ -82,3 +82,34 @@ async def test_each_account_is_refused_at_its_own_limit(client_factory: ClientFa
     assert resp.json()["account"] == {**before, "maxFunctionsAllowed": 2}
     assert (await create(low, "two")).status_code == 200
     assert_problem(await client.post(url, json=other, headers=low), 400)
+
+
+async def test_each_account_is_refused_at_its_own_api_rate_limit(
+    client_factory: ClientFactory,
+) -> None:
+    """`rateLimitPerSecond`/`rateLimitBurst` of an account replace the settings' (here off)."""
+    client = await client_factory(rate_limit_per_second=0)
+    low = await account_key(client, "team-low", rateLimitPerSecond=0.001, rateLimitBurst=2)
+    high = await account_key(client, "team-high", rateLimitPerSecond=0.001, rateLimitBurst=4)
+    default = await account_key(client, "team-default")
+
+    async def listed(headers: dict[str, str]) -> int:
+        return (await client.get(f"{V}/functions", headers=headers)).status_code
+
+    assert [await listed(low) for _ in range(2)] == [200, 200]
+    problem = assert_problem(await client.get(f"{V}/functions", headers=low), 429)
+    assert str(problem["detail"]).startswith(
+        "account 'team-low' is over its rate limit (rateLimitPerSecond 0.001, rateLimitBurst 2: "
+        "2 requests per 2000 s); retry in "
+    )
+    assert [await listed(high) for _ in range(4)] == [200] * 4
+    assert await listed(high) == 429
+    assert [await listed(default) for _ in range(10)] == [200] * 10  # the setting's: off
+
+    # a limit of its own reaches the account's next request; 0 lifts it
+    resp = await client.patch(f"{ACCOUNTS}/team-default", json={"rateLimitPerSecond": 0.001})
+    assert resp.json()["account"]["rateLimitPerSecond"] == 0.001
+    assert resp.json()["account"]["rateLimitBurst"] == 1000  # the setting's
+    resp = await client.patch(f"{ACCOUNTS}/team-low", json={"rateLimitPerSecond": 0})
+    assert resp.status_code == 200, resp.text
+    assert [await listed(low) for _ in range(3)] == [200] * 3

@@ -37,6 +37,16 @@ def test_list_get_update_suspend_resume(server: str, tmp_path: Path) -> None:
     before = nvcf.json("account", "get", "team-cli")
     updated = nvcf.json("account", "update", "team-cli", "--max-functions", "3")
     assert updated == {**before, "maxFunctionsAllowed": 3}
+    flags = {
+        "--max-tasks-running": ("maxTasksRunningAllowed", 4),
+        "--rate-limit-per-second": ("rateLimitPerSecond", 0.5),
+        "--rate-limit-burst": ("rateLimitBurst", 20),
+        "--input-token-rate-limit": ("accountInputTokenRateLimit", "1000-M,90000-MO"),
+        "--output-token-rate-limit": ("accountOutputTokenRateLimit", "500-H"),
+    }
+    args = [str(a) for flag, (_, value) in flags.items() for a in (flag, value)]
+    limited = nvcf.json("account", "update", "team-cli", *args)
+    assert limited == {**updated, **dict(flags.values())}
 
     suspended = nvcf.json("account", "suspend", "team-cli", "--reason", "unpaid")
     assert suspended["suspended"] is True and suspended["suspendedReason"] == "unpaid"
@@ -52,3 +62,5 @@ def test_list_get_update_suspend_resume(server: str, tmp_path: Path) -> None:
     assert denied.exit_code == 1 and "403" in denied.stderr
     bad = nvcf("account", "update", "team-cli", "--max-telemetries", "51")
     assert bad.exit_code == 1 and "maxTelemetriesAllowed" in bad.stderr
+    bad = nvcf("account", "update", "team-cli", "--output-token-rate-limit", "5-Y")
+    assert bad.exit_code == 1 and "accountOutputTokenRateLimit" in bad.stderr

@@ -28,7 +28,10 @@ async def test_an_account_over_its_limit_gets_429_with_retry_after(
     assert refused.status_code == 429
     assert refused.headers["content-type"] == "application/problem+json"
     assert 1 <= int(refused.headers["retry-after"]) <= 300
-    assert "'busy' is over its rate limit (3 requests per 300 s)" in refused.json()["detail"]
+    assert refused.json()["detail"].startswith(
+        "account 'busy' is over its rate limit (rateLimitPerSecond 0.01, rateLimitBurst 3: "
+        "3 requests per 300 s)"
+    )
     # another account is counted apart
     assert (await client.get(f"{V}/functions", headers=other)).status_code == 200
 

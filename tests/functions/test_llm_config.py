@@ -8,12 +8,8 @@ from typing import Any
 import pytest
 
 from service.core.errors import ValidationFailed
-from service.functions.llm_config import (
-    TokenRate,
-    canonical_routing_method,
-    parse_token_rates,
-    token_rate_error,
-)
+from service.core.token_rates import TokenRate, parse_token_rates, token_rate_error
+from service.functions.llm_config import canonical_routing_method
 from service.functions.validation import validate_create, validate_metadata_update
 
 CHAT = "/v1/chat/completions"
@@ -84,8 +80,8 @@ def test_token_rate_limits_accepted(limit: str) -> None:
     [
         ("1000", "'<count>-<unit>'"),
         ("0-S", "positive integer"),
-        ("10-Y", "unit S, M, H, D or W"),
-        ("10-s", "unit S, M, H, D or W"),
+        ("10-Y", "unit S, M, H, D, W or MO"),
+        ("10-s", "unit S, M, H, D, W or MO"),
         ("1000-S,5000-S", "names the unit S more than once"),
         ("1-M,2-S,3-M,4-S", "names the unit S, M more than once"),
         ("1000-S,", "'<count>-<unit>'"),
@@ -223,15 +219,17 @@ def test_model_updates_are_validated_like_creation() -> None:
 
 
 def test_token_rates_parse_shortest_window_first() -> None:
-    assert parse_token_rates("5000-M, 1000-S,7-W") == (
+    assert parse_token_rates("5000-M, 9-MO, 1000-S,7-W") == (
         TokenRate(1000, "S"),
         TokenRate(5000, "M"),
         TokenRate(7, "W"),
+        TokenRate(9, "MO"),
     )
     assert parse_token_rates("") == ()
     assert parse_token_rates("1-S,2-S") == ()  # never stored: the rules refuse it
     assert parse_token_rates(None) == ()
     assert TokenRate(7, "W").seconds == 7 * 86400
+    assert TokenRate(9, "MO").seconds == 30 * 86400  # NVIDIA's month (PR #1658)
     assert token_rate_error("  ") is None
     assert canonical_routing_method("Round_Robin") == "round-robin"
     assert canonical_routing_method("fastest") is None

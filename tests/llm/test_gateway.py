@@ -339,6 +339,65 @@ async def test_answers_that_count_tokens_carry_nvcfs_rate_limit_headers(app: App
     assert "x-ratelimit-limit-tokens" not in free.headers  # nothing counted
 
 
+async def test_each_account_is_refused_at_its_own_token_limits_counted_from_usage(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """accountInputTokenRateLimit/accountOutputTokenRateLimit (NVIDIA/nvcf PR #1658): the
+    workers' reported usage counted per account over every model; once a window has counted
+    its limit the next request is a 429 before any worker, naming the limit; another account
+    with a higher limit (the setting's) goes on."""
+    app = await invocation_app(
+        client_factory, tmp_path, llm_account_output_token_rate_limit="1000-M"
+    )
+    fn = await deployed(app, **LLM_FN)
+    shared = {"authorizedParties": [{"ncaId": "team-low"}, {"ncaId": "team-high"}]}
+    resp = await app.post(f"/v2/nvcf/authorizations/functions/{fn['id']}", json=shared)
+    assert resp.status_code == 200, resp.text
+    limits = {"accountInputTokenRateLimit": "2-M,1000-MO"}
+    resp = await app.post("/v2/nvcf/accounts/team-low", json={"name": "low", **limits})
+    assert resp.json()["account"]["accountOutputTokenRateLimit"] == "1000-M"  # the setting's
+    low = bearer(await new_key(app, ["invoke_function"], "team-low"))
+    high = bearer(await new_key(app, ["invoke_function"], "team-high"))
+
+    async def chat(headers: dict[str, str]) -> httpx.Response:
+        # the tiny model counts "short" as 1 input token and answers 2 ("Echo: short")
+        body = {
+            "model": f"{fn['id']}/tiny/chat",
+            "messages": [{"role": "user", "content": "short"}],
+        }
+        return await app.post("/v2/nvcf/llm/v1/chat/completions", json=body, headers=headers)
+
+    assert [(await chat(low)).status_code for _ in range(2)] == [200, 200]
+    refused = await chat(low)
+    assert refused.status_code == 429, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "rate_limit_exceeded" and error["type"] == "tokens"
+    assert error["message"].startswith(
+        "Rate limit reached for account `team-low` on input tokens (accountInputTokenRateLimit "
+        "2-M): 2 tokens counted of 2 in this window. Please try again in "
+    )
+    assert int(refused.headers["retry-after"]) <= 60
+    assert [(await chat(high)).status_code for _ in range(3)] == [200] * 3
+
+    # a lower output limit judges the tokens already counted in its window (3 answers × 2)
+    resp = await app.patch(
+        "/v2/nvcf/accounts/team-high", json={"accountOutputTokenRateLimit": "7-M"}
+    )
+    assert resp.json()["account"]["accountInputTokenRateLimit"] == ""  # the setting's: none
+    assert (await chat(high)).status_code == 200  # 6 counted, under 7: on, then 8
+    error = (await chat(high)).json()["error"]
+    assert (
+        "on output tokens (accountOutputTokenRateLimit 7-M): 8 tokens counted" in (error["message"])
+    )
+    # "" lifts the account's limit whatever the setting says
+    await app.patch("/v2/nvcf/accounts/team-high", json={"accountOutputTokenRateLimit": ""})
+    assert (await chat(high)).status_code == 200
+    # refused before a worker: only the 7 requests let through were answered (2 tokens each)
+    text = (await app.get("/metrics")).text
+    assert sample(text, "nvcf_llm_tokens_total", function_id=fn["id"], token_type="output") == 14
+    assert sample(text, "nvcf_llm_requests_total", function_id=fn["id"], status="429") == 2
+
+
 async def test_a_model_the_caller_cannot_see_is_not_found(app: AppClient) -> None:
     fn = await deployed(app, **LLM_FN)
     other = await new_key(app, ["invoke_function"], "other-account")

@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from service.core.token_rates import parse_token_rates
 from service.llm.errors import OpenAIError
-from service.llm.tokens import TokenLimiter, estimate, go_duration
+from service.llm.tokens import AccountTokens, TokenLimiter, estimate, go_duration
 from tests.support.redis import RedisServer
 
 CHAT = "/v1/chat/completions"
@@ -94,6 +95,29 @@ async def test_counters_in_redis_are_shared_and_corrected(redis_server: RedisSer
         assert await two.charge("100-H", tokens=30, **who) is not None
         with pytest.raises(OpenAIError):
             await one.charge("100-H", tokens=21, **who)
+    finally:
+        await one.storage.reset()
+        await one.aclose()
+        await two.aclose()
+
+
+async def test_account_windows_are_shared_by_replicas_in_redis(redis_server: RedisServer) -> None:
+    """An account's token windows (accountInputTokenRateLimit/accountOutputTokenRateLimit):
+    what one replica counts from a worker's usage, another refuses on."""
+    one, two = TokenLimiter(redis_server.url), TokenLimiter(redis_server.url)
+    limits = AccountTokens(parse_token_rates("10-H"), parse_token_rates("5-M,100-MO"))
+    try:
+        await one.admit_account("acct", limits)
+        await one.count_account("acct", limits, 9, 4)
+        await two.admit_account("acct", limits)  # 9 of 10 and 4 of 5: on
+        await two.count_account("acct", limits, 1, 0)
+        with pytest.raises(OpenAIError) as refused:
+            await one.admit_account("acct", limits)
+        assert refused.value.status == 429
+        assert "on input tokens (accountInputTokenRateLimit 10-H): 10 tokens counted" in str(
+            refused.value.message
+        )
+        await two.admit_account("other", limits)  # another account's windows are its own
     finally:
         await one.storage.reset()
         await one.aclose()

@@ -25,10 +25,14 @@ from service.deployments.models import (
 )
 from service.deployments.transitions.status import (
     set_version_status,
+    status_of,
 )
 from service.functions.models import FunctionVersion
 from service.health.machine import Phase
 from service.health.status import VersionStatus
+
+#: the statuses of a version whose instances serve (a hold takes them to DEGRADED)
+SERVING = frozenset({VersionStatus.ACTIVE, VersionStatus.DEGRADING})
 
 
 def mark_changed(deployment: Deployment, now: datetime) -> None:
@@ -286,7 +290,12 @@ async def hold_account(
     session: AsyncSession, account_id: str, held: bool, now: datetime, *, reason: str
 ) -> int:
     """Hold every deployment of the account at zero instances (`held`) or let them back to
-    their desired counts: on each timeline, due at once. How many deployments changed."""
+    their desired counts: on each timeline, due at once. How many deployments changed.
+
+    A held version that served reads DEGRADED at once: its instances are retired before the
+    reconciler next aggregates the status, and a version read ACTIVE then (as after a quick
+    resume) would turn DEGRADED while its held instances are replaced. It reads ACTIVE again
+    once an instance runs."""
     stmt = select(Deployment).where(Deployment.account_id == account_id)
     changed = 0
     for deployment in (await session.execute(stmt)).scalars().all():
@@ -299,4 +308,10 @@ async def hold_account(
         what = "held at zero instances" if held else "back to its instance counts"
         record_event(session, deployment.id, "scaling", f"{what}: {reason}", reason=reason)
         changed += 1
+        if held and deployment.desired == DeploymentDesired.DEPLOYED:
+            version = await session.get(FunctionVersion, deployment.version_id)
+            if version is not None and status_of(version) in SERVING:
+                await set_version_status(
+                    session, deployment.id, version, VersionStatus.DEGRADED, now, cause=reason
+                )
     return changed

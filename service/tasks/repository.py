@@ -92,6 +92,14 @@ async def active_of_account(session: AsyncSession, account_id: str) -> Sequence[
     return (await session.execute(stmt)).scalars().all()
 
 
+async def on_cluster_of_account(session: AsyncSession, account_id: str) -> Sequence[Task]:
+    """The account's tasks launched or running."""
+    stmt = select(Task).where(
+        Task.account_id == account_id, Task.status.in_([s.value for s in ON_CLUSTER])
+    )
+    return (await session.execute(stmt)).scalars().all()
+
+
 async def queue_signature(
     session: AsyncSession,
 ) -> tuple[int, datetime | None, datetime | None]:

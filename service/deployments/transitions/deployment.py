@@ -29,6 +29,7 @@ from service.deployments.transitions.status import (
 from service.functions.models import FunctionVersion
 from service.health.machine import Phase
 from service.health.status import VersionStatus
+from service.metering import intervals
 
 
 def mark_changed(deployment: Deployment, now: datetime) -> None:
@@ -250,6 +251,7 @@ async def remove_deployment(
         reason="Removed",
     )
     await session.execute(delete(AutoscaleState).where(AutoscaleState.deployment_id == dep_id))
+    await intervals.deployment_removed(session, dep_id, now)
     await session.execute(
         delete(Instance)
         .where(Instance.deployment_id == dep_id)

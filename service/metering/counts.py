@@ -26,6 +26,11 @@ Key = tuple[str, str, str, str]
 #: keys kept in memory between two flushes at most: beyond, new keys wait for the next flush
 #: (counted under the last one's key would be wrong; dropping them is logged)
 MAX_KEYS = 100_000
+#: a model's name as stored (a longer one is metered under its first characters)
+MAX_MODEL = 256
+#: the most tokens of one kind one request is metered for: a worker's `usage` is its own word,
+#: and a sum past the database's 64-bit column would stop every later flush
+MAX_REQUEST_TOKENS = 2**31
 
 
 @dataclass
@@ -67,7 +72,7 @@ class Meter(LoopService[str]):
         return entry
 
     def invocation(self, account: str, function_id: str, version_id: str, model: str) -> None:
-        entry = self._entry((account, function_id, version_id, model))
+        entry = self._entry((account, function_id, version_id, model[:MAX_MODEL]))
         if entry is not None:
             entry[0] += 1
 
@@ -80,10 +85,10 @@ class Meter(LoopService[str]):
         input_tokens: int,
         output_tokens: int,
     ) -> None:
-        entry = self._entry((account, function_id, version_id, model))
+        entry = self._entry((account, function_id, version_id, model[:MAX_MODEL]))
         if entry is not None:
-            entry[1] += input_tokens
-            entry[2] += output_tokens
+            entry[1] += min(input_tokens, MAX_REQUEST_TOKENS)
+            entry[2] += min(output_tokens, MAX_REQUEST_TOKENS)
 
     async def flush(self) -> None:
         """Add the counts so far to the database: first a batch whose earlier write failed

@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -105,3 +105,20 @@ async def add_counts(session: AsyncSession, rows: Sequence[dict[str, object]]) -
             where=table.batch < stmt.excluded.batch,
         )
     )
+
+
+async def count_totals(session: AsyncSession) -> Sequence[tuple[str, str, str, list[int]]]:
+    """(account, function id, model, [invocations, input, output]) summed over every hour."""
+    c = UsageCount.__table__.c
+    stmt = select(
+        c.account_id,
+        c.function_id,
+        c.model,
+        func.sum(c.invocations),
+        func.sum(c.input_tokens),
+        func.sum(c.output_tokens),
+    ).group_by(c.account_id, c.function_id, c.model)
+    return [
+        (account, fid, model, [int(n or 0), int(i or 0), int(o or 0)])
+        for account, fid, model, n, i, o in (await session.execute(stmt)).all()
+    ]

@@ -39,6 +39,7 @@ class Span:
     """One instance's (or task's) time on a GPU, from its interval or a task still on a
     cluster."""
 
+    account_id: str
     function_id: str | None
     version_id: str | None
     task_id: str | None
@@ -52,6 +53,7 @@ class Span:
     @classmethod
     def of(cls, row: GpuInterval) -> Span:
         return cls(
+            account_id=row.account_id,
             function_id=None if row.function_id is None else str(row.function_id),
             version_id=None if row.version_id is None else str(row.version_id),
             task_id=None if row.task_id is None else str(row.task_id),

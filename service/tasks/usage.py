@@ -10,10 +10,12 @@ from service.metering.usage import Span
 from service.tasks import repository
 
 
-async def open_spans(session: AsyncSession, account_id: str) -> list[Span]:
-    """The account's tasks launched or running, each a span not yet ended."""
+async def open_spans(session: AsyncSession, account_id: str | None) -> list[Span]:
+    """The account's tasks (every account's: None) launched or running, each a span not yet
+    ended."""
     return [
         Span(
+            account_id=task.account_id,
             function_id=None,
             version_id=None,
             task_id=str(task.id),
@@ -24,5 +26,5 @@ async def open_spans(session: AsyncSession, account_id: str) -> list[Span]:
             started_at=task.running_at,
             ended_at=None,
         )
-        for task in await repository.on_cluster_of_account(session, account_id)
+        for task in await repository.launched_or_running(session, account_id)
     ]

@@ -18,7 +18,18 @@ from service.auth.service import MAX_ACCOUNT_ID, Principal
 from service.core.db import utcnow
 from service.core.errors import FieldError, Forbidden, ValidationFailed
 from service.core.schemas import iso_z
-from service.metering.usage import GROUP_FIELDS, MEASURES, Grouping, account_usage, totals
+from service.metering.usage import (
+    GROUP_FIELDS,
+    MAX_POINTS,
+    MEASURES,
+    STEP_LENGTH,
+    Grouping,
+    Step,
+    account_records,
+    grouped,
+    series,
+    totals,
+)
 from service.tasks.usage import open_spans
 
 router = APIRouter(tags=["usage"])
@@ -78,6 +89,10 @@ async def usage(
         str | None, Query(description="the account (default: the caller's own)")
     ] = None,
     format: Annotated[str | None, Query(description="json (default) or csv")] = None,
+    step: Annotated[
+        str | None,
+        Query(description="hour or day: the totals of each step too, as `series` (JSON only)"),
+    ] = None,
 ) -> Response:
     errors: list[FieldError] = []
     now = utcnow()
@@ -85,6 +100,7 @@ async def usage(
     grouping = _grouping(by, errors)
     if format is not None and format not in FORMATS:
         errors.append(FieldError("format", f"must be one of {', '.join(FORMATS)}"))
+    every = _step(step, errors)
     account_id = principal.account_id if account is None else account
     if not 1 <= len(account_id) <= MAX_ACCOUNT_ID:
         errors.append(FieldError("account", f"must be 1 to {MAX_ACCOUNT_ID} characters"))
@@ -102,17 +118,14 @@ async def usage(
         errors.append(FieldError("since", "must be before until"))
     elif not errors and end - start > MAX_PERIOD:
         errors.append(FieldError("until", f"at most {MAX_PERIOD.days} days after since"))
+    elif not errors and every is not None and (end - start) / STEP_LENGTH[every] > MAX_POINTS:
+        errors.append(FieldError("step", f"gives more than {MAX_POINTS} points over the period"))
     if errors or grouping is None:
         raise ValidationFailed.of(errors)
-    groups = await account_usage(
-        session,
-        account_id,
-        by=grouping,
-        since=start,
-        until=end,
-        now=now,
-        open_spans=await open_spans(session, account_id),
+    spans, counts = await account_records(
+        session, account_id, start, end, await open_spans(session, account_id)
     )
+    groups = grouped(spans, counts, by=grouping, since=start, until=end, now=now)
     rows = [g.out() for g in groups]
     if format == "csv" or (format is None and _wants_csv(request)):
         return _csv(account_id, grouping, rows)
@@ -124,7 +137,23 @@ async def usage(
         "usage": rows,
         "total": totals(groups),
     }
+    if every is not None:
+        points = series(spans, counts, since=start, until=end, now=now, step=every)
+        body["series"] = [
+            {**p, "since": iso_z(p["since"]), "until": iso_z(p["until"])}  # type: ignore[arg-type]
+            for p in points
+        ]
     return JSONResponse(body)
+
+
+def _step(step: str | None, errors: list[FieldError]) -> Step | None:
+    if step is None:
+        return None
+    try:
+        return Step(step)
+    except ValueError:
+        errors.append(FieldError("step", f"must be one of {', '.join(s.value for s in Step)}"))
+        return None
 
 
 def _grouping(by: str | None, errors: list[FieldError]) -> Grouping | None:

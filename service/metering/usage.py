@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -175,12 +175,68 @@ async def account_usage(
 ) -> list[Group]:
     """The account's usage: its stored intervals, `open_spans` (tasks still on a cluster,
     whose interval is written when they end) and its counts."""
-    rows = await repository.intervals(session, account_id, since, until)
-    spans = [*(Span.of(r) for r in rows), *open_spans]
-    counts = await repository.counts(session, account_id, floor_hour(since), until)
+    spans, counts = await account_records(session, account_id, since, until, open_spans)
     return grouped(spans, counts, by=by, since=since, until=until, now=now)
+
+
+async def account_records(
+    session: AsyncSession,
+    account_id: str,
+    since: datetime,
+    until: datetime,
+    open_spans: Sequence[Span] = (),
+) -> tuple[list[Span], list[UsageCount]]:
+    """The account's spans and counts that touch [since, until)."""
+    rows = await repository.intervals(session, account_id, since, until)
+    spans = [*(Span.of(r) for r in rows), *(s for s in open_spans if s.account_id == account_id)]
+    counts = await repository.counts(session, account_id, floor_hour(since), until)
+    return spans, list(counts)
 
 
 def floor_hour(at: datetime) -> datetime:
     """The counts are kept per hour: the hour `at` falls in."""
     return at.replace(minute=0, second=0, microsecond=0)
+
+
+class Step(StrEnum):
+    HOUR = "hour"
+    DAY = "day"
+
+
+STEP_LENGTH = {Step.HOUR: timedelta(hours=1), Step.DAY: timedelta(days=1)}
+#: the most points one series has
+MAX_POINTS = 1000
+
+
+def windows(since: datetime, until: datetime, step: Step) -> list[tuple[datetime, datetime]]:
+    """[since, until) cut at each whole hour (or UTC day) into consecutive windows."""
+    length = STEP_LENGTH[step]
+    first = floor_hour(since)
+    if step is Step.DAY:
+        first = first.replace(hour=0)
+    out: list[tuple[datetime, datetime]] = []
+    start = since
+    edge = first + length
+    while start < until:
+        end = min(edge, until)
+        out.append((start, end))
+        start, edge = end, edge + length
+    return out
+
+
+def series(
+    spans: Sequence[Span],
+    counts: Sequence[UsageCount],
+    *,
+    since: datetime,
+    until: datetime,
+    now: datetime,
+    step: Step,
+) -> list[dict[str, object]]:
+    """The account's totals per window of `step` (counts by the hour they were kept in)."""
+    points: list[dict[str, object]] = []
+    for start, end in windows(since, until, step):
+        inside = [c for c in counts if floor_hour(start) <= c.hour < end]
+        groups = grouped(spans, inside, by=Grouping.FUNCTION, since=start, until=end, now=now)
+        points.append({"since": start, "until": end, **totals(groups)})
+    return points

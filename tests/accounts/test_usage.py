@@ -105,11 +105,17 @@ async def test_a_tenant_reads_its_own_account_and_the_operator_any(app: AppClien
 async def test_every_bad_parameter_is_named_in_one_400(app: AppClient) -> None:
     resp = await app.get(
         f"{V}/usage",
-        params={"since": "yesterday", "by": "colour", "account": "nobody", "format": "xml"},
+        params={
+            "since": "yesterday",
+            "by": "colour",
+            "account": "nobody",
+            "format": "xml",
+            "step": "minute",
+        },
     )
     assert resp.status_code == 400, resp.text
     fields = {e["field"]: e["message"] for e in resp.json()["errors"]}
-    assert set(fields) == {"since", "by", "account", "format"}
+    assert set(fields) == {"since", "by", "account", "format", "step"}
     assert "unknown account 'nobody'" in fields["account"]
     assert "function, version, model, instanceType, cluster" in fields["by"]
 
@@ -123,3 +129,17 @@ async def test_every_bad_parameter_is_named_in_one_400(app: AppClient) -> None:
     )
     assert too_long.status_code == 400 and too_long.json()["errors"][0]["field"] == "until"
     assert (await app.get(f"{V}/usage", params={"account": "x" * 129})).status_code == 400
+    hourly = {"since": "2025-01-01T00:00:00Z", "until": "2026-01-01T00:00:00Z", "step": "hour"}
+    too_many = await app.get(f"{V}/usage", params=hourly)
+    assert too_many.status_code == 400 and too_many.json()["errors"][0]["field"] == "step"
+
+
+async def test_a_series_gives_each_steps_totals(app: AppClient) -> None:
+    params = {"since": "2026-01-01T00:00:00Z", "until": "2026-01-08T00:00:00Z", "step": "day"}
+    body = (await app.get(f"{V}/usage", params=params)).json()
+    assert [p["since"] for p in body["series"]][:2] == [
+        "2026-01-01T00:00:00.000Z",
+        "2026-01-02T00:00:00.000Z",
+    ]
+    assert len(body["series"]) == 7
+    assert all(p["gpuSeconds"] == 0 and p["invocations"] == 0 for p in body["series"])

@@ -5,6 +5,7 @@ series whose points add up to the whole period."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 from service.metering.models import UsageCount
 from service.metering.usage import Grouping, Span, Step, grouped, series, totals, windows
@@ -76,7 +77,7 @@ def test_a_series_adds_up_to_the_period() -> None:
     since, until = T0, T0 + timedelta(hours=5)
     cut = windows(since, until, Step.HOUR)
     assert cut[0] == (T0, T0.replace(minute=0) + timedelta(hours=1)) and cut[-1][1] == until
-    assert all(a[1] == b[0] for a, b in zip(cut, cut[1:], strict=False))
+    assert all(a[1] == b[0] for a, b in pairwise(cut))
     spans = [span(0, 200), span(60, None)]
     counts = [count(T0.replace(minute=0) + timedelta(hours=h), h + 1) for h in range(5)]
     now = until

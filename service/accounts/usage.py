@@ -1,10 +1,13 @@
 """`GET /v2/nvcf/usage`: an account's metered usage over a period, grouped (docs/usage.md),
-as JSON or CSV. A tenant reads its own account; the operator (`account_setup`) any."""
+as JSON or CSV. A tenant reads its own account; the operator (`account_setup`) any. And NVCF's
+`GET /v2/nvcf/accounts/{ncaId}/usage/gpus`: the GPUs the account's deployed functions may use
+now (its minimum and maximum instances), per GPU and instance type and per cluster."""
 
 from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -15,9 +18,13 @@ from service.auth import repository as auth_repository
 from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.service import MAX_ACCOUNT_ID, Principal
+from service.clusters.catalog import Catalog
+from service.clusters.deps import CatalogDep
 from service.core.db import utcnow
 from service.core.errors import FieldError, Forbidden, ValidationFailed
 from service.core.schemas import iso_z
+from service.deployments import repository as deployments_repository
+from service.deployments.models import DeploymentSpec
 from service.metering.usage import (
     GROUP_FIELDS,
     MAX_POINTS,
@@ -30,6 +37,7 @@ from service.metering.usage import (
     series,
     totals,
 )
+from service.tasks.schemas import GpuPlacementOut, GpuUsageOut, ListGpuUsageResponse
 from service.tasks.usage import open_spans
 
 router = APIRouter(tags=["usage"])
@@ -44,6 +52,7 @@ Reader = Annotated[
         )
     ),
 ]
+Deployer = Annotated[Principal, Depends(require(scopes.DEPLOY_FUNCTION, scopes.ACCOUNT_SETUP))]
 #: the longest period one query covers, and the one it covers when `since` is not given
 MAX_PERIOD = timedelta(days=366)
 DEFAULT_PERIOD = timedelta(days=30)
@@ -192,3 +201,68 @@ def _csv(account_id: str, grouping: Grouping, rows: list[dict[str, object]]) -> 
         media_type=CSV,
         headers={"content-disposition": f'attachment; filename="usage-{safe}.csv"'},
     )
+
+
+@router.get(
+    "/accounts/{ncaId}/usage/gpus",
+    response_model=ListGpuUsageResponse,
+    summary="GPUs the account's deployed functions may use now (NVCF's GPU max usage)",
+)
+async def gpu_usage(
+    ncaId: str, session: Session, principal: Deployer, catalog: CatalogDep
+) -> ListGpuUsageResponse:
+    if ncaId != principal.account_id:
+        if scopes.ACCOUNT_SETUP not in principal.scopes:
+            raise Forbidden(
+                detail=f"only the operator (scope '{scopes.ACCOUNT_SETUP}') reads another "
+                "account's GPU usage"
+            )
+        if len(ncaId) > MAX_ACCOUNT_ID or not await auth_repository.account_by_id(session, ncaId):
+            raise ValidationFailed.of([FieldError("ncaId", f"unknown account '{ncaId[:128]}'")])
+    specs = await deployments_repository.live_specs_of_account(session, ncaId)
+    return ListGpuUsageResponse(gpus=gpus_in_use(specs, catalog))
+
+
+def gpus_in_use(specs: Sequence[DeploymentSpec], catalog: Catalog) -> list[GpuUsageOut]:
+    """NVCF's reading: per GPU and instance type, the minimum and maximum instances summed
+    over the specifications; per cluster, those of the specifications that may be placed on
+    it."""
+    by_type: dict[tuple[str, str], list[DeploymentSpec]] = {}
+    for spec in specs:
+        by_type.setdefault((spec.gpu, spec.instance_type), []).append(spec)
+    out: list[GpuUsageOut] = []
+    for (gpu, instance_type), group in sorted(by_type.items()):
+        per_cluster: dict[str, list[int]] = {}
+        for spec in group:
+            for name in spec.candidate_clusters or []:
+                counts = per_cluster.setdefault(str(name), [0, 0])
+                counts[0] += spec.max_instances
+                counts[1] += spec.min_instances
+        placements = []
+        for name, (most, least) in sorted(per_cluster.items()):
+            cluster = catalog.cluster(name)
+            if cluster is None:
+                continue
+            cluster_group = catalog.group_of(cluster)
+            placements.append(
+                GpuPlacementOut(
+                    cluster_id=cluster.name,
+                    cluster=cluster.name,
+                    cluster_group_id=cluster_group.name,
+                    cluster_group=cluster_group.name,
+                    cloud_provider=cluster.provider,
+                    region=cluster.region or "",
+                    current_max_usage=most,
+                    current_min_usage=least,
+                )
+            )
+        out.append(
+            GpuUsageOut(
+                gpu=gpu,
+                instance_type=instance_type,
+                current_max_usage=sum(s.max_instances for s in group),
+                current_min_usage=sum(s.min_instances for s in group),
+                placements=placements,
+            )
+        )
+    return out

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from service.metering.counts import Meter
-from tests.support.api import bearer, new_key
+from tests.support.api import bearer, create_fn, new_key
 from tests.support.app import AppClient, ClientFactory
-from tests.support.invocation import deployed, invocation_app
+from tests.support.e2e import dep_url
+from tests.support.invocation import deployed, invocation_app, spec
 
 V = "/v2/nvcf"
 CHAT = f"{V}/llm/v1/chat/completions"
@@ -143,3 +144,26 @@ async def test_a_series_gives_each_steps_totals(app: AppClient) -> None:
     ]
     assert len(body["series"]) == 7
     assert all(p["gpuSeconds"] == 0 and p["invocations"] == 0 for p in body["series"])
+
+
+async def test_nvcfs_gpu_usage_sums_the_deployed_functions_instances(app: AppClient) -> None:
+    for name, low, high in (("one", 1, 2), ("two", 0, 3)):
+        fn = await create_fn(app, name=name)
+        body = {"deploymentSpecifications": [spec(minInstances=low, maxInstances=high)]}
+        resp = await app.post(dep_url(fn), json=body)
+        assert resp.status_code == 200, resp.text
+    resp = await app.get(f"{V}/accounts/nvcf-default/usage/gpus")
+    assert resp.status_code == 200, resp.text
+    [gpu] = resp.json()["gpus"]
+    assert (gpu["gpu"], gpu["currentMaxUsage"], gpu["currentMinUsage"]) == ("H100", 5, 1)
+    assert [(p["currentMaxUsage"], p["currentMinUsage"]) for p in gpu["placements"]] == [(5, 1)]
+    assert set(gpu["placements"][0]) >= {"clusterId", "clusterGroup", "cloudProvider", "region"}
+
+    await app.post(f"{V}/accounts/team-g", json={})
+    tenant = await new_key(app, ["deploy_function"], account="team-g")
+    own = await app.get(f"{V}/accounts/team-g/usage/gpus", headers=bearer(tenant))
+    assert own.status_code == 200 and own.json() == {"gpus": []}
+    other = await app.get(f"{V}/accounts/nvcf-default/usage/gpus", headers=bearer(tenant))
+    assert other.status_code == 403
+    unknown = await app.get(f"{V}/accounts/nobody/usage/gpus")
+    assert unknown.status_code == 400 and "unknown account 'nobody'" in unknown.text

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -39,22 +40,34 @@ def meter(app: AppClient) -> Meter:
     return found
 
 
+def stream_usage(text: str) -> dict[str, Any]:
+    """The `usage` of a streamed chat completion (the chunk that carries it)."""
+    chunks = [
+        json.loads(line[len("data: ") :])
+        for line in text.splitlines()
+        if line.startswith("data: ") and line != "data: [DONE]"
+    ]
+    [usage] = [c["usage"] for c in chunks if c.get("usage")]
+    return dict(usage)
+
+
 async def test_a_thousand_llm_calls_are_metered_as_the_workers_usage_says(app: AppClient) -> None:
     fn = await deployed(app, **LLM_FN)
     model = f"{fn['id']}/tiny/chat"
     given = taken = 0
     for n in range(1000):
         words = " ".join(["word"] * (1 + n % 7))
-        resp = await app.post(
-            CHAT,
-            json={
-                "model": model,
-                "messages": [{"role": "user", "content": words}],
-                "max_tokens": 1 + n % 5,
-            },
-        )
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": [{"role": "user", "content": words}],
+            "max_tokens": 1 + n % 5,
+        }
+        streamed = n % 20 == 0  # one in twenty streamed: the usage comes in its last chunk
+        if streamed:
+            body.update(stream=True, stream_options={"include_usage": True})
+        resp = await app.post(CHAT, json=body)
         assert resp.status_code == 200, resp.text
-        used = resp.json()["usage"]
+        used = stream_usage(resp.text) if streamed else resp.json()["usage"]
         given += used["prompt_tokens"]
         taken += used["completion_tokens"]
     await meter(app).flush()

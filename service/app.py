@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.accounts.router import router as accounts_router
+from service.accounts.usage import router as usage_router
 from service.assets.router import router as assets_router
 from service.assets.router import storage_router
 from service.assets.signing import STORAGE_PREFIX
@@ -118,6 +119,7 @@ def api_routers(settings: Settings | None = None) -> list[APIRouter]:
         tokens_router,
         assets_router,
         accounts_router,
+        usage_router,
     ]
     return routers
 

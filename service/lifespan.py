@@ -51,6 +51,7 @@ from service.invocation.dispatch_redis import RedisActivity
 from service.invocation.grpc.entry import GrpcEntry
 from service.invocation.metrics import InvocationMetrics
 from service.llm.gateway import Gateway
+from service.metering.counts import Meter
 from service.observability.endpoints import Drops
 from service.observability.export import Exports, ExportSettings
 from service.tasks.loop import TaskLoop, known_task_ids
@@ -309,6 +310,11 @@ async def _open_invocation(
     exports.start()
     opened.push_async_callback(exports.stop)
     c.invocation_metrics.exports = exports
+    # pushed after the plane: stops after the plane's last run ended, and adds its counts
+    meter = Meter(shared.maker, settings.metering_flush_seconds)
+    meter.start()
+    opened.push_async_callback(meter.stop)
+    c.invocation_metrics.meter = meter
     app.state.telemetry_exports = exports
     if control is not None and control.autoscaler in control.loops:
         # A request waiting for a version with no instance wakes the autoscaler

@@ -23,6 +23,7 @@ from service.functions.models import (
     VersionTag,
 )
 from service.invocation.models import InvocationReplica, InvocationRequest
+from service.metering.models import GpuInterval, UsageCount
 from service.observability.models import Telemetry
 from service.registry.models import RegistryCredential, RegistryCredentialArtifactType
 from service.tasks.models import Task, TaskEvent, TaskResult
@@ -40,6 +41,7 @@ __all__ = [
     "FunctionAuthorization",
     "FunctionSecret",
     "FunctionVersion",
+    "GpuInterval",
     "IdempotencyRecord",
     "Instance",
     "InvocationReplica",
@@ -54,5 +56,6 @@ __all__ = [
     "TaskResult",
     "Telemetry",
     "TrafficWeight",
+    "UsageCount",
     "VersionTag",
 ]

@@ -35,6 +35,8 @@ from service.core.middleware import Metrics
 from service.core.settings import Settings
 from service.core.tracing import Tracing, tracing_from_settings
 from service.deployments.metrics import AutoscaleMetrics, FleetGauges, ReconcileMetrics
+from service.metering.metrics import UsageCounters
+from service.tasks.usage import open_spans
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -51,6 +53,7 @@ class Telemetry:
     reconcile: ReconcileMetrics
     fleet: FleetGauges
     autoscale: AutoscaleMetrics
+    usage: UsageCounters
 
     @classmethod
     def build(cls, settings: Settings, *, span_exporter: SpanExporter | None = None) -> Telemetry:
@@ -65,6 +68,7 @@ class Telemetry:
             reconcile=ReconcileMetrics(registry),
             fleet=FleetGauges(registry, max_age=settings.metrics_fleet_cache_seconds),
             autoscale=AutoscaleMetrics(registry),
+            usage=UsageCounters(registry, max_age=settings.metrics_fleet_cache_seconds),
         )
 
     async def scrape(
@@ -73,6 +77,8 @@ class Telemetry:
         """The Prometheus text exposition, the fleet gauges refreshed if they are stale;
         without `tenants`, no family whose series name a tenant's objects."""
         await self.fleet.refresh(sessionmaker)
+        if tenants:  # the metered totals name tenants: read only for a scrape that sees them
+            await self.usage.refresh(sessionmaker, lambda session: open_spans(session, None))
         registry = self.metrics.registry
         return generate_latest(registry if tenants else _Anonymous(registry))
 

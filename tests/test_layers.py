@@ -32,6 +32,7 @@ ORDER = [
     "ngc",
     "registry",
     "clusters",
+    "metering",
     "charts",
     "observability",
     "functions",

@@ -19,7 +19,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "service"
 #: packages whose SQL is all in their repository.py (or a module declared in `STATEMENTS`)
-PACKAGES = ("auth", "functions", "registry", "deployments", "assets", "tasks", "invocation")
+PACKAGES = (
+    "auth",
+    "functions",
+    "registry",
+    "metering",
+    "deployments",
+    "assets",
+    "tasks",
+    "invocation",
+)
 #: modules (or folders, ending in "/") that hold statements by design: path -> why
 STATEMENTS: dict[str, str] = {
     "deployments/transitions/": "the one writer of deployment, instance and version state: "

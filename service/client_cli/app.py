@@ -21,6 +21,7 @@ from service.client_cli import (
     tasks,
     telemetries,
     traffic,
+    usage,
 )
 from service.client_cli.api import Api, ApiError, Unreachable
 from service.client_cli.common import OutputOpt, fail
@@ -48,6 +49,7 @@ revisions.register(app)
 invoke.register(app)
 chat.register(app)
 logs.register(app)
+usage.register(app)
 
 
 @app.command(epilog=EXIT_CODES)

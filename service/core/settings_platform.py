@@ -99,6 +99,13 @@ class PlatformSettings(BaseModel):
         le=300,
         description="Seconds one export to a telemetry endpoint may take, retries included.",
     )
+    metering_flush_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        description="Seconds between two additions of a replica's invocation and token counts "
+        "to the database (docs/usage.md); a replica that dies loses at most this much.",
+    )
     insecure_registries: CommaList = Field(
         default=frozenset(),
         description="Comma list of `host[:port]` registries (of charts, of task results) "

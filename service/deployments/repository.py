@@ -492,6 +492,19 @@ async def kept_log(session: AsyncSession, instance_id: uuid.UUID) -> KeptLog | N
 # --- the instances quota's maintained count (usage.py) ------------------------------------------
 
 
+async def live_specs_of_account(session: AsyncSession, account_id: str) -> Sequence[DeploymentSpec]:
+    """The specifications of the account's deployments that are wanted (not being deleted)."""
+    stmt = (
+        select(DeploymentSpec)
+        .join(Deployment, Deployment.id == DeploymentSpec.deployment_id)
+        .where(
+            Deployment.account_id == account_id,
+            Deployment.desired == DeploymentDesired.DEPLOYED.value,
+        )
+    )
+    return (await session.execute(stmt)).scalars().all()
+
+
 async def add_deployed_instances(session: AsyncSession, account_id: str, delta: int) -> None:
     """Add `delta` to the account's deployed maxInstances (one atomic upsert)."""
     dialect = session.get_bind().dialect.name

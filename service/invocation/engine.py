@@ -137,6 +137,8 @@ class Admitted:
     path: str | None = None
     #: headers the entry adds to the worker's request, after the call's
     worker_headers: Sequence[tuple[str, str]] = ()
+    #: the model the request is metered under (the LLM gateway's; "" for others)
+    model: str = ""
 
 
 _NOTHING = Admitted()
@@ -332,6 +334,7 @@ class Engine:
             assets=assets,
             base_url=call.base_url,
             session=session,
+            model=admitted.model,
         )
         try:
             run.ticket = await self.dispatcher.enqueue(

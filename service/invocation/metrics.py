@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from service.invocation.load import VersionLoad
 from service.invocation.routing import Target
+from service.metering.counts import Meter
 from service.observability.export import Exports, Invocation, Tokens, Watched
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -56,6 +57,8 @@ class InvocationMetrics:
         self._children: dict[tuple[str, bool], tuple[Counter, Histogram]] = {}
         #: the export to tenants' telemetry endpoints (observability/export.py), when running
         self.exports: Exports | None = None
+        #: the invocation and token counts (metering/counts.py), when running
+        self.meter: Meter | None = None
 
     def refused(self, target: Target, outcome: str) -> None:
         """A request refused before it reached an instance (`rate_limited`, `queue_full`)."""
@@ -75,8 +78,11 @@ class InvocationMetrics:
                 )
             )
 
-    def answered(self, target: Target, fulfilled: bool, seconds: float) -> None:
-        """A request the worker answered: its outcome and its time."""
+    def answered(self, target: Target, fulfilled: bool, seconds: float, model: str = "") -> None:
+        """A request that ran ended: its outcome and its time; metered for the caller's
+        account under `model`."""
+        if self.meter is not None:
+            self.meter.invocation(target.caller_account, target.fid, target.vid, model)
         key = (target.vid, fulfilled)
         children = self._children.get(key)
         if children is None:
@@ -101,8 +107,13 @@ class InvocationMetrics:
             )
 
     def tokens(self, target: Target, model: str, input_tokens: int, output_tokens: int) -> None:
-        """The tokens an LLM worker reported for a request (llm/gateway.py), for the version's
-        telemetries (on /metrics the gateway counts them as `nvcf_llm_tokens_total`)."""
+        """The tokens an LLM worker reported for a request (llm/gateway.py): metered for the
+        caller's account, and for the version's telemetries (on /metrics the gateway counts
+        them as `nvcf_llm_tokens_total`)."""
+        if self.meter is not None:
+            self.meter.tokens(
+                target.caller_account, target.fid, target.vid, model, input_tokens, output_tokens
+            )
         if target.telemetries and self.exports is not None:
             self.exports.invocation(
                 Tokens(

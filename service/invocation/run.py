@@ -211,6 +211,8 @@ class Run:
     base_url: Callable[[], str] | None = None
     #: the session this request resumes (`Engine.open`): its instance only, never retried
     session: uuid.UUID | None = None
+    #: the model the request is metered under (`Admitted.model`)
+    model: str = ""
 
     @cached_property
     def rid(self) -> str:
@@ -247,7 +249,7 @@ class Run:
                 await files.remove()
             self.outcome = outcome
             elapsed = asyncio.get_running_loop().time() - self.accepted
-            desk.metrics.answered(self.target, outcome.fulfilled, elapsed)
+            desk.metrics.answered(self.target, outcome.fulfilled, elapsed, self.model)
             self.done.set()
             try:
                 if self.detached:

@@ -405,6 +405,7 @@ class _Admission:
             priority=priority,
             path=target.inference_path.rstrip("/") + path,
             worker_headers=headers,
+            model=ref.name,
         )
 
 

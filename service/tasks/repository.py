@@ -92,6 +92,14 @@ async def active_of_account(session: AsyncSession, account_id: str) -> Sequence[
     return (await session.execute(stmt)).scalars().all()
 
 
+async def launched_or_running(session: AsyncSession, account_id: str | None) -> Sequence[Task]:
+    """The account's tasks (every account's: None) launched or running."""
+    stmt = select(Task).where(Task.status.in_([s.value for s in ON_CLUSTER]))
+    if account_id is not None:
+        stmt = stmt.where(Task.account_id == account_id)
+    return (await session.execute(stmt)).scalars().all()
+
+
 async def queue_signature(
     session: AsyncSession,
 ) -> tuple[int, datetime | None, datetime | None]:

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.metering import intervals
 from service.tasks.models import ACTIVE, ON_CLUSTER, TERMINAL, Task, TaskEvent, TaskStatus
 
 log = logging.getLogger("nvcf.tasks")
@@ -94,6 +95,18 @@ def move(
         task.finished_at = now
         # its objects leave the cluster (a canceled one's after its grace period)
         task.teardown_pending = current in ON_CLUSTER
+        if current in ON_CLUSTER:
+            intervals.task_ended(
+                session,
+                task_id=task.id,
+                account_id=task.account_id,
+                gpu=task.gpu,
+                instance_type=task.instance_type,
+                cluster=task.cluster,
+                launched_at=task.launched_at or now,
+                running_at=task.running_at,
+                ended_at=now,
+            )
     if error is not None:
         task.health_error = error
     event(session, task, message, now)

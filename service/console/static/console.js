@@ -1062,6 +1062,44 @@ function rolloutText(spec) {
     + (r.reason ? ` (${r.reason})` : "");
 }
 
+// --- usage (docs/usage.md) ---------------------------------------------------------------------
+
+const hours = (seconds) => (seconds / 3600).toFixed(3);
+
+// The account's metered usage over the last 30 days, day by day, and by function.
+async function usageView() {
+  const since = new Date(Date.now() - 30 * 24 * 3600 * 1000);
+  since.setUTCHours(0, 0, 0, 0);
+  const body = await api(`/usage?since=${enc(since.toISOString())}&step=day&by=function`);
+  const most = Math.max(1, ...body.series.map((p) => p.gpuSeconds));
+  const days = body.series.map((p) => h("tr", null,
+    h("td", null, h("time", { datetime: p.since }, p.since.slice(0, 10))),
+    h("td", { class: "num" }, hours(p.gpuSeconds), " ",
+      h("meter", { min: 0, max: most, value: p.gpuSeconds, "aria-hidden": "true" })),
+    h("td", { class: "num" }, hours(p.notReadyGpuSeconds)),
+    h("td", { class: "num" }, String(p.invocations)),
+    h("td", { class: "num" }, String(p.inputTokens)),
+    h("td", { class: "num" }, String(p.outputTokens))));
+  const groups = body.usage.map((r) => h("tr", null,
+    h("td", { class: "mono" }, r.functionId || (r.taskId ? `task ${r.taskId}` : "")),
+    h("td", { class: "num" }, hours(r.gpuSeconds)),
+    h("td", { class: "num" }, hours(r.notReadyGpuSeconds)),
+    h("td", { class: "num" }, String(r.invocations)),
+    h("td", { class: "num" }, String(r.inputTokens)),
+    h("td", { class: "num" }, String(r.outputTokens))));
+  const measures = ["GPU-hours", "Never ready GPU-hours", "Invocations", "Input tokens",
+    "Output tokens"];
+  return h("div", null,
+    h("h1", null, `Usage of ${body.account}`),
+    h("p", { class: "muted" }, `From ${utc(body.since)} to ${utc(body.until)}: GPU-hours from `
+      + "each instance's first Running to its end; instances that never became ready apart."),
+    table("usage-days", "Per day", ["Day", ...measures], days),
+    groups.length
+      ? table("usage-functions", plural(groups.length, "function or task"),
+          ["Function or task", ...measures], groups)
+      : h("p", { class: "muted" }, "Nothing metered in this period."));
+}
+
 // --- routing and refresh ----------------------------------------------------------------------
 
 // [pattern, view, refreshed]: forms and streams are not refreshed (what is typed stays)
@@ -1276,6 +1314,7 @@ const ROUTES = [
   [/^#\/tasks$/, tasksView, true],
   [/^#\/telemetries\/new$/, newTelemetryView, false],
   [/^#\/telemetries$/, telemetriesView, true],
+  [/^#\/usage$/, usageView, true],
   [/^#\/new(\?.*)?$/, newFunctionView, false],
 ];
 

@@ -91,7 +91,7 @@ async def _write_work(
         if row is None or row.lease_owner != rt.owner:
             continue  # gone, or the lease was lost meanwhile
         if w.gone:
-            transitions.torn_down(row)
+            await transitions.torn_down(session, row, now)
         if w.secrets_generation is not None and not w.gone:
             transitions.secrets_delivered(session, row, w.secrets_generation, rotated=w.rotated)
         cond = w.condition
@@ -99,7 +99,7 @@ async def _write_work(
             was_wanted = row.desired == InstanceDesired.PRESENT
             if cond.phase is Phase.RUNNING and row.phase != Phase.RUNNING.value:
                 became_running = True
-            transitions.observe_instance(session, row, cond, now)
+            await transitions.observe_instance(session, row, cond, now)
             if w.kept_logs:
                 await keep_logs(session, row, w.kept_logs, now)
             if was_wanted and row.desired != InstanceDesired.PRESENT:

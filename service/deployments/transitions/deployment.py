@@ -30,6 +30,7 @@ from service.deployments.transitions.status import (
 from service.functions.models import FunctionVersion
 from service.health.machine import Phase
 from service.health.status import VersionStatus
+from service.metering import intervals
 
 #: the statuses of a version whose instances serve (a hold takes them to DEGRADED)
 SERVING = frozenset({VersionStatus.ACTIVE, VersionStatus.DEGRADING})
@@ -254,6 +255,7 @@ async def remove_deployment(
         reason="Removed",
     )
     await session.execute(delete(AutoscaleState).where(AutoscaleState.deployment_id == dep_id))
+    await intervals.deployment_removed(session, dep_id, now)
     await session.execute(
         delete(Instance)
         .where(Instance.deployment_id == dep_id)

@@ -20,6 +20,7 @@ from service.deployments.models import (
     InstanceDesired,
 )
 from service.health.machine import InstanceCondition, Phase
+from service.metering import intervals
 
 
 def create_instance(
@@ -54,6 +55,17 @@ def create_instance(
         revision=spec.target_revision,
     )
     session.add(row)
+    intervals.open_instance(
+        session,
+        instance_id=row.id,
+        account_id=row.account_id,
+        function_id=deployment.function_id,
+        version_id=deployment.version_id,
+        deployment_id=deployment.id,
+        gpu=spec.gpu,
+        instance_type=spec.instance_type,
+        created_at=now,
+    )
     spec.attempts = (spec.attempts or 0) + 1
     record_event(
         session,
@@ -98,6 +110,7 @@ async def place_instances(
             row.cluster = cluster
             row.applied = True
             placed.append(row)
+            await intervals.placed(session, row.id, cluster)
             record_event(
                 session,
                 row.deployment_id,
@@ -110,11 +123,12 @@ async def place_instances(
     return placed
 
 
-def observe_instance(
+async def observe_instance(
     session: AsyncSession, row: Instance, cond: InstanceCondition, now: datetime
 ) -> None:
     """Store the instance's evaluated condition: a phase change and every newly noted problem
-    go on the timeline. A failed instance is no longer wanted (it is torn down)."""
+    go on the timeline. A failed instance is no longer wanted (it is torn down). Its GPU
+    interval starts when it is first Running and ends when it fails."""
     data = cond.to_json()
     # Problems the health rules note but do not fail on (side objects in worker-readiness
     # mode, transient warnings) go on the timeline once each, so users can see them.
@@ -135,6 +149,12 @@ def observe_instance(
                 reason=obs.reason,
             )
     if row.phase != cond.phase.value:
+        # when the phase began (the backend's reading), not when this pass saw it
+        at = max(row.created_at, min(cond.since, now))
+        if cond.phase is Phase.RUNNING:
+            await intervals.started(session, row.id, at)
+        elif cond.phase is Phase.FAILED:
+            await intervals.ended(session, row.id, at)
         record_event(
             session,
             row.deployment_id,
@@ -202,9 +222,10 @@ def unwant(row: Instance) -> None:
     row.desired = InstanceDesired.ABSENT
 
 
-def torn_down(row: Instance) -> None:
-    """The backend reports the instance's objects gone."""
+async def torn_down(session: AsyncSession, row: Instance, now: datetime) -> None:
+    """The backend reports the instance's objects gone: its GPU interval ends."""
     row.applied = False
+    await intervals.ended(session, row.id, now)
 
 
 def schedule_instance(row: Instance, due: datetime | None) -> None:

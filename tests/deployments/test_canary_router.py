@@ -19,7 +19,7 @@ from tests.support.upstream import UpstreamServer
 
 PLAN: dict[str, Any] = {
     "steps": [{"weight": 50, "requests": 20}, {"weight": 80, "requests": 20}],
-    "analysis": {"minRequests": 20, "maxErrorRateIncrease": 0.05, "maxLatencyRatio": 3},
+    "analysis": {"minRequests": 20, "maxErrorRateIncrease": 0.05, "maxLatencyRatio": 10},
 }
 
 
@@ -174,7 +174,7 @@ async def test_a_canary_slower_than_the_latency_threshold_is_rolled_back(
     client: AppClient, upstream: UpstreamServer
 ) -> None:
     stable, canary = await two_versions(client)
-    upstream.delay[canary["versionId"]] = 0.3
+    upstream.delay[canary["versionId"]] = 0.5
     plan = {
         "steps": [{"weight": 50, "requests": 10}, {"weight": 80, "requests": 10}],
         "analysis": {"minRequests": 10, "maxLatencyRatio": 2},

@@ -74,19 +74,36 @@ def _tally(row: CanaryFigures) -> Tally:
     return Tally(row.requests, row.errors, latency)
 
 
-async def watched(session: AsyncSession) -> dict[uuid.UUID, tuple[uuid.UUID, int]]:
-    """The versions of the releases under way: version -> (release, its current step)."""
+@dataclass(frozen=True)
+class Watched:
+    """A version under a release: the release, its current step, the function, the version's
+    role (`canary` or `stable`) and its weight now."""
+
+    release_id: uuid.UUID
+    step: int
+    function_id: uuid.UUID
+    role: str
+    weight: int
+
+
+async def watched(session: AsyncSession) -> dict[uuid.UUID, Watched]:
+    """The versions of the releases under way."""
     rows = await session.execute(
         select(
             CanaryRelease.id,
             CanaryRelease.step,
+            CanaryRelease.function_id,
             CanaryRelease.canary_version_id,
             CanaryRelease.stable_version_id,
+            CanaryRelease.plan,
         ).where(CanaryRelease.phase.in_((Phase.RUNNING.value, Phase.PAUSED.value)))
     )
-    found: dict[uuid.UUID, tuple[uuid.UUID, int]] = {}
+    found: dict[uuid.UUID, Watched] = {}
     for r in rows:
-        found[r.canary_version_id] = found[r.stable_version_id] = (r.id, r.step)
+        steps = r.plan.get("steps") if isinstance(r.plan, dict) else None
+        weight = int(steps[r.step]["weight"]) if steps and r.step < len(steps) else 0
+        found[r.canary_version_id] = Watched(r.id, r.step, r.function_id, "canary", weight)
+        found[r.stable_version_id] = Watched(r.id, r.step, r.function_id, "stable", 100 - weight)
     return found
 
 
@@ -94,7 +111,7 @@ async def report(
     session: AsyncSession,
     owner: str,
     tallies: Mapping[uuid.UUID, Tally],
-    releases: Mapping[uuid.UUID, tuple[uuid.UUID, int]],
+    releases: Mapping[uuid.UUID, Watched],
 ) -> None:
     """Add `owner`'s tallies to its rows of each version's release step (in the caller's
     transaction; only this owner writes these rows)."""
@@ -102,7 +119,12 @@ async def report(
         where = releases.get(version_id)
         if where is None or not tally.requests:
             continue
-        key = {"release_id": where[0], "step": where[1], "owner": owner, "version_id": version_id}
+        key = {
+            "release_id": where.release_id,
+            "step": where.step,
+            "owner": owner,
+            "version_id": version_id,
+        }
         row = await session.get(CanaryFigures, key)
         if row is None:
             session.add(CanaryFigures(**key, requests=0, errors=0, latency=[0] * BUCKETS))

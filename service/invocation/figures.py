@@ -5,35 +5,88 @@ one place a request finishes); it counts only the versions of the releases under
 memory is bounded by those. Every `NVCF_CANARY_INTERVAL` seconds `FiguresPublisher` adds the
 counts to the release's current step (deployments/canary_figures.py) and learns which versions
 are under a release now.
+
+On /metrics the same requests are `nvcf_canary_requests_total{outcome}` and
+`nvcf_canary_duration_seconds`, labelled `function_id`, `version_id`, `role` (`canary`,
+`stable`) and `weight` (the version's share when the request ended: a release has at most 20
+steps, so at most that many series per version), and `nvcf_canary_weight` is each version's
+share now.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.core.loops import LoopService
-from service.deployments.canary_figures import Tally, report, watched
+from service.deployments.canary_figures import BOUNDS, Tally, Watched, report, watched
 
 log = logging.getLogger("nvcf.invocation.figures")
 
 
-class Measured:
-    """Counts of the watched versions since the last report."""
+#: the metric buckets: every fourth of the analysis's (1 ms to about 5 minutes)
+_METRIC_BUCKETS = BOUNDS[::4]
+_LABELS = ["function_id", "version_id", "role", "weight"]
 
-    def __init__(self) -> None:
-        self.watched: frozenset[uuid.UUID] = frozenset()
+
+class Measured:
+    """Counts of the watched versions since the last report (see the module docstring)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._watched: dict[uuid.UUID, Watched] = {}
         self._tallies: dict[uuid.UUID, Tally] = {}
+        #: the label values each watched version's series were written with
+        self._series: dict[uuid.UUID, set[tuple[str, str, str, str]]] = {}
+        self.requests = Counter(
+            "nvcf_canary_requests_total",
+            "Requests of the versions under a canary release, by role, weight and outcome.",
+            [*_LABELS, "outcome"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "nvcf_canary_duration_seconds",
+            "Time of the requests of the versions under a canary release, by role and weight.",
+            _LABELS,
+            registry=registry,
+            buckets=_METRIC_BUCKETS,
+        )
+        self.weight = Gauge(
+            "nvcf_canary_weight",
+            "The share (%) of a function's traffic of each version under a canary release.",
+            ["function_id", "version_id", "role"],
+            registry=registry,
+        )
+
+    def watch(self, versions: dict[uuid.UUID, Watched]) -> None:
+        """The versions under a release from now on (the publisher's last reading)."""
+        for version_id, gone in self._watched.items():
+            if version_id not in versions:  # its release ended: its series go
+                self.weight.remove(str(gone.function_id), str(version_id), gone.role)
+                for labels in self._series.pop(version_id, ()):
+                    self.latency.remove(*labels)
+                    for outcome in ("fulfilled", "errored"):
+                        with contextlib.suppress(KeyError):
+                            self.requests.remove(*labels, outcome)
+        for version_id, w in versions.items():
+            self.weight.labels(str(w.function_id), str(version_id), w.role).set(w.weight)
+        self._watched = versions
 
     def add(self, version_id: uuid.UUID, failed: bool, seconds: float) -> None:
-        if version_id not in self.watched:
+        w = self._watched.get(version_id)
+        if w is None:
             return
         tally = self._tallies.get(version_id)
         if tally is None:
             tally = self._tallies[version_id] = Tally()
         tally.add(failed, seconds)
+        labels = (str(w.function_id), str(version_id), w.role, str(w.weight))
+        self._series.setdefault(version_id, set()).add(labels)
+        self.requests.labels(*labels, "errored" if failed else "fulfilled").inc()
+        self.latency.labels(*labels).observe(seconds)
 
     def take(self) -> dict[uuid.UUID, Tally]:
         taken, self._tallies = self._tallies, {}
@@ -78,4 +131,4 @@ class FiguresPublisher:
         async with self.sessionmaker() as session, session.begin():
             releases = await watched(session)
             await report(session, self.owner, tallies, releases)
-        self.measured.watched = frozenset(releases)
+        self.measured.watch(releases)

@@ -60,7 +60,7 @@ class InvocationMetrics:
         #: the export to tenants' telemetry endpoints (observability/export.py), when running
         self.exports: Exports | None = None
         #: the versions under a canary release, counted for its analysis
-        self.measured = Measured()
+        self.measured = Measured(registry)
 
     def refused(self, target: Target, outcome: str) -> None:
         """A request refused before it reached an instance (`rate_limited`, `queue_full`)."""

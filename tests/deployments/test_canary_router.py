@@ -14,7 +14,7 @@ import pytest
 from tests.support.api import assert_problem, create_fn
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, dep_url, until_status
-from tests.support.invocation import deployed, invocation_app, pexec_url, spec
+from tests.support.invocation import deployed, invocation_app, pexec_url, sample, spec
 from tests.support.upstream import UpstreamServer
 
 PLAN: dict[str, Any] = {
@@ -160,6 +160,14 @@ async def test_a_healthy_canary_is_promoted_through_every_step(
     shown = await status(client, stable)
     assert (shown["phase"], shown["step"], shown["weight"]) == ("RUNNING", 2, 80)
     assert shown["analysis"]["canary"]["requests"] == 0  # the new step's window
+    # on /metrics: each version's requests with its role and weight, and the weights as of
+    # the replica's last report
+    await client.app.state.invocation.figures.publish()
+    text = (await client.get("/metrics")).text
+    at_50 = {"version_id": canary["versionId"], "role": "canary", "weight": "50"}
+    assert sample(text, "nvcf_canary_requests_total", **at_50) >= 20
+    assert sample(text, "nvcf_canary_duration_seconds_count", **at_50) >= 20
+    assert sample(text, "nvcf_canary_weight", version_id=stable["versionId"], role="stable") == 20
     await invoke(client, stable, canary, 20)
     await round_(client)
     shown = await status(client, stable)

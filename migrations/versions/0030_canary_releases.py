@@ -1,4 +1,5 @@
-"""Canary releases of a function's versions and the figures each replica measured per step.
+"""Canary releases of a function's versions and the figures each replica measured per step;
+a GPU specification's share of its function's traffic (its minInstances count in proportion).
 
 Revision ID: 0030
 Revises: 0025
@@ -16,6 +17,10 @@ depends_on = None
 
 
 def upgrade() -> None:
+    with op.batch_alter_table("deployment_specs") as batch:
+        batch.add_column(
+            sa.Column("traffic_share", sa.Integer(), server_default="100", nullable=False)
+        )
     op.create_table(
         "canary_releases",
         sa.Column("id", sa.String(length=36), nullable=False),
@@ -73,3 +78,5 @@ def downgrade() -> None:
     op.drop_table("canary_figures")
     op.drop_index(op.f("ix_canary_releases_function_id"), table_name="canary_releases")
     op.drop_table("canary_releases")
+    with op.batch_alter_table("deployment_specs") as batch:
+        batch.drop_column("traffic_share")

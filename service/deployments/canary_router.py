@@ -67,7 +67,7 @@ async def get_canary(functionId: str, session: Session, principal: Reader) -> re
     "analysis passes",
 )
 async def start_canary(
-    functionId: str, request: Request, session: Session, principal: Deployer
+    functionId: str, request: Request, session: Session, principal: Deployer, wake: WakeDep
 ) -> releases.CanaryOut:
     fid = await _owned(session, principal, functionId)
     body: dict[str, Any] = require_json_object(await read_json(request))
@@ -76,6 +76,7 @@ async def start_canary(
         raise ValidationFailed.of(errors)
     release = await releases.start(session, fid, model, by=principal_name(principal), now=utcnow())
     await (await events(request)).publish(session, AccessChanged(fid))
+    after_commit(session, wake)  # the versions' shares may change their instance counts
     return await releases.view(session, release)
 
 
@@ -90,7 +91,7 @@ def _action_route(action: releases.Action) -> None:
         ):
             raise Conflict(detail=f"canary release {release.id} changed meanwhile; read it again")
         await (await events(request)).publish(session, AccessChanged(fid))
-        after_commit(session, wake)  # an abort may undeploy the canary
+        after_commit(session, wake)  # instance counts follow the shares; an abort may undeploy
         return await releases.view(session, release)
 
     handler: Callable[..., Awaitable[releases.CanaryOut]] = operate

@@ -164,6 +164,9 @@ class DeploymentSpec(Base):
     # Held at zero instances while its account is suspended (accounts/); written only by
     # transitions/
     held: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    # The version's share (%) of its function's traffic split (100: no split); minInstances
+    # counts in proportion (`floor_instances`). Written only by transitions/
+    traffic_share: Mapped[int] = mapped_column(Integer, default=100, server_default="100")
     # NVCF's autoscalingConfigurationPolicy (None: PLATFORM_CONFIGURATION) and the custom
     # autoscalingConfiguration as given (API names), deployments/autoscale/policy.py.
     autoscaling_policy: Mapped[str | None] = mapped_column(String(32))
@@ -179,13 +182,24 @@ class DeploymentSpec(Base):
     deployment: Mapped[Deployment] = relationship(back_populates="specs")
 
     @property
+    def floor_instances(self) -> int:
+        """The fewest instances kept: minInstances in proportion to the version's share of
+        its function's traffic split, rounded up, and at least one while minInstances is (a
+        canary at 5 % does not hold a fleet sized for all the traffic)."""
+        share = self.traffic_share
+        if share >= 100 or self.min_instances == 0:
+            return self.min_instances
+        return max(1, -(-self.min_instances * share // 100))
+
+    @property
     def desired_instances(self) -> int:
-        """How many instances the reconciler keeps: the autoscaler's target (minInstances
-        until it sets one), always within [minInstances, maxInstances]; none while held."""
+        """How many instances the reconciler keeps: the autoscaler's target (the floor until
+        it sets one), always within [floor, maxInstances]; none while held."""
         if self.held:
             return 0
-        wanted = self.min_instances if self.target_instances is None else self.target_instances
-        return max(self.min_instances, min(wanted, self.max_instances))
+        floor = self.floor_instances
+        wanted = floor if self.target_instances is None else self.target_instances
+        return max(floor, min(wanted, self.max_instances))
 
 
 class AutoscaleState(Base):

@@ -13,7 +13,8 @@ import pytest
 
 from tests.support.api import assert_problem, create_fn
 from tests.support.app import AppClient, ClientFactory
-from tests.support.e2e import V, dep_url, until_status
+from tests.support.e2e import V, dep_url, eventually, until_status
+from tests.support.e2e import status as status_of
 from tests.support.invocation import deployed, invocation_app, pexec_url, sample, spec
 from tests.support.upstream import UpstreamServer
 
@@ -248,6 +249,59 @@ async def test_a_rollback_undeploys_the_canary_when_asked(
     await round_(client)
     assert (await status(client, stable))["phase"] == "ROLLED_BACK"
     await until_status(client, canary, "INACTIVE")
+
+
+async def running(client: AppClient, fn: dict[str, Any]) -> int:
+    resp = await client.get(dep_url(fn))
+    assert resp.status_code == 200, resp.text
+    instances = resp.json()["deployment"].get("instances") or []
+    return sum(1 for i in instances if i.get("phase") == "Running")
+
+
+async def test_each_versions_instances_follow_its_share_of_the_traffic(
+    client_factory: ClientFactory, tmp_path: Path, upstream: UpstreamServer
+) -> None:
+    # room for the instances that drain (for the route-cache period) while others start
+    client = await invocation_app(
+        client_factory,
+        tmp_path,
+        upstream=upstream.url,
+        gpus=16,
+        invoke_route_cache_seconds=60,
+        canary_interval=3600,
+        jwt_secret=None,
+    )
+    four = [spec(minInstances=4, maxInstances=4)]
+    stable = await deployed(client, specs=four)
+    resp = await client.put(
+        f"{V}/functions/{stable['id']}/traffic",
+        json={"traffic": [{"versionId": stable["versionId"], "weight": 100}]},
+    )
+    assert resp.status_code == 200, resp.text
+    canary = await new_version(client, stable, deploy=False)
+    resp = await client.post(dep_url(canary), json={"deploymentSpecifications": four})
+    assert resp.status_code == 200, resp.text
+    await until_status(client, canary, "ACTIVE")
+    plan = {"steps": [{"weight": 25, "seconds": 3600}]}
+    resp = await client.post(
+        canary_url(stable), json={"versionId": canary["versionId"], "plan": plan}
+    )
+    assert resp.status_code == 200, resp.text
+
+    async def counts(wanted: tuple[int, int]) -> bool:
+        return (await running(client, stable), await running(client, canary)) == wanted
+
+    # at 25 %: a quarter of minInstances 4 for the canary, three quarters for the stable one
+    await eventually(lambda: counts((3, 1)))
+    events = (
+        await client.get(f"{V}/deployments/{stable['deployment']['deploymentId']}/events")
+    ).json()
+    shares = [e["message"] for e in events["events"] if e.get("reason") == "TrafficShare"]
+    assert any("75%" in m for m in shares)
+    assert (await client.post(canary_url(stable, "promote"), json={})).status_code == 200
+    await eventually(lambda: counts((1, 4)))
+    for fn in (stable, canary):
+        assert await status_of(client, fn) == "ACTIVE"
 
 
 async def test_bad_starts_are_refused_naming_every_violation(client: AppClient) -> None:

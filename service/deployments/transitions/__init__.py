@@ -8,8 +8,8 @@ both use it, so the timeline reads the same whoever made the change. The decisio
 (which phase, which status) are pure functions in `service.health`.
 
 One module per aggregate: `status.py` (a version's status), `deployment.py`, `instance.py`,
-`rollout.py`, `canary.py` (a canary release); callers use the names this package exports
-(`transitions.deploy`, ...).
+`rollout.py`, `canary.py` (a canary release), `traffic.py` (a split's shares); callers use
+the names this package exports (`transitions.deploy`, ...).
 """
 
 from service.deployments.transitions.canary import (
@@ -57,6 +57,7 @@ from service.deployments.transitions.status import (
     status_message,
     status_of,
 )
+from service.deployments.transitions.traffic import set_split
 
 __all__ = [
     "UNDER_WAY",
@@ -80,6 +81,7 @@ __all__ = [
     "schedule_instance",
     "secrets_changed",
     "secrets_delivered",
+    "set_split",
     "set_targets",
     "set_version_status",
     "set_version_statuses",

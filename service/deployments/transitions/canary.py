@@ -16,11 +16,12 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
-from service.deployments import repository, traffic
+from service.deployments import repository
 from service.deployments.canary import Decision, Figures, Phase, PlanIn, State
 from service.deployments.events import record_event
 from service.deployments.models import CanaryRelease
 from service.deployments.transitions.deployment import undeploy
+from service.deployments.transitions.traffic import set_split
 from service.functions.models import FunctionVersion
 
 #: phases in which a release is under way (the function's one release)
@@ -66,17 +67,9 @@ def analysis_of(canary: Figures, stable: Figures) -> dict[str, Any]:
     return {"canary": one(canary), "stable": one(stable)}
 
 
-async def _split(session: AsyncSession, release: CanaryRelease, weight: int) -> None:
+async def _split(session: AsyncSession, release: CanaryRelease, weight: int, now: datetime) -> None:
     weights = {release.stable_version_id: 100 - weight, release.canary_version_id: weight}
-    await traffic.replace(
-        session,
-        release.function_id,
-        [
-            traffic.TrafficWeightIn.model_construct(version_id=v, weight=w)
-            for v, w in weights.items()
-            if w > 0
-        ],
-    )
+    await set_split(session, release.function_id, {v: w for v, w in weights.items() if w > 0}, now)
 
 
 async def _record(session: AsyncSession, release: CanaryRelease, message: str, reason: str) -> None:
@@ -119,7 +112,7 @@ async def start_canary(
     session.add(release)
     await session.flush()
     weight = plan.steps[0].weight
-    await _split(session, release, weight)
+    await _split(session, release, weight, now)
     who = f" by {by}" if by else ""
     await _record(
         session,
@@ -166,7 +159,7 @@ async def write_state(
         return False
     for attr, value in values.items():
         set_committed_value(release, attr, value)
-    await _split(session, release, weight_of(release))
+    await _split(session, release, weight_of(release), now)
     await _record(session, release, message, _REASONS[state.phase])
     if state.phase in (Phase.ROLLED_BACK, Phase.ABORTED) and release.undeploy_on_rollback:
         deployment = await repository.live_deployment(session, release.canary_version_id)

@@ -14,7 +14,6 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.core.db import run_after_commit, utcnow
@@ -68,15 +67,11 @@ class CanaryLoop(LoopService[str]):
     async def round(self) -> list[Decision]:
         """One reading of every RUNNING release; the decisions written."""
         async with self.sessionmaker() as session:
-            ids = list(
-                await session.scalars(
-                    select(CanaryRelease.id).where(CanaryRelease.phase == Phase.RUNNING.value)
-                )
-            )
+            ids = await repository.running_release_ids(session)
         written = []
         for release_id in ids:
             async with self.sessionmaker() as session, session.begin():
-                release = await session.get(CanaryRelease, release_id)
+                release = await repository.canary_release(session, release_id)
                 if release is None or release.phase != Phase.RUNNING.value:
                     continue
                 canary, stable = await figures(session, release)

@@ -12,7 +12,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from pydantic.alias_generators import to_camel
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -72,14 +71,7 @@ class CanaryOut(BaseModel):
 
 async def latest(session: AsyncSession, function_id: uuid.UUID) -> CanaryRelease | None:
     """The function's release under way, else its most recent one."""
-    return (
-        await session.scalars(
-            select(CanaryRelease)
-            .where(CanaryRelease.function_id == function_id)
-            .order_by(CanaryRelease.active_function_id.is_(None), CanaryRelease.created_at.desc())
-            .limit(1)
-        )
-    ).first()
+    return await repository.latest_release(session, function_id)
 
 
 async def view(session: AsyncSession, release: CanaryRelease) -> CanaryOut:
@@ -267,6 +259,7 @@ async def operate(
         message=f"canary release {release.id}: {message}",
         now=now,
         analysis=transitions.analysis_of(canary, stable),
+        reason="CanaryResumed" if action is Action.RESUME else None,
     )
 
 

@@ -213,6 +213,8 @@ async def test_pause_holds_the_step_resume_goes_on_and_abort_rolls_back_now(
     assert "is PAUSED; only a RUNNING release can be paused" in str(problem["errors"])
     resp = await client.post(canary_url(stable, "resume"), json={})
     assert resp.json()["phase"] == "RUNNING"
+    reasons = [e["reason"] for e in await events_of(client, canary)]
+    assert reasons == ["CanaryStarted", "CanaryPaused", "CanaryResumed"]
     await round_(client)  # what the paused step measured still counts
     assert (await status(client, stable))["step"] == 2
     resp = await client.post(canary_url(stable, "abort"), json={})

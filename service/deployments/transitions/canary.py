@@ -22,7 +22,7 @@ from service.deployments.events import record_event
 from service.deployments.models import CanaryRelease
 from service.deployments.transitions.deployment import undeploy
 from service.deployments.transitions.traffic import set_split
-from service.functions.models import FunctionVersion
+from service.functions import repository as functions_repository
 
 #: phases in which a release is under way (the function's one release)
 UNDER_WAY = (Phase.RUNNING, Phase.PAUSED)
@@ -114,13 +114,11 @@ async def start_canary(
     weight = plan.steps[0].weight
     await _split(session, release, weight, now)
     who = f" by {by}" if by else ""
-    await _record(
-        session,
-        release,
+    release.reason = (
         f"canary release {release.id} of version {canary_version_id} started{who} against "
-        f"version {stable_version_id}: step 1 of {len(plan.steps)}, weight {weight}%",
-        "CanaryStarted",
+        f"version {stable_version_id}: step 1 of {len(plan.steps)}, weight {weight}%"
     )
+    await _record(session, release, release.reason, "CanaryStarted")
     return release
 
 
@@ -132,9 +130,11 @@ async def write_state(
     message: str,
     now: datetime,
     analysis: dict[str, Any] | None = None,
+    reason: str | None = None,
 ) -> bool:
     """The release moves to `state` (compare-and-set on its revision: whether it was written),
-    the split follows its weight and the change is an event (`message`, with its figures)."""
+    the split follows its weight and the change is an event (`message`, with its figures;
+    `reason`: the event's, else the new phase's)."""
     values: dict[str, Any] = {
         "phase": state.phase.value,
         "step": state.step,
@@ -160,11 +160,11 @@ async def write_state(
     for attr, value in values.items():
         set_committed_value(release, attr, value)
     await _split(session, release, weight_of(release), now)
-    await _record(session, release, message, _REASONS[state.phase])
+    await _record(session, release, message, reason or _REASONS[state.phase])
     if state.phase in (Phase.ROLLED_BACK, Phase.ABORTED) and release.undeploy_on_rollback:
         deployment = await repository.live_deployment(session, release.canary_version_id)
         if deployment is not None:
-            version = await session.get(FunctionVersion, release.canary_version_id)
+            version = await functions_repository.version_by_id(session, release.canary_version_id)
             await undeploy(
                 session,
                 deployment,

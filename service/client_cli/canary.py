@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.live import Live
+from rich.table import Table
 
 from service.client_cli.api import V
 from service.client_cli.common import OutputOpt, Run, connect, poll_interval
@@ -56,6 +59,10 @@ def _show(run: Run, release: dict[str, Any]) -> None:
     if run.ui.json:
         run.ui.emit(release)
         return
+    run.ui.show(_table(release))
+
+
+def _table(release: dict[str, Any]) -> Table:
     rows = table("FIELD", "VALUE")
     analysis = release.get("analysis") or {}
     for name, value in (
@@ -69,25 +76,33 @@ def _show(run: Run, release: dict[str, Any]) -> None:
         ("reason", release.get("reason") or "-"),
     ):
         rows.add_row(name, cell(value))
-    run.ui.show(rows)
+    return rows
 
 
 def _follow(run: Run, function_id: str, release: dict[str, Any], timeout: float) -> None:
     """Print each change until the release ends; exit 3 unless promoted, 4 past `timeout`."""
     deadline = time.monotonic() + timeout
     seen = (release.get("phase"), release.get("step"))
-    while release.get("phase") not in ENDED:
-        if time.monotonic() >= deadline:
-            run.ui.error(f"timed out after {timeout:g}s; the release is {release.get('phase')}")
-            raise typer.Exit(int(Code.TIMEOUT))
-        time.sleep(min(poll_interval(), max(deadline - time.monotonic(), 0.0)))
-        release = run.api.call("GET", _path(function_id))
-        now = (release.get("phase"), release.get("step"))
-        if now != seen and not run.ui.json:
-            run.ui.note(
-                f"{release.get('phase')} step {release.get('step')}: {release.get('reason')}"
-            )
-        seen = now
+    terminal = not run.ui.json and run.ui.out.is_terminal
+    # on a terminal the step, weights and figures refresh in place (transient: the final
+    # table is printed once below)
+    live = Live(console=run.ui.out, refresh_per_second=4, transient=True) if terminal else None
+    with live if live is not None else nullcontext():
+        while release.get("phase") not in ENDED:
+            if live is not None:
+                live.update(_table(release))
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(min(poll_interval(), max(deadline - time.monotonic(), 0.0)))
+            release = run.api.call("GET", _path(function_id))
+            now = (release.get("phase"), release.get("step"))
+            if now != seen and not run.ui.json:
+                what = f"{release.get('phase')} step {release.get('step')}"
+                run.ui.note(f"{what}: {release.get('reason')}")
+            seen = now
+    if release.get("phase") not in ENDED:
+        run.ui.error(f"timed out after {timeout:g}s; the release is {release.get('phase')}")
+        raise typer.Exit(int(Code.TIMEOUT))
     _show(run, release)
     if release.get("phase") != "PROMOTED":
         raise typer.Exit(int(Code.FAILED))

@@ -1,6 +1,7 @@
 """`nvcf canary ...` against a real server: a release started from a plan file and shown with
 its step, weights and figures; paused, resumed, promoted with `--wait` (exit 0); another
-aborted with `--wait` (exit 3); a bad plan refused naming the field."""
+aborted with `--wait` (exit 3); `--wait` past its timeout exits 4; a bad plan refused naming
+the field."""
 
 from __future__ import annotations
 
@@ -55,6 +56,8 @@ def test_start_status_pause_resume_promote_and_abort(nvcf: Nvcf, tmp_path: Path)
         10,
         0,
     )
+    timed = nvcf("canary", "status", fid, "--wait", "--timeout", "0")
+    assert timed.exit_code == 4 and "the release is RUNNING" in timed.stderr
     assert nvcf.json("canary", "pause", fid)["phase"] == "PAUSED"
     assert nvcf.json("canary", "resume", fid)["phase"] == "RUNNING"
     promoted = nvcf("canary", "promote", fid, "--wait")

@@ -37,10 +37,11 @@ class Measured:
     """Counts of the watched versions since the last report (see the module docstring)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self._watched: dict[uuid.UUID, Watched] = {}
-        self._tallies: dict[uuid.UUID, Tally] = {}
+        #: by the version's id as text (what the hot path has: `Target.vid`)
+        self._watched: dict[str, Watched] = {}
+        self._tallies: dict[str, Tally] = {}
         #: the label values each watched version's series were written with
-        self._series: dict[uuid.UUID, set[tuple[str, str, str, str]]] = {}
+        self._series: dict[str, set[tuple[str, str, str, str]]] = {}
         self.requests = Counter(
             "nvcf_canary_requests_total",
             "Requests of the versions under a canary release, by role, weight and outcome.",
@@ -61,21 +62,22 @@ class Measured:
             registry=registry,
         )
 
-    def watch(self, versions: dict[uuid.UUID, Watched]) -> None:
+    def watch(self, releases: dict[uuid.UUID, Watched]) -> None:
         """The versions under a release from now on (the publisher's last reading)."""
+        versions = {str(v): w for v, w in releases.items()}
         for version_id, gone in self._watched.items():
             if version_id not in versions:  # its release ended: its series go
-                self.weight.remove(str(gone.function_id), str(version_id), gone.role)
+                self.weight.remove(str(gone.function_id), version_id, gone.role)
                 for labels in self._series.pop(version_id, ()):
                     self.latency.remove(*labels)
                     for outcome in ("fulfilled", "errored"):
                         with contextlib.suppress(KeyError):
                             self.requests.remove(*labels, outcome)
         for version_id, w in versions.items():
-            self.weight.labels(str(w.function_id), str(version_id), w.role).set(w.weight)
+            self.weight.labels(str(w.function_id), version_id, w.role).set(w.weight)
         self._watched = versions
 
-    def add(self, version_id: uuid.UUID, failed: bool, seconds: float) -> None:
+    def add(self, version_id: str, failed: bool, seconds: float) -> None:
         w = self._watched.get(version_id)
         if w is None:
             return
@@ -83,14 +85,14 @@ class Measured:
         if tally is None:
             tally = self._tallies[version_id] = Tally()
         tally.add(failed, seconds)
-        labels = (str(w.function_id), str(version_id), w.role, str(w.weight))
+        labels = (str(w.function_id), version_id, w.role, str(w.weight))
         self._series.setdefault(version_id, set()).add(labels)
         self.requests.labels(*labels, "errored" if failed else "fulfilled").inc()
         self.latency.labels(*labels).observe(seconds)
 
     def take(self) -> dict[uuid.UUID, Tally]:
         taken, self._tallies = self._tallies, {}
-        return taken
+        return {uuid.UUID(v): tally for v, tally in taken.items()}
 
 
 class FiguresPublisher:

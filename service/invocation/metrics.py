@@ -91,7 +91,7 @@ class InvocationMetrics:
             self._children[key] = children
         children[0].inc()
         children[1].observe(seconds)
-        self.measured.add(target.version_id, not fulfilled, seconds)
+        self.measured.add(target.vid, not fulfilled, seconds)
         if target.telemetries and self.exports is not None:
             end = time.time_ns()
             self.exports.invocation(

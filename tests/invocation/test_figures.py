@@ -26,12 +26,12 @@ def watching(weight: int) -> dict[uuid.UUID, Watched]:
 def test_only_the_versions_under_a_release_are_counted_with_their_role_and_weight() -> None:
     registry = CollectorRegistry()
     measured = Measured(registry)
-    measured.add(CANARY, False, 0.01)  # before the release is known: not counted
+    measured.add(str(CANARY), False, 0.01)  # before the release is known: not counted
     measured.watch(watching(10))
     for i in range(10):
-        measured.add(CANARY, i % 5 == 0, 0.02)
-        measured.add(STABLE, False, 0.01)
-        measured.add(OTHER, False, 0.01)
+        measured.add(str(CANARY), i % 5 == 0, 0.02)
+        measured.add(str(STABLE), False, 0.01)
+        measured.add(str(OTHER), False, 0.01)
     taken = measured.take()
     assert set(taken) == {CANARY, STABLE}
     assert (taken[CANARY].requests, taken[CANARY].errors) == (10, 2)
@@ -45,7 +45,7 @@ def test_only_the_versions_under_a_release_are_counted_with_their_role_and_weigh
     assert str(OTHER) not in text
     # the release ended: its versions are neither counted nor shown any more
     measured.watch({})
-    measured.add(CANARY, False, 0.01)
+    measured.add(str(CANARY), False, 0.01)
     assert measured.take() == {}
     text = generate_latest(registry).decode()
     assert str(CANARY) not in text and str(STABLE) not in text

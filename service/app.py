@@ -40,6 +40,7 @@ from service.core.ratelimit import RateLimiter
 from service.core.routing import mount_flat
 from service.core.settings import Settings
 from service.core.tracing import TracingMiddleware
+from service.deployments.canary_router import router as canary_router
 from service.deployments.logs.router import router as logs_router
 from service.deployments.logs.service import FollowLimiter
 from service.deployments.reach import FunctionReach
@@ -113,6 +114,7 @@ def api_routers(settings: Settings | None = None) -> list[APIRouter]:
         deployments_router,
         revisions_router,
         traffic_router,
+        canary_router,
         logs_router,
         timeseries_router,
         clusters_router,

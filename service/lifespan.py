@@ -37,6 +37,7 @@ from service.core.settings import Settings
 from service.deployments import subscribers
 from service.deployments.announcements import DeploymentDeleted
 from service.deployments.autoscaler.loop import Autoscaler, AutoscalerConfig
+from service.deployments.canary_loop import CanaryLoop
 from service.deployments.history import HistoryConfig, HistoryPurger
 from service.deployments.models import Deployment, Instance
 from service.deployments.reconcile import Reconciler, build_reconciler, claim_owner
@@ -253,11 +254,15 @@ async def _open_control(
     )
     app.state.task_loop = task_loop
     collector.also_known.append(lambda: known_task_ids(maker))
+    canary = CanaryLoop(
+        maker, period=settings.canary_interval, events=shared.events, on_change=wake_reconciler
+    )
+    app.state.canary = canary
     loops: list[Startable] = [timeseries, asset_purge]
     if settings.reconciler_enabled:
         tasks.wake = task_loop.wake
         reconciler.on_changes = task_loop.changed
-        loops += [reconciler, collector, purger, task_loop]
+        loops += [reconciler, collector, purger, task_loop, canary]
         if settings.autoscale_enabled:
             loops.append(autoscaler)
     # stopped whether started or not: the reconciler gives up its leases

@@ -5,6 +5,8 @@ from service.auth.models import Account, ApiKey
 from service.core.db import Base
 from service.core.idempotency import IdempotencyRecord
 from service.deployments.models import (
+    CanaryFigures,
+    CanaryRelease,
     Deployment,
     DeploymentEvent,
     DeploymentHistory,
@@ -33,6 +35,8 @@ __all__ = [
     "ApiKey",
     "Asset",
     "Base",
+    "CanaryFigures",
+    "CanaryRelease",
     "Deployment",
     "DeploymentEvent",
     "DeploymentHistory",

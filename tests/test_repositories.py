@@ -43,6 +43,9 @@ STATEMENTS: dict[str, str] = {
     "instances per sampling period, beside the counters it reads",
     "deployments/load_signal.py": "the load signal's store: the replicas' reports (upserts in "
     "the session's dialect) and their sum, the one module the invocation plane writes through",
+    "deployments/canary_figures.py": "the canary figures' store: each replica's rows of a "
+    "release's step (only their owner writes them) and their sum, the one module the "
+    "invocation plane reports its measurements through",
     "invocation/store.py": "the invocation plane's store (`RequestStore`): every statement of "
     "its polled requests and replica heartbeats, on the sessions the store is built with",
 }

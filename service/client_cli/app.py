@@ -10,6 +10,7 @@ import typer
 from service.client_cli import (
     accounts,
     assets,
+    canary,
     charts,
     chat,
     config,
@@ -43,6 +44,7 @@ app.add_typer(assets.app, name="asset")
 app.add_typer(accounts.app, name="account")
 app.add_typer(telemetries.app, name="telemetry")
 app.add_typer(traffic.app, name="traffic")
+app.add_typer(canary.app, name="canary")
 tasks.register(app)
 deployments.register(app)
 revisions.register(app)

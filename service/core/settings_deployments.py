@@ -153,6 +153,13 @@ class DeploymentSettings(BaseModel):
         description="Seconds between the autoscaler's readings of the load (it also wakes at "
         "once for a request queued on a version with no Running instance).",
     )
+    canary_interval: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds between two readings of a canary release (docs/rollouts.md): each "
+        "invocation replica adds what it measured of the release's versions to the step's "
+        "figures, and the release is decided on them, this often.",
+    )
     autoscale_window_seconds: float = Field(
         default=60.0,
         gt=0,

@@ -3,7 +3,8 @@
 `decide` is pure: from the plan, the release's state, what the engine measured of the canary
 and of the stable version over the step's window, whether the canary has a Running instance,
 and the time, it says what the release does next and why (the figures that decided are in the
-`Decision`). The writer of the state, its loop and the API are still to come (issue 46).
+`Decision`). The state is written by transitions/canary.py, decided by canary_loop.py on the
+figures of canary_figures.py, and operated through releases.py (the API).
 """
 
 from __future__ import annotations

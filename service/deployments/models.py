@@ -164,6 +164,9 @@ class DeploymentSpec(Base):
     # Held at zero instances while its account is suspended (accounts/); written only by
     # transitions/
     held: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    # The version's share (%) of its function's traffic split (100: no split); minInstances
+    # counts in proportion (`floor_instances`). Written only by transitions/
+    traffic_share: Mapped[int] = mapped_column(Integer, default=100, server_default="100")
     # NVCF's autoscalingConfigurationPolicy (None: PLATFORM_CONFIGURATION) and the custom
     # autoscalingConfiguration as given (API names), deployments/autoscale/policy.py.
     autoscaling_policy: Mapped[str | None] = mapped_column(String(32))
@@ -179,13 +182,24 @@ class DeploymentSpec(Base):
     deployment: Mapped[Deployment] = relationship(back_populates="specs")
 
     @property
+    def floor_instances(self) -> int:
+        """The fewest instances kept: minInstances in proportion to the version's share of
+        its function's traffic split, rounded up, and at least one while minInstances is (a
+        canary at 5 % does not hold a fleet sized for all the traffic)."""
+        share = self.traffic_share
+        if share >= 100 or self.min_instances == 0:
+            return self.min_instances
+        return max(1, -(-self.min_instances * share // 100))
+
+    @property
     def desired_instances(self) -> int:
-        """How many instances the reconciler keeps: the autoscaler's target (minInstances
-        until it sets one), always within [minInstances, maxInstances]; none while held."""
+        """How many instances the reconciler keeps: the autoscaler's target (the floor until
+        it sets one), always within [floor, maxInstances]; none while held."""
         if self.held:
             return 0
-        wanted = self.min_instances if self.target_instances is None else self.target_instances
-        return max(self.min_instances, min(wanted, self.max_instances))
+        floor = self.floor_instances
+        wanted = floor if self.target_instances is None else self.target_instances
+        return max(floor, min(wanted, self.max_instances))
 
 
 class AutoscaleState(Base):
@@ -370,3 +384,50 @@ class TrafficWeight(Base):
         UUIDStr(), ForeignKey("function_versions.id", ondelete="CASCADE"), primary_key=True
     )
     weight: Mapped[int] = mapped_column(Integer)
+
+
+class CanaryRelease(Base):
+    """A canary release of a function's version (canary.py, transitions/canary.py): its plan,
+    where it stands (`phase`, `step`, since `step_started_at`) and the figures and reason of
+    its last decision. `active_function_id` is the function's id while the release runs or is
+    paused, NULL once it ended: unique, so a function has at most one release under way.
+    `revision` is compared and set by every write (two replicas never both advance a step)."""
+
+    __tablename__ = "canary_releases"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True, default=uuid.uuid4)
+    function_id: Mapped[uuid.UUID] = mapped_column(
+        UUIDStr(), ForeignKey("functions.id", ondelete="CASCADE"), index=True
+    )
+    active_function_id: Mapped[uuid.UUID | None] = mapped_column(UUIDStr(), unique=True)
+    canary_version_id: Mapped[uuid.UUID] = mapped_column(UUIDStr())
+    stable_version_id: Mapped[uuid.UUID] = mapped_column(UUIDStr())
+    plan: Mapped[dict[str, Any]] = mapped_column(JSON)
+    undeploy_on_rollback: Mapped[bool] = mapped_column(Boolean, default=False)
+    phase: Mapped[str] = mapped_column(String(16))
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    step_started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    revision: Mapped[int] = mapped_column(Integer, default=0)
+    reason: Mapped[str | None] = mapped_column(Text)
+    analysis: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_by: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class CanaryFigures(Base):
+    """What one replica (`owner`) measured of one version during one step of a release: the
+    requests, those that failed and their latencies as bucket counts (canary_figures.py). Only
+    the owner writes its rows; the release's decision sums them over the replicas."""
+
+    __tablename__ = "canary_figures"
+
+    release_id: Mapped[uuid.UUID] = mapped_column(
+        UUIDStr(), ForeignKey("canary_releases.id", ondelete="CASCADE"), primary_key=True
+    )
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version_id: Mapped[uuid.UUID] = mapped_column(UUIDStr(), primary_key=True)
+    requests: Mapped[int] = mapped_column(Integer, default=0)
+    errors: Mapped[int] = mapped_column(Integer, default=0)
+    latency: Mapped[list[int]] = mapped_column(JSON, default=list)

@@ -23,6 +23,7 @@ from service.core.http import parse_uuids
 from service.core.pagination import Page, keyset_page
 from service.deployments.models import (
     AccountInstances,
+    CanaryRelease,
     Deployment,
     DeploymentDesired,
     DeploymentEvent,
@@ -539,3 +540,25 @@ async def max_instances_of(session: AsyncSession, spec_ids: Sequence[uuid.UUID])
 def insert_events(session: Session, rows: list[dict[str, Any]]) -> None:
     """Write timeline entries in one multi-row INSERT (the session's commit is under way)."""
     session.execute(insert(DeploymentEvent), rows)
+
+
+async def running_release_ids(session: AsyncSession) -> list[uuid.UUID]:
+    """The canary releases the loop decides (RUNNING)."""
+    rows = await session.scalars(select(CanaryRelease.id).where(CanaryRelease.phase == "RUNNING"))
+    return list(rows)
+
+
+async def canary_release(session: AsyncSession, release_id: uuid.UUID) -> CanaryRelease | None:
+    return await session.get(CanaryRelease, release_id)
+
+
+async def latest_release(session: AsyncSession, function_id: uuid.UUID) -> CanaryRelease | None:
+    """The function's canary release under way, else its most recent one."""
+    return (
+        await session.scalars(
+            select(CanaryRelease)
+            .where(CanaryRelease.function_id == function_id)
+            .order_by(CanaryRelease.active_function_id.is_(None), CanaryRelease.created_at.desc())
+            .limit(1)
+        )
+    ).first()

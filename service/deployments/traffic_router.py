@@ -12,11 +12,13 @@ from fastapi import APIRouter, Depends, Request
 from service.auth import scopes
 from service.auth.deps import Session, require
 from service.auth.service import Principal
+from service.core.db import after_commit, utcnow
 from service.core.deps import events
 from service.core.errors import ValidationFailed
 from service.core.http import parse_uuid, read_json, require_json_object
 from service.core.validation import parse
-from service.deployments import traffic
+from service.deployments import traffic, transitions
+from service.deployments.deps import WakeDep
 from service.deployments.router_common import Deployer
 from service.functions import service as functions
 from service.functions.events import AccessChanged
@@ -76,7 +78,7 @@ async def get_traffic(functionId: str, session: Session, principal: Reader) -> t
     summary="Set a function's traffic split: weights summing to 100 over its invocable versions",
 )
 async def set_traffic(
-    functionId: str, request: Request, session: Session, principal: Deployer
+    functionId: str, request: Request, session: Session, principal: Deployer, wake: WakeDep
 ) -> traffic.TrafficSplit:
     fid = parse_uuid(functionId, "functionId")
     await functions.get_function(session, principal.account_id, fid)
@@ -86,6 +88,8 @@ async def set_traffic(
         errors += await traffic.violations(session, fid, model.traffic)
     if errors or model is None:
         raise ValidationFailed.of(errors)
-    await traffic.replace(session, fid, model.traffic)
+    weights = {w.version_id: w.weight for w in model.traffic}
+    await transitions.set_split(session, fid, weights, utcnow())
     await (await events(request)).publish(session, AccessChanged(fid))
+    after_commit(session, wake)  # the versions' shares may change their instance counts
     return await traffic.split_of(session, fid)

@@ -7,6 +7,8 @@
 - `nvcf_invocation_in_flight`: requests on an instance now (this process);
 - `nvcf_invocation_queue_depth`: requests waiting for an instance.
 
+The versions under a canary release are also counted for its analysis (figures.py).
+
 An answered or refused request of a version that names telemetries is also handed to the
 export to the tenant's endpoints (observability/export.py).
 """
@@ -17,6 +19,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from service.invocation.figures import Measured
 from service.invocation.load import VersionLoad
 from service.invocation.routing import Target
 from service.metering.counts import Meter
@@ -59,6 +62,8 @@ class InvocationMetrics:
         self.exports: Exports | None = None
         #: the invocation and token counts (metering/counts.py), when running
         self.meter: Meter | None = None
+        #: the versions under a canary release, counted for its analysis
+        self.measured = Measured(registry)
 
     def refused(self, target: Target, outcome: str) -> None:
         """A request refused before it reached an instance (`rate_limited`, `queue_full`)."""
@@ -92,6 +97,7 @@ class InvocationMetrics:
             self._children[key] = children
         children[0].inc()
         children[1].observe(seconds)
+        self.measured.add(target.vid, not fulfilled, seconds)
         if target.telemetries and self.exports is not None:
             end = time.time_ns()
             self.exports.invocation(

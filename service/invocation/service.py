@@ -28,6 +28,7 @@ from service.deployments.reconcile.owner import OwnerId
 from service.invocation.dispatch import Dispatcher, LocalDispatcher
 from service.invocation.dispatch_redis import RedisDispatcher
 from service.invocation.engine import Engine
+from service.invocation.figures import FiguresPublisher
 from service.invocation.load import LoadPublisher, LoadTracker
 from service.invocation.lookup import RequestLookup
 from service.invocation.metrics import InvocationMetrics
@@ -67,6 +68,10 @@ class InvocationPlane:
             self.load,
             period=settings.autoscale_load_report_seconds,
             forget_after=timedelta(seconds=settings.invoke_result_ttl_seconds),
+        )
+        #: what this replica measured of the versions under a canary release (figures.py)
+        self.figures = FiguresPublisher(
+            sessionmaker, owner.value, metrics.measured, period=settings.canary_interval
         )
         self.dispatcher: Dispatcher
         if dispatcher is not None:
@@ -149,6 +154,7 @@ class InvocationPlane:
         await self.sessions.start()
         self._background.start()
         self.load_publisher.start()
+        self.figures.start()
 
     def instances_changed(self) -> None:
         """Instances became Running somewhere (the reconciler of this process says so):
@@ -166,6 +172,7 @@ class InvocationPlane:
         await self.load_publisher.stop()
         await self._background.stop()
         await self.engine.stop()
+        await self.figures.stop()
         await self.dispatcher.aclose()
         await self.sessions.aclose()
         await self.limiter.aclose()

@@ -13,7 +13,10 @@ Every request is answered with JSON `{"echo": <body>, "path": ..., "method": ...
   `Content-Length: N`, then its bytes trickle (a few at a time: `trickling` is set) until the
   connection breaks (`trickle_cut` is set);
 - `X-Upstream-Size: N`: the answer is N bytes (`Content-Length`), written as fast as they are
-  read.
+  read;
+- per function version (its `NVCF-FUNCTION-VERSION-ID`): `fail_every[version] = n` answers
+  every n-th request of that version 500 (n = 5: one in five fails), `delay[version] = s`
+  answers its requests after s seconds (a slow version).
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ class UpstreamServer:
         #: a trickled answer's head is out, and its connection broke
         self.trickling = threading.Event()
         self.trickle_cut = threading.Event()
+        self.fail_every: dict[str, int] = {}
+        self.delay: dict[str, float] = {}
+        self._seen: dict[str, int] = {}
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -120,6 +126,14 @@ class UpstreamServer:
             "upstream": True,
         }
         status = int(req.headers.get("X-Upstream-Status") or 200)
+        version = req.headers.get("NVCF-FUNCTION-VERSION-ID", "")
+        with self._cond:
+            seen = self._seen[version] = self._seen.get(version, 0) + 1
+        every = self.fail_every.get(version)
+        if every and seen % every == 0:
+            status = 500
+        if version in self.delay:
+            time.sleep(self.delay[version])
         try:
             trickle = req.headers.get("X-Upstream-Trickle")
             if trickle is None and isinstance(body, dict):

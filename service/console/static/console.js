@@ -335,10 +335,70 @@ async function versionView(fid, vid) {
       ],
     ]),
     versionActions(v, await caps()),
+    h("h2", null, "Traffic"),
+    await trafficSection(fid, await caps()),
     h("h2", null, "Last hour"),
     await versionCharts(fid, vid),
     h("h2", null, "Chart findings"),
     findingsSection(v),
+  );
+}
+
+// --- a function's traffic split and its canary release (docs/rollouts.md) -----------------------
+
+// [action, label, the phases that allow it]
+const CANARY_ACTIONS = [
+  ["pause", "Pause", ["RUNNING"]],
+  ["resume", "Resume", ["PAUSED"]],
+  ["promote", "Promote now", ["RUNNING", "PAUSED"]],
+  ["abort", "Abort", ["RUNNING", "PAUSED"]],
+];
+
+function figuresText(f) {
+  if (!f) return "–";
+  const rate = (100 * (f.errorRate || 0)).toFixed(2);
+  return `${f.requests} requests, ${f.errors} errors (${rate} %), p95 ${(f.p95Seconds || 0).toFixed(3)} s`;
+}
+
+const versionLink = (fid, vid) => link(versionHref(fid, vid), short(vid), { class: "mono", title: vid });
+
+async function trafficSection(fid, can) {
+  const base = `/functions/${enc(fid)}`;
+  const split = await optional(api(`${base}/traffic`));
+  const out = h("section", { id: "traffic" });
+  const entries = split.value ? split.value.traffic : [];
+  // a release always leaves a split: without one there is none to ask for (no 404 to log)
+  const release = entries.length ? await optional(api(`${base}/canary`)) : {};
+  add(out, entries.length
+    ? table("traffic-split", "The function's traffic split", ["Version", "Weight"],
+        entries.map((e) => h("tr", null, h("td", null, versionLink(fid, e.versionId)),
+          h("td", null, `${e.weight} %`))))
+    : h("p", { id: "traffic-split" }, "No split: the newest invocable version takes every invocation."));
+  const r = release.value;
+  if (!r) return out;
+  const why = can.deploy ? null : NO_DEPLOY;
+  const figures = r.analysis || {};
+  const allowed = CANARY_ACTIONS.filter(([, , phases]) => phases.includes(r.phase));
+  return add(out,
+    h("h3", null, "Canary release ", h("span", { id: "canary-phase" }, badge("status", r.phase))),
+    details([
+      ["Step", h("span", { id: "canary-step" }, `${r.step} of ${r.steps}`)],
+      ["Canary", h("span", { id: "canary-weight" }, versionLink(fid, r.canaryVersionId), ` at ${r.weight} %`)],
+      ["Stable", h("span", null, versionLink(fid, r.stableVersionId), ` at ${100 - r.weight} %`)],
+      ["Canary's figures", h("span", { id: "canary-figures" }, figuresText(figures.canary))],
+      ["Stable's figures", h("span", { id: "stable-figures" }, figuresText(figures.stable))],
+      ["Last change", h("span", { id: "canary-reason" }, r.reason || "–")],
+    ]),
+    allowed.length
+      ? h("p", { class: "actions", id: "canary-actions" }, allowed.map(([action, label]) => [
+          dangerButton(`canary-${action}`, label,
+            `${label}: the canary release of version ${short(r.canaryVersionId)}?`, async () => {
+              await send("POST", `${base}/canary/${action}`, {});
+              start();
+            }, why),
+          " ",
+        ]))
+      : null,
   );
 }
 

@@ -222,7 +222,7 @@ def _views(dep: Deployment, running: dict[uuid.UUID, int]) -> list[SpecView]:
     return [
         SpecView(
             spec_id=s.id,
-            min_instances=s.min_instances,
+            min_instances=s.floor_instances,
             max_instances=s.max_instances,
             target=s.desired_instances,
             running=running.get(s.id, 0),

@@ -113,7 +113,7 @@ def secrets_stale(row: Instance, version: FunctionVersion | None) -> bool:
 def progress_of(spec: DeploymentSpec, present: Sequence[Instance]) -> SpecProgress:
     """A spec's progress from its wanted instances and its attempt counters."""
     return SpecProgress(
-        spec.min_instances,
+        spec.floor_instances,
         sum(1 for r in present if r.phase == Phase.RUNNING),
         present=len(present),
         tried=spec.attempts,

@@ -8,9 +8,20 @@ both use it, so the timeline reads the same whoever made the change. The decisio
 (which phase, which status) are pure functions in `service.health`.
 
 One module per aggregate: `status.py` (a version's status), `deployment.py`, `instance.py`,
-`rollout.py`; callers use the names this package exports (`transitions.deploy`, ...).
+`rollout.py`, `canary.py` (a canary release), `traffic.py` (a split's shares); callers use
+the names this package exports (`transitions.deploy`, ...).
 """
 
+from service.deployments.transitions.canary import (
+    UNDER_WAY,
+    analysis_of,
+    decided,
+    plan_of,
+    start_canary,
+    state_of,
+    weight_of,
+    write_state,
+)
 from service.deployments.transitions.deployment import (
     deploy,
     hold_account,
@@ -46,15 +57,20 @@ from service.deployments.transitions.status import (
     status_message,
     status_of,
 )
+from service.deployments.transitions.traffic import set_split
 
 __all__ = [
+    "UNDER_WAY",
     "StatusChange",
+    "analysis_of",
     "count_failure",
     "create_instance",
+    "decided",
     "deploy",
     "hold_account",
     "observe_instance",
     "place_instances",
+    "plan_of",
     "remove_deployment",
     "rescale",
     "retire_instance",
@@ -65,14 +81,19 @@ __all__ = [
     "schedule_instance",
     "secrets_changed",
     "secrets_delivered",
+    "set_split",
     "set_targets",
     "set_version_status",
     "set_version_statuses",
     "settle",
+    "start_canary",
     "start_rollout",
+    "state_of",
     "status_message",
     "status_of",
     "torn_down",
     "undeploy",
     "unwant",
+    "weight_of",
+    "write_state",
 ]

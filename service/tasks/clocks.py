@@ -73,7 +73,12 @@ STARTED = "Task container started"
 
 
 def queued_expired(clock: Clock, now: datetime) -> bool:
-    return now >= clock.created_at + clock.max_queued
+    return queued_past(clock.created_at, clock.max_queued, now)
+
+
+def queued_past(created_at: datetime, max_queued: timedelta, now: datetime) -> bool:
+    """Whether a task created at `created_at` has waited its `maxQueuedDuration` by `now`."""
+    return now >= created_at + max_queued
 
 
 def parse_progress(raw: bytes, task_id: str) -> Progress | str:

@@ -85,7 +85,8 @@ DEFAULT_LIMIT = 10
 
 class Tasks:
     """The task use cases, with what they read: the catalog, the secrets key and the quotas;
-    `wake` runs the task loop's next pass now (after a commit that gives it work)."""
+    `wake(task_id)` runs the task loop's next pass now, over that task (after a commit that
+    gives it work)."""
 
     def __init__(
         self,
@@ -103,7 +104,7 @@ class Tasks:
         self.box = box
         self.quotas = quotas
         self.clock = clock
-        self.wake: Callable[[], None] = lambda: None
+        self.wake: Callable[[str], None] = lambda task_id: None
 
     # ------------------------------------------------------------------ create
 
@@ -161,7 +162,7 @@ class Tasks:
         )
         transitions.create(session, task, now)
         await session.flush()
-        after_commit(session, self.wake)
+        after_commit(session, lambda: self.wake(str(task.id)))
         return task
 
     async def _chart(
@@ -409,7 +410,7 @@ class Tasks:
             task.stop_requested_at = now
             task.kill_at = now + timedelta(seconds=task.grace_seconds)
         transitions.move(session, task, TaskStatus.CANCELED, now, message)
-        after_commit(session, self.wake)
+        after_commit(session, lambda: self.wake(str(task.id)))
 
     async def delete(self, session: AsyncSession, account_id: str, task_id: uuid.UUID) -> None:
         task = await self.owned(session, account_id, task_id)
@@ -454,7 +455,7 @@ class Tasks:
         task.secrets_generation += 1
         task.updated_at = now
         transitions.event(session, task, f"Secrets updated: {', '.join(sorted(names))}", now)
-        after_commit(session, self.wake)
+        after_commit(session, lambda: self.wake(str(task.id)))
 
     def secrets_of(self, task: Task) -> dict[str, str]:
         """The task's secrets in plaintext (for its Secret object only)."""

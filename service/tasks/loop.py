@@ -32,6 +32,8 @@ from service.clusters.catalog import Catalog
 from service.clusters.instance_types import parse_instance_type
 from service.core.db import utcnow
 from service.core.loops import LoopService
+from service.deployments.logs.keep import last_lines
+from service.deployments.logs.mask import Masker
 from service.registry.pull_secrets import PullSecrets, account_pull_secrets
 from service.tasks import repository, transitions
 from service.tasks.clocks import (
@@ -70,6 +72,15 @@ class Seen:
     decision: Decision
     generation: int
     started: bool
+
+
+@dataclass(frozen=True)
+class Removed:
+    """A task's objects taken off its cluster: the event saying how, and the last lines of
+    its containers (`deployments.logs.keep.last_lines`), kept for its logs route."""
+
+    message: str
+    kept: list[dict[str, Any]]
 
 
 def instance_of(task: Task) -> InstanceSpec:
@@ -551,7 +562,7 @@ class TaskLoop(LoopService[str]):
     async def _teardown(self, tasks: list[Task], now: datetime) -> None:
         """Take the ended tasks' objects off their clusters; their events in one transaction."""
 
-        async def one(task: Task) -> tuple[uuid.UUID, str | None]:
+        async def one(task: Task) -> tuple[uuid.UUID, Removed | None]:
             adapter = self.adapters.get(task.cluster or "")
             if adapter is None:
                 return task.id, None
@@ -561,20 +572,24 @@ class TaskLoop(LoopService[str]):
                 log.warning("task %s on %s: %s", task.id, task.cluster, exc.message)
                 return task.id, None
 
-        removed = {i: m for i, m in await _each(tasks, one) if m is not None}
+        removed = {i: r for i, r in await _each(tasks, one) if r is not None}
         if not removed:
             return
         async with self.maker() as session, session.begin():
             rows = await repository.many_for_update(session, list(removed))
-            for task_id, message in removed.items():
+            for task_id, gone in removed.items():
                 row = rows.get(task_id)
                 if row is not None and row.teardown_pending:
                     row.teardown_pending = False
-                    transitions.event(session, row, message, now)
+                    row.kept_logs = gone.kept
+                    transitions.event(session, row, gone.message, now)
 
-    async def _take_down(self, task: Task, adapter: BackendAdapter, now: datetime) -> str | None:
-        """Ask the task's container to stop, or remove its objects: the event saying so once
-        they are removed (None: not yet)."""
+    async def _take_down(
+        self, task: Task, adapter: BackendAdapter, now: datetime
+    ) -> Removed | None:
+        """Ask the task's container to stop, or remove its objects: once they are removed,
+        the event saying so and the containers' last lines, read just before (None: not
+        yet)."""
         instance = instance_of(task)
         kill = task.kill_at
         if task.objects is not None and not any(is_job(o) for o in task.objects):
@@ -596,7 +611,19 @@ class TaskLoop(LoopService[str]):
             message = "Task container killed after its termination grace period"
         else:
             message = "Task objects removed from the cluster"
-        return message if await adapter.delete(instance) else None
+        settings = self.tasks.settings
+        kept = (
+            []
+            if task.deleted
+            else await last_lines(
+                adapter,
+                instance,
+                Masker(self.tasks.secrets_of(task).values()),
+                lines=settings.logs_kept_lines,
+                max_bytes=settings.logs_kept_bytes,
+            )
+        )
+        return Removed(message, kept) if await adapter.delete(instance) else None
 
     async def _cluster_gone(self, task_id: uuid.UUID, cluster: str, now: datetime) -> None:
         """The task's cluster left the catalog: nothing can observe or stop it any more, so

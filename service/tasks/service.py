@@ -49,6 +49,7 @@ from service.core.quotas import Quotas
 from service.core.settings import Settings
 from service.core.validation import failed, parse
 from service.functions.requests import MAX_SECRETS, secret_text
+from service.observability.references import canonical, reference_errors
 from service.registry.models import ArtifactType
 from service.registry.service import credentials_for_host
 from service.tasks import repository, transitions
@@ -288,6 +289,12 @@ class Tasks:
             out.append(
                 FieldError("resultsLocation", "is only allowed with resultHandlingStrategy UPLOAD")
             )
+        telemetries = body.get("telemetries")
+        if isinstance(telemetries, dict) and not any(
+            f == "telemetries" or f.startswith("telemetries.") for f in failed(errors)
+        ):
+            # each the account's telemetry receiving its type, as a function version's
+            out += await reference_errors(session, account_id, canonical(telemetries))
         return out
 
     def _strategy(self, body: dict[str, Any]) -> str:

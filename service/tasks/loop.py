@@ -31,6 +31,7 @@ from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.clusters.instance_types import parse_instance_type
 from service.core.db import utcnow
+from service.core.kube import is_nvlink
 from service.core.loops import LoopService
 from service.deployments.logs.keep import last_lines
 from service.deployments.logs.mask import Masker
@@ -316,6 +317,7 @@ class TaskLoop(LoopService[str]):
                 grace_seconds=task.grace_seconds,
                 pull_secrets=pull,
                 suspend=suspend,
+                nvlink=is_nvlink(cluster.attributes),
             )
         assert task.container_image is not None
         return job_objects(

@@ -39,7 +39,7 @@ BASE = {
 }
 
 
-def catalog(gpus: int = 2) -> Catalog:
+def catalog(gpus: int = 2, attributes: tuple[str, ...] = ()) -> Catalog:
     return Catalog.from_data(
         {
             "clusterGroups": [
@@ -51,6 +51,7 @@ def catalog(gpus: int = 2) -> Catalog:
                             "adapter": "simulated",
                             "provider": "NCP",
                             "region": "us-east-1",
+                            "attributes": list(attributes),
                             "nodes": [{"gpu": "H100", "gpusPerNode": gpus, "count": 1}],
                             "simulation": {
                                 "scheduleSeconds": 0,
@@ -82,9 +83,14 @@ class TaskHarness:
 
     @classmethod
     def build(
-        cls, maker: async_sessionmaker[AsyncSession], gpus: int = 2, **settings: Any
+        cls,
+        maker: async_sessionmaker[AsyncSession],
+        gpus: int = 2,
+        attributes: tuple[str, ...] = (),
+        **settings: Any,
     ) -> TaskHarness:
-        cat = catalog(gpus)
+        """`attributes`: the cluster's (NVLinkOptimized, say)."""
+        cat = catalog(gpus, attributes)
         clock = FakeClock()
         registry = AdapterRegistry.from_catalog(cat, clock=clock)
         box = SecretBox(Fernet.generate_key())

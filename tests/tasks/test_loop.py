@@ -278,6 +278,37 @@ async def test_a_launched_tasks_pod_gets_the_accounts_pull_secrets_and_node_affi
     ]
 
 
+async def test_a_helm_task_on_an_nvlink_cluster_gets_a_helm_functions_nvlink_mutations(
+    database_url: str,
+) -> None:
+    engine = make_engine(database_url)
+    try:
+        h = TaskHarness.build(make_sessionmaker(engine), attributes=("NVLinkOptimized",))
+        tid = await h.create()
+        # as the chart pipeline renders a helm task: a Job whose container asks for a GPU
+        job = workload("train", kind="Job", restart_policy="Never")
+        async with h.maker() as session, session.begin():
+            task = await repository.get(session, tid)
+            assert task is not None
+            task.objects, task.container_image = [job], None
+        await h.run()
+        assert (await h.task(tid)).status == TaskStatus.LAUNCHED
+        adapter = h.registry.get("sim-a")
+        assert adapter is not None
+        objects = await adapter.objects(await h.instance(tid))
+        [domain] = [o for o in objects if o["kind"] == "ComputeDomain"]
+        claim = domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
+        [applied] = [o for o in objects if o["kind"] == "Job"]
+        pod = applied["spec"]["template"]["spec"]
+        assert pod["containers"][0]["resources"]["claims"] == [{"name": domain["metadata"]["name"]}]
+        assert claim == "nvcf-cd-channel-0"
+        affinity = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        clique = {"key": "nvidia.com/gpu.clique", "operator": "Exists"}
+        assert clique in affinity["nodeSelectorTerms"][0]["matchExpressions"]
+    finally:
+        await engine.dispose()
+
+
 async def test_a_task_on_a_cluster_removed_from_the_catalog_errors(h: TaskHarness) -> None:
     hang = script(steps=[{"after": 1, "percent": 5}], exitAfter=None)
     tid = await h.create(containerEnvironment=hang)

@@ -14,8 +14,8 @@ from service.clusters.adapters import AdapterRegistry
 from service.core.errors import BadGateway
 from service.deployments.logs.mask import Masker
 from service.deployments.logs.service import Reading, Source, kept_reading
-from service.tasks.loop import instance_of
 from service.tasks.models import TaskStatus
+from service.tasks.observed import instance_of
 from service.tasks.service import Tasks
 
 _LIVE = frozenset({TaskStatus.LAUNCHED, TaskStatus.RUNNING})

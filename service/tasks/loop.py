@@ -9,13 +9,11 @@ cluster, so a restarted server carries on each task's clocks where they were.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -23,7 +21,6 @@ from service.backends.protocol import (
     AdapterError,
     BackendAdapter,
     Capacity,
-    InstanceSpec,
     TaskFiles,
 )
 from service.charts.mutate import secrets_object
@@ -40,7 +37,6 @@ from service.tasks import repository, transitions
 from service.tasks.clocks import (
     MAX_PROGRESS_BYTES,
     STARTED,
-    Clock,
     Decision,
     container_of,
     decide,
@@ -48,6 +44,15 @@ from service.tasks.clocks import (
     queued_past,
 )
 from service.tasks.models import Task, TaskResult, TaskStatus
+from service.tasks.observed import (
+    Removed,
+    Seen,
+    clock_of,
+    each,
+    instance_of,
+    progressed,
+    task_id_of,
+)
 from service.tasks.queue import Turns, Waiting
 from service.tasks.service import Tasks
 from service.tasks.uploads import ResultUploads
@@ -58,62 +63,6 @@ log = logging.getLogger("nvcf.tasks")
 MAX_RESULTS = 1000
 #: queued tasks whose whole rows placement reads at a time, in their turn
 PLACE_CHUNK = 16
-#: tasks a pass observes or takes down at once
-CONCURRENCY = 16
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-@dataclass(frozen=True)
-class Seen:
-    """What one pass saw of a task, to be written with the others': the rules' decision, the
-    secrets generation it was looking at, and whether the container had started."""
-
-    task_id: uuid.UUID
-    decision: Decision
-    generation: int
-    started: bool
-
-
-@dataclass(frozen=True)
-class Removed:
-    """A task's objects taken off its cluster: the event saying how, and the last lines of
-    its containers (`deployments.logs.keep.last_lines`), kept for its logs route."""
-
-    message: str
-    kept: list[dict[str, Any]]
-
-
-def instance_of(task: Task) -> InstanceSpec:
-    it = parse_instance_type(task.instance_type)
-    return InstanceSpec(
-        instance_id=str(task.id),
-        function_id="",
-        version_id="",
-        instance_type=task.instance_type,
-        gpu=it.gpu,
-        gpus_per_node=it.gpus_per_node,
-        nodes=it.nodes,
-        cluster=task.cluster or "",
-        nca_id=task.account_id,
-        task=True,
-    )
-
-
-def clock_of(task: Task) -> Clock:
-    return Clock(
-        task_id=str(task.id),
-        status=TaskStatus(task.status),
-        created_at=task.created_at,
-        launched_at=task.launched_at,
-        running_at=task.running_at,
-        max_queued=timedelta(seconds=task.max_queued_seconds),
-        max_runtime=timedelta(seconds=task.max_runtime_seconds)
-        if task.max_runtime_seconds is not None
-        else None,
-        percent=task.percent_complete,
-        last_heartbeat_at=task.last_heartbeat_at,
-    )
 
 
 class TaskLoop(LoopService[str]):
@@ -362,7 +311,7 @@ class TaskLoop(LoopService[str]):
 
     async def _watch(self, now: datetime, only: set[str] | None) -> None:
         """Observe the tasks on a cluster (of `only`, when given) and act on what they show."""
-        ids = None if only is None else {i for i in map(_task_id, only) if i is not None}
+        ids = None if only is None else {i for i in map(task_id_of, only) if i is not None}
         async with self.maker() as session:
             tasks = list(await repository.on_cluster(session, ids))
         found = {str(t.id) for t in tasks}
@@ -370,7 +319,7 @@ class TaskLoop(LoopService[str]):
         # every task is looked at first (together: each look waits on its cluster), then what
         # they showed is written in one transaction, then what ended comes off the clusters
         # (its events again in one transaction)
-        looked = await _each(tasks, lambda task: self._look(task, now))
+        looked = await each(tasks, lambda task: self._look(task, now))
         seen = [one for one in looked if isinstance(one, Seen)]
         teardowns = [one for one in looked if isinstance(one, Task)]
         teardowns += await self._record(seen, now)
@@ -420,7 +369,7 @@ class TaskLoop(LoopService[str]):
         rotate = task.secrets_delivered < task.secrets_generation and decision.status is None
         if rotate:
             await adapter.update_objects(instance, [secrets_object(self.tasks.secrets_of(task))])
-        if rotate or decision.status is not None or _progressed(task, decision):
+        if rotate or decision.status is not None or progressed(task, decision):
             return Seen(task.id, decision, task.secrets_generation, container.started)
         return None
 
@@ -574,7 +523,7 @@ class TaskLoop(LoopService[str]):
                 log.warning("task %s on %s: %s", task.id, task.cluster, exc.message)
                 return task.id, None
 
-        removed = {i: r for i, r in await _each(tasks, one) if r is not None}
+        removed = {i: r for i, r in await each(tasks, one) if r is not None}
         if not removed:
             return
         async with self.maker() as session, session.begin():
@@ -651,37 +600,6 @@ class TaskLoop(LoopService[str]):
             task = await repository.get_for_update(session, task_id)
             if task is not None and task.status == TaskStatus.QUEUED.value:
                 transitions.move(session, task, to, now, message, error=error)
-
-
-async def _each(items: Sequence[T], work: Callable[[T], Awaitable[R]]) -> list[R]:
-    """`work` on every item, at most `CONCURRENCY` at a time; the results in order."""
-    gate = asyncio.Semaphore(CONCURRENCY)
-
-    async def one(item: T) -> R:
-        async with gate:
-            return await work(item)
-
-    async with asyncio.TaskGroup() as group:
-        running = [group.create_task(one(item)) for item in items]
-    return [r.result() for r in running]
-
-
-def _task_id(text: str) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        return None
-
-
-def _progressed(task: Task, decision: Decision) -> bool:
-    """Whether the progress file says something the task's row does not."""
-    p = decision.progress
-    return p is not None and (
-        p.percent != task.percent_complete
-        or p.last_updated_at != task.last_heartbeat_at
-        or (p.name is not None and p.name != task.result_name)
-        or p.metadata != (task.progress_metadata or {})
-    )
 
 
 async def known_task_ids(maker: async_sessionmaker[AsyncSession]) -> frozenset[str]:

@@ -23,8 +23,9 @@ from service.core.pagination import Page
 from service.core.quotas import Quotas
 from service.core.settings import Settings
 from service.tasks import repository
-from service.tasks.loop import TaskLoop, instance_of
+from service.tasks.loop import TaskLoop
 from service.tasks.models import Task, TaskEvent, TaskResult
+from service.tasks.observed import instance_of
 from service.tasks.service import Tasks
 from tests.support.reconcile import FakeClock
 from tests.support.registry import RegistryServer

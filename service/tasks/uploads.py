@@ -127,7 +127,7 @@ class ResultUploads:
             if stored is not None:
                 stored.reference = pushed.reference
                 stored.digest = pushed.digest
-            row = await repository.get(session, task.id)
+            row = await repository.get_for_update(session, task.id)
             if row is not None:
                 transitions.event(
                     session, row, f"Result {name} pushed to {pushed.reference}", self.clock()

@@ -13,8 +13,10 @@ that a task holding it for an hour fills. It prints, in the same run:
    (its event), p50 and p99 (target p50 ≤ 50 ms); and the average the wall time implies
    (wall × slots / count − the task's own run time). The simulated container starts when its
    Job is applied (no scheduling or pull time) and exits `--run-seconds` later; its exit is
-   taken as its LAUNCHED event's time (the start of the pass that applied it, so no later
-   than the apply) + `--run-seconds`: no later than the real exit, so the figure errs long;
+   taken as its LAUNCHED event's time (read from the clock just after the apply) +
+   `--run-seconds`: later than the real exit by at most the apply's own duration, so the
+   figure errs short by no more than that (before, LAUNCHED carried the pass's start and the
+   figure erred long by the pass's time up to the apply);
 2. the idle server's CPU (every thread: /proc/<pid>/stat) over `--idle` seconds with the one
    task holding `bench-full`, then with `--count` more tasks queued for it against no room,
    and their ratio (target ≤ 1.5×).

@@ -7,7 +7,8 @@ through the API server's pod proxy (backends/kubernetes/task_files.py):
 - `GET /nvct/results` — the names of the directories under `NVCT_RESULTS_DIR` (not through a
   link, only names a result may have), oldest first, as a JSON list of at most `maxNames`;
 - `GET /nvct/results/<name>` — the files under `NVCT_RESULTS_DIR/<name>` as one uncompressed
-  tar stream of exact `Content-Length`: 400 for a name that is not one path segment, 404 when
+  tar stream of exact `Content-Length`: 400 for a name that is not a result's (NVCT's rule,
+  not starting with '.': one path segment, never '.' or '..'), 404 when
   there is no such directory, 413 past the bounds on bytes or files, 422 for a symbolic link
   or special file (nothing outside the directory is ever read);
 - `GET /nvct/linger` — the container's `preStop` hook: answers once the platform has released
@@ -42,6 +43,7 @@ from service.backends.worker_utils_pod import (
     PROGRESS_PATH,
     RELEASE_PATH,
     RESULT_NAME,
+    RESULT_NAME_RULE,
     RESULTS_PATH,
     RESULTS_PREFIX,
 )
@@ -101,7 +103,7 @@ def _header(name: str, st: os.stat_result, directory: bool) -> bytes:
 def result_entries(root: Path, name: str, max_bytes: int, max_files: int) -> list[Entry]:
     """The tar members of the result `name` under `root`, checked against the bounds."""
     if not RESULT_NAME.fullmatch(name):
-        raise Refused(400, f"result name {name!r} is not one path segment ([A-Za-z0-9_.-])")
+        raise Refused(400, f"result name {name!r} is not a result's name ({RESULT_NAME_RULE})")
     top = root / name
     try:
         st = top.lstat()

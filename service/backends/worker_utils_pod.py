@@ -54,8 +54,14 @@ RESULTS_PATH = "/nvct/results"
 RESULTS_PREFIX = f"{RESULTS_PATH}/"
 LINGER_PATH = "/nvct/linger"
 RELEASE_PATH = "/nvct/release"
-#: a result's name: one path segment, as an OCI tag (the name its upload is tagged with)
-RESULT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+#: a result's name, as NVCT's progress file allows it (1-190 letters, digits and
+#: ! - _ . * ' ( )) and not starting with '.': one path segment, never '.', '..' or a hidden
+#: directory (an upload's tag is made of it: tasks/results.py)
+RESULT_NAME = re.compile(r"[A-Za-z0-9!\-_*'()][A-Za-z0-9!\-_.*'()]{0,189}")
+#: the longest name `RESULT_NAME` allows
+RESULT_NAME_MAX = 190
+#: what `RESULT_NAME` allows, in words
+RESULT_NAME_RULE = "1-190 letters, digits and ! - _ . * ' ( ), not starting with '.'"
 #: the volumes added for a task path that no volume of the task container holds
 TASK_VOLUME = "nvct-files"
 
@@ -328,6 +334,8 @@ __all__ = [
     "RESULTS_PATH",
     "RESULTS_PREFIX",
     "RESULT_NAME",
+    "RESULT_NAME_MAX",
+    "RESULT_NAME_RULE",
     "VOLUME_NAME",
     "WorkerUtilsPod",
     "inject",

@@ -134,7 +134,8 @@ class DeploymentSettings(BaseModel):
         default=200,
         ge=0,
         description="Last lines of each container kept when an instance fails (shown after it "
-        "was torn down) or when a container of a Running instance restarts; 0 keeps none.",
+        "was torn down), when a container of a Running instance restarts, or as a task's "
+        "objects leave its cluster; 0 keeps none.",
     )
     logs_kept_bytes: int = Field(
         default=64 * 1024,

@@ -6,18 +6,16 @@ container authors."""
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from service.backends.worker_utils_pod import RESULT_NAME, RESULT_NAME_RULE
 from service.health.observed import ObservedState, parse_time
 from service.tasks.models import TaskStatus
 
 #: NVCT: `lastUpdatedAt` more than this behind and not 100 -> ERRORED
 HEARTBEAT_TIMEOUT = timedelta(minutes=5)
-#: NVCT's result names: 1-190 of letters, digits, ! - _ . * ' ( ); no ./ or ../ prefix
-RESULT_NAME_RE = re.compile(r"^[A-Za-z0-9!\-_.*'()]{1,190}$")
 #: bytes of the progress file read at most
 MAX_PROGRESS_BYTES = 64 * 1024
 #: waiting reasons of the task container that end it (it cannot start)
@@ -73,7 +71,12 @@ STARTED = "Task container started"
 
 
 def queued_expired(clock: Clock, now: datetime) -> bool:
-    return now >= clock.created_at + clock.max_queued
+    return queued_past(clock.created_at, clock.max_queued, now)
+
+
+def queued_past(created_at: datetime, max_queued: timedelta, now: datetime) -> bool:
+    """Whether a task created at `created_at` has waited its `maxQueuedDuration` by `now`."""
+    return now >= created_at + max_queued
 
 
 def parse_progress(raw: bytes, task_id: str) -> Progress | str:
@@ -94,12 +97,8 @@ def parse_progress(raw: bytes, task_id: str) -> Progress | str:
             f"percentComplete must be a whole number from 1 to 100, got {percent!r}"[:200]
         )
     name = data.get("name")
-    if name is not None and (
-        not isinstance(name, str) or not RESULT_NAME_RE.match(name) or name.startswith(".")
-    ):
-        problems.append(
-            "name must be 1-190 letters, digits and ! - _ . * ' ( ), not starting with '.'"
-        )
+    if name is not None and (not isinstance(name, str) or not RESULT_NAME.fullmatch(name)):
+        problems.append(f"name must be {RESULT_NAME_RULE}")
     metadata = data.get("metadata", {})
     if metadata is None:
         metadata = {}

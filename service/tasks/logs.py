@@ -1,6 +1,7 @@
 """A task's container lines, read as an instance's are (deployments/logs): live from its
 cluster's adapter while its objects are there (launched, running, or stopping within its grace
-period), its secret values masked; an ended task whose objects are gone has no lines."""
+period), its secret values masked; once they are gone, the last lines kept as they left
+(`logs_kept_lines` per container, as a failed instance's)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.backends.logs import LogRequest
 from service.clusters.adapters import AdapterRegistry
 from service.core.errors import BadGateway
-from service.deployments.logs.mask import NO_SECRETS, Masker
-from service.deployments.logs.service import Reading, Source
-from service.tasks.loop import instance_of
+from service.deployments.logs.mask import Masker
+from service.deployments.logs.service import Reading, Source, kept_reading
 from service.tasks.models import TaskStatus
+from service.tasks.observed import instance_of
 from service.tasks.service import Tasks
 
 _LIVE = frozenset({TaskStatus.LAUNCHED, TaskStatus.RUNNING})
@@ -32,7 +33,7 @@ async def task_reading(
     task = await tasks.owned(session, account_id, task_id)
     cluster = task.cluster
     if cluster is None or not (TaskStatus(task.status) in _LIVE or task.teardown_pending):
-        return Reading(request, NO_SECRETS, [])
+        return kept_reading(request, task.kept_logs or [])
     adapter = registry.get(cluster)
     if adapter is None:
         reason = registry.unavailable_reason(cluster) or cluster

@@ -13,7 +13,6 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,21 +30,32 @@ from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.clusters.instance_types import parse_instance_type
 from service.core.db import utcnow
+from service.core.kube import is_nvlink
 from service.core.loops import LoopService
+from service.deployments.logs.keep import last_lines
+from service.deployments.logs.mask import Masker
 from service.observability.collector import sidecar_for, workload_attributes
 from service.registry.pull_secrets import PullSecrets, account_pull_secrets
 from service.tasks import repository, transitions
 from service.tasks.clocks import (
     MAX_PROGRESS_BYTES,
     STARTED,
-    Clock,
     Decision,
     container_of,
     decide,
     progress_refused,
-    queued_expired,
+    queued_past,
 )
 from service.tasks.models import Task, TaskResult, TaskStatus
+from service.tasks.observed import (
+    Removed,
+    Seen,
+    clock_of,
+    each,
+    instance_of,
+    progressed,
+    task_id_of,
+)
 from service.tasks.queue import Turns, Waiting
 from service.tasks.service import Tasks
 from service.tasks.uploads import ResultUploads
@@ -54,54 +64,14 @@ from service.tasks.workload import CONTAINER_NAME, helm_objects, is_job, job_obj
 log = logging.getLogger("nvcf.tasks")
 #: results (distinct names) one task may report
 MAX_RESULTS = 1000
-
-
-@dataclass(frozen=True)
-class Seen:
-    """What one pass saw of a task, to be written with the others': the rules' decision, the
-    secrets generation it was looking at, and whether the container had started."""
-
-    task_id: uuid.UUID
-    decision: Decision
-    generation: int
-    started: bool
-
-
-def instance_of(task: Task) -> InstanceSpec:
-    it = parse_instance_type(task.instance_type)
-    return InstanceSpec(
-        instance_id=str(task.id),
-        function_id="",
-        version_id="",
-        instance_type=task.instance_type,
-        gpu=it.gpu,
-        gpus_per_node=it.gpus_per_node,
-        nodes=it.nodes,
-        cluster=task.cluster or "",
-        nca_id=task.account_id,
-        task=True,
-    )
-
-
-def clock_of(task: Task) -> Clock:
-    return Clock(
-        task_id=str(task.id),
-        status=TaskStatus(task.status),
-        created_at=task.created_at,
-        launched_at=task.launched_at,
-        running_at=task.running_at,
-        max_queued=timedelta(seconds=task.max_queued_seconds),
-        max_runtime=timedelta(seconds=task.max_runtime_seconds)
-        if task.max_runtime_seconds is not None
-        else None,
-        percent=task.percent_complete,
-        last_heartbeat_at=task.last_heartbeat_at,
-    )
+#: queued tasks whose whole rows placement reads at a time, in their turn
+PLACE_CHUNK = 16
 
 
 class TaskLoop(LoopService[str]):
-    """Runs `run_pass()` every `period` seconds, and at once when woken (a task created,
-    canceled or deleted, or its cluster reported a change of it: `changed`)."""
+    """Runs `run_pass()` over every task every `period` seconds, and at once over the tasks
+    named when woken with their ids (a task created, canceled or deleted, a push of its
+    result ended, or its cluster reported a change of it: `changed`)."""
 
     def __init__(
         self,
@@ -126,7 +96,12 @@ class TaskLoop(LoopService[str]):
         #: the ids of the tasks on a cluster as of the last pass (and those launched since)
         self._watched: set[str] = set()
         super().__init__(
-            "nvcf-tasks", self.run_pass, period, log=log, failure="task loop pass failed"
+            "nvcf-tasks",
+            self.run_pass,
+            period,
+            log=log,
+            failure="task loop pass failed",
+            urgent=self.run_pass,
         )
 
     async def stop(self) -> None:
@@ -135,17 +110,25 @@ class TaskLoop(LoopService[str]):
 
     def changed(self, instance_ids: set[str], resync: bool) -> None:
         """What the clusters' change feeds reported: a pass now when one of the tasks on a
-        cluster changed (its container exited, say), rather than at the next period."""
-        if resync or not instance_ids.isdisjoint(self._watched):
+        cluster changed (its container exited, say), rather than at the next period: over those
+        tasks alone unless a feed may have missed changes."""
+        if resync:
             self.wake()
+        elif ours := instance_ids & self._watched:
+            self.wake(*ours)
 
-    async def run_pass(self) -> None:
+    async def run_pass(self, only: set[str] | None = None) -> None:
+        """One pass over every task on a cluster, or over those of them named in `only` (task
+        ids); placement and removing deleted tasks either way."""
         now = self.clock()
         # what ended frees its place before the queue is offered capacity, in one pass
-        await self._watch(now)
+        await self._watch(now, only)
         await self._place(now)
-        async with self.maker() as session, session.begin():
-            await repository.remove(session, await repository.deleted_and_clean(session))
+        async with self.maker() as session:
+            gone = await repository.deleted_and_clean(session)
+        if gone:
+            async with self.maker() as session, session.begin():
+                await repository.remove(session, gone)
 
     # ------------------------------------------------------------------ placement
 
@@ -168,34 +151,42 @@ class TaskLoop(LoopService[str]):
         self._blocked = None
         async with self.maker() as session:
             queued = list(await repository.queued(session))
-        by_id = {t.id: t for t in queued}
         waiting: list[Waiting] = []
-        for task in queued:
-            if queued_expired(clock_of(task), now):
+        for task_id, account_id, created_at, max_queued in queued:
+            if queued_past(created_at, timedelta(seconds=max_queued), now):
                 await self._move(
-                    task.id,
+                    task_id,
                     TaskStatus.EXCEEDED_MAX_QUEUED_DURATION,
                     now,
                     "Task waited longer than its maxQueuedDuration for GPUs",
                     "no capacity within maxQueuedDuration",
                 )
             else:
-                waiting.append(Waiting(task.id, task.account_id, task.created_at))
+                waiting.append(Waiting(task_id, account_id, created_at))
         turns = Turns(waiting)
+        position = {w.task_id: i for i, w in enumerate(turns.order)}
+        rows: dict[uuid.UUID, Task] = {}
         self._apply_failed = False
         started = False
-        launched: list[tuple[uuid.UUID, str]] = []
+        launched: list[tuple[uuid.UUID, str, datetime]] = []
         pulls: dict[str, PullSecrets] = {}  # by account: read once a pass
         try:
             for item in turns:
-                task = by_id[item.task_id]
-                placed = await self._try_place(task, capacities, now, launched, pulls)
+                if item.task_id not in rows:
+                    at = position[item.task_id]
+                    chunk = [w.task_id for w in turns.order[at : at + PLACE_CHUNK]]
+                    async with self.maker() as session:
+                        rows.update(await repository.many(session, chunk))
+                row = rows.get(item.task_id)
+                if row is None or row.status != TaskStatus.QUEUED.value:
+                    continue  # canceled or deleted since the queue was read
+                placed = await self._try_place(row, capacities, now, launched, pulls)
                 started = started or placed
                 if not placed:
-                    turns.hold(task.account_id)
+                    turns.hold(row.account_id)
         finally:
             # what was applied is recorded even when a later placement failed
-            await self._launched(launched, now)
+            await self._launched(launched)
         if not started and not self._apply_failed and len(waiting) == len(queued):
             self._blocked = signature
 
@@ -204,11 +195,11 @@ class TaskLoop(LoopService[str]):
         task: Task,
         capacities: dict[str, Capacity],
         now: datetime,
-        launched: list[tuple[uuid.UUID, str]],
+        launched: list[tuple[uuid.UUID, str, datetime]],
         pulls: dict[str, PullSecrets],
     ) -> bool:
-        """Apply the task on the first candidate cluster with room; (id, cluster) of an applied
-        one is added to `launched`, recorded with the pass's other launches."""
+        """Apply the task on the first candidate cluster with room; (id, cluster, when) of an
+        applied one is added to `launched`, recorded with the pass's other launches."""
         instance = instance_of(task)
         for name in task.candidate_clusters:
             adapter = self.adapters.get(name)
@@ -243,7 +234,8 @@ class TaskLoop(LoopService[str]):
                 )
                 return True
             capacities.pop(key, None)  # read again: the task took some of it
-            launched.append((task.id, name))
+            # LAUNCHED at its apply, not at the pass's start: its container starts from here
+            launched.append((task.id, name, self.clock()))
             return True
         return False
 
@@ -278,6 +270,7 @@ class TaskLoop(LoopService[str]):
                 grace_seconds=task.grace_seconds,
                 pull_secrets=pull,
                 suspend=suspend,
+                nvlink=is_nvlink(cluster.attributes),
             )
         assert task.container_image is not None
         return job_objects(
@@ -297,13 +290,13 @@ class TaskLoop(LoopService[str]):
             suspend=suspend,
         )
 
-    async def _launched(self, launched: list[tuple[uuid.UUID, str]], now: datetime) -> None:
-        """Record the pass's launches, (task id, cluster), in one transaction."""
+    async def _launched(self, launched: list[tuple[uuid.UUID, str, datetime]]) -> None:
+        """Record the pass's launches, (task id, cluster, when), in one transaction."""
         if not launched:
             return
         async with self.maker() as session, session.begin():
-            rows = await repository.many_for_update(session, [i for i, _ in launched])
-            for task_id, cluster in launched:
+            rows = await repository.many_for_update(session, [i for i, _, _ in launched])
+            for task_id, cluster, at in launched:
                 self._watched.add(str(task_id))
                 task = rows.get(task_id)
                 if task is None:
@@ -315,37 +308,45 @@ class TaskLoop(LoopService[str]):
                     continue
                 task.secrets_delivered = task.secrets_generation
                 transitions.move(
-                    session, task, TaskStatus.LAUNCHED, now, f"Task launched on cluster {cluster}"
+                    session, task, TaskStatus.LAUNCHED, at, f"Task launched on cluster {cluster}"
                 )
 
     # ------------------------------------------------------------------ watching
 
-    async def _watch(self, now: datetime) -> None:
+    async def _watch(self, now: datetime, only: set[str] | None) -> None:
+        """Observe the tasks on a cluster (of `only`, when given) and act on what they show."""
+        ids = None if only is None else {i for i in map(task_id_of, only) if i is not None}
         async with self.maker() as session:
-            tasks = list(await repository.on_cluster(session))
-        self._watched = {str(t.id) for t in tasks}
-        # every task is looked at first, then what they showed is written in one transaction,
-        # then what ended comes off the clusters (its events again in one transaction)
-        seen: list[Seen] = []
-        teardowns: list[Task] = []
-        for task in tasks:
-            adapter = self.adapters.get(task.cluster or "")
-            if adapter is None:
-                if task.cluster and self.catalog.cluster(task.cluster) is None:
-                    await self._cluster_gone(task.id, task.cluster, now)
-                continue  # in the catalog but its adapter unavailable: it may come back
-            try:
-                if task.teardown_pending and TaskStatus(task.status) not in (
-                    TaskStatus.LAUNCHED,
-                    TaskStatus.RUNNING,
-                ):
-                    teardowns.append(task)
-                elif (observed := await self._observe(task, adapter, now)) is not None:
-                    seen.append(observed)
-            except AdapterError as exc:
-                log.warning("task %s on %s: %s", task.id, task.cluster, exc.message)
+            tasks = list(await repository.on_cluster(session, ids))
+        found = {str(t.id) for t in tasks}
+        self._watched = found if only is None else (self._watched - only) | found
+        # every task is looked at first (together: each look waits on its cluster), then what
+        # they showed is written in one transaction, then what ended comes off the clusters
+        # (its events again in one transaction)
+        looked = await each(tasks, lambda task: self._look(task, now))
+        seen = [one for one in looked if isinstance(one, Seen)]
+        teardowns = [one for one in looked if isinstance(one, Task)]
         teardowns += await self._record(seen, now)
         await self._teardown(teardowns, now)
+
+    async def _look(self, task: Task, now: datetime) -> Seen | Task | None:
+        """What a pass does with one task on a cluster: what it showed to be written (Seen),
+        the task itself when its objects are to come off the cluster, or None."""
+        adapter = self.adapters.get(task.cluster or "")
+        if adapter is None:
+            if task.cluster and self.catalog.cluster(task.cluster) is None:
+                await self._cluster_gone(task.id, task.cluster, now)
+            return None  # in the catalog but its adapter unavailable: it may come back
+        try:
+            if task.teardown_pending and TaskStatus(task.status) not in (
+                TaskStatus.LAUNCHED,
+                TaskStatus.RUNNING,
+            ):
+                return task
+            return await self._observe(task, adapter, now)
+        except AdapterError as exc:
+            log.warning("task %s on %s: %s", task.id, task.cluster, exc.message)
+            return None
 
     async def _observe(self, task: Task, adapter: BackendAdapter, now: datetime) -> Seen | None:
         """Apply the rules to what the task shows; what is to be written (None: nothing)."""
@@ -372,7 +373,7 @@ class TaskLoop(LoopService[str]):
         rotate = task.secrets_delivered < task.secrets_generation and decision.status is None
         if rotate:
             await adapter.update_objects(instance, [secrets_object(self.tasks.secrets_of(task))])
-        if rotate or decision.status is not None or _progressed(task, decision):
+        if rotate or decision.status is not None or progressed(task, decision):
             return Seen(task.id, decision, task.secrets_generation, container.started)
         return None
 
@@ -515,31 +516,35 @@ class TaskLoop(LoopService[str]):
 
     async def _teardown(self, tasks: list[Task], now: datetime) -> None:
         """Take the ended tasks' objects off their clusters; their events in one transaction."""
-        removed: dict[uuid.UUID, str] = {}
-        for task in tasks:
+
+        async def one(task: Task) -> tuple[uuid.UUID, Removed | None]:
             adapter = self.adapters.get(task.cluster or "")
             if adapter is None:
-                continue
+                return task.id, None
             try:
-                message = await self._take_down(task, adapter, now)
+                return task.id, await self._take_down(task, adapter, now)
             except AdapterError as exc:
                 log.warning("task %s on %s: %s", task.id, task.cluster, exc.message)
-                continue
-            if message is not None:
-                removed[task.id] = message
+                return task.id, None
+
+        removed = {i: r for i, r in await each(tasks, one) if r is not None}
         if not removed:
             return
         async with self.maker() as session, session.begin():
             rows = await repository.many_for_update(session, list(removed))
-            for task_id, message in removed.items():
+            for task_id, gone in removed.items():
                 row = rows.get(task_id)
                 if row is not None and row.teardown_pending:
                     row.teardown_pending = False
-                    transitions.event(session, row, message, now)
+                    row.kept_logs = gone.kept
+                    transitions.event(session, row, gone.message, now)
 
-    async def _take_down(self, task: Task, adapter: BackendAdapter, now: datetime) -> str | None:
-        """Ask the task's container to stop, or remove its objects: the event saying so once
-        they are removed (None: not yet)."""
+    async def _take_down(
+        self, task: Task, adapter: BackendAdapter, now: datetime
+    ) -> Removed | None:
+        """Ask the task's container to stop, or remove its objects: once they are removed,
+        the event saying so and the containers' last lines, read just before (None: not
+        yet)."""
         instance = instance_of(task)
         kill = task.kill_at
         if task.objects is not None and not any(is_job(o) for o in task.objects):
@@ -562,7 +567,19 @@ class TaskLoop(LoopService[str]):
             message = "Task container killed after its termination grace period"
         else:
             message = "Task objects removed from the cluster"
-        return message if await adapter.delete(instance) else None
+        settings = self.tasks.settings
+        kept = (
+            []
+            if task.deleted
+            else await last_lines(
+                adapter,
+                instance,
+                Masker(self.tasks.secrets_of(task).values()),
+                lines=settings.logs_kept_lines,
+                max_bytes=settings.logs_kept_bytes,
+            )
+        )
+        return Removed(message, kept) if await adapter.delete(instance) else None
 
     async def _telemetry(self, task: Task, instance: InstanceSpec) -> InstanceSpec:
         """`instance` with the collector of the telemetries the task names (if any)."""
@@ -599,17 +616,6 @@ class TaskLoop(LoopService[str]):
             task = await repository.get_for_update(session, task_id)
             if task is not None and task.status == TaskStatus.QUEUED.value:
                 transitions.move(session, task, to, now, message, error=error)
-
-
-def _progressed(task: Task, decision: Decision) -> bool:
-    """Whether the progress file says something the task's row does not."""
-    p = decision.progress
-    return p is not None and (
-        p.percent != task.percent_complete
-        or p.last_updated_at != task.last_heartbeat_at
-        or (p.name is not None and p.name != task.result_name)
-        or p.metadata != (task.progress_metadata or {})
-    )
 
 
 async def known_task_ids(maker: async_sessionmaker[AsyncSession]) -> frozenset[str]:

@@ -97,6 +97,8 @@ class Task(Base):
     deleted: Mapped[bool] = mapped_column(Boolean, default=False)
     #: its objects are still on `cluster` and must be removed
     teardown_pending: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: its containers' last lines, read as its objects left the cluster (deployments/logs/keep)
+    kept_logs: Mapped[list[Any] | None] = mapped_column(JSON)
 
 
 class TaskEvent(Base):

@@ -42,7 +42,8 @@ class Turns:
     """Walk `fair_order(waiting)`, skipping the accounts held back in this pass."""
 
     def __init__(self, waiting: Iterable[Waiting]) -> None:
-        self._order = fair_order(waiting)
+        #: every waiting task in its turn (held accounts' too)
+        self.order = fair_order(waiting)
         self._held: set[str] = set()
 
     def hold(self, account_id: str) -> None:
@@ -50,6 +51,6 @@ class Turns:
         self._held.add(account_id)
 
     def __iter__(self) -> Iterator[Waiting]:
-        for item in self._order:
+        for item in self.order:
             if item.account_id not in self._held:
                 yield item

@@ -42,6 +42,7 @@ import requests.adapters
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.backends.protocol import InstanceSpec, TaskFiles
+from service.backends.worker_utils_pod import RESULT_NAME, RESULT_NAME_RULE
 from service.charts.fetch.common import (
     RegistryCredential,
     plain_http_hint,
@@ -54,7 +55,6 @@ from service.core.errors import FieldError
 from service.core.settings import Settings
 from service.registry.models import ArtifactType
 from service.registry.service import NGC_USER, credentials_for_host
-from service.tasks.clocks import RESULT_NAME_RE
 
 log = logging.getLogger("nvcf.tasks.results")
 
@@ -218,9 +218,9 @@ def parse_results_location(
 
 def result_name_problem(name: str) -> str | None:
     """Why `name` cannot name an uploaded result (NVCT's rule), or None."""
-    if RESULT_NAME_RE.match(name):
+    if RESULT_NAME.fullmatch(name):
         return None
-    return "a result's name must be 1 to 190 letters, digits or any of ! - _ . * ' ( )"
+    return f"a result's name must be {RESULT_NAME_RULE}"
 
 
 def result_tag(name: str) -> str:

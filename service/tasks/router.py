@@ -169,11 +169,11 @@ async def task_events(
     "/tasks/{taskId}/logs",
     response_class=StreamingResponse,
     responses=LOG_TEXT,
-    summary="What the task's containers print, while its objects are on the cluster",
+    summary="What the task's containers print (live, or the last lines kept when it ended)",
     description="Read as an instance's log (`GET /v2/nvcf/deployments/{deploymentId}/instances"
     "/{instanceId}/logs`: the same query parameters, bounds and answer). NVCT has no logs "
-    "route: this one is the project's own. A task that ended and left the cluster answers no "
-    "lines. The task's secret values are masked.",
+    "route: this one is the project's own. A task that ended and left the cluster answers the "
+    "last lines of its containers, kept as they left. The task's secret values are masked.",
 )
 async def task_logs(
     taskId: str,

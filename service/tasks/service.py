@@ -49,6 +49,7 @@ from service.core.quotas import Quotas
 from service.core.settings import Settings
 from service.core.validation import failed, parse
 from service.functions.requests import MAX_SECRETS, secret_text
+from service.observability.references import canonical, reference_errors
 from service.registry.models import ArtifactType
 from service.registry.service import credentials_for_host
 from service.tasks import repository, transitions
@@ -85,7 +86,8 @@ DEFAULT_LIMIT = 10
 
 class Tasks:
     """The task use cases, with what they read: the catalog, the secrets key and the quotas;
-    `wake` runs the task loop's next pass now (after a commit that gives it work)."""
+    `wake(task_id)` runs the task loop's next pass now, over that task (after a commit that
+    gives it work)."""
 
     def __init__(
         self,
@@ -103,7 +105,7 @@ class Tasks:
         self.box = box
         self.quotas = quotas
         self.clock = clock
-        self.wake: Callable[[], None] = lambda: None
+        self.wake: Callable[[str], None] = lambda task_id: None
 
     # ------------------------------------------------------------------ create
 
@@ -161,7 +163,7 @@ class Tasks:
         )
         transitions.create(session, task, now)
         await session.flush()
-        after_commit(session, self.wake)
+        after_commit(session, lambda: self.wake(str(task.id)))
         return task
 
     async def _chart(
@@ -287,6 +289,12 @@ class Tasks:
             out.append(
                 FieldError("resultsLocation", "is only allowed with resultHandlingStrategy UPLOAD")
             )
+        telemetries = body.get("telemetries")
+        if isinstance(telemetries, dict) and not any(
+            f == "telemetries" or f.startswith("telemetries.") for f in failed(errors)
+        ):
+            # each the account's telemetry receiving its type, as a function version's
+            out += await reference_errors(session, account_id, canonical(telemetries))
         return out
 
     def _strategy(self, body: dict[str, Any]) -> str:
@@ -409,7 +417,7 @@ class Tasks:
             task.stop_requested_at = now
             task.kill_at = now + timedelta(seconds=task.grace_seconds)
         transitions.move(session, task, TaskStatus.CANCELED, now, message)
-        after_commit(session, self.wake)
+        after_commit(session, lambda: self.wake(str(task.id)))
 
     async def delete(self, session: AsyncSession, account_id: str, task_id: uuid.UUID) -> None:
         task = await self.owned(session, account_id, task_id)
@@ -454,7 +462,7 @@ class Tasks:
         task.secrets_generation += 1
         task.updated_at = now
         transitions.event(session, task, f"Secrets updated: {', '.join(sorted(names))}", now)
-        after_commit(session, self.wake)
+        after_commit(session, lambda: self.wake(str(task.id)))
 
     def secrets_of(self, task: Task) -> dict[str, str]:
         """The task's secrets in plaintext (for its Secret object only)."""

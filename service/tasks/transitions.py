@@ -48,8 +48,10 @@ def ordered_id() -> uuid.UUID:
 
 
 def event(session: AsyncSession, task: Task, message: str, now: datetime) -> None:
-    """Add a line to the task's timeline without changing its status."""
+    """Add a line to the task's timeline without changing its status (its last change
+    moves to it, so no later line of its timeline comes before it)."""
     now = _not_before(task, now)
+    task.updated_at = now
     session.add(
         TaskEvent(
             id=ordered_id(),

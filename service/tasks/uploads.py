@@ -27,7 +27,7 @@ log = logging.getLogger("nvcf.tasks")
 
 
 class ResultUploads:
-    """The pushes in flight, by task; `wake` is called as each one ends."""
+    """The pushes in flight, by task; `wake(task_id)` is called as each one ends."""
 
     def __init__(
         self,
@@ -35,7 +35,7 @@ class ResultUploads:
         adapters: AdapterRegistry,
         tasks: Tasks,
         clock: Callable[[], datetime],
-        wake: Callable[[], None],
+        wake: Callable[[str], None],
     ) -> None:
         self.maker = maker
         self.adapters = adapters
@@ -66,7 +66,7 @@ class ResultUploads:
             running.discard(finished)
             if not running:
                 self._running.pop(task.id, None)
-            self.wake()
+            self.wake(str(task.id))
 
         upload.add_done_callback(done)
 
@@ -127,7 +127,7 @@ class ResultUploads:
             if stored is not None:
                 stored.reference = pushed.reference
                 stored.digest = pushed.digest
-            row = await repository.get(session, task.id)
+            row = await repository.get_for_update(session, task.id)
             if row is not None:
                 transitions.event(
                     session, row, f"Result {name} pushed to {pushed.reference}", self.clock()

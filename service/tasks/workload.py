@@ -139,11 +139,13 @@ def helm_objects(
     grace_seconds: float,
     pull_secrets: Sequence[tuple[str, Mapping[str, Any]]] = (),
     suspend: bool = False,
+    nvlink: bool = False,
 ) -> list[dict[str, Any]]:
     """A helm task's rendered objects as installed: the helm functions' install mutations
-    (labels, pod rules, the Secret at /var/secrets), NVCT's variables in every container and
-    the task's grace period in every pod (a pod deleted is killed only after it); `suspend`
-    suspends its Jobs, asking their pods to stop, as a container task's."""
+    (labels, pod rules, the Secret at /var/secrets, and on an NVLinkOptimized cluster, `nvlink`,
+    the ComputeDomain and its claims), NVCT's variables in every container and the task's
+    grace period in every pod (a pod deleted is killed only after it); `suspend` suspends its
+    Jobs, asking their pods to stop, as a container task's."""
     out = mutate_for_install(
         objects,
         namespace=instance_namespace(task_id),
@@ -156,6 +158,7 @@ def helm_objects(
         backend=backend,
         region=region,
         pull_secrets=pull_secrets,
+        nvlink=nvlink,
         secrets=secrets,
     )
     env = task_env(task_id, name, nca_id)

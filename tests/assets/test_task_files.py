@@ -12,6 +12,7 @@ import os
 import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -94,13 +95,25 @@ async def test_a_result_is_one_tar_stream_of_its_files(
     }
 
 
-@pytest.mark.parametrize("name", ["%2E%2E", ".hidden", "a%2Fb", "a b", "x" * 129])
-async def test_a_name_that_is_not_one_segment_is_refused(
+@pytest.mark.parametrize("name", ["%2E%2E", "%2E", ".hidden", "a%2Fb", "a b", "x" * 191])
+async def test_a_name_unsafe_as_a_path_or_past_nvcts_rule_is_refused(
     client: httpx.AsyncClient, name: str
 ) -> None:
     answer = await client.get(f"/nvct/results/{name}")
     assert answer.status_code == 400
-    assert "is not one path segment" in answer.json()["detail"]
+    assert "is not a result's name (1-190 letters" in answer.json()["detail"]
+
+
+@pytest.mark.parametrize("name", ["step(1)!*'", "-first", "v1.0", "x" * 190])
+async def test_every_name_nvcts_progress_file_allows_is_listed_and_served(
+    client: httpx.AsyncClient, files: tuple[Path, Path], name: str
+) -> None:
+    (files[1] / name).mkdir()
+    (files[1] / name / "w.bin").write_bytes(b"weights")
+    assert (await client.get("/nvct/results")).json() == [name]
+    answer = await client.get(f"/nvct/results/{quote(name, safe='')}")
+    assert answer.status_code == 200, answer.text
+    assert members(answer.content) == {name: None, f"{name}/w.bin": b"weights"}
 
 
 async def test_a_missing_result_is_404(client: httpx.AsyncClient, files: tuple[Path, Path]) -> None:

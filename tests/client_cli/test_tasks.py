@@ -2,7 +2,7 @@
 task followed with `--wait` to COMPLETED, its percent and checkpoints shown as they come; one
 that errs (exit 3 with its reason); a wait that times out (exit 4); a canceled task (exit 3
 with its timeline); list, get, events, results, cancel, delete; a body file under options;
-`-o json`; usage errors; a running task's logs, followed to its end."""
+`-o json`; usage errors; a running task's logs, followed to its end, then kept after it."""
 
 from __future__ import annotations
 
@@ -213,6 +213,16 @@ def test_logs_of_a_running_task_then_followed_to_its_end(nvcf: Nvcf) -> None:
     followed = nvcf("task", "logs", task_id, "-f", "-c", "task")  # returns when the task ends
     assert followed.exit_code == 0, followed.stderr
     assert "INFO     progress 10%" in followed.stdout.splitlines()
+
+    # once it ended and left its cluster, the lines kept as it left
+    removed = "Task objects removed from the cluster"
+    while removed not in [e["message"] for e in nvcf.json("task", "events", task_id)["events"]]:
+        assert time.monotonic() < deadline + 30, "the task's objects were never removed"
+        time.sleep(0.05)
+    kept = nvcf("task", "logs", task_id, "-c", "task")
+    assert kept.exit_code == 0, kept.stderr
+    assert kept.stdout.splitlines()[-1].endswith("INFO     task container exited with code 0")
+    assert any(x.endswith("INFO     progress 10%") for x in kept.stdout.splitlines())
 
     bad = nvcf("task", "logs", task_id, "--since", "soon")
     assert bad.exit_code == 2 and "--since 'soon'" in bad.stderr

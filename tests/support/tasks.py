@@ -23,8 +23,9 @@ from service.core.pagination import Page
 from service.core.quotas import Quotas
 from service.core.settings import Settings
 from service.tasks import repository
-from service.tasks.loop import TaskLoop, instance_of
+from service.tasks.loop import TaskLoop
 from service.tasks.models import Task, TaskEvent, TaskResult
+from service.tasks.observed import instance_of
 from service.tasks.service import Tasks
 from tests.support.reconcile import FakeClock
 from tests.support.registry import RegistryServer
@@ -39,7 +40,7 @@ BASE = {
 }
 
 
-def catalog(gpus: int = 2) -> Catalog:
+def catalog(gpus: int = 2, attributes: tuple[str, ...] = ()) -> Catalog:
     return Catalog.from_data(
         {
             "clusterGroups": [
@@ -51,6 +52,7 @@ def catalog(gpus: int = 2) -> Catalog:
                             "adapter": "simulated",
                             "provider": "NCP",
                             "region": "us-east-1",
+                            "attributes": list(attributes),
                             "nodes": [{"gpu": "H100", "gpusPerNode": gpus, "count": 1}],
                             "simulation": {
                                 "scheduleSeconds": 0,
@@ -82,9 +84,14 @@ class TaskHarness:
 
     @classmethod
     def build(
-        cls, maker: async_sessionmaker[AsyncSession], gpus: int = 2, **settings: Any
+        cls,
+        maker: async_sessionmaker[AsyncSession],
+        gpus: int = 2,
+        attributes: tuple[str, ...] = (),
+        **settings: Any,
     ) -> TaskHarness:
-        cat = catalog(gpus)
+        """`attributes`: the cluster's (NVLinkOptimized, say)."""
+        cat = catalog(gpus, attributes)
         clock = FakeClock()
         registry = AdapterRegistry.from_catalog(cat, clock=clock)
         box = SecretBox(Fernet.generate_key())

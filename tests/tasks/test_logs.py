@@ -1,5 +1,6 @@
 """A task's log through the route that reads it as an instance's: its container's lines while
-it runs (the simulated runner prints its script's steps), none once it ended and left."""
+it runs (the simulated runner prints its script's steps), and the last of them kept once it
+ended and left its cluster."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tests.support.helm_e2e import fast_catalog
 from tests.support.tasks import BASE, script
 
 
-async def test_a_running_tasks_log_shows_its_containers_lines(
+async def test_a_tasks_log_shows_its_lines_while_it_runs_and_keeps_them_after_it_ends(
     client_factory: ClientFactory, tmp_path: Path
 ) -> None:
     client = await client_factory(clusters_file=fast_catalog(tmp_path), tasks_interval=0.05)
@@ -37,7 +38,22 @@ async def test_a_running_tasks_log_shows_its_containers_lines(
 
     assert (await client.post(f"{path}/cancel")).status_code == 200
 
-    async def gone() -> bool:
-        return (await client.get(f"{path}/logs")).text == ""
+    async def left() -> bool:
+        events = (await client.get(f"{path}/events")).json()["events"]
+        return any(e["message"] == "Task container stopped" for e in events)
 
-    await eventually(gone)
+    await eventually(left)
+    # its objects are gone from the cluster: the lines kept as they left are shown
+    kept = await client.get(f"{path}/logs", params={"container": "task"})
+    assert kept.status_code == 200, kept.text
+    lines = kept.text.splitlines()
+    assert lines[0].endswith(
+        "/task] INFO     Starting task container task (nvcr.io/acme/trainer:1.0)"
+    )
+    assert any(
+        x.endswith("/task] INFO     progress 10%, checkpoint ckpt-1 (1 files)") for x in lines
+    )
+    assert lines[-1].endswith("task container exited with code 143"), lines
+    tail = await client.get(f"{path}/logs", params={"tailLines": 1})
+    assert tail.text.splitlines() == [lines[-1]]
+    assert (await client.get(f"{path}/logs", params={"container": "sidecar"})).text == ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -196,6 +197,32 @@ async def test_a_freed_slot_launches_the_next_task(h: TaskHarness) -> None:
     assert (await h.task(second)).status == TaskStatus.COMPLETED
 
 
+async def test_a_change_reported_for_some_tasks_runs_a_pass_over_those_at_once(
+    h: TaskHarness,
+) -> None:
+    quick = script(steps=[{"after": 1, "percent": 100}], exitAfter=0)
+    ended = await h.create(containerEnvironment=quick)
+    other = await h.create(containerEnvironment=quick)
+    await h.run()
+    loop = TaskLoop(h.maker, h.registry, h.catalog, h.tasks, clock=h.clock, period=3600)
+    loop.start()  # its first pass, at once, sees both containers running
+    try:
+        await eventually(lambda: _statuses_are(h, [ended, other], TaskStatus.RUNNING))
+        h.clock.advance(2)  # both containers exit; the cluster's feed reports one of them
+        loop.changed({str(ended), "an-instance-of-a-function"}, resync=False)
+        await eventually(lambda: _statuses_are(h, [ended], TaskStatus.COMPLETED))
+        # that pass looked at the task the feed named; the other waits for the periodic pass
+        assert (await h.task(other)).status == TaskStatus.RUNNING
+    finally:
+        await loop.stop()
+    await h.run()
+    assert (await h.task(other)).status == TaskStatus.COMPLETED
+
+
+async def _statuses_are(h: TaskHarness, ids: list[uuid.UUID], status: TaskStatus) -> bool:
+    return [(await h.task(i)).status for i in ids] == [status] * len(ids)
+
+
 async def test_a_pass_over_many_tasks_commits_a_few_transactions_not_some_per_task(
     database_url: str,
 ) -> None:
@@ -220,6 +247,7 @@ async def test_a_pass_over_many_tasks_commits_a_few_transactions_not_some_per_ta
         assert [(await h.task(i)).status for i in ids] == [TaskStatus.COMPLETED] * 8
         # launches, observations and teardown events: one transaction each, whatever the count
         assert max(per_pass) <= 4, per_pass
+        assert per_pass[-1] == 0, per_pass  # a pass with nothing to do writes nothing
     finally:
         await engine.dispose()
 
@@ -248,6 +276,37 @@ async def test_a_launched_tasks_pod_gets_the_accounts_pull_secrets_and_node_affi
     assert {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": ["NCP.GPU.H100"]} in term[
         "matchExpressions"
     ]
+
+
+async def test_a_helm_task_on_an_nvlink_cluster_gets_a_helm_functions_nvlink_mutations(
+    database_url: str,
+) -> None:
+    engine = make_engine(database_url)
+    try:
+        h = TaskHarness.build(make_sessionmaker(engine), attributes=("NVLinkOptimized",))
+        tid = await h.create()
+        # as the chart pipeline renders a helm task: a Job whose container asks for a GPU
+        job = workload("train", kind="Job", restart_policy="Never")
+        async with h.maker() as session, session.begin():
+            task = await repository.get(session, tid)
+            assert task is not None
+            task.objects, task.container_image = [job], None
+        await h.run()
+        assert (await h.task(tid)).status == TaskStatus.LAUNCHED
+        adapter = h.registry.get("sim-a")
+        assert adapter is not None
+        objects = await adapter.objects(await h.instance(tid))
+        [domain] = [o for o in objects if o["kind"] == "ComputeDomain"]
+        claim = domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
+        [applied] = [o for o in objects if o["kind"] == "Job"]
+        pod = applied["spec"]["template"]["spec"]
+        assert pod["containers"][0]["resources"]["claims"] == [{"name": domain["metadata"]["name"]}]
+        assert claim == "nvcf-cd-channel-0"
+        affinity = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        clique = {"key": "nvidia.com/gpu.clique", "operator": "Exists"}
+        assert clique in affinity["nodeSelectorTerms"][0]["matchExpressions"]
+    finally:
+        await engine.dispose()
 
 
 async def test_a_task_on_a_cluster_removed_from_the_catalog_errors(h: TaskHarness) -> None:

@@ -15,6 +15,7 @@ from service.auth import scopes
 from tests.support.api import assert_problem, bearer, new_key
 from tests.support.app import AppClient, ClientFactory
 from tests.support.nvcf_cli import add_request
+from tests.support.telemetries import create_telemetry
 
 T = "/v1/nvct/tasks"
 CREDENTIALS = "/v2/nvcf/registry-credentials"
@@ -155,6 +156,40 @@ async def test_every_violation_is_named_in_one_400_and_nothing_is_created(
     assert "NVCF_TASK_RESULTS_REGISTRY" in str(problem["errors"])
     assert any(f.startswith("gpuSpecification") for f in fields), fields
     assert (await client.get(T)).json()["tasks"] == []
+
+
+async def test_telemetries_must_be_the_accounts_and_of_their_type_each_named_in_one_400(
+    client: AppClient,
+) -> None:
+    every = await create_telemetry(client)  # logs, metrics and traces
+    metrics = await create_telemetry(
+        client,
+        provider="PROMETHEUS",
+        types=["METRICS"],
+        endpoint="https://8.8.8.8/api/v1/write",
+        secret={"name": "prom", "value": "k"},
+    )
+    other = bearer(await new_key(client, [scopes.MANAGE_TELEMETRIES], account="someone-else"))
+    theirs = await create_telemetry(client, headers=other)
+    unknown = str(uuid.uuid4())
+    wrong = {
+        "logsTelemetryId": metrics["telemetryId"],
+        "metricsTelemetryId": theirs["telemetryId"],
+        "tracesTelemetryId": unknown,
+    }
+    problem = assert_problem(await client.post(T, json={**TASK, "telemetries": wrong}), 400)
+    errors = {e["field"]: e["message"] for e in problem["errors"]}  # type: ignore[union-attr]
+    assert errors == {
+        "telemetries.logsTelemetryId": f"telemetry '{metrics['name']}' "
+        f"({metrics['telemetryId']}) receives METRICS, not LOGS",
+        "telemetries.metricsTelemetryId": f"telemetry {theirs['telemetryId']} is not one of "
+        "the account's",
+        "telemetries.tracesTelemetryId": f"telemetry {unknown} is not one of the account's",
+    }
+    assert (await client.get(T)).json()["tasks"] == []
+
+    right = {"logsTelemetryId": every["telemetryId"], "metricsTelemetryId": metrics["telemetryId"]}
+    assert (await create(client, telemetries=right))["telemetries"] == right
 
 
 async def test_neither_image_nor_chart_and_unknown_instance_type_are_400(

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx2
@@ -31,6 +32,8 @@ from service.backends.worker_utils_pod import (
     PROGRESS_PATH,
     RELEASE_PATH,
     RESULT_NAME,
+    RESULT_NAME_MAX,
+    RESULT_NAME_RULE,
     RESULTS_PATH,
     RESULTS_PREFIX,
 )
@@ -41,8 +44,6 @@ _TAR_OVERHEAD = 4 * tarfile.BLOCKSIZE
 #: what is read of an answer that is not the file asked for (a refusal's JSON)
 _ANSWER_BYTES = 16 * 1024
 _CHUNK = 1024 * 1024
-#: the longest name `RESULT_NAME` allows
-RESULT_NAME_MAX = 128
 
 
 def _refused(message: str) -> AdapterError:
@@ -143,7 +144,7 @@ class TaskFilesReader:
         if base is None:
             return []
         what = f"listing the results of task {instance.instance_id}"
-        # a JSON list of names of at most 128 characters each
+        # a JSON list of names of at most RESULT_NAME_MAX characters each
         limit = max_names * (RESULT_NAME_MAX + 4) + 2
         try:
             async with asyncio.timeout(self.timeout):
@@ -176,11 +177,11 @@ class TaskFilesReader:
     ) -> None:
         what = f"fetching result {name!r} of task {instance.instance_id}"
         if not RESULT_NAME.fullmatch(name):
-            raise _refused(f"{what}: the name is not one path segment ([A-Za-z0-9_.-])")
+            raise _refused(f"{what}: the name is not a result's name ({RESULT_NAME_RULE})")
         base = await self.sidecar(instance)
         if base is None:
             raise AdapterError(f"{what}: the task's pod is not running")
-        url = f"{base}{RESULTS_PREFIX}{name}"
+        url = f"{base}{RESULTS_PREFIX}{quote(name, safe='')}"
         params = {"maxBytes": max_bytes, "maxFiles": max_files}
         limit = max_bytes + (max_files + 1) * _TAR_OVERHEAD + tarfile.RECORDSIZE
         try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -213,7 +214,8 @@ def write_files(
         if last.name is not None:
             body["name"] = last.name
         text = json.dumps(body)
-    tmp = root / "progress.json.tmp"
+    # its own temporary name: a pass and a result's push may bring the same task to now at once
+    tmp = root / f"progress.json.{uuid.uuid4().hex}.tmp"
     tmp.write_text(text)
     tmp.replace(root / "progress.json")
 

@@ -16,6 +16,7 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -35,7 +36,7 @@ from service.core.settings import Settings
 from service.deployments import repository as deployments
 from service.deployments.logs.keep import shown
 from service.deployments.logs.mask import NO_SECRETS, Masker
-from service.deployments.models import Deployment, Instance, InstanceDesired, KeptLog
+from service.deployments.models import Deployment, Instance, InstanceDesired
 from service.functions.secret_values import versions_secrets
 from service.health.machine import Phase
 
@@ -190,27 +191,21 @@ async def instance_reading(
         kept = None
     if row is None and kept is None:
         raise NotFound(detail=f"instance {instance_id} not found in deployment {deployment_id}")
-    lines = shown(kept.containers) if kept is not None else []
-    if request.container is not None:
-        lines = (
-            [
-                text
-                for text, entry in _with_entries(kept)
-                if entry.get("container") == request.container
-            ]
-            if kept is not None
-            else []
-        )
+    return kept_reading(request, kept.containers if kept is not None else [])
+
+
+def kept_reading(request: LogRequest, containers: list[dict[str, Any]]) -> Reading:
+    """The answer of kept lines (keep.py's `containers`), for the request's container and
+    tail."""
+    lines = [
+        text
+        for entry in containers
+        if request.container is None or entry.get("container") == request.container
+        for text in shown([entry])
+    ]
     if request.tail_lines is not None:
         lines = lines[-request.tail_lines :] if request.tail_lines else []
     return Reading(request, NO_SECRETS, [], kept=lines)
-
-
-def _with_entries(kept: KeptLog) -> list[tuple[str, dict[str, object]]]:
-    out: list[tuple[str, dict[str, object]]] = []
-    for entry in kept.containers:
-        out.extend((text, entry) for text in shown([entry]))
-    return out
 
 
 async def deployment_reading(

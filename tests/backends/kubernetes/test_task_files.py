@@ -216,6 +216,23 @@ async def test_a_result_is_copied_through_the_sidecar(
     assert sorted(p.name for p in into.parent.iterdir()) == ["checkpoint-1"]  # no leftovers
 
 
+async def test_a_result_named_as_nvcts_progress_file_allows_is_listed_and_copied(
+    server: FakeKubernetes,
+    adapter: KubernetesAdapter,
+    sidecar: Sidecar,
+    task_dir: Path,
+    tmp_path: Path,
+) -> None:
+    await running(server, adapter, sidecar)
+    name = "step(1)!*'-" + "x" * 179  # NVCT's characters, 190 of them
+    (task_dir / "results" / name).mkdir(parents=True)
+    (task_dir / "results" / name / "model.bin").write_bytes(b"weights")
+    assert name in await adapter.task_result_names(TASK, max_names=10)
+    into = tmp_path / "fetched"
+    await adapter.fetch_task_result(TASK, name, str(into), max_bytes=1000, max_files=1)
+    assert (into / "model.bin").read_bytes() == b"weights"
+
+
 async def test_the_last_result_is_read_after_the_task_container_exited(
     server: FakeKubernetes,
     adapter: KubernetesAdapter,
@@ -275,7 +292,7 @@ async def test_a_result_past_a_bound_or_missing_is_refused(
     assert "cannot write into" in refused.value.message
     with pytest.raises(AdapterError) as refused:
         await adapter.fetch_task_result(TASK, "../etc", into, max_bytes=10, max_files=1)
-    assert "is not one path segment" in refused.value.message
+    assert "is not a result's name (1-190 letters" in refused.value.message
     assert not refused.value.retryable
 
 

@@ -17,11 +17,12 @@ from service.assets.files import WorkerFiles
 from service.auth.service import Principal
 from service.backends.worker import WorkerFailed, WorkerResponse
 from service.invocation.dispatch import Dispatcher, Ticket
-from service.invocation.metrics import InvocationMetrics
+from service.invocation.metrics import InvocationMetrics, Timeline
 from service.invocation.models import RequestState
 from service.invocation.routing import InstanceRoute, Target
 from service.invocation.sessions import Sessions
 from service.invocation.store import Outcome, RequestStore
+from service.observability.events import TraceIds
 
 if TYPE_CHECKING:
     from service.assets.models import Asset
@@ -211,6 +212,11 @@ class Run:
     base_url: Callable[[], str] | None = None
     #: the session this request resumes (`Engine.open`): its instance only, never retried
     session: uuid.UUID | None = None
+    #: when admission began, and when an instance first took the request (loop clock)
+    began: float = 0.0
+    dispatched: float | None = None
+    #: the exported trace's ids, sent to the worker (a version naming a traces telemetry)
+    trace: TraceIds | None = None
 
     @cached_property
     def rid(self) -> str:
@@ -246,8 +252,11 @@ class Run:
             if files is not None:
                 await files.remove()
             self.outcome = outcome
-            elapsed = asyncio.get_running_loop().time() - self.accepted
-            desk.metrics.answered(self.target, outcome.fulfilled, elapsed)
+            now = asyncio.get_running_loop().time()
+            timeline = Timeline(
+                self.began or self.accepted, self.accepted, self.dispatched, now, self.trace
+            )
+            desk.metrics.answered(self.target, outcome.fulfilled, now - self.accepted, timeline)
             self.done.set()
             try:
                 if self.detached:

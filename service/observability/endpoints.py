@@ -111,7 +111,8 @@ def guarded_session(guard: EndpointGuard, status: EndpointStatus) -> requests.Se
     return session
 
 
-def _reason(status: EndpointStatus) -> str:
+def reason_of(status: EndpointStatus) -> str:
+    """Why the last export failed (the endpoint's answer, the guard's refusal, or neither)."""
     reason = status.answer or status.refusal or status.unanswered
     status.answer = status.refusal = None
     return reason
@@ -126,7 +127,7 @@ class WatchedSpans(SpanExporter):
         if result is SpanExportResult.SUCCESS:
             self._status.succeeded()
         else:
-            self._status.failed(_reason(self._status))
+            self._status.failed(reason_of(self._status))
             self._drops.add("export_failed", len(spans))
         return result
 
@@ -156,7 +157,7 @@ class WatchedMetrics(MetricExporter):
         if result is MetricExportResult.SUCCESS:
             self._status.succeeded()
         else:
-            self._status.failed(_reason(self._status))
+            self._status.failed(reason_of(self._status))
             self._drops.add("export_failed")
         return result
 

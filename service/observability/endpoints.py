@@ -118,12 +118,45 @@ def reason_of(status: EndpointStatus) -> str:
     return reason
 
 
+class Backlog:
+    """Spans handed to a batch processor and not yet through its exporter. The processor
+    drops what overflows its queue without telling anyone; counting here, the pipeline drops
+    (and counts) a span the queue has no room for before handing it over."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._pending = 0
+
+    def take(self, n: int) -> bool:
+        with self._lock:
+            if self._pending + n > self.limit:
+                return False
+            self._pending += n
+            return True
+
+    def done(self, n: int) -> None:
+        with self._lock:
+            self._pending = max(0, self._pending - n)
+
+
 class WatchedSpans(SpanExporter):
-    def __init__(self, inner: SpanExporter, status: EndpointStatus, drops: Drops) -> None:
+    def __init__(
+        self,
+        inner: SpanExporter,
+        status: EndpointStatus,
+        drops: Drops,
+        backlog: Backlog | None = None,
+    ) -> None:
         self._inner, self._status, self._drops = inner, status, drops
+        self._backlog = backlog
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        result = self._inner.export(spans)
+        try:
+            result = self._inner.export(spans)
+        finally:
+            if self._backlog is not None:
+                self._backlog.done(len(spans))
         if result is SpanExportResult.SUCCESS:
             self._status.succeeded()
         else:

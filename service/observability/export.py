@@ -27,6 +27,7 @@ Nothing is done for a version that names no telemetry: the plane checks its targ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -83,7 +84,9 @@ class Exports:
         version's pipelines are loaded if they are not yet (never blocks)."""
         self._phases = tuple(snapshot)
         for phased in self._phases:
-            self.invocation(phased)
+            # not a signal lost: the gauge reads the snapshot once the pipeline is loaded
+            with contextlib.suppress(asyncio.QueueFull):
+                self._queue.put_nowait(phased)
 
     def _phase_snapshot(self) -> Sequence[Phased]:
         return self._phases

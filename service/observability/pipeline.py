@@ -39,6 +39,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from service.observability import logs
 from service.observability.datadog import TEMPORALITY, DatadogMetricsExporter
 from service.observability.endpoints import (
+    Backlog,
     Drops,
     EndpointGuard,
     EndpointStatus,
@@ -63,6 +64,8 @@ from service.observability.wires import Target, Wire, target_of, wire_of
 
 #: the largest request body an export sends (a larger batch is dropped, counted)
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
+#: spans waiting in a telemetry's batch processor; more are dropped (counted)
+SPAN_QUEUE = 2048
 _IDS = RandomIdGenerator()
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _UNSET = Status(StatusCode.UNSET)
@@ -93,8 +96,10 @@ class Pipeline:
     account: str
     updated_at: datetime
     status: EndpointStatus
-    #: the SDK's batch processor of the telemetry's spans, and their resource
+    drops: Drops
+    #: the SDK's batch processor of the telemetry's spans, its backlog, and their resource
     spans: BatchSpanProcessor | None = None
+    backlog: Backlog = field(default_factory=lambda: Backlog(SPAN_QUEUE))
     resource: Resource = field(default_factory=Resource.get_empty)
     meter_provider: MeterProvider | None = None
     #: the invocation counter, the latency histogram, the token counter
@@ -125,8 +130,12 @@ class Pipeline:
                     tokens.add(n, labels)
             return
         if Kind.TRACES in kinds and self.spans is not None:
-            for span in self._spans(event, attributes):
-                self.spans.on_end(span)
+            spans = self._spans(event, attributes)
+            if self.backlog.take(len(spans)):
+                for span in spans:
+                    self.spans.on_end(span)
+            else:  # the processor's queue is full (a slow or dead endpoint)
+                self.drops.add("queue_full", len(spans))
         if Kind.METRICS in kinds and self.instruments is not None:
             outcome = event.refusal or ("fulfilled" if event.fulfilled else "errored")
             invocations, latency, _ = self.instruments
@@ -363,7 +372,7 @@ def build_pipeline(
     wire, or whose endpoint is not a target, has no exporter, and its status says so."""
     provider, protocol = Provider(telemetry.provider), Protocol(telemetry.protocol)
     status = EndpointStatus()
-    pipeline = Pipeline(telemetry.id, telemetry.account_id, telemetry.updated_at, status)
+    pipeline = Pipeline(telemetry.id, telemetry.account_id, telemetry.updated_at, status, drops)
     target, _ = target_of(provider, telemetry.endpoint)
     wire = wire_of(provider)
     if wire is None or target is None:  # refused at creation; a row from before is not sent
@@ -392,8 +401,8 @@ def build_pipeline(
     if Kind.TRACES in telemetry.kinds and make_spans is not None:
         pipeline.resource = resource
         pipeline.spans = BatchSpanProcessor(
-            WatchedSpans(make_spans(), status, drops),
-            max_queue_size=2048,
+            WatchedSpans(make_spans(), status, drops, pipeline.backlog),
+            max_queue_size=SPAN_QUEUE,
             schedule_delay_millis=settings.interval * 1000,
             export_timeout_millis=settings.timeout * 1000,
         )

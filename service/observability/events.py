@@ -133,6 +133,5 @@ LoadSource = Callable[[], Sequence[Watched]]
 PhaseSource = Callable[[], Sequence[Phased]]
 
 
-#: what the export queue carries (a version's phases: its pipelines are loaded, so that their
-#: gauges are read before any invocation)
-Event = Invocation | Tokens | Logged | Phased
+#: what the export queue carries
+Event = Invocation | Tokens | Logged

@@ -27,7 +27,6 @@ Nothing is done for a version that names no telemetry: the plane checks its targ
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -78,15 +77,13 @@ class Exports:
         self._watched: dict[str, Watched] = {}
         #: the last snapshot of instances by phase (the deployments' side refreshes it)
         self._phases: Sequence[Phased] = ()
+        self._unloaded = False
 
     def phases(self, snapshot: Sequence[Phased]) -> None:
         """The versions naming a metrics telemetry and their instances by phase, now; each
         version's pipelines are loaded if they are not yet (never blocks)."""
         self._phases = tuple(snapshot)
-        for phased in self._phases:
-            # not a signal lost: the gauge reads the snapshot once the pipeline is loaded
-            with contextlib.suppress(asyncio.QueueFull):
-                self._queue.put_nowait(phased)
+        self._unloaded = True  # the export task loads their pipelines (no room in the queue)
 
     def _phase_snapshot(self) -> Sequence[Phased]:
         return self._phases
@@ -131,6 +128,9 @@ class Exports:
     async def _run(self) -> None:
         period = min(self.settings.interval, 5.0)
         while True:
+            if self._unloaded:
+                self._unloaded = False
+                await self._load_phases()
             try:
                 event = await asyncio.wait_for(self._queue.get(), timeout=period)
             except TimeoutError:
@@ -142,6 +142,16 @@ class Exports:
                 log.exception("telemetry export: recording an invocation failed")
             finally:
                 self._queue.task_done()
+
+    async def _load_phases(self) -> None:
+        """The pipelines of the metrics telemetries the phase snapshot names, so that their
+        gauges are read before any invocation of those versions."""
+        field = next(f for f, k in FIELDS.items() if k is Kind.METRICS)
+        for phased in self._phases:
+            try:
+                await self._pipeline(uuid.UUID(str(phased.telemetries[field])))
+            except Exception:  # a bad reference loads nothing, the others still load
+                log.exception("telemetry export: loading a pipeline failed")
 
     async def _record(self, event: Event) -> None:
         by_id: dict[uuid.UUID, set[Kind]] = {}

@@ -108,8 +108,6 @@ class Pipeline:
     loaded: float = field(default_factory=time.monotonic)
 
     def record(self, kinds: Collection[Kind], event: Event) -> None:
-        if isinstance(event, Phased):
-            return  # read by the gauge's callback from the last snapshot
         attributes = {
             "nvcf.account": event.account,
             "nvcf.function.id": event.function_id,

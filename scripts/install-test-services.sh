@@ -15,6 +15,9 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 # the asset tests upload and download as a user would, with plain curl (tests/assets/)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# the telemetry export writes to them and reads its series back with PromQL
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+command -v victoria-metrics >/dev/null 2>&1 || need+=(victoria-metrics)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
@@ -31,3 +34,5 @@ apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null
 systemctl disable --now docker-registry >/dev/null 2>&1 || true
 service postgresql stop >/dev/null 2>&1 || true
 service redis-server stop >/dev/null 2>&1 || true
+service prometheus stop >/dev/null 2>&1 || true
+service victoria-metrics stop >/dev/null 2>&1 || true

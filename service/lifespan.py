@@ -38,6 +38,7 @@ from service.deployments import subscribers
 from service.deployments.announcements import DeploymentDeleted
 from service.deployments.autoscaler.loop import Autoscaler, AutoscalerConfig
 from service.deployments.canary_loop import CanaryLoop
+from service.deployments.exported import InstanceExports
 from service.deployments.history import HistoryConfig, HistoryPurger
 from service.deployments.models import Deployment, Instance
 from service.deployments.reconcile import Reconciler, build_reconciler, claim_owner
@@ -54,7 +55,8 @@ from service.invocation.metrics import InvocationMetrics
 from service.llm.gateway import Gateway
 from service.metering.counts import Meter
 from service.observability.endpoints import Drops
-from service.observability.export import Exports, ExportSettings
+from service.observability.export import Exports
+from service.observability.pipeline import ExportSettings
 from service.tasks.loop import TaskLoop, known_task_ids
 from service.tasks.service import Tasks
 from service.telemetry import Telemetry
@@ -321,6 +323,19 @@ async def _open_invocation(
     opened.push_async_callback(meter.stop)
     c.invocation_metrics.meter = meter
     app.state.telemetry_exports = exports
+    if control is not None and settings.reconciler_enabled:
+        # instances by phase; the lines of the instances this replica leads
+        followers = InstanceExports(
+            shared.maker,
+            shared.adapters,
+            app.state.secret_box,
+            exports,
+            shared.owner.value,
+            period=min(settings.telemetry_export_interval, 5.0),
+            limit=settings.telemetry_log_followers,
+        )
+        followers.start()
+        opened.push_async_callback(followers.stop)
     if control is not None and control.autoscaler in control.loops:
         # A request waiting for a version with no instance wakes the autoscaler
         # here at once; an instance turning Running wakes the waiting requests.

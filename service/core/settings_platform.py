@@ -93,6 +93,14 @@ class PlatformSettings(BaseModel):
         description="Seconds between two metric exports to a telemetry endpoint, and the "
         "longest a span waits for its batch.",
     )
+    telemetry_log_followers: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="Instances whose logs one replica follows at once for LOGS telemetries "
+        "(in-process export); beyond it an instance's lines are not exported and counted "
+        '(`nvcf_telemetry_dropped_total{reason="log_followers_full"}`).',
+    )
     telemetry_export_timeout: float = Field(
         default=10.0,
         gt=0,

@@ -64,6 +64,7 @@ from service.invocation.routing import InstanceRoute, RouteTable, Target
 from service.invocation.run import Answer, Desk, Detached, Finished, Opened, Run, Streamed
 from service.invocation.sessions import LocalSessions, Sessions
 from service.invocation.store import Outcome, RequestStore
+from service.observability.events import TraceIds, traced
 
 if TYPE_CHECKING:
     from service.assets.models import Asset
@@ -75,6 +76,8 @@ T = TypeVar("T")
 H = TypeVar("H")
 #: the inferenceUrl of a gRPC function (NVCF): it is invoked on the gRPC entry only
 GRPC_PATH = "/gRPC"
+#: W3C Trace Context's headers: a traced run's worker gets the platform's, not the caller's
+_TRACE_CONTEXT = frozenset({"traceparent", "tracestate"})
 
 
 def is_grpc(target: Target) -> bool:
@@ -285,6 +288,7 @@ class Engine:
         """Step 1 (`http`: the request is sent as HTTP, which a gRPC function cannot take)."""
         if self.stopping:
             raise ServiceUnavailable(detail="this replica is shutting down; retry")
+        began = asyncio.get_running_loop().time()
         _forwardable(call.path)
         target = await self._resolve(call)
         admitted = (await call.check(target) if call.check is not None else None) or _NOTHING
@@ -335,6 +339,8 @@ class Engine:
             base_url=call.base_url,
             session=session,
             model=admitted.model,
+            began=began,
+            trace=TraceIds.new() if traced(target.telemetries) else None,
         )
         try:
             run.ticket = await self.dispatcher.enqueue(
@@ -451,6 +457,8 @@ class Engine:
                     f"within {self.queue_timeout:g} s",
                 ) from None
             run.instance = instance
+            if run.dispatched is None:
+                run.dispatched = asyncio.get_running_loop().time()
             await run.set_state(RequestState.RUNNING)
             try:
                 return await send(run, instance)
@@ -471,9 +479,16 @@ class Engine:
         )
 
     def worker_headers(self, run: Run, instance: InstanceRoute) -> list[tuple[str, str]]:
-        """The worker request's headers: the caller's (filtered) and the NVCF-* ones."""
+        """The worker request's headers: the caller's (filtered) and the NVCF-* ones; a traced
+        run's `traceparent` names its exported worker span (the caller's is replaced)."""
+        caller = run.headers
+        traced_by: tuple[tuple[str, str], ...] = ()
+        if run.trace is not None:
+            caller = [(k, v) for k, v in caller if k.lower() not in _TRACE_CONTEXT]
+            traced_by = (("traceparent", run.trace.traceparent),)
         return [
-            *run.headers,
+            *caller,
+            *traced_by,
             ("NVCF-REQID", str(run.session) if run.session is not None else run.rid),
             ("NVCF-SUB", header_text(run.principal.subject)),
             self._max_size,

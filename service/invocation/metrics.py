@@ -16,6 +16,7 @@ export to the tenant's endpoints (observability/export.py).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -23,9 +24,22 @@ from service.invocation.figures import Measured
 from service.invocation.load import VersionLoad
 from service.invocation.routing import Target
 from service.metering.counts import Meter
-from service.observability.export import Exports, Invocation, Tokens, Watched
+from service.observability.events import Invocation, Tokens, TraceIds, Watched
+from service.observability.export import Exports
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """A run's moments on the event loop's clock: admission began, it was queued, an
+    instance took it (None: none did), it ended; and its trace's ids (None: not traced)."""
+
+    began: float
+    queued: float
+    dispatched: float | None
+    ended: float
+    trace: TraceIds | None = None
 
 
 class InvocationMetrics:
@@ -83,9 +97,17 @@ class InvocationMetrics:
                 )
             )
 
-    def answered(self, target: Target, fulfilled: bool, seconds: float, model: str = "") -> None:
-        """A request that ran ended: its outcome and its time; metered for the caller's
-        account under `model`."""
+    def answered(
+        self,
+        target: Target,
+        fulfilled: bool,
+        seconds: float,
+        model: str = "",
+        timeline: Timeline | None = None,
+    ) -> None:
+        """A request the worker answered: its outcome and its time (from acceptance),
+        metered for the caller's account under `model`; `timeline` places its phases in the
+        exported trace."""
         if self.meter is not None:
             self.meter.invocation(target.caller_account, target.fid, target.vid, model)
         key = (target.vid, fulfilled)
@@ -100,6 +122,16 @@ class InvocationMetrics:
         self.measured.add(target.vid, not fulfilled, seconds)
         if target.telemetries and self.exports is not None:
             end = time.time_ns()
+            queued = dispatched = None
+            start = end - int(seconds * 1e9)
+            if timeline is not None:
+
+                def at(moment: float) -> int:
+                    return end - int((timeline.ended - moment) * 1e9)
+
+                start, queued = at(timeline.began), at(timeline.queued)
+                if timeline.dispatched is not None:
+                    dispatched = at(timeline.dispatched)
             self.exports.invocation(
                 Invocation(
                     account=target.owner_account,
@@ -107,8 +139,11 @@ class InvocationMetrics:
                     version_id=target.vid,
                     telemetries=target.telemetries,
                     fulfilled=fulfilled,
-                    start_ns=end - int(seconds * 1e9),
+                    start_ns=start,
                     end_ns=end,
+                    queued_ns=queued,
+                    dispatched_ns=dispatched,
+                    trace=timeline.trace if timeline is not None else None,
                 )
             )
 

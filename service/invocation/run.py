@@ -17,11 +17,12 @@ from service.assets.files import WorkerFiles
 from service.auth.service import Principal
 from service.backends.worker import WorkerFailed, WorkerResponse
 from service.invocation.dispatch import Dispatcher, Ticket
-from service.invocation.metrics import InvocationMetrics
+from service.invocation.metrics import InvocationMetrics, Timeline
 from service.invocation.models import RequestState
 from service.invocation.routing import InstanceRoute, Target
 from service.invocation.sessions import Sessions
 from service.invocation.store import Outcome, RequestStore
+from service.observability.events import TraceIds
 
 if TYPE_CHECKING:
     from service.assets.models import Asset
@@ -213,6 +214,11 @@ class Run:
     session: uuid.UUID | None = None
     #: the model the request is metered under (`Admitted.model`)
     model: str = ""
+    #: when admission began, and when an instance first took the request (loop clock)
+    began: float = 0.0
+    dispatched: float | None = None
+    #: the exported trace's ids, sent to the worker (a version naming a traces telemetry)
+    trace: TraceIds | None = None
 
     @cached_property
     def rid(self) -> str:
@@ -248,8 +254,13 @@ class Run:
             if files is not None:
                 await files.remove()
             self.outcome = outcome
-            elapsed = asyncio.get_running_loop().time() - self.accepted
-            desk.metrics.answered(self.target, outcome.fulfilled, elapsed, self.model)
+            now = asyncio.get_running_loop().time()
+            timeline = Timeline(
+                self.began or self.accepted, self.accepted, self.dispatched, now, self.trace
+            )
+            desk.metrics.answered(
+                self.target, outcome.fulfilled, now - self.accepted, self.model, timeline
+            )
             self.done.set()
             try:
                 if self.detached:

@@ -67,6 +67,11 @@ class EndpointStatus:
             self.last_error_at, self.last_error, self.dirty = utcnow(), clip_error(reason), True
             self.dropped += dropped
 
+    def lost(self, dropped: int) -> None:
+        """Signals dropped before they reached the endpoint (its queue was full)."""
+        with self.lock:
+            self.dropped, self.dirty = self.dropped + dropped, True
+
     def take(self) -> tuple[datetime | None, datetime | None, str | None, int] | None:
         """The outcomes to write back (the drops since the last take), or None."""
         with self.lock:
@@ -115,22 +120,56 @@ def guarded_session(guard: EndpointGuard, status: EndpointStatus) -> requests.Se
     return session
 
 
-def _reason(status: EndpointStatus) -> str:
+def reason_of(status: EndpointStatus) -> str:
+    """Why the last export failed (the endpoint's answer, the guard's refusal, or neither)."""
     reason = status.answer or status.refusal or status.unanswered
     status.answer = status.refusal = None
     return reason
 
 
+class Backlog:
+    """Spans handed to a batch processor and not yet through its exporter. The processor
+    drops what overflows its queue without telling anyone; counting here, the pipeline drops
+    (and counts) a span the queue has no room for before handing it over."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._pending = 0
+
+    def take(self, n: int) -> bool:
+        with self._lock:
+            if self._pending + n > self.limit:
+                return False
+            self._pending += n
+            return True
+
+    def done(self, n: int) -> None:
+        with self._lock:
+            self._pending = max(0, self._pending - n)
+
+
 class WatchedSpans(SpanExporter):
-    def __init__(self, inner: SpanExporter, status: EndpointStatus, drops: Drops) -> None:
+    def __init__(
+        self,
+        inner: SpanExporter,
+        status: EndpointStatus,
+        drops: Drops,
+        backlog: Backlog | None = None,
+    ) -> None:
         self._inner, self._status, self._drops = inner, status, drops
+        self._backlog = backlog
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        result = self._inner.export(spans)
+        try:
+            result = self._inner.export(spans)
+        finally:
+            if self._backlog is not None:
+                self._backlog.done(len(spans))
         if result is SpanExportResult.SUCCESS:
             self._status.succeeded()
         else:
-            self._status.failed(_reason(self._status), len(spans))
+            self._status.failed(reason_of(self._status), len(spans))
             self._drops.add("export_failed", len(spans))
         return result
 
@@ -160,7 +199,7 @@ class WatchedMetrics(MetricExporter):
         if result is MetricExportResult.SUCCESS:
             self._status.succeeded()
         else:
-            self._status.failed(_reason(self._status), 1)
+            self._status.failed(reason_of(self._status), 1)
             self._drops.add("export_failed")
         return result
 

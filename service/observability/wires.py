@@ -5,7 +5,8 @@
 - Prometheus remote write (HTTP): PROMETHEUS, VICTORIAMETRICS, KRATOS_THANOS (Thanos
   receive); metrics.
 - Datadog's intake APIs (HTTP): DATADOG, by site name (`datadoghq.com`, `us3.datadoghq.com`,
-  ...) or an intake URL; logs and metrics.
+  ...) or an intake URL; logs and metrics on its own APIs, traces on its OTLP traces intake
+  (its native trace intake has no well-kept encoder outside its tracer's private modules).
 
 The other providers NVCF names have no wire here and are refused at creation, saying which
 are supported. An endpoint is a request a tenant aims at the platform's network: its host is
@@ -50,7 +51,9 @@ WIRES: dict[Wire, WireRules] = {
         (Protocol.HTTP,),
         (Kind.METRICS,),
     ),
-    Wire.DATADOG: WireRules((Provider.DATADOG,), (Protocol.HTTP,), (Kind.LOGS, Kind.METRICS)),
+    Wire.DATADOG: WireRules(
+        (Provider.DATADOG,), (Protocol.HTTP,), (Kind.LOGS, Kind.METRICS, Kind.TRACES)
+    ),
 }
 SUPPORTED: tuple[Provider, ...] = tuple(p for r in WIRES.values() for p in r.providers)
 #: Datadog's sites (its documentation's list), given by name as NVCF's docs show

@@ -1,6 +1,6 @@
 """A function's metrics at Datadog's series v2 intake (a double of it): the invocation count
 arrives as deltas summing to the invocations, tagged exactly, the key in DD-API-KEY; a
-refusing intake seen in the telemetry's status."""
+refusing intake seen in the telemetry's status; its traces at Datadog's OTLP traces intake."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from tests.support.app import AppClient, ClientFactory
 from tests.support.datadog import DatadogIntake
 from tests.support.invocation import deployed, invocation_app, pexec_url
+from tests.support.otlp import OtlpReceiver, attributes
 from tests.support.telemetries import create_telemetry
 
 
@@ -93,3 +94,36 @@ async def test_a_refusing_intake_shows_why(
     await invoke_and_flush(client, fn, 2)
     got = (await client.get(f"/v2/nvcf/telemetries/{telemetry['telemetryId']}")).json()
     assert "HTTP 403" in got["telemetry"]["status"]["lastError"]
+
+
+async def test_traces_arrive_at_datadogs_otlp_traces_intake(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    """Datadog's traces go to its OTLP traces intake (`<intake>/v1/traces`, protobuf), the key
+    in `dd-api-key`; played here by an OTLP receiver at the telemetry's intake URL."""
+    receiver = OtlpReceiver().start()
+    try:
+        client = await invocation_app(
+            client_factory,
+            tmp_path,
+            telemetry_allowlist=receiver.hostport,
+            telemetry_export_interval=0.2,
+            telemetry_export_timeout=1.0,
+        )
+        telemetry = await create_telemetry(
+            client,
+            endpoint=receiver.url,
+            provider="DATADOG",
+            types=["TRACES"],
+            secret={"name": "dd", "value": "dd-api-key"},
+        )
+        fn = await deployed(client, telemetries={"tracesTelemetryId": telemetry["telemetryId"]})
+        await invoke_and_flush(client, fn, 3)
+    finally:
+        receiver.stop()
+    roots = [s for _, s in receiver.spans() if s.name == "invocation"]
+    assert len(roots) == 3
+    assert {attributes(s.attributes)["nvcf.function.id"] for s in roots} == {fn["id"]}
+    headers = [r.headers for r in receiver.of("/v1/traces")]
+    assert {h["dd-api-key"] for h in headers} == {"dd-api-key"}
+    assert all("authorization" not in h for h in headers)

@@ -15,11 +15,13 @@ from typing import Any
 
 import openai
 import pytest
+from grpc import aio
 
 from service.core.server import ConnectionLimits
 from service.observability.endpoints import Drops, EndpointGuard, EndpointStatus
-from service.observability.export import ExportSettings, Invocation, build_pipeline
+from service.observability.events import Invocation
 from service.observability.models import Kind, Telemetry
+from service.observability.pipeline import ExportSettings, build_pipeline
 from tests.support.api import bearer, new_key
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
 from tests.support.invocation import deployed, invocation_app, pexec_url, sample
@@ -62,8 +64,8 @@ async def app(
         tmp_path,
         telemetry_allowlist=",".join(f"{r.hostport},{r.grpc_hostport}" for r in receivers),
         telemetry_export_interval=0.2,
-        telemetry_export_timeout=1.0,
-        **overrides,
+        # a healthy receiver on a loaded machine may take a second; a hanging one is given less
+        **{"telemetry_export_timeout": 5.0, **overrides},
     )
 
 
@@ -108,6 +110,11 @@ async def flush(client: AppClient) -> None:
     await exports.flush()
 
 
+def roots(receiver: OtlpReceiver) -> list[tuple[dict[str, Any], Any]]:
+    """(resource attributes, span) of each invocation's own span: one trace each."""
+    return [(r, s) for r, s in receiver.spans() if s.name == "invocation"]
+
+
 def last_point(receiver: OtlpReceiver, name: str, function_id: str) -> Any:
     points = [
         p
@@ -131,8 +138,9 @@ async def test_a_hundred_invocations_arrive_as_a_hundred(
         "nvcf.function.id": fn["id"],
         "nvcf.function.version.id": fn["versionId"],
     }
-    spans = list(receiver.spans())
-    assert len(spans) == 100
+    spans = roots(receiver)
+    assert len(spans) == 100 and len({s.trace_id for _, s in spans}) == 100
+    assert len(list(receiver.spans())) == 400  # each with admission, queue wait, worker
     for resource, span in spans:
         assert resource["nvcf.account"] == ACCOUNT
         assert attributes(span.attributes) == labels
@@ -146,6 +154,76 @@ async def test_a_hundred_invocations_arrive_as_a_hundred(
     got = (await client.get(f"/v2/nvcf/telemetries/{telemetry['telemetryId']}")).json()
     status = got["telemetry"]["status"]
     assert "lastSuccessAt" in status and "lastError" not in status
+
+
+def worker_traceparent(spans: list[Any], traceparent: str) -> Any:
+    """The exported span the worker's `traceparent` names as its parent (same trace)."""
+    _, trace_id, span_id, flags = traceparent.split("-")
+    assert flags == "01"  # sampled: the worker's spans are recorded
+    named = [s for s in spans if s.span_id.hex() == span_id]
+    assert len(named) == 1, traceparent
+    assert named[0].trace_id.hex() == trace_id
+    return named[0]
+
+
+def phases_of(spans: list[Any]) -> dict[str, Any]:
+    """The invocation span's children by name, each checked to be its child in its trace."""
+    (root,) = [s for s in spans if s.name == "invocation"]
+    children = {s.name: s for s in spans if s is not root}
+    for child in children.values():
+        assert child.trace_id == root.trace_id and child.parent_span_id == root.span_id
+        assert root.start_time_unix_nano <= child.start_time_unix_nano
+        assert child.end_time_unix_nano <= root.end_time_unix_nano
+    return children
+
+
+async def test_the_invocation_span_has_its_phases_and_the_workers_spans_join_it(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    client = await app(client_factory, tmp_path, receiver)
+    _, fn = await exported_function(client, receiver)
+    caller = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"  # the caller's is not the worker's
+    resp = await client.post(pexec_url(fn), json={"x": 1}, headers={"traceparent": caller})
+    assert resp.status_code == 200, resp.text
+    traceparent = resp.json()["headers"]["traceparent"]
+    await flush(client)
+
+    spans = [span for _, span in receiver.spans()]
+    children = phases_of(spans)
+    assert sorted(children) == ["admission", "queue wait", "worker"]
+    assert worker_traceparent(spans, traceparent) is children["worker"]
+    admission, waited, worker = (children[n] for n in ("admission", "queue wait", "worker"))
+    assert admission.end_time_unix_nano == waited.start_time_unix_nano
+    assert waited.end_time_unix_nano == worker.start_time_unix_nano
+    assert traceparent != caller
+
+
+async def test_a_grpc_worker_gets_the_worker_spans_traceparent(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    client = await app(client_factory, tmp_path, receiver, grpc_enabled=True, grpc_port=0)
+    _, fn = await exported_function(
+        client, receiver, name="grpc-echo", inferenceUrl="/gRPC", inferencePort=8001
+    )
+    metadata = (("authorization", f"Bearer {ADMIN_KEY}"), ("function-id", fn["id"]))
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as channel:
+        call = channel.unary_unary("/any.Service/AnyMethod")(b"x", metadata=metadata)
+        assert await call == b"x"
+        traceparent = dict(await call.initial_metadata())["sim-traceparent"]
+    await flush(client)
+
+    spans = [span for _, span in receiver.spans()]
+    assert worker_traceparent(spans, str(traceparent)) is phases_of(spans)["worker"]
+
+
+async def test_a_version_naming_no_traces_telemetry_sends_no_traceparent(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    client = await app(client_factory, tmp_path, receiver)
+    telemetry = await create_telemetry(client, endpoint=receiver.url, types=["METRICS"])
+    fn = await deployed(client, telemetries={"metricsTelemetryId": telemetry["telemetryId"]})
+    resp = await client.post(pexec_url(fn), json={"x": 1})
+    assert "traceparent" not in resp.json()["headers"]
 
 
 async def test_queue_depth_and_in_flight_are_exported(
@@ -173,7 +251,7 @@ async def test_otlp_over_grpc(
     telemetry, fn = await exported_function(client, receiver, protocol="GRPC")
     await invoke(client, fn, 10)
     await flush(client)
-    assert len(list(receiver.spans())) == 10
+    assert len(roots(receiver)) == 10
     assert last_point(receiver, INVOCATIONS, fn["id"]).as_int == 10
     assert last_point(receiver, DURATION, fn["id"]).count == 10
     assert {r.headers["authorization"] for r in receiver.received} == {"Bearer otlp-key"}
@@ -231,7 +309,7 @@ async def test_a_rate_limited_invocation_is_exported_as_an_error(
     assert refused.status_code == 429, refused.text
     await flush(client)
 
-    spans = [span for _, span in receiver.spans()]
+    spans = [span for _, span in roots(receiver)]
     assert len(spans) == 2
     errors = [s for s in spans if s.status.code == s.status.STATUS_CODE_ERROR]
     assert [s.status.message for s in errors] == ["rate_limited"]
@@ -299,7 +377,7 @@ async def test_a_refusing_endpoint_shows_why_and_counts_the_drops(
 async def test_a_hanging_endpoint_does_not_hold_invocations(
     client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
-    client = await app(client_factory, tmp_path, receiver)
+    client = await app(client_factory, tmp_path, receiver, telemetry_export_timeout=1.0)
     telemetry, fn = await exported_function(client, receiver)
     receiver.hold()
     await invoke(client, fn, 20)  # each answered while exports wait on the endpoint
@@ -307,6 +385,25 @@ async def test_a_hanging_endpoint_does_not_hold_invocations(
     receiver.release()
     got = (await client.get(f"/v2/nvcf/telemetries/{telemetry['telemetryId']}")).json()
     assert "no answer" in got["telemetry"]["status"]["lastError"]
+    metrics = (await client.get("/metrics")).text
+    assert sample(metrics, "nvcf_telemetry_dropped_total", reason="export_failed") >= 20
+
+
+async def test_an_endpoint_that_is_down_shows_why_and_counts_the_drops(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    down = OtlpReceiver().start()
+    down.stop()  # its port: nobody listens there now
+    client = await app(client_factory, tmp_path, down, telemetry_export_timeout=1.0)
+    telemetry = await create_telemetry(client, endpoint=down.url, types=["METRICS", "TRACES"])
+    tid = telemetry["telemetryId"]
+    fn = await deployed(client, telemetries={"metricsTelemetryId": tid, "tracesTelemetryId": tid})
+    await invoke(client, fn, 5)  # each answered although nothing takes the exports
+    await flush(client)
+    got = (await client.get(f"/v2/nvcf/telemetries/{tid}")).json()
+    assert "no answer" in got["telemetry"]["status"]["lastError"]
+    metrics = (await client.get("/metrics")).text
+    assert sample(metrics, "nvcf_telemetry_dropped_total", reason="export_failed") >= 5
 
 
 async def test_a_full_queue_drops_and_counts(

@@ -1,9 +1,11 @@
 """A function's metrics over Prometheus remote write (PROMETHEUS, VICTORIAMETRICS), against a
 receiver that decodes the wire (raw snappy, prompb's WriteRequest): counts and labels exact,
-the key as a bearer token, a refusing endpoint seen in the telemetry's status."""
+the key as a bearer token, a refusing endpoint seen in the telemetry's status; and against
+Debian's real `prometheus` and `victoria-metrics`, queried back with PromQL."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,9 +13,11 @@ from typing import Any
 import pytest
 
 from tests.support.app import AppClient, ClientFactory
+from tests.support.e2e import eventually
 from tests.support.invocation import deployed, invocation_app, pexec_url, sample
 from tests.support.remote_write import RemoteWriteReceiver
 from tests.support.telemetries import create_telemetry
+from tests.support.tsdb import running
 
 ACCOUNT = "nvcf-default"
 
@@ -96,11 +100,63 @@ async def test_a_hundred_invocations_arrive_as_a_hundred(
 async def test_a_refusing_endpoint_shows_why_and_counts_the_drops(
     client_factory: ClientFactory, tmp_path: Path, receiver: RemoteWriteReceiver
 ) -> None:
+    receiver.status = 401  # from the first export on (gauges are sent before any invocation)
     client, telemetry, fn = await exported(client_factory, tmp_path, receiver, "PROMETHEUS")
-    receiver.status = 401
     await invoke_and_flush(client, fn, 3)
     got = (await client.get(f"/v2/nvcf/telemetries/{telemetry['telemetryId']}")).json()
     assert "HTTP 401" in got["telemetry"]["status"]["lastError"]
     metrics = (await client.get("/metrics")).text
     assert sample(metrics, "nvcf_telemetry_dropped_total", reason="export_failed") >= 1
     assert not receiver.writes
+
+
+@pytest.mark.parametrize("name", ["prometheus", "victoria-metrics"])
+async def test_a_real_receiver_answers_promql_with_the_exact_series(
+    client_factory: ClientFactory, tmp_path: Path, name: str
+) -> None:
+    """Debian's Prometheus (remote-write receiver on) and VictoriaMetrics take the writes; the
+    series queried back with PromQL have the invocation count and exactly these labels."""
+    provider = "PROMETHEUS" if name == "prometheus" else "VICTORIAMETRICS"
+    with running(name) as tsdb:
+        client = await invocation_app(
+            client_factory,
+            tmp_path,
+            telemetry_allowlist=tsdb.hostport,
+            telemetry_export_interval=0.2,
+            telemetry_export_timeout=5.0,
+        )
+        telemetry = await create_telemetry(
+            client,
+            endpoint=tsdb.write_url,
+            provider=provider,
+            types=["METRICS"],
+            secret={"name": "tsdb", "value": "rw-key"},
+        )
+        fn = await deployed(client, telemetries={"metricsTelemetryId": telemetry["telemetryId"]})
+        await invoke_and_flush(client, fn, 100)
+
+        mine = f'{{nvcf_function_id="{fn["id"]}"}}'
+
+        async def queried(promql: str) -> list[dict[str, Any]]:
+            """The series once its value is the final one (earlier exports hold less)."""
+
+            async def found() -> list[dict[str, Any]]:
+                got = await asyncio.to_thread(tsdb.query, promql)
+                return got if got and float(got[0]["value"][1]) == 100 else []
+
+            return list(await eventually(found))
+
+        (total,) = await queried(f"nvcf_function_invocations_total{mine}")
+        assert total["metric"] == {
+            "__name__": "nvcf_function_invocations_total",
+            "job": "nvcf",
+            "nvcf_account": ACCOUNT,
+            "nvcf_function_id": fn["id"],
+            "nvcf_function_version_id": fn["versionId"],
+            "outcome": "fulfilled",
+        }
+        assert float(total["value"][1]) == 100
+        (count,) = await queried(f"nvcf_function_invocation_duration_seconds_count{mine}")
+        assert float(count["value"][1]) == 100
+        got = (await client.get(f"/v2/nvcf/telemetries/{telemetry['telemetryId']}")).json()
+        assert "lastError" not in got["telemetry"]["status"]

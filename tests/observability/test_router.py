@@ -152,8 +152,10 @@ async def test_each_wire_takes_its_protocols_and_types(client: AppClient) -> Non
     )
     assert set(errors) == {"protocol", "types"}
     assert "HTTP" in errors["protocol"] and "METRICS" in errors["types"]
-    datadog = errors_of(await client.post(T, json=body(provider="DATADOG", types=["TRACES"])))
-    assert set(datadog) == {"types"}
+    datadog = errors_of(
+        await client.post(T, json=body(provider="DATADOG", protocol="GRPC", types=["TRACES"]))
+    )
+    assert set(datadog) == {"protocol"}
     made = await create(
         client,
         provider="VICTORIAMETRICS",

@@ -1,6 +1,8 @@
-"""A double of Datadog's metrics intake in a thread: `POST /api/v2/series` as Datadog's API
-documents it (a JSON `{"series": [{metric, type, points: [{timestamp, value}], tags}]}`,
-the key in `DD-API-KEY`), answering 202 as Datadog does, or `status` when a test sets it."""
+"""A double of Datadog's metrics and logs intakes in a thread: `POST /api/v2/series` as
+Datadog's API documents it (a JSON `{"series": [{metric, type, points: [{timestamp, value}],
+tags}]}`) and `POST /api/v2/logs` (a JSON list of `{message, ddsource, ddtags, hostname,
+service}`), the key in `DD-API-KEY`, answering 202 as Datadog does, or `status` when a test
+sets it."""
 
 from __future__ import annotations
 
@@ -11,12 +13,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 PATH = "/api/v2/series"
+LOGS_PATH = "/api/v2/logs"
 
 
 @dataclass(frozen=True)
 class Post:
+    path: str
     headers: dict[str, str]
-    body: dict[str, Any]
+    body: Any
 
 
 class DatadogIntake:
@@ -41,13 +45,13 @@ class DatadogIntake:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                if self.path != PATH:
+                if self.path not in (PATH, LOGS_PATH):
                     self.send_response(404)
                 else:
                     if intake.status < 300:
                         headers = {k.lower(): v for k, v in self.headers.items()}
                         with intake._lock:
-                            intake.posts.append(Post(headers, json.loads(body)))
+                            intake.posts.append(Post(self.path, headers, json.loads(body)))
                     self.send_response(intake.status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -70,5 +74,15 @@ class DatadogIntake:
         with self._lock:
             posts = list(self.posts)
         return [
-            s for p in posts for s in p.body["series"] if s["metric"] == metric and tag in s["tags"]
+            s
+            for p in posts
+            if p.path == PATH
+            for s in p.body["series"]
+            if s["metric"] == metric and tag in s["tags"]
         ]
+
+    def logs(self) -> list[tuple[dict[str, str], dict[str, Any]]]:
+        """(headers, entry) of every log entry received, in arrival order."""
+        with self._lock:
+            posts = list(self.posts)
+        return [(p.headers, e) for p in posts if p.path == LOGS_PATH for e in p.body]

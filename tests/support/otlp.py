@@ -1,5 +1,6 @@
 """A real OTLP receiver in a thread, over HTTP and over gRPC: it takes `POST /v1/traces`,
-`/v1/metrics` and `/v1/logs` (and the gRPC TraceService and MetricsService `Export` calls) as
+`/v1/metrics` and `/v1/logs` (and the gRPC TraceService, MetricsService and LogsService
+`Export` calls) as
 the OpenTelemetry Collector does and decodes each with the OpenTelemetry protos
 (`opentelemetry-proto`), keeping every request with its headers (gRPC's metadata) under its
 HTTP path.
@@ -20,7 +21,11 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import Message
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -149,7 +154,13 @@ class OtlpReceiver:
                 receiver.grpc_call("/v1/metrics", request, context)
                 return ExportMetricsServiceResponse()
 
+        class Logs(logs_service_pb2_grpc.LogsServiceServicer):
+            def Export(self, request: Any, context: Any) -> ExportLogsServiceResponse:
+                receiver.grpc_call("/v1/logs", request, context)
+                return ExportLogsServiceResponse()
+
         self._grpc = grpc.server(ThreadPoolExecutor(max_workers=4))
+        logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Logs(), self._grpc)
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), self._grpc)
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), self._grpc)
         self._grpc_port = self._grpc.add_insecure_port("127.0.0.1:0")
@@ -176,6 +187,15 @@ class OtlpReceiver:
                 for ss in rs.scope_spans:
                     for span in ss.spans:
                         yield resource, span
+
+    def log_records(self) -> Iterator[tuple[dict[str, Any], Any]]:
+        """(resource attributes, log record) of every log record received."""
+        for r in self.of("/v1/logs"):
+            for rl in r.message.resource_logs:
+                resource = attributes(rl.resource.attributes)
+                for sl in rl.scope_logs:
+                    for record in sl.log_records:
+                        yield resource, record
 
     def metric_points(self, name: str) -> Iterator[tuple[dict[str, Any], Any]]:
         """(resource attributes, data point) of every point of metric `name` received."""

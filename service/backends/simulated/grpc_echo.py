@@ -3,7 +3,8 @@ port of 127.0.0.1, started at the first call) echoing any method of any service 
 each message the caller sends comes back as it is, so a unary call gets its request back and
 a stream gets each of its messages (a client-streaming call of several messages gets several
 answers, which a stub expecting one refuses). Its initial metadata names the instance that
-answered (`sim-instance-id`, the `nvcf-instance-id` it received) and its trailing metadata
+answered (`sim-instance-id`, the `nvcf-instance-id` it received; `sim-traceparent`, the
+`traceparent` it received) and its trailing metadata
 counts the messages (`sim-messages`). One server serves every instance of a simulated
 cluster; `SimulatedEndpoint.h2_url` refuses instances the cluster does not run."""
 
@@ -48,7 +49,10 @@ async def _echo(
 ) -> AsyncIterator[bytes]:
     metadata = dict(context.invocation_metadata() or ())
     instance = metadata.get("nvcf-instance-id", "")
-    await context.send_initial_metadata((("sim-instance-id", str(instance)),))
+    initial = [("sim-instance-id", str(instance))]
+    if "traceparent" in metadata:  # as a worker propagating W3C Trace Context sees it
+        initial.append(("sim-traceparent", str(metadata["traceparent"])))
+    await context.send_initial_metadata(initial)
     count = 0
     async for message in requests:
         count += 1

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import itertools
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -231,10 +231,16 @@ class SimulatedLogBook:
             event.set()
 
     def lines(
-        self, namespace: str, snap: Snapshot, request: LogRequest, timeline: PodTimeline
+        self,
+        namespace: str,
+        snap: Snapshot,
+        request: LogRequest,
+        timeline: PodTimeline,
+        after: Mapping[tuple[str, str], Key] | None = None,
     ) -> list[tuple[Key, LogLine]]:
         """Every line the request selects at `snap.now`, in order per container (before the
-        tail, since and byte limits)."""
+        tail, since and byte limits); with `after`, only a container's lines past its key (a
+        follow's next lines: the request lines are read back only as far as they are new)."""
         out: list[tuple[Key, LogLine]] = []
         known = False
         worker = next((p for p in snap.pods if p.fault in (None, "FailAfterReady")), None)
@@ -258,15 +264,18 @@ class SimulatedLogBook:
                         continue
                     selected = list(runs[-2].lines)
                 else:
+                    last = after.get((pod.name, name)) if after is not None else None
                     selected = list(runs[-1].lines) if runs else []
                     if pod is worker and name == _main_name(pod) and runs:
                         first = runs[-1].lines[0][0] if runs[-1].lines else None
                         selected += [
                             (k, t)
-                            for k, t in self._requests.get(namespace, ())
+                            for k, t in self._new_requests(namespace, last)
                             if first is None or k >= first
                         ]
                         selected.sort(key=lambda item: item[0])
+                    if last is not None:
+                        selected = [(k, t) for k, t in selected if k > last]
                 for key, text in selected:
                     out.append((key, LogLine(pod.name, name, text, stamp(key[0]))))
         if request.container is not None and not known and snap.pods:
@@ -276,6 +285,20 @@ class SimulatedLogBook:
                 status=400,
             )
         return out
+
+    def _new_requests(self, namespace: str, last: Key | None) -> list[tuple[Key, str]]:
+        """The namespace's request lines past `last` (all of them without), oldest first;
+        they are printed in order, so the newest are read back only until an old one."""
+        lines = self._requests.get(namespace, ())
+        if last is None:
+            return list(lines)
+        fresh: list[tuple[Key, str]] = []
+        for key, text in reversed(lines):
+            if key <= last:
+                break
+            fresh.append((key, text))
+        fresh.reverse()
+        return fresh
 
     async def read(
         self,
@@ -304,7 +327,7 @@ class SimulatedLogBook:
             snap = await snapshot(namespace)
             if snap is None:
                 return  # the instance ended: so does the follow
-            for key, line in self.lines(namespace, snap, request, timeline):
+            for key, line in self.lines(namespace, snap, request, timeline, after=cursor):
                 where = (line.pod, line.container)
                 last = cursor.get(where)
                 if last is not None and key <= last:

@@ -4,7 +4,7 @@ In process, with no socket and no HTTP client: the invocation plane's request is
 directly. Every request to an instance the cluster runs is answered with JSON
 
     {"echo": <request body, parsed when it is JSON, else text>, "path": "<path?query>",
-     "instanceId": "<instance>", "headers": {<the NVCF-* request headers>},
+     "instanceId": "<instance>", "headers": {<the NVCF-* request headers, `traceparent`>},
      "secrets": [<names in the /var/secrets/secrets.json its pods mount, never values>]}
 
 A POST to `/v1/chat/completions`, `/v1/responses` or `/v1/embeddings` (after any base path) is
@@ -55,6 +55,8 @@ DELAY_HEADER = "x-sim-delay-ms"
 STATUS_HEADER = "x-sim-status"
 EVENTS_HEADER = "x-sim-events"
 LOG_HEADER = "x-sim-log"
+#: echoed as a worker propagating W3C Trace Context would see it
+_TRACED = frozenset({"traceparent", "tracestate"})
 #: the instance that answered, on the tiny model's answers (which have no echo to say it)
 INSTANCE_HEADER = "x-sim-instance-id"
 OUTPUT_HEADER = "x-sim-output-bytes"
@@ -323,7 +325,9 @@ class SimulatedWorkers:
             "echo": _echo_body(body),
             "path": path,
             "instanceId": namespace.removeprefix("sr-"),
-            "headers": {k: v for k, v in headers if k.lower().startswith("nvcf-")},
+            "headers": {
+                k: v for k, v in headers if k.lower().startswith("nvcf-") or k.lower() in _TRACED
+            },
             "secrets": self._secrets(namespace),
         }
         if method == "POST" and status == 200:

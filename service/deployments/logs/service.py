@@ -44,7 +44,7 @@ from service.health.machine import Phase
 #: backend, e.g. an unknown container, is a problem+json rather than a broken stream)
 PEEK_SECONDS = 2.0
 #: phases whose containers may be read live
-_LIVE = frozenset({Phase.STARTING.value, Phase.RUNNING.value, Phase.DEGRADED.value})
+LIVE_PHASES = frozenset({Phase.STARTING.value, Phase.RUNNING.value, Phase.DEGRADED.value})
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def _target(dep: Deployment, row: Instance) -> InstanceSpec:
     )
 
 
-async def _masker(session: AsyncSession, box: SecretBox | None, version_id: uuid.UUID) -> Masker:
+async def masker_of(session: AsyncSession, box: SecretBox | None, version_id: uuid.UUID) -> Masker:
     if box is None:
         return NO_SECRETS
     found = await versions_secrets(session, [version_id], box)
@@ -160,7 +160,7 @@ def _live(row: Instance) -> bool:
         row.desired == InstanceDesired.PRESENT
         and row.applied
         and row.cluster is not None
-        and row.phase in _LIVE
+        and row.phase in LIVE_PHASES
     )
 
 
@@ -184,7 +184,7 @@ async def instance_reading(
         if adapter is None:
             reason = registry.unavailable_reason(row.cluster or "") or str(row.cluster)
             raise BadGateway(detail=f"cannot read the logs of instance {instance_id}: {reason}")
-        masker = await _masker(session, box, found.version_id)
+        masker = await masker_of(session, box, found.version_id)
         return Reading(request, masker, [Source(adapter, _target(found, row))], label=label)
     kept = await deployments.kept_log(session, instance_id)
     if kept is not None and (kept.deployment_id != deployment_id or kept.account_id != account_id):
@@ -227,7 +227,7 @@ async def deployment_reading(
         adapter = registry.get(row.cluster or "")
         if adapter is not None and _live(row):
             sources.append(Source(adapter, _target(found, row), prefix=f"[{row.id}] "))
-    masker = await _masker(session, box, found.version_id) if sources else NO_SECRETS
+    masker = await masker_of(session, box, found.version_id) if sources else NO_SECRETS
     return Reading(request, masker, sources, label=request.container is None)
 
 

@@ -1,0 +1,242 @@
+"""The instances' side of the in-process export (observability/export.py): each version's
+instances by phase for its METRICS telemetry, and the logs of instances whose version names a
+LOGS telemetry — every line the instance logs route would show, masked and cut the same way,
+labelled with the function, version, instance and account.
+
+A pass every `period` seconds counts the wanted instances by phase of the deployed versions
+naming a metrics telemetry (the export's `nvcf.function.instances` gauge reads the last
+count), and reads the live instances this replica leads (their lease is this replica's) of
+versions naming a logs telemetry — nothing is read or followed for other versions — keeping
+one follower task per instance, at most `limit` at once. A follower reads
+the instance's containers through its cluster's adapter from the instance's start, and when a
+follow ends (a container restarted) follows again from the last line's time, skipping lines
+already sent. An instance no longer live, or no longer this replica's, is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.backends.logs import LogRequest, cut
+from service.backends.protocol import AdapterError, InstanceSpec
+from service.clusters.adapters import AdapterRegistry
+from service.core.crypto import SecretBox
+from service.deployments.logs.service import LIVE_PHASES, masker_of
+from service.deployments.models import Deployment, DeploymentDesired, Instance, InstanceDesired
+from service.functions.models import FunctionVersion
+from service.health.conditions import Phase
+from service.observability.events import Logged, Phased
+from service.observability.export import Exports
+from service.observability.logs import Line, time_of
+from service.observability.models import Kind
+from service.observability.references import FIELDS
+
+log = logging.getLogger("nvcf.observability")
+
+
+@dataclass(frozen=True)
+class Followed:
+    """A live instance to follow and its labels."""
+
+    instance_id: uuid.UUID
+    account: str
+    function_id: uuid.UUID
+    version_id: uuid.UUID
+    deployment_id: uuid.UUID
+    cluster: str
+    telemetries: Mapping[str, str]
+
+    def spec(self) -> InstanceSpec:
+        return InstanceSpec(
+            instance_id=str(self.instance_id),
+            function_id=str(self.function_id),
+            version_id=str(self.version_id),
+            instance_type="",
+            gpu="",
+            gpus_per_node=1,
+            cluster=self.cluster,
+            deployment_id=str(self.deployment_id),
+            nca_id=self.account,
+        )
+
+
+def names(telemetries: Mapping[str, object] | None, kind: Kind) -> bool:
+    return any(FIELDS.get(k) is kind and v for k, v in (telemetries or {}).items())
+
+
+async def phases(session: AsyncSession) -> list[Phased]:
+    """Each deployed version naming a metrics telemetry, with its wanted instances by phase
+    (every phase, 0 included, so that a phase left shows as 0)."""
+    versions = select(
+        Deployment.account_id,
+        Deployment.function_id,
+        Deployment.version_id,
+        FunctionVersion.telemetries,
+    ).join(FunctionVersion, FunctionVersion.id == Deployment.version_id)
+    rows = await session.execute(
+        versions.where(
+            FunctionVersion.telemetries.is_not(None),
+            Deployment.desired == DeploymentDesired.DEPLOYED,
+        )
+    )
+    named = {vid: (a, f, dict(t)) for a, f, vid, t in rows.all() if names(t, Kind.METRICS)}
+    if not named:
+        return []
+    counts = {v: {phase.value: 0 for phase in Phase} for v in named}
+    by_phase = (
+        select(Deployment.version_id, Instance.phase, func.count(Instance.id))
+        .join(Deployment, Deployment.id == Instance.deployment_id)
+        .where(
+            Deployment.version_id.in_(list(named)),
+            Deployment.desired == DeploymentDesired.DEPLOYED,
+            Instance.desired == InstanceDesired.PRESENT,
+        )
+        .group_by(Deployment.version_id, Instance.phase)
+    )
+    for vid, phase, n in (await session.execute(by_phase)).all():
+        counts[vid][phase] = counts[vid].get(phase, 0) + n
+    return [
+        Phased(account, str(fid), str(vid), telemetries, counts[vid])
+        for vid, (account, fid, telemetries) in named.items()
+    ]
+
+
+async def followed(session: AsyncSession, owner: str) -> list[Followed]:
+    """The live instances this replica leads of versions naming a logs telemetry."""
+    stmt = (
+        select(
+            Instance.id,
+            Instance.account_id,
+            Deployment.function_id,
+            Deployment.version_id,
+            Deployment.id,
+            Instance.cluster,
+            FunctionVersion.telemetries,
+        )
+        .join(Deployment, Deployment.id == Instance.deployment_id)
+        .join(FunctionVersion, FunctionVersion.id == Deployment.version_id)
+        .where(
+            FunctionVersion.telemetries.is_not(None),
+            Instance.desired == InstanceDesired.PRESENT,
+            Instance.applied.is_(True),
+            Instance.cluster.is_not(None),
+            Instance.phase.in_(LIVE_PHASES),
+            Instance.lease_owner == owner,
+        )
+    )
+    rows = (await session.execute(stmt)).all()
+    return [
+        Followed(row[0], row[1], row[2], row[3], row[4], row[5] or "", dict(row[6]))
+        for row in rows
+        if names(row[6], Kind.LOGS)
+    ]
+
+
+class InstanceExports:
+    """The replica's phase counts and followers of instance logs (a loop service)."""
+
+    def __init__(
+        self,
+        maker: async_sessionmaker[AsyncSession],
+        adapters: AdapterRegistry,
+        box: SecretBox,
+        exports: Exports,
+        owner: str,
+        *,
+        period: float,
+        limit: int,
+    ) -> None:
+        self._maker, self._adapters, self._box = maker, adapters, box
+        self._exports, self._owner = exports, owner
+        self.period, self.limit = period, limit
+        self.following: dict[uuid.UUID, asyncio.Task[None]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="telemetry-instances")
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._task, *self.following.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._task = None
+        self.following.clear()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.pass_once()
+            except Exception:  # a failed pass (database away) is retried at the next
+                log.exception("telemetry export of instances: a pass failed")
+            await asyncio.sleep(self.period)
+
+    async def pass_once(self) -> None:
+        async with self._maker() as session:
+            self._exports.phases(await phases(session))
+            wanted = {f.instance_id: f for f in await followed(session, self._owner)}
+        for instance_id in [i for i in self.following if i not in wanted]:
+            self.following.pop(instance_id).cancel()
+        for instance_id, f in wanted.items():
+            task = self.following.get(instance_id)
+            if task is not None and not task.done():
+                continue
+            if len(self.following) >= self.limit and instance_id not in self.following:
+                self._exports.drops.add("log_followers_full")
+                continue
+            self.following[instance_id] = asyncio.create_task(
+                self._follow(f), name=f"telemetry-logs-{instance_id}"
+            )
+
+    async def _follow(self, f: Followed) -> None:
+        """Follow the instance until it ends; again, from the last line, when a follow ends."""
+        last = ""
+        while True:
+            adapter = self._adapters.get(f.cluster)
+            if adapter is not None:
+                async with self._maker() as session:
+                    masker = await masker_of(session, self._box, f.version_id)
+                since = None
+                if last:
+                    taken = time_of(last, time.time_ns())
+                    since = max(1, int((time.time_ns() - taken) / 1e9) + 1)
+                request = LogRequest(timestamps=True, follow=True, since_seconds=since)
+                try:
+                    async for line in adapter.logs(f.spec(), request):
+                        if last and line.timestamp and line.timestamp <= last:
+                            continue  # sent before the follow ended
+                        last = line.timestamp or last
+                        now = time.time_ns()
+                        self._hand(
+                            f,
+                            Line(
+                                f.account,
+                                str(f.function_id),
+                                str(f.version_id),
+                                str(f.instance_id),
+                                line.pod,
+                                line.container,
+                                cut(masker(line.text)),  # masked whole, then cut
+                                time_of(line.timestamp, now),
+                            ),
+                        )
+                except AdapterError as exc:
+                    log.info("following the logs of instance %s: %s", f.instance_id, exc.message)
+            await asyncio.sleep(self.period)
+
+    def _hand(self, f: Followed, line: Line) -> None:
+        """One line to the export's bounded queue (never blocks: a full queue drops it)."""
+        self._exports.invocation(
+            Logged(f.account, str(f.function_id), str(f.version_id), f.telemetries, (line,))
+        )
+
+
+__all__ = ["InstanceExports", "followed", "names", "phases"]

@@ -22,16 +22,15 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.backends.logs import LogRequest, cut
 from service.backends.protocol import AdapterError, InstanceSpec
 from service.clusters.adapters import AdapterRegistry
 from service.core.crypto import SecretBox
+from service.deployments import repository
 from service.deployments.logs.service import LIVE_PHASES, masker_of
-from service.deployments.models import Deployment, DeploymentDesired, Instance, InstanceDesired
-from service.functions.models import FunctionVersion
+from service.functions import repository as functions_repository
 from service.health.conditions import Phase
 from service.observability.events import Logged, Phased
 from service.observability.export import Exports
@@ -75,69 +74,38 @@ def names(telemetries: Mapping[str, object] | None, kind: Kind) -> bool:
 async def phases(session: AsyncSession) -> list[Phased]:
     """Each deployed version naming a metrics telemetry, with its wanted instances by phase
     (every phase, 0 included, so that a phase left shows as 0)."""
-    versions = select(
-        Deployment.account_id,
-        Deployment.function_id,
-        Deployment.version_id,
-        FunctionVersion.telemetries,
-    ).join(FunctionVersion, FunctionVersion.id == Deployment.version_id)
-    rows = await session.execute(
-        versions.where(
-            FunctionVersion.telemetries.is_not(None),
-            Deployment.desired == DeploymentDesired.DEPLOYED,
-        )
-    )
-    named = {vid: (a, f, dict(t)) for a, f, vid, t in rows.all() if names(t, Kind.METRICS)}
-    if not named:
+    metrics = {
+        vid: named
+        for vid, named in (await functions_repository.telemetries_named(session)).items()
+        if names(named, Kind.METRICS)
+    }
+    if not metrics:
         return []
-    counts = {v: {phase.value: 0 for phase in Phase} for v in named}
-    by_phase = (
-        select(Deployment.version_id, Instance.phase, func.count(Instance.id))
-        .join(Deployment, Deployment.id == Instance.deployment_id)
-        .where(
-            Deployment.version_id.in_(list(named)),
-            Deployment.desired == DeploymentDesired.DEPLOYED,
-            Instance.desired == InstanceDesired.PRESENT,
-        )
-        .group_by(Deployment.version_id, Instance.phase)
-    )
-    for vid, phase, n in (await session.execute(by_phase)).all():
+    deployed = {
+        vid: (account, fid) for account, fid, vid in await repository.deployed_of(session, metrics)
+    }
+    if not deployed:
+        return []
+    counts = {v: {phase.value: 0 for phase in Phase} for v in deployed}
+    for vid, phase, n in await repository.instances_by_phase(session, deployed):
         counts[vid][phase] = counts[vid].get(phase, 0) + n
     return [
-        Phased(account, str(fid), str(vid), telemetries, counts[vid])
-        for vid, (account, fid, telemetries) in named.items()
+        Phased(account, str(fid), str(vid), metrics[vid], counts[vid])
+        for vid, (account, fid) in deployed.items()
     ]
 
 
 async def followed(session: AsyncSession, owner: str) -> list[Followed]:
     """The live instances this replica leads of versions naming a logs telemetry."""
-    stmt = (
-        select(
-            Instance.id,
-            Instance.account_id,
-            Deployment.function_id,
-            Deployment.version_id,
-            Deployment.id,
-            Instance.cluster,
-            FunctionVersion.telemetries,
-        )
-        .join(Deployment, Deployment.id == Instance.deployment_id)
-        .join(FunctionVersion, FunctionVersion.id == Deployment.version_id)
-        .where(
-            FunctionVersion.telemetries.is_not(None),
-            Instance.desired == InstanceDesired.PRESENT,
-            Instance.applied.is_(True),
-            Instance.cluster.is_not(None),
-            Instance.phase.in_(LIVE_PHASES),
-            Instance.lease_owner == owner,
-        )
-    )
-    rows = (await session.execute(stmt)).all()
-    return [
-        Followed(row[0], row[1], row[2], row[3], row[4], row[5] or "", dict(row[6]))
-        for row in rows
-        if names(row[6], Kind.LOGS)
-    ]
+    logs = {
+        vid: named
+        for vid, named in (await functions_repository.telemetries_named(session)).items()
+        if names(named, Kind.LOGS)
+    }
+    if not logs:
+        return []
+    rows = await repository.leased_instances_of(session, owner, LIVE_PHASES, logs)
+    return [Followed(*row[:5], row[5] or "", logs[row[3]]) for row in rows]
 
 
 class InstanceExports:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -562,3 +562,61 @@ async def latest_release(session: AsyncSession, function_id: uuid.UUID) -> Canar
             .limit(1)
         )
     ).first()
+
+
+# --------------------------------------------------------------------------- the export
+
+
+async def deployed_of(
+    session: AsyncSession, version_ids: Collection[uuid.UUID]
+) -> Sequence[Row[str, uuid.UUID, uuid.UUID]]:
+    """(account, function, version) of each of the versions that is deployed."""
+    stmt = select(Deployment.account_id, Deployment.function_id, Deployment.version_id).where(
+        Deployment.version_id.in_(list(version_ids)),
+        Deployment.desired == DeploymentDesired.DEPLOYED,
+    )
+    return (await session.execute(stmt)).all()
+
+
+async def instances_by_phase(
+    session: AsyncSession, version_ids: Collection[uuid.UUID]
+) -> Sequence[Row[uuid.UUID, str, int]]:
+    """(version, phase, count) of the wanted instances of the versions' deployments."""
+    stmt = (
+        select(Deployment.version_id, Instance.phase, func.count(Instance.id))
+        .join(Deployment, Deployment.id == Instance.deployment_id)
+        .where(
+            Deployment.version_id.in_(list(version_ids)),
+            Deployment.desired == DeploymentDesired.DEPLOYED,
+            Instance.desired == InstanceDesired.PRESENT,
+        )
+        .group_by(Deployment.version_id, Instance.phase)
+    )
+    return (await session.execute(stmt)).all()
+
+
+async def leased_instances_of(
+    session: AsyncSession, owner: str, phases: Collection[str], version_ids: Collection[uuid.UUID]
+) -> Sequence[Row[uuid.UUID, str, uuid.UUID, uuid.UUID, uuid.UUID, str | None]]:
+    """(instance, account, function, version, deployment, cluster) of the versions' applied
+    instances in `phases` whose lease is `owner`'s."""
+    stmt = (
+        select(
+            Instance.id,
+            Instance.account_id,
+            Deployment.function_id,
+            Deployment.version_id,
+            Deployment.id,
+            Instance.cluster,
+        )
+        .join(Deployment, Deployment.id == Instance.deployment_id)
+        .where(
+            Deployment.version_id.in_(list(version_ids)),
+            Instance.desired == InstanceDesired.PRESENT,
+            Instance.applied.is_(True),
+            Instance.cluster.is_not(None),
+            Instance.phase.in_(list(phases)),
+            Instance.lease_owner == owner,
+        )
+    )
+    return (await session.execute(stmt)).all()

@@ -409,6 +409,18 @@ def invocable_versions(
 # --------------------------------------------------------------------------- telemetries
 
 
+async def telemetries_named(session: AsyncSession) -> dict[uuid.UUID, dict[str, Any]]:
+    """Each version naming telemetries, with its `telemetries` (what the export follows)."""
+    stmt = select(FunctionVersion.id, FunctionVersion.telemetries).where(
+        FunctionVersion.telemetries.is_not(None)
+    )
+    return {
+        vid: dict(named)
+        for vid, named in (await session.execute(stmt)).all()
+        if isinstance(named, dict)
+    }
+
+
 async def telemetry_users(
     session: AsyncSession, account_id: str, telemetry_id: uuid.UUID
 ) -> list[str]:

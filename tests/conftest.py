@@ -214,17 +214,27 @@ async def client(client_factory: ClientFactory) -> AppClient:
     return await client_factory()
 
 
+@pytest.fixture(scope="module")
+def module_settings() -> dict[str, Any]:
+    """Overrides of `module_client`'s settings; a module overrides this fixture to change them."""
+    return {}
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def module_client(
-    tmp_path_factory: pytest.TempPathFactory, module_database_url: str
+    tmp_path_factory: pytest.TempPathFactory,
+    module_database_url: str,
+    module_settings: dict[str, Any],
 ) -> AsyncIterator[AppClient]:
-    """One app with the default test settings for every test of a module, per database (an
-    app costs about a second to build and start). Only for modules whose tests need no fresh
-    state: each reads what it made itself, or is refused and checks that nothing changed. Its
-    tests run in the module's event loop: `pytestmark = pytest.mark.asyncio(loop_scope="module")`.
+    """One app with the test settings (and `module_settings`) for every test of a module, per
+    database (an app costs about a second to build and start). Only for modules whose tests need
+    no fresh state: each reads what it made itself, or is refused and checks that nothing
+    changed. Its tests run in the module's event loop:
+    `pytestmark = pytest.mark.asyncio(loop_scope="module")`.
     """
     data_dir = tmp_path_factory.mktemp("module-app") / "data"
-    async with started_client(app_settings(data_dir, module_database_url)) as c:
+    settings = app_settings(data_dir, module_database_url, **module_settings)
+    async with started_client(settings) as c:
         yield c
 
 

@@ -140,6 +140,25 @@ async def test_a_management_token_needs_an_admin_credential(client: AppClient) -
     assert await works(client, key)
 
 
+async def test_an_account_admins_management_token_is_for_its_own_account(
+    client: AppClient,
+) -> None:
+    """`nvcf-cli init` with another account's admin key mints a token of that account, never
+    one of the default account (the operator's) nor with reach over its functions."""
+    theirs = await create_fn(client)  # a function of the default account
+    tenant = f"tenant-{uuid.uuid4().hex[:10]}"
+    tenant_admin = bearer(await new_key(client, ["admin", "list_functions"], account=tenant))
+    resp = await client.post("/v1/admin/keys", json={}, headers=tenant_admin)
+    assert resp.status_code == 200, resp.text
+    token = resp.json()
+    assert token["owner_id"] == tenant
+    listed = await client.get(f"{V}/functions", headers=bearer(token["value"]))
+    assert listed.status_code == 200 and listed.json() == {"functions": []}
+    path = f"{V}/functions/{theirs['id']}/versions/{theirs['versionId']}"
+    assert (await client.delete(path, headers=bearer(token["value"]))).status_code == 404
+    assert (await client.get(path)).status_code == 200
+
+
 async def test_init_without_credentials_from_a_trusted_network(
     client_factory: ClientFactory,
 ) -> None:

@@ -25,6 +25,7 @@ import pytest_asyncio
 from asgi_lifespan import LifespanManager
 
 from service.app import create_app
+from service.auth.scopes import ALL_SCOPES
 from service.core import migrate
 from service.core.settings import Settings
 from tests.support.app import ADMIN_KEY, JWT_SECRET, AppClient, ClientFactory, SettingsFactory
@@ -235,6 +236,29 @@ async def module_client(
     data_dir = tmp_path_factory.mktemp("module-app") / "data"
     settings = app_settings(data_dir, module_database_url, **module_settings)
     async with started_client(settings) as c:
+        yield c
+
+
+@pytest.fixture
+def tenant() -> str:
+    """An account no other test uses (for tests on `tenant_client`)."""
+    return f"tenant-{uuid.uuid4().hex[:12]}"
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def tenant_client(module_client: AppClient, tenant: str) -> AsyncIterator[AppClient]:
+    """`module_client`'s app as a key of the test's own account (`tenant`) holding every scope
+    an account can hold: a test on it lists only what it made, though the app is shared."""
+    resp = await module_client.post(
+        "/v2/nvcf/api-keys", json={"ncaId": tenant, "scopes": list(ALL_SCOPES)}
+    )
+    assert resp.status_code == 200, resp.text
+    async with AppClient(
+        transport=httpx.ASGITransport(app=module_client.app),
+        base_url=str(module_client.base_url),
+        headers={"Authorization": f"Bearer {resp.json()['apiKey']['key']}"},
+    ) as c:
+        c.app = module_client.app
         yield c
 
 

@@ -128,16 +128,18 @@ async def test_hs256_jwt(client: httpx.AsyncClient) -> None:
 
 @pytest.mark.parametrize(
     ("claims", "secret", "detail"),
+    # `exp` is given in seconds from when the test runs: a time taken at collection has
+    # passed by the time a long run reaches the test
     [
-        ({"sub": "a", "scopes": [], "exp": future(-60)}, JWT_SECRET, "JWT has expired"),
+        ({"sub": "a", "scopes": [], "exp": -60}, JWT_SECRET, "JWT has expired"),
         ({"sub": "a", "scopes": []}, JWT_SECRET, "JWT is missing the 'exp' claim"),
         (
-            {"sub": "a", "scopes": [], "exp": future()},
+            {"sub": "a", "scopes": [], "exp": 600},
             "another-secret-of-sufficient-length-1234",
             "JWT signature is invalid",
         ),
         (
-            {"scopes": [], "exp": future()},
+            {"scopes": [], "exp": 600},
             JWT_SECRET,
             "JWT has neither an 'ncaId' nor a 'sub' claim",
         ),
@@ -146,6 +148,8 @@ async def test_hs256_jwt(client: httpx.AsyncClient) -> None:
 async def test_bad_jwts_are_401(
     client: httpx.AsyncClient, claims: dict[str, Any], secret: str, detail: str
 ) -> None:
+    if "exp" in claims:
+        claims = {**claims, "exp": future(claims["exp"])}
     resp = await client.get(f"{V}/functions", headers=bearer(hs256(claims, secret)))
     assert resp.status_code == 401
     assert resp.json()["detail"] == detail

@@ -25,6 +25,7 @@ import pytest_asyncio
 from asgi_lifespan import LifespanManager
 
 from service.app import create_app
+from service.auth.scopes import ALL_SCOPES
 from service.core import migrate
 from service.core.settings import Settings
 from tests.support.app import ADMIN_KEY, JWT_SECRET, AppClient, ClientFactory, SettingsFactory
@@ -214,17 +215,50 @@ async def client(client_factory: ClientFactory) -> AppClient:
     return await client_factory()
 
 
+@pytest.fixture(scope="module")
+def module_settings() -> dict[str, Any]:
+    """Overrides of `module_client`'s settings; a module overrides this fixture to change them."""
+    return {}
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def module_client(
-    tmp_path_factory: pytest.TempPathFactory, module_database_url: str
+    tmp_path_factory: pytest.TempPathFactory,
+    module_database_url: str,
+    module_settings: dict[str, Any],
 ) -> AsyncIterator[AppClient]:
-    """One app with the default test settings for every test of a module, per database (an
-    app costs about a second to build and start). Only for modules whose tests need no fresh
-    state: each reads what it made itself, or is refused and checks that nothing changed. Its
-    tests run in the module's event loop: `pytestmark = pytest.mark.asyncio(loop_scope="module")`.
+    """One app with the test settings (and `module_settings`) for every test of a module, per
+    database (an app costs about a second to build and start). Only for modules whose tests need
+    no fresh state: each reads what it made itself, or is refused and checks that nothing
+    changed. Its tests run in the module's event loop:
+    `pytestmark = pytest.mark.asyncio(loop_scope="module")`.
     """
     data_dir = tmp_path_factory.mktemp("module-app") / "data"
-    async with started_client(app_settings(data_dir, module_database_url)) as c:
+    settings = app_settings(data_dir, module_database_url, **module_settings)
+    async with started_client(settings) as c:
+        yield c
+
+
+@pytest.fixture
+def tenant() -> str:
+    """An account no other test uses (for tests on `tenant_client`)."""
+    return f"tenant-{uuid.uuid4().hex[:12]}"
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def tenant_client(module_client: AppClient, tenant: str) -> AsyncIterator[AppClient]:
+    """`module_client`'s app as a key of the test's own account (`tenant`) holding every scope
+    an account can hold: a test on it lists only what it made, though the app is shared."""
+    resp = await module_client.post(
+        "/v2/nvcf/api-keys", json={"ncaId": tenant, "scopes": list(ALL_SCOPES)}
+    )
+    assert resp.status_code == 200, resp.text
+    async with AppClient(
+        transport=httpx.ASGITransport(app=module_client.app),
+        base_url=str(module_client.base_url),
+        headers={"Authorization": f"Bearer {resp.json()['apiKey']['key']}"},
+    ) as c:
+        c.app = module_client.app
         yield c
 
 

@@ -137,11 +137,11 @@ async def admin_token(
         account = principal.account_id
         limited = principal.functions  # a limited key's token is limited as much
         not_after = principal.expires_at  # and lives no longer
+    else:
+        account = settings.default_account
     granted: tuple[str, ...] = MANAGEMENT_SCOPES
     if limited is not None:
         granted = tuple(s for s in granted if s not in ACCOUNT_WIDE_SCOPES)
-    else:
-        account = settings.default_account
     body = await read_json(request) if await request.body() else {}
     description = policies.token_description(body)
     value, row = await mint_key(

@@ -1,5 +1,8 @@
 """The asset routes over HTTP in NVCF's shape, on the local store (this server signs and
-serves the upload and download URLs), on SQLite and PostgreSQL."""
+serves the upload and download URLs), on SQLite and PostgreSQL.
+
+The tests on `client` share one app per database, each in an account of its own (`admin` is
+the operator's client of that app)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+import pytest_asyncio
 
 from service.assets.signing import Grant
 from service.core.server import ConnectionLimits
@@ -25,7 +29,34 @@ from tests.support.browser import BrowserUnavailable, start_browser
 from tests.support.e2e import eventually
 from tests.support.server import in_loop_server
 
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+# the tests that build their own app run in their own loop
+own_app = pytest.mark.asyncio(loop_scope="function")
+
 A = "/v2/nvcf/assets"
+
+
+@pytest.fixture
+def account() -> str:
+    return f"acct-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def admin(module_client: AppClient) -> AppClient:
+    return module_client
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def client(admin: AppClient, account: str) -> AsyncIterator[AppClient]:
+    """The module's app as seen by a key of the test's own account."""
+    key = await new_key(admin, ["invoke_function"], account=account)
+    async with AppClient(
+        transport=httpx.ASGITransport(app=admin.app),
+        base_url=str(admin.base_url),
+        headers=bearer(key),
+    ) as c:
+        c.app = admin.app
+        yield c
 
 
 async def create(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
@@ -73,10 +104,11 @@ async def test_create_upload_get_download_delete(client: AppClient) -> None:
         assert (await anon.get(url)).status_code == 404
 
 
-async def test_another_account_sees_nothing(client: AppClient) -> None:
+async def test_another_account_sees_nothing(client: AppClient, admin: AppClient) -> None:
     made = await create(client)
     assert (await upload(client, made["uploadUrl"], b"data")).status_code == 200
-    other = bearer(await new_key(client, ["invoke_function"], account="other-account"))
+    other_account = f"other-{uuid.uuid4().hex[:12]}"
+    other = bearer(await new_key(admin, ["invoke_function"], account=other_account))
     asset = f"{A}/{made['assetId']}"
     for resp in (
         await client.get(asset, headers=other),
@@ -101,8 +133,10 @@ async def test_an_asset_not_yet_uploaded_is_not_found_as_on_nvcf(client: AppClie
     assert (await client.delete(asset)).status_code == 204
 
 
-async def test_routes_need_the_invoke_scope(client: AppClient) -> None:
-    key = bearer(await new_key(client, ["list_functions"]))
+async def test_routes_need_the_invoke_scope(
+    client: AppClient, admin: AppClient, account: str
+) -> None:
+    key = bearer(await new_key(admin, ["list_functions"], account=account))
     assert_problem(await client.get(A, headers=key), 403)
     assert_problem(
         await client.post(A, json={"contentType": "a/b", "description": ""}, headers=key), 403
@@ -182,6 +216,7 @@ async def test_an_expired_signed_url_is_refused(client: AppClient) -> None:
         assert "expired" in str(assert_problem(await anon.get(download), 403)["detail"])
 
 
+@own_app
 async def test_an_upload_over_the_limit_is_refused(client_factory: ClientFactory) -> None:
     client = await client_factory(asset_max_bytes=1000)
     made = await create(client)
@@ -206,6 +241,7 @@ async def test_an_asset_is_uploaded_once(client: AppClient) -> None:
         assert (await anon.get(url)).content == b"first"
 
 
+@own_app
 async def test_count_quota(client_factory: ClientFactory) -> None:
     client = await client_factory(quota_assets=2)
     await create(client)
@@ -221,6 +257,7 @@ async def test_count_quota(client_factory: ClientFactory) -> None:
         await create(api)  # another account's quota
 
 
+@own_app
 async def test_bytes_quota(client_factory: ClientFactory) -> None:
     client = await client_factory(quota_asset_bytes=1500)
     first = await create(client)
@@ -239,6 +276,7 @@ async def test_bytes_quota(client_factory: ClientFactory) -> None:
     await create(client)
 
 
+@own_app
 async def test_an_expired_asset_is_gone(client_factory: ClientFactory) -> None:
     client = await client_factory(asset_ttl_seconds=0.001)
     made = await create(client)

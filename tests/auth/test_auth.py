@@ -1,10 +1,14 @@
-"""Credentials and scopes (api.md §1): API keys, HS256 and JWKS-verified JWTs."""
+"""Credentials and scopes (api.md §1): API keys, HS256 and JWKS-verified JWTs.
+
+The tests on `client` share one app per database: each reads what it made itself, in
+accounts named for it."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,9 +19,23 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from tests.support.api import CONTAINER_FN, bearer, create_fn, new_key
-from tests.support.app import JWT_SECRET, ClientFactory
+from tests.support.app import JWT_SECRET, AppClient, ClientFactory
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+# the tests that build their own app run in their own loop
+own_app = pytest.mark.asyncio(loop_scope="function")
 
 V = "/v2/nvcf"
+
+
+@pytest.fixture
+def client(module_client: AppClient) -> AppClient:
+    return module_client
+
+
+def unique(name: str) -> str:
+    """An account name no other test of the module's app uses."""
+    return f"{name}-{uuid.uuid4().hex[:10]}"
 
 
 def hs256(claims: dict[str, Any], secret: str = JWT_SECRET) -> str:
@@ -102,24 +120,26 @@ async def test_hs256_jwt(client: httpx.AsyncClient) -> None:
     fn = await create_fn(client)
     resp = await client.get(f"{V}/functions", headers=bearer(token))
     assert resp.status_code == 200
-    assert [f["id"] for f in resp.json()["functions"]] == [fn["id"]]
+    assert fn["id"] in [f["id"] for f in resp.json()["functions"]]
     # sub is the account when there is no ncaId claim: a different account sees nothing
-    token2 = hs256({"sub": "client-2", "scopes": ["list_functions"], "exp": future()})
+    token2 = hs256({"sub": unique("client-2"), "scopes": ["list_functions"], "exp": future()})
     assert (await client.get(f"{V}/functions", headers=bearer(token2))).json()["functions"] == []
 
 
 @pytest.mark.parametrize(
     ("claims", "secret", "detail"),
+    # `exp` is given in seconds from when the test runs: a time taken at collection has
+    # passed by the time a long run reaches the test
     [
-        ({"sub": "a", "scopes": [], "exp": future(-60)}, JWT_SECRET, "JWT has expired"),
+        ({"sub": "a", "scopes": [], "exp": -60}, JWT_SECRET, "JWT has expired"),
         ({"sub": "a", "scopes": []}, JWT_SECRET, "JWT is missing the 'exp' claim"),
         (
-            {"sub": "a", "scopes": [], "exp": future()},
+            {"sub": "a", "scopes": [], "exp": 600},
             "another-secret-of-sufficient-length-1234",
             "JWT signature is invalid",
         ),
         (
-            {"scopes": [], "exp": future()},
+            {"scopes": [], "exp": 600},
             JWT_SECRET,
             "JWT has neither an 'ncaId' nor a 'sub' claim",
         ),
@@ -128,6 +148,8 @@ async def test_hs256_jwt(client: httpx.AsyncClient) -> None:
 async def test_bad_jwts_are_401(
     client: httpx.AsyncClient, claims: dict[str, Any], secret: str, detail: str
 ) -> None:
+    if "exp" in claims:
+        claims = {**claims, "exp": future(claims["exp"])}
     resp = await client.get(f"{V}/functions", headers=bearer(hs256(claims, secret)))
     assert resp.status_code == 401
     assert resp.json()["detail"] == detail
@@ -149,6 +171,7 @@ async def test_jwt_org_path_must_match(client: httpx.AsyncClient) -> None:
     ).status_code == 403
 
 
+@own_app
 @pytest.mark.parametrize("alg", ["RS256", "ES256"])
 async def test_jwks_file_verification(
     client_factory: ClientFactory, tmp_path: Path, alg: str
@@ -194,6 +217,7 @@ async def test_jwks_file_verification(
     assert resp.status_code == 401
 
 
+@own_app
 async def test_jwt_without_configuration_is_401(client_factory: ClientFactory) -> None:
     client = await client_factory(jwt_secret=None)
     resp = await client.get(f"{V}/functions", headers=bearer(hs256({"sub": "a", "exp": future()})))
@@ -213,6 +237,7 @@ async def test_key_admin_requires_admin_and_validates(client: httpx.AsyncClient)
     assert resp.status_code == 400 and "unknown scope 'fly'" in resp.text
 
 
+@own_app
 async def test_jwks_url_verification(client_factory: ClientFactory, tmp_path: Path) -> None:
     """The JWKS is fetched over HTTP from the configured URL (a real local server here)."""
     import http.server
@@ -258,27 +283,28 @@ async def test_an_account_admin_cannot_mint_keys_for_another_account(
     client: httpx.AsyncClient,
 ) -> None:
     """The critical hole of the security campaign: `admin` administers its own account only."""
-    victim = bearer(await new_key(client, ["register_function", "list_functions"], "victim"))
+    victim_account, mallory = unique("victim"), unique("mallory")
+    victim = bearer(await new_key(client, ["register_function", "list_functions"], victim_account))
     assert (await client.post(f"{V}/functions", json=CONTAINER_FN, headers=victim)).is_success
-    tenant_admin = bearer(await new_key(client, ["admin", "list_functions"], "mallory"))
+    tenant_admin = bearer(await new_key(client, ["admin", "list_functions"], mallory))
     for wanted in (["admin"], ["list_functions"]):
         resp = await client.post(
-            f"{V}/api-keys", json={"ncaId": "victim", "scopes": wanted}, headers=tenant_admin
+            f"{V}/api-keys", json={"ncaId": victim_account, "scopes": wanted}, headers=tenant_admin
         )
         assert resp.status_code == 403, resp.text
         assert resp.headers["content-type"] == "application/problem+json"
         assert "admin:accounts" in resp.json()["detail"]
     # nothing was minted for the victim account: its admin sees only the key made above
-    victim_admin = bearer(await new_key(client, ["admin"], "victim"))
+    victim_admin = bearer(await new_key(client, ["admin"], victim_account))
     listed = (await client.get(f"{V}/api-keys", headers=victim_admin)).json()["apiKeys"]
     assert len(listed) == 2
     # naming its own account explicitly is still fine
     resp = await client.post(
         f"{V}/api-keys",
-        json={"ncaId": "mallory", "scopes": ["list_functions"]},
+        json={"ncaId": mallory, "scopes": ["list_functions"]},
         headers=tenant_admin,
     )
-    assert resp.status_code == 200 and resp.json()["apiKey"]["ncaId"] == "mallory"
+    assert resp.status_code == 200 and resp.json()["apiKey"]["ncaId"] == mallory
     own = bearer(resp.json()["apiKey"]["key"])
     assert (await client.get(f"{V}/functions", headers=own)).json()["functions"] == []
 
@@ -287,6 +313,7 @@ async def test_the_operator_scope_cannot_be_granted_through_the_api(
     client: httpx.AsyncClient,
 ) -> None:
     # not even by the operator's own key: only `nvcf-server create-key` grants it
+    before = (await client.get(f"{V}/api-keys")).json()["apiKeys"]
     resp = await client.post(f"{V}/api-keys", json={"scopes": ["admin", "admin:accounts"]})
     assert resp.status_code == 400
     assert resp.json()["errors"] == [
@@ -296,7 +323,7 @@ async def test_the_operator_scope_cannot_be_granted_through_the_api(
             "(`nvcf-server create-key`)",
         }
     ]
-    assert len((await client.get(f"{V}/api-keys")).json()["apiKeys"]) == 1
+    assert (await client.get(f"{V}/api-keys")).json()["apiKeys"] == before
 
 
 async def test_the_operator_key_mints_for_other_accounts(client: httpx.AsyncClient) -> None:
@@ -358,8 +385,14 @@ def _when(text: str) -> datetime:
 async def test_a_key_never_outlives_the_key_that_minted_it(client: httpx.AsyncClient) -> None:
     """A key minted by another key expires no later than it, on every route that mints: a
     longer or absent lifetime is cut to the minting key's expiry; a shorter one is kept."""
+    # an account of its own: the keys it mints list no other test's functions
     parent = await client.post(
-        f"{V}/api-keys", json={"scopes": ["admin", "list_functions"], "expiresIn": "PT1H"}
+        f"{V}/api-keys",
+        json={
+            "ncaId": unique("minter"),
+            "scopes": ["admin", "list_functions"],
+            "expiresIn": "PT1H",
+        },
     )
     assert parent.status_code == 200, parent.text
     parent_expiry = _when(parent.json()["apiKey"]["expiresAt"])

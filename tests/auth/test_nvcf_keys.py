@@ -1,7 +1,10 @@
 """NVCF's API-keys service routes as nvcf-cli calls them (`init`: `POST /v1/admin/keys`;
 `api-key generate/list/delete`: `/v1/keys`), their answers decoded as the CLI's Go structs,
 every violation of a bad policy listed, and a key limited to named functions reaching only
-those, on every route."""
+those, on every route.
+
+The tests on `client` share one app per database, each as the admin of an account of its own
+(`admin` is the operator's client of the same app)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,10 @@ from service.auth.models import ApiKey
 from tests.support.api import CONTAINER_FN, assert_problem, bearer, create_fn, new_key
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
 from tests.support.go_decode import ListOf, assert_go_decodes
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+# the tests that build their own apps run in their own loop
+own_app = pytest.mark.asyncio(loop_scope="function")
 
 V = "/v2/nvcf"
 #: nvcf-cli's `apikeys.APIKey` (internal/apikeys/client.go)
@@ -74,6 +81,20 @@ def generate_body(
 
 
 ALL = [{"id": "*", "type": "account-functions"}, {"id": "*", "type": "authorized-functions"}]
+
+
+@pytest.fixture
+def client(tenant_client: AppClient) -> AppClient:
+    return tenant_client
+
+
+@pytest.fixture
+def admin(module_client: AppClient) -> AppClient:
+    return module_client
+
+
+def another() -> str:
+    return f"someone-else-{uuid.uuid4().hex[:12]}"
 
 
 async def management_token(client: AppClient) -> str:
@@ -140,6 +161,24 @@ async def test_a_management_token_needs_an_admin_credential(client: AppClient) -
     assert await works(client, key)
 
 
+async def test_an_account_admins_management_token_is_for_its_own_account(
+    client: AppClient, admin: AppClient, tenant: str
+) -> None:
+    """`nvcf-cli init` with another account's admin key mints a token of that account, never
+    one of the default account (the operator's) nor with reach over its functions."""
+    theirs = await create_fn(admin)  # a function of the default account
+    resp = await client.post("/v1/admin/keys", json={})  # as the tenant's admin
+    assert resp.status_code == 200, resp.text
+    token = resp.json()
+    assert token["owner_id"] == tenant
+    listed = await client.get(f"{V}/functions", headers=bearer(token["value"]))
+    assert listed.status_code == 200 and listed.json() == {"functions": []}
+    path = f"{V}/functions/{theirs['id']}/versions/{theirs['versionId']}"
+    assert (await client.delete(path, headers=bearer(token["value"]))).status_code == 404
+    assert (await admin.get(path)).status_code == 200
+
+
+@own_app
 async def test_init_without_credentials_from_a_trusted_network(
     client_factory: ClientFactory,
 ) -> None:
@@ -159,6 +198,7 @@ PROXIED = [
 ]
 
 
+@own_app
 async def test_no_credential_through_a_proxy_gets_nothing_even_from_a_trusted_network(
     client_factory: ClientFactory,
 ) -> None:
@@ -212,6 +252,7 @@ async def works(client: AppClient, key: dict[str, str]) -> bool:
     return resp.status_code == 200
 
 
+@own_app
 async def test_api_key_delete_as_the_cli_sends_it_from_a_trusted_network(
     client_factory: ClientFactory,
 ) -> None:
@@ -238,6 +279,7 @@ async def test_api_key_delete_as_the_cli_sends_it_from_a_trusted_network(
     assert await works(client, operator)
 
 
+@own_app
 async def test_api_key_delete_without_a_credential_elsewhere_deletes_nothing(
     client_factory: ClientFactory,
 ) -> None:
@@ -257,8 +299,10 @@ async def test_api_key_delete_without_a_credential_elsewhere_deletes_nothing(
         assert not await works(client, key)
 
 
-async def test_a_bad_policy_lists_every_violation_and_creates_nothing(client: AppClient) -> None:
-    foreign = await new_key(client, ["register_function"], account="someone-else")
+async def test_a_bad_policy_lists_every_violation_and_creates_nothing(
+    client: AppClient, admin: AppClient
+) -> None:
+    foreign = await new_key(admin, ["register_function"], account=another())
     theirs = await client.post(f"{V}/functions", json=CONTAINER_FN, headers=bearer(foreign))
     their_fn = theirs.json()["function"]["id"]
     before = len((await client.get("/v1/keys")).json()["keys"])
@@ -574,7 +618,9 @@ async def test_a_policy_stored_before_it_was_checked_is_shown_as_now_kept(
     assert "x" * 300 not in resp.text and "y" * 300 not in resp.text
 
 
-async def test_list_items_and_one_key_as_nvcf_writes_them(client: AppClient) -> None:
+async def test_list_items_and_one_key_as_nvcf_writes_them(
+    client: AppClient, admin: AppClient
+) -> None:
     """A listed key and `GET /v1/keys/{id}` carry what NVCF's KeyResponseBuilder writes: the
     key's masked suffix as `value` (never the key), its owner and issuer as nvcf-cli sent
     them; one key with its authorizations."""
@@ -601,7 +647,7 @@ async def test_list_items_and_one_key_as_nvcf_writes_them(client: AppClient) -> 
     assert one["authorizations"]["policies"][0]["resources"] == ALL
     assert one["created_at"] == key["created_at"] and one["status"] == "ACTIVE"
 
-    other = bearer(await new_key(client, ["admin"], account="other-account"))
+    other = bearer(await new_key(admin, ["admin"], account=another()))
     for missing in (str(uuid.uuid4()), "not-a-key-id"):
         assert_problem(await client.get(f"/v1/keys/{missing}"), 404)
     assert_problem(await client.get(f"/v1/keys/{key['id']}", headers=other), 404)
@@ -728,6 +774,7 @@ async def test_a_405_on_v1_keys_names_every_method_served(client: AppClient) -> 
     assert resp.headers["allow"] == "DELETE, GET"
 
 
+@own_app
 async def test_api_key_clear_all_as_the_cli_runs_it(client_factory: ClientFactory) -> None:
     """nvcf-cli's `init`, `api-key generate` twice, then `api-key clear-all`
     (cmd/apikey.go: `ListAPIKeys`, then `DeleteAPIKey` for each listed key), its requests as

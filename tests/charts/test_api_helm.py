@@ -1,5 +1,8 @@
 """Creating helm functions through the HTTP API against real local registries (api.md §2.1,
-helm.md §1–§4): digests, findings, every rule as a 400, credentials, registry failures."""
+helm.md §1–§4): digests, findings, every rule as a 400, credentials, registry failures.
+
+The tests on `client` share one app per database (the anonymous registry allow-listed), each
+in an account of its own."""
 
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ from tests.support.charts import FAILING, REGISTRY_USER, PushCorpus
 from tests.support.nvcf_cli import add_request
 from tests.support.registry import RegistryServer
 
-pytestmark = pytest.mark.registry
+pytestmark = [pytest.mark.registry, pytest.mark.asyncio(loop_scope="module")]
+# the tests that build their own apps run in their own loop
+own_app = pytest.mark.asyncio(loop_scope="function")
 
 BASE = "inference-ok"
 _names = itertools.count()
@@ -31,6 +36,16 @@ def helm_fn(url: str, **changes: Any) -> dict[str, Any]:
     }
     body.update(changes)
     return body
+
+
+@pytest.fixture(scope="module")
+def module_settings(anon_registry: RegistryServer) -> dict[str, Any]:
+    return {"registry_allowlist": anon_registry.host, "insecure_registries": anon_registry.host}
+
+
+@pytest.fixture
+def client(tenant_client: AppClient) -> AppClient:
+    return tenant_client
 
 
 async def helm_client(client_factory: ClientFactory, *servers: RegistryServer) -> AppClient:
@@ -50,9 +65,8 @@ def rules(findings: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
 
 
 async def test_create_from_passing_chart_in_both_url_forms(
-    client_factory: ClientFactory, anon_registry: RegistryServer, push_corpus: PushCorpus
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
 ) -> None:
-    client = await helm_client(client_factory, anon_registry)
     ok = push_corpus(anon_registry, BASE)
     resp = await client.post("/v2/nvcf/functions", json=helm_fn(ok.file_url))
     assert resp.status_code == 200, resp.text
@@ -85,9 +99,8 @@ async def test_create_from_passing_chart_in_both_url_forms(
 
 
 async def test_every_failing_chart_is_a_400_with_exact_rules_and_nothing_stored(
-    client_factory: ClientFactory, anon_registry: RegistryServer, push_corpus: PushCorpus
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
 ) -> None:
-    client = await helm_client(client_factory, anon_registry)
     failing = {
         name: [(rule, obj) for rule, severity, obj, _ in rows if severity == "error"]
         for name, rows in FAILING.items()
@@ -118,6 +131,7 @@ async def test_every_failing_chart_is_a_400_with_exact_rules_and_nothing_stored(
     assert await stored_functions(client) == []
 
 
+@own_app
 async def test_enforced_security_turns_warnings_into_errors(
     client_factory: ClientFactory, anon_registry: RegistryServer, push_corpus: PushCorpus
 ) -> None:
@@ -139,12 +153,11 @@ async def test_enforced_security_turns_warnings_into_errors(
 
 
 async def test_multi_node_chart_whose_service_selects_pod_index_is_accepted(
-    client_factory: ClientFactory, anon_registry: RegistryServer, push_corpus: PushCorpus
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
 ) -> None:
     """NVIDIA's multi-node samples send inference to the leader, pod 0 of a StatefulSet, by
     selecting `apps.kubernetes.io/pod-index` (set on the pods by the controller, not in the
     template)."""
-    client = await helm_client(client_factory, anon_registry)
     chart = push_corpus(anon_registry, "multi-node-statefulset")
     resp = await client.post("/v2/nvcf/functions", json=helm_fn(chart.file_url))
     assert resp.status_code == 200, resp.text
@@ -152,6 +165,7 @@ async def test_multi_node_chart_whose_service_selects_pod_index_is_accepted(
     assert [f for f in findings if f["severity"] != "info"] == []
 
 
+@own_app
 async def test_url_rules_are_checked_before_any_network(client_factory: ClientFactory) -> None:
     client = await client_factory()
     # nothing listens on the discard port: reaching the network would be a 502
@@ -169,6 +183,7 @@ async def test_url_rules_are_checked_before_any_network(client_factory: ClientFa
     assert await stored_functions(client) == []
 
 
+@own_app
 async def test_private_address_refused_unless_allowlisted(
     client_factory: ClientFactory, anon_registry: RegistryServer, push_corpus: PushCorpus
 ) -> None:
@@ -181,6 +196,7 @@ async def test_private_address_refused_unless_allowlisted(
     assert await stored_functions(client) == []
 
 
+@own_app
 async def test_helm_credentials_of_the_account_are_used_for_the_auth_registry(
     client_factory: ClientFactory, auth_registry: RegistryServer, push_corpus: PushCorpus
 ) -> None:
@@ -222,9 +238,8 @@ async def test_helm_credentials_of_the_account_are_used_for_the_auth_registry(
 
 
 async def test_missing_chart_is_a_400_naming_the_url(
-    client_factory: ClientFactory, anon_registry: RegistryServer
+    client: AppClient, anon_registry: RegistryServer
 ) -> None:
-    client = await helm_client(client_factory, anon_registry)
     url = f"oci://{anon_registry.host}/nowhere/absent-chart-1.0.0.tgz"
     resp = await client.post("/v2/nvcf/functions", json=helm_fn(url))
     assert resp.status_code == 400, resp.text
@@ -234,6 +249,7 @@ async def test_missing_chart_is_a_400_naming_the_url(
     )
 
 
+@own_app
 async def test_stopped_registry_is_a_502(
     client_factory: ClientFactory,
     start_extra_registry: Any,
@@ -250,9 +266,8 @@ async def test_stopped_registry_is_a_502(
 
 
 async def test_digest_is_pinned_when_the_tag_moves(
-    client_factory: ClientFactory, anon_registry: RegistryServer, push_corpus: PushCorpus
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus, tenant: str
 ) -> None:
-    client = await helm_client(client_factory, anon_registry)
     namespace = f"pin/{next(_names)}"
     first = push_corpus(anon_registry, BASE, namespace=namespace)
     resp = await client.post("/v2/nvcf/functions", json=helm_fn(first.file_url))
@@ -276,7 +291,7 @@ async def test_digest_is_pinned_when_the_tag_moves(
     async with maker() as session:
         result = await pipeline.validate(
             session,
-            "nvcf-default",
+            tenant,
             helm_chart=first.file_url,
             service_name="entrypoint",
             inference_port=8000,
@@ -289,9 +304,8 @@ async def test_digest_is_pinned_when_the_tag_moves(
 
 
 async def test_concurrent_creates_of_one_chart_pull_its_blob_once(
-    client_factory: ClientFactory, anon_registry: RegistryServer, push_corpus: PushCorpus
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
 ) -> None:
-    client = await helm_client(client_factory, anon_registry)
     chart = push_corpus(
         anon_registry,
         BASE,
@@ -313,9 +327,8 @@ async def test_concurrent_creates_of_one_chart_pull_its_blob_once(
 
 
 async def test_idempotency_key_replays_a_helm_create(
-    client_factory: ClientFactory, anon_registry: RegistryServer, push_corpus: PushCorpus
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
 ) -> None:
-    client = await helm_client(client_factory, anon_registry)
     chart = push_corpus(anon_registry, BASE)
     body = helm_fn(chart.file_url)
     headers = {"Idempotency-Key": f"helm-create-{next(_names)}"}

@@ -1,6 +1,9 @@
 """Charts checked for their target through the API (helm.md §2, §3, §6): the Kubernetes schema
 of the target's version, Helm's capabilities of the target cluster, the policy the cluster
-permits, and the dry-run's deployment-specification target fields."""
+permits, and the dry-run's deployment-specification target fields.
+
+The tests on `client` share one app per database (the built-in catalog, the anonymous registry
+allow-listed), each in an account of its own; those needing a catalog build their own."""
 
 from __future__ import annotations
 
@@ -16,7 +19,9 @@ from tests.support.catalogs import PERMISSIVE, write_catalog
 from tests.support.charts import PushCorpus
 from tests.support.registry import RegistryServer
 
-pytestmark = pytest.mark.registry
+pytestmark = [pytest.mark.registry, pytest.mark.asyncio(loop_scope="module")]
+# the tests that build their own apps run in their own loop
+own_app = pytest.mark.asyncio(loop_scope="function")
 
 URL = "/v2/nvcf/helm/validate"
 BASE = "inference-ok"
@@ -79,6 +84,16 @@ def rules(findings: list[dict[str, Any]]) -> list[tuple[str, str | None, str | N
     return [(f["rule"], f.get("object"), f.get("field")) for f in findings]
 
 
+@pytest.fixture(scope="module")
+def module_settings(anon_registry: RegistryServer) -> dict[str, Any]:
+    return {"registry_allowlist": anon_registry.host, "insecure_registries": anon_registry.host}
+
+
+@pytest.fixture
+def client(tenant_client: AppClient) -> AppClient:
+    return tenant_client
+
+
 async def server(
     client_factory: ClientFactory, registry: RegistryServer, catalog: Path | None = None
 ) -> AppClient:
@@ -106,9 +121,8 @@ async def refused(client: AppClient, payload: dict[str, Any]) -> dict[str, str]:
 
 
 async def test_wrongly_typed_fields_are_errors_naming_object_and_path(
-    client_factory: ClientFactory, anon_registry: RegistryServer, push_corpus: PushCorpus
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
 ) -> None:
-    client = await server(client_factory, anon_registry)
     chart = push_corpus(anon_registry, BASE)
     extra = {"hostNetwork": "true", "terminationGracePeriodSeconds": "two"}
     result = await dry_run(client, body(chart.file_url, configuration={"podSpecExtra": extra}))
@@ -126,9 +140,8 @@ async def test_wrongly_typed_fields_are_errors_naming_object_and_path(
 
 
 async def test_function_creation_refuses_a_yaml_1_1_y_string(
-    client_factory: ClientFactory, anon_registry: RegistryServer, push_corpus: PushCorpus
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
 ) -> None:
-    client = await server(client_factory, anon_registry)
     chart = push_corpus(
         anon_registry, BASE, namespace=f"y/{next(_names)}", files={"templates/pod.yaml": Y_POD}
     )
@@ -153,6 +166,7 @@ async def test_function_creation_refuses_a_yaml_1_1_y_string(
     assert (await client.get("/v2/nvcf/functions")).json()["functions"] == []
 
 
+@own_app
 async def test_the_target_clusters_version_decides_what_is_served(
     client_factory: ClientFactory,
     anon_registry: RegistryServer,
@@ -205,6 +219,7 @@ async def test_the_target_clusters_version_decides_what_is_served(
 # --- 10: Helm's capabilities ------------------------------------------------------------------
 
 
+@own_app
 async def test_helm_renders_with_the_target_clusters_capabilities(
     client_factory: ClientFactory,
     anon_registry: RegistryServer,
@@ -232,6 +247,7 @@ async def test_helm_renders_with_the_target_clusters_capabilities(
 # --- 11: the policy the clusters permit -------------------------------------------------------
 
 
+@own_app
 async def test_dry_run_policy_must_be_permitted_by_the_target(
     client_factory: ClientFactory,
     anon_registry: RegistryServer,
@@ -283,9 +299,8 @@ async def test_dry_run_policy_must_be_permitted_by_the_target(
 
 
 async def test_dry_run_targets_like_a_deployment_specification(
-    client_factory: ClientFactory, anon_registry: RegistryServer, push_corpus: PushCorpus
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
 ) -> None:
-    client = await server(client_factory, anon_registry)
     chart = push_corpus(anon_registry, BASE)
     # gpu and instanceType resolve as a deploy's: multi-node full-node on an NVLink cluster
     partial = await dry_run(
@@ -338,9 +353,8 @@ async def test_dry_run_targets_like_a_deployment_specification(
 
 
 async def test_dry_run_target_problems_are_one_400(
-    client_factory: ClientFactory, anon_registry: RegistryServer, push_corpus: PushCorpus
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
 ) -> None:
-    client = await server(client_factory, anon_registry)
     chart = push_corpus(anon_registry, BASE)
     errors = await refused(client, body(chart.file_url, gpu="A100", instanceType="NCP.GPU.H100_1x"))
     assert set(errors) == {"gpu", "instanceType"}  # as a deploy reports them
@@ -385,9 +399,8 @@ def _annotated(on_template: bool) -> dict[str, Any]:
 
 
 async def test_nvlink_annotation_warnings_say_what_will_happen(
-    client_factory: ClientFactory, anon_registry: RegistryServer, push_corpus: PushCorpus
+    client: AppClient, anon_registry: RegistryServer, push_corpus: PushCorpus
 ) -> None:
-    client = await server(client_factory, anon_registry)
     chart = push_corpus(anon_registry, BASE)
     on_controller = {"extraObjects": [_annotated(on_template=False)]}
     on_template = {"extraObjects": [_annotated(on_template=True)]}
@@ -429,6 +442,7 @@ async def test_nvlink_annotation_warnings_say_what_will_happen(
     assert [w for w in fine["warnings"] if w["rule"].startswith("nvlink")] == []
 
 
+@own_app
 async def test_function_creation_policy_must_be_permitted_somewhere(
     client_factory: ClientFactory,
     anon_registry: RegistryServer,
@@ -483,6 +497,7 @@ async def test_function_creation_policy_must_be_permitted_somewhere(
     assert "helmValidationPolicy" not in resp.json()["function"]
 
 
+@own_app
 async def test_candidates_rendering_differently_are_named(
     client_factory: ClientFactory,
     anon_registry: RegistryServer,

@@ -1,4 +1,6 @@
-"""The dry-run endpoint `POST /v2/nvcf/helm/validate` (helm.md §6) against real registries."""
+"""The dry-run endpoint `POST /v2/nvcf/helm/validate` (helm.md §6) against real registries.
+
+A dry run stores nothing: the tests on `client` share one app per database."""
 
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ from tests.support.catalogs import PERMISSIVE, write_catalog
 from tests.support.charts import HOOK, PushCorpus, flat_chart, push_archive
 from tests.support.registry import RegistryServer
 
-pytestmark = pytest.mark.registry
+pytestmark = [pytest.mark.registry, pytest.mark.asyncio(loop_scope="module")]
+# the tests that build their own apps run in their own loop
+own_app = pytest.mark.asyncio(loop_scope="function")
 
 URL = "/v2/nvcf/helm/validate"
 BASE = "inference-ok"
@@ -43,17 +47,34 @@ def by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {f"{o['kind']}/{o['metadata']['name']}": o for o in objects}
 
 
+def permissive(registry: RegistryServer, directory: Path) -> dict[str, Any]:
+    """Settings of a server whose catalog permits every policy (the permission rules have own
+    tests)."""
+    host = registry.host
+    return {
+        "registry_allowlist": host,
+        "insecure_registries": host,
+        "clusters_file": write_catalog(directory, PERMISSIVE),
+    }
+
+
+@pytest.fixture(scope="module")
+def module_settings(
+    anon_registry: RegistryServer, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    return permissive(anon_registry, tmp_path_factory.mktemp("catalog"))
+
+
 @pytest.fixture
-async def client(
+def client(module_client: AppClient) -> AppClient:
+    return module_client
+
+
+@pytest.fixture
+async def own_client(
     client_factory: ClientFactory, anon_registry: RegistryServer, tmp_path: Path
 ) -> AppClient:
-    """A server whose catalog permits every policy (the permission rules have own tests)."""
-    host = anon_registry.host
-    return await client_factory(
-        registry_allowlist=host,
-        insecure_registries=host,
-        clusters_file=write_catalog(tmp_path, PERMISSIVE),
-    )
+    return await client_factory(**permissive(anon_registry, tmp_path))
 
 
 async def dry_run(client: AppClient, payload: dict[str, Any]) -> dict[str, Any]:
@@ -386,8 +407,9 @@ async def test_bad_requests_list_every_violation_without_network(client: AppClie
     )
 
 
+@own_app
 async def test_registry_failures_have_the_creation_codes(
-    client_factory: ClientFactory, client: AppClient, start_extra_registry: Any
+    client_factory: ClientFactory, own_client: AppClient, start_extra_registry: Any
 ) -> None:
     server: RegistryServer = start_extra_registry()
     host = server.host
@@ -402,14 +424,15 @@ async def test_registry_failures_have_the_creation_codes(
     resp = await stopped.post(URL, json=body(missing))
     assert resp.status_code == 502, resp.text
     # not allow-listed: the SSRF guard refuses the loopback host
-    resp = await client.post(URL, json=body(missing))
+    resp = await own_client.post(URL, json=body(missing))
     assert resp.status_code == 400, resp.text
     assert "NVCF_REGISTRY_ALLOWLIST" in resp.json()["detail"]
 
 
+@own_app
 async def test_registry_messages_say_what_to_do(
     client_factory: ClientFactory,
-    client: AppClient,
+    own_client: AppClient,
     anon_registry: RegistryServer,
     tmp_path: Path,
 ) -> None:
@@ -420,7 +443,7 @@ async def test_registry_messages_say_what_to_do(
     chart = push_archive(anon_registry, archive, "versions", workdir=tmp_path / "push")
     assert chart.version == "1"
     url = f"oci://{anon_registry.host}/versions/unquoted:1.0"
-    resp = await client.post(URL, json=body(url))
+    resp = await own_client.post(URL, json=body(url))
     assert resp.status_code == 400, resp.text
     problem = resp.json()
     assert problem["detail"].startswith(f"chart {url} not found: ")
@@ -431,7 +454,7 @@ async def test_registry_messages_say_what_to_do(
         "'versions/unquoted'; its tags are: 1; note that Helm reads an unquoted "
         "`version: 1.0` in Chart.yaml as the number 1"
     )
-    assert (await dry_run(client, body(chart.ref_url)))["valid"] is True
+    assert (await dry_run(own_client, body(chart.ref_url)))["valid"] is True
 
     # a plain-HTTP registry not listed as insecure: reached over TLS, it answers in plain text
     tls = await client_factory(registry_allowlist=anon_registry.host)

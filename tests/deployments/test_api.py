@@ -2,7 +2,8 @@
 
 These tests check the recorded desired state and the API's own status rules; they never wait
 for instances to run. The reconciler (when the app runs one) is stopped so that the instance
-rows some tests insert stay exactly as written.
+rows some tests insert stay exactly as written. The tests on `api` share one app per database:
+each reads what it made itself, and a test that lists reads an account of its own.
 """
 
 from __future__ import annotations
@@ -14,27 +15,54 @@ from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 from sqlalchemy import select
 
 from service.core.db import utcnow
 from service.deployments.models import Deployment, DeploymentSpec, Instance
 from service.functions.models import FunctionVersion
-from tests.support.api import bearer, create_fn, new_key
+from tests.support.api import CONTAINER_FN, bearer, create_fn, new_key
 from tests.support.app import AppClient, ClientFactory, without_reconciler
 from tests.support.catalogs import PERMISSIVE, write_catalog
 from tests.support.charts import PushCorpus
 from tests.support.registry import RegistryServer
 
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+# the tests that build their own app run in their own loop
+own_app = pytest.mark.asyncio(loop_scope="function")
+
 V = "/v2/nvcf"
 L40 = {"gpu": "L40", "backend": "nvcf-default", "minInstances": 1, "maxInstances": 2}
+
+
+@pytest.fixture(scope="module")
+def module_settings() -> dict[str, Any]:
+    return {"reconcile_interval": 3600}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def api(module_client: AppClient) -> AppClient:
+    """The module's app without its reconciler: the instance rows a test writes stay as
+    written."""
+    return await without_reconciler(module_client)
+
+
+def own_account() -> str:
+    return f"acct-{uuid.uuid4().hex[:12]}"
 
 
 def dep_url(fn: dict[str, Any]) -> str:
     return f"{V}/deployments/functions/{fn['id']}/versions/{fn['versionId']}"
 
 
-async def deploy(client: httpx.AsyncClient, fn: dict[str, Any], *specs: dict[str, Any]) -> Any:
-    resp = await client.post(dep_url(fn), json={"deploymentSpecifications": list(specs or [L40])})
+async def deploy(
+    client: httpx.AsyncClient,
+    fn: dict[str, Any],
+    *specs: dict[str, Any],
+    headers: dict[str, str] | None = None,
+) -> Any:
+    body = {"deploymentSpecifications": list(specs or [L40])}
+    resp = await client.post(dep_url(fn), json=body, headers=headers)
     assert resp.status_code == 200, resp.text
     return resp.json()["deployment"]
 
@@ -382,7 +410,7 @@ async def test_get_by_version_and_by_id_and_isolation(api: AppClient) -> None:
     org = await api.get(f"/v2/orgs/nvcf-default/nvcf/deployments/{dep['deploymentId']}")
     assert org.status_code == 200
 
-    other = bearer(await new_key(api, ["deploy_function", "list_functions"], account="acct-b"))
+    other = bearer(await new_key(api, ["deploy_function", "list_functions"], account=own_account()))
     assert (await api.get(dep_url(fn), headers=other)).status_code == 404
     assert (
         await api.get(f"{V}/deployments/{dep['deploymentId']}", headers=other)
@@ -398,24 +426,32 @@ async def test_get_by_version_and_by_id_and_isolation(api: AppClient) -> None:
 
 
 async def test_list_and_events(api: AppClient) -> None:
-    fns = [await create_fn(api) for _ in range(3)]
-    deps = [await deploy(api, fn) for fn in fns]
-    listed = (await api.get(f"{V}/deployments")).json()["deployments"]
+    scopes = ["register_function", "deploy_function", "list_functions"]
+    own = bearer(await new_key(api, scopes, account=own_account()))
+    fns = []
+    for _ in range(3):
+        resp = await api.post(f"{V}/functions", json=CONTAINER_FN, headers=own)
+        assert resp.status_code == 200, resp.text
+        fns.append(resp.json()["function"])
+    deps = [await deploy(api, fn, headers=own) for fn in fns]
+    listed = (await api.get(f"{V}/deployments", headers=own)).json()["deployments"]
     assert [d["deploymentId"] for d in listed] == [d["deploymentId"] for d in deps]
-    page1 = (await api.get(f"{V}/deployments", params={"limit": 2})).json()
+    page1 = (await api.get(f"{V}/deployments", params={"limit": 2}, headers=own)).json()
     assert len(page1["deployments"]) == 2
-    page2 = (await api.get(f"{V}/deployments", params={"cursor": page1["nextCursor"]})).json()
+    cursor = {"cursor": page1["nextCursor"]}
+    page2 = (await api.get(f"{V}/deployments", params=cursor, headers=own)).json()
     assert [d["deploymentId"] for d in page1["deployments"] + page2["deployments"]] == [
         d["deploymentId"] for d in deps
     ]
     assert "nextCursor" not in page2 or page2["deployments"]
 
     events_url = f"{V}/deployments/{deps[0]['deploymentId']}/events"
-    everything = (await api.get(events_url)).json()["events"]
+    everything = (await api.get(events_url, headers=own)).json()["events"]
     assert len(everything) >= 2
-    first = (await api.get(events_url, params={"limit": 1})).json()
+    first = (await api.get(events_url, params={"limit": 1}, headers=own)).json()
     assert first["events"] == everything[:1]
-    rest = (await api.get(events_url, params={"cursor": first["nextCursor"]})).json()
+    cursor = {"cursor": first["nextCursor"]}
+    rest = (await api.get(events_url, params=cursor, headers=own)).json()
     assert first["events"] + rest["events"] == everything
 
 
@@ -679,7 +715,8 @@ async def test_delete_deployment_and_redeploy(api: AppClient) -> None:
     assert old["functionStatus"] == "INACTIVE"
     events = (await api.get(f"{V}/deployments/{dep['deploymentId']}/events")).json()["events"]
     assert any(e["kind"] == "teardown" for e in events)
-    assert (await api.get(f"{V}/deployments")).json() == {"deployments": []}
+    listed = (await api.get(f"{V}/deployments")).json()["deployments"]
+    assert dep["deploymentId"] not in {d["deploymentId"] for d in listed}
     assert (await api.delete(dep_url(fn))).status_code == 404
 
     again = await deploy(api, fn)
@@ -715,6 +752,7 @@ async def test_deleting_the_version_marks_its_deployment_deleting(api: AppClient
     assert events[-1]["kind"] == "teardown"
 
 
+@own_app
 async def test_wakes_the_reconciler_after_commit(client_factory: ClientFactory) -> None:
     client = await client_factory(reconcile_interval=3600)
     real = getattr(client.app.state, "reconciler", None)
@@ -775,6 +813,7 @@ def objects_by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {o["kind"]: o for o in objects}
 
 
+@own_app
 @pytest.mark.registry
 async def test_helm_configuration_changes_the_stored_objects(
     client_factory: ClientFactory,
@@ -819,6 +858,7 @@ async def test_helm_configuration_changes_the_stored_objects(
     assert changed["Service"]["metadata"]["name"] == "entrypoint"
 
 
+@own_app
 @pytest.mark.registry
 async def test_helm_overrides_breaking_rules_are_refused_with_rule_ids(
     client_factory: ClientFactory,

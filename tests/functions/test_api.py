@@ -1,4 +1,7 @@
-"""The function registry over HTTP (api.md §2), on SQLite and PostgreSQL."""
+"""The function registry over HTTP (api.md §2), on SQLite and PostgreSQL.
+
+The tests share one app per database, each in an account of its own (`client`; `admin` is the
+operator's client of the same app)."""
 
 from __future__ import annotations
 
@@ -6,13 +9,31 @@ import asyncio
 import uuid
 
 import httpx
+import pytest
 
 from tests.support.api import CONTAINER_FN, bearer, create_fn, new_key
+from tests.support.app import AppClient
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 V = "/v2/nvcf"
 
 
-async def test_create_returns_the_function_object(client: httpx.AsyncClient) -> None:
+@pytest.fixture
+def client(tenant_client: AppClient) -> AppClient:
+    return tenant_client
+
+
+@pytest.fixture
+def admin(module_client: AppClient) -> AppClient:
+    return module_client
+
+
+def another() -> str:
+    return f"other-{uuid.uuid4().hex[:12]}"
+
+
+async def test_create_returns_the_function_object(client: httpx.AsyncClient, tenant: str) -> None:
     resp = await client.post(
         f"{V}/functions",
         json={
@@ -27,7 +48,7 @@ async def test_create_returns_the_function_object(client: httpx.AsyncClient) -> 
     fn = resp.json()["function"]
     uuid.UUID(fn["id"]), uuid.UUID(fn["versionId"])
     assert fn["status"] == "INACTIVE"
-    assert fn["ncaId"] == "nvcf-default"
+    assert fn["ncaId"] == tenant
     assert fn["createdAt"].endswith("Z")
     assert fn["description"] == "echo"
     assert fn["health"] == {
@@ -182,8 +203,8 @@ async def test_bad_list_parameters_are_400(client: httpx.AsyncClient) -> None:
         assert resp.json()["errors"][0]["field"] == field
 
 
-async def test_org_aliases_serve_every_route(client: httpx.AsyncClient) -> None:
-    for prefix in ("/v2/orgs/nvcf-default/nvcf", "/v2/orgs/nvcf-default/teams/ml/nvcf"):
+async def test_org_aliases_serve_every_route(client: httpx.AsyncClient, tenant: str) -> None:
+    for prefix in (f"/v2/orgs/{tenant}/nvcf", f"/v2/orgs/{tenant}/teams/ml/nvcf"):
         resp = await client.post(f"{prefix}/functions", json=CONTAINER_FN)
         assert resp.status_code == 200, resp.text
         fn = resp.json()["function"]
@@ -205,13 +226,13 @@ async def test_org_alias_naming_another_org_is_403(client: httpx.AsyncClient) ->
     assert (await client.get(f"{V}/functions")).json()["functions"] == []
 
 
-async def test_accounts_are_isolated(client: httpx.AsyncClient) -> None:
+async def test_accounts_are_isolated(client: httpx.AsyncClient, admin: AppClient) -> None:
     fn = await create_fn(client)
     other = bearer(
         await new_key(
-            client,
+            admin,
             ["list_functions", "update_function", "delete_function", "register_function"],
-            account="other-team",
+            account=another(),
         )
     )
     path = f"{V}/functions/{fn['id']}/versions/{fn['versionId']}"
@@ -229,15 +250,17 @@ async def test_accounts_are_isolated(client: httpx.AsyncClient) -> None:
     assert (await client.get(path)).json()["function"]["description"] == "echo"
 
 
-async def test_secrets_are_encrypted_at_rest(client: httpx.AsyncClient, database_url: str) -> None:
-    await create_fn(client, secrets=[{"name": "token", "value": "plain-text-secret-123"}])
+async def test_secrets_are_encrypted_at_rest(client: AppClient) -> None:
+    fn = await create_fn(client, secrets=[{"name": "token", "value": "plain-text-secret-123"}])
     from sqlalchemy import text
-    from sqlalchemy.ext.asyncio import create_async_engine
 
-    engine = create_async_engine(database_url)
-    async with engine.connect() as conn:
-        rows = (await conn.execute(text("SELECT name, ciphertext FROM function_secrets"))).all()
-    await engine.dispose()
+    async with client.app.state.sessionmaker() as session:
+        rows = (
+            await session.execute(
+                text("SELECT name, ciphertext FROM function_secrets WHERE version_id = :v"),
+                {"v": fn["versionId"]},
+            )
+        ).all()
     assert [r[0] for r in rows] == ["token"]
     assert "plain-text-secret-123" not in rows[0][1]
 
@@ -281,8 +304,11 @@ async def test_failed_request_does_not_burn_the_idempotency_key(client: httpx.As
     assert good.status_code == 200
 
 
-async def test_idempotency_keys_are_per_account(client: httpx.AsyncClient) -> None:
-    other = bearer(await new_key(client, ["register_function", "list_functions"], account="team-b"))
+async def test_idempotency_keys_are_per_account(
+    client: httpx.AsyncClient, admin: AppClient
+) -> None:
+    scopes = ["register_function", "list_functions"]
+    other = bearer(await new_key(admin, scopes, account=another()))
     headers = {"Idempotency-Key": "shared"}
     a = await client.post(f"{V}/functions", json=CONTAINER_FN, headers=headers)
     b = await client.post(f"{V}/functions", json=CONTAINER_FN, headers=headers | other)
@@ -297,7 +323,7 @@ async def test_every_malformed_path_id_is_reported(client: httpx.AsyncClient) ->
 
 
 async def test_the_ratelimit_routes_set_and_remove_a_versions_rate_limit(
-    client: httpx.AsyncClient,
+    client: httpx.AsyncClient, admin: AppClient, tenant: str
 ) -> None:
     fn = await create_fn(client, rateLimit={"rateLimit": "10-S"})
     fid, vid = fn["id"], fn["versionId"]
@@ -317,13 +343,13 @@ async def test_the_ratelimit_routes_set_and_remove_a_versions_rate_limit(
     # refusals: the body as the version update's, the scope, ids, other accounts
     bad = await client.put(url, json={"rateLimit": {"rateLimit": "often"}})
     assert bad.status_code == 400 and bad.json()["errors"][0]["field"].startswith("rateLimit")
-    reader = bearer(await new_key(client, ["list_functions"]))
+    reader = bearer(await new_key(admin, ["list_functions"], account=tenant))
     for method in ("PUT", "DELETE"):
         body = {"json": {"rateLimit": {"rateLimit": "1-S"}}} if method == "PUT" else {}
         resp = await client.request(method, url, headers=reader, **body)  # type: ignore[arg-type]
         assert resp.status_code == 403, resp.text
         assert "update_function" in resp.json()["detail"]
-    other = bearer(await new_key(client, ["update_function"], account="other-account"))
+    other = bearer(await new_key(admin, ["update_function"], account=another()))
     assert (await client.delete(url, headers=other)).status_code == 404
     unknown = f"{V}/ratelimit/functions/{fid}/versions/{uuid.uuid4()}"
     assert (await client.delete(unknown)).status_code == 404

@@ -1,6 +1,9 @@
 """Telemetry endpoints over HTTP at NVCF's paths and in its shapes, on SQLite and PostgreSQL:
 the key write-only and encrypted, names unique per account, every bad input a 400 naming it,
-the in-use refusal, the account limit, the endpoint guard."""
+the in-use refusal, the account limit, the endpoint guard.
+
+The tests on `client` share one app per database, each in an account of its own (`admin` is
+the operator's client of the same app)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,10 @@ from service.observability.models import Telemetry
 from tests.support.api import CONTAINER_FN, assert_problem, bearer, new_key
 from tests.support.app import AppClient, ClientFactory
 
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+# the tests that build their own app run in their own loop
+own_app = pytest.mark.asyncio(loop_scope="function")
+
 T = "/v2/nvcf/telemetries"
 KEY = "otlp-key-do-not-leak-5b3c9d"
 #: a public address: nothing connects to it at creation
@@ -29,6 +36,20 @@ BASE: dict[str, Any] = {
     "secret": {"name": "collector", "value": KEY},
 }
 FIELDS = {"telemetryId", "name", "endpoint", "protocol", "provider", "types", "createdAt", "status"}
+
+
+@pytest.fixture
+def client(tenant_client: AppClient) -> AppClient:
+    return tenant_client
+
+
+@pytest.fixture
+def admin(module_client: AppClient) -> AppClient:
+    return module_client
+
+
+def another() -> str:
+    return f"team-b-{uuid.uuid4().hex[:12]}"
 
 
 def body(**changes: Any) -> dict[str, Any]:
@@ -74,7 +95,11 @@ async def test_create_get_list_delete_in_nvcf_shape(
 async def test_the_key_is_stored_encrypted(client: AppClient) -> None:
     made = await create(client)
     async with client.app.state.sessionmaker() as session:
-        row = (await session.execute(select(Telemetry))).scalar_one()
+        row = (
+            await session.execute(
+                select(Telemetry).where(Telemetry.id == uuid.UUID(made["telemetryId"]))
+            )
+        ).scalar_one()
     assert KEY not in row.secret_ciphertext
     box = load_secret_box(client.app.state.settings)
     assert box.decrypt(row.secret_ciphertext) == KEY
@@ -92,12 +117,12 @@ async def test_enumerations_are_read_in_any_case_and_types_deduplicated(
     )
 
 
-async def test_names_are_unique_per_account(client: AppClient) -> None:
+async def test_names_are_unique_per_account(client: AppClient, admin: AppClient) -> None:
     first = await create(client)
     again = await client.post(T, json=body())
     assert_problem(again, 409)
     assert first["telemetryId"] in again.json()["detail"]
-    other = await new_key(client, ["manage_telemetries"], account="team-b")
+    other = await new_key(admin, ["manage_telemetries"], account=another())
     theirs = await client.post(T, json=body(), headers=bearer(other))
     assert theirs.status_code == 200, theirs.text
 
@@ -206,6 +231,7 @@ async def test_endpoints_on_the_platforms_network_are_refused(
     assert kind in errors["endpoint"] and "NVCF_TELEMETRY_ALLOWLIST" in errors["endpoint"]
 
 
+@own_app
 async def test_the_operator_allows_listed_private_endpoints(client_factory: ClientFactory) -> None:
     client = await client_factory(telemetry_allowlist="127.0.0.1:4318,localhost")
     assert (await create(client, endpoint="http://127.0.0.1:4318"))["endpoint"]
@@ -228,6 +254,7 @@ async def test_an_endpoint_must_be_a_plain_http_url(client: AppClient, endpoint:
     assert "pw" not in errors["endpoint"]
 
 
+@own_app
 async def test_the_account_limit(client_factory: ClientFactory) -> None:
     client = await client_factory(quota_telemetries=2)
     for name in ("a", "b"):
@@ -245,7 +272,11 @@ async def test_the_key_is_replaced_under_the_telemetrys_name(client: AppClient) 
     resp = await client.put(url, json={"secret": {"name": "collector", "value": "new-key"}})
     assert resp.status_code == 204, resp.text
     async with client.app.state.sessionmaker() as session:
-        row = (await session.execute(select(Telemetry))).scalar_one()
+        row = (
+            await session.execute(
+                select(Telemetry).where(Telemetry.id == uuid.UUID(made["telemetryId"]))
+            )
+        ).scalar_one()
     assert load_secret_box(client.app.state.settings).decrypt(row.secret_ciphertext) == "new-key"
     renamed = errors_of(await client.put(url, json={"secret": {"name": "other", "value": "k"}}))
     assert set(renamed) == {"secret.name"}
@@ -257,10 +288,10 @@ async def test_the_key_is_replaced_under_the_telemetrys_name(client: AppClient) 
     assert_problem(missing, 404)
 
 
-async def test_another_accounts_telemetry_is_not_found(client: AppClient) -> None:
+async def test_another_accounts_telemetry_is_not_found(client: AppClient, admin: AppClient) -> None:
     made = await create(client)
     other = bearer(
-        await new_key(client, ["manage_telemetries", "update_secrets"], account="team-b")
+        await new_key(admin, ["manage_telemetries", "update_secrets"], account=another())
     )
     tid = made["telemetryId"]
     assert_problem(await client.get(f"{T}/{tid}", headers=other), 404)
@@ -275,9 +306,9 @@ async def test_another_accounts_telemetry_is_not_found(client: AppClient) -> Non
     assert (await client.get(f"{T}/{tid}")).status_code == 200
 
 
-async def test_the_scopes_are_nvcfs(client: AppClient) -> None:
+async def test_the_scopes_are_nvcfs(client: AppClient, admin: AppClient, tenant: str) -> None:
     made = await create(client)
-    without = bearer(await new_key(client, ["list_functions", "update_secrets"]))
+    without = bearer(await new_key(admin, ["list_functions", "update_secrets"], account=tenant))
     assert_problem(await client.get(T, headers=without), 403)
     assert_problem(await client.post(T, json=body(), headers=without), 403)
     secrets_only = await client.put(
@@ -286,7 +317,7 @@ async def test_the_scopes_are_nvcfs(client: AppClient) -> None:
         headers=without,
     )
     assert secrets_only.status_code == 204
-    manager = bearer(await new_key(client, ["manage_telemetries"]))
+    manager = bearer(await new_key(admin, ["manage_telemetries"], account=tenant))
     put = await client.put(
         f"/v2/nvcf/secrets/telemetries/{made['telemetryId']}",
         json={"secret": {"name": "collector", "value": "k"}},

@@ -2,7 +2,8 @@
 
 Requests are built as nvcf-cli builds them and responses decoded as its Go structs decode
 them (tests/support/nvcf_cli.py): a field of the wrong JSON type fails the decode, as it
-fails the CLI.
+fails the CLI. The tests share one app per database; each works in an account of its own
+(`client` carries that account's key, `admin` the operator's).
 """
 
 from __future__ import annotations
@@ -11,22 +12,22 @@ import asyncio
 import base64
 import logging
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 from sqlalchemy import select, text
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from service.auth.models import ApiKey
 from service.auth.service import hash_key
 from service.core.crypto import load_secret_box
-from service.core.db import make_engine, make_sessionmaker
 from service.registry.models import ArtifactType
 from service.registry.pull_secrets import account_pull_secrets, pull_secret_name
 from service.registry.service import all_credentials, credentials_for_host
 from tests.support.api import bearer, new_key
-from tests.support.app import AppClient, SettingsFactory
+from tests.support.app import AppClient
 from tests.support.nvcf_cli import (
     DETAILS_RESPONSE,
     LIST_RESPONSE,
@@ -38,9 +39,10 @@ from tests.support.nvcf_cli import (
     update_request,
 )
 
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
 V = "/v2/nvcf"
 RC = f"{V}/registry-credentials"
-ACCOUNT = "nvcf-default"
 PW = "s3cr3t-PW-do-not-leak-9f8e7d"
 HOST = "registry.example.com"
 BASE: dict[str, Any] = add_request(HOST, "robot", PW, ["CONTAINER"])
@@ -57,6 +59,29 @@ FIELDS = {
     "lastUpdatedAt",
     "createdAt",
 }
+
+
+@pytest.fixture
+def account() -> str:
+    return f"acct-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def admin(module_client: AppClient) -> AppClient:
+    return module_client
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def client(admin: AppClient, account: str) -> AsyncIterator[AppClient]:
+    """The module's app as seen by a key of the test's own account."""
+    key = await new_key(admin, ["manage_registry_credentials"], account=account)
+    async with AppClient(
+        transport=httpx.ASGITransport(app=admin.app),
+        base_url="http://nvcf.test",
+        headers=bearer(key),
+    ) as c:
+        c.app = admin.app
+        yield c
 
 
 def body(**changes: Any) -> dict[str, Any]:
@@ -88,7 +113,7 @@ def field_messages(resp: httpx.Response) -> list[tuple[str, str]]:
     return [(e["field"], e["message"]) for e in resp.json()["errors"]]
 
 
-def test_the_go_decoding_is_as_strict_as_the_cli() -> None:
+async def test_the_go_decoding_is_as_strict_as_the_cli() -> None:  # async: the module mark
     good = {
         "registryCredential": {
             "RegistryCredentialID": "x",  # keys match case-insensitively, as in Go
@@ -116,7 +141,7 @@ def test_the_go_decoding_is_as_strict_as_the_cli() -> None:
         go_decode(RECOGNIZED_RESPONSE, {"recognizedRegistries": {"HELM": [{"name": 1}]}})
 
 
-async def test_cli_add_get_list_update_delete(client: httpx.AsyncClient) -> None:
+async def test_cli_add_get_list_update_delete(client: httpx.AsyncClient, account: str) -> None:
     request = add_request(
         HOST,
         "robot",
@@ -132,7 +157,7 @@ async def test_cli_add_get_list_update_delete(client: httpx.AsyncClient) -> None
     assert set(raw) == FIELDS | {"tags", "description"}
     cred = go_decode(DETAILS_RESPONSE, resp.json())["registryCredential"]
     uuid.UUID(cred["registryCredentialId"])
-    assert cred["ncaId"] == ACCOUNT
+    assert cred["ncaId"] == account
     assert cred["registryCredentialName"] == "credentials"
     assert cred["registryName"] == "Custom Registry"
     assert cred["registryHostname"] == HOST
@@ -183,7 +208,7 @@ async def test_nulls_and_empty_optionals_are_omitted(client: httpx.AsyncClient) 
     assert empty_tags["tags"] == []
 
 
-async def test_list_filters(client: httpx.AsyncClient, database_url: str) -> None:
+async def test_list_filters(client: AppClient) -> None:
     c = await create(client, secret=secret("a", "pw", "c"), artifactTypes=["CONTAINER"])
     h = await create(client, secret=secret("b", "pw", "h"), artifactTypes=["HELM"])
     ch = await create(client, secret=secret("c", "pw", "ch"), artifactTypes=["HELM", "CONTAINER"])
@@ -221,13 +246,11 @@ async def test_list_filters(client: httpx.AsyncClient, database_url: str) -> Non
     ]
 
     # A credential the operator provisioned: listed under SYSTEM, and not deletable.
-    engine = create_async_engine(database_url)
-    async with engine.begin() as conn:
-        await conn.execute(
+    async with client.app.state.sessionmaker() as session, session.begin():
+        await session.execute(
             text("UPDATE registry_credentials SET provisioned_by = 'SYSTEM' WHERE id = :id"),
             {"id": m["registryCredentialId"]},
         )
-    await engine.dispose()
     system = await listed(client, provisionedBy="SYSTEM")
     assert ids(system) == ids([m]) and system[0]["provisionedBy"] == "SYSTEM"
     refused = await client.delete(f"{RC}/{m['registryCredentialId']}")
@@ -236,9 +259,7 @@ async def test_list_filters(client: httpx.AsyncClient, database_url: str) -> Non
     assert len(await listed(client)) == 4
 
 
-async def test_patch_adds_types_and_replaces_the_secret(
-    client: httpx.AsyncClient, database_url: str, make_settings: SettingsFactory
-) -> None:
+async def test_patch_adds_types_and_replaces_the_secret(client: AppClient, account: str) -> None:
     cred = await create(client)
     url = f"{RC}/{cred['registryCredentialId']}"
     same = await client.patch(url, json={"artifactTypeEnums": ["CONTAINER", "container"]})
@@ -253,16 +274,12 @@ async def test_patch_adds_types_and_replaces_the_secret(
     assert types.status_code == 200, types.text
     assert types.json()["registryCredential"]["artifactTypes"] == ["CONTAINER", "HELM"]
 
-    box = load_secret_box(make_settings())
-    engine = make_engine(database_url)
-    try:
-        async with make_sessionmaker(engine)() as session:
-            helm = await credentials_for_host(
-                session, ACCOUNT, HOST, box=box, artifact_type=ArtifactType.HELM
-            )
-            assert helm == [("robot-2", "pw-2")]
-    finally:
-        await engine.dispose()
+    box = load_secret_box(client.app.state.settings)
+    async with client.app.state.sessionmaker() as session:
+        helm = await credentials_for_host(
+            session, account, HOST, box=box, artifact_type=ArtifactType.HELM
+        )
+    assert helm == [("robot-2", "pw-2")]
 
 
 async def test_patch_rules(client: httpx.AsyncClient) -> None:
@@ -561,14 +578,19 @@ async def test_the_secret_is_never_returned_nor_logged(
     assert PW not in caplog.text and encoded not in caplog.text
 
 
-async def test_passwords_are_encrypted_at_rest(
-    client: httpx.AsyncClient, database_url: str
-) -> None:
+async def test_passwords_are_encrypted_at_rest(client: AppClient, account: str) -> None:
     await create(client)
-    engine = create_async_engine(database_url)
-    async with engine.connect() as conn:
-        rows = (await conn.execute(text("SELECT * FROM registry_credentials"))).mappings().all()
-    await engine.dispose()
+    async with client.app.state.sessionmaker() as session:
+        rows = (
+            (
+                await session.execute(
+                    text("SELECT * FROM registry_credentials WHERE account_id = :a"),
+                    {"a": account},
+                )
+            )
+            .mappings()
+            .all()
+        )
     assert len(rows) == 1
     assert rows[0]["username"] == "robot" and rows[0]["name"] == "credentials"
     assert rows[0]["password_ciphertext"]
@@ -577,9 +599,10 @@ async def test_passwords_are_encrypted_at_rest(
         assert encode_secret("robot", PW) not in str(value)
 
 
-async def test_accounts_are_isolated(client: httpx.AsyncClient) -> None:
+async def test_accounts_are_isolated(client: httpx.AsyncClient, admin: AppClient) -> None:
     cred = await create(client)
-    other = bearer(await new_key(client, ["manage_registry_credentials"], account="team-b"))
+    team_b = f"team-b-{uuid.uuid4().hex[:8]}"
+    other = bearer(await new_key(admin, ["manage_registry_credentials"], account=team_b))
     url = f"{RC}/{cred['registryCredentialId']}"
     change = update_request(artifact_types=["HELM"])
     assert (await client.get(url, headers=other)).status_code == 404
@@ -591,14 +614,15 @@ async def test_accounts_are_isolated(client: httpx.AsyncClient) -> None:
     assert resp.status_code == 200
     theirs = resp.json()["registryCredential"]
     assert theirs["registryCredentialId"] != cred["registryCredentialId"]
-    assert theirs["ncaId"] == "team-b"
+    assert theirs["ncaId"] == team_b
     assert (await client.get(url)).json()["registryCredential"] == cred
     assert len(await listed(client)) == 1
 
 
-async def test_scope_is_required(client: httpx.AsyncClient) -> None:
+async def test_scope_is_required(client: httpx.AsyncClient, admin: AppClient, account: str) -> None:
     cred = await create(client)
-    key = bearer(await new_key(client, ["register_function", "list_functions", "deploy_function"]))
+    scopes = ["register_function", "list_functions", "deploy_function"]
+    key = bearer(await new_key(admin, scopes, account=account))
     url = f"{RC}/{cred['registryCredentialId']}"
     for resp in (
         await client.post(RC, json=BASE, headers=key),
@@ -667,8 +691,8 @@ async def test_pagination(client: httpx.AsyncClient) -> None:
     assert bad.status_code == 400 and bad.json()["errors"][0]["field"] == "cursor"
 
 
-async def test_org_prefixes(client: httpx.AsyncClient) -> None:
-    for prefix in ("/v2/orgs/nvcf-default/nvcf", "/v2/orgs/nvcf-default/teams/ml/nvcf"):
+async def test_org_prefixes(client: httpx.AsyncClient, account: str) -> None:
+    for prefix in (f"/v2/orgs/{account}/nvcf", f"/v2/orgs/{account}/teams/ml/nvcf"):
         url = f"{prefix}/registry-credentials"
         created = await client.post(url, json=body(secret=secret("u", "p", f"via{len(prefix)}")))
         assert created.status_code == 200, created.text
@@ -700,7 +724,7 @@ async def test_idempotent_create(client: httpx.AsyncClient) -> None:
 
 
 async def test_pulls_use_only_credentials_of_their_artifact_type(
-    client: httpx.AsyncClient, database_url: str, make_settings: SettingsFactory
+    client: AppClient, admin: AppClient, account: str
 ) -> None:
     def make(host: str, user: str, types: list[str]) -> dict[str, Any]:
         return add_request(host, user, f"pw-{user}", types, name=f"login-{user}")
@@ -715,54 +739,49 @@ async def test_pulls_use_only_credentials_of_their_artifact_type(
         make("reg.example.com", "g", ["MODEL", "RESOURCE"]),
     ):
         assert (await client.post(RC, json=request)).status_code == 200
-    other = bearer(await new_key(client, ["manage_registry_credentials"], account="team-b"))
+    team_b = f"team-b-{uuid.uuid4().hex[:8]}"
+    other = bearer(await new_key(admin, ["manage_registry_credentials"], account=team_b))
     resp = await client.post(
         RC, json=add_request("reg.example.com", "robot", PW, ["HELM", "CONTAINER"]), headers=other
     )
     assert resp.status_code == 200
 
-    box = load_secret_box(make_settings())  # the key the app generated in its data dir
-    engine = make_engine(database_url)
+    box = load_secret_box(client.app.state.settings)  # the key the app generated
     helm, container = ArtifactType.HELM, ArtifactType.CONTAINER
-    try:
-        async with make_sessionmaker(engine)() as session:
+    async with client.app.state.sessionmaker() as session:
 
-            async def for_host(host: str, account: str = ACCOUNT) -> list[tuple[str, str]]:
-                return await credentials_for_host(
-                    session, account, host, box=box, artifact_type=helm
-                )
+        async def for_host(host: str, owner: str = account) -> list[tuple[str, str]]:
+            return await credentials_for_host(session, owner, host, box=box, artifact_type=helm)
 
-            assert await for_host("reg.example.com") == [("a", "pw-a"), ("e", "pw-e")]
-            assert await for_host("REG.example.com:5000") == [
-                ("a", "pw-a"),
-                ("b", "pw-b"),
-                ("e", "pw-e"),
+        assert await for_host("reg.example.com") == [("a", "pw-a"), ("e", "pw-e")]
+        assert await for_host("REG.example.com:5000") == [
+            ("a", "pw-a"),
+            ("b", "pw-b"),
+            ("e", "pw-e"),
+        ]
+        assert await for_host("reg.example.com:6000") == [("a", "pw-a"), ("e", "pw-e")]
+        assert await for_host("nowhere.example") == []
+        assert await for_host("reg.example.com", team_b) == [("robot", PW)]
+        assert await all_credentials(session, account, box=box, artifact_type=container) == [
+            ("reg.example.com", "a", "pw-a"),
+            ("reg.example.com:6000", "c", "pw-c"),
+            ("other.example.com", "d", "pw-d"),
+            ("reg.example.com", "f", "pw-f"),
+        ]
+        secrets = dict(await account_pull_secrets(session, account, box))
+        assert sorted(secrets) == sorted(
+            pull_secret_name(host, user)
+            for host, user in [
+                ("reg.example.com", "a"),
+                ("reg.example.com:6000", "c"),
+                ("other.example.com", "d"),
+                ("reg.example.com", "f"),
             ]
-            assert await for_host("reg.example.com:6000") == [("a", "pw-a"), ("e", "pw-e")]
-            assert await for_host("nowhere.example") == []
-            assert await for_host("reg.example.com", "team-b") == [("robot", PW)]
-            assert await all_credentials(session, ACCOUNT, box=box, artifact_type=container) == [
-                ("reg.example.com", "a", "pw-a"),
-                ("reg.example.com:6000", "c", "pw-c"),
-                ("other.example.com", "d", "pw-d"),
-                ("reg.example.com", "f", "pw-f"),
-            ]
-            secrets = dict(await account_pull_secrets(session, ACCOUNT, box))
-            assert sorted(secrets) == sorted(
-                pull_secret_name(host, user)
-                for host, user in [
-                    ("reg.example.com", "a"),
-                    ("reg.example.com:6000", "c"),
-                    ("other.example.com", "d"),
-                    ("reg.example.com", "f"),
-                ]
-            )
-            helm_only = pull_secret_name("reg.example.com:5000", "b")
-            assert helm_only not in secrets
-            config = secrets[pull_secret_name("reg.example.com", "f")]
-            assert config["auths"]["reg.example.com"]["password"] == "pw-f"
-    finally:
-        await engine.dispose()
+        )
+        helm_only = pull_secret_name("reg.example.com:5000", "b")
+        assert helm_only not in secrets
+        config = secrets[pull_secret_name("reg.example.com", "f")]
+        assert config["auths"]["reg.example.com"]["password"] == "pw-f"
 
 
 async def test_concurrent_duplicates_store_one(client: httpx.AsyncClient) -> None:
@@ -774,11 +793,11 @@ async def test_concurrent_duplicates_store_one(client: httpx.AsyncClient) -> Non
 
 
 async def test_a_key_limited_to_named_functions_cannot_manage_registry_credentials(
-    client: AppClient,
+    client: AppClient, admin: AppClient, account: str
 ) -> None:
     """A key limited to functions that carries the scope (stored before keys were kept from
     it) is refused with a 403 saying why: registry credentials serve every function."""
-    key = await new_key(client, ["manage_registry_credentials"])
+    key = await new_key(admin, ["manage_registry_credentials"], account=account)
     resp = await client.get(RC, headers=bearer(key))
     assert resp.status_code == 200, resp.text
     async with client.app.state.sessionmaker() as session, session.begin():

@@ -1,7 +1,10 @@
 """The task routes over HTTP at NVCT's paths, in NVCT's shapes and scopes: create, list with
 NVCT's pagination, bulk, get (secret names only when asked), cancel, delete, events, results,
 secrets and GPU usage; every bad input a 400 naming each violation; another account's task a
-404 on every route."""
+404 on every route.
+
+The tests on `client` share one app per database, each in an account of its own (`admin` is
+the operator's client of the same app)."""
 
 from __future__ import annotations
 
@@ -10,12 +13,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import pytest
 
 from service.auth import scopes
 from tests.support.api import assert_problem, bearer, new_key
 from tests.support.app import AppClient, ClientFactory
 from tests.support.nvcf_cli import add_request
 from tests.support.telemetries import create_telemetry
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+# the tests that build their own app run in their own loop
+own_app = pytest.mark.asyncio(loop_scope="function")
 
 T = "/v1/nvct/tasks"
 CREDENTIALS = "/v2/nvcf/registry-credentials"
@@ -32,6 +40,22 @@ TASK = {
     "resultHandlingStrategy": "NONE",
     "secrets": [{"name": "HF_TOKEN", "value": "hf-secret-value"}],
 }
+
+
+@pytest.fixture(scope="module")
+def module_settings() -> dict[str, Any]:
+    # no task loop: a task stays as its routes leave it, however long the module runs
+    return {"reconciler_enabled": False}
+
+
+@pytest.fixture
+def client(tenant_client: AppClient) -> AppClient:
+    return tenant_client
+
+
+@pytest.fixture
+def admin(module_client: AppClient) -> AppClient:
+    return module_client
 
 
 async def create(client: httpx.AsyncClient, **changes: Any) -> dict[str, Any]:
@@ -231,6 +255,7 @@ async def test_upload_on_a_server_without_a_results_registry_is_400_saying_so(
 RESULTS_HOST = "results.example.com:5000"
 
 
+@own_app
 async def test_upload_lists_every_results_location_violation_and_needs_a_push_credential(
     client_factory: ClientFactory,
 ) -> None:
@@ -261,9 +286,12 @@ async def test_upload_lists_every_results_location_violation_and_needs_a_push_cr
     assert (await client.post(T, json=located)).status_code == 200
 
 
-async def test_another_accounts_task_is_404_on_every_route(client: AppClient) -> None:
+async def test_another_accounts_task_is_404_on_every_route(
+    client: AppClient, admin: AppClient
+) -> None:
     task = await create(client)
-    other = bearer(await new_key(client, list(scopes.TASK_SCOPES), account="someone-else"))
+    someone_else = f"someone-else-{uuid.uuid4().hex[:12]}"
+    other = bearer(await new_key(admin, list(scopes.TASK_SCOPES), account=someone_else))
     tid = task["id"]
     for method, path, body in [
         ("GET", f"{T}/{tid}", None),
@@ -282,9 +310,11 @@ async def test_another_accounts_task_is_404_on_every_route(client: AppClient) ->
     assert (await client.get(f"{T}/{tid}")).json()["task"]["status"] == "QUEUED"
 
 
-async def test_each_route_needs_its_nvct_scope(client: AppClient) -> None:
+async def test_each_route_needs_its_nvct_scope(
+    client: AppClient, admin: AppClient, tenant: str
+) -> None:
     task = await create(client)
-    reader = bearer(await new_key(client, [scopes.LIST_TASKS]))
+    reader = bearer(await new_key(admin, [scopes.LIST_TASKS], account=tenant))
     assert (await client.get(T, headers=reader)).status_code == 200
     for method, path in [
         ("POST", T),
@@ -356,6 +386,7 @@ async def test_secrets_update_merges_names_and_never_shows_values(client: AppCli
     assert fields == {"secrets[0].name", "secrets[0].value"}
 
 
+@own_app
 async def test_task_quotas_refuse_with_the_quota_problem(client_factory: Any) -> None:
     client = await client_factory(quota_tasks=2, quota_active_tasks=1, reconciler_enabled=False)
     first = await create(client)

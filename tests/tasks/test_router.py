@@ -183,7 +183,7 @@ async def test_every_violation_is_named_in_one_400_and_nothing_is_created(
 
 
 async def test_telemetries_must_be_the_accounts_and_of_their_type_each_named_in_one_400(
-    client: AppClient,
+    client: AppClient, admin: AppClient
 ) -> None:
     every = await create_telemetry(client)  # logs, metrics and traces
     metrics = await create_telemetry(
@@ -193,7 +193,8 @@ async def test_telemetries_must_be_the_accounts_and_of_their_type_each_named_in_
         endpoint="https://8.8.8.8/api/v1/write",
         secret={"name": "prom", "value": "k"},
     )
-    other = bearer(await new_key(client, [scopes.MANAGE_TELEMETRIES], account="someone-else"))
+    someone_else = f"someone-else-{uuid.uuid4().hex[:12]}"
+    other = bearer(await new_key(admin, [scopes.MANAGE_TELEMETRIES], account=someone_else))
     theirs = await create_telemetry(client, headers=other)
     unknown = str(uuid.uuid4())
     wrong = {

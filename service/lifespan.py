@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -46,8 +47,8 @@ from service.deployments.reconcile.owner import OwnerId
 from service.deployments.repository import active_instances
 from service.deployments.timeseries.store import TimeSeries
 from service.functions import read_cache
+from service.functions import repository as functions_repository
 from service.functions.events import AccessChanged
-from service.functions.repository import telemetry_users
 from service.invocation import InvocationPlane
 from service.invocation.dispatch_redis import RedisActivity
 from service.invocation.grpc.entry import GrpcEntry
@@ -57,6 +58,7 @@ from service.metering.counts import Meter
 from service.observability.endpoints import Drops
 from service.observability.export import Exports
 from service.observability.pipeline import ExportSettings
+from service.tasks import repository as tasks_repository
 from service.tasks.loop import TaskLoop, known_task_ids
 from service.tasks.service import Tasks
 from service.telemetry import Telemetry
@@ -221,7 +223,7 @@ async def _open_control(
     wake_reconciler = _reconciler_waker(app)
     app.state.wake_reconciler = wake_reconciler
     app.state.active_instances = active_instances
-    app.state.telemetry_users = telemetry_users
+    app.state.telemetry_users = _telemetry_users
     subscribers.subscribe(shared.events, wake=wake_reconciler)
     purger = HistoryPurger(maker, HistoryConfig.from_settings(settings))
     app.state.history_purger = purger
@@ -417,3 +419,11 @@ def _write_private(path: Path, content: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(content)
+
+
+async def _telemetry_users(
+    session: AsyncSession, account_id: str, telemetry_id: uuid.UUID
+) -> list[str]:
+    """What of the account names the telemetry: its versions, then its tasks not yet ended."""
+    versions = await functions_repository.telemetry_users(session, account_id, telemetry_id)
+    return versions + await tasks_repository.telemetry_users(session, account_id, telemetry_id)

@@ -1,6 +1,6 @@
 """The components the telemetry routes need (the composition builds them): `TelemetryUsers`,
-the read model of what names a telemetry, answered by the domains that name them (functions,
-later tasks), so that one in use is not deleted."""
+the read model of what names a telemetry, answered by the domains that name them (functions'
+versions, tasks not yet ended), so that one in use is not deleted."""
 
 from __future__ import annotations
 

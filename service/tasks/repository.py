@@ -217,3 +217,25 @@ async def unpushed_results(session: AsyncSession, task_id: uuid.UUID) -> Sequenc
 
 async def result(session: AsyncSession, result_id: uuid.UUID) -> TaskResult | None:
     return await session.get(TaskResult, result_id)
+
+
+async def telemetry_users(
+    session: AsyncSession, account_id: str, telemetry_id: uuid.UUID
+) -> list[str]:
+    """The account's tasks not yet ended naming the telemetry, as "task <id>" (the ids are in a
+    JSON field, scanned as the functions' versions are)."""
+    stmt = (
+        select(Task.id, Task.telemetries)
+        .where(
+            Task.account_id == account_id,
+            Task.telemetries.is_not(None),
+            Task.status.in_([s.value for s in ACTIVE]),
+        )
+        .order_by(Task.created_at, Task.id)
+    )
+    wanted = str(telemetry_id)
+    return [
+        f"task {tid}"
+        for tid, named in (await session.execute(stmt)).all()
+        if isinstance(named, dict) and wanted in {str(v).lower() for v in named.values()}
+    ]

@@ -217,6 +217,18 @@ async def test_telemetries_must_be_the_accounts_and_of_their_type_each_named_in_
     assert (await create(client, telemetries=right))["telemetries"] == right
 
 
+async def test_a_telemetry_named_by_a_task_not_ended_is_not_deleted(client: AppClient) -> None:
+    telemetry = await create_telemetry(client)
+    tid = telemetry["telemetryId"]
+    task = await create(client, telemetries={"logsTelemetryId": tid})
+    problem = assert_problem(await client.delete(f"/v2/nvcf/telemetries/{tid}"), 400)
+    assert task["id"] in str(problem["detail"])
+    assert (await client.get(f"/v2/nvcf/telemetries/{tid}")).status_code == 200
+    canceled = await client.post(f"{T}/{task['id']}/cancel")
+    assert canceled.status_code == 200, canceled.text
+    assert (await client.delete(f"/v2/nvcf/telemetries/{tid}")).status_code == 204
+
+
 async def test_neither_image_nor_chart_and_unknown_instance_type_are_400(
     client: AppClient,
 ) -> None:

@@ -24,11 +24,10 @@ import argparse
 import statistics
 import sys
 import time
+import uuid
 from bisect import bisect_left
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -114,12 +113,26 @@ def prometheus_ops() -> dict[str, Callable[[], None]]:
 
 def service_request() -> Callable[[], None]:
     """One pexec request's recording by the service as it is in this tree."""
+    from service.backends.worker import WorkerPort
     from service.core.middleware import Metrics
     from service.invocation.metrics import InvocationMetrics
+    from service.invocation.routing import Target
 
     http = Metrics()
     invocation = InvocationMetrics(http.registry)
-    target: Any = SimpleNamespace(fid=FID, vid=VID)  # all `answered` reads of a Target
+    target = Target(
+        function_id=uuid.UUID(FID),
+        version_id=uuid.UUID(VID),
+        owner_account="acct",
+        caller_account="acct",
+        name="fn",
+        status="ACTIVE",
+        inference_path="/",
+        port=WorkerPort("entrypoint", 8000),
+        rate=None,
+        instances=(),
+        worker_service=None,
+    )
 
     def request() -> None:
         http.record("POST", ROUTE, 200, 0.0004)

@@ -105,8 +105,15 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
 
+#: the most tokens one figure of a worker's `usage` counts for: every counter fed from it
+#: (models' and accounts' token limits, metering, metrics) stays in a 64-bit integer (Redis's)
+MAX_USAGE_TOKENS = 2**31
+
+
 def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return min(value, MAX_USAGE_TOKENS)
+    return None
 
 
 def usage_of(answer: Any) -> Usage | None:

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.llm.sse import (
+    MAX_USAGE_TOKENS,
     Event,
     SseDecoder,
     StreamWatch,
@@ -91,6 +92,13 @@ def test_usage_in_both_of_openais_shapes() -> None:
     for none in ({}, {"usage": None}, {"usage": {"prompt_tokens": -1}}, [], "x"):
         assert usage_of(none) is None
     assert usage_of({"usage": {"prompt_tokens": True}}) is None
+
+
+def test_a_workers_usage_counts_at_most_a_bounded_figure() -> None:
+    """A worker's absurd `usage` cannot overflow the counters fed from it (Redis's are 64-bit)."""
+    huge = {"usage": {"prompt_tokens": 2**70, "completion_tokens": 2**64, "total_tokens": 2**80}}
+    assert usage_of(huge) == Usage(MAX_USAGE_TOKENS, MAX_USAGE_TOKENS)
+    assert usage_of({"usage": {"total_tokens": 2**80}}) == Usage(MAX_USAGE_TOKENS, 0)
 
 
 async def _chunks(*parts: bytes) -> AsyncIterator[bytes]:

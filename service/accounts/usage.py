@@ -37,7 +37,7 @@ from service.metering.usage import (
     series,
     totals,
 )
-from service.tasks.schemas import GpuPlacementOut, GpuUsageOut, ListGpuUsageResponse
+from service.tasks.schemas import GpuUsageOut, ListGpuUsageResponse, placements_on
 from service.tasks.usage import open_spans
 
 router = APIRouter(tags=["usage"])
@@ -238,24 +238,9 @@ def gpus_in_use(specs: Sequence[DeploymentSpec], catalog: Catalog) -> list[GpuUs
                 counts = per_cluster.setdefault(str(name), [0, 0])
                 counts[0] += spec.max_instances
                 counts[1] += spec.min_instances
-        placements = []
-        for name, (most, least) in sorted(per_cluster.items()):
-            cluster = catalog.cluster(name)
-            if cluster is None:
-                continue
-            cluster_group = catalog.group_of(cluster)
-            placements.append(
-                GpuPlacementOut(
-                    cluster_id=cluster.name,
-                    cluster=cluster.name,
-                    cluster_group_id=cluster_group.name,
-                    cluster_group=cluster_group.name,
-                    cloud_provider=cluster.provider,
-                    region=cluster.region or "",
-                    current_max_usage=most,
-                    current_min_usage=least,
-                )
-            )
+        placements = placements_on(
+            catalog, {name: (most, least) for name, (most, least) in per_cluster.items()}
+        )
         out.append(
             GpuUsageOut(
                 gpu=gpu,

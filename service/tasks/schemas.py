@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
 
 from service.charts.schemas import HelmValidationPolicyIn
+from service.clusters.catalog import Catalog
 from service.core.durations import DurationError, parse_timedelta
 from service.core.schemas import CamelModel, Tags, Timestamp
 from service.core.validation import Check, Expect, MaxItems, OneOf, RequestModel, matches
@@ -350,6 +352,32 @@ class GpuPlacementOut(CamelModel):
     region: str
     current_max_usage: int
     current_min_usage: int
+
+
+def placements_on(
+    catalog: Catalog, per_cluster: Mapping[str, tuple[int, int]]
+) -> list[GpuPlacementOut]:
+    """NVCF's placement rows, by cluster name: (most, least) usage on each cluster the
+    catalog knows (a name it no longer knows is left out)."""
+    placements = []
+    for name, (most, least) in sorted(per_cluster.items()):
+        cluster = catalog.cluster(name)
+        if cluster is None:
+            continue
+        group = catalog.group_of(cluster)
+        placements.append(
+            GpuPlacementOut(
+                cluster_id=cluster.name,
+                cluster=cluster.name,
+                cluster_group_id=group.name,
+                cluster_group=group.name,
+                cloud_provider=cluster.provider,
+                region=cluster.region or "",
+                current_max_usage=most,
+                current_min_usage=least,
+            )
+        )
+    return placements
 
 
 class GpuUsageOut(CamelModel):

@@ -66,7 +66,6 @@ from service.tasks.schemas import (
     BasicTaskOut,
     BulkTasksIn,
     CreateTaskIn,
-    GpuPlacementOut,
     GpuUsageOut,
     TaskArtifactOut,
     TaskEventOut,
@@ -78,6 +77,7 @@ from service.tasks.schemas import (
     TaskResultOut,
     UpdateSecretsIn,
     java_duration,
+    placements_on,
 )
 
 #: NVCT's DEFAULT_PAGINATION_LIMIT (NvctConstants)
@@ -485,24 +485,9 @@ class Tasks:
             for task in tasks:
                 for name in [task.cluster] if task.cluster else task.candidate_clusters:
                     per_cluster[name] = per_cluster.get(name, 0) + 1
-            placements = []
-            for name, count in sorted(per_cluster.items()):
-                cluster = self.catalog.cluster(name)
-                if cluster is None:
-                    continue
-                group = self.catalog.group_of(cluster)
-                placements.append(
-                    GpuPlacementOut(
-                        cluster_id=cluster.name,
-                        cluster=cluster.name,
-                        cluster_group_id=group.name,
-                        cluster_group=group.name,
-                        cloud_provider=cluster.provider,
-                        region=cluster.region or "",
-                        current_max_usage=count,
-                        current_min_usage=count,
-                    )
-                )
+            placements = placements_on(
+                self.catalog, {name: (n, n) for name, n in per_cluster.items()}
+            )
             out.append(
                 GpuUsageOut(
                     gpu=gpu,

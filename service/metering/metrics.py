@@ -17,6 +17,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily
@@ -60,9 +62,11 @@ class UsageCounters:
         async with self._lock:
             if self._fresh():
                 return
+            now = utcnow()
             try:
                 async with sessionmaker() as session:
-                    rows = await repository.all_intervals(session)
+                    closed = await repository.closed_gpu_totals(session, now)
+                    rows = await repository.open_intervals(session, now)
                     spans = [*(Span.of(r) for r in rows), *await open_spans(session)]
                     counts = await repository.count_totals(session)
             except Exception:
@@ -70,7 +74,7 @@ class UsageCounters:
                 return
             finally:
                 self._refreshed_at = time.monotonic()
-            self._gpu = _gpu_totals(spans)
+            self._gpu = _gpu_totals(closed, spans, now)
             self._counts = {(a, f, m): n for a, f, m, n in counts}
 
     def collect(self) -> Iterable[Metric]:
@@ -104,9 +108,16 @@ class UsageCounters:
         return [ready, not_ready, invocations, tokens]
 
 
-def _gpu_totals(spans: Iterable[Span]) -> dict[tuple[str, ...], list[float]]:
-    now = utcnow()
+def _gpu_totals(
+    closed: Iterable[tuple[tuple[Any, ...], float, float]], spans: Iterable[Span], now: datetime
+) -> dict[tuple[str, ...], list[float]]:
+    """The ended intervals' totals (summed by the database) plus the open spans' up to `now`."""
     out: dict[tuple[str, ...], list[float]] = {}
+    for (account, fid, tid, instance_type, cluster), ready, waiting in closed:
+        key = (account, _text(fid), _text(tid), instance_type, cluster or "")
+        entry = out.setdefault(key, [0.0, 0.0])
+        entry[0] += ready
+        entry[1] += waiting
     for s in spans:
         key = (s.account_id, s.function_id or "", s.task_id or "", s.instance_type, s.cluster or "")
         entry = out.setdefault(key, [0.0, 0.0])
@@ -116,3 +127,7 @@ def _gpu_totals(spans: Iterable[Span]) -> dict[tuple[str, ...], list[float]]:
         else:
             entry[0] += overlap(s.started_at, end, s.started_at, now) * s.gpus
     return out
+
+
+def _text(value: object) -> str:
+    return "" if value is None else str(value)

@@ -5,11 +5,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import Float, case, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from service.metering.models import GpuInterval, UsageCount
 
@@ -64,8 +68,71 @@ async def intervals(
     return (await session.execute(stmt)).scalars().all()
 
 
-async def all_intervals(session: AsyncSession) -> Sequence[GpuInterval]:
-    return (await session.execute(select(GpuInterval))).scalars().all()
+class seconds_between(FunctionElement[float]):
+    """`end - start` in seconds, for two `UTCDateTime` columns, on either database."""
+
+    type = Float()
+    inherit_cache = True
+
+
+@compiles(seconds_between, "sqlite")
+def _seconds_sqlite(element: seconds_between, compiler: SQLCompiler, **kw: Any) -> str:
+    # SQLAlchemy stores "YYYY-MM-DD HH:MM:SS.ffffff"; julianday() would keep milliseconds only
+    start, end = (compiler.process(c, **kw) for c in element.clauses)
+    whole = f"(CAST(strftime('%s', {end}) AS INTEGER) - CAST(strftime('%s', {start}) AS INTEGER))"
+    part = f"(CAST(substr({end}, 20) AS REAL) - CAST(substr({start}, 20) AS REAL))"
+    return f"({whole} + {part})"
+
+
+@compiles(seconds_between, "postgresql")
+def _seconds_postgresql(element: seconds_between, compiler: SQLCompiler, **kw: Any) -> str:
+    start, end = (compiler.process(c, **kw) for c in element.clauses)
+    return f"EXTRACT(EPOCH FROM ({end} - {start}))"
+
+
+#: the labels of the GPU totals on /metrics
+TOTAL_KEYS = (
+    GpuInterval.account_id,
+    GpuInterval.function_id,
+    GpuInterval.task_id,
+    GpuInterval.instance_type,
+    GpuInterval.cluster,
+)
+
+
+async def closed_gpu_totals(
+    session: AsyncSession, now: datetime
+) -> Sequence[tuple[tuple[Any, ...], float, float]]:
+    """(key, ready GPU-seconds, not-ready GPU-seconds) summed in the database over every
+    interval ended by `now`, keyed as `TOTAL_KEYS`: what /metrics serves, read without a row per
+    interval ever written."""
+    i = GpuInterval
+
+    def gpu_seconds(start: Any) -> Any:
+        seconds = seconds_between(start, i.ended_at)
+        return case((seconds > 0, seconds), else_=0.0) * i.gpus
+
+    stmt = (
+        select(
+            *TOTAL_KEYS,
+            func.sum(case((i.started_at.is_not(None), gpu_seconds(i.started_at)), else_=0.0)),
+            func.sum(case((i.started_at.is_(None), gpu_seconds(i.created_at)), else_=0.0)),
+        )
+        .where(i.ended_at.is_not(None), i.ended_at <= now)
+        .group_by(*TOTAL_KEYS)
+    )
+    return [
+        (tuple(row[:5]), float(row[5] or 0.0), float(row[6] or 0.0))
+        for row in (await session.execute(stmt)).all()
+    ]
+
+
+async def open_intervals(session: AsyncSession, now: datetime) -> Sequence[GpuInterval]:
+    """The intervals not ended by `now`: the instances on a cluster (bounded by the fleet)."""
+    stmt = select(GpuInterval).where(
+        or_(GpuInterval.ended_at.is_(None), GpuInterval.ended_at > now)
+    )
+    return (await session.execute(stmt)).scalars().all()
 
 
 async def counts(

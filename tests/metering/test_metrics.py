@@ -3,11 +3,22 @@ route reads, served to an operator's scrape only."""
 
 from __future__ import annotations
 
+import uuid
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+import pytest
+from prometheus_client import CollectorRegistry
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.core.db import utcnow
 from service.metering.counts import Meter
+from service.metering.metrics import UsageCounters
+from service.metering.models import GpuInterval
 from tests.support.app import AppClient, ClientFactory
 from tests.support.invocation import deployed, invocation_app, sample
+from tests.support.reconcile import Harness
 
 LLM_FN = {
     "name": "tiny-llm",
@@ -57,3 +68,73 @@ async def test_the_totals_match_the_usage_route_for_operators_only(
     assert anonymous.status_code == 200
     assert "nvcf_gpu_seconds_total" not in anonymous.text
     assert "nvcf_usage_tokens_total" not in anonymous.text
+
+
+async def test_the_gpu_totals_sum_ended_intervals_in_the_database_and_open_ones_up_to_now(
+    harness: Harness,
+) -> None:
+    """Ended intervals are summed by the database (SQLite's and PostgreSQL's date arithmetic
+    alike), open ones and ones ending after now up to now; nothing is counted twice."""
+    now = utcnow()
+    fid, tid = uuid.uuid4(), uuid.uuid4()
+
+    def interval(**kw: Any) -> GpuInterval:
+        base: dict[str, Any] = {
+            "instance_id": uuid.uuid4(),
+            "account_id": "acct",
+            "function_id": fid,
+            "gpu": "H100",
+            "instance_type": "DGX.H100_2x",
+            "cluster": "c1",
+            "gpus": 2,
+            "created_at": now - timedelta(hours=2),
+        }
+        return GpuInterval(**(base | kw))
+
+    async with harness.maker() as session, session.begin():
+        session.add_all(
+            [
+                # ready 90.5 s then ended: 181 GPU-seconds
+                interval(
+                    started_at=now - timedelta(seconds=100),
+                    ended_at=now - timedelta(seconds=9.5),
+                ),
+                # never ready, 30 s from creation to end: 60 not-ready GPU-seconds
+                interval(
+                    created_at=now - timedelta(seconds=40), ended_at=now - timedelta(seconds=10)
+                ),
+                # ready 20 s ago and still on: about 40
+                interval(started_at=now - timedelta(seconds=20)),
+                # a task's, another key: ready 10 s, ending in the future: about 20
+                interval(
+                    function_id=None,
+                    task_id=tid,
+                    started_at=now - timedelta(seconds=10),
+                    ended_at=now + timedelta(hours=1),
+                ),
+                # another account's, ended: 1 GPU for 5 s
+                interval(
+                    account_id="other",
+                    gpus=1,
+                    started_at=now - timedelta(seconds=15),
+                    ended_at=now - timedelta(seconds=10),
+                ),
+            ]
+        )
+
+    async def no_tasks(session: AsyncSession) -> list[Any]:
+        return []
+
+    counters = UsageCounters(CollectorRegistry(), max_age=0)
+    await counters.refresh(harness.maker, no_tasks)
+    totals = {
+        (m.name, s.labels["account"], s.labels["function_id"], s.labels["task_id"]): s.value
+        for m in counters.collect()
+        for s in m.samples
+        if m.name.startswith("nvcf_gpu")
+    }
+    ready = totals["nvcf_gpu_seconds", "acct", str(fid), ""]
+    assert 181 + 40 <= ready < 181 + 40 + 5
+    assert totals["nvcf_gpu_not_ready_seconds", "acct", str(fid), ""] == pytest.approx(60)
+    assert 20 <= totals["nvcf_gpu_seconds", "acct", "", str(tid)] < 25
+    assert totals["nvcf_gpu_seconds", "other", str(fid), ""] == pytest.approx(5)

@@ -232,7 +232,9 @@ class LogBatcher:
         """Send every queued line now (in this thread)."""
         with self._sending:
             while batch := self._take():
-                if self._send(batch):
+                if self._status.failing():  # neither encoded nor sent until the backoff ends
+                    self._drops.skipped(self._status, len(batch))
+                elif self._send(batch):
                     self._status.succeeded()
                 else:
                     self._status.failed(reason_of(self._status), len(batch))

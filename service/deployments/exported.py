@@ -10,7 +10,9 @@ versions naming a logs telemetry — nothing is read or followed for other versi
 one follower task per instance, at most `limit` at once. A follower reads
 the instance's containers through its cluster's adapter from the instance's start, and when a
 follow ends (a container restarted) follows again from the last line's time, skipping lines
-already sent. An instance no longer live, or no longer this replica's, is left.
+already sent. While the logs endpoint is in backoff (its last export failed) the follower reads
+nothing — each line read would only be dropped — and follows again from the last line sent
+once the backoff ends. An instance no longer live, or no longer this replica's, is left.
 """
 
 from __future__ import annotations
@@ -169,7 +171,7 @@ class InstanceExports:
         last = ""
         while True:
             adapter = self._adapters.get(f.cluster)
-            if adapter is not None:
+            if adapter is not None and not self._exports.failing(f.telemetries, Kind.LOGS):
                 async with self._maker() as session:
                     masker = await masker_of(session, self._box, f.version_id)
                 since = None
@@ -181,6 +183,8 @@ class InstanceExports:
                     async for line in adapter.logs(f.spec(), request):
                         if last and line.timestamp and line.timestamp <= last:
                             continue  # sent before the follow ended
+                        if self._exports.failing(f.telemetries, Kind.LOGS):
+                            break  # this line is read again when the backoff ends
                         last = line.timestamp or last
                         now = time.time_ns()
                         self._hand(

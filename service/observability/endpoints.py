@@ -26,9 +26,10 @@ from service.observability.service import clip_error
 from service.observability.wires import allowed_by
 
 #: after a failed export, an endpoint's signals are dropped (counted, reason `endpoint_failing`)
-#: without encoding or connecting for FIRST_BACKOFF seconds, doubled at each failure of the
-#: retry that follows, at most MAX_BACKOFF (as the OpenTelemetry exporters and Prometheus'
-#: remote write back off); a success ends it
+#: without being built, encoded or sent for FIRST_BACKOFF seconds, doubled at each failure of
+#: the retry that follows, at most MAX_BACKOFF (as the OpenTelemetry exporters and Prometheus'
+#: remote write back off). Then signals are recorded again until one export, the retry, is
+#: under way; while it is, they are dropped too. Its success ends the backoff.
 FIRST_BACKOFF = 1.0
 MAX_BACKOFF = 30.0
 
@@ -75,24 +76,37 @@ class EndpointStatus:
     refusal: str | None = None
     #: the reason of a failure with neither (gRPC's status is not seen here)
     unanswered: str = "no answer: connection failed or timed out"
-    #: failed exports in a row, and until when (`clock`) the endpoint is not tried again
+    #: failed exports in a row, until when (`clock`) the endpoint is not tried again, and
+    #: whether the retry after that is under way
     failures: int = 0
     backoff_until: float = 0.0
+    retrying: bool = False
     clock: Callable[[], float] = time.monotonic
 
     def failing(self) -> bool:
-        """Whether the endpoint's last export failed and its backoff has not ended."""
-        return self.backoff_until > self.clock()
+        """Whether the endpoint's last export failed and its backoff has not ended, or its
+        retry is under way: what would go there now is dropped."""
+        return self.failures > 0 and (self.retrying or self.backoff_until > self.clock())
+
+    def attempt(self) -> bool:
+        """Whether an export may be sent now (False: the endpoint is failing); an export
+        after a backoff is its retry, and until it ends the endpoint is failing."""
+        with self.lock:
+            if self.failing():
+                return False
+            self.retrying = self.failures > 0
+            return True
 
     def succeeded(self) -> None:
         with self.lock:
             self.last_success_at, self.dirty = utcnow(), True
-            self.failures, self.backoff_until = 0, 0.0
+            self.failures, self.backoff_until, self.retrying = 0, 0.0, False
 
     def failed(self, reason: str, dropped: int = 0) -> None:
         with self.lock:
             self.last_error_at, self.last_error, self.dirty = utcnow(), clip_error(reason), True
             self.dropped += dropped
+            self.retrying = False
             now = self.clock()
             if self.backoff_until <= now:  # not an export begun before the last failure
                 self.failures += 1
@@ -195,19 +209,22 @@ class WatchedSpans(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
-            if self._status.failing():  # neither encoded nor sent until the backoff ends
+            if not self._status.attempt():  # neither encoded nor sent while failing
                 self._drops.skipped(self._status, len(spans))
                 return SpanExportResult.FAILURE
-            result = self._inner.export(spans)
+            result = SpanExportResult.FAILURE
+            try:
+                result = self._inner.export(spans)
+            finally:  # an exporter that raised failed: its retry is over too
+                if result is SpanExportResult.SUCCESS:
+                    self._status.succeeded()
+                else:
+                    self._status.failed(reason_of(self._status), len(spans))
+                    self._drops.add("export_failed", len(spans))
+            return result
         finally:
             if self._backlog is not None:
                 self._backlog.done(len(spans))
-        if result is SpanExportResult.SUCCESS:
-            self._status.succeeded()
-        else:
-            self._status.failed(reason_of(self._status), len(spans))
-            self._drops.add("export_failed", len(spans))
-        return result
 
     def shutdown(self) -> None:
         self._inner.shutdown()
@@ -231,15 +248,18 @@ class WatchedMetrics(MetricExporter):
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> MetricExportResult:
-        if self._status.failing():  # neither encoded nor sent until the backoff ends
+        if not self._status.attempt():  # neither encoded nor sent while failing
             self._drops.skipped(self._status, 1)
             return MetricExportResult.FAILURE
-        result = self._inner.export(metrics_data, timeout_millis=timeout_millis)
-        if result is MetricExportResult.SUCCESS:
-            self._status.succeeded()
-        else:
-            self._status.failed(reason_of(self._status), 1)
-            self._drops.add("export_failed")
+        result = MetricExportResult.FAILURE
+        try:
+            result = self._inner.export(metrics_data, timeout_millis=timeout_millis)
+        finally:  # an exporter that raised failed: its retry is over too
+            if result is MetricExportResult.SUCCESS:
+                self._status.succeeded()
+            else:
+                self._status.failed(reason_of(self._status), 1)
+                self._drops.add("export_failed")
         return result
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:

@@ -204,6 +204,16 @@ class Exports:
             named = self._named[key] = list(by_id.items())
         return named
 
+    def failing(self, telemetries: Mapping[str, str], kind: Kind) -> bool:
+        """Whether a telemetry receiving the version's `kind` is in backoff (its last export
+        failed): what would go there now is only dropped (never blocks, reads no database)."""
+        for telemetry_id, kinds in self._named_by(telemetries):
+            if kind in kinds:
+                _, pipeline = self._pipelines.get(telemetry_id, (None, None))
+                if pipeline is not None and pipeline.status.failing():
+                    return True
+        return False
+
     async def _record(self, event: Event) -> None:
         for telemetry_id, kinds in self._named_by(event.telemetries):
             pipeline = await self._pipeline(telemetry_id)

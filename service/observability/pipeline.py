@@ -80,6 +80,8 @@ class ExportSettings:
     #: seconds of one export request (its retries included)
     timeout: float = 10.0
     allowlist: Collection[str] = ()
+    #: the clock of the endpoints' backoffs (endpoints.py)
+    clock: Callable[[], float] = time.monotonic
 
 
 def _headers(provider: Provider, key: str) -> dict[str, str]:
@@ -390,7 +392,7 @@ def build_pipeline(
     """The telemetry's pipeline (blocking: it may resolve the endpoint's host). One with no
     wire, or whose endpoint is not a target, has no exporter, and its status says so."""
     provider, protocol = Provider(telemetry.provider), Protocol(telemetry.protocol)
-    status = EndpointStatus()
+    status = EndpointStatus(clock=settings.clock)
     pipeline = Pipeline(telemetry.id, telemetry.account_id, telemetry.updated_at, status, drops)
     target, _ = target_of(provider, telemetry.endpoint)
     wire = wire_of(provider)

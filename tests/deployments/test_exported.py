@@ -2,11 +2,12 @@
 HTTP and gRPC decoded by a real OTLP receiver, Datadog's logs intake; every line labelled
 with function, version, instance and account, secret values masked as the logs route masks
 them; nothing of another account's function, and no follower for a function that names no
-logs telemetry."""
+logs telemetry; lines printed while the endpoint is failing are read once it is retried."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from service.deployments.exported import followed
 from service.deployments.models import Instance
+from service.observability.endpoints import FIRST_BACKOFF
 from tests.support.api import bearer, new_key
 from tests.support.app import AppClient, ClientFactory
 from tests.support.datadog import DatadogIntake
@@ -141,6 +143,36 @@ async def test_an_instances_lines_arrive_at_datadogs_logs_intake(
     assert entry["service"] == "nvcf" and entry["ddsource"] == "nvcf"
     tags = dict(t.split(":", 1) for t in entry["ddtags"].split(","))
     assert {k: tags[k] for k in labels_of(fn)} == labels_of(fn)
+
+
+async def test_lines_printed_while_the_endpoint_fails_are_read_once_it_is_retried(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    client = await app(client_factory, tmp_path, receiver.hostport)
+    exports = client.app.state.telemetry_exports
+    now = [1_000.0]  # the backoff's clock: it ends when the test says
+    exports.settings = replace(exports.settings, clock=lambda: now[0])
+    receiver.status = 401
+    fn = await logged_function(client, endpoint=receiver.url)
+
+    async def refused() -> bool:
+        await flushed(client)
+        return receiver.requests > 0
+
+    await eventually(refused)  # the start-up lines, refused: the endpoint is in backoff
+    receiver.status = 200
+    await print_line(client, fn, "while failing (marker-6)")
+    await flushed(client)
+    assert otlp_lines(receiver, "marker-6") == []  # not read: it could only be dropped
+
+    now[0] += FIRST_BACKOFF
+
+    async def arrived() -> list[tuple[dict[str, Any], Any]]:
+        await flushed(client)
+        return otlp_lines(receiver, "marker-6")
+
+    ((_, record),) = await eventually(arrived)
+    assert record.body.string_value == "while failing (marker-6)"
 
 
 async def test_nothing_of_another_account_and_no_follower_for_a_function_naming_none(

@@ -6,14 +6,16 @@ logs telemetry; lines printed while the endpoint is failing are read once it is 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from service.deployments.exported import followed
+from service.backends.logs import LogLine
+from service.deployments.exported import followed, paced
 from service.deployments.models import Instance
 from service.observability.endpoints import FIRST_BACKOFF
 from tests.support.api import bearer, new_key
@@ -241,3 +243,45 @@ async def test_a_functions_instances_by_phase_are_exported(
     counts = await eventually(running)
     assert counts == {"Scheduling": 0, "Starting": 0, "Running": 1, "Degraded": 0, "Failed": 0}
     assert plain["id"] != fn["id"]
+
+
+async def test_lines_printed_while_a_follower_rests_are_read_in_one_go() -> None:
+    """A follower that waited for a line rests before reading on: the lines printed meanwhile
+    come without another wait (one wake-up, not one a line), none lost, in order."""
+    printed: asyncio.Queue[LogLine | None] = asyncio.Queue()
+    waits = 0
+
+    async def follow() -> AsyncIterator[LogLine]:
+        nonlocal waits
+        while True:
+            if printed.empty():
+                waits += 1
+            line = await printed.get()
+            if line is None:
+                return
+            yield line
+
+    read: list[str] = []
+    got = asyncio.Event()
+
+    async def follower() -> None:
+        async for line in paced(follow(), 0.05):
+            read.append(line.text)
+            got.set()
+
+    async def read_up_to(n: int) -> None:
+        while len(read) < n:
+            await got.wait()
+            got.clear()
+
+    task = asyncio.create_task(follower())
+    printed.put_nowait(LogLine("p", "c", "line 0"))
+    await read_up_to(1)  # read at once: then the follower waits for the next
+    printed.put_nowait(LogLine("p", "c", "line 1"))
+    await read_up_to(2)  # it waited for this one: it rests now
+    for n in range(2, 6):
+        printed.put_nowait(LogLine("p", "c", f"line {n}"))
+    printed.put_nowait(None)
+    await task
+    assert read == [f"line {n}" for n in range(6)]
+    assert waits == 1  # lines 2 to 5 were there when it read on

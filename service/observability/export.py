@@ -165,7 +165,10 @@ class Exports:
             await self._drain()
             if time.monotonic() - written >= period:
                 written = time.monotonic()
-                await self._write_statuses(self._live())
+                try:
+                    await self._write_statuses(self._live())
+                except Exception:  # the database away: written at the next period
+                    log.exception("telemetry export: writing the statuses failed")
 
     async def _drain(self) -> None:
         """Build and record every buffered event, CHUNK at a time."""

@@ -8,9 +8,10 @@ deployed: one naming no telemetry and one per endpoint, each naming the endpoint
 metrics and traces telemetry (OTLP over HTTP). Then, in alternating rounds, `--requests` pexec
 calls to the functions in turn, one request each; printed is each function's p50 and p99 and its
 p50 as a ratio to the plain function's (median over rounds), and what the operator sees:
-`nvcf_telemetry_dropped_total` by reason and each telemetry's `lastError`.
+`nvcf_telemetry_dropped_total` by reason and each telemetry's `lastError`. `--healthy` adds
+a fifth function whose endpoint takes every export (answers 200).
 
-    .venv/bin/python bench/telemetry.py [--rounds 5] [--requests 200]
+    .venv/bin/python bench/telemetry.py [--rounds 5] [--requests 200] [--healthy]
 """
 
 from __future__ import annotations
@@ -51,6 +52,20 @@ def refusing() -> ThreadingHTTPServer:
             pass
 
     return ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+
+
+def taking() -> ThreadingHTTPServer:
+    class Take(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    return ThreadingHTTPServer(("127.0.0.1", 0), Take)
 
 
 def hanging(release: threading.Event) -> ThreadingHTTPServer:
@@ -138,9 +153,12 @@ def main() -> None:
     parser.add_argument(
         "--types", default="LOGS,METRICS,TRACES", help="what the telemetries receive"
     )
+    parser.add_argument("--healthy", action="store_true", help="add an endpoint taking all")
     args = parser.parse_args()
     release = threading.Event()
     servers = {"401": refusing(), "hanging": hanging(release)}
+    if args.healthy:
+        servers["healthy"] = taking()
     for s in servers.values():
         threading.Thread(target=s.serve_forever, daemon=True).start()
     down = free_port()  # nobody listens there
@@ -149,6 +167,8 @@ def main() -> None:
         "hanging": f"http://127.0.0.1:{servers['hanging'].server_address[1]}",
         "down": f"http://127.0.0.1:{down}",
     }
+    if args.healthy:
+        endpoints["healthy"] = f"http://127.0.0.1:{servers['healthy'].server_address[1]}"
     allowed = [e.removeprefix("http://") for e in endpoints.values()]
     port = free_port()
     try:

@@ -10,7 +10,12 @@ versions naming a logs telemetry — nothing is read or followed for other versi
 one follower task per instance, at most `limit` at once. A follower reads
 the instance's containers through its cluster's adapter from the instance's start, and when a
 follow ends (a container restarted) follows again from the last line's time, skipping lines
-already sent. An instance no longer live, or no longer this replica's, is left.
+already sent. A follower that waited for a line rests DRAIN_PERIOD before reading on, so that
+the lines written meanwhile come in one read: a busy worker's lines cost a few wake-ups a
+second, not one each. While the logs endpoint is in backoff (its last export failed) the
+follower reads nothing — each line read would only be dropped — and follows again from the
+last line sent once the backoff ends. An instance no longer live, or no longer this
+replica's, is left.
 """
 
 from __future__ import annotations
@@ -19,12 +24,12 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from service.backends.logs import LogRequest, cut
+from service.backends.logs import LogLine, LogRequest, cut
 from service.backends.protocol import AdapterError, InstanceSpec
 from service.clusters.adapters import AdapterRegistry
 from service.core.crypto import SecretBox
@@ -33,7 +38,7 @@ from service.deployments.logs.service import LIVE_PHASES, masker_of
 from service.functions import repository as functions_repository
 from service.health.conditions import Phase
 from service.observability.events import Logged, Phased
-from service.observability.export import Exports
+from service.observability.export import DRAIN_PERIOD, Exports
 from service.observability.logs import Line, time_of
 from service.observability.models import Kind
 from service.observability.references import FIELDS
@@ -108,6 +113,24 @@ async def followed(session: AsyncSession, owner: str) -> list[Followed]:
     return [Followed(*row[:5], row[5] or "", logs[row[3]]) for row in rows]
 
 
+async def paced(lines: AsyncIterator[LogLine], pause: float) -> AsyncIterator[LogLine]:
+    """The lines, resting `pause` seconds after each one the follow had to wait for (the
+    event loop ran meanwhile), so that the lines written while it rests are read together."""
+    loop = asyncio.get_running_loop()
+    while True:
+        waited: list[bool] = []
+        handle = loop.call_soon(waited.append, True)  # runs only if the read waits
+        try:
+            line = await anext(lines)
+        except StopAsyncIteration:
+            return
+        finally:
+            handle.cancel()
+        yield line
+        if waited:
+            await asyncio.sleep(pause)
+
+
 class InstanceExports:
     """The replica's phase counts and followers of instance logs (a loop service)."""
 
@@ -169,7 +192,7 @@ class InstanceExports:
         last = ""
         while True:
             adapter = self._adapters.get(f.cluster)
-            if adapter is not None:
+            if adapter is not None and not self._exports.failing(f.telemetries, Kind.LOGS):
                 async with self._maker() as session:
                     masker = await masker_of(session, self._box, f.version_id)
                 since = None
@@ -178,9 +201,11 @@ class InstanceExports:
                     since = max(1, int((time.time_ns() - taken) / 1e9) + 1)
                 request = LogRequest(timestamps=True, follow=True, since_seconds=since)
                 try:
-                    async for line in adapter.logs(f.spec(), request):
+                    async for line in paced(adapter.logs(f.spec(), request), DRAIN_PERIOD):
                         if last and line.timestamp and line.timestamp <= last:
                             continue  # sent before the follow ended
+                        if self._exports.failing(f.telemetries, Kind.LOGS):
+                            break  # this line is read again when the backoff ends
                         last = line.timestamp or last
                         now = time.time_ns()
                         self._hand(

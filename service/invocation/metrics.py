@@ -10,7 +10,8 @@
 The versions under a canary release are also counted for its analysis (figures.py).
 
 An answered or refused request of a version that names telemetries is also handed to the
-export to the tenant's endpoints (observability/export.py).
+export to the tenant's endpoints (observability/export.py): its figures only, the exported
+event is built when the export drains its buffer.
 """
 
 from __future__ import annotations
@@ -83,19 +84,7 @@ class InvocationMetrics:
         """A request refused before it reached an instance (`rate_limited`, `queue_full`)."""
         self.requests.labels(target.fid, target.vid, outcome).inc()
         if target.telemetries and self.exports is not None:
-            now = time.time_ns()
-            self.exports.invocation(
-                Invocation(
-                    account=target.owner_account,
-                    function_id=target.fid,
-                    version_id=target.vid,
-                    telemetries=target.telemetries,
-                    fulfilled=False,
-                    start_ns=now,
-                    end_ns=now,
-                    refusal=outcome,
-                )
-            )
+            self.exports.later(_refused, target, outcome, time.time_ns())
 
     def answered(
         self,
@@ -121,31 +110,7 @@ class InvocationMetrics:
         children[1].observe(seconds)
         self.measured.add(target.vid, not fulfilled, seconds)
         if target.telemetries and self.exports is not None:
-            end = time.time_ns()
-            queued = dispatched = None
-            start = end - int(seconds * 1e9)
-            if timeline is not None:
-
-                def at(moment: float) -> int:
-                    return end - int((timeline.ended - moment) * 1e9)
-
-                start, queued = at(timeline.began), at(timeline.queued)
-                if timeline.dispatched is not None:
-                    dispatched = at(timeline.dispatched)
-            self.exports.invocation(
-                Invocation(
-                    account=target.owner_account,
-                    function_id=target.fid,
-                    version_id=target.vid,
-                    telemetries=target.telemetries,
-                    fulfilled=fulfilled,
-                    start_ns=start,
-                    end_ns=end,
-                    queued_ns=queued,
-                    dispatched_ns=dispatched,
-                    trace=timeline.trace if timeline is not None else None,
-                )
-            )
+            self.exports.later(_answered, target, fulfilled, seconds, timeline, time.time_ns())
 
     def tokens(self, target: Target, model: str, input_tokens: int, output_tokens: int) -> None:
         """The tokens an LLM worker reported for a request (llm/gateway.py): metered for the
@@ -156,16 +121,15 @@ class InvocationMetrics:
                 target.caller_account, target.fid, target.vid, model, input_tokens, output_tokens
             )
         if target.telemetries and self.exports is not None:
-            self.exports.invocation(
-                Tokens(
-                    account=target.owner_account,
-                    function_id=target.fid,
-                    version_id=target.vid,
-                    telemetries=target.telemetries,
-                    model=model,
-                    input_tokens=input_tokens,
-                    output_tokens=output_tokens,
-                )
+            self.exports.later(
+                Tokens,
+                target.owner_account,
+                target.fid,
+                target.vid,
+                target.telemetries,
+                model,
+                input_tokens,
+                output_tokens,
             )
 
     def watch_load(self, target: Target, load: VersionLoad) -> None:
@@ -177,3 +141,45 @@ class InvocationMetrics:
             self.exports.watch(
                 Watched(target.owner_account, target.fid, target.vid, target.telemetries, load)
             )
+
+
+def _refused(target: Target, outcome: str, now: int) -> Invocation:
+    return Invocation(
+        account=target.owner_account,
+        function_id=target.fid,
+        version_id=target.vid,
+        telemetries=target.telemetries,
+        fulfilled=False,
+        start_ns=now,
+        end_ns=now,
+        refusal=outcome,
+    )
+
+
+def _answered(
+    target: Target, fulfilled: bool, seconds: float, timeline: Timeline | None, end: int
+) -> Invocation:
+    """The exported invocation of an answered request (built when the export's buffer is
+    drained: the request path only hands over its figures)."""
+    queued = dispatched = None
+    start = end - int(seconds * 1e9)
+    if timeline is not None:
+
+        def at(moment: float) -> int:
+            return end - int((timeline.ended - moment) * 1e9)
+
+        start, queued = at(timeline.began), at(timeline.queued)
+        if timeline.dispatched is not None:
+            dispatched = at(timeline.dispatched)
+    return Invocation(
+        account=target.owner_account,
+        function_id=target.fid,
+        version_id=target.vid,
+        telemetries=target.telemetries,
+        fulfilled=fulfilled,
+        start_ns=start,
+        end_ns=end,
+        queued_ns=queued,
+        dispatched_ns=dispatched,
+        trace=timeline.trace if timeline is not None else None,
+    )

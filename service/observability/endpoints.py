@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -24,6 +25,18 @@ from service.core.db import utcnow
 from service.observability.service import clip_error
 from service.observability.wires import allowed_by
 
+#: after a failed export, an endpoint's signals are dropped (counted, reason `endpoint_failing`)
+#: without being built, encoded or sent for FIRST_BACKOFF seconds, doubled at each failure of
+#: the retry that follows, at most MAX_BACKOFF (as the OpenTelemetry exporters and Prometheus'
+#: remote write back off). Then signals are recorded again until one export, the retry, is
+#: under way; while it is, they are dropped too. Its success ends the backoff.
+FIRST_BACKOFF = 1.0
+MAX_BACKOFF = 30.0
+
+
+#: the drop reason of signals an endpoint in backoff was not sent
+FAILING = "endpoint_failing"
+
 
 class Drops:
     """The operator's count of what was not exported, by reason (`/metrics`)."""
@@ -39,10 +52,16 @@ class Drops:
     def add(self, reason: str, n: int = 1) -> None:
         self.counter.labels(reason).inc(n)
 
+    def skipped(self, status: EndpointStatus, n: int) -> None:
+        """`n` signals not sent to an endpoint in backoff (on the telemetry's count too)."""
+        self.add(FAILING, n)
+        status.lost(n)
+
 
 @dataclass
 class EndpointStatus:
-    """A telemetry's export outcomes, written from the SDK's threads, read by the loop."""
+    """A telemetry's export outcomes, written from the SDK's threads, read by the loop; and
+    its backoff: while `failing()`, what would go to the endpoint is dropped unencoded."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     last_success_at: datetime | None = None
@@ -57,18 +76,46 @@ class EndpointStatus:
     refusal: str | None = None
     #: the reason of a failure with neither (gRPC's status is not seen here)
     unanswered: str = "no answer: connection failed or timed out"
+    #: failed exports in a row, until when (`clock`) the endpoint is not tried again, and
+    #: whether the retry after that is under way
+    failures: int = 0
+    backoff_until: float = 0.0
+    retrying: bool = False
+    clock: Callable[[], float] = time.monotonic
+
+    def failing(self) -> bool:
+        """Whether the endpoint's last export failed and its backoff has not ended, or its
+        retry is under way: what would go there now is dropped."""
+        return self.failures > 0 and (self.retrying or self.backoff_until > self.clock())
+
+    def attempt(self) -> bool:
+        """Whether an export may be sent now (False: the endpoint is failing); an export
+        after a backoff is its retry, and until it ends the endpoint is failing."""
+        with self.lock:
+            if self.failing():
+                return False
+            self.retrying = self.failures > 0
+            return True
 
     def succeeded(self) -> None:
         with self.lock:
             self.last_success_at, self.dirty = utcnow(), True
+            self.failures, self.backoff_until, self.retrying = 0, 0.0, False
 
     def failed(self, reason: str, dropped: int = 0) -> None:
         with self.lock:
             self.last_error_at, self.last_error, self.dirty = utcnow(), clip_error(reason), True
             self.dropped += dropped
+            self.retrying = False
+            now = self.clock()
+            if self.backoff_until <= now:  # not an export begun before the last failure
+                self.failures += 1
+                delay = min(FIRST_BACKOFF * 2 ** min(self.failures - 1, 16), MAX_BACKOFF)
+                self.backoff_until = now + delay
 
     def lost(self, dropped: int) -> None:
-        """Signals dropped before they reached the endpoint (its queue was full)."""
+        """Signals dropped before they reached the endpoint (its queue was full, or it is
+        failing)."""
         with self.lock:
             self.dropped, self.dirty = self.dropped + dropped, True
 
@@ -162,16 +209,22 @@ class WatchedSpans(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
-            result = self._inner.export(spans)
+            if not self._status.attempt():  # neither encoded nor sent while failing
+                self._drops.skipped(self._status, len(spans))
+                return SpanExportResult.FAILURE
+            result = SpanExportResult.FAILURE
+            try:
+                result = self._inner.export(spans)
+            finally:  # an exporter that raised failed: its retry is over too
+                if result is SpanExportResult.SUCCESS:
+                    self._status.succeeded()
+                else:
+                    self._status.failed(reason_of(self._status), len(spans))
+                    self._drops.add("export_failed", len(spans))
+            return result
         finally:
             if self._backlog is not None:
                 self._backlog.done(len(spans))
-        if result is SpanExportResult.SUCCESS:
-            self._status.succeeded()
-        else:
-            self._status.failed(reason_of(self._status), len(spans))
-            self._drops.add("export_failed", len(spans))
-        return result
 
     def shutdown(self) -> None:
         self._inner.shutdown()
@@ -195,12 +248,18 @@ class WatchedMetrics(MetricExporter):
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> MetricExportResult:
-        result = self._inner.export(metrics_data, timeout_millis=timeout_millis)
-        if result is MetricExportResult.SUCCESS:
-            self._status.succeeded()
-        else:
-            self._status.failed(reason_of(self._status), 1)
-            self._drops.add("export_failed")
+        if not self._status.attempt():  # neither encoded nor sent while failing
+            self._drops.skipped(self._status, 1)
+            return MetricExportResult.FAILURE
+        result = MetricExportResult.FAILURE
+        try:
+            result = self._inner.export(metrics_data, timeout_millis=timeout_millis)
+        finally:  # an exporter that raised failed: its retry is over too
+            if result is MetricExportResult.SUCCESS:
+                self._status.succeeded()
+            else:
+                self._status.failed(reason_of(self._status), 1)
+                self._drops.add("export_failed")
         return result
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:

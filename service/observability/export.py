@@ -4,14 +4,17 @@
 The invocation plane hands each answered invocation of a version naming telemetries (an
 `Invocation`, with its phases and trace ids, events.py) and an LLM invocation's `Tokens` to
 `Exports.invocation`; the deployments' side (deployments/exported.py) hands the lines of the
-instances it follows (`Logged`) and the instances by phase (`Phased`). Each is a non-blocking
-put on a bounded queue (full: dropped and counted). One task reads the queue, finds each named
-telemetry's `Pipeline` (pipeline.py: loaded from the database, the telemetry's account checked
-against the function's, the key decrypted) and records the event there: spans on its traces
-endpoint, counters, histograms and gauges on its metrics endpoint, lines on its logs
-endpoint. The OpenTelemetry SDK's batch processor and periodic reader, and the log batcher,
-export from their own threads, so a slow or dead endpoint never holds the event loop; their
-queues are bounded and a failed batch is dropped (counted).
+instances it follows (`Logged`) and the instances by phase (`Phased`). The request path only
+appends to a bounded buffer (full: dropped and counted) what makes the event — the event itself
+is built later — and wakes nothing. A task drains the buffer every DRAIN_PERIOD, a chunk at a
+time, finds each named telemetry's `Pipeline` (pipeline.py: loaded from the database, the
+telemetry's account checked against the function's, the key decrypted) and records the event
+there: spans on its traces endpoint, counters, histograms and gauges on its metrics endpoint,
+lines on its logs endpoint. An endpoint whose last export failed is in backoff
+(endpoints.py): its signals are counted as dropped and nothing is built, encoded or sent until
+the backoff ends. The OpenTelemetry SDK's batch processor and periodic reader, and the log
+batcher, export from their own threads, so a slow or dead endpoint never holds the event loop;
+their queues are bounded and a failed batch is dropped (counted).
 
 Every connection of an OTLP/HTTP export goes through `EndpointGuard` (endpoints.py): the host
 is resolved and each address checked as at creation (charts/netguard.py pins the checked
@@ -30,7 +33,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -48,11 +53,21 @@ log = logging.getLogger("nvcf.observability")
 
 #: how long a loaded pipeline is used before its telemetry is read again (a new key, deleted)
 PIPELINE_TTL = 30.0
+#: seconds between two drains of the buffer (at most: the export interval)
+DRAIN_PERIOD = 0.25
+#: events recorded before the drain lets the event loop run others
+CHUNK = 64
+#: what the request path leaves in the buffer: a function making the event, and its arguments
+Pending = tuple[Callable[..., Event], tuple[Any, ...]]
 
 
 def _each(pipelines: Sequence[Pipeline], action: Callable[[Pipeline], None]) -> None:
     for pipeline in pipelines:
         action(pipeline)
+
+
+def _same(event: Event) -> Event:
+    return event
 
 
 class Exports:
@@ -69,7 +84,11 @@ class Exports:
         self._box = box
         self.settings = settings
         self.drops = drops
-        self._queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=settings.queue_size)
+        self._pending: deque[Pending] = deque()
+        #: one drain at a time (the task's or a flush's)
+        self._draining = asyncio.Lock()
+        #: a version's telemetries as stored -> the telemetries named and for what
+        self._named: dict[tuple[tuple[str, str], ...], list[tuple[uuid.UUID, set[Kind]]]] = {}
         #: telemetry id -> (when it was read, its pipeline or None)
         self._pipelines: dict[uuid.UUID, tuple[float, Pipeline | None]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -97,11 +116,16 @@ class Exports:
         return list(self._watched.values())
 
     def invocation(self, event: Event) -> None:
-        """Queue an invocation or its tokens; never blocks (a full queue drops it, counted)."""
-        try:
-            self._queue.put_nowait(event)
-        except asyncio.QueueFull:
+        """Queue an event; never blocks (a full buffer drops it, counted)."""
+        self.later(_same, event)
+
+    def later(self, make: Callable[..., Event], *args: Any) -> None:
+        """Queue the event `make(*args)` will build when the buffer is drained (the request
+        path's part is this append); never blocks (a full buffer drops it, counted)."""
+        if len(self._pending) >= self.settings.queue_size:
             self.drops.add("queue_full")
+            return
+        self._pending.append((make, args))
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="telemetry-export")
@@ -111,6 +135,10 @@ class Exports:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        try:
+            await self._drain()
+        except Exception:  # the database may be gone: what is buffered is lost
+            log.exception("telemetry export: recording the last invocations failed")
         pipelines = self._live()
         self._pipelines.clear()
         await asyncio.to_thread(_each, pipelines, Pipeline.shutdown)
@@ -119,7 +147,7 @@ class Exports:
     async def flush(self) -> None:
         """Record what is queued and export what is recorded now, then write the statuses
         back (tests; shutdown does the same)."""
-        await self._queue.join()
+        await self._drain()
         pipelines = self._live()
         millis = int(self.settings.timeout * 1000)
         await asyncio.to_thread(_each, pipelines, lambda p: p.flush(millis))
@@ -127,21 +155,32 @@ class Exports:
 
     async def _run(self) -> None:
         period = min(self.settings.interval, 5.0)
+        drain = min(self.settings.interval, DRAIN_PERIOD)
+        written = time.monotonic()
         while True:
             if self._unloaded:
                 self._unloaded = False
                 await self._load_phases()
-            try:
-                event = await asyncio.wait_for(self._queue.get(), timeout=period)
-            except TimeoutError:
-                await self._write_statuses(self._live())
-                continue
-            try:
-                await self._record(event)
-            except Exception:  # one bad event never stops the export of the others
-                log.exception("telemetry export: recording an invocation failed")
-            finally:
-                self._queue.task_done()
+            await asyncio.sleep(drain)
+            await self._drain()
+            if time.monotonic() - written >= period:
+                written = time.monotonic()
+                try:
+                    await self._write_statuses(self._live())
+                except Exception:  # the database away: written at the next period
+                    log.exception("telemetry export: writing the statuses failed")
+
+    async def _drain(self) -> None:
+        """Build and record every buffered event, CHUNK at a time."""
+        async with self._draining:
+            while self._pending:
+                for _ in range(min(CHUNK, len(self._pending))):
+                    make, args = self._pending.popleft()
+                    try:
+                        await self._record(make(*args))
+                    except Exception:  # one bad event never stops the export of the others
+                        log.exception("telemetry export: recording an invocation failed")
+                await asyncio.sleep(0)
 
     async def _load_phases(self) -> None:
         """The pipelines of the metrics telemetries the phase snapshot names, so that their
@@ -153,13 +192,33 @@ class Exports:
             except Exception:  # a bad reference loads nothing, the others still load
                 log.exception("telemetry export: loading a pipeline failed")
 
+    def _named_by(self, telemetries: Mapping[str, str]) -> list[tuple[uuid.UUID, set[Kind]]]:
+        """The telemetries a version's `telemetries` name, each with what it receives."""
+        key = tuple(telemetries.items())
+        named = self._named.get(key)
+        if named is None:
+            by_id: dict[uuid.UUID, set[Kind]] = {}
+            for name, value in key:
+                kind = FIELDS.get(name)
+                if kind is not None:
+                    by_id.setdefault(uuid.UUID(str(value)), set()).add(kind)
+            if len(self._named) >= 4096:  # versions come and go: bounded, rebuilt as read
+                self._named.clear()
+            named = self._named[key] = list(by_id.items())
+        return named
+
+    def failing(self, telemetries: Mapping[str, str], kind: Kind) -> bool:
+        """Whether a telemetry receiving the version's `kind` is in backoff (its last export
+        failed): what would go there now is only dropped (never blocks, reads no database)."""
+        for telemetry_id, kinds in self._named_by(telemetries):
+            if kind in kinds:
+                _, pipeline = self._pipelines.get(telemetry_id, (None, None))
+                if pipeline is not None and pipeline.status.failing():
+                    return True
+        return False
+
     async def _record(self, event: Event) -> None:
-        by_id: dict[uuid.UUID, set[Kind]] = {}
-        for name, value in event.telemetries.items():
-            kind = FIELDS.get(name)
-            if kind is not None:
-                by_id.setdefault(uuid.UUID(str(value)), set()).add(kind)
-        for telemetry_id, kinds in by_id.items():
+        for telemetry_id, kinds in self._named_by(event.telemetries):
             pipeline = await self._pipeline(telemetry_id)
             # nothing of one account ever goes to another's endpoint
             if pipeline is not None and pipeline.account == event.account:

@@ -232,11 +232,18 @@ class LogBatcher:
         """Send every queued line now (in this thread)."""
         with self._sending:
             while batch := self._take():
-                if self._send(batch):
-                    self._status.succeeded()
-                else:
-                    self._status.failed(reason_of(self._status), len(batch))
-                    self._drops.add("export_failed", len(batch))
+                if not self._status.attempt():  # neither encoded nor sent while failing
+                    self._drops.skipped(self._status, len(batch))
+                    continue
+                sent = False
+                try:
+                    sent = self._send(batch)
+                finally:  # a sender that raised failed: its retry is over too
+                    if sent:
+                        self._status.succeeded()
+                    else:
+                        self._status.failed(reason_of(self._status), len(batch))
+                        self._drops.add("export_failed", len(batch))
 
     def shutdown(self) -> None:
         self.flush()

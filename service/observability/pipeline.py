@@ -80,6 +80,8 @@ class ExportSettings:
     #: seconds of one export request (its retries included)
     timeout: float = 10.0
     allowlist: Collection[str] = ()
+    #: the clock of the endpoints' backoffs (endpoints.py)
+    clock: Callable[[], float] = time.monotonic
 
 
 def _headers(provider: Provider, key: str) -> dict[str, str]:
@@ -108,6 +110,11 @@ class Pipeline:
     loaded: float = field(default_factory=time.monotonic)
 
     def record(self, kinds: Collection[Kind], event: Event) -> None:
+        """Record the event's signals of `kinds` for export; while the endpoint is failing
+        (its backoff, endpoints.py) they are only counted as dropped: nothing is built."""
+        if self.status.failing():
+            self._skip(kinds, event)
+            return
         attributes = {
             "nvcf.account": event.account,
             "nvcf.function.id": event.function_id,
@@ -141,6 +148,21 @@ class Pipeline:
             invocations.add(1, {**attributes, "outcome": outcome})
             if event.refusal is None:  # the latency is of answered invocations, as on /metrics
                 latency.record((event.end_ns - event.start_ns) / 1e9, attributes)
+
+    def _skip(self, kinds: Collection[Kind], event: Event) -> None:
+        """Count what the event would have sent: its lines, its spans, one for its metric
+        points."""
+        n = 0
+        if isinstance(event, Logged):
+            n = len(event.lines) if Kind.LOGS in kinds and self.logs is not None else 0
+        else:
+            if Kind.METRICS in kinds and self.instruments is not None:
+                n += 1
+            if isinstance(event, Invocation) and Kind.TRACES in kinds and self.spans is not None:
+                phases = 0 if event.queued_ns is None else 2 + (event.dispatched_ns is not None)
+                n += 1 + phases
+        if n:
+            self.drops.skipped(self.status, n)
 
     def _spans(self, event: Invocation, attributes: dict[str, str]) -> list[ReadableSpan]:
         """The invocation's span and its children: admission, the wait for an instance and
@@ -370,7 +392,7 @@ def build_pipeline(
     """The telemetry's pipeline (blocking: it may resolve the endpoint's host). One with no
     wire, or whose endpoint is not a target, has no exporter, and its status says so."""
     provider, protocol = Provider(telemetry.provider), Protocol(telemetry.protocol)
-    status = EndpointStatus()
+    status = EndpointStatus(clock=settings.clock)
     pipeline = Pipeline(telemetry.id, telemetry.account_id, telemetry.updated_at, status, drops)
     target, _ = target_of(provider, telemetry.endpoint)
     wire = wire_of(provider)

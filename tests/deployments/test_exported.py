@@ -2,18 +2,22 @@
 HTTP and gRPC decoded by a real OTLP receiver, Datadog's logs intake; every line labelled
 with function, version, instance and account, secret values masked as the logs route masks
 them; nothing of another account's function, and no follower for a function that names no
-logs telemetry."""
+logs telemetry; lines printed while the endpoint is failing are read once it is retried."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from service.deployments.exported import followed
+from service.backends.logs import LogLine
+from service.deployments.exported import followed, paced
 from service.deployments.models import Instance
+from service.observability.endpoints import FIRST_BACKOFF
 from tests.support.api import bearer, new_key
 from tests.support.app import AppClient, ClientFactory
 from tests.support.datadog import DatadogIntake
@@ -143,6 +147,36 @@ async def test_an_instances_lines_arrive_at_datadogs_logs_intake(
     assert {k: tags[k] for k in labels_of(fn)} == labels_of(fn)
 
 
+async def test_lines_printed_while_the_endpoint_fails_are_read_once_it_is_retried(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    client = await app(client_factory, tmp_path, receiver.hostport)
+    exports = client.app.state.telemetry_exports
+    now = [1_000.0]  # the backoff's clock: it ends when the test says
+    exports.settings = replace(exports.settings, clock=lambda: now[0])
+    receiver.status = 401
+    fn = await logged_function(client, endpoint=receiver.url)
+
+    async def refused() -> bool:
+        await flushed(client)
+        return receiver.requests > 0
+
+    await eventually(refused)  # the start-up lines, refused: the endpoint is in backoff
+    receiver.status = 200
+    await print_line(client, fn, "while failing (marker-6)")
+    await flushed(client)
+    assert otlp_lines(receiver, "marker-6") == []  # not read: it could only be dropped
+
+    now[0] += FIRST_BACKOFF
+
+    async def arrived() -> list[tuple[dict[str, Any], Any]]:
+        await flushed(client)
+        return otlp_lines(receiver, "marker-6")
+
+    ((_, record),) = await eventually(arrived)
+    assert record.body.string_value == "while failing (marker-6)"
+
+
 async def test_nothing_of_another_account_and_no_follower_for_a_function_naming_none(
     client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
 ) -> None:
@@ -209,3 +243,45 @@ async def test_a_functions_instances_by_phase_are_exported(
     counts = await eventually(running)
     assert counts == {"Scheduling": 0, "Starting": 0, "Running": 1, "Degraded": 0, "Failed": 0}
     assert plain["id"] != fn["id"]
+
+
+async def test_lines_printed_while_a_follower_rests_are_read_in_one_go() -> None:
+    """A follower that waited for a line rests before reading on: the lines printed meanwhile
+    come without another wait (one wake-up, not one a line), none lost, in order."""
+    printed: asyncio.Queue[LogLine | None] = asyncio.Queue()
+    waits = 0
+
+    async def follow() -> AsyncIterator[LogLine]:
+        nonlocal waits
+        while True:
+            if printed.empty():
+                waits += 1
+            line = await printed.get()
+            if line is None:
+                return
+            yield line
+
+    read: list[str] = []
+    got = asyncio.Event()
+
+    async def follower() -> None:
+        async for line in paced(follow(), 0.05):
+            read.append(line.text)
+            got.set()
+
+    async def read_up_to(n: int) -> None:
+        while len(read) < n:
+            await got.wait()
+            got.clear()
+
+    task = asyncio.create_task(follower())
+    printed.put_nowait(LogLine("p", "c", "line 0"))
+    await read_up_to(1)  # read at once: then the follower waits for the next
+    printed.put_nowait(LogLine("p", "c", "line 1"))
+    await read_up_to(2)  # it waited for this one: it rests now
+    for n in range(2, 6):
+        printed.put_nowait(LogLine("p", "c", f"line {n}"))
+    printed.put_nowait(None)
+    await task
+    assert read == [f"line {n}" for n in range(6)]
+    assert waits == 1  # lines 2 to 5 were there when it read on

@@ -1,5 +1,6 @@
 """A telemetry's pipeline on its own: spans its batch processor has no room for (an endpoint
-that does not answer) are dropped and counted, not lost silently."""
+that does not answer) are dropped and counted, not lost silently; an endpoint whose export
+failed is left alone until its backoff ends, what it would have got counted as dropped."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from datetime import UTC, datetime
 import pytest
 from prometheus_client import CollectorRegistry
 
-from service.observability.endpoints import Drops
+from service.observability.endpoints import FIRST_BACKOFF, Drops
 from service.observability.events import Invocation, TraceIds
 from service.observability.models import Kind, Telemetry
-from service.observability.pipeline import SPAN_QUEUE, ExportSettings, build_pipeline
+from service.observability.pipeline import SPAN_QUEUE, ExportSettings, Pipeline, build_pipeline
 from tests.support.otlp import OtlpReceiver
 
 
@@ -22,6 +23,85 @@ def receiver() -> Iterator[OtlpReceiver]:
     r = OtlpReceiver().start()
     yield r
     r.stop()
+
+
+def telemetry(receiver: OtlpReceiver, types: list[str]) -> Telemetry:
+    now = datetime.now(UTC)
+    return Telemetry(
+        id=uuid.uuid4(),
+        account_id="acct",
+        name="t",
+        endpoint=receiver.url,
+        protocol="HTTP",
+        provider="OTEL_COLLECTOR",
+        types=types,
+        secret_ciphertext="",
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def invoked(pipeline: Pipeline, n: int) -> None:
+    """`n` answered invocations recorded for the pipeline's traces and metrics."""
+    named = {"tracesTelemetryId": str(pipeline.telemetry_id)}
+    for _ in range(n):
+        invocation = Invocation(
+            "acct",
+            "f",
+            "v",
+            named,
+            True,
+            1_000,
+            4_000,
+            queued_ns=2_000,
+            dispatched_ns=3_000,
+            trace=TraceIds.new(),
+        )
+        pipeline.record({Kind.TRACES, Kind.METRICS}, invocation)
+
+
+def test_a_failing_endpoint_is_left_alone_until_its_backoff_ends(receiver: OtlpReceiver) -> None:
+    now = [1_000.0]
+    registry = CollectorRegistry()
+    settings = ExportSettings(
+        interval=60, timeout=5, allowlist=(receiver.hostport,), clock=lambda: now[0]
+    )
+    pipeline = build_pipeline(
+        telemetry(receiver, ["TRACES", "METRICS"]), "k", settings, Drops(registry)
+    )
+
+    def dropped(reason: str) -> float:
+        value = registry.get_sample_value("nvcf_telemetry_dropped_total", {"reason": reason})
+        return value or 0.0
+
+    try:
+        receiver.status = 401
+        invoked(pipeline, 1)
+        pipeline.flush(5000)
+        assert receiver.requests == 1  # the spans, refused: the metrics are not sent after it
+        assert dropped("export_failed") == 4 and dropped("endpoint_failing") == 1
+        taken = pipeline.status.take()
+        assert taken is not None and "HTTP 401" in str(taken[2])
+
+        # in backoff: nothing is built or sent, every signal is counted as dropped
+        invoked(pipeline, 10)
+        pipeline.flush(5000)
+        assert receiver.requests == 1
+        assert dropped("endpoint_failing") == 1 + 10 * (4 + 1) + 1  # spans, points, export
+        taken = pipeline.status.take()
+        assert taken is not None and "HTTP 401" in str(taken[2]) and taken[3] == 10 * 5 + 1
+
+        # the backoff over, the next export is its retry; it succeeds and ends the backoff
+        now[0] += FIRST_BACKOFF
+        receiver.status = 200
+        invoked(pipeline, 2)
+        pipeline.flush(5000)
+        assert len(list(receiver.spans())) == 8
+        assert not pipeline.status.failing()
+        taken = pipeline.status.take()
+        assert taken is not None and taken[0] is not None and taken[0] > taken[1]
+    finally:
+        pipeline.shutdown()
 
 
 def test_spans_beyond_the_processors_queue_are_dropped_and_counted(

@@ -65,6 +65,8 @@ def attributes(pairs: Any) -> dict[str, Any]:
 class OtlpReceiver:
     def __init__(self) -> None:
         self.received: list[Received] = []
+        #: every export request that reached it (answered or refused)
+        self.requests = 0
         self.status = 200
         #: answer every HTTP request with a 307 to this URL (a redirect no export may follow)
         self.redirect_to: str | None = None
@@ -87,7 +89,12 @@ class OtlpReceiver:
         with self._lock:
             self.received.append(Received(path, headers, message))
 
+    def reached(self) -> None:
+        with self._lock:
+            self.requests += 1
+
     def grpc_call(self, path: str, request: Any, context: grpc.ServicerContext) -> None:
+        self.reached()
         self._open.wait()
         if self.status != 200:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "refused by the test receiver")
@@ -115,6 +122,7 @@ class OtlpReceiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                receiver.reached()
                 receiver._open.wait()
                 kind = KINDS.get(self.path)
                 if kind is None:

@@ -1,17 +1,22 @@
 """Function sharing (NVCF's `/authorizations/functions/...` routes, scope `authorize_clients`)
 and what a shared function is to each account: the owner (acct-a), an account it is shared with
-(acct-b) and a third one (acct-c). On SQLite and PostgreSQL."""
+(acct-b) and a third one (acct-c). On SQLite and PostgreSQL.
+
+The tests share one app per database; each test's three accounts are its own."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 
 from tests.support.api import CONTAINER_FN, assert_problem, bearer, new_key
+from tests.support.app import AppClient
 from tests.support.go_decode import (
     FUNCTION_DETAILS_WRAPPER,
     LIST_FUNCTION_IDS_RESPONSE,
@@ -30,12 +35,17 @@ ALL_SCOPES = [
     "deploy_function",
     "authorize_clients",
 ]
+# stands for the test's owning account in the parametrized bodies
+OWNER = "<owner>"
 SECRET_FN = {
     **CONTAINER_FN,
     "containerEnvironment": [{"key": "TOKEN_URL", "value": "https://internal"}],
     "secrets": [{"name": "api-key", "value": "s3cret"}],
     "rateLimit": {"rateLimit": "10-S"},
 }
+
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 @dataclass
@@ -45,9 +55,20 @@ class Account:
 
 
 @pytest.fixture
+def client(module_client: AppClient) -> AppClient:
+    return module_client
+
+
+def unique(name: str) -> str:
+    """An account name no other test of the module's app uses."""
+    return f"{name}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest_asyncio.fixture(loop_scope="module")
 async def accounts(client: httpx.AsyncClient) -> tuple[Account, Account, Account]:
+    names = [unique(n) for n in ("a", "b", "c")]
     return tuple(  # type: ignore[return-value]
-        [Account(n, bearer(await new_key(client, ALL_SCOPES, n))) for n in ("a", "b", "c")]
+        [Account(n, bearer(await new_key(client, ALL_SCOPES, n))) for n in names]
     )
 
 
@@ -96,64 +117,69 @@ async def ids(client: httpx.AsyncClient, who: Account, **params: str) -> list[st
 async def test_share_a_whole_function_and_read_who_it_is_shared_with(
     client: httpx.AsyncClient, accounts: tuple[Account, Account, Account]
 ) -> None:
-    a = accounts[0]
+    a, b, c = accounts
     fn = await create(client, a)
     v2 = await new_version(client, a, fn)
-    resp = await share(client, a, fn["id"], "b", "c")
+    resp = await share(client, a, fn["id"], b.name, c.name)
     assert resp.status_code == 200, resp.text
     assert resp.json() == {
         "function": {
             "id": fn["id"],
-            "ncaId": "a",
-            "authorizedParties": [{"ncaId": "b"}, {"ncaId": "c"}],
+            "ncaId": a.name,
+            "authorizedParties": [{"ncaId": b.name}, {"ncaId": c.name}],
         }
     }
     # POST replaces the function's accounts
-    resp = await share(client, a, fn["id"], "b")
-    assert resp.json()["function"]["authorizedParties"] == [{"ncaId": "b"}]
+    resp = await share(client, a, fn["id"], b.name)
+    assert resp.json()["function"]["authorizedParties"] == [{"ncaId": b.name}]
 
     got = await client.get(f"{AZ}/{fn['id']}", headers=a.headers)
     assert got.status_code == 200
     assert got.json() == {
         "functions": [
-            {"id": fn["id"], "ncaId": "a", "versionId": v, "authorizedParties": [{"ncaId": "b"}]}
+            {
+                "id": fn["id"],
+                "ncaId": a.name,
+                "versionId": v,
+                "authorizedParties": [{"ncaId": b.name}],
+            }
             for v in (fn["versionId"], v2)
         ]
     }
     one = await client.get(f"{AZ}/{version_path(fn, v2)}", headers=a.headers)
     assert one.json()["function"] == {
         "id": fn["id"],
-        "ncaId": "a",
+        "ncaId": a.name,
         "versionId": v2,
-        "authorizedParties": [{"ncaId": "b"}],
+        "authorizedParties": [{"ncaId": b.name}],
     }
 
     # add and remove one account at a time
     added = await client.patch(
-        f"{AZ}/{fn['id']}/add", json={"authorizedParty": {"ncaId": "c"}}, headers=a.headers
+        f"{AZ}/{fn['id']}/add", json={"authorizedParty": {"ncaId": c.name}}, headers=a.headers
     )
     assert added.status_code == 200
-    assert added.json()["function"]["authorizedParties"] == [{"ncaId": "b"}, {"ncaId": "c"}]
+    assert added.json()["function"]["authorizedParties"] == [{"ncaId": b.name}, {"ncaId": c.name}]
     again = await client.patch(
-        f"{AZ}/{fn['id']}/add", json={"authorizedParty": {"ncaId": "c"}}, headers=a.headers
+        f"{AZ}/{fn['id']}/add", json={"authorizedParty": {"ncaId": c.name}}, headers=a.headers
     )
     assert_problem(again, 409)
     removed = await client.patch(
-        f"{AZ}/{fn['id']}/remove", json={"authorizedParty": {"ncaId": "b"}}, headers=a.headers
+        f"{AZ}/{fn['id']}/remove", json={"authorizedParty": {"ncaId": b.name}}, headers=a.headers
     )
-    assert removed.json()["function"]["authorizedParties"] == [{"ncaId": "c"}]
+    assert removed.json()["function"]["authorizedParties"] == [{"ncaId": c.name}]
     absent = await client.patch(
-        f"{AZ}/{fn['id']}/remove", json={"authorizedParty": {"ncaId": "b"}}, headers=a.headers
+        f"{AZ}/{fn['id']}/remove", json={"authorizedParty": {"ncaId": b.name}}, headers=a.headers
     )
     assert_problem(absent, 404)
 
     cleared = await client.delete(f"{AZ}/{fn['id']}", headers=a.headers)
     assert cleared.status_code == 200
-    assert cleared.json() == {"function": {"id": fn["id"], "ncaId": "a"}}
+    assert cleared.json() == {"function": {"id": fn["id"], "ncaId": a.name}}
     # nothing to patch any more: NVCF answers 404 until the function is shared again
     for op in ("add", "remove"):
         resp = await client.patch(
-            f"{AZ}/{fn['id']}/{op}", json={"authorizedParty": {"ncaId": "b"}}, headers=a.headers
+            f"{AZ}/{fn['id']}/{op}", json={"authorizedParty": {"ncaId": b.name}}, headers=a.headers
         )
         assert_problem(resp, 404)
     empty = (await client.get(f"{AZ}/{fn['id']}", headers=a.headers)).json()["functions"]
@@ -166,19 +192,21 @@ async def test_share_one_version(
     a, b, c = accounts
     fn = await create(client, a)
     v2 = await new_version(client, a, fn)
-    resp = await share(client, a, version_path(fn), "b")
+    resp = await share(client, a, version_path(fn), b.name)
     assert resp.json() == {
         "function": {
             "id": fn["id"],
-            "ncaId": "a",
+            "ncaId": a.name,
             "versionId": fn["versionId"],
-            "authorizedParties": [{"ncaId": "b"}],
+            "authorizedParties": [{"ncaId": b.name}],
         }
     }
     add = await client.patch(
-        f"{AZ}/{version_path(fn)}/add", json={"authorizedParty": {"ncaId": "c"}}, headers=a.headers
+        f"{AZ}/{version_path(fn)}/add",
+        json={"authorizedParty": {"ncaId": c.name}},
+        headers=a.headers,
     )
-    assert add.json()["function"]["authorizedParties"] == [{"ncaId": "b"}, {"ncaId": "c"}]
+    assert add.json()["function"]["authorizedParties"] == [{"ncaId": b.name}, {"ncaId": c.name}]
     # b sees that version only, c too; a later version is not shared
     assert await listed(client, b) == [fn["versionId"]]
     versions = await client.get(f"{V}/functions/{fn['id']}/versions", headers=b.headers)
@@ -187,20 +215,20 @@ async def test_share_one_version(
         await client.get(f"{V}/functions/{version_path(fn, v2)}", headers=b.headers), 404
     )
     # the whole function's accounts and the version's own, merged
-    await share(client, a, fn["id"], "b")
+    await share(client, a, fn["id"], b.name)
     merged = await client.get(f"{AZ}/{version_path(fn)}", headers=a.headers)
-    assert merged.json()["function"]["authorizedParties"] == [{"ncaId": "b"}, {"ncaId": "c"}]
+    assert merged.json()["function"]["authorizedParties"] == [{"ncaId": b.name}, {"ncaId": c.name}]
     assert await listed(client, b) == [fn["versionId"], v2]
     assert await listed(client, c) == [fn["versionId"]]
     # clearing the version keeps the function's; clearing the function keeps the version's
     await client.patch(
         f"{AZ}/{version_path(fn)}/remove",
-        json={"authorizedParty": {"ncaId": "c"}},
+        json={"authorizedParty": {"ncaId": c.name}},
         headers=a.headers,
     )
     cleared = await client.delete(f"{AZ}/{version_path(fn)}", headers=a.headers)
     assert cleared.json() == {
-        "function": {"id": fn["id"], "ncaId": "a", "versionId": fn["versionId"]}
+        "function": {"id": fn["id"], "ncaId": a.name, "versionId": fn["versionId"]}
     }
     assert await listed(client, b) == [fn["versionId"], v2]
     assert await listed(client, c) == []
@@ -211,7 +239,7 @@ async def test_a_function_level_share_covers_later_versions_and_goes_with_the_fu
 ) -> None:
     a, b, _ = accounts
     fn = await create(client, a)
-    await share(client, a, fn["id"], "b")
+    await share(client, a, fn["id"], b.name)
     v2 = await new_version(client, a, fn)
     assert await listed(client, b) == [fn["versionId"], v2]
     for vid in (fn["versionId"], v2):
@@ -240,7 +268,7 @@ async def test_the_account_a_function_is_shared_with_reads_it_and_nothing_more(
     )
     assert deployed.status_code == 200, deployed.text
     dep = deployed.json()["deployment"]
-    assert (await share(client, a, fn["id"], "b")).status_code == 200
+    assert (await share(client, a, fn["id"], b.name)).status_code == 200
 
     # b lists it as authorized, sees who owns it, and not what runs it
     assert await listed(client, b) == [fn["versionId"], own_b["versionId"]]
@@ -258,7 +286,7 @@ async def test_the_account_a_function_is_shared_with_reads_it_and_nothing_more(
     assert one.status_code == 200
     assert_go_decodes(one.json(), FUNCTION_DETAILS_WRAPPER)
     seen = one.json()["function"]
-    assert seen["ownedByDifferentAccount"] is True and seen["ncaId"] == "a"
+    assert seen["ownedByDifferentAccount"] is True and seen["ncaId"] == a.name
     assert seen["name"] == "echo" and seen["status"] == "ACTIVE"
     for hidden in (
         "inferenceUrl",
@@ -297,7 +325,7 @@ async def test_the_account_a_function_is_shared_with_reads_it_and_nothing_more(
     ).status_code == 200
     assert (await client.get(f"{AZ}/{fn['id']}", headers=a.headers)).json()["functions"][0][
         "authorizedParties"
-    ] == [{"ncaId": "b"}]
+    ] == [{"ncaId": b.name}]
 
 
 async def refused_to(
@@ -352,7 +380,7 @@ async def test_a_revoked_share_is_at_once_unreadable(
 ) -> None:
     a, b, _ = accounts
     fn = await create(client, a)
-    await share(client, a, fn["id"], "b")
+    await share(client, a, fn["id"], b.name)
     url = f"{V}/functions/{version_path(fn)}"
     for _ in range(2):  # the second read may come from the read cache
         assert (await client.get(url, headers=b.headers)).status_code == 200
@@ -366,7 +394,7 @@ async def test_a_revoked_share_is_at_once_unreadable(
 
 
 async def test_sharing_needs_the_authorize_clients_scope(client: httpx.AsyncClient) -> None:
-    owner = bearer(await new_key(client, ["register_function", "list_functions"], "a"))
+    owner = bearer(await new_key(client, ["register_function", "list_functions"], unique("a")))
     fn = (await client.post(f"{V}/functions", json=CONTAINER_FN, headers=owner)).json()["function"]
     body = {"authorizedParties": [{"ncaId": "b"}]}
     resp = await client.post(f"{AZ}/{fn['id']}", json=body, headers=owner)
@@ -417,15 +445,15 @@ async def test_sharing_needs_the_authorize_clients_scope(client: httpx.AsyncClie
             ],
         ),
         (
-            {"authorizedParties": [{"ncaId": "a"}, {"ncaId": "x" * 129}]},
+            {"authorizedParties": [{"ncaId": OWNER}, {"ncaId": "x" * 129}]},
             [("authorizedParties[1].ncaId", "must be at most 128 characters, got 129")],
         ),
         (
-            {"authorizedParties": [{"ncaId": "a"}]},
+            {"authorizedParties": [{"ncaId": OWNER}]},
             [
                 (
                     "authorizedParties[0].ncaId",
-                    "'a' owns the function; only other accounts are authorized",
+                    f"'{OWNER}' owns the function; only other accounts are authorized",
                 )
             ],
         ),
@@ -447,6 +475,9 @@ async def test_a_bad_share_is_a_400_listing_every_violation(
 ) -> None:
     a = accounts[0]
     fn = await create(client, a)
+    # the owner's name is the test's own
+    body = json.loads(json.dumps(body).replace(OWNER, a.name))
+    errors = [(field, message.replace(OWNER, a.name)) for field, message in errors]
     for path in (fn["id"], version_path(fn)):
         problem = assert_problem(
             await client.post(f"{AZ}/{path}", json=body, headers=a.headers), 400
@@ -481,11 +512,11 @@ async def test_a_bad_patch_is_a_400(
             ],
         ),
         (
-            {"AuthorizedParty": {"NcaId": "a"}},
+            {"AuthorizedParty": {"NcaId": a.name}},
             [
                 (
                     "authorizedParty.ncaId",
-                    "'a' owns the function; only other accounts are authorized",
+                    f"'{a.name}' owns the function; only other accounts are authorized",
                 )
             ],
         ),

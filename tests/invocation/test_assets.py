@@ -1,7 +1,10 @@
 """Large inputs and outputs end to end through pexec and exec: a real worker process (a
 simulated cluster's upstream) reads its input assets from NVCF-ASSET-DIR, writes outputs and
 progress into NVCF-LARGE-OUTPUT-DIR; callers get a 302 to a signed URL (exec:
-responseReference) and progress on their polls."""
+responseReference) and progress on their polls.
+
+The tests on `shared` share one app per database whose cluster forwards to the module's
+worker, each with a function it deployed itself; the others build an app of their own."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from sqlalchemy import update
 
 from service.assets.models import Asset
@@ -25,10 +29,14 @@ from tests.support.app import AppClient, ClientFactory
 from tests.support.assets import anonymous, uploaded
 from tests.support.e2e import V, eventually
 from tests.support.file_worker import FileWorker, pattern
-from tests.support.invocation import deployed, invocation_app, pexec_url
+from tests.support.invocation import FAST, deployed, invocation_app, pexec_url, write_catalog
 from tests.support.sidecar import Sidecar
 
 MiB = 1024 * 1024
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+# the tests that build their own app run in their own loop
+own_app = pytest.mark.asyncio(loop_scope="function")
 
 
 @pytest.fixture(scope="module")
@@ -47,14 +55,26 @@ async def app(
     return client, await deployed(client)
 
 
+@pytest.fixture(scope="module")
+def module_settings(tmp_path_factory: pytest.TempPathFactory, worker: FileWorker) -> dict[str, Any]:
+    catalog = write_catalog(tmp_path_factory.mktemp("catalog"), upstream=worker.url, gpus=64)
+    return {"clusters_file": catalog, **FAST}
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def shared(module_client: AppClient) -> tuple[AppClient, dict[str, Any]]:
+    """The module's app and a function the test deployed on it."""
+    return module_client, await deployed(module_client)
+
+
 def exec_url(fn: dict[str, Any]) -> str:
     return f"{V}/exec/functions/{fn['id']}/versions/{fn['versionId']}"
 
 
 async def test_input_assets_reach_the_worker_by_id_and_go_after(
-    client_factory: ClientFactory, tmp_path: Path, worker: FileWorker
+    shared: tuple[AppClient, dict[str, Any]],
 ) -> None:
-    client, fn = await app(client_factory, tmp_path, worker)
+    client, fn = shared
     data = pattern(20 * MiB)
     first = await uploaded(client, data)
     second = await uploaded(client, b"small")
@@ -90,19 +110,17 @@ async def test_input_assets_reach_the_worker_by_id_and_go_after(
 
 
 async def test_without_assets_the_worker_still_gets_its_directories(
-    client_factory: ClientFactory, tmp_path: Path, worker: FileWorker
+    shared: tuple[AppClient, dict[str, Any]],
 ) -> None:
-    client, fn = await app(client_factory, tmp_path, worker)
+    client, fn = shared
     report = (await client.post(pexec_url(fn), json={})).json()
     assert report["assets"] == {}
     assert "nvcf-function-asset-ids" not in report["headers"]
     assert report["outputDirExists"] is True
 
 
-async def test_exec_takes_its_asset_field(
-    client_factory: ClientFactory, tmp_path: Path, worker: FileWorker
-) -> None:
-    client, fn = await app(client_factory, tmp_path, worker)
+async def test_exec_takes_its_asset_field(shared: tuple[AppClient, dict[str, Any]]) -> None:
+    client, fn = shared
     asset = await uploaded(client, b"exec-input")
     resp = await client.post(
         exec_url(fn),
@@ -112,10 +130,8 @@ async def test_exec_takes_its_asset_field(
     assert resp.json()["response"]["assets"][asset]["size"] == len(b"exec-input")
 
 
-async def test_every_bad_reference_is_named(
-    client_factory: ClientFactory, tmp_path: Path, worker: FileWorker
-) -> None:
-    client, fn = await app(client_factory, tmp_path, worker)
+async def test_every_bad_reference_is_named(shared: tuple[AppClient, dict[str, Any]]) -> None:
+    client, fn = shared
     good = await uploaded(client)
     unfinished = await uploaded(client, None)
     expired = await uploaded(client)
@@ -157,9 +173,9 @@ async def test_every_bad_reference_is_named(
 
 
 async def test_outputs_become_a_302_to_the_same_bytes(
-    client_factory: ClientFactory, tmp_path: Path, worker: FileWorker
+    shared: tuple[AppClient, dict[str, Any]],
 ) -> None:
-    client, fn = await app(client_factory, tmp_path, worker)
+    client, fn = shared
     resp = await client.post(
         pexec_url(fn), json={}, headers={"X-Worker-Mode": f"output:{30 * MiB}"}
     )
@@ -176,6 +192,7 @@ async def test_outputs_become_a_302_to_the_same_bytes(
     assert json.loads(archive.read(f"{rid}.response")) == {"wrote": 30 * MiB}
 
 
+@own_app
 async def test_a_body_over_the_response_size_is_a_large_result(
     client_factory: ClientFactory, tmp_path: Path, worker: FileWorker
 ) -> None:
@@ -204,9 +221,9 @@ async def test_a_body_over_the_response_size_is_a_large_result(
 
 
 async def test_progress_shows_on_polls(
-    client_factory: ClientFactory, tmp_path: Path, worker: FileWorker
+    shared: tuple[AppClient, dict[str, Any]], tmp_path: Path
 ) -> None:
-    client, fn = await app(client_factory, tmp_path, worker)
+    client, fn = shared
     control = tmp_path / "control"
     control.mkdir()
     resp = await client.post(
@@ -254,9 +271,9 @@ async def test_progress_shows_on_polls(
 
 
 async def test_a_worker_cannot_hand_out_files_outside_its_directory(
-    client_factory: ClientFactory, tmp_path: Path, worker: FileWorker
+    shared: tuple[AppClient, dict[str, Any]], tmp_path: Path
 ) -> None:
-    client, fn = await app(client_factory, tmp_path, worker)
+    client, fn = shared
     secret = tmp_path / "secret.txt"
     secret.write_text("server secret")
     resp = await client.post(
@@ -269,6 +286,7 @@ async def test_a_worker_cannot_hand_out_files_outside_its_directory(
     assert resp.json() == {}
 
 
+@own_app
 async def test_a_worker_elsewhere_gets_no_directories_and_no_assets(
     client_factory: ClientFactory, tmp_path: Path, worker: FileWorker
 ) -> None:
@@ -288,6 +306,7 @@ async def test_a_worker_elsewhere_gets_no_directories_and_no_assets(
     assert "nvcf-large-output-dir" not in plain["headers"]
 
 
+@own_app
 async def test_a_large_result_over_its_bound_ends_errored(
     client_factory: ClientFactory, tmp_path: Path, worker: FileWorker
 ) -> None:
@@ -304,6 +323,7 @@ async def test_a_large_result_over_its_bound_ends_errored(
     assert list(spool.iterdir()) == []
 
 
+@own_app
 async def test_the_built_in_simulated_worker_uses_its_directories(
     client_factory: ClientFactory, tmp_path: Path
 ) -> None:
@@ -343,6 +363,7 @@ async def test_the_built_in_simulated_worker_uses_its_directories(
     assert seen and seen <= {"0", "50", "100"}
 
 
+@own_app
 async def test_a_pod_without_the_sidecar_refuses_assets_and_serves_the_rest(
     client_factory: ClientFactory, tmp_path: Path, worker: FileWorker
 ) -> None:
@@ -366,6 +387,7 @@ async def test_a_pod_without_the_sidecar_refuses_assets_and_serves_the_rest(
     assert "nvcf-worker-utils-result" not in plain.json()["headers"]  # the caller's: dropped
 
 
+@own_app
 async def test_the_sidecars_refusals_end_the_request(
     client_factory: ClientFactory, tmp_path: Path, worker: FileWorker
 ) -> None:

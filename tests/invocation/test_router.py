@@ -1,5 +1,8 @@
 """Invocation end to end over HTTP on the embedded default (simulated clusters, in-process
-workers): pexec, its status poll, the exec form, refusals and access."""
+workers): pexec, its status poll, the exec form, refusals and access.
+
+The tests on `client` share one app per database (a catalog with room for all their
+deployments); each invokes only the function it deployed itself."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import asyncio
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, unquote
 
 import pytest
@@ -14,13 +18,30 @@ import pytest
 from tests.support.api import assert_problem, bearer, create_fn, new_key
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, dep_url, until_status
-from tests.support.invocation import deployed, invocation_app, pexec_url, spec
+from tests.support.invocation import (
+    FAST,
+    deployed,
+    invocation_app,
+    pexec_url,
+    spec,
+    write_catalog,
+)
 from tests.support.wire import get, raw_exchange, running_server
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+# the tests that build their own app run in their own loop
+own_app = pytest.mark.asyncio(loop_scope="function")
+
+
+@pytest.fixture(scope="module")
+def module_settings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    catalog = write_catalog(tmp_path_factory.mktemp("catalog"), gpus=64)
+    return {"clusters_file": catalog, **FAST}
 
 
 @pytest.fixture
-async def client(client_factory: ClientFactory, tmp_path: Path) -> AppClient:
-    return await invocation_app(client_factory, tmp_path)
+def client(module_client: AppClient) -> AppClient:
+    return module_client
 
 
 async def test_pexec_answers_with_the_workers_echo_and_both_headers(client: AppClient) -> None:
@@ -145,7 +166,12 @@ async def test_poll_seconds_are_checked(client: AppClient) -> None:
         uuid.UUID(resp.headers["nvcf-reqid"])
 
 
-async def test_deploying_version_is_refused_naming_its_status(client: AppClient) -> None:
+@own_app
+async def test_deploying_version_is_refused_naming_its_status(
+    client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    # the reconciler is stopped: the version stays DEPLOYING
+    client = await invocation_app(client_factory, tmp_path)
     fn = await create_fn(client)
     problem = assert_problem(await client.post(pexec_url(fn), json={}), 400)
     assert "INACTIVE" in str(problem["detail"])
@@ -247,6 +273,7 @@ async def test_event_stream_comes_through(client: AppClient) -> None:
     assert events[0]["echo"] == {"stream": True}
 
 
+@own_app
 async def test_large_bodies_are_bounded(client_factory: ClientFactory, tmp_path: Path) -> None:
     client = await invocation_app(client_factory, tmp_path, invoke_max_body_bytes=2048)
     fn = await deployed(client)
@@ -254,6 +281,7 @@ async def test_large_bodies_are_bounded(client_factory: ClientFactory, tmp_path:
     assert_problem(resp, 413)
 
 
+@own_app
 async def test_invocation_bodies_may_exceed_the_api_limit(
     client_factory: ClientFactory, tmp_path: Path
 ) -> None:
@@ -277,15 +305,19 @@ async def test_undeployed_version_becomes_refused(client: AppClient) -> None:
 
 
 @pytest.mark.parametrize("route", ["pexec", "exec"])
-def test_a_status_poll_of_an_id_with_control_bytes_is_a_valid_400(
+async def test_a_status_poll_of_an_id_with_control_bytes_is_a_valid_400(
     tmp_path: Path, route: str
 ) -> None:
     """Unauthenticated, on the wire: the id is no id, and it never breaks `NVCF-REQID` (the
     server wrote no answer at all, and closed the connection)."""
     ids = ["%0a", "%00", "%0D%0ASet-Cookie:%20x", "%7F", "%C2%85", "%E2%80%A8"]
     requests = [get(f"/v2/nvcf/{route}/status/{rid}") for rid in ids]
-    with running_server(tmp_path) as port:
-        *answers, health = raw_exchange(port, *requests, get("/health"))
+
+    def exchange() -> list[tuple[int, dict[str, str], bytes]]:
+        with running_server(tmp_path) as port:
+            return raw_exchange(port, *requests, get("/health"))
+
+    *answers, health = await asyncio.to_thread(exchange)
     for rid, (status, headers, body) in zip(ids, answers, strict=True):
         assert status == 400, (rid, body)
         assert headers["content-type"] == "application/problem+json"

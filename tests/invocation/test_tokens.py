@@ -1,7 +1,9 @@
 """Invocation tokens (NVCF's `POST /v2/nvcf/tokens/functions...`): a token issued for function
 A invokes A through every invocation entry and polls its requests; it is refused for B and by
 every other route, refused once expired, and never issued for a function the caller may not
-invoke. The app runs with no JWT setting: tokens need none."""
+invoke. The app runs with no JWT setting: tokens need none.
+
+The tests on `client` share one app per database, each invoking only functions it deployed."""
 
 from __future__ import annotations
 
@@ -18,17 +20,38 @@ import pytest
 from tests.support.api import CONTAINER_FN, assert_problem, bearer, create_fn, new_key
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, dep_url, until_status
-from tests.support.invocation import deployed, invocation_app, pexec_url, spec
+from tests.support.invocation import (
+    FAST,
+    deployed,
+    invocation_app,
+    pexec_url,
+    spec,
+    write_catalog,
+)
 
 SUFFIX = "invocation.localhost"
 TOKENS = f"{V}/tokens/functions"
 
 
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+# the tests that build their own app run in their own loop
+own_app = pytest.mark.asyncio(loop_scope="function")
+
+
+@pytest.fixture(scope="module")
+def module_settings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    catalog = write_catalog(tmp_path_factory.mktemp("catalog"), gpus=64)
+    return {
+        "clusters_file": catalog,
+        **FAST,
+        "invoke_host_suffix": SUFFIX,
+        "jwt_secret": None,
+    }
+
+
 @pytest.fixture
-async def client(client_factory: ClientFactory, tmp_path: Path) -> AppClient:
-    return await invocation_app(
-        client_factory, tmp_path, invoke_host_suffix=SUFFIX, jwt_secret=None
-    )
+def client(module_client: AppClient) -> AppClient:
+    return module_client
 
 
 async def issue(
@@ -228,6 +251,7 @@ async def test_bad_bodies_are_400_listing_every_violation(client: AppClient) -> 
         assert named == sorted(fields), (path, body, problem)
 
 
+@own_app
 async def test_an_expired_or_forged_token_is_401(
     client_factory: ClientFactory, tmp_path: Path
 ) -> None:
@@ -251,6 +275,7 @@ async def test_an_expired_or_forged_token_is_401(
         assert "expired" in str(problem["detail"])
 
 
+@own_app
 async def test_replicas_sharing_the_secret_key_accept_each_others_tokens(
     client_factory: ClientFactory, tmp_path: Path
 ) -> None:
@@ -346,6 +371,7 @@ async def test_one_token_uploads_an_asset_and_invokes_as_on_nvcf(client: AppClie
     ).status_code == 204
 
 
+@own_app
 async def test_issuing_counts_against_the_accounts_rate_limit(
     client_factory: ClientFactory, tmp_path: Path
 ) -> None:

@@ -59,6 +59,7 @@ from service.observability.endpoints import Drops
 from service.observability.export import Exports
 from service.observability.pipeline import ExportSettings
 from service.tasks import repository as tasks_repository
+from service.tasks.exported import TaskExports
 from service.tasks.loop import TaskLoop, known_task_ids
 from service.tasks.service import Tasks
 from service.telemetry import Telemetry
@@ -338,6 +339,17 @@ async def _open_invocation(
         )
         followers.start()
         opened.push_async_callback(followers.stop)
+        # the tasks naming telemetries: gauges, lines and their lifetimes' traces
+        task_exports = TaskExports(
+            shared.maker,
+            shared.adapters,
+            app.state.tasks,
+            exports,
+            period=min(settings.telemetry_export_interval, 5.0),
+            limit=settings.telemetry_log_followers,
+        )
+        task_exports.start()
+        opened.push_async_callback(task_exports.stop)
     if control is not None and control.autoscaler in control.loops:
         # A request waiting for a version with no instance wakes the autoscaler
         # here at once; an instance turning Running wakes the waiting requests.

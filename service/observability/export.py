@@ -38,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from service.core.crypto import SecretBox
 from service.observability import repository
 from service.observability.endpoints import Drops
-from service.observability.events import Event, Phased, Watched
+from service.observability.events import Event, Phased, TaskSeen, Watched
 from service.observability.models import Kind, Telemetry
 from service.observability.pipeline import ExportSettings, Pipeline, build_pipeline
 from service.observability.references import FIELDS
@@ -77,6 +77,8 @@ class Exports:
         self._watched: dict[str, Watched] = {}
         #: the last snapshot of instances by phase (the deployments' side refreshes it)
         self._phases: Sequence[Phased] = ()
+        #: the last snapshot of the tasks naming telemetries (the task exports refresh it)
+        self._tasks: Sequence[TaskSeen] = ()
         self._unloaded = False
 
     def phases(self, snapshot: Sequence[Phased]) -> None:
@@ -87,6 +89,15 @@ class Exports:
 
     def _phase_snapshot(self) -> Sequence[Phased]:
         return self._phases
+
+    def tasks(self, snapshot: Sequence[TaskSeen]) -> None:
+        """The tasks naming telemetries, now (their METRICS telemetries' gauges read it);
+        their metrics pipelines are loaded if they are not yet (never blocks)."""
+        self._tasks = tuple(snapshot)
+        self._unloaded = True
+
+    def _task_snapshot(self) -> Sequence[TaskSeen]:
+        return self._tasks
 
     def watch(self, watched: Watched) -> None:
         """Read a version's load in its telemetries' gauges (the load tracker's new record)."""
@@ -147,7 +158,10 @@ class Exports:
         """The pipelines of the metrics telemetries the phase snapshot names, so that their
         gauges are read before any invocation of those versions."""
         field = next(f for f, k in FIELDS.items() if k is Kind.METRICS)
-        for phased in self._phases:
+        named: list[Phased | TaskSeen] = [*self._phases, *self._tasks]
+        for phased in named:
+            if not phased.telemetries.get(field):
+                continue
             try:
                 await self._pipeline(uuid.UUID(str(phased.telemetries[field])))
             except Exception:  # a bad reference loads nothing, the others still load
@@ -191,6 +205,7 @@ class Exports:
                     self.drops,
                     self._loads,
                     self._phase_snapshot,
+                    self._task_snapshot,
                 )
         self._pipelines[telemetry_id] = (now, pipeline)
         return pipeline

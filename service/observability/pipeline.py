@@ -55,11 +55,15 @@ from service.observability.events import (
     Logged,
     Phased,
     PhaseSource,
+    TaskEnded,
+    TaskLogged,
+    TaskSource,
     Tokens,
 )
 from service.observability.models import Kind, Protocol, Provider, Telemetry
 from service.observability.references import FIELDS
 from service.observability.remote_write import RemoteWriteExporter
+from service.observability.tasks import record_task, task_gauges
 from service.observability.wires import Target, Wire, target_of, wire_of
 
 #: the largest request body an export sends (a larger batch is dropped, counted)
@@ -108,6 +112,9 @@ class Pipeline:
     loaded: float = field(default_factory=time.monotonic)
 
     def record(self, kinds: Collection[Kind], event: Event) -> None:
+        if isinstance(event, TaskLogged | TaskEnded):
+            record_task(self, kinds, event)
+            return
         attributes = {
             "nvcf.account": event.account,
             "nvcf.function.id": event.function_id,
@@ -366,6 +373,7 @@ def build_pipeline(
     drops: Drops,
     loads: LoadSource = tuple,
     phases: PhaseSource = tuple,
+    tasks: TaskSource = tuple,
 ) -> Pipeline:
     """The telemetry's pipeline (blocking: it may resolve the endpoint's host). One with no
     wire, or whose endpoint is not a target, has no exporter, and its status says so."""
@@ -471,6 +479,7 @@ def build_pipeline(
             unit="{instance}",
             description="The function version's wanted instances, by phase",
         )
+        task_gauges(meter, account, tid, tasks)
     return pipeline
 
 

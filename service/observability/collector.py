@@ -238,7 +238,12 @@ def collector_config(
 
 
 def workload_attributes(
-    account: str, instance_id: str, *, function_id: str = "", version_id: str = ""
+    account: str,
+    instance_id: str,
+    *,
+    function_id: str = "",
+    version_id: str = "",
+    task_name: str = "",
 ) -> dict[str, str]:
     """The resource attributes of a function instance's (or a task's) exported signals, named
     as the in-process export names them."""
@@ -249,6 +254,7 @@ def workload_attributes(
         attributes["nvcf.instance.id"] = instance_id
     else:
         attributes["nvcf.task.id"] = instance_id
+        attributes["nvcf.task.name"] = task_name
     return attributes
 
 

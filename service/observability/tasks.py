@@ -16,21 +16,32 @@ import hashlib
 import uuid
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from service.observability.endpoints import Backlog, Drops, EndpointStatus
 from service.observability.events import TaskEnded, TaskLogged, TaskSeen, TaskSource
-from service.observability.logs import Line
+from service.observability.logs import Line, LogBatcher
 from service.observability.models import Kind
 from service.observability.references import FIELDS
 
-if TYPE_CHECKING:
-    from service.observability.pipeline import Pipeline
+
+class Recorder(Protocol):
+    """What of a telemetry's pipeline (pipeline.py) a task's signals are recorded on."""
+
+    status: EndpointStatus
+    drops: Drops
+    spans: BatchSpanProcessor | None
+    backlog: Backlog
+    resource: Resource
+    logs: LogBatcher | None
+
 
 SCOPE = InstrumentationScope("nvcf.task")
 #: NVCT's TaskStatusEnum: the values of the status gauge's `status` attribute
@@ -119,7 +130,7 @@ def task_spans(event: TaskEnded, resource: Resource) -> list[ReadableSpan]:
     return spans
 
 
-def record_task(pipeline: Pipeline, kinds: Collection[Kind], event: TaskLogged | TaskEnded) -> None:
+def record_task(pipeline: Recorder, kinds: Collection[Kind], event: TaskLogged | TaskEnded) -> None:
     """A task's lines or its ended lifetime on the pipeline (never blocks)."""
     if isinstance(event, TaskLogged):
         if Kind.LOGS in kinds and pipeline.logs is not None:

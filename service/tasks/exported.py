@@ -6,7 +6,8 @@ running, or ended within `RETAIN` seconds (one statement, a few columns):
 
 - their snapshot goes to the export, whose METRICS pipelines read it in the task gauges
   (progress, status, GPUs; an ended task is shown in its last status for `RETAIN` seconds);
-- a task naming a LOGS telemetry whose objects are on its cluster gets a follower (at most
+- a task naming a LOGS telemetry whose objects are on its cluster gets a follower (unless the
+  cluster adds the collector to its Job, which sends them) (at most
   `limit` at once): every line the task logs route shows, masked and cut the same way, from
   the container's start; a follow that ends while the task is still there follows again from
   the last line's time. A follower is left to end with its objects (the follow ends when they
@@ -28,8 +29,9 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from service.backends.kubernetes.adapter import KubernetesAdapter
 from service.backends.logs import LogRequest, cut
-from service.backends.protocol import AdapterError
+from service.backends.protocol import AdapterError, BackendAdapter
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.instance_types import parse_instance_type
 from service.core.db import utcnow
@@ -54,6 +56,11 @@ RETAIN = 120.0
 
 def _names(telemetries: Mapping[str, object] | None, kind: Kind) -> bool:
     return any(FIELDS.get(k) is kind and v for k, v in (telemetries or {}).items())
+
+
+def collected(adapter: BackendAdapter) -> bool:
+    """Whether the cluster adds the collector to a task's Job: its collector sends the lines."""
+    return isinstance(adapter, KubernetesAdapter) and adapter.collector is not None
 
 
 def _ns(when: datetime | None) -> int | None:
@@ -222,7 +229,7 @@ class TaskExports:
             adapter = self._adapters.get(row.cluster or "")
             async with self._maker() as session:
                 task = await repository.get(session, row.task_id)
-            if adapter is None or task is None:
+            if adapter is None or task is None or collected(adapter):
                 return
             masker = Masker(self._tasks.secrets_of(task).values())
             since = None
@@ -240,6 +247,9 @@ class TaskExports:
             except AdapterError as exc:
                 log.info("following the logs of task %s: %s", row.task_id, exc.message)
             await asyncio.sleep(self.period)
+        adapter = self._adapters.get(row.cluster or "")
+        if adapter is None or collected(adapter):
+            return
         async with self._maker() as session:
             task = await repository.get(session, row.task_id)
         for entry in (task.kept_logs or []) if task is not None else []:

@@ -172,8 +172,8 @@ def test_the_workloads_labels_are_set_over_whatever_the_container_sends() -> Non
     }
     for pipeline in config["service"]["pipelines"].values():
         assert pipeline["processors"] == ["memory_limiter", "resource", "batch"]
-    task = workload_attributes("acct-1", "task-1")
-    assert task == {"nvcf.account": "acct-1", "nvcf.task.id": "task-1"}
+    task = workload_attributes("acct-1", "task-1", task_name="train")
+    assert task == {"nvcf.account": "acct-1", "nvcf.task.id": "task-1", "nvcf.task.name": "train"}
 
 
 def test_an_endpoint_cannot_make_the_collector_expand_another_keys_variable() -> None:

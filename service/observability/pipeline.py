@@ -36,7 +36,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from service.observability import logs
+from service.observability import logs, mtls
 from service.observability.datadog import TEMPORALITY, DatadogMetricsExporter
 from service.observability.endpoints import (
     Backlog,
@@ -87,6 +87,8 @@ class ExportSettings:
 
 
 def _headers(provider: Provider, key: str) -> dict[str, str]:
+    if mtls.of_key(key) is not None:  # client certificates authenticate, not a header
+        return {}
     if provider is Provider.GRAFANA_CLOUD:
         return {"Authorization": "Basic " + base64.b64encode(key.encode()).decode()}
     return {"Authorization": f"Bearer {key}"}
@@ -279,14 +281,24 @@ def _http_exporters(
 
 
 def _remote_write_exporters(
-    target: Target, headers: dict[str, str], settings: ExportSettings, status: EndpointStatus
+    target: Target,
+    headers: dict[str, str],
+    settings: ExportSettings,
+    status: EndpointStatus,
+    client: mtls.ClientCertificate | None,
 ) -> Exporters:
-    """Prometheus remote write: metrics only, each connection through the guard."""
+    """Prometheus remote write: metrics only, each connection through the guard (presenting
+    the telemetry's client certificate when its key is one)."""
     guard = EndpointGuard(settings.allowlist, status)
+    tls = client.context() if client is not None else None
     return (
         None,
         lambda: RemoteWriteExporter(
-            target.url, headers, settings.timeout, MAX_REQUEST_BYTES, guarded_session(guard, status)
+            target.url,
+            headers,
+            settings.timeout,
+            MAX_REQUEST_BYTES,
+            guarded_session(guard, status, tls),
         ),
         None,
     )
@@ -390,7 +402,8 @@ def build_pipeline(
         account = telemetry.account_id
         exporters: Exporters
         if wire is Wire.REMOTE_WRITE:
-            exporters = _remote_write_exporters(target, headers, settings, status)
+            client = mtls.of_key(key)
+            exporters = _remote_write_exporters(target, headers, settings, status, client)
         elif wire is Wire.DATADOG:
             exporters = _datadog_exporters(target, key, settings, status)
         elif protocol is Protocol.HTTP:

@@ -58,6 +58,7 @@ from service.metering.counts import Meter
 from service.observability.endpoints import Drops
 from service.observability.export import Exports
 from service.observability.pipeline import ExportSettings
+from service.observability.service import KeyReplaced
 from service.tasks import repository as tasks_repository
 from service.tasks.exported import TaskExports
 from service.tasks.loop import TaskLoop, known_task_ids
@@ -319,6 +320,7 @@ async def _open_invocation(
     )
     exports.start()
     opened.push_async_callback(exports.stop)
+    shared.events.after_commit(KeyReplaced, lambda e: exports.forget(e.telemetry_id))
     c.invocation_metrics.exports = exports
     # pushed after the plane: stops after the plane's last run ended, and adds its counts
     meter = Meter(shared.maker, settings.metering_flush_seconds)

@@ -107,6 +107,14 @@ class Exports:
         # the SDK's reader thread takes a copy (the loop may add a record meanwhile)
         return list(self._watched.values())
 
+    def forget(self, telemetry_id: uuid.UUID) -> None:
+        """The telemetry changed (a new key): its pipeline is read again before its next
+        record or gauge export, so the next export sends the new key."""
+        loaded = self._pipelines.get(telemetry_id)
+        if loaded is not None:
+            self._pipelines[telemetry_id] = (float("-inf"), loaded[1])
+            self._unloaded = True
+
     def invocation(self, event: Event) -> None:
         """Queue an invocation or its tokens; never blocks (a full queue drops it, counted)."""
         try:

@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.core.crypto import SecretBox
 from service.core.db import utcnow
 from service.core.errors import BadRequest, Conflict, FieldError, NotFound, ValidationFailed
+from service.core.events import Events
 from service.core.http import require_json_object
 from service.core.validation import failed, parse
 from service.observability import mtls, repository
@@ -49,6 +50,15 @@ from service.observability.schemas import (
 from service.observability.wires import Wire, address_problem, target_of, wire_of, wire_problems
 
 log = logging.getLogger("nvcf.observability")
+
+
+@dataclass(frozen=True)
+class KeyReplaced:
+    """A telemetry's key was replaced (published to core/events.py's subscribers: the export
+    reads it again at once)."""
+
+    telemetry_id: uuid.UUID
+    account_id: str
 
 
 @dataclass(frozen=True)
@@ -268,6 +278,7 @@ async def update_secret(
     telemetry_id: uuid.UUID,
     secret: TelemetrySecretIn,
     box: SecretBox,
+    events: Events,
 ) -> None:
     telemetry = await get(session, account_id, telemetry_id)
     errors: list[FieldError] = []
@@ -284,6 +295,7 @@ async def update_secret(
         raise ValidationFailed.of(errors, what="telemetry secret")
     telemetry.secret_ciphertext = box.encrypt(_key_text(Provider(telemetry.provider), secret.value))
     telemetry.updated_at = utcnow()
+    await events.publish(session, KeyReplaced(telemetry_id, account_id))
     await session.flush()
     log.info("telemetry %s: key replaced (account %s)", telemetry_id, account_id)
 

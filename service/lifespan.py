@@ -49,6 +49,7 @@ from service.deployments.timeseries.store import TimeSeries
 from service.functions import read_cache
 from service.functions import repository as functions_repository
 from service.functions.events import AccessChanged
+from service.functions.secrets import telemetry_key_replaced
 from service.invocation import InvocationPlane
 from service.invocation.dispatch_redis import RedisActivity
 from service.invocation.grpc.entry import GrpcEntry
@@ -227,6 +228,8 @@ async def _open_control(
     app.state.active_instances = active_instances
     app.state.telemetry_users = _telemetry_users
     subscribers.subscribe(shared.events, wake=wake_reconciler)
+    events = shared.events
+    events.within(KeyReplaced, lambda s, e: telemetry_key_replaced(s, e, events))
     purger = HistoryPurger(maker, HistoryConfig.from_settings(settings))
     app.state.history_purger = purger
     autoscaler = Autoscaler(

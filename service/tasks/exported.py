@@ -29,9 +29,9 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from service.backends.kubernetes.adapter import KubernetesAdapter
+from service.backends.kubernetes.adapter import adds_collector
 from service.backends.logs import LogRequest, cut
-from service.backends.protocol import AdapterError, BackendAdapter
+from service.backends.protocol import AdapterError
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.instance_types import parse_instance_type
 from service.core.db import utcnow
@@ -56,11 +56,6 @@ RETAIN = 120.0
 
 def _names(telemetries: Mapping[str, object] | None, kind: Kind) -> bool:
     return any(FIELDS.get(k) is kind and v for k, v in (telemetries or {}).items())
-
-
-def collected(adapter: BackendAdapter) -> bool:
-    """Whether the cluster adds the collector to a task's Job: its collector sends the lines."""
-    return isinstance(adapter, KubernetesAdapter) and adapter.collector is not None
 
 
 def _ns(when: datetime | None) -> int | None:
@@ -229,7 +224,7 @@ class TaskExports:
             adapter = self._adapters.get(row.cluster or "")
             async with self._maker() as session:
                 task = await repository.get(session, row.task_id)
-            if adapter is None or task is None or collected(adapter):
+            if adapter is None or task is None or adds_collector(adapter):
                 return
             masker = Masker(self._tasks.secrets_of(task).values())
             since = None
@@ -248,7 +243,7 @@ class TaskExports:
                 log.info("following the logs of task %s: %s", row.task_id, exc.message)
             await asyncio.sleep(self.period)
         adapter = self._adapters.get(row.cluster or "")
-        if adapter is None or collected(adapter):
+        if adapter is None or adds_collector(adapter):
             return
         async with self._maker() as session:
             task = await repository.get(session, row.task_id)

@@ -49,6 +49,7 @@ from service.deployments.timeseries.store import TimeSeries
 from service.functions import read_cache
 from service.functions import repository as functions_repository
 from service.functions.events import AccessChanged
+from service.functions.secrets import telemetry_key_replaced
 from service.invocation import InvocationPlane
 from service.invocation.dispatch_redis import RedisActivity
 from service.invocation.grpc.entry import GrpcEntry
@@ -58,7 +59,9 @@ from service.metering.counts import Meter
 from service.observability.endpoints import Drops
 from service.observability.export import Exports
 from service.observability.pipeline import ExportSettings
+from service.observability.service import KeyReplaced
 from service.tasks import repository as tasks_repository
+from service.tasks.exported import TaskExports
 from service.tasks.loop import TaskLoop, known_task_ids
 from service.tasks.service import Tasks
 from service.telemetry import Telemetry
@@ -225,6 +228,8 @@ async def _open_control(
     app.state.active_instances = active_instances
     app.state.telemetry_users = _telemetry_users
     subscribers.subscribe(shared.events, wake=wake_reconciler)
+    events = shared.events
+    events.within(KeyReplaced, lambda s, e: telemetry_key_replaced(s, e, events))
     purger = HistoryPurger(maker, HistoryConfig.from_settings(settings))
     app.state.history_purger = purger
     autoscaler = Autoscaler(
@@ -318,6 +323,7 @@ async def _open_invocation(
     )
     exports.start()
     opened.push_async_callback(exports.stop)
+    shared.events.after_commit(KeyReplaced, lambda e: exports.forget(e.telemetry_id))
     c.invocation_metrics.exports = exports
     # pushed after the plane: stops after the plane's last run ended, and adds its counts
     meter = Meter(shared.maker, settings.metering_flush_seconds)
@@ -338,6 +344,17 @@ async def _open_invocation(
         )
         followers.start()
         opened.push_async_callback(followers.stop)
+        # the tasks naming telemetries: gauges, lines and their lifetimes' traces
+        task_exports = TaskExports(
+            shared.maker,
+            shared.adapters,
+            app.state.tasks,
+            exports,
+            period=min(settings.telemetry_export_interval, 5.0),
+            limit=settings.telemetry_log_followers,
+        )
+        task_exports.start()
+        opened.push_async_callback(task_exports.stop)
     if control is not None and control.autoscaler in control.loops:
         # A request waiting for a version with no instance wakes the autoscaler
         # here at once; an instance turning Running wakes the waiting requests.

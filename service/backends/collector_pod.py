@@ -21,6 +21,7 @@ adds
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ CONTAINER_NAME = "nvcf-otel-collector"
 CONFIG_MAP = "nvcf-otel-collector"
 KEYS_SECRET = "nvcf-telemetry"  # noqa: S105 (a name)
 CONFIG_FILE = "config.yaml"
+#: the pod template annotation holding the keys' checksum (a new key rolls the pods)
+KEYS_CHECKSUM = "nvcf.nvidia.com/telemetry-keys-sha256"
 CONFIG_DIR = "/etc/nvcf-otelcol"
 #: where the pod's own log directory (`/var/log/pods/<ns>_<pod>_<uid>`) is seen
 LOGS_DIR = "/var/log/pods/self"
@@ -65,6 +68,11 @@ class TelemetrySidecar:
     config: Mapping[str, Any]
     #: env name -> key (write-only: never in a repr, a log or an event)
     keys: Mapping[str, str] = field(repr=False)
+
+    def keys_checksum(self) -> str:
+        """A SHA-256 of the keys (never the keys): what changes when one is replaced."""
+        text = json.dumps(dict(self.keys), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def config_text(self) -> str:
         # JSON is YAML: the collector reads the file as YAML
@@ -148,15 +156,25 @@ def _map(value: Any) -> dict[str, Any]:
 
 def inject(objects: list[dict[str, Any]], sidecar: TelemetrySidecar, pod: CollectorPod) -> bool:
     """Add the collector to every pod template of `objects` and its ConfigMap and Secret to
-    `objects` (in place); whether any pod template was found."""
+    `objects` (in place); whether any pod template was found. The pod template of a workload
+    that does not run to completion is annotated with the checksum of the keys
+    (`KEYS_CHECKSUM`), so that applying it again with a new key rolls its pods (the collector
+    reads its keys when it starts); a Job's template cannot change, and its running pod keeps
+    the key it started with."""
     templates: list[tuple[bool, dict[str, Any]]] = []
+    checksum = sidecar.keys_checksum()
     for obj in objects:
         path, completes = POD_SPECS.get(str(obj.get("kind")), ((), False))
         spec: dict[str, Any] = obj if path else {}
+        template: dict[str, Any] = {}
         for key in path:
-            spec = _map(spec.get(key))
+            template, spec = spec, _map(spec.get(key))
         if isinstance(spec.get("containers"), list):
             templates.append((completes, spec))
+            if not completes and path[-2:] == ("template", "spec"):
+                metadata = template.setdefault("metadata", {})
+                if isinstance(metadata, dict):
+                    metadata.setdefault("annotations", {})[KEYS_CHECKSUM] = checksum
     if not templates:
         return False
     for completes, spec in templates:

@@ -437,3 +437,22 @@ async def telemetry_users(
         for fid, vid, named in (await session.execute(stmt)).all()
         if isinstance(named, dict) and wanted in {str(v).lower() for v in named.values()}
     ]
+
+
+async def naming_telemetry(
+    session: AsyncSession, account_id: str, telemetry_id: uuid.UUID
+) -> list[FunctionVersion]:
+    """The account's versions naming the telemetry in their `telemetries`, rows locked."""
+    stmt = (
+        select(FunctionVersion)
+        .where(FunctionVersion.account_id == account_id, FunctionVersion.telemetries.is_not(None))
+        .order_by(FunctionVersion.id)
+        .with_for_update()
+    )
+    wanted = str(telemetry_id)
+    return [
+        v
+        for v in (await session.execute(stmt)).scalars().all()
+        if isinstance(v.telemetries, dict)
+        and wanted in {str(x).lower() for x in v.telemetries.values()}
+    ]

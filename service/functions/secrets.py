@@ -28,6 +28,7 @@ from service.functions import repository
 from service.functions.events import SecretsChanged
 from service.functions.models import FunctionSecret, FunctionVersion
 from service.functions.requests import MAX_SECRETS, SecretIn, secret_text
+from service.observability.service import KeyReplaced
 
 log = logging.getLogger("nvcf.functions")
 
@@ -117,3 +118,17 @@ async def update_secrets(
         len(secrets),
         version.secrets_generation,
     )
+
+
+async def telemetry_key_replaced(session: AsyncSession, event: KeyReplaced, events: Events) -> None:
+    """A telemetry's key is part of what a version naming it delivers to its instances (the
+    collector's Secret on Kubernetes): each such version's secrets generation is bumped and
+    announced, so its deployed instances receive the new key (`SecretsChanged`)."""
+    now = utcnow()
+    for version in await repository.naming_telemetry(session, event.account_id, event.telemetry_id):
+        version.secrets_generation = (version.secrets_generation or 0) + 1
+        version.updated_at = now
+        name = f"key of telemetry {event.telemetry_id}"
+        await events.publish(
+            session, SecretsChanged(version.id, (name,), version.secrets_generation, now)
+        )

@@ -9,9 +9,10 @@
   account's), `batch`.
 - Exporters, one per telemetry, by provider: `otlp_http` / `otlp_grpc` (OTEL_COLLECTOR: a bearer
   key; GRAFANA_CLOUD: basic auth `instanceId:token` through a `basicauth` extension),
-  `prometheus_remote_write` (PROMETHEUS, VICTORIAMETRICS, KRATOS_THANOS: a bearer key, the
-  resource attributes as labels), `datadog` (DATADOG: by site name, or an intake URL). Each
-  with a bounded queue, bounded retries and a timeout.
+  `prometheus_remote_write` (PROMETHEUS, VICTORIAMETRICS, KRATOS_THANOS: a bearer key, or
+  client certificates as `tls` inline PEMs; the resource attributes as labels), `datadog`
+  (DATADOG: by site name, or an intake URL). Each with a bounded queue, bounded retries and a
+  timeout.
 - One pipeline per type (logs, metrics, traces) a telemetry receives.
 
 Keys appear only as `${env:NAME}` (the sidecar takes them from a Secret); every other string
@@ -32,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.backends.collector_pod import CONTAINER_NAME, LOGS_DIR, STATE_DIR, TelemetrySidecar
 from service.core.crypto import SecretBox
-from service.observability import repository
+from service.observability import mtls, repository
 from service.observability.models import Kind, Protocol, Provider, Telemetry
 from service.observability.references import FIELDS
 from service.observability.service import key_of
@@ -101,7 +102,21 @@ def _exporter(
             config["logs"] = {"endpoint": literal(target.url)}
         return f"datadog/{name}", config
     auth: dict[str, Any] = {}
-    if provider is Provider.GRAFANA_CLOUD:
+    client = mtls.of_key(named.key) if wire is Wire.REMOTE_WRITE else None
+    if client is not None:  # the client certificate authenticates (configtls's inline PEMs)
+        keys[f"NVCF_TELEMETRY_{n}_CERT"], keys[f"NVCF_TELEMETRY_{n}_CERT_KEY"] = (
+            client.cert,
+            client.key,
+        )
+        tls = {
+            "cert_pem": _env(f"NVCF_TELEMETRY_{n}_CERT"),
+            "key_pem": _env(f"NVCF_TELEMETRY_{n}_CERT_KEY"),
+        }
+        if client.ca:
+            keys[f"NVCF_TELEMETRY_{n}_CA"] = client.ca
+            tls["ca_pem"] = _env(f"NVCF_TELEMETRY_{n}_CA")
+        auth = {"tls": tls}
+    elif provider is Provider.GRAFANA_CLOUD:
         user, _, password = named.key.partition(":")
         keys[f"NVCF_TELEMETRY_{n}_USER"], keys[f"NVCF_TELEMETRY_{n}_PASSWORD"] = user, password
         extensions[f"basicauth/{name}"] = {
@@ -238,7 +253,12 @@ def collector_config(
 
 
 def workload_attributes(
-    account: str, instance_id: str, *, function_id: str = "", version_id: str = ""
+    account: str,
+    instance_id: str,
+    *,
+    function_id: str = "",
+    version_id: str = "",
+    task_name: str = "",
 ) -> dict[str, str]:
     """The resource attributes of a function instance's (or a task's) exported signals, named
     as the in-process export names them."""
@@ -249,6 +269,7 @@ def workload_attributes(
         attributes["nvcf.instance.id"] = instance_id
     else:
         attributes["nvcf.task.id"] = instance_id
+        attributes["nvcf.task.name"] = task_name
     return attributes
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -149,11 +150,38 @@ class EndpointGuard:
         return addresses
 
 
-def guarded_session(guard: EndpointGuard, status: EndpointStatus) -> requests.Session:
+class ClientTlsAdapter(PinnedAdapter):
+    """A pinned adapter whose TLS connections use `context` (a client certificate)."""
+
+    def __init__(self, book: EndpointGuard, context: ssl.SSLContext, **kwargs: Any) -> None:
+        self.context = context  # before super().__init__, which builds the pool manager
+        super().__init__(book, **kwargs)
+
+    def init_poolmanager(
+        self,
+        connections: int,
+        maxsize: int,
+        block: bool = requests.adapters.DEFAULT_POOLBLOCK,
+        **pool_kwargs: Any,
+    ) -> None:
+        super().init_poolmanager(
+            connections, maxsize, block, **{**pool_kwargs, "ssl_context": self.context}
+        )
+
+
+def guarded_session(
+    guard: EndpointGuard, status: EndpointStatus, tls: ssl.SSLContext | None = None
+) -> requests.Session:
+    """A session whose every connection goes through `guard` (and, with `tls`, presents its
+    client certificate)."""
     session = requests.Session()
     session.trust_env = False  # no proxy: it would resolve the host out of the guard's reach
     session.max_redirects = 0
-    adapter = PinnedAdapter(guard, max_retries=0)
+    adapter = (
+        PinnedAdapter(guard, max_retries=0)
+        if tls is None
+        else ClientTlsAdapter(guard, tls, max_retries=0)
+    )
     session.mount("https://", adapter)
     session.mount("http://", adapter)
 

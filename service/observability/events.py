@@ -133,5 +133,60 @@ LoadSource = Callable[[], Sequence[Watched]]
 PhaseSource = Callable[[], Sequence[Phased]]
 
 
+@dataclass(frozen=True)
+class TaskSeen:
+    """A task naming telemetries, as the task exports' last pass read it (the METRICS
+    telemetry's gauges read the last snapshot)."""
+
+    account: str
+    task_id: str
+    name: str
+    telemetries: Mapping[str, str]
+    status: str
+    percent: int | None
+    gpus: int
+
+    def attributes(self) -> dict[str, str]:
+        return {
+            "nvcf.account": self.account,
+            "nvcf.task.id": self.task_id,
+            "nvcf.task.name": self.name,
+        }
+
+
+@dataclass(frozen=True)
+class TaskLogged:
+    """Lines a task naming a LOGS telemetry printed (masked, cut), labelled as the task's."""
+
+    account: str
+    task_id: str
+    telemetries: Mapping[str, str]
+    lines: tuple[logs.Line, ...]
+
+
+@dataclass(frozen=True)
+class TaskEnded:
+    """A task naming a TRACES telemetry that ended: its lifetime's phases, in nanoseconds
+    since the epoch (None: the task never reached that phase)."""
+
+    task: TaskSeen
+    created_ns: int
+    launched_ns: int | None
+    running_ns: int | None
+    finished_ns: int
+
+    @property
+    def account(self) -> str:
+        return self.task.account
+
+    @property
+    def telemetries(self) -> Mapping[str, str]:
+        return self.task.telemetries
+
+
+#: the tasks naming a METRICS telemetry (the last snapshot)
+TaskSource = Callable[[], Sequence[TaskSeen]]
+
+
 #: what the export queue carries
-Event = Invocation | Tokens | Logged
+Event = Invocation | Tokens | Logged | TaskLogged | TaskEnded

@@ -43,7 +43,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from service.core.crypto import SecretBox
 from service.observability import repository
 from service.observability.endpoints import Drops
-from service.observability.events import Event, Phased, Watched
+from service.observability.events import Event, Phased, TaskSeen, Watched
 from service.observability.models import Kind, Telemetry
 from service.observability.pipeline import ExportSettings, Pipeline, build_pipeline
 from service.observability.references import FIELDS
@@ -96,6 +96,8 @@ class Exports:
         self._watched: dict[str, Watched] = {}
         #: the last snapshot of instances by phase (the deployments' side refreshes it)
         self._phases: Sequence[Phased] = ()
+        #: the last snapshot of the tasks naming telemetries (the task exports refresh it)
+        self._tasks: Sequence[TaskSeen] = ()
         self._unloaded = False
 
     def phases(self, snapshot: Sequence[Phased]) -> None:
@@ -107,6 +109,15 @@ class Exports:
     def _phase_snapshot(self) -> Sequence[Phased]:
         return self._phases
 
+    def tasks(self, snapshot: Sequence[TaskSeen]) -> None:
+        """The tasks naming telemetries, now (their METRICS telemetries' gauges read it);
+        their metrics pipelines are loaded if they are not yet (never blocks)."""
+        self._tasks = tuple(snapshot)
+        self._unloaded = True
+
+    def _task_snapshot(self) -> Sequence[TaskSeen]:
+        return self._tasks
+
     def watch(self, watched: Watched) -> None:
         """Read a version's load in its telemetries' gauges (the load tracker's new record)."""
         self._watched[watched.version_id] = watched
@@ -114,6 +125,14 @@ class Exports:
     def _loads(self) -> Sequence[Watched]:
         # the SDK's reader thread takes a copy (the loop may add a record meanwhile)
         return list(self._watched.values())
+
+    def forget(self, telemetry_id: uuid.UUID) -> None:
+        """The telemetry changed (a new key): its pipeline is read again before its next
+        record or gauge export, so the next export sends the new key."""
+        loaded = self._pipelines.get(telemetry_id)
+        if loaded is not None:
+            self._pipelines[telemetry_id] = (float("-inf"), loaded[1])
+            self._unloaded = True
 
     def invocation(self, event: Event) -> None:
         """Queue an event; never blocks (a full buffer drops it, counted)."""
@@ -186,7 +205,10 @@ class Exports:
         """The pipelines of the metrics telemetries the phase snapshot names, so that their
         gauges are read before any invocation of those versions."""
         field = next(f for f, k in FIELDS.items() if k is Kind.METRICS)
-        for phased in self._phases:
+        named: list[Phased | TaskSeen] = [*self._phases, *self._tasks]
+        for phased in named:
+            if not phased.telemetries.get(field):
+                continue
             try:
                 await self._pipeline(uuid.UUID(str(phased.telemetries[field])))
             except Exception:  # a bad reference loads nothing, the others still load
@@ -250,6 +272,7 @@ class Exports:
                     self.drops,
                     self._loads,
                     self._phase_snapshot,
+                    self._task_snapshot,
                 )
         self._pipelines[telemetry_id] = (now, pipeline)
         return pipeline

@@ -36,7 +36,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from service.observability import logs
+from service.observability import logs, mtls
 from service.observability.datadog import TEMPORALITY, DatadogMetricsExporter
 from service.observability.endpoints import (
     Backlog,
@@ -55,11 +55,15 @@ from service.observability.events import (
     Logged,
     Phased,
     PhaseSource,
+    TaskEnded,
+    TaskLogged,
+    TaskSource,
     Tokens,
 )
 from service.observability.models import Kind, Protocol, Provider, Telemetry
 from service.observability.references import FIELDS
 from service.observability.remote_write import RemoteWriteExporter
+from service.observability.tasks import record_task, task_gauges, task_spans
 from service.observability.wires import Target, Wire, target_of, wire_of
 
 #: the largest request body an export sends (a larger batch is dropped, counted)
@@ -85,6 +89,8 @@ class ExportSettings:
 
 
 def _headers(provider: Provider, key: str) -> dict[str, str]:
+    if mtls.of_key(key) is not None:  # client certificates authenticate, not a header
+        return {}
     if provider is Provider.GRAFANA_CLOUD:
         return {"Authorization": "Basic " + base64.b64encode(key.encode()).decode()}
     return {"Authorization": f"Bearer {key}"}
@@ -114,6 +120,9 @@ class Pipeline:
         (its backoff, endpoints.py) they are only counted as dropped: nothing is built."""
         if self.status.failing():
             self._skip(kinds, event)
+            return
+        if isinstance(event, TaskLogged | TaskEnded):
+            record_task(self, kinds, event)
             return
         attributes = {
             "nvcf.account": event.account,
@@ -153,8 +162,11 @@ class Pipeline:
         """Count what the event would have sent: its lines, its spans, one for its metric
         points."""
         n = 0
-        if isinstance(event, Logged):
+        if isinstance(event, Logged | TaskLogged):
             n = len(event.lines) if Kind.LOGS in kinds and self.logs is not None else 0
+        elif isinstance(event, TaskEnded):
+            if Kind.TRACES in kinds and self.spans is not None:
+                n = len(task_spans(event, self.resource))
         else:
             if Kind.METRICS in kinds and self.instruments is not None:
                 n += 1
@@ -294,14 +306,24 @@ def _http_exporters(
 
 
 def _remote_write_exporters(
-    target: Target, headers: dict[str, str], settings: ExportSettings, status: EndpointStatus
+    target: Target,
+    headers: dict[str, str],
+    settings: ExportSettings,
+    status: EndpointStatus,
+    client: mtls.ClientCertificate | None,
 ) -> Exporters:
-    """Prometheus remote write: metrics only, each connection through the guard."""
+    """Prometheus remote write: metrics only, each connection through the guard (presenting
+    the telemetry's client certificate when its key is one)."""
     guard = EndpointGuard(settings.allowlist, status)
+    tls = client.context() if client is not None else None
     return (
         None,
         lambda: RemoteWriteExporter(
-            target.url, headers, settings.timeout, MAX_REQUEST_BYTES, guarded_session(guard, status)
+            target.url,
+            headers,
+            settings.timeout,
+            MAX_REQUEST_BYTES,
+            guarded_session(guard, status, tls),
         ),
         None,
     )
@@ -388,6 +410,7 @@ def build_pipeline(
     drops: Drops,
     loads: LoadSource = tuple,
     phases: PhaseSource = tuple,
+    tasks: TaskSource = tuple,
 ) -> Pipeline:
     """The telemetry's pipeline (blocking: it may resolve the endpoint's host). One with no
     wire, or whose endpoint is not a target, has no exporter, and its status says so."""
@@ -404,7 +427,8 @@ def build_pipeline(
         account = telemetry.account_id
         exporters: Exporters
         if wire is Wire.REMOTE_WRITE:
-            exporters = _remote_write_exporters(target, headers, settings, status)
+            client = mtls.of_key(key)
+            exporters = _remote_write_exporters(target, headers, settings, status, client)
         elif wire is Wire.DATADOG:
             exporters = _datadog_exporters(target, key, settings, status)
         elif protocol is Protocol.HTTP:
@@ -493,6 +517,7 @@ def build_pipeline(
             unit="{instance}",
             description="The function version's wanted instances, by phase",
         )
+        task_gauges(meter, account, tid, tasks)
     return pipeline
 
 

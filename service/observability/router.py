@@ -12,7 +12,7 @@ from service.auth.deps import Session, idempotency, require
 from service.auth.limits import account_quota
 from service.auth.repository import lock_account
 from service.auth.service import TELEMETRIES_ARE_ACCOUNT_WIDE, Principal
-from service.core.deps import QuotasDep, SecretBoxDep, SettingsDep
+from service.core.deps import EventsDep, QuotasDep, SecretBoxDep, SettingsDep
 from service.core.errors import Forbidden
 from service.core.http import inline_body_doc, parse_uuid, read_json
 from service.core.idempotency import Recorder
@@ -133,8 +133,9 @@ async def update_telemetry_secret(
     session: Session,
     principal: SecretsUpdater,
     box: SecretBoxDep,
+    events: EventsDep,
 ) -> Response:
     tid = parse_uuid(telemetryId, _ID)
     secret = service.validate_secret_update(await read_json(request))
-    await service.update_secret(session, principal.account_id, tid, secret, box)
+    await service.update_secret(session, principal.account_id, tid, secret, box, events)
     return Response(status_code=204)

@@ -42,7 +42,8 @@ def _no_blank(value: str) -> str | None:
 
 class TelemetrySecretIn(RequestModel):
     """`secret`: the telemetry's name (NVCF: the secret's name is the telemetry's) and its key:
-    an API key or token, `instanceId:token` for GRAFANA_CLOUD."""
+    an API key or token, `instanceId:token` for GRAFANA_CLOUD, or client certificates
+    `{clientKey, clientCert, caFile}` for the remote-write providers."""
 
     name: Annotated[
         str,

@@ -11,8 +11,9 @@ Rules (NVCF's where it has them, decided here where it is silent):
   DATADOG); its host must resolve to public addresses only, unless the operator allows it.
 - `secret.value`: the key, a string; GRAFANA_CLOUD's is `instanceId:token` or, as ngcsdk
   sends it, `{"instanceId": ..., "apiKey": ...}`, stored as `instanceId:token`, its basic-auth
-  login. No wire here takes another object (ngcsdk's client certificates for PROMETHEUS are
-  refused). Write-only, never in a message or log.
+  login. The remote-write providers also take client certificates as ngcsdk sends them,
+  `{clientKey, clientCert, caFile}` (mtls.py), to an https:// endpoint only; no other object
+  is taken. Write-only, never in a message or log.
 - A telemetry named by any function version (or task) of the account cannot be deleted
   (NVCF's answer: delete those first); the new key of `PUT /secrets/telemetries/{id}` must
   come under the telemetry's own name.
@@ -25,6 +26,7 @@ import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -32,9 +34,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.core.crypto import SecretBox
 from service.core.db import utcnow
 from service.core.errors import BadRequest, Conflict, FieldError, NotFound, ValidationFailed
+from service.core.events import Events
 from service.core.http import require_json_object
 from service.core.validation import failed, parse
-from service.observability import repository
+from service.observability import mtls, repository
 from service.observability.models import ERROR_MAX, Kind, Protocol, Provider, Telemetry
 from service.observability.schemas import (
     TelemetryCreate,
@@ -44,9 +47,18 @@ from service.observability.schemas import (
     TelemetryStatus,
     secret_text,
 )
-from service.observability.wires import address_problem, target_of, wire_problems
+from service.observability.wires import Wire, address_problem, target_of, wire_of, wire_problems
 
 log = logging.getLogger("nvcf.observability")
+
+
+@dataclass(frozen=True)
+class KeyReplaced:
+    """A telemetry's key was replaced (published to core/events.py's subscribers: the export
+    reads it again at once)."""
+
+    telemetry_id: uuid.UUID
+    account_id: str
 
 
 @dataclass(frozen=True)
@@ -80,29 +92,49 @@ def _grafana_login(value: str | dict[str, Any]) -> tuple[str, str]:
     )
 
 
-def _key_problem(provider: Provider, value: str | dict[str, Any]) -> FieldError | None:
+def _key_problems(
+    provider: Provider, value: str | dict[str, Any], endpoint: str
+) -> list[FieldError]:
     if provider is Provider.GRAFANA_CLOUD:
         instance, token = _grafana_login(value)
         if not (instance.strip() and token.strip()) or ":" in instance:
-            return FieldError(
-                "secret.value",
-                'GRAFANA_CLOUD takes \'instanceId:token\' or {"instanceId": ..., "apiKey": '
-                "...} (the stack's instance id and an access policy token), sent as the "
-                "basic-auth login of its OTLP gateway",
+            return [
+                FieldError(
+                    "secret.value",
+                    'GRAFANA_CLOUD takes \'instanceId:token\' or {"instanceId": ..., "apiKey": '
+                    "...} (the stack's instance id and an access policy token), sent as the "
+                    "basic-auth login of its OTLP gateway",
+                )
+            ]
+    elif isinstance(value, dict) and wire_of(provider) is Wire.REMOTE_WRITE:
+        errors = [FieldError(f"secret.value.{f}", m) for f, m in mtls.problems(value)]
+        if urlsplit(endpoint.strip()).scheme != "https":
+            errors.append(
+                FieldError(
+                    "endpoint",
+                    "client certificates are only presented over TLS: the endpoint must be "
+                    "an https:// URL",
+                )
             )
+        return errors
     elif not isinstance(value, str):
-        return FieldError(
-            "secret.value",
-            f"{provider.value} takes its key as a string (sent as its API key or bearer token); "
-            "an object, such as client certificates ({clientKey, clientCert}), is not supported",
-        )
-    return None
+        return [
+            FieldError(
+                "secret.value",
+                f"{provider.value} takes its key as a string (sent as its API key or bearer "
+                "token); only PROMETHEUS, VICTORIAMETRICS and KRATOS_THANOS also take client "
+                "certificates ({clientKey, clientCert, caFile})",
+            )
+        ]
+    return []
 
 
 def _key_text(provider: Provider, value: str | dict[str, Any]) -> str:
     """The key as stored: GRAFANA_CLOUD's always `instanceId:token`, as exports send it."""
     if provider is Provider.GRAFANA_CLOUD:
         return ":".join(_grafana_login(value))
+    if isinstance(value, dict):
+        return mtls.stored(value)
     return secret_text(value)
 
 
@@ -114,9 +146,7 @@ async def validate_create(raw: Any, allowlist: Collection[str]) -> TelemetrySpec
     provider, protocol = Provider(model.provider), Protocol(model.protocol)
     kinds = [k for k in Kind if k.value in model.types]
     errors += [FieldError(f, m) for f, m in wire_problems(provider, protocol, kinds)]
-    key_problem = _key_problem(provider, model.secret.value)
-    if key_problem is not None:
-        errors.append(key_problem)
+    errors += _key_problems(provider, model.secret.value, model.endpoint)
     target, why = target_of(provider, model.endpoint)
     if why is not None:
         errors.append(FieldError("endpoint", why))
@@ -248,6 +278,7 @@ async def update_secret(
     telemetry_id: uuid.UUID,
     secret: TelemetrySecretIn,
     box: SecretBox,
+    events: Events,
 ) -> None:
     telemetry = await get(session, account_id, telemetry_id)
     errors: list[FieldError] = []
@@ -259,13 +290,12 @@ async def update_secret(
                 "keeps its name; give it with the new value",
             )
         )
-    key_problem = _key_problem(Provider(telemetry.provider), secret.value)
-    if key_problem is not None:
-        errors.append(key_problem)
+    errors += _key_problems(Provider(telemetry.provider), secret.value, telemetry.endpoint)
     if errors:
         raise ValidationFailed.of(errors, what="telemetry secret")
     telemetry.secret_ciphertext = box.encrypt(_key_text(Provider(telemetry.provider), secret.value))
     telemetry.updated_at = utcnow()
+    await events.publish(session, KeyReplaced(telemetry_id, account_id))
     await session.flush()
     log.info("telemetry %s: key replaced (account %s)", telemetry_id, account_id)
 

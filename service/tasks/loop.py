@@ -585,7 +585,7 @@ class TaskLoop(LoopService[str]):
         """`instance` with the collector of the telemetries the task names (if any)."""
         if not task.telemetries:
             return instance
-        attributes = workload_attributes(task.account_id, instance.instance_id)
+        attributes = workload_attributes(task.account_id, instance.instance_id, task_name=task.name)
         async with self.maker() as session:
             sidecar = await sidecar_for(
                 session, self.tasks.box, task.account_id, task.telemetries, attributes

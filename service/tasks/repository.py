@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import Row, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -239,3 +240,28 @@ async def telemetry_users(
         for tid, named in (await session.execute(stmt)).all()
         if isinstance(named, dict) and wanted in {str(v).lower() for v in named.values()}
     ]
+
+
+async def telemetry_rows(session: AsyncSession, since: datetime) -> Sequence[Row[Any]]:
+    """The columns the task exports read of each task that is active, still on its cluster or
+    ended after `since` (whether it names telemetries is read from `telemetries`)."""
+    stmt = select(
+        Task.id,
+        Task.account_id,
+        Task.name,
+        Task.telemetries,
+        Task.status,
+        Task.percent_complete,
+        Task.instance_type,
+        Task.cluster,
+        Task.teardown_pending,
+        Task.created_at,
+        Task.launched_at,
+        Task.running_at,
+        Task.finished_at,
+    ).where(
+        Task.status.in_([s.value for s in ACTIVE])
+        | Task.teardown_pending.is_(True)
+        | (Task.finished_at >= since)
+    )
+    return (await session.execute(stmt)).all()

@@ -20,6 +20,7 @@ import yaml
 from service.backends.collector_pod import (
     CONFIG_MAP,
     CONTAINER_NAME,
+    KEYS_CHECKSUM,
     KEYS_SECRET,
     POD_ENV,
     CollectorPod,
@@ -217,3 +218,26 @@ def test_a_charts_bare_pod_and_cronjob_get_the_collector_too() -> None:
     assert [c["name"] for c in cron["initContainers"]] == [CONTAINER_NAME]
     assert cron["initContainers"][0]["restartPolicy"] == "Always"
     assert [o["kind"] for o in objects[2:]] == ["ConfigMap", "Secret"]
+
+
+def test_a_new_key_changes_a_deployments_pod_template_and_never_a_jobs() -> None:
+    def applied(key: str, kind: str) -> dict[str, Any]:
+        template = {"spec": {"containers": [{"name": "main", "image": "nvcr.io/acme/a:1"}]}}
+        obj = {"apiVersion": "v1", "kind": kind, "metadata": {"name": "w"}}
+        obj["spec"] = {"template": template}
+        sidecar = collector_config(
+            [Named(grafana(), f"12345:{key}", frozenset(Kind))],
+            workload_attributes("nca-1", "inst-1"),
+        )
+        assert sidecar is not None
+        objects: list[dict[str, Any]] = [obj]
+        assert inject(objects, sidecar, CollectorPod(IMAGE))
+        return dict(obj["spec"]["template"])
+
+    old, again, new = (applied(k, "Deployment") for k in (KEY, KEY, "rotated-key"))
+    checksum = old["metadata"]["annotations"][KEYS_CHECKSUM]
+    assert again["metadata"]["annotations"][KEYS_CHECKSUM] == checksum  # same keys: no roll
+    assert new["metadata"]["annotations"][KEYS_CHECKSUM] != checksum  # a new key rolls the pods
+    assert KEY not in json.dumps(old) and "rotated-key" not in json.dumps(new)
+    # a Job's pod template cannot change: its running pod keeps the key it started with
+    assert "metadata" not in applied("rotated-key", "Job")

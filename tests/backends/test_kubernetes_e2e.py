@@ -688,3 +688,50 @@ async def test_a_version_naming_telemetries_gets_the_collector_with_its_keys_in_
     assert labels["nvcf.function.id"] == fn["id"]
     assert labels["nvcf.account"] == fn["ncaId"]
     assert "tenant-key-9f2" not in config_map["data"]["config.yaml"]
+
+
+async def test_a_replaced_telemetry_key_reaches_the_collectors_secret_and_rolls_its_pods(
+    server: FakeKubernetes, client_factory: ClientFactory, tmp_path: Path
+) -> None:
+    add_nodes(server)
+    client = await start(client_factory, tmp_path, server)
+    telemetry = await create_telemetry(
+        client, types=["TRACES"], secret={"name": "collector", "value": "old-key-5d1"}
+    )
+    tid = telemetry["telemetryId"]
+    fn = await create_fn(client, telemetries={"tracesTelemetryId": tid})
+    await deploy(client, fn, clusters=["k8s-a"])
+    namespace = await applied_namespace(server)
+
+    def keys() -> dict[str, str]:
+        secret = server.get("Secret", namespace, "nvcf-telemetry")
+        assert secret is not None
+        return secret.get("stringData") or {
+            k: base64.b64decode(v).decode() for k, v in secret["data"].items()
+        }
+
+    def checksum() -> str:
+        workload = server.get("Deployment", namespace, "inference")
+        assert workload is not None
+        annotations = workload["spec"]["template"]["metadata"]["annotations"]
+        return str(annotations["nvcf.nvidia.com/telemetry-keys-sha256"])
+
+    assert keys() == {"NVCF_TELEMETRY_0_KEY": "old-key-5d1"}
+    before = checksum()
+
+    resp = await client.put(
+        f"/v2/nvcf/secrets/telemetries/{tid}",
+        json={"secret": {"name": "collector", "value": "new-key-8e4"}},
+    )
+    assert resp.status_code == 204, resp.text
+
+    async def rotated() -> bool:
+        # a changed pod template: the Deployment rolls its pods, whose collectors read it
+        return keys() == {"NVCF_TELEMETRY_0_KEY": "new-key-8e4"} and checksum() != before
+
+    await eventually(rotated)
+    assert "new-key-8e4" not in checksum() and "old-key-5d1" not in checksum()
+    workload = server.get("Deployment", namespace, "inference")
+    assert workload is not None
+    names = [c["name"] for c in workload["spec"]["template"]["spec"]["containers"]]
+    assert names.count("nvcf-otel-collector") == 1

@@ -11,9 +11,11 @@ from typing import Any
 
 from service.backends.collector_pod import POD_ENV, TelemetrySidecar
 from service.core.db import utcnow
+from service.observability import mtls
 from service.observability.collector import Named, collector_config, workload_attributes
 from service.observability.models import Kind, Telemetry
 from tests.support import otelcol
+from tests.support.certs import TestCa
 
 ATTRIBUTES = workload_attributes("acct-1", "inst-1", function_id="fn-1", version_id="ver-1")
 
@@ -172,8 +174,8 @@ def test_the_workloads_labels_are_set_over_whatever_the_container_sends() -> Non
     }
     for pipeline in config["service"]["pipelines"].values():
         assert pipeline["processors"] == ["memory_limiter", "resource", "batch"]
-    task = workload_attributes("acct-1", "task-1")
-    assert task == {"nvcf.account": "acct-1", "nvcf.task.id": "task-1"}
+    task = workload_attributes("acct-1", "task-1", task_name="train")
+    assert task == {"nvcf.account": "acct-1", "nvcf.task.id": "task-1", "nvcf.task.name": "train"}
 
 
 def test_an_endpoint_cannot_make_the_collector_expand_another_keys_variable() -> None:
@@ -197,3 +199,25 @@ def test_only_the_types_the_workload_names_are_sent_and_unsendable_ones_are_left
     assert set(config["service"]["pipelines"]) == {"metrics"}
     assert "file_log" not in config["receivers"]
     assert collector_config([named(refused, "s")], ATTRIBUTES) is None
+
+
+def test_client_certificates_are_presented_by_the_collector_from_its_secret() -> None:
+    ca = TestCa()
+    client = ca.issue("tenant-exporter", server=False)
+    value = {"clientCert": client.cert, "clientKey": client.key, "caFile": ca.pem}
+    prom = telemetry("PROMETHEUS", "https://prom.example.com/api/v1/write", (Kind.METRICS,))
+    sidecar = collector_config([named(prom, mtls.stored(value))], ATTRIBUTES)
+    config = valid(sidecar)
+    [exporter] = config["exporters"].values()
+    assert exporter["tls"] == {
+        "cert_pem": "${env:NVCF_TELEMETRY_0_CERT}",
+        "key_pem": "${env:NVCF_TELEMETRY_0_CERT_KEY}",
+        "ca_pem": "${env:NVCF_TELEMETRY_0_CA}",
+    }
+    assert "headers" not in exporter  # no bearer: the certificate authenticates
+    assert sidecar is not None and sidecar.keys == {
+        "NVCF_TELEMETRY_0_CERT": client.cert,
+        "NVCF_TELEMETRY_0_CERT_KEY": client.key,
+        "NVCF_TELEMETRY_0_CA": ca.pem,
+    }
+    assert "PRIVATE KEY" not in sidecar.config_text() and "PRIVATE KEY" not in repr(sidecar)

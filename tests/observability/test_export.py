@@ -487,3 +487,28 @@ def test_a_redirect_is_not_followed(receiver: OtlpReceiver, other_receiver: Otlp
     assert other_receiver.received == []
     taken = pipeline.status.take()
     assert taken is not None and "HTTP 307" in str(taken[2])
+
+
+async def test_a_replaced_key_is_used_by_the_next_export(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    client = await app(client_factory, tmp_path, receiver)
+    receiver.key = "otlp-key"  # the key create_telemetry gives
+    telemetry, fn = await exported_function(client, receiver)
+    exports = client.app.state.telemetry_exports
+    assert exports is not None
+    assert (await client.post(pexec_url(fn), json={"x": 1})).status_code == 200
+    await exports.flush()
+    assert [s.name for _, s in receiver.spans()].count("invocation") == 1
+
+    receiver.key = "rotated-key"  # from now on the receiver accepts only the new key
+    resp = await client.put(
+        f"/v2/nvcf/secrets/telemetries/{telemetry['telemetryId']}",
+        json={"secret": {"name": telemetry["name"], "value": "rotated-key"}},
+    )
+    assert resp.status_code == 204, resp.text
+    assert (await client.post(pexec_url(fn), json={"x": 1})).status_code == 200
+    await exports.flush()
+    assert [s.name for _, s in receiver.spans()].count("invocation") == 2
+    traces = receiver.of("/v1/traces")
+    assert traces[-1].headers["authorization"] == "Bearer rotated-key"

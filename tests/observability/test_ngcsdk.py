@@ -1,6 +1,7 @@
 """ngcsdk's own `cloud_function.telemetry_endpoints` (the installed package, unmodified) against
 the server over a real connection: create (an OTEL_COLLECTOR key, and GRAFANA_CLOUD's
-instance and key, which ngcsdk sends as an object), list, remove, over the org-scoped paths
+instance and key, which ngcsdk sends as an object, and PROMETHEUS's client certificates, also an
+object), list, remove, over the org-scoped paths
 (`/v2/orgs/{org}/nvcf/telemetries`). ngcsdk is synchronous: it runs in a thread while the
 server answers on this event loop."""
 
@@ -17,6 +18,7 @@ from service.core import tls
 from service.core.server import ConnectionLimits
 from tests.support.api import bearer, new_key
 from tests.support.app import AppClient
+from tests.support.certs import TestCa
 from tests.support.server import in_loop_server
 
 LIMITS = ConnectionLimits(
@@ -26,8 +28,8 @@ KEY = "otlp-key-never-shown-1c4e"
 ORG = "acme"
 
 
-def sdk_session(key: str) -> dict[str, Any]:
-    """Create two endpoints, list, delete one, list again: what ngcsdk's calls return."""
+def sdk_session(key: str, client_tls: tuple[str, str, str]) -> dict[str, Any]:
+    """Create three endpoints, list, delete one, list again: what ngcsdk's calls return."""
     import ngcsdk
 
     client = ngcsdk.Client()
@@ -49,6 +51,17 @@ def sdk_session(key: str) -> dict[str, Any]:
         types=["METRICS", "TRACES"],
         key=KEY,
         instance="123456",
+    )
+    client_key, client_cert, ca = client_tls
+    endpoints.create(
+        name="prometheus",
+        endpoint="https://8.8.8.8/api/v1/write",
+        protocol="HTTP",
+        provider="PROMETHEUS",
+        types=["METRICS"],
+        key=client_key,
+        client_cert=client_cert,
+        self_cert=ca,
     )
     listed = endpoints.list()
     endpoints.delete(made.telemetry.telemetryId)
@@ -80,13 +93,15 @@ async def test_ngcsdk_creates_lists_and_removes_telemetry_endpoints(
         monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
         monkeypatch.setenv("NGC_CLI_HOME", str(tmp_path))
         monkeypatch.setenv("HOME", str(tmp_path))
-        seen = await asyncio.to_thread(sdk_session, key)
+        ca = TestCa()
+        issued = ca.issue("tenant-exporter", server=False)
+        seen = await asyncio.to_thread(sdk_session, key, (issued.key, issued.cert, ca.pem))
 
     made = dict(seen["made"])
     assert made["name"] == "collector" and made["provider"] == "OTEL_COLLECTOR"
     assert made["types"] == ["LOGS", "METRICS", "TRACES"]
-    assert seen["listed"] == ["collector", "grafana"]
-    assert seen["after"] == [(seen["grafana"], "grafana")]
+    assert seen["listed"] == ["collector", "grafana", "prometheus"]
+    assert [name for _, name in seen["after"]] == ["grafana", "prometheus"]
     listed = await client.get("/v2/nvcf/telemetries", headers=bearer(key))
-    assert KEY not in listed.text
-    assert [t["name"] for t in listed.json()["telemetries"]] == ["grafana"]
+    assert KEY not in listed.text and "PRIVATE KEY" not in listed.text
+    assert [t["name"] for t in listed.json()["telemetries"]] == ["grafana", "prometheus"]

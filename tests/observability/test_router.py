@@ -378,12 +378,26 @@ async def test_a_key_given_as_an_object_where_a_token_is_sent_is_refused(
     resp = await client.post(
         T,
         json=body(
+            provider="OTEL_COLLECTOR",
+            endpoint="https://8.8.8.8/otlp",
+            types=["METRICS"],
+            secret={"name": "p", "value": value},
+        ),
+    )
+    message = errors_of(resp)["secret.value"]
+    assert "OTEL_COLLECTOR takes its key as a string" in message and KEY not in resp.text
+    # PROMETHEUS takes client certificates (tests/observability/test_mtls.py): these are not
+    resp = await client.post(
+        T,
+        json=body(
             provider="PROMETHEUS",
             endpoint="https://8.8.8.8/api/v1/write",
             types=["METRICS"],
             secret={"name": "p", "value": value},
         ),
     )
-    message = errors_of(resp)["secret.value"]
-    assert "PROMETHEUS takes its key as a string" in message and KEY not in resp.text
+    errors = errors_of(resp)
+    assert errors["secret.value.clientCert"] == "is not a PEM certificate"
+    assert errors["secret.value.clientKey"] == "is not an unencrypted PEM private key"
+    assert KEY not in resp.text
     assert (await client.get(T)).json() == {"telemetries": []}

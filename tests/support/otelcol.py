@@ -95,10 +95,19 @@ class OtlpGrpcExporter(OtlpHttpExporter):
     tls: Tls
 
 
+class ClientTls(Strict):
+    """configtls's client settings with inline PEMs (a client certificate, the CAs)."""
+
+    cert_pem: str
+    key_pem: str
+    ca_pem: str | None = None
+
+
 class RemoteWriteExporter(Strict):
     endpoint: str
     headers: dict[str, str] = {}
     auth: Authenticator | None = None
+    tls: ClientTls | None = None
     resource_to_telemetry_conversion: dict[Literal["enabled"], bool]
     timeout: str
     remote_write_queue: Queue

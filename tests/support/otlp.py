@@ -68,6 +68,8 @@ class OtlpReceiver:
         #: every export request that reached it (answered or refused)
         self.requests = 0
         self.status = 200
+        #: when set, an HTTP request whose Authorization is not `Bearer <key>` is answered 401
+        self.key: str | None = None
         #: answer every HTTP request with a 307 to this URL (a redirect no export may follow)
         self.redirect_to: str | None = None
         self._lock = threading.Lock()
@@ -132,6 +134,13 @@ class OtlpReceiver:
                 if receiver.redirect_to is not None:
                     self.send_response(307)
                     self.send_header("Location", receiver.redirect_to + self.path)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if receiver.key is not None and self.headers.get("Authorization") != (
+                    f"Bearer {receiver.key}"
+                ):
+                    self.send_response(401)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return

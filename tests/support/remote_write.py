@@ -6,6 +6,7 @@ the server's encoder. `status` answers every request with that HTTP status."""
 
 from __future__ import annotations
 
+import ssl
 import struct
 import threading
 from collections.abc import Iterator
@@ -84,7 +85,11 @@ class Write:
 
 
 class RemoteWriteReceiver:
-    def __init__(self) -> None:
+    """With `tls`, served over HTTPS with that server context (e.g. one requiring clients'
+    certificates: a connection without one fails its handshake and writes nothing)."""
+
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls
         self.writes: list[Write] = []
         self.status = 204
         self._lock = threading.Lock()
@@ -92,7 +97,7 @@ class RemoteWriteReceiver:
 
     @property
     def url(self) -> str:
-        return f"http://{self.hostport}{PATH}"
+        return f"{'https' if self.tls else 'http'}://{self.hostport}{PATH}"
 
     @property
     def hostport(self) -> str:
@@ -123,6 +128,8 @@ class RemoteWriteReceiver:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
+        if self.tls is not None:
+            self._httpd.socket = self.tls.wrap_socket(self._httpd.socket, server_side=True)
         threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
         return self
 

@@ -61,4 +61,5 @@ async def test_a_launched_task_naming_a_telemetry_is_applied_with_its_collector(
     assert set(config["service"]["pipelines"]) == {"logs"}  # only what the task names
     labels = {a["key"]: a["value"] for a in config["processors"]["resource"]["attributes"]}
     assert labels["nvcf.task.id"] == str(tid) and labels["nvcf.account"] == ACCOUNT
+    assert labels["nvcf.task.name"] == "job"  # as the in-process export labels a task
     assert "task-key-4d1" not in repr(instance)

@@ -447,6 +447,12 @@ class KubernetesAdapter:
         subtract_pods(nodes, pods)
 
 
+def adds_collector(adapter: object) -> bool:
+    """Whether `adapter` adds the telemetry collector to the pods of workloads naming
+    telemetries (a Kubernetes cluster with a collector image)."""
+    return isinstance(adapter, KubernetesAdapter) and adapter.collector is not None
+
+
 def _suspended(obj: Any) -> bool:
     return (
         isinstance(obj, dict)

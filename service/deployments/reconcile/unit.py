@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from service.backends.kubernetes.adapter import adds_collector
 from service.backends.protocol import AdapterError, BackendAdapter, InstanceSpec
 from service.clusters.instance_types import InstanceTypeError, parse_instance_type
 from service.deployments import repository, rollout, transitions
@@ -274,7 +275,7 @@ class UnitOfWork:
                 await adapter.apply(await self._telemetry(c, target), await self._objects(c.dep, w))
                 observed = await adapter.observe(target)
             elif not fresh and secrets_stale(row, c.version):
-                await self._rotate_secrets(adapter, c.dep, w, target)
+                await self._rotate_secrets(adapter, c, w, target)
             w.restarts = restart_counts(observed)
         except AdapterError as exc:
             return backend_error(
@@ -330,12 +331,19 @@ class UnitOfWork:
         return install_objects(self.rt.catalog, dep, w.row, w.spec, pull, secrets, objects=objects)
 
     async def _rotate_secrets(
-        self, adapter: BackendAdapter, dep: Deployment, w: Work, target: InstanceSpec
+        self, adapter: BackendAdapter, c: Claimed, w: Work, target: InstanceSpec
     ) -> None:
         """Write the version's updated secrets into the instance's Secret, in place (no
-        restart). A failure is retried on a later pass: the deployment stays due until every
-        instance has them."""
-        objects = secrets_objects(await self._objects(dep, w))
+        restart). On a cluster adding the collector, a version naming telemetries has its
+        objects applied again with the collector of the telemetries' current keys: its Secret
+        is replaced, and the keys' checksum on the pod template (backends/collector_pod.py)
+        rolls the pods whose collector holds an older key. A failure is retried on a later
+        pass: the deployment stays due until every instance has them."""
+        objects = await self._objects(c.dep, w)
+        if c.version is not None and c.version.telemetries and adds_collector(adapter):
+            target = await self._telemetry(c, target)
+        else:
+            objects = secrets_objects(objects)
         try:
             await adapter.update_objects(target, objects)
         except AdapterError as exc:

@@ -380,6 +380,7 @@ class SimulatedAdapter:
             pod = ns.pods.get(pod_name)
             if pod is not None and pod.stop_at is None:
                 pod.stop_at = now
+                self._scheduler.ends_changed(pod)
         self._changes.mark(ns.instance.instance_id)
 
     # ------------------------------------------------------------------ change feed

@@ -20,7 +20,7 @@ from tests.support.tasks import catalog, script
 TASK = InstanceSpec("task-1", "", "", "NCP.GPU.H100_1x", "H100", 1, task=True)
 
 
-def objects(env: list[dict[str, str]]) -> list[dict[str, object]]:
+def objects(env: list[dict[str, str]], *, suspend: bool = False) -> list[dict[str, object]]:
     cluster = catalog().cluster("sim-a")
     assert cluster is not None
     return job_objects(
@@ -36,6 +36,7 @@ def objects(env: list[dict[str, str]]) -> list[dict[str, object]]:
         max_runtime_seconds=None,
         grace_seconds=60,
         secrets={},
+        suspend=suspend,
     )
 
 
@@ -104,3 +105,23 @@ async def test_a_script_that_is_not_one_is_refused_at_apply(tmp_path: Path) -> N
     with pytest.raises(AdapterError, match="after must be a number") as raised:
         await sim.apply(TASK, objects(bad))  # type: ignore[arg-type]
     assert not raised.value.retryable
+
+
+async def test_a_pod_asked_to_stop_frees_its_gpu_when_it_exits_and_is_listed_until_deleted(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    sim = adapter(clock, tmp_path)
+    env = script(steps=[{"after": 1, "percent": 10}], exitAfter=None, stopSeconds=5)
+    await sim.apply(TASK, objects(env))  # type: ignore[arg-type]
+    clock.advance(2)
+    assert [s.free for s in (await sim.capacity()).shapes] == [0]
+    # the task is canceled: its Job is suspended, which asks its container to stop
+    await sim.apply(TASK, objects(env, suspend=True))  # type: ignore[arg-type]
+    clock.advance(4)
+    assert [s.free for s in (await sim.capacity()).shapes] == [0]  # still stopping
+    clock.advance(2)
+    # it exited 5 s after the stop: its GPU is free as Kubernetes frees a terminated pod's
+    assert [s.free for s in (await sim.capacity()).shapes] == [1]
+    pods = [o for o in await sim.objects(TASK) if o["kind"] == "Pod"]
+    assert [p["status"]["phase"] for p in pods] == ["Failed"]

@@ -108,22 +108,28 @@ class TaskLoop(LoopService[str]):
         await super().stop()
         await self._uploads.cancel()
 
-    def changed(self, instance_ids: set[str], resync: bool) -> None:
+    def changed(self, instance_ids: set[str], resync: bool) -> set[str]:
         """What the clusters' change feeds reported: a pass now when one of the tasks on a
         cluster changed (its container exited, say), rather than at the next period: over those
-        tasks alone unless a feed may have missed changes."""
+        tasks alone unless a feed may have missed changes. The ids that are tasks on a cluster
+        (no instance of a function has them)."""
+        ours = instance_ids & self._watched
         if resync:
             self.wake()
-        elif ours := instance_ids & self._watched:
+        elif ours:
             self.wake(*ours)
+        return ours
 
     async def run_pass(self, only: set[str] | None = None) -> None:
         """One pass over every task on a cluster, or over those of them named in `only` (task
         ids); placement and removing deleted tasks either way."""
         now = self.clock()
-        # what ended frees its place before the queue is offered capacity, in one pass
-        await self._watch(now, only)
-        await self._place(now)
+        # the queue is offered capacity first: a cluster frees a container's GPUs when it
+        # exits (Kubernetes counts no Succeeded or Failed pod), so the next launch waits
+        # neither for the exit to be observed and written nor for the objects' removal; what
+        # the pass launched is looked at from the next pass on
+        launched = await self._place(now)
+        await self._watch(now, only, launched)
         async with self.maker() as session:
             gone = await repository.deleted_and_clean(session)
         if gone:
@@ -132,12 +138,13 @@ class TaskLoop(LoopService[str]):
 
     # ------------------------------------------------------------------ placement
 
-    async def _place(self, now: datetime) -> None:
+    async def _place(self, now: datetime) -> set[uuid.UUID]:
+        """Launch what the clusters have room for, in the queue's order; the tasks launched."""
         async with self.maker() as session:
             count, newest, first_deadline = await repository.queue_signature(session)
         if not count:
             self._blocked = None
-            return
+            return set()
         capacities: dict[str, Capacity] = {}
         for name, adapter in self.adapters.items():
             try:
@@ -147,7 +154,7 @@ class TaskLoop(LoopService[str]):
         signature = (count, newest, tuple(sorted(capacities.items())))
         due = first_deadline is not None and now >= first_deadline
         if signature == self._blocked and not due:
-            return  # the same queue against the same capacity: nothing can start
+            return set()  # the same queue against the same capacity: nothing can start
         self._blocked = None
         async with self.maker() as session:
             queued = list(await repository.queued(session))
@@ -189,6 +196,7 @@ class TaskLoop(LoopService[str]):
             await self._launched(launched)
         if not started and not self._apply_failed and len(waiting) == len(queued):
             self._blocked = signature
+        return {task_id for task_id, _, _ in launched}
 
     async def _try_place(
         self,
@@ -313,13 +321,15 @@ class TaskLoop(LoopService[str]):
 
     # ------------------------------------------------------------------ watching
 
-    async def _watch(self, now: datetime, only: set[str] | None) -> None:
-        """Observe the tasks on a cluster (of `only`, when given) and act on what they show."""
+    async def _watch(self, now: datetime, only: set[str] | None, launched: set[uuid.UUID]) -> None:
+        """Observe the tasks on a cluster (of `only`, when given; but those just `launched`)
+        and act on what they show."""
         ids = None if only is None else {i for i in map(task_id_of, only) if i is not None}
         async with self.maker() as session:
             tasks = list(await repository.on_cluster(session, ids))
         found = {str(t.id) for t in tasks}
         self._watched = found if only is None else (self._watched - only) | found
+        tasks = [t for t in tasks if t.id not in launched]
         # every task is looked at first (together: each look waits on its cluster), then what
         # they showed is written in one transaction, then what ended comes off the clusters
         # (its events again in one transaction)

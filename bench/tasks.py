@@ -5,7 +5,9 @@
 Starts `nvcf-server` (the default settings but for quotas and the rate limit) on a catalog of
 two simulated clusters: `bench-run` with room for `--slots` one-GPU tasks at once, whose task
 containers report 100 and exit `--run-seconds` after they start, and `bench-full` with one GPU
-that a task holding it for an hour fills. It prints, in the same run:
+that a task holding it for an hour fills. With `--fill` (the default) the `--count` tasks are
+all queued behind `--slots` tasks that hold every slot until they are canceled, which starts
+the run: every slot freed then has a task waiting for it. It prints, in the same run:
 
 1. `--count` tasks created on `bench-run` (by `--clients` clients) all COMPLETED, and the
    platform's own time per task: for each task launched once a slot had been freed, from the
@@ -42,6 +44,8 @@ from bench.api import free_port, start
 from bench.fleet import idle_cpu, pct, progress
 
 KEY = "nvapi-bench-" + "k" * 40
+#: a task that runs until it is canceled, and then exits at once
+FILLER = {"steps": [{"after": 0, "percent": 1}], "exitAfter": None, "stopSeconds": 0}
 TERMINAL = {
     "COMPLETED",
     "CANCELED",
@@ -86,21 +90,33 @@ class Tasks:
             base_url=self.base, headers={"Authorization": f"Bearer {KEY}"}, timeout=120
         )
 
-    def create(self, name: str, gpu: str) -> str:
-        body = {
+    def create(self, name: str, gpu: str, script: dict[str, Any] | None = None) -> str:
+        body: dict[str, Any] = {
             "name": name,
             "gpuSpecification": {"gpu": gpu, "instanceType": f"NCP.GPU.{gpu}_1x"},
             "containerImage": "nvcr.io/acme/bench:1",
             "resultHandlingStrategy": "NONE",
         }
+        if script is not None:  # the simulated task runner's (backends/simulated/tasks.py)
+            body["containerEnvironment"] = [{"key": "SIM_TASK_SCRIPT", "value": json.dumps(script)}]
         with self.client() as c:
             resp = c.post("/tasks", json=body)
             resp.raise_for_status()
             return str(resp.json()["task"]["id"])
 
-    def submit(self, prefix: str, count: int, gpu: str, clients: int) -> list[str]:
+    def submit(
+        self, prefix: str, count: int, gpu: str, clients: int, script: dict[str, Any] | None = None
+    ) -> list[str]:
         with ThreadPoolExecutor(clients) as pool:
-            return list(pool.map(lambda i: self.create(f"{prefix}-{i}", gpu), range(count)))
+            return list(pool.map(lambda i: self.create(f"{prefix}-{i}", gpu, script), range(count)))
+
+    def cancel(self, ids: list[str], clients: int) -> None:
+        def one(task_id: str) -> None:
+            with self.client() as c:
+                c.post(f"/tasks/{task_id}/cancel").raise_for_status()
+
+        with ThreadPoolExecutor(clients) as pool:
+            list(pool.map(one, ids))
 
     def statuses(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -182,6 +198,13 @@ def main() -> None:
     parser.add_argument("--run-seconds", type=float, default=0.5)
     parser.add_argument("--idle", type=float, default=20.0)
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument(
+        "--fill",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="queue the tasks behind tasks holding every slot, canceled at the start "
+        "(--no-fill: create them while the first ones run)",
+    )
     parser.add_argument("--env", action="append", default=[], help="VAR=VALUE for the server")
     args = parser.parse_args()
 
@@ -203,8 +226,19 @@ def main() -> None:
     try:
         tasks = Tasks(port)
         print(f"{args.count:,} tasks, {args.slots} slots, each running {args.run_seconds:g}s")
-        began = time.monotonic()
-        ids = tasks.submit("run", args.count, "H100", args.clients)
+        fillers: list[str] = []
+        if args.fill:
+            # the slots are taken by tasks that run until canceled, the tasks are queued behind
+            # them, then the fillers are canceled: every slot freed has a task waiting for it
+            fillers = tasks.submit("fill", args.slots, "H100", args.clients, FILLER)
+            while set(tasks.statuses().values()) != {"RUNNING"}:
+                time.sleep(0.2)
+            ids = tasks.submit("run", args.count, "H100", args.clients)
+            began = time.monotonic()
+            tasks.cancel(fillers, args.clients)
+        else:
+            began = time.monotonic()
+            ids = tasks.submit("run", args.count, "H100", args.clients)
         statuses = tasks.wait_ended(ids)
         took = time.monotonic() - began
         completed = sum(1 for i in ids if statuses[i] == "COMPLETED")

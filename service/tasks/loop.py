@@ -108,36 +108,50 @@ class TaskLoop(LoopService[str]):
         await super().stop()
         await self._uploads.cancel()
 
-    def changed(self, instance_ids: set[str], resync: bool) -> None:
+    def changed(self, instance_ids: set[str], resync: bool) -> set[str]:
         """What the clusters' change feeds reported: a pass now when one of the tasks on a
         cluster changed (its container exited, say), rather than at the next period: over those
-        tasks alone unless a feed may have missed changes."""
+        tasks alone unless a feed may have missed changes. The ids that are tasks on a cluster
+        (no instance of a function has them)."""
+        ours = instance_ids & self._watched
         if resync:
             self.wake()
-        elif ours := instance_ids & self._watched:
+        elif ours:
             self.wake(*ours)
+        return ours
 
     async def run_pass(self, only: set[str] | None = None) -> None:
         """One pass over every task on a cluster, or over those of them named in `only` (task
         ids); placement and removing deleted tasks either way."""
         now = self.clock()
-        # what ended frees its place before the queue is offered capacity, in one pass
-        await self._watch(now, only)
-        await self._place(now)
+        ids = None if only is None else {i for i in map(task_id_of, only) if i is not None}
+        # what the pass starts from, in one read: the queue's signature, the tasks on a
+        # cluster to look at, and the deleted tasks whose objects are gone
         async with self.maker() as session:
+            signature = await repository.queue_signature(session)
+            tasks = list(await repository.on_cluster(session, ids))
             gone = await repository.deleted_and_clean(session)
+        # the queue is offered capacity first: a cluster frees a container's GPUs when it
+        # exits (Kubernetes counts no Succeeded or Failed pod), so the next launch waits
+        # neither for the exit to be observed and written nor for the objects' removal; what
+        # the pass launched is looked at from the next pass on
+        launched = await self._place(now, signature)
+        await self._watch(now, only, tasks, launched)
         if gone:
             async with self.maker() as session, session.begin():
                 await repository.remove(session, gone)
 
     # ------------------------------------------------------------------ placement
 
-    async def _place(self, now: datetime) -> None:
-        async with self.maker() as session:
-            count, newest, first_deadline = await repository.queue_signature(session)
+    async def _place(
+        self, now: datetime, queue: tuple[int, datetime | None, datetime | None]
+    ) -> set[uuid.UUID]:
+        """Launch what the clusters have room for, in the queue's order (`queue`: its
+        signature, `repository.queue_signature`); the tasks launched."""
+        count, newest, first_deadline = queue
         if not count:
             self._blocked = None
-            return
+            return set()
         capacities: dict[str, Capacity] = {}
         for name, adapter in self.adapters.items():
             try:
@@ -147,36 +161,41 @@ class TaskLoop(LoopService[str]):
         signature = (count, newest, tuple(sorted(capacities.items())))
         due = first_deadline is not None and now >= first_deadline
         if signature == self._blocked and not due:
-            return  # the same queue against the same capacity: nothing can start
+            return set()  # the same queue against the same capacity: nothing can start
         self._blocked = None
+        rows: dict[uuid.UUID, Task] = {}
+        pulls: dict[str, PullSecrets] = {}  # by account: read once a pass
+        expired: list[uuid.UUID] = []
+        waiting: list[Waiting] = []
         async with self.maker() as session:
             queued = list(await repository.queued(session))
-        waiting: list[Waiting] = []
-        for task_id, account_id, created_at, max_queued in queued:
-            if queued_past(created_at, timedelta(seconds=max_queued), now):
-                await self._move(
-                    task_id,
-                    TaskStatus.EXCEEDED_MAX_QUEUED_DURATION,
-                    now,
-                    "Task waited longer than its maxQueuedDuration for GPUs",
-                    "no capacity within maxQueuedDuration",
-                )
-            else:
-                waiting.append(Waiting(task_id, account_id, created_at))
-        turns = Turns(waiting)
+            for task_id, account_id, created_at, max_queued in queued:
+                if queued_past(created_at, timedelta(seconds=max_queued), now):
+                    expired.append(task_id)
+                else:
+                    waiting.append(Waiting(task_id, account_id, created_at))
+            turns = Turns(waiting)
+            # the head of the queue with the queue, and its accounts' pull secrets
+            rows.update(await self._chunk(session, [w.task_id for w in turns.order], pulls))
+        for task_id in expired:
+            await self._move(
+                task_id,
+                TaskStatus.EXCEEDED_MAX_QUEUED_DURATION,
+                now,
+                "Task waited longer than its maxQueuedDuration for GPUs",
+                "no capacity within maxQueuedDuration",
+            )
         position = {w.task_id: i for i, w in enumerate(turns.order)}
-        rows: dict[uuid.UUID, Task] = {}
         self._apply_failed = False
         started = False
         launched: list[tuple[uuid.UUID, str, datetime]] = []
-        pulls: dict[str, PullSecrets] = {}  # by account: read once a pass
         try:
             for item in turns:
                 if item.task_id not in rows:
                     at = position[item.task_id]
-                    chunk = [w.task_id for w in turns.order[at : at + PLACE_CHUNK]]
                     async with self.maker() as session:
-                        rows.update(await repository.many(session, chunk))
+                        order = [w.task_id for w in turns.order[at:]]
+                        rows.update(await self._chunk(session, order, pulls))
                 row = rows.get(item.task_id)
                 if row is None or row.status != TaskStatus.QUEUED.value:
                     continue  # canceled or deleted since the queue was read
@@ -189,6 +208,17 @@ class TaskLoop(LoopService[str]):
             await self._launched(launched)
         if not started and not self._apply_failed and len(waiting) == len(queued):
             self._blocked = signature
+        return {task_id for task_id, _, _ in launched}
+
+    async def _chunk(
+        self, session: AsyncSession, order: list[uuid.UUID], pulls: dict[str, PullSecrets]
+    ) -> dict[uuid.UUID, Task]:
+        """The rows of the first `PLACE_CHUNK` tasks of `order`; the pull secrets of their
+        accounts are added to `pulls`."""
+        rows = await repository.many(session, order[:PLACE_CHUNK])
+        for account_id in {t.account_id for t in rows.values()} - set(pulls):
+            pulls[account_id] = await account_pull_secrets(session, account_id, self.tasks.box)
+        return rows
 
     async def _try_place(
         self,
@@ -313,12 +343,12 @@ class TaskLoop(LoopService[str]):
 
     # ------------------------------------------------------------------ watching
 
-    async def _watch(self, now: datetime, only: set[str] | None) -> None:
-        """Observe the tasks on a cluster (of `only`, when given) and act on what they show."""
-        ids = None if only is None else {i for i in map(task_id_of, only) if i is not None}
-        async with self.maker() as session:
-            tasks = list(await repository.on_cluster(session, ids))
-        found = {str(t.id) for t in tasks}
+    async def _watch(
+        self, now: datetime, only: set[str] | None, tasks: list[Task], launched: set[uuid.UUID]
+    ) -> None:
+        """Observe `tasks`, those on a cluster as the pass began (of `only`, when given: what
+        the pass `launched` is looked at from the next pass on), and act on what they show."""
+        found = {str(t.id) for t in tasks} | {str(i) for i in launched}
         self._watched = found if only is None else (self._watched - only) | found
         # every task is looked at first (together: each look waits on its cluster), then what
         # they showed is written in one transaction, then what ended comes off the clusters

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import json
-import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -57,11 +56,11 @@ from service.backends.simulated.model import (
 from service.backends.simulated.scheduler import Scheduler
 from service.backends.simulated.status import StatusRenderer, min_ready_seconds
 from service.backends.simulated.tasks import (
-    copy_result,
-    forget_files,
-    read_progress,
-    result_names,
-    write_files,
+    TaskScript,
+    progress_at,
+    result_problem,
+    results_at,
+    write_result,
 )
 from service.backends.simulated.timeline import PodTimeline, next_change
 from service.backends.simulated.worker import (
@@ -100,11 +99,8 @@ class SimulatedAdapter:
         upstream: str | None = None,
         worker_bounds: AnswerBounds | None = None,
         worker_utils: bool = False,
-        task_dir: Path | None = None,
     ) -> None:
         self.name = name
-        #: where task containers' files live on this machine (a temporary directory if None)
-        self._task_dir = task_dir
         #: its workers (the built-in one, an `upstream` server) run on the server's machine:
         #: the invocation engine hands them per-request asset and output directories
         #: (service/assets); unless the upstream is a worker-utils sidecar, which makes them
@@ -227,8 +223,6 @@ class SimulatedAdapter:
                     self._scheduler.release(pod)
             # Freed GPUs go to pods that were waiting for them, as the scheduler would.
             self._advance(now)
-        if instance.task:
-            await asyncio.to_thread(forget_files, self._task_dir, instance.namespace)
         return True
 
     async def capacity(self) -> Capacity:
@@ -326,9 +320,9 @@ class SimulatedAdapter:
     # ------------------------------------------------------------------ task files
 
     async def task_progress(self, instance: InstanceSpec, *, max_bytes: int) -> bytes | None:
-        """The task container's progress file (simulated/tasks.py writes it as of now)."""
-        root = await self._task_files(instance)
-        data = await asyncio.to_thread(read_progress, root, max_bytes) if root else None
+        """The task container's progress file as of now (simulated/tasks.py)."""
+        state = await self._task_state(instance)
+        data = progress_at(instance.instance_id, *state) if state else None
         if data is not None and len(data) > max_bytes:
             raise AdapterError(
                 f"the progress file is larger than {max_bytes} bytes", retryable=False
@@ -338,19 +332,29 @@ class SimulatedAdapter:
     async def fetch_task_result(
         self, instance: InstanceSpec, name: str, into: str, *, max_bytes: int, max_files: int
     ) -> None:
-        root = await self._task_files(instance)
-        if root is None:
+        state = await self._task_state(instance)
+        if state is None:
             raise AdapterError(f"task {instance.instance_id} has no files here", retryable=False)
-        problem = await asyncio.to_thread(copy_result, root, name, Path(into), max_bytes, max_files)
+        script, started, at, _ = state
+        files = results_at(script, started, at).get(name)
+        problem = result_problem(name, files, max_bytes, max_files)
         if problem is not None:
             raise AdapterError(problem, retryable=False)
+        assert files is not None
+        await asyncio.to_thread(write_result, files, Path(into))
 
     async def task_result_names(self, instance: InstanceSpec, *, max_names: int) -> list[str]:
-        root = await self._task_files(instance)
-        return await asyncio.to_thread(result_names, root, max_names) if root else []
+        state = await self._task_state(instance)
+        if state is None:
+            return []
+        script, started, at, _ = state
+        return list(results_at(script, started, at))[:max_names]
 
-    async def _task_files(self, instance: InstanceSpec) -> Path | None:
-        """Bring the task's directory to now; None when its container never started."""
+    async def _task_state(
+        self, instance: InstanceSpec
+    ) -> tuple[TaskScript, datetime, datetime, datetime | None] | None:
+        """The task container's script, start, the moment its files are as of (now, or its
+        exit) and its stop request; None when its container never started."""
         async with self._lock:
             now = self._now()
             self._advance(now)
@@ -364,14 +368,7 @@ class SimulatedAdapter:
             script, stop_at = pod.script, pod.stop_at
             assert script is not None
             end = script.ends(started, stop_at)
-            at = min(now, end[0]) if end is not None else now
-        if self._task_dir is None:
-            self._task_dir = Path(tempfile.mkdtemp(prefix=f"nvcf-sim-tasks-{self.name}-"))
-        root = self._task_dir / instance.namespace
-        await asyncio.to_thread(
-            write_files, root, instance.instance_id, script, started, at, stop_at
-        )
-        return root
+            return script, started, min(now, end[0]) if end is not None else now, stop_at
 
     def _stop_job(self, ns: Namespace, ref: ObjectRef, now: datetime) -> None:
         """A suspended Job: its running pods are asked to stop (SIGTERM), once."""
@@ -380,6 +377,7 @@ class SimulatedAdapter:
             pod = ns.pods.get(pod_name)
             if pod is not None and pod.stop_at is None:
                 pod.stop_at = now
+                self._scheduler.ends_changed(pod)
         self._changes.mark(ns.instance.instance_id)
 
     # ------------------------------------------------------------------ change feed

@@ -143,9 +143,15 @@ class Scheduler:
             # Retried pods bind when room appeared; `now` is the call that freed it.
             pod.scheduled_at = eligible if pod.unschedulable_since is None else now
             self.decided.append(pod)
-            finished = self.timeline.terminal_at(pod)
-            if finished is not None:
-                heapq.heappush(finishing, (finished, pod.seq, pod))
+            self.ends_changed(pod)
+
+    def ends_changed(self, pod: SimPod) -> None:
+        """The bound pod's end is (now) known: its GPUs free then, as Kubernetes frees a
+        terminated pod's, not at its deletion. An earlier entry for it stays: releasing is
+        idempotent, and a pod never ends later than it was going to."""
+        finished = self.timeline.terminal_at(pod) if pod.node is not None else None
+        if finished is not None:
+            heapq.heappush(self._finishing, (finished, pod.seq, pod))
 
     def next_eligible(self) -> datetime | None:
         """When the first queued pod becomes eligible for scheduling (None: none queued)."""

@@ -15,15 +15,14 @@ stop (its Job suspended), it exits with 143 `stopSeconds` later, or ignores it
 (`onStop: "ignore"`) until it is killed.
 
 Without a script a task reports 100 once the cluster's `readySeconds` have passed, and exits.
-Everything is a function of the container's start, its stop request and `now`; the files are
-written to a real directory of this machine when they are read (`TaskFiles`).
+Everything is a function of the container's start, its stop request and `now`: the progress
+file and the results are rendered from the script when read (`TaskFiles`), and a result's files
+are written to disk only when the platform fetches it.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -173,91 +172,64 @@ def script_of(container_env: list[Any], default_seconds: float) -> TaskScript:
     return TaskScript.default(default_seconds)
 
 
-def write_files(
-    root: Path,
-    task_id: str,
-    script: TaskScript,
-    started: datetime,
-    now: datetime,
-    stop_at: datetime | None,
-) -> None:
-    """The task's directory at `now`: each result's files and the progress file as the
-    container would have written them (`progress.json`, `results/<name>/...`)."""
+def progress_at(
+    task_id: str, script: TaskScript, started: datetime, now: datetime, stop_at: datetime | None
+) -> bytes | None:
+    """The progress file at `now` as the container would have written it (None: not yet)."""
     done = script.done(started, now)
-    root.mkdir(parents=True, exist_ok=True)
-    for step in done:
-        if step.name is not None:
-            for rel, content in step.files.items():
-                path = root / "results" / step.name / rel
-                if not path.exists():
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_text(content)
     if not done:
-        return
+        return None
     last = done[-1]
     if last.raw is not None:
-        text = last.raw
-    else:
-        end = script.ends(started, stop_at)
-        heartbeat = started + secs(last.at)
-        if script.heartbeat:  # refreshed every HEARTBEAT_SECONDS, as a container would
-            beats = (now - started).total_seconds() // HEARTBEAT_SECONDS
-            heartbeat = max(heartbeat, started + secs(beats * HEARTBEAT_SECONDS))
-        if end is not None and end[0] < heartbeat:
-            heartbeat = end[0]
-        body: dict[str, Any] = {
-            "taskId": task_id,
-            "percentComplete": last.percent,
-            "metadata": last.metadata,
-            "lastUpdatedAt": ts(heartbeat),
-        }
-        if last.name is not None:
-            body["name"] = last.name
-        text = json.dumps(body)
-    # its own temporary name: a pass and a result's push may bring the same task to now at once
-    tmp = root / f"progress.json.{uuid.uuid4().hex}.tmp"
-    tmp.write_text(text)
-    tmp.replace(root / "progress.json")
+        return last.raw.encode()
+    end = script.ends(started, stop_at)
+    heartbeat = started + secs(last.at)
+    if script.heartbeat:  # refreshed every HEARTBEAT_SECONDS, as a container would
+        beats = (now - started).total_seconds() // HEARTBEAT_SECONDS
+        heartbeat = max(heartbeat, started + secs(beats * HEARTBEAT_SECONDS))
+    if end is not None and end[0] < heartbeat:
+        heartbeat = end[0]
+    body: dict[str, Any] = {
+        "taskId": task_id,
+        "percentComplete": last.percent,
+        "metadata": last.metadata,
+        "lastUpdatedAt": ts(heartbeat),
+    }
+    if last.name is not None:
+        body["name"] = last.name
+    return json.dumps(body).encode()
 
 
-def forget_files(root: Path | None, namespace: str) -> None:
-    if root is not None:
-        shutil.rmtree(root / namespace, ignore_errors=True)
+def results_at(script: TaskScript, started: datetime, now: datetime) -> dict[str, dict[str, str]]:
+    """Each result directory under `NVCT_RESULTS_DIR` at `now` (oldest first) with its files:
+    a step's files go under its `name`; a file once written is not written again."""
+    out: dict[str, dict[str, str]] = {}
+    for step in script.done(started, now):
+        if step.name is not None and step.files:
+            files = out.setdefault(step.name, {})
+            for rel, content in step.files.items():
+                files.setdefault(rel, content)
+    return out
 
 
-def read_progress(root: Path, max_bytes: int) -> bytes | None:
-    path = root / "progress.json"
-    if not path.exists():
-        return None
-    with path.open("rb") as fh:
-        data = fh.read(max_bytes + 1)
-    return data
-
-
-def result_names(root: Path, max_names: int) -> list[str]:
-    """The result directories under `results/`, oldest first."""
-    base = root / "results"
-    if not base.is_dir():
-        return []
-    dirs = [p for p in base.iterdir() if p.is_dir()]
-    dirs.sort(key=lambda p: (p.stat().st_mtime_ns, p.name))
-    return [p.name for p in dirs[:max_names]]
-
-
-def copy_result(root: Path, name: str, into: Path, max_bytes: int, max_files: int) -> str | None:
-    """Copy `results/<name>` into `into`; the problem when it cannot be."""
+def result_problem(
+    name: str, files: dict[str, str] | None, max_bytes: int, max_files: int
+) -> str | None:
+    """Why result `name` (its files, None: no directory) cannot be fetched, if it cannot."""
     if not _safe(name) or "/" in name:
         return f"result name {name!r} is not a directory name"
-    source = root / "results" / name
-    if not source.is_dir():
+    if files is None:
         return f"result {name!r} has no directory under NVCT_RESULTS_DIR"
-    files = [p for p in sorted(source.rglob("*")) if p.is_file()]
     if len(files) > max_files:
         return f"result {name!r} has more than {max_files} files"
-    if sum(p.stat().st_size for p in files) > max_bytes:
+    if sum(len(content.encode()) for content in files.values()) > max_bytes:
         return f"result {name!r} is larger than {max_bytes} bytes"
-    for path in files:
-        target = into / path.relative_to(source)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
     return None
+
+
+def write_result(files: dict[str, str], into: Path) -> None:
+    """A result's files, written under `into` (the platform's copy of the directory)."""
+    for rel, content in sorted(files.items()):
+        target = into / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)

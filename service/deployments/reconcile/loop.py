@@ -31,7 +31,7 @@ import random
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -118,8 +118,9 @@ class Reconciler(LoopService[str]):
         self.on_running: Callable[[], None] | None = None
         self.on_draining: Callable[[uuid.UUID], None] | None = None
         #: called with every change the feeds reported (the ids as the adapters know them,
-        #: and whether a feed asked for a full re-observation): the task loop's are there too
-        self.on_changes: Callable[[set[str], bool], None] | None = None
+        #: and whether a feed asked for a full re-observation): the task loop's are there too,
+        #: and it answers which ids are its own, which no instance has
+        self.on_changes: Callable[[set[str], bool], Collection[str]] | None = None
         self._order = random.Random(self.store.owner)  # noqa: S311 - an order, not a secret
         #: the first pass re-observes every instance (the feeds say nothing about the past)
         self._resync_all = True
@@ -194,11 +195,12 @@ class Reconciler(LoopService[str]):
             if changes.resync:
                 resync.append(name)
             reported |= changes.instance_ids
-            for instance_id in changes.instance_ids:
-                with contextlib.suppress(ValueError):
-                    changed.append(uuid.UUID(instance_id))
         if self.on_changes is not None and (reported or resync or self._resync_all):
-            self.on_changes(reported, bool(resync) or self._resync_all)
+            # a task's changes are the task loop's: no instance is made due for them
+            reported = reported - set(self.on_changes(reported, bool(resync) or self._resync_all))
+        for instance_id in reported:
+            with contextlib.suppress(ValueError):
+                changed.append(uuid.UUID(instance_id))
         if self._resync_all:
             self._resync_all = False
             await self.store.resync_due(now)

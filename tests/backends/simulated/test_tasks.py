@@ -1,6 +1,6 @@
 """The simulated cluster's task runner: a Job's container plays the script its environment
-names, writing the progress file and the results' files to a real directory, which
-`TaskFiles` gives to the platform; a script that is not one is refused at apply."""
+names, its progress file and results' files as `TaskFiles` gives them to the platform; a
+script that is not one is refused at apply."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tests.support.tasks import catalog, script
 TASK = InstanceSpec("task-1", "", "", "NCP.GPU.H100_1x", "H100", 1, task=True)
 
 
-def objects(env: list[dict[str, str]]) -> list[dict[str, object]]:
+def objects(env: list[dict[str, str]], *, suspend: bool = False) -> list[dict[str, object]]:
     cluster = catalog().cluster("sim-a")
     assert cluster is not None
     return job_objects(
@@ -36,23 +36,23 @@ def objects(env: list[dict[str, str]]) -> list[dict[str, object]]:
         max_runtime_seconds=None,
         grace_seconds=60,
         secrets={},
+        suspend=suspend,
     )
 
 
-def adapter(clock: FakeClock, tmp_path: Path) -> SimulatedAdapter:
+def adapter(clock: FakeClock) -> SimulatedAdapter:
     return SimulatedAdapter(
         "sim-a",
         provider="NCP",
         nodes=[NodeShape("H100", 1, 1)],
         delays=SimulationDelays(0, 0, 1),
         clock=clock,
-        task_dir=tmp_path,
     )
 
 
 async def test_progress_and_result_files_as_the_script_writes_them(tmp_path: Path) -> None:
     clock = FakeClock()
-    sim = adapter(clock, tmp_path / "cluster")
+    sim = adapter(clock)
     assert isinstance(sim, TaskFiles)
     env = script(
         steps=[{"after": 2, "percent": 30, "name": "ckpt", "files": {"a/b.txt": "bytes!"}}],
@@ -74,12 +74,14 @@ async def test_progress_and_result_files_as_the_script_writes_them(tmp_path: Pat
     with pytest.raises(AdapterError, match="larger than 10 bytes"):
         await sim.task_progress(TASK, max_bytes=10)
     await sim.delete(TASK)
-    assert not (tmp_path / "cluster" / TASK.namespace).exists()
+    assert await sim.task_progress(TASK, max_bytes=1000) is None
+    with pytest.raises(AdapterError, match="no files"):
+        await sim.fetch_task_result(TASK, "ckpt", str(into), max_bytes=100, max_files=10)
 
 
-async def test_result_names_list_every_checkpoint_directory_oldest_first(tmp_path: Path) -> None:
+async def test_result_names_list_every_checkpoint_directory_oldest_first() -> None:
     clock = FakeClock()
-    sim = adapter(clock, tmp_path / "cluster")
+    sim = adapter(clock)
     files = {"files": {"w.bin": "x"}}
     env = script(
         steps=[
@@ -98,9 +100,27 @@ async def test_result_names_list_every_checkpoint_directory_oldest_first(tmp_pat
     assert await sim.task_result_names(TASK, max_names=1) == ["b-first"]
 
 
-async def test_a_script_that_is_not_one_is_refused_at_apply(tmp_path: Path) -> None:
-    sim = adapter(FakeClock(), tmp_path)
+async def test_a_script_that_is_not_one_is_refused_at_apply() -> None:
+    sim = adapter(FakeClock())
     bad = [{"key": "SIM_TASK_SCRIPT", "value": '{"steps": [{"after": -1}]}'}]
     with pytest.raises(AdapterError, match="after must be a number") as raised:
         await sim.apply(TASK, objects(bad))  # type: ignore[arg-type]
     assert not raised.value.retryable
+
+
+async def test_a_stopped_pod_frees_its_gpu_when_it_exits_and_is_listed_until_deleted() -> None:
+    clock = FakeClock()
+    sim = adapter(clock)
+    env = script(steps=[{"after": 1, "percent": 10}], exitAfter=None, stopSeconds=5)
+    await sim.apply(TASK, objects(env))  # type: ignore[arg-type]
+    clock.advance(2)
+    assert [s.free for s in (await sim.capacity()).shapes] == [0]
+    # the task is canceled: its Job is suspended, which asks its container to stop
+    await sim.apply(TASK, objects(env, suspend=True))  # type: ignore[arg-type]
+    clock.advance(4)
+    assert [s.free for s in (await sim.capacity()).shapes] == [0]  # still stopping
+    clock.advance(2)
+    # it exited 5 s after the stop: its GPU is free as Kubernetes frees a terminated pod's
+    assert [s.free for s in (await sim.capacity()).shapes] == [1]
+    pods = [o for o in await sim.objects(TASK) if o["kind"] == "Pod"]
+    assert [p["status"]["phase"] for p in pods] == ["Failed"]

@@ -62,8 +62,8 @@ from service.observability.pipeline import ExportSettings
 from service.observability.service import KeyReplaced
 from service.tasks import repository as tasks_repository
 from service.tasks.exported import TaskExports
-from service.tasks.loop import TaskLoop, known_task_ids
-from service.tasks.service import Tasks
+from service.tasks.loop import TaskLoop
+from service.tasks.service import Tasks, known_task_ids
 from service.telemetry import Telemetry
 
 log = logging.getLogger("nvcf.server")

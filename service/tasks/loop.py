@@ -646,9 +646,3 @@ class TaskLoop(LoopService[str]):
             task = await repository.get_for_update(session, task_id)
             if task is not None and task.status == TaskStatus.QUEUED.value:
                 transitions.move(session, task, to, now, message, error=error)
-
-
-async def known_task_ids(maker: async_sessionmaker[AsyncSession]) -> frozenset[str]:
-    """Every task id: the namespace collector spares their namespaces."""
-    async with maker() as session:
-        return frozenset(str(i) for i in await repository.known_ids(session))

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.auth.limits import account_quota
 from service.auth.repository import lock_account
@@ -628,3 +628,9 @@ def _dump(items: list[Any] | None) -> list[Any] | None:
 
 def _dump_one(item: Any) -> dict[str, Any] | None:
     return item.model_dump(mode="json", by_alias=True, exclude_none=True) if item else None
+
+
+async def known_task_ids(maker: async_sessionmaker[AsyncSession]) -> frozenset[str]:
+    """Every task id: the namespace collector spares their namespaces."""
+    async with maker() as session:
+        return frozenset(str(i) for i in await repository.known_ids(session))

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from service.backends.kubernetes.adapter import adds_collector
 from service.backends.logs import LogLine, LogRequest, cut
 from service.backends.protocol import AdapterError, InstanceSpec
 from service.clusters.adapters import AdapterRegistry
@@ -100,8 +101,9 @@ async def phases(session: AsyncSession) -> list[Phased]:
     ]
 
 
-async def followed(session: AsyncSession, owner: str) -> list[Followed]:
-    """The live instances this replica leads of versions naming a logs telemetry."""
+async def followed(session: AsyncSession, owner: str, adapters: AdapterRegistry) -> list[Followed]:
+    """The live instances this replica leads of versions naming a logs telemetry, except on
+    clusters that add the collector to their pods (it sends the pods' lines itself)."""
     logs = {
         vid: named
         for vid, named in (await functions_repository.telemetries_named(session)).items()
@@ -110,7 +112,11 @@ async def followed(session: AsyncSession, owner: str) -> list[Followed]:
     if not logs:
         return []
     rows = await repository.leased_instances_of(session, owner, LIVE_PHASES, logs)
-    return [Followed(*row[:5], row[5] or "", logs[row[3]]) for row in rows]
+    return [
+        Followed(*row[:5], row[5] or "", logs[row[3]])
+        for row in rows
+        if not adds_collector(adapters.get(row[5] or ""))
+    ]
 
 
 async def paced(lines: AsyncIterator[LogLine], pause: float) -> AsyncIterator[LogLine]:
@@ -173,7 +179,9 @@ class InstanceExports:
     async def pass_once(self) -> None:
         async with self._maker() as session:
             self._exports.phases(await phases(session))
-            wanted = {f.instance_id: f for f in await followed(session, self._owner)}
+            wanted = {
+                f.instance_id: f for f in await followed(session, self._owner, self._adapters)
+            }
         for instance_id in [i for i in self.following if i not in wanted]:
             self.following.pop(instance_id).cancel()
         for instance_id, f in wanted.items():

@@ -19,10 +19,13 @@ from typing import Any, cast
 
 import pytest
 import yaml
+from sqlalchemy import select
 
 from service.backends.kubernetes import FIELD_MANAGER, MANAGED_BY_LABEL, KubernetesAdapter
 from service.backends.protocol import BackendAdapter
 from service.clusters.adapters import AdapterRegistry
+from service.deployments.exported import followed
+from service.deployments.models import Instance
 from service.deployments.reconcile import CollectorConfig, NamespaceCollector
 from service.deployments.reconcile.store import ReconcileStore
 from tests.support.api import CONTAINER_FN, create_fn
@@ -688,6 +691,17 @@ async def test_a_version_naming_telemetries_gets_the_collector_with_its_keys_in_
     assert labels["nvcf.function.id"] == fn["id"]
     assert labels["nvcf.account"] == fn["ncaId"]
     assert "tenant-key-9f2" not in config_map["data"]["config.yaml"]
+
+    # the collector sends the running pod's lines: the server follows none of them (no line
+    # arrives twice)
+    run_pod(server, namespace)
+    await until_status(client, fn, "ACTIVE")
+    async with client.app.state.sessionmaker() as session:
+        owner = await session.scalar(
+            select(Instance.lease_owner).where(Instance.lease_owner.is_not(None)).limit(1)
+        )
+        assert owner is not None
+        assert await followed(session, owner, client.app.state.adapters) == []
 
 
 async def test_a_replaced_telemetry_key_reaches_the_collectors_secret_and_rolls_its_pods(

@@ -214,7 +214,10 @@ async def test_nothing_of_another_account_and_no_follower_for_a_function_naming_
                 Instance.__table__.select().with_only_columns(Instance.lease_owner).limit(1)
             )
             assert owner is not None
-            instances = {str(f.instance_id) for f in await followed(session, owner)}
+            instances = {
+                str(f.instance_id)
+                for f in await followed(session, owner, client.app.state.adapters)
+            }
         assert instances == {
             mine["deployment"]["instances"][0]["instanceId"],
             their["deployment"]["instances"][0]["instanceId"],

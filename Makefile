@@ -2,8 +2,8 @@
 # Each target installs what it needs: `run` the server alone, the others the dev tools too.
 PYTHON ?= python3
 # pytest-xdist workers of `make test`: much of the suite waits on server processes, registries
-# and browsers, so two workers finish in about 60 % of the time even on two cores
-TEST_WORKERS ?= 2
+# and browsers, so three workers keep two cores busier than two do
+TEST_WORKERS ?= 3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev

@@ -34,6 +34,7 @@ from service.backends.logs import LogLine, LogRequest, cut
 from service.backends.protocol import AdapterError, InstanceSpec
 from service.clusters.adapters import AdapterRegistry
 from service.core.crypto import SecretBox
+from service.core.loops import LoopService
 from service.deployments import repository
 from service.deployments.logs.service import LIVE_PHASES, masker_of
 from service.functions import repository as functions_repository
@@ -137,8 +138,9 @@ async def paced(lines: AsyncIterator[LogLine], pause: float) -> AsyncIterator[Lo
             await asyncio.sleep(pause)
 
 
-class InstanceExports:
-    """The replica's phase counts and followers of instance logs (a loop service)."""
+class InstanceExports(LoopService[str]):
+    """The replica's phase counts and followers of instance logs (a loop service; `stop()`
+    ends the followers too)."""
 
     def __init__(
         self,
@@ -153,28 +155,23 @@ class InstanceExports:
     ) -> None:
         self._maker, self._adapters, self._box = maker, adapters, box
         self._exports, self._owner = exports, owner
+        super().__init__(
+            "telemetry-instances",
+            self.pass_once,
+            period,
+            log=log,
+            failure="telemetry export of instances: a pass failed",
+        )
         self.period, self.limit = period, limit
         self.following: dict[uuid.UUID, asyncio.Task[None]] = {}
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="telemetry-instances")
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._task, *self.following.values()) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._task = None
+        await super().stop()
+        followers = list(self.following.values())
+        for follower in followers:
+            follower.cancel()
+        await asyncio.gather(*followers, return_exceptions=True)
         self.following.clear()
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.pass_once()
-            except Exception:  # a failed pass (database away) is retried at the next
-                log.exception("telemetry export of instances: a pass failed")
-            await asyncio.sleep(self.period)
 
     async def pass_once(self) -> None:
         async with self._maker() as session:

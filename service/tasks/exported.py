@@ -35,6 +35,7 @@ from service.backends.protocol import AdapterError
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.instance_types import parse_instance_type
 from service.core.db import utcnow
+from service.core.loops import LoopService
 from service.deployments.logs.mask import Masker
 from service.observability.events import TaskEnded, TaskLogged, TaskSeen
 from service.observability.export import Exports
@@ -123,8 +124,9 @@ async def exported(session: AsyncSession, since: datetime) -> list[Exported]:
     return out
 
 
-class TaskExports:
-    """The replica's task snapshot, log followers and ended tasks' traces (a loop service)."""
+class TaskExports(LoopService[str]):
+    """The replica's task snapshot, log followers and ended tasks' traces (a loop service;
+    `stop()` ends the followers too)."""
 
     def __init__(
         self,
@@ -138,6 +140,13 @@ class TaskExports:
     ) -> None:
         self._maker, self._adapters, self._tasks = maker, adapters, tasks
         self._exports = exports
+        super().__init__(
+            "telemetry-tasks",
+            self.pass_once,
+            period,
+            log=log,
+            failure="telemetry export of tasks: a pass failed",
+        )
         self.period, self.limit = period, limit
         self.following: dict[uuid.UUID, asyncio.Task[None]] = {}
         #: followers of tasks no longer on their cluster, and when they must end at the latest
@@ -145,26 +154,14 @@ class TaskExports:
         #: the ended tasks seen ended (their trace handed over; forgotten after 2 RETAIN)
         self._ended: dict[uuid.UUID, float] = {}
         self._wanted: set[uuid.UUID] = set()
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="telemetry-tasks")
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._task, *self.following.values()) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._task = None
+        await super().stop()
+        followers = list(self.following.values())
+        for follower in followers:
+            follower.cancel()
+        await asyncio.gather(*followers, return_exceptions=True)
         self.following.clear()
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.pass_once()
-            except Exception:  # a failed pass (database away) is retried at the next
-                log.exception("telemetry export of tasks: a pass failed")
-            await asyncio.sleep(self.period)
 
     async def pass_once(self) -> None:
         async with self._maker() as session:

@@ -1,7 +1,8 @@
 """The loop service: the one way a background loop runs in this server (the reconciler, the
 autoscaler, namespace collection, history purge, time series, asset purge, load reports; the
 invocation plane's heartbeat and sweeps, its Redis lease and session renewals, the gRPC
-channels' idle sweep).
+channels' idle sweep; the telemetry log exports, whose `FollowingLoop` also ends the
+follower tasks its rounds start).
 
 One asyncio task between `start()` and `stop()` runs `round()` at start and then every
 `period` seconds after the previous round ended (`period` may be a function, read after each
@@ -114,3 +115,31 @@ class LoopService(Generic[K]):
                 self._log.exception(self._failure)
             if full:
                 due = loop.time() + self._next_period()
+
+
+F = TypeVar("F", bound=Hashable)
+
+
+class FollowingLoop(LoopService[str], Generic[F]):
+    """A loop service whose rounds start a task per followed key (`following`: the log
+    exports' followers); `stop()` ends them with the loop."""
+
+    def __init__(
+        self,
+        name: str,
+        round: Callable[[], Awaitable[object]],
+        period: float,
+        *,
+        log: logging.Logger,
+        failure: str,
+    ) -> None:
+        super().__init__(name, round, period, log=log, failure=failure)
+        self.following: dict[F, asyncio.Task[None]] = {}
+
+    async def stop(self) -> None:
+        await super().stop()
+        followers = list(self.following.values())
+        for follower in followers:
+            follower.cancel()
+        await asyncio.gather(*followers, return_exceptions=True)
+        self.following.clear()

@@ -34,7 +34,7 @@ from service.backends.logs import LogLine, LogRequest, cut
 from service.backends.protocol import AdapterError, InstanceSpec
 from service.clusters.adapters import AdapterRegistry
 from service.core.crypto import SecretBox
-from service.core.loops import LoopService
+from service.core.loops import FollowingLoop
 from service.deployments import repository
 from service.deployments.logs.service import LIVE_PHASES, masker_of
 from service.functions import repository as functions_repository
@@ -138,9 +138,8 @@ async def paced(lines: AsyncIterator[LogLine], pause: float) -> AsyncIterator[Lo
             await asyncio.sleep(pause)
 
 
-class InstanceExports(LoopService[str]):
-    """The replica's phase counts and followers of instance logs (a loop service; `stop()`
-    ends the followers too)."""
+class InstanceExports(FollowingLoop[uuid.UUID]):
+    """The replica's phase counts and followers of instance logs (a loop service)."""
 
     def __init__(
         self,
@@ -163,15 +162,6 @@ class InstanceExports(LoopService[str]):
             failure="telemetry export of instances: a pass failed",
         )
         self.period, self.limit = period, limit
-        self.following: dict[uuid.UUID, asyncio.Task[None]] = {}
-
-    async def stop(self) -> None:
-        await super().stop()
-        followers = list(self.following.values())
-        for follower in followers:
-            follower.cancel()
-        await asyncio.gather(*followers, return_exceptions=True)
-        self.following.clear()
 
     async def pass_once(self) -> None:
         async with self._maker() as session:

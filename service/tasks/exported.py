@@ -35,7 +35,7 @@ from service.backends.protocol import AdapterError
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.instance_types import parse_instance_type
 from service.core.db import utcnow
-from service.core.loops import LoopService
+from service.core.loops import FollowingLoop
 from service.deployments.logs.mask import Masker
 from service.observability.events import TaskEnded, TaskLogged, TaskSeen
 from service.observability.export import Exports
@@ -124,9 +124,9 @@ async def exported(session: AsyncSession, since: datetime) -> list[Exported]:
     return out
 
 
-class TaskExports(LoopService[str]):
-    """The replica's task snapshot, log followers and ended tasks' traces (a loop service;
-    `stop()` ends the followers too)."""
+class TaskExports(FollowingLoop[uuid.UUID]):
+    """The replica's task snapshot, log followers and ended tasks' traces (a loop
+    service)."""
 
     def __init__(
         self,
@@ -148,20 +148,11 @@ class TaskExports(LoopService[str]):
             failure="telemetry export of tasks: a pass failed",
         )
         self.period, self.limit = period, limit
-        self.following: dict[uuid.UUID, asyncio.Task[None]] = {}
         #: followers of tasks no longer on their cluster, and when they must end at the latest
         self._leaving: dict[uuid.UUID, float] = {}
         #: the ended tasks seen ended (their trace handed over; forgotten after 2 RETAIN)
         self._ended: dict[uuid.UUID, float] = {}
         self._wanted: set[uuid.UUID] = set()
-
-    async def stop(self) -> None:
-        await super().stop()
-        followers = list(self.following.values())
-        for follower in followers:
-            follower.cancel()
-        await asyncio.gather(*followers, return_exceptions=True)
-        self.following.clear()
 
     async def pass_once(self) -> None:
         async with self._maker() as session:

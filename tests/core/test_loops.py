@@ -1,6 +1,7 @@
 """The loop service every background loop runs on: a failing round is logged and the loop
 goes on; period 0 never starts; stop ends the task; a wake runs a round now, an urgent wake an
-urgent read of its keys only; a period read from a function is read after each round."""
+urgent read of its keys only; a period read from a function is read after each round; a
+following loop ends its followers with it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import logging
 
 import pytest
 
-from service.core.loops import LoopService
+from service.core.loops import FollowingLoop, LoopService
 
 log = logging.getLogger("nvcf.test.loops")
 
@@ -122,3 +123,21 @@ async def test_a_period_function_is_read_after_each_round() -> None:
     await asyncio.sleep(0.02)
     assert len(calls) == 3
     await job.stop()
+
+
+async def test_a_following_loop_ends_the_followers_its_rounds_started_when_it_stops() -> None:
+    async def follow() -> None:
+        await asyncio.Event().wait()  # a follower that never ends by itself
+
+    async def round_() -> None:
+        if "a" not in loop.following:
+            loop.following["a"] = asyncio.create_task(follow())
+
+    loop: FollowingLoop[str] = FollowingLoop("following", round_, 60.0, log=log, failure="f")
+    loop.start()
+    await _until(lambda: "a" in loop.following)
+    follower = loop.following["a"]
+    await loop.stop()
+    assert follower.cancelled()
+    assert loop.following == {}
+    assert not loop.running

@@ -17,9 +17,9 @@ import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import DateTime, MetaData, String, TypeDecorator, event
+from sqlalchemy import DateTime, MetaData, Select, String, TypeDecorator, event
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -88,6 +88,18 @@ SQLITE_LOCK_TIMEOUT = 30.0
 #: the statements before which the sqlite3 module opens a transaction (its `is_dml`)
 _DML = re.compile(r"\s*(INSERT|UPDATE|DELETE|REPLACE)\b", re.IGNORECASE)
 _GATE_HELD = "nvcf_write_gate"
+#: the execution option of a read whose rows the transaction goes on to change (`for_update`)
+WRITE_LOCK = "nvcf_write_lock"
+
+SelectT = TypeVar("SelectT", bound=Select[Any])
+
+
+def for_update(stmt: SelectT) -> SelectT:
+    """`stmt` reading rows the transaction goes on to change, so that two writers cannot both
+    act on what they read before the other's change: on PostgreSQL the rows stay locked until
+    the transaction ends, on SQLite the read waits for the process's write gate (its reads take
+    no lock), and rows the session already holds are read afresh rather than kept as loaded."""
+    return stmt.with_for_update().execution_options(populate_existing=True, **{WRITE_LOCK: True})
 
 
 class WriteGate:
@@ -95,7 +107,8 @@ class WriteGate:
 
     A connection takes the gate just before the statement that makes the sqlite3 module open
     its transaction (the first INSERT/UPDATE/DELETE/REPLACE; reads before it take nothing, as
-    in WAL they never wait for the writer) and gives it back when it returns to the pool, after
+    in WAL they never wait for the writer), or before a read marked `for_update`, and gives it
+    back when it returns to the pool, after
     its COMMIT or ROLLBACK. Waiting past the SQLite lock timeout fails like SQLite would.
     """
 
@@ -127,9 +140,13 @@ class WriteGate:
         """Gate every write transaction of `engine`'s connections."""
 
         @event.listens_for(engine.sync_engine, "before_cursor_execute")
-        def _take(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        def _take(
+            conn: Any, _cursor: Any, statement: str, _params: Any, context: Any, _many: bool
+        ) -> None:
             pooled = conn.connection
-            if _GATE_HELD in pooled.info or not _DML.match(statement):
+            if _GATE_HELD in pooled.info:
+                return
+            if not (_DML.match(statement) or context.execution_options.get(WRITE_LOCK)):
                 return
             pooled.info[_GATE_HELD] = pooled.dbapi_connection.run_async(
                 lambda _driver: self.acquire()

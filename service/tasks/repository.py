@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Row, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.core.db import for_update
 from service.core.pagination import Page, keyset_page
 from service.tasks.models import ACTIVE, ON_CLUSTER, Task, TaskEvent, TaskResult, TaskStatus
 
@@ -19,20 +20,19 @@ async def get(session: AsyncSession, task_id: uuid.UUID) -> Task | None:
 
 
 async def get_for_update(session: AsyncSession, task_id: uuid.UUID) -> Task | None:
-    """The task, its row locked until the transaction ends (PostgreSQL; SQLite writes one at a
-    time anyway)."""
-    stmt = select(Task).where(Task.id == task_id).with_for_update()
+    """The task as it is now, no other writer changing it until the transaction ends."""
+    stmt = for_update(select(Task).where(Task.id == task_id))
     return (await session.execute(stmt)).scalar_one_or_none()
 
 
 async def many_for_update(
     session: AsyncSession, task_ids: Collection[uuid.UUID]
 ) -> dict[uuid.UUID, Task]:
-    """The tasks among `task_ids`, by id, their rows locked until the transaction ends (in id
-    order, so two writers cannot deadlock)."""
+    """The tasks among `task_ids` as they are now, by id, no other writer changing them until
+    the transaction ends (locked in id order, so two writers cannot deadlock)."""
     if not task_ids:
         return {}
-    stmt = select(Task).where(Task.id.in_(list(task_ids))).order_by(Task.id).with_for_update()
+    stmt = for_update(select(Task).where(Task.id.in_(list(task_ids))).order_by(Task.id))
     return {t.id: t for t in (await session.execute(stmt)).scalars().all()}
 
 

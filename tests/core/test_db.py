@@ -1,4 +1,5 @@
-"""SQLite's write transactions take turns in arrival order (core/db.py `WriteGate`)."""
+"""SQLite's write transactions take turns in arrival order (core/db.py `WriteGate`), and a read
+marked `for_update` waits for its turn, so what it read is what the writer changes."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import column, select, table, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from service.core.db import WriteGate, make_engine, make_sessionmaker
+from service.core.db import WriteGate, for_update, make_engine, make_sessionmaker
 from tests.support.e2e import eventually
 
 
@@ -63,6 +64,33 @@ async def test_writers_commit_in_the_order_they_asked(
     await holder.close()
     await asyncio.gather(*writers)
     assert await _written(maker) == [0, 1, 2, 3, 4, 5]
+    assert gate.waiting == 0
+
+
+async def test_a_read_for_update_waits_for_the_writer_and_reads_what_it_committed(
+    gated: tuple[WriteGate, async_sessionmaker[AsyncSession]],
+) -> None:
+    gate, maker = gated
+    await _write(maker, 1)
+    log = table("log", column("n"))
+    holder = maker()
+    await holder.execute(text("UPDATE log SET n = 2"))
+
+    async def read_then_write() -> int:
+        async with maker() as session:
+            seen = int((await session.execute(for_update(select(log.c.n)))).scalar_one())
+            await session.execute(text("UPDATE log SET n = :n"), {"n": seen + 10})
+            await session.commit()
+            return seen
+
+    reader = asyncio.create_task(read_then_write())
+    await _queued(gate, 1)
+    # a plain read does not wait, and still sees what was committed before the writer
+    assert await _written(maker) == [1]
+    await holder.commit()
+    await holder.close()
+    assert await reader == 2
+    assert await _written(maker) == [12]
     assert gate.waiting == 0
 
 

@@ -1,0 +1,118 @@
+"""A task read for update (`get_for_update`) is the task as it is now, and no other writer
+changes it before the transaction ends: an owner's delete racing the loop that ends the task
+answers, leaves the task's end as the loop wrote it and counts its GPU time once."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy import func, select, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from service.core.db import WriteGate, make_engine, make_sessionmaker
+from service.metering.models import GpuInterval
+from service.tasks import repository, transitions
+from service.tasks.models import TaskStatus
+from tests.support.e2e import eventually
+from tests.support.tasks import ACCOUNT, TaskHarness, script
+
+RUNS_ON = script(steps=[{"after": 1, "percent": 10}], exitAfter=None)
+
+
+class Race:
+    def __init__(self, engine: AsyncEngine, gate: WriteGate | None, h: TaskHarness) -> None:
+        self.engine, self.gate, self.h = engine, gate, h
+
+    async def running_task(self) -> uuid.UUID:
+        tid = await self.h.create(containerEnvironment=RUNS_ON)
+        await self.h.run(3)
+        assert (await self.h.task(tid)).status == TaskStatus.RUNNING
+        return tid
+
+    async def end_by_the_loop(self, tid: uuid.UUID) -> None:
+        async with self.h.maker() as session, session.begin():
+            task = await repository.get_for_update(session, tid)
+            assert task is not None
+            transitions.move(
+                session, task, TaskStatus.ERRORED, self.h.clock.now, "Task errored", error="x"
+            )
+
+    async def waiting_writers(self) -> int:
+        """Writers waiting for a lock: the gate's on SQLite, the database's on PostgreSQL."""
+        if self.gate is not None:
+            return self.gate.waiting
+        async with self.engine.connect() as conn:
+            found = await conn.scalar(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            )
+        return int(found or 0)
+
+    async def after_the_race(self, tid: uuid.UUID) -> None:
+        """The task ended as the loop wrote it, deleted, with one GPU interval."""
+        task = await self.h.task(tid)
+        assert task.status == TaskStatus.ERRORED and task.deleted
+        events = await self.h.events(tid)
+        assert "Task errored" in events
+        assert not any("deleted by its owner" in e for e in events)
+        async with self.h.maker() as session:
+            count = await session.scalar(
+                select(func.count()).select_from(GpuInterval).where(GpuInterval.task_id == tid)
+            )
+        assert count == 1
+
+
+@pytest.fixture
+async def race(database_url: str) -> AsyncIterator[Race]:
+    gate = WriteGate() if database_url.startswith("sqlite") else None
+    engine = make_engine(database_url, write_gate=gate)
+    try:
+        yield Race(engine, gate, TaskHarness.build(make_sessionmaker(engine)))
+    finally:
+        await engine.dispose()
+
+
+async def test_a_delete_that_read_the_task_before_the_loop_ended_it_sees_its_end(
+    race: Race,
+) -> None:
+    h = race.h
+    tid = await race.running_task()
+    async with h.maker() as session, session.begin():
+        # the request holds the task as it read it (RUNNING) when the loop's transaction commits
+        read = await h.tasks.owned(session, ACCOUNT, tid)
+        assert read.status == TaskStatus.RUNNING
+        await race.end_by_the_loop(tid)
+        await h.tasks.delete(session, ACCOUNT, tid)
+        assert read.status == TaskStatus.ERRORED
+    await race.after_the_race(tid)
+
+
+async def test_a_delete_arriving_while_the_loop_holds_the_task_waits_for_its_end(
+    race: Race,
+) -> None:
+    h = race.h
+    tid = await race.running_task()
+    async with h.maker() as loop_session, loop_session.begin():
+        task = await repository.get_for_update(loop_session, tid)
+        assert task is not None
+
+        async def delete() -> None:
+            async with h.maker() as session, session.begin():
+                await h.tasks.delete(session, ACCOUNT, tid)
+
+        deleting = asyncio.create_task(delete())
+
+        async def blocked() -> bool:
+            return await race.waiting_writers() >= 1
+
+        await eventually(blocked, seconds=10)
+        transitions.move(
+            loop_session, task, TaskStatus.ERRORED, h.clock.now, "Task errored", error="x"
+        )
+    await deleting
+    await race.after_the_race(tid)

@@ -474,7 +474,7 @@ class TaskLoop(LoopService[str]):
                         f"Result {progress.name} reported at {progress.percent}%",
                         now,
                     )
-            task.updated_at = now
+            transitions.touch(task, now)
         if decision.status is not None:
             if (
                 started

@@ -460,7 +460,6 @@ class Tasks:
         task.secrets_ciphertext = self.box.encrypt(json.dumps(stored))
         task.secret_names = sorted(stored)
         task.secrets_generation += 1
-        task.updated_at = now
         transitions.event(session, task, f"Secrets updated: {', '.join(sorted(names))}", now)
         after_commit(session, lambda: self.wake(str(task.id)))
 

@@ -63,6 +63,13 @@ def event(session: AsyncSession, task: Task, message: str, now: datetime) -> Non
     )
 
 
+def touch(task: Task, now: datetime) -> None:
+    """The task changed at `now` without a line of its own (its progress, say): its last change
+    moves to it, never back (a pass's clock was read at its start, and another writer may have
+    changed the task since)."""
+    task.updated_at = _not_before(task, now)
+
+
 def create(session: AsyncSession, task: Task, now: datetime) -> None:
     """A new task enters the queue."""
     task.status = TaskStatus.QUEUED.value

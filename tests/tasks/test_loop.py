@@ -33,7 +33,7 @@ from tests.support.e2e import eventually
 from tests.support.helm_e2e import fast_catalog
 from tests.support.reconcile import workload
 from tests.support.registry import RegistryServer
-from tests.support.tasks import BASE, TaskHarness, manifest_digest, oras_pull, script
+from tests.support.tasks import ACCOUNT, BASE, TaskHarness, manifest_digest, oras_pull, script
 
 STEPS_10_50_100 = script(
     steps=[
@@ -549,6 +549,32 @@ async def test_event_times_never_go_backwards(h: TaskHarness) -> None:
     assert times == sorted(times)
     task = await h.task(tid)
     assert task.launched_at is not None and task.launched_at >= task.created_at
+
+
+async def test_a_pass_that_read_its_clock_before_another_writers_change_lists_its_own_after(
+    h: TaskHarness,
+) -> None:
+    """A pass's progress and end come after what another writer wrote since the pass read its
+    clock (here a secrets update; an UPLOAD's push, in production), not before it."""
+    steps = script(steps=[{"after": 1, "percent": 10}, {"after": 2, "percent": 100}])
+    tid = await h.create(containerEnvironment=steps)
+    await h.run(2)
+    assert (await h.task(tid)).status == TaskStatus.RUNNING
+    pass_started = h.clock.now
+    h.clock.advance(3)
+    async with h.maker() as session, session.begin():
+        raw = {"secrets": [{"name": "HF_TOKEN", "value": "hf_new"}]}
+        await h.tasks.update_secrets(session, ACCOUNT, tid, raw)
+    h.loop.clock = lambda: pass_started
+    await h.run()
+    async with h.maker() as session:
+        rows, _ = await repository.events_page(session, tid, Page(limit=None, after=None))
+    messages = [e.message for e in rows]
+    assert messages.index("Secrets updated: HF_TOKEN") < messages.index(
+        "Task completed (percentComplete 100)"
+    )
+    times = [e.created_at for e in rows]
+    assert times == sorted(times)
 
 
 TWO_CHECKPOINTS = script(

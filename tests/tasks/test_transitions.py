@@ -1,5 +1,6 @@
 """`transitions` is the one writer of a task's status, and each change leaves an event: no
-other module assigns `status` on a task, and the statuses move only forward."""
+other module assigns `status` (or the last change, `updated_at`) on a task, and the statuses
+move only forward."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from service.tasks.transitions import ALLOWED
 PACKAGE = Path(__file__).resolve().parents[2] / "service" / "tasks"
 
 
-def status_writers() -> set[str]:
+def writers(attribute: str) -> set[str]:
     found = set()
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -20,13 +21,18 @@ def status_writers() -> set[str]:
             if isinstance(node, ast.AugAssign | ast.AnnAssign):
                 targets = [node.target]
             for target in targets:
-                if isinstance(target, ast.Attribute) and target.attr == "status":
+                if isinstance(target, ast.Attribute) and target.attr == attribute:
                     found.add(path.name)
     return found
 
 
 def test_only_transitions_writes_a_tasks_status() -> None:
-    assert status_writers() == {"transitions.py"}
+    assert writers("status") == {"transitions.py"}
+
+
+def test_only_transitions_moves_a_tasks_last_change() -> None:
+    """Its timeline's order rests on `updated_at` never moving back (transitions.touch)."""
+    assert writers("updated_at") == {"transitions.py"}
 
 
 def test_terminal_statuses_never_move_and_active_ones_only_forward() -> None:

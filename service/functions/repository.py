@@ -23,7 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.core.db import UTCDateTime, UUIDStr, mark_written, utcnow
+from service.core.db import UTCDateTime, UUIDStr, for_update, mark_written, utcnow
 from service.core.pagination import Page, keyset_page
 from service.functions.models import (
     Function,
@@ -105,14 +105,9 @@ def versions_with_ids(version_ids: Collection[uuid.UUID]) -> Select[uuid.UUID, u
 
 
 async def lock_version(session: AsyncSession, version_id: uuid.UUID) -> FunctionVersion | None:
-    """The version re-read and row-locked (`FOR UPDATE` on PostgreSQL) until the transaction
-    ends, so what is decided about it (a deploy) is serialised; None if it does not exist."""
-    stmt = (
-        select(FunctionVersion)
-        .where(FunctionVersion.id == version_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    )
+    """The version as it is now, no other writer changing it (or what is decided about it: a
+    deploy, a rescale, its deletion) until the transaction ends; None if it does not exist."""
+    stmt = for_update(select(FunctionVersion).where(FunctionVersion.id == version_id))
     return (await session.execute(stmt)).scalar_one_or_none()
 
 

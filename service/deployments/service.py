@@ -244,7 +244,7 @@ async def undeploy_version(
 ) -> Deployment | None:
     """Mark the version's live deployment (if any) `deleting`; for a version being deleted.
     The deployment row outlives the version row (no foreign key)."""
-    deployment = await repository.live_deployment(session, version_id)
+    deployment = await repository.live_deployment(session, version_id, locked=True)
     if deployment is not None:
         await undeploy(session, deployment, None, message=message)
     return deployment

@@ -261,10 +261,17 @@ async def get_function(session: AsyncSession, account_id: str, function_id: uuid
 
 
 async def get_version(
-    session: AsyncSession, account_id: str, function_id: uuid.UUID, version_id: uuid.UUID
+    session: AsyncSession,
+    account_id: str,
+    function_id: uuid.UUID,
+    version_id: uuid.UUID,
+    *,
+    locked: bool = False,
 ) -> FunctionVersion:
-    """The caller's own version, else 404: for changes (reads: `sharing.readable_version`)."""
-    version = await repository.version_by_id(session, version_id)
+    """The caller's own version, else 404: for changes (reads: `sharing.readable_version`);
+    `locked`: as it is now, no other writer (a deploy) changing it until the transaction ends."""
+    read = repository.lock_version if locked else repository.version_by_id
+    version = await read(session, version_id)
     if version is None or version.account_id != account_id or version.function_id != function_id:
         raise NotFound(detail=f"version {version_id} of function {function_id} not found")
     return version
@@ -381,6 +388,7 @@ async def delete_version(
     `VersionDeleted` is announced first (deployments marks the version's live deployment
     `deleting`: it outlives the version row, and the reconciler tears its instances down).
     """
-    version = await get_version(session, account_id, function_id, version_id)
+    # locked: a deploy of it committing meanwhile is waited for, so its deployment is seen
+    version = await get_version(session, account_id, function_id, version_id, locked=True)
     await events.publish(session, VersionDeleted(version_id))
     await repository.delete_version(session, version)

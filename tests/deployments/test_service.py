@@ -1,7 +1,8 @@
-"""The deployment use cases against concurrent writers of the same deployment: a change that
-read the deployment before another request committed its own acts on the deployment as it is
-now (the version is locked before the deployment is read), so the account's instances count
-stays what its live deployments add up to."""
+"""The deployment use cases against concurrent writers of the same deployment or version: a
+change that read the deployment before another request committed its own acts on the
+deployment as it is now (the version is locked before the deployment is read), so the
+account's instances count stays what its live deployments add up to; a deploy waits for a
+delete of its version holding it, and finds no version."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from service.auth.service import Principal
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
+from service.core.db import make_sessionmaker
 from service.core.errors import NotFound
 from service.core.events import Events
 from service.core.quotas import Quotas
@@ -22,10 +25,25 @@ from service.core.settings import Settings
 from service.deployments import service, usage
 from service.deployments.models import Deployment
 from service.deployments.service import Deploying
+from service.functions import service as functions_service
 from tests.support.races import Writers, writers
-from tests.support.reconcile import ACCOUNT, FakeClock, Harness, catalog_data, workload
+from tests.support.reconcile import (
+    ACCOUNT,
+    FakeClock,
+    Harness,
+    add_version,
+    catalog_data,
+    workload,
+)
 
 PRINCIPAL = Principal(ACCOUNT, frozenset(), "api-key", "test")
+H100 = {
+    "gpu": "H100",
+    "instanceType": "NCP.GPU.H100_1x",
+    "backend": "test-group",
+    "minInstances": 1,
+    "maxInstances": 1,
+}
 
 
 class Race:
@@ -44,6 +62,11 @@ class Race:
             await usage.adjust(session, ACCOUNT, max_instances)
         return dep
 
+    async def deployments_of(self, version_id: uuid.UUID) -> list[Deployment]:
+        async with self.h.maker() as session:
+            stmt = select(Deployment).where(Deployment.version_id == version_id)
+            return list((await session.execute(stmt)).scalars())
+
     async def counted(self) -> int:
         """The instances the account's quota sees deployed."""
         async with self.h.maker() as session:
@@ -53,8 +76,6 @@ class Race:
 @pytest.fixture
 async def race(database_url: str) -> AsyncIterator[Race]:
     async with writers(database_url) as w:
-        from service.core.db import make_sessionmaker
-
         catalog = Catalog.from_data(catalog_data())
         clock = FakeClock()
         registry = AdapterRegistry.from_catalog(catalog, clock=clock)
@@ -83,3 +104,24 @@ async def test_a_rescale_that_read_the_deployment_before_its_delete_committed_ch
     with pytest.raises(NotFound):
         await rescaling
     assert await race.counted() == 0
+
+
+async def test_a_deploy_arriving_while_its_version_is_deleted_finds_no_version(
+    race: Race,
+) -> None:
+    async with race.h.maker() as session, session.begin():
+        fid, vid = await add_version(session, image="nvcr.io/acme/echo:1.0")
+    async with race.h.maker() as deleting:
+        await functions_service.delete_version(deleting, ACCOUNT, fid, vid, events=Events())
+
+        async def deploy() -> None:
+            async with race.h.maker() as session:
+                body = {"deploymentSpecifications": [H100]}
+                await service.deploy(session, race.deps, PRINCIPAL, fid, vid, body)
+
+        deploying = asyncio.create_task(deploy())
+        await race.w.until_waiting()
+        await deleting.commit()
+    with pytest.raises(NotFound):
+        await deploying
+    assert await race.deployments_of(vid) == []

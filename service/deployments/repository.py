@@ -87,9 +87,11 @@ async def lock_deployment(
 async def live_spec(
     session: AsyncSession, principal: Principal, deployment_id: str, spec_id: str
 ) -> tuple[Deployment, DeploymentSpec]:
-    """The caller's live deployment, locked, and one of its specifications (404; 400 when the
-    deployment is being deleted)."""
+    """The caller's live deployment and one of its specifications, its version and it locked
+    in that order, every writer's (404; 400 when the deployment is being deleted)."""
     did, sid = parse_uuids((deployment_id, "deploymentId"), (spec_id, "gpuSpecificationId"))
+    found = await get_deployment(session, principal.account_id, did)
+    await functions_repository.lock_version(session, found.version_id)
     deployment = await lock_deployment(session, principal.account_id, did)
     spec = next((s for s in deployment.specs if s.id == sid), None)
     if spec is None:

@@ -104,6 +104,20 @@ def versions_with_ids(version_ids: Collection[uuid.UUID]) -> Select[uuid.UUID, u
     )
 
 
+async def lock_versions(
+    session: AsyncSession, version_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, FunctionVersion]:
+    """`lock_version` of each of `version_ids` that exists, by id (locked in id order, so two
+    writers cannot deadlock)."""
+    if not version_ids:
+        return {}
+    ids = sorted(set(version_ids))
+    stmt = for_update(
+        select(FunctionVersion).where(FunctionVersion.id.in_(ids)).order_by(FunctionVersion.id)
+    )
+    return {v.id: v for v in (await session.execute(stmt)).scalars()}
+
+
 async def lock_version(session: AsyncSession, version_id: uuid.UUID) -> FunctionVersion | None:
     """The version as it is now, no other writer changing it (or what is decided about it: a
     deploy, a rescale, its deletion) until the transaction ends; None if it does not exist."""

@@ -15,6 +15,8 @@ import pytest
 from sqlalchemy import select
 
 from service.auth.service import Principal
+from service.backends.protocol import InstanceSpec
+from service.backends.simulated.adapter import SimulatedAdapter
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.core.db import make_sessionmaker
@@ -22,7 +24,7 @@ from service.core.errors import NotFound
 from service.core.events import Events
 from service.core.quotas import Quotas
 from service.core.settings import Settings
-from service.deployments import service, usage
+from service.deployments import repository, service, usage
 from service.deployments.models import Deployment
 from service.deployments.service import Deploying
 from service.functions import service as functions_service
@@ -125,3 +127,64 @@ async def test_a_deploy_arriving_while_its_version_is_deleted_finds_no_version(
     with pytest.raises(NotFound):
         await deploying
     assert await race.deployments_of(vid) == []
+
+
+async def test_a_delete_and_a_reconciler_pass_over_its_deployment_both_complete(
+    race: Race,
+) -> None:
+    # a version whose status the pass changes: it writes the version, under the deployment
+    dep = await race.h.deploy([workload()], status="ACTIVE")
+    fid, vid = dep.function_id, dep.version_id
+    reconciler = race.h.new_reconciler()
+    async with race.h.maker() as deleting:
+        # the delete's first step: its version, locked
+        await repository.lock_version(deleting, ACCOUNT, fid, vid)
+        passing = asyncio.create_task(reconciler.run_once())
+        await race.w.until_waiting()
+        await service.delete(deleting, race.deps, PRINCIPAL, fid, vid, graceful=False)
+        await deleting.commit()
+    report = await passing
+    assert report.errors == 0
+    async with race.h.maker() as session:
+        assert await repository.live_deployment(session, vid) is None
+
+
+class Held:
+    """The simulated cluster, its first `apply` held until `go` is set: a pass is between the
+    transaction that claimed its deployments and the one that writes what it learnt."""
+
+    def __init__(self, inner: SimulatedAdapter) -> None:
+        self.name, self.inner = inner.name, inner
+        self.applying, self.go = asyncio.Event(), asyncio.Event()
+
+    async def apply(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
+        self.applying.set()
+        await self.go.wait()
+        await self.inner.apply(instance, objects)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_spec_change_and_a_reconciler_pass_over_its_deployment_both_complete(
+    race: Race,
+) -> None:
+    dep = await race.h.deploy([workload()], status="ACTIVE")
+    async with race.h.maker() as session:
+        (spec,) = (await session.get_one(Deployment, dep.id)).specs
+    did, sid = str(dep.id), str(spec.id)
+    held = Held(race.h.sim())
+    reconciler = race.h.new_reconciler(AdapterRegistry({"sim-a": held}))
+    passing = asyncio.create_task(reconciler.run_once())
+    await held.applying.wait()
+    async with race.h.maker() as patching:
+        # the change's first step: its deployment and specification, locked
+        await repository.live_spec(patching, PRINCIPAL, did, sid)
+        held.go.set()
+        await race.w.until_waiting()
+        await service.patch_spec(patching, race.deps, PRINCIPAL, did, sid, {"maxInstances": 2})
+        await patching.commit()
+    report = await passing
+    assert report.errors == 0
+    async with race.h.maker() as session:
+        assert (await session.get_one(Deployment, dep.id)).specs[0].max_instances == 2

@@ -213,6 +213,14 @@ class ReconcileStore:
             session, {d.version_id for d in deployments}
         )
 
+    async def lock_versions(
+        self, session: AsyncSession, version_ids: Iterable[uuid.UUID]
+    ) -> dict[uuid.UUID, FunctionVersion]:
+        """The versions that exist as they are now, row-locked in id order: taken before
+        their deployments', the order of every writer of both (an API change locks the
+        version, then its deployment), so a pass and a request never wait on each other."""
+        return await functions_repository.lock_versions(session, set(version_ids))
+
     async def claim(
         self, session: AsyncSession, deployment_ids: Sequence[uuid.UUID], now: datetime
     ) -> None:

@@ -18,6 +18,7 @@ from service.functions import repository, sharing
 from service.functions.events import AccessChanged, VersionDeleted
 from service.functions.models import Function, FunctionSecret, FunctionVersion, VersionTag
 from service.functions.validation import FunctionSpec, MetadataUpdate, ModelUpdate
+from service.observability import references
 
 STATUSES = ("ACTIVE", "DEPLOYING", "ERROR", "INACTIVE", "DEGRADED", "DEGRADING")
 
@@ -54,7 +55,9 @@ async def create_version(
     findings: list[dict[str, Any]] | None = None,
 ) -> FunctionVersion:
     """A new version of the caller's function `function_id`, or the first one of the function
-    `add_function` has just inserted (`new_function`)."""
+    `add_function` has just inserted (`new_function`); the telemetries it names are kept
+    from deletion until the transaction ends."""
+    await references.hold(session, account_id, spec.telemetries)
     now = utcnow()
     llm_invocation_config = spec.llm_invocation_config
     if not new_function:

@@ -4,7 +4,7 @@ waits on that state rather than on a sleep."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from sqlalchemy import text
@@ -39,7 +39,11 @@ class Writers:
         async def blocked() -> bool:
             return await self.waiting() >= count
 
-        await eventually(blocked, seconds=10)
+        await self.until(blocked)
+
+    async def until(self, check: Callable[[], Awaitable[bool]]) -> None:
+        """Return once `check()` holds (e.g. a writer waits, or finished without waiting)."""
+        await eventually(check, seconds=10)
 
 
 @asynccontextmanager

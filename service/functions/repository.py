@@ -451,12 +451,12 @@ async def telemetry_users(
 async def naming_telemetry(
     session: AsyncSession, account_id: str, telemetry_id: uuid.UUID
 ) -> list[FunctionVersion]:
-    """The account's versions naming the telemetry in their `telemetries`, rows locked."""
-    stmt = (
+    """The account's versions naming the telemetry in their `telemetries`, as they are now,
+    rows locked (in id order)."""
+    stmt = for_update(
         select(FunctionVersion)
         .where(FunctionVersion.account_id == account_id, FunctionVersion.telemetries.is_not(None))
         .order_by(FunctionVersion.id)
-        .with_for_update()
     )
     wanted = str(telemetry_id)
     return [

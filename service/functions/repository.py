@@ -57,6 +57,13 @@ async def function_by_id(session: AsyncSession, function_id: uuid.UUID) -> Funct
     return await session.get(Function, function_id)
 
 
+async def lock_function(session: AsyncSession, function_id: uuid.UUID) -> Function | None:
+    """The function as it is now, no other writer of what is the function's as a whole (its
+    traffic split) going on until the transaction ends."""
+    stmt = for_update(select(Function).where(Function.id == function_id))
+    return (await session.execute(stmt)).scalar_one_or_none()
+
+
 async def count_functions(session: AsyncSession, account_id: str) -> int:
     stmt = select(func.count()).select_from(Function).where(Function.account_id == account_id)
     return int((await session.execute(stmt)).scalar_one())

@@ -188,3 +188,45 @@ async def test_a_spec_change_and_a_reconciler_pass_over_its_deployment_both_comp
     assert report.errors == 0
     async with race.h.maker() as session:
         assert (await session.get_one(Deployment, dep.id)).specs[0].max_instances == 2
+
+
+async def test_a_pass_never_creates_an_instance_for_a_deployment_deleted_after_its_read(
+    race: Race,
+) -> None:
+    dep = await race.deployed(1)
+    reconciler = race.h.new_reconciler()
+    # hold the pass between its read of the deployments and its first write
+    store, claimed, go = reconciler.store, asyncio.Event(), asyncio.Event()
+    read_versions = store.versions
+
+    async def versions(session: Any, deployments: Any) -> Any:
+        claimed.set()
+        await go.wait()
+        return await read_versions(session, deployments)
+
+    store.versions = versions  # type: ignore[method-assign]
+    passing = asyncio.create_task(reconciler.run_once())
+    await claimed.wait()
+
+    async def delete() -> None:
+        async with race.h.maker() as session, session.begin():
+            await service.delete(
+                session, race.deps, PRINCIPAL, dep.function_id, dep.version_id, graceful=False
+            )
+
+    deleting = asyncio.create_task(delete())
+    await race.w.until(lambda: _waiting_or_done(race.w, deleting))
+    go.set()
+    await deleting
+    assert (await passing).errors == 0
+    # on the timeline, no instance is created after the deployment was deleted
+    timeline = [
+        "created" if " created for " in e.message else e.kind
+        for e in await race.h.events(dep)
+        if e.kind in ("instance", "teardown")
+    ]
+    assert "created" not in timeline[timeline.index("teardown") :], timeline
+
+
+async def _waiting_or_done(w: Writers, task: asyncio.Task[None]) -> bool:
+    return task.done() or await w.waiting() >= 1

@@ -125,6 +125,15 @@ async def lock_versions(
     return {v.id: v for v in (await session.execute(stmt)).scalars()}
 
 
+async def hold_versions(session: AsyncSession, version_ids: Collection[uuid.UUID]) -> None:
+    """Keep the versions among `version_ids` from deletion until the transaction ends (`FOR
+    SHARE` in id order; SQLite's write gate), so what is read of them next is what stays."""
+    if version_ids:
+        ids = sorted(set(version_ids))
+        stmt = select(FunctionVersion.id).where(FunctionVersion.id.in_(ids))
+        await session.execute(for_update(stmt.order_by(FunctionVersion.id), share=True))
+
+
 async def lock_version(session: AsyncSession, version_id: uuid.UUID) -> FunctionVersion | None:
     """The version as it is now, no other writer changing it (or what is decided about it: a
     deploy, a rescale, its deletion) until the transaction ends; None if it does not exist."""

@@ -12,15 +12,19 @@ import pytest
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.core.db import make_sessionmaker, utcnow
+from service.core.errors import FieldError
+from service.core.events import Events
 from service.deployments import traffic, transitions
 from service.deployments.models import Deployment
 from service.deployments.reconcile.store import ReconcileStore
+from service.functions import service as functions
 from tests.support.api import CONTAINER_FN, assert_problem, bearer, create_fn
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, dep_url, until_status
 from tests.support.invocation import deployed, invocation_app, pexec_url, spec
 from tests.support.races import writers
 from tests.support.reconcile import (
+    ACCOUNT,
     FakeClock,
     Harness,
     add_version,
@@ -186,3 +190,30 @@ async def test_a_split_set_as_the_autoscaler_commits_a_target_scales_that_target
             (spec,) = (await session.get_one(Deployment, dep.id)).specs
         # half the traffic: half the autoscaler's 4
         assert (spec.traffic_share, spec.target_instances, spec.desired_instances) == (50, 2, 2)
+
+
+async def test_a_split_naming_a_version_as_its_delete_commits_is_refused(
+    database_url: str,
+) -> None:
+    async with writers(database_url) as w:
+        maker = make_sessionmaker(w.engine)
+        catalog = Catalog.from_data(catalog_data())
+        h = Harness(maker, catalog, FakeClock(), AdapterRegistry.from_catalog(catalog), None)  # type: ignore[arg-type]
+        dep = await h.deploy([workload()], status="ACTIVE")
+        fid, vid = dep.function_id, dep.version_id
+        async with maker() as deleting:
+            await functions.delete_version(deleting, ACCOUNT, fid, vid, events=Events())
+
+            async def split() -> list[FieldError]:
+                # what PUT /functions/{id}/traffic does once the body is parsed
+                async with maker() as session, session.begin():
+                    entry = traffic.TrafficWeightIn.model_construct(version_id=vid, weight=100)
+                    errors = await traffic.violations(session, fid, [entry])
+                    if not errors:
+                        await transitions.set_split(session, fid, {vid: 100}, utcnow())
+                    return errors
+
+            setting = asyncio.create_task(split())
+            await w.until_waiting()
+            await deleting.commit()
+        assert [e.field for e in await setting] == ["traffic[0].versionId"]

@@ -26,8 +26,10 @@ from service.core.quotas import Quotas
 from service.core.settings import Settings
 from service.deployments import repository, service, usage
 from service.deployments.models import Deployment
+from service.deployments.reconcile.store import ReconcileStore
 from service.deployments.service import Deploying
 from service.functions import service as functions_service
+from service.functions.models import FunctionVersion
 from tests.support.races import Writers, writers
 from tests.support.reconcile import (
     ACCOUNT,
@@ -230,3 +232,39 @@ async def test_a_pass_never_creates_an_instance_for_a_deployment_deleted_after_i
 
 async def _waiting_or_done(w: Writers, task: asyncio.Task[None]) -> bool:
     return task.done() or await w.waiting() >= 1
+
+
+async def test_a_suspension_and_a_reconciler_pass_over_its_versions_both_complete(
+    race: Race,
+) -> None:
+    # serving deployments of the account, the suspension visiting a version before one of
+    # a smaller id (the reconciler locks versions in id order)
+    pair: tuple[uuid.UUID, uuid.UUID] | None = None
+    for _ in range(20):  # ids are random: a few deployments, almost always two
+        await race.h.deploy([workload()], status="ACTIVE")
+        async with race.h.maker() as session:
+            # in the order the suspension reads them
+            stmt = select(Deployment).where(Deployment.account_id == ACCOUNT)
+            rows = [d.version_id for d in (await session.execute(stmt)).scalars()]
+        pair = next(((a, b) for i, a in enumerate(rows) for b in rows[i + 1 :] if b < a), None)
+        if pair is not None:
+            break
+    assert pair is not None
+    before, after = pair
+    store = ReconcileStore(race.h.maker, "test", 30)
+    async with race.h.maker() as finishing:
+        # the reconciler's T3 over two of the deployments has locked the first of their versions
+        await store.lock_versions(finishing, [after])
+
+        async def suspend() -> int:
+            async with race.h.maker() as session, session.begin():
+                return await service.hold_deployments(session, ACCOUNT, True, "suspended")
+
+        suspending = asyncio.create_task(suspend())
+        await race.w.until_waiting()
+        await store.lock_versions(finishing, [before])
+        await finishing.commit()
+    assert await suspending == len(rows)
+    async with race.h.maker() as session:
+        statuses = (await session.execute(select(FunctionVersion.status))).scalars().all()
+    assert set(statuses) == {"DEGRADED"}

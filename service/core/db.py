@@ -94,12 +94,17 @@ WRITE_LOCK = "nvcf_write_lock"
 SelectT = TypeVar("SelectT", bound=Select[Any])
 
 
-def for_update(stmt: SelectT) -> SelectT:
+def for_update(stmt: SelectT, *, share: bool = False, skip_locked: bool = False) -> SelectT:
     """`stmt` reading rows the transaction goes on to change, so that two writers cannot both
     act on what they read before the other's change: on PostgreSQL the rows stay locked until
     the transaction ends, on SQLite the read waits for the process's write gate (its reads take
-    no lock), and rows the session already holds are read afresh rather than kept as loaded."""
-    return stmt.with_for_update().execution_options(populate_existing=True, **{WRITE_LOCK: True})
+    no lock), and rows the session already holds are read afresh rather than kept as loaded.
+    `share`: rows the transaction relies on staying as read (`FOR SHARE`: other such readers
+    do not wait for each other, a writer of the rows waits for them all). `skip_locked`: rows
+    another transaction holds are left out on PostgreSQL (SQLite's gate still waits)."""
+    return stmt.with_for_update(read=share, skip_locked=skip_locked).execution_options(
+        populate_existing=True, **{WRITE_LOCK: True}
+    )
 
 
 class WriteGate:

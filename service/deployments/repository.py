@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from service.auth.service import Principal
+from service.core.db import for_update
 from service.core.errors import BadRequest, NotFound
 from service.core.http import parse_uuids
 from service.core.pagination import Page, keyset_page
@@ -51,12 +52,15 @@ async def lock_version(
     return version
 
 
-async def live_deployment(session: AsyncSession, version_id: uuid.UUID) -> Deployment | None:
-    """The version's live (`desired = deployed`) deployment, if any."""
+async def live_deployment(
+    session: AsyncSession, version_id: uuid.UUID, *, locked: bool = False
+) -> Deployment | None:
+    """The version's live (`desired = deployed`) deployment, if any; `locked`: as it is now,
+    no other writer changing it until the transaction ends (a change follows)."""
     stmt = select(Deployment).where(
         Deployment.version_id == version_id, Deployment.desired == DeploymentDesired.DEPLOYED
     )
-    return (await session.execute(stmt)).scalar_one_or_none()
+    return (await session.execute(for_update(stmt) if locked else stmt)).scalar_one_or_none()
 
 
 async def get_deployment(
@@ -71,14 +75,9 @@ async def get_deployment(
 async def lock_deployment(
     session: AsyncSession, account_id: str, deployment_id: uuid.UUID
 ) -> Deployment:
-    """The caller's deployment re-read and row-locked (`FOR UPDATE` on PostgreSQL), as the
-    reconciler locks it, so a change of its specs never interleaves with a unit of work."""
-    stmt = (
-        select(Deployment)
-        .where(Deployment.id == deployment_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
-    )
+    """The caller's deployment as it is now, locked as the reconciler locks it, so a change of
+    its specs never interleaves with a unit of work."""
+    stmt = for_update(select(Deployment).where(Deployment.id == deployment_id))
     deployment = (await session.execute(stmt)).scalar_one_or_none()
     if deployment is None or deployment.account_id != account_id:
         raise NotFound(detail=f"deployment {deployment_id} not found")
@@ -88,9 +87,11 @@ async def lock_deployment(
 async def live_spec(
     session: AsyncSession, principal: Principal, deployment_id: str, spec_id: str
 ) -> tuple[Deployment, DeploymentSpec]:
-    """The caller's live deployment, locked, and one of its specifications (404; 400 when the
-    deployment is being deleted)."""
+    """The caller's live deployment and one of its specifications, its version and it locked
+    in that order, every writer's (404; 400 when the deployment is being deleted)."""
     did, sid = parse_uuids((deployment_id, "deploymentId"), (spec_id, "gpuSpecificationId"))
+    found = await get_deployment(session, principal.account_id, did)
+    await functions_repository.lock_version(session, found.version_id)
     deployment = await lock_deployment(session, principal.account_id, did)
     spec = next((s for s in deployment.specs if s.id == sid), None)
     if spec is None:
@@ -117,11 +118,16 @@ async def find_deployment(
 
 
 async def get_version_deployment(
-    session: AsyncSession, account_id: str, function_id: uuid.UUID, version_id: uuid.UUID
+    session: AsyncSession,
+    account_id: str,
+    function_id: uuid.UUID,
+    version_id: uuid.UUID,
+    *,
+    locked: bool = False,
 ) -> Deployment:
-    """The live deployment of the caller's version; 404 when the version or deployment is
-    unknown."""
-    deployment = await live_deployment(session, version_id)
+    """The live deployment of the caller's version (`locked`: as `live_deployment`); 404 when
+    the version or deployment is unknown."""
+    deployment = await live_deployment(session, version_id, locked=locked)
     if (
         deployment is None
         or deployment.account_id != account_id

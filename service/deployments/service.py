@@ -244,7 +244,7 @@ async def undeploy_version(
 ) -> Deployment | None:
     """Mark the version's live deployment (if any) `deleting`; for a version being deleted.
     The deployment row outlives the version row (no foreign key)."""
-    deployment = await repository.live_deployment(session, version_id)
+    deployment = await repository.live_deployment(session, version_id, locked=True)
     if deployment is not None:
         await undeploy(session, deployment, None, message=message)
     return deployment
@@ -447,11 +447,14 @@ async def rescale(
     """Change the scaling of the version's deployment's specifications (`PUT`); the reconciler
     is woken after the commit when anything changed."""
     account = principal.account_id
-    deployment = await repository.get_version_deployment(session, account, function_id, version_id)
+    # the version first, as a delete locks it: the deployment is then read as it is now
+    version = await repository.lock_version(session, account, function_id, version_id)
+    deployment = await repository.get_version_deployment(
+        session, account, function_id, version_id, locked=True
+    )
     stored = [stored_spec(s) for s in deployment.specs]
     changes = validate_update(body, stored)
     await check_scaling(deps, session, principal, stored, changes, SPECS)
-    version = await repository.lock_version(session, account, function_id, version_id)
     if await apply_scaling(session, deployment, changes, version):
         after_commit(session, deps.wake)
     return deployment
@@ -518,7 +521,9 @@ async def delete(
     first); the reconciler is woken after the commit and `DeploymentDeleted` announced."""
     account = principal.account_id
     version = await repository.lock_version(session, account, function_id, version_id)
-    deployment = await repository.get_version_deployment(session, account, function_id, version_id)
+    deployment = await repository.get_version_deployment(
+        session, account, function_id, version_id, locked=True
+    )
     if graceful:
         message = (
             "deployment deleted (graceful): the version takes no new requests; instances "

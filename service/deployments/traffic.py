@@ -75,9 +75,11 @@ async def split_of(session: AsyncSession, function_id: uuid.UUID) -> TrafficSpli
 async def violations(
     session: AsyncSession, function_id: uuid.UUID, split: Sequence[TrafficWeightIn]
 ) -> list[FieldError]:
-    """Every reason the split cannot be the function's, each naming its entry."""
+    """Every reason the split cannot be the function's, each naming its entry. Its versions
+    are read as they are now and kept from deletion until the split is stored."""
     errors: list[FieldError] = []
     ids = [w.version_id for w in split]
+    await functions_repository.hold_versions(session, ids)
     rows = await repository.with_live_deployment(
         session, functions_repository.versions_with_ids(ids)
     )

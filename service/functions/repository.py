@@ -23,7 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.core.db import UTCDateTime, UUIDStr, mark_written, utcnow
+from service.core.db import UTCDateTime, UUIDStr, for_update, mark_written, utcnow
 from service.core.pagination import Page, keyset_page
 from service.functions.models import (
     Function,
@@ -55,6 +55,13 @@ async def add_function(
 
 async def function_by_id(session: AsyncSession, function_id: uuid.UUID) -> Function | None:
     return await session.get(Function, function_id)
+
+
+async def lock_function(session: AsyncSession, function_id: uuid.UUID) -> Function | None:
+    """The function as it is now, no other writer of what is the function's as a whole (its
+    traffic split) going on until the transaction ends."""
+    stmt = for_update(select(Function).where(Function.id == function_id))
+    return (await session.execute(stmt)).scalar_one_or_none()
 
 
 async def count_functions(session: AsyncSession, account_id: str) -> int:
@@ -104,15 +111,33 @@ def versions_with_ids(version_ids: Collection[uuid.UUID]) -> Select[uuid.UUID, u
     )
 
 
-async def lock_version(session: AsyncSession, version_id: uuid.UUID) -> FunctionVersion | None:
-    """The version re-read and row-locked (`FOR UPDATE` on PostgreSQL) until the transaction
-    ends, so what is decided about it (a deploy) is serialised; None if it does not exist."""
-    stmt = (
-        select(FunctionVersion)
-        .where(FunctionVersion.id == version_id)
-        .with_for_update()
-        .execution_options(populate_existing=True)
+async def lock_versions(
+    session: AsyncSession, version_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, FunctionVersion]:
+    """`lock_version` of each of `version_ids` that exists, by id (locked in id order, so two
+    writers cannot deadlock)."""
+    if not version_ids:
+        return {}
+    ids = sorted(set(version_ids))
+    stmt = for_update(
+        select(FunctionVersion).where(FunctionVersion.id.in_(ids)).order_by(FunctionVersion.id)
     )
+    return {v.id: v for v in (await session.execute(stmt)).scalars()}
+
+
+async def hold_versions(session: AsyncSession, version_ids: Collection[uuid.UUID]) -> None:
+    """Keep the versions among `version_ids` from deletion until the transaction ends (`FOR
+    SHARE` in id order; SQLite's write gate), so what is read of them next is what stays."""
+    if version_ids:
+        ids = sorted(set(version_ids))
+        stmt = select(FunctionVersion.id).where(FunctionVersion.id.in_(ids))
+        await session.execute(for_update(stmt.order_by(FunctionVersion.id), share=True))
+
+
+async def lock_version(session: AsyncSession, version_id: uuid.UUID) -> FunctionVersion | None:
+    """The version as it is now, no other writer changing it (or what is decided about it: a
+    deploy, a rescale, its deletion) until the transaction ends; None if it does not exist."""
+    stmt = for_update(select(FunctionVersion).where(FunctionVersion.id == version_id))
     return (await session.execute(stmt)).scalar_one_or_none()
 
 
@@ -442,12 +467,12 @@ async def telemetry_users(
 async def naming_telemetry(
     session: AsyncSession, account_id: str, telemetry_id: uuid.UUID
 ) -> list[FunctionVersion]:
-    """The account's versions naming the telemetry in their `telemetries`, rows locked."""
-    stmt = (
+    """The account's versions naming the telemetry in their `telemetries`, as they are now,
+    rows locked (in id order)."""
+    stmt = for_update(
         select(FunctionVersion)
         .where(FunctionVersion.account_id == account_id, FunctionVersion.telemetries.is_not(None))
         .order_by(FunctionVersion.id)
-        .with_for_update()
     )
     wanted = str(telemetry_id)
     return [

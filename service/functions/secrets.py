@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.crypto import SecretBox
 from service.core.db import utcnow
-from service.core.errors import FieldError, ValidationFailed
+from service.core.errors import FieldError, NotFound, ValidationFailed
 from service.core.events import Events
 from service.core.http import require_json_object
 from service.core.validation import Check, MaxItems, RequestModel, Rules, parse
@@ -82,7 +82,11 @@ async def update_secrets(
     now: datetime | None = None,
 ) -> None:
     """Merge `secrets` into the version's (new values win), bump its secrets generation and
-    announce it (`SecretsChanged`: deployments delivers them to a deployed version)."""
+    announce it (`SecretsChanged`: deployments delivers them to a deployed version). The
+    version is read as it is now and held until the transaction ends: an update committed
+    meanwhile is merged into, and each update is a generation of its own."""
+    if await repository.lock_version(session, version.id) is None:
+        raise NotFound(detail=f"version {version.id} of function {version.function_id} not found")
     stored = {row.name: row for row in await repository.secrets_of(session, version.id)}
     names = sorted(set(stored) | {n for n, _ in secrets})
     if len(names) > MAX_SECRETS:

@@ -18,6 +18,7 @@ from service.functions import repository, sharing
 from service.functions.events import AccessChanged, VersionDeleted
 from service.functions.models import Function, FunctionSecret, FunctionVersion, VersionTag
 from service.functions.validation import FunctionSpec, MetadataUpdate, ModelUpdate
+from service.observability import references
 
 STATUSES = ("ACTIVE", "DEPLOYING", "ERROR", "INACTIVE", "DEGRADED", "DEGRADING")
 
@@ -54,7 +55,9 @@ async def create_version(
     findings: list[dict[str, Any]] | None = None,
 ) -> FunctionVersion:
     """A new version of the caller's function `function_id`, or the first one of the function
-    `add_function` has just inserted (`new_function`)."""
+    `add_function` has just inserted (`new_function`); the telemetries it names are kept
+    from deletion until the transaction ends."""
+    await references.hold(session, account_id, spec.telemetries)
     now = utcnow()
     llm_invocation_config = spec.llm_invocation_config
     if not new_function:
@@ -261,10 +264,17 @@ async def get_function(session: AsyncSession, account_id: str, function_id: uuid
 
 
 async def get_version(
-    session: AsyncSession, account_id: str, function_id: uuid.UUID, version_id: uuid.UUID
+    session: AsyncSession,
+    account_id: str,
+    function_id: uuid.UUID,
+    version_id: uuid.UUID,
+    *,
+    locked: bool = False,
 ) -> FunctionVersion:
-    """The caller's own version, else 404: for changes (reads: `sharing.readable_version`)."""
-    version = await repository.version_by_id(session, version_id)
+    """The caller's own version, else 404: for changes (reads: `sharing.readable_version`);
+    `locked`: as it is now, no other writer (a deploy) changing it until the transaction ends."""
+    read = repository.lock_version if locked else repository.version_by_id
+    version = await read(session, version_id)
     if version is None or version.account_id != account_id or version.function_id != function_id:
         raise NotFound(detail=f"version {version_id} of function {function_id} not found")
     return version
@@ -381,6 +391,7 @@ async def delete_version(
     `VersionDeleted` is announced first (deployments marks the version's live deployment
     `deleting`: it outlives the version row, and the reconciler tears its instances down).
     """
-    version = await get_version(session, account_id, function_id, version_id)
+    # locked: a deploy of it committing meanwhile is waited for, so its deployment is seen
+    version = await get_version(session, account_id, function_id, version_id, locked=True)
     await events.publish(session, VersionDeleted(version_id))
     await repository.delete_version(session, version)

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.core.errors import FieldError
+from service.core.errors import FieldError, ValidationFailed
 from service.observability import repository
 from service.observability.models import Kind
 
@@ -56,13 +56,16 @@ async def reference_errors(
     account_id: str,
     telemetries: Mapping[str, str] | None,
     field: str = "telemetries",
+    *,
+    held: bool = False,
 ) -> list[FieldError]:
     """A violation for each id that is not one of the account's telemetries (another
-    account's is not found either) or whose telemetry does not receive its type."""
+    account's is not found either) or whose telemetry does not receive its type; `held`: the
+    telemetries read as they are now and kept from deletion until the transaction ends."""
     if not telemetries:
         return []
     ids = {uuid.UUID(v) for v in telemetries.values()}
-    found = {t.id: t for t in await repository.by_ids(session, account_id, ids)}
+    found = {t.id: t for t in await repository.by_ids(session, account_id, ids, held=held)}
     errors: list[FieldError] = []
     for key, value in telemetries.items():
         telemetry = found.get(uuid.UUID(value))
@@ -79,3 +82,14 @@ async def reference_errors(
                 )
             )
     return errors
+
+
+async def hold(
+    session: AsyncSession, account_id: str, telemetries: Mapping[str, str] | None
+) -> None:
+    """Keep the telemetries a version or task is stored naming from deletion until the
+    transaction ends (a delete waits, then sees what names them), checked again as they are
+    now: one deleted since the request's check is a 400, and nothing is stored."""
+    errors = await reference_errors(session, account_id, telemetries, held=True)
+    if errors:
+        raise ValidationFailed.of(errors)

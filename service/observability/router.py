@@ -113,10 +113,7 @@ async def get_telemetry(
 async def delete_telemetry(
     telemetryId: str, session: Session, principal: Manager, users: TelemetryUsersDep
 ) -> Response:
-    tid = parse_uuid(telemetryId, _ID)
-    await service.get(session, principal.account_id, tid)
-    names = await users(session, principal.account_id, tid)
-    await service.delete(session, principal.account_id, tid, names)
+    await service.delete(session, principal.account_id, parse_uuid(telemetryId, _ID), users)
     return Response(status_code=204)
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -245,8 +245,12 @@ async def create(
     return telemetry
 
 
-async def get(session: AsyncSession, account_id: str, telemetry_id: uuid.UUID) -> Telemetry:
-    telemetry = await repository.by_id(session, telemetry_id)
+async def get(
+    session: AsyncSession, account_id: str, telemetry_id: uuid.UUID, *, locked: bool = False
+) -> Telemetry:
+    """The account's telemetry, else 404; `locked`: as `repository.lock` reads it."""
+    read = repository.lock if locked else repository.by_id
+    telemetry = await read(session, telemetry_id)
     if telemetry is None or telemetry.account_id != account_id:
         raise NotFound(detail=f"telemetry {telemetry_id} not found")
     return telemetry
@@ -257,10 +261,16 @@ async def list_all(session: AsyncSession, account_id: str) -> Sequence[Telemetry
 
 
 async def delete(
-    session: AsyncSession, account_id: str, telemetry_id: uuid.UUID, users: Sequence[str]
+    session: AsyncSession,
+    account_id: str,
+    telemetry_id: uuid.UUID,
+    named_by: Callable[[AsyncSession, str, uuid.UUID], Awaitable[Sequence[str]]],
 ) -> None:
-    """Delete the telemetry unless `users` (what names it) is not empty."""
-    telemetry = await get(session, account_id, telemetry_id)
+    """Delete the telemetry unless something names it (`named_by`: what of the account does).
+    It is locked first, as a version or task naming it holds it (`references.hold`), so one
+    stored meanwhile is seen, or waits and finds it gone."""
+    telemetry = await get(session, account_id, telemetry_id, locked=True)
+    users = await named_by(session, account_id, telemetry_id)
     if users:
         shown = "; ".join(users[:10]) + (f"; and {len(users) - 10} more" if len(users) > 10 else "")
         raise BadRequest(

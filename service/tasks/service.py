@@ -49,7 +49,7 @@ from service.core.quotas import Quotas
 from service.core.settings import Settings
 from service.core.validation import failed, parse
 from service.functions.requests import MAX_SECRETS, secret_text
-from service.observability.references import canonical, reference_errors
+from service.observability.references import canonical, hold, reference_errors
 from service.registry.models import ArtifactType
 from service.registry.service import credentials_for_host
 from service.tasks import repository, transitions
@@ -121,6 +121,7 @@ class Tasks:
         if model.helm_chart is not None:
             objects, clusters = await self._chart(session, account_id, model, target)
         await self._check_quotas(session, account_id)
+        await hold(session, account_id, canonical(body.get("telemetries")))
         now = self.clock()
         secrets = {s.name: secret_text(s.value) for s in model.secrets or []}
         spec = model.gpu_specification

@@ -17,14 +17,22 @@ from asgi_lifespan import LifespanManager
 from sqlalchemy import update
 
 from service.app import create_app
+from service.core.db import make_sessionmaker, utcnow
 from service.core.settings import Settings
+from service.deployments import transitions
+from service.deployments.canary import Phase as CanaryPhase
+from service.deployments.canary import State as CanaryState
 from service.deployments.canary_figures import Tally, report, watched
 from service.deployments.canary_loop import CanaryLoop
-from service.deployments.models import Instance
+from service.deployments.models import CanaryRelease, Deployment, Instance
+from service.deployments.reconcile.store import ReconcileStore
+from service.functions.models import FunctionVersion
 from service.health.conditions import Phase
 from tests.support.app import ADMIN_KEY, AppClient, SettingsFactory, without_reconciler
 from tests.support.e2e import V, dep_url, until_status
 from tests.support.invocation import FAST, deployed, pexec_url, spec, write_catalog
+from tests.support.races import writers
+from tests.support.reconcile import ACCOUNT, add_version
 from tests.support.upstream import UpstreamServer
 
 PLAN: dict[str, Any] = {
@@ -195,3 +203,58 @@ async def test_two_replicas_sum_their_figures_and_take_each_decision_once(
 async def dep_id(client: AppClient, fn: dict[str, Any]) -> str:
     resp = await client.get(dep_url(fn))
     return str(resp.json()["deployment"]["deploymentId"])
+
+
+async def test_a_rollback_that_undeploys_the_canary_and_a_reconciler_pass_both_complete(
+    database_url: str,
+) -> None:
+    async with writers(database_url) as w:
+        maker = make_sessionmaker(w.engine)
+        now = utcnow()
+        async with maker() as session, session.begin():
+            fid, stable = await add_version(session, status="ACTIVE")
+            canary = uuid.uuid4()
+            session.add(
+                FunctionVersion(
+                    id=canary, function_id=fid, account_id=ACCOUNT, name="fn", status="ACTIVE",
+                    inference_url="/infer", inference_port=8000, api_body_format="CUSTOM",
+                    function_type="DEFAULT", health={}, description="", tags=[],
+                )
+            )  # fmt: skip
+            deployments = {}
+            for vid in (stable, canary):
+                deployments[vid] = uuid.uuid4()
+                session.add(
+                    Deployment(
+                        id=deployments[vid], account_id=ACCOUNT, function_id=fid, version_id=vid,
+                        function_name="fn", desired="deployed", feature_flags={}, generation=1,
+                    )
+                )  # fmt: skip
+            release = CanaryRelease(
+                function_id=fid, active_function_id=fid, canary_version_id=canary,
+                stable_version_id=stable, plan=PLAN, undeploy_on_rollback=True,
+                phase="RUNNING", step=0, step_started_at=now,
+            )  # fmt: skip
+            session.add(release)
+        store = ReconcileStore(maker, "test", 30)
+        async with maker() as finishing:
+            # the reconciler's T3 over the canary's deployment holds the canary version
+            await store.lock_versions(finishing, [canary])
+
+            async def roll_back() -> bool:
+                async with maker() as session, session.begin():
+                    row = await session.get_one(CanaryRelease, release.id)
+                    state = CanaryState(CanaryPhase.ROLLED_BACK, 0, now)
+                    return await transitions.write_state(
+                        session, row, state, message="rolled back", now=now
+                    )
+
+            rolling_back = asyncio.create_task(roll_back())
+            await w.until_waiting()
+            await store.lock_deployments(finishing, [deployments[canary]], skip_locked=False)
+            await finishing.commit()
+        assert await rolling_back
+        async with maker() as session:
+            assert (await session.get_one(CanaryRelease, release.id)).phase == "ROLLED_BACK"
+            undeployed = await session.get_one(Deployment, deployments[canary])
+            assert undeployed.desired == "deleting"

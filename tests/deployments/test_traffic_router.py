@@ -3,15 +3,34 @@ name no version (an explicit version still wins), refused with every violation n
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from service.clusters.adapters import AdapterRegistry
+from service.clusters.catalog import Catalog
+from service.core.db import make_sessionmaker, utcnow
+from service.core.errors import FieldError
+from service.core.events import Events
+from service.deployments import traffic, transitions
+from service.deployments.models import Deployment
+from service.deployments.reconcile.store import ReconcileStore
+from service.functions import service as functions
 from tests.support.api import CONTAINER_FN, assert_problem, bearer, create_fn
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, dep_url, until_status
 from tests.support.invocation import deployed, invocation_app, pexec_url, spec
+from tests.support.races import writers
+from tests.support.reconcile import (
+    ACCOUNT,
+    FakeClock,
+    Harness,
+    add_version,
+    catalog_data,
+    workload,
+)
 
 
 @pytest.fixture
@@ -114,3 +133,87 @@ async def test_a_token_sees_the_split_of_the_versions_it_may_invoke(client: AppC
         assert resp.json()["headers"]["NVCF-FUNCTION-VERSION-ID"] == old["versionId"]
     # the owner's view holds both: both take some of 40 requests
     assert {await landed(client, old) for _ in range(40)} == {old["versionId"], new["versionId"]}
+
+
+async def test_two_splits_set_at_once_both_answer_and_the_last_one_stands(
+    database_url: str,
+) -> None:
+    async with writers(database_url) as w:
+        maker = make_sessionmaker(w.engine)
+        async with maker() as session, session.begin():
+            fid, vid = await add_version(session)
+        async with maker() as first:
+            await transitions.set_split(first, fid, {vid: 100}, utcnow())
+
+            async def second() -> None:
+                async with maker() as session, session.begin():
+                    await transitions.set_split(session, fid, {vid: 100}, utcnow())
+
+            setting = asyncio.create_task(second())
+            await w.until_waiting()
+            await first.commit()
+        await setting
+        async with maker() as session:
+            split = await traffic.split_of(session, fid)
+        assert [(t.version_id, t.weight) for t in split.traffic] == [(vid, 100)]
+
+
+async def test_a_split_set_as_the_autoscaler_commits_a_target_scales_that_target(
+    database_url: str,
+) -> None:
+    async with writers(database_url) as w:
+        maker = make_sessionmaker(w.engine)
+        catalog = Catalog.from_data(catalog_data())
+        h = Harness(maker, catalog, FakeClock(), AdapterRegistry.from_catalog(catalog), None)  # type: ignore[arg-type]
+        dep = await h.deploy([workload()], min_instances=1)
+        async with maker() as session, session.begin():
+            (spec,) = (await session.get_one(Deployment, dep.id)).specs
+            spec.max_instances = 8
+        async with maker() as scaling:
+            # the autoscaler holds the deployment and sets its target to 4
+            (held,) = await ReconcileStore(maker, "test", 30).lock_deployments(
+                scaling, [dep.id], skip_locked=False
+            )
+            now = utcnow()
+            transitions.set_targets(scaling, held, {spec.id: 4}, now, reason="r", message="m")
+            await scaling.flush()
+
+            async def split() -> None:
+                async with maker() as session, session.begin():
+                    await transitions.set_split(session, dep.function_id, {dep.version_id: 50}, now)
+
+            setting = asyncio.create_task(split())
+            await w.until_waiting()
+            await scaling.commit()
+        await setting
+        async with maker() as session:
+            (spec,) = (await session.get_one(Deployment, dep.id)).specs
+        # half the traffic: half the autoscaler's 4
+        assert (spec.traffic_share, spec.target_instances, spec.desired_instances) == (50, 2, 2)
+
+
+async def test_a_split_naming_a_version_as_its_delete_commits_is_refused(
+    database_url: str,
+) -> None:
+    async with writers(database_url) as w:
+        maker = make_sessionmaker(w.engine)
+        catalog = Catalog.from_data(catalog_data())
+        h = Harness(maker, catalog, FakeClock(), AdapterRegistry.from_catalog(catalog), None)  # type: ignore[arg-type]
+        dep = await h.deploy([workload()], status="ACTIVE")
+        fid, vid = dep.function_id, dep.version_id
+        async with maker() as deleting:
+            await functions.delete_version(deleting, ACCOUNT, fid, vid, events=Events())
+
+            async def split() -> list[FieldError]:
+                # what PUT /functions/{id}/traffic does once the body is parsed
+                async with maker() as session, session.begin():
+                    entry = traffic.TrafficWeightIn.model_construct(version_id=vid, weight=100)
+                    errors = await traffic.violations(session, fid, [entry])
+                    if not errors:
+                        await transitions.set_split(session, fid, {vid: 100}, utcnow())
+                    return errors
+
+            setting = asyncio.create_task(split())
+            await w.until_waiting()
+            await deleting.commit()
+        assert [e.field for e in await setting] == ["traffic[0].versionId"]

@@ -5,6 +5,7 @@ change nothing; values appear in no response, log record or event."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -12,13 +13,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.fernet import Fernet
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.backends.protocol import InstanceSpec
 from service.backends.simulated.adapter import SimulatedAdapter
+from service.core.crypto import SecretBox
+from service.core.db import make_sessionmaker
+from service.core.events import Events
+from service.functions import secrets, service
+from service.functions.models import FunctionVersion
 from tests.support.api import assert_problem, bearer, create_fn, new_key
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import V, dep_url, deployment, eventually
 from tests.support.invocation import deployed, invocation_app, pexec_url, spec
+from tests.support.races import writers
+from tests.support.reconcile import ACCOUNT, add_version
 
 SECRET_VALUE = "s3cr3t-value-never-shown"
 ROTATED_VALUE = "r0tated-value-never-shown"
@@ -219,3 +229,33 @@ async def test_scope_and_ownership(client_factory: ClientFactory, tmp_path: Path
     missing = {**fn, "versionId": "00000000-0000-0000-0000-000000000000"}
     resp = await client.put(secrets_url(missing), json=body)
     assert_problem(resp, 404)
+
+
+async def test_two_updates_at_once_both_land_and_each_is_a_new_generation(
+    database_url: str,
+) -> None:
+    box = SecretBox(Fernet.generate_key().decode())
+    async with writers(database_url) as w:
+        maker = make_sessionmaker(w.engine)
+        async with maker() as session, session.begin():
+            fid, vid = await add_version(session)
+
+        async def update(session: AsyncSession, name: str) -> None:
+            version = await service.get_version(session, ACCOUNT, fid, vid)
+            await secrets.update_secrets(session, version, [(name, "v")], box=box, events=Events())
+
+        async with maker() as first:
+            await update(first, "FIRST")
+
+            async def second() -> None:
+                async with maker() as session, session.begin():
+                    await update(session, "SECOND")
+
+            updating = asyncio.create_task(second())
+            await w.until_waiting()
+            await first.commit()
+        await updating
+        async with maker() as session:
+            version = await session.get_one(FunctionVersion, vid)
+            # the second update is generation 2: instances holding the first's receive it too
+            assert (version.secret_names, version.secrets_generation) == (["FIRST", "SECOND"], 2)

@@ -117,6 +117,40 @@ def service(name: str, app: str) -> dict[str, Any]:
     }
 
 
+async def add_version(
+    session: AsyncSession,
+    *,
+    status: str = "INACTIVE",
+    service_name: str | None = None,
+    image: str | None = None,
+) -> tuple[uuid.UUID, uuid.UUID]:
+    """A function of `ACCOUNT` with one version (flushed), of container `image` if given:
+    (function id, version id)."""
+    fid, vid = uuid.uuid4(), uuid.uuid4()
+    session.add(Function(id=fid, account_id=ACCOUNT))
+    await session.flush()
+    session.add(
+        FunctionVersion(
+            id=vid,
+            function_id=fid,
+            account_id=ACCOUNT,
+            name="fn",
+            status=status,
+            inference_url="/infer",
+            inference_port=8000,
+            helm_chart_service_name=service_name,
+            container_image=image,
+            api_body_format="CUSTOM",
+            function_type="DEFAULT",
+            health={},
+            description="",
+            tags=[],
+        )
+    )
+    await session.flush()
+    return fid, vid
+
+
 @dataclass
 class Harness:
     """One database, one catalog of simulated clusters on a fake clock, one reconciler."""
@@ -164,27 +198,8 @@ class Harness:
         service_name: str | None = None,
         policy: dict[str, Any] | None = None,
     ) -> Deployment:
-        fid, vid = uuid.uuid4(), uuid.uuid4()
         async with self.maker() as session, session.begin():
-            session.add(Function(id=fid, account_id=ACCOUNT))
-            await session.flush()
-            session.add(
-                FunctionVersion(
-                    id=vid,
-                    function_id=fid,
-                    account_id=ACCOUNT,
-                    name="fn",
-                    status=status,
-                    inference_url="/infer",
-                    inference_port=8000,
-                    helm_chart_service_name=service_name,
-                    api_body_format="CUSTOM",
-                    function_type="DEFAULT",
-                    health={},
-                    description="",
-                    tags=[],
-                )
-            )
+            fid, vid = await add_version(session, status=status, service_name=service_name)
             dep = Deployment(
                 id=uuid.uuid4(),
                 account_id=ACCOUNT,

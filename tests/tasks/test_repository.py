@@ -1,6 +1,7 @@
 """A task read for update (`get_for_update`) is the task as it is now, and no other writer
 changes it before the transaction ends: an owner's delete racing the loop that ends the task
-answers, leaves the task's end as the loop wrote it and counts its GPU time once."""
+answers, leaves the task's end as the loop wrote it and counts its GPU time once. A task
+created while a telemetry it names is deleted waits for the delete and is refused."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.core.db import WriteGate, make_engine, make_sessionmaker
+from service.core.errors import ValidationFailed
 from service.metering.models import GpuInterval
+from service.observability import service as telemetry_service
 from service.tasks import repository, transitions
 from service.tasks.models import TaskStatus
 from tests.support.e2e import eventually
 from tests.support.tasks import ACCOUNT, TaskHarness, script
+from tests.support.telemetries import OTLP
 
 RUNS_ON = script(steps=[{"after": 1, "percent": 10}], exitAfter=None)
 
@@ -116,3 +120,28 @@ async def test_a_delete_arriving_while_the_loop_holds_the_task_waits_for_its_end
         )
     await deleting
     await race.after_the_race(tid)
+
+
+async def test_a_task_created_while_the_telemetry_it_names_is_deleted_is_refused(
+    race: Race,
+) -> None:
+    h = race.h
+    async with h.maker() as session, session.begin():
+        spec = await telemetry_service.validate_create(OTLP, ())
+        telemetry = await telemetry_service.create(
+            session, account_id=ACCOUNT, spec=spec, box=h.box
+        )
+    async with h.maker() as deleting:
+        await telemetry_service.delete(deleting, ACCOUNT, telemetry.id, repository.telemetry_users)
+        creating = asyncio.create_task(h.create(telemetries={"logsTelemetryId": str(telemetry.id)}))
+        await eventually(lambda: _blocked(race), seconds=10)
+        await deleting.commit()
+    with pytest.raises(ValidationFailed) as refused:
+        await creating
+    assert [e.field for e in refused.value.errors or []] == ["telemetries.logsTelemetryId"]
+    async with h.maker() as session:
+        assert await repository.telemetry_users(session, ACCOUNT, telemetry.id) == []
+
+
+async def _blocked(race: Race) -> bool:
+    return await race.waiting_writers() >= 1

@@ -1,8 +1,9 @@
-"""T3 of a unit of work (unit.py): in one transaction, under the deployments' row locks, write
-what the unit learnt about each instance (conditions, events, kept log lines, the secrets
-delivered), end the rollouts a failed instance stops, aggregate each version's status
-(counts.py), schedule when each row is due next, and remove a deployment being deleted whose
-instances are all gone. Every state change goes through `service.deployments.transitions`."""
+"""T3 of a unit of work (unit.py): in one transaction, under the versions' and deployments' row
+locks (in that order, as an API change takes them), write what the unit learnt about each
+instance (conditions, events, kept log lines, the secrets delivered), end the rollouts a failed
+instance stops, aggregate each version's status (counts.py), schedule when each row is due
+next, and remove a deployment being deleted whose instances are all gone. Every state change
+goes through `service.deployments.transitions`."""
 
 from __future__ import annotations
 
@@ -32,11 +33,11 @@ async def finish(rt: Runtime, claimed: list[Claimed]) -> None:
     statuses: list[transitions.StatusChange] = []
     async with rt.sessionmaker() as session, session.begin():
         ids = [c.dep.id for c in claimed]
+        versions = await rt.store.lock_versions(session, (c.dep.version_id for c in claimed))
         deps = {
             d.id: d
             for d in await rt.store.lock_deployments(session, ids, skip_locked=False, objects=False)
         }
-        versions = await rt.store.versions(session, list(deps.values()))
         rows_by_dep = await rt.store.instances(session, ids)
         for c in claimed:
             dep = deps.get(c.dep.id)

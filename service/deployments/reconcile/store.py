@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
 
 from service.core.changes import BOOKKEEPING, touching
+from service.core.db import for_update
 from service.deployments.models import (
     Deployment,
     DeploymentSpec,
@@ -192,17 +193,18 @@ class ReconcileStore:
         skip_locked: bool,
         objects: bool = True,
     ) -> list[Deployment]:
-        """The deployments with their specs, row-locked in id order (`FOR UPDATE [SKIP
-        LOCKED]` on PostgreSQL; SQLite has one writer). With `skip_locked`, those another
-        replica holds are left out; without `objects`, the specs' objects are not loaded."""
+        """The deployments with their specs as they are now, row-locked in id order (`FOR
+        UPDATE [SKIP LOCKED]` on PostgreSQL, the write gate on SQLite, so a change committed
+        between this read and the pass's first write is not missed). With `skip_locked`, those
+        another replica holds are left out; without `objects`, the specs' objects are not
+        loaded."""
         specs = selectinload(Deployment.specs)
-        stmt = (
+        stmt = for_update(
             select(Deployment)
             .where(Deployment.id.in_(list(ids)))
             .order_by(Deployment.id)
-            .with_for_update(skip_locked=skip_locked)
-            .options(specs if objects else specs.defer(DeploymentSpec.objects))
-            .execution_options(populate_existing=True)
+            .options(specs if objects else specs.defer(DeploymentSpec.objects)),
+            skip_locked=skip_locked,
         )
         return list((await session.execute(stmt)).scalars())
 
@@ -212,6 +214,14 @@ class ReconcileStore:
         return await functions_repository.versions_by_id(
             session, {d.version_id for d in deployments}
         )
+
+    async def lock_versions(
+        self, session: AsyncSession, version_ids: Iterable[uuid.UUID]
+    ) -> dict[uuid.UUID, FunctionVersion]:
+        """The versions that exist as they are now, row-locked in id order: taken before
+        their deployments', the order of every writer of both (an API change locks the
+        version, then its deployment), so a pass and a request never wait on each other."""
+        return await functions_repository.lock_versions(session, set(version_ids))
 
     async def claim(
         self, session: AsyncSession, deployment_ids: Sequence[uuid.UUID], now: datetime

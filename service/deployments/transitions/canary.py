@@ -68,6 +68,11 @@ def analysis_of(canary: Figures, stable: Figures) -> dict[str, Any]:
 
 
 async def _split(session: AsyncSession, release: CanaryRelease, weight: int, now: datetime) -> None:
+    # the versions before their deployments (every writer's order: a rollback goes on to
+    # write the canary version's status under its deployment)
+    await functions_repository.lock_versions(
+        session, {release.stable_version_id, release.canary_version_id}
+    )
     weights = {release.stable_version_id: 100 - weight, release.canary_version_id: weight}
     await set_split(session, release.function_id, {v: w for v, w in weights.items() if w > 0}, now)
 

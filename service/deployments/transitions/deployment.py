@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
 from service.core.changes import BOOKKEEPING, touching
+from service.core.db import for_update
 from service.core.schemas import iso_z
 from service.deployments import history, usage
 from service.deployments.events import record_event
@@ -27,6 +28,7 @@ from service.deployments.transitions.status import (
     set_version_status,
     status_of,
 )
+from service.functions import repository as functions_repository
 from service.functions.models import FunctionVersion
 from service.health.machine import Phase
 from service.health.status import VersionStatus
@@ -298,7 +300,14 @@ async def hold_account(
     reconciler next aggregates the status, and a version read ACTIVE then (as after a quick
     resume) would turn DEGRADED while its held instances are replaced. It reads ACTIVE again
     once an instance runs."""
-    stmt = select(Deployment).where(Deployment.account_id == account_id)
+    mine = select(Deployment.version_id).where(Deployment.account_id == account_id)
+    # the versions, then the deployments, each in id order (every writer's order)
+    versions = await functions_repository.lock_versions(
+        session, set((await session.execute(mine)).scalars().all())
+    )
+    stmt = for_update(
+        select(Deployment).where(Deployment.account_id == account_id).order_by(Deployment.id)
+    )
     changed = 0
     for deployment in (await session.execute(stmt)).scalars().all():
         specs = [s for s in deployment.specs if s.held != held]
@@ -311,7 +320,7 @@ async def hold_account(
         record_event(session, deployment.id, "scaling", f"{what}: {reason}", reason=reason)
         changed += 1
         if held and deployment.desired == DeploymentDesired.DEPLOYED:
-            version = await session.get(FunctionVersion, deployment.version_id)
+            version = versions.get(deployment.version_id)
             if version is not None and status_of(version) in SERVING:
                 await set_version_status(
                     session, deployment.id, version, VersionStatus.DEGRADED, now, cause=reason

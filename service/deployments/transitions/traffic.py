@@ -13,17 +13,22 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.core.db import for_update
 from service.deployments import traffic
 from service.deployments.events import record_event
 from service.deployments.models import Deployment, DeploymentDesired
 from service.deployments.transitions.deployment import mark_changed
+from service.functions import repository as functions_repository
 
 
 async def set_split(
     session: AsyncSession, function_id: uuid.UUID, weights: Mapping[uuid.UUID, int], now: datetime
 ) -> None:
     """The function's split from now on (`weights` checked by the caller; empty: none), and
-    each live version's share: its weight, 0 when a split leaves it out, 100 without one."""
+    each live version's share: its weight, 0 when a split leaves it out, 100 without one.
+    Splits of one function are set one at a time (its row locked): the next replaces the
+    rows the last one committed."""
+    await functions_repository.lock_function(session, function_id)
     await traffic.replace(
         session,
         function_id,
@@ -32,9 +37,15 @@ async def set_split(
             for v, w in weights.items()
         ],
     )
+    # as they are now: the autoscaler's target committed meanwhile is the one scaled
     live = await session.scalars(
-        select(Deployment).where(
-            Deployment.function_id == function_id, Deployment.desired == DeploymentDesired.DEPLOYED
+        for_update(
+            select(Deployment)
+            .where(
+                Deployment.function_id == function_id,
+                Deployment.desired == DeploymentDesired.DEPLOYED,
+            )
+            .order_by(Deployment.id)
         )
     )
     for deployment in live:

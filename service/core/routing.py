@@ -13,7 +13,8 @@ app built from it: building them is most of the cost of building an app.
 from __future__ import annotations
 
 from fastapi import APIRouter, FastAPI
-from fastapi.routing import APIRoute, BaseRoute
+from fastapi.routing import APIRoute
+from starlette.routing import BaseRoute
 
 _ROUTE_FIELDS = (
     "response_model",

@@ -5,8 +5,6 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from lightkube.utils.quantity import parse_quantity
-
 
 def quantity(value: Any) -> Decimal | None:
     """`value` (a string, or a number as YAML or JSON gives it) in base units, or None when it
@@ -17,6 +15,9 @@ def quantity(value: Any) -> Decimal | None:
     # lightkube stops at a line break and reads "1\nGi" as 1; the API server refuses it
     if any(c.isspace() for c in text):
         return None
+    # imported here: lightkube's package loads its whole client (kubeconfig, httpx, YAML)
+    from lightkube.utils.quantity import parse_quantity
+
     try:
         return parse_quantity(text)
     except ValueError:

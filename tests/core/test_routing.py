@@ -83,3 +83,22 @@ async def test_requests_behave_the_same() -> None:
             )
     assert answers[0] == answers[1]
     assert answers[0][:2] == (201, {"name": "a:router,route"})
+
+
+async def test_apps_mounting_the_same_router_each_answer_as_their_own_app() -> None:
+    router = APIRouter()
+
+    @router.get("/name")
+    async def name(request: Request) -> dict[str, str]:
+        return {"app": request.app.title}
+
+    answers = []
+    for title in ("first", "second"):
+        app = FastAPI(title=title)
+        mount_flat(app, router, "/v2")
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://t"
+        ) as client:
+            answers.append((await client.get("/v2/name")).json())
+        assert app.openapi()["paths"]["/v2/name"]["get"]["operationId"] == "name_v2_name_get"
+    assert answers == [{"app": "first"}, {"app": "second"}]

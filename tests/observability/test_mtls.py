@@ -11,7 +11,7 @@ import gc
 import threading
 import uuid
 import warnings
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ def readers() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name == "OtelPeriodicExportingMetricReader"}
 
 
-def assert_nothing_left_open(before: Collection[threading.Thread]) -> None:
+def assert_nothing_left_open(before: set[threading.Thread]) -> None:
     """No export thread of the app runs on, and no connection is left to the garbage
     collector (its ResourceWarning an error here, not in whichever test runs next)."""
     assert readers() <= before

@@ -15,7 +15,8 @@ the lines written meanwhile come in one read: a busy worker's lines cost a few w
 second, not one each. While the logs endpoint is in backoff (its last export failed) the
 follower reads nothing — each line read would only be dropped — and follows again from the
 last line sent once the backoff ends. An instance no longer live, or no longer this
-replica's, is left.
+replica's, is left. A pass that found nothing to count or follow makes the next ones read
+nothing until the clusters report a change (`changed()`).
 """
 
 from __future__ import annotations
@@ -162,13 +163,27 @@ class InstanceExports(FollowingLoop[uuid.UUID]):
             failure="telemetry export of instances: a pass failed",
         )
         self.period, self.limit = period, limit
+        #: the last pass found nothing to count or follow: passes read nothing until
+        #: `changed()` (a server with no telemetry in use does no periodic reads for it)
+        self._idle = False
+        self._changed = False
+
+    def changed(self) -> None:
+        """The clusters reported a change (an instance started, say): a pass now."""
+        self._changed = True
+        self.wake()
 
     async def pass_once(self) -> None:
+        if self._idle and not self._changed:
+            return
+        self._changed = False
         async with self._maker() as session:
-            self._exports.phases(await phases(session))
+            counted = await phases(session)
+            self._exports.phases(counted)
             wanted = {
                 f.instance_id: f for f in await followed(session, self._owner, self._adapters)
             }
+        self._idle = not counted and not wanted and not self.following
         for instance_id in [i for i in self.following if i not in wanted]:
             self.following.pop(instance_id).cancel()
         for instance_id, f in wanted.items():

@@ -15,6 +15,9 @@ running, or ended within `RETAIN` seconds (one statement, a few columns):
   left them at the latest;
 - a task naming a TRACES telemetry that ended is handed over once (observability/tasks.py
   makes its trace, with ids derived from the task's id).
+
+A pass that found no task naming telemetries makes the next ones read nothing until a task is
+created, canceled or deleted or the clusters report a change (`changed()`).
 """
 
 from __future__ import annotations
@@ -153,10 +156,24 @@ class TaskExports(FollowingLoop[uuid.UUID]):
         #: the ended tasks seen ended (their trace handed over; forgotten after 2 RETAIN)
         self._ended: dict[uuid.UUID, float] = {}
         self._wanted: set[uuid.UUID] = set()
+        #: the last pass found no task naming telemetries: passes read nothing until
+        #: `changed()` (a server with no telemetry in use does no periodic reads for it)
+        self._idle = False
+        self._changed = False
+
+    def changed(self, *_: object) -> None:
+        """A task was created, canceled or deleted, or the clusters reported a change: a pass
+        now."""
+        self._changed = True
+        self.wake()
 
     async def pass_once(self) -> None:
+        if self._idle and not self._changed:
+            return
+        self._changed = False
         async with self._maker() as session:
             rows = await exported(session, utcnow() - timedelta(seconds=RETAIN))
+        self._idle = not rows and not self.following
         self._exports.tasks([r.seen for r in rows])
         now = time.monotonic()
         self._ended = {k: at for k, at in self._ended.items() if now - at < 2 * RETAIN}

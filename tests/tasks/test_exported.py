@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.auth import scopes
 from tests.support.api import bearer, new_key
@@ -150,3 +153,63 @@ async def test_a_tasks_lines_metrics_and_lifetime_arrive_labelled_and_no_other_t
         assert {res["nvcf.account"] for res, _ in other.log_records()} == {"team-b"}
     finally:
         other.stop()
+
+
+@contextmanager
+def statements(engine: AsyncEngine) -> Iterator[list[str]]:
+    """Every statement run on `engine` meanwhile."""
+    seen: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        seen.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
+
+
+async def test_an_idle_server_reads_nothing_for_export_until_something_changes(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    """With no telemetry in use, the export loops' passes run no statement after the first,
+    until a task is created or the clusters report a change (statements counted)."""
+    client = await client_factory(
+        clusters_file=fast_catalog(tmp_path),
+        telemetry_allowlist=receiver.hostport,
+        telemetry_export_interval=0.2,
+    )
+    state = client.app.state
+    loops = state.telemetry_loops
+    # their passes are run here, one at a time, with no other loop reading meanwhile
+    for loop in (*loops, state.task_loop, state.reconciler):
+        await loop.stop()
+    run: list[str] = []
+
+    async def passes(n: int) -> None:
+        with statements(state.engine) as seen:
+            for _ in range(n):
+                for loop in loops:
+                    await loop.pass_once()
+        run.extend(s for s in seen if "telemetries" in s)
+
+    await passes(1)
+    first = len(run)
+    await passes(3)
+    assert first >= 2 and len(run) == first
+
+    telemetry = await create_telemetry(client, endpoint=receiver.url)
+    await passes(1)
+    assert len(run) == first  # a telemetry nothing uses changes nothing
+
+    state.reconciler.on_changes({"an-instance"}, False)  # a cluster's change feed
+    await passes(1)
+    assert len(run) == 2 * first  # both loops read again, and found nothing
+    await passes(1)
+    assert len(run) == 2 * first
+
+    named = {"metricsTelemetryId": telemetry["telemetryId"]}
+    await create_task(client, "trainer", telemetries=named)  # wakes the task export
+    await passes(1)
+    assert len(run) > 2 * first

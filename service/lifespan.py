@@ -26,6 +26,7 @@ from service.auth.service import create_api_key, grant_scopes
 from service.auth.suspensions import Suspensions
 from service.auth.tokens import InvocationTokens
 from service.backends.http1 import AnswerBounds
+from service.backends.kubernetes.adapter import adds_collector
 from service.charts.pipeline import ChartPipeline
 from service.clusters.adapters import AdapterRegistry, collector_pod, worker_utils_pod
 from service.clusters.catalog import load_catalog
@@ -227,7 +228,11 @@ async def _open_control(
     app.state.wake_reconciler = wake_reconciler
     app.state.active_instances = active_instances
     app.state.telemetry_users = _telemetry_users
-    subscribers.subscribe(shared.events, wake=wake_reconciler)
+    subscribers.subscribe(
+        shared.events,
+        wake=wake_reconciler,
+        adds_collector=lambda cluster: adds_collector(shared.adapters.get(cluster)),
+    )
     events = shared.events
     events.within(KeyReplaced, lambda s, e: telemetry_key_replaced(s, e, events))
     purger = HistoryPurger(maker, HistoryConfig.from_settings(settings))

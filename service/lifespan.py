@@ -355,12 +355,14 @@ async def _open_invocation(
             shared.adapters,
             app.state.tasks,
             exports,
+            shared.owner.value,
             period=min(settings.telemetry_export_interval, 5.0),
             limit=settings.telemetry_log_followers,
         )
         task_exports.start()
         opened.push_async_callback(task_exports.stop)
         _wake_exports(control.reconciler, app.state.tasks, followers, task_exports)
+        app.state.task_loop.on_telemetry = task_exports.changed
         app.state.telemetry_loops = (followers, task_exports)
     if control is not None and control.autoscaler in control.loops:
         # A request waiting for a version with no instance wakes the autoscaler

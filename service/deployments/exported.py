@@ -172,9 +172,8 @@ class InstanceExports(FollowingLoop[uuid.UUID]):
         self._changed = False
 
     def changed(self) -> None:
-        """The clusters reported a change (an instance started, say): a pass now."""
-        self._changed = True
-        self.wake()
+        """The clusters reported a change (an instance started, say): the next pass reads."""
+        self._changed = True  # read at the next pass: at most one a period, however many
 
     async def pass_once(self) -> None:
         if self._idle and not self._changed:

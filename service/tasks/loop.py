@@ -95,6 +95,9 @@ class TaskLoop(LoopService[str]):
         self._uploads = ResultUploads(maker, adapters, tasks, lambda: self.clock(), self.wake)
         #: the ids of the tasks on a cluster as of the last pass (and those launched since)
         self._watched: set[str] = set()
+        #: called when a pass sees a task naming telemetries on a cluster (the task exports,
+        #: which read nothing while no task names one, follow its lines)
+        self.on_telemetry: Callable[[], None] = lambda: None
         super().__init__(
             "nvcf-tasks",
             self.run_pass,
@@ -131,6 +134,8 @@ class TaskLoop(LoopService[str]):
             signature = await repository.queue_signature(session)
             tasks = list(await repository.on_cluster(session, ids))
             gone = await repository.deleted_and_clean(session)
+        if any(t.telemetries for t in tasks):
+            self.on_telemetry()
         # the queue is offered capacity first: a cluster frees a container's GPUs when it
         # exits (Kubernetes counts no Succeeded or Failed pod), so the next launch waits
         # neither for the exit to be observed and written nor for the objects' removal; what

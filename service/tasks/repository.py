@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Row, delete, func, literal, select, tuple_
+from sqlalchemy import Row, delete, func, literal, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.db import for_update
@@ -312,3 +312,41 @@ async def telemetry_rows(session: AsyncSession, since: datetime) -> Sequence[Row
         | (Task.finished_at >= since)
     )
     return (await session.execute(stmt)).all()
+
+
+async def follow_logs(
+    session: AsyncSession,
+    task_ids: Collection[uuid.UUID],
+    owner: str,
+    now: datetime,
+    until: datetime,
+) -> dict[uuid.UUID, str]:
+    """Of `task_ids`, those whose lines `owner` follows now: its leases are renewed and free or
+    lapsed ones taken (one follower across replicas), with the last line sent of each."""
+    if not task_ids:
+        return {}
+    ids = list(task_ids)
+    free = (
+        Task.log_follower.is_(None) | (Task.log_follower == owner) | (Task.log_follower_until < now)
+    )
+    await session.execute(
+        update(Task)
+        .where(Task.id.in_(ids), free)
+        .values(log_follower=owner, log_follower_until=until)
+    )
+    stmt = select(Task.id, Task.log_sent).where(Task.id.in_(ids), Task.log_follower == owner)
+    return {task_id: sent or "" for task_id, sent in (await session.execute(stmt)).all()}
+
+
+async def logs_sent(
+    session: AsyncSession, sent: dict[uuid.UUID, str], owner: str, *, release: bool = False
+) -> None:
+    """The last line `owner` sent of each task it follows (and, with `release`, its leases
+    given up, for another replica to take over at once)."""
+    for task_id, stamp in sent.items():
+        values: dict[str, Any] = {"log_sent": stamp or None}
+        if release:
+            values |= {"log_follower": None, "log_follower_until": None}
+        await session.execute(
+            update(Task).where(Task.id == task_id, Task.log_follower == owner).values(**values)
+        )

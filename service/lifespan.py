@@ -11,7 +11,7 @@ import contextlib
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +26,7 @@ from service.auth.service import create_api_key, grant_scopes
 from service.auth.suspensions import Suspensions
 from service.auth.tokens import InvocationTokens
 from service.backends.http1 import AnswerBounds
+from service.backends.kubernetes.adapter import adds_collector
 from service.charts.pipeline import ChartPipeline
 from service.clusters.adapters import AdapterRegistry, collector_pod, worker_utils_pod
 from service.clusters.catalog import load_catalog
@@ -227,7 +228,11 @@ async def _open_control(
     app.state.wake_reconciler = wake_reconciler
     app.state.active_instances = active_instances
     app.state.telemetry_users = _telemetry_users
-    subscribers.subscribe(shared.events, wake=wake_reconciler)
+    subscribers.subscribe(
+        shared.events,
+        wake=wake_reconciler,
+        adds_collector=lambda cluster: adds_collector(shared.adapters.get(cluster)),
+    )
     events = shared.events
     events.within(KeyReplaced, lambda s, e: telemetry_key_replaced(s, e, events))
     purger = HistoryPurger(maker, HistoryConfig.from_settings(settings))
@@ -350,11 +355,15 @@ async def _open_invocation(
             shared.adapters,
             app.state.tasks,
             exports,
+            shared.owner.value,
             period=min(settings.telemetry_export_interval, 5.0),
             limit=settings.telemetry_log_followers,
         )
         task_exports.start()
         opened.push_async_callback(task_exports.stop)
+        _wake_exports(control.reconciler, app.state.tasks, followers, task_exports)
+        app.state.task_loop.on_telemetry = task_exports.changed
+        app.state.telemetry_loops = (followers, task_exports)
     if control is not None and control.autoscaler in control.loops:
         # A request waiting for a version with no instance wakes the autoscaler
         # here at once; an instance turning Running wakes the waiting requests.
@@ -368,6 +377,26 @@ async def _open_invocation(
         reconciler.on_draining = plane.routes.forget
         reconciler.activity = plane.dispatcher  # what a drain waits for
     return plane
+
+
+def _wake_exports(
+    reconciler: Reconciler, tasks: Tasks, instances: InstanceExports, task_exports: TaskExports
+) -> None:
+    """The export loops read again when the clusters report a change or a task is created,
+    canceled or deleted (idle, they read nothing): besides the task loop, which is woken
+    already."""
+    task_loop_changed, task_loop_wake = reconciler.on_changes, tasks.wake
+
+    def on_changes(instance_ids: set[str], resync: bool) -> Collection[str]:
+        instances.changed()
+        task_exports.changed()
+        return task_loop_changed(instance_ids, resync) if task_loop_changed else ()
+
+    def wake(task_id: str) -> None:
+        task_loop_wake(task_id)
+        task_exports.changed()
+
+    reconciler.on_changes, tasks.wake = on_changes, wake
 
 
 async def bootstrap_admin_key(app: FastAPI, settings: Settings) -> None:

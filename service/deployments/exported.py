@@ -15,7 +15,8 @@ the lines written meanwhile come in one read: a busy worker's lines cost a few w
 second, not one each. While the logs endpoint is in backoff (its last export failed) the
 follower reads nothing — each line read would only be dropped — and follows again from the
 last line sent once the backoff ends. An instance no longer live, or no longer this
-replica's, is left.
+replica's, is left. A pass that found no version naming telemetries makes the next ones read
+nothing until the clusters report a change (`changed()`: a version deployed starts instances).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -78,14 +80,16 @@ def names(telemetries: Mapping[str, object] | None, kind: Kind) -> bool:
     return any(FIELDS.get(k) is kind and v for k, v in (telemetries or {}).items())
 
 
-async def phases(session: AsyncSession) -> list[Phased]:
+Named = Mapping[uuid.UUID, Mapping[str, Any]]
+
+
+async def phases(session: AsyncSession, named: Named | None = None) -> list[Phased]:
     """Each deployed version naming a metrics telemetry, with its wanted instances by phase
-    (every phase, 0 included, so that a phase left shows as 0)."""
-    metrics = {
-        vid: named
-        for vid, named in (await functions_repository.telemetries_named(session)).items()
-        if names(named, Kind.METRICS)
-    }
+    (every phase, 0 included, so that a phase left shows as 0). `named`: the versions naming
+    telemetries, if read already."""
+    if named is None:
+        named = await functions_repository.telemetries_named(session)
+    metrics = {vid: n for vid, n in named.items() if names(n, Kind.METRICS)}
     if not metrics:
         return []
     deployed = {
@@ -102,14 +106,14 @@ async def phases(session: AsyncSession) -> list[Phased]:
     ]
 
 
-async def followed(session: AsyncSession, owner: str, adapters: AdapterRegistry) -> list[Followed]:
+async def followed(
+    session: AsyncSession, owner: str, adapters: AdapterRegistry, named: Named | None = None
+) -> list[Followed]:
     """The live instances this replica leads of versions naming a logs telemetry, except on
     clusters that add the collector to their pods (it sends the pods' lines itself)."""
-    logs = {
-        vid: named
-        for vid, named in (await functions_repository.telemetries_named(session)).items()
-        if names(named, Kind.LOGS)
-    }
+    if named is None:
+        named = await functions_repository.telemetries_named(session)
+    logs = {vid: n for vid, n in named.items() if names(n, Kind.LOGS)}
     if not logs:
         return []
     rows = await repository.leased_instances_of(session, owner, LIVE_PHASES, logs)
@@ -162,13 +166,27 @@ class InstanceExports(FollowingLoop[uuid.UUID]):
             failure="telemetry export of instances: a pass failed",
         )
         self.period, self.limit = period, limit
+        #: the last pass found no version naming telemetries: passes read nothing until
+        #: `changed()` (a server with no telemetry in use does no periodic reads for it)
+        self._idle = False
+        self._changed = False
+
+    def changed(self) -> None:
+        """The clusters reported a change (an instance started, say): the next pass reads."""
+        self._changed = True  # read at the next pass: at most one a period, however many
 
     async def pass_once(self) -> None:
+        if self._idle and not self._changed:
+            return
+        self._changed = False
         async with self._maker() as session:
-            self._exports.phases(await phases(session))
+            named = await functions_repository.telemetries_named(session)
+            self._exports.phases(await phases(session, named))
             wanted = {
-                f.instance_id: f for f in await followed(session, self._owner, self._adapters)
+                f.instance_id: f
+                for f in await followed(session, self._owner, self._adapters, named)
             }
+        self._idle = not named and not self.following
         for instance_id in [i for i in self.following if i not in wanted]:
             self.following.pop(instance_id).cancel()
         for instance_id, f in wanted.items():

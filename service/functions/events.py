@@ -24,6 +24,8 @@ class SecretsChanged:
     names: tuple[str, ...]
     generation: int
     at: datetime
+    #: the change is a telemetry's new key (its collector's Secret, where one runs)
+    telemetry_key: bool = False
 
 
 @dataclass(frozen=True)

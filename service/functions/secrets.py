@@ -134,5 +134,8 @@ async def telemetry_key_replaced(session: AsyncSession, event: KeyReplaced, even
         version.updated_at = now
         name = f"key of telemetry {event.telemetry_id}"
         await events.publish(
-            session, SecretsChanged(version.id, (name,), version.secrets_generation, now)
+            session,
+            SecretsChanged(
+                version.id, (name,), version.secrets_generation, now, telemetry_key=True
+            ),
         )

@@ -84,7 +84,7 @@ class InvocationMetrics:
         """A request refused before it reached an instance (`rate_limited`, `queue_full`)."""
         self.requests.labels(target.fid, target.vid, outcome).inc()
         if target.telemetries and self.exports is not None:
-            self.exports.later(_refused, target, outcome, time.time_ns())
+            self.exports.later(_exported, target, False, 0.0, None, time.time_ns(), outcome)
 
     def answered(
         self,
@@ -110,7 +110,7 @@ class InvocationMetrics:
         children[1].observe(seconds)
         self.measured.add(target.vid, not fulfilled, seconds)
         if target.telemetries and self.exports is not None:
-            self.exports.later(_answered, target, fulfilled, seconds, timeline, time.time_ns())
+            self.exports.later(_exported, target, fulfilled, seconds, timeline, time.time_ns())
 
     def tokens(self, target: Target, model: str, input_tokens: int, output_tokens: int) -> None:
         """The tokens an LLM worker reported for a request (llm/gateway.py): metered for the
@@ -143,24 +143,16 @@ class InvocationMetrics:
             )
 
 
-def _refused(target: Target, outcome: str, now: int) -> Invocation:
-    return Invocation(
-        account=target.owner_account,
-        function_id=target.fid,
-        version_id=target.vid,
-        telemetries=target.telemetries,
-        fulfilled=False,
-        start_ns=now,
-        end_ns=now,
-        refusal=outcome,
-    )
-
-
-def _answered(
-    target: Target, fulfilled: bool, seconds: float, timeline: Timeline | None, end: int
+def _exported(
+    target: Target,
+    fulfilled: bool,
+    seconds: float,
+    timeline: Timeline | None,
+    end: int,
+    refusal: str | None = None,
 ) -> Invocation:
-    """The exported invocation of an answered request (built when the export's buffer is
-    drained: the request path only hands over its figures)."""
+    """The exported invocation of a request, answered or refused (`refusal`, taking no time),
+    built when the export's buffer is drained: the request path only hands over its figures."""
     queued = dispatched = None
     start = end - int(seconds * 1e9)
     if timeline is not None:
@@ -182,4 +174,5 @@ def _answered(
         queued_ns=queued,
         dispatched_ns=dispatched,
         trace=timeline.trace if timeline is not None else None,
+        refusal=refusal,
     )

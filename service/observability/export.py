@@ -87,6 +87,9 @@ class Exports:
         self._pending: deque[Pending] = deque()
         #: one drain at a time (the task's or a flush's)
         self._draining = asyncio.Lock()
+        #: one pipeline load at a time: two lookups of a telemetry at once would each build
+        #: one, and the one replaced would go on exporting, its connections never closed
+        self._loading = asyncio.Lock()
         #: a version's telemetries as stored -> the telemetries named and for what
         self._named: dict[tuple[tuple[str, str], ...], list[tuple[uuid.UUID, set[Kind]]]] = {}
         #: telemetry id -> (when it was read, its pipeline or None)
@@ -250,9 +253,16 @@ class Exports:
         """The telemetry's pipeline, read again after PIPELINE_TTL (a new key rebuilds it; a
         deleted telemetry has none)."""
         loaded, known = self._pipelines.get(telemetry_id, (None, None))
+        if loaded is not None and time.monotonic() - loaded < PIPELINE_TTL:
+            return known
+        async with self._loading:
+            return await self._load(telemetry_id)
+
+    async def _load(self, telemetry_id: uuid.UUID) -> Pipeline | None:
+        loaded, known = self._pipelines.get(telemetry_id, (None, None))
         now = time.monotonic()
         if loaded is not None and now - loaded < PIPELINE_TTL:
-            return known
+            return known  # loaded while this lookup waited
         async with self._maker() as session:
             row = await repository.by_id(session, telemetry_id)
         if known is not None and row is not None and row.updated_at == known.updated_at:

@@ -13,8 +13,14 @@ running, or ended within `RETAIN` seconds (one statement, a few columns):
   the last line's time. A follower is left to end with its objects (the follow ends when they
   are removed), so the last lines are sent; it is cancelled `RETAIN` seconds after its task
   left them at the latest;
+- one replica follows a task's lines (a lease on the task's row, renewed each pass): the
+  last line sent is written each pass and when the replica stops (giving the lease up), and
+  the replica that takes the lease over follows from after it;
 - a task naming a TRACES telemetry that ended is handed over once (observability/tasks.py
   makes its trace, with ids derived from the task's id).
+
+A pass that found no task naming telemetries makes the next ones read nothing until a task is
+created, canceled or deleted or the clusters report a change (`changed()`).
 """
 
 from __future__ import annotations
@@ -53,6 +59,10 @@ log = logging.getLogger("nvcf.observability")
 #: seconds an ended task stays in the gauges (its last status), and how far back a pass looks
 #: for ended tasks whose trace is not sent yet
 RETAIN = 120.0
+#: passes a replica's lease on following a task's lines lasts unrenewed (at least
+#: LEASE_SECONDS): then another replica takes the task's lines over
+LEASE_PASSES = 3
+LEASE_SECONDS = 15.0
 
 
 def _names(telemetries: Mapping[str, object] | None, kind: Kind) -> bool:
@@ -134,12 +144,15 @@ class TaskExports(FollowingLoop[uuid.UUID]):
         adapters: AdapterRegistry,
         tasks: Tasks,
         exports: Exports,
+        owner: str,
         *,
         period: float,
         limit: int,
     ) -> None:
         self._maker, self._adapters, self._tasks = maker, adapters, tasks
-        self._exports = exports
+        self._exports, self._owner = exports, owner
+        #: the time stamp of the last line sent of each task this replica follows
+        self._sent: dict[uuid.UUID, str] = {}
         super().__init__(
             "telemetry-tasks",
             self.pass_once,
@@ -153,14 +166,31 @@ class TaskExports(FollowingLoop[uuid.UUID]):
         #: the ended tasks seen ended (their trace handed over; forgotten after 2 RETAIN)
         self._ended: dict[uuid.UUID, float] = {}
         self._wanted: set[uuid.UUID] = set()
+        #: the last pass found no task naming telemetries: passes read nothing until
+        #: `changed()` (a server with no telemetry in use does no periodic reads for it)
+        self._idle = False
+        self._changed = False
+
+    def changed(self, *_: object) -> None:
+        """A task was created, canceled or deleted, or the clusters reported a change: the next
+        pass reads."""
+        self._changed = True  # read at the next pass: at most one a period, however many
 
     async def pass_once(self) -> None:
+        if self._idle and not self._changed:
+            return
+        self._changed = False
         async with self._maker() as session:
             rows = await exported(session, utcnow() - timedelta(seconds=RETAIN))
+        self._idle = not rows and not self.following
         self._exports.tasks([r.seen for r in rows])
         now = time.monotonic()
         self._ended = {k: at for k, at in self._ended.items() if now - at < 2 * RETAIN}
-        self._wanted = {r.task_id for r in rows if r.on_cluster and self._logs(r)}
+        logged = {r.task_id for r in rows if self._logs(r)}
+        mine = await self._lease(logged) if logged or self._sent else {}
+        for task_id, sent in mine.items():
+            self._sent.setdefault(task_id, sent)
+        self._wanted = {r.task_id for r in rows if r.on_cluster and r.task_id in mine}
         for row in rows:
             ended = row.ended()
             if ended is None or row.task_id in self._ended:
@@ -168,9 +198,12 @@ class TaskExports(FollowingLoop[uuid.UUID]):
             self._ended[row.task_id] = now
             if _names(row.seen.telemetries, Kind.TRACES):
                 self._exports.invocation(ended)
-            if self._logs(row) and not row.on_cluster and row.task_id not in self.following:
+            if row.task_id in mine and not row.on_cluster and row.task_id not in self.following:
                 # ended between two passes: its lines are those kept as it left
                 self._start(row)
+        for task_id in [t for t in self.following if t in logged and t not in mine]:
+            self.following.pop(task_id).cancel()  # another replica follows it now
+            self._sent.pop(task_id, None)
         for task_id in list(self.following):
             if task_id in self._wanted:
                 self._leaving.pop(task_id, None)
@@ -187,6 +220,27 @@ class TaskExports(FollowingLoop[uuid.UUID]):
             running = self.following.get(row.task_id)
             if running is None or running.done():
                 self._start(row)
+
+    async def _lease(self, logged: set[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """Of the tasks whose lines go to a telemetry, those this replica follows (one
+        replica follows a task: a lease renewed each pass, taken over once its holder stopped
+        renewing it), with the last line sent of each; the last line sent of those it follows
+        is written for the replica that may take over."""
+        now = utcnow()
+        until = now + timedelta(seconds=max(LEASE_PASSES * self.period, LEASE_SECONDS))
+        self._sent = {k: v for k, v in self._sent.items() if k in logged}
+        async with self._maker() as session, session.begin():
+            await repository.logs_sent(session, self._sent, self._owner)
+            return await repository.follow_logs(session, logged, self._owner, now, until)
+
+    async def stop(self) -> None:
+        """End the followers, and give up their leases with the last line sent of each, so
+        another replica carries on from there at once."""
+        await super().stop()
+        if self._sent:
+            async with self._maker() as session, session.begin():
+                await repository.logs_sent(session, self._sent, self._owner, release=True)
+            self._sent.clear()
 
     def _start(self, row: Exported) -> None:
         if len(self.following) >= self.limit and row.task_id not in self.following:
@@ -205,7 +259,7 @@ class TaskExports(FollowingLoop[uuid.UUID]):
         the last line, when a follow ends and they still are); once they left, send the lines
         kept as they left that came after the last one sent (a follow can end before it read
         a container's last lines)."""
-        last = ""
+        last = self._sent.get(row.task_id, "")
         #: (pod, container) -> the last text sent of it
         sent: dict[tuple[str, str], str] = {}
         while row.task_id in self._wanted:
@@ -224,6 +278,7 @@ class TaskExports(FollowingLoop[uuid.UUID]):
                     if last and line.timestamp and line.timestamp <= last:
                         continue  # sent before the follow ended
                     last = line.timestamp or last
+                    self._sent[row.task_id] = last
                     text = cut(masker(line.text))  # masked whole, then cut
                     sent[(line.pod, line.container)] = text
                     self._hand(row, line.pod, line.container, text, line.timestamp)

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -44,7 +44,6 @@ from service.tasks.clocks import (
     container_of,
     decide,
     progress_refused,
-    queued_past,
 )
 from service.tasks.models import Task, TaskResult, TaskStatus
 from service.tasks.observed import (
@@ -56,7 +55,7 @@ from service.tasks.observed import (
     progressed,
     task_id_of,
 )
-from service.tasks.queue import Turns, Waiting
+from service.tasks.queue import no_room
 from service.tasks.service import Tasks
 from service.tasks.uploads import ResultUploads
 from service.tasks.workload import CONTAINER_NAME, helm_objects, is_job, job_objects
@@ -64,7 +63,8 @@ from service.tasks.workload import CONTAINER_NAME, helm_objects, is_job, job_obj
 log = logging.getLogger("nvcf.tasks")
 #: results (distinct names) one task may report
 MAX_RESULTS = 1000
-#: queued tasks whose whole rows placement reads at a time, in their turn
+#: queued tasks placement reads at a time, in their turn (queue.py's order, read in SQL), with
+#: their whole rows: a pass reads the queue only as far as it places or holds back tasks
 PLACE_CHUNK = 16
 
 
@@ -95,6 +95,9 @@ class TaskLoop(LoopService[str]):
         self._uploads = ResultUploads(maker, adapters, tasks, lambda: self.clock(), self.wake)
         #: the ids of the tasks on a cluster as of the last pass (and those launched since)
         self._watched: set[str] = set()
+        #: called when a pass sees a task naming telemetries on a cluster (the task exports,
+        #: which read nothing while no task names one, follow its lines)
+        self.on_telemetry: Callable[[], None] = lambda: None
         super().__init__(
             "nvcf-tasks",
             self.run_pass,
@@ -131,6 +134,8 @@ class TaskLoop(LoopService[str]):
             signature = await repository.queue_signature(session)
             tasks = list(await repository.on_cluster(session, ids))
             gone = await repository.deleted_and_clean(session)
+        if any(t.telemetries for t in tasks):
+            self.on_telemetry()
         # the queue is offered capacity first: a cluster frees a container's GPUs when it
         # exits (Kubernetes counts no Succeeded or Failed pod), so the next launch waits
         # neither for the exit to be observed and written nor for the objects' removal; what
@@ -163,20 +168,13 @@ class TaskLoop(LoopService[str]):
         if signature == self._blocked and not due:
             return set()  # the same queue against the same capacity: nothing can start
         self._blocked = None
-        rows: dict[uuid.UUID, Task] = {}
+        clusters = len(capacities)
         pulls: dict[str, PullSecrets] = {}  # by account: read once a pass
-        expired: list[uuid.UUID] = []
-        waiting: list[Waiting] = []
         async with self.maker() as session:
-            queued = list(await repository.queued(session))
-            for task_id, account_id, created_at, max_queued in queued:
-                if queued_past(created_at, timedelta(seconds=max_queued), now):
-                    expired.append(task_id)
-                else:
-                    waiting.append(Waiting(task_id, account_id, created_at))
-            turns = Turns(waiting)
+            expired = await repository.queued_expired(session, now, PLACE_CHUNK)
+            page = await repository.queued_in_turn(session, now, PLACE_CHUNK)
             # the head of the queue with the queue, and its accounts' pull secrets
-            rows.update(await self._chunk(session, [w.task_id for w in turns.order], pulls))
+            rows = await self._chunk(session, [task_id for task_id, _, _ in page], pulls)
         for task_id in expired:
             await self._move(
                 task_id,
@@ -185,28 +183,32 @@ class TaskLoop(LoopService[str]):
                 "Task waited longer than its maxQueuedDuration for GPUs",
                 "no capacity within maxQueuedDuration",
             )
-        position = {w.task_id: i for i, w in enumerate(turns.order)}
         self._apply_failed = False
         started = False
         launched: list[tuple[uuid.UUID, str, datetime]] = []
+        #: accounts whose next task could not be placed: none of their later ones go first
+        held: set[str] = set()
         try:
-            for item in turns:
-                if item.task_id not in rows:
-                    at = position[item.task_id]
-                    async with self.maker() as session:
-                        order = [w.task_id for w in turns.order[at:]]
-                        rows.update(await self._chunk(session, order, pulls))
-                row = rows.get(item.task_id)
-                if row is None or row.status != TaskStatus.QUEUED.value:
-                    continue  # canceled or deleted since the queue was read
-                placed = await self._try_place(row, capacities, now, launched, pulls)
-                started = started or placed
-                if not placed:
-                    turns.hold(row.account_id)
+            while page:
+                for task_id, account_id, _ in page:
+                    row = rows.get(task_id)
+                    if account_id in held or row is None or row.status != TaskStatus.QUEUED.value:
+                        continue  # held back, or canceled or deleted since the queue was read
+                    placed = await self._try_place(row, capacities, now, launched, pulls)
+                    started = started or placed
+                    if not placed:
+                        held.add(account_id)
+                if len(page) < PLACE_CHUNK or no_room(capacities, clusters):
+                    break  # the queue's end, or no room left for any task
+                async with self.maker() as session:
+                    page = await repository.queued_in_turn(
+                        session, now, PLACE_CHUNK, held=held, after=page[-1][2]
+                    )
+                    rows = await self._chunk(session, [task_id for task_id, _, _ in page], pulls)
         finally:
             # what was applied is recorded even when a later placement failed
             await self._launched(launched)
-        if not started and not self._apply_failed and len(waiting) == len(queued):
+        if not started and not self._apply_failed and not expired:
             self._blocked = signature
         return {task_id for task_id, _, _ in launched}
 

@@ -99,6 +99,11 @@ class Task(Base):
     teardown_pending: Mapped[bool] = mapped_column(Boolean, default=False)
     #: its containers' last lines, read as its objects left the cluster (deployments/logs/keep)
     kept_logs: Mapped[list[Any] | None] = mapped_column(JSON)
+    #: the replica following its lines for its telemetry (a lease, until `log_follower_until`)
+    #: and the time stamp of the last line it sent: a replica taking over goes on from there
+    log_follower: Mapped[str | None] = mapped_column(String(64))
+    log_follower_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    log_sent: Mapped[str | None] = mapped_column(String(64))
 
 
 class TaskEvent(Base):

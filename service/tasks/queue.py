@@ -3,17 +3,21 @@ out within one.
 
 Accounts take turns, one task each per turn, in the order of their oldest waiting task; an
 account's tasks come in the order they were created. A task that cannot be placed holds back
-the later tasks of its account (`Turns.hold`), so no task of an account starts before an
-earlier one of the same account.
+the later tasks of its account, so no task of an account starts before an earlier one of the
+same account. `fair_order` is the order's definition; the task loop reads it a page at a time
+in SQL (`repository.queued_in_turn`), held accounts left out, and stops reading once
+`no_room` says no later task can fit.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+
+from service.backends.protocol import Capacity
 
 
 @dataclass(frozen=True)
@@ -38,19 +42,8 @@ def fair_order(waiting: Iterable[Waiting]) -> list[Waiting]:
     return out
 
 
-class Turns:
-    """Walk `fair_order(waiting)`, skipping the accounts held back in this pass."""
-
-    def __init__(self, waiting: Iterable[Waiting]) -> None:
-        #: every waiting task in its turn (held accounts' too)
-        self.order = fair_order(waiting)
-        self._held: set[str] = set()
-
-    def hold(self, account_id: str) -> None:
-        """The account's next task could not be placed: none of its later ones go first."""
-        self._held.add(account_id)
-
-    def __iter__(self) -> Iterator[Waiting]:
-        for item in self.order:
-            if item.account_id not in self._held:
-                yield item
+def no_room(capacities: Mapping[str, Capacity], clusters: int) -> bool:
+    """Whether each of the `clusters` read at the pass's start is known to have no free GPU
+    (then no later task fits either); one placed on since is read again, so not known."""
+    known = len(capacities) >= clusters
+    return known and all(c.free_gpus() == 0 for c in capacities.values())

@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Row, delete, func, select
+from sqlalchemy import Row, delete, func, literal, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.core.db import for_update
@@ -120,18 +120,65 @@ def _aware(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
-async def queued(
+#: where a read of the queue in its turn goes on from: (turn, account's first creation,
+#: account's first task) of the last task read
+TurnKey = tuple[int, datetime, uuid.UUID]
+
+
+async def queued_in_turn(
     session: AsyncSession,
-) -> Sequence[Row[uuid.UUID, str, datetime, float]]:
-    """(id, account, created at, maxQueuedDuration in seconds) of every queued task, oldest
-    first: a thousand whole rows cost a placement pass more than the rest of it; `many`
-    reads the tasks it tries."""
+    now: datetime,
+    limit: int,
+    *,
+    held: Collection[str] = (),
+    after: TurnKey | None = None,
+) -> list[tuple[uuid.UUID, str, TurnKey]]:
+    """(id, account, key) of the next `limit` queued tasks not past their maxQueuedDuration in
+    the queue's fair order (queue.py's `fair_order`, in SQL): the n-th task of every account
+    (created_at, id) before the (n+1)-th of any, accounts in the order of their oldest task;
+    none of the accounts `held`, from after `after`. Window functions number each account's
+    tasks, so only the rows returned are read into the pass, however long the queue."""
+    account, in_account = Task.account_id, (Task.created_at, Task.id)
+    ranked = select(
+        Task.id.label("id"),
+        Task.account_id.label("account_id"),
+        func.row_number().over(partition_by=account, order_by=in_account).label("turn"),
+        func.min(Task.created_at).over(partition_by=account).label("first_at"),
+        func.first_value(Task.id, type_=Task.id.type)
+        .over(partition_by=account, order_by=in_account)
+        .label("first_id"),
+    ).where(Task.status == TaskStatus.QUEUED.value, Task.queued_until > now)
+    if held:
+        ranked = ranked.where(Task.account_id.not_in(list(held)))
+    q = ranked.subquery()
+    key = (q.c.turn, q.c.first_at, q.c.first_id)
+    stmt = select(q.c.id, q.c.account_id, *key).order_by(*key).limit(limit)
+    if after is not None:
+        turn, first_at, first_id = after
+        stmt = stmt.where(
+            tuple_(*key)
+            > tuple_(
+                literal(turn),
+                literal(first_at, Task.created_at.type),
+                literal(first_id, Task.id.type),
+            )
+        )
+    return [
+        (task_id, account_id, (int(turn), _aware(first_at) or first_at, first_id))
+        for task_id, account_id, turn, first_at, first_id in (await session.execute(stmt)).all()
+    ]
+
+
+async def queued_expired(session: AsyncSession, now: datetime, limit: int) -> list[uuid.UUID]:
+    """Up to `limit` queued tasks past their maxQueuedDuration (`queued_until`), first
+    expired first."""
     stmt = (
-        select(Task.id, Task.account_id, Task.created_at, Task.max_queued_seconds)
-        .where(Task.status == TaskStatus.QUEUED.value)
-        .order_by(Task.created_at, Task.id)
+        select(Task.id)
+        .where(Task.status == TaskStatus.QUEUED.value, Task.queued_until <= now)
+        .order_by(Task.queued_until, Task.id)
+        .limit(limit)
     )
-    return (await session.execute(stmt)).all()
+    return list((await session.execute(stmt)).scalars().all())
 
 
 async def many(session: AsyncSession, task_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, Task]:
@@ -265,3 +312,41 @@ async def telemetry_rows(session: AsyncSession, since: datetime) -> Sequence[Row
         | (Task.finished_at >= since)
     )
     return (await session.execute(stmt)).all()
+
+
+async def follow_logs(
+    session: AsyncSession,
+    task_ids: Collection[uuid.UUID],
+    owner: str,
+    now: datetime,
+    until: datetime,
+) -> dict[uuid.UUID, str]:
+    """Of `task_ids`, those whose lines `owner` follows now: its leases are renewed and free or
+    lapsed ones taken (one follower across replicas), with the last line sent of each."""
+    if not task_ids:
+        return {}
+    ids = list(task_ids)
+    free = (
+        Task.log_follower.is_(None) | (Task.log_follower == owner) | (Task.log_follower_until < now)
+    )
+    await session.execute(
+        update(Task)
+        .where(Task.id.in_(ids), free)
+        .values(log_follower=owner, log_follower_until=until)
+    )
+    stmt = select(Task.id, Task.log_sent).where(Task.id.in_(ids), Task.log_follower == owner)
+    return {task_id: sent or "" for task_id, sent in (await session.execute(stmt)).all()}
+
+
+async def logs_sent(
+    session: AsyncSession, sent: dict[uuid.UUID, str], owner: str, *, release: bool = False
+) -> None:
+    """The last line `owner` sent of each task it follows (and, with `release`, its leases
+    given up, for another replica to take over at once)."""
+    for task_id, stamp in sent.items():
+        values: dict[str, Any] = {"log_sent": stamp or None}
+        if release:
+            values |= {"log_follower": None, "log_follower_until": None}
+        await session.execute(
+            update(Task).where(Task.id == task_id, Task.log_follower == owner).values(**values)
+        )

@@ -714,7 +714,7 @@ async def test_a_replaced_telemetry_key_reaches_the_collectors_secret_and_rolls_
     )
     tid = telemetry["telemetryId"]
     fn = await create_fn(client, telemetries={"tracesTelemetryId": tid})
-    await deploy(client, fn, clusters=["k8s-a"])
+    dep = await deploy(client, fn, clusters=["k8s-a"])
     namespace = await applied_namespace(server)
 
     def keys() -> dict[str, str]:
@@ -749,3 +749,8 @@ async def test_a_replaced_telemetry_key_reaches_the_collectors_secret_and_rolls_
     assert workload is not None
     names = [c["name"] for c in workload["spec"]["template"]["spec"]["containers"]]
     assert names.count("nvcf-otel-collector") == 1
+    # the timeline says so: the pods roll (no in-place update without a restart here)
+    timeline = await client.get(f"{V}/deployments/{dep['deploymentId']}/events")
+    events = timeline.json()["events"]
+    [said] = [e["message"] for e in events if e.get("reason") == "SecretsUpdated"]
+    assert "pods on k8s-a roll" in said and "without a restart" not in said

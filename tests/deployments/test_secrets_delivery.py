@@ -34,7 +34,7 @@ async def put(harness: Harness, dep: Deployment, box: SecretBox, **values: str) 
         version = await session.get(FunctionVersion, dep.version_id)
         assert version is not None
         events = Events()
-        subscribers.subscribe(events, wake=lambda: None)
+        subscribers.subscribe(events, wake=lambda: None, adds_collector=lambda _: False)
         await update_secrets(
             session, version, list(values.items()), box=box, events=events, now=harness.clock()
         )

@@ -512,3 +512,9 @@ async def test_a_replaced_key_is_used_by_the_next_export(
     assert [s.name for _, s in receiver.spans()].count("invocation") == 2
     traces = receiver.of("/v1/traces")
     assert traces[-1].headers["authorization"] == "Bearer rotated-key"
+    # the timeline says so: in process, nothing of the function restarts
+    timeline = await client.get(f"/v2/nvcf/deployments/{fn['deployment']['deploymentId']}/events")
+    events = timeline.json()["events"]
+    [said] = [e["message"] for e in events if e.get("reason") == "SecretsUpdated"]
+    assert "exporter uses the new key" in said and "without a restart" in said
+    assert "roll" not in said

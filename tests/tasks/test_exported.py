@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.auth import scopes
+from service.tasks.exported import TaskExports
+from service.tasks.models import Task
 from tests.support.api import bearer, new_key
 from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import eventually
@@ -150,3 +155,137 @@ async def test_a_tasks_lines_metrics_and_lifetime_arrive_labelled_and_no_other_t
         assert {res["nvcf.account"] for res, _ in other.log_records()} == {"team-b"}
     finally:
         other.stop()
+
+
+@contextmanager
+def statements(engine: AsyncEngine) -> Iterator[list[str]]:
+    """Every statement run on `engine` meanwhile."""
+    seen: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        seen.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
+
+
+async def test_an_idle_server_reads_nothing_for_export_until_something_changes(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    """With no telemetry in use, the export loops' passes run no statement after the first,
+    until a task is created or the clusters report a change (statements counted)."""
+    client = await client_factory(
+        clusters_file=fast_catalog(tmp_path),
+        telemetry_allowlist=receiver.hostport,
+        telemetry_export_interval=0.2,
+    )
+    state = client.app.state
+    loops = state.telemetry_loops
+    # their passes are run here, one at a time, with no other loop reading meanwhile
+    for loop in (*loops, state.task_loop, state.reconciler):
+        await loop.stop()
+    run: list[str] = []
+
+    async def passes(n: int) -> None:
+        with statements(state.engine) as seen:
+            for _ in range(n):
+                for loop in loops:
+                    await loop.pass_once()
+        run.extend(s for s in seen if "telemetries" in s)
+
+    await passes(1)
+    first = len(run)
+    await passes(3)
+    assert first >= 2 and len(run) == first
+
+    telemetry = await create_telemetry(client, endpoint=receiver.url)
+    await passes(1)
+    assert len(run) == first  # a telemetry nothing uses changes nothing
+
+    state.reconciler.on_changes({"an-instance"}, False)  # a cluster's change feed
+    await passes(1)
+    assert len(run) == 2 * first  # both loops read again, and found nothing
+    await passes(1)
+    assert len(run) == 2 * first
+
+    named = {"metricsTelemetryId": telemetry["telemetryId"]}
+    await create_task(client, "trainer", telemetries=named)  # wakes the task export
+    await passes(1)
+    assert len(run) > 2 * first
+
+
+async def test_one_replica_follows_a_tasks_lines_and_another_carries_on_when_it_stops(
+    client_factory: ClientFactory, tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    """Two replicas' task exports on one database and cluster: each line arrives once; when
+    the replica following the task stops, the other takes its lease over and goes on from the
+    last line sent."""
+    client = await client_factory(
+        clusters_file=fast_catalog(tmp_path),
+        tasks_interval=0.05,
+        telemetry_allowlist=receiver.hostport,
+        telemetry_export_interval=0.2,
+        telemetry_export_timeout=5.0,
+    )
+    state = client.app.state
+    mine = state.telemetry_loops[1]
+    other = TaskExports(
+        state.sessionmaker,
+        state.adapters,
+        state.tasks,
+        state.telemetry_exports,
+        "replica-b",
+        period=mine.period,
+        limit=mine.limit,
+    )
+    other.start()
+    # its own task loop would tell it of the task on the cluster, as the app's tells the app's
+    seen = state.task_loop.on_telemetry
+
+    def on_telemetry() -> None:
+        seen()
+        other.changed()
+
+    state.task_loop.on_telemetry = on_telemetry
+    replicas = {"replica-b": other}
+    telemetry = await create_telemetry(client, endpoint=receiver.url, types=["LOGS"])
+    steps = [{"after": 0.3, "percent": 8 * i + 12, "name": f"step-{i}"} for i in range(12)]
+    body = {
+        **BASE,
+        "name": "trainer",
+        "containerEnvironment": script(steps=steps, exitAfter=0.1),
+        "telemetries": {"logsTelemetryId": telemetry["telemetryId"]},
+    }
+    resp = await client.post(TASKS, json=body)
+    assert resp.status_code == 200, resp.text
+    task = resp.json()["task"]
+
+    def checkpoints() -> list[str]:
+        return [
+            r.body.string_value
+            for _, r in receiver.log_records()
+            if "checkpoint step-" in r.body.string_value
+        ]
+
+    async def follower() -> str | None:
+        async with state.sessionmaker() as session:
+            row = await session.get(Task, uuid.UUID(task["id"]))
+            return row.log_follower if row is not None and checkpoints() else None
+
+    holder = await eventually(follower)
+    replicas.setdefault(holder, mine)
+    await replicas.pop(holder).stop()  # the replica following it stops; the other goes on
+    await ended(client, task, dict(client.headers))
+
+    async def all_lines() -> list[str]:
+        await state.telemetry_exports.flush()
+        lines = checkpoints()
+        return lines if sum("step-11" in line for line in lines) else []
+
+    lines = await eventually(all_lines)
+    assert sorted(lines) == sorted(set(lines)), lines  # none twice
+    assert {line.rsplit(" ", 1)[-1] for line in lines} == {f"step-{i}" for i in range(12)}
+    await other.stop()

@@ -167,17 +167,18 @@ def secrets_changed(
     names: Sequence[str],
     generation: int,
     now: datetime,
+    how: str = "running instances receive it in place, without a restart",
 ) -> None:
     """The version's secrets were updated (`names`, never values): the reconciler delivers
-    generation `generation` to the deployment's instances, so the deployment is due now."""
+    generation `generation` to the deployment's instances, so the deployment is due now.
+    `how` says how the running instances get it (a telemetry key may roll pods)."""
     deployment.updated_at = now
     deployment.due_at = now
     record_event(
         session,
         deployment.id,
         "secrets",
-        f"secrets updated ({', '.join(sorted(names))}): generation {generation}; running "
-        "instances receive it in place, without a restart",
+        f"secrets updated ({', '.join(sorted(names))}): generation {generation}; {how}",
         reason="SecretsUpdated",
     )
 

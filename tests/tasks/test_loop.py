@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 import uuid
 from collections.abc import AsyncIterator
@@ -653,7 +654,8 @@ async def test_an_upload_task_whose_push_fails_ends_errored_with_the_reason(
     task = await _ended(client, path)
     assert task["status"] == "ERRORED", task
     error = task["healthInfo"]["error"]
-    assert error.startswith("result ckpt-1 could not be pushed: "), error
+    # both checkpoints' pushes fail; whichever fails first ends the task
+    assert re.match(r"result ckpt-[12] could not be pushed: ", error), error
     messages = [e["message"] for e in (await client.get(f"{path}/events")).json()["events"]]
     assert f"Task errored: {error}" in messages
     assert "nvapi-never-shown" not in str(messages)

@@ -1,14 +1,15 @@
 """Fixtures of the task tests: an app whose task loop does not run (the routes' answers stay
-as the requests left them; tests/tasks/test_loop.py drives the loop on a fake clock), and
-registries requiring a login, for result pushes (the anonymous one, `anon_registry`, is in
-tests/conftest.py)."""
+as the requests left them), the harness `h` that drives the use cases and the loop pass by pass
+on a fake clock, and registries requiring a login, for result pushes (the anonymous one,
+`anon_registry`, is in tests/conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from service.core.db import make_engine, make_sessionmaker
 from tests.support.app import AppClient, ClientFactory
 from tests.support.registry import (
     RegistryServer,
@@ -17,11 +18,23 @@ from tests.support.registry import (
     TokenUser,
     start_registry,
 )
+from tests.support.tasks import TaskHarness
 
 
 @pytest.fixture
 async def client(client_factory: ClientFactory) -> AppClient:
     return await client_factory(reconciler_enabled=False)
+
+
+@pytest.fixture
+async def h(database_url: str) -> AsyncIterator[TaskHarness]:
+    """The task use cases and loop over a simulated cluster on a fake clock, on a database of
+    each kind (tests/support/tasks.py)."""
+    engine = make_engine(database_url)
+    try:
+        yield TaskHarness.build(make_sessionmaker(engine))
+    finally:
+        await engine.dispose()
 
 
 #: the login of `login_registry` (tests read it from the server)

@@ -10,7 +10,6 @@ import json
 import re
 import socket
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +49,6 @@ STEPS_10_50_100 = script(
     ],
     exitAfter=1,
 )
-
-
-@pytest.fixture
-async def h(database_url: str) -> AsyncIterator[TaskHarness]:
-    engine = make_engine(database_url)
-    try:
-        yield TaskHarness.build(make_sessionmaker(engine))
-    finally:
-        await engine.dispose()
 
 
 async def test_a_task_reporting_10_50_100_completes_with_its_two_results(

@@ -8,14 +8,12 @@ from __future__ import annotations
 import functools
 import inspect
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import insert, select
 
-from service.core.db import make_engine, make_sessionmaker
 from service.tasks import repository
 from service.tasks.models import Task, TaskStatus
 from service.tasks.queue import Waiting, fair_order
@@ -23,15 +21,6 @@ from tests.support.tasks import TaskHarness, script
 
 HANG = script(steps=[{"after": 1, "percent": 5}], exitAfter=None)
 TWO_GPUS = {"gpu": "H100", "instanceType": "NCP.GPU.H100_2x"}
-
-
-@pytest.fixture
-async def h(database_url: str) -> AsyncIterator[TaskHarness]:
-    engine = make_engine(database_url)
-    try:
-        yield TaskHarness.build(make_sessionmaker(engine))
-    finally:
-        await engine.dispose()
 
 
 async def queue(h: TaskHarness, accounts: list[str], minutes: list[int]) -> list[Waiting]:

@@ -5,26 +5,15 @@ keep this issue's test out of that module's way."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from service.backends.protocol import InstanceSpec
-from service.core.db import make_engine, make_sessionmaker
 from service.observability import service as telemetries
 from service.observability.models import Kind, Protocol, Provider
 from service.observability.service import TelemetrySpec
 from tests.support.tasks import ACCOUNT, TaskHarness
-
-
-@pytest.fixture
-async def h(database_url: str) -> AsyncIterator[TaskHarness]:
-    engine = make_engine(database_url)
-    try:
-        yield TaskHarness.build(make_sessionmaker(engine))
-    finally:
-        await engine.dispose()
 
 
 async def test_a_launched_task_naming_a_telemetry_is_applied_with_its_collector(

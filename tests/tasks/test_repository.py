@@ -10,16 +10,15 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from sqlalchemy import func, select, text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import func, select
 
-from service.core.db import WriteGate, make_engine, make_sessionmaker
+from service.core.db import make_sessionmaker
 from service.core.errors import ValidationFailed
 from service.metering.models import GpuInterval
 from service.observability import service as telemetry_service
 from service.tasks import repository, transitions
 from service.tasks.models import TaskStatus
-from tests.support.e2e import eventually
+from tests.support.races import Writers, writers
 from tests.support.tasks import ACCOUNT, TaskHarness, script
 from tests.support.telemetries import OTLP
 
@@ -27,8 +26,8 @@ RUNS_ON = script(steps=[{"after": 1, "percent": 10}], exitAfter=None)
 
 
 class Race:
-    def __init__(self, engine: AsyncEngine, gate: WriteGate | None, h: TaskHarness) -> None:
-        self.engine, self.gate, self.h = engine, gate, h
+    def __init__(self, writers: Writers, h: TaskHarness) -> None:
+        self.writers, self.h = writers, h
 
     async def running_task(self) -> uuid.UUID:
         tid = await self.h.create(containerEnvironment=RUNS_ON)
@@ -43,19 +42,6 @@ class Race:
             transitions.move(
                 session, task, TaskStatus.ERRORED, self.h.clock.now, "Task errored", error="x"
             )
-
-    async def waiting_writers(self) -> int:
-        """Writers waiting for a lock: the gate's on SQLite, the database's on PostgreSQL."""
-        if self.gate is not None:
-            return self.gate.waiting
-        async with self.engine.connect() as conn:
-            found = await conn.scalar(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                )
-            )
-        return int(found or 0)
 
     async def after_the_race(self, tid: uuid.UUID) -> None:
         """The task ended as the loop wrote it, deleted, with one GPU interval."""
@@ -73,12 +59,8 @@ class Race:
 
 @pytest.fixture
 async def race(database_url: str) -> AsyncIterator[Race]:
-    gate = WriteGate() if database_url.startswith("sqlite") else None
-    engine = make_engine(database_url, write_gate=gate)
-    try:
-        yield Race(engine, gate, TaskHarness.build(make_sessionmaker(engine)))
-    finally:
-        await engine.dispose()
+    async with writers(database_url) as found:
+        yield Race(found, TaskHarness.build(make_sessionmaker(found.engine)))
 
 
 async def test_a_delete_that_read_the_task_before_the_loop_ended_it_sees_its_end(
@@ -110,11 +92,7 @@ async def test_a_delete_arriving_while_the_loop_holds_the_task_waits_for_its_end
                 await h.tasks.delete(session, ACCOUNT, tid)
 
         deleting = asyncio.create_task(delete())
-
-        async def blocked() -> bool:
-            return await race.waiting_writers() >= 1
-
-        await eventually(blocked, seconds=10)
+        await race.writers.until_waiting()
         transitions.move(
             loop_session, task, TaskStatus.ERRORED, h.clock.now, "Task errored", error="x"
         )
@@ -134,14 +112,10 @@ async def test_a_task_created_while_the_telemetry_it_names_is_deleted_is_refused
     async with h.maker() as deleting:
         await telemetry_service.delete(deleting, ACCOUNT, telemetry.id, repository.telemetry_users)
         creating = asyncio.create_task(h.create(telemetries={"logsTelemetryId": str(telemetry.id)}))
-        await eventually(lambda: _blocked(race), seconds=10)
+        await race.writers.until_waiting()
         await deleting.commit()
     with pytest.raises(ValidationFailed) as refused:
         await creating
     assert [e.field for e in refused.value.errors or []] == ["telemetries.logsTelemetryId"]
     async with h.maker() as session:
         assert await repository.telemetry_users(session, ACCOUNT, telemetry.id) == []
-
-
-async def _blocked(race: Race) -> bool:
-    return await race.waiting_writers() >= 1

@@ -4,27 +4,16 @@ gone, so a restart of the loop in between counts nothing twice."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import select
 
-from service.core.db import make_engine, make_sessionmaker
 from service.metering.models import GpuInterval
 from service.metering.usage import Grouping, account_usage
 from service.tasks.models import TaskStatus
 from service.tasks.usage import open_spans
 from tests.support.tasks import ACCOUNT, TaskHarness, script
-
-
-@pytest.fixture
-async def h(database_url: str) -> AsyncIterator[TaskHarness]:
-    engine = make_engine(database_url)
-    try:
-        yield TaskHarness.build(make_sessionmaker(engine))
-    finally:
-        await engine.dispose()
 
 
 async def gpu_seconds(h: TaskHarness, since_hours: float = 1) -> float:

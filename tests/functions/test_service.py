@@ -24,7 +24,7 @@ async def test_a_version_deleted_while_a_deploy_of_it_commits_takes_its_deployme
     async with writers(database_url) as w:
         maker = make_sessionmaker(w.engine)
         events = Events()
-        subscribe(events, wake=lambda: None)
+        subscribe(events, wake=lambda: None, adds_collector=lambda _: False)
         async with maker() as session, session.begin():
             fid, vid = await add_version(session)
         async with maker() as deploying:

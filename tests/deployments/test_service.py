@@ -18,7 +18,6 @@ from service.auth.service import Principal
 from service.backends.protocol import InstanceSpec
 from service.backends.simulated.adapter import SimulatedAdapter
 from service.clusters.adapters import AdapterRegistry
-from service.clusters.catalog import Catalog
 from service.core.db import make_sessionmaker
 from service.core.errors import NotFound
 from service.core.events import Events
@@ -33,10 +32,8 @@ from service.functions.models import FunctionVersion
 from tests.support.races import Writers, writers
 from tests.support.reconcile import (
     ACCOUNT,
-    FakeClock,
     Harness,
     add_version,
-    catalog_data,
     workload,
 )
 
@@ -80,11 +77,7 @@ class Race:
 @pytest.fixture
 async def race(database_url: str) -> AsyncIterator[Race]:
     async with writers(database_url) as w:
-        catalog = Catalog.from_data(catalog_data())
-        clock = FakeClock()
-        registry = AdapterRegistry.from_catalog(catalog, clock=clock)
-        h = Harness(make_sessionmaker(w.engine), catalog, clock, registry, None)  # type: ignore[arg-type]
-        yield Race(w, h)
+        yield Race(w, Harness.on(make_sessionmaker(w.engine)))
 
 
 async def test_a_rescale_that_read_the_deployment_before_its_delete_committed_changes_nothing(

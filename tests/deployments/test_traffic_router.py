@@ -9,8 +9,6 @@ from typing import Any
 
 import pytest
 
-from service.clusters.adapters import AdapterRegistry
-from service.clusters.catalog import Catalog
 from service.core.db import make_sessionmaker, utcnow
 from service.core.errors import FieldError
 from service.core.events import Events
@@ -25,10 +23,8 @@ from tests.support.invocation import deployed, invocation_app, pexec_url, spec
 from tests.support.races import writers
 from tests.support.reconcile import (
     ACCOUNT,
-    FakeClock,
     Harness,
     add_version,
-    catalog_data,
     workload,
 )
 
@@ -163,8 +159,7 @@ async def test_a_split_set_as_the_autoscaler_commits_a_target_scales_that_target
 ) -> None:
     async with writers(database_url) as w:
         maker = make_sessionmaker(w.engine)
-        catalog = Catalog.from_data(catalog_data())
-        h = Harness(maker, catalog, FakeClock(), AdapterRegistry.from_catalog(catalog), None)  # type: ignore[arg-type]
+        h = Harness.on(maker)
         dep = await h.deploy([workload()], min_instances=1)
         async with maker() as session, session.begin():
             (spec,) = (await session.get_one(Deployment, dep.id)).specs
@@ -197,8 +192,7 @@ async def test_a_split_naming_a_version_as_its_delete_commits_is_refused(
 ) -> None:
     async with writers(database_url) as w:
         maker = make_sessionmaker(w.engine)
-        catalog = Catalog.from_data(catalog_data())
-        h = Harness(maker, catalog, FakeClock(), AdapterRegistry.from_catalog(catalog), None)  # type: ignore[arg-type]
+        h = Harness.on(maker)
         dep = await h.deploy([workload()], status="ACTIVE")
         fid, vid = dep.function_id, dep.version_id
         async with maker() as deleting:

@@ -161,6 +161,17 @@ class Harness:
     registry: AdapterRegistry
     reconciler: Reconciler
 
+    @classmethod
+    def on(cls, maker: async_sessionmaker[AsyncSession]) -> Harness:
+        """The catalog's simulated clusters on a fake clock, over `maker`'s database, and a
+        reconciler (not started)."""
+        catalog = Catalog.from_data(catalog_data())
+        clock = FakeClock()
+        registry = AdapterRegistry.from_catalog(catalog, clock=clock)
+        h = cls(maker, catalog, clock, registry, None)  # type: ignore[arg-type]
+        h.reconciler = h.new_reconciler()
+        return h
+
     def new_reconciler(
         self,
         registry: AdapterRegistry | None = None,

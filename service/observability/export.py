@@ -213,7 +213,7 @@ class Exports:
             if not phased.telemetries.get(field):
                 continue
             try:
-                await self._pipeline(uuid.UUID(str(phased.telemetries[field])))
+                await self.pipeline(uuid.UUID(str(phased.telemetries[field])))
             except Exception:  # a bad reference loads nothing, the others still load
                 log.exception("telemetry export: loading a pipeline failed")
 
@@ -244,12 +244,12 @@ class Exports:
 
     async def _record(self, event: Event) -> None:
         for telemetry_id, kinds in self._named_by(event.telemetries):
-            pipeline = await self._pipeline(telemetry_id)
+            pipeline = await self.pipeline(telemetry_id)
             # nothing of one account ever goes to another's endpoint
             if pipeline is not None and pipeline.account == event.account:
                 pipeline.record(kinds, event)
 
-    async def _pipeline(self, telemetry_id: uuid.UUID) -> Pipeline | None:
+    async def pipeline(self, telemetry_id: uuid.UUID) -> Pipeline | None:
         """The telemetry's pipeline, read again after PIPELINE_TTL (a new key rebuilds it; a
         deleted telemetry has none)."""
         loaded, known = self._pipelines.get(telemetry_id, (None, None))

@@ -167,7 +167,7 @@ async def test_lookups_of_a_telemetry_at_once_load_one_pipeline_and_stop_closes_
     exports = client.app.state.telemetry_exports
     before = readers()
     tid = uuid.UUID(telemetry["telemetryId"])
-    loaded = await asyncio.gather(*(exports._pipeline(tid) for _ in range(3)))
+    loaded = await asyncio.gather(*(exports.pipeline(tid) for _ in range(3)))
     assert loaded[0] is not None and all(p is loaded[0] for p in loaded)
     assert len(readers() - before) == 1
     await exports.stop()

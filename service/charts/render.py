@@ -141,7 +141,8 @@ class _Worker:
         )
         worker = cls(proc)
         try:
-            ready = await asyncio.wait_for(worker.read_frame(max_output), WORKER_START_TIMEOUT)
+            async with asyncio.timeout(WORKER_START_TIMEOUT):
+                ready = await worker.read_frame(max_output)
         except BaseException:
             await worker.kill()
             raise
@@ -184,9 +185,10 @@ class _Worker:
     async def exited(self) -> None:
         """Wait briefly for a dying worker so its exit status and stderr are known."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self.proc.wait()), 5)
-        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-            await asyncio.wait_for(asyncio.shield(self._drain), 1)
+            async with asyncio.timeout(5):
+                await asyncio.shield(self.proc.wait())
+        # asyncio.wait, not the task itself: its own end (a cancel included) is not ours
+        await asyncio.wait([self._drain], timeout=1)
 
     async def kill(self) -> None:
         if self.proc.returncode is None:
@@ -273,9 +275,8 @@ class ChartRenderer:
             keep = False
             decoded: Decoded | None = None
             try:
-                response = await asyncio.wait_for(
-                    worker.call(request, self.max_output_bytes), self.timeout
-                )
+                async with asyncio.timeout(self.timeout):
+                    response = await worker.call(request, self.max_output_bytes)
                 # a worker that hit MemoryError in Python is not trusted with another render
                 keep = response.get("error") != "render-memory"
                 offset = response.get("split")
@@ -317,9 +318,8 @@ class ChartRenderer:
 
         async def read_tail() -> dict[str, Any] | None:
             try:
-                return await asyncio.wait_for(
-                    worker.read_frame(self.max_output_bytes), self.timeout
-                )
+                async with asyncio.timeout(self.timeout):
+                    return await worker.read_frame(self.max_output_bytes)
             except (TimeoutError, _WorkerDied):
                 return None
 

@@ -97,7 +97,8 @@ class LoopService(Generic[K]):
             timeout = due - loop.time()
             if timeout > 0 and not self._event.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._event.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await self._event.wait()
             woken = self._event.is_set()
             self._event.clear()
             urgent, self._urgent = self._urgent, set()

@@ -179,7 +179,8 @@ class _LocalTicket:
             return self._granted
         assert self._waiter is not None
         try:
-            self._granted = await asyncio.wait_for(asyncio.shield(self._waiter.future), seconds)
+            async with asyncio.timeout(seconds):
+                self._granted = await asyncio.shield(self._waiter.future)
         except asyncio.CancelledError:
             self.cancel()
             raise

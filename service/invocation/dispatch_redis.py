@@ -217,7 +217,8 @@ class _RedisTicket:
                     raise QueueTimeout
                 waiter.wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(waiter.wake.wait(), min(RETRY_SECONDS, remaining))
+                    async with asyncio.timeout(min(RETRY_SECONDS, remaining)):
+                        await waiter.wake.wait()
         except BaseException:
             if self._granted is None:
                 await asyncio.shield(self._dispatcher._leave(waiter))

@@ -60,7 +60,8 @@ class RequestLookup:
                 raise NotFound(detail=f"request {request_id} not found")
             if not inv.done.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(inv.done.wait(), poll_seconds)
+                    async with asyncio.timeout(poll_seconds):
+                        await inv.done.wait()
             files = inv.files
             done = inv.done.is_set()
             return PollAnswer(

@@ -323,7 +323,8 @@ class SimulatedLogBook:
         while True:
             event = self._changed.setdefault(namespace, asyncio.Event())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), FOLLOW_POLL)
+                async with asyncio.timeout(FOLLOW_POLL):
+                    await event.wait()
             snap = await snapshot(namespace)
             if snap is None:
                 return  # the instance ended: so does the follow

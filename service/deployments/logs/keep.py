@@ -79,9 +79,8 @@ async def last_lines(
     if lines <= 0:
         return []
     try:
-        return await asyncio.wait_for(
-            _read(adapter, target, masker, lines, max_bytes, only), timeout=within
-        )
+        async with asyncio.timeout(within):
+            return await _read(adapter, target, masker, lines, max_bytes, only)
     except (AdapterError, TimeoutError) as exc:
         detail = exc.message if isinstance(exc, AdapterError) else "timed out"
         log.warning("keeping the last lines of instance %s: %s", target.instance_id, detail)

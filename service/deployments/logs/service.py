@@ -322,7 +322,8 @@ async def _bounded(
                 yield b"-- log follow ended after NVCF_LOGS_FOLLOW_MAX_SECONDS; follow again --\n"
                 return
             try:
-                chunk = await asyncio.wait_for(anext(lines), left)
+                async with asyncio.timeout(left):
+                    chunk = await anext(lines)
             except StopAsyncIteration:
                 return
             except TimeoutError:

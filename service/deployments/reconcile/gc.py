@@ -109,10 +109,10 @@ class NamespaceCollector(LoopService[str]):
         self, adapter: GarbageCollecting, known: frozenset[str], report: GarbageReport
     ) -> None:
         try:
-            collected = await asyncio.wait_for(
-                adapter.garbage_collect(known, min_age_seconds=self.config.min_age),
-                self.config.timeout,
-            )
+            async with asyncio.timeout(self.config.timeout):
+                collected = await adapter.garbage_collect(
+                    known, min_age_seconds=self.config.min_age
+                )
         except asyncio.CancelledError:
             raise
         except AdapterError as exc:

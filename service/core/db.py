@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import DateTime, MetaData, Select, String, TypeDecorator, event
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -189,6 +190,21 @@ def make_engine(url: str, *, write_gate: WriteGate | None = None) -> AsyncEngine
 
         (write_gate or WriteGate()).install(engine)
     return engine
+
+
+#: PostgreSQL's answers to transactions that met each other: deadlock_detected,
+#: serialization_failure, lock_not_available (a lock or statement timeout)
+_CONTENTION_STATES = frozenset({"40P01", "40001", "55P03"})
+
+
+def is_contention(exc: DBAPIError) -> bool:
+    """True when `exc` says only that another transaction was in the way (a deadlock, a
+    serialization failure, a lock wait that timed out; SQLite's "database is locked"): the
+    transaction was rolled back whole and the same request may succeed when sent again."""
+    orig = exc.orig
+    if isinstance(orig, sqlite3.OperationalError):
+        return "database is locked" in str(orig) or "database table is locked" in str(orig)
+    return getattr(orig, "sqlstate", None) in _CONTENTION_STATES
 
 
 def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

@@ -8,10 +8,12 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 from starlette.routing import Match
 
+from service.core.db import is_contention
 from service.core.errors import (
     MAX_LISTED_ERRORS,
     BadRequest,
@@ -22,6 +24,7 @@ from service.core.errors import (
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
+    ServiceUnavailable,
     TooManyRequests,
     Unauthorized,
     UnsupportedMediaType,
@@ -150,6 +153,22 @@ def install_problem_handlers(app: FastAPI) -> None:
             for e in exc.errors()
         ]
         return problem_response(request, ValidationFailed.of(errors))
+
+    @app.exception_handler(DBAPIError)
+    async def _database(request: Request, exc: DBAPIError) -> JSONResponse:
+        if not is_contention(exc):
+            raise exc
+        # the request's transaction was rolled back whole: nothing changed, send it again
+        log.warning(
+            "%s %s met another transaction: %s", request.method, _instance(request), exc.orig
+        )
+        return problem_response(
+            request,
+            ServiceUnavailable(
+                detail="the request met a concurrent change and was rolled back; send it again",
+                headers={"Retry-After": "1"},
+            ),
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

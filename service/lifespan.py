@@ -323,6 +323,7 @@ async def _open_invocation(
             interval=settings.telemetry_export_interval,
             timeout=settings.telemetry_export_timeout,
             allowlist=settings.telemetry_allowlist,
+            replica=shared.owner.value,
         ),
         Drops(c.telemetry.metrics.registry),
     )

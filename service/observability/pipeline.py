@@ -74,6 +74,8 @@ _IDS = RandomIdGenerator()
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _UNSET = Status(StatusCode.UNSET)
 SCOPE = InstrumentationScope("nvcf.invocation")
+#: the label of the replica that counted a series (`ExportSettings.replica`)
+REPLICA = "nvcf.replica"
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,9 @@ class ExportSettings:
     #: seconds of one export request (its retries included)
     timeout: float = 10.0
     allowlist: Collection[str] = ()
+    #: this replica's id, the `nvcf.replica` label of the series each replica counts itself
+    #: (several replicas' totals under one label set would read as one counter that resets)
+    replica: str = ""
     #: the clock of the endpoints' backoffs (endpoints.py)
     clock: Callable[[], float] = time.monotonic
 
@@ -114,6 +119,11 @@ class Pipeline:
     instruments: tuple[Any, Any, Any] | None = None
     logs: logs.LogBatcher | None = None
     loaded: float = field(default_factory=time.monotonic)
+    replica: str = ""
+
+    def counted(self, attributes: dict[str, str]) -> dict[str, str]:
+        """`attributes` of a series this replica counts itself, labelled with the replica."""
+        return {**attributes, REPLICA: self.replica} if self.replica else attributes
 
     def record(self, kinds: Collection[Kind], event: Event) -> None:
         """Record the event's signals of `kinds` for export; while the endpoint is failing
@@ -135,7 +145,7 @@ class Pipeline:
             return
         if isinstance(event, Tokens):
             if Kind.METRICS in kinds and self.instruments is not None:
-                tokens = self.instruments[2]
+                tokens, attributes = self.instruments[2], self.counted(attributes)
                 for token_type, n in (
                     ("input", event.input_tokens),
                     ("output", event.output_tokens),
@@ -154,6 +164,7 @@ class Pipeline:
         if Kind.METRICS in kinds and self.instruments is not None:
             outcome = event.refusal or ("fulfilled" if event.fulfilled else "errored")
             invocations, latency, _ = self.instruments
+            attributes = self.counted(attributes)
             invocations.add(1, {**attributes, "outcome": outcome})
             if event.refusal is None:  # the latency is of answered invocations, as on /metrics
                 latency.record((event.end_ns - event.start_ns) / 1e9, attributes)
@@ -417,6 +428,7 @@ def build_pipeline(
     provider, protocol = Provider(telemetry.provider), Protocol(telemetry.protocol)
     status = EndpointStatus(clock=settings.clock)
     pipeline = Pipeline(telemetry.id, telemetry.account_id, telemetry.updated_at, status, drops)
+    pipeline.replica = settings.replica
     target, _ = target_of(provider, telemetry.endpoint)
     wire = wire_of(provider)
     if wire is None or target is None:  # refused at creation; a row from before is not sent
@@ -483,7 +495,7 @@ def build_pipeline(
         def observe(read: Callable[[Load], int]) -> Callable[[CallbackOptions], list[Observation]]:
             def callback(options: CallbackOptions) -> list[Observation]:
                 return [
-                    Observation(read(w.load), w.attributes())
+                    Observation(read(w.load), pipeline.counted(w.attributes()))
                     for w in loads()
                     if w.account == account and w.names(tid, Kind.METRICS)
                 ]

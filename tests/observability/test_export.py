@@ -27,7 +27,7 @@ from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
 from tests.support.invocation import deployed, invocation_app, pexec_url, sample
 from tests.support.otlp import OtlpReceiver, attributes
 from tests.support.server import in_loop_server
-from tests.support.telemetries import create_telemetry
+from tests.support.telemetries import create_telemetry, replica_of
 
 ACCOUNT = "nvcf-default"
 OTHER = "team-b"
@@ -155,7 +155,8 @@ async def test_a_hundred_invocations_arrive_as_a_hundred(
         assert span.name == "invocation" and span.end_time_unix_nano >= span.start_time_unix_nano
     count = last_point(receiver, INVOCATIONS, fn["id"])
     assert count.as_int == 100
-    assert attributes(count.attributes) == {**labels, "outcome": "fulfilled"}
+    counted = {**labels, "nvcf.replica": replica_of(client)}  # the series this replica counts
+    assert attributes(count.attributes) == {**counted, "outcome": "fulfilled"}
     assert last_point(receiver, DURATION, fn["id"]).count == 100
     assert {r.headers["authorization"] for r in receiver.received} == {"Bearer otlp-key"}
 
@@ -248,7 +249,7 @@ async def test_queue_depth_and_in_flight_are_exported(
     }
     for name in ("nvcf.function.queue_depth", "nvcf.function.in_flight"):
         point = last_point(receiver, name, fn["id"])
-        assert attributes(point.attributes) == labels
+        assert attributes(point.attributes) == {**labels, "nvcf.replica": replica_of(client)}
         assert point.as_int == 0  # nothing waits or runs once both were answered
 
 
@@ -361,6 +362,7 @@ async def test_an_llm_functions_tokens_are_exported(
         "nvcf.account": ACCOUNT,
         "nvcf.function.id": fn["id"],
         "nvcf.function.version.id": fn["versionId"],
+        "nvcf.replica": replica_of(client),
         "model": "m",
         "token_type": "output",
     }

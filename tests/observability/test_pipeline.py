@@ -16,6 +16,7 @@ from service.observability.events import Invocation, TraceIds
 from service.observability.models import Kind, Telemetry
 from service.observability.pipeline import SPAN_QUEUE, ExportSettings, Pipeline, build_pipeline
 from tests.support.otlp import OtlpReceiver
+from tests.support.remote_write import RemoteWriteReceiver
 
 
 @pytest.fixture
@@ -150,3 +151,46 @@ def test_spans_beyond_the_processors_queue_are_dropped_and_counted(
     finally:
         receiver.release()
         pipeline.shutdown()
+
+
+def test_each_replica_sends_what_it_counted_under_its_own_label() -> None:
+    """Two replicas serve one function: each sends its own cumulative total. Under one label
+    set they would read as a single counter jumping between 3 and 5 (a reset each time); with
+    `nvcf_replica` they are two series whose sum is the function's total."""
+    receiver = RemoteWriteReceiver().start()
+    now = datetime.now(UTC)
+    row = Telemetry(
+        id=uuid.uuid4(),
+        account_id="acct",
+        name="t",
+        endpoint=receiver.url,
+        protocol="HTTP",
+        provider="PROMETHEUS",
+        types=["METRICS"],
+        secret_ciphertext="",
+        created_at=now,
+        updated_at=now,
+    )
+    pipelines = {
+        replica: build_pipeline(
+            row,
+            "k",
+            ExportSettings(interval=60, timeout=5, allowlist=(receiver.hostport,), replica=replica),
+            Drops(CollectorRegistry()),
+        )
+        for replica in ("replica-a", "replica-b")
+    }
+    try:
+        invoked(pipelines["replica-a"], 3)
+        invoked(pipelines["replica-b"], 5)
+        for pipeline in pipelines.values():
+            pipeline.flush(5000)
+        last = {
+            s.labels["nvcf_replica"]: s.value
+            for s in receiver.samples("nvcf_function_invocations_total", nvcf_function_id="f")
+        }
+        assert last == {"replica-a": 3, "replica-b": 5}
+    finally:
+        for pipeline in pipelines.values():
+            pipeline.shutdown()
+        receiver.stop()

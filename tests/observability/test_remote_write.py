@@ -16,7 +16,7 @@ from tests.support.app import AppClient, ClientFactory
 from tests.support.e2e import eventually
 from tests.support.invocation import deployed, invocation_app, pexec_url, sample
 from tests.support.remote_write import RemoteWriteReceiver
-from tests.support.telemetries import create_telemetry
+from tests.support.telemetries import create_telemetry, replica_of
 from tests.support.tsdb import running
 
 ACCOUNT = "nvcf-default"
@@ -75,9 +75,10 @@ async def test_a_hundred_invocations_arrive_as_a_hundred(
     mine = {"nvcf_function_id": fn["id"]}
     total = receiver.samples("nvcf_function_invocations_total", **mine)[-1]
     assert total.value == 100  # cumulative: the last write holds the total
+    mine_only = {**labels, "nvcf_replica": replica_of(client)}  # what this replica counted
     assert total.labels == {
         "__name__": "nvcf_function_invocations_total",
-        **labels,
+        **mine_only,
         "outcome": "fulfilled",
     }
     duration = "nvcf_function_invocation_duration_seconds"
@@ -85,7 +86,7 @@ async def test_a_hundred_invocations_arrive_as_a_hundred(
     assert receiver.samples(f"{duration}_bucket", le="+Inf", **mine)[-1].value == 100
     assert receiver.samples(f"{duration}_sum", **mine)[-1].value > 0
     depth = receiver.samples("nvcf_function_queue_depth", **mine)[-1]
-    assert depth.labels == {"__name__": "nvcf_function_queue_depth", **labels}
+    assert depth.labels == {"__name__": "nvcf_function_queue_depth", **mine_only}
     assert depth.value == 0
     for write in receiver.writes:
         assert write.headers["authorization"] == "Bearer rw-key"
@@ -153,6 +154,7 @@ async def test_a_real_receiver_answers_promql_with_the_exact_series(
             "nvcf_account": ACCOUNT,
             "nvcf_function_id": fn["id"],
             "nvcf_function_version_id": fn["versionId"],
+            "nvcf_replica": replica_of(client),
             "outcome": "fulfilled",
         }
         assert float(total["value"][1]) == 100

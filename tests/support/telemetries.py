@@ -24,3 +24,11 @@ async def create_telemetry(
     resp = await client.post(TELEMETRIES, json={**OTLP, **changes}, headers=headers)
     assert resp.status_code == 200, resp.text
     return dict(resp.json()["telemetry"])
+
+
+def replica_of(client: Any) -> str:
+    """The replica id an in-process app labels the series it counts itself with
+    (`nvcf.replica`)."""
+    exports = client.app.state.telemetry_exports
+    assert exports is not None and exports.settings.replica
+    return str(exports.settings.replica)

@@ -14,7 +14,7 @@ from tests.support.app import AppClient, ClientFactory
 from tests.support.datadog import DatadogIntake
 from tests.support.invocation import deployed, invocation_app, pexec_url
 from tests.support.otlp import OtlpReceiver, attributes
-from tests.support.telemetries import create_telemetry
+from tests.support.telemetries import create_telemetry, replica_of
 
 
 @pytest.fixture
@@ -70,6 +70,7 @@ async def test_invocations_arrive_as_counts(
             "nvcf.account:nvcf-default",
             mine,
             f"nvcf.function.version.id:{fn['versionId']}",
+            f"nvcf.replica:{replica_of(client)}",
             "outcome:fulfilled",
             "service:nvcf",
         ]

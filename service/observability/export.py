@@ -90,6 +90,8 @@ class Exports:
         #: one pipeline load at a time: two lookups of a telemetry at once would each build
         #: one, and the one replaced would go on exporting, its connections never closed
         self._loading = asyncio.Lock()
+        #: stopped: a load finishing after `stop` shuts its pipeline down at once
+        self._stopped = False
         #: a version's telemetries as stored -> the telemetries named and for what
         self._named: dict[tuple[tuple[str, str], ...], list[tuple[uuid.UUID, set[Kind]]]] = {}
         #: telemetry id -> (when it was read, its pipeline or None)
@@ -161,8 +163,10 @@ class Exports:
             await self._drain()
         except Exception:  # the database may be gone: what is buffered is lost
             log.exception("telemetry export: recording the last invocations failed")
-        pipelines = self._live()
-        self._pipelines.clear()
+        async with self._loading:  # a load its caller left (cancelled) has stored its pipeline
+            self._stopped = True
+            pipelines = self._live()
+            self._pipelines.clear()
         await asyncio.to_thread(_each, pipelines, Pipeline.shutdown)
         await self._write_statuses(pipelines)
 
@@ -255,10 +259,17 @@ class Exports:
         loaded, known = self._pipelines.get(telemetry_id, (None, None))
         if loaded is not None and time.monotonic() - loaded < PIPELINE_TTL:
             return known
-        async with self._loading:
-            return await self._load(telemetry_id)
+        # shielded: a caller cancelled mid-build (the export task at shutdown) must not leave
+        # the pipeline built in its thread unstored, exporting for good with no one to stop it
+        return await asyncio.shield(self._load(telemetry_id))
 
     async def _load(self, telemetry_id: uuid.UUID) -> Pipeline | None:
+        async with self._loading:
+            if self._stopped:
+                return None
+            return await self._loaded(telemetry_id)
+
+    async def _loaded(self, telemetry_id: uuid.UUID) -> Pipeline | None:
         loaded, known = self._pipelines.get(telemetry_id, (None, None))
         now = time.monotonic()
         if loaded is not None and now - loaded < PIPELINE_TTL:

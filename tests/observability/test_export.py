@@ -7,6 +7,7 @@ connection."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -18,10 +19,11 @@ import pytest
 from grpc import aio
 
 from service.core.server import ConnectionLimits
+from service.observability import export
 from service.observability.endpoints import Drops, EndpointGuard, EndpointStatus
 from service.observability.events import Invocation
 from service.observability.models import Kind, Telemetry
-from service.observability.pipeline import ExportSettings, build_pipeline
+from service.observability.pipeline import ExportSettings, Pipeline, build_pipeline
 from tests.support.api import bearer, new_key
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
 from tests.support.invocation import deployed, invocation_app, pexec_url, sample
@@ -520,3 +522,42 @@ async def test_a_replaced_key_is_used_by_the_next_export(
     [said] = [e["message"] for e in events if e.get("reason") == "SecretsUpdated"]
     assert "exporter uses the new key" in said and "without a restart" in said
     assert "roll" not in said
+
+
+async def test_a_pipeline_built_for_a_caller_that_left_is_shut_down_with_the_export(
+    client_factory: ClientFactory,
+    tmp_path: Path,
+    receiver: OtlpReceiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The export task cancelled at shutdown while a pipeline is built in its thread: the
+    pipeline is stored all the same, and stopped with the others, not left exporting."""
+    client = await app(client_factory, tmp_path, receiver)
+    telemetry = await create_telemetry(client, endpoint=receiver.url, types=["METRICS"])
+    exports = client.app.state.telemetry_exports
+    assert exports is not None
+    building, release, built = threading.Event(), threading.Event(), threading.Event()
+    started: list[threading.Thread] = []
+
+    def held_build(*args: Any) -> Pipeline:
+        building.set()
+        assert release.wait(30)
+        before = set(threading.enumerate())
+        pipeline = build_pipeline(*args)
+        started.extend(t for t in threading.enumerate() if t not in before)
+        built.set()
+        return pipeline
+
+    monkeypatch.setattr(export, "build_pipeline", held_build)
+    load = asyncio.create_task(exports.pipeline(uuid.UUID(telemetry["telemetryId"])))
+    assert await asyncio.to_thread(building.wait, 30)
+    load.cancel()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await load
+    assert await asyncio.to_thread(built.wait, 30)
+    await exports.stop()
+    assert started, "the pipeline started no exporter thread"
+    for thread in started:
+        thread.join(10)
+    assert not [t.name for t in started if t.is_alive()]

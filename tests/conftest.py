@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -53,6 +54,26 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> str:
     choice = selected()
     return f"test services: {choice.kind} ({choice.reason})"
+
+
+#: the threads of a telemetry pipeline (the OpenTelemetry SDK's, and our log batcher's)
+_EXPORTER_THREADS = ("Otel", "telemetry-logs")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_exporter_left_running() -> Iterator[None]:
+    """Every telemetry pipeline a module's apps and tests built is stopped by the module's end.
+    One left running exports for the rest of the session, from another test's process state
+    (its retry jitter calls `random` every interval, for one)."""
+    before = set(threading.enumerate())
+    yield
+    left = [
+        t for t in threading.enumerate() if t not in before and t.name.startswith(_EXPORTER_THREADS)
+    ]
+    for thread in left:
+        thread.join(30)  # a shut-down pipeline's threads end within its export timeout
+    running = sorted(t.name for t in left if t.is_alive())
+    assert not running, f"telemetry pipelines left running: {running}"
 
 
 @pytest.fixture(scope="session")

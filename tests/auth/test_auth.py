@@ -6,6 +6,7 @@ accounts named for it."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import uuid
@@ -247,11 +248,13 @@ async def test_jwks_url_verification(client_factory: ClientFactory, tmp_path: Pa
     jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
     jwk.update(kid="url-key", alg="RS256", use="sig")
     (tmp_path / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
-    handler = lambda *a, **kw: http.server.SimpleHTTPRequestHandler(  # noqa: E731
-        *a, directory=str(tmp_path), **kw
-    )
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(tmp_path))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.RequestHandlerClass.log_message = lambda *a: None  # type: ignore[method-assign]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

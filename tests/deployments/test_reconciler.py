@@ -19,6 +19,7 @@ from service.backends.protocol import (
     InstanceSpec,
 )
 from service.backends.simulated.adapter import SimulatedAdapter
+from service.backends.worker import WorkerEndpoint, WorkerPort
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.deployments.models import (
@@ -324,11 +325,17 @@ class Broken:
     async def apply(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
         raise AdapterError("admission webhook denied the request", retryable=self.retryable)
 
+    async def update_objects(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
+        raise AdapterError("admission webhook denied the request", retryable=self.retryable)
+
     async def observe(self, instance: InstanceSpec) -> ObservedState:
         raise AdapterError("connection refused", retryable=True)
 
     async def delete(self, instance: InstanceSpec) -> bool:
         return True
+
+    async def endpoint(self, instance: InstanceSpec, port: WorkerPort) -> WorkerEndpoint:
+        raise AdapterError("connection refused", retryable=True)
 
     async def logs(self, instance: InstanceSpec, request: LogRequest) -> AsyncIterator[LogLine]:
         raise AdapterError("connection refused", retryable=True)

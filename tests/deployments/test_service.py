@@ -50,7 +50,7 @@ H100 = {
 class Race:
     def __init__(self, w: Writers, h: Harness) -> None:
         self.w, self.h = w, h
-        settings = Settings(_env_file=None)  # type: ignore[call-arg]
+        settings = Settings(_env_file=None)
         pipeline: Any = None  # container functions render no chart
         self.deps = Deploying(
             h.catalog, pipeline, Quotas.from_settings(settings), Events(), lambda: None

@@ -58,7 +58,7 @@ async def test_an_answer_closed_before_its_first_line_frees_the_follow(
     monkeypatch.setattr("service.deployments.logs.service.PEEK_SECONDS", 0.01)
     limiter = FollowLimiter(1)
     stream = await open_stream(reading(), make_settings(), limiter.acquire("acct"))
-    reader = asyncio.create_task(anext(stream))
+    reader = asyncio.ensure_future(anext(stream))
     await asyncio.sleep(0.05)
     reader.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -482,7 +482,7 @@ async def test_a_bad_share_is_a_400_listing_every_violation(
         problem = assert_problem(
             await client.post(f"{AZ}/{path}", json=body, headers=a.headers), 400
         )
-        assert [(e["field"], e["message"]) for e in problem["errors"]] == errors  # type: ignore[union-attr]
+        assert [(e["field"], e["message"]) for e in problem["errors"]] == errors
     assert (await client.get(f"{AZ}/{fn['id']}", headers=a.headers)).json()["functions"][0][
         "authorizedParties"
     ] == []
@@ -526,9 +526,9 @@ async def test_a_bad_patch_is_a_400(
         for op in ("add", "remove"):
             resp = await client.patch(f"{AZ}/{fn['id']}/{op}", json=body, headers=a.headers)
             problem = assert_problem(resp, 400)
-            assert [(e["field"], e["message"]) for e in problem["errors"]] == errors  # type: ignore[union-attr]
+            assert [(e["field"], e["message"]) for e in problem["errors"]] == errors
     bad_id = await client.post(f"{AZ}/not-a-uuid/versions/nope", json={}, headers=a.headers)
-    assert [e["field"] for e in assert_problem(bad_id, 400)["errors"]] == [  # type: ignore[union-attr]
+    assert [e["field"] for e in assert_problem(bad_id, 400)["errors"]] == [
         "functionId",
         "functionVersionId",
     ]

@@ -66,10 +66,8 @@ def unique(name: str) -> str:
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def accounts(client: httpx.AsyncClient) -> tuple[Account, Account, Account]:
-    names = [unique(n) for n in ("a", "b", "c")]
-    return tuple(  # type: ignore[return-value]
-        [Account(n, bearer(await new_key(client, ALL_SCOPES, n))) for n in names]
-    )
+    a, b, c = [Account(n, bearer(await new_key(client, ALL_SCOPES, n))) for n in map(unique, "abc")]
+    return a, b, c
 
 
 async def create(client: httpx.AsyncClient, who: Account, **changes: Any) -> dict[str, Any]:

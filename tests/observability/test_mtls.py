@@ -102,7 +102,7 @@ async def test_every_bad_part_of_client_certificates_is_named_in_one_400(
 ) -> None:
     client = await client_factory(reconciler_enabled=False)
     other = ca.issue("someone-else", server=False)
-    body = {
+    body: dict[str, Any] = {
         "endpoint": "http://8.8.8.8/api/v1/write",
         "protocol": "HTTP",
         "provider": "PROMETHEUS",
@@ -129,7 +129,7 @@ async def test_every_bad_part_of_client_certificates_is_named_in_one_400(
     assert "not the private key" in fields["secret.value.clientKey"]
     assert "PRIVATE KEY" not in str(problem) and "CERTIFICATE" not in str(problem)
 
-    body["secret"]["value"] = {"clientCert": "garbage"}  # type: ignore[index]
+    body["secret"]["value"] = {"clientCert": "garbage"}
     body["endpoint"] = "https://8.8.8.8/api/v1/write"
     problem = assert_problem(await client.post(TELEMETRIES, json=body), 400)
     fields = {e["field"]: e["message"] for e in problem["errors"]}

@@ -424,7 +424,8 @@ async def test_rotated_secrets_reach_the_running_container(h: TaskHarness) -> No
         )
     await h.run(1)
     adapter = h.registry.get("sim-a")
-    objects = await adapter.objects(await h.instance(tid))  # type: ignore[union-attr]
+    assert isinstance(adapter, SimulatedAdapter)
+    objects = await adapter.objects(await h.instance(tid))
     secret = next(o for o in objects if o["kind"] == "Secret")
     assert json.loads(base64.b64decode(secret["data"]["secrets.json"])) == {"A": "one", "B": "two"}
     task = await h.task(tid)

@@ -130,7 +130,7 @@ def test_generated_admin_key_is_printed_once_and_saved(tmp_path: Path) -> None:
     from service.app import create_app
     from service.core.settings import Settings
 
-    settings = Settings(data_dir=tmp_path, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(data_dir=tmp_path, _env_file=None)
 
     async def boot() -> str:
         app = create_app(settings)
@@ -282,11 +282,11 @@ def test_invoke_runs_the_invocation_plane_as_its_own_process(
     common = {"NVCF_CLUSTERS_FILE": catalog, "NVCF_RECONCILE_INTERVAL": "0.05"}
     api_port, invoke_port = free_port(), free_port()
     api = start_server(
-        tmp_path / "d", database_url, api_port, NVCF_INVOKE_ENABLED="false", **common
+        tmp_path / "d", database_url, api_port, NVCF_INVOKE_ENABLED="false", env=common
     )
     invoke = None
     try:
-        invoke = start_server(tmp_path / "d", database_url, invoke_port, "invoke", **common)
+        invoke = start_server(tmp_path / "d", database_url, invoke_port, "invoke", env=common)
         auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
         with httpx.Client(base_url=f"http://127.0.0.1:{api_port}/v2/nvcf", headers=auth) as c:
             fn = c.post("/functions", json=CONTAINER_FN).json()["function"]
@@ -426,7 +426,7 @@ def test_invoke_serves_one_port_from_two_replicas_sharing_redis(
     }
     api_port, invoke_port = free_port(), free_port()
     api = start_server(
-        tmp_path / "d", database_url, api_port, NVCF_INVOKE_ENABLED="false", **common
+        tmp_path / "d", database_url, api_port, NVCF_INVOKE_ENABLED="false", env=common
     )
     invoke = None
     engine = create_engine(_sync(database_url))
@@ -440,7 +440,7 @@ def test_invoke_serves_one_port_from_two_replicas_sharing_redis(
             args=["--processes", "2"],
             NVCF_GRPC_ENABLED="true",
             NVCF_GRPC_PORT=str(grpc_port),
-            **common,
+            env=common,
         )
         children = [pid for pid in _children(invoke.pid) if _alive(pid)]
         auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -460,11 +460,12 @@ def test_invoke_serves_one_port_from_two_replicas_sharing_redis(
             assert resp.status_code == 200 and resp.json()["echo"] == {"via": "invoke"}
         # the processes share the gRPC port too (each bound it; one answers): an HTTP function
         with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            call: grpc.UnaryUnaryMultiCallable[bytes, bytes]
             call = channel.unary_unary("/any.Service/Method")
             metadata = (("authorization", f"Bearer {ADMIN_KEY}"), ("function-id", fn["id"]))
             with pytest.raises(grpc.RpcError) as refused:
                 call(b"x", metadata=metadata, timeout=30)
-        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # type: ignore[attr-defined]
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         # Which process accepts a connection is the kernel's choice: new connections until
         # both have run requests (each batch opened while both processes are idle).
         upstream.hold()

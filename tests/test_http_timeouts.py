@@ -31,7 +31,7 @@ GET_HEALTH = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
 
 def _start(tmp: Path, **env: str) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
-    proc = start_server(tmp, f"sqlite+aiosqlite:///{tmp / 'nvcf.db'}", port, **env)
+    proc = start_server(tmp, f"sqlite+aiosqlite:///{tmp / 'nvcf.db'}", port, env=env)
     return proc, port
 
 
@@ -198,13 +198,13 @@ def test_beyond_the_connection_cap_new_connections_are_refused_existing_ones_wor
 
 
 def test_the_bounds_have_safe_defaults_and_accept_fractions() -> None:
-    s = Settings(_env_file=None)  # type: ignore[call-arg]
+    s = Settings(_env_file=None)
     assert (s.http_header_timeout, s.http_body_timeout, s.http_keepalive_timeout) == (10, 60, 5)
     assert s.http_max_connections == 1000
-    s = Settings(_env_file=None, http_header_timeout="0.25")  # type: ignore[call-arg]
+    s = Settings(_env_file=None, http_header_timeout="0.25")
     assert s.http_header_timeout == 0.25
     with pytest.raises(ValueError):
-        Settings(_env_file=None, http_body_timeout=0)  # type: ignore[call-arg]
+        Settings(_env_file=None, http_body_timeout=0)
 
 
 def test_the_connection_cap_leaves_file_descriptors_for_everything_else() -> None:

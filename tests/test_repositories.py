@@ -230,7 +230,7 @@ def foreign_tables(path: Path, package: str, owners: dict[str, str]) -> list[str
             continue
         for argument in [*node.args, *(k.value for k in node.keywords)]:
             for name in ast.walk(argument):
-                if (named := model(name)) is not None:
+                if isinstance(name, ast.expr) and (named := model(name)) is not None:
                     found.add((name.lineno, named))
     return [f"{path.name}:{line} {model} ({owners[model]})" for line, model in sorted(found)]
 

@@ -88,11 +88,11 @@ async def test_prometheus_clients_switch_drops_the_created_series(client: Any) -
     PROMETHEUS_DISABLE_CREATED_SERIES=true sets at start) drops their `_created` samples."""
     assert (await client.get("/health")).status_code == 200
     assert "nvcf_http_requests_created{" in (await client.get("/metrics")).text
-    prometheus_client.disable_created_metrics()
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated there
     try:
         text = (await client.get("/metrics")).text
     finally:
-        prometheus_client.enable_created_metrics()
+        prometheus_client.enable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated there
     assert 'nvcf_http_requests_total{method="GET",route="/health",status="200"}' in text
     assert "_created" not in text
 

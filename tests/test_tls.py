@@ -183,9 +183,12 @@ def _grpc_status(channel: grpc.Channel, *, timeout: float) -> tuple[grpc.StatusC
     """The status of a call without `function-id` (never OK)."""
     metadata = (("authorization", f"Bearer {ADMIN_KEY}"),)
     try:
-        channel.unary_unary("/any.Service/Method")(b"x", metadata=metadata, timeout=timeout)
+        stub: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
+            "/any.Service/Method"
+        )
+        stub(b"x", metadata=metadata, timeout=timeout)
     except grpc.RpcError as exc:
-        return exc.code(), exc.details() or ""  # type: ignore[attr-defined]
+        return exc.code(), exc.details() or ""
     raise AssertionError("the call succeeded")
 
 

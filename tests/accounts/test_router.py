@@ -97,7 +97,7 @@ async def test_bad_limits_are_each_named_and_change_nothing(client: AppClient) -
         },
     )
     problem = assert_problem(resp, 400)
-    fields = {e["field"] for e in problem["errors"]}  # type: ignore[attr-defined]
+    fields = {e["field"] for e in problem["errors"]}
     assert fields == {
         "maxFunctionsAllowed",
         "maxTelemetriesAllowed",
@@ -109,7 +109,7 @@ async def test_bad_limits_are_each_named_and_change_nothing(client: AppClient) -
     assert_problem(await client.get(f"{ACCOUNTS}/nobody"), 404)
     assert_problem(await client.post(f"{ACCOUNTS}/team-a", json=create_request("A", "a")), 409)
     bad_id = await client.post(f"{ACCOUNTS}/team%20a", json=create_request("A", "a"))
-    assert assert_problem(bad_id, 400)["errors"][0]["field"] == "ncaId"  # type: ignore[index]
+    assert assert_problem(bad_id, 400)["errors"][0]["field"] == "ncaId"
 
 
 async def test_a_suspended_account_is_refused_everywhere_until_resumed(client: AppClient) -> None:
@@ -136,7 +136,7 @@ async def test_the_operator_cannot_suspend_its_own_account(client: AppClient) ->
     problem = assert_problem(
         await client.put(f"{ACCOUNTS}/nvcf-default/suspension", json={"reason": "oops"}), 400
     )
-    assert problem["errors"][0]["field"] == "ncaId"  # type: ignore[index]
+    assert problem["errors"][0]["field"] == "ncaId"
     assert (await client.get("/v2/nvcf/functions")).status_code == 200
     assert_problem(await client.put(f"{ACCOUNTS}/team-x/suspension", json={"reason": ""}), 400)
 
@@ -200,7 +200,7 @@ async def test_negative_and_over_maximum_limits_are_each_named_and_change_nothin
     for bad in (negative, too_large):
         for method, path in (("PATCH", f"{ACCOUNTS}/team-n"), ("POST", f"{ACCOUNTS}/team-m")):
             problem = assert_problem(await client.request(method, path, json=bad), 400)
-            fields = {e["field"] for e in problem["errors"]}  # type: ignore[attr-defined]
+            fields = {e["field"] for e in problem["errors"]}
             assert fields == set(bad), (method, set(bad) ^ fields)
     assert (await client.get(f"{ACCOUNTS}/team-n")).json() == before
     assert_problem(await client.get(f"{ACCOUNTS}/team-m"), 404)

@@ -25,7 +25,7 @@ async def running_is(client: AppClient, wanted: int) -> bool:
     """Whether `wanted` instances run (and are wanted)."""
     async with client.app.state.sessionmaker() as session:
         rows = (await session.execute(select(Instance))).scalars().all()
-    n = sum(r.phase == Phase.RUNNING and r.desired == InstanceDesired.PRESENT for r in rows)
+    n = sum(1 for r in rows if r.phase == Phase.RUNNING and r.desired == InstanceDesired.PRESENT)
     return n == wanted
 
 

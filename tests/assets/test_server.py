@@ -46,7 +46,7 @@ def test_local_store_end_to_end(tmp_path: Path, worker: FileWorker) -> None:
         f"sqlite+aiosqlite:///{tmp_path}/nvcf.db",
         port,
         NVCF_CLUSTERS_FILE=catalog,
-        **FAST,
+        env=FAST,
     )
     base = f"http://127.0.0.1:{port}/v2/nvcf"
     try:
@@ -139,10 +139,10 @@ def test_s3_store_with_two_replicas(
     }
     common = {"NVCF_CLUSTERS_FILE": catalog, "NVCF_SECRETS_KEY": SECRETS_KEY, **FAST, **s3}
     first_port, second_port = free_port(), free_port()
-    first = start_server(tmp_path / "one", url, first_port, **common)
+    first = start_server(tmp_path / "one", url, first_port, env=common)
     second = None
     try:
-        second = start_server(tmp_path / "two", url, second_port, **common)
+        second = start_server(tmp_path / "two", url, second_port, env=common)
         one = httpx.Client(
             base_url=f"http://127.0.0.1:{first_port}/v2/nvcf", headers=AUTH, timeout=60
         )

@@ -44,7 +44,10 @@ async def create(client: httpx.AsyncClient) -> dict[str, Any]:
 async def resolve(client: AppClient, *ids: str) -> list[Any]:
     assets = client.app.state.assets
     async with client.app.state.sessionmaker() as session, session.begin():
-        return await assets.resolve(session, "nvcf-default", [uuid.UUID(i) for i in ids])
+        resolved: list[Any] = await assets.resolve(
+            session, "nvcf-default", [uuid.UUID(i) for i in ids]
+        )
+    return resolved
 
 
 async def test_upload_with_a_plain_put_then_download(

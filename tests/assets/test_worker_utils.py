@@ -86,7 +86,7 @@ def test_sidecar_in_front_of_a_real_worker(tmp_path: Path, worker: FileWorker) -
         f"sqlite+aiosqlite:///{tmp_path}/nvcf.db",
         port,
         NVCF_CLUSTERS_FILE=str(catalog(tmp_path, sidecar.url)),
-        **FAST,
+        env=FAST,
     )
     base = f"http://127.0.0.1:{port}/v2/nvcf"
     try:

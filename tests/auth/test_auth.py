@@ -6,6 +6,7 @@ accounts named for it."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import uuid
@@ -247,11 +248,13 @@ async def test_jwks_url_verification(client_factory: ClientFactory, tmp_path: Pa
     jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
     jwk.update(kid="url-key", alg="RS256", use="sig")
     (tmp_path / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
-    handler = lambda *a, **kw: http.server.SimpleHTTPRequestHandler(  # noqa: E731
-        *a, directory=str(tmp_path), **kw
-    )
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(tmp_path))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.RequestHandlerClass.log_message = lambda *a: None  # type: ignore[method-assign]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -345,11 +348,11 @@ async def test_a_jwt_never_carries_the_operator_scope(client: httpx.AsyncClient)
 
 
 async def test_a_verified_key_is_remembered_by_header_until_revoked(
-    client: httpx.AsyncClient,
+    client: AppClient,
 ) -> None:
     """`cached_principal` (the inline invocation path's lookup) never reads the database,
     answers only for keys verified moments ago, and forgets a revoked key at once."""
-    auth = client.app.state.authenticator  # type: ignore[attr-defined]
+    auth = client.app.state.authenticator
     resp = await client.post(f"{V}/api-keys", json={"scopes": ["list_functions"]})
     created = resp.json()["apiKey"]
     header = f"Bearer {created['key']}"
@@ -364,11 +367,11 @@ async def test_a_verified_key_is_remembered_by_header_until_revoked(
 
 
 async def test_a_key_about_to_expire_is_not_answered_from_memory(
-    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+    client: AppClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # "about to expire" as a minute: a slow machine cannot let the key expire meanwhile
     monkeypatch.setattr("service.auth.service.EXPIRY_MARGIN_SECONDS", 120.0)
-    auth = client.app.state.authenticator  # type: ignore[attr-defined]
+    auth = client.app.state.authenticator
     key = await new_key(client, ["list_functions"], expires_in="PT1H")
     soon = await new_key(client, ["list_functions"], expires_in="PT60S")
     for k in (key, soon):
@@ -431,15 +434,15 @@ async def test_a_key_never_outlives_the_key_that_minted_it(client: httpx.AsyncCl
 
 
 async def test_requests_arriving_together_share_one_key_lookup(
-    client: httpx.AsyncClient,
+    client: AppClient,
 ) -> None:
     """Sixteen requests with a key not verified yet (or whose memory just expired) cost one
     query of the keys table between them, and all get the same principal; an unknown key
     is a 401 for every one of them."""
     from sqlalchemy import event
 
-    auth = client.app.state.authenticator  # type: ignore[attr-defined]
-    sessions = client.app.state.sessionmaker  # type: ignore[attr-defined]
+    auth = client.app.state.authenticator
+    sessions = client.app.state.sessionmaker
     key = await new_key(client, ["list_functions"])
     lookups: list[str] = []
 
@@ -447,7 +450,7 @@ async def test_requests_arriving_together_share_one_key_lookup(
         if "api_keys" in statement:
             lookups.append(statement)
 
-    engine = client.app.state.engine.sync_engine  # type: ignore[attr-defined]
+    engine = client.app.state.engine.sync_engine
     event.listen(engine, "before_cursor_execute", seen)
     try:
         principals = await asyncio.gather(
@@ -465,11 +468,11 @@ async def test_requests_arriving_together_share_one_key_lookup(
 
 
 async def test_a_key_lookup_nobody_waits_for_any_more_is_stopped(
-    client: httpx.AsyncClient,
+    client: AppClient,
 ) -> None:
     """Requests that went away (callers hung up) leave no lookup running behind them."""
-    auth = client.app.state.authenticator  # type: ignore[attr-defined]
-    sessions = client.app.state.sessionmaker  # type: ignore[attr-defined]
+    auth = client.app.state.authenticator
+    sessions = client.app.state.sessionmaker
     key = await new_key(client, ["list_functions"])
     waiting = [
         asyncio.ensure_future(auth.authenticate(sessions, f"Bearer {key}")) for _ in range(3)

@@ -33,9 +33,7 @@ SESSIONS: async_sessionmaker[AsyncSession] = async_sessionmaker()
 
 @pytest.fixture
 def authenticator(tmp_path: Path) -> Authenticator:
-    settings = Settings(  # type: ignore[call-arg]
-        _env_file=None, data_dir=tmp_path, jwt_secret=JWT_SECRET
-    )
+    settings = Settings(_env_file=None, data_dir=tmp_path, jwt_secret=JWT_SECRET)
     return Authenticator(settings)
 
 
@@ -214,6 +212,7 @@ async def test_a_suspended_account_is_refused_on_grpc_until_resumed(
         token = await minted_token(tenant, fn)
         port = operator.app.state.grpc.port
         async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            echo: aio.UnaryUnaryMultiCallable[bytes, bytes]
             echo = channel.unary_unary("/test.Echo/Unary")
 
             async def call(credential: str) -> tuple[grpc.StatusCode, str]:

@@ -15,7 +15,7 @@ V = "/v2/nvcf"
 ACCOUNTS = f"{V}/accounts"
 
 
-async def account_key(client: AppClient, account: str, **limits: int) -> dict[str, str]:
+async def account_key(client: AppClient, account: str, **limits: float) -> dict[str, str]:
     resp = await client.post(f"{ACCOUNTS}/{account}", json={"name": account, **limits})
     assert resp.status_code == 200, resp.text
     scopes = ["register_function", "list_functions", "manage_registry_credentials", "admin"]

@@ -57,7 +57,7 @@ CLI_HEADERS = {
 
 
 def generate_body(
-    resources: list[dict[str, str]], scopes: list[str], *, hours: float = 24
+    resources: list[dict[str, Any]], scopes: list[str], *, hours: float = 24
 ) -> dict[str, Any]:
     """`GenerateAPIKey`'s payload, as nvcf-cli marshals it."""
     expires = (datetime.now(UTC) + timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
@@ -312,7 +312,7 @@ async def test_a_bad_policy_lists_every_violation_and_creates_nothing(
     body["expires_at"] = "2001-01-01T00:00:00Z"
     resp = await client.post("/v1/keys", json=body)
     problem = assert_problem(resp, 400)
-    fields = [e["field"] for e in problem["errors"]]  # type: ignore[union-attr]
+    fields = [e["field"] for e in problem["errors"]]
     assert fields == ["expires_at", "authorizations.policies[0].scopes"]
 
     body = generate_body(
@@ -320,7 +320,7 @@ async def test_a_bad_policy_lists_every_violation_and_creates_nothing(
         ["list_functions"],
     )
     problem = assert_problem(await client.post("/v1/keys", json=body), 400)
-    assert [e["field"] for e in problem["errors"]] == [  # type: ignore[union-attr]
+    assert [e["field"] for e in problem["errors"]] == [
         "authorizations.policies[0].resources[1].type"
     ]
     body = generate_body([{"id": their_fn, "type": "account-functions"}], ["list_functions"])
@@ -429,7 +429,7 @@ async def test_a_key_limited_to_a_function_invokes_only_it(client: AppClient) ->
     for entry in ("pexec", "exec"):
         mine_url = f"{V}/{entry}/functions/{mine['id']}"
         other_url = f"{V}/{entry}/functions/{other['id']}"
-        body_of = {} if entry == "pexec" else {"requestBody": {}}
+        body_of: dict[str, Any] = {} if entry == "pexec" else {"requestBody": {}}
         resp = await client.post(mine_url, json=body_of, headers=limited)
         assert resp.status_code == 400, resp.text  # seen, and not invocable
         resp = await client.post(other_url, json=body_of, headers=limited)
@@ -559,7 +559,7 @@ async def test_a_policy_keeps_only_what_it_means_and_bounds_the_rest(client: App
     [policy] = body["authorizations"]["policies"]
     policy.update(aud={"nested": "x"}, auds=["ok", 7, "y" * 300], product="p" * 300)
     problem = assert_problem(await client.post("/v1/keys", json=body), 400)
-    fields = [e["field"] for e in problem["errors"]]  # type: ignore[union-attr]
+    fields = [e["field"] for e in problem["errors"]]
     assert fields == [
         "authorizations.policies[0].aud",
         "authorizations.policies[0].auds",
@@ -567,13 +567,11 @@ async def test_a_policy_keeps_only_what_it_means_and_bounds_the_rest(client: App
     ]
     policy.update(aud="svc", auds=["a"] * 17, product="nv-cloud-functions")
     problem = assert_problem(await client.post("/v1/keys", json=body), 400)
-    assert [e["field"] for e in problem["errors"]] == [  # type: ignore[union-attr]
-        "authorizations.policies[0].auds"
-    ]
+    assert [e["field"] for e in problem["errors"]] == ["authorizations.policies[0].auds"]
     policy["resources"] = [{"id": 42, "type": "account-functions"}]
     policy["auds"] = "not-a-list"
     problem = assert_problem(await client.post("/v1/keys", json=body), 400)
-    assert [e["field"] for e in problem["errors"]] == [  # type: ignore[union-attr]
+    assert [e["field"] for e in problem["errors"]] == [
         "authorizations.policies[0].resources[0].id",
         "authorizations.policies[0].auds",
     ]
@@ -684,7 +682,7 @@ async def test_update_authorizations_changes_what_the_key_reaches_at_once(
     problem = assert_problem(
         await client.put(f"/v1/keys/{key['id']}/authorizations", json=bad), 400
     )
-    assert len(problem["errors"]) == 2  # type: ignore[arg-type]
+    assert len(problem["errors"]) == 2
     assert_problem(await client.put(f"/v1/keys/{key['id']}/authorizations", json=[1]), 400)
     again = (await client.get(f"/v1/keys/{key['id']}")).json()
     assert again["authorizations"] == shown["authorizations"]  # nothing changed

@@ -21,7 +21,7 @@ V1, V2 = uuid.UUID(int=11), uuid.UUID(int=12)
 
 def test_a_grant_allows_the_named_functions_and_versions_only() -> None:
     grant = InvocationGrant.of([(F, V1), (G, None), (F, V2), (G, V1)])
-    assert grant.versions(str(F)) == {str(V1), str(V2)}
+    assert grant.versions(str(F)) == frozenset({str(V1), str(V2)})
     assert grant.versions(str(G)) == frozenset()  # every version
     assert grant.versions(str(uuid.UUID(int=3))) is None
     assert grant.allows(str(F), str(V1)) and grant.allows(str(F), None)

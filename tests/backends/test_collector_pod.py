@@ -223,7 +223,7 @@ def test_a_charts_bare_pod_and_cronjob_get_the_collector_too() -> None:
 def test_a_new_key_changes_a_deployments_pod_template_and_never_a_jobs() -> None:
     def applied(key: str, kind: str) -> dict[str, Any]:
         template = {"spec": {"containers": [{"name": "main", "image": "nvcr.io/acme/a:1"}]}}
-        obj = {"apiVersion": "v1", "kind": kind, "metadata": {"name": "w"}}
+        obj: dict[str, Any] = {"apiVersion": "v1", "kind": kind, "metadata": {"name": "w"}}
         obj["spec"] = {"template": template}
         sidecar = collector_config(
             [Named(grafana(), f"12345:{key}", frozenset(Kind))],

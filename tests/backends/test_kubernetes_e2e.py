@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import socket
 import uuid
@@ -640,7 +641,7 @@ async def test_nvcfs_utils_selectors_and_the_operators_repository_use_the_operat
     ):
         fn = await create_fn(client, name=f"f{len(expected)}", utilsContainerImage=image)
         await deploy(client, fn, clusters=["k8s-a"])
-        namespace = await eventually(lambda fn=fn: _namespace_of(server, fn["versionId"]))
+        namespace = await eventually(functools.partial(_namespace_of, server, fn["versionId"]))
         workload = server.get("Deployment", namespace, "inference")
         assert workload is not None
         containers = workload["spec"]["template"]["spec"]["containers"]

@@ -253,7 +253,11 @@ async def test_a_pod_status_change_reaches_the_instance_by_watch(
         for _ in range(n):
             done = reconciler.passes
             reconciler.wake()
-            await eventually(lambda d=done: asyncio.sleep(0, reconciler.passes > d))
+
+            async def passed(done: int = done) -> bool:
+                return reconciler.passes > done
+
+            await eventually(passed)
 
     # settled: once the watches are up (a watch asks for its resync before its request) and
     # that resync is done, the reconciler does not look at the instance while nothing changes

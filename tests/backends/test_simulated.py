@@ -196,7 +196,8 @@ async def test_pods_progress_through_kubelet_phases_to_ready() -> None:
     assert pod.owner_kind == "ReplicaSet"
     dep = next(c for c in observed.controllers if c.kind == "Deployment")
     assert dep.ready_replicas == 1
-    assert dep.condition("Available") is not None and dep.condition("Available").is_true  # type: ignore[union-attr]
+    available = dep.condition("Available")
+    assert available is not None and available.is_true
     assert observed.missing == ()
 
 

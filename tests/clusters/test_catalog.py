@@ -579,7 +579,11 @@ def test_without_backend_the_first_group_offering_the_type_is_chosen(multi: Cata
 
 
 def test_filters_narrow_candidate_clusters(multi: Catalog) -> None:
-    spec = {"gpu": "L40S", "instanceType": "DGXC.GPU.L40S_1x", "regions": ["US-WEST-2"]}
+    spec: dict[str, Any] = {
+        "gpu": "L40S",
+        "instanceType": "DGXC.GPU.L40S_1x",
+        "regions": ["US-WEST-2"],
+    }
     assert [c.name for c in _target(multi, spec).clusters] == ["prod-a"]
     spec = {"gpu": "A100_80GB", "availabilityZones": ["eu-west-1a", "x"]}
     assert [c.name for c in _target(multi, spec).clusters] == ["edge-1"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import isodate
 import pytest
 
 from service.core.durations import DurationError, parse_duration, parse_timedelta
@@ -37,6 +38,8 @@ def test_what_is_not_a_duration(text: object) -> None:
 
 
 def test_years_and_months_are_durations_without_a_fixed_length() -> None:
-    assert parse_duration("P1Y2M3W4D").years == 1
+    duration = parse_duration("P1Y2M3W4D")
+    assert isinstance(duration, isodate.Duration)
+    assert duration.years == 1
     with pytest.raises(DurationError, match="no fixed length"):
         parse_timedelta("P1M")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -51,7 +52,7 @@ async def test_malformed_json_is_400(client: httpx.AsyncClient) -> None:
         f"{V}/functions", content=b'{"name": ', headers={"content-type": "application/json"}
     )
     body = assert_problem(resp, 400)
-    assert body["errors"][0]["field"] == "body"  # type: ignore[index]
+    assert body["errors"][0]["field"] == "body"
 
 
 async def test_body_over_1_mib_is_413(client: httpx.AsyncClient) -> None:
@@ -62,7 +63,7 @@ async def test_body_over_1_mib_is_413(client: httpx.AsyncClient) -> None:
 
 
 async def test_chunked_body_over_the_limit_is_413(client: httpx.AsyncClient) -> None:
-    async def chunks():  # type: ignore[no-untyped-def]
+    async def chunks() -> AsyncIterator[bytes]:
         for _ in range(20):
             yield b"x" * 65536
 
@@ -141,4 +142,4 @@ async def test_one_log_line_per_request_without_secrets(
 
 async def test_request_validation_is_400_not_422(client: httpx.AsyncClient) -> None:
     body = assert_problem(await client.get(f"{V}/functions", params={"limit": "many"}), 400)
-    assert body["errors"][0]["field"] == "limit"  # type: ignore[index]
+    assert body["errors"][0]["field"] == "limit"

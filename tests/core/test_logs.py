@@ -103,9 +103,8 @@ def test_a_traceback_keeps_its_lines_and_escapes_the_rest() -> None:
         raise ValueError("bad id '\nFORGED line'")
     except ValueError:
         record = logging.LogRecord(
-            "nvcf.errors", logging.ERROR, "p", 1, "failed on %s", ("/x\r\nFORGED",), True
+            "nvcf.errors", logging.ERROR, "p", 1, "failed on %s", ("/x\r\nFORGED",), sys.exc_info()
         )
-        record.exc_info = sys.exc_info()
     lines = _TextLine().format(record).splitlines()
     assert lines[0].endswith("ERROR nvcf.errors failed on /x\\r\\nFORGED")
     assert lines[1] == "Traceback (most recent call last):"

@@ -49,6 +49,6 @@ def test_a_caller_reading_nothing_loses_its_answer_and_frees_the_slot(srv: Serve
 
 
 def test_the_send_deadline_defaults_to_a_minute_and_must_be_positive() -> None:
-    assert Settings(_env_file=None).http_send_timeout == 60  # type: ignore[call-arg]
+    assert Settings(_env_file=None).http_send_timeout == 60
     with pytest.raises(ValueError, match="http_send_timeout"):
-        Settings(_env_file=None, http_send_timeout=0)  # type: ignore[call-arg]
+        Settings(_env_file=None, http_send_timeout=0)

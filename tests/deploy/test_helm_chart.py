@@ -228,8 +228,8 @@ def test_defaults_generate_working_keys_that_outlive_the_release(
 def settings_from(env: dict[str, str]) -> Settings:
     unknown = {k for k in env if k.removeprefix("NVCF_").lower() not in Settings.model_fields}
     assert unknown == set(), "the pod sets variables the service does not read"
-    values = {k.removeprefix("NVCF_").lower(): v for k, v in env.items()}
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    values: dict[str, Any] = {k.removeprefix("NVCF_").lower(): v for k, v in env.items()}
+    return Settings(_env_file=None, **values)
 
 
 def test_renders_are_not_the_same_keys_twice(archive: Path) -> None:

@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 from service.backends.logs import LogLine, LogRequest
 from service.backends.protocol import BackendAdapter, Capacity, InstanceSpec
 from service.backends.simulated.adapter import SimulatedAdapter
+from service.backends.worker import WorkerEndpoint, WorkerPort
 from service.clusters.adapters import AdapterRegistry
 from service.deployments.models import Deployment, Instance
 from service.deployments.reconcile import claim_owner
@@ -90,6 +91,10 @@ class Tagged:
         await asyncio.sleep(0)  # let the other reconciler interleave
         await self.inner.apply(instance, objects)
 
+    async def update_objects(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
+        self.log[instance.instance_id].add(self.tag)
+        await self.inner.update_objects(instance, objects)
+
     async def observe(self, instance: InstanceSpec) -> ObservedState:
         self.log[instance.instance_id].add(self.tag)
         await asyncio.sleep(0)
@@ -98,6 +103,9 @@ class Tagged:
     async def delete(self, instance: InstanceSpec) -> bool:
         self.log[instance.instance_id].add(self.tag)
         return await self.inner.delete(instance)
+
+    async def endpoint(self, instance: InstanceSpec, port: WorkerPort) -> WorkerEndpoint:
+        return await self.inner.endpoint(instance, port)
 
     def logs(self, instance: InstanceSpec, request: LogRequest) -> AsyncIterator[LogLine]:
         return self.inner.logs(instance, request)

@@ -11,6 +11,7 @@ import uuid
 from collections import Counter
 from datetime import datetime, timedelta
 
+import pytest
 from sqlalchemy import update
 
 from service.backends.changes import Changes
@@ -156,7 +157,9 @@ async def test_a_timeline_step_is_observed_without_a_periodic_pass(harness: Harn
     assert inst.condition is not None and inst.condition["reason"] != "Running"
 
 
-async def test_a_re_established_watch_re_observes_its_cluster_once(harness: Harness) -> None:
+async def test_a_re_established_watch_re_observes_its_cluster_once(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A feed that may have missed changes (a Kubernetes watch lost and re-established; the
     simulated cluster reports it here once) makes every instance of its cluster due once."""
     rec = harness.new_reconciler(resync_seconds=PERIOD)
@@ -174,7 +177,7 @@ async def test_a_re_established_watch_re_observes_its_cluster_once(harness: Harn
             changes.resync = True
         return changes
 
-    sim.take_changes = take_changes  # type: ignore[method-assign]
+    monkeypatch.setattr(sim, "take_changes", take_changes)
     calls.clear()
     harness.clock.advance(60)
     await rec.run_once()

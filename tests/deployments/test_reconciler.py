@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import func, select, update
 
 from service.backends.logs import LogLine, LogRequest
@@ -19,6 +20,7 @@ from service.backends.protocol import (
     InstanceSpec,
 )
 from service.backends.simulated.adapter import SimulatedAdapter
+from service.backends.worker import WorkerEndpoint, WorkerPort
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.deployments.models import (
@@ -70,7 +72,9 @@ async def test_deploying_to_active_with_events(harness: Harness) -> None:
     assert status_events == ["function version status DEPLOYING → ACTIVE"]
 
 
-async def test_idle_active_deployment_is_not_observed_until_resync(harness: Harness) -> None:
+async def test_idle_active_deployment_is_not_observed_until_resync(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls: list[str] = []
     inner = harness.sim()
 
@@ -83,7 +87,7 @@ async def test_idle_active_deployment_is_not_observed_until_resync(harness: Harn
         calls.append(instance.instance_id)
         return await original(instance)
 
-    inner.observe = counting_observe  # type: ignore[method-assign]
+    monkeypatch.setattr(inner, "observe", counting_observe)
     rec = harness.new_reconciler(resync_seconds=60)
     dep = await harness.deploy([workload()])
     await harness.until_status(dep, "ACTIVE", reconciler=rec)
@@ -324,11 +328,17 @@ class Broken:
     async def apply(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
         raise AdapterError("admission webhook denied the request", retryable=self.retryable)
 
+    async def update_objects(self, instance: InstanceSpec, objects: list[dict[str, Any]]) -> None:
+        raise AdapterError("admission webhook denied the request", retryable=self.retryable)
+
     async def observe(self, instance: InstanceSpec) -> ObservedState:
         raise AdapterError("connection refused", retryable=True)
 
     async def delete(self, instance: InstanceSpec) -> bool:
         return True
+
+    async def endpoint(self, instance: InstanceSpec, port: WorkerPort) -> WorkerEndpoint:
+        raise AdapterError("connection refused", retryable=True)
 
     async def logs(self, instance: InstanceSpec, request: LogRequest) -> AsyncIterator[LogLine]:
         raise AdapterError("connection refused", retryable=True)
@@ -472,7 +482,9 @@ async def test_attempts_are_bounded_by_the_setting(harness: Harness) -> None:
 # ------------------------------------------------------------------------------- restarts
 
 
-async def test_a_running_instances_restart_keeps_the_run_that_ended(harness: Harness) -> None:
+async def test_a_running_instances_restart_keeps_the_run_that_ended(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A container of a Running instance restarts (its pod stays ready): the run that ended
     is kept with the instance and shown by the deployment; the backend's logs are read only
     when a restart count went up, never on the passes in between."""
@@ -508,8 +520,8 @@ async def test_a_running_instances_restart_keeps_the_run_that_ended(harness: Har
                 yield LogLine(pod.name, s.name, f"run {restarts['count']}: Traceback")
                 yield LogLine(pod.name, s.name, "RuntimeError: CUDA out of memory")
 
-    sim.observe = restarting_observe  # type: ignore[method-assign]
-    sim.logs = previous_run  # type: ignore[method-assign]
+    monkeypatch.setattr(sim, "observe", restarting_observe)
+    monkeypatch.setattr(sim, "logs", previous_run)
     rec = harness.new_reconciler(resync_seconds=60)
     dep = await harness.deploy([workload()])
     await harness.until_status(dep, "ACTIVE", reconciler=rec)

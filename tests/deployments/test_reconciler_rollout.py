@@ -32,7 +32,9 @@ class Requests:
 async def roll_to(harness: Harness, dep: Deployment, number: int, objects: list[Any]) -> None:
     """What a configuration PATCH stores: revision `number` as the spec's target, rolling."""
     async with harness.maker() as session, session.begin():
-        [spec] = (await session.get(Deployment, dep.id)).specs  # type: ignore[union-attr]
+        row = await session.get(Deployment, dep.id)
+        assert row is not None
+        [spec] = row.specs
         for n, objs in ((1, spec.objects), (number, objects)):
             if await session.get(SpecRevision, (spec.id, n)) is None:
                 session.add(SpecRevision(spec_id=spec.id, number=n, objects=objs))

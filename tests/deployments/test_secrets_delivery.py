@@ -8,6 +8,7 @@ import base64
 import json
 from typing import Any
 
+import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import select
 
@@ -40,7 +41,9 @@ async def put(harness: Harness, dep: Deployment, box: SecretBox, **values: str) 
         )
 
 
-async def test_update_reaches_each_instance_once_in_place(harness: Harness) -> None:
+async def test_update_reaches_each_instance_once_in_place(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
     box = SecretBox(Fernet.generate_key())
     rec = harness.new_reconciler(secret_box=box)
     dep = await harness.deploy([workload()], min_instances=2)
@@ -68,7 +71,7 @@ async def test_update_reaches_each_instance_once_in_place(harness: Harness) -> N
         updates.append(instance.instance_id)
         await original(instance, objects)
 
-    harness.sim().update_objects = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(harness.sim(), "update_objects", counting)
     await put(harness, dep, box, A="value-two-xyz", B="value-three-xyz")
     report = await rec.run_once()
     assert report.reconciled == 1
@@ -101,7 +104,9 @@ async def test_update_reaches_each_instance_once_in_place(harness: Harness) -> N
     assert updates == []
 
 
-async def test_a_failed_update_is_retried_until_delivered(harness: Harness) -> None:
+async def test_a_failed_update_is_retried_until_delivered(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
     box = SecretBox(Fernet.generate_key())
     rec = harness.new_reconciler(secret_box=box)
     dep = await harness.deploy([workload()])
@@ -115,7 +120,7 @@ async def test_a_failed_update_is_retried_until_delivered(harness: Harness) -> N
             raise AdapterError("etcdserver: request timed out", retryable=True)
         await original(instance, objects)
 
-    harness.sim().update_objects = flaky  # type: ignore[method-assign]
+    monkeypatch.setattr(harness.sim(), "update_objects", flaky)
     await put(harness, dep, box, TOKEN="new")
 
     async def delivered() -> bool:

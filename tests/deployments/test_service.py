@@ -50,7 +50,7 @@ H100 = {
 class Race:
     def __init__(self, w: Writers, h: Harness) -> None:
         self.w, self.h = w, h
-        settings = Settings(_env_file=None)  # type: ignore[call-arg]
+        settings = Settings(_env_file=None)
         pipeline: Any = None  # container functions render no chart
         self.deps = Deploying(
             h.catalog, pipeline, Quotas.from_settings(settings), Events(), lambda: None
@@ -186,7 +186,7 @@ async def test_a_spec_change_and_a_reconciler_pass_over_its_deployment_both_comp
 
 
 async def test_a_pass_never_creates_an_instance_for_a_deployment_deleted_after_its_read(
-    race: Race,
+    race: Race, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dep = await race.deployed(1)
     reconciler = race.h.new_reconciler()
@@ -199,7 +199,7 @@ async def test_a_pass_never_creates_an_instance_for_a_deployment_deleted_after_i
         await go.wait()
         return await read_versions(session, deployments)
 
-    store.versions = versions  # type: ignore[method-assign]
+    monkeypatch.setattr(store, "versions", versions)
     passing = asyncio.create_task(reconciler.run_once())
     await claimed.wait()
 

@@ -98,10 +98,10 @@ async def test_a_bad_split_is_refused_naming_each_violation_and_changes_nothing(
         {"versionId": "nope", "weight": 101},
     ]
     problem = assert_problem(await client.put(traffic_url(fn), json={"traffic": split}), 400)
-    fields = [e["field"] for e in problem["errors"]]  # type: ignore[attr-defined]
+    fields = [e["field"] for e in problem["errors"]]
     assert fields == ["traffic[4].versionId", "traffic[4].weight"], problem
     problem = assert_problem(await client.put(traffic_url(fn), json={"traffic": split[:4]}), 400)
-    messages = {e["field"]: e["message"] for e in problem["errors"]}  # type: ignore[attr-defined]
+    messages = {e["field"]: e["message"] for e in problem["errors"]}
     assert "INACTIVE" in messages["traffic[1].versionId"]
     assert f"not a version of function {fn['id']}" in messages["traffic[2].versionId"]
     assert "more than once" in messages["traffic[3].versionId"]

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.core.db import utcnow
 from service.deployments import views
 from service.deployments.models import Instance, InstanceDesired, KeptLog
+from service.deployments.repository import instances_of
 from service.functions.models import FunctionVersion
 from service.health import Phase
 from tests.support.api import create_fn
@@ -57,7 +58,7 @@ async def test_an_error_committed_between_the_views_reads_comes_with_its_kept_li
                 )
             )
 
-    read_instances = views.instances_of
+    read_instances = instances_of
 
     async def committed_meanwhile(session: AsyncSession, ids: Any) -> Any:
         found = await read_instances(session, ids)

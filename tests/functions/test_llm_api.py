@@ -69,7 +69,7 @@ async def test_invalid_llm_function_lists_every_violation_and_stores_nothing(
         "llmInvocationConfig": {"priority": {"defaultPriority": -1}},
     }
     problem = assert_problem(await client.post(f"{V}/functions", json=body), 400)
-    fields = [e["field"] for e in problem["errors"]]  # type: ignore[union-attr]
+    fields = [e["field"] for e in problem["errors"]]
     assert fields == [
         "models[0].llmConfig.uris",
         "models[0].llmConfig.tokenRateLimit",
@@ -126,7 +126,7 @@ async def test_new_version_sets_mutable_fields_everywhere_and_keeps_uris(
     problem = assert_problem(
         await client.post(f"{V}/functions/{fid}/versions", json={**LLM, "models": changed}), 400
     )
-    assert [e["field"] for e in problem["errors"]] == [  # type: ignore[union-attr]
+    assert [e["field"] for e in problem["errors"]] == [
         "models[1].llmConfig.uris",
         "models[1].llmConfig.tokenizer",
     ]
@@ -144,7 +144,7 @@ async def test_new_version_sets_mutable_fields_everywhere_and_keeps_uris(
 
     not_llm = {**CONTAINER_FN}
     problem = assert_problem(await client.post(f"{V}/functions/{fid}/versions", json=not_llm), 400)
-    assert problem["errors"][0]["field"] == "functionType"  # type: ignore[index]
+    assert problem["errors"][0]["field"] == "functionType"
 
 
 async def test_model_updates_of_unknown_models_or_other_functions_are_refused(
@@ -164,7 +164,7 @@ async def test_model_updates_of_unknown_models_or_other_functions_are_refused(
         ),
         404,
     )
-    assert [e["field"] for e in problem["errors"]] == ["modelUpdates[1].modelName"]  # type: ignore[union-attr]
+    assert [e["field"] for e in problem["errors"]] == ["modelUpdates[1].modelName"]
     got = models_of(await version(client, fn["id"], fn["versionId"]))
     assert got["dummy-model"]["routingMethod"] == "power_of_two"  # nothing changed
 
@@ -179,7 +179,7 @@ async def test_model_updates_of_unknown_models_or_other_functions_are_refused(
         ),
         400,
     )
-    assert [e["field"] for e in problem["errors"]] == [  # type: ignore[union-attr]
+    assert [e["field"] for e in problem["errors"]] == [
         "modelUpdates",
         "llmInvocationConfig",
     ]

@@ -11,6 +11,7 @@ from typing import Any
 import jwt
 import pytest
 from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.core.db import utcnow
 from service.deployments.models import Deployment, Instance
@@ -170,7 +171,7 @@ async def test_a_version_stays_cached_while_other_deployments_change(
         resp = await client.post(dep_url(fn), json={"deploymentSpecifications": [spec]})
         assert resp.status_code == 200, resp.text
         await until_status(client, fn, "ACTIVE")
-    maker = client.app.state.sessionmaker
+    maker: async_sessionmaker[AsyncSession] = client.app.state.sessionmaker
 
     async def instance_of(fn: dict[str, Any]) -> uuid.UUID:
         async with maker() as session:

@@ -90,7 +90,7 @@ async def test_worker_sees_names_and_rotation_needs_no_restart(
     assert resp.content == b""
 
     async def rotated() -> bool:
-        return (await invoke(client, fn))["secrets"] == ["API_TOKEN", "DB_CONFIG"]
+        return bool((await invoke(client, fn))["secrets"] == ["API_TOKEN", "DB_CONFIG"])
 
     await eventually(rotated)
     assert await secrets_json(client, inst["instanceId"]) == {
@@ -143,7 +143,7 @@ async def test_every_container_mounts_the_secret(
     assert resp.status_code == 204, resp.text
 
     async def delivered() -> bool:
-        return (await invoke(client, fn))["secrets"] == ["NEW"]
+        return bool((await invoke(client, fn))["secrets"] == ["NEW"])
 
     await eventually(delivered)
 
@@ -234,7 +234,7 @@ async def test_scope_and_ownership(client_factory: ClientFactory, tmp_path: Path
 async def test_two_updates_at_once_both_land_and_each_is_a_new_generation(
     database_url: str,
 ) -> None:
-    box = SecretBox(Fernet.generate_key().decode())
+    box = SecretBox(Fernet.generate_key())
     async with writers(database_url) as w:
         maker = make_sessionmaker(w.engine)
         async with maker() as session, session.begin():

@@ -66,10 +66,8 @@ def unique(name: str) -> str:
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def accounts(client: httpx.AsyncClient) -> tuple[Account, Account, Account]:
-    names = [unique(n) for n in ("a", "b", "c")]
-    return tuple(  # type: ignore[return-value]
-        [Account(n, bearer(await new_key(client, ALL_SCOPES, n))) for n in names]
-    )
+    a, b, c = [Account(n, bearer(await new_key(client, ALL_SCOPES, n))) for n in map(unique, "abc")]
+    return a, b, c
 
 
 async def create(client: httpx.AsyncClient, who: Account, **changes: Any) -> dict[str, Any]:
@@ -482,7 +480,7 @@ async def test_a_bad_share_is_a_400_listing_every_violation(
         problem = assert_problem(
             await client.post(f"{AZ}/{path}", json=body, headers=a.headers), 400
         )
-        assert [(e["field"], e["message"]) for e in problem["errors"]] == errors  # type: ignore[union-attr]
+        assert [(e["field"], e["message"]) for e in problem["errors"]] == errors
     assert (await client.get(f"{AZ}/{fn['id']}", headers=a.headers)).json()["functions"][0][
         "authorizedParties"
     ] == []
@@ -526,9 +524,9 @@ async def test_a_bad_patch_is_a_400(
         for op in ("add", "remove"):
             resp = await client.patch(f"{AZ}/{fn['id']}/{op}", json=body, headers=a.headers)
             problem = assert_problem(resp, 400)
-            assert [(e["field"], e["message"]) for e in problem["errors"]] == errors  # type: ignore[union-attr]
+            assert [(e["field"], e["message"]) for e in problem["errors"]] == errors
     bad_id = await client.post(f"{AZ}/not-a-uuid/versions/nope", json={}, headers=a.headers)
-    assert [e["field"] for e in assert_problem(bad_id, 400)["errors"]] == [  # type: ignore[union-attr]
+    assert [e["field"] for e in assert_problem(bad_id, 400)["errors"]] == [
         "functionId",
         "functionVersionId",
     ]

@@ -148,7 +148,7 @@ async def test_every_bad_reference_is_named(shared: tuple[AppClient, dict[str, A
         await client.post(pexec_url(fn), json={}, headers={"NVCF-INPUT-ASSET-REFERENCES": refs}),
         400,
     )
-    assert body["errors"][0]["message"].startswith("'not-an-id'")  # type: ignore[index]
+    assert body["errors"][0]["message"].startswith("'not-an-id'")
     body = assert_problem(
         await client.post(
             pexec_url(fn),
@@ -157,7 +157,7 @@ async def test_every_bad_reference_is_named(shared: tuple[AppClient, dict[str, A
         ),
         400,
     )
-    messages = {e["message"] for e in body["errors"]}  # type: ignore[union-attr]
+    messages = {e["message"] for e in body["errors"]}
     assert len(messages) == 4
     for asset_id in (unfinished, expired, foreign, unknown):
         assert any(asset_id in m for m in messages), asset_id
@@ -169,7 +169,7 @@ async def test_every_bad_reference_is_named(shared: tuple[AppClient, dict[str, A
         ),
         400,
     )
-    assert wrapped["errors"][0]["field"] == "requestHeader.inputAssetReferences"  # type: ignore[index]
+    assert wrapped["errors"][0]["field"] == "requestHeader.inputAssetReferences"
 
 
 async def test_outputs_become_a_302_to_the_same_bytes(

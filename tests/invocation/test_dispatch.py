@@ -215,9 +215,8 @@ async def test_queue_overflow_is_429_and_queue_routes_need_their_scope(
     second = asyncio.ensure_future(client.post(pexec_url(fn), json={}))
 
     async def queued() -> bool:
-        return (await client.get(f"{V}/queues/functions/{fn['id']}")).json()["queues"][0][
-            "queueDepth"
-        ] == 1
+        queues = (await client.get(f"{V}/queues/functions/{fn['id']}")).json()["queues"]
+        return bool(queues[0]["queueDepth"] == 1)
 
     await eventually(queued)
     third = await client.post(pexec_url(fn), json={})

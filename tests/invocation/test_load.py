@@ -9,6 +9,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.deployments.models import LoadReporter, ReportedLoad
 from service.invocation.load import LoadTracker
@@ -105,7 +106,7 @@ async def test_a_replica_reports_its_load_for_any_autoscaler(
     fn = await deployed(client, specs=[spec()])
     resp = await client.post(pexec_url(fn), json={}, headers={"NVCF-POLL-SECONDS": "30"})
     assert resp.status_code == 200
-    maker = client.app.state.sessionmaker
+    maker: async_sessionmaker[AsyncSession] = client.app.state.sessionmaker
     version = uuid.UUID(fn["versionId"])
 
     async def reported() -> ReportedLoad | None:

@@ -158,8 +158,8 @@ async def test_exec_body_problems_are_400(client: AppClient) -> None:
 async def test_poll_seconds_are_checked(client: AppClient) -> None:
     fn = await deployed(client)
     # also what str.isdigit() or int() accept: ², a sign, an underscore, 4,301 digits
-    for value in ("3601", "soon", "-1", b"\xb2", "+5", "1_0", "9" * 4301):
-        resp = await client.post(pexec_url(fn), json={}, headers={"NVCF-POLL-SECONDS": value})
+    for value in (b"3601", b"soon", b"-1", b"\xb2", b"+5", b"1_0", b"9" * 4301):
+        resp = await client.post(pexec_url(fn), json={}, headers={b"NVCF-POLL-SECONDS": value})
         problem = assert_problem(resp, 400)
         assert "NVCF-POLL-SECONDS" in str(problem["detail"])
         assert resp.headers["nvcf-status"] == "errored"

@@ -21,7 +21,7 @@ from tests.support.app import AppClient, ClientFactory, SettingsFactory
 from tests.support.invocation import FAST, deployed, invocation_app, write_catalog
 from tests.support.openai_worker import OpenAIWorker
 
-LLM_FN = {
+LLM_FN: dict[str, Any] = {
     "name": "tiny-llm",
     "inferenceUrl": "/",
     "functionType": "LLM",

@@ -20,7 +20,7 @@ from tests.support.app import AppClient, ClientFactory
 from tests.support.invocation import deployed, invocation_app, sample
 from tests.support.reconcile import Harness
 
-LLM_FN = {
+LLM_FN: dict[str, Any] = {
     "name": "tiny-llm",
     "inferenceUrl": "/",
     "functionType": "LLM",

@@ -17,6 +17,7 @@ from typing import Any
 import openai
 import pytest
 from grpc import aio
+from openai.types.chat import ChatCompletionMessageParam
 
 from service.core.server import ConnectionLimits
 from service.observability import export
@@ -218,7 +219,10 @@ async def test_a_grpc_worker_gets_the_worker_spans_traceparent(
     )
     metadata = (("authorization", f"Bearer {ADMIN_KEY}"), ("function-id", fn["id"]))
     async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as channel:
-        call = channel.unary_unary("/any.Service/AnyMethod")(b"x", metadata=metadata)
+        stub: aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
+            "/any.Service/AnyMethod"
+        )
+        call = stub(b"x", metadata=metadata)
         assert await call == b"x"
         traceparent = dict(await call.initial_metadata())["sim-traceparent"]
     await flush(client)
@@ -344,7 +348,7 @@ async def test_an_llm_functions_tokens_are_exported(
         base = f"http://127.0.0.1:{server.config.port}/v2/nvcf/llm/v1"
         llm = openai.AsyncOpenAI(base_url=base, api_key=ADMIN_KEY, max_retries=0)
         try:
-            ask = [{"role": "user", "content": "short"}]
+            ask: list[ChatCompletionMessageParam] = [{"role": "user", "content": "short"}]
             for _ in range(2):
                 answer = await llm.chat.completions.create(
                     model=f"{fn['id']}/m", messages=ask, max_tokens=30

@@ -102,7 +102,7 @@ async def test_every_bad_part_of_client_certificates_is_named_in_one_400(
 ) -> None:
     client = await client_factory(reconciler_enabled=False)
     other = ca.issue("someone-else", server=False)
-    body = {
+    body: dict[str, Any] = {
         "endpoint": "http://8.8.8.8/api/v1/write",
         "protocol": "HTTP",
         "provider": "PROMETHEUS",
@@ -118,7 +118,7 @@ async def test_every_bad_part_of_client_certificates_is_named_in_one_400(
         },
     }
     problem = assert_problem(await client.post(TELEMETRIES, json=body), 400)
-    fields = {e["field"]: e["message"] for e in problem["errors"]}  # type: ignore[attr-defined]
+    fields = {e["field"]: e["message"] for e in problem["errors"]}
     assert set(fields) == {
         "endpoint",
         "secret.value.clientKey",
@@ -129,10 +129,10 @@ async def test_every_bad_part_of_client_certificates_is_named_in_one_400(
     assert "not the private key" in fields["secret.value.clientKey"]
     assert "PRIVATE KEY" not in str(problem) and "CERTIFICATE" not in str(problem)
 
-    body["secret"]["value"] = {"clientCert": "garbage"}  # type: ignore[index]
+    body["secret"]["value"] = {"clientCert": "garbage"}
     body["endpoint"] = "https://8.8.8.8/api/v1/write"
     problem = assert_problem(await client.post(TELEMETRIES, json=body), 400)
-    fields = {e["field"]: e["message"] for e in problem["errors"]}  # type: ignore[attr-defined]
+    fields = {e["field"]: e["message"] for e in problem["errors"]}
     assert set(fields) == {"secret.value.clientCert", "secret.value.clientKey"}
     assert fields["secret.value.clientCert"] == "is not a PEM certificate"
 
@@ -140,7 +140,7 @@ async def test_every_bad_part_of_client_certificates_is_named_in_one_400(
     otlp = {**body, "provider": "OTEL_COLLECTOR", "types": ["TRACES"]}
     otlp["secret"] = {"name": "otlp-mtls", "value": certificates(ca)}
     problem = assert_problem(await client.post(TELEMETRIES, json=otlp), 400)
-    assert [e["field"] for e in problem["errors"]] == ["secret.value"]  # type: ignore[attr-defined]
+    assert [e["field"] for e in problem["errors"]] == ["secret.value"]
     assert (await client.get(TELEMETRIES)).json()["telemetries"] == []
 
 

@@ -30,7 +30,7 @@ ORG = "acme"
 
 def sdk_session(key: str, client_tls: tuple[str, str, str]) -> dict[str, Any]:
     """Create three endpoints, list, delete one, list again: what ngcsdk's calls return."""
-    import ngcsdk
+    import ngcsdk  # type: ignore[import-untyped]  # ngcsdk ships no type hints
 
     client = ngcsdk.Client()
     client.configure(api_key=key, org_name=ORG)

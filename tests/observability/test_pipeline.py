@@ -100,7 +100,8 @@ def test_a_failing_endpoint_is_left_alone_until_its_backoff_ends(receiver: OtlpR
         assert len(list(receiver.spans())) == 8
         assert not pipeline.status.failing()
         taken = pipeline.status.take()
-        assert taken is not None and taken[0] is not None and taken[0] > taken[1]
+        assert taken is not None and taken[0] is not None and taken[1] is not None
+        assert taken[0] > taken[1]
     finally:
         pipeline.shutdown()
 

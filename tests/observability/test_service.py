@@ -21,14 +21,14 @@ from service.functions import repository as functions_repository
 from service.functions import service as functions_service
 from service.functions.models import FunctionVersion
 from service.functions.validation import validate_create
-from service.observability import service
+from service.observability import repository, service
 from service.observability.references import reference_errors
 from tests.support.api import CONTAINER_FN
 from tests.support.races import Writers, writers
 from tests.support.telemetries import OTLP
 
 ACCOUNT = "acct-telemetry"
-BOX = SecretBox(Fernet.generate_key().decode())
+BOX = SecretBox(Fernet.generate_key())
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Race:
 
     async def exists(self) -> bool:
         async with self.maker() as session:
-            return await service.repository.by_id(session, self.telemetry_id) is not None
+            return await repository.by_id(session, self.telemetry_id) is not None
 
 
 @pytest.fixture

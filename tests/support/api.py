@@ -42,7 +42,7 @@ async def create_fn(client: httpx.AsyncClient, **changes: Any) -> dict[str, Any]
     return dict(resp.json()["function"])
 
 
-def assert_problem(resp: httpx.Response, status: int) -> dict[str, object]:
+def assert_problem(resp: httpx.Response, status: int) -> dict[str, Any]:
     assert resp.status_code == status, resp.text
     assert resp.headers["content-type"] == "application/problem+json"
     body = resp.json()

@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from tests.support.app import AppClient
 
 V = "/v2/nvcf"
@@ -59,7 +61,7 @@ def dep_url(fn: dict[str, Any]) -> str:
     return f"{V}/deployments/functions/{fn['id']}/versions/{fn['versionId']}"
 
 
-async def status(client: AppClient, fn: dict[str, Any]) -> str:
+async def status(client: httpx.AsyncClient, fn: dict[str, Any]) -> str:
     """The function version's status as GET returns it."""
     resp = await client.get(f"{V}/functions/{fn['id']}/versions/{fn['versionId']}")
     assert resp.status_code == 200, resp.text
@@ -73,7 +75,7 @@ async def deployment(client: AppClient, fn: dict[str, Any]) -> dict[str, Any]:
 
 
 async def until_status(
-    client: AppClient, fn: dict[str, Any], wanted: str, *, seconds: float = 30.0
+    client: httpx.AsyncClient, fn: dict[str, Any], wanted: str, *, seconds: float = 30.0
 ) -> None:
     async def check() -> bool:
         return await status(client, fn) == wanted

@@ -181,7 +181,7 @@ def _catalog(tmp: Path, upstream: str) -> Path:
         s.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{s.getsockname()[1]}"
     sim = {"scheduleSeconds": 0.01, "pullSeconds": 0.01, "readySeconds": 0.02}
-    groups = [
+    groups: list[dict[str, Any]] = [
         {
             "name": name,
             "clusters": [
@@ -224,7 +224,7 @@ def served(tmp: Path, **env: str) -> Iterator[Served]:
         NVCF_RECONCILE_RESYNC_SECONDS="0.1",
         NVCF_RATE_LIMIT_PER_SECOND="0",
         NVCF_INVOKE_HOST_SUFFIX=SUFFIX,
-        **env,
+        env=env,
     )
     try:
         with _api(port) as api:

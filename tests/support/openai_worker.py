@@ -104,7 +104,7 @@ class OpenAIWorker:
         length = int(req.headers.get("Content-Length") or 0)
         raw = req.rfile.read(length) if length else b""
         try:
-            body = json.loads(raw)
+            body: Any = json.loads(raw)
         except ValueError:
             body = None
         with self._lock:
@@ -114,20 +114,23 @@ class OpenAIWorker:
             if route is None or not isinstance(body, dict):
                 self._json(req, 404, llm.error_body(f"no route {req.path}"))
                 return
-            raw = body.get("x_raw")
+            usage = body.get("x_raw")
             if isinstance(body.get("x_status"), int):
                 error = llm.error_body("as asked")
-                self._json(req, body["x_status"], error if raw is None else _Raw(raw))
+                self._json(req, body["x_status"], error if usage is None else _Raw(usage))
                 return
             if body.get("x_force_stream") is True:
                 body = {**body, "stream": True}
             whole, events = llm.answer(route, body)
             if events is None:
-                self._json(req, 200, whole if raw is None else {**whole, "usage": _Raw(raw)})
+                assert whole is not None
+                self._json(req, 200, whole if usage is None else {**whole, "usage": _Raw(usage)})
                 return
             listed = list(events)
-            if raw is not None:
-                extra = f'data: {{"object":"chat.completion.chunk","choices":[],"usage":{raw}}}\n\n'
+            if usage is not None:
+                extra = (
+                    f'data: {{"object":"chat.completion.chunk","choices":[],"usage":{usage}}}\n\n'
+                )
                 listed.insert(len(listed) - 1, extra.encode())
             self._stream(req, listed)
         except OSError:

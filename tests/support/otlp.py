@@ -177,9 +177,10 @@ class OtlpReceiver:
                 return ExportLogsServiceResponse()
 
         self._grpc = grpc.server(ThreadPoolExecutor(max_workers=4))
-        logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Logs(), self._grpc)
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), self._grpc)
-        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), self._grpc)
+        # the generated *_pb2_grpc modules have no annotations
+        logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Logs(), self._grpc)  # type: ignore[no-untyped-call]
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), self._grpc)  # type: ignore[no-untyped-call]
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), self._grpc)  # type: ignore[no-untyped-call]
         self._grpc_port = self._grpc.add_insecure_port("127.0.0.1:0")
         self._grpc.start()
         return self

@@ -103,7 +103,7 @@ def gated(app: WsgiApp) -> WsgiApp:
     def gate(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         problem = refusal(Request(environ))
         if problem is not None:
-            return problem(environ, start_response)  # type: ignore[no-any-return]
+            return problem(environ, start_response)
         return app(environ, start_response)
 
     return gate

@@ -11,7 +11,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -71,20 +71,24 @@ def start_server(
     args: Sequence[str] = (),
     ca: Path | None = None,
     bootstrap_key: str | None = ADMIN_KEY,
-    **env: str,
+    env: Mapping[str, str] | None = None,
+    **settings: str,
 ) -> subprocess.Popen[bytes]:
     """Start the server (`command`: serve, or invoke for the invocation plane alone) and wait
     until `/health` answers; its output goes to <command>.log.
 
     With `ca` (the certificate to trust, which the server may create as it starts) the server
     is reached over HTTPS; `args` are added to the command. `bootstrap_key=None` starts it as
-    a first-time user does, without NVCF_BOOTSTRAP_API_KEY."""
+    a first-time user does, without NVCF_BOOTSTRAP_API_KEY. `env` and the keyword `settings`
+    are added to its environment (`env` for a prepared mapping, which keyword unpacking would
+    also spread over `ca` and `bootstrap_key`)."""
     full_env = {
         **{k: v for k, v in os.environ.items() if k != "NVCF_BOOTSTRAP_API_KEY"},
         "NVCF_DATA_DIR": str(data_dir),
         "NVCF_DATABASE_URL": database_url,
         **({} if bootstrap_key is None else {"NVCF_BOOTSTRAP_API_KEY": bootstrap_key}),
-        **env,
+        **(env or {}),
+        **settings,
     }
     log = data_dir / ("server.log" if command == "serve" else f"{command}.log")
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -95,7 +95,7 @@ class TaskHarness:
         clock = FakeClock()
         registry = AdapterRegistry.from_catalog(cat, clock=clock)
         box = SecretBox(Fernet.generate_key())
-        conf = Settings(_env_file=None, **settings)  # type: ignore[call-arg]
+        conf = Settings(_env_file=None, **settings)
         tasks = Tasks(cat, box, Quotas.from_settings(conf), settings=conf, clock=clock)
         return cls(
             maker,

@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import numpy as np
 from grpc import aio
-from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2 as pb  # type: ignore[import-untyped]  # no hints
 
 MODEL = "double"
 SERVICE = "inference.GRPCInferenceService"

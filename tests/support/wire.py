@@ -18,7 +18,7 @@ def running_server(data_dir: Path, *, log_format: str = "text", **env: str) -> I
     stopped on exit: its port."""
     port = free_port()
     database_url = f"sqlite+aiosqlite:///{data_dir / 'nvcf.db'}"
-    proc = start_server(data_dir, database_url, port, NVCF_LOG_FORMAT=log_format, **env)
+    proc = start_server(data_dir, database_url, port, NVCF_LOG_FORMAT=log_format, env=env)
     try:
         yield port
     finally:

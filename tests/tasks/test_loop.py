@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import event
 
 from service.backends.protocol import AdapterError, InstanceSpec
+from service.backends.simulated.adapter import SimulatedAdapter
 from service.clusters.adapters import AdapterRegistry
 from service.clusters.catalog import Catalog
 from service.core.db import make_engine, make_sessionmaker
@@ -119,7 +120,7 @@ async def test_a_progress_file_the_adapter_refuses_errors_in_the_adapters_words(
     h: TaskHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     adapter = h.registry.get("sim-a")
-    assert adapter is not None
+    assert isinstance(adapter, SimulatedAdapter)
 
     async def refuse(instance: InstanceSpec, *, max_bytes: int) -> bytes | None:
         raise AdapterError("the sidecar cannot read the progress file (403)", retryable=False)
@@ -254,7 +255,7 @@ async def test_a_launched_tasks_pod_gets_the_accounts_pull_secrets_and_node_affi
     tid = await h.create()
     await h.run()
     adapter = h.registry.get("sim-a")
-    assert adapter is not None
+    assert isinstance(adapter, SimulatedAdapter)
     spec_ = InstanceSpec(str(tid), "", "", "NCP.GPU.H100_1x", "H100", 1, task=True)
     objects = await adapter.objects(spec_)
     pulls = [o for o in objects if o.get("type") == "kubernetes.io/dockerconfigjson"]
@@ -285,7 +286,7 @@ async def test_a_helm_task_on_an_nvlink_cluster_gets_a_helm_functions_nvlink_mut
         await h.run()
         assert (await h.task(tid)).status == TaskStatus.LAUNCHED
         adapter = h.registry.get("sim-a")
-        assert adapter is not None
+        assert isinstance(adapter, SimulatedAdapter)
         objects = await adapter.objects(await h.instance(tid))
         [domain] = [o for o in objects if o["kind"] == "ComputeDomain"]
         claim = domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
@@ -423,7 +424,8 @@ async def test_rotated_secrets_reach_the_running_container(h: TaskHarness) -> No
         )
     await h.run(1)
     adapter = h.registry.get("sim-a")
-    objects = await adapter.objects(await h.instance(tid))  # type: ignore[union-attr]
+    assert isinstance(adapter, SimulatedAdapter)
+    objects = await adapter.objects(await h.instance(tid))
     secret = next(o for o in objects if o["kind"] == "Secret")
     assert json.loads(base64.b64decode(secret["data"]["secrets.json"])) == {"A": "one", "B": "two"}
     task = await h.task(tid)
@@ -432,7 +434,7 @@ async def test_rotated_secrets_reach_the_running_container(h: TaskHarness) -> No
 
 async def test_tasks_share_the_clusters_capacity_with_function_instances(h: TaskHarness) -> None:
     adapter = h.registry.get("sim-a")
-    assert adapter is not None
+    assert isinstance(adapter, SimulatedAdapter)
     function = InstanceSpec("fn-instance", "f", "v", "NCP.GPU.H100_2x", "H100", 2)
     await adapter.apply(function, [workload(gpus=2)])
     tid = await h.create()
@@ -596,7 +598,8 @@ async def _ended(client: AppClient, path: str) -> dict[str, Any]:
         task: dict[str, Any] = (await client.get(path)).json()["task"]
         return task if task["status"] not in ("QUEUED", "LAUNCHED", "RUNNING") else None
 
-    return await eventually(ended)
+    task: dict[str, Any] = await eventually(ended)
+    return task
 
 
 async def test_an_upload_task_pushes_each_checkpoint_and_oras_pulls_its_bytes(

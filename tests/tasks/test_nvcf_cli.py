@@ -76,7 +76,7 @@ CREATE_TASK_WITH_RESULTS = {
     "secrets": [{"name": "NGC_API_KEY", "value": "nvapi-replace-with-real-key"}],
 }
 #: examples/create-task-helm.json (its chart is replaced by `--helm-chart`)
-CREATE_TASK_HELM = {
+CREATE_TASK_HELM: dict[str, Any] = {
     "name": "example-helm-task",
     "description": "Task launched via a Helm chart with a custom validation policy.",
     "gpuSpecification": {

@@ -165,7 +165,7 @@ async def test_every_violation_is_named_in_one_400_and_nothing_is_created(
         "resultHandlingStrategy": "UPLOAD",
     }
     problem = assert_problem(await client.post(T, json=body), 400)
-    fields = {e["field"] for e in problem["errors"]}  # type: ignore[union-attr]
+    fields = {e["field"] for e in problem["errors"]}
     assert {
         "name",
         "tags[1]",
@@ -203,7 +203,7 @@ async def test_telemetries_must_be_the_accounts_and_of_their_type_each_named_in_
         "tracesTelemetryId": unknown,
     }
     problem = assert_problem(await client.post(T, json={**TASK, "telemetries": wrong}), 400)
-    errors = {e["field"]: e["message"] for e in problem["errors"]}  # type: ignore[union-attr]
+    errors = {e["field"]: e["message"] for e in problem["errors"]}
     assert errors == {
         "telemetries.logsTelemetryId": f"telemetry '{metrics['name']}' "
         f"({metrics['telemetryId']}) receives METRICS, not LOGS",
@@ -235,7 +235,7 @@ async def test_neither_image_nor_chart_and_unknown_instance_type_are_400(
     body = {k: v for k, v in TASK.items() if k != "containerImage"}
     body["gpuSpecification"] = {"gpu": "H100", "instanceType": "NCP.GPU.H100_3x"}
     problem = assert_problem(await client.post(T, json=body), 400)
-    fields = {e["field"] for e in problem["errors"]}  # type: ignore[union-attr]
+    fields = {e["field"] for e in problem["errors"]}
     assert "containerImage" in fields
     assert "gpuSpecification.instanceType" in fields, problem
     ngc = [{"name": "NGC_API_KEY", "value": "nvapi-x"}]
@@ -246,7 +246,7 @@ async def test_neither_image_nor_chart_and_unknown_instance_type_are_400(
         "secrets": ngc,
     }
     problem = assert_problem(await client.post(T, json=upload), 400)
-    assert {e["field"] for e in problem["errors"]} == {"resultsLocation"}  # type: ignore[union-attr]
+    assert {e["field"] for e in problem["errors"]} == {"resultsLocation"}
 
 
 async def test_upload_on_a_server_without_a_results_registry_is_400_saying_so(
@@ -279,7 +279,7 @@ async def test_upload_lists_every_results_location_violation_and_needs_a_push_cr
     # a model name longer than 64 characters and a repository longer than 255 on the registry
     long = {**upload, "resultsLocation": f"{'o' * 150}/{'t' * 60}/{'m' * 65}"}
     problem = assert_problem(await client.post(T, json=long), 400)
-    messages = [e["message"] for e in problem["errors"] if e["field"] == "resultsLocation"]  # type: ignore[union-attr]
+    messages = [e["message"] for e in problem["errors"] if e["field"] == "resultsLocation"]
     assert any("at most 64 characters" in m for m in messages), messages
     assert any("at most 255 characters" in m for m in messages), messages
     # no NGC_API_KEY secret and only credentials that cannot push results there
@@ -288,7 +288,7 @@ async def test_upload_lists_every_results_location_violation_and_needs_a_push_cr
         assert (await client.post(CREDENTIALS, json=request)).status_code == 200
     located = {**upload, "resultsLocation": "acme/team/model"}
     problem = assert_problem(await client.post(T, json=located), 400)
-    assert [e["field"] for e in problem["errors"]] == ["secrets"]  # type: ignore[union-attr]
+    assert [e["field"] for e in problem["errors"]] == ["secrets"]
     assert RESULTS_HOST in str(problem["errors"])
     # NVCT reads the secret's name in any case
     lower = [{"name": "ngc_api_key", "value": "nvapi-x"}]
@@ -395,7 +395,7 @@ async def test_secrets_update_merges_names_and_never_shows_values(client: AppCli
     events = (await client.get(f"{T}/{task['id']}/events")).json()["events"]
     assert "nvapi-very-secret" not in str(events)
     bad = await client.put(path, json={"secrets": [{"name": "-x", "value": ""}]})
-    fields = {e["field"] for e in assert_problem(bad, 400)["errors"]}  # type: ignore[union-attr]
+    fields = {e["field"] for e in assert_problem(bad, 400)["errors"]}
     assert fields == {"secrets[0].name", "secrets[0].value"}
 
 
@@ -445,7 +445,7 @@ async def test_bad_query_parameters_are_400(client: AppClient) -> None:
 async def test_a_container_task_on_a_multi_node_instance_type_is_400(client: AppClient) -> None:
     multi = {"gpu": "B200", "instanceType": "ON-PREM.GPU.B200_8x.x2"}
     problem = assert_problem(await client.post(T, json={**TASK, "gpuSpecification": multi}), 400)
-    [error] = problem["errors"]  # type: ignore[misc]
+    [error] = problem["errors"]
     assert error["field"] == "gpuSpecification.instanceType"
     assert "helm" in error["message"] and "one node" in error["message"]
 

@@ -49,6 +49,7 @@ async def test_a_task_is_metered_from_running_to_its_end_once(h: TaskHarness) ->
         [row] = (await session.execute(select(GpuInterval))).scalars().all()
         assert await open_spans(session, ACCOUNT) == []
     assert (row.started_at, row.ended_at, row.gpus) == (task.running_at, task.finished_at, 1)
+    assert task.running_at is not None
     lived = (task.finished_at - task.running_at).total_seconds()
     assert await gpu_seconds(h) == pytest.approx(lived, rel=0.01)
     h.clock.advance(600)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 from service.clusters.catalog import Catalog
 from service.clusters.instance_types import parse_instance_type
@@ -143,8 +144,8 @@ def test_a_helm_tasks_pods_get_the_tasks_grace_period_and_its_jobs_suspend() -> 
             },
         },
     ]
-    pull = [("nvcf-pull-0123", {"auths": {}})]
-    common = {
+    pull: list[tuple[str, dict[str, Any]]] = [("nvcf-pull-0123", {"auths": {}})]
+    common: dict[str, Any] = {
         "task_id": "t-1",
         "name": "train",
         "nca_id": "acme",
@@ -155,7 +156,7 @@ def test_a_helm_tasks_pods_get_the_tasks_grace_period_and_its_jobs_suspend() -> 
         "grace_seconds": 600.0,
         "pull_secrets": pull,
     }
-    running = helm_objects(chart, **common)  # type: ignore[arg-type]
+    running = helm_objects(chart, **common)
     [deployment] = [o for o in running if o["kind"] == "Deployment"]
     [job] = [o for o in running if o["kind"] == "Job"]
     for obj in (deployment, job):
@@ -163,5 +164,5 @@ def test_a_helm_tasks_pods_get_the_tasks_grace_period_and_its_jobs_suspend() -> 
         assert pod["terminationGracePeriodSeconds"] == 600
         assert pod["imagePullSecrets"] == [{"name": "nvcf-pull-0123"}]
     assert job["spec"]["suspend"] is False
-    [stopping] = [o for o in helm_objects(chart, **common, suspend=True) if o["kind"] == "Job"]  # type: ignore[arg-type]
+    [stopping] = [o for o in helm_objects(chart, **common, suspend=True) if o["kind"] == "Job"]
     assert stopping["spec"]["suspend"] is True

@@ -5,7 +5,7 @@ bounds passed on, a follow that ends with its container, and the API server's re
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +138,7 @@ async def test_a_follow_left_by_its_reader_is_closed(
     server.add_object(pod("web-0", "inference"))
     server.write_log(NS, "web-0", "inference", "started")
     stream = adapter.logs(INSTANCE, LogRequest(follow=True))
+    assert isinstance(stream, AsyncGenerator)
     assert (await anext(stream)).text == "started"
     await stream.aclose()  # the caller went away: nothing keeps reading
     server.write_log(NS, "web-0", "inference", "nobody reads this")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import pytest
 
@@ -34,6 +34,7 @@ async def test_every_line_of_every_stream_is_read() -> None:
 async def test_leaving_a_merge_whose_queue_is_full_ends_it_and_closes_the_streams() -> None:
     seen = Counted()
     m = merge([seen.numbers(10_000), seen.numbers(10_000)])
+    assert isinstance(m, AsyncGenerator)  # what lets its reader close it
     read = 0
     async for _ in m:
         read += 1
@@ -48,7 +49,9 @@ async def test_a_reader_cancelled_while_the_queue_is_full_is_cancelled() -> None
     seen = Counted()
 
     async def reader() -> None:
-        async with contextlib.aclosing(merge([seen.numbers(10_000), seen.numbers(10_000)])) as m:
+        merged = merge([seen.numbers(10_000), seen.numbers(10_000)])
+        assert isinstance(merged, AsyncGenerator)
+        async with contextlib.aclosing(merged) as m:
             async for _ in m:
                 await asyncio.sleep(3600)
 

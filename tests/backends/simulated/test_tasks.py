@@ -58,7 +58,7 @@ async def test_progress_and_result_files_as_the_script_writes_them(tmp_path: Pat
         steps=[{"after": 2, "percent": 30, "name": "ckpt", "files": {"a/b.txt": "bytes!"}}],
         exitAfter=None,
     )
-    await sim.apply(TASK, objects(env))  # type: ignore[arg-type]
+    await sim.apply(TASK, objects(env))
     assert await sim.task_progress(TASK, max_bytes=1000) is None  # nothing written yet
     clock.advance(3)
     progress = json.loads(await sim.task_progress(TASK, max_bytes=1000) or b"")
@@ -91,7 +91,7 @@ async def test_result_names_list_every_checkpoint_directory_oldest_first() -> No
         ],
         exitAfter=None,
     )
-    await sim.apply(TASK, objects(env))  # type: ignore[arg-type]
+    await sim.apply(TASK, objects(env))
     assert await sim.task_result_names(TASK, max_names=10) == []  # not started
     clock.advance(1.5)
     assert await sim.task_result_names(TASK, max_names=10) == ["b-first"]
@@ -104,7 +104,7 @@ async def test_a_script_that_is_not_one_is_refused_at_apply() -> None:
     sim = adapter(FakeClock())
     bad = [{"key": "SIM_TASK_SCRIPT", "value": '{"steps": [{"after": -1}]}'}]
     with pytest.raises(AdapterError, match="after must be a number") as raised:
-        await sim.apply(TASK, objects(bad))  # type: ignore[arg-type]
+        await sim.apply(TASK, objects(bad))
     assert not raised.value.retryable
 
 
@@ -112,11 +112,11 @@ async def test_a_stopped_pod_frees_its_gpu_when_it_exits_and_is_listed_until_del
     clock = FakeClock()
     sim = adapter(clock)
     env = script(steps=[{"after": 1, "percent": 10}], exitAfter=None, stopSeconds=5)
-    await sim.apply(TASK, objects(env))  # type: ignore[arg-type]
+    await sim.apply(TASK, objects(env))
     clock.advance(2)
     assert [s.free for s in (await sim.capacity()).shapes] == [0]
     # the task is canceled: its Job is suspended, which asks its container to stop
-    await sim.apply(TASK, objects(env, suspend=True))  # type: ignore[arg-type]
+    await sim.apply(TASK, objects(env, suspend=True))
     clock.advance(4)
     assert [s.free for s in (await sim.capacity()).shapes] == [0]  # still stopping
     clock.advance(2)

@@ -5,7 +5,7 @@ follow slot."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, cast
 
 import pytest
@@ -58,10 +58,11 @@ async def test_an_answer_closed_before_its_first_line_frees_the_follow(
     monkeypatch.setattr("service.deployments.logs.service.PEEK_SECONDS", 0.01)
     limiter = FollowLimiter(1)
     stream = await open_stream(reading(), make_settings(), limiter.acquire("acct"))
-    reader = asyncio.create_task(anext(stream))
+    assert isinstance(stream, AsyncGenerator)
+    reader = asyncio.ensure_future(anext(stream))
     await asyncio.sleep(0.05)
     reader.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(reader, 5)
-    await asyncio.wait_for(stream.aclose(), 5)  # type: ignore[attr-defined]
+    await asyncio.wait_for(stream.aclose(), 5)
     assert limiter.open("acct") == 0

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 import yaml
 
 from service.charts.decode import (
@@ -56,26 +55,12 @@ class RecordingRenderer(ChartRenderer):
         return output
 
 
-#: the async tests run in the module's event loop, the one of its renderer
-in_module_loop = pytest.mark.asyncio(loop_scope="module")
-
-
-@pytest_asyncio.fixture(
-    scope="module", loop_scope="module", params=[None, 0], ids=["decode-here", "decode-split"]
-)
-async def module_renderer(request: pytest.FixtureRequest) -> AsyncIterator[RecordingRenderer]:
+@pytest.fixture(params=[None, 0], ids=["decode-here", "decode-split"])
+async def renderer(request: pytest.FixtureRequest) -> AsyncIterator[RecordingRenderer]:
     """Every test runs with the decoding of engine renders done in this process, and split
-    with the worker for every render of two documents or more. One renderer (and its worker,
-    reused from render to render as the server reuses it) serves the module's tests."""
+    with the worker for every render of two documents or more."""
     async with RecordingRenderer(split_decode_min_bytes=request.param) as r:
         yield r
-
-
-@pytest.fixture
-def renderer(module_renderer: RecordingRenderer) -> RecordingRenderer:
-    """The module's renderer, the calls of earlier tests forgotten."""
-    module_renderer.calls.clear()
-    return module_renderer
 
 
 #: Engine output accepted as is / refused by the decoder, then rendered by the install action /
@@ -155,7 +140,6 @@ ODD_ORDER = {
 }
 
 
-@in_module_loop
 async def test_simple_chart_takes_the_engine_path_and_is_sorted_like_helm(
     renderer: RecordingRenderer, tmp_path: Path
 ) -> None:
@@ -176,7 +160,6 @@ async def test_simple_chart_takes_the_engine_path_and_is_sorted_like_helm(
     ]
 
 
-@in_module_loop
 async def test_engine_and_install_manifests_hold_the_same_documents(
     renderer: RecordingRenderer, tmp_path: Path
 ) -> None:
@@ -225,7 +208,6 @@ def test_engine_manifest_drops_notes_partials_and_blank_templates() -> None:
         ({"templates/note.yaml": "# helm.sh/hook\n"}, []),
     ],
 )
-@in_module_loop
 async def test_hooks_take_the_engine_path_and_are_reported_alike(
     renderer: RecordingRenderer,
     tmp_path: Path,
@@ -239,7 +221,6 @@ async def test_hooks_take_the_engine_path_and_are_reported_alike(
     assert not any(o["kind"] == "Job" for o in result.objects)
 
 
-@in_module_loop
 async def test_a_hook_made_at_render_time_is_found_too(
     renderer: RecordingRenderer, tmp_path: Path
 ) -> None:
@@ -264,7 +245,6 @@ async def test_a_hook_made_at_render_time_is_found_too(
         (">=1.31.0", "1.30.0", [(True, None)]),
     ],
 )
-@in_module_loop
 async def test_kube_version_constraint_is_checked_by_helm(
     renderer: RecordingRenderer,
     tmp_path: Path,
@@ -380,7 +360,6 @@ def dependency_chart(workdir: Path, *, drop: str | None = None) -> Path:
         ),
     ],
 )
-@in_module_loop
 async def test_dependencies_are_processed_alike_on_the_engine_path(
     renderer: RecordingRenderer,
     tmp_path: Path,
@@ -400,7 +379,6 @@ async def test_dependencies_are_processed_alike_on_the_engine_path(
     assert calls == ENGINE
 
 
-@in_module_loop
 async def test_missing_dependency_is_refused_in_helms_words(
     renderer: RecordingRenderer, tmp_path: Path
 ) -> None:
@@ -436,7 +414,6 @@ DYNAMIC_HOOK = (
         ("invalid-yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: [}\n"),
     ],
 )
-@in_module_loop
 async def test_uncertain_documents_fall_back_to_the_install_action(
     renderer: RecordingRenderer, tmp_path: Path, name: str, template: str
 ) -> None:
@@ -463,7 +440,6 @@ async def test_uncertain_documents_fall_back_to_the_install_action(
         "apiVersion: v1\nkind:\nmetadata: {name: nameless-kind}\n",
     ],
 )
-@in_module_loop
 async def test_null_and_scalar_head_fields_stay_on_the_engine_path(
     renderer: RecordingRenderer, tmp_path: Path, template: str
 ) -> None:
@@ -483,7 +459,6 @@ async def test_null_and_scalar_head_fields_stay_on_the_engine_path(
     ),
 )
 @pytest.mark.parametrize("subchart", [False, True], ids=["flat", "with-subchart"])
-@in_module_loop
 async def test_every_corpus_case_gives_the_same_result_either_way(
     renderer: RecordingRenderer, tmp_path: Path, overlay: str, subchart: bool
 ) -> None:
@@ -507,14 +482,12 @@ async def test_every_corpus_case_gives_the_same_result_either_way(
         {"replicaCount": 3, "image": {"tag": "2.0"}},
     ],
 )
-@in_module_loop
 async def test_render_errors_and_overrides_are_the_same_either_way(
     renderer: RecordingRenderer, tmp_path: Path, values: dict[str, Any]
 ) -> None:
     await compare(renderer, flat_chart(tmp_path, None, {}), values)
 
 
-@in_module_loop
 async def test_capabilities_reach_the_engine(renderer: RecordingRenderer, tmp_path: Path) -> None:
     template = (
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: caps}\ndata:\n"
@@ -572,7 +545,6 @@ def test_helm_split_matches_helms_pattern_on_random_text() -> None:
         assert helm_split(text) == HELM_SEPARATOR.split(text), repr(text)
 
 
-@in_module_loop
 async def test_split_decode_hands_over_the_objects_of_both_halves(tmp_path: Path) -> None:
     """An engine render: both halves ranked, then sorted together like Helm."""
     archive = flat_chart(tmp_path, None, dict(ODD_ORDER))
@@ -592,7 +564,6 @@ async def test_split_decode_hands_over_the_objects_of_both_halves(tmp_path: Path
 
 
 @pytest.mark.parametrize("path", ["templates/0-odd.yaml", "templates/z-odd.yaml"])
-@in_module_loop
 async def test_an_uncertain_half_leaves_the_decoding_to_the_check(
     tmp_path: Path, path: str
 ) -> None:
@@ -607,7 +578,6 @@ async def test_an_uncertain_half_leaves_the_decoding_to_the_check(
         assert calls == FELL_BACK
 
 
-@in_module_loop
 async def test_worker_dying_between_the_frames_costs_only_the_split(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -634,7 +604,6 @@ async def test_worker_dying_between_the_frames_costs_only_the_split(
         assert split.started >= 2  # the dead worker was replaced
 
 
-@in_module_loop
 async def test_split_decode_of_an_install_render_keeps_every_finding_in_order(
     tmp_path: Path,
 ) -> None:
@@ -667,7 +636,6 @@ async def test_split_decode_of_an_install_render_keeps_every_finding_in_order(
         assert "Secret" in [o["kind"] for o in objects]
 
 
-@in_module_loop
 async def test_cancelled_between_the_frames_the_worker_is_not_reused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,9 +15,6 @@ Methods of `/test.Echo/` (messages are bytes, no protobufs), plus the standard h
 Every call's metadata and deadline (`time_remaining`) are kept in `calls`; every answer
 carries initial metadata `x-worker: <name>` and trailing `x-done: yes` (and `x-echo-bin`, the
 caller's, when it sent one).
-
-A module may share one worker between its tests: `fresh()` waits until the previous test's
-calls have all ended, then forgets them.
 """
 
 from __future__ import annotations
@@ -47,8 +44,6 @@ class GrpcWorker:
     calls: list[Seen] = field(default_factory=list)
     held: int = 0
     cancelled: int = 0
-    #: calls begun and not yet ended
-    active: int = 0
     server: aio.Server | None = None
     port: int = 0
     _gate: asyncio.Event = field(default_factory=asyncio.Event)
@@ -77,15 +72,6 @@ class GrpcWorker:
     def release(self) -> None:
         self._gate.set()
 
-    async def fresh(self) -> GrpcWorker:
-        """This worker as new to a test: every earlier call released and ended, none kept."""
-        self.release()
-        async with asyncio.timeout(30), self._arrived:
-            await self._arrived.wait_for(lambda: self.active == 0)
-        self.calls, self.held, self.cancelled = [], 0, 0
-        self._gate = asyncio.Event()
-        return self
-
     async def until_held(self, n: int) -> None:
         async with self._arrived:
             await self._arrived.wait_for(lambda: self.held >= n)
@@ -103,22 +89,6 @@ class GrpcWorker:
         metadata = {k: v for k, v in received_md if isinstance(v, str)}
         binary = {k: v for k, v in received_md if isinstance(v, bytes)}
         self.calls.append(Seen(kind, metadata, context.time_remaining(), binary))
-        self.active += 1
-        try:
-            async for message in self._answer(kind, requests, context, binary):
-                yield message
-        finally:
-            async with self._arrived:
-                self.active -= 1
-                self._arrived.notify_all()
-
-    async def _answer(
-        self,
-        kind: str,
-        requests: AsyncIterator[bytes],
-        context: aio.ServicerContext[Any, Any],
-        binary: dict[str, bytes],
-    ) -> AsyncIterator[bytes]:
         if kind != "QuietBidi":  # its initial metadata goes with its first answer
             await context.send_initial_metadata((("x-worker", self.name),))
         trailing: list[tuple[str, str | bytes]] = [("x-done", "yes")]

@@ -13,7 +13,6 @@ from typing import Any
 
 import grpc
 import pytest
-import pytest_asyncio
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy import update
@@ -25,63 +24,13 @@ from tests.support.api import new_key
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
 from tests.support.e2e import deployment
 from tests.support.grpc_worker import GrpcWorker
-from tests.support.invocation import (
-    FAST,
-    deployed,
-    invocation_app,
-    pexec_url,
-    sample,
-    spec,
-    write_catalog,
-)
+from tests.support.invocation import deployed, invocation_app, pexec_url, sample, spec
 
 GRPC_FN = {"name": "grpc-echo", "inferenceUrl": "/gRPC", "inferencePort": 8001}
 
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
-# the tests that build their own app (and worker) run in their own loop
-own_app = pytest.mark.asyncio(loop_scope="function")
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def module_worker() -> AsyncIterator[GrpcWorker]:
-    w = await GrpcWorker().start()
-    try:
-        yield w
-    finally:
-        w.release()
-        await w.stop()
-
-
-@pytest.fixture(scope="module")
-def module_settings(
-    tmp_path_factory: pytest.TempPathFactory, module_worker: GrpcWorker
-) -> dict[str, Any]:
-    catalog = write_catalog(tmp_path_factory.mktemp("catalog"), upstream=module_worker.url, gpus=64)
-    return {"clusters_file": catalog, "grpc_enabled": True, "grpc_port": 0, **FAST}
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def worker(module_worker: GrpcWorker) -> GrpcWorker:
-    """The module's worker, the calls of earlier tests ended and forgotten."""
-    return await module_worker.fresh()
-
-
 @pytest.fixture
-def client(module_client: AppClient) -> AppClient:
-    """The module's app, its cluster forwarding to the module's worker; each test deploys
-    functions of its own on it."""
-    return module_client
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def channel(client: AppClient) -> AsyncIterator[aio.Channel]:
-    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
-        yield ch
-
-
-@pytest.fixture
-async def own_worker() -> AsyncIterator[GrpcWorker]:
+async def worker() -> AsyncIterator[GrpcWorker]:
     w = await GrpcWorker().start()
     try:
         yield w
@@ -101,6 +50,17 @@ async def grpc_app(
         grpc_port=0,
         **overrides,
     )
+
+
+@pytest.fixture
+async def client(client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker) -> AppClient:
+    return await grpc_app(client_factory, tmp_path, worker.url)
+
+
+@pytest.fixture
+async def channel(client: AppClient) -> AsyncIterator[aio.Channel]:
+    async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
+        yield ch
 
 
 def connection(client: AppClient) -> aio.Channel:
@@ -252,7 +212,9 @@ async def _slot_is_free(client: AppClient, channel: aio.Channel, fn: dict[str, A
 # ---------------------------------------------------------------------- refusals
 
 
-async def test_every_refusal_is_its_grpc_status(client: AppClient, channel: aio.Channel) -> None:
+async def test_every_refusal_is_its_grpc_status(
+    client: AppClient, channel: aio.Channel, client_factory: ClientFactory
+) -> None:
     fn = await deployed(client, **GRPC_FN)
     call = unary(channel, "Unary")
     no_credential = (("function-id", fn["id"]),)
@@ -353,11 +315,10 @@ async def test_a_version_not_invocable_is_answered_as_nvcfs_api_answers_its_prox
 GRPC_FN_BODY = {**GRPC_FN, "containerImage": "nvcr.io/acme/grpc-echo:1.0"}
 
 
-@own_app
 async def test_a_message_larger_than_the_bound_is_resource_exhausted(
-    client_factory: ClientFactory, tmp_path: Path, own_worker: GrpcWorker
+    client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker
 ) -> None:
-    client = await grpc_app(client_factory, tmp_path, own_worker.url, grpc_max_message_bytes=1024)
+    client = await grpc_app(client_factory, tmp_path, worker.url, grpc_max_message_bytes=1024)
     fn = await deployed(client, **GRPC_FN)
     async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
         assert await unary(ch, "Unary")(b"x" * 1000, metadata=md(fn)) == b"x" * 1000
@@ -374,30 +335,28 @@ async def test_the_functions_rate_limit_is_resource_exhausted(
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-@own_app
 async def test_a_full_queue_is_resource_exhausted(
-    client_factory: ClientFactory, tmp_path: Path, own_worker: GrpcWorker
+    client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker
 ) -> None:
-    client = await grpc_app(client_factory, tmp_path, own_worker.url, invoke_queue_max=0)
+    client = await grpc_app(client_factory, tmp_path, worker.url, invoke_queue_max=0)
     fn = await deployed(client, **GRPC_FN)
     async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
         held = unary(ch, "Hold")(b"x", metadata=md(fn))
-        await own_worker.until_held(1)
+        await worker.until_held(1)
         code, details = await status_of(unary(ch, "Unary")(b"y", metadata=md(fn)))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "queue" in details
-        own_worker.release()
+        worker.release()
         assert await held == b"x"
 
 
-@own_app
 async def test_no_worker_in_time_is_deadline_exceeded_as_nvcfs_proxy_says_it(
-    client_factory: ClientFactory, tmp_path: Path, own_worker: GrpcWorker
+    client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker
 ) -> None:
     client = await grpc_app(
         client_factory,
         tmp_path,
-        own_worker.url,
+        worker.url,
         invoke_queue_timeout_seconds=0.2,
         autoscale_enabled=False,
     )
@@ -411,7 +370,6 @@ async def test_no_worker_in_time_is_deadline_exceeded_as_nvcfs_proxy_says_it(
         )
 
 
-@own_app
 async def test_an_unreachable_worker_is_unavailable(
     client_factory: ClientFactory, tmp_path: Path
 ) -> None:
@@ -450,7 +408,6 @@ async def test_an_unexpected_failure_opening_the_workers_call_is_an_error_that_f
     await _slot_is_free(client, channel, fn)
 
 
-@own_app
 async def test_a_worker_going_away_mid_stream_is_unavailable_and_frees_the_slot(
     client_factory: ClientFactory, tmp_path: Path
 ) -> None:
@@ -495,14 +452,13 @@ async def test_one_slot_two_streams_the_second_waits_until_the_first_ends(
     assert await second.code() == grpc.StatusCode.OK
 
 
-@own_app
 async def test_a_session_resumes_on_its_instance_until_it_ends(
-    client_factory: ClientFactory, tmp_path: Path, own_worker: GrpcWorker
+    client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker
 ) -> None:
     """With NVCF_GRPC_SESSION_IDLE_SECONDS 0 a session ends with its last call."""
-    client = await grpc_app(client_factory, tmp_path, own_worker.url, grpc_session_idle_seconds=0)
+    client = await grpc_app(client_factory, tmp_path, worker.url, grpc_session_idle_seconds=0)
     async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as channel:
-        await _session_resumes_until_it_ends(client, channel, own_worker)
+        await _session_resumes_until_it_ends(client, channel, worker)
 
 
 async def _session_resumes_until_it_ends(
@@ -681,13 +637,12 @@ async def test_an_unknown_session_is_not_found_and_deletes_the_cookie(
     assert dict(info.value.trailing_metadata() or ())["set-cookie"] == "nvcf-request-id=; Max-Age=0"
 
 
-@own_app
 async def test_a_connection_whose_session_ended_starts_a_new_one(
-    client_factory: ClientFactory, tmp_path: Path, own_worker: GrpcWorker
+    client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker
 ) -> None:
     """As NVCF's proxy asks for a new worker when the connection's is gone: with
     NVCF_GRPC_SESSION_IDLE_SECONDS 0 a session ends with its last call."""
-    client = await grpc_app(client_factory, tmp_path, own_worker.url, grpc_session_idle_seconds=0)
+    client = await grpc_app(client_factory, tmp_path, worker.url, grpc_session_idle_seconds=0)
     fn = await deployed(client, **GRPC_FN)
     async with connection(client) as ch:
         ids = []
@@ -737,14 +692,13 @@ async def test_a_shared_function_is_served_and_an_invocation_token_works(
     assert code == grpc.StatusCode.PERMISSION_DENIED
 
 
-@own_app
 async def test_a_grpc_call_to_a_version_scaled_to_zero_is_served_after_the_cold_start(
-    client_factory: ClientFactory, tmp_path: Path, own_worker: GrpcWorker
+    client_factory: ClientFactory, tmp_path: Path, worker: GrpcWorker
 ) -> None:
     client = await grpc_app(
         client_factory,
         tmp_path,
-        own_worker.url,
+        worker.url,
         autoscale_interval=0.1,
         autoscale_load_report_seconds=0.05,
     )
@@ -756,7 +710,6 @@ async def test_a_grpc_call_to_a_version_scaled_to_zero_is_served_after_the_cold_
     assert any(i["phase"] == "Running" for i in dep["instances"])
 
 
-@own_app
 async def test_the_simulated_worker_echoes_every_kind_of_call(
     client_factory: ClientFactory, tmp_path: Path
 ) -> None:
@@ -786,7 +739,6 @@ async def test_the_simulated_worker_echoes_every_kind_of_call(
         assert await bidi.read() == aio.EOF
 
 
-@own_app
 async def test_the_listener_serves_tls_with_the_servers_certificate(
     client_factory: ClientFactory, tmp_path: Path
 ) -> None:

@@ -3,20 +3,12 @@ key; a tenant's key is refused (exit 1, the 403)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.support.app import ADMIN_KEY
-from tests.support.client_cli import Nvcf, served
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with served(tmp_path_factory.mktemp("server")) as url:
-        yield url
+from tests.support.client_cli import Nvcf
 
 
 def tenant_key(server: str, account: str) -> str:

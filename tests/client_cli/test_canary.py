@@ -6,21 +6,14 @@ the field."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.client_cli import Nvcf, served
+from tests.support.client_cli import Nvcf
 
 ECHO = ("--image", "nvcr.io/acme/echo:1.0", "--inference-url", "/echo", "--inference-port", "8000")
 H100 = ("--gpu", "H100", "--instance-type", "NCP.GPU.H100_1x", "--min", "1", "--wait")
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with served(tmp_path_factory.mktemp("server"), NVCF_CANARY_INTERVAL="0.2") as url:
-        yield url
 
 
 @pytest.fixture

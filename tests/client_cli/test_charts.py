@@ -5,14 +5,13 @@ simulated pods ends in ERROR, and `--wait` exits 3 with the reason and the timel
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.support.charts import PushCorpus
-from tests.support.client_cli import Nvcf, served
+from tests.support.client_cli import Nvcf
 from tests.support.registry import RegistryServer
 
 pytestmark = pytest.mark.registry
@@ -23,19 +22,6 @@ INGRESS = {
     "metadata": {"name": "public"},
     "spec": {"rules": []},
 }
-
-
-@pytest.fixture(scope="module")
-def server(
-    tmp_path_factory: pytest.TempPathFactory, anon_registry: RegistryServer
-) -> Iterator[str]:
-    host = anon_registry.host
-    with served(
-        tmp_path_factory.mktemp("server"),
-        NVCF_REGISTRY_ALLOWLIST=host,
-        NVCF_INSECURE_REGISTRIES=host,
-    ) as url:
-        yield url
 
 
 @pytest.fixture

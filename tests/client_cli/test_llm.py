@@ -5,24 +5,17 @@ catalog: `function create --type LLM --llm-model`, the models shown by `function
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import typer
 
 from service.client_cli.functions import llm_model_of, llm_model_update_of
-from tests.support.client_cli import Nvcf, served
+from tests.support.client_cli import Nvcf
 
 H100 = ("--gpu", "H100", "--instance-type", "NCP.GPU.H100_1x")
 MODEL = "name=tiny,uris=/v1/chat/completions|/v1/embeddings,routingMethod=round_robin,"
 MODEL += "tokenRateLimit=100000-S,1000000-M"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with served(tmp_path_factory.mktemp("server")) as url:
-        yield url
 
 
 @pytest.fixture

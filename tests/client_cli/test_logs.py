@@ -6,34 +6,19 @@ instance was torn down."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.support.charts import PushCorpus
-from tests.support.client_cli import Nvcf, served
+from tests.support.client_cli import Nvcf
 from tests.support.registry import RegistryServer
 
 pytestmark = pytest.mark.registry
 
 ECHO = ("--image", "nvcr.io/acme/echo:1.0", "--inference-url", "/echo", "--inference-port", "8000")
 H100 = ("--gpu", "H100", "--instance-type", "NCP.GPU.H100_1x")
-
-
-@pytest.fixture(scope="module")
-def server(
-    tmp_path_factory: pytest.TempPathFactory, anon_registry: RegistryServer
-) -> Iterator[str]:
-    host = anon_registry.host
-    with served(
-        tmp_path_factory.mktemp("server"),
-        NVCF_REGISTRY_ALLOWLIST=host,
-        NVCF_INSECURE_REGISTRIES=host,
-        NVCF_HEALTH_RESTART_LOOP_TIMEOUT="0.5",
-    ) as url:
-        yield url
 
 
 @pytest.fixture

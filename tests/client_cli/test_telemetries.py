@@ -3,20 +3,13 @@ against a real server."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.client_cli import Nvcf, served
+from tests.support.client_cli import Nvcf
 
 KEY = "telemetry-key-never-shown-7c1d"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with served(tmp_path_factory.mktemp("server")) as url:
-        yield url
 
 
 @pytest.fixture

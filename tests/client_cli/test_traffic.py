@@ -3,18 +3,11 @@ version, a malformed pair refused before anything is sent."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.client_cli import Nvcf, served
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with served(tmp_path_factory.mktemp("server")) as url:
-        yield url
+from tests.support.client_cli import Nvcf
 
 
 @pytest.fixture

@@ -7,23 +7,15 @@ from __future__ import annotations
 import csv
 import io
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.support.app import ADMIN_KEY
-from tests.support.client_cli import Nvcf, served
+from tests.support.client_cli import Nvcf
 
 ECHO = ("--image", "nvcr.io/acme/echo:1.0", "--inference-url", "/echo", "--inference-port", "8000")
 H100 = ("--gpu", "H100", "--instance-type", "NCP.GPU.H100_1x")
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with served(tmp_path_factory.mktemp("server"), NVCF_METERING_FLUSH_SECONDS="0.1") as url:
-        yield url
 
 
 def tenant_key(server: str, account: str) -> str:

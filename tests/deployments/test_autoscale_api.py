@@ -5,7 +5,6 @@ nothing changed by a refused body."""
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,9 +13,9 @@ from hypothesis import given, settings
 from service.core.errors import ValidationFailed
 from service.deployments.schemas import GpuSpecificationPatch
 from service.deployments.validation import StoredSpec, validate_patch
-from tests.support.app import AppClient, ClientFactory
+from tests.support.app import AppClient
 from tests.support.e2e import V, dep_url, deployment
-from tests.support.invocation import deployed, invocation_app, spec
+from tests.support.invocation import FAST, deployed, spec, write_catalog
 from tests.support.strategies import from_json_schema
 
 CUSTOM = {
@@ -29,9 +28,19 @@ CUSTOM = {
 }
 
 
+#: the API tests share the module's app (one per database), each on functions of its own
+shared_app = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest.fixture(scope="module")
+def module_settings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    catalog = write_catalog(tmp_path_factory.mktemp("catalog"), gpus=64)
+    return {"clusters_file": catalog, **FAST, "autoscale_enabled": False}
+
+
 @pytest.fixture
-async def client(client_factory: ClientFactory, tmp_path: Path) -> AppClient:
-    return await invocation_app(client_factory, tmp_path, autoscale_enabled=False)
+def client(module_client: AppClient) -> AppClient:
+    return module_client
 
 
 def spec_url(fn: dict[str, Any]) -> str:
@@ -40,6 +49,7 @@ def spec_url(fn: dict[str, Any]) -> str:
     return f"{V}/deployments/{dep['deploymentId']}/gpu-specifications/{gsid}"
 
 
+@shared_app
 async def test_patch_stores_and_shows_a_custom_configuration(client: AppClient) -> None:
     fn = await deployed(client, specs=[spec(minInstances=1, maxInstances=3)])
     shown = fn["deployment"]["deploymentSpecifications"][0]
@@ -75,6 +85,7 @@ async def test_patch_stores_and_shows_a_custom_configuration(client: AppClient) 
     assert "autoscalingConfiguration" not in out
 
 
+@shared_app
 async def test_custom_policy_alone_needs_a_stored_configuration(client: AppClient) -> None:
     fn = await deployed(client, specs=[spec(minInstances=1, maxInstances=3)])
     policy = {"autoscalingConfigurationPolicy": "CUSTOM_CONFIGURATION"}
@@ -87,6 +98,7 @@ async def test_custom_policy_alone_needs_a_stored_configuration(client: AppClien
     assert resp.json()["gpuSpecification"]["autoscalingConfiguration"] == CUSTOM
 
 
+@shared_app
 async def test_every_violation_is_listed_and_nothing_changes(client: AppClient) -> None:
     fn = await deployed(client, specs=[spec(minInstances=1, maxInstances=3)])
     before = await deployment(client, fn)
@@ -159,6 +171,7 @@ async def test_every_violation_is_listed_and_nothing_changes(client: AppClient) 
         ("up", "autoscalingConfiguration", "must be an object"),
     ],
 )
+@shared_app
 async def test_configuration_rules(client: AppClient, config: Any, field: str, words: str) -> None:
     fn = await deployed(client, specs=[spec(minInstances=1, maxInstances=3)])
     resp = await client.patch(spec_url(fn), json={"autoscalingConfiguration": config})
@@ -167,6 +180,7 @@ async def test_configuration_rules(client: AppClient, config: Any, field: str, w
     assert words in errors[field], errors
 
 
+@shared_app
 async def test_platform_policy_with_a_configuration_is_a_contradiction(
     client: AppClient,
 ) -> None:
@@ -182,6 +196,7 @@ async def test_platform_policy_with_a_configuration_is_a_contradiction(
     assert "discards the custom configuration" in resp.json()["errors"][0]["message"]
 
 
+@shared_app
 async def test_an_empty_patch_names_every_field_it_could_have(client: AppClient) -> None:
     fn = await deployed(client, specs=[spec(minInstances=1, maxInstances=3)])
     resp = await client.patch(spec_url(fn), json={})
@@ -190,6 +205,7 @@ async def test_an_empty_patch_names_every_field_it_could_have(client: AppClient)
     assert "autoscalingConfiguration" in message and "minInstances" in message
 
 
+@shared_app
 async def test_the_deprecated_put_accepts_the_configuration(client: AppClient) -> None:
     fn = await deployed(client, specs=[spec(minInstances=1, maxInstances=3)])
     body = {

@@ -10,7 +10,6 @@ import asyncio
 import threading
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +22,14 @@ from service.core.server import ConnectionLimits
 from service.observability import export
 from service.observability.endpoints import Drops, EndpointGuard, EndpointStatus
 from service.observability.events import Invocation
-from service.observability.models import Kind, Telemetry
+from service.observability.models import Kind
 from service.observability.pipeline import ExportSettings, Pipeline, build_pipeline
 from tests.support.api import bearer, new_key
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
 from tests.support.invocation import deployed, invocation_app, pexec_url, sample
 from tests.support.otlp import OtlpReceiver, attributes
 from tests.support.server import in_loop_server
-from tests.support.telemetries import create_telemetry, replica_of
+from tests.support.telemetries import create_telemetry, replica_of, telemetry_row
 
 ACCOUNT = "nvcf-default"
 OTHER = "team-b"
@@ -443,19 +442,7 @@ def test_each_connection_is_guarded(receiver: OtlpReceiver) -> None:
         EndpointGuard((), status).pinned("127.0.0.1", 4318)
     assert EndpointGuard(("127.0.0.1:4318",), status).pinned("127.0.0.1", 4318) == ["127.0.0.1"]
 
-    now = datetime.now(UTC)
-    row = Telemetry(
-        id=uuid.uuid4(),
-        account_id=ACCOUNT,
-        name="t",
-        endpoint=receiver.url,
-        protocol="HTTP",
-        provider="OTEL_COLLECTOR",
-        types=["TRACES"],
-        secret_ciphertext="",
-        created_at=now,
-        updated_at=now,
-    )
+    row = telemetry_row(receiver.url, ["TRACES"], account=ACCOUNT)
     pipeline = build_pipeline(row, "k", ExportSettings(interval=60, timeout=1), Drops(None))
     pipeline.record(
         {Kind.TRACES},
@@ -470,19 +457,7 @@ def test_each_connection_is_guarded(receiver: OtlpReceiver) -> None:
 
 def test_a_redirect_is_not_followed(receiver: OtlpReceiver, other_receiver: OtlpReceiver) -> None:
     receiver.redirect_to = other_receiver.url
-    now = datetime.now(UTC)
-    row = Telemetry(
-        id=uuid.uuid4(),
-        account_id=ACCOUNT,
-        name="t",
-        endpoint=receiver.url,
-        protocol="HTTP",
-        provider="OTEL_COLLECTOR",
-        types=["TRACES"],
-        secret_ciphertext="",
-        created_at=now,
-        updated_at=now,
-    )
+    row = telemetry_row(receiver.url, ["TRACES"], account=ACCOUNT)
     allowed = (receiver.hostport, other_receiver.hostport)
     settings = ExportSettings(interval=60, timeout=1, allowlist=allowed)
     pipeline = build_pipeline(row, "k", settings, Drops(None))

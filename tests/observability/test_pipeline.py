@@ -4,19 +4,18 @@ failed is left alone until its backoff ends, what it would have got counted as d
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from service.observability.endpoints import FIRST_BACKOFF, Drops
 from service.observability.events import Invocation, TraceIds
-from service.observability.models import Kind, Telemetry
+from service.observability.models import Kind
 from service.observability.pipeline import SPAN_QUEUE, ExportSettings, Pipeline, build_pipeline
 from tests.support.otlp import OtlpReceiver
 from tests.support.remote_write import RemoteWriteReceiver
+from tests.support.telemetries import telemetry_row
 
 
 @pytest.fixture
@@ -24,22 +23,6 @@ def receiver() -> Iterator[OtlpReceiver]:
     r = OtlpReceiver().start()
     yield r
     r.stop()
-
-
-def telemetry(receiver: OtlpReceiver, types: list[str]) -> Telemetry:
-    now = datetime.now(UTC)
-    return Telemetry(
-        id=uuid.uuid4(),
-        account_id="acct",
-        name="t",
-        endpoint=receiver.url,
-        protocol="HTTP",
-        provider="OTEL_COLLECTOR",
-        types=types,
-        secret_ciphertext="",
-        created_at=now,
-        updated_at=now,
-    )
 
 
 def invoked(pipeline: Pipeline, n: int) -> None:
@@ -68,7 +51,7 @@ def test_a_failing_endpoint_is_left_alone_until_its_backoff_ends(receiver: OtlpR
         interval=60, timeout=5, allowlist=(receiver.hostport,), clock=lambda: now[0]
     )
     pipeline = build_pipeline(
-        telemetry(receiver, ["TRACES", "METRICS"]), "k", settings, Drops(registry)
+        telemetry_row(receiver.url, ["TRACES", "METRICS"]), "k", settings, Drops(registry)
     )
 
     def dropped(reason: str) -> float:
@@ -109,19 +92,7 @@ def test_a_failing_endpoint_is_left_alone_until_its_backoff_ends(receiver: OtlpR
 def test_spans_beyond_the_processors_queue_are_dropped_and_counted(
     receiver: OtlpReceiver,
 ) -> None:
-    now = datetime.now(UTC)
-    row = Telemetry(
-        id=uuid.uuid4(),
-        account_id="acct",
-        name="t",
-        endpoint=receiver.url,
-        protocol="HTTP",
-        provider="OTEL_COLLECTOR",
-        types=["TRACES"],
-        secret_ciphertext="",
-        created_at=now,
-        updated_at=now,
-    )
+    row = telemetry_row(receiver.url, ["TRACES"])
     registry = CollectorRegistry()
     # the endpoint holds every request: the first batch stays in flight, the queue fills
     settings = ExportSettings(interval=60, timeout=30, allowlist=(receiver.hostport,))
@@ -159,19 +130,7 @@ def test_each_replica_sends_what_it_counted_under_its_own_label() -> None:
     set they would read as a single counter jumping between 3 and 5 (a reset each time); with
     `nvcf_replica` they are two series whose sum is the function's total."""
     receiver = RemoteWriteReceiver().start()
-    now = datetime.now(UTC)
-    row = Telemetry(
-        id=uuid.uuid4(),
-        account_id="acct",
-        name="t",
-        endpoint=receiver.url,
-        protocol="HTTP",
-        provider="PROMETHEUS",
-        types=["METRICS"],
-        secret_ciphertext="",
-        created_at=now,
-        updated_at=now,
-    )
+    row = telemetry_row(receiver.url, ["METRICS"], provider="PROMETHEUS")
     pipelines = {
         replica: build_pipeline(
             row,

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+
+from service.observability.models import Telemetry
 
 TELEMETRIES = "/v2/nvcf/telemetries"
 #: a public address: nothing connects to it at creation
@@ -32,3 +36,23 @@ def replica_of(client: Any) -> str:
     exports = client.app.state.telemetry_exports
     assert exports is not None and exports.settings.replica
     return str(exports.settings.replica)
+
+
+def telemetry_row(
+    endpoint: str, types: list[str], provider: str = "OTEL_COLLECTOR", account: str = "acct"
+) -> Telemetry:
+    """A stored telemetry as a pipeline is built from (OTLP over HTTP unless `provider` says
+    otherwise), for tests of the pipeline on its own."""
+    now = datetime.now(UTC)
+    return Telemetry(
+        id=uuid.uuid4(),
+        account_id=account,
+        name="t",
+        endpoint=endpoint,
+        protocol="HTTP",
+        provider=provider,
+        types=types,
+        secret_ciphertext="",
+        created_at=now,
+        updated_at=now,
+    )

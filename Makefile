@@ -46,8 +46,9 @@ openapi: $(STAMP)
 	$(BIN)/python scripts/export_openapi.py
 	$(BIN)/python scripts/export_settings_doc.py
 
-# mypy (half a minute of one core) runs beside the suite, which mostly waits on servers; its
-# report is printed after pytest's, and either failing fails `make test`.
+# mypy (service/ and tests/, pyproject's packages: 45 CPU s of one core from a cold cache) runs
+# beside the suite, which mostly waits on servers; its report is printed after pytest's, and
+# either failing fails `make test`.
 # compileall first: where PYTHONDONTWRITEBYTECODE is set (this machine sets it), every server
 # process a test starts compiles the sources again: half a CPU second each, about a hundred
 test: $(STAMP) test-services lint

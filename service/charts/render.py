@@ -22,7 +22,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from service.charts.decode import (
     Decoded,
@@ -347,7 +347,7 @@ class ChartRenderer:
         idle, self._idle = self._idle, []
         await asyncio.gather(*(w.kill() for w in idle))
 
-    async def __aenter__(self) -> ChartRenderer:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from service.auth import scopes
-from service.charts.mutate import LABEL_INSTANCE_ID, NVLINK_PARTITION_LABEL
+from service.charts.mutate import NVLINK_PARTITION_LABEL
 from service.charts.pipeline import PLACEHOLDER_INSTANCE_ID
 from service.charts.render import PLACEHOLDER_NAMESPACE
+from service.core.kube import LABEL_INSTANCE_ID
 from tests.support.api import bearer, new_key
 from tests.support.app import AppClient, ClientFactory
 from tests.support.catalogs import PERMISSIVE, write_catalog
@@ -497,14 +498,14 @@ async def test_charts_are_ordered_like_helm_with_or_without_the_engine_path(
     doubled = "apiVersion: v1\nkind: ConfigMap\nKind: ConfigMap\nmetadata: {name: c2}\n"
     head = [("ServiceAccount", "sa"), ("Secret", "s1"), ("ConfigMap", "c1")]
     tail = [("Service", "entrypoint"), ("Deployment", "mini-service-inference")]
-    cases = (
+    cases: list[tuple[str, dict[str, str], list[tuple[str, str]]]] = [
         ("engine", {}, [*head, *tail]),
         (
             "fallback",
             {"templates/b-doubled.yaml": doubled},
             [*head, ("ConfigMap", "c2"), *tail],
         ),
-    )
+    ]
     for name, extra, expected in cases:
         workdir = tmp_path / name
         archive = flat_chart(workdir, None, {**files, **extra})

@@ -645,13 +645,17 @@ async def test_cancelled_between_the_frames_the_worker_is_not_reused(
     original = _Worker.read_frame
     waiting = asyncio.Event()
     hold: list[bool] = [True]
+    split_seen: set[_Worker] = set()  # the workers whose last frame was a split's first
 
     async def slow_second_frame(self: _Worker, max_output: int) -> dict[str, Any]:
-        if waiting.is_set() is False and hold and getattr(self, "_split_seen", False):
+        if waiting.is_set() is False and hold and self in split_seen:
             waiting.set()
             await asyncio.sleep(3600)
         frame = await original(self, max_output)
-        self._split_seen = "split" in frame  # type: ignore[attr-defined]
+        if "split" in frame:
+            split_seen.add(self)
+        else:
+            split_seen.discard(self)
         return frame
 
     monkeypatch.setattr(_Worker, "read_frame", slow_second_frame)

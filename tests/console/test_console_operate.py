@@ -273,6 +273,7 @@ def test_a_yaml_configuration_deploys_and_a_yaml_error_deploys_nothing(
     fill(browser, {"configuration": "podAnnotations:\n  example.com/rev: [one\n"})
     browser.click("#deploy-form-submit")
     error = browser.wait(lambda: browser.text("#configuration-error"), "the YAML error shown")
+    assert error is not None
     assert "flow collection (2:24)" in error and "example.com/rev: [one" in error
     assert (
         browser.js("return document.getElementById('configuration').getAttribute('aria-invalid')")

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from service.core.server import ConnectionLimits
 from tests.support.api import bearer, create_fn, new_key
@@ -165,15 +166,16 @@ async def test_errors_are_openais_and_the_client_raises_its_own_types(app: AppCl
     async with serving(app) as base, contextlib.AsyncExitStack() as stack:
         client = async_client(base)
         stack.push_async_callback(client.close)
-        ask = {"messages": [{"role": "user", "content": "hi"}]}
+        ask: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
         with pytest.raises(openai.NotFoundError) as missing:
-            await client.chat.completions.create(model=f"{uuid.uuid4()}/tiny/chat", **ask)
+            await client.chat.completions.create(model=f"{uuid.uuid4()}/tiny/chat", messages=ask)
         assert missing.value.code == "model_not_found"
         with pytest.raises(openai.BadRequestError) as unprefixed:
-            await client.chat.completions.create(model="gpt-4o", **ask)
-        assert unprefixed.value.body["message"] == "model prefix is required"  # type: ignore[index]
+            await client.chat.completions.create(model="gpt-4o", messages=ask)
+        body = unprefixed.value.body
+        assert isinstance(body, dict) and body["message"] == "model prefix is required"
         with pytest.raises(openai.NotFoundError) as not_llm:
-            await client.chat.completions.create(model=f"{plain['id']}/m", **ask)
+            await client.chat.completions.create(model=f"{plain['id']}/m", messages=ask)
         assert "not an LLM function" in not_llm.value.message
         with pytest.raises(openai.BadRequestError) as bad:
             await client.chat.completions.create(model=f"{fn['id']}/tiny/chat", messages=[])
@@ -271,7 +273,7 @@ async def test_a_token_rate_limit_refuses_the_request_that_would_exceed_it(
         client = async_client(base)
         stack.push_async_callback(client.close)
         model = f"{fn['id']}/m"
-        ask = [{"role": "user", "content": "short"}]
+        ask: list[ChatCompletionMessageParam] = [{"role": "user", "content": "short"}]
         # estimated at max_tokens + input: refused before any worker sees it
         with pytest.raises(openai.RateLimitError) as refused:
             await client.chat.completions.create(model=model, messages=ask, max_tokens=100)
@@ -311,7 +313,7 @@ async def test_answers_that_count_tokens_carry_nvcfs_rate_limit_headers(app: App
         ],
     }
     fn = await deployed(app, **limited)
-    ask = [{"role": "user", "content": "short"}]
+    ask: list[ChatCompletionMessageParam] = [{"role": "user", "content": "short"}]
     async with serving(app) as base, async_client(base) as client:
         model = f"{fn['id']}/m"
         whole = await client.chat.completions.with_raw_response.create(
@@ -448,7 +450,7 @@ async def test_d25_a_trailing_slash_names_the_same_route(app: AppClient) -> None
 async def test_an_undeclared_model_or_path_passes_unless_the_allowlist_refuses_it(
     client_factory: ClientFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    ask = {"messages": [{"role": "user", "content": "hi"}]}
+    ask: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
     for allowlist in (False, True):
         folder = tmp_path / str(allowlist)
         folder.mkdir()
@@ -458,32 +460,34 @@ async def test_an_undeclared_model_or_path_passes_unless_the_allowlist_refuses_i
             if not allowlist:  # NVCF's default: through to the worker, and logged
                 for model in ("embed-only", "ghost"):
                     answer = await client.chat.completions.create(
-                        model=f"{fn['id']}/{model}", **ask
+                        model=f"{fn['id']}/{model}", messages=ask
                     )
                     assert answer.choices[0].message.content == "Echo: hi"
                 assert "does not declare /v1/chat/completions" in caplog.text
                 assert "declares no model 'ghost'" in caplog.text
                 continue
             with pytest.raises(openai.BadRequestError) as path:
-                await client.chat.completions.create(model=f"{fn['id']}/embed-only", **ask)
+                await client.chat.completions.create(model=f"{fn['id']}/embed-only", messages=ask)
             assert path.value.code == "unsupported_endpoint"
             assert 'model "embed-only" does not support /v1/chat/completions' in path.value.message
-            with pytest.raises(openai.NotFoundError) as model:
-                await client.chat.completions.create(model=f"{fn['id']}/ghost", **ask)
-            assert model.value.code == "model_not_found"
+            with pytest.raises(openai.NotFoundError) as ghost:
+                await client.chat.completions.create(model=f"{fn['id']}/ghost", messages=ask)
+            assert ghost.value.code == "model_not_found"
 
 
 async def test_errors_read_the_same_by_openais_client_and_by_nvcfs_shape(app: AppClient) -> None:
     fn = await deployed(app, **LLM_FN)
-    bad = {"model": f"{fn['id']}/tiny/chat", "messages": []}
+    model = f"{fn['id']}/tiny/chat"
+    bad = {"model": model, "messages": []}
     async with serving(app) as base, async_client(base) as client:
         with pytest.raises(openai.BadRequestError) as refused:
-            await client.chat.completions.create(**bad)
+            await client.chat.completions.create(model=model, messages=[])
         async with httpx.AsyncClient(base_url=base, headers=bearer(ADMIN_KEY)) as plain:
             resp = await plain.post("/v2/nvcf/llm/v1/chat/completions", json=bad)
     text = resp.json()["message"]  # what a client of NVCF's `{"message"}` reads
     assert "'messages' must be a non-empty array" in text
-    assert refused.value.body["message"] == text  # type: ignore[index]
+    body = refused.value.body
+    assert isinstance(body, dict) and body["message"] == text
     assert refused.value.param == "messages"
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from service.core.server import ConnectionLimits
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
@@ -35,7 +36,7 @@ LLM_FN: dict[str, Any] = {
 LIMITS = ConnectionLimits(
     header_timeout=10, body_timeout=10, keepalive_timeout=5, max_connections=50
 )
-ASK = [{"role": "user", "content": "relay these words"}]
+ASK: list[ChatCompletionMessageParam] = [{"role": "user", "content": "relay these words"}]
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ FID = uuid.UUID("7f0c9c5e-3a43-4d55-8a5e-6a3b1f0e9d21")
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
 EMBEDDINGS = "/v1/embeddings"
-MODELS = [
+MODELS: list[dict[str, Any]] = [
     {"name": "chat", "llmConfig": {"uris": [CHAT, RESPONSES]}},
     {"name": "meta/llama-3", "llmConfig": {"uris": [EMBEDDINGS], "routingMethod": "Round_Robin"}},
 ]
@@ -78,7 +79,8 @@ def test_unknown_routes_and_methods_are_openai_404_and_405() -> None:
     wrong = route_error(CHAT, "GET")
     assert wrong is not None and wrong.status == 405 and wrong.headers == {"Allow": "POST"}
     body = wrong.body()["error"]
-    assert set(body) == {"message", "type", "param", "code"}  # type: ignore[arg-type]
+    assert isinstance(body, dict)
+    assert set(body) == {"message", "type", "param", "code"}
 
 
 def test_model_is_function_id_slash_model_name() -> None:
@@ -124,7 +126,7 @@ def test_the_target_must_be_an_llm_function_and_the_allowlist_refuses_the_undecl
 
 
 def test_routing_methods_are_canonical_with_aliases_resolved() -> None:
-    assert routing_method(MODELS[1]["llmConfig"]) == "round-robin"  # type: ignore[arg-type]
+    assert routing_method(MODELS[1]["llmConfig"]) == "round-robin"
     assert routing_method({}) == "power-of-two"
     assert routing_method({"routingMethod": " "}) == "power-of-two"
     assert routing_method({"routingMethod": "groq_multiregion"}) == "wait-and-widen"

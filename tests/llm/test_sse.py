@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -89,7 +90,8 @@ def test_usage_in_both_of_openais_shapes() -> None:
     assert usage_of({"usage": {"input_tokens": 5, "output_tokens": 1}}) == Usage(5, 1)
     assert usage_of({"usage": {"prompt_tokens": 8, "total_tokens": 8}}) == Usage(8, 0)
     assert usage_of({"usage": {"total_tokens": 11}}) == Usage(11, 0)
-    for none in ({}, {"usage": None}, {"usage": {"prompt_tokens": -1}}, [], "x"):
+    no_usage: list[object] = [{}, {"usage": None}, {"usage": {"prompt_tokens": -1}}, [], "x"]
+    for none in no_usage:
         assert usage_of(none) is None
     assert usage_of({"usage": {"prompt_tokens": True}}) is None
 
@@ -117,8 +119,13 @@ async def test_relay_passes_every_chunk_on_and_watches_it() -> None:
 
 
 def responses_stream(terminal: str = "response.completed") -> bytes:
-    done = {"id": "resp_1", "object": "response", "status": "completed", "output": []}
-    done["usage"] = {"input_tokens": 4, "output_tokens": 6, "total_tokens": 10}  # type: ignore[assignment]
+    done: dict[str, Any] = {
+        "id": "resp_1",
+        "object": "response",
+        "status": "completed",
+        "output": [],
+    }
+    done["usage"] = {"input_tokens": 4, "output_tokens": 6, "total_tokens": 10}
     events = [
         ("response.created", {"type": "response.created", "response": {"id": "resp_1"}}),
         ("response.output_text.delta", {"type": "response.output_text.delta", "delta": "Hi"}),

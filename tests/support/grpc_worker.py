@@ -29,6 +29,13 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 
+def text(value: str | bytes) -> str:
+    """A text metadata value read by a client: grpc types every value `str | bytes`, though
+    only binary (`-bin`) keys carry bytes."""
+    assert isinstance(value, str), value
+    return value
+
+
 @dataclass
 class Seen:
     method: str

@@ -23,10 +23,10 @@ from service.functions.models import FunctionVersion
 from tests.support.api import new_key
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
 from tests.support.e2e import deployment
-from tests.support.grpc_worker import GrpcWorker
+from tests.support.grpc_worker import GrpcWorker, text
 from tests.support.invocation import deployed, invocation_app, pexec_url, sample, spec
 
-GRPC_FN = {"name": "grpc-echo", "inferenceUrl": "/gRPC", "inferencePort": 8001}
+GRPC_FN: dict[str, Any] = {"name": "grpc-echo", "inferenceUrl": "/gRPC", "inferencePort": 8001}
 
 
 @pytest.fixture
@@ -84,6 +84,10 @@ def unary(channel: aio.Channel, method: str) -> aio.UnaryUnaryMultiCallable[byte
     return channel.unary_unary(f"/test.Echo/{method}")
 
 
+def bidi(channel: aio.Channel, method: str) -> aio.StreamStreamMultiCallable[bytes, bytes]:
+    return channel.stream_stream(f"/test.Echo/{method}")
+
+
 async def status_of(call: Any) -> tuple[grpc.StatusCode, str]:
     with pytest.raises(aio.AioRpcError) as info:
         await call
@@ -103,7 +107,7 @@ async def test_unary_call_reaches_the_worker_with_metadata_both_ways(
     assert await call == b"\x00hello\xff"
     initial = dict(await call.initial_metadata())
     assert initial["x-worker"] == "worker"
-    request_id = initial["nvcf-reqid"]
+    request_id = text(initial["nvcf-reqid"])
     uuid.UUID(request_id)
     assert dict(await call.trailing_metadata())["x-done"] == "yes"
     assert await call.code() == grpc.StatusCode.OK
@@ -134,23 +138,27 @@ async def test_server_client_and_bidi_streams_pass_every_message(
     client: AppClient, channel: aio.Channel
 ) -> None:
     fn = await deployed(client, **GRPC_FN)
-    server_stream = channel.unary_stream("/test.Echo/ServerStream")(b"4", metadata=md(fn))
-    assert [m async for m in server_stream] == [b"0", b"1", b"2", b"3"]
+    server_stream: aio.UnaryStreamMultiCallable[bytes, bytes] = channel.unary_stream(
+        "/test.Echo/ServerStream"
+    )
+    assert [m async for m in server_stream(b"4", metadata=md(fn))] == [b"0", b"1", b"2", b"3"]
 
     async def parts() -> AsyncIterator[bytes]:
         for p in (b"a", b"b", b"c"):
             yield p
 
-    client_stream = channel.stream_unary("/test.Echo/ClientStream")(parts(), metadata=md(fn))
-    assert await client_stream == b"a|b|c"
+    client_stream: aio.StreamUnaryMultiCallable[bytes, bytes] = channel.stream_unary(
+        "/test.Echo/ClientStream"
+    )
+    assert await client_stream(parts(), metadata=md(fn)) == b"a|b|c"
 
-    bidi = channel.stream_stream("/test.Echo/Bidi")(metadata=md(fn))
+    both = bidi(channel, "Bidi")(metadata=md(fn))
     for p in (b"one", b"two", b"three"):
-        await bidi.write(p)
-        assert await bidi.read() == p  # each answered before the next is sent
-    await bidi.done_writing()
-    assert await bidi.read() == aio.EOF
-    assert await bidi.code() == grpc.StatusCode.OK
+        await both.write(p)
+        assert await both.read() == p  # each answered before the next is sent
+    await both.done_writing()
+    assert await both.read() == aio.EOF
+    assert await both.code() == grpc.StatusCode.OK
 
 
 async def test_a_real_protobuf_service_is_served(client: AppClient, channel: aio.Channel) -> None:
@@ -194,11 +202,11 @@ async def test_a_caller_cancelling_cancels_the_workers_call_and_frees_the_slot(
     client: AppClient, channel: aio.Channel, worker: GrpcWorker
 ) -> None:
     fn = await deployed(client, **GRPC_FN)
-    bidi = channel.stream_stream("/test.Echo/Hold")(metadata=md(fn))
-    await bidi.write(b"x")
-    await bidi.done_writing()
+    held = bidi(channel, "Hold")(metadata=md(fn))
+    await held.write(b"x")
+    await held.done_writing()
     await worker.until_held(1)
-    bidi.cancel()
+    held.cancel()
     await worker.until_cancelled(1)
     await _slot_is_free(client, channel, fn)
 
@@ -416,12 +424,12 @@ async def test_a_worker_going_away_mid_stream_is_unavailable_and_frees_the_slot(
     client = await grpc_app(client_factory, tmp_path, worker.url)
     fn = await deployed(client, **GRPC_FN)
     async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
-        bidi = ch.stream_stream("/test.Echo/Bidi")(metadata=md(fn))
-        await bidi.write(b"a")
-        assert await bidi.read() == b"a"
+        stream = bidi(ch, "Bidi")(metadata=md(fn))
+        await stream.write(b"a")
+        assert await stream.read() == b"a"
         await worker.stop(grace=0)  # the connection is torn down mid-stream
         with pytest.raises(aio.AioRpcError) as info:
-            await bidi.read()
+            await stream.read()
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
         again = await GrpcWorker(name="again").start(port)
         try:
@@ -434,10 +442,10 @@ async def test_one_slot_two_streams_the_second_waits_until_the_first_ends(
     client: AppClient, channel: aio.Channel, worker: GrpcWorker
 ) -> None:
     fn = await deployed(client, **GRPC_FN)  # maxRequestConcurrency 1
-    first = channel.stream_stream("/test.Echo/Bidi")(metadata=md(fn))
+    first = bidi(channel, "Bidi")(metadata=md(fn))
     await first.write(b"first")
     assert await first.read() == b"first"
-    second = channel.stream_stream("/test.Echo/Bidi")(metadata=md(fn))
+    second = bidi(channel, "Bidi")(metadata=md(fn))
     await second.write(b"second")
     dispatcher = client.app.state.invocation.dispatcher
     version = uuid.UUID(fn["versionId"])
@@ -467,10 +475,10 @@ async def _session_resumes_until_it_ends(
     fn = await deployed(
         client, **GRPC_FN, specs=[spec(minInstances=2, maxInstances=2, maxRequestConcurrency=4)]
     )
-    session = channel.stream_stream("/test.Echo/Bidi")(metadata=md(fn))
+    session = bidi(channel, "Bidi")(metadata=md(fn))
     await session.write(b"open")
     assert await session.read() == b"open"
-    request_id = dict(await session.initial_metadata())["nvcf-reqid"]
+    request_id = text(dict(await session.initial_metadata())["nvcf-reqid"])
     instance = worker.calls[-1].metadata["nvcf-instance-id"]
     # a new call on another connection goes to the other instance (fewest in flight) ...
     async with connection(client) as other:
@@ -506,7 +514,7 @@ async def test_a_session_outlives_its_last_call_for_the_idle_time(
     )
     first = unary(channel, "Unary")(b"first", metadata=md(fn))
     assert await first == b"first"
-    request_id = dict(await first.initial_metadata())["nvcf-reqid"]
+    request_id = text(dict(await first.initial_metadata())["nvcf-reqid"])
     instance = worker.calls[-1].metadata["nvcf-instance-id"]
     async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as again:
         for _ in range(4):  # new calls alternate between the instances; resumed ones do not
@@ -525,15 +533,17 @@ async def test_a_session_outlives_its_last_call_for_the_idle_time(
 TWO = [spec(minInstances=2, maxInstances=2, maxRequestConcurrency=4)]
 
 
-async def _held(channel: aio.Channel, fn: dict[str, Any], worker: GrpcWorker) -> Any:
+async def _held(
+    channel: aio.Channel, fn: dict[str, Any], worker: GrpcWorker
+) -> aio.StreamStreamCall[bytes, bytes]:
     """A stream left open: its instance has a call in flight, the other none."""
-    stream = channel.stream_stream("/test.Echo/Bidi")(metadata=md(fn))
+    stream = bidi(channel, "Bidi")(metadata=md(fn))
     await stream.write(b"open")
     assert await stream.read() == b"open"
     return stream
 
 
-async def _end(stream: Any) -> None:
+async def _end(stream: aio.StreamStreamCall[bytes, bytes]) -> None:
     await stream.done_writing()
     assert await stream.read() == aio.EOF
 
@@ -544,7 +554,7 @@ async def test_a_connection_is_a_session_on_one_instance_and_its_first_answer_se
     fn = await deployed(client, **GRPC_FN, specs=TWO)
     held = await _held(channel, fn, worker)
     initial = dict(await held.initial_metadata())
-    request_id = initial["nvcf-reqid"]
+    request_id = text(initial["nvcf-reqid"])
     assert initial["set-cookie"] == f"nvcf-request-id={request_id}"
     instance = worker.calls[-1].metadata["nvcf-instance-id"]
     # the other instance has nothing in flight: the connection's calls go to its own all the same
@@ -561,8 +571,9 @@ async def test_a_connection_is_a_session_on_one_instance_and_its_first_answer_se
         call = unary(other, "Unary")(b"other", metadata=md(fn))
         assert await call == b"other"
         initial = dict(await call.initial_metadata())
-        assert initial["nvcf-reqid"] != request_id
-        assert initial["set-cookie"] == f"nvcf-request-id={initial['nvcf-reqid']}"
+        other_id = text(initial["nvcf-reqid"])
+        assert other_id != request_id
+        assert initial["set-cookie"] == f"nvcf-request-id={other_id}"
         assert worker.calls[-1].metadata["nvcf-instance-id"] != instance
     await _end(held)
 
@@ -573,14 +584,14 @@ async def test_a_call_joins_its_connections_session_before_the_first_stream_answ
     """A stream the worker has not answered yet (it waits for the caller's first message)
     already is the connection's session: a call beside it is not held until it answers."""
     fn = await deployed(client, **GRPC_FN, specs=TWO)
-    stream = channel.stream_stream("/test.Echo/QuietBidi")(metadata=md(fn))
+    stream = bidi(channel, "QuietBidi")(metadata=md(fn))
     while not worker.calls:  # noqa: ASYNC110 (the worker has no event for a call begun)
         await asyncio.sleep(0.01)
     instance = worker.calls[-1].metadata["nvcf-instance-id"]
     call = unary(channel, "Unary")(b"beside", metadata=md(fn), timeout=20)
     assert await call == b"beside"
     assert worker.calls[-1].metadata["nvcf-instance-id"] == instance
-    request_id = dict(await call.initial_metadata())["nvcf-reqid"]
+    request_id = text(dict(await call.initial_metadata())["nvcf-reqid"])
     await stream.write(b"now")
     assert await stream.read() == b"now"
     assert dict(await stream.initial_metadata())["nvcf-reqid"] == request_id
@@ -592,13 +603,13 @@ async def test_the_cookie_resumes_a_session_and_nvcf_reqid_comes_first(
 ) -> None:
     fn = await deployed(client, **GRPC_FN, specs=TWO)
     held = await _held(channel, fn, worker)
-    cookie = dict(await held.initial_metadata())["set-cookie"]
+    cookie = text(dict(await held.initial_metadata())["set-cookie"])
     request_id = cookie.removeprefix("nvcf-request-id=")
     instance = worker.calls[-1].metadata["nvcf-instance-id"]
     async with connection(client) as other:
         first = unary(other, "Unary")(b"other", metadata=md(fn))
         assert await first == b"other"
-        other_id = dict(await first.initial_metadata())["nvcf-reqid"]
+        other_id = text(dict(await first.initial_metadata())["nvcf-reqid"])
     assert worker.calls[-1].metadata["nvcf-instance-id"] != instance
     async with connection(client) as again:  # a new connection carrying the cookie
         call = unary(again, "Unary")(b"back", metadata=(*md(fn), ("cookie", f"a=b; {cookie}")))
@@ -650,8 +661,9 @@ async def test_a_connection_whose_session_ended_starts_a_new_one(
             call = unary(ch, "Unary")(b"x", metadata=md(fn))
             assert await call == b"x"
             initial = dict(await call.initial_metadata())
-            assert initial["set-cookie"] == f"nvcf-request-id={initial['nvcf-reqid']}"
-            ids.append(initial["nvcf-reqid"])
+            request_id = text(initial["nvcf-reqid"])
+            assert initial["set-cookie"] == f"nvcf-request-id={request_id}"
+            ids.append(request_id)
     assert ids[0] != ids[1]
 
 
@@ -718,25 +730,32 @@ async def test_the_simulated_worker_echoes_every_kind_of_call(
     fn = await deployed(client, **GRPC_FN)
     instance = fn["deployment"]["instances"][0]["instanceId"]
     async with aio.insecure_channel(f"127.0.0.1:{client.app.state.grpc.port}") as ch:
-        call = ch.unary_unary("/any.Service/AnyMethod")(b"\x01raw", metadata=md(fn))
+        any_method: aio.UnaryUnaryMultiCallable[bytes, bytes] = ch.unary_unary(
+            "/any.Service/AnyMethod"
+        )
+        call = any_method(b"\x01raw", metadata=md(fn))
         assert await call == b"\x01raw"
         initial = dict(await call.initial_metadata())
         assert initial["sim-instance-id"] == instance
         assert "nvcf-reqid" in initial
         assert dict(await call.trailing_metadata())["sim-messages"] == "1"
-        stream = ch.unary_stream("/any.Service/Stream")(b"s", metadata=md(fn))
-        assert [m async for m in stream] == [b"s"]
+        server_stream: aio.UnaryStreamMultiCallable[bytes, bytes] = ch.unary_stream(
+            "/any.Service/Stream"
+        )
+        assert [m async for m in server_stream(b"s", metadata=md(fn))] == [b"s"]
 
         async def one() -> AsyncIterator[bytes]:
             yield b"c"
 
-        assert await ch.stream_unary("/x.Y/Z")(one(), metadata=md(fn)) == b"c"
-        bidi = ch.stream_stream("/x.Y/Bidi")(metadata=md(fn))
+        client_stream: aio.StreamUnaryMultiCallable[bytes, bytes] = ch.stream_unary("/x.Y/Z")
+        assert await client_stream(one(), metadata=md(fn)) == b"c"
+        stream_stream: aio.StreamStreamMultiCallable[bytes, bytes] = ch.stream_stream("/x.Y/Bidi")
+        both = stream_stream(metadata=md(fn))
         for p in (b"1", b"2"):
-            await bidi.write(p)
-            assert await bidi.read() == p
-        await bidi.done_writing()
-        assert await bidi.read() == aio.EOF
+            await both.write(p)
+            assert await both.read() == p
+        await both.done_writing()
+        assert await both.read() == aio.EOF
 
 
 async def test_the_listener_serves_tls_with_the_servers_certificate(

@@ -22,7 +22,7 @@ from service.invocation.sessions import PREFIX
 from tests.support.api import CONTAINER_FN
 from tests.support.app import ADMIN_KEY
 from tests.support.e2e import V, eventually
-from tests.support.grpc_worker import GrpcWorker
+from tests.support.grpc_worker import GrpcWorker, text
 from tests.support.invocation import spec, write_catalog
 from tests.support.redis import RedisServer
 from tests.support.server import free_port, start_server, stop_server
@@ -45,8 +45,16 @@ def md(fn: dict[str, Any], **more: str) -> tuple[tuple[str, str], ...]:
     )
 
 
+def unary(channel: aio.Channel) -> aio.UnaryUnaryMultiCallable[bytes, bytes]:
+    return channel.unary_unary("/test.Echo/Unary")
+
+
+def bidi(channel: aio.Channel) -> aio.StreamStreamMultiCallable[bytes, bytes]:
+    return channel.stream_stream("/test.Echo/Bidi")
+
+
 async def resumed(channel: aio.Channel, fn: dict[str, Any], request_id: str) -> grpc.StatusCode:
-    call = channel.unary_unary("/test.Echo/Unary")(b"r", metadata=md(fn, nvcf_reqid=request_id))
+    call = unary(channel)(b"r", metadata=md(fn, nvcf_reqid=request_id))
     try:
         await call
     except aio.AioRpcError as exc:
@@ -77,7 +85,7 @@ async def test_a_session_is_resumed_on_its_instance_from_another_replica(
         api_port,
         NVCF_GRPC_PORT=str(grpc_one),
         NVCF_GRPC_SESSION_IDLE_SECONDS="0",
-        **common,
+        env=common,
     )
     two = None
     try:
@@ -88,7 +96,7 @@ async def test_a_session_is_resumed_on_its_instance_from_another_replica(
             invoke_port,
             "invoke",
             NVCF_GRPC_PORT=str(grpc_two),
-            **common,
+            env=common,
         )
         fn = await _deployed(api_port)
         async with (
@@ -119,7 +127,7 @@ async def _deployed(port: int) -> dict[str, Any]:
 
         async def running() -> bool:
             instances = (await api.get(url)).json()["deployment"]["instances"]
-            return sum(i["phase"] == "Running" for i in instances) == 2
+            return [i["phase"] for i in instances].count("Running") == 2
 
         await eventually(running)
     return fn
@@ -133,13 +141,13 @@ async def _resume_across(
     redis_url: str,
 ) -> None:
     # a stream open on the first replica ...
-    session = on_one.stream_stream("/test.Echo/Bidi")(metadata=md(fn))
+    session = bidi(on_one)(metadata=md(fn))
     await session.write(b"open")
     assert await session.read() == b"open"
-    request_id = dict(await session.initial_metadata())["nvcf-reqid"]
+    request_id = text(dict(await session.initial_metadata())["nvcf-reqid"])
     instance = worker.calls[-1].metadata["nvcf-instance-id"]
     # ... holds a slot the second sees: a new call there goes to the other instance ...
-    assert await on_two.unary_unary("/test.Echo/Unary")(b"new", metadata=md(fn)) == b"new"
+    assert await unary(on_two)(b"new", metadata=md(fn)) == b"new"
     assert worker.calls[-1].metadata["nvcf-instance-id"] != instance
     # ... and a resumed one to the session's
     for _ in range(3):
@@ -163,13 +171,13 @@ async def _resume_across(
     # a call that ended on the second replica stays resumable (its idle time) on the first:
     # three streams resuming it at once all go to its instance (the first replica ends the
     # session when they end)
-    first = on_two.unary_unary("/test.Echo/Unary")(b"first", metadata=md(fn))
+    first = unary(on_two)(b"first", metadata=md(fn))
     assert await first == b"first"
-    request_id = dict(await first.initial_metadata())["nvcf-reqid"]
+    request_id = text(dict(await first.initial_metadata())["nvcf-reqid"])
     instance = worker.calls[-1].metadata["nvcf-instance-id"]
     streams = []
     for n in range(3):
-        stream = on_one.stream_stream("/test.Echo/Bidi")(metadata=md(fn, nvcf_reqid=request_id))
+        stream = bidi(on_one)(metadata=md(fn, nvcf_reqid=request_id))
         await stream.write(b"%d" % n)
         assert await stream.read() == b"%d" % n
         assert worker.calls[-1].metadata["nvcf-instance-id"] == instance

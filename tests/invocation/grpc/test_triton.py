@@ -12,15 +12,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tritonclient.grpc import InferInput, InferRequestedOutput
-from tritonclient.grpc.aio import InferenceServerClient
-from tritonclient.utils import InferenceServerException
+from tritonclient.grpc import InferInput, InferRequestedOutput  # type: ignore[import-untyped]  # no hints
+from tritonclient.grpc.aio import InferenceServerClient  # type: ignore[import-untyped]  # no hints
+from tritonclient.utils import InferenceServerException  # type: ignore[import-untyped]  # no hints
 
 from tests.support.app import ADMIN_KEY, AppClient, ClientFactory
 from tests.support.invocation import deployed, invocation_app
 from tests.support.triton_worker import MODEL, TritonWorker
 
-TRITON_FN = {"name": "triton", "inferenceUrl": "/gRPC", "inferencePort": 8001}
+TRITON_FN: dict[str, Any] = {"name": "triton", "inferenceUrl": "/gRPC", "inferencePort": 8001}
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ async def test_triton_streamed_inference_through_the_platform(
             yield {"model_name": MODEL, "inputs": [numbers([n, 10 * n])], "request_id": str(n)}
         yield {"model_name": "absent", "inputs": [numbers([0])]}
 
-    answers = []
+    answers: list[str | list[int]] = []
     async for result, error in triton.stream_infer(requests(), headers=headers(fn)):
         if error is not None:
             answers.append(str(error))

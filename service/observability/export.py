@@ -92,6 +92,10 @@ class Exports:
         self._loading = asyncio.Lock()
         #: stopped: a load finishing after `stop` shuts its pipeline down at once
         self._stopped = False
+        #: one status write at a time: a write that took a status commits it before another
+        #: takes the next (a flush returns with what it exported written, and a newer status
+        #: is never overwritten by an older one committing late)
+        self._writing = asyncio.Lock()
         #: a version's telemetries as stored -> the telemetries named and for what
         self._named: dict[tuple[tuple[str, str], ...], list[tuple[uuid.UUID, set[Kind]]]] = {}
         #: telemetry id -> (when it was read, its pipeline or None)
@@ -191,8 +195,8 @@ class Exports:
             await self._drain()
             if time.monotonic() - written >= period:
                 written = time.monotonic()
-                try:
-                    await self._write_statuses(self._live())
+                try:  # shielded: a stop meanwhile waits for it, the statuses it took written
+                    await asyncio.shield(self._write_statuses(self._live()))
                 except Exception:  # the database away: written at the next period
                     log.exception("telemetry export: writing the statuses failed")
 
@@ -302,6 +306,10 @@ class Exports:
         return [p for _, p in self._pipelines.values() if p is not None]
 
     async def _write_statuses(self, pipelines: Sequence[Pipeline]) -> None:
+        async with self._writing:
+            await self._write_taken(pipelines)
+
+    async def _write_taken(self, pipelines: Sequence[Pipeline]) -> None:
         changes = [(p.telemetry_id, s) for p in pipelines if (s := p.status.take()) is not None]
         if not changes:
             return

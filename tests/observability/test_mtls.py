@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support.api import assert_problem
-from tests.support.app import ClientFactory
+from tests.support.app import AppClient, ClientFactory
 from tests.support.certs import TestCa, requiring_clients
 from tests.support.e2e import eventually
 from tests.support.invocation import deployed, invocation_app, pexec_url
@@ -51,6 +51,19 @@ def assert_nothing_left_open(before: set[threading.Thread]) -> None:
         gc.collect()
 
 
+async def exporting_app(
+    client_factory: ClientFactory, tmp_path: Path, receiver: RemoteWriteReceiver
+) -> AppClient:
+    """An app exporting to `receiver` (allowed although local) every 0.2 s."""
+    return await invocation_app(
+        client_factory,
+        tmp_path,
+        telemetry_allowlist=receiver.hostport,
+        telemetry_export_interval=0.2,
+        telemetry_export_timeout=2.0,
+    )
+
+
 def certificates(ca: TestCa, **changes: Any) -> dict[str, Any]:
     client = ca.issue("tenant-exporter", server=False)
     return {"clientKey": client.key, "clientCert": client.cert, "caFile": ca.pem, **changes}
@@ -59,13 +72,7 @@ def certificates(ca: TestCa, **changes: Any) -> dict[str, Any]:
 async def test_a_prometheus_telemetry_presents_its_client_certificate_to_the_receiver(
     client_factory: ClientFactory, tmp_path: Path, receiver: RemoteWriteReceiver, ca: TestCa
 ) -> None:
-    client = await invocation_app(
-        client_factory,
-        tmp_path,
-        telemetry_allowlist=receiver.hostport,
-        telemetry_export_interval=0.2,
-        telemetry_export_timeout=2.0,
-    )
+    client = await exporting_app(client_factory, tmp_path, receiver)
     before = readers()
     value = certificates(ca)
     telemetry = await create_telemetry(
@@ -150,13 +157,7 @@ async def test_lookups_of_a_telemetry_at_once_load_one_pipeline_and_stop_closes_
     """The export task loads a version's metrics pipeline while a record looks it up: one
     pipeline is built, and stopping the export closes its connections (the receiver keeps
     them alive) and ends its thread; none goes on exporting unowned."""
-    client = await invocation_app(
-        client_factory,
-        tmp_path,
-        telemetry_allowlist=receiver.hostport,
-        telemetry_export_interval=0.2,
-        telemetry_export_timeout=2.0,
-    )
+    client = await exporting_app(client_factory, tmp_path, receiver)
     telemetry = await create_telemetry(
         client,
         endpoint=receiver.url,
@@ -177,13 +178,7 @@ async def test_lookups_of_a_telemetry_at_once_load_one_pipeline_and_stop_closes_
 async def test_a_certificate_of_another_ca_is_refused_by_the_receiver_and_shown(
     client_factory: ClientFactory, tmp_path: Path, receiver: RemoteWriteReceiver, ca: TestCa
 ) -> None:
-    client = await invocation_app(
-        client_factory,
-        tmp_path,
-        telemetry_allowlist=receiver.hostport,
-        telemetry_export_interval=0.2,
-        telemetry_export_timeout=2.0,
-    )
+    client = await exporting_app(client_factory, tmp_path, receiver)
     before = readers()
     stranger = TestCa("another-ca").issue("tenant-exporter", server=False)
     value = certificates(ca, clientKey=stranger.key, clientCert=stranger.cert)
